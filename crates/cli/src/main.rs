@@ -1,0 +1,2 @@
+//! The `rethread` binary (stub until the CLI issue).
+fn main() {}

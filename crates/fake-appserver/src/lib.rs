@@ -1,0 +1,1 @@
+//! Stub: filled in by its own issue (see docs/architecture.md).

@@ -1,0 +1,73 @@
+//! Project automation, run as `cargo xtask <command>` (see `.cargo/config.toml`).
+//!
+//! Commands:
+//! - `ci`: install the pinned codex binaries, check formatting, run clippy with
+//!   warnings denied, and run the whole test suite. This is what `.ci/run` calls.
+//! - `codex [--version V]`: install a pinned `@openai/codex` into `target/codex/V`
+//!   (idempotent) and print the binary's path.
+//! - `bench <what>`: benchmarks (see `docs/benchmarks.md`).
+
+mod codex;
+mod util;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => ci(),
+        Some("codex") => codex::command(&args[1..]),
+        Some("bench") => bench(&args[1..]),
+        Some("help") | Some("--help") | Some("-h") | None => {
+            print_help();
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown command `{other}`; try `cargo xtask help`")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_help() {
+    println!(
+        "cargo xtask <command>\n\n\
+         ci                    install pinned codex, fmt check, clippy -D warnings, all tests\n\
+         codex [--version V]   install @openai/codex@V (default {}) and print its path\n\
+         bench <what>          run a benchmark",
+        codex::DEFAULT_VERSION
+    );
+}
+
+/// The whole gate: what `.ci/run` runs on a fresh machine.
+fn ci() -> Result<(), String> {
+    let root = util::project_root();
+    // Both pinned binaries are installed first so the real-codex tests run (and never
+    // silently skip) wherever this command runs.
+    for version in codex::PINNED_VERSIONS {
+        let path = codex::install(version)?;
+        std::env::set_var(codex::env_var_for(version), &path);
+        println!("codex {version}: {}", path.display());
+    }
+    // Tests that need a real codex fail instead of skipping when this is set.
+    std::env::set_var("RETHREAD_REQUIRE_REAL_CODEX", "1");
+    util::run(&root, "cargo", &["fmt", "--all", "--", "--check"])?;
+    util::run(
+        &root,
+        "cargo",
+        &["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"],
+    )?;
+    util::run(&root, "cargo", &["test", "--workspace", "--locked"])?;
+    Ok(())
+}
+
+fn bench(args: &[String]) -> Result<(), String> {
+    match args.first().map(String::as_str) {
+        Some(other) => Err(format!("unknown benchmark `{other}`")),
+        None => Err("usage: cargo xtask bench <what>".to_string()),
+    }
+}
