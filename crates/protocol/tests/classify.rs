@@ -1,0 +1,54 @@
+//! Every row of the error table in `shared/codex-wire-notes.md`, classified.
+
+use rethread_protocol::{classify_resume_error, ResumeFailure, RpcError};
+
+#[test]
+fn every_row_of_the_notes_table_is_classified() {
+    let rows: &[(i64, &str, ResumeFailure)] = &[
+        (-32600, "no rollout found for thread id 0199a", ResumeFailure::Gone),
+        (-32600, "failed to resolve rollout path `/h/sessions/x.jsonl`: file does not exist", ResumeFailure::Gone),
+        (-32600, "invalid session id: not-a-uuid", ResumeFailure::Gone),
+        (-32603, "failed to read thread: thread-store internal error: failed to read session metadata from /h/x", ResumeFailure::Unreadable),
+        (-32601, "paginated_threads is not supported yet", ResumeFailure::Incompatible),
+        (-32603, "failed to load thread: unknown thread history mode `v3`", ResumeFailure::Incompatible),
+        (-32600, "thread 0199a already has an active writer", ResumeFailure::Busy),
+        (-32001, "server overloaded; retry later", ResumeFailure::Busy),
+        (-32600, "thread/resume.excludeTurns requires experimentalApi capability", ResumeFailure::CapabilityRequired),
+        (-32600, "thread/start.historyMode requires experimentalApi capability", ResumeFailure::CapabilityRequired),
+        (-32600, "Not initialized", ResumeFailure::Other),
+        (-32601, "unknown method", ResumeFailure::Other),
+        (-32602, "invalid params", ResumeFailure::Other),
+        (-32603, "something else broke", ResumeFailure::Other),
+    ];
+    for (code, message, expected) in rows {
+        let got = classify_resume_error(&RpcError::new(*code, *message));
+        assert_eq!(got, *expected, "{code} {message:?}");
+    }
+}
+
+#[test]
+fn only_lost_threads_fail_closed_and_only_busy_is_retried() {
+    use ResumeFailure::*;
+    for failure in [
+        Gone,
+        Incompatible,
+        Unreadable,
+        Busy,
+        CapabilityRequired,
+        Other,
+    ] {
+        assert_eq!(
+            failure.thread_is_lost(),
+            matches!(failure, Gone | Incompatible | Unreadable),
+            "{failure}"
+        );
+        assert_eq!(failure.is_transient(), failure == Busy, "{failure}");
+    }
+}
+
+#[test]
+fn the_same_code_means_different_things_by_message() {
+    let gone = RpcError::new(-32600, "no rollout found for thread id a");
+    let busy = RpcError::new(-32600, "thread a already has an active writer");
+    assert_ne!(classify_resume_error(&gone), classify_resume_error(&busy));
+}
