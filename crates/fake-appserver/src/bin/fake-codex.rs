@@ -1,0 +1,3 @@
+//! `fake-codex`: a stand-in for `codex app-server` (work in progress).
+
+fn main() {}

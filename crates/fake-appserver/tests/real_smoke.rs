@@ -1,0 +1,47 @@
+//! The real-codex harness drives the pinned binaries through one offline turn.
+
+use rethread_fake_appserver::real::{
+    codex_or_skip, AppServerProcess, CodexHome, CURRENT, RELEASE_N,
+};
+use rethread_fake_appserver::responses::ResponsesStandIn;
+use serde_json::json;
+
+async fn one_turn(version: &str) {
+    let Some(codex) = codex_or_skip(version) else {
+        return;
+    };
+    let model = ResponsesStandIn::start().unwrap();
+    let home = CodexHome::new(&model).unwrap();
+    let mut server = AppServerProcess::spawn(&codex, home.path()).await.unwrap();
+    server.peer.initialize(false).await.unwrap();
+    let started = server
+        .peer
+        .request("thread/start", Some(json!({"cwd": "/tmp"})))
+        .await
+        .unwrap();
+    let id = started["result"]["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let turn = server
+        .peer
+        .run_turn(&id, "remember zebra", None)
+        .await
+        .unwrap();
+    assert_eq!(turn.status().as_deref(), Some("completed"));
+    assert_eq!(turn.agent_text(), vec!["echo: remember zebra".to_string()]);
+    let conversation = model.model_requests()[0].conversation();
+    assert!(conversation
+        .iter()
+        .any(|m| m.role == "user" && m.text == "remember zebra"));
+}
+
+#[tokio::test]
+async fn current_runs_a_turn_offline() {
+    one_turn(CURRENT).await;
+}
+
+#[tokio::test]
+async fn release_n_runs_a_turn_offline() {
+    one_turn(RELEASE_N).await;
+}
