@@ -1,1 +1,143 @@
-//! Stub: filled in by its own issue (see docs/architecture.md).
+//! Durable `session id -> codex thread id` bindings and the sessions' transcripts.
+//!
+//! A host that drives `codex app-server` keeps its own session id and transcript; this crate
+//! stores, per session, a `model_config` JSON object holding the bound codex thread id
+//! ([`CODEX_THREAD_ID_KEY`]) beside the host's own keys, the transcript rows, and the threads
+//! that were retired. The [`BindingStore`] trait has three backends:
+//!
+//! | backend | feature | use |
+//! |---|---|---|
+//! | [`RedbStore`] | `redb` (default) | the embedded default; one process at a time |
+//! | [`SqliteStore`] | `sqlite` (default) | WAL; several processes may share one file |
+//! | [`MemoryStore`] | always | tests; the reference the others are checked against |
+//!
+//! [`open_url`] opens `redb:PATH`, `sqlite:PATH` or `memory:`.
+//!
+//! # Invariants
+//! Every backend holds these, and the conformance suite (feature `conformance`) and the crash
+//! tests check them:
+//! - The binding is published in the same transaction as its turn's rows
+//!   ([`BindingStore::commit_turn`]): a stored binding always names a thread whose last
+//!   committed turn is durable.
+//! - A retired thread is never published. Retirement is persisted, so a late commit (from any
+//!   process) cannot resurrect it; its rows still commit.
+//! - Dropping a binding is compare-and-delete ([`BindingStore::drop_binding_if`]): only the id
+//!   that failed is removed.
+//! - Every `model_config` write is an atomic merge-patch; keys a write does not name are never
+//!   lost, also under concurrent writers.
+//! - Transcript rows are never lost or duplicated: `seq` is `0..row_count`, contiguous.
+//! - A corrupt, foreign, newer or locked store is a typed [`StoreError`], never an empty store.
+//! - No engine call runs on an async runtime thread: each durable store has one writer thread
+//!   fed by a channel (which coalesces concurrent writes into one transaction: group commit,
+//!   each caller answered only once its write is durable); reads run in `spawn_blocking`.
+//!
+//! # Example
+//! ```
+//! use rethread_store::{BindingStore, BindingStoreExt, CommitOutcome, MemoryStore, TurnCommit};
+//! use serde_json::json;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), rethread_store::StoreError> {
+//! let store = MemoryStore::new();
+//! let outcome = store
+//!     .commit_turn(TurnCommit {
+//!         session_id: "chat-42".into(),
+//!         thread_id: "thr_1".into(),
+//!         codex_home: Some("/home/me/.codex".into()),
+//!         rows: vec![json!({"role": "user", "text": "hi"}), json!({"role": "assistant", "text": "hello"})],
+//!     })
+//!     .await?;
+//! assert_eq!(outcome, CommitOutcome::Published { first_seq: 0, row_count: 2 });
+//! assert_eq!(store.thread_id("chat-42").await?.as_deref(), Some("thr_1"));
+//!
+//! // The codex thread could not be resumed: drop the binding only if it is still that thread.
+//! assert!(store.drop_binding_if("chat-42", "thr_1").await?);
+//! assert_eq!(store.binding("chat-42").await?, None);
+//! assert_eq!(store.all_rows("chat-42").await?.len(), 2);
+//! # Ok(())
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![deny(rustdoc::broken_intra_doc_links)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod error;
+mod logic;
+mod memory;
+mod options;
+mod store;
+mod types;
+
+#[cfg(any(feature = "redb", feature = "sqlite"))]
+mod durable;
+#[cfg(any(feature = "redb", feature = "sqlite"))]
+mod writer;
+
+#[cfg(feature = "redb")]
+mod redb_store;
+#[cfg(feature = "sqlite")]
+mod sqlite_store;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+use std::sync::Arc;
+
+pub use error::{BoxError, StoreError};
+pub use memory::MemoryStore;
+pub use options::{Durability, OpenOptions};
+#[cfg(feature = "redb")]
+pub use redb_store::RedbStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite_store::SqliteStore;
+pub use store::{BindingStore, BindingStoreExt};
+pub use types::{
+    Binding, CommitOutcome, ImportOutcome, SessionExport, SessionPage, SessionRecord,
+    TranscriptRow, TurnCommit, CODEX_THREAD_ID_KEY,
+};
+
+/// The newest schema version this build reads and writes. Older stores are migrated on open;
+/// newer ones are refused with [`StoreError::NewerSchema`].
+pub const SCHEMA_VERSION: u64 = 1;
+
+/// Opens a store from a URL: `redb:PATH`, `sqlite:PATH` (also `sqlite://PATH`) or `memory:`.
+///
+/// `postgres://` is recognised but not yet supported ([`StoreError::UnsupportedUrl`]), as is a
+/// backend whose feature is disabled in this build.
+pub async fn open_url(
+    url: &str,
+    options: OpenOptions,
+) -> Result<Arc<dyn BindingStore>, StoreError> {
+    let unsupported = |reason: &str| StoreError::UnsupportedUrl {
+        url: url.to_string(),
+        reason: reason.to_string(),
+    };
+    let (scheme, rest) = url.split_once(':').ok_or_else(|| {
+        unsupported("expected `redb:PATH`, `sqlite:PATH`, `memory:` or `postgres://...`")
+    })?;
+    let path = rest.strip_prefix("//").unwrap_or(rest);
+    match scheme {
+        "memory" => Ok(Arc::new(MemoryStore::new())),
+        "redb" | "sqlite" if path.is_empty() => Err(unsupported("the URL has no path")),
+        #[cfg(feature = "redb")]
+        "redb" => Ok(Arc::new(RedbStore::open(path, options).await?)),
+        #[cfg(feature = "sqlite")]
+        "sqlite" => Ok(Arc::new(SqliteStore::open(path, options).await?)),
+        #[cfg(not(feature = "redb"))]
+        "redb" => Err(unsupported(
+            "this build has no redb backend (feature `redb`)",
+        )),
+        #[cfg(not(feature = "sqlite"))]
+        "sqlite" => Err(unsupported(
+            "this build has no SQLite backend (feature `sqlite`)",
+        )),
+        "postgres" | "postgresql" => {
+            Err(unsupported("the PostgreSQL backend is not available yet"))
+        }
+        _ => {
+            let _ = &options;
+            Err(unsupported("unknown scheme"))
+        }
+    }
+}

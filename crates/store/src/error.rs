@@ -1,0 +1,124 @@
+//! The one error type of this crate.
+
+use std::error::Error as StdError;
+
+/// A boxed error from a storage engine, kept as the `source` of a [`StoreError`].
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// Everything that can go wrong in a [`BindingStore`](crate::BindingStore), by meaning.
+///
+/// Each backend maps its driver's errors into these variants in one named function
+/// (`map_redb_error`, `map_sqlite_error`), so callers never match on driver types.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The thing asked for does not exist (a session, or a store file opened without `create`).
+    #[error("not found: {what}")]
+    NotFound {
+        /// What was looked for.
+        what: String,
+    },
+    /// The request contradicts what is stored, for example importing a session over a
+    /// different session with the same id.
+    #[error("conflict on session {session_id}: {detail}")]
+    Conflict {
+        /// The session concerned.
+        session_id: String,
+        /// Why the request conflicts.
+        detail: String,
+    },
+    /// A request would publish a thread id that was retired for this session.
+    #[error("thread {thread_id} is retired for session {session_id} and cannot be bound")]
+    RetiredThread {
+        /// The session concerned.
+        session_id: String,
+        /// The retired thread id.
+        thread_id: String,
+    },
+    /// The store file is corrupt, truncated, or not a rethread store. It is never read as empty.
+    #[error("store {path} is corrupt or not a rethread store: {detail}")]
+    Corrupt {
+        /// The store's path (or URL).
+        path: String,
+        /// What was found wrong.
+        detail: String,
+        /// The engine's error, when there is one.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The store is held by another process (redb takes an exclusive lock on its file), or a
+    /// SQLite write lock could not be taken within the busy timeout.
+    #[error("store {path} is in use by another process")]
+    Locked {
+        /// The store's path.
+        path: String,
+    },
+    /// The store was written by a newer rethread whose schema this build does not know.
+    #[error("store {path} has schema version {found}; this build supports up to {supported}")]
+    NewerSchema {
+        /// The store's path.
+        path: String,
+        /// The schema version found in the file.
+        found: u64,
+        /// The newest schema version this build can read.
+        supported: u64,
+    },
+    /// An I/O error outside the engine (creating, opening or inspecting the file).
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// The path concerned.
+        path: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Any other engine error.
+    #[error("{backend} backend error: {source}")]
+    Backend {
+        /// Which backend (`redb`, `sqlite`, ...).
+        backend: &'static str,
+        /// The engine's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The caller passed something the store refuses (an empty id, a non-string
+    /// `codex_thread_id`, an export whose rows are not contiguous, ...).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// The store was closed, or its writer thread is gone.
+    #[error("the store is closed")]
+    Closed,
+    /// The store URL names a scheme this build does not support.
+    #[error("unsupported store URL `{url}`: {reason}")]
+    UnsupportedUrl {
+        /// The URL as given.
+        url: String,
+        /// Why it is not supported.
+        reason: String,
+    },
+}
+
+impl StoreError {
+    /// Whether this error is a verdict about the request (the store is fine and untouched) rather
+    /// than a failure of the store itself.
+    ///
+    /// The writer thread relies on this: a request that fails with a logical error has written
+    /// nothing, so the other requests of the same group commit can still commit.
+    pub fn is_logical(&self) -> bool {
+        matches!(
+            self,
+            StoreError::NotFound { .. }
+                | StoreError::Conflict { .. }
+                | StoreError::RetiredThread { .. }
+                | StoreError::InvalidInput(_)
+        )
+    }
+
+    pub(crate) fn corrupt(path: &str, detail: impl Into<String>) -> Self {
+        StoreError::Corrupt {
+            path: path.to_string(),
+            detail: detail.into(),
+            source: None,
+        }
+    }
+}

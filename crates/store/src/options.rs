@@ -1,0 +1,73 @@
+//! Options for opening a store.
+
+use std::time::Duration;
+
+/// When a write is acknowledged.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// A write returns only after it is on stable storage (fsync). The default.
+    #[default]
+    Durable,
+    /// An explicit opt-in: writes are atomic and ordered, but the last few acknowledged ones may
+    /// be lost on a power failure or OS crash (redb `Durability::None` until the next durable
+    /// commit; SQLite `synchronous=NORMAL` in WAL mode). Never the default.
+    Relaxed,
+}
+
+/// How to open a store file.
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    pub(crate) durability: Durability,
+    pub(crate) create: bool,
+    pub(crate) max_batch: usize,
+    pub(crate) busy_timeout: Duration,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            durability: Durability::Durable,
+            create: true,
+            max_batch: 256,
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl OpenOptions {
+    /// Durable writes, create the file if missing, group commits of up to 256 writes.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the durability of writes (default [`Durability::Durable`]).
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Whether a missing store file is created (default `true`); when `false` a missing file
+    /// is [`StoreError::NotFound`](crate::StoreError::NotFound).
+    pub fn create(mut self, create: bool) -> Self {
+        self.create = create;
+        self
+    }
+
+    /// The most writes coalesced into one transaction (default 256; 1 disables group commit).
+    pub fn max_batch(mut self, max_batch: usize) -> Self {
+        self.max_batch = max_batch.max(1);
+        self
+    }
+
+    /// How long a SQLite writer waits for another process's lock (default 5 s).
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// The configured durability.
+    pub fn get_durability(&self) -> Durability {
+        self.durability
+    }
+}

@@ -1,0 +1,503 @@
+//! The SQLite backend: rusqlite with bundled SQLite, WAL, safe for several processes on one file.
+//!
+//! Each write transaction is `BEGIN IMMEDIATE` (the write lock is taken before the session is
+//! read), so a read-modify-write can never interleave with another process's; a writer waits up
+//! to the busy timeout for another process's lock. Reads run in deferred transactions on pooled
+//! connections, which WAL lets proceed beside the writer.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use serde_json::{Map, Value};
+
+use crate::durable::{create_owner_only, impl_durable_store, Durable, Readers};
+use crate::logic::{check_record, ReadTxn, WriteTxn};
+use crate::writer::{Engine, Writer};
+use crate::{
+    Binding, Durability, OpenOptions, SessionRecord, StoreError, TranscriptRow, SCHEMA_VERSION,
+};
+
+/// `PRAGMA application_id` of a rethread store ("rthd"): tells our files from other SQLite files.
+const APPLICATION_ID: i64 = 0x7274_6864;
+
+const SCHEMA_V1: &str = "
+CREATE TABLE sessions (
+    session_id TEXT PRIMARY KEY NOT NULL,
+    model_config TEXT NOT NULL,
+    binding_thread_id TEXT,
+    binding_codex_home TEXT,
+    bound_at_ms INTEGER,
+    row_count INTEGER NOT NULL,
+    retired_threads TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE transcript_rows (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+";
+
+/// A [`BindingStore`](crate::BindingStore) in one SQLite file (WAL mode).
+#[derive(Debug)]
+pub struct SqliteStore {
+    inner: Durable,
+    path: PathBuf,
+}
+
+impl_durable_store!(SqliteStore);
+
+impl SqliteStore {
+    /// Opens (or creates, owner-only) the store at `path`, migrating an older schema.
+    ///
+    /// Errors: [`StoreError::Corrupt`] for a damaged or foreign file,
+    /// [`StoreError::NewerSchema`] for a file from a newer rethread, [`StoreError::Locked`] if
+    /// another process holds the write lock past the busy timeout. The file is opened on the
+    /// store's writer thread.
+    pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let open_path = path.clone();
+        let (writer, readers) = Writer::spawn("sqlite", options.max_batch, move || {
+            let label = open_path.display().to_string();
+            let conn = open_writer(&open_path, &options, &label)?;
+            let readers = SqliteReaders {
+                path: open_path,
+                label: label.clone(),
+                busy_timeout: options.busy_timeout,
+                pool: Mutex::new(Vec::new()),
+            };
+            Ok((SqliteEngine { conn, label }, readers))
+        })
+        .await?;
+        Ok(SqliteStore {
+            inner: Durable {
+                writer,
+                readers: Arc::new(readers),
+            },
+            path,
+        })
+    }
+
+    /// The file this store lives in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Finishes queued writes and closes the connections.
+    pub async fn close(self) {
+        let SqliteStore { inner, .. } = self;
+        let Durable { writer, readers } = inner;
+        drop(readers);
+        writer.close().await;
+    }
+}
+
+/// Maps every rusqlite error to a [`StoreError`]. The one place SQLite errors are interpreted.
+pub(crate) fn map_sqlite_error(path: &str, error: rusqlite::Error) -> StoreError {
+    use rusqlite::ffi::ErrorCode;
+    if let rusqlite::Error::SqliteFailure(failure, _) = &error {
+        match failure.code {
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
+                return StoreError::Locked {
+                    path: path.to_string(),
+                }
+            }
+            ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt => {
+                return StoreError::Corrupt {
+                    path: path.to_string(),
+                    detail: "SQLite reports the file is damaged or not a database".to_string(),
+                    source: Some(Box::new(error)),
+                }
+            }
+            _ => {}
+        }
+    }
+    StoreError::Backend {
+        backend: "sqlite",
+        source: Box::new(error),
+    }
+}
+
+fn connect(path: &Path, label: &str, busy: std::time::Duration) -> Result<Connection, StoreError> {
+    // The file exists already (created owner-only by `create_owner_only`); never let SQLite
+    // create it with default permissions.
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| map_sqlite_error(label, e))?;
+    conn.busy_timeout(busy)
+        .map_err(|e| map_sqlite_error(label, e))?;
+    Ok(conn)
+}
+
+fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<Connection, StoreError> {
+    create_owner_only(path, options.create)?;
+    let mut conn = connect(path, label, options.busy_timeout)?;
+    let map = |e| map_sqlite_error(label, e);
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+        .map_err(map)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Backend {
+            backend: "sqlite",
+            source: format!("could not enable WAL (journal_mode is {mode})").into(),
+        });
+    }
+    let sync = match options.durability {
+        Durability::Relaxed => "NORMAL",
+        _ => "FULL",
+    };
+    conn.execute_batch(&format!("PRAGMA synchronous={sync};"))
+        .map_err(map)?;
+    ensure_schema(&mut conn, label)?;
+    Ok(conn)
+}
+
+/// Checks the schema version, initialising a new file and migrating an older one, all in one
+/// immediate transaction (two processes opening a new file at once are serialised).
+fn ensure_schema(conn: &mut Connection, label: &str) -> Result<(), StoreError> {
+    let map = |e| map_sqlite_error(label, e);
+    let txn = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(map)?;
+    let app_id: i64 = txn
+        .query_row("PRAGMA application_id", [], |r| r.get(0))
+        .map_err(map)?;
+    let version: i64 = txn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(map)?;
+    let tables: i64 = txn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(map)?;
+    if app_id == 0 && version == 0 && tables == 0 {
+        migrate(&txn, 0, label)?;
+        return txn.commit().map_err(map);
+    }
+    if app_id != APPLICATION_ID {
+        return Err(StoreError::corrupt(
+            label,
+            "not a rethread store (foreign SQLite file)",
+        ));
+    }
+    let version = version as u64;
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            path: label.to_string(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if version < SCHEMA_VERSION {
+        migrate(&txn, version, label)?;
+        return txn.commit().map_err(map);
+    }
+    for table in ["sessions", "transcript_rows"] {
+        let n: i64 = txn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [table],
+                |r| r.get(0),
+            )
+            .map_err(map)?;
+        if n != 1 {
+            return Err(StoreError::corrupt(
+                label,
+                format!("table {table} is missing"),
+            ));
+        }
+    }
+    txn.commit().map_err(map)
+}
+
+/// Brings a store from schema `from` to [`SCHEMA_VERSION`] inside `txn`. Each step is one arm;
+/// version 0 is a new, empty file.
+fn migrate(txn: &rusqlite::Transaction<'_>, from: u64, label: &str) -> Result<(), StoreError> {
+    let map = |e| map_sqlite_error(label, e);
+    let mut version = from;
+    while version < SCHEMA_VERSION {
+        match version {
+            0 => txn.execute_batch(SCHEMA_V1).map_err(map)?,
+            other => {
+                return Err(StoreError::corrupt(
+                    label,
+                    format!("unknown schema version {other}"),
+                ))
+            }
+        }
+        version += 1;
+    }
+    txn.execute_batch(&format!(
+        "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
+    ))
+    .map_err(map)
+}
+
+/// One transaction's view of a connection (the caller began and will end the transaction).
+struct Txn<'c> {
+    conn: &'c Connection,
+    label: &'c str,
+}
+
+impl Txn<'_> {
+    fn map(&self, e: rusqlite::Error) -> StoreError {
+        map_sqlite_error(self.label, e)
+    }
+
+    fn corrupt_json(&self, what: String, e: serde_json::Error) -> StoreError {
+        StoreError::Corrupt {
+            path: self.label.to_string(),
+            detail: format!("{what} does not decode"),
+            source: Some(Box::new(e)),
+        }
+    }
+
+    fn decode(&self, raw: RawRecord) -> Result<SessionRecord, StoreError> {
+        let id = raw.session_id;
+        let model_config: Map<String, Value> = serde_json::from_str(&raw.model_config)
+            .map_err(|e| self.corrupt_json(format!("model_config of {id}"), e))?;
+        let retired_threads: Vec<String> = serde_json::from_str(&raw.retired_threads)
+            .map_err(|e| self.corrupt_json(format!("retired_threads of {id}"), e))?;
+        let binding = raw.binding_thread_id.map(|thread_id| Binding {
+            thread_id,
+            codex_home: raw.binding_codex_home,
+            bound_at_ms: raw.bound_at_ms.unwrap_or(0),
+        });
+        let record = SessionRecord {
+            session_id: id,
+            model_config,
+            binding,
+            row_count: raw.row_count as u64,
+            retired_threads,
+            created_at_ms: raw.created_at_ms,
+            updated_at_ms: raw.updated_at_ms,
+        };
+        check_record(&record).map_err(|d| {
+            StoreError::corrupt(self.label, format!("session {}: {d}", record.session_id))
+        })?;
+        Ok(record)
+    }
+}
+
+struct RawRecord {
+    session_id: String,
+    model_config: String,
+    binding_thread_id: Option<String>,
+    binding_codex_home: Option<String>,
+    bound_at_ms: Option<i64>,
+    row_count: i64,
+    retired_threads: String,
+    created_at_ms: i64,
+    updated_at_ms: i64,
+}
+
+const RECORD_COLUMNS: &str = "session_id, model_config, binding_thread_id, binding_codex_home, \
+     bound_at_ms, row_count, retired_threads, created_at_ms, updated_at_ms";
+
+fn raw_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> {
+    Ok(RawRecord {
+        session_id: row.get(0)?,
+        model_config: row.get(1)?,
+        binding_thread_id: row.get(2)?,
+        binding_codex_home: row.get(3)?,
+        bound_at_ms: row.get(4)?,
+        row_count: row.get(5)?,
+        retired_threads: row.get(6)?,
+        created_at_ms: row.get(7)?,
+        updated_at_ms: row.get(8)?,
+    })
+}
+
+impl ReadTxn for Txn<'_> {
+    fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let raw = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {RECORD_COLUMNS} FROM sessions WHERE session_id = ?1"
+            ))
+            .and_then(|mut s| s.query_row([session_id], raw_record).optional())
+            .map_err(|e| self.map(e))?;
+        raw.map(|raw| self.decode(raw)).transpose()
+    }
+
+    fn load_rows(
+        &mut self,
+        session_id: &str,
+        range: Range<u64>,
+    ) -> Result<Vec<TranscriptRow>, StoreError> {
+        let start = range.start.min(i64::MAX as u64) as i64;
+        let end = range.end.min(i64::MAX as u64) as i64;
+        let raw: Vec<(i64, String)> = self
+            .conn
+            .prepare_cached(
+                "SELECT seq, body FROM transcript_rows \
+                 WHERE session_id = ?1 AND seq >= ?2 AND seq < ?3 ORDER BY seq",
+            )
+            .and_then(|mut s| {
+                s.query_map(params![session_id, start, end], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?
+                .collect()
+            })
+            .map_err(|e| self.map(e))?;
+        raw.into_iter()
+            .map(|(seq, body)| {
+                let body = serde_json::from_str(&body)
+                    .map_err(|e| self.corrupt_json(format!("row {seq} of {session_id}"), e))?;
+                Ok(TranscriptRow {
+                    seq: seq as u64,
+                    body,
+                })
+            })
+            .collect()
+    }
+
+    fn list(
+        &mut self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        let limit = limit.min(i64::MAX as usize) as i64;
+        let raw: Vec<RawRecord> = match after {
+            Some(after) => self
+                .conn
+                .prepare_cached(&format!(
+                    "SELECT {RECORD_COLUMNS} FROM sessions WHERE session_id > ?1 \
+                     ORDER BY session_id LIMIT ?2"
+                ))
+                .and_then(|mut s| s.query_map(params![after, limit], raw_record)?.collect()),
+            None => self
+                .conn
+                .prepare_cached(&format!(
+                    "SELECT {RECORD_COLUMNS} FROM sessions ORDER BY session_id LIMIT ?1"
+                ))
+                .and_then(|mut s| s.query_map(params![limit], raw_record)?.collect()),
+        }
+        .map_err(|e| self.map(e))?;
+        raw.into_iter().map(|r| self.decode(r)).collect()
+    }
+}
+
+impl WriteTxn for Txn<'_> {
+    fn put(&mut self, record: &SessionRecord) -> Result<(), StoreError> {
+        let config = Value::Object(record.model_config.clone()).to_string();
+        let retired =
+            serde_json::to_string(&record.retired_threads).map_err(|e| StoreError::Backend {
+                backend: "sqlite",
+                source: Box::new(e),
+            })?;
+        let binding = record.binding.as_ref();
+        self.conn
+            .prepare_cached(&format!(
+                "INSERT OR REPLACE INTO sessions ({RECORD_COLUMNS}) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+            ))
+            .and_then(|mut s| {
+                s.execute(params![
+                    record.session_id,
+                    config,
+                    binding.map(|b| b.thread_id.as_str()),
+                    binding.and_then(|b| b.codex_home.as_deref()),
+                    binding.map(|b| b.bound_at_ms),
+                    record.row_count as i64,
+                    retired,
+                    record.created_at_ms,
+                    record.updated_at_ms,
+                ])
+            })
+            .map_err(|e| self.map(e))?;
+        Ok(())
+    }
+
+    fn put_row(&mut self, session_id: &str, seq: u64, body: &Value) -> Result<(), StoreError> {
+        // A plain INSERT: rows are append-only, and a duplicate key means the record's row
+        // count is wrong, which must fail loudly rather than overwrite.
+        self.conn
+            .prepare_cached(
+                "INSERT INTO transcript_rows (session_id, seq, body) VALUES (?1, ?2, ?3)",
+            )
+            .and_then(|mut s| s.execute(params![session_id, seq as i64, body.to_string()]))
+            .map_err(|e| self.map(e))?;
+        Ok(())
+    }
+
+    fn remove(&mut self, session_id: &str) -> Result<bool, StoreError> {
+        self.conn
+            .prepare_cached("DELETE FROM transcript_rows WHERE session_id = ?1")
+            .and_then(|mut s| s.execute([session_id]))
+            .map_err(|e| self.map(e))?;
+        let n = self
+            .conn
+            .prepare_cached("DELETE FROM sessions WHERE session_id = ?1")
+            .and_then(|mut s| s.execute([session_id]))
+            .map_err(|e| self.map(e))?;
+        Ok(n > 0)
+    }
+}
+
+struct SqliteEngine {
+    conn: Connection,
+    label: String,
+}
+
+impl Engine for SqliteEngine {
+    fn write(
+        &mut self,
+        f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let label = self.label.as_str();
+        // IMMEDIATE: take the write lock before reading, so another process's write cannot
+        // slip between our read of a session and our write of it.
+        let txn = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| map_sqlite_error(label, e))?;
+        f(&mut Txn { conn: &txn, label })?;
+        txn.commit().map_err(|e| map_sqlite_error(label, e))
+    }
+}
+
+#[derive(Debug)]
+struct SqliteReaders {
+    path: PathBuf,
+    label: String,
+    busy_timeout: std::time::Duration,
+    pool: Mutex<Vec<Connection>>,
+}
+
+impl Readers for SqliteReaders {
+    fn read(
+        &self,
+        f: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let label = self.label.as_str();
+        let pooled = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let mut conn = match pooled {
+            Some(conn) => conn,
+            None => {
+                let conn = connect(&self.path, label, self.busy_timeout)?;
+                conn.execute_batch("PRAGMA query_only = ON;")
+                    .map_err(|e| map_sqlite_error(label, e))?;
+                conn
+            }
+        };
+        let result = (|| {
+            // One deferred transaction: every statement of this read sees the same snapshot.
+            let txn = conn.transaction().map_err(|e| map_sqlite_error(label, e))?;
+            f(&mut Txn { conn: &txn, label })?;
+            txn.commit().map_err(|e| map_sqlite_error(label, e))
+        })();
+        if result.is_ok() {
+            self.pool
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(conn);
+        }
+        result
+    }
+}

@@ -1,0 +1,232 @@
+//! The [`BindingStore`] trait, its forwarding impls and the [`BindingStoreExt`] conveniences.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
+use crate::{
+    Binding, CommitOutcome, ImportOutcome, SessionExport, SessionPage, SessionRecord, StoreError,
+    TranscriptRow, TurnCommit,
+};
+
+/// Durable `session id -> codex thread id` bindings and the sessions' transcripts.
+///
+/// The required methods are the few each backend must get right; conveniences live in
+/// [`BindingStoreExt`]. Every backend runs the same conformance suite
+/// (`rethread_store::conformance`, behind the `conformance` feature).
+///
+/// # Contract (all methods)
+/// - A write either happens whole or not at all; readers never see it half-applied.
+/// - A write returns only once it is durable (unless the store was opened with
+///   [`Durability::Relaxed`](crate::Durability::Relaxed)).
+/// - A failure of the store is an error, never an empty answer: a corrupt or unreadable store
+///   is never read as "no sessions".
+/// - Methods never block the async runtime's threads.
+#[async_trait]
+pub trait BindingStore: Send + Sync + std::fmt::Debug {
+    /// Reads a session: its config, binding, row count and retired threads.
+    ///
+    /// # Contract
+    /// `Ok(None)` only when the session does not exist.
+    async fn session(&self, session_id: &str) -> Result<Option<SessionRecord>, StoreError>;
+
+    /// Reads the rows of `session_id` whose `seq` is in `range`, in order.
+    ///
+    /// # Contract
+    /// The range is clipped to `0..row_count`; a missing session or an empty range yields an
+    /// empty vector.
+    async fn rows(
+        &self,
+        session_id: &str,
+        range: Range<u64>,
+    ) -> Result<Vec<TranscriptRow>, StoreError>;
+
+    /// Appends the turn's rows and publishes its thread as the binding, in **one** transaction.
+    ///
+    /// # Contract
+    /// - Creates the session if absent. `rows` may be empty: the call then only publishes
+    ///   (used when the host keeps its own transcript and has reported it durable).
+    /// - The rows get `seq` `first_seq..row_count` of the returned outcome.
+    /// - If the thread is retired for this session the rows still commit, the binding is left
+    ///   untouched, and the outcome is [`CommitOutcome::RetiredNotPublished`].
+    /// - When the binding already names this thread its `bound_at_ms` is kept; otherwise it
+    ///   is set to now. `codex_home` is always taken from the commit.
+    async fn commit_turn(&self, commit: TurnCommit) -> Result<CommitOutcome, StoreError>;
+
+    /// Applies an RFC 7396 JSON merge-patch to the session's `model_config` atomically, and
+    /// returns the new config.
+    ///
+    /// # Contract
+    /// - A key set to `null` is removed; nested objects merge recursively; keys the patch does
+    ///   not name are never lost, also under concurrent patches.
+    /// - Creates the session if absent.
+    /// - Patching [`CODEX_THREAD_ID_KEY`](crate::CODEX_THREAD_ID_KEY) directly is allowed (for
+    ///   repair tools and hosts that report their own durability) and keeps the binding
+    ///   metadata consistent: `null` removes the binding; a new thread id becomes the binding
+    ///   with `codex_home: None` and `bound_at_ms` now; the same id keeps the binding as is.
+    ///   A non-string value is [`StoreError::InvalidInput`], a retired thread id is
+    ///   [`StoreError::RetiredThread`]; in both cases nothing is written.
+    async fn patch_config(
+        &self,
+        session_id: &str,
+        patch: Map<String, Value>,
+    ) -> Result<Map<String, Value>, StoreError>;
+
+    /// Removes the binding only if it still names `thread_id` (compare-and-delete).
+    ///
+    /// # Contract
+    /// Returns `true` if the binding was removed; `false` if the session is absent, unbound,
+    /// or bound to another thread (a newer binding written meanwhile survives).
+    async fn drop_binding_if(&self, session_id: &str, thread_id: &str) -> Result<bool, StoreError>;
+
+    /// Records `thread_id` as retired for the session and drops the binding if it names it.
+    ///
+    /// # Contract
+    /// Persistent and idempotent; creates the session if absent, so that a late commit from
+    /// another process cannot resurrect the thread.
+    async fn retire_thread(&self, session_id: &str, thread_id: &str) -> Result<(), StoreError>;
+
+    /// Lists sessions in ascending session-id order, starting after `after`.
+    ///
+    /// # Contract
+    /// At most `limit` sessions (`limit` must be at least 1); `next_after` is `Some` when more
+    /// may follow.
+    async fn list_sessions(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<SessionPage, StoreError>;
+
+    /// Deletes a session, its rows and its retirements. Returns `true` if it existed.
+    async fn delete_session(&self, session_id: &str) -> Result<bool, StoreError>;
+
+    /// Reads a whole session (record and all rows) from one consistent snapshot.
+    async fn export_session(&self, session_id: &str) -> Result<Option<SessionExport>, StoreError>;
+
+    /// Writes a whole session exported from another store.
+    ///
+    /// # Contract
+    /// - Idempotent: importing an export identical to what is stored is a no-op
+    ///   ([`ImportOutcome::AlreadyPresent`]), so a rerun `migrate` never duplicates rows.
+    /// - A differing existing session is [`StoreError::Conflict`] and nothing is written.
+    /// - An inconsistent export (rows not `0..row_count`, binding disagreeing with
+    ///   `model_config`, a retired thread bound) is [`StoreError::InvalidInput`].
+    async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome, StoreError>;
+}
+
+macro_rules! forward_binding_store {
+    ($($ty:ty),*) => {$(
+        #[async_trait]
+        impl<T: BindingStore + ?Sized> BindingStore for $ty {
+            async fn session(&self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
+                (**self).session(session_id).await
+            }
+            async fn rows(
+                &self,
+                session_id: &str,
+                range: Range<u64>,
+            ) -> Result<Vec<TranscriptRow>, StoreError> {
+                (**self).rows(session_id, range).await
+            }
+            async fn commit_turn(&self, commit: TurnCommit) -> Result<CommitOutcome, StoreError> {
+                (**self).commit_turn(commit).await
+            }
+            async fn patch_config(
+                &self,
+                session_id: &str,
+                patch: Map<String, Value>,
+            ) -> Result<Map<String, Value>, StoreError> {
+                (**self).patch_config(session_id, patch).await
+            }
+            async fn drop_binding_if(
+                &self,
+                session_id: &str,
+                thread_id: &str,
+            ) -> Result<bool, StoreError> {
+                (**self).drop_binding_if(session_id, thread_id).await
+            }
+            async fn retire_thread(&self, session_id: &str, thread_id: &str) -> Result<(), StoreError> {
+                (**self).retire_thread(session_id, thread_id).await
+            }
+            async fn list_sessions(
+                &self,
+                after: Option<&str>,
+                limit: usize,
+            ) -> Result<SessionPage, StoreError> {
+                (**self).list_sessions(after, limit).await
+            }
+            async fn delete_session(&self, session_id: &str) -> Result<bool, StoreError> {
+                (**self).delete_session(session_id).await
+            }
+            async fn export_session(
+                &self,
+                session_id: &str,
+            ) -> Result<Option<SessionExport>, StoreError> {
+                (**self).export_session(session_id).await
+            }
+            async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome, StoreError> {
+                (**self).import_session(export).await
+            }
+        }
+    )*};
+}
+
+forward_binding_store!(Arc<T>, Box<T>, &T);
+
+/// Conveniences over [`BindingStore`], implemented for every store.
+#[async_trait]
+pub trait BindingStoreExt: BindingStore {
+    /// The session's binding, if the session exists and is bound.
+    async fn binding(&self, session_id: &str) -> Result<Option<Binding>, StoreError> {
+        Ok(self.session(session_id).await?.and_then(|s| s.binding))
+    }
+
+    /// The session's bound thread id, if any.
+    async fn thread_id(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.binding(session_id).await?.map(|b| b.thread_id))
+    }
+
+    /// The session, or [`StoreError::NotFound`].
+    async fn require_session(&self, session_id: &str) -> Result<SessionRecord, StoreError> {
+        self.session(session_id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound {
+                what: format!("session {session_id}"),
+            })
+    }
+
+    /// All rows of the session, in order (empty if the session does not exist).
+    async fn all_rows(&self, session_id: &str) -> Result<Vec<TranscriptRow>, StoreError> {
+        self.rows(session_id, 0..u64::MAX).await
+    }
+
+    /// Every session, following the pages of [`BindingStore::list_sessions`].
+    async fn all_sessions(&self) -> Result<Vec<SessionRecord>, StoreError> {
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.list_sessions(after.as_deref(), 256).await?;
+            out.extend(page.sessions);
+            match page.next_after {
+                Some(next) => after = Some(next),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Sets (or, with `None`, removes) one `model_config` key through a merge-patch.
+    async fn set_config_key(
+        &self,
+        session_id: &str,
+        key: &str,
+        value: Option<Value>,
+    ) -> Result<Map<String, Value>, StoreError> {
+        let mut patch = Map::new();
+        patch.insert(key.to_string(), value.unwrap_or(Value::Null));
+        self.patch_config(session_id, patch).await
+    }
+}
+
+impl<S: BindingStore + ?Sized> BindingStoreExt for S {}

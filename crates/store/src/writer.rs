@@ -1,0 +1,170 @@
+//! The writer thread shared by the durable backends: one thread per store, fed by a channel of
+//! commands with oneshot replies. This is also where group commit lives.
+//!
+//! Architecture invariant: no engine call runs on an async runtime thread. Writes run here;
+//! reads run in `spawn_blocking`.
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::logic::{apply, now_ms, Reply, WriteOp, WriteTxn};
+use crate::StoreError;
+
+/// A storage engine as seen by the writer thread.
+pub(crate) trait Engine: Send + 'static {
+    /// Runs `f` in one write transaction and commits it (durably, unless relaxed) if `f`
+    /// returns `Ok`; rolls it back otherwise.
+    fn write(
+        &mut self,
+        f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError>;
+
+    /// Called once when the writer stops, before the engine is dropped.
+    fn shutdown(&mut self) {}
+}
+
+type ReplyTx = oneshot::Sender<Result<Reply, StoreError>>;
+
+// Writes are the common case and move through the channel once; boxing them would only add an
+// allocation per write.
+#[allow(clippy::large_enum_variant)]
+enum Msg {
+    Write(WriteOp, ReplyTx),
+    Close(oneshot::Sender<()>),
+}
+
+/// The async side of a writer thread.
+#[derive(Debug)]
+pub(crate) struct Writer {
+    tx: mpsc::Sender<Msg>,
+}
+
+impl std::fmt::Debug for Msg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Msg::Write(op, _) => f.debug_tuple("Write").field(op).finish(),
+            Msg::Close(_) => f.write_str("Close"),
+        }
+    }
+}
+
+impl Writer {
+    /// Starts the writer thread, runs `open` on it (opening never blocks the runtime), and
+    /// returns once the engine is open. `open` also returns what the readers need.
+    pub(crate) async fn spawn<E, R, F>(
+        name: &str,
+        max_batch: usize,
+        open: F,
+    ) -> Result<(Writer, R), StoreError>
+    where
+        E: Engine,
+        R: Send + 'static,
+        F: FnOnce() -> Result<(E, R), StoreError> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel::<Msg>(4096);
+        let (opened_tx, opened_rx) = oneshot::channel();
+        std::thread::Builder::new()
+            .name(format!("rethread-{name}-writer"))
+            .spawn(move || match open() {
+                Ok((engine, readers)) => {
+                    if opened_tx.send(Ok(readers)).is_ok() {
+                        run(engine, rx, max_batch);
+                    }
+                }
+                Err(e) => {
+                    let _ = opened_tx.send(Err(e));
+                }
+            })
+            .map_err(|source| StoreError::Io {
+                path: format!("{name} writer thread"),
+                source,
+            })?;
+        let readers = opened_rx.await.map_err(|_| StoreError::Closed)??;
+        Ok((Writer { tx }, readers))
+    }
+
+    /// Queues one write and waits until it is committed (and durable) or refused.
+    pub(crate) async fn write(&self, op: WriteOp) -> Result<Reply, StoreError> {
+        let (reply_tx, reply_rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Write(op, reply_tx))
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        reply_rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Asks the writer to finish queued writes, close the engine and stop; waits for it.
+    pub(crate) async fn close(&self) {
+        let (done_tx, done_rx) = oneshot::channel();
+        if self.tx.send(Msg::Close(done_tx)).await.is_ok() {
+            let _ = done_rx.await;
+        }
+    }
+}
+
+fn run<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Msg>, max_batch: usize) {
+    let mut batch: Vec<(WriteOp, ReplyTx)> = Vec::new();
+    while let Some(first) = rx.blocking_recv() {
+        let mut close = None;
+        match first {
+            Msg::Write(op, reply) => batch.push((op, reply)),
+            Msg::Close(done) => close = Some(done),
+        }
+        // Group commit: everything that queued up while the previous transaction was being
+        // made durable goes into this one.
+        while close.is_none() && batch.len() < max_batch {
+            match rx.try_recv() {
+                Ok(Msg::Write(op, reply)) => batch.push((op, reply)),
+                Ok(Msg::Close(done)) => close = Some(done),
+                Err(_) => break,
+            }
+        }
+        if !batch.is_empty() {
+            commit_batch(&mut engine, std::mem::take(&mut batch));
+        }
+        if let Some(done) = close {
+            engine.shutdown();
+            drop(engine);
+            let _ = done.send(());
+            return;
+        }
+    }
+    engine.shutdown();
+}
+
+/// Commits `batch` in one transaction and answers each caller after the commit. If the
+/// transaction fails as a whole, each write is retried alone so that one bad write cannot fail
+/// its neighbours.
+fn commit_batch<E: Engine>(engine: &mut E, batch: Vec<(WriteOp, ReplyTx)>) {
+    let now = now_ms();
+    let mut results: Vec<Result<Reply, StoreError>> = Vec::with_capacity(batch.len());
+    let outcome = engine.write(&mut |txn| {
+        results.clear();
+        for (op, _) in &batch {
+            match apply(txn, op, now) {
+                Ok(reply) => results.push(Ok(reply)),
+                // A logical refusal wrote nothing (see `logic`), so the others may commit.
+                Err(e) if e.is_logical() => results.push(Err(e)),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    });
+    match outcome {
+        Ok(()) => {
+            for ((_, reply), result) in batch.into_iter().zip(results) {
+                let _ = reply.send(result);
+            }
+        }
+        Err(e) if batch.len() == 1 => {
+            if let Some((_, reply)) = batch.into_iter().next() {
+                let _ = reply.send(Err(e));
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, size = batch.len(), "group commit failed; retrying each write alone");
+            for item in batch {
+                commit_batch(engine, vec![item]);
+            }
+        }
+    }
+}
