@@ -1,0 +1,170 @@
+//! Turns a completed turn into transcript rows, and renders rows back into a bounded seed.
+//!
+//! Row shapes (JSON objects): `{"role":"user","text":..}`, `{"role":"assistant","text":..}`,
+//! `{"role":"tool","kind":..,"summary":..}`; each carries `thread_id` and `turn_id`.
+
+use rethread_protocol::messages::{KnownItem, ThreadItem};
+use serde_json::{json, Value};
+
+/// Item kinds that are tool work, kept in short form.
+const TOOL_KINDS: &[&str] = &[
+    "commandExecution",
+    "fileChange",
+    "mcpToolCall",
+    "dynamicToolCall",
+    "collabAgentToolCall",
+    "webSearch",
+    "imageView",
+    "imageGeneration",
+    "functionCallOutput",
+];
+
+/// The longest tool summary kept in a row.
+const MAX_TOOL_SUMMARY: usize = 200;
+
+/// Projects a turn: the user's input, then the assistant messages and tool items in order.
+/// Reasoning, plans and other bookkeeping items are left out; the user's own message item is
+/// left out too (the input is recorded from what was sent, once).
+pub fn project_turn(
+    thread_id: &str,
+    turn_id: &str,
+    input: &str,
+    items: &[ThreadItem],
+) -> Vec<Value> {
+    let mut rows =
+        vec![json!({"role": "user", "text": input, "thread_id": thread_id, "turn_id": turn_id})];
+    for item in items {
+        match item {
+            ThreadItem::Known(KnownItem::AgentMessage { text, .. }) => rows.push(
+                json!({"role": "assistant", "text": text, "thread_id": thread_id, "turn_id": turn_id}),
+            ),
+            ThreadItem::Known(KnownItem::UserMessage { .. }) => {}
+            ThreadItem::Other(value) => {
+                let Some(kind) = item.kind().filter(|k| TOOL_KINDS.contains(k)) else { continue };
+                rows.push(json!({
+                    "role": "tool",
+                    "kind": kind,
+                    "summary": tool_summary(value),
+                    "thread_id": thread_id,
+                    "turn_id": turn_id,
+                }));
+            }
+        }
+    }
+    rows
+}
+
+fn tool_summary(item: &Value) -> String {
+    let pick = |key: &str| item.get(key).and_then(Value::as_str).map(str::to_string);
+    let summary = pick("command")
+        .or_else(|| {
+            pick("tool").map(|tool| match pick("server") {
+                Some(server) => format!("{server}/{tool}"),
+                None => tool,
+            })
+        })
+        .or_else(|| pick("query"))
+        .or_else(|| pick("path"))
+        .or_else(|| pick("name"))
+        .or_else(|| {
+            item.get("changes")
+                .and_then(Value::as_array)
+                .map(|c| format!("{} file change(s)", c.len()))
+        })
+        .unwrap_or_default();
+    truncate(&summary, MAX_TOOL_SUMMARY)
+}
+
+fn truncate(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
+/// The assistant's reply of a projected turn: its assistant messages, joined.
+pub fn reply_of(rows: &[Value]) -> String {
+    rows.iter()
+        .filter(|row| row["role"] == "assistant")
+        .filter_map(|row| row["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+/// Renders the tail of a transcript as developer instructions for a fresh thread, within
+/// `max_chars`. Whole rows only, newest kept; `None` when there is nothing to render.
+pub fn render_seed(rows: &[Value], max_chars: usize) -> Option<String> {
+    const HEADER: &str = "The earlier conversation of this session could not be restored in \
+this thread. For context, here is its most recent part, oldest first:\n";
+    let mut lines: Vec<String> = Vec::new();
+    let mut used = HEADER.len();
+    for row in rows.iter().rev() {
+        let line = match row["role"].as_str() {
+            Some(role @ ("user" | "assistant")) => {
+                format!("{role}: {}", row["text"].as_str().unwrap_or_default())
+            }
+            Some("tool") => format!(
+                "tool ({}): {}",
+                row["kind"].as_str().unwrap_or_default(),
+                row["summary"].as_str().unwrap_or_default()
+            ),
+            _ => continue,
+        };
+        if used + line.len() + 1 > max_chars {
+            break;
+        }
+        used += line.len() + 1;
+        lines.push(line);
+    }
+    if lines.is_empty() {
+        return None;
+    }
+    lines.reverse();
+    Some(format!("{HEADER}{}", lines.join("\n")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn projection_keeps_order_and_drops_bookkeeping() {
+        let items: Vec<ThreadItem> = serde_json::from_value(json!([
+            {"type": "userMessage", "id": "u", "content": []},
+            {"type": "reasoning", "id": "r"},
+            {"type": "commandExecution", "id": "c", "command": "ls -la", "cwd": "/", "status": "completed", "commandActions": []},
+            {"type": "agentMessage", "id": "a", "text": "done"}
+        ]))
+        .unwrap();
+        let rows = project_turn("t", "u1", "hi", &items);
+        let roles: Vec<_> = rows.iter().map(|r| r["role"].as_str().unwrap()).collect();
+        assert_eq!(roles, ["user", "tool", "assistant"]);
+        assert_eq!(rows[1]["summary"], "ls -la");
+        assert_eq!(reply_of(&rows), "done");
+    }
+
+    #[test]
+    fn seed_is_bounded_and_keeps_the_newest_rows() {
+        let rows: Vec<Value> = (0..100)
+            .map(|i| json!({"role": "user", "text": format!("message {i}")}))
+            .collect();
+        let seed = render_seed(&rows, 300).unwrap();
+        assert!(seed.len() <= 300, "{}", seed.len());
+        assert!(seed.ends_with("user: message 99"));
+        assert!(!seed.contains("message 0\n"));
+        assert_eq!(render_seed(&[], 300), None);
+    }
+
+    #[test]
+    fn long_tool_summaries_are_truncated_on_a_char_boundary() {
+        let item: ThreadItem = serde_json::from_value(
+            json!({"type": "webSearch", "id": "w", "query": "é".repeat(500)}),
+        )
+        .unwrap();
+        let rows = project_turn("t", "u", "q", &[item]);
+        assert_eq!(
+            rows[1]["summary"].as_str().unwrap().chars().count(),
+            MAX_TOOL_SUMMARY + 1
+        );
+    }
+}

@@ -1,0 +1,355 @@
+//! The resume-or-fallback state machine against a scripted peer: exact wire sequences.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rethread_runtime::{
+    Agent, AgentOptions, ClientOptions, OpenOutcome, Publication, RuntimeError, StatusKind,
+    StatusRail, RESUME_FALLBACK_NOTICE,
+};
+use rethread_store::{BindingStore, MemoryStore, TurnCommit};
+use serde_json::json;
+
+fn options() -> AgentOptions {
+    AgentOptions {
+        codex_home: Some("/home/codex".into()),
+        retry_backoff: Duration::from_millis(1),
+        ..Default::default()
+    }
+}
+
+async fn bound_store(thread: &str) -> Arc<MemoryStore> {
+    let store = Arc::new(MemoryStore::new());
+    let rows = vec![
+        json!({"role": "user", "text": "remember the word PAPAYA"}),
+        json!({"role": "assistant", "text": "ok"}),
+    ];
+    store
+        .commit_turn(TurnCommit {
+            session_id: "s".into(),
+            thread_id: thread.into(),
+            codex_home: None,
+            rows,
+        })
+        .await
+        .unwrap();
+    store
+}
+
+#[tokio::test]
+async fn a_fresh_session_starts_a_thread_and_publishes_after_the_rows() {
+    let store = Arc::new(MemoryStore::new());
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let (rail, recorded) = StatusRail::recording();
+    let mut agent = Agent::new("s", store.clone(), rail).with_options(options());
+    let run = tokio::spawn(async move {
+        let mut session = agent.open(&client).await?;
+        let report = session.run_turn("hello").await?;
+        Ok::<_, RuntimeError>((session.outcome().clone(), report))
+    });
+    peer.start_thread("t1").await;
+    peer.run_turn("t1", "u1", "hi there").await;
+    let (outcome, report) = run.await.unwrap().unwrap();
+    assert_eq!(
+        outcome,
+        OpenOutcome::Started {
+            thread_id: "t1".into()
+        }
+    );
+    assert_eq!(report.reply, "hi there");
+    assert_eq!(report.publication, Publication::Published);
+    let record = store.session("s").await.unwrap().unwrap();
+    assert_eq!(record.thread_id(), Some("t1"));
+    assert_eq!(
+        record.binding.unwrap().codex_home.as_deref(),
+        Some("/home/codex")
+    );
+    assert_eq!(record.row_count, 2);
+    assert!(recorded.messages(StatusKind::Lifecycle).is_empty());
+}
+
+#[tokio::test]
+async fn a_live_binding_is_resumed_before_the_turn_without_a_notice() {
+    let store = bound_store("t1").await;
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let (rail, recorded) = StatusRail::recording();
+    let mut agent = Agent::new("s", store.clone(), rail).with_options(options());
+    let run = tokio::spawn(async move {
+        let mut session = agent.open(&client).await?;
+        session.run_turn("again").await?;
+        Ok::<_, RuntimeError>(session.outcome().clone())
+    });
+    let (id, params) = peer.expect("thread/resume").await;
+    assert_eq!(params, json!({"threadId": "t1", "excludeTurns": true}));
+    peer.reply(id, json!({"thread": support::thread("t1")}))
+        .await;
+    peer.run_turn("t1", "u2", "yes").await;
+    assert_eq!(
+        run.await.unwrap().unwrap(),
+        OpenOutcome::Resumed {
+            thread_id: "t1".into()
+        }
+    );
+    assert!(recorded
+        .events()
+        .iter()
+        .all(|e| e.kind != StatusKind::Lifecycle));
+    assert_eq!(store.session("s").await.unwrap().unwrap().row_count, 4);
+}
+
+#[tokio::test]
+async fn a_dead_binding_falls_back_once_on_the_same_client_and_rotates_after_commit() {
+    let store = bound_store("dead").await;
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let (rail, recorded) = StatusRail::recording();
+    let mut agent = Agent::new("s", store.clone(), rail).with_options(options());
+    let probe = store.clone();
+    let run = tokio::spawn(async move {
+        let mut session = agent.open(&client).await?;
+        // Between the fallback and the commit the binding is gone, never the dead one.
+        assert_eq!(probe.session("s").await.unwrap().unwrap().thread_id(), None);
+        session.run_turn("still there?").await?;
+        Ok::<_, RuntimeError>(session.outcome().clone())
+    });
+    let (id, _) = peer.expect("thread/resume").await;
+    peer.fail(id, -32600, "no rollout found for thread id dead")
+        .await;
+    let start = peer.start_thread("fresh").await;
+    let seed = start["developerInstructions"].as_str().unwrap();
+    assert!(
+        seed.contains("PAPAYA"),
+        "the fresh thread is seeded from the transcript: {seed}"
+    );
+    peer.run_turn("fresh", "u1", "hello again").await;
+    let outcome = run.await.unwrap().unwrap();
+    assert!(
+        matches!(outcome, OpenOutcome::FellBack { ref previous_thread_id, reason: rethread_protocol::ResumeFailure::Gone, seeded: true, .. } if previous_thread_id == "dead")
+    );
+    assert_eq!(
+        recorded.messages(StatusKind::Lifecycle),
+        vec![RESUME_FALLBACK_NOTICE.to_string()]
+    );
+    let record = store.session("s").await.unwrap().unwrap();
+    assert_eq!(record.thread_id(), Some("fresh"));
+    assert!(record.is_retired("dead"));
+    assert_eq!(record.row_count, 4);
+}
+
+#[tokio::test]
+async fn capability_required_is_never_a_dead_thread() {
+    let store = bound_store("t1").await;
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let (rail, recorded) = StatusRail::recording();
+    let mut agent = Agent::new("s", store.clone(), rail).with_options(options());
+    let run = tokio::spawn(async move { agent.open(&client).await.map(|s| s.outcome().clone()) });
+    let (id, _) = peer.expect("thread/resume").await;
+    peer.fail(
+        id,
+        -32600,
+        "thread/resume.excludeTurns requires experimentalApi capability",
+    )
+    .await;
+    let (id, params) = peer.expect("thread/resume").await;
+    assert_eq!(params, json!({"threadId": "t1"}));
+    peer.reply(id, json!({"thread": support::thread("t1")}))
+        .await;
+    assert_eq!(
+        run.await.unwrap().unwrap(),
+        OpenOutcome::Resumed {
+            thread_id: "t1".into()
+        }
+    );
+    assert!(recorded.messages(StatusKind::Lifecycle).is_empty());
+    assert_eq!(
+        store.session("s").await.unwrap().unwrap().thread_id(),
+        Some("t1")
+    );
+}
+
+#[tokio::test]
+async fn overloaded_is_retried_within_the_bound_then_fails_closed() {
+    let store = bound_store("t1").await;
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let (rail, recorded) = StatusRail::recording();
+    let mut agent = Agent::new("s", store.clone(), rail).with_options(AgentOptions {
+        transient_retries: 2,
+        ..options()
+    });
+    let run = tokio::spawn(async move { agent.open(&client).await.map(|s| s.outcome().clone()) });
+    for _ in 0..3 {
+        let (id, _) = peer.expect("thread/resume").await;
+        peer.fail(id, -32001, "overloaded").await;
+    }
+    peer.start_thread("fresh").await;
+    let outcome = run.await.unwrap().unwrap();
+    assert!(matches!(
+        outcome,
+        OpenOutcome::FellBack {
+            reason: rethread_protocol::ResumeFailure::Busy,
+            ..
+        }
+    ));
+    assert_eq!(recorded.messages(StatusKind::Lifecycle).len(), 1);
+}
+
+#[tokio::test]
+async fn overloaded_then_success_resumes() {
+    let store = bound_store("t1").await;
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut agent = Agent::new("s", store.clone(), StatusRail::default()).with_options(options());
+    let run = tokio::spawn(async move { agent.open(&client).await.map(|s| s.outcome().clone()) });
+    let (id, _) = peer.expect("thread/resume").await;
+    peer.fail(id, -32001, "overloaded").await;
+    let (id, _) = peer.expect("thread/resume").await;
+    peer.reply(id, json!({"thread": support::thread("t1")}))
+        .await;
+    assert_eq!(
+        run.await.unwrap().unwrap(),
+        OpenOutcome::Resumed {
+            thread_id: "t1".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn an_active_writer_elsewhere_is_busy_and_the_store_is_untouched() {
+    let store = bound_store("t1").await;
+    let before = store.export_session("s").await.unwrap();
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut agent =
+        Agent::new("s", store.clone(), StatusRail::default()).with_options(AgentOptions {
+            transient_retries: 1,
+            ..options()
+        });
+    let run = tokio::spawn(async move { agent.open(&client).await.map(|s| s.outcome().clone()) });
+    for _ in 0..2 {
+        let (id, _) = peer.expect("thread/resume").await;
+        peer.fail(id, -32600, "thread t1 already has an active writer")
+            .await;
+    }
+    assert!(matches!(
+        run.await.unwrap(),
+        Err(RuntimeError::ThreadBusy { .. })
+    ));
+    assert_eq!(store.export_session("s").await.unwrap(), before);
+}
+
+#[tokio::test]
+async fn an_unclassified_resume_error_keeps_the_binding() {
+    let store = bound_store("t1").await;
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut agent = Agent::new("s", store.clone(), StatusRail::default()).with_options(options());
+    let run = tokio::spawn(async move { agent.open(&client).await.map(|s| s.outcome().clone()) });
+    let (id, _) = peer.expect("thread/resume").await;
+    peer.fail(id, -32603, "disk on fire").await;
+    assert!(matches!(
+        run.await.unwrap(),
+        Err(RuntimeError::Resume { .. })
+    ));
+    assert_eq!(
+        store.session("s").await.unwrap().unwrap().thread_id(),
+        Some("t1")
+    );
+}
+
+#[tokio::test]
+async fn a_failed_turn_writes_nothing() {
+    let store = Arc::new(MemoryStore::new());
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut agent = Agent::new("s", store.clone(), StatusRail::default()).with_options(options());
+    let run = tokio::spawn(async move {
+        let mut session = agent.open(&client).await?;
+        session.run_turn("boom").await
+    });
+    peer.start_thread("t1").await;
+    let (id, _) = peer.expect("turn/start").await;
+    peer.reply(
+        id,
+        json!({"turn": {"id": "u1", "status": "inProgress", "items": []}}),
+    )
+    .await;
+    peer.notify("turn/completed", json!({"threadId": "t1", "turn": {"id": "u1", "status": "failed", "items": [], "error": {"message": "model exploded"}}})).await;
+    match run.await.unwrap() {
+        Err(RuntimeError::TurnFailed {
+            status, message, ..
+        }) => {
+            assert_eq!(status, "failed");
+            assert_eq!(message, "model exploded");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(store.session("s").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_server_dying_mid_turn_is_a_typed_error_and_writes_nothing() {
+    let store = Arc::new(MemoryStore::new());
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut agent = Agent::new("s", store.clone(), StatusRail::default()).with_options(options());
+    let run = tokio::spawn(async move {
+        let mut session = agent.open(&client).await?;
+        session.run_turn("boom").await
+    });
+    peer.start_thread("t1").await;
+    let (id, _) = peer.expect("turn/start").await;
+    peer.reply(
+        id,
+        json!({"turn": {"id": "u1", "status": "inProgress", "items": []}}),
+    )
+    .await;
+    peer.hang_up();
+    assert!(matches!(
+        run.await.unwrap(),
+        Err(RuntimeError::Client(
+            rethread_runtime::ClientError::Closed { .. }
+        ))
+    ));
+    assert!(store.session("s").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_retired_thread_commits_rows_but_is_not_published() {
+    let store = Arc::new(MemoryStore::new());
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut agent = Agent::new("s", store.clone(), StatusRail::default()).with_options(options());
+    let probe = store.clone();
+    let run = tokio::spawn(async move {
+        let mut session = agent.open(&client).await?;
+        probe.retire_thread("s", "t1").await.unwrap();
+        session.run_turn("late").await
+    });
+    peer.start_thread("t1").await;
+    peer.run_turn("t1", "u1", "hi").await;
+    assert_eq!(
+        run.await.unwrap().unwrap().publication,
+        Publication::RetiredNotPublished
+    );
+    let record = store.session("s").await.unwrap().unwrap();
+    assert_eq!(record.thread_id(), None);
+    assert_eq!(record.row_count, 2);
+}
+
+#[tokio::test]
+async fn a_later_session_of_the_same_agent_starts_fresh() {
+    let store = bound_store("t1").await;
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut agent = Agent::new("s", store.clone(), StatusRail::default()).with_options(options());
+    let run = tokio::spawn(async move {
+        let first = agent.open(&client).await?;
+        first.retire().await?;
+        let second = agent.open(&client).await?;
+        Ok::<_, RuntimeError>(second.outcome().clone())
+    });
+    let (id, _) = peer.expect("thread/resume").await;
+    peer.reply(id, json!({"thread": support::thread("t1")}))
+        .await;
+    peer.start_thread("t2").await;
+    assert_eq!(
+        run.await.unwrap().unwrap(),
+        OpenOutcome::Started {
+            thread_id: "t2".into()
+        }
+    );
+}
