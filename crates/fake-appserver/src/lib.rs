@@ -1,13 +1,57 @@
 //! A scripted stand-in for `codex app-server`, with codex's thread-store semantics, plus the
 //! pieces needed to drive the **real** codex offline.
 //!
+//! - [`FakeAppServer`]: the fake, in-process over a duplex pipe
+//!   ([`FakeBuilder::spawn_in_process`], observed and scripted through a [`FakeHandle`]) or as
+//!   the `fake-codex` binary (`fake-codex app-server`, threads under `$CODEX_HOME`).
+//!   It behaves like the real codex wherever codex-wire-notes.md says how the real one
+//!   behaves: the same methods, errors (codes and messages), notification sequence, rollout
+//!   and SQLite layout, `historyMode` rules and writer lock. See [`Profile`] for the releases
+//!   it imitates and [`faults`] for what it can be told to do wrong.
 //! - [`responses`]: a Responses-API stand-in (HTTP/1.1 + server-sent events on 127.0.0.1) the
 //!   real codex talks to as its model; records what the model saw.
 //! - [`real`]: a harness that finds the pinned codex binaries, makes an offline `CODEX_HOME`
-//!   and drives `codex app-server` over newline-delimited JSON.
+//!   and drives `codex app-server` (or `fake-codex`) over newline-delimited JSON.
+//! - [`strategies`]: proptest strategies for fault scripts and operation sequences.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! use rethread_fake_appserver::{real::WirePeer, FakeAppServer, Profile};
+//! use serde_json::json;
+//!
+//! let (client, handle) = FakeAppServer::builder().profile(Profile::Current).spawn_in_process()?;
+//! let (read, write) = tokio::io::split(client);
+//! let mut peer = WirePeer::new(read, write);
+//! peer.initialize(false).await?;
+//! let started = peer.request("thread/start", Some(json!({"cwd": "/tmp"}))).await?;
+//! let id = started["result"]["thread"]["id"].as_str().unwrap().to_string();
+//! assert_eq!(started["result"]["thread"]["historyMode"], "paginated");
+//! let turn = peer.run_turn(&id, "remember zebra", None).await?;
+//! assert_eq!(turn.agent_text(), ["echo: remember zebra"]);
+//!
+//! // A restart forgets loaded threads; the rollout brings the thread back with its memory.
+//! let (read, write) = tokio::io::split(handle.restart().await?);
+//! let mut peer = WirePeer::new(read, write);
+//! peer.initialize(false).await?;
+//! peer.request("thread/resume", Some(json!({"threadId": id}))).await?;
+//! peer.run_turn(&id, "what did I say?", None).await?;
+//! assert!(handle.model_requests()[1].saw("remember zebra"));
+//! # Ok(()) }
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(rustdoc::broken_intra_doc_links)]
 
+pub mod faults;
+mod profile;
 pub mod real;
 pub mod responses;
+mod server;
+mod store;
+pub mod strategies;
+mod util;
+
+pub use faults::{Corruption, Fault, FaultScript};
+pub use profile::Profile;
+pub use server::{FakeAppServer, FakeBuilder, FakeHandle, LoggedRequest, ModelRequest};

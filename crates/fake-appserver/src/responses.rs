@@ -52,7 +52,8 @@ pub enum Reply {
 }
 
 impl Reply {
-    fn next(&mut self, conversation: &[ConversationMessage]) -> String {
+    /// The next reply to `conversation` (advances a [`Reply::Script`]).
+    pub fn next_reply(&mut self, conversation: &[ConversationMessage]) -> String {
         match self {
             Reply::Echo => echo_reply(conversation),
             Reply::Fixed(text) => text.clone(),
@@ -325,7 +326,7 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) -> io::Result<
 fn respond(request: &RecordedRequest, shared: &Shared) -> Vec<u8> {
     let path = request.path.split('?').next().unwrap_or_default();
     if request.method == "POST" && path.ends_with("/responses") {
-        let text = lock(&shared.reply).next(&request.conversation());
+        let text = lock(&shared.reply).next_reply(&request.conversation());
         let body = sse_body(&text);
         http_response("200 OK", "text/event-stream", &body)
     } else if request.method == "GET" && path.ends_with("/models") {

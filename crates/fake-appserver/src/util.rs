@@ -1,0 +1,181 @@
+//! Small helpers: codex-like ids, timestamps and id validation, without extra dependencies.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A fresh UUIDv7-shaped id (time-ordered like codex's), unique within the process and, with
+/// the process id and a clock-derived seed mixed in, across processes.
+pub(crate) fn new_id() -> String {
+    let ms = now_ms();
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let mut x = splitmix(count ^ (u64::from(std::process::id()) << 32) ^ u64::from(nanos));
+    let rand_a = (x & 0x0fff) as u16;
+    x = splitmix(x);
+    let rand_b = x & 0x3fff_ffff_ffff_ffff;
+    format!(
+        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        (ms >> 16) as u32,
+        (ms & 0xffff) as u16,
+        0x7000 | rand_a,
+        0x8000 | ((rand_b >> 48) as u16 & 0x3fff),
+        rand_b & 0xffff_ffff_ffff
+    )
+}
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Validates a thread id the way codex's UUID parser does, returning its error text
+/// (e.g. ``invalid character: expected an optional prefix of `urn:uuid:` followed by
+/// [0-9a-fA-F-], found `n` at 1``).
+pub(crate) fn check_uuid(id: &str) -> Result<(), String> {
+    let body = id.strip_prefix("urn:uuid:").unwrap_or(id);
+    let offset = id.len() - body.len();
+    let body_trimmed = body
+        .strip_prefix('{')
+        .and_then(|b| b.strip_suffix('}'))
+        .unwrap_or(body);
+    for (index, c) in body_trimmed.chars().enumerate() {
+        if !(c.is_ascii_hexdigit() || c == '-') {
+            return Err(format!(
+                "invalid character: expected an optional prefix of `urn:uuid:` followed by \
+                 [0-9a-fA-F-], found `{c}` at {}",
+                offset + index + 1
+            ));
+        }
+    }
+    let groups: Vec<&str> = body_trimmed.split('-').collect();
+    if groups.len() == 1 {
+        if body_trimmed.len() == 32 {
+            return Ok(());
+        }
+        return Err(format!(
+            "invalid length: expected length 32 for simple format, found {}",
+            body_trimmed.len()
+        ));
+    }
+    if groups.len() != 5 {
+        return Err(format!(
+            "invalid group count: expected 5, found {}",
+            groups.len()
+        ));
+    }
+    for (index, (group, expected)) in groups.iter().zip([8, 4, 4, 4, 12]).enumerate() {
+        if group.len() != expected {
+            return Err(format!(
+                "invalid group length in group {index}: expected {expected}, found {}",
+                group.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A UTC calendar time split into fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Utc {
+    pub(crate) year: i64,
+    pub(crate) month: u32,
+    pub(crate) day: u32,
+    pub(crate) hour: u32,
+    pub(crate) minute: u32,
+    pub(crate) second: u32,
+    pub(crate) millis: u32,
+}
+
+impl Utc {
+    /// Converts milliseconds since the epoch (civil-from-days, proleptic Gregorian).
+    pub(crate) fn from_ms(ms: u64) -> Utc {
+        let secs = (ms / 1000) as i64;
+        let days = secs.div_euclid(86_400);
+        let rem = secs.rem_euclid(86_400);
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        Utc {
+            year,
+            month,
+            day,
+            hour: (rem / 3600) as u32,
+            minute: (rem % 3600 / 60) as u32,
+            second: (rem % 60) as u32,
+            millis: (ms % 1000) as u32,
+        }
+    }
+
+    /// `2026-11-30T00:12:20.274Z`.
+    pub(crate) fn rfc3339(&self) -> String {
+        format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+            self.year, self.month, self.day, self.hour, self.minute, self.second, self.millis
+        )
+    }
+
+    /// `2026-11-30T00-12-20`, as in rollout file names.
+    pub(crate) fn file_stamp(&self) -> String {
+        format!(
+            "{:04}-{:02}-{:02}T{:02}-{:02}-{:02}",
+            self.year, self.month, self.day, self.hour, self.minute, self.second
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_valid_uuids_and_unique() {
+        let a = new_id();
+        let b = new_id();
+        assert_ne!(a, b);
+        assert_eq!(check_uuid(&a), Ok(()));
+        assert_eq!(&a[14..15], "7");
+    }
+
+    #[test]
+    fn malformed_ids_get_codex_messages() {
+        assert_eq!(
+            check_uuid("not-a-uuid").unwrap_err(),
+            "invalid character: expected an optional prefix of `urn:uuid:` followed by \
+             [0-9a-fA-F-], found `n` at 1"
+        );
+        assert!(check_uuid("abc").unwrap_err().starts_with("invalid length"));
+    }
+
+    #[test]
+    fn calendar_conversion() {
+        let t = Utc::from_ms(1_795_997_540_274);
+        assert_eq!(t.rfc3339(), "2026-11-30T00:12:20.274Z");
+        assert_eq!(t.file_stamp(), "2026-11-30T00-12-20");
+        assert_eq!(Utc::from_ms(0).rfc3339(), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            Utc::from_ms(951_782_400_000).rfc3339(),
+            "2000-02-29T00:00:00.000Z"
+        );
+    }
+}
