@@ -655,7 +655,7 @@ fn dispatch(
     let outcome = match method {
         "initialize" => initialize(&mut lock(proc), &params),
         "thread/start" => thread_start(&mut lock(proc), emitter, id, &params),
-        "thread/resume" => thread_resume(&mut lock(proc), &params, faults),
+        "thread/resume" => thread_resume(&mut lock(proc), emitter, id, &params, faults),
         "thread/read" => thread_read(&mut lock(proc), emitter, &params),
         "thread/list" => thread_list(&mut lock(proc)),
         "turn/start" => turn_start(proc, emitter, tasks, id, &params, faults),
@@ -667,7 +667,7 @@ fn dispatch(
     };
     match outcome {
         // `thread/start` answers by itself (its notification follows the response).
-        Ok(Value::Null) if method == "thread/start" || method == "turn/start" => {}
+        Ok(Value::Null) if matches!(method, "thread/start" | "thread/resume" | "turn/start") => {}
         other => emitter.respond(id, other),
     }
 }
@@ -894,7 +894,41 @@ fn paginated_unsupported() -> (i64, String) {
     )
 }
 
-fn thread_resume(proc: &mut Proc, params: &Value, faults: &[Fault]) -> RpcResult {
+/// Answers `thread/resume`. Like codex, a successful resume is followed by the thread's status
+/// (when it was not loaded yet) and its restored token usage (when it has turns).
+fn thread_resume(
+    proc: &mut Proc,
+    emitter: &Emitter,
+    id: &Value,
+    params: &Value,
+    faults: &[Fault],
+) -> RpcResult {
+    let (response, newly_loaded, has_turns) = resume(proc, params, faults)?;
+    let thread_id = response["thread"]["id"].clone();
+    emitter.respond(id, Ok(response));
+    if newly_loaded {
+        emitter.notify(
+            "thread/status/changed",
+            json!({"threadId": thread_id, "status": {"type": "idle"}}),
+        );
+    }
+    if has_turns {
+        let usage = json!({"totalTokens": 2, "inputTokens": 1, "cachedInputTokens": 0,
+                           "outputTokens": 1, "reasoningOutputTokens": 0});
+        emitter.notify(
+            "thread/tokenUsage/updated",
+            json!({"threadId": thread_id, "turnId": null,
+                   "tokenUsage": {"total": usage, "last": usage, "modelContextWindow": 258400}}),
+        );
+    }
+    Ok(Value::Null)
+}
+
+fn resume(
+    proc: &mut Proc,
+    params: &Value,
+    faults: &[Fault],
+) -> Result<(Value, bool, bool), (i64, String)> {
     let thread_id = field_str(params, "threadId")?;
     let exclude = field_bool(params, "excludeTurns")?;
     if exclude.is_some() && proc.profile.exclude_turns_is_experimental() && !proc.experimental {
@@ -928,7 +962,11 @@ fn thread_resume(proc: &mut Proc, params: &Value, faults: &[Fault]) -> RpcResult
         if loaded.meta.history_mode == HistoryMode::Paginated && !proc.profile.serves_paginated() {
             return Err(paginated_unsupported());
         }
-        return Ok(proc.thread_response(loaded, include_turns));
+        return Ok((
+            proc.thread_response(loaded, include_turns),
+            false,
+            !loaded.turns.is_empty(),
+        ));
     }
     let path = proc
         .store
@@ -938,7 +976,7 @@ fn thread_resume(proc: &mut Proc, params: &Value, faults: &[Fault]) -> RpcResult
     let rollout = match store::read_rollout(&path) {
         Ok(rollout) => rollout,
         Err(ReadError::Missing) => return Err(no_rollout_error(&thread_id)),
-        Err(e) => return Err((INTERNAL_ERROR, e.message(&path))),
+        Err(e) => return Err((INTERNAL_ERROR, e.message(&path, proc.profile, true))),
     };
     let _ = proc
         .store
@@ -960,8 +998,9 @@ fn thread_resume(proc: &mut Proc, params: &Value, faults: &[Fault]) -> RpcResult
         active: None,
     };
     let response = proc.thread_response(&loaded, include_turns);
+    let has_turns = !loaded.turns.is_empty();
     proc.threads.insert(thread_id, loaded);
-    Ok(response)
+    Ok((response, true, has_turns))
 }
 
 fn internal(e: io::Error) -> (i64, String) {
@@ -1043,7 +1082,7 @@ fn thread_read(proc: &mut Proc, emitter: &Emitter, params: &Value) -> RpcResult 
             }
             _ => Err(not_loaded()),
         },
-        Err(e) => Err((INTERNAL_ERROR, e.message(&path))),
+        Err(e) => Err((INTERNAL_ERROR, e.message(&path, proc.profile, false))),
     }
 }
 

@@ -77,22 +77,31 @@ pub(crate) enum ReadError {
 }
 
 impl ReadError {
-    /// The message codex gives for a failed read (code -32603), for `path`.
-    pub(crate) fn message(&self, path: &Path) -> String {
+    /// The message codex gives for a failed read (code -32603) of the rollout at `path`, on
+    /// `thread/resume` (`resume`) or `thread/read`. 0.169.0 wraps the cause twice and names an
+    /// unknown mode; 0.144.6 wraps it once on resume (twice on read) and reports an unknown
+    /// mode as a missing `session_meta`.
+    pub(crate) fn message(&self, path: &Path, profile: Profile, resume: bool) -> String {
         let p = path.display();
         let detail = match self {
             ReadError::Missing => format!("rollout at {p} does not exist"),
             ReadError::Empty => format!("rollout at {p} is empty"),
+            ReadError::UnknownMode(_) if profile != Profile::Current => {
+                format!("rollout at {p} does not start with session metadata")
+            }
             ReadError::UnknownMode(mode) => format!(
                 "invalid session metadata history_mode: unknown variant `{mode}`, expected \
                  `legacy` or `paginated`"
             ),
             ReadError::Io(e) => e.clone(),
         };
-        format!(
-            "failed to read thread: thread-store internal error: failed to read session metadata \
-             {p}: thread-store internal error: failed to read session metadata {p}: {detail}"
-        )
+        let prefix =
+            "failed to read thread: thread-store internal error: failed to read session metadata";
+        if profile == Profile::Current || !resume {
+            format!("{prefix} {p}: thread-store internal error: failed to read session metadata {p}: {detail}")
+        } else {
+            format!("{prefix} {p}: {detail}")
+        }
     }
 }
 

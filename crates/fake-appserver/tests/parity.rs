@@ -1,0 +1,860 @@
+//! The parity suite: each scenario runs against the fake (in-process) and against the real
+//! codex (0.169.0 and 0.144.6), and the observable wire results must be identical: method
+//! sequences, error codes and messages (ids and paths normalized), `historyMode` values, and
+//! whether the model's next request contains the earlier turn after a process restart.
+//!
+//! Without the real binaries the fake side still runs (and checks what it can on its own);
+//! with `RETHREAD_REQUIRE_REAL_CODEX=1` or `CI=true` a missing binary fails the test.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use rethread_fake_appserver::real::{
+    codex_or_skip, error_of, CodexHome, WirePeer, CURRENT, RELEASE_N,
+};
+use rethread_fake_appserver::responses::{ConversationMessage, ResponsesStandIn};
+use rethread_fake_appserver::{FakeAppServer, FakeHandle, Profile};
+use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+type Peer = WirePeer<Box<dyn AsyncRead + Unpin + Send>, Box<dyn AsyncWrite + Unpin + Send>>;
+
+/// What a scenario runs against: a fake profile or a real binary.
+#[derive(Debug, Clone)]
+enum Target {
+    Fake(Profile),
+    Real(PathBuf),
+}
+
+/// The methods whose order is compared (the rest is codex's incidental chatter).
+const COMPARED_METHODS: [&str; 7] = [
+    "thread/started",
+    "thread/status/changed",
+    "turn/started",
+    "item/started",
+    "item/completed",
+    "thread/tokenUsage/updated",
+    "turn/completed",
+];
+
+/// One scenario's world: the model stand-in (for the real codex), the fakes spawned, the homes.
+struct Lab {
+    model: ResponsesStandIn,
+    fakes: Vec<FakeHandle>,
+    homes: Vec<CodexHome>,
+    log: Vec<String>,
+}
+
+struct Proc {
+    peer: Peer,
+    child: Option<tokio::process::Child>,
+    fake: Option<FakeHandle>,
+}
+
+impl Proc {
+    async fn req(&mut self, method: &str, params: Value) -> Value {
+        self.peer
+            .request(method, Some(params))
+            .await
+            .expect("request")
+    }
+
+    /// Closes stdin and waits for the process to exit (codex's polite shutdown).
+    async fn close(mut self) {
+        self.peer.close_writer().await;
+        if let Some(mut child) = self.child.take() {
+            if tokio::time::timeout(Duration::from_secs(10), child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.kill().await;
+            }
+        }
+        if let Some(fake) = self.fake.take() {
+            for _ in 0..200 {
+                if !fake.is_running() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            fake.kill().await;
+        }
+    }
+
+    /// Kills the process like a crash.
+    async fn kill(mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+        if let Some(fake) = self.fake.take() {
+            fake.kill().await;
+        }
+    }
+}
+
+impl Lab {
+    fn new() -> Lab {
+        Lab {
+            model: ResponsesStandIn::start().unwrap(),
+            fakes: Vec::new(),
+            homes: Vec::new(),
+            log: Vec::new(),
+        }
+    }
+
+    fn new_home(&mut self) -> PathBuf {
+        let home = CodexHome::new(&self.model).unwrap();
+        let path = home.path().to_path_buf();
+        self.homes.push(home);
+        path
+    }
+
+    async fn spawn(&mut self, target: &Target, home: &Path, experimental: bool) -> Proc {
+        let mut proc = match target {
+            Target::Fake(profile) => {
+                let (client, handle) = FakeAppServer::builder()
+                    .profile(*profile)
+                    .codex_home(home)
+                    .spawn_in_process()
+                    .unwrap();
+                self.fakes.push(handle.clone());
+                let (read, write) = tokio::io::split(client);
+                Proc {
+                    peer: WirePeer::new(Box::new(read), Box::new(write)),
+                    child: None,
+                    fake: Some(handle),
+                }
+            }
+            Target::Real(binary) => {
+                let stderr = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(home.join("app-server-stderr.log"))
+                    .unwrap();
+                let mut child = tokio::process::Command::new(binary)
+                    .arg("app-server")
+                    .env("CODEX_HOME", home)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::from(stderr))
+                    .kill_on_drop(true)
+                    .spawn()
+                    .unwrap();
+                let stdin = child.stdin.take().unwrap();
+                let stdout = child.stdout.take().unwrap();
+                Proc {
+                    peer: WirePeer::new(Box::new(stdout), Box::new(stdin)),
+                    child: Some(child),
+                    fake: None,
+                }
+            }
+        };
+        proc.peer
+            .initialize(experimental)
+            .await
+            .expect("initialize");
+        proc
+    }
+
+    /// The conversation of the most recent model request.
+    fn last_conversation(&self, target: &Target) -> Vec<ConversationMessage> {
+        match target {
+            Target::Real(_) => self
+                .model
+                .model_requests()
+                .last()
+                .map(|r| r.conversation())
+                .unwrap_or_default(),
+            Target::Fake(_) => self
+                .fakes
+                .iter()
+                .flat_map(|f| f.model_requests())
+                .last()
+                .map(|r| r.conversation)
+                .unwrap_or_default(),
+        }
+    }
+
+    fn note(&mut self, label: &str, value: impl Into<String>) {
+        let value = normalize(
+            &value.into(),
+            &self
+                .homes
+                .iter()
+                .map(|h| h.path().to_path_buf())
+                .collect::<Vec<_>>(),
+        );
+        self.log.push(format!("{label}: {value}"));
+    }
+
+    fn note_response(&mut self, label: &str, response: &Value) {
+        self.note(label, summary(response));
+    }
+}
+
+/// A one-line summary of a response: error code and message, or the thread's mode and turns.
+fn summary(response: &Value) -> String {
+    if let Some((code, message)) = error_of(response) {
+        return format!("ERR {code} {message}");
+    }
+    let result = &response["result"];
+    if let Some(thread) = result.get("thread") {
+        let mode = thread
+            .get("historyMode")
+            .and_then(Value::as_str)
+            .unwrap_or("<absent>");
+        let turns = thread
+            .get("turns")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        return format!("OK mode={mode} turns={turns}");
+    }
+    "OK".to_string()
+}
+
+/// Replaces homes, rollout paths and UUIDs, and cuts codex's long method list.
+fn normalize(text: &str, homes: &[PathBuf]) -> String {
+    let mut out = text.to_string();
+    for home in homes {
+        out = out.replace(&home.display().to_string(), "<home>");
+    }
+    // Rollout file paths carry a timestamp: `<home>/sessions/.../rollout-<ts>-<id>.jsonl`.
+    while let Some(start) = out.find("<home>/sessions/") {
+        let Some(len) = out[start..].find(".jsonl") else {
+            break;
+        };
+        out.replace_range(start..start + len + ".jsonl".len(), "<rollout>");
+    }
+    let bytes: Vec<char> = out.chars().collect();
+    let mut result = String::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if i + 36 <= bytes.len() && is_uuid(&bytes[i..i + 36]) {
+            result.push_str("<id>");
+            i += 36;
+        } else {
+            result.push(bytes[i]);
+            i += 1;
+        }
+    }
+    if let Some(cut) = result.find("expected one of") {
+        result.truncate(cut + "expected one of".len());
+    }
+    result
+}
+
+fn is_uuid(chars: &[char]) -> bool {
+    chars.iter().enumerate().all(|(i, c)| match i {
+        8 | 13 | 18 | 23 => *c == '-',
+        _ => c.is_ascii_hexdigit(),
+    })
+}
+
+fn thread_id(response: &Value) -> String {
+    response["result"]["thread"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no thread in {response}"))
+        .to_string()
+}
+
+/// The compared notification methods of a turn, its status and the agent's text.
+async fn turn(lab: &mut Lab, proc: &mut Proc, label: &str, id: &str, text: &str) {
+    let run = proc.peer.run_turn(id, text, None).await.expect("turn");
+    let methods: Vec<String> = run
+        .methods()
+        .into_iter()
+        .filter(|m| COMPARED_METHODS.contains(&m.as_str()))
+        .collect();
+    lab.note(&format!("{label} turn/start"), summary(&run.response));
+    lab.note(&format!("{label} methods"), methods.join(","));
+    lab.note(
+        &format!("{label} status"),
+        format!("{:?} {:?}", run.status(), run.agent_text()),
+    );
+}
+
+fn rollout_of(home: &Path, id: &str) -> PathBuf {
+    fn scan(dir: &Path, suffix: &str) -> Option<PathBuf> {
+        for entry in std::fs::read_dir(dir).ok()?.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                if let Some(found) = scan(&path, suffix) {
+                    return Some(found);
+                }
+            } else if path.to_string_lossy().ends_with(suffix) {
+                return Some(path);
+            }
+        }
+        None
+    }
+    scan(&home.join("sessions"), &format!("-{id}.jsonl"))
+        .unwrap_or_else(|| panic!("no rollout for {id}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios. Each takes the target(s) and returns the normalized observation log.
+
+async fn handshake_and_errors(target: Target) -> Vec<String> {
+    let mut lab = Lab::new();
+    let home = lab.new_home();
+    let mut p = lab.spawn(&target, &home, false).await;
+    // `spawn` initialized; a second initialize is refused.
+    let again = p
+        .req(
+            "initialize",
+            json!({"clientInfo": {"name": "x", "version": "0"}}),
+        )
+        .await;
+    lab.note_response("initialize again", &again);
+    let bogus = p.req("bogus/method", json!({})).await;
+    lab.note_response("unknown method", &bogus);
+    let started = p.req("thread/start", json!({"cwd": "/tmp"})).await;
+    lab.note_response("thread/start", &started);
+    let id = thread_id(&started);
+    let with_mode = p
+        .req(
+            "thread/start",
+            json!({"cwd": "/tmp", "historyMode": "legacy"}),
+        )
+        .await;
+    lab.note_response(
+        "thread/start historyMode without experimentalApi",
+        &with_mode,
+    );
+    let weird = p
+        .req(
+            "thread/start",
+            json!({"cwd": "/tmp", "historyMode": "weird"}),
+        )
+        .await;
+    lab.note_response("thread/start unknown historyMode", &weird);
+    let no_params = p.peer.request("thread/start", None).await.unwrap();
+    lab.note_response("thread/start without params", &no_params);
+    let no_id = p.req("thread/resume", json!({})).await;
+    lab.note_response("thread/resume without threadId", &no_id);
+    let read = p.req("thread/read", json!({"threadId": id})).await;
+    lab.note_response("thread/read fresh", &read);
+    let interrupt = p
+        .req("turn/interrupt", json!({"threadId": id, "turnId": "t"}))
+        .await;
+    lab.note_response("turn/interrupt idle", &interrupt);
+    let unknown_turn = p
+        .req("turn/start", json!({"threadId": "01a229cb-9f9d-72d3-94ca-4aaee32530ff", "input": [{"type": "text", "text": "x"}]}))
+        .await;
+    lab.note_response("turn/start unknown thread", &unknown_turn);
+    let resume_unmaterialized = p.req("thread/resume", json!({"threadId": id})).await;
+    lab.note_response("thread/resume before first turn", &resume_unmaterialized);
+    p.close().await;
+
+    // Before `initialize`.
+    let mut raw = lab.spawn_uninitialized(&target, &home).await;
+    let early = raw.req("thread/list", json!({})).await;
+    lab.note_response("thread/list before initialize", &early);
+    let early_bogus = raw.req("bogus/method", json!({})).await;
+    lab.note_response("unknown method before initialize", &early_bogus);
+    // A line that is not JSON gets no answer; the next request is served.
+    raw.peer.send_raw(b"this is not json\n").await.unwrap();
+    let after_garbage = raw
+        .req(
+            "initialize",
+            json!({"clientInfo": {"name": "x", "version": "0"}}),
+        )
+        .await;
+    lab.note(
+        "initialize after a garbage line",
+        if after_garbage.get("result").is_some() {
+            "OK"
+        } else {
+            "ERR"
+        },
+    );
+    raw.close().await;
+
+    // With experimentalApi: explicit modes.
+    let mut p = lab.spawn(&target, &home, true).await;
+    for mode in ["legacy", "paginated"] {
+        let started = p
+            .req("thread/start", json!({"cwd": "/tmp", "historyMode": mode}))
+            .await;
+        lab.note_response(
+            &format!("thread/start historyMode={mode} (experimental)"),
+            &started,
+        );
+    }
+    p.close().await;
+    lab.log
+}
+
+impl Lab {
+    async fn spawn_uninitialized(&mut self, target: &Target, home: &Path) -> Proc {
+        // Spawn, then undo nothing: `spawn` always initializes, so build the process by hand.
+        match target {
+            Target::Fake(profile) => {
+                let (client, handle) = FakeAppServer::builder()
+                    .profile(*profile)
+                    .codex_home(home)
+                    .spawn_in_process()
+                    .unwrap();
+                self.fakes.push(handle.clone());
+                let (read, write) = tokio::io::split(client);
+                Proc {
+                    peer: WirePeer::new(Box::new(read), Box::new(write)),
+                    child: None,
+                    fake: Some(handle),
+                }
+            }
+            Target::Real(binary) => {
+                let mut child = tokio::process::Command::new(binary)
+                    .arg("app-server")
+                    .env("CODEX_HOME", home)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .kill_on_drop(true)
+                    .spawn()
+                    .unwrap();
+                let stdin = child.stdin.take().unwrap();
+                let stdout = child.stdout.take().unwrap();
+                Proc {
+                    peer: WirePeer::new(Box::new(stdout), Box::new(stdin)),
+                    child: Some(child),
+                    fake: None,
+                }
+            }
+        }
+    }
+}
+
+async fn memory_across_restart(target: Target) -> Vec<String> {
+    let mut lab = Lab::new();
+    let home = lab.new_home();
+    let mut p = lab.spawn(&target, &home, false).await;
+    let started = p.req("thread/start", json!({"cwd": "/tmp"})).await;
+    lab.note_response("thread/start", &started);
+    let id = thread_id(&started);
+    turn(&mut lab, &mut p, "first", &id, "remember the word zebra").await;
+    p.close().await;
+
+    let mut p = lab.spawn(&target, &home, false).await;
+    let excluded = p
+        .req(
+            "thread/resume",
+            json!({"threadId": id, "excludeTurns": true}),
+        )
+        .await;
+    lab.note_response("thread/resume excludeTurns (no experimentalApi)", &excluded);
+    let resumed = p.req("thread/resume", json!({"threadId": id})).await;
+    lab.note_response("thread/resume", &resumed);
+    turn(&mut lab, &mut p, "second", &id, "which word?").await;
+    let conversation = lab.last_conversation(&target);
+    let remembered = conversation
+        .iter()
+        .any(|m| m.text.contains("remember the word zebra"));
+    lab.note(
+        "model saw the first turn after restart",
+        remembered.to_string(),
+    );
+    let list = p.req("thread/list", json!({})).await;
+    let modes: Vec<String> = list["result"]["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            t.get("historyMode")
+                .and_then(Value::as_str)
+                .unwrap_or("<absent>")
+                .to_string()
+        })
+        .collect();
+    lab.note("thread/list modes", modes.join(","));
+    let read = p
+        .req(
+            "thread/read",
+            json!({"threadId": id, "includeTurns": false}),
+        )
+        .await;
+    lab.note_response("thread/read", &read);
+    let read_turns = p
+        .req("thread/read", json!({"threadId": id, "includeTurns": true}))
+        .await;
+    lab.note_response("thread/read includeTurns", &read_turns);
+    p.close().await;
+
+    // excludeTurns with the capability.
+    let mut p = lab.spawn(&target, &home, true).await;
+    let excluded = p
+        .req(
+            "thread/resume",
+            json!({"threadId": id, "excludeTurns": true}),
+        )
+        .await;
+    lab.note_response("thread/resume excludeTurns (experimentalApi)", &excluded);
+    p.close().await;
+    lab.log
+}
+
+async fn gone_threads(target: Target) -> Vec<String> {
+    let mut lab = Lab::new();
+    let home = lab.new_home();
+    let other_home = lab.new_home();
+    let mut p = lab.spawn(&target, &home, false).await;
+    let never = thread_id(&p.req("thread/start", json!({"cwd": "/tmp"})).await);
+    let ran = thread_id(&p.req("thread/start", json!({"cwd": "/tmp"})).await);
+    turn(&mut lab, &mut p, "ran", &ran, "hello").await;
+    p.close().await;
+
+    let mut p = lab.spawn(&target, &home, false).await;
+    for (label, id) in [
+        ("no turn", never.as_str()),
+        ("unknown id", "01a229cb-9f9d-72d3-94ca-4aaee32530ff"),
+        ("malformed id", "not-a-uuid"),
+    ] {
+        let resumed = p.req("thread/resume", json!({"threadId": id})).await;
+        lab.note_response(&format!("resume {label}"), &resumed);
+        let read = p.req("thread/read", json!({"threadId": id})).await;
+        lab.note_response(&format!("read {label}"), &read);
+    }
+    p.close().await;
+
+    let mut p = lab.spawn(&target, &other_home, false).await;
+    let elsewhere = p.req("thread/resume", json!({"threadId": ran})).await;
+    lab.note_response("resume in a different CODEX_HOME", &elsewhere);
+    p.close().await;
+    lab.log
+}
+
+async fn damaged_rollouts(target: Target) -> Vec<String> {
+    let mut lab = Lab::new();
+    let home = lab.new_home();
+    let labels = [
+        "intact",
+        "empty",
+        "garbage",
+        "torn tail",
+        "deleted",
+        "unknown mode in rollout",
+        "unknown mode in sqlite",
+    ];
+    let mut ids = BTreeMap::new();
+    let mut p = lab.spawn(&target, &home, false).await;
+    for label in labels {
+        let id = thread_id(&p.req("thread/start", json!({"cwd": "/tmp"})).await);
+        let run = p
+            .peer
+            .run_turn(&id, &format!("hello {label}"), None)
+            .await
+            .unwrap();
+        assert_eq!(run.status().as_deref(), Some("completed"));
+        ids.insert(label, id);
+    }
+    p.close().await;
+    for (label, id) in &ids {
+        let path = rollout_of(&home, id);
+        match *label {
+            "empty" => std::fs::write(&path, b"").unwrap(),
+            "garbage" => std::fs::write(&path, b"garbage{{{ not json\n").unwrap(),
+            "torn tail" => {
+                use std::io::Write;
+                let mut file = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&path)
+                    .unwrap();
+                file.write_all(
+                    br#"{"timestamp":"2026-11-30T00:12:20.274Z","ordinal":99,"type":"resp"#,
+                )
+                .unwrap();
+            }
+            "deleted" => std::fs::remove_file(&path).unwrap(),
+            "unknown mode in rollout" => {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let (first, rest) = text.split_once('\n').unwrap();
+                let mut meta: Value = serde_json::from_str(first).unwrap();
+                meta["payload"]["history_mode"] = json!("segmented");
+                std::fs::write(&path, format!("{meta}\n{rest}")).unwrap();
+            }
+            "unknown mode in sqlite" => {
+                let db = rusqlite::Connection::open(home.join("state_5.sqlite")).unwrap();
+                let n = db
+                    .execute(
+                        "UPDATE threads SET history_mode = 'segmented' WHERE id = ?1",
+                        [id],
+                    )
+                    .unwrap();
+                assert_eq!(n, 1);
+            }
+            _ => {}
+        }
+    }
+    let mut p = lab.spawn(&target, &home, true).await;
+    let list = p.req("thread/list", json!({})).await;
+    let mut listed: Vec<String> = list["result"]["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let id = t["id"].as_str().unwrap();
+            let label = ids
+                .iter()
+                .find(|(_, v)| v.as_str() == id)
+                .map_or("?", |(k, _)| k);
+            format!(
+                "{label}={}",
+                t.get("historyMode")
+                    .and_then(Value::as_str)
+                    .unwrap_or("<absent>")
+            )
+        })
+        .collect();
+    listed.sort();
+    lab.note("thread/list", listed.join(","));
+    for (label, id) in &ids {
+        let read = p.req("thread/read", json!({"threadId": id})).await;
+        lab.note_response(&format!("read {label}"), &read);
+        let resumed = p.req("thread/resume", json!({"threadId": id})).await;
+        lab.note_response(&format!("resume {label}"), &resumed);
+    }
+    // The torn tail kept the earlier turn: it runs a second turn with memory.
+    let torn = ids["torn tail"].clone();
+    turn(&mut lab, &mut p, "after torn tail", &torn, "again").await;
+    let remembered = lab
+        .last_conversation(&target)
+        .iter()
+        .any(|m| m.text.contains("hello torn tail"));
+    lab.note(
+        "model saw the turn before the torn tail",
+        remembered.to_string(),
+    );
+    p.close().await;
+    lab.log
+}
+
+async fn active_writer(target: Target) -> Vec<String> {
+    let mut lab = Lab::new();
+    let home = lab.new_home();
+    let mut first = lab.spawn(&target, &home, false).await;
+    let id = thread_id(&first.req("thread/start", json!({"cwd": "/tmp"})).await);
+    turn(&mut lab, &mut first, "holder", &id, "hold this").await;
+    let mut second = lab.spawn(&target, &home, false).await;
+    let busy = second.req("thread/resume", json!({"threadId": id})).await;
+    lab.note_response("resume while another process holds it", &busy);
+    let read = second
+        .req("thread/read", json!({"threadId": id, "includeTurns": true}))
+        .await;
+    lab.note_response("read with turns while another process holds it", &read);
+    first.kill().await;
+    let after = second.req("thread/resume", json!({"threadId": id})).await;
+    lab.note_response("resume after the holder was killed", &after);
+    second.close().await;
+    lab.log
+}
+
+/// A home written by the current release, then opened by the compatibility floor.
+async fn paginated_under_release_n(writer: Target, reader: Target) -> Vec<String> {
+    let mut lab = Lab::new();
+    let home = lab.new_home();
+    let mut p = lab.spawn(&writer, &home, true).await;
+    let paginated = thread_id(&p.req("thread/start", json!({"cwd": "/tmp"})).await);
+    turn(&mut lab, &mut p, "paginated", &paginated, "paged").await;
+    let legacy = thread_id(
+        &p.req(
+            "thread/start",
+            json!({"cwd": "/tmp", "historyMode": "legacy"}),
+        )
+        .await,
+    );
+    turn(&mut lab, &mut p, "legacy", &legacy, "old school").await;
+    p.close().await;
+
+    for experimental in [false, true] {
+        let tag = if experimental {
+            " (experimentalApi)"
+        } else {
+            ""
+        };
+        let mut p = lab.spawn(&reader, &home, experimental).await;
+        let list = p.req("thread/list", json!({})).await;
+        let mut modes: Vec<String> = list["result"]["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                let which = if t["id"] == json!(paginated) {
+                    "paginated-thread"
+                } else {
+                    "legacy-thread"
+                };
+                format!(
+                    "{which}={}",
+                    t.get("historyMode")
+                        .and_then(Value::as_str)
+                        .unwrap_or("<absent>")
+                )
+            })
+            .collect();
+        modes.sort();
+        lab.note(&format!("thread/list{tag}"), modes.join(","));
+        for (label, params) in [
+            ("read", json!({"threadId": paginated})),
+            (
+                "read includeTurns=false",
+                json!({"threadId": paginated, "includeTurns": false}),
+            ),
+            (
+                "read includeTurns=true",
+                json!({"threadId": paginated, "includeTurns": true}),
+            ),
+            (
+                "resume excludeTurns",
+                json!({"threadId": paginated, "excludeTurns": true}),
+            ),
+            ("resume", json!({"threadId": paginated})),
+            ("resume legacy thread", json!({"threadId": legacy})),
+        ] {
+            let method = if label.starts_with("read") {
+                "thread/read"
+            } else {
+                "thread/resume"
+            };
+            let response = p.req(method, params).await;
+            lab.note_response(&format!("{label}{tag}"), &response);
+        }
+        if experimental {
+            let started = p
+                .req(
+                    "thread/start",
+                    json!({"cwd": "/tmp", "historyMode": "paginated"}),
+                )
+                .await;
+            lab.note_response("thread/start paginated on the floor", &started);
+            turn(
+                &mut lab,
+                &mut p,
+                "legacy resumed on the floor",
+                &legacy,
+                "still there?",
+            )
+            .await;
+            let remembered = lab
+                .last_conversation(&reader)
+                .iter()
+                .any(|m| m.text.contains("old school"));
+            lab.note(
+                "floor model saw the legacy thread's turn",
+                remembered.to_string(),
+            );
+        }
+        p.close().await;
+    }
+    lab.log
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparison.
+
+fn compare(scenario: &str, fake: &[String], real: &[String], real_name: &str) {
+    eprintln!("{scenario} against {real_name}:\n  {}", real.join("\n  "));
+    if fake == real {
+        return;
+    }
+    let mut report = format!("parity broken in `{scenario}` (fake vs real {real_name}):\n");
+    for i in 0..fake.len().max(real.len()) {
+        let f = fake.get(i).map_or("<none>", String::as_str);
+        let r = real.get(i).map_or("<none>", String::as_str);
+        if f != r {
+            report.push_str(&format!("  fake: {f}\n  real: {r}\n"));
+        }
+    }
+    panic!("{report}");
+}
+
+macro_rules! parity {
+    ($name:ident, $scenario:ident, $profile:expr, $version:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let fake = $scenario(Target::Fake($profile)).await;
+            let Some(codex) = codex_or_skip($version) else {
+                return;
+            };
+            let real = $scenario(Target::Real(codex)).await;
+            compare(stringify!($scenario), &fake, &real, $version);
+        }
+    };
+}
+
+parity!(
+    handshake_current,
+    handshake_and_errors,
+    Profile::Current,
+    CURRENT
+);
+parity!(
+    handshake_release_n,
+    handshake_and_errors,
+    Profile::ReleaseN,
+    RELEASE_N
+);
+parity!(
+    memory_current,
+    memory_across_restart,
+    Profile::Current,
+    CURRENT
+);
+parity!(
+    memory_release_n,
+    memory_across_restart,
+    Profile::ReleaseN,
+    RELEASE_N
+);
+parity!(gone_current, gone_threads, Profile::Current, CURRENT);
+parity!(gone_release_n, gone_threads, Profile::ReleaseN, RELEASE_N);
+parity!(damaged_current, damaged_rollouts, Profile::Current, CURRENT);
+parity!(
+    damaged_release_n,
+    damaged_rollouts,
+    Profile::ReleaseN,
+    RELEASE_N
+);
+parity!(writer_current, active_writer, Profile::Current, CURRENT);
+parity!(
+    writer_release_n,
+    active_writer,
+    Profile::ReleaseN,
+    RELEASE_N
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paginated_threads_on_the_compatibility_floor() {
+    let fake = paginated_under_release_n(
+        Target::Fake(Profile::Current),
+        Target::Fake(Profile::ReleaseN),
+    )
+    .await;
+    let (Some(current), Some(floor)) = (codex_or_skip(CURRENT), codex_or_skip(RELEASE_N)) else {
+        return;
+    };
+    let real = paginated_under_release_n(Target::Real(current), Target::Real(floor)).await;
+    compare(
+        "paginated_under_release_n",
+        &fake,
+        &real,
+        "0.169.0 -> 0.144.6",
+    );
+}
+
+/// The fake alone: the pre-history-mode profile never sends `historyMode`.
+#[tokio::test]
+async fn pre_history_mode_profile_has_no_history_mode() {
+    let log = memory_across_restart(Target::Fake(Profile::PreHistoryMode)).await;
+    assert!(
+        log.iter()
+            .any(|l| l == "thread/start: OK mode=<absent> turns=0"),
+        "{log:#?}"
+    );
+    assert!(
+        log.iter()
+            .any(|l| l == "model saw the first turn after restart: true"),
+        "{log:#?}"
+    );
+}
