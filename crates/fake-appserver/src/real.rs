@@ -167,12 +167,17 @@ impl AppServerProcess {
     /// Spawns `binary app-server` with `CODEX_HOME=codex_home`; its stderr goes to
     /// `<codex_home>/app-server-stderr.log`.
     pub async fn spawn(binary: &Path, codex_home: &Path) -> io::Result<Self> {
-        Self::spawn_with(binary, codex_home, &[]).await
+        Self::spawn_with(binary, codex_home, &[], &[]).await
     }
 
-    /// Like [`AppServerProcess::spawn`] with extra arguments after `app-server` and no extra
-    /// environment.
-    pub async fn spawn_with(binary: &Path, codex_home: &Path, extra: &[&str]) -> io::Result<Self> {
+    /// Like [`AppServerProcess::spawn`] with extra arguments after `app-server` and extra
+    /// environment variables.
+    pub async fn spawn_with(
+        binary: &Path,
+        codex_home: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> io::Result<Self> {
         let stderr = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -182,6 +187,7 @@ impl AppServerProcess {
             .args(extra)
             .env("CODEX_HOME", codex_home)
             .env("RUST_LOG", "error")
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr))
