@@ -7,6 +7,7 @@
 //!   (idempotent) and print the binary's path.
 //! - `bench <what>`: benchmarks (see `docs/benchmarks.md`).
 
+mod bench;
 mod codex;
 mod util;
 
@@ -17,7 +18,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("codex") => codex::command(&args[1..]),
-        Some("bench") => bench(&args[1..]),
+        Some("bench") => bench::command(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             print_help();
             Ok(())
@@ -38,7 +39,7 @@ fn print_help() {
         "cargo xtask <command>\n\n\
          ci                    install pinned codex, fmt check, clippy -D warnings, all tests\n\
          codex [--version V]   install @openai/codex@V (default {}) and print its path\n\
-         bench <what>          run a benchmark",
+         bench store [--seconds S]  store commit rates vs raw baselines (docs/benchmarks.md)",
         codex::DEFAULT_VERSION
     );
 }
@@ -59,15 +60,16 @@ fn ci() -> Result<(), String> {
     util::run(
         &root,
         "cargo",
-        &["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"],
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--",
+            "-D",
+            "warnings",
+        ],
     )?;
     util::run(&root, "cargo", &["test", "--workspace", "--locked"])?;
     Ok(())
-}
-
-fn bench(args: &[String]) -> Result<(), String> {
-    match args.first().map(String::as_str) {
-        Some(other) => Err(format!("unknown benchmark `{other}`")),
-        None => Err("usage: cargo xtask bench <what>".to_string()),
-    }
 }

@@ -385,7 +385,11 @@ impl ReadTxn for Txn<'_> {
 
 impl WriteTxn for Txn<'_> {
     fn put(&mut self, record: &SessionRecord) -> Result<(), StoreError> {
-        let config = Value::Object(record.model_config.clone()).to_string();
+        let config =
+            serde_json::to_string(&record.model_config).map_err(|e| StoreError::Backend {
+                backend: "sqlite",
+                source: Box::new(e),
+            })?;
         let retired =
             serde_json::to_string(&record.retired_threads).map_err(|e| StoreError::Backend {
                 backend: "sqlite",

@@ -1,0 +1,440 @@
+//! Store benchmark: `commit_turn` throughput and latency for 1 session and for 64 concurrent
+//! sessions per backend, beside raw baselines measured in the same run (a plain redb write
+//! transaction, a plain rusqlite WAL `synchronous=FULL` transaction doing the same writes, and a
+//! raw write+fsync loop). Run through `cargo xtask bench store` (release build).
+//!
+//! Options: `--seconds S` per measurement (default 3), `--sessions N` (default 64),
+//! `--rows R` rows per turn (default 2), `--dir PATH` where the files go (default: a temporary
+//! directory under the system temp dir).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rethread_store::{BindingStore, OpenOptions, RedbStore, SqliteStore, TurnCommit};
+use serde_json::{json, Value};
+
+#[derive(Clone, Copy)]
+struct Args {
+    seconds: f64,
+    sessions: usize,
+    rows: usize,
+}
+
+#[derive(Default)]
+struct Result {
+    name: String,
+    commits: usize,
+    elapsed: Duration,
+    latencies: Vec<Duration>,
+}
+
+impl Result {
+    /// Adds another round of the same measurement.
+    fn absorb(&mut self, other: Result) {
+        self.name = other.name;
+        self.commits += other.commits;
+        self.elapsed += other.elapsed;
+        self.latencies.extend(other.latencies);
+    }
+    fn rate(&self) -> f64 {
+        self.commits as f64 / self.elapsed.as_secs_f64()
+    }
+    fn pct(&self, p: f64) -> Duration {
+        let mut l = self.latencies.clone();
+        l.sort();
+        l[((l.len() as f64 - 1.0) * p).round() as usize]
+    }
+}
+
+fn row(session: usize, turn: usize, i: usize) -> Value {
+    json!({
+        "role": if i.is_multiple_of(2) { "user" } else { "assistant" },
+        "session": session,
+        "turn": turn,
+        "text": "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog.",
+    })
+}
+
+fn commit(session: usize, turn: usize, rows: usize) -> TurnCommit {
+    TurnCommit {
+        session_id: format!("bench-{session:03}"),
+        thread_id: format!("thr-{session}-{}", turn / 10),
+        codex_home: Some("/home/bench/.codex".to_string()),
+        rows: (0..rows).map(|i| row(session, turn, i)).collect(),
+    }
+}
+
+/// Runs `op` back to back for `seconds`, timing each call.
+fn measure_sync(name: &str, seconds: f64, mut op: impl FnMut(usize)) -> Result {
+    let mut latencies = Vec::new();
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(seconds);
+    let mut n = 0;
+    while Instant::now() < deadline {
+        let t = Instant::now();
+        op(n);
+        latencies.push(t.elapsed());
+        n += 1;
+    }
+    Result {
+        name: name.to_string(),
+        commits: n,
+        elapsed: start.elapsed(),
+        latencies,
+    }
+}
+
+/// A raw baseline: set up once, then measured in rounds interleaved with the store's.
+trait Raw {
+    fn name(&self) -> &'static str;
+    fn commit(&mut self, n: usize);
+}
+
+struct RawFsync {
+    file: std::fs::File,
+    payload: Vec<u8>,
+}
+
+impl RawFsync {
+    fn new(dir: &Path, args: Args) -> Self {
+        let path = dir.join("raw.log");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap();
+        RawFsync {
+            file,
+            payload: serde_json::to_vec(&commit(0, 0, args.rows).rows).unwrap(),
+        }
+    }
+}
+
+impl Raw for RawFsync {
+    fn name(&self) -> &'static str {
+        "raw write+fsync loop"
+    }
+    fn commit(&mut self, _: usize) {
+        self.file.write_all(&self.payload).unwrap();
+        self.file.sync_data().unwrap();
+    }
+}
+
+const SESSIONS: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("sessions");
+const ROWS: redb::TableDefinition<(&str, u64), &[u8]> = redb::TableDefinition::new("rows");
+
+fn record_json() -> Value {
+    json!({"session_id": "bench-000", "model_config": {"codex_thread_id": "thr"},
+        "binding": {"thread_id": "thr", "codex_home": "/home/bench/.codex", "bound_at_ms": 0},
+        "row_count": 0, "retired_threads": [], "created_at_ms": 0, "updated_at_ms": 0})
+}
+
+struct RawRedb {
+    db: redb::Database,
+    seq: u64,
+    rows: usize,
+}
+
+impl Raw for RawRedb {
+    fn name(&self) -> &'static str {
+        "raw redb transaction"
+    }
+    fn commit(&mut self, n: usize) {
+        let txn = self.db.begin_write().unwrap();
+        {
+            let mut rows = txn.open_table(ROWS).unwrap();
+            for r in commit(0, n, self.rows).rows {
+                rows.insert(
+                    ("bench-000", self.seq),
+                    serde_json::to_vec(&r).unwrap().as_slice(),
+                )
+                .unwrap();
+                self.seq += 1;
+            }
+            let mut sessions = txn.open_table(SESSIONS).unwrap();
+            sessions
+                .insert(
+                    "bench-000",
+                    serde_json::to_vec(&record_json()).unwrap().as_slice(),
+                )
+                .unwrap();
+        }
+        txn.commit().unwrap();
+    }
+}
+
+struct RawSqlite {
+    conn: rusqlite::Connection,
+    seq: i64,
+    rows: usize,
+}
+
+impl RawSqlite {
+    fn new(dir: &Path, args: Args) -> Self {
+        let conn = rusqlite::Connection::open(dir.join("raw.db")).unwrap();
+        let _: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .unwrap();
+        conn.execute_batch(
+            "PRAGMA synchronous=FULL;
+             CREATE TABLE sessions (session_id TEXT PRIMARY KEY, model_config TEXT, row_count INTEGER) WITHOUT ROWID;
+             CREATE TABLE transcript_rows (session_id TEXT, seq INTEGER, body TEXT, PRIMARY KEY (session_id, seq)) WITHOUT ROWID;",
+        )
+        .unwrap();
+        RawSqlite {
+            conn,
+            seq: 0,
+            rows: args.rows,
+        }
+    }
+}
+
+impl Raw for RawSqlite {
+    fn name(&self) -> &'static str {
+        "raw rusqlite WAL synchronous=FULL transaction"
+    }
+    fn commit(&mut self, n: usize) {
+        let conn = &self.conn;
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        for r in commit(0, n, self.rows).rows {
+            conn.prepare_cached("INSERT INTO transcript_rows VALUES (?1, ?2, ?3)")
+                .unwrap()
+                .execute(rusqlite::params!["bench-000", self.seq, r.to_string()])
+                .unwrap();
+            self.seq += 1;
+        }
+        conn.prepare_cached("INSERT OR REPLACE INTO sessions VALUES (?1, ?2, ?3)")
+            .unwrap()
+            .execute(rusqlite::params![
+                "bench-000",
+                record_json().to_string(),
+                self.seq
+            ])
+            .unwrap();
+        conn.execute_batch("COMMIT").unwrap();
+    }
+}
+
+fn raw_round(raw: &mut dyn Raw, seconds: f64, offset: usize) -> Result {
+    let name = raw.name();
+    measure_sync(name, seconds, |n| raw.commit(offset + n))
+}
+
+async fn store_one(
+    name: &str,
+    store: Arc<dyn BindingStore>,
+    args: Args,
+    seconds: f64,
+    offset: usize,
+) -> Result {
+    let mut latencies = Vec::new();
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(seconds);
+    let mut n = 0;
+    while Instant::now() < deadline {
+        let t = Instant::now();
+        store
+            .commit_turn(commit(0, offset + n, args.rows))
+            .await
+            .unwrap();
+        latencies.push(t.elapsed());
+        n += 1;
+    }
+    Result {
+        name: name.to_string(),
+        commits: n,
+        elapsed: start.elapsed(),
+        latencies,
+    }
+}
+async fn store_many(name: &str, store: Arc<dyn BindingStore>, args: Args) -> Result {
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(args.seconds);
+    let tasks: Vec<_> = (0..args.sessions)
+        .map(|s| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut n = 0;
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    store
+                        .commit_turn(commit(s + 1, n, args.rows))
+                        .await
+                        .unwrap();
+                    latencies.push(t.elapsed());
+                    n += 1;
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.extend(t.await.unwrap());
+    }
+    Result {
+        name: name.to_string(),
+        commits: latencies.len(),
+        elapsed: start.elapsed(),
+        latencies,
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1000.0)
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_string());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    format!(
+        "{cores} cores, {cpu}, {}/{}",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+fn parse_args() -> (Args, Option<PathBuf>) {
+    let mut args = Args {
+        seconds: 3.0,
+        sessions: 64,
+        rows: 2,
+    };
+    let mut dir = None;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| panic!("{a} needs a value"));
+        match a.as_str() {
+            "--seconds" => args.seconds = value().parse().expect("--seconds"),
+            "--sessions" => args.sessions = value().parse().expect("--sessions"),
+            "--rows" => args.rows = value().parse().expect("--rows"),
+            "--dir" => dir = Some(PathBuf::from(value())),
+            other => panic!("unknown option {other}"),
+        }
+    }
+    (args, dir)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let (args, dir) = parse_args();
+    let tmp = match &dir {
+        Some(d) => tempfile::tempdir_in(d).unwrap(),
+        None => tempfile::tempdir().unwrap(),
+    };
+    let dir = tmp.path().to_path_buf();
+    eprintln!(
+        "bench store: {} s per row, {} rows per turn, files in {}",
+        args.seconds,
+        args.rows,
+        dir.display()
+    );
+
+    // Raw baselines and the one-session store runs alternate in short rounds, so that noise
+    // from other work on the machine falls on both alike.
+    const ROUNDS: usize = 6;
+    let round = args.seconds / ROUNDS as f64;
+    let mut results = Vec::new();
+    let mut fsync = Result::default();
+    let mut raw_fsync = RawFsync::new(&dir, args);
+    let mut checks = Vec::new();
+    for backend in ["redb", "sqlite"] {
+        let mut raw: Box<dyn Raw> = if backend == "redb" {
+            let db = redb::Database::create(dir.join("raw.redb")).unwrap();
+            Box::new(RawRedb {
+                db,
+                seq: 0,
+                rows: args.rows,
+            })
+        } else {
+            Box::new(RawSqlite::new(&dir, args))
+        };
+        let store: Arc<dyn BindingStore> = if backend == "redb" {
+            Arc::new(
+                RedbStore::open(dir.join("store.redb"), OpenOptions::new())
+                    .await
+                    .unwrap(),
+            )
+        } else {
+            Arc::new(
+                SqliteStore::open(dir.join("store.db"), OpenOptions::new())
+                    .await
+                    .unwrap(),
+            )
+        };
+        let (mut raw_total, mut one) = (Result::default(), Result::default());
+        for r in 0..ROUNDS {
+            let offset = r * 1_000_000;
+            if backend == "redb" {
+                fsync.absorb(raw_round(&mut raw_fsync, round / 2.0, offset));
+            }
+            raw_total.absorb(raw_round(raw.as_mut(), round, offset));
+            let name = format!("{backend} store, 1 session");
+            one.absorb(store_one(&name, Arc::clone(&store), args, round, offset).await);
+        }
+        eprintln!("  {}: {:.0}/s", raw_total.name, raw_total.rate());
+        eprintln!("  {}: {:.0}/s", one.name, one.rate());
+        let many = store_many(
+            &format!("{backend} store, {} sessions", args.sessions),
+            Arc::clone(&store),
+            args,
+        )
+        .await;
+        eprintln!("  {}: {:.0}/s", many.name, many.rate());
+        checks.push(format!(
+            "{backend}: 1 session at {:.0}% of raw {backend} (goal >= 90%): {}",
+            100.0 * one.rate() / raw_total.rate(),
+            if one.rate() >= 0.9 * raw_total.rate() {
+                "met"
+            } else {
+                "MISSED"
+            }
+        ));
+        checks.push(format!(
+            "{backend}: {} sessions at {:.1}x the 1-session rate (goal >= 4x): {}; p99 {} ms (goal < 20 ms): {}",
+            args.sessions,
+            many.rate() / one.rate(),
+            if many.rate() >= 4.0 * one.rate() { "met" } else { "MISSED" },
+            ms(many.pct(0.99)),
+            if many.pct(0.99) < Duration::from_millis(20) { "met" } else { "MISSED" }
+        ));
+        results.push(raw_total);
+        results.push(one);
+        results.push(many);
+    }
+    results.insert(0, fsync);
+
+    println!("machine: {}", machine());
+    println!(
+        "workload: one turn = {} JSON rows (~150 B each) + session record update\n",
+        args.rows
+    );
+    println!("| measurement | commits | commits/s | p50 ms | p99 ms |");
+    println!("|---|---:|---:|---:|---:|");
+    for r in &results {
+        println!(
+            "| {} | {} | {:.0} | {} | {} |",
+            r.name,
+            r.commits,
+            r.rate(),
+            ms(r.pct(0.5)),
+            ms(r.pct(0.99))
+        );
+    }
+    println!();
+    for c in checks {
+        println!("- {c}");
+    }
+}
