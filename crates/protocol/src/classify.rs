@@ -81,6 +81,15 @@ pub fn classify_resume_error(error: &RpcError) -> ResumeFailure {
     if message.contains("requires experimentalApi capability") {
         return ResumeFailure::CapabilityRequired;
     }
+    // 0.169.0 answers a full read of a paginated thread whose rollout was deleted this way
+    // (observed; not in the notes' table), whatever the code.
+    if message.starts_with("invalid paginated history lineage") {
+        return if message.contains("missing source rollout") {
+            ResumeFailure::Gone
+        } else {
+            ResumeFailure::Unreadable
+        };
+    }
     match error.code {
         ErrorCode::OVERLOADED => ResumeFailure::Busy,
         ErrorCode::INVALID_REQUEST => {
@@ -89,7 +98,9 @@ pub fn classify_resume_error(error: &RpcError) -> ResumeFailure {
             } else if message.starts_with("no rollout found for thread id")
                 || message.starts_with("failed to resolve rollout path")
                 || message.starts_with("invalid session id")
-                || message.starts_with("thread not found")
+                // `thread/read` spells "gone" and "malformed" its own way.
+                || message.starts_with("thread not loaded")
+                || message.starts_with("invalid thread id")
             {
                 ResumeFailure::Gone
             } else {

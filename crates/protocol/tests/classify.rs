@@ -8,6 +8,12 @@ fn every_row_of_the_notes_table_is_classified() {
         (-32600, "no rollout found for thread id 0199a", ResumeFailure::Gone),
         (-32600, "failed to resolve rollout path `/h/sessions/x.jsonl`: file does not exist", ResumeFailure::Gone),
         (-32600, "invalid session id: not-a-uuid", ResumeFailure::Gone),
+        // thread/read (doctor's probe) on a deleted rollout or a malformed id.
+        (-32600, "thread not loaded: 0199a", ResumeFailure::Gone),
+        (-32600, "invalid thread id: not-a-uuid", ResumeFailure::Gone),
+        // 0.169.0, thread/read with turns of a paginated thread whose rollout was deleted.
+        (-32603, "invalid paginated history lineage for 0199a: missing source rollout", ResumeFailure::Gone),
+        (-32603, "invalid paginated history lineage for 0199a: segment 3 out of order", ResumeFailure::Unreadable),
         (-32603, "failed to read thread: thread-store internal error: failed to read session metadata from /h/x", ResumeFailure::Unreadable),
         (-32601, "paginated_threads is not supported yet", ResumeFailure::Incompatible),
         (-32603, "failed to load thread: unknown thread history mode `v3`", ResumeFailure::Incompatible),

@@ -1,0 +1,424 @@
+//! `rethread` tested as a process: against the fake app-server binary (`fake-codex`) and
+//! against the real codex 0.169.0 (and 0.144.6 for `doctor`) through the Responses stand-in.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use rethread_fake_appserver::real::{codex_or_skip, CodexHome, CURRENT, RELEASE_N};
+use rethread_fake_appserver::responses::ResponsesStandIn;
+use serde_json::Value;
+
+const NOTICE: &str = "Codex thread could not be resumed; starting a new one.";
+
+/// The `fake-codex` binary: built by `cargo test --workspace` beside ours; built on demand
+/// when only this package is tested.
+fn fake_codex() -> PathBuf {
+    let ours = PathBuf::from(env!("CARGO_BIN_EXE_rethread"));
+    let fake = ours.with_file_name("fake-codex");
+    if !fake.is_file() {
+        let target_dir = ours.parent().and_then(Path::parent).expect("target dir");
+        let status = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "-p",
+                "rethread-fake-appserver",
+                "--bin",
+                "fake-codex",
+            ])
+            .env("CARGO_TARGET_DIR", target_dir)
+            .status()
+            .expect("cargo build fake-codex");
+        assert!(status.success());
+    }
+    fake
+}
+
+/// A sandbox: its own store file and CODEX_HOME.
+struct Sandbox {
+    dir: tempfile::TempDir,
+    codex: PathBuf,
+    home: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl Sandbox {
+    fn new(codex: PathBuf, home: PathBuf) -> Sandbox {
+        Sandbox {
+            dir: tempfile::tempdir().unwrap(),
+            codex,
+            home,
+            env: Vec::new(),
+        }
+    }
+
+    fn fake() -> Sandbox {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("codex-home");
+        let mut sandbox = Sandbox::new(fake_codex(), home);
+        sandbox.dir = dir;
+        sandbox
+    }
+
+    fn store(&self) -> String {
+        format!("redb:{}", self.dir.path().join("store.redb").display())
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rethread"));
+        cmd.args(args)
+            .env("RETHREAD_STORE", self.store())
+            .env("RETHREAD_CODEX_BIN", &self.codex)
+            .env("CODEX_HOME", &self.home)
+            .env("RUST_LOG", "error")
+            .env_remove("FAKE_CODEX_PROFILE");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> Output {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    fn chat_json(&self, session: &str, message: &str) -> Value {
+        let out = self.ok(&["chat", "--session", session, "--json", message]);
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn show(&self, session: &str) -> Value {
+        serde_json::from_slice(&self.ok(&["sessions", "show", session, "--json"]).stdout).unwrap()
+    }
+
+    fn delete_rollout(&self, thread: &str) {
+        let found = rollouts(&self.home)
+            .into_iter()
+            .filter(|p| p.to_string_lossy().contains(thread))
+            .collect::<Vec<_>>();
+        assert_eq!(found.len(), 1, "{found:?}");
+        std::fs::remove_file(&found[0]).unwrap();
+    }
+
+    /// The conversations the fake binary's model saw, one JSON line per turn.
+    fn fake_model_log(&self) -> String {
+        std::fs::read_to_string(self.home.join("fake-model-requests.jsonl")).unwrap_or_default()
+    }
+}
+
+fn rollouts(home: &Path) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("rollout-"))
+            {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&home.join("sessions"), &mut out);
+    out
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn chat_resumes_across_invocations_on_the_fake() {
+    let sandbox = Sandbox::fake();
+    let first = sandbox.chat_json("s1", "remember PAPAYA");
+    assert_eq!(first["outcome"], "started");
+    assert_eq!(first["session"], "s1");
+    assert_eq!(first["reply"], "echo: remember PAPAYA");
+    assert_eq!(first["notices"], serde_json::json!([]));
+    assert!(first.get("reason").is_none());
+    let second = sandbox.chat_json("s1", "what was it?");
+    assert_eq!(second["outcome"], "resumed");
+    assert_eq!(second["thread_id"], first["thread_id"]);
+    let log = sandbox.fake_model_log();
+    let last: Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+    assert!(
+        last.to_string().contains("PAPAYA"),
+        "the second process's model saw turn 1: {last}"
+    );
+    assert_eq!(sandbox.show("s1")["row_count"], 4);
+}
+
+#[test]
+fn human_output_puts_the_reply_on_stdout_and_the_notice_once_on_stderr() {
+    let sandbox = Sandbox::fake();
+    let first = sandbox.chat_json("s1", "hello");
+    sandbox.delete_rollout(first["thread_id"].as_str().unwrap());
+    let out = sandbox.ok(&["chat", "--session", "s1", "again"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "echo: again\n");
+    assert_eq!(stderr(&out).matches(NOTICE).count(), 1, "{}", stderr(&out));
+    let shown = sandbox.show("s1");
+    assert_ne!(shown["thread_id"], first["thread_id"]);
+    assert_eq!(
+        shown["retired_threads"],
+        serde_json::json!([first["thread_id"]])
+    );
+}
+
+#[test]
+fn a_deleted_rollout_falls_back_with_one_notice_and_a_new_binding_on_the_fake() {
+    let sandbox = Sandbox::fake();
+    let first = sandbox.chat_json("s1", "hello");
+    sandbox.delete_rollout(first["thread_id"].as_str().unwrap());
+    let second = sandbox.chat_json("s1", "again");
+    assert_eq!(second["outcome"], "fell_back");
+    assert_eq!(second["reason"], "gone");
+    assert_eq!(second["notices"], serde_json::json!([NOTICE]));
+    assert_eq!(sandbox.show("s1")["thread_id"], second["thread_id"]);
+    let third = sandbox.chat_json("s1", "and again");
+    assert_eq!(third["outcome"], "resumed");
+    assert_eq!(third["notices"], serde_json::json!([]));
+}
+
+#[test]
+fn a_missing_codex_binary_fails_in_one_line_and_writes_nothing() {
+    let mut sandbox = Sandbox::fake();
+    sandbox.codex = sandbox.dir.path().join("no-such-codex");
+    let out = sandbox.run(&["chat", "--session", "s1", "hi"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("rethread: could not start"), "{err}");
+    let list: Value =
+        serde_json::from_slice(&sandbox.ok(&["sessions", "list", "--json"]).stdout).unwrap();
+    assert_eq!(list, serde_json::json!([]));
+}
+
+#[test]
+fn an_unreachable_store_fails_in_one_line() {
+    let sandbox = Sandbox::fake();
+    let out = sandbox.run(&[
+        "--store",
+        "redb:/proc/rethread-nope/store.redb",
+        "sessions",
+        "list",
+    ]);
+    assert!(!out.status.success());
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    let out = sandbox.run(&["--store", "nonsense", "sessions", "list"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).starts_with("rethread: cannot open store nonsense"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_failed_turn_writes_nothing() {
+    let mut sandbox = Sandbox::fake();
+    // The fake exits mid-turn.
+    sandbox.env.push((
+        "FAKE_CODEX_FAULTS".into(),
+        r#"{"faults":[{"kind":"exit_mid_turn","turn":1}]}"#.into(),
+    ));
+    let out = sandbox.run(&["chat", "--session", "s1", "hi"]);
+    assert!(
+        !out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    let out = sandbox.run(&["sessions", "show", "s1"]);
+    assert!(!out.status.success(), "no session was written");
+}
+
+#[test]
+fn sessions_list_show_and_forget() {
+    let sandbox = Sandbox::fake();
+    let a = sandbox.chat_json("a", "one");
+    sandbox.chat_json("b", "two");
+    let list: Value =
+        serde_json::from_slice(&sandbox.ok(&["sessions", "list", "--json"]).stdout).unwrap();
+    let ids: Vec<_> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, ["a", "b"]);
+    let shown = sandbox.show("a");
+    assert_eq!(shown["thread_id"], a["thread_id"]);
+    assert_eq!(shown["codex_home"], sandbox.home.display().to_string());
+    assert_eq!(shown["row_count"], 2);
+    assert!(shown["bound_at_ms"].as_i64().unwrap() > 0);
+    let human = String::from_utf8_lossy(&sandbox.ok(&["sessions", "list"]).stdout).into_owned();
+    assert!(human.contains(a["thread_id"].as_str().unwrap()), "{human}");
+    sandbox.ok(&["sessions", "forget", "a"]);
+    assert!(!sandbox.run(&["sessions", "show", "a"]).status.success());
+    assert!(!sandbox.run(&["sessions", "forget", "a"]).status.success());
+}
+
+#[test]
+fn doctor_classifies_live_gone_and_paginated_under_the_older_profile_on_the_fake() {
+    let mut sandbox = Sandbox::fake();
+    // Under the current profile threads are paginated by default.
+    let paginated = sandbox.chat_json("paginated", "p");
+    let gone = sandbox.chat_json("gone", "g");
+    sandbox.delete_rollout(gone["thread_id"].as_str().unwrap());
+    sandbox
+        .env
+        .push(("FAKE_CODEX_PROFILE".into(), "release-n".into()));
+    let legacy = sandbox.chat_json("legacy", "l");
+    let report: Value = serde_json::from_slice(&sandbox.ok(&["doctor", "--json"]).stdout).unwrap();
+    let status = |session: &str| {
+        report["bindings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["session"] == session)
+            .unwrap()["status"]
+            .clone()
+    };
+    assert_eq!(status("paginated"), "incompatible", "{report}");
+    assert_eq!(status("gone"), "gone");
+    assert_eq!(status("legacy"), "live");
+    assert_eq!(report["summary"]["live"], 1);
+    // Probing changed nothing: the bindings are where they were.
+    assert_eq!(
+        sandbox.show("paginated")["thread_id"],
+        paginated["thread_id"]
+    );
+    assert_eq!(sandbox.show("legacy")["thread_id"], legacy["thread_id"]);
+    sandbox.env.clear();
+    let report: Value = serde_json::from_slice(&sandbox.ok(&["doctor", "--json"]).stdout).unwrap();
+    assert_eq!(report["summary"]["live"], 2, "{report}");
+}
+
+#[test]
+fn migrate_redb_to_sqlite_and_back_loses_nothing_and_reruns_cleanly() {
+    let sandbox = Sandbox::fake();
+    for (session, message) in [("a", "one"), ("b", "two"), ("a", "three")] {
+        sandbox.chat_json(session, message);
+    }
+    let sqlite = format!(
+        "sqlite:{}",
+        sandbox.dir.path().join("copy.sqlite").display()
+    );
+    let back = format!("redb:{}", sandbox.dir.path().join("back.redb").display());
+    let original = sandbox.store();
+    let out = sandbox.ok(&["migrate", "--from", &original, "--to", &sqlite]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("2 copied"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Rerun (as after an interruption): nothing duplicated.
+    let out = sandbox.ok(&["migrate", "--from", &original, "--to", &sqlite]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("2 already present"));
+    sandbox.ok(&["migrate", "--from", &sqlite, "--to", &back]);
+    for session in ["a", "b"] {
+        let before = sandbox.show(session);
+        let after: Value = serde_json::from_slice(
+            &sandbox
+                .ok(&["--store", &back, "sessions", "show", session, "--json"])
+                .stdout,
+        )
+        .unwrap();
+        assert_eq!(before, after);
+    }
+    // The migrated store is usable: the session resumes from it.
+    let resumed: Value = serde_json::from_slice(
+        &sandbox
+            .ok(&["--store", &back, "chat", "--session", "a", "--json", "four"])
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(resumed["outcome"], "resumed");
+}
+
+#[test]
+fn demo_tells_the_whole_story() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rethread"))
+        .arg("demo")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches(NOTICE).count(), 1, "{text}");
+    assert!(
+        text.contains("ok: the model's request holds turn 1"),
+        "{text}"
+    );
+    assert!(text.contains("done:"), "{text}");
+}
+
+/// The real codex 0.169.0: chat, restart (every invocation is a new process), chat again.
+#[test]
+fn chat_against_real_codex_remembers_and_fails_closed() {
+    let Some(codex) = codex_or_skip(CURRENT) else {
+        return;
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let _guard = runtime.enter();
+    let model = ResponsesStandIn::start().unwrap();
+    let home = CodexHome::new(&model).unwrap();
+    let sandbox = Sandbox::new(codex, home.path().to_path_buf());
+    let first = sandbox.chat_json("s1", "Please remember the word PAPAYA.");
+    assert_eq!(first["outcome"], "started");
+    assert_eq!(first["reply"], "echo: Please remember the word PAPAYA.");
+    let second = sandbox.chat_json("s1", "What was the word?");
+    assert_eq!(second["outcome"], "resumed");
+    let last = model.model_requests().last().cloned().unwrap();
+    assert!(
+        String::from_utf8_lossy(&last.body).contains("PAPAYA"),
+        "the model's request holds turn 1"
+    );
+    sandbox.delete_rollout(first["thread_id"].as_str().unwrap());
+    let third = sandbox.chat_json("s1", "Still there?");
+    assert_eq!(third["outcome"], "fell_back");
+    assert_eq!(third["notices"], serde_json::json!([NOTICE]));
+    assert_eq!(sandbox.show("s1")["thread_id"], third["thread_id"]);
+}
+
+/// `doctor` against real codex: live, gone, and paginated under 0.144.6.
+#[test]
+fn doctor_against_real_codex() {
+    let (Some(current), Some(older)) = (codex_or_skip(CURRENT), codex_or_skip(RELEASE_N)) else {
+        return;
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let _guard = runtime.enter();
+    let model = ResponsesStandIn::start().unwrap();
+    let home = CodexHome::new(&model).unwrap();
+    let mut sandbox = Sandbox::new(current.clone(), home.path().to_path_buf());
+    sandbox.chat_json("paginated", "p");
+    let gone = sandbox.chat_json("gone", "g");
+    sandbox.delete_rollout(gone["thread_id"].as_str().unwrap());
+    sandbox.codex = older;
+    sandbox.chat_json("legacy", "l");
+    let report: Value = serde_json::from_slice(&sandbox.ok(&["doctor", "--json"]).stdout).unwrap();
+    let status = |report: &Value, session: &str| {
+        report["bindings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["session"] == session)
+            .unwrap()["status"]
+            .clone()
+    };
+    assert_eq!(status(&report, "paginated"), "incompatible", "{report}");
+    assert_eq!(status(&report, "gone"), "gone", "{report}");
+    assert_eq!(status(&report, "legacy"), "live", "{report}");
+    sandbox.codex = current;
+    let report: Value = serde_json::from_slice(&sandbox.ok(&["doctor", "--json"]).stdout).unwrap();
+    assert_eq!(status(&report, "paginated"), "live", "{report}");
+    assert_eq!(status(&report, "gone"), "gone", "{report}");
+    assert_eq!(status(&report, "legacy"), "live", "{report}");
+}
