@@ -10,8 +10,11 @@ use crate::util;
 pub(crate) fn command(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
         Some("store") => store(&args[1..]),
-        Some(other) => Err(format!("unknown benchmark `{other}`; available: store")),
-        None => Err("usage: cargo xtask bench <what>; available: store".to_string()),
+        Some("fake") => crate::bench_fake::run(&args[1..]),
+        Some(other) => Err(format!(
+            "unknown benchmark `{other}`; available: store, fake"
+        )),
+        None => Err("usage: cargo xtask bench <what>; available: store, fake".to_string()),
     }
 }
 

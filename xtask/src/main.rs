@@ -8,6 +8,7 @@
 //! - `bench <what>`: benchmarks (see `docs/benchmarks.md`).
 
 mod bench;
+mod bench_fake;
 mod codex;
 mod util;
 
@@ -39,7 +40,8 @@ fn print_help() {
         "cargo xtask <command>\n\n\
          ci                    install pinned codex, fmt check, clippy -D warnings, all tests\n\
          codex [--version V]   install @openai/codex@V (default {}) and print its path\n\
-         bench store [--seconds S]  store commit rates vs raw baselines (docs/benchmarks.md)",
+         bench store [--seconds S]  store commit rates vs raw baselines (docs/benchmarks.md)\n\
+         bench fake [--seconds S]   in-process fake app-server requests per second",
         codex::DEFAULT_VERSION
     );
 }

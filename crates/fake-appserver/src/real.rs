@@ -309,6 +309,12 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> WirePeer<R, W> {
         self.read_wire().await
     }
 
+    /// Takes every message queued so far (notifications and server requests that arrived while
+    /// waiting for responses and were not consumed yet).
+    pub fn drain_queued(&mut self) -> Vec<Value> {
+        self.queue.drain(..).collect()
+    }
+
     /// Sends a request with the next integer id and waits for its response (the whole
     /// `{"id", "result"|"error"}` object). Other messages meanwhile are queued.
     pub async fn request(&mut self, method: &str, params: Option<Value>) -> io::Result<Value> {
