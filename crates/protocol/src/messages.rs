@@ -615,13 +615,17 @@ impl ServerRequest {
         }
     }
 
-    /// The answer that declines this approval, in the vocabulary of its method
-    /// (`decline` for v2 requests, `denied` for the legacy ones); `None` for non-approvals.
+    /// The answer that declines this approval, in the vocabulary of its method; `None` for
+    /// non-approvals.
+    ///
+    /// v2 requests get `decline` (the turn goes on without the action). The legacy requests
+    /// get `abort`: their plain "denied" changed shape between 0.144.6 (a string) and
+    /// 0.169.0 (an object with a rejection), and `abort` is the refusal both accept.
     pub fn decline_result(&self) -> Option<Value> {
         match self {
             Self::Approval { method, .. } => Some(match method.as_str() {
                 "applyPatchApproval" | "execCommandApproval" => {
-                    serde_json::json!({ "decision": "denied" })
+                    serde_json::json!({ "decision": "abort" })
                 }
                 "item/permissions/requestApproval" => {
                     serde_json::json!({ "permissions": {}, "scope": "turn" })

@@ -189,7 +189,7 @@ fn server_requests_decline_in_their_own_vocabulary() {
     };
     assert_eq!(
         ServerRequest::from_raw(&legacy).unwrap().decline_result(),
-        Some(json!({"decision": "denied"}))
+        Some(json!({"decision": "abort"}))
     );
     let tool = rethread_protocol::jsonrpc::Request {
         id: 2.into(),
