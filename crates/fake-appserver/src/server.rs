@@ -1272,10 +1272,17 @@ impl TurnRun {
                 request_id
             };
             let item_id = format!("{turn}-exec");
+            let exec_item = json!({"type": "commandExecution", "id": item_id, "command": "echo approved",
+                                   "cwd": "/", "status": "inProgress"});
+            e.notify(
+                "item/started",
+                json!({"item": exec_item, "threadId": thread, "turnId": turn}),
+            );
             e.line(
                 json!({"id": request_id, "method": "item/commandExecution/requestApproval",
                        "params": {"threadId": thread, "turnId": turn, "itemId": item_id,
-                                  "command": "echo approved", "cwd": "/", "reason": null}})
+                                  "startedAtMs": now_ms(), "command": "echo approved", "cwd": "/",
+                                  "reason": null}})
                 .to_string(),
             );
             tokio::select! {

@@ -7,8 +7,8 @@
 //!
 //! It speaks newline-delimited JSON-RPC on stdin/stdout and keeps its threads under
 //! `$CODEX_HOME` (default `~/.codex`), so a restarted process finds them again. The profile can
-//! also come from `FAKE_CODEX_PROFILE`, the fault script (JSON) from `FAKE_CODEX_FAULTS` (inline
-//! JSON or a path). Every model request is appended to `$CODEX_HOME/fake-model-requests.jsonl`.
+//! also come from `FAKE_CODEX_PROFILE`, the fault script (JSON, or TOML for a `.toml` file) from
+//! `FAKE_CODEX_FAULTS` (inline JSON or a path). Every model request is appended to `$CODEX_HOME/fake-model-requests.jsonl`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
