@@ -354,7 +354,47 @@ async fn a_legacy_thread_from_the_older_codex_resumes_under_current_with_its_mem
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thread_live_in_another_process_is_busy_and_the_store_is_unharmed() {
-    let Some(codex) = codex_or_skip(CURRENT) else {
+    busy_elsewhere(CURRENT).await;
+}
+
+/// Observed: 0.144.6 has no single-writer guard, so a second process resumes a live thread.
+/// Pinned here because it is why rethread needs its own per-session lease across hosts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_floor_lets_a_second_process_resume_a_live_thread() {
+    let Some(codex) = codex_or_skip(RELEASE_N) else {
+        return;
+    };
+    let world = World::new().await;
+    let thread = world.first_turn(&codex).await;
+    let (rail, _) = StatusRail::recording();
+    let holder = Server::spawn(&codex, world.home.path(), rail.clone()).await;
+    let live = world
+        .agent(rail.clone(), world.home.path())
+        .open(&holder.client)
+        .await
+        .unwrap();
+    assert_eq!(
+        live.outcome(),
+        &OpenOutcome::Resumed {
+            thread_id: thread.clone()
+        }
+    );
+    let contender = Server::spawn(&codex, world.home.path(), rail.clone()).await;
+    let second = world
+        .agent(rail, world.home.path())
+        .open(&contender.client)
+        .await
+        .unwrap();
+    assert_eq!(
+        second.outcome(),
+        &OpenOutcome::Resumed { thread_id: thread }
+    );
+    contender.stop().await;
+    holder.stop().await;
+}
+
+async fn busy_elsewhere(version: &str) {
+    let Some(codex) = codex_or_skip(version) else {
         return;
     };
     let world = World::new().await;
