@@ -369,7 +369,7 @@ struct RedbEngine {
 impl Engine for RedbEngine {
     fn write(
         &mut self,
-        f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<(), StoreError>,
+        f: &mut dyn FnMut(&mut dyn WriteTxn, bool) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         let label = self.label.as_str();
         let mut txn = self
@@ -390,7 +390,9 @@ impl Engine for RedbEngine {
                 sessions,
                 rows,
             };
-            f(&mut tables)?;
+            // The file is locked to this process and every write goes through this thread:
+            // nobody else can have written since the previous transaction.
+            f(&mut tables, false)?;
         }
         txn.commit().map_err(|e| map_redb_error(label, e))
     }

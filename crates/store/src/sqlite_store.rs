@@ -70,7 +70,14 @@ impl SqliteStore {
                 busy_timeout: options.busy_timeout,
                 pool: Mutex::new(Vec::new()),
             };
-            Ok((SqliteEngine { conn, label }, readers))
+            Ok((
+                SqliteEngine {
+                    conn,
+                    label,
+                    data_version: None,
+                },
+                readers,
+            ))
         })
         .await?;
         Ok(SqliteStore {
@@ -447,12 +454,14 @@ impl WriteTxn for Txn<'_> {
 struct SqliteEngine {
     conn: Connection,
     label: String,
+    /// `PRAGMA data_version` seen in the previous write transaction.
+    data_version: Option<i64>,
 }
 
 impl Engine for SqliteEngine {
     fn write(
         &mut self,
-        f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<(), StoreError>,
+        f: &mut dyn FnMut(&mut dyn WriteTxn, bool) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         let label = self.label.as_str();
         // IMMEDIATE: take the write lock before reading, so another process's write cannot
@@ -461,7 +470,14 @@ impl Engine for SqliteEngine {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| map_sqlite_error(label, e))?;
-        f(&mut Txn { conn: &txn, label })?;
+        // Under the write lock: has any other connection (process) committed since our last
+        // transaction? `data_version` changes only for other connections' commits.
+        let version: i64 = txn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))
+            .map_err(|e| map_sqlite_error(label, e))?;
+        let others_wrote = self.data_version != Some(version);
+        self.data_version = Some(version);
+        f(&mut Txn { conn: &txn, label }, others_wrote)?;
         txn.commit().map_err(|e| map_sqlite_error(label, e))
     }
 }

@@ -4,18 +4,24 @@
 //! Architecture invariant: no engine call runs on an async runtime thread. Writes run here;
 //! reads run in `spawn_blocking`.
 
+use std::collections::HashMap;
+use std::ops::Range;
+
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::logic::{apply, now_ms, Reply, WriteOp, WriteTxn};
-use crate::StoreError;
+use crate::logic::{apply, now_ms, ReadTxn, Reply, WriteOp, WriteTxn};
+use crate::{SessionRecord, StoreError, TranscriptRow};
 
 /// A storage engine as seen by the writer thread.
 pub(crate) trait Engine: Send + 'static {
     /// Runs `f` in one write transaction and commits it (durably, unless relaxed) if `f`
-    /// returns `Ok`; rolls it back otherwise.
+    /// returns `Ok`; rolls it back otherwise. `f`'s second argument tells whether anyone else
+    /// (another process) may have written since this engine's previous transaction, in which
+    /// case the writer forgets the session records it cached.
     fn write(
         &mut self,
-        f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<(), StoreError>,
+        f: &mut dyn FnMut(&mut dyn WriteTxn, bool) -> Result<(), StoreError>,
     ) -> Result<(), StoreError>;
 
     /// Called once when the writer stops, before the engine is dropped.
@@ -102,6 +108,7 @@ impl Writer {
 }
 
 fn run<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Msg>, max_batch: usize) {
+    let mut cache = HashMap::new();
     let mut batch: Vec<(WriteOp, ReplyTx)> = Vec::new();
     while let Some(first) = next_message(&mut rx) {
         let mut close = None;
@@ -119,7 +126,7 @@ fn run<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Msg>, max_batch: usize) 
             }
         }
         if !batch.is_empty() {
-            commit_batch(&mut engine, std::mem::take(&mut batch));
+            commit_batch(&mut engine, &mut cache, std::mem::take(&mut batch));
         }
         if let Some(done) = close {
             engine.shutdown();
@@ -155,13 +162,23 @@ fn next_message(rx: &mut mpsc::Receiver<Msg>) -> Option<Msg> {
 /// Commits `batch` in one transaction and answers each caller after the commit. If the
 /// transaction fails as a whole, each write is retried alone so that one bad write cannot fail
 /// its neighbours.
-fn commit_batch<E: Engine>(engine: &mut E, batch: Vec<(WriteOp, ReplyTx)>) {
+fn commit_batch<E: Engine>(engine: &mut E, cache: &mut Cache, batch: Vec<(WriteOp, ReplyTx)>) {
     let now = now_ms();
     let mut results: Vec<Result<Reply, StoreError>> = Vec::with_capacity(batch.len());
-    let outcome = engine.write(&mut |txn| {
+    let mut pending: Cache = HashMap::new();
+    let outcome = engine.write(&mut |txn, others_wrote| {
         results.clear();
+        pending.clear();
+        if others_wrote || cache.len() > CACHE_LIMIT {
+            cache.clear();
+        }
+        let mut txn = Cached {
+            inner: txn,
+            cache,
+            pending: &mut pending,
+        };
         for (op, _) in &batch {
-            match apply(txn, op, now) {
+            match apply(&mut txn, op, now) {
                 Ok(reply) => results.push(Ok(reply)),
                 // A logical refusal wrote nothing (see `logic`), so the others may commit.
                 Err(e) if e.is_logical() => results.push(Err(e)),
@@ -170,6 +187,13 @@ fn commit_batch<E: Engine>(engine: &mut E, batch: Vec<(WriteOp, ReplyTx)>) {
         }
         Ok(())
     });
+    if outcome.is_ok() {
+        cache.extend(pending);
+    } else {
+        // The transaction's fate is what the engine said, but a failed commit may still have
+        // reached the disk: trust nothing cached.
+        cache.clear();
+    }
     match outcome {
         Ok(()) => {
             for ((_, reply), result) in batch.into_iter().zip(results) {
@@ -184,8 +208,77 @@ fn commit_batch<E: Engine>(engine: &mut E, batch: Vec<(WriteOp, ReplyTx)>) {
         Err(e) => {
             tracing::warn!(error = %e, size = batch.len(), "group commit failed; retrying each write alone");
             for item in batch {
-                commit_batch(engine, vec![item]);
+                commit_batch(engine, cache, vec![item]);
             }
         }
+    }
+}
+
+/// Session records as of this writer's last commit, keyed by session id (`None`: absent).
+///
+/// Every write loads the session it changes; on the one-session path that read (a lookup plus
+/// a JSON decode) is a measurable share of a commit. Only this thread writes through this
+/// engine, so what it committed last is what the file holds, unless another process wrote in
+/// between, which the engine reports (SQLite `PRAGMA data_version`; redb files are exclusive).
+type Cache = HashMap<String, Option<SessionRecord>>;
+
+/// Past this many cached sessions the cache starts over (it is a latency aid, not a mirror).
+const CACHE_LIMIT: usize = 4096;
+
+/// A write transaction seen through the cache: loads hit the cache or record what they read;
+/// writes go through and are remembered, to join the cache only if the commit succeeds.
+struct Cached<'a> {
+    inner: &'a mut dyn WriteTxn,
+    cache: &'a Cache,
+    pending: &'a mut Cache,
+}
+
+impl ReadTxn for Cached<'_> {
+    fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        if let Some(record) = self
+            .pending
+            .get(session_id)
+            .or_else(|| self.cache.get(session_id))
+        {
+            return Ok(record.clone());
+        }
+        let record = self.inner.load(session_id)?;
+        self.pending.insert(session_id.to_string(), record.clone());
+        Ok(record)
+    }
+
+    fn load_rows(
+        &mut self,
+        session_id: &str,
+        range: Range<u64>,
+    ) -> Result<Vec<TranscriptRow>, StoreError> {
+        self.inner.load_rows(session_id, range)
+    }
+
+    fn list(
+        &mut self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        self.inner.list(after, limit)
+    }
+}
+
+impl WriteTxn for Cached<'_> {
+    fn put(&mut self, record: &SessionRecord) -> Result<(), StoreError> {
+        self.inner.put(record)?;
+        self.pending
+            .insert(record.session_id.clone(), Some(record.clone()));
+        Ok(())
+    }
+
+    fn put_row(&mut self, session_id: &str, seq: u64, body: &Value) -> Result<(), StoreError> {
+        self.inner.put_row(session_id, seq, body)
+    }
+
+    fn remove(&mut self, session_id: &str) -> Result<bool, StoreError> {
+        let existed = self.inner.remove(session_id)?;
+        self.pending.insert(session_id.to_string(), None);
+        Ok(existed)
     }
 }
