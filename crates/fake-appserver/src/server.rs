@@ -755,6 +755,9 @@ impl Proc {
         if self.profile.has_history_mode() {
             thread["historyMode"] = json!(meta.history_mode.as_str());
         }
+        if self.profile == Profile::Current {
+            thread["projectId"] = Value::Null;
+        }
         thread
     }
 
@@ -766,6 +769,7 @@ impl Proc {
             "modelProvider": "mock",
             "cwd": loaded.meta.cwd,
             "approvalPolicy": "never",
+            "approvalsReviewer": "user",
             "sandbox": {"type": "readOnly", "networkAccess": false},
             "reasoningEffort": null,
         })
@@ -903,7 +907,7 @@ fn thread_resume(
     params: &Value,
     faults: &[Fault],
 ) -> RpcResult {
-    let (response, newly_loaded, has_turns) = resume(proc, params, faults)?;
+    let (response, newly_loaded, last_turn) = resume(proc, params, faults)?;
     let thread_id = response["thread"]["id"].clone();
     emitter.respond(id, Ok(response));
     if newly_loaded {
@@ -912,23 +916,24 @@ fn thread_resume(
             json!({"threadId": thread_id, "status": {"type": "idle"}}),
         );
     }
-    if has_turns {
+    if let Some(turn_id) = last_turn {
         let usage = json!({"totalTokens": 2, "inputTokens": 1, "cachedInputTokens": 0,
                            "outputTokens": 1, "reasoningOutputTokens": 0});
         emitter.notify(
             "thread/tokenUsage/updated",
-            json!({"threadId": thread_id, "turnId": null,
+            json!({"threadId": thread_id, "turnId": turn_id,
                    "tokenUsage": {"total": usage, "last": usage, "modelContextWindow": 258400}}),
         );
     }
     Ok(Value::Null)
 }
 
+/// Resumes a thread: the response, whether it was newly loaded, and its last turn's id.
 fn resume(
     proc: &mut Proc,
     params: &Value,
     faults: &[Fault],
-) -> Result<(Value, bool, bool), (i64, String)> {
+) -> Result<(Value, bool, Option<String>), (i64, String)> {
     let thread_id = field_str(params, "threadId")?;
     let exclude = field_bool(params, "excludeTurns")?;
     if exclude.is_some() && proc.profile.exclude_turns_is_experimental() && !proc.experimental {
@@ -965,7 +970,7 @@ fn resume(
         return Ok((
             proc.thread_response(loaded, include_turns),
             false,
-            !loaded.turns.is_empty(),
+            loaded.turns.last().map(|t| t.id.clone()),
         ));
     }
     let path = proc
@@ -998,9 +1003,9 @@ fn resume(
         active: None,
     };
     let response = proc.thread_response(&loaded, include_turns);
-    let has_turns = !loaded.turns.is_empty();
+    let last_turn = loaded.turns.last().map(|t| t.id.clone());
     proc.threads.insert(thread_id, loaded);
-    Ok((response, true, has_turns))
+    Ok((response, true, last_turn))
 }
 
 fn internal(e: io::Error) -> (i64, String) {
@@ -1251,11 +1256,11 @@ impl TurnRun {
                                "content": [{"type": "text", "text": self.text, "text_elements": []}]});
         e.notify(
             "item/started",
-            json!({"item": user_item, "threadId": thread, "turnId": turn}),
+            json!({"item": user_item, "threadId": thread, "turnId": turn, "startedAtMs": now_ms()}),
         );
         e.notify(
             "item/completed",
-            json!({"item": user_item, "threadId": thread, "turnId": turn}),
+            json!({"item": user_item, "threadId": thread, "turnId": turn, "completedAtMs": now_ms()}),
         );
         if self.has(|f| matches!(f, Fault::ExitMidTurn { turn } if *turn == n)) {
             e.exit();
@@ -1273,10 +1278,10 @@ impl TurnRun {
             };
             let item_id = format!("{turn}-exec");
             let exec_item = json!({"type": "commandExecution", "id": item_id, "command": "echo approved",
-                                   "cwd": "/", "status": "inProgress"});
+                                   "commandActions": [], "cwd": "/", "status": "inProgress"});
             e.notify(
                 "item/started",
-                json!({"item": exec_item, "threadId": thread, "turnId": turn}),
+                json!({"item": exec_item, "threadId": thread, "turnId": turn, "startedAtMs": now_ms()}),
             );
             e.line(
                 json!({"id": request_id, "method": "item/commandExecution/requestApproval",
@@ -1290,8 +1295,8 @@ impl TurnRun {
                     let decision = answer.ok().and_then(|a| a.get("decision").cloned()).unwrap_or(Value::Null);
                     let status = if decision == json!("accept") || decision == json!("acceptForSession") { "completed" } else { "declined" };
                     let item = json!({"type": "commandExecution", "id": item_id, "command": "echo approved",
-                                      "status": status});
-                    e.notify("item/completed", json!({"item": item, "threadId": thread, "turnId": turn}));
+                                      "commandActions": [], "cwd": "/", "status": status});
+                    e.notify("item/completed", json!({"item": item, "threadId": thread, "turnId": turn, "completedAtMs": now_ms()}));
                 }
                 _ = &mut interrupt => interrupted = true,
             }
@@ -1322,11 +1327,11 @@ impl TurnRun {
             let item = agent_item(turn, text);
             e.notify(
                 "item/started",
-                json!({"item": item, "threadId": thread, "turnId": turn}),
+                json!({"item": item, "threadId": thread, "turnId": turn, "startedAtMs": now_ms()}),
             );
             e.notify(
                 "item/completed",
-                json!({"item": item, "threadId": thread, "turnId": turn}),
+                json!({"item": item, "threadId": thread, "turnId": turn, "completedAtMs": now_ms()}),
             );
             let usage = json!({"totalTokens": 2, "inputTokens": 1, "cachedInputTokens": 0,
                                "outputTokens": 1, "reasoningOutputTokens": 0});
@@ -1465,7 +1470,7 @@ impl TurnRun {
         let item = agent_item(&turn, "not for you");
         e.notify(
             "item/completed",
-            json!({"item": item, "threadId": other, "turnId": turn}),
+            json!({"item": item, "threadId": other, "turnId": turn, "completedAtMs": now_ms()}),
         );
         e.notify(
             "turn/completed",
