@@ -405,8 +405,14 @@ impl WriteTxn for Txn<'_> {
         let binding = record.binding.as_ref();
         self.conn
             .prepare_cached(&format!(
-                "INSERT OR REPLACE INTO sessions ({RECORD_COLUMNS}) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+                "INSERT INTO sessions ({RECORD_COLUMNS}) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+                 ON CONFLICT (session_id) DO UPDATE SET model_config = excluded.model_config, \
+                 binding_thread_id = excluded.binding_thread_id, \
+                 binding_codex_home = excluded.binding_codex_home, \
+                 bound_at_ms = excluded.bound_at_ms, row_count = excluded.row_count, \
+                 retired_threads = excluded.retired_threads, \
+                 created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms"
             ))
             .and_then(|mut s| {
                 s.execute(params![
