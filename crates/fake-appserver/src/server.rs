@@ -126,6 +126,9 @@ impl FakeBuilder {
 
     /// Starts the fake on the current tokio runtime, connected to the returned stream (the
     /// client's end: write requests, read responses and notifications).
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
     pub fn spawn_in_process(self) -> io::Result<(DuplexStream, FakeHandle)> {
         let shared = self.into_shared()?;
         let handle = FakeHandle {

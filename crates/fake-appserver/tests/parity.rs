@@ -15,7 +15,7 @@ use rethread_fake_appserver::real::{
     codex_or_skip, error_of, CodexHome, WirePeer, CURRENT, RELEASE_N,
 };
 use rethread_fake_appserver::responses::{ConversationMessage, ResponsesStandIn};
-use rethread_fake_appserver::{FakeAppServer, FakeHandle, Profile};
+use rethread_fake_appserver::{FakeAppServer, FakeHandle, ModelRequest, Profile};
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -24,8 +24,26 @@ type Peer = WirePeer<Box<dyn AsyncRead + Unpin + Send>, Box<dyn AsyncWrite + Unp
 /// What a scenario runs against: a fake profile or a real binary.
 #[derive(Debug, Clone)]
 enum Target {
+    /// The in-process fake.
     Fake(Profile),
+    /// A real codex binary.
     Real(PathBuf),
+    /// The `fake-codex` binary, as separate processes.
+    FakeBinary(Profile),
+}
+
+impl Target {
+    /// The program and the arguments after `app-server`, for the process targets.
+    fn command(&self) -> Option<(PathBuf, Vec<String>)> {
+        match self {
+            Target::Fake(_) => None,
+            Target::Real(binary) => Some((binary.clone(), Vec::new())),
+            Target::FakeBinary(profile) => Some((
+                PathBuf::from(env!("CARGO_BIN_EXE_fake-codex")),
+                vec!["--profile".to_string(), profile.name().to_string()],
+            )),
+        }
+    }
 }
 
 /// The methods whose order is compared (the rest is codex's incidental chatter).
@@ -45,6 +63,8 @@ struct Lab {
     fakes: Vec<FakeHandle>,
     homes: Vec<CodexHome>,
     log: Vec<String>,
+    /// The home of the most recently spawned process.
+    last_home: Option<PathBuf>,
 }
 
 struct Proc {
@@ -101,6 +121,7 @@ impl Lab {
             fakes: Vec::new(),
             homes: Vec::new(),
             log: Vec::new(),
+            last_home: None,
         }
     }
 
@@ -112,6 +133,7 @@ impl Lab {
     }
 
     async fn spawn(&mut self, target: &Target, home: &Path, experimental: bool) -> Proc {
+        self.last_home = Some(home.to_path_buf());
         let mut proc = match target {
             Target::Fake(profile) => {
                 let (client, handle) = FakeAppServer::builder()
@@ -127,7 +149,8 @@ impl Lab {
                     fake: Some(handle),
                 }
             }
-            Target::Real(binary) => {
+            process => {
+                let (binary, args) = process.command().unwrap();
                 let stderr = std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)
@@ -135,6 +158,7 @@ impl Lab {
                     .unwrap();
                 let mut child = tokio::process::Command::new(binary)
                     .arg("app-server")
+                    .args(args)
                     .env("CODEX_HOME", home)
                     .stdin(Stdio::piped())
                     .stdout(Stdio::piped())
@@ -167,6 +191,19 @@ impl Lab {
                 .last()
                 .map(|r| r.conversation())
                 .unwrap_or_default(),
+            Target::FakeBinary(_) => {
+                let home = self.last_home.as_ref().expect("a process was spawned");
+                let log = std::fs::read_to_string(home.join("fake-model-requests.jsonl"))
+                    .unwrap_or_default();
+                log.lines()
+                    .last()
+                    .map(|line| {
+                        serde_json::from_str::<ModelRequest>(line)
+                            .unwrap()
+                            .conversation
+                    })
+                    .unwrap_or_default()
+            }
             Target::Fake(_) => self
                 .fakes
                 .iter()
@@ -405,9 +442,11 @@ impl Lab {
                     fake: Some(handle),
                 }
             }
-            Target::Real(binary) => {
+            process => {
+                let (binary, args) = process.command().unwrap();
                 let mut child = tokio::process::Command::new(binary)
                     .arg("app-server")
+                    .args(args)
                     .env("CODEX_HOME", home)
                     .stdin(Stdio::piped())
                     .stdout(Stdio::piped())
@@ -831,6 +870,17 @@ async fn paginated_threads_on_the_compatibility_floor() {
         Target::Fake(Profile::ReleaseN),
     )
     .await;
+    let binary = paginated_under_release_n(
+        Target::FakeBinary(Profile::Current),
+        Target::FakeBinary(Profile::ReleaseN),
+    )
+    .await;
+    compare(
+        "paginated_under_release_n",
+        &fake,
+        &binary,
+        "fake-codex binary",
+    );
     let (Some(current), Some(floor)) = (codex_or_skip(CURRENT), codex_or_skip(RELEASE_N)) else {
         return;
     };
