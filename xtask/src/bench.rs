@@ -4,6 +4,9 @@
 //!   latencies of the redb and SQLite stores beside raw engine and fsync baselines. Runs the
 //!   `bench_store` example of `rethread-store` in release mode; `--dir` puts the files on the
 //!   filesystem you want to measure (default: the system temp dir).
+//! - `runtime [--iterations N] [--turns 1,100,1000] [--samples N] [--skip-real]`: time from
+//!   opening a conversation to `turn/start` sent (resumed vs fresh), and `thread/resume`
+//!   latency on the real codex by history length, with and without `excludeTurns`.
 
 use crate::util;
 
@@ -11,11 +14,27 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
         Some("store") => store(&args[1..]),
         Some("fake") => crate::bench_fake::run(&args[1..]),
+        Some("runtime") => example("rethread-runtime", "bench_runtime", &args[1..]),
         Some(other) => Err(format!(
-            "unknown benchmark `{other}`; available: store, fake"
+            "unknown benchmark `{other}`; available: store, fake, runtime"
         )),
-        None => Err("usage: cargo xtask bench <what>; available: store, fake".to_string()),
+        None => Err("usage: cargo xtask bench <what>; available: store, fake, runtime".to_string()),
     }
+}
+
+/// Runs `example` of `package` in release mode with `extra` arguments.
+fn example(package: &str, example: &str, extra: &[String]) -> Result<(), String> {
+    let mut args = vec![
+        "run",
+        "--release",
+        "-p",
+        package,
+        "--example",
+        example,
+        "--",
+    ];
+    args.extend(extra.iter().map(String::as_str));
+    util::run(&util::project_root(), "cargo", &args)
 }
 
 fn store(extra: &[String]) -> Result<(), String> {

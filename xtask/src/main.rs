@@ -10,6 +10,7 @@
 mod bench;
 mod bench_fake;
 mod codex;
+mod fuzz;
 mod util;
 
 use std::process::ExitCode;
@@ -19,6 +20,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("codex") => codex::command(&args[1..]),
+        Some("fuzz") => fuzz::command(&args[1..]),
         Some("bench") => bench::command(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             print_help();
@@ -40,6 +42,7 @@ fn print_help() {
         "cargo xtask <command>\n\n\
          ci                    install pinned codex, fmt check, clippy -D warnings, all tests\n\
          codex [--version V]   install @openai/codex@V (default {}) and print its path\n\
+         fuzz [--seconds N] [TARGET...]  build, seed and run the fuzz targets (docs/fuzzing.md)\n\
          bench store [--seconds S]  store commit rates vs raw baselines (docs/benchmarks.md)\n\
          bench fake [--seconds S]   in-process fake app-server requests per second",
         codex::DEFAULT_VERSION
@@ -58,6 +61,10 @@ fn ci() -> Result<(), String> {
     }
     // Tests that need a real codex fail instead of skipping when this is set.
     std::env::set_var("RETHREAD_REQUIRE_REAL_CODEX", "1");
+    // The runtime's model-based proptest runs more histories in CI than locally.
+    if std::env::var_os("RETHREAD_MODEL_CASES").is_none() {
+        std::env::set_var("RETHREAD_MODEL_CASES", "1000");
+    }
     util::run(&root, "cargo", &["fmt", "--all", "--", "--check"])?;
     util::run(
         &root,

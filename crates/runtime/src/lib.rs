@@ -40,3 +40,8 @@ pub use client::{
     ServerInfo, ServerRequestHandler, ThreadEvents,
 };
 pub use rail::{RecordedEvents, StatusEvent, StatusKind, StatusRail, StatusSink};
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;

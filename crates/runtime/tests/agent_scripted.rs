@@ -353,3 +353,76 @@ async fn a_later_session_of_the_same_agent_starts_fresh() {
         }
     );
 }
+
+/// A host that keeps its own transcript and says whether it is durable.
+#[derive(Debug, Default)]
+struct HostTranscript {
+    durable: bool,
+    rows: std::sync::Mutex<Vec<serde_json::Value>>,
+}
+
+#[async_trait::async_trait]
+impl rethread_runtime::TranscriptSink for HostTranscript {
+    async fn persist_turn(
+        &self,
+        _session: &str,
+        rows: &[serde_json::Value],
+    ) -> Result<rethread_runtime::SinkDurability, String> {
+        self.rows.lock().unwrap().extend_from_slice(rows);
+        Ok(if self.durable {
+            rethread_runtime::SinkDurability::Durable
+        } else {
+            rethread_runtime::SinkDurability::NotDurable
+        })
+    }
+
+    async fn recent_rows(
+        &self,
+        _session: &str,
+        limit: u64,
+    ) -> Result<Vec<serde_json::Value>, String> {
+        let rows = self.rows.lock().unwrap();
+        Ok(rows[rows.len().saturating_sub(limit as usize)..].to_vec())
+    }
+}
+
+async fn host_sink_turn(durable: bool) -> (Arc<MemoryStore>, Arc<HostTranscript>, Publication) {
+    let store = Arc::new(MemoryStore::new());
+    let sink = Arc::new(HostTranscript {
+        durable,
+        ..Default::default()
+    });
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut agent = Agent::new("s", store.clone(), StatusRail::default())
+        .with_options(options())
+        .with_transcript_sink(sink.clone());
+    let run = tokio::spawn(async move {
+        let mut session = agent.open(&client).await?;
+        session.run_turn("hi").await
+    });
+    peer.start_thread("t1").await;
+    peer.run_turn("t1", "u1", "hello").await;
+    let publication = run.await.unwrap().unwrap().publication;
+    (store, sink, publication)
+}
+
+#[tokio::test]
+async fn a_host_sink_that_reports_durability_gets_the_binding_and_keeps_the_rows() {
+    let (store, sink, publication) = host_sink_turn(true).await;
+    assert_eq!(publication, Publication::Published);
+    let record = store.session("s").await.unwrap().unwrap();
+    assert_eq!(record.thread_id(), Some("t1"));
+    assert_eq!(
+        record.row_count, 0,
+        "the rows live in the host's transcript"
+    );
+    assert_eq!(sink.rows.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn no_durable_report_no_binding() {
+    let (store, sink, publication) = host_sink_turn(false).await;
+    assert_eq!(publication, Publication::NotDurable);
+    assert!(store.session("s").await.unwrap().is_none());
+    assert_eq!(sink.rows.lock().unwrap().len(), 2);
+}
