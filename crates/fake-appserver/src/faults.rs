@@ -118,7 +118,8 @@ pub enum Fault {
         #[serde(default)]
         message: Option<String>,
     },
-    /// The server exits (its output ends, unanswered) when request number `n` arrives.
+    /// The server exits (its output ends, unanswered) when request number `n` arrives. The
+    /// `fake-codex` binary then exits with status 1, as a crashed process would fail.
     ExitAtRequest {
         /// 1-based request number.
         n: u64,

@@ -54,4 +54,4 @@ mod util;
 
 pub use faults::{Corruption, Fault, FaultScript};
 pub use profile::Profile;
-pub use server::{FakeAppServer, FakeBuilder, FakeHandle, LoggedRequest, ModelRequest};
+pub use server::{Ended, FakeAppServer, FakeBuilder, FakeHandle, LoggedRequest, ModelRequest};

@@ -212,6 +212,11 @@ impl AppServerProcess {
         self.child.id()
     }
 
+    /// Waits for the process to exit by itself.
+    pub async fn wait(&mut self) -> io::Result<std::process::ExitStatus> {
+        self.child.wait().await
+    }
+
     /// Kills the process (like a crash) and reaps it.
     pub async fn kill(&mut self) -> io::Result<()> {
         self.child.kill().await

@@ -139,8 +139,9 @@ impl FakeBuilder {
         Ok((client, handle))
     }
 
-    /// Serves one connection (e.g. stdin/stdout) until the input ends or a fault exits.
-    pub async fn serve<R, W>(self, reader: R, writer: W) -> io::Result<()>
+    /// Serves one connection (e.g. stdin/stdout) until the input ends or a fault exits;
+    /// says which.
+    pub async fn serve<R, W>(self, reader: R, writer: W) -> io::Result<Ended>
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
@@ -148,6 +149,15 @@ impl FakeBuilder {
         let shared = self.into_shared()?;
         run_process(shared, reader, writer).await
     }
+}
+
+/// Why a served connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The client closed its end (codex exits when its stdin closes).
+    InputClosed,
+    /// A fault of the script made the server exit (like a crash).
+    Fault,
 }
 
 /// One request the fake received.
@@ -428,7 +438,7 @@ impl Drop for ReleaseOnDrop {
     }
 }
 
-async fn run_process<R, W>(shared: Arc<Shared>, reader: R, writer: W) -> io::Result<()>
+async fn run_process<R, W>(shared: Arc<Shared>, reader: R, writer: W) -> io::Result<Ended>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -468,7 +478,7 @@ where
                         }
                         Some(Out::Exit) | None => {
                             output.flush().await?;
-                            return Ok(());
+                            return Ok(Ended::Fault);
                         }
                     }
                     match rx.try_recv() {
@@ -486,7 +496,7 @@ where
                         output.write_all(b"\n").await?;
                     }
                     output.flush().await?;
-                    return Ok(());
+                    return Ok(Ended::InputClosed);
                 }
                 Some(Err(e)) => return Err(e),
                 // Codex ignores lines it cannot read; so does the fake.

@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rethread_fake_appserver::{FakeAppServer, FaultScript, Profile};
+use rethread_fake_appserver::{Ended, FakeAppServer, FaultScript, Profile};
 
 fn main() -> ExitCode {
     match run() {
@@ -72,5 +72,9 @@ fn run() -> Result<(), String> {
     let served = runtime.block_on(builder.serve(tokio::io::stdin(), tokio::io::stdout()));
     // The stdin reader may sit in a blocking read; do not wait for it.
     runtime.shutdown_background();
-    served.map_err(|e| e.to_string())
+    match served.map_err(|e| e.to_string())? {
+        Ended::InputClosed => Ok(()),
+        // Like a crash: the caller sees a failed process, not a clean exit.
+        Ended::Fault => Err("exiting as the fault script says".to_string()),
+    }
 }
