@@ -37,18 +37,31 @@ pub(crate) fn install(version: &str) -> Result<PathBuf, String> {
         return Ok(binary);
     }
     std::fs::create_dir_all(&prefix).map_err(|e| format!("create {}: {e}", prefix.display()))?;
-    eprintln!("installing @openai/codex@{version} into {}", prefix.display());
+    eprintln!(
+        "installing @openai/codex@{version} into {}",
+        prefix.display()
+    );
     let prefix_arg = prefix.to_string_lossy().into_owned();
     let package = format!("@openai/codex@{version}");
     crate::util::run(
         &prefix,
         "npm",
-        &["install", "--no-audit", "--no-fund", "--prefix", &prefix_arg, &package],
+        &[
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--prefix",
+            &prefix_arg,
+            &package,
+        ],
     )?;
     if reports_version(&binary, version) {
         Ok(binary)
     } else {
-        Err(format!("npm installed {package} but {} does not report codex-cli {version}", binary.display()))
+        Err(format!(
+            "npm installed {package} but {} does not report codex-cli {version}",
+            binary.display()
+        ))
     }
 }
 

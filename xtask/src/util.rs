@@ -22,6 +22,9 @@ pub(crate) fn run(dir: &Path, program: &str, args: &[&str]) -> Result<(), String
     if status.success() {
         Ok(())
     } else {
-        Err(format!("`{program} {}` failed with {status}", args.join(" ")))
+        Err(format!(
+            "`{program} {}` failed with {status}",
+            args.join(" ")
+        ))
     }
 }
