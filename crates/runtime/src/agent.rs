@@ -49,7 +49,8 @@ impl Default for SeedOptions {
 #[derive(Debug, Clone)]
 pub struct AgentOptions {
     /// The `CODEX_HOME` recorded with each binding (diagnostics). Defaults to the
-    /// environment's `CODEX_HOME` when the options are built.
+    /// environment's `CODEX_HOME` when the options are built, else codex's own default
+    /// `$HOME/.codex`.
     pub codex_home: Option<String>,
     /// Ask for `excludeTurns: true` on resume (the host keeps its own transcript). If the
     /// server refuses the field for lack of a capability, the resume is retried without it.
@@ -74,7 +75,7 @@ pub struct AgentOptions {
 impl Default for AgentOptions {
     fn default() -> Self {
         AgentOptions {
-            codex_home: std::env::var("CODEX_HOME").ok(),
+            codex_home: effective_codex_home(),
             exclude_turns: true,
             transient_retries: 3,
             retry_backoff: Duration::from_millis(200),
@@ -83,6 +84,15 @@ impl Default for AgentOptions {
             turn_timeout: Duration::from_secs(15 * 60),
             thread_start: ThreadStartParams::default(),
         }
+    }
+}
+
+/// The `CODEX_HOME` a spawned codex will use: the variable, else codex's default `~/.codex`.
+fn effective_codex_home() -> Option<String> {
+    match std::env::var_os("CODEX_HOME") {
+        Some(home) => Some(home.to_string_lossy().into_owned()),
+        None => std::env::var_os("HOME")
+            .map(|home| std::path::Path::new(&home).join(".codex").to_string_lossy().into_owned()),
     }
 }
 
