@@ -331,7 +331,11 @@ impl FakeHandle {
         let text = std::fs::read_to_string(&path)?;
         let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
         let mut meta: Value = serde_json::from_str(first).map_err(io::Error::other)?;
-        meta["payload"]["history_mode"] = json!(mode);
+        let payload = meta
+            .get_mut("payload")
+            .and_then(Value::as_object_mut)
+            .ok_or_else(|| io::Error::other("the first line is not a session_meta record"))?;
+        payload.insert("history_mode".into(), json!(mode));
         std::fs::write(&path, format!("{meta}\n{rest}"))
     }
 
@@ -601,7 +605,7 @@ fn handle_request(
         .any(|f| matches!(f, Fault::WrongId { at_request } if *at_request == number))
     {
         match &id {
-            Value::Number(n) => json!(n.as_i64().unwrap_or(0) + 1000),
+            Value::Number(n) => json!(n.as_i64().unwrap_or(0).wrapping_add(1000)),
             Value::String(s) => json!(format!("{s}-wrong")),
             other => other.clone(),
         }
