@@ -315,7 +315,10 @@ impl FakeHandle {
 
     /// The rollout file of `id`, if one exists.
     pub fn rollout_path(&self, id: &str) -> Option<PathBuf> {
-        Store::open(&self.shared.home).ok()?.find_rollout(id).ok()?
+        Store::open(&self.shared.home)
+            .ok()?
+            .find_rollout(id, true)
+            .ok()?
     }
 
     /// Corrupts the rollout of `id`.
@@ -981,6 +984,19 @@ fn resume(
         if !loaded.materialized {
             return Err(no_rollout_error(&thread_id));
         }
+        // Resuming a loaded thread still checks its rollout: one deleted under a running
+        // server is gone for resume (0.169.0 words it as a broken history lineage).
+        if !loaded.meta.path.is_file() {
+            return Err(match proc.profile {
+                Profile::Current => (
+                    INVALID_REQUEST,
+                    format!(
+                        "invalid paginated history lineage for {thread_id}: missing source rollout"
+                    ),
+                ),
+                _ => no_rollout_error(&thread_id),
+            });
+        }
         if loaded.meta.history_mode == HistoryMode::Paginated && !proc.profile.serves_paginated() {
             return Err(paginated_unsupported());
         }
@@ -992,7 +1008,7 @@ fn resume(
     }
     let path = proc
         .store
-        .find_rollout(&thread_id)
+        .find_rollout(&thread_id, proc.profile != Profile::Current)
         .map_err(internal)?
         .ok_or_else(|| no_rollout_error(&thread_id))?;
     let rollout = match store::read_rollout(&path) {
@@ -1054,11 +1070,17 @@ fn thread_read(proc: &mut Proc, emitter: &Emitter, params: &Value) -> RpcResult 
         return Ok(json!({"thread": proc.thread_json(&loaded.meta, turns, true)}));
     }
     let row = proc.store.row(&thread_id).map_err(internal)?;
+    // 0.169.0 reads an indexed thread at its indexed path; 0.144.6 also finds a moved rollout.
     let path = match &row {
-        Some(row) => row.path.clone(),
+        Some(row) if row.path.is_file() || proc.profile == Profile::Current => row.path.clone(),
+        Some(row) => proc
+            .store
+            .find_rollout(&thread_id, true)
+            .map_err(internal)?
+            .unwrap_or_else(|| row.path.clone()),
         None => proc
             .store
-            .find_rollout(&thread_id)
+            .find_rollout(&thread_id, true)
             .map_err(internal)?
             .ok_or_else(not_loaded)?,
     };
@@ -1117,24 +1139,41 @@ fn deprecation_notice(emitter: &Emitter) {
     );
 }
 
+/// Lists the threads whose rollout can be read, wherever under `sessions/` it lies (codex
+/// finds a rollout moved to another day's folder), most recently updated first.
 fn thread_list(proc: &mut Proc) -> RpcResult {
-    let rows = proc.store.rows().map_err(internal)?;
-    let mut data = Vec::new();
-    for row in rows {
-        // A thread whose rollout cannot be read (gone, empty, unknown mode) is left out:
+    let rows: HashMap<String, store::Row> = proc
+        .store
+        .rows()
+        .map_err(internal)?
+        .into_iter()
+        .map(|row| (row.id.clone(), row))
+        .collect();
+    let mut listed = Vec::new();
+    for path in store::all_rollouts(&proc.store.home().join("sessions")) {
+        // A thread whose rollout cannot be read (empty, garbage, unknown mode) is left out:
         // never listed with a guessed mode.
-        let Ok(rollout) = store::read_rollout(&row.path) else {
+        let Ok(rollout) = store::read_rollout(&path) else {
             continue;
         };
-        let _ = proc
-            .store
-            .reconcile_mode(&row.id, &rollout.meta.history_mode);
         let mut meta = rollout.meta;
-        meta.created_ms = row.created_ms;
-        meta.updated_ms = row.updated_ms;
-        let loaded = proc.threads.contains_key(&row.id);
-        data.push(proc.thread_json(&meta, None, loaded));
+        if let Some(row) = rows.get(&meta.id) {
+            let _ = proc.store.reconcile_mode(&meta.id, &meta.history_mode);
+            meta.created_ms = row.created_ms;
+            meta.updated_ms = row.updated_ms;
+        }
+        listed.push(meta);
     }
+    listed.sort_by(|a, b| {
+        b.updated_ms
+            .cmp(&a.updated_ms)
+            .then_with(|| b.id.cmp(&a.id))
+    });
+    listed.dedup_by(|a, b| a.id == b.id);
+    let data: Vec<Value> = listed
+        .iter()
+        .map(|meta| proc.thread_json(meta, None, proc.threads.contains_key(&meta.id)))
+        .collect();
     let mut result = json!({"data": data, "nextCursor": null, "backwardsCursor": null});
     if proc.profile == Profile::Current {
         result["readStates"] = json!({});

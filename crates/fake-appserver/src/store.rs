@@ -196,10 +196,20 @@ impl Store {
     }
 
     /// The rollout of `id`: the indexed path when that file exists, else a scan of `sessions/`.
-    pub(crate) fn find_rollout(&self, id: &str) -> io::Result<Option<PathBuf>> {
+    ///
+    /// 0.169.0 trusts its index: an indexed thread whose file is not at the indexed path has
+    /// no rollout (`scan_when_indexed: false`); 0.144.6 looks for the file anyway.
+    pub(crate) fn find_rollout(
+        &self,
+        id: &str,
+        scan_when_indexed: bool,
+    ) -> io::Result<Option<PathBuf>> {
         if let Some(row) = self.row(id)? {
             if row.path.is_file() {
                 return Ok(Some(row.path));
+            }
+            if !scan_when_indexed {
+                return Ok(None);
             }
         }
         Ok(scan_for(
@@ -467,6 +477,30 @@ fn row_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         preview: row.get(6)?,
         cli_version: row.get(7)?,
     })
+}
+
+/// Every `rollout-*.jsonl` file under `dir`, recursively.
+pub(crate) fn all_rollouts(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("rollout-") && n.ends_with(".jsonl"))
+            {
+                out.push(path);
+            }
+        }
+    }
+    out
 }
 
 fn scan_for(dir: &Path, suffix: &str) -> Option<PathBuf> {

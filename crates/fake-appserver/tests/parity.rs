@@ -561,6 +561,18 @@ async fn gone_threads(target: Target) -> Vec<String> {
     let elsewhere = p.req("thread/resume", json!({"threadId": ran})).await;
     lab.note_response("resume in a different CODEX_HOME", &elsewhere);
     p.close().await;
+
+    // The rollout deleted under a server that has the thread loaded.
+    let mut p = lab.spawn(&target, &home, false).await;
+    let loaded = p.req("thread/resume", json!({"threadId": ran})).await;
+    lab.note_response("resume before the rollout is deleted", &loaded);
+    std::fs::remove_file(rollout_of(&home, &ran)).unwrap();
+    let after = p.req("thread/resume", json!({"threadId": ran})).await;
+    lab.note_response(
+        "resume of a loaded thread whose rollout was deleted",
+        &after,
+    );
+    p.close().await;
     lab.log
 }
 
@@ -575,6 +587,7 @@ async fn damaged_rollouts(target: Target) -> Vec<String> {
         "deleted",
         "unknown mode in rollout",
         "unknown mode in sqlite",
+        "moved to another day",
     ];
     let mut ids = BTreeMap::new();
     let mut p = lab.spawn(&target, &home, false).await;
@@ -606,6 +619,11 @@ async fn damaged_rollouts(target: Target) -> Vec<String> {
                 .unwrap();
             }
             "deleted" => std::fs::remove_file(&path).unwrap(),
+            "moved to another day" => {
+                let day = home.join("sessions/2020/01/01");
+                std::fs::create_dir_all(&day).unwrap();
+                std::fs::rename(&path, day.join(path.file_name().unwrap())).unwrap();
+            }
             "unknown mode in rollout" => {
                 let text = std::fs::read_to_string(&path).unwrap();
                 let (first, rest) = text.split_once('\n').unwrap();
