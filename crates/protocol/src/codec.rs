@@ -139,7 +139,12 @@ impl Decoder for NdjsonCodec {
                     self.scanned = 0;
                     return Ok(None);
                 }
-                None if buf.len() > self.max_line_length => {
+                // A line of exactly the limit may be waiting for the `\n` of its `\r\n`.
+                None if buf.len()
+                    > self
+                        .max_line_length
+                        .saturating_add(usize::from(buf.last() == Some(&b'\r'))) =>
+                {
                     // Report now and drop the bytes so an endless line cannot grow the buffer.
                     buf.clear();
                     self.scanned = 0;

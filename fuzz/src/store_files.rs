@@ -1,0 +1,306 @@
+//! Target `store_files`: store files written by the redb and SQLite backends, damaged (bytes
+//! flipped, ranges overwritten, truncated), then opened and read.
+//!
+//! The pristine files are written once per process by the backends themselves (a few
+//! sessions with commits, patches and a retirement) and their committed state is exported
+//! before they are closed. Properties of every damaged copy:
+//! - Opening never panics or hangs; a refusal is a typed `Corrupt`, `Io`, `Backend` or
+//!   `NewerSchema` error.
+//! - A store that opens is never empty: listing sessions is an error or lists sessions
+//!   (a damaged store is never read as "no sessions", design.md I7).
+//! - No session of the committed state is silently missing: reading it is an error or finds
+//!   it; a session that reads whole is its committed state (rows `0..row_count`, no row
+//!   lost or duplicated), or the damage shows as an error.
+//! - A write on the damaged store is an error or succeeds; it never panics.
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use rethread_store::{
+    BindingStore, BindingStoreExt, OpenOptions, RedbStore, SessionExport, SqliteStore, StoreError,
+    TurnCommit,
+};
+use serde_json::{json, Map};
+
+use crate::input::{panicked, watch_panics, Input};
+
+/// The backends whose files are damaged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `RedbStore`.
+    Redb,
+    /// `SqliteStore`.
+    Sqlite,
+}
+
+/// A pristine store file and what it holds.
+#[derive(Debug)]
+pub struct Pristine {
+    /// The file's bytes after a clean close.
+    pub bytes: Vec<u8>,
+    /// Every session, exported before the close.
+    pub sessions: Vec<SessionExport>,
+}
+
+struct Shared {
+    runtime: tokio::runtime::Runtime,
+    dir: tempfile::TempDir,
+    redb: Pristine,
+    sqlite: Pristine,
+}
+
+async fn fill(store: &dyn BindingStore) -> Vec<SessionExport> {
+    let commit = |s: &str, t: &str, n: usize| {
+        TurnCommit {
+        session_id: s.to_string(),
+        thread_id: t.to_string(),
+        codex_home: Some("/home/u/.codex".to_string()),
+        rows: (0..n)
+            .map(|i| json!({"role": if i % 2 == 0 {"user"} else {"assistant"}, "text": format!("{s} {t} row {i}")}))
+            .collect(),
+    }
+    };
+    let mut patch = Map::new();
+    patch.insert("model".into(), json!("gpt-5"));
+    patch.insert("temperature".into(), json!(0.25));
+    patch.insert("nested".into(), json!({"a": [1, 2, {"b": null}], "c": "ü"}));
+    for (s, t, n) in [
+        ("chat-1", "thr_a", 2),
+        ("chat-1", "thr_a", 2),
+        ("chat-2", "thr_b", 4),
+        ("chat-3", "thr_c", 1),
+        ("chat-3", "thr_d", 2),
+    ] {
+        store.commit_turn(commit(s, t, n)).await.expect("commit");
+    }
+    store
+        .patch_config("chat-1", patch.clone())
+        .await
+        .expect("patch");
+    store.patch_config("chat-2", patch).await.expect("patch");
+    store
+        .retire_thread("chat-3", "thr_c")
+        .await
+        .expect("retire");
+    let mut out = Vec::new();
+    for s in ["chat-1", "chat-2", "chat-3"] {
+        out.push(
+            store
+                .export_session(s)
+                .await
+                .expect("export")
+                .expect("present"),
+        );
+    }
+    out
+}
+
+fn pristine(runtime: &tokio::runtime::Runtime, dir: &Path, backend: Backend) -> Pristine {
+    let path = dir.join(match backend {
+        Backend::Redb => "pristine.redb",
+        Backend::Sqlite => "pristine.sqlite",
+    });
+    runtime.block_on(async {
+        let sessions = match backend {
+            Backend::Redb => {
+                let store = RedbStore::open(&path, OpenOptions::new())
+                    .await
+                    .expect("open");
+                let sessions = fill(&store).await;
+                store.close().await;
+                sessions
+            }
+            Backend::Sqlite => {
+                let store = SqliteStore::open(&path, OpenOptions::new())
+                    .await
+                    .expect("open");
+                let sessions = fill(&store).await;
+                store.close().await;
+                sessions
+            }
+        };
+        for suffix in ["-wal", "-shm"] {
+            let mut side = path.clone().into_os_string();
+            side.push(suffix);
+            let side = PathBuf::from(side);
+            if side.exists() {
+                let len = std::fs::metadata(&side).map(|m| m.len()).unwrap_or(0);
+                assert_eq!(
+                    (suffix, len),
+                    (suffix, 0),
+                    "a closed SQLite store must be checkpointed into its main file"
+                );
+            }
+        }
+        Pristine {
+            bytes: std::fs::read(&path).expect("read pristine"),
+            sessions,
+        }
+    })
+}
+
+fn shared() -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let redb = pristine(&runtime, dir.path(), Backend::Redb);
+        let sqlite = pristine(&runtime, dir.path(), Backend::Sqlite);
+        Shared {
+            runtime,
+            dir,
+            redb,
+            sqlite,
+        }
+    })
+}
+
+/// The pristine file of `backend` (for seeding corpora and for tests).
+pub fn pristine_bytes(backend: Backend) -> &'static [u8] {
+    match backend {
+        Backend::Redb => &shared().redb.bytes,
+        Backend::Sqlite => &shared().sqlite.bytes,
+    }
+}
+
+/// Applies the damage the input describes.
+fn damage(input: &mut Input<'_>, pristine: &[u8]) -> Vec<u8> {
+    let mut bytes = pristine.to_vec();
+    let len = bytes.len();
+    match input.below(4) {
+        // Up to 16 single-byte flips anywhere.
+        0 | 1 => {
+            let n = 1 + input.below(16);
+            for _ in 0..n {
+                let at = input.below(len);
+                let mask = input.byte().max(1);
+                bytes[at] ^= mask;
+            }
+        }
+        // A range overwritten with the input's bytes.
+        2 => {
+            let at = input.below(len);
+            let with = input.chunk(512);
+            let end = (at + with.len()).min(len);
+            bytes[at..end].copy_from_slice(&with[..end - at]);
+        }
+        // Truncated (never to zero bytes: an empty file is a store whose creation was
+        // interrupted before anything was committed, and is initialised by design).
+        _ => {
+            let keep = 1 + input.below(len.max(2) - 1);
+            bytes.truncate(keep);
+        }
+    }
+    bytes
+}
+
+fn check_open_error(backend: Backend, error: &StoreError) {
+    assert!(
+        matches!(
+            error,
+            StoreError::Corrupt { .. }
+                | StoreError::Io { .. }
+                | StoreError::Backend { .. }
+                | StoreError::NewerSchema { .. }
+        ),
+        "{backend:?}: opening a damaged store failed with an unexpected error: {error:?}"
+    );
+}
+
+async fn check_store(backend: Backend, store: &dyn BindingStore, pristine: &Pristine) {
+    match store.all_sessions().await {
+        Ok(list) => assert!(
+            !list.is_empty(),
+            "{backend:?}: a damaged store was read as empty"
+        ),
+        Err(_) => {}
+    }
+    for expected in &pristine.sessions {
+        let id = &expected.record.session_id;
+        match store.session(id).await {
+            Ok(None) => panic!("{backend:?}: session {id} silently disappeared"),
+            Ok(Some(_)) | Err(_) => {}
+        }
+        match store.export_session(id).await {
+            Ok(None) => panic!("{backend:?}: session {id} silently disappeared (export)"),
+            Ok(Some(export)) => {
+                let seqs: Vec<u64> = export.rows.iter().map(|r| r.seq).collect();
+                let want: Vec<u64> = (0..export.record.row_count).collect();
+                assert_eq!(seqs, want, "{backend:?}: rows of {id} are not 0..row_count");
+                assert_eq!(
+                    &export, expected,
+                    "{backend:?}: session {id} reads whole but differs from its committed state"
+                );
+            }
+            Err(_) => {}
+        }
+    }
+    let _ = store
+        .commit_turn(TurnCommit {
+            session_id: "chat-new".to_string(),
+            thread_id: "thr_new".to_string(),
+            codex_home: None,
+            rows: vec![json!({"role": "user", "text": "after damage"})],
+        })
+        .await;
+}
+
+/// Runs one input.
+pub fn run(data: &[u8]) {
+    watch_panics();
+    let shared = shared();
+    let mut input = Input::new(data);
+    let backend = if input.byte() & 1 == 0 {
+        Backend::Redb
+    } else {
+        Backend::Sqlite
+    };
+    let pristine = match backend {
+        Backend::Redb => &shared.redb,
+        Backend::Sqlite => &shared.sqlite,
+    };
+    let bytes = damage(&mut input, &pristine.bytes);
+    let path = shared.dir.path().join(match backend {
+        Backend::Redb => "damaged.redb",
+        Backend::Sqlite => "damaged.sqlite",
+    });
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut p = path.clone().into_os_string();
+        p.push(suffix);
+        let _ = std::fs::remove_file(PathBuf::from(p));
+    }
+    std::fs::write(&path, &bytes).expect("write damaged file");
+    let options = OpenOptions::new().create(false);
+    shared.runtime.block_on(async {
+        let work = async {
+            match backend {
+                Backend::Redb => match RedbStore::open(&path, options).await {
+                    Err(e) => check_open_error(backend, &e),
+                    Ok(store) => {
+                        check_store(backend, &store, pristine).await;
+                        store.close().await;
+                    }
+                },
+                Backend::Sqlite => match SqliteStore::open(&path, options).await {
+                    Err(e) => check_open_error(backend, &e),
+                    Ok(store) => {
+                        check_store(backend, &store, pristine).await;
+                        store.close().await;
+                    }
+                },
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(20), work)
+            .await
+            .unwrap_or_else(|_| panic!("{backend:?}: opening or reading a damaged store hung"));
+    });
+    assert!(
+        !panicked(),
+        "a thread panicked while handling a damaged store"
+    );
+}
