@@ -155,6 +155,7 @@ pub fn conversation_of(body: &Value) -> Vec<ConversationMessage> {
 struct Shared {
     requests: Mutex<Vec<RecordedRequest>>,
     reply: Mutex<Reply>,
+    delay: Mutex<Duration>,
     arrived: Notify,
 }
 
@@ -176,6 +177,7 @@ impl ResponsesStandIn {
         let shared = Arc::new(Shared {
             requests: Mutex::new(Vec::new()),
             reply: Mutex::new(Reply::Echo),
+            delay: Mutex::new(Duration::ZERO),
             arrived: Notify::new(),
         });
         let (stop_tx, stop_rx) = oneshot::channel();
@@ -222,6 +224,11 @@ impl ResponsesStandIn {
     /// Replaces what the model answers from now on.
     pub fn set_reply(&self, reply: Reply) {
         *lock(&self.shared.reply) = reply;
+    }
+
+    /// Makes every model reply wait this long (a slow model, so a turn can be interrupted).
+    pub fn set_delay(&self, delay: Duration) {
+        *lock(&self.shared.delay) = delay;
     }
 
     /// Every request received so far, in arrival order.
@@ -313,8 +320,13 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) -> io::Result<
             .header("connection")
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
         let response = respond(&request, &shared);
+        let slow = request.is_model_request();
         lock(&shared.requests).push(request);
         shared.arrived.notify_waiters();
+        let delay = *lock(&shared.delay);
+        if slow && !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         write.write_all(&response).await?;
         write.flush().await?;
         if close {

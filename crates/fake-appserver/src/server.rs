@@ -411,6 +411,9 @@ struct Loaded {
     materialized: bool,
     _writer_lock: Option<File>,
     active: Option<ActiveTurn>,
+    /// The last turn interrupted in this process, until another turn starts (0.144.6 keeps
+    /// treating it as active).
+    interrupted: Option<String>,
 }
 
 #[derive(Debug)]
@@ -687,7 +690,13 @@ fn dispatch(
     };
     match outcome {
         // `thread/start` answers by itself (its notification follows the response).
-        Ok(Value::Null) if matches!(method, "thread/start" | "thread/resume" | "turn/start") => {}
+        // These answer by themselves (a notification follows the response), or, for
+        // `turn/interrupt` on 0.144.6, not at all.
+        Ok(Value::Null)
+            if matches!(
+                method,
+                "thread/start" | "thread/resume" | "turn/start" | "turn/interrupt"
+            ) => {}
         other => emitter.respond(id, other),
     }
 }
@@ -895,6 +904,7 @@ fn thread_start(proc: &mut Proc, emitter: &Emitter, id: &Value, params: &Value) 
         materialized: false,
         _writer_lock: writer_lock,
         active: None,
+        interrupted: None,
     };
     let response = proc.thread_response(&loaded, false);
     let thread = response["thread"].clone();
@@ -1034,6 +1044,7 @@ fn resume(
         materialized: true,
         _writer_lock: writer_lock,
         active: None,
+        interrupted: None,
     };
     let response = proc.thread_response(&loaded, include_turns);
     let last_turn = loaded.turns.last().map(|t| t.id.clone());
@@ -1181,20 +1192,31 @@ fn thread_list(proc: &mut Proc) -> RpcResult {
     Ok(result)
 }
 
+/// Answers `turn/interrupt`. After an interrupt, 0.144.6 keeps the interrupted turn as its
+/// "active" one: an interrupt naming that turn is never answered (observed: the request stays
+/// pending; `Ok(Value::Null)` means no answer) and one naming another turn is refused with
+/// `expected active turn id <given> but found <interrupted>`.
 fn turn_interrupt(proc: &mut Proc, params: &Value) -> RpcResult {
     let thread_id = field_str(params, "threadId")?;
-    let _turn_id = field_str(params, "turnId")?;
-    let active = proc
-        .threads
-        .get_mut(&thread_id)
-        .and_then(|t| t.active.as_mut());
-    match active.and_then(|a| a.interrupt.take()) {
-        Some(interrupt) => {
-            let _ = interrupt.send(());
-            Ok(json!({}))
-        }
-        None => Err((INVALID_REQUEST, "no active turn to interrupt".into())),
+    let turn_id = field_str(params, "turnId")?;
+    let profile = proc.profile;
+    let Some(thread) = proc.threads.get_mut(&thread_id) else {
+        return Err((INVALID_REQUEST, "no active turn to interrupt".into()));
+    };
+    if let Some(interrupt) = thread.active.as_mut().and_then(|a| a.interrupt.take()) {
+        let _ = interrupt.send(());
+        return Ok(json!({}));
     }
+    if let (false, Some(stale)) = (profile == Profile::Current, &thread.interrupted) {
+        if *stale == turn_id {
+            return Ok(Value::Null);
+        }
+        return Err((
+            INVALID_REQUEST,
+            format!("expected active turn id {turn_id} but found {stale}"),
+        ));
+    }
+    Err((INVALID_REQUEST, "no active turn to interrupt".into()))
 }
 
 fn input_text(params: &Value) -> Result<String, (i64, String)> {
@@ -1234,6 +1256,7 @@ fn turn_start(
                 format!("thread {thread_id} already has an active turn"),
             ));
         }
+        loaded.interrupted = None;
         loaded.active = Some(ActiveTurn {
             interrupt: Some(interrupt_tx),
         });
@@ -1496,6 +1519,9 @@ impl TurnRun {
             loaded.meta.preview = record.user_text.clone();
         }
         loaded.meta.updated_ms = record.completed_ms;
+        if record.status == "interrupted" {
+            loaded.interrupted = Some(record.id.clone());
+        }
         loaded.turns.push(record.clone());
         let meta = loaded.meta.clone();
         if let Err(e) = proc.store.append_turn(&meta, record) {

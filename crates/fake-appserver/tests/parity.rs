@@ -15,7 +15,9 @@ use rethread_fake_appserver::real::{
     codex_or_skip, error_of, CodexHome, WirePeer, CURRENT, RELEASE_N,
 };
 use rethread_fake_appserver::responses::{ConversationMessage, ResponsesStandIn};
-use rethread_fake_appserver::{FakeAppServer, FakeHandle, ModelRequest, Profile};
+use rethread_fake_appserver::{
+    FakeAppServer, FakeHandle, Fault, FaultScript, ModelRequest, Profile,
+};
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -65,6 +67,8 @@ struct Lab {
     log: Vec<String>,
     /// The home of the most recently spawned process.
     last_home: Option<PathBuf>,
+    /// Model replies take this long (0: immediate).
+    slow_model_ms: u64,
 }
 
 struct Proc {
@@ -122,6 +126,7 @@ impl Lab {
             homes: Vec::new(),
             log: Vec::new(),
             last_home: None,
+            slow_model_ms: 0,
         }
     }
 
@@ -132,12 +137,27 @@ impl Lab {
         path
     }
 
+    /// Makes the model slow (for every target), so turns can be interrupted.
+    fn slow_model(&mut self, millis: u64) {
+        self.slow_model_ms = millis;
+        self.model.set_delay(Duration::from_millis(millis));
+    }
+
+    fn faults(&self) -> FaultScript {
+        match self.slow_model_ms {
+            0 => FaultScript::none(),
+            millis => FaultScript::of([Fault::SlowTurn { millis }]),
+        }
+    }
+
     async fn spawn(&mut self, target: &Target, home: &Path, experimental: bool) -> Proc {
         self.last_home = Some(home.to_path_buf());
+        let faults = self.faults();
         let mut proc = match target {
             Target::Fake(profile) => {
                 let (client, handle) = FakeAppServer::builder()
                     .profile(*profile)
+                    .faults(faults)
                     .codex_home(home)
                     .spawn_in_process()
                     .unwrap();
@@ -160,6 +180,7 @@ impl Lab {
                     .arg("app-server")
                     .args(args)
                     .env("CODEX_HOME", home)
+                    .env("FAKE_CODEX_FAULTS", serde_json::to_string(&faults).unwrap())
                     .stdin(Stdio::piped())
                     .stdout(Stdio::piped())
                     .stderr(Stdio::from(stderr))
@@ -707,6 +728,64 @@ async fn active_writer(target: Target) -> Vec<String> {
     lab.log
 }
 
+async fn interrupted_turn(target: Target) -> Vec<String> {
+    let mut lab = Lab::new();
+    let home = lab.new_home();
+    lab.slow_model(3_000);
+    let mut p = lab.spawn(&target, &home, false).await;
+    let id = thread_id(&p.req("thread/start", json!({"cwd": "/tmp"})).await);
+    let started = p
+        .req(
+            "turn/start",
+            json!({"threadId": id, "input": [{"type": "text", "text": "take your time"}]}),
+        )
+        .await;
+    lab.note_response("turn/start", &started);
+    let turn_id = started["result"]["turn"]["id"].clone();
+    p.peer.wait_for("turn/started").await.unwrap();
+    let interrupted = p
+        .req("turn/interrupt", json!({"threadId": id, "turnId": turn_id}))
+        .await;
+    lab.note_response("turn/interrupt", &interrupted);
+    let rest = p.peer.wait_for("turn/completed").await.unwrap();
+    let methods: Vec<String> = rest
+        .iter()
+        .filter_map(|m| m.get("method").and_then(Value::as_str))
+        .filter(|m| COMPARED_METHODS.contains(m))
+        .map(str::to_string)
+        .collect();
+    lab.note("methods after turn/started", methods.join(","));
+    let completed = rest.last().unwrap();
+    lab.note(
+        "turn/completed status",
+        completed["params"]["turn"]["status"].to_string(),
+    );
+    let other = p
+        .req(
+            "turn/interrupt",
+            json!({"threadId": id, "turnId": "01a229cb-9f9d-72d3-94ca-4aaee32530ff"}),
+        )
+        .await;
+    lab.note_response("turn/interrupt of another turn id", &other);
+    // 0.144.6 never answers an interrupt naming the turn it already interrupted.
+    p.peer.timeout = Duration::from_secs(2);
+    let again = p
+        .peer
+        .request(
+            "turn/interrupt",
+            Some(json!({"threadId": id, "turnId": turn_id})),
+        )
+        .await;
+    let again = match again {
+        Ok(response) => summary(&response),
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => "no answer within 2 s".to_string(),
+        Err(e) => panic!("{e}"),
+    };
+    lab.note("turn/interrupt of the interrupted turn again", again);
+    p.close().await;
+    lab.log
+}
+
 /// A home written by the current release, then opened by the compatibility floor.
 async fn paginated_under_release_n(writer: Target, reader: Target) -> Vec<String> {
     let mut lab = Lab::new();
@@ -831,6 +910,8 @@ macro_rules! parity {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
             let fake = $scenario(Target::Fake($profile)).await;
+            let binary = $scenario(Target::FakeBinary($profile)).await;
+            compare(stringify!($scenario), &fake, &binary, "fake-codex binary");
             let Some(codex) = codex_or_skip($version) else {
                 return;
             };
@@ -874,6 +955,18 @@ parity!(
     RELEASE_N
 );
 parity!(writer_current, active_writer, Profile::Current, CURRENT);
+parity!(
+    interrupt_current,
+    interrupted_turn,
+    Profile::Current,
+    CURRENT
+);
+parity!(
+    interrupt_release_n,
+    interrupted_turn,
+    Profile::ReleaseN,
+    RELEASE_N
+);
 parity!(
     writer_release_n,
     active_writer,
