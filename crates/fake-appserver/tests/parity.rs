@@ -491,10 +491,21 @@ async fn memory_across_restart(target: Target) -> Vec<String> {
     let mut lab = Lab::new();
     let home = lab.new_home();
     let mut p = lab.spawn(&target, &home, false).await;
-    let started = p.req("thread/start", json!({"cwd": "/tmp"})).await;
+    let seed = "Seeded context: the password is swordfish.";
+    let started = p
+        .req(
+            "thread/start",
+            json!({"cwd": "/tmp", "developerInstructions": seed}),
+        )
+        .await;
     lab.note_response("thread/start", &started);
     let id = thread_id(&started);
     turn(&mut lab, &mut p, "first", &id, "remember the word zebra").await;
+    let seeded = lab
+        .last_conversation(&target)
+        .iter()
+        .any(|m| m.text.contains("swordfish"));
+    lab.note("model saw the developer instructions", seeded.to_string());
     p.close().await;
 
     let mut p = lab.spawn(&target, &home, false).await;
@@ -515,6 +526,11 @@ async fn memory_across_restart(target: Target) -> Vec<String> {
     lab.note(
         "model saw the first turn after restart",
         remembered.to_string(),
+    );
+    let seeded = conversation.iter().any(|m| m.text.contains("swordfish"));
+    lab.note(
+        "model saw the developer instructions after restart",
+        seeded.to_string(),
     );
     let list = p.req("thread/list", json!({})).await;
     let modes: Vec<String> = list["result"]["data"]
