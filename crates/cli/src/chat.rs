@@ -25,12 +25,20 @@ pub(crate) async fn run(
         .await?;
     let mut agent = Agent::new(session, store, rail).with_options(AgentOptions::default());
     let result = async {
+        // A session whose lease another host holds fails here with `SessionBusy`, whose
+        // one-line message names the holder (host, pid, since).
         let mut codex_session = agent.open(&client).await?;
-        let report = codex_session.run_turn(message).await?;
-        Ok::<_, rethread_runtime::RuntimeError>((codex_session.outcome().clone(), report))
+        let report = codex_session.run_turn(message).await;
+        let outcome = codex_session.outcome().clone();
+        // Release the session lease now rather than leave it to expire after this process.
+        let closed = codex_session.close().await;
+        let report = report?;
+        closed?;
+        Ok::<_, rethread_runtime::RuntimeError>((outcome, report))
     }
     .await;
     client.shutdown().await;
+    rethread_runtime::flush_lease_releases().await;
     let events = recorded.take();
     let notices: Vec<String> = events
         .iter()

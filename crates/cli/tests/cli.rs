@@ -302,6 +302,49 @@ fn doctor_classifies_live_gone_and_paginated_under_the_older_profile_on_the_fake
 }
 
 #[test]
+fn chat_on_a_session_another_host_holds_says_who_and_writes_nothing() {
+    let sandbox = Sandbox::fake();
+    let url = format!(
+        "sqlite:{}",
+        sandbox.dir.path().join("shared.sqlite").display()
+    );
+    let holder = rethread_store::LeaseOwner {
+        host: "gateway-7".into(),
+        pid: 31337,
+        started_at_ms: 1_700_000_000_000,
+        instance: 1,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = rethread_store::open_url(&url, rethread_store::OpenOptions::new())
+            .await
+            .unwrap();
+        store
+            .acquire_lease("held", &holder, std::time::Duration::from_secs(120))
+            .await
+            .unwrap();
+    });
+    let out = sandbox.run(&["--store", &url, "chat", "--session", "held", "hello"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("busy")
+            && err.contains("gateway-7")
+            && err.contains("pid 31337")
+            && err.contains(" since 20"),
+        "{err}"
+    );
+    assert!(rollouts(&sandbox.home).is_empty(), "no thread started");
+    // Another session of the same store is free, and its lease is released at exit.
+    sandbox.ok(&["--store", &url, "chat", "--session", "free", "hello"]);
+    sandbox.ok(&["--store", &url, "chat", "--session", "free", "again"]);
+}
+
+#[test]
 fn migrate_redb_to_sqlite_and_back_loses_nothing_and_reruns_cleanly() {
     let sandbox = Sandbox::fake();
     for (session, message) in [("a", "one"), ("b", "two"), ("a", "three")] {

@@ -5,9 +5,14 @@
 //! fresh. A resume codex cannot serve fails closed: the binding is compare-and-deleted, a new
 //! thread starts on the same client and [`RESUME_FALLBACK_NOTICE`] goes on the lifecycle rail
 //! exactly once. A turn's binding is published only once its rows are durable.
+//!
+//! Before it resumes or starts a thread, an agent takes the session's lease in the store (see
+//! `lease.rs`); its codex sessions hold it through their turns' commits and release it when the
+//! last of them goes away. A session held elsewhere is [`RuntimeError::SessionBusy`]: no thread
+//! is resumed or started.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -16,11 +21,12 @@ use rethread_protocol::messages::{
     TurnInterrupt, TurnInterruptParams, TurnStart, TurnStartParams, TurnStatus, UserInput,
 };
 use rethread_protocol::{classify_resume_error, ErrorCode, ResumeFailure, RpcError};
-use rethread_store::{BindingStore, CommitOutcome, StoreError, TurnCommit};
+use rethread_store::{BindingStore, CommitOutcome, Lease, LeaseOwner, StoreError, TurnCommit};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::client::{AppServerClient, ClientError};
+use crate::lease::LeaseGuard;
 use crate::projection::{project_turn, render_seed, reply_of};
 use crate::rail::{StatusEvent, StatusKind, StatusRail};
 
@@ -70,6 +76,11 @@ pub struct AgentOptions {
     pub turn_timeout: Duration,
     /// Template of the `thread/start` params (cwd, model, ...).
     pub thread_start: ThreadStartParams,
+    /// The TTL of the session lease taken before a thread is resumed or started (renewed every
+    /// third of it while held; a crashed holder frees it after at most this long). `None` takes
+    /// no lease: only for a host that serialises its sessions by other means, or a test that
+    /// observes codex's own single-writer guard.
+    pub lease_ttl: Option<Duration>,
 }
 
 impl Default for AgentOptions {
@@ -83,6 +94,7 @@ impl Default for AgentOptions {
             seed: Some(SeedOptions::default()),
             turn_timeout: Duration::from_secs(15 * 60),
             thread_start: ThreadStartParams::default(),
+            lease_ttl: Some(Duration::from_secs(30)),
         }
     }
 }
@@ -91,8 +103,12 @@ impl Default for AgentOptions {
 fn effective_codex_home() -> Option<String> {
     match std::env::var_os("CODEX_HOME") {
         Some(home) => Some(home.to_string_lossy().into_owned()),
-        None => std::env::var_os("HOME")
-            .map(|home| std::path::Path::new(&home).join(".codex").to_string_lossy().into_owned()),
+        None => std::env::var_os("HOME").map(|home| {
+            std::path::Path::new(&home)
+                .join(".codex")
+                .to_string_lossy()
+                .into_owned()
+        }),
     }
 }
 
@@ -141,6 +157,48 @@ pub enum RuntimeError {
     /// The host's transcript sink failed; the binding was not published.
     #[error("transcript sink: {0}")]
     Sink(String),
+    /// Another host (or agent) holds the session's lease: it is driving this session's codex
+    /// thread. No thread was resumed or started and nothing was written; retry later.
+    #[error("session {session_id} is busy: held by {holder} since {} (until {})", fmt_ms(*acquired_at_ms), fmt_ms(*expires_at_ms))]
+    SessionBusy {
+        /// The session.
+        session_id: String,
+        /// Who holds the lease.
+        holder: LeaseOwner,
+        /// Since when (milliseconds since the Unix epoch, store clock).
+        acquired_at_ms: i64,
+        /// Until when unless renewed (milliseconds since the Unix epoch, store clock).
+        expires_at_ms: i64,
+    },
+    /// The session's lease expired or was taken over before the turn committed (the holder
+    /// stalled past its TTL); the turn was not committed.
+    #[error("the lease on session {session_id} was lost; the turn was not committed")]
+    LeaseLost {
+        /// The session.
+        session_id: String,
+    },
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` (UTC) for a Unix time in milliseconds.
+fn fmt_ms(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// How a codex session was opened.
@@ -266,6 +324,9 @@ pub struct Agent {
     options: AgentOptions,
     sink: Option<Arc<dyn TranscriptSink>>,
     opened: bool,
+    lease_owner: LeaseOwner,
+    /// The lease the agent's live codex sessions share (dropped with the last of them).
+    lease: Weak<LeaseGuard>,
 }
 
 impl Agent {
@@ -282,6 +343,8 @@ impl Agent {
             options: AgentOptions::default(),
             sink: None,
             opened: false,
+            lease_owner: LeaseOwner::new_local(),
+            lease: Weak::new(),
         }
     }
 
@@ -302,9 +365,18 @@ impl Agent {
         &self.session_id
     }
 
+    /// Who this agent's session lease names as its holder.
+    pub fn lease_owner(&self) -> &LeaseOwner {
+        &self.lease_owner
+    }
+
     /// Opens a codex session on `client`. The first call resumes the stored thread (or falls
     /// back); later calls start a fresh thread.
+    ///
+    /// The session's lease is taken (or, while another session of this agent lives, shared)
+    /// first; a lease held elsewhere is [`RuntimeError::SessionBusy`] and nothing else happens.
     pub async fn open(&mut self, client: &AppServerClient) -> Result<CodexSession, RuntimeError> {
+        let lease = self.take_lease().await?;
         let first = !std::mem::replace(&mut self.opened, true);
         let bound = if first {
             self.store
@@ -329,7 +401,25 @@ impl Agent {
             options: self.options.clone(),
             sink: self.sink.clone(),
             outcome,
+            lease,
         })
+    }
+
+    async fn take_lease(&mut self) -> Result<Option<Arc<LeaseGuard>>, RuntimeError> {
+        let Some(ttl) = self.options.lease_ttl else {
+            return Ok(None);
+        };
+        if let Some(guard) = self.lease.upgrade() {
+            if !guard.is_lost() {
+                return Ok(Some(guard));
+            }
+        }
+        let guard = Arc::new(
+            LeaseGuard::acquire(self.store.clone(), &self.session_id, &self.lease_owner, ttl)
+                .await?,
+        );
+        self.lease = Arc::downgrade(&guard);
+        Ok(Some(guard))
     }
 
     async fn resume_or_fall_back(
@@ -491,6 +581,7 @@ pub struct CodexSession {
     options: AgentOptions,
     sink: Option<Arc<dyn TranscriptSink>>,
     outcome: OpenOutcome,
+    lease: Option<Arc<LeaseGuard>>,
 }
 
 impl CodexSession {
@@ -502,6 +593,21 @@ impl CodexSession {
     /// The thread the session runs on.
     pub fn thread_id(&self) -> &str {
         self.outcome.thread_id()
+    }
+
+    /// The session lease this codex session holds (as last granted or renewed), if the agent
+    /// takes leases.
+    pub fn lease(&self) -> Option<Lease> {
+        self.lease.as_ref().map(|guard| guard.lease())
+    }
+
+    /// Ends the session and, if it was the agent's last live one, releases the session lease
+    /// now (dropping the session releases it in the background instead).
+    pub async fn close(self) -> Result<(), RuntimeError> {
+        if let Some(guard) = self.lease.and_then(|guard| Arc::try_unwrap(guard).ok()) {
+            guard.release().await?;
+        }
+        Ok(())
     }
 
     /// Runs one turn, projects it into rows, makes them durable and then publishes the
@@ -586,6 +692,10 @@ impl CodexSession {
     }
 
     async fn commit(&self, thread_id: &str, rows: &[Value]) -> Result<Publication, RuntimeError> {
+        // The lease must hold through the commit (see `lease.rs`).
+        if let Some(guard) = &self.lease {
+            guard.ensure_fresh().await?;
+        }
         let store_rows = match &self.sink {
             None => rows.to_vec(),
             Some(sink) => match sink

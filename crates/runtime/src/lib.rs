@@ -28,6 +28,7 @@
 
 mod agent;
 mod client;
+mod lease;
 pub mod projection;
 mod rail;
 
@@ -39,6 +40,7 @@ pub use client::{
     AppServerClient, ClientBuilder, ClientError, ClientOptions, CodexCommand, DeclineAll,
     ServerInfo, ServerRequestHandler, ThreadEvents,
 };
+pub use lease::flush_lease_releases;
 pub use rail::{RecordedEvents, StatusEvent, StatusKind, StatusRail, StatusSink};
 
 /// The README's examples, compiled as doctests.

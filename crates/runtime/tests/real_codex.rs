@@ -136,6 +136,20 @@ impl World {
         Agent::new("session-1", self.store.clone(), rail).with_options(options)
     }
 
+    /// An agent that takes no session lease, to observe codex's own single-writer guard (a
+    /// leased agent would be stopped by rethread's lease before codex is asked).
+    fn unleased_agent(&self, rail: StatusRail, home: &Path) -> Agent {
+        let agent = self.agent(rail, home);
+        let options = AgentOptions {
+            codex_home: Some(home.display().to_string()),
+            retry_backoff: Duration::from_millis(50),
+            transient_retries: 1,
+            lease_ttl: None,
+            ..Default::default()
+        };
+        agent.with_options(options)
+    }
+
     /// Turn 1 on a fresh agent and server; returns the bound thread id.
     async fn first_turn(&self, binary: &Path) -> String {
         let (rail, _) = StatusRail::recording();
@@ -381,7 +395,7 @@ async fn the_floor_lets_a_second_process_resume_a_live_thread() {
     );
     let contender = Server::spawn(&codex, world.home.path(), rail.clone()).await;
     let second = world
-        .agent(rail, world.home.path())
+        .unleased_agent(rail.clone(), world.home.path())
         .open(&contender.client)
         .await
         .unwrap();
@@ -389,6 +403,23 @@ async fn the_floor_lets_a_second_process_resume_a_live_thread() {
         second.outcome(),
         &OpenOutcome::Resumed { thread_id: thread }
     );
+    // rethread's lease is what stops a second host: a leased agent is refused before codex
+    // is asked anything.
+    let before = contender.methods().len();
+    match world
+        .agent(rail, world.home.path())
+        .open(&contender.client)
+        .await
+    {
+        Err(RuntimeError::SessionBusy { holder, .. }) => {
+            assert_eq!(holder.pid, std::process::id());
+        }
+        other => panic!(
+            "expected SessionBusy, got {:?}",
+            other.map(|s| s.outcome().clone())
+        ),
+    }
+    assert_eq!(contender.methods().len(), before, "no request sent");
     contender.stop().await;
     holder.stop().await;
 }
@@ -414,7 +445,7 @@ async fn busy_elsewhere(version: &str) {
     // Process B, same home, cannot take it.
     let (rail_b, recorded_b) = StatusRail::recording();
     let contender = Server::spawn(&codex, world.home.path(), rail_b.clone()).await;
-    let mut agent_b = world.agent(rail_b, world.home.path());
+    let mut agent_b = world.unleased_agent(rail_b, world.home.path());
     match agent_b.open(&contender.client).await {
         Err(RuntimeError::ThreadBusy { thread_id, message }) => {
             assert_eq!(thread_id, thread);

@@ -18,6 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use futures::future::join_all;
 use proptest::prelude::*;
@@ -26,8 +27,8 @@ use proptest::test_runner::{Config, TestRng, TestRunner};
 use serde_json::{json, Map, Value};
 
 use crate::{
-    BindingStore, BindingStoreExt, CommitOutcome, ImportOutcome, SessionExport, StoreError,
-    TurnCommit, CODEX_THREAD_ID_KEY,
+    BindingStore, BindingStoreExt, CommitOutcome, ImportOutcome, Lease, LeaseOwner, SessionExport,
+    StoreError, TurnCommit, CODEX_THREAD_ID_KEY,
 };
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -73,6 +74,182 @@ pub async fn run_all(store: &dyn BindingStore) {
     export_import_roundtrip(store).await;
     invalid_input(store).await;
     random_ops_match_model(store).await;
+    run_leases(store).await;
+}
+
+/// Runs every lease scenario, in order, on `store`.
+pub async fn run_leases(store: &dyn BindingStore) {
+    lease_is_exclusive(store).await;
+    lease_release_frees(store).await;
+    lease_renew_extends(store).await;
+    lease_expiry_frees_a_crashed_holder(store).await;
+    lease_owner_mismatch_cannot_renew_or_release(store).await;
+    concurrent_acquires_grant_one(store).await;
+}
+
+fn owner(name: &str) -> LeaseOwner {
+    LeaseOwner {
+        host: format!("host-{name}"),
+        pid: 4242,
+        started_at_ms: 1_700_000_000_000,
+        instance: NEXT.fetch_add(1, Ordering::Relaxed),
+    }
+}
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// A live lease excludes every other owner (typed `Busy` naming the holder); the holder asking
+/// again renews it, keeping its fence.
+pub async fn lease_is_exclusive(store: &dyn BindingStore) {
+    let s = unique_id("lease-exclusive");
+    let (a, b) = (owner("a"), owner("b"));
+    let lease = store.acquire_lease(&s, &a, LONG).await.unwrap();
+    assert_eq!(lease.session_id, s);
+    assert_eq!(lease.owner, a);
+    assert!(lease.expires_at_ms > lease.acquired_at_ms);
+    match store.acquire_lease(&s, &b, LONG).await {
+        Err(StoreError::Busy {
+            session_id,
+            holder,
+            acquired_at_ms,
+            expires_at_ms,
+        }) => {
+            assert_eq!(session_id, s);
+            assert_eq!(holder, a);
+            assert_eq!(acquired_at_ms, lease.acquired_at_ms);
+            assert!(expires_at_ms >= lease.expires_at_ms);
+        }
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    let again = store.acquire_lease(&s, &a, LONG).await.unwrap();
+    assert_eq!(
+        again.fence, lease.fence,
+        "re-acquiring by the holder renews"
+    );
+    assert_eq!(again.acquired_at_ms, lease.acquired_at_ms);
+    // Leases are per session.
+    let other = unique_id("lease-exclusive-other");
+    store.acquire_lease(&other, &b, LONG).await.unwrap();
+    assert!(store.release_lease(&again).await.unwrap());
+}
+
+/// Releasing frees the lease for the next owner (with a higher fence); a second release is a
+/// no-op.
+pub async fn lease_release_frees(store: &dyn BindingStore) {
+    let s = unique_id("lease-release");
+    let (a, b) = (owner("a"), owner("b"));
+    let first = store.acquire_lease(&s, &a, LONG).await.unwrap();
+    assert!(store.release_lease(&first).await.unwrap());
+    assert!(!store.release_lease(&first).await.unwrap(), "already free");
+    assert!(
+        matches!(
+            store.renew_lease(&first, LONG).await,
+            Err(StoreError::LeaseLost { .. })
+        ),
+        "a released lease cannot be renewed"
+    );
+    let second = store.acquire_lease(&s, &b, LONG).await.unwrap();
+    assert_eq!(second.owner, b);
+    assert!(
+        second.fence > first.fence,
+        "fences grow: {first:?} {second:?}"
+    );
+    assert!(store.release_lease(&second).await.unwrap());
+}
+
+/// Renewing pushes the expiry out: the lease outlives its first TTL.
+pub async fn lease_renew_extends(store: &dyn BindingStore) {
+    let s = unique_id("lease-renew");
+    let (a, b) = (owner("a"), owner("b"));
+    let ttl = Duration::from_millis(600);
+    let lease = store.acquire_lease(&s, &a, ttl).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let renewed = store.renew_lease(&lease, ttl).await.unwrap();
+    assert!(renewed.expires_at_ms > lease.expires_at_ms);
+    assert_eq!(renewed.fence, lease.fence);
+    assert_eq!(renewed.acquired_at_ms, lease.acquired_at_ms);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // 700 ms after the grant: past the first expiry, within the renewed one.
+    assert!(
+        matches!(
+            store.acquire_lease(&s, &b, ttl).await,
+            Err(StoreError::Busy { .. })
+        ),
+        "the renewed lease still holds"
+    );
+    assert!(store.release_lease(&renewed).await.unwrap());
+}
+
+/// A holder that stops renewing (crashed) loses the lease at expiry: another owner gets it, and
+/// the old holder can neither renew nor release it.
+pub async fn lease_expiry_frees_a_crashed_holder(store: &dyn BindingStore) {
+    let s = unique_id("lease-expiry");
+    let (a, b, c) = (owner("a"), owner("b"), owner("c"));
+    let crashed = store
+        .acquire_lease(&s, &a, Duration::from_millis(200))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        matches!(
+            store.renew_lease(&crashed, LONG).await,
+            Err(StoreError::LeaseLost { .. })
+        ),
+        "an expired lease cannot be renewed"
+    );
+    let next = store.acquire_lease(&s, &b, LONG).await.unwrap();
+    assert_eq!(next.owner, b);
+    assert_eq!(next.fence, crashed.fence + 1);
+    assert!(!store.release_lease(&crashed).await.unwrap());
+    assert!(matches!(
+        store.acquire_lease(&s, &c, LONG).await,
+        Err(StoreError::Busy { holder, .. }) if holder == b
+    ));
+    assert!(store.release_lease(&next).await.unwrap());
+}
+
+/// A lease naming another owner (or an older fence) can neither renew nor release the holder's.
+pub async fn lease_owner_mismatch_cannot_renew_or_release(store: &dyn BindingStore) {
+    let s = unique_id("lease-mismatch");
+    let (a, b) = (owner("a"), owner("b"));
+    let held = store.acquire_lease(&s, &a, LONG).await.unwrap();
+    let forged = Lease {
+        owner: b.clone(),
+        ..held.clone()
+    };
+    assert!(matches!(
+        store.renew_lease(&forged, LONG).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    assert!(!store.release_lease(&forged).await.unwrap());
+    let stale_fence = Lease {
+        fence: held.fence + 7,
+        ..held.clone()
+    };
+    assert!(!store.release_lease(&stale_fence).await.unwrap());
+    assert!(matches!(
+        store.acquire_lease(&s, &b, LONG).await,
+        Err(StoreError::Busy { holder, .. }) if holder == a
+    ));
+    assert!(store.release_lease(&held).await.unwrap());
+}
+
+/// Many owners racing for one free lease: exactly one wins, the others are `Busy` naming it.
+pub async fn concurrent_acquires_grant_one(store: &dyn BindingStore) {
+    let s = unique_id("lease-race");
+    let owners: Vec<LeaseOwner> = (0..16).map(|i| owner(&format!("racer{i}"))).collect();
+    let results = join_all(owners.iter().map(|o| store.acquire_lease(&s, o, LONG))).await;
+    let winners: Vec<&Lease> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    let winner = winners[0].owner.clone();
+    for r in &results {
+        match r {
+            Ok(_) => {}
+            Err(StoreError::Busy { holder, .. }) => assert_eq!(*holder, winner),
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+    assert!(store.release_lease(winners[0]).await.unwrap());
 }
 
 /// `commit_turn` appends the rows and publishes the binding with its metadata; re-committing on

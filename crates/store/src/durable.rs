@@ -6,11 +6,13 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::logic::{self, expect_reply, ReadTxn, WriteOp};
+use crate::logic::{
+    self, expect_reply, lease_of, released_of, ttl_ms, LeaseOp, LocalLeases, ReadTxn, WriteOp,
+};
 use crate::writer::Writer;
 use crate::{
-    CommitOutcome, ImportOutcome, SessionExport, SessionPage, SessionRecord, StoreError,
-    TranscriptRow, TurnCommit,
+    CommitOutcome, ImportOutcome, Lease, LeaseOwner, SessionExport, SessionPage, SessionRecord,
+    StoreError, TranscriptRow, TurnCommit,
 };
 
 /// How a backend runs one read snapshot (a redb read transaction, a SQLite deferred
@@ -27,6 +29,9 @@ pub(crate) trait Readers: Send + Sync + std::fmt::Debug + 'static {
 pub(crate) struct Durable {
     pub(crate) writer: Writer,
     pub(crate) readers: Arc<dyn Readers>,
+    /// `Some` for a single-process backend (redb): leases live in this process. `None`: they
+    /// live in the store and go through the writer like every other write (SQLite).
+    pub(crate) local_leases: Option<LocalLeases>,
 }
 
 impl Durable {
@@ -138,6 +143,52 @@ impl Durable {
     ) -> Result<ImportOutcome, StoreError> {
         expect_reply!(self.writer.write(WriteOp::Import(export)).await?, Import)
     }
+
+    async fn lease(&self, op: LeaseOp) -> Result<logic::LeaseReply, StoreError> {
+        match &self.local_leases {
+            Some(local) => local.apply(&op),
+            None => expect_reply!(self.writer.write(WriteOp::Lease(op)).await?, Lease),
+        }
+    }
+
+    pub(crate) async fn acquire_lease(
+        &self,
+        id: &str,
+        owner: &LeaseOwner,
+        ttl: std::time::Duration,
+    ) -> Result<Lease, StoreError> {
+        lease_of(
+            self.lease(LeaseOp::Acquire {
+                session_id: id.to_string(),
+                owner: owner.clone(),
+                ttl_ms: ttl_ms(ttl),
+            })
+            .await?,
+        )
+    }
+
+    pub(crate) async fn renew_lease(
+        &self,
+        lease: &Lease,
+        ttl: std::time::Duration,
+    ) -> Result<Lease, StoreError> {
+        lease_of(
+            self.lease(LeaseOp::Renew {
+                lease: lease.clone(),
+                ttl_ms: ttl_ms(ttl),
+            })
+            .await?,
+        )
+    }
+
+    pub(crate) async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError> {
+        released_of(
+            self.lease(LeaseOp::Release {
+                lease: lease.clone(),
+            })
+            .await?,
+        )
+    }
 }
 
 /// Implements `BindingStore` for a newtype whose field `inner` is a [`Durable`].
@@ -206,6 +257,27 @@ macro_rules! impl_durable_store {
                 export: $crate::SessionExport,
             ) -> Result<$crate::ImportOutcome, $crate::StoreError> {
                 self.inner.import_session(export).await
+            }
+            async fn acquire_lease(
+                &self,
+                session_id: &str,
+                owner: &$crate::LeaseOwner,
+                ttl: std::time::Duration,
+            ) -> Result<$crate::Lease, $crate::StoreError> {
+                self.inner.acquire_lease(session_id, owner, ttl).await
+            }
+            async fn renew_lease(
+                &self,
+                lease: &$crate::Lease,
+                ttl: std::time::Duration,
+            ) -> Result<$crate::Lease, $crate::StoreError> {
+                self.inner.renew_lease(lease, ttl).await
+            }
+            async fn release_lease(
+                &self,
+                lease: &$crate::Lease,
+            ) -> Result<bool, $crate::StoreError> {
+                self.inner.release_lease(lease).await
             }
         }
     };

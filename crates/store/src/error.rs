@@ -88,6 +88,26 @@ pub enum StoreError {
     /// The store was closed, or its writer thread is gone.
     #[error("the store is closed")]
     Closed,
+    /// The session's lease is held by another owner until `expires_at_ms` (store clock): another
+    /// host or agent is driving this session's codex thread. Retry later or show who holds it.
+    #[error("session {session_id} is busy: held by {holder} since {acquired_at_ms} (until {expires_at_ms})")]
+    Busy {
+        /// The session concerned.
+        session_id: String,
+        /// Who holds the lease.
+        holder: crate::LeaseOwner,
+        /// Since when (milliseconds since the Unix epoch, store clock).
+        acquired_at_ms: i64,
+        /// Until when, unless renewed (milliseconds since the Unix epoch, store clock).
+        expires_at_ms: i64,
+    },
+    /// A renewal of a lease that this owner no longer holds (it expired or was released, and
+    /// perhaps another owner acquired it since).
+    #[error("the lease on session {session_id} is no longer held by this owner")]
+    LeaseLost {
+        /// The session concerned.
+        session_id: String,
+    },
     /// The store URL names a scheme this build does not support.
     #[error("unsupported store URL `{url}`: {reason}")]
     UnsupportedUrl {
@@ -111,6 +131,8 @@ impl StoreError {
                 | StoreError::Conflict { .. }
                 | StoreError::RetiredThread { .. }
                 | StoreError::InvalidInput(_)
+                | StoreError::Busy { .. }
+                | StoreError::LeaseLost { .. }
         )
     }
 

@@ -93,8 +93,8 @@ pub use redb_store::RedbStore;
 pub use sqlite_store::SqliteStore;
 pub use store::{BindingStore, BindingStoreExt};
 pub use types::{
-    Binding, CommitOutcome, ImportOutcome, SessionExport, SessionPage, SessionRecord,
-    TranscriptRow, TurnCommit, CODEX_THREAD_ID_KEY,
+    Binding, CommitOutcome, ImportOutcome, Lease, LeaseOwner, SessionExport, SessionPage,
+    SessionRecord, TranscriptRow, TurnCommit, CODEX_THREAD_ID_KEY,
 };
 
 /// The newest schema version this build reads and writes. Older stores are migrated on open;

@@ -13,8 +13,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{Map, Value};
 
 use crate::{
-    Binding, CommitOutcome, ImportOutcome, SessionExport, SessionRecord, StoreError, TranscriptRow,
-    TurnCommit, CODEX_THREAD_ID_KEY,
+    Binding, CommitOutcome, ImportOutcome, Lease, LeaseOwner, SessionExport, SessionRecord,
+    StoreError, TranscriptRow, TurnCommit, CODEX_THREAD_ID_KEY,
 };
 
 /// One write request, as queued for the writer.
@@ -37,6 +37,7 @@ pub(crate) enum WriteOp {
         session_id: String,
     },
     Import(SessionExport),
+    Lease(LeaseOp),
 }
 
 /// The answer to a [`WriteOp`].
@@ -47,6 +48,7 @@ pub(crate) enum Reply {
     Bool(bool),
     Unit,
     Import(ImportOutcome),
+    Lease(LeaseReply),
 }
 
 /// A read view of one transaction (or snapshot).
@@ -72,6 +74,11 @@ pub(crate) trait WriteTxn: ReadTxn {
     fn put_row(&mut self, session_id: &str, seq: u64, body: &Value) -> Result<(), StoreError>;
     /// Removes the session record and all its rows; `true` if the record existed.
     fn remove(&mut self, session_id: &str) -> Result<bool, StoreError>;
+    /// The leases in this transaction, for backends that keep them in the store (several
+    /// processes); `None` for those that keep them in the process.
+    fn leases(&mut self) -> Option<&mut dyn LeaseTxn> {
+        None
+    }
 }
 
 /// Milliseconds since the Unix epoch.
@@ -273,6 +280,14 @@ pub(crate) fn apply(txn: &mut dyn WriteTxn, op: &WriteOp, now: i64) -> Result<Re
             Ok(Reply::Unit)
         }
         WriteOp::Delete { session_id } => Ok(Reply::Bool(txn.remove(session_id)?)),
+        WriteOp::Lease(op) => {
+            let leases = txn.leases().ok_or_else(|| {
+                StoreError::InvalidInput(
+                    "internal error: this backend keeps leases in the process".to_string(),
+                )
+            })?;
+            Ok(Reply::Lease(apply_lease(leases, op, now)?))
+        }
         WriteOp::Import(export) => {
             let record = &export.record;
             check_id("session id", &record.session_id)?;
@@ -368,3 +383,172 @@ macro_rules! expect_reply {
     };
 }
 pub(crate) use expect_reply;
+
+/// A lease request. Decided by [`apply_lease`], the one place lease rules live.
+#[derive(Debug, Clone)]
+pub(crate) enum LeaseOp {
+    Acquire {
+        session_id: String,
+        owner: LeaseOwner,
+        ttl_ms: i64,
+    },
+    Renew {
+        lease: Lease,
+        ttl_ms: i64,
+    },
+    Release {
+        lease: Lease,
+    },
+}
+
+impl LeaseOp {
+    #[allow(dead_code)]
+    pub(crate) fn session_id(&self) -> &str {
+        match self {
+            LeaseOp::Acquire { session_id, .. } => session_id,
+            LeaseOp::Renew { lease, .. } | LeaseOp::Release { lease } => &lease.session_id,
+        }
+    }
+}
+
+/// The leases of one transaction (a table in SQLite and PostgreSQL, a map in memory and redb).
+///
+/// A released or expired lease stays stored (free) so that its `fence` keeps growing.
+pub(crate) trait LeaseTxn {
+    /// The session's lease row, free or held.
+    fn load_lease(&mut self, session_id: &str) -> Result<Option<Lease>, StoreError>;
+    /// Inserts or replaces the session's lease row.
+    fn put_lease(&mut self, lease: &Lease) -> Result<(), StoreError>;
+}
+
+/// Converts a TTL to whole milliseconds (at least 1).
+pub(crate) fn ttl_ms(ttl: std::time::Duration) -> i64 {
+    (ttl.as_millis().min(i64::MAX as u128) as i64).max(1)
+}
+
+/// Applies one lease request at store time `now`.
+///
+/// - Acquire: granted when the session has no lease, its lease expired or was released, or
+///   the same owner holds it (then it is renewed, keeping `acquired_at_ms` and `fence`);
+///   otherwise [`StoreError::Busy`] naming the holder. A new grant increments `fence`.
+/// - Renew: only the owner of a live lease with the same `fence` extends it to `now + ttl`;
+///   anything else is [`StoreError::LeaseLost`] (an expired lease is lost even if nobody took
+///   it: the holder failed to renew in time and must not assume exclusivity).
+/// - Release: frees a live lease of the same owner and `fence` (`true`); otherwise nothing
+///   happens (`false`): another owner's lease is never freed.
+pub(crate) fn apply_lease(
+    txn: &mut dyn LeaseTxn,
+    op: &LeaseOp,
+    now: i64,
+) -> Result<LeaseReply, StoreError> {
+    match op {
+        LeaseOp::Acquire {
+            session_id,
+            owner,
+            ttl_ms,
+        } => {
+            check_id("session id", session_id)?;
+            let existing = txn.load_lease(session_id)?;
+            let lease = match existing {
+                Some(held) if held.expires_at_ms > now && held.owner == *owner => Lease {
+                    expires_at_ms: now.saturating_add(*ttl_ms),
+                    ..held
+                },
+                Some(held) if held.expires_at_ms > now => {
+                    return Err(StoreError::Busy {
+                        session_id: session_id.clone(),
+                        holder: held.owner,
+                        acquired_at_ms: held.acquired_at_ms,
+                        expires_at_ms: held.expires_at_ms,
+                    })
+                }
+                free => Lease {
+                    session_id: session_id.clone(),
+                    owner: owner.clone(),
+                    acquired_at_ms: now,
+                    expires_at_ms: now.saturating_add(*ttl_ms),
+                    fence: free.map_or(0, |l| l.fence) + 1,
+                },
+            };
+            txn.put_lease(&lease)?;
+            Ok(LeaseReply::Lease(lease))
+        }
+        LeaseOp::Renew { lease, ttl_ms } => match txn.load_lease(&lease.session_id)? {
+            Some(held) if is_same_grant(&held, lease) && held.expires_at_ms > now => {
+                let renewed = Lease {
+                    expires_at_ms: now.saturating_add(*ttl_ms),
+                    ..held
+                };
+                txn.put_lease(&renewed)?;
+                Ok(LeaseReply::Lease(renewed))
+            }
+            _ => Err(StoreError::LeaseLost {
+                session_id: lease.session_id.clone(),
+            }),
+        },
+        LeaseOp::Release { lease } => match txn.load_lease(&lease.session_id)? {
+            Some(held) if is_same_grant(&held, lease) && held.expires_at_ms > now => {
+                txn.put_lease(&Lease {
+                    expires_at_ms: now,
+                    ..held
+                })?;
+                Ok(LeaseReply::Released(true))
+            }
+            _ => Ok(LeaseReply::Released(false)),
+        },
+    }
+}
+
+fn is_same_grant(held: &Lease, lease: &Lease) -> bool {
+    held.owner == lease.owner && held.fence == lease.fence
+}
+
+/// The answer to a [`LeaseOp`].
+#[derive(Debug)]
+pub(crate) enum LeaseReply {
+    Lease(Lease),
+    Released(bool),
+}
+
+/// Leases kept in this process only: for the single-process backends (memory, redb).
+#[derive(Debug, Default)]
+pub(crate) struct LocalLeases {
+    leases: std::sync::Mutex<std::collections::HashMap<String, Lease>>,
+}
+
+impl LocalLeases {
+    pub(crate) fn apply(&self, op: &LeaseOp) -> Result<LeaseReply, StoreError> {
+        let mut map = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+        apply_lease(&mut *map, op, now_ms())
+    }
+}
+
+impl LeaseTxn for std::collections::HashMap<String, Lease> {
+    fn load_lease(&mut self, session_id: &str) -> Result<Option<Lease>, StoreError> {
+        Ok(self.get(session_id).cloned())
+    }
+    fn put_lease(&mut self, lease: &Lease) -> Result<(), StoreError> {
+        self.insert(lease.session_id.clone(), lease.clone());
+        Ok(())
+    }
+}
+
+/// Unwraps a lease reply into a granted lease.
+pub(crate) fn lease_of(reply: LeaseReply) -> Result<Lease, StoreError> {
+    match reply {
+        LeaseReply::Lease(lease) => Ok(lease),
+        other => Err(StoreError::InvalidInput(format!(
+            "internal error: unexpected lease reply {other:?}"
+        ))),
+    }
+}
+
+/// Unwraps a lease reply into a release verdict.
+pub(crate) fn released_of(reply: LeaseReply) -> Result<bool, StoreError> {
+    match reply {
+        LeaseReply::Released(done) => Ok(done),
+        other => Err(StoreError::InvalidInput(format!(
+            "internal error: unexpected lease reply {other:?}"
+        ))),
+    }
+}

@@ -7,10 +7,13 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use crate::logic::{self, apply, expect_reply, now_ms, ReadTxn, Reply, WriteOp, WriteTxn};
+use crate::logic::{
+    self, apply, expect_reply, lease_of, now_ms, released_of, ttl_ms, LeaseOp, LocalLeases,
+    ReadTxn, Reply, WriteOp, WriteTxn,
+};
 use crate::{
-    BindingStore, CommitOutcome, ImportOutcome, SessionExport, SessionPage, SessionRecord,
-    StoreError, TranscriptRow, TurnCommit,
+    BindingStore, CommitOutcome, ImportOutcome, Lease, LeaseOwner, SessionExport, SessionPage,
+    SessionRecord, StoreError, TranscriptRow, TurnCommit,
 };
 
 #[derive(Debug, Default)]
@@ -26,6 +29,7 @@ struct State {
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     state: Mutex<State>,
+    leases: LocalLeases,
 }
 
 impl MemoryStore {
@@ -181,5 +185,35 @@ impl BindingStore for MemoryStore {
 
     async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome, StoreError> {
         expect_reply!(self.write(WriteOp::Import(export))?, Import)
+    }
+
+    async fn acquire_lease(
+        &self,
+        session_id: &str,
+        owner: &LeaseOwner,
+        ttl: std::time::Duration,
+    ) -> Result<Lease, StoreError> {
+        lease_of(self.leases.apply(&LeaseOp::Acquire {
+            session_id: session_id.to_string(),
+            owner: owner.clone(),
+            ttl_ms: ttl_ms(ttl),
+        })?)
+    }
+
+    async fn renew_lease(
+        &self,
+        lease: &Lease,
+        ttl: std::time::Duration,
+    ) -> Result<Lease, StoreError> {
+        lease_of(self.leases.apply(&LeaseOp::Renew {
+            lease: lease.clone(),
+            ttl_ms: ttl_ms(ttl),
+        })?)
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError> {
+        released_of(self.leases.apply(&LeaseOp::Release {
+            lease: lease.clone(),
+        })?)
     }
 }

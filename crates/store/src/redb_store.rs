@@ -59,6 +59,8 @@ impl RedbStore {
             inner: Durable {
                 writer,
                 readers: Arc::new(readers),
+                // redb files are exclusive to one process: leases live in this process.
+                local_leases: Some(Default::default()),
             },
             path,
         })
@@ -73,7 +75,9 @@ impl RedbStore {
     /// or another process) as soon as this returns.
     pub async fn close(self) {
         let RedbStore { inner, .. } = self;
-        let Durable { writer, readers } = inner;
+        let Durable {
+            writer, readers, ..
+        } = inner;
         drop(readers);
         writer.close().await;
     }

@@ -13,10 +13,11 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBeha
 use serde_json::{Map, Value};
 
 use crate::durable::{create_owner_only, impl_durable_store, Durable, Readers};
-use crate::logic::{check_record, ReadTxn, WriteTxn};
+use crate::logic::{check_record, LeaseTxn, ReadTxn, WriteTxn};
 use crate::writer::{Engine, Writer};
 use crate::{
-    Binding, Durability, OpenOptions, SessionRecord, StoreError, TranscriptRow, SCHEMA_VERSION,
+    Binding, Durability, Lease, LeaseOwner, OpenOptions, SessionRecord, StoreError, TranscriptRow,
+    SCHEMA_VERSION,
 };
 
 /// `PRAGMA application_id` of a rethread store ("rthd"): tells our files from other SQLite files.
@@ -39,6 +40,22 @@ CREATE TABLE transcript_rows (
     seq INTEGER NOT NULL,
     body TEXT NOT NULL,
     PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+";
+
+/// Session leases (added beside schema 1 without a version bump: a build that does not know
+/// leases still reads and writes the file). A free lease keeps its row so `fence` keeps growing.
+/// Expiry is judged by the clock of the machine the processes share.
+const LEASES_TABLE: &str = "
+CREATE TABLE IF NOT EXISTS leases (
+    session_id TEXT PRIMARY KEY NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    started_at_ms INTEGER NOT NULL,
+    instance INTEGER NOT NULL,
+    acquired_at_ms INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL,
+    fence INTEGER NOT NULL
 ) WITHOUT ROWID;
 ";
 
@@ -84,6 +101,7 @@ impl SqliteStore {
             inner: Durable {
                 writer,
                 readers: Arc::new(readers),
+                local_leases: None,
             },
             path,
         })
@@ -97,7 +115,9 @@ impl SqliteStore {
     /// Finishes queued writes and closes the connections.
     pub async fn close(self) {
         let SqliteStore { inner, .. } = self;
-        let Durable { writer, readers } = inner;
+        let Durable {
+            writer, readers, ..
+        } = inner;
         drop(readers);
         writer.close().await;
     }
@@ -184,6 +204,7 @@ fn ensure_schema(conn: &mut Connection, label: &str) -> Result<(), StoreError> {
         .map_err(map)?;
     if app_id == 0 && version == 0 && tables == 0 {
         migrate(&txn, 0, label)?;
+        txn.execute_batch(LEASES_TABLE).map_err(map)?;
         return txn.commit().map_err(map);
     }
     if app_id != APPLICATION_ID {
@@ -202,6 +223,7 @@ fn ensure_schema(conn: &mut Connection, label: &str) -> Result<(), StoreError> {
     }
     if version < SCHEMA_VERSION {
         migrate(&txn, version, label)?;
+        txn.execute_batch(LEASES_TABLE).map_err(map)?;
         return txn.commit().map_err(map);
     }
     for table in ["sessions", "transcript_rows"] {
@@ -219,6 +241,7 @@ fn ensure_schema(conn: &mut Connection, label: &str) -> Result<(), StoreError> {
             ));
         }
     }
+    txn.execute_batch(LEASES_TABLE).map_err(map)?;
     txn.commit().map_err(map)
 }
 
@@ -454,6 +477,60 @@ impl WriteTxn for Txn<'_> {
             .and_then(|mut s| s.execute([session_id]))
             .map_err(|e| self.map(e))?;
         Ok(n > 0)
+    }
+
+    fn leases(&mut self) -> Option<&mut dyn LeaseTxn> {
+        Some(self)
+    }
+}
+
+impl LeaseTxn for Txn<'_> {
+    fn load_lease(&mut self, session_id: &str) -> Result<Option<Lease>, StoreError> {
+        self.conn
+            .prepare_cached(
+                "SELECT host, pid, started_at_ms, instance, acquired_at_ms, expires_at_ms, fence \
+                 FROM leases WHERE session_id = ?1",
+            )
+            .and_then(|mut s| {
+                s.query_row([session_id], |r| {
+                    Ok(Lease {
+                        session_id: session_id.to_string(),
+                        owner: LeaseOwner {
+                            host: r.get(0)?,
+                            pid: r.get::<_, i64>(1)? as u32,
+                            started_at_ms: r.get(2)?,
+                            instance: r.get::<_, i64>(3)? as u64,
+                        },
+                        acquired_at_ms: r.get(4)?,
+                        expires_at_ms: r.get(5)?,
+                        fence: r.get::<_, i64>(6)? as u64,
+                    })
+                })
+                .optional()
+            })
+            .map_err(|e| self.map(e))
+    }
+
+    fn put_lease(&mut self, lease: &Lease) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO leases (session_id, host, pid, started_at_ms, instance, \
+                 acquired_at_ms, expires_at_ms, fence) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    lease.session_id,
+                    lease.owner.host,
+                    lease.owner.pid as i64,
+                    lease.owner.started_at_ms,
+                    lease.owner.instance as i64,
+                    lease.acquired_at_ms,
+                    lease.expires_at_ms,
+                    lease.fence as i64,
+                ])
+            })
+            .map_err(|e| self.map(e))?;
+        Ok(())
     }
 }
 

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
+use std::time::Duration;
+
 use crate::{
-    Binding, CommitOutcome, ImportOutcome, SessionExport, SessionPage, SessionRecord, StoreError,
-    TranscriptRow, TurnCommit,
+    Binding, CommitOutcome, ImportOutcome, Lease, LeaseOwner, SessionExport, SessionPage,
+    SessionRecord, StoreError, TranscriptRow, TurnCommit,
 };
 
 /// Durable `session id -> codex thread id` bindings and the sessions' transcripts.
@@ -114,6 +116,40 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// - An inconsistent export (rows not `0..row_count`, binding disagreeing with
     ///   `model_config`, a retired thread bound) is [`StoreError::InvalidInput`].
     async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome, StoreError>;
+
+    /// Takes the session's lease for `owner` for `ttl`: the right to drive the session's codex
+    /// thread. Hosts take it before resuming or starting a thread and hold it (renewing) through
+    /// the turn's commit, so that two hosts never drive one session's thread at once.
+    ///
+    /// # Contract
+    /// - Granted (a new `fence`, `acquired_at_ms` now) when the session has no live lease.
+    /// - The same owner asking again renews its live lease (same `fence` and `acquired_at_ms`).
+    /// - Another owner's live lease is [`StoreError::Busy`] naming the holder; nothing changes.
+    /// - Expiry is judged by one clock per store (the database server's clock for PostgreSQL,
+    ///   the machine's for the file and memory stores), so a crashed holder frees the lease
+    ///   `ttl` after its last renewal.
+    /// - Backends that serve several processes keep leases in the store; single-process
+    ///   backends (memory, redb) may keep them in the process.
+    async fn acquire_lease(
+        &self,
+        session_id: &str,
+        owner: &LeaseOwner,
+        ttl: Duration,
+    ) -> Result<Lease, StoreError>;
+
+    /// Extends a live lease to `ttl` from now.
+    ///
+    /// # Contract
+    /// Only the same owner and `fence` renew, and only before expiry; otherwise
+    /// [`StoreError::LeaseLost`] and nothing changes.
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError>;
+
+    /// Frees a lease.
+    ///
+    /// # Contract
+    /// Returns `true` if `lease` (same owner and `fence`) was live and is now free; `false`
+    /// otherwise, changing nothing: another owner's lease is never freed.
+    async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError>;
 }
 
 macro_rules! forward_binding_store {
@@ -168,6 +204,20 @@ macro_rules! forward_binding_store {
             }
             async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome, StoreError> {
                 (**self).import_session(export).await
+            }
+            async fn acquire_lease(
+                &self,
+                session_id: &str,
+                owner: &LeaseOwner,
+                ttl: Duration,
+            ) -> Result<Lease, StoreError> {
+                (**self).acquire_lease(session_id, owner, ttl).await
+            }
+            async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
+                (**self).renew_lease(lease, ttl).await
+            }
+            async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError> {
+                (**self).release_lease(lease).await
             }
         }
     )*};

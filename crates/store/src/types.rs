@@ -158,3 +158,75 @@ pub enum ImportOutcome {
     /// An identical session was already present; nothing was written.
     AlreadyPresent,
 }
+
+/// Who holds (or asks for) a session's lease: a host process, and which holder inside it.
+///
+/// Two owners are the same only if every field is equal, so two agents of one process for
+/// the same session exclude each other like two processes do.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LeaseOwner {
+    /// The host name of the holder's machine.
+    pub host: String,
+    /// The holder's process id.
+    pub pid: u32,
+    /// When the holder's process started (milliseconds since the Unix epoch; as first seen by
+    /// rethread in that process). Tells a reused pid from the process that held the lease.
+    pub started_at_ms: i64,
+    /// Which holder inside the process (a counter; 0 for the process itself).
+    pub instance: u64,
+}
+
+impl LeaseOwner {
+    /// A fresh owner in this process: this host, pid and process start time, and an instance
+    /// number no other call in this process returns.
+    pub fn new_local() -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::OnceLock;
+        static STARTED: OnceLock<(String, i64)> = OnceLock::new();
+        static INSTANCE: AtomicU64 = AtomicU64::new(1);
+        let (host, started_at_ms) =
+            STARTED.get_or_init(|| (local_host_name(), crate::logic::now_ms()));
+        LeaseOwner {
+            host: host.clone(),
+            pid: std::process::id(),
+            started_at_ms: *started_at_ms,
+            instance: INSTANCE.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+}
+
+impl std::fmt::Display for LeaseOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "host {} pid {}", self.host, self.pid)
+    }
+}
+
+/// This machine's host name (`/proc/sys/kernel/hostname`, then `$HOSTNAME`, else `localhost`).
+fn local_host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// A session's lease as granted: who holds it, since when, and until when.
+///
+/// A lease is free once `expires_at_ms` has passed (by the store's clock) or it was released;
+/// the holder keeps it by renewing it before then.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The session the lease is for.
+    pub session_id: String,
+    /// The holder.
+    pub owner: LeaseOwner,
+    /// When this owner acquired it (milliseconds since the Unix epoch, store clock).
+    pub acquired_at_ms: i64,
+    /// When it expires unless renewed (milliseconds since the Unix epoch, store clock).
+    pub expires_at_ms: i64,
+    /// Fencing token: grows by one each time a new owner acquires the session's lease, so the
+    /// acquisitions of one session are totally ordered.
+    pub fence: u64,
+}

@@ -281,4 +281,8 @@ impl WriteTxn for Cached<'_> {
         self.pending.insert(session_id.to_string(), None);
         Ok(existed)
     }
+
+    fn leases(&mut self) -> Option<&mut dyn crate::logic::LeaseTxn> {
+        self.inner.leases()
+    }
 }

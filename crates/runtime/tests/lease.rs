@@ -1,0 +1,139 @@
+//! The session lease: a session held by another host is `SessionBusy` (no thread is resumed or
+//! started), a crashed holder frees it after its TTL, and a lost lease commits nothing.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rethread_runtime::{Agent, AgentOptions, ClientOptions, OpenOutcome, RuntimeError, StatusRail};
+use rethread_store::{BindingStore, LeaseOwner, MemoryStore};
+
+fn options(ttl: Duration) -> AgentOptions {
+    AgentOptions {
+        codex_home: Some("/home/codex".into()),
+        retry_backoff: Duration::from_millis(1),
+        lease_ttl: Some(ttl),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_held_session_is_busy_and_starts_no_thread() {
+    let store = Arc::new(MemoryStore::new());
+    let (client_a, mut peer_a, _) = support::connect(ClientOptions::default()).await;
+    let (client_b, peer_b, _) = support::connect(ClientOptions::default()).await;
+    let mut agent_a = Agent::new("s", store.clone(), StatusRail::default())
+        .with_options(options(Duration::from_secs(30)));
+    let owner_a = agent_a.lease_owner().clone();
+    let open_a = tokio::spawn(async move {
+        let session = agent_a.open(&client_a).await.unwrap();
+        (agent_a, session)
+    });
+    peer_a.start_thread("t1").await;
+    let (_agent_a, session_a) = open_a.await.unwrap();
+    let lease = session_a.lease().expect("leased");
+    assert_eq!(lease.owner, owner_a);
+
+    let mut agent_b = Agent::new("s", store.clone(), StatusRail::default())
+        .with_options(options(Duration::from_secs(30)));
+    match agent_b.open(&client_b).await {
+        Err(RuntimeError::SessionBusy {
+            session_id, holder, ..
+        }) => {
+            assert_eq!(session_id, "s");
+            assert_eq!(holder, owner_a);
+        }
+        other => panic!("expected SessionBusy, got {other:?}"),
+    }
+    let message = agent_b.open(&client_b).await.unwrap_err().to_string();
+    assert!(
+        message.contains(&format!("pid {}", std::process::id())),
+        "{message}"
+    );
+
+    // Released: B may take the session (and starts its thread: A never committed).
+    session_a.close().await.unwrap();
+    let open_b =
+        tokio::spawn(async move { agent_b.open(&client_b).await.map(|s| s.outcome().clone()) });
+    let mut peer_b = peer_b;
+    peer_b.start_thread("t2").await;
+    assert_eq!(
+        open_b.await.unwrap().unwrap(),
+        OpenOutcome::Started {
+            thread_id: "t2".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_session_frees_the_lease_for_the_next_agent() {
+    let store = Arc::new(MemoryStore::new());
+    for thread in ["t1", "t2", "t3"] {
+        let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+        let mut agent = Agent::new("s", store.clone(), StatusRail::default())
+            .with_options(options(Duration::from_secs(30)));
+        let open = tokio::spawn(async move {
+            let session = agent.open(&client).await?;
+            drop(session);
+            Ok::<_, RuntimeError>(())
+        });
+        peer.start_thread(thread).await;
+        open.await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_crashed_holder_frees_the_session_after_its_ttl() {
+    let store = Arc::new(MemoryStore::new());
+    // A holder that crashed: it took the lease and never renews it.
+    let crashed = LeaseOwner::new_local();
+    store
+        .acquire_lease("s", &crashed, Duration::from_millis(300))
+        .await
+        .unwrap();
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut agent = Agent::new("s", store.clone(), StatusRail::default())
+        .with_options(options(Duration::from_secs(30)));
+    assert!(matches!(
+        agent.open(&client).await,
+        Err(RuntimeError::SessionBusy { holder, .. }) if holder == crashed
+    ));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let open = tokio::spawn(async move { agent.open(&client).await.map(|s| s.outcome().clone()) });
+    peer.start_thread("t1").await;
+    assert!(matches!(
+        open.await.unwrap().unwrap(),
+        OpenOutcome::Started { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_lost_lease_commits_nothing() {
+    let store = Arc::new(MemoryStore::new());
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut agent = Agent::new("s", store.clone(), StatusRail::default())
+        .with_options(options(Duration::from_millis(150)));
+    let open = tokio::spawn(async move {
+        let session = agent.open(&client).await.unwrap();
+        (agent, session)
+    });
+    peer.start_thread("t1").await;
+    let (_agent, mut session) = open.await.unwrap();
+    // Another host takes the session over (as if this one had stalled past its TTL).
+    let lease = session.lease().unwrap();
+    assert!(store.release_lease(&lease).await.unwrap());
+    let thief = LeaseOwner::new_local();
+    store
+        .acquire_lease("s", &thief, Duration::from_secs(30))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let turn = tokio::spawn(async move { session.run_turn("hello").await.map(|_| ()) });
+    peer.run_turn("t1", "u1", "hi").await;
+    assert!(matches!(
+        turn.await.unwrap(),
+        Err(RuntimeError::LeaseLost { session_id }) if session_id == "s"
+    ));
+    assert_eq!(store.session("s").await.unwrap(), None, "nothing committed");
+}
