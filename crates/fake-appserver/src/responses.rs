@@ -155,6 +155,7 @@ pub fn conversation_of(body: &Value) -> Vec<ConversationMessage> {
 struct Shared {
     requests: Mutex<Vec<RecordedRequest>>,
     reply: Mutex<Reply>,
+    tool_calls: Mutex<VecDeque<String>>,
     delay: Mutex<Duration>,
     arrived: Notify,
 }
@@ -177,6 +178,7 @@ impl ResponsesStandIn {
         let shared = Arc::new(Shared {
             requests: Mutex::new(Vec::new()),
             reply: Mutex::new(Reply::Echo),
+            tool_calls: Mutex::new(VecDeque::new()),
             delay: Mutex::new(Duration::ZERO),
             arrived: Notify::new(),
         });
@@ -224,6 +226,14 @@ impl ResponsesStandIn {
     /// Replaces what the model answers from now on.
     pub fn set_reply(&self, reply: Reply) {
         *lock(&self.shared.reply) = reply;
+    }
+
+    /// Makes the next model reply a call of codex's `exec_command` tool for `cmd` with
+    /// `sandbox_permissions: "require_escalated"`, so that codex (with
+    /// `approval_policy = "on-request"`) asks the client to approve it
+    /// (`item/commandExecution/requestApproval`). The reply after that is a normal one.
+    pub fn push_escalated_command(&self, cmd: &str) {
+        lock(&self.shared.tool_calls).push_back(cmd.to_string());
     }
 
     /// Makes every model reply wait this long (a slow model, so a turn can be interrupted).
@@ -338,8 +348,15 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) -> io::Result<
 fn respond(request: &RecordedRequest, shared: &Shared) -> Vec<u8> {
     let path = request.path.split('?').next().unwrap_or_default();
     if request.method == "POST" && path.ends_with("/responses") {
-        let text = lock(&shared.reply).next_reply(&request.conversation());
-        let body = sse_body(&text);
+        let tool_call = lock(&shared.tool_calls).pop_front();
+        let body = match tool_call {
+            Some(cmd) => sse_events(json!({
+                "type": "function_call", "id": "fc1", "call_id": "call1", "name": "exec_command",
+                "arguments": json!({"cmd": cmd, "sandbox_permissions": "require_escalated",
+                                    "justification": "rethread test approval"}).to_string(),
+            })),
+            None => sse_body(&lock(&shared.reply).next_reply(&request.conversation())),
+        };
         http_response("200 OK", "text/event-stream", &body)
     } else if request.method == "GET" && path.ends_with("/models") {
         http_response("200 OK", "application/json", br#"{"models":[]}"#)
@@ -354,6 +371,12 @@ fn respond(request: &RecordedRequest, shared: &Shared) -> Vec<u8> {
 
 /// The three server-sent events of one model reply carrying `text`.
 pub fn sse_body(text: &str) -> Vec<u8> {
+    sse_events(json!({"type": "message", "role": "assistant", "id": "m1",
+                      "content": [{"type": "output_text", "text": text}]}))
+}
+
+/// The three server-sent events of one model reply whose output is `item`.
+fn sse_events(item: Value) -> Vec<u8> {
     let events = [
         (
             "response.created",
@@ -361,9 +384,7 @@ pub fn sse_body(text: &str) -> Vec<u8> {
         ),
         (
             "response.output_item.done",
-            json!({"type": "response.output_item.done", "item": {
-                "type": "message", "role": "assistant", "id": "m1",
-                "content": [{"type": "output_text", "text": text}]}}),
+            json!({"type": "response.output_item.done", "item": item}),
         ),
         (
             "response.completed",

@@ -436,6 +436,14 @@ struct Proc {
 type ProcRef = Arc<Mutex<Proc>>;
 type RpcResult = Result<Value, (i64, String)>;
 
+/// A `thread/tokenUsage/updated` params object (every model response counts 1 in, 1 out).
+fn token_usage(thread_id: &str, turn_id: &str) -> Value {
+    let usage = json!({"totalTokens": 2, "inputTokens": 1, "cachedInputTokens": 0,
+                       "outputTokens": 1, "reasoningOutputTokens": 0});
+    json!({"threadId": thread_id, "turnId": turn_id,
+           "tokenUsage": {"total": usage, "last": usage, "modelContextWindow": 258400}})
+}
+
 /// Releases the process's threads (and their writer locks) however the process ends,
 /// including an abort.
 struct ReleaseOnDrop(ProcRef);
@@ -1355,27 +1363,45 @@ impl TurnRun {
                 proc.pending.insert(request_id.to_string(), answer_tx);
                 request_id
             };
+            // Like codex: the thread waits on the approval, the command item starts, the
+            // request goes out; once answered the request is resolved, the item completes
+            // (declined unless accepted), the thread is active again and the model's tool-call
+            // response is accounted.
             let item_id = format!("{turn}-exec");
-            let exec_item = json!({"type": "commandExecution", "id": item_id, "command": "echo approved",
-                                   "commandActions": [], "cwd": "/", "status": "inProgress"});
+            let command = "/bin/bash -lc 'echo approved'";
+            let actions = json!([{"type": "unknown", "command": "echo approved"}]);
+            e.notify(
+                "thread/status/changed",
+                json!({"threadId": thread, "status": {"type": "active", "activeFlags": ["waitingOnApproval"]}}),
+            );
+            let exec_item = json!({"type": "commandExecution", "id": item_id, "command": command,
+                                   "commandActions": actions, "cwd": "/", "status": "inProgress"});
             e.notify(
                 "item/started",
                 json!({"item": exec_item, "threadId": thread, "turnId": turn, "startedAtMs": now_ms()}),
             );
             e.line(
                 json!({"id": request_id, "method": "item/commandExecution/requestApproval",
-                       "params": {"threadId": thread, "turnId": turn, "itemId": item_id,
-                                  "startedAtMs": now_ms(), "command": "echo approved", "cwd": "/",
-                                  "reason": null}})
+                       "params": {"kind": "command", "threadId": thread, "turnId": turn,
+                                  "itemId": item_id, "startedAtMs": now_ms(),
+                                  "reason": "rethread test approval", "command": command,
+                                  "cwd": "/", "commandActions": actions,
+                                  "availableDecisions": ["accept", "cancel"]}})
                 .to_string(),
             );
             tokio::select! {
                 answer = answer_rx => {
+                    e.notify("serverRequest/resolved", json!({"threadId": thread, "requestId": request_id}));
                     let decision = answer.ok().and_then(|a| a.get("decision").cloned()).unwrap_or(Value::Null);
                     let status = if decision == json!("accept") || decision == json!("acceptForSession") { "completed" } else { "declined" };
-                    let item = json!({"type": "commandExecution", "id": item_id, "command": "echo approved",
-                                      "commandActions": [], "cwd": "/", "status": status});
+                    let item = json!({"type": "commandExecution", "id": item_id, "command": command,
+                                      "commandActions": actions, "cwd": "/", "status": status});
                     e.notify("item/completed", json!({"item": item, "threadId": thread, "turnId": turn, "completedAtMs": now_ms()}));
+                    e.notify(
+                        "thread/status/changed",
+                        json!({"threadId": thread, "status": {"type": "active", "activeFlags": []}}),
+                    );
+                    e.notify("thread/tokenUsage/updated", token_usage(thread, turn));
                 }
                 _ = &mut interrupt => interrupted = true,
             }

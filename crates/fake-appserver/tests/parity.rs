@@ -69,6 +69,8 @@ struct Lab {
     last_home: Option<PathBuf>,
     /// Model replies take this long (0: immediate).
     slow_model_ms: u64,
+    /// The first turn asks for an approval.
+    approval: bool,
 }
 
 struct Proc {
@@ -127,6 +129,7 @@ impl Lab {
             log: Vec::new(),
             last_home: None,
             slow_model_ms: 0,
+            approval: false,
         }
     }
 
@@ -143,11 +146,35 @@ impl Lab {
         self.model.set_delay(Duration::from_millis(millis));
     }
 
+    /// Makes the first turn ask the client to approve a command: the fake by its fault, the
+    /// real codex because the model asks for an escalated command under
+    /// `approval_policy = "on-request"`.
+    fn approval_on_first_turn(&mut self, home: &Path) {
+        self.approval = true;
+        self.model.push_escalated_command("echo approved");
+        let config = home.join("config.toml");
+        let text = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(
+            &config,
+            text.replace(
+                "approval_policy = \"never\"",
+                "approval_policy = \"on-request\"",
+            ),
+        )
+        .unwrap();
+    }
+
     fn faults(&self) -> FaultScript {
-        match self.slow_model_ms {
-            0 => FaultScript::none(),
-            millis => FaultScript::of([Fault::SlowTurn { millis }]),
+        let mut faults = Vec::new();
+        if self.slow_model_ms > 0 {
+            faults.push(Fault::SlowTurn {
+                millis: self.slow_model_ms,
+            });
         }
+        if self.approval {
+            faults.push(Fault::Approval { turn: 1 });
+        }
+        FaultScript::of(faults)
     }
 
     async fn spawn(&mut self, target: &Target, home: &Path, experimental: bool) -> Proc {
@@ -744,6 +771,75 @@ async fn active_writer(target: Target) -> Vec<String> {
     lab.log
 }
 
+async fn declined_approval(target: Target) -> Vec<String> {
+    let mut lab = Lab::new();
+    let home = lab.new_home();
+    lab.approval_on_first_turn(&home);
+    let mut p = lab.spawn(&target, &home, false).await;
+    let id = thread_id(&p.req("thread/start", json!({"cwd": "/tmp"})).await);
+    let started = p
+        .req(
+            "turn/start",
+            json!({"threadId": id, "input": [{"type": "text", "text": "run it"}]}),
+        )
+        .await;
+    lab.note_response("turn/start", &started);
+    let turn_id = started["result"]["turn"]["id"].clone();
+    let mut methods = Vec::new();
+    let mut statuses = Vec::new();
+    loop {
+        let message = p
+            .peer
+            .next_message()
+            .await
+            .unwrap()
+            .expect("turn/completed");
+        let Some(method) = message.get("method").and_then(Value::as_str) else {
+            continue;
+        };
+        if let Some(request_id) = message.get("id") {
+            methods.push(format!("REQUEST {method}"));
+            let params = &message["params"];
+            lab.note(
+                "approval request names the thread, turn and item",
+                format!(
+                    "{} {} {}",
+                    params["threadId"] == json!(id),
+                    params["turnId"] == turn_id,
+                    params["itemId"].is_string()
+                ),
+            );
+            let answer = json!({"id": request_id, "result": {"decision": "decline"}});
+            p.peer.send(&answer).await.unwrap();
+            continue;
+        }
+        // Codex races the command item's completion against the thread's status change, so
+        // statuses are compared as their own sequence.
+        if method == "thread/status/changed" {
+            statuses.push(message["params"]["status"].to_string());
+        } else if COMPARED_METHODS.contains(&method) || method == "serverRequest/resolved" {
+            methods.push(method.to_string());
+        }
+        if method == "item/completed" && message["params"]["item"]["type"] == "commandExecution" {
+            lab.note(
+                "command item after the decline",
+                message["params"]["item"]["status"].to_string(),
+            );
+        }
+        if method == "turn/completed" {
+            lab.note(
+                "turn/completed status",
+                message["params"]["turn"]["status"].to_string(),
+            );
+            break;
+        }
+    }
+    lab.note("methods", methods.join(","));
+    lab.note("thread statuses", statuses.join(","));
+    p.close().await;
+    lab.log
+}
+
 async fn interrupted_turn(target: Target) -> Vec<String> {
     let mut lab = Lab::new();
     let home = lab.new_home();
@@ -971,6 +1067,18 @@ parity!(
     RELEASE_N
 );
 parity!(writer_current, active_writer, Profile::Current, CURRENT);
+parity!(
+    approval_current,
+    declined_approval,
+    Profile::Current,
+    CURRENT
+);
+parity!(
+    approval_release_n,
+    declined_approval,
+    Profile::ReleaseN,
+    RELEASE_N
+);
 parity!(
     interrupt_current,
     interrupted_turn,
