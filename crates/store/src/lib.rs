@@ -9,9 +9,15 @@
 //! |---|---|---|
 //! | [`RedbStore`] | `redb` (default) | the embedded default; one process at a time |
 //! | [`SqliteStore`] | `sqlite` (default) | WAL; several processes may share one file |
+//! | `PostgresStore` | `postgres` | several hosts share one database (tokio-postgres, pooled) |
 //! | [`MemoryStore`] | always | tests; the reference the others are checked against |
 //!
-//! [`open_url`] opens `redb:PATH`, `sqlite:PATH` or `memory:`.
+//! [`open_url`] opens `redb:PATH`, `sqlite:PATH`, `postgres://...` or `memory:`.
+//!
+//! Every backend also grants per-session leases ([`BindingStore::acquire_lease`]): the
+//! runtime takes one before it resumes or starts a session's codex thread, so two hosts never
+//! drive one thread at once. SQLite and PostgreSQL keep them in the store (several processes);
+//! redb and memory in the process.
 //!
 //! # Invariants
 //! Every backend holds these, and the conformance suite (feature `conformance`) and the crash
@@ -74,6 +80,8 @@ mod durable;
 #[cfg(any(feature = "redb", feature = "sqlite"))]
 mod writer;
 
+#[cfg(feature = "postgres")]
+mod postgres_store;
 #[cfg(feature = "redb")]
 mod redb_store;
 #[cfg(feature = "sqlite")]
@@ -87,6 +95,8 @@ use std::sync::Arc;
 pub use error::{BoxError, StoreError};
 pub use memory::MemoryStore;
 pub use options::{Durability, OpenOptions};
+#[cfg(feature = "postgres")]
+pub use postgres_store::PostgresStore;
 #[cfg(feature = "redb")]
 pub use redb_store::RedbStore;
 #[cfg(feature = "sqlite")]
@@ -103,8 +113,8 @@ pub const SCHEMA_VERSION: u64 = 1;
 
 /// Opens a store from a URL: `redb:PATH`, `sqlite:PATH` (also `sqlite://PATH`) or `memory:`.
 ///
-/// `postgres://` is recognised but not yet supported ([`StoreError::UnsupportedUrl`]), as is a
-/// backend whose feature is disabled in this build.
+/// `postgres://...` (also `postgresql://`) opens a [`PostgresStore`] (feature `postgres`); a
+/// backend whose feature is disabled in this build is [`StoreError::UnsupportedUrl`].
 pub async fn open_url(
     url: &str,
     options: OpenOptions,
@@ -132,9 +142,12 @@ pub async fn open_url(
         "sqlite" => Err(unsupported(
             "this build has no SQLite backend (feature `sqlite`)",
         )),
-        "postgres" | "postgresql" => {
-            Err(unsupported("the PostgreSQL backend is not available yet"))
-        }
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Arc::new(PostgresStore::open(url, options).await?)),
+        #[cfg(not(feature = "postgres"))]
+        "postgres" | "postgresql" => Err(unsupported(
+            "this build has no PostgreSQL backend (feature `postgres`)",
+        )),
         _ => {
             let _ = &options;
             Err(unsupported("unknown scheme"))

@@ -402,7 +402,7 @@ pub(crate) enum LeaseOp {
 }
 
 impl LeaseOp {
-    #[allow(dead_code)]
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn session_id(&self) -> &str {
         match self {
             LeaseOp::Acquire { session_id, .. } => session_id,

@@ -290,7 +290,14 @@ async fn open_url_schemes() {
     open_url(&redb, OpenOptions::new()).await.unwrap();
     let sqlite = format!("sqlite://{}", dir.path().join("u.db").display());
     open_url(&sqlite, OpenOptions::new()).await.unwrap();
-    for bad in ["postgres://localhost/x", "mysql://x", "no-scheme", "redb:"] {
+    let mut bad_urls = vec!["mysql://x", "no-scheme", "redb:"];
+    if cfg!(feature = "postgres") {
+        // Recognised, but not a valid libpq URL.
+        bad_urls.push("postgres://user@localhost:notaport/x");
+    } else {
+        bad_urls.push("postgres://localhost/x");
+    }
+    for bad in bad_urls {
         let r = open_url(bad, OpenOptions::new()).await;
         assert!(
             matches!(r, Err(StoreError::UnsupportedUrl { .. })),

@@ -1,0 +1,161 @@
+//! The PostgreSQL backend against a real server: the whole conformance suite, migrations on
+//! open, and concurrent writers through separate pools (as from separate processes).
+//!
+//! Keyed on `RETHREAD_TEST_POSTGRES_URL` (`.ci/run` starts a server and sets it). Unset, the
+//! tests skip with a message, except under `CI=true` or `RETHREAD_REQUIRE_POSTGRES=1`, where
+//! they fail. Each test works in its own schema, so they run in parallel.
+#![cfg(feature = "postgres")]
+
+use std::sync::Arc;
+
+use futures::future::join_all;
+use rethread_store::{
+    conformance, open_url, BindingStore, BindingStoreExt, OpenOptions, PostgresStore, StoreError,
+    TurnCommit, SCHEMA_VERSION,
+};
+use serde_json::json;
+
+/// A URL to a fresh schema of the test database, or `None` (skip) outside CI.
+fn fresh_url(test: &str) -> Option<String> {
+    let Ok(base) = std::env::var("RETHREAD_TEST_POSTGRES_URL") else {
+        let required = std::env::var("CI").is_ok_and(|v| v == "true")
+            || std::env::var("RETHREAD_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "RETHREAD_TEST_POSTGRES_URL is not set but PostgreSQL tests are required \
+             (CI=true or RETHREAD_REQUIRE_POSTGRES=1); `.ci/run` starts a server"
+        );
+        eprintln!(
+            "skipping {test}: RETHREAD_TEST_POSTGRES_URL is not set \
+             (run `source .ci/postgres.sh && rethread_start_postgres` first)"
+        );
+        return None;
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let schema = format!("t_{test}_{}_{nanos}", std::process::id());
+    let sep = if base.contains('?') { '&' } else { '?' };
+    Some(format!("{base}{sep}schema={schema}"))
+}
+
+fn commit(session: &str, thread: &str, rows: usize) -> TurnCommit {
+    TurnCommit {
+        session_id: session.into(),
+        thread_id: thread.into(),
+        codex_home: None,
+        rows: (0..rows)
+            .map(|i| json!({"i": i, "thread": thread}))
+            .collect(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_conforms() {
+    let Some(url) = fresh_url("conforms") else {
+        return;
+    };
+    let store = Arc::new(PostgresStore::open(&url, OpenOptions::new()).await.unwrap());
+    conformance::run_all(store.as_ref()).await;
+    let shared: Arc<dyn BindingStore> = store;
+    conformance::run_all(&shared).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_url_takes_postgres_urls_and_migrates_once() {
+    let Some(url) = fresh_url("open_url") else {
+        return;
+    };
+    let store = open_url(&url, OpenOptions::new()).await.unwrap();
+    conformance::commit_publishes_binding(&store).await;
+    store.commit_turn(commit("kept", "t1", 2)).await.unwrap();
+    // Two processes opening at once: the migration runs once, both stores work, data kept.
+    let (a, b) = futures::join!(
+        PostgresStore::open(&url, OpenOptions::new()),
+        PostgresStore::open(&url, OpenOptions::new())
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.require_session("kept").await.unwrap().row_count, 2);
+    assert_eq!(b.thread_id("kept").await.unwrap().as_deref(), Some("t1"));
+    assert!(!a.url().contains("password"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_schema_is_refused() {
+    let Some(url) = fresh_url("newer") else {
+        return;
+    };
+    PostgresStore::open(&url, OpenOptions::new()).await.unwrap();
+    let (base, schema) = url.rsplit_once("schema=").unwrap();
+    let base = base.trim_end_matches(['?', '&']);
+    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+        .execute(
+            &format!(
+                "UPDATE \"{schema}\".rethread_meta SET value = $1 WHERE key = 'schema_version'"
+            ),
+            &[&(SCHEMA_VERSION as i64 + 1)],
+        )
+        .await
+        .unwrap();
+    let r = PostgresStore::open(&url, OpenOptions::new()).await;
+    assert!(
+        matches!(r, Err(StoreError::NewerSchema { found, .. }) if found == SCHEMA_VERSION + 1),
+        "{r:?}"
+    );
+}
+
+/// Two stores (two pools, as two processes would have) writing one session at once: every
+/// row lands exactly once in order, every merge-patch key survives, and the binding is valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_through_separate_pools_lose_nothing() {
+    let Some(url) = fresh_url("concurrent") else {
+        return;
+    };
+    let stores = [
+        PostgresStore::open(&url, OpenOptions::new()).await.unwrap(),
+        PostgresStore::open(&url, OpenOptions::new()).await.unwrap(),
+    ];
+    let writes = (0..40).map(|i| {
+        let store = &stores[i % 2];
+        async move {
+            if i % 3 == 0 {
+                store
+                    .patch_config(
+                        "shared",
+                        serde_json::from_value(json!({format!("k{i}"): i})).unwrap(),
+                    )
+                    .await
+                    .map(|_| ())
+            } else {
+                store
+                    .commit_turn(commit("shared", &format!("t{i}"), 3))
+                    .await
+                    .map(|_| ())
+            }
+        }
+    });
+    for r in join_all(writes).await {
+        r.unwrap();
+    }
+    let record = stores[0].require_session("shared").await.unwrap();
+    let commits = (0..40).filter(|i| i % 3 != 0).count() as u64;
+    assert_eq!(record.row_count, 3 * commits);
+    let rows = stores[1].all_rows("shared").await.unwrap();
+    assert_eq!(rows.len() as u64, record.row_count);
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row.seq, i as u64);
+        // Each turn's rows are contiguous: 0, 1, 2 of one thread.
+        assert_eq!(row.body["i"], json!(i % 3));
+        assert_eq!(row.body["thread"], rows[i - i % 3].body["thread"]);
+    }
+    for i in (0..40).filter(|i| i % 3 == 0) {
+        assert_eq!(record.model_config.get(&format!("k{i}")), Some(&json!(i)));
+    }
+    let bound = record.thread_id().unwrap();
+    assert_eq!(rows.last().unwrap().body["thread"], json!(bound), "I1");
+}
