@@ -1,0 +1,264 @@
+//! Several OS processes run turns through the real runtime on overlapping sessions of one
+//! SQLite file and of one PostgreSQL database (each process with its own in-process fake
+//! app-server and codex home). Each child records, per turn, the interval during which it held
+//! the session's lease (taken after `Agent::open` returned, ended before the session closed:
+//! inside the true holding interval, on the machine's realtime clock), the lease's fence, and
+//! the rows it committed. The parent then checks that no two processes ever held one session's
+//! lease at once, that no row was lost or duplicated, and that every binding is valid (I1: it
+//! names the thread of the session's last committed turn; I2: never a retired thread).
+//!
+//! PostgreSQL is keyed on `RETHREAD_TEST_POSTGRES_URL` (skipped outside CI when unset, required
+//! under `CI=true` or `RETHREAD_REQUIRE_POSTGRES=1`).
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rethread_fake_appserver::FakeAppServer;
+use rethread_runtime::{
+    Agent, AgentOptions, AppServerClient, ClientOptions, Publication, RuntimeError, StatusRail,
+};
+use rethread_store::{open_url, BindingStore, OpenOptions};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+const CHILDREN: usize = 4;
+const TURNS: usize = 6;
+const SESSIONS: usize = 3;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct TurnRecord {
+    child: usize,
+    session: String,
+    start_us: u128,
+    end_us: u128,
+    fence: u64,
+    thread_id: String,
+    published: bool,
+    rows: Vec<Value>,
+    busy_retries: u32,
+}
+
+fn now_us() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros()
+}
+
+/// The child's body: runs only when re-executed by a parent test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_process_child() {
+    let (Ok(url), Ok(out), Ok(id)) = (
+        std::env::var("RETHREAD_MP_STORE"),
+        std::env::var("RETHREAD_MP_OUT"),
+        std::env::var("RETHREAD_MP_CHILD"),
+    ) else {
+        return;
+    };
+    let child: usize = id.parse().unwrap();
+    let store = open_url(&url, OpenOptions::new()).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let (stream, _fake) = FakeAppServer::builder()
+        .codex_home(home.path())
+        .spawn_in_process()
+        .unwrap();
+    let (reader, writer) = tokio::io::split(stream);
+    let client = AppServerClient::builder()
+        .options(ClientOptions {
+            request_timeout: Duration::from_secs(20),
+            ..Default::default()
+        })
+        .connect(reader, writer)
+        .await
+        .unwrap();
+    let mut records = Vec::new();
+    for turn in 0..TURNS {
+        let session = format!("mp-{}", (child + turn) % SESSIONS);
+        let record = run_one(&store, &client, home.path(), child, turn, &session).await;
+        records.push(record);
+    }
+    let mut file = std::fs::File::create(out).unwrap();
+    for r in &records {
+        writeln!(file, "{}", serde_json::to_string(r).unwrap()).unwrap();
+    }
+}
+
+async fn run_one(
+    store: &Arc<dyn BindingStore>,
+    client: &AppServerClient,
+    home: &std::path::Path,
+    child: usize,
+    turn: usize,
+    session: &str,
+) -> TurnRecord {
+    let mut busy_retries = 0;
+    loop {
+        let mut agent =
+            Agent::new(session, store.clone(), StatusRail::default()).with_options(AgentOptions {
+                codex_home: Some(home.display().to_string()),
+                retry_backoff: Duration::from_millis(1),
+                turn_timeout: Duration::from_secs(20),
+                lease_ttl: Some(Duration::from_secs(10)),
+                ..Default::default()
+            });
+        let mut codex = match agent.open(client).await {
+            Ok(codex) => codex,
+            Err(RuntimeError::SessionBusy { .. }) => {
+                busy_retries += 1;
+                tokio::time::sleep(Duration::from_millis(
+                    3 + (child as u64 * 7 + busy_retries as u64) % 11,
+                ))
+                .await;
+                continue;
+            }
+            Err(other) => panic!("child {child}: open {session}: {other}"),
+        };
+        let start_us = now_us();
+        let fence = codex.lease().unwrap().fence;
+        let report = codex
+            .run_turn(&format!("child {child} turn {turn}"))
+            .await
+            .unwrap_or_else(|e| panic!("child {child}: turn on {session}: {e}"));
+        let end_us = now_us();
+        codex.close().await.unwrap();
+        return TurnRecord {
+            child,
+            session: session.to_string(),
+            start_us,
+            end_us,
+            fence,
+            thread_id: report.thread_id,
+            published: report.publication == Publication::Published,
+            rows: report.rows,
+            busy_retries,
+        };
+    }
+}
+
+fn run_children(url: &str) -> Vec<TurnRecord> {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..CHILDREN)
+        .map(|child| {
+            let out = dir.path().join(format!("child-{child}.jsonl"));
+            let process = Command::new(&exe)
+                .args([
+                    "--exact",
+                    "multi_process_child",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("RETHREAD_MP_STORE", url)
+                .env("RETHREAD_MP_OUT", &out)
+                .env("RETHREAD_MP_CHILD", child.to_string())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            (process, out)
+        })
+        .collect();
+    let mut records = Vec::new();
+    for (mut process, out) in children {
+        assert!(process.wait().unwrap().success(), "a child failed");
+        let text = std::fs::read_to_string(&out).unwrap();
+        records.extend(
+            text.lines()
+                .map(|l| serde_json::from_str::<TurnRecord>(l).unwrap()),
+        );
+    }
+    assert_eq!(records.len(), CHILDREN * TURNS);
+    records
+}
+
+async fn check(url: &str, records: Vec<TurnRecord>) {
+    let store = open_url(url, OpenOptions::new()).await.unwrap();
+    let mut by_session: BTreeMap<String, Vec<TurnRecord>> = BTreeMap::new();
+    for r in records {
+        by_session.entry(r.session.clone()).or_default().push(r);
+    }
+    let mut contended = 0;
+    for (session, mut turns) in by_session {
+        // Leases: ordered by start, each holder's interval ends before the next begins, and
+        // the store's fences grow in the same order.
+        turns.sort_by_key(|t| t.start_us);
+        for pair in turns.windows(2) {
+            assert!(
+                pair[0].end_us <= pair[1].start_us,
+                "{session}: child {} held the lease {}..{} while child {} held it from {}",
+                pair[0].child,
+                pair[0].start_us,
+                pair[0].end_us,
+                pair[1].child,
+                pair[1].start_us
+            );
+            assert!(
+                pair[0].fence < pair[1].fence,
+                "{session}: fences out of order"
+            );
+        }
+        contended += turns.iter().map(|t| t.busy_retries).sum::<u32>();
+        // Rows: exactly the rows the turns committed, each turn's rows contiguous, in the
+        // order the leases were held.
+        let stored = store.rows(&session, 0..u64::MAX).await.unwrap();
+        let expected: Vec<Value> = turns.iter().flat_map(|t| t.rows.clone()).collect();
+        assert_eq!(
+            stored.len(),
+            expected.len(),
+            "{session}: rows lost or duplicated"
+        );
+        for (i, row) in stored.iter().enumerate() {
+            assert_eq!(row.seq, i as u64);
+            assert_eq!(row.body, expected[i], "{session}: row {i}");
+        }
+        // Bindings: I1 (the last committed turn's thread) and I2 (never retired).
+        let record = store.session(&session).await.unwrap().unwrap();
+        let last = turns.last().unwrap();
+        assert!(
+            last.published,
+            "{session}: the last turn's thread was retired?"
+        );
+        assert_eq!(
+            record.thread_id(),
+            Some(last.thread_id.as_str()),
+            "{session}: I1"
+        );
+        assert!(!record.is_retired(&last.thread_id), "{session}: I2");
+        assert_eq!(record.row_count, expected.len() as u64);
+    }
+    eprintln!("multi-process: {contended} busy retries across sessions");
+}
+
+#[test]
+fn processes_share_sessions_on_one_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("shared.sqlite").display());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // Create the file before the children race to open it.
+    runtime.block_on(async { open_url(&url, OpenOptions::new()).await.unwrap() });
+    let records = run_children(&url);
+    runtime.block_on(check(&url, records));
+}
+
+#[test]
+fn processes_share_sessions_on_one_postgres_database() {
+    let Ok(base) = std::env::var("RETHREAD_TEST_POSTGRES_URL") else {
+        let required = std::env::var("CI").is_ok_and(|v| v == "true")
+            || std::env::var("RETHREAD_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+        assert!(!required, "RETHREAD_TEST_POSTGRES_URL is required under CI");
+        eprintln!("skipping: RETHREAD_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!(
+        "{base}{sep}schema=mp_{}_{}",
+        std::process::id(),
+        now_us() % 1_000_000
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async { open_url(&url, OpenOptions::new()).await.unwrap() });
+    let records = run_children(&url);
+    runtime.block_on(check(&url, records));
+}
