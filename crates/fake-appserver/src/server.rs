@@ -270,6 +270,13 @@ impl FakeHandle {
         lock(&self.shared.model).clone()
     }
 
+    /// Forgets the request log and the model requests recorded so far (a long-running test
+    /// keeps memory bounded this way).
+    pub fn clear_logs(&self) {
+        lock(&self.shared.requests).clear();
+        lock(&self.shared.model).clear();
+    }
+
     /// The profile the fake runs (a change applies from the next [`FakeHandle::restart`], like
     /// upgrading or downgrading the binary).
     pub fn profile(&self) -> Profile {

@@ -854,19 +854,40 @@ async fn interrupted_turn(target: Target) -> Vec<String> {
         .await;
     lab.note_response("turn/start", &started);
     let turn_id = started["result"]["turn"]["id"].clone();
-    p.peer.wait_for("turn/started").await.unwrap();
+    // Interrupt once the turn has started and recorded the user's message (codex emits the
+    // message's items only if the interrupt comes after that; 0.144.6 may send them before
+    // `turn/started`).
+    let mut seen = Vec::new();
+    while !(seen.iter().any(|m: &Value| m["method"] == "turn/started")
+        && seen.iter().any(|m: &Value| m["method"] == "item/completed"))
+    {
+        seen.push(
+            p.peer
+                .next_message()
+                .await
+                .unwrap()
+                .expect("turn notifications"),
+        );
+    }
     let interrupted = p
         .req("turn/interrupt", json!({"threadId": id, "turnId": turn_id}))
         .await;
     lab.note_response("turn/interrupt", &interrupted);
     let rest = p.peer.wait_for("turn/completed").await.unwrap();
-    let methods: Vec<String> = rest
+    seen.extend(rest.iter().cloned());
+    // The turn's notifications are compared as a multiset (see above); `turn/completed` comes
+    // last.
+    let mut methods: Vec<String> = seen
         .iter()
         .filter_map(|m| m.get("method").and_then(Value::as_str))
         .filter(|m| COMPARED_METHODS.contains(m))
         .map(str::to_string)
         .collect();
-    lab.note("methods after turn/started", methods.join(","));
+    methods.sort();
+    lab.note(
+        "methods of the interrupted turn (sorted)",
+        methods.join(","),
+    );
     let completed = rest.last().unwrap();
     lab.note(
         "turn/completed status",
