@@ -3,7 +3,9 @@
 //! - `store [--seconds S] [--sessions N] [--rows R] [--dir PATH]`: `commit_turn` rates and
 //!   latencies of the redb and SQLite stores beside raw engine and fsync baselines. Runs the
 //!   `bench_store` example of `rethread-store` in release mode; `--dir` puts the files on the
-//!   filesystem you want to measure (default: the system temp dir).
+//!   filesystem you want to measure (default: the system temp dir). With a PostgreSQL URL
+//!   (`--postgres URL`, `RETHREAD_BENCH_POSTGRES_URL` or `RETHREAD_TEST_POSTGRES_URL`) it adds
+//!   the PostgreSQL store (1 and N sessions) beside a raw tokio-postgres baseline.
 //! - `runtime [--iterations N] [--turns 1,100,1000] [--samples N] [--skip-real]`: time from
 //!   opening a conversation to `turn/start` sent (resumed vs fresh), and `thread/resume`
 //!   latency on the real codex by history length, with and without `excludeTurns`.
@@ -44,6 +46,8 @@ fn store(extra: &[String]) -> Result<(), String> {
         "--release",
         "-p",
         "rethread-store",
+        "--features",
+        "postgres",
         "--example",
         "bench_store",
         "--",
