@@ -344,6 +344,66 @@ fn chat_on_a_session_another_host_holds_says_who_and_writes_nothing() {
     sandbox.ok(&["--store", &url, "chat", "--session", "free", "again"]);
 }
 
+/// A fresh schema of the test PostgreSQL database, or `None` (skip) outside CI.
+fn postgres_url(test: &str) -> Option<String> {
+    let Ok(base) = std::env::var("RETHREAD_TEST_POSTGRES_URL") else {
+        let required = std::env::var("CI").is_ok_and(|v| v == "true")
+            || std::env::var("RETHREAD_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+        assert!(!required, "RETHREAD_TEST_POSTGRES_URL is required under CI");
+        eprintln!("skipping {test}: RETHREAD_TEST_POSTGRES_URL is not set");
+        return None;
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    Some(format!(
+        "{base}{sep}schema=cli_{test}_{}_{nanos}",
+        std::process::id()
+    ))
+}
+
+#[test]
+fn migrate_to_and_from_postgres_and_chat_on_it() {
+    let Some(pg) = postgres_url("migrate") else {
+        return;
+    };
+    let sandbox = Sandbox::fake();
+    for (session, message) in [("a", "one"), ("b", "two"), ("a", "three")] {
+        sandbox.chat_json(session, message);
+    }
+    let original = sandbox.store();
+    let out = sandbox.ok(&["migrate", "--from", &original, "--to", &pg]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("2 copied"));
+    let out = sandbox.ok(&["migrate", "--from", &original, "--to", &pg]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("2 already present"));
+    let back = format!(
+        "sqlite:{}",
+        sandbox.dir.path().join("back.sqlite").display()
+    );
+    sandbox.ok(&["migrate", "--from", &pg, "--to", &back]);
+    for session in ["a", "b"] {
+        let before = sandbox.show(session);
+        for store in [&pg, &back] {
+            let after: Value = serde_json::from_slice(
+                &sandbox
+                    .ok(&["--store", store, "sessions", "show", session, "--json"])
+                    .stdout,
+            )
+            .unwrap();
+            assert_eq!(before, after, "{store}");
+        }
+    }
+    let resumed: Value = serde_json::from_slice(
+        &sandbox
+            .ok(&["--store", &pg, "chat", "--session", "a", "--json", "four"])
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(resumed["outcome"], "resumed");
+}
+
 #[test]
 fn migrate_redb_to_sqlite_and_back_loses_nothing_and_reruns_cleanly() {
     let sandbox = Sandbox::fake();
