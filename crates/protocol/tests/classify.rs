@@ -17,6 +17,10 @@ fn every_row_of_the_notes_table_is_classified() {
         (-32603, "failed to read thread: thread-store internal error: failed to read session metadata from /h/x", ResumeFailure::Unreadable),
         (-32601, "paginated_threads is not supported yet", ResumeFailure::Incompatible),
         (-32603, "failed to load thread: unknown thread history mode `v3`", ResumeFailure::Incompatible),
+        // 0.169.0's actual wording for an unknown stored mode (0.144.6 reports the metadata
+        // unreadable, which also fails closed).
+        (-32603, "failed to read thread: thread-store internal error: failed to read session metadata from /h/x: invalid session metadata history_mode: unknown variant `v3`, expected `legacy` or `paginated`", ResumeFailure::Incompatible),
+        (-32603, "failed to read thread: thread-store internal error: failed to read session metadata from /h/x: does not start with session metadata", ResumeFailure::Unreadable),
         (-32600, "thread 0199a already has an active writer", ResumeFailure::Busy),
         (-32001, "server overloaded; retry later", ResumeFailure::Busy),
         (-32600, "thread/resume.excludeTurns requires experimentalApi capability", ResumeFailure::CapabilityRequired),
