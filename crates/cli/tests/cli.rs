@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use rethread_fake_appserver::real::{codex_or_skip, CodexHome, CURRENT, RELEASE_N};
+use rethread_fake_appserver::real::{codex_or_skip, rollout_files, CodexHome, CURRENT, RELEASE_N};
 use rethread_fake_appserver::responses::ResponsesStandIn;
 use serde_json::Value;
 
@@ -97,7 +97,7 @@ impl Sandbox {
     }
 
     fn delete_rollout(&self, thread: &str) {
-        let found = rollouts(&self.home)
+        let found = rollout_files(&self.home)
             .into_iter()
             .filter(|p| p.to_string_lossy().contains(thread))
             .collect::<Vec<_>>();
@@ -109,25 +109,6 @@ impl Sandbox {
     fn fake_model_log(&self) -> String {
         std::fs::read_to_string(self.home.join("fake-model-requests.jsonl")).unwrap_or_default()
     }
-}
-
-fn rollouts(home: &Path) -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("rollout-"))
-            {
-                out.push(path);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(&home.join("sessions"), &mut out);
-    out
 }
 
 fn stderr(out: &Output) -> String {
@@ -338,7 +319,7 @@ fn chat_on_a_session_another_host_holds_says_who_and_writes_nothing() {
             && err.contains(" since 20"),
         "{err}"
     );
-    assert!(rollouts(&sandbox.home).is_empty(), "no thread started");
+    assert!(rollout_files(&sandbox.home).is_empty(), "no thread started");
     // Another session of the same store is free, and its lease is released at exit.
     sandbox.ok(&["--store", &url, "chat", "--session", "free", "hello"]);
     sandbox.ok(&["--store", &url, "chat", "--session", "free", "again"]);

@@ -149,6 +149,27 @@ impl CodexHome {
     }
 }
 
+/// Every rollout file under `<home>/sessions` (`rollout-*.jsonl`, any day folder), sorted.
+pub fn rollout_files(home: &Path) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path
+                .file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("rollout-"))
+            {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&home.join("sessions"), &mut out);
+    out.sort();
+    out
+}
+
 /// Writes the offline `config.toml` (model provider at `base_url`) into `home`.
 pub fn write_offline_config(home: &Path, base_url: &str) -> io::Result<()> {
     std::fs::create_dir_all(home)?;

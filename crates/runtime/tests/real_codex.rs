@@ -5,14 +5,14 @@
 //! Binaries come from `cargo xtask codex` (see `rethread_fake_appserver::real`); without them
 //! these tests skip with a message, except under CI where they fail.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use rethread_fake_appserver::real::{codex_or_skip, CodexHome, CURRENT, RELEASE_N};
+use rethread_fake_appserver::real::{codex_or_skip, rollout_files, CodexHome, CURRENT, RELEASE_N};
 use rethread_fake_appserver::responses::ResponsesStandIn;
 use rethread_protocol::ResumeFailure;
 use rethread_runtime::{
@@ -200,25 +200,6 @@ impl World {
     }
 }
 
-fn rollouts(home: &Path) -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("rollout-"))
-            {
-                out.push(path);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(&home.join("sessions"), &mut out);
-    out
-}
-
 async fn memory_survives_a_restart(version: &str) {
     let Some(codex) = codex_or_skip(version) else {
         return;
@@ -310,7 +291,7 @@ async fn a_deleted_rollout_falls_back_with_one_notice() {
     };
     let world = World::new().await;
     let thread = world.first_turn(&codex).await;
-    let files = rollouts(world.home.path());
+    let files = rollout_files(world.home.path());
     assert_eq!(files.len(), 1, "{files:?}");
     std::fs::remove_file(&files[0]).unwrap();
     let second = world.second_turn(&codex, world.home.path()).await;
