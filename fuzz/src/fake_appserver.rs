@@ -142,13 +142,13 @@ fn collect_ids(value: &Value, threads: &mut Vec<String>, turns: &mut Vec<String>
 fn request_line(input: &mut Input<'_>, wire: &Wire, next_id: &mut i64) -> Vec<u8> {
     let method = *input.pick(&METHODS);
     *next_id += 1;
-    let id = if input.byte() % 4 == 0 {
+    let id = if input.byte().is_multiple_of(4) {
         json!(format!("s{next_id}"))
     } else {
         json!(*next_id)
     };
     let mut params = Map::new();
-    let thread = if !wire.threads.is_empty() && input.byte() % 4 != 0 {
+    let thread = if !wire.threads.is_empty() && !input.byte().is_multiple_of(4) {
         json!(input.pick(&wire.threads))
     } else {
         small_value(input)
@@ -198,7 +198,7 @@ fn request_line(input: &mut Input<'_>, wire: &Wire, next_id: &mut i64) -> Vec<u8
         ]);
         params.insert(key.into(), small_value(input));
     }
-    let params = if input.byte() % 8 == 0 {
+    let params = if input.byte().is_multiple_of(8) {
         small_value(input)
     } else {
         Value::Object(params)
@@ -213,7 +213,7 @@ pub fn run(data: &[u8]) {
     watch_panics();
     let mut input = Input::new(data);
     let profile = *input.pick(&Profile::ALL);
-    let handshake = input.byte() % 8 != 0;
+    let handshake = !input.byte().is_multiple_of(8);
     runtime().block_on(async move {
         let (stream, handle) = FakeAppServer::builder()
             .profile(profile)

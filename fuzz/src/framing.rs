@@ -103,14 +103,11 @@ fn chunked(stream: &[u8], max: usize, seed: u8) -> Vec<Item> {
         let (head, tail) = rest.split_at(size.min(rest.len()));
         rest = tail;
         buf.extend_from_slice(head);
-        loop {
-            match codec
-                .decode(&mut buf)
-                .expect("the codec never fails on bytes")
-            {
-                Some(item) => out.push(item),
-                None => break,
-            }
+        while let Some(item) = codec
+            .decode(&mut buf)
+            .expect("the codec never fails on bytes")
+        {
+            out.push(item);
         }
         assert!(
             buf.len() <= max + 1,

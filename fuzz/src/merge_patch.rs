@@ -116,9 +116,9 @@ fn op(input: &mut Input<'_>) -> Op {
                 _ => Op::Patch(session, Map::new()),
             }
         }
-        3 => Op::Commit(session, *input.pick(&THREADS), input.below(3)),
-        4 => Op::Retire(session, *input.pick(&THREADS)),
-        _ => Op::DropIf(session, *input.pick(&THREADS)),
+        3 => Op::Commit(session, THREADS[input.below(3)], input.below(3)),
+        4 => Op::Retire(session, THREADS[input.below(3)]),
+        _ => Op::DropIf(session, THREADS[input.below(3)]),
     }
 }
 

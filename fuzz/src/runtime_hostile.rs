@@ -366,8 +366,8 @@ async fn host(
 pub fn run(data: &[u8]) {
     watch_panics();
     let mut input = Input::new(data);
-    let bound = input.byte() % 4 != 0;
-    let deaf_after_script = input.byte() % 4 == 0;
+    let bound = !input.byte().is_multiple_of(4);
+    let deaf_after_script = input.byte().is_multiple_of(4);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)

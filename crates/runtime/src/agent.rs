@@ -629,6 +629,10 @@ impl CodexSession {
             let next = match tokio::time::timeout_at(deadline, events.next()).await {
                 Ok(next) => next?,
                 Err(_elapsed) => {
+                    // Unsubscribe first: a turn still streaming would otherwise fill the
+                    // subscription, stall the reader, and the interrupt's answer could never be
+                    // read (found by resource_bounds.rs).
+                    drop(events);
                     let interrupt = TurnInterruptParams {
                         thread_id: thread_id.clone(),
                         turn_id: turn_id.clone(),

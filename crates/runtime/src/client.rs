@@ -28,7 +28,7 @@ use serde::Deserialize as _;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::process::{Child, Command};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::rail::{StatusEvent, StatusKind, StatusRail};
@@ -46,7 +46,9 @@ pub struct ClientOptions {
     pub request_timeout: Duration,
     /// The longest line accepted from the server.
     pub max_line_length: usize,
-    /// At most this many requests may be waiting for a response at once.
+    /// At most this many requests may be waiting for a response at once; also the most
+    /// server requests answered at once (beyond that the reader waits for an answer to go
+    /// out before it reads more).
     pub max_pending_requests: usize,
     /// Notifications buffered per subscribed thread before the reader waits for the consumer.
     pub notification_buffer: usize,
@@ -453,6 +455,7 @@ impl ClientBuilder {
             rail: self.rail.clone(),
             handler: self.handler.clone(),
             max_bad_lines: self.options.max_bad_lines,
+            answering: Arc::new(Semaphore::new(self.options.max_pending_requests.max(1))),
         };
         let codec = NdjsonCodec::with_max_line_length(self.options.max_line_length);
         tasks.push(tokio::spawn(
@@ -567,12 +570,25 @@ impl AppServerClient {
             method: method.to_string(),
             params,
         });
-        if self.inner.outgoing.send(message).await.is_err() {
-            lock(&shared.pending).remove(&id);
-            return Err(self.closed_or("the writer stopped"));
-        }
+        // One deadline for queueing the request and for its answer: a server that stops
+        // reading its input must not hang the caller either.
         let after = self.inner.options.request_timeout;
-        match tokio::time::timeout(after, rx).await {
+        let deadline = tokio::time::Instant::now() + after;
+        match tokio::time::timeout_at(deadline, self.inner.outgoing.send(message)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => {
+                lock(&shared.pending).remove(&id);
+                return Err(self.closed_or("the writer stopped"));
+            }
+            Err(_elapsed) => {
+                lock(&shared.pending).remove(&id);
+                return Err(ClientError::Timeout {
+                    method: method.to_string(),
+                    after,
+                });
+            }
+        }
+        match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(Ok(value))) => Ok(value),
             Ok(Ok(Err(error))) => Err(ClientError::Rpc {
                 method: method.to_string(),
@@ -594,14 +610,18 @@ impl AppServerClient {
         if let Some(error) = self.inner.shared.closed_error() {
             return Err(error);
         }
-        self.inner
-            .outgoing
-            .send(Message::Notification(Notification {
+        let after = self.inner.options.request_timeout;
+        let message = Message::Notification(Notification {
+            method: method.to_string(),
+            params,
+        });
+        match tokio::time::timeout(after, self.inner.outgoing.send(message)).await {
+            Ok(sent) => sent.map_err(|_| self.closed_or("the writer stopped")),
+            Err(_elapsed) => Err(ClientError::Timeout {
                 method: method.to_string(),
-                params,
-            }))
-            .await
-            .map_err(|_| self.closed_or("the writer stopped"))
+                after,
+            }),
+        }
     }
 
     /// Subscribes to the notifications of one thread. Subscribe **before** starting a turn so
@@ -664,6 +684,9 @@ struct ReaderTask {
     rail: StatusRail,
     handler: Arc<dyn ServerRequestHandler>,
     max_bad_lines: usize,
+    /// Server requests being answered at once; when all permits are taken the reader waits,
+    /// so a flood of server requests cannot pile up tasks.
+    answering: Arc<Semaphore>,
 }
 
 impl ReaderTask {
@@ -707,7 +730,7 @@ impl ReaderTask {
                 )),
             },
             Message::Notification(raw) => self.route(raw).await,
-            Message::Request(raw) => self.answer(raw),
+            Message::Request(raw) => self.answer(raw).await,
         }
     }
 
@@ -769,7 +792,10 @@ impl ReaderTask {
         }
     }
 
-    fn answer(&self, raw: RawRequest) {
+    async fn answer(&self, raw: RawRequest) {
+        let Ok(permit) = self.answering.clone().acquire_owned().await else {
+            return;
+        };
         let handler = self.handler.clone();
         let rail = self.rail.clone();
         let outgoing = self.outgoing.clone();
@@ -789,6 +815,7 @@ impl ReaderTask {
                 Err(error) => Message::error(Some(raw.id), error),
             };
             let _ = outgoing.send(reply).await;
+            drop(permit);
         });
     }
 }

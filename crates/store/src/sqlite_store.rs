@@ -159,8 +159,30 @@ fn connect(path: &Path, label: &str, busy: std::time::Duration) -> Result<Connec
     Ok(conn)
 }
 
+/// A non-empty file must start with SQLite's magic. SQLite reads a file shorter than its
+/// header as a new, empty database, so a truncated store would open empty and be initialised
+/// over (found by the `store_files` fuzz target). An empty file is a new store.
+fn check_header(path: &Path, label: &str) -> Result<(), StoreError> {
+    use std::io::Read;
+    let io = |source| StoreError::Io {
+        path: label.to_string(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut magic = Vec::with_capacity(16);
+    file.take(16).read_to_end(&mut magic).map_err(io)?;
+    if !magic.is_empty() && magic != b"SQLite format 3\0" {
+        return Err(StoreError::corrupt(
+            label,
+            "not an SQLite file (truncated or damaged header)",
+        ));
+    }
+    Ok(())
+}
+
 fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<Connection, StoreError> {
     create_owner_only(path, options.create)?;
+    check_header(path, label)?;
     let mut conn = connect(path, label, options.busy_timeout)?;
     let map = |e| map_sqlite_error(label, e);
     let mode: String = conn
