@@ -4,6 +4,9 @@
 //! and turns, turns that never complete or complete as failed, huge lines, garbage, server
 //! requests, floods, stalls, a server that stops reading, a hang-up.
 //!
+//! One input in eight is instead the server's entire output, arbitrary bytes written in
+//! arbitrary pieces (the client must answer, or fail typed, and never hang).
+//!
 //! The store starts with a committed turn (2 rows on `thr_old`, a host key). The agent opens
 //! up to two codex sessions and runs one turn on each. Time is virtual (tokio's paused clock),
 //! so stalls cost nothing. Properties:
@@ -362,18 +365,34 @@ async fn host(
     log
 }
 
+/// What one run came to (for tests that check the seeds reach deep states).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// How each opened codex session was opened (`resumed`, `started`, `fell_back`).
+    pub opens: Vec<&'static str>,
+    /// The thread of each published turn.
+    pub published: Vec<String>,
+}
+
 /// Runs one input.
 pub fn run(data: &[u8]) {
+    run_outcome(data);
+}
+
+/// Runs one input and reports what happened.
+pub fn run_outcome(data: &[u8]) -> Outcome {
     watch_panics();
     let mut input = Input::new(data);
     let bound = !input.byte().is_multiple_of(4);
     let deaf_after_script = input.byte().is_multiple_of(4);
+    // One input in eight is not a script but the server's whole output, byte for byte.
+    let raw_output = input.byte() % 8 == 7;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
         .build()
         .expect("runtime");
-    runtime.block_on(async move {
+    let outcome = runtime.block_on(async move {
         let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
         let original_rows = vec![
             json!({"role": "user", "text": "before"}),
@@ -417,6 +436,20 @@ pub fn run(data: &[u8]) {
                 next_server_id: 1000,
                 next_turn: 0,
             };
+            if raw_output {
+                let bytes = server.input.rest();
+                let mut at = 0;
+                while at < bytes.len() {
+                    // Arbitrary split points: the first byte of each piece sets its length.
+                    let len = 1 + bytes[at] as usize * 4;
+                    let end = (at + len).min(bytes.len());
+                    if let Some(writer) = server.writer.as_mut() {
+                        let _ = writer.write_all(&bytes[at..end]).await;
+                    }
+                    at = end;
+                    tokio::task::yield_now().await;
+                }
+            }
             let mut steps = 0;
             while !server.input.is_empty() && steps < 200 {
                 steps += 1;
@@ -530,9 +563,19 @@ pub fn run(data: &[u8]) {
             notices >= fallbacks && notices <= fallbacks + 1,
             "{notices} fallback notices for {fallbacks} fallbacks"
         );
+        Outcome {
+            opens: host_log.opens.iter().map(OpenOutcome::as_str).collect(),
+            published: host_log
+                .reports
+                .iter()
+                .filter(|r| r.publication == Publication::Published)
+                .map(|r| r.thread_id.clone())
+                .collect(),
+        }
     });
     drop(runtime);
     assert!(!panicked(), "a task panicked");
+    outcome
 }
 
 /// Step codes of the scripted server, for writing seeds ([`honest_script`]).
@@ -553,7 +596,7 @@ pub mod step {
 pub fn honest_script(bound: bool, gone: bool, reply: &[u8]) -> Vec<u8> {
     use crate::input::Encoder;
     let mut e = Encoder::default();
-    e.byte(if bound { 1 } else { 0 }).byte(1);
+    e.byte(if bound { 1 } else { 0 }).byte(1).byte(0);
     // initialize, then the `initialized` notification.
     e.byte(step::RECV).byte(step::ANSWER).byte(step::RECV);
     for round in 0..2 {

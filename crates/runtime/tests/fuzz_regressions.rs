@@ -36,3 +36,20 @@ fn replay(target: &str, run: fn(&[u8])) {
 fn runtime_hostile_saved_inputs_hold() {
     replay("runtime_hostile", runtime_hostile::run);
 }
+
+/// The seeds are honest servers: they must reach the deep states (a resumed, started or
+/// fallen-back session whose turn is published), or the target would fuzz only the surface.
+#[test]
+fn honest_seeds_publish_their_turns() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/runtime_hostile");
+    for (name, opens) in [
+        ("seed-honest-bound0-gone0", ["started", "started"]),
+        ("seed-honest-bound1-gone0", ["resumed", "started"]),
+        ("seed-honest-bound1-gone1", ["fell_back", "started"]),
+    ] {
+        let bytes = std::fs::read(dir.join(name)).expect("seed");
+        let outcome = runtime_hostile::run_outcome(&bytes);
+        assert_eq!(outcome.opens, opens, "{name}");
+        assert_eq!(outcome.published.len(), 2, "{name}: {outcome:?}");
+    }
+}
