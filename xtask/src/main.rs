@@ -63,7 +63,7 @@ fn ci() -> Result<(), String> {
     std::env::set_var("RETHREAD_REQUIRE_REAL_CODEX", "1");
     // The runtime's model-based proptest runs more histories in CI than locally.
     if std::env::var_os("RETHREAD_MODEL_CASES").is_none() {
-        std::env::set_var("RETHREAD_MODEL_CASES", "1000");
+        std::env::set_var("RETHREAD_MODEL_CASES", "2000");
     }
     util::run(&root, "cargo", &["fmt", "--all", "--", "--check"])?;
     util::run(

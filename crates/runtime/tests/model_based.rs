@@ -4,7 +4,7 @@
 //! busy answers, run against the in-process fake and a plain model of what must hold.
 //! I1-I7 are asserted after every step.
 //!
-//! `RETHREAD_MODEL_CASES` sets the number of cases (default 256; `cargo xtask ci` runs 1000).
+//! `RETHREAD_MODEL_CASES` sets the number of cases (default 256; `cargo xtask ci` runs 2000).
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
