@@ -7,7 +7,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::logic::{
-    self, expect_reply, lease_of, released_of, ttl_ms, LeaseOp, LocalLeases, ReadTxn, WriteOp,
+    self, check_row_seqs, expect_reply, lease_of, released_of, ttl_ms, LeaseOp, LocalLeases,
+    ReadTxn, WriteOp,
 };
 use crate::writer::Writer;
 use crate::{
@@ -70,7 +71,13 @@ impl Durable {
             return Ok(Vec::new());
         }
         let id = id.to_string();
-        self.read(move |txn| txn.load_rows(&id, range)).await
+        self.read(move |txn| {
+            let start = range.start;
+            let rows = txn.load_rows(&id, range)?;
+            check_row_seqs(&id, start, &rows)?;
+            Ok(rows)
+        })
+        .await
     }
 
     pub(crate) async fn commit_turn(

@@ -325,6 +325,29 @@ pub(crate) fn apply(txn: &mut dyn WriteTxn, op: &WriteOp, now: i64) -> Result<Re
     }
 }
 
+/// Rows read from `start` on must be numbered `start, start + 1, ...`: rows are append-only
+/// and never deleted one by one, so a gap or a repeated `seq` can only be damage (a flipped
+/// byte in an SQLite key made two rows 0; found by the `store_files` fuzz target).
+pub(crate) fn check_row_seqs(
+    session_id: &str,
+    start: u64,
+    rows: &[TranscriptRow],
+) -> Result<(), StoreError> {
+    for (i, row) in rows.iter().enumerate() {
+        let want = start.saturating_add(i as u64);
+        if row.seq != want {
+            return Err(StoreError::corrupt(
+                session_id,
+                format!(
+                    "row {want} of session {session_id} reads as seq {}",
+                    row.seq
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Reads one whole session from a consistent snapshot.
 pub(crate) fn export(
     txn: &mut dyn ReadTxn,
@@ -334,6 +357,7 @@ pub(crate) fn export(
         return Ok(None);
     };
     let rows = txn.load_rows(session_id, 0..record.row_count)?;
+    check_row_seqs(session_id, 0, &rows)?;
     if rows.len() as u64 != record.row_count {
         return Err(StoreError::corrupt(
             session_id,
