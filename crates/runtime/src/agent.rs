@@ -377,7 +377,9 @@ impl Agent {
     /// first; a lease held elsewhere is [`RuntimeError::SessionBusy`] and nothing else happens.
     pub async fn open(&mut self, client: &AppServerClient) -> Result<CodexSession, RuntimeError> {
         let lease = self.take_lease().await?;
-        let first = !std::mem::replace(&mut self.opened, true);
+        // Only a successful open counts: after a busy or failed first open the next one must
+        // still resume, or it would fork the conversation onto a fresh thread.
+        let first = !self.opened;
         let bound = if first {
             self.store
                 .session(&self.session_id)
@@ -393,6 +395,7 @@ impl Agent {
             }
             Some(binding) => self.resume_or_fall_back(client, binding.thread_id).await?,
         };
+        self.opened = true;
         Ok(CodexSession {
             client: client.clone(),
             session_id: self.session_id.clone(),

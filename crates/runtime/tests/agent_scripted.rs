@@ -426,3 +426,33 @@ async fn no_durable_report_no_binding() {
     assert!(store.session("s").await.unwrap().is_none());
     assert_eq!(sink.rows.lock().unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn a_failed_first_open_still_resumes_on_the_next_try() {
+    let store = bound_store("t1").await;
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut agent =
+        Agent::new("s", store.clone(), StatusRail::default()).with_options(AgentOptions {
+            transient_retries: 0,
+            ..options()
+        });
+    let run = tokio::spawn(async move {
+        let busy = agent.open(&client).await.map(|s| s.outcome().clone());
+        let retried = agent.open(&client).await.map(|s| s.outcome().clone());
+        (busy, retried)
+    });
+    let (id, _) = peer.expect("thread/resume").await;
+    peer.fail(id, -32600, "thread t1 already has an active writer")
+        .await;
+    let (id, _) = peer.expect("thread/resume").await;
+    peer.reply(id, json!({"thread": support::thread("t1")}))
+        .await;
+    let (busy, retried) = run.await.unwrap();
+    assert!(matches!(busy, Err(RuntimeError::ThreadBusy { .. })));
+    assert_eq!(
+        retried.unwrap(),
+        OpenOutcome::Resumed {
+            thread_id: "t1".into()
+        }
+    );
+}
