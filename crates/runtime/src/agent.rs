@@ -492,17 +492,18 @@ impl Agent {
         // thread is also retired, so a late commit from elsewhere cannot resurrect it.
         self.store.drop_binding_if(&self.session_id, &lost).await?;
         self.store.retire_thread(&self.session_id, &lost).await?;
-        let seed = self.seed_text().await;
-        let seeded = seed.is_some();
-        let thread_id = self.start_thread(client, seed).await?;
+        // Said as soon as the binding is gone, before `thread/start`: if the start fails, the
+        // next open starts fresh (there is no binding left) and must not say it again.
         self.rail.emit(
             StatusEvent::new(StatusKind::Lifecycle, RESUME_FALLBACK_NOTICE)
                 .with("session_id", self.session_id.clone())
                 .with("previous_thread_id", lost.clone())
-                .with("thread_id", thread_id.clone())
                 .with("reason", reason.as_str())
                 .with("error", error.message.clone()),
         );
+        let seed = self.seed_text().await;
+        let seeded = seed.is_some();
+        let thread_id = self.start_thread(client, seed).await?;
         Ok(OpenOutcome::FellBack {
             thread_id,
             previous_thread_id: lost,

@@ -456,3 +456,40 @@ async fn a_failed_first_open_still_resumes_on_the_next_try() {
         }
     );
 }
+
+#[tokio::test]
+async fn a_fallback_whose_start_fails_says_the_notice_once_and_the_retry_starts_fresh() {
+    let store = bound_store("dead").await;
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let (rail, recorded) = StatusRail::recording();
+    let mut agent = Agent::new("s", store.clone(), rail).with_options(options());
+    let run = tokio::spawn(async move {
+        let failed = agent.open(&client).await.map(|s| s.outcome().clone());
+        let retried = agent.open(&client).await.map(|s| s.outcome().clone());
+        (failed, retried)
+    });
+    let (id, _) = peer.expect("thread/resume").await;
+    peer.fail(id, -32600, "no rollout found for thread id dead")
+        .await;
+    let (id, _) = peer.expect("thread/start").await;
+    peer.fail(id, -32603, "disk full").await;
+    peer.start_thread("fresh").await;
+    let (failed, retried) = run.await.unwrap();
+    assert!(matches!(failed, Err(RuntimeError::Client(_))));
+    assert_eq!(
+        retried.unwrap(),
+        OpenOutcome::Started {
+            thread_id: "fresh".into()
+        }
+    );
+    assert_eq!(
+        recorded.messages(StatusKind::Lifecycle),
+        [RESUME_FALLBACK_NOTICE]
+    );
+    assert!(store
+        .session("s")
+        .await
+        .unwrap()
+        .unwrap()
+        .is_retired("dead"));
+}
