@@ -201,7 +201,28 @@ fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<Connec
     conn.execute_batch(&format!("PRAGMA synchronous={sync};"))
         .map_err(map)?;
     ensure_schema(&mut conn, label)?;
+    verify_structure(&conn, label)?;
     Ok(conn)
+}
+
+/// `PRAGMA quick_check`: SQLite keeps no checksums, but a damaged page structure (a B-tree
+/// that would read as empty or short) is caught here and refused as `Corrupt` instead of
+/// being served. It reads the whole file, once per open.
+fn verify_structure(conn: &Connection, label: &str) -> Result<(), StoreError> {
+    let map = |e| map_sqlite_error(label, e);
+    let mut statement = conn.prepare("PRAGMA quick_check").map_err(map)?;
+    let problems: Vec<String> = statement
+        .query_map([], |row| row.get::<_, String>(0))
+        .map_err(map)?
+        .collect::<Result<_, _>>()
+        .map_err(map)?;
+    if problems.len() == 1 && problems[0] == "ok" {
+        return Ok(());
+    }
+    Err(StoreError::corrupt(
+        label,
+        format!("SQLite structure check failed: {}", problems.join("; ")),
+    ))
 }
 
 /// Checks the schema version, initialising a new file and migrating an older one, all in one

@@ -44,12 +44,13 @@ fn store_files_saved_inputs_hold() {
     replay("store_files", store_files::run);
 }
 
-/// Damage SQLite cannot see yet (it keeps no checksums): the inputs under
+/// Damage SQLite cannot see yet (it keeps no checksums, so a flipped value reads back
+/// changed): the inputs under
 /// `fuzz/findings/store_files/` hold only with the strict property, which fails today. Run
 /// with `cargo test -p rethread-store --test fuzz_regressions -- --ignored` once SQLite
 /// stores verify themselves on open (docs/fuzzing.md, "Known limits").
 #[test]
-#[ignore = "open finding: SQLite reads some damaged files as empty (no checksums)"]
+#[ignore = "open finding: SQLite keeps no checksums, a flipped value reads back changed"]
 fn store_files_open_findings_hold_strictly() {
     std::env::set_var("RETHREAD_FUZZ_STORE_STRICT", "1");
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/findings/store_files");
