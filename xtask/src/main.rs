@@ -2,7 +2,8 @@
 //!
 //! Commands:
 //! - `ci`: install the pinned codex binaries, check formatting, run clippy with
-//!   warnings denied, and run the whole test suite. This is what `.ci/run` calls.
+//!   warnings denied, run the whole test suite, then a one-minute smoke of each fuzz target.
+//!   This is what `.ci/run` calls.
 //! - `codex [--version V]`: install a pinned `@openai/codex` into `target/codex/V`
 //!   (idempotent) and print the binary's path.
 //! - `bench <what>`: benchmarks (see `docs/benchmarks.md`).
@@ -80,5 +81,11 @@ fn ci() -> Result<(), String> {
         ],
     )?;
     util::run(&root, "cargo", &["test", "--workspace", "--locked"])?;
+    // A short smoke of every fuzz target (docs/fuzzing.md); `RETHREAD_FUZZ_SMOKE_SECONDS=0`
+    // skips it, e.g. while iterating locally.
+    let seconds = std::env::var("RETHREAD_FUZZ_SMOKE_SECONDS").unwrap_or_else(|_| "60".to_string());
+    if seconds != "0" {
+        fuzz::command(&["--seconds".to_string(), seconds])?;
+    }
     Ok(())
 }
