@@ -599,7 +599,8 @@ impl Engine for SqliteEngine {
         // Under the write lock: has any other connection (process) committed since our last
         // transaction? `data_version` changes only for other connections' commits.
         let version: i64 = txn
-            .query_row("PRAGMA data_version", [], |r| r.get(0))
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
             .map_err(|e| map_sqlite_error(label, e))?;
         let others_wrote = self.data_version != Some(version);
         self.data_version = Some(version);
