@@ -6,31 +6,9 @@
 mod framing;
 #[path = "../../../fuzz/src/input.rs"]
 mod input;
-
-use std::path::{Path, PathBuf};
-
-/// The saved inputs of `target`, sorted by name.
-fn saved_inputs(target: &str) -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/regressions")
-        .join(target);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|entry| entry.expect("directory entry").path())
-        .filter(|path| path.is_file())
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no saved inputs in {}", dir.display());
-    files
-}
-
-fn replay(target: &str, run: fn(&[u8])) {
-    for path in saved_inputs(target) {
-        let bytes = std::fs::read(&path).expect("read a saved input");
-        eprintln!("replaying {}", path.display());
-        run(&bytes);
-    }
-}
+#[path = "../../../fuzz/src/replay.rs"]
+mod replay;
+use replay::replay;
 
 #[test]
 fn framing_saved_inputs_hold() {
