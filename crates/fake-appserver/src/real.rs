@@ -149,6 +149,27 @@ impl CodexHome {
     }
 }
 
+/// Runs `<codex> app-server generate-json-schema` into a new temporary directory (with a
+/// throwaway `CODEX_HOME`) and returns it: the schema the pinned binary itself publishes.
+pub fn generate_json_schema(codex: &Path) -> io::Result<tempfile::TempDir> {
+    let out = tempfile::tempdir()?;
+    let home = tempfile::tempdir()?;
+    let status = std::process::Command::new(codex)
+        .args(["app-server", "generate-json-schema", "--out"])
+        .arg(out.path())
+        .env("CODEX_HOME", home.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    if status.success() {
+        Ok(out)
+    } else {
+        Err(io::Error::other(format!(
+            "generate-json-schema failed with {status}"
+        )))
+    }
+}
+
 /// Every rollout file under `<home>/sessions` (`rollout-*.jsonl`, any day folder), sorted.
 pub fn rollout_files(home: &Path) -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {

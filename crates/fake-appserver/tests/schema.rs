@@ -7,23 +7,14 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use rethread_fake_appserver::real::{codex_or_skip, WirePeer, CURRENT, RELEASE_N};
+use rethread_fake_appserver::real::{
+    codex_or_skip, generate_json_schema, WirePeer, CURRENT, RELEASE_N,
+};
 use rethread_fake_appserver::{FakeAppServer, Fault, FaultScript, Profile};
 use serde_json::{json, Value};
 
 fn generate_schema(codex: &Path) -> tempfile::TempDir {
-    let out = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let status = std::process::Command::new(codex)
-        .args(["app-server", "generate-json-schema", "--out"])
-        .arg(out.path())
-        .env("CODEX_HOME", home.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "generate-json-schema failed");
-    out
+    generate_json_schema(codex).expect("generate-json-schema")
 }
 
 fn validator(schema: &Value) -> jsonschema::Validator {

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use rethread_fake_appserver::real::{
-    codex_or_skip, AppServerProcess, CodexHome, CURRENT, RELEASE_N,
+    codex_or_skip, generate_json_schema, AppServerProcess, CodexHome, CURRENT, RELEASE_N,
 };
 use rethread_fake_appserver::responses::ResponsesStandIn;
 use rethread_protocol::jsonrpc::{Request as RawRequest, Response};
@@ -34,18 +34,7 @@ fn assert_valid(validator: &jsonschema::Validator, value: &Value, what: &str) {
 }
 
 fn generate_schema(codex: &Path) -> tempfile::TempDir {
-    let out = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let status = std::process::Command::new(codex)
-        .args(["app-server", "generate-json-schema", "--out"])
-        .arg(out.path())
-        .env("CODEX_HOME", home.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "generate-json-schema failed");
-    out
+    generate_json_schema(codex).expect("generate-json-schema")
 }
 
 /// Every client request this crate can build, with fields set and unset.
