@@ -7,11 +7,11 @@
 //! - Opening never panics or hangs; a refusal is a typed `Corrupt`, `Io`, `Backend` or
 //!   `NewerSchema` error.
 //! - A session that reads whole has rows `0..row_count` (no row lost or duplicated).
-//! - redb (and SQLite with `RETHREAD_FUZZ_STORE_STRICT=1`, see [`strict`]): a store that
-//!   opens is never empty (listing sessions is an error or lists sessions, design.md I7), and
-//!   it is its last committed state or the damage shows as an error: no session of the
-//!   committed state is silently missing, and a session that reads whole is exactly its
-//!   committed state. SQLite keeps no checksums; see docs/fuzzing.md, "Known limits".
+//! - A store that opens is never empty (listing sessions is an error or lists sessions,
+//!   design.md I7), and it is its last committed state or the damage shows as an error: no
+//!   session of the committed state is silently missing, and a session that reads whole is
+//!   exactly its committed state. redb verifies its page checksums on open; SQLite stores
+//!   verify their page structure and every record's checksum on open.
 //! - A write on the damaged store is an error or succeeds; it never panics.
 #![allow(dead_code, unreachable_pub)]
 
@@ -200,19 +200,6 @@ fn damage(input: &mut Input<'_>, pristine: &[u8]) -> Vec<u8> {
     bytes
 }
 
-/// Whether damage must show as an error whenever the store reads empty, a session is missing
-/// or reads differently from its committed state. Always for redb, whose pages carry checksums (a Merkle tree);
-/// for SQLite only with `RETHREAD_FUZZ_STORE_STRICT=1`: SQLite keeps no checksums, so a
-/// flipped byte inside a key or a value reads back as another key or value (docs/fuzzing.md,
-/// "Known limits").
-fn strict(backend: Backend) -> bool {
-    static STRICT: OnceLock<bool> = OnceLock::new();
-    backend == Backend::Redb
-        || *STRICT.get_or_init(|| {
-            std::env::var_os("RETHREAD_FUZZ_STORE_STRICT").is_some_and(|v| v == "1")
-        })
-}
-
 /// `RETHREAD_FUZZ_STORE_BACKEND=redb|sqlite` restricts the target to one backend.
 fn only_backend() -> Option<Backend> {
     match std::env::var("RETHREAD_FUZZ_STORE_BACKEND").ok()?.as_str() {
@@ -238,31 +225,25 @@ fn check_open_error(backend: Backend, error: &StoreError) {
 async fn check_store(backend: Backend, store: &dyn BindingStore, pristine: &Pristine) {
     if let Ok(list) = store.all_sessions().await {
         assert!(
-            !list.is_empty() || !strict(backend),
+            !list.is_empty(),
             "{backend:?}: a damaged store was read as empty"
         );
     }
     for expected in &pristine.sessions {
         let id = &expected.record.session_id;
-        match store.session(id).await {
-            Ok(None) if strict(backend) => panic!("{backend:?}: session {id} silently disappeared"),
-            Ok(_) | Err(_) => {}
+        if let Ok(None) = store.session(id).await {
+            panic!("{backend:?}: session {id} silently disappeared");
         }
         match store.export_session(id).await {
-            Ok(None) if strict(backend) => {
-                panic!("{backend:?}: session {id} silently disappeared (export)")
-            }
-            Ok(None) => {}
+            Ok(None) => panic!("{backend:?}: session {id} silently disappeared (export)"),
             Ok(Some(export)) => {
                 let seqs: Vec<u64> = export.rows.iter().map(|r| r.seq).collect();
                 let want: Vec<u64> = (0..export.record.row_count).collect();
                 assert_eq!(seqs, want, "{backend:?}: rows of {id} are not 0..row_count");
-                if strict(backend) {
-                    assert_eq!(
-                        &export, expected,
-                        "{backend:?}: session {id} reads whole but differs from its committed state"
-                    );
-                }
+                assert_eq!(
+                    &export, expected,
+                    "{backend:?}: session {id} reads whole but differs from its committed state"
+                );
             }
             Err(_) => {}
         }

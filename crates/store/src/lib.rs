@@ -32,7 +32,8 @@
 //! - Every `model_config` write is an atomic merge-patch; keys a write does not name are never
 //!   lost, also under concurrent writers.
 //! - Transcript rows are never lost or duplicated: `seq` is `0..row_count`, contiguous.
-//! - A corrupt, foreign, newer or locked store is a typed [`StoreError`], never an empty store.
+//! - A corrupt, foreign, newer or locked store is a typed [`StoreError`], never an empty store;
+//!   a damaged record (SQLite rows carry checksums, redb pages do) is `Corrupt`, never served.
 //! - No engine call runs on an async runtime thread: each durable store has one writer thread
 //!   fed by a channel (which coalesces concurrent writes into one transaction: group commit,
 //!   each caller answered only once its write is durable); reads run in `spawn_blocking`.
@@ -85,6 +86,8 @@ mod postgres_store;
 #[cfg(feature = "redb")]
 mod redb_store;
 #[cfg(feature = "sqlite")]
+mod sqlite_integrity;
+#[cfg(feature = "sqlite")]
 mod sqlite_store;
 
 #[cfg(feature = "conformance")]
@@ -109,7 +112,10 @@ pub use types::{
 
 /// The newest schema version this build reads and writes. Older stores are migrated on open;
 /// newer ones are refused with [`StoreError::NewerSchema`].
-pub const SCHEMA_VERSION: u64 = 1;
+///
+/// Version 2 gave every SQLite row a checksum; redb and PostgreSQL stores of version 1 are
+/// restamped without other change.
+pub const SCHEMA_VERSION: u64 = 2;
 
 /// Opens a store from a URL: `redb:PATH`, `sqlite:PATH` (also `sqlite://PATH`) or `memory:`.
 ///

@@ -386,6 +386,8 @@ impl PostgresStore {
                     .batch_execute(&schema_v1(&p))
                     .await
                     .map_err(|e| self.map(e))?,
+                // Schema 2 changed only SQLite stores (record checksums).
+                1 => {}
                 other => {
                     return Err(StoreError::corrupt(
                         &self.label,

@@ -213,6 +213,8 @@ fn migrate(txn: &redb::WriteTransaction, from: u64, label: &str) -> Result<(), S
                 txn.open_table(SESSIONS).map_err(|e| map(e.into()))?;
                 txn.open_table(ROWS).map_err(|e| map(e.into()))?;
             }
+            // Schema 2 changed only SQLite stores (record checksums); redb checksums its pages.
+            1 => {}
             other => {
                 return Err(StoreError::corrupt(
                     label,

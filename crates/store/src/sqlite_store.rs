@@ -4,6 +4,10 @@
 //! read), so a read-modify-write can never interleave with another process's; a writer waits up
 //! to the busy timeout for another process's lock. Reads run in deferred transactions on pooled
 //! connections, which WAL lets proceed beside the writer.
+//!
+//! Every row carries a checksum, verified on every read, and opening a store checks the page
+//! structure and every record (`sqlite_integrity`): damage is `Corrupt`, never a changed or
+//! missing record.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -14,6 +18,7 @@ use serde_json::{Map, Value};
 
 use crate::durable::{create_owner_only, impl_durable_store, Durable, Readers};
 use crate::logic::{check_record, LeaseTxn, ReadTxn, WriteTxn};
+use crate::sqlite_integrity::{self, row_checksum, Checksum, RawRow, ScannedSession};
 use crate::writer::{Engine, Writer};
 use crate::{
     Binding, Durability, Lease, LeaseOwner, OpenOptions, SessionRecord, StoreError, TranscriptRow,
@@ -23,6 +28,7 @@ use crate::{
 /// `PRAGMA application_id` of a rethread store ("rthd"): tells our files from other SQLite files.
 const APPLICATION_ID: i64 = 0x7274_6864;
 
+/// Schema 1 as it was first released. Migrations start from it, so it never changes.
 const SCHEMA_V1: &str = "
 CREATE TABLE sessions (
     session_id TEXT PRIMARY KEY NOT NULL,
@@ -43,10 +49,10 @@ CREATE TABLE transcript_rows (
 ) WITHOUT ROWID;
 ";
 
-/// Session leases (added beside schema 1 without a version bump: a build that does not know
-/// leases still reads and writes the file). A free lease keeps its row so `fence` keeps growing.
-/// Expiry is judged by the clock of the machine the processes share.
-const LEASES_TABLE: &str = "
+/// Session leases, added to schema 1 without a version bump (a schema-1 file may lack the
+/// table, so the step to schema 2 creates it if missing). A free lease keeps its row so
+/// `fence` keeps growing. Expiry is judged by the clock of the machine the processes share.
+const LEASES_V1: &str = "
 CREATE TABLE IF NOT EXISTS leases (
     session_id TEXT PRIMARY KEY NOT NULL,
     host TEXT NOT NULL,
@@ -58,6 +64,17 @@ CREATE TABLE IF NOT EXISTS leases (
     fence INTEGER NOT NULL
 ) WITHOUT ROWID;
 ";
+
+/// Schema 2: every row carries a CRC-32 of its fields (see `sqlite_integrity`). The existing
+/// rows get theirs in the same migration transaction.
+const SCHEMA_V2_COLUMNS: &str = "
+ALTER TABLE sessions ADD COLUMN checksum INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE transcript_rows ADD COLUMN checksum INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE leases ADD COLUMN checksum INTEGER NOT NULL DEFAULT 0;
+";
+
+/// The tables a current store has.
+const TABLES: [&str; 3] = ["sessions", "transcript_rows", "leases"];
 
 /// A [`BindingStore`](crate::BindingStore) in one SQLite file (WAL mode).
 #[derive(Debug)]
@@ -143,6 +160,20 @@ pub(crate) fn map_sqlite_error(path: &str, error: rusqlite::Error) -> StoreError
             _ => {}
         }
     }
+    if matches!(
+        error,
+        rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+            | rusqlite::Error::Utf8Error(..)
+    ) {
+        // Our own columns hold what we wrote: a value of another type is damage.
+        return StoreError::Corrupt {
+            path: path.to_string(),
+            detail: "a column holds a value of the wrong type".to_string(),
+            source: Some(Box::new(error)),
+        };
+    }
     StoreError::Backend {
         backend: "sqlite",
         source: Box::new(error),
@@ -202,12 +233,13 @@ fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<Connec
         .map_err(map)?;
     ensure_schema(&mut conn, label)?;
     verify_structure(&conn, label)?;
+    verify_records(&mut conn, label)?;
     Ok(conn)
 }
 
-/// `PRAGMA quick_check`: SQLite keeps no checksums, but a damaged page structure (a B-tree
-/// that would read as empty or short) is caught here and refused as `Corrupt` instead of
-/// being served. It reads the whole file, once per open.
+/// `PRAGMA quick_check`: a damaged page structure (a B-tree that would read as empty or short)
+/// is caught here and refused as `Corrupt` instead of being served. It reads the whole file,
+/// once per open; damage inside a record is left to the record checksums (`verify_records`).
 fn verify_structure(conn: &Connection, label: &str) -> Result<(), StoreError> {
     let map = |e| map_sqlite_error(label, e);
     let mut statement = conn.prepare("PRAGMA quick_check").map_err(map)?;
@@ -247,7 +279,6 @@ fn ensure_schema(conn: &mut Connection, label: &str) -> Result<(), StoreError> {
         .map_err(map)?;
     if app_id == 0 && version == 0 && tables == 0 {
         migrate(&txn, 0, label)?;
-        txn.execute_batch(LEASES_TABLE).map_err(map)?;
         return txn.commit().map_err(map);
     }
     if app_id != APPLICATION_ID {
@@ -266,10 +297,9 @@ fn ensure_schema(conn: &mut Connection, label: &str) -> Result<(), StoreError> {
     }
     if version < SCHEMA_VERSION {
         migrate(&txn, version, label)?;
-        txn.execute_batch(LEASES_TABLE).map_err(map)?;
         return txn.commit().map_err(map);
     }
-    for table in ["sessions", "transcript_rows"] {
+    for table in TABLES {
         let n: i64 = txn
             .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
@@ -284,7 +314,6 @@ fn ensure_schema(conn: &mut Connection, label: &str) -> Result<(), StoreError> {
             ));
         }
     }
-    txn.execute_batch(LEASES_TABLE).map_err(map)?;
     txn.commit().map_err(map)
 }
 
@@ -295,7 +324,15 @@ fn migrate(txn: &rusqlite::Transaction<'_>, from: u64, label: &str) -> Result<()
     let mut version = from;
     while version < SCHEMA_VERSION {
         match version {
-            0 => txn.execute_batch(SCHEMA_V1).map_err(map)?,
+            0 => {
+                txn.execute_batch(SCHEMA_V1).map_err(map)?;
+                txn.execute_batch(LEASES_V1).map_err(map)?;
+            }
+            1 => {
+                txn.execute_batch(LEASES_V1).map_err(map)?;
+                txn.execute_batch(SCHEMA_V2_COLUMNS).map_err(map)?;
+                backfill_checksums(txn, label)?;
+            }
             other => {
                 return Err(StoreError::corrupt(
                     label,
@@ -311,6 +348,88 @@ fn migrate(txn: &rusqlite::Transaction<'_>, from: u64, label: &str) -> Result<()
     .map_err(map)
 }
 
+/// Gives every row of a store migrated from schema 1 its checksum (inside the migration's
+/// transaction). Keys and sums are collected first: SQLite does not define what a scan sees of
+/// rows updated while it runs.
+fn backfill_checksums(txn: &rusqlite::Transaction<'_>, label: &str) -> Result<(), StoreError> {
+    let map = |e| map_sqlite_error(label, e);
+    let sessions: Vec<(String, i64)> = txn
+        .prepare(&format!("SELECT {RECORD_COLUMNS} FROM sessions"))
+        .and_then(|mut s| {
+            s.query_map([], |row| {
+                let raw = raw_record(row)?;
+                Ok((raw.session_id.clone(), raw.fields_checksum()))
+            })?
+            .collect()
+        })
+        .map_err(map)?;
+    let mut update = txn
+        .prepare("UPDATE sessions SET checksum = ?2 WHERE session_id = ?1")
+        .map_err(map)?;
+    for (id, sum) in sessions {
+        update.execute(params![id, sum]).map_err(map)?;
+    }
+    let rows: Vec<(String, i64, i64)> = txn
+        .prepare("SELECT session_id, seq, body FROM transcript_rows")
+        .and_then(|mut s| {
+            s.query_map([], |row| {
+                let (id, seq, body): (String, i64, String) =
+                    (row.get(0)?, row.get(1)?, row.get(2)?);
+                let sum = row_checksum(&id, seq, &body);
+                Ok((id, seq, sum))
+            })?
+            .collect()
+        })
+        .map_err(map)?;
+    let mut update = txn
+        .prepare("UPDATE transcript_rows SET checksum = ?3 WHERE session_id = ?1 AND seq = ?2")
+        .map_err(map)?;
+    for (id, seq, sum) in rows {
+        update.execute(params![id, seq, sum]).map_err(map)?;
+    }
+    let leases: Vec<(String, i64)> = txn
+        .prepare(&format!("SELECT {LEASE_COLUMNS} FROM leases"))
+        .and_then(|mut s| {
+            s.query_map([], |row| {
+                let raw = RawLease::from_row(row)?;
+                Ok((raw.session_id.clone(), raw.fields_checksum()))
+            })?
+            .collect()
+        })
+        .map_err(map)?;
+    let mut update = txn
+        .prepare("UPDATE leases SET checksum = ?2 WHERE session_id = ?1")
+        .map_err(map)?;
+    for (id, sum) in leases {
+        update.execute(params![id, sum]).map_err(map)?;
+    }
+    Ok(())
+}
+
+/// Reads every record once and verifies it (`sqlite_integrity::verify_all`).
+fn verify_records(conn: &mut Connection, label: &str) -> Result<(), StoreError> {
+    let map = |e| map_sqlite_error(label, e);
+    sqlite_integrity::verify_all(
+        conn,
+        label,
+        &format!("SELECT {RECORD_COLUMNS}, checksum FROM sessions ORDER BY session_id"),
+        &|row| {
+            let record = decode_record(label, raw_record(row).map_err(map)?)?;
+            Ok(ScannedSession {
+                session_id: record.session_id,
+                row_count: record.row_count,
+            })
+        },
+        &format!("SELECT {LEASE_COLUMNS}, checksum FROM leases"),
+        &|row| {
+            RawLease::from_row(row)
+                .map_err(map)?
+                .into_lease(label)
+                .map(drop)
+        },
+    )
+}
+
 /// One transaction's view of a connection (the caller began and will end the transaction).
 struct Txn<'c> {
     conn: &'c Connection,
@@ -321,42 +440,51 @@ impl Txn<'_> {
     fn map(&self, e: rusqlite::Error) -> StoreError {
         map_sqlite_error(self.label, e)
     }
+}
 
-    fn corrupt_json(&self, what: String, e: serde_json::Error) -> StoreError {
-        StoreError::Corrupt {
-            path: self.label.to_string(),
-            detail: format!("{what} does not decode"),
-            source: Some(Box::new(e)),
-        }
-    }
-
-    fn decode(&self, raw: RawRecord) -> Result<SessionRecord, StoreError> {
-        let id = raw.session_id;
-        let model_config: Map<String, Value> = serde_json::from_str(&raw.model_config)
-            .map_err(|e| self.corrupt_json(format!("model_config of {id}"), e))?;
-        let retired_threads: Vec<String> = serde_json::from_str(&raw.retired_threads)
-            .map_err(|e| self.corrupt_json(format!("retired_threads of {id}"), e))?;
-        let binding = raw.binding_thread_id.map(|thread_id| Binding {
-            thread_id,
-            codex_home: raw.binding_codex_home,
-            bound_at_ms: raw.bound_at_ms.unwrap_or(0),
-        });
-        let record = SessionRecord {
-            session_id: id,
-            model_config,
-            binding,
-            row_count: raw.row_count as u64,
-            retired_threads,
-            created_at_ms: raw.created_at_ms,
-            updated_at_ms: raw.updated_at_ms,
-        };
-        check_record(&record).map_err(|d| {
-            StoreError::corrupt(self.label, format!("session {}: {d}", record.session_id))
-        })?;
-        Ok(record)
+fn corrupt_json(label: &str, what: String, e: serde_json::Error) -> StoreError {
+    StoreError::Corrupt {
+        path: label.to_string(),
+        detail: format!("{what} does not decode"),
+        source: Some(Box::new(e)),
     }
 }
 
+/// Verifies a stored session row and decodes it.
+fn decode_record(label: &str, raw: RawRecord) -> Result<SessionRecord, StoreError> {
+    sqlite_integrity::verify(
+        label,
+        || format!("session {}", raw.session_id),
+        raw.checksum,
+        raw.fields_checksum(),
+    )?;
+    let id = raw.session_id;
+    let model_config: Map<String, Value> = serde_json::from_str(&raw.model_config)
+        .map_err(|e| corrupt_json(label, format!("model_config of {id}"), e))?;
+    let retired_threads: Vec<String> = serde_json::from_str(&raw.retired_threads)
+        .map_err(|e| corrupt_json(label, format!("retired_threads of {id}"), e))?;
+    let row_count = u64::try_from(raw.row_count)
+        .map_err(|_| StoreError::corrupt(label, format!("session {id}: negative row count")))?;
+    let binding = raw.binding_thread_id.map(|thread_id| Binding {
+        thread_id,
+        codex_home: raw.binding_codex_home,
+        bound_at_ms: raw.bound_at_ms.unwrap_or(0),
+    });
+    let record = SessionRecord {
+        session_id: id,
+        model_config,
+        binding,
+        row_count,
+        retired_threads,
+        created_at_ms: raw.created_at_ms,
+        updated_at_ms: raw.updated_at_ms,
+    };
+    check_record(&record)
+        .map_err(|d| StoreError::corrupt(label, format!("session {}: {d}", record.session_id)))?;
+    Ok(record)
+}
+
+/// A `sessions` row as stored: JSON columns as text, integers as SQLite has them.
 struct RawRecord {
     session_id: String,
     model_config: String,
@@ -367,8 +495,51 @@ struct RawRecord {
     retired_threads: String,
     created_at_ms: i64,
     updated_at_ms: i64,
+    /// The stored checksum (0 when the query did not select it).
+    checksum: i64,
 }
 
+impl RawRecord {
+    fn encode(record: &SessionRecord) -> Result<RawRecord, StoreError> {
+        let json = |e| StoreError::Backend {
+            backend: "sqlite",
+            source: Box::new(e),
+        };
+        let binding = record.binding.as_ref();
+        let mut raw = RawRecord {
+            session_id: record.session_id.clone(),
+            model_config: serde_json::to_string(&record.model_config).map_err(json)?,
+            binding_thread_id: binding.map(|b| b.thread_id.clone()),
+            binding_codex_home: binding.and_then(|b| b.codex_home.clone()),
+            bound_at_ms: binding.map(|b| b.bound_at_ms),
+            row_count: record.row_count.min(i64::MAX as u64) as i64,
+            retired_threads: serde_json::to_string(&record.retired_threads).map_err(json)?,
+            created_at_ms: record.created_at_ms,
+            updated_at_ms: record.updated_at_ms,
+            checksum: 0,
+        };
+        raw.checksum = raw.fields_checksum();
+        Ok(raw)
+    }
+
+    /// The checksum of the fields as stored.
+    fn fields_checksum(&self) -> i64 {
+        Checksum::of("sessions")
+            .text(&self.session_id)
+            .text(&self.model_config)
+            .opt_text(self.binding_thread_id.as_deref())
+            .opt_text(self.binding_codex_home.as_deref())
+            .opt_int(self.bound_at_ms)
+            .int(self.row_count)
+            .text(&self.retired_threads)
+            .int(self.created_at_ms)
+            .int(self.updated_at_ms)
+            .finish()
+    }
+}
+
+/// The `sessions` columns every query reads, in the order `raw_record` expects them; a query
+/// that also wants the checksum selects `checksum` after them.
 const RECORD_COLUMNS: &str = "session_id, model_config, binding_thread_id, binding_codex_home, \
      bound_at_ms, row_count, retired_threads, created_at_ms, updated_at_ms";
 
@@ -383,7 +554,101 @@ fn raw_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> {
         retired_threads: row.get(6)?,
         created_at_ms: row.get(7)?,
         updated_at_ms: row.get(8)?,
+        checksum: match row.as_ref().column_count() {
+            10 => row.get(9)?,
+            _ => 0,
+        },
     })
+}
+
+/// The `leases` columns, in the order [`RawLease::from_row`] expects them (then `checksum`).
+const LEASE_COLUMNS: &str =
+    "session_id, host, pid, started_at_ms, instance, acquired_at_ms, expires_at_ms, fence";
+
+/// A `leases` row as stored.
+struct RawLease {
+    session_id: String,
+    host: String,
+    pid: i64,
+    started_at_ms: i64,
+    instance: i64,
+    acquired_at_ms: i64,
+    expires_at_ms: i64,
+    fence: i64,
+    checksum: i64,
+}
+
+impl RawLease {
+    fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawLease> {
+        Ok(RawLease {
+            session_id: row.get(0)?,
+            host: row.get(1)?,
+            pid: row.get(2)?,
+            started_at_ms: row.get(3)?,
+            instance: row.get(4)?,
+            acquired_at_ms: row.get(5)?,
+            expires_at_ms: row.get(6)?,
+            fence: row.get(7)?,
+            checksum: match row.as_ref().column_count() {
+                9 => row.get(8)?,
+                _ => 0,
+            },
+        })
+    }
+
+    fn encode(lease: &Lease) -> RawLease {
+        let mut raw = RawLease {
+            session_id: lease.session_id.clone(),
+            host: lease.owner.host.clone(),
+            pid: i64::from(lease.owner.pid),
+            started_at_ms: lease.owner.started_at_ms,
+            instance: lease.owner.instance as i64,
+            acquired_at_ms: lease.acquired_at_ms,
+            expires_at_ms: lease.expires_at_ms,
+            fence: lease.fence as i64,
+            checksum: 0,
+        };
+        raw.checksum = raw.fields_checksum();
+        raw
+    }
+
+    fn fields_checksum(&self) -> i64 {
+        Checksum::of("leases")
+            .text(&self.session_id)
+            .text(&self.host)
+            .int(self.pid)
+            .int(self.started_at_ms)
+            .int(self.instance)
+            .int(self.acquired_at_ms)
+            .int(self.expires_at_ms)
+            .int(self.fence)
+            .finish()
+    }
+
+    /// Verifies the row and decodes it.
+    fn into_lease(self, label: &str) -> Result<Lease, StoreError> {
+        sqlite_integrity::verify(
+            label,
+            || format!("lease of session {}", self.session_id),
+            self.checksum,
+            self.fields_checksum(),
+        )?;
+        let pid = u32::try_from(self.pid).map_err(|_| {
+            StoreError::corrupt(label, format!("lease of {}: bad pid", self.session_id))
+        })?;
+        Ok(Lease {
+            session_id: self.session_id,
+            owner: LeaseOwner {
+                host: self.host,
+                pid,
+                started_at_ms: self.started_at_ms,
+                instance: self.instance as u64,
+            },
+            acquired_at_ms: self.acquired_at_ms,
+            expires_at_ms: self.expires_at_ms,
+            fence: self.fence as u64,
+        })
+    }
 }
 
 impl ReadTxn for Txn<'_> {
@@ -391,11 +656,11 @@ impl ReadTxn for Txn<'_> {
         let raw = self
             .conn
             .prepare_cached(&format!(
-                "SELECT {RECORD_COLUMNS} FROM sessions WHERE session_id = ?1"
+                "SELECT {RECORD_COLUMNS}, checksum FROM sessions WHERE session_id = ?1"
             ))
             .and_then(|mut s| s.query_row([session_id], raw_record).optional())
             .map_err(|e| self.map(e))?;
-        raw.map(|raw| self.decode(raw)).transpose()
+        raw.map(|raw| decode_record(self.label, raw)).transpose()
     }
 
     fn load_rows(
@@ -405,25 +670,26 @@ impl ReadTxn for Txn<'_> {
     ) -> Result<Vec<TranscriptRow>, StoreError> {
         let start = range.start.min(i64::MAX as u64) as i64;
         let end = range.end.min(i64::MAX as u64) as i64;
-        let raw: Vec<(i64, String)> = self
+        let raw: Vec<RawRow> = self
             .conn
-            .prepare_cached(
-                "SELECT seq, body FROM transcript_rows \
+            .prepare_cached(&format!(
+                "SELECT {} FROM transcript_rows \
                  WHERE session_id = ?1 AND seq >= ?2 AND seq < ?3 ORDER BY seq",
-            )
+                RawRow::COLUMNS
+            ))
             .and_then(|mut s| {
-                s.query_map(params![session_id, start, end], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })?
-                .collect()
+                s.query_map(params![session_id, start, end], RawRow::from_row)?
+                    .collect()
             })
             .map_err(|e| self.map(e))?;
         raw.into_iter()
-            .map(|(seq, body)| {
-                let body = serde_json::from_str(&body)
-                    .map_err(|e| self.corrupt_json(format!("row {seq} of {session_id}"), e))?;
+            .map(|raw| {
+                raw.verify(self.label)?;
+                let body = serde_json::from_str(&raw.body).map_err(|e| {
+                    corrupt_json(self.label, format!("row {} of {session_id}", raw.seq), e)
+                })?;
                 Ok(TranscriptRow {
-                    seq: seq as u64,
+                    seq: raw.seq as u64,
                     body,
                 })
             })
@@ -440,57 +706,51 @@ impl ReadTxn for Txn<'_> {
             Some(after) => self
                 .conn
                 .prepare_cached(&format!(
-                    "SELECT {RECORD_COLUMNS} FROM sessions WHERE session_id > ?1 \
+                    "SELECT {RECORD_COLUMNS}, checksum FROM sessions WHERE session_id > ?1 \
                      ORDER BY session_id LIMIT ?2"
                 ))
                 .and_then(|mut s| s.query_map(params![after, limit], raw_record)?.collect()),
             None => self
                 .conn
                 .prepare_cached(&format!(
-                    "SELECT {RECORD_COLUMNS} FROM sessions ORDER BY session_id LIMIT ?1"
+                    "SELECT {RECORD_COLUMNS}, checksum FROM sessions ORDER BY session_id LIMIT ?1"
                 ))
                 .and_then(|mut s| s.query_map(params![limit], raw_record)?.collect()),
         }
         .map_err(|e| self.map(e))?;
-        raw.into_iter().map(|r| self.decode(r)).collect()
+        raw.into_iter()
+            .map(|r| decode_record(self.label, r))
+            .collect()
     }
 }
 
 impl WriteTxn for Txn<'_> {
     fn put(&mut self, record: &SessionRecord) -> Result<(), StoreError> {
-        let config =
-            serde_json::to_string(&record.model_config).map_err(|e| StoreError::Backend {
-                backend: "sqlite",
-                source: Box::new(e),
-            })?;
-        let retired =
-            serde_json::to_string(&record.retired_threads).map_err(|e| StoreError::Backend {
-                backend: "sqlite",
-                source: Box::new(e),
-            })?;
-        let binding = record.binding.as_ref();
+        let raw = RawRecord::encode(record)?;
         self.conn
             .prepare_cached(&format!(
-                "INSERT INTO sessions ({RECORD_COLUMNS}) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+                "INSERT INTO sessions ({RECORD_COLUMNS}, checksum) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
                  ON CONFLICT (session_id) DO UPDATE SET model_config = excluded.model_config, \
                  binding_thread_id = excluded.binding_thread_id, \
                  binding_codex_home = excluded.binding_codex_home, \
                  bound_at_ms = excluded.bound_at_ms, row_count = excluded.row_count, \
                  retired_threads = excluded.retired_threads, \
-                 created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms"
+                 created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms, \
+                 checksum = excluded.checksum"
             ))
             .and_then(|mut s| {
                 s.execute(params![
-                    record.session_id,
-                    config,
-                    binding.map(|b| b.thread_id.as_str()),
-                    binding.and_then(|b| b.codex_home.as_deref()),
-                    binding.map(|b| b.bound_at_ms),
-                    record.row_count as i64,
-                    retired,
-                    record.created_at_ms,
-                    record.updated_at_ms,
+                    raw.session_id,
+                    raw.model_config,
+                    raw.binding_thread_id,
+                    raw.binding_codex_home,
+                    raw.bound_at_ms,
+                    raw.row_count,
+                    raw.retired_threads,
+                    raw.created_at_ms,
+                    raw.updated_at_ms,
+                    raw.checksum,
                 ])
             })
             .map_err(|e| self.map(e))?;
@@ -500,11 +760,15 @@ impl WriteTxn for Txn<'_> {
     fn put_row(&mut self, session_id: &str, seq: u64, body: &Value) -> Result<(), StoreError> {
         // A plain INSERT: rows are append-only, and a duplicate key means the record's row
         // count is wrong, which must fail loudly rather than overwrite.
+        let seq = seq.min(i64::MAX as u64) as i64;
+        let body = body.to_string();
+        let checksum = row_checksum(session_id, seq, &body);
         self.conn
             .prepare_cached(
-                "INSERT INTO transcript_rows (session_id, seq, body) VALUES (?1, ?2, ?3)",
+                "INSERT INTO transcript_rows (session_id, seq, body, checksum) \
+                 VALUES (?1, ?2, ?3, ?4)",
             )
-            .and_then(|mut s| s.execute(params![session_id, seq as i64, body.to_string()]))
+            .and_then(|mut s| s.execute(params![session_id, seq, body, checksum]))
             .map_err(|e| self.map(e))?;
         Ok(())
     }
@@ -529,47 +793,34 @@ impl WriteTxn for Txn<'_> {
 
 impl LeaseTxn for Txn<'_> {
     fn load_lease(&mut self, session_id: &str) -> Result<Option<Lease>, StoreError> {
-        self.conn
-            .prepare_cached(
-                "SELECT host, pid, started_at_ms, instance, acquired_at_ms, expires_at_ms, fence \
-                 FROM leases WHERE session_id = ?1",
-            )
-            .and_then(|mut s| {
-                s.query_row([session_id], |r| {
-                    Ok(Lease {
-                        session_id: session_id.to_string(),
-                        owner: LeaseOwner {
-                            host: r.get(0)?,
-                            pid: r.get::<_, i64>(1)? as u32,
-                            started_at_ms: r.get(2)?,
-                            instance: r.get::<_, i64>(3)? as u64,
-                        },
-                        acquired_at_ms: r.get(4)?,
-                        expires_at_ms: r.get(5)?,
-                        fence: r.get::<_, i64>(6)? as u64,
-                    })
-                })
-                .optional()
-            })
-            .map_err(|e| self.map(e))
+        let raw = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {LEASE_COLUMNS}, checksum FROM leases WHERE session_id = ?1"
+            ))
+            .and_then(|mut s| s.query_row([session_id], RawLease::from_row).optional())
+            .map_err(|e| self.map(e))?;
+        raw.map(|raw| raw.into_lease(self.label)).transpose()
     }
 
     fn put_lease(&mut self, lease: &Lease) -> Result<(), StoreError> {
+        let raw = RawLease::encode(lease);
         self.conn
-            .prepare_cached(
-                "INSERT OR REPLACE INTO leases (session_id, host, pid, started_at_ms, instance, \
-                 acquired_at_ms, expires_at_ms, fence) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )
+            .prepare_cached(&format!(
+                "INSERT OR REPLACE INTO leases ({LEASE_COLUMNS}, checksum) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+            ))
             .and_then(|mut s| {
                 s.execute(params![
-                    lease.session_id,
-                    lease.owner.host,
-                    lease.owner.pid as i64,
-                    lease.owner.started_at_ms,
-                    lease.owner.instance as i64,
-                    lease.acquired_at_ms,
-                    lease.expires_at_ms,
-                    lease.fence as i64,
+                    raw.session_id,
+                    raw.host,
+                    raw.pid,
+                    raw.started_at_ms,
+                    raw.instance,
+                    raw.acquired_at_ms,
+                    raw.expires_at_ms,
+                    raw.fence,
+                    raw.checksum,
                 ])
             })
             .map_err(|e| self.map(e))?;
