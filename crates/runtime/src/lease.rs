@@ -10,31 +10,71 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rethread_store::{BindingStore, Lease, LeaseOwner, StoreError};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::agent::RuntimeError;
 
-/// Releases started by dropped guards, so that a host (or the next `Agent::open` in this
-/// process) can wait for them instead of finding its own stale lease.
-static PENDING_RELEASES: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
+/// A lease release started in the background by a dropped guard.
+struct PendingRelease {
+    /// The store it goes to (the address of the `Arc`'s value) and the session.
+    store: usize,
+    session_id: String,
+    /// Turns `true` when the release is done; closed if its task ended without finishing
+    /// (its runtime shut down).
+    done: watch::Receiver<bool>,
+}
 
-fn pending() -> MutexGuard<'static, Vec<JoinHandle<()>>> {
+impl PendingRelease {
+    fn finished(&self) -> bool {
+        *self.done.borrow() || self.done.has_changed().is_err()
+    }
+}
+
+/// Releases started by dropped guards, so that a host (or the next `Agent::open` of the same
+/// session on the same store) can wait for them instead of finding its own stale lease. Waiting
+/// never takes an entry away from another waiter (several runtimes may share the process).
+static PENDING_RELEASES: Mutex<Vec<PendingRelease>> = Mutex::new(Vec::new());
+
+fn pending() -> MutexGuard<'static, Vec<PendingRelease>> {
     PENDING_RELEASES
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+fn store_key(store: &Arc<dyn BindingStore>) -> usize {
+    Arc::as_ptr(store) as *const () as usize
+}
+
+/// Waits (at most 5 s) for the background releases `which` selects.
+async fn wait_for_releases(which: impl Fn(&PendingRelease) -> bool) {
+    let waits: Vec<watch::Receiver<bool>> = {
+        let mut pending = pending();
+        pending.retain(|p| !p.finished());
+        pending
+            .iter()
+            .filter(|p| which(p))
+            .map(|p| p.done.clone())
+            .collect()
+    };
+    if waits.is_empty() {
+        return;
+    }
+    let all = futures::future::join_all(waits.into_iter().map(|mut done| async move {
+        // An error means the release task is gone: nothing more to wait for.
+        let _ = done.wait_for(|finished| *finished).await;
+    }));
+    let _ = tokio::time::timeout(Duration::from_secs(5), all).await;
+}
+
 /// Waits (at most 5 s) for the lease releases that dropped sessions started in the background.
 ///
 /// A host calls this before it exits, so that the next process does not find the session busy
-/// until the lease expires. [`Agent::open`](crate::Agent::open) calls it before it acquires.
+/// until the lease expires. [`Agent::open`](crate::Agent::open) waits for the releases of its
+/// own session before it acquires.
 pub async fn flush_lease_releases() {
-    let handles: Vec<JoinHandle<()>> = std::mem::take(&mut *pending());
-    if handles.is_empty() {
-        return;
-    }
-    let _ = tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(handles)).await;
+    wait_for_releases(|_| true).await;
 }
 
 #[derive(Debug)]
@@ -72,7 +112,8 @@ impl LeaseGuard {
         owner: &LeaseOwner,
         ttl: Duration,
     ) -> Result<Self, RuntimeError> {
-        flush_lease_releases().await;
+        let key = store_key(&store);
+        wait_for_releases(|p| p.store == key && p.session_id == session_id).await;
         let sent = Instant::now();
         let lease = match store.acquire_lease(session_id, owner, ttl).await {
             Ok(lease) => lease,
@@ -170,14 +211,22 @@ impl Drop for LeaseGuard {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let store = self.store.clone();
             let lease = self.lease();
-            let task = handle.spawn(async move {
+            let (done_tx, done) = watch::channel(false);
+            let entry = PendingRelease {
+                store: store_key(&store),
+                session_id: lease.session_id.clone(),
+                done,
+            };
+            // Detached: the entry's channel reports when it is done.
+            drop(handle.spawn(async move {
                 if let Err(error) = store.release_lease(&lease).await {
                     tracing::warn!(%error, session_id = %lease.session_id, "could not release the session lease; it expires on its own");
                 }
-            });
+                let _ = done_tx.send(true);
+            }));
             let mut pending = pending();
-            pending.retain(|h| !h.is_finished());
-            pending.push(task);
+            pending.retain(|p| !p.finished());
+            pending.push(entry);
         }
     }
 }
