@@ -3,6 +3,10 @@
 //! transaction, a plain rusqlite WAL `synchronous=FULL` transaction doing the same writes, and a
 //! raw write+fsync loop). Run through `cargo xtask bench store` (release build).
 //!
+//! A diagnostic row per engine runs the raw transaction on a thread of its own behind the same
+//! channel hand-off as the store's writer thread: it splits the store's gap to raw into the
+//! hand-off (an async caller must cross to a blocking thread) and the store's own work.
+//!
 //! Options: `--seconds S` per measurement (default 3), `--sessions N` (default 64),
 //! `--rows R` rows per turn (default 2), `--dir PATH` where the files go (default: a temporary
 //! directory under the system temp dir), `--postgres URL` (default `$RETHREAD_BENCH_POSTGRES_URL`,
@@ -217,6 +221,75 @@ impl Raw for RawSqlite {
             ])
             .unwrap();
         conn.execute_batch("COMMIT").unwrap();
+    }
+}
+
+/// Diagnostic, not a goal baseline: a raw baseline on a thread of its own, driven from async
+/// through a channel with oneshot replies the way the store's writer thread is (the thread
+/// polls 50 us before it parks; the caller polls for its reply, yielding, for up to 1 ms, as a
+/// lone write does). Its gap to the raw row is the price of the hand-off alone; the store's
+/// gap to it is the store's own work (rules, record encoding, cache, checksums).
+struct HandOff {
+    tx: tokio::sync::mpsc::Sender<(usize, tokio::sync::oneshot::Sender<()>)>,
+}
+
+impl HandOff {
+    fn spawn(make: impl FnOnce() -> Box<dyn Raw> + Send + 'static) -> HandOff {
+        let (tx, mut rx) =
+            tokio::sync::mpsc::channel::<(usize, tokio::sync::oneshot::Sender<()>)>(16);
+        std::thread::spawn(move || {
+            let mut raw = make();
+            loop {
+                // As `writer::next_message`: poll 50 us, then park.
+                let start = Instant::now();
+                let next = loop {
+                    match rx.try_recv() {
+                        Ok(msg) => break Some(msg),
+                        Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => break None,
+                        Err(tokio::sync::mpsc::error::TryRecvError::Empty) => {}
+                    }
+                    if start.elapsed() >= Duration::from_micros(50) {
+                        break rx.blocking_recv();
+                    }
+                    std::thread::yield_now();
+                };
+                let Some((n, reply)) = next else { return };
+                raw.commit(n);
+                let _ = reply.send(());
+            }
+        });
+        HandOff { tx }
+    }
+
+    async fn round(&self, name: &str, seconds: f64, offset: usize) -> Result {
+        let mut latencies = Vec::new();
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs_f64(seconds);
+        let mut n = 0;
+        while Instant::now() < deadline {
+            let t = Instant::now();
+            let (reply, mut done) = tokio::sync::oneshot::channel();
+            self.tx.send((offset + n, reply)).await.unwrap();
+            let spin_until = Instant::now() + Duration::from_millis(1);
+            let mut answered = false;
+            while !answered && Instant::now() < spin_until {
+                answered = done.try_recv().is_ok();
+                if !answered {
+                    tokio::task::yield_now().await;
+                }
+            }
+            if !answered {
+                done.await.unwrap();
+            }
+            latencies.push(t.elapsed());
+            n += 1;
+        }
+        Result {
+            name: name.to_string(),
+            commits: n,
+            elapsed: start.elapsed(),
+            latencies,
+        }
     }
 }
 
@@ -581,17 +654,35 @@ async fn main() {
                     .unwrap(),
             )
         };
-        let (mut raw_total, mut one) = (Result::default(), Result::default());
+        let handoff_dir = dir.join(format!("handoff-{backend}"));
+        std::fs::create_dir_all(&handoff_dir).unwrap();
+        let handoff = HandOff::spawn(move || -> Box<dyn Raw> {
+            if backend == "redb" {
+                Box::new(RawRedb {
+                    db: redb::Database::create(handoff_dir.join("raw.redb")).unwrap(),
+                    seq: 0,
+                    rows: args.rows,
+                })
+            } else {
+                Box::new(RawSqlite::new(&handoff_dir, args))
+            }
+        });
+        let (mut raw_total, mut handed, mut one) =
+            (Result::default(), Result::default(), Result::default());
         for r in 0..ROUNDS {
             let offset = r * 1_000_000;
             if backend == "redb" {
                 fsync.absorb(raw_round(&mut raw_fsync, round / 2.0, offset));
             }
             raw_total.absorb(raw_round(raw.as_mut(), round, offset));
+            let name = format!("{} behind a thread hand-off (diagnostic)", raw.name());
+            handed.absorb(handoff.round(&name, round / 2.0, offset).await);
             let name = format!("{backend} store, 1 session");
             one.absorb(store_one(&name, Arc::clone(&store), args, round, offset).await);
         }
+        drop(handoff);
         eprintln!("  {}: {:.0}/s", raw_total.name, raw_total.rate());
+        eprintln!("  {}: {:.0}/s", handed.name, handed.rate());
         eprintln!("  {}: {:.0}/s", one.name, one.rate());
         let many = store_many(
             &format!("{backend} store, {} sessions", args.sessions),
@@ -601,13 +692,16 @@ async fn main() {
         .await;
         eprintln!("  {}: {:.0}/s", many.name, many.rate());
         checks.push(format!(
-            "{backend}: 1 session at {:.0}% of raw {backend} (goal >= 90%): {}",
+            "{backend}: 1 session at {:.0}% of raw {backend} (goal >= 90%): {} \
+             (the hand-off alone: {:.0}% of raw; the store: {:.0}% of the hand-off)",
             100.0 * one.rate() / raw_total.rate(),
             if one.rate() >= 0.9 * raw_total.rate() {
                 "met"
             } else {
                 "MISSED"
-            }
+            },
+            100.0 * handed.rate() / raw_total.rate(),
+            100.0 * one.rate() / handed.rate(),
         ));
         checks.push(format!(
             "{backend}: {} sessions at {:.1}x the 1-session rate (goal >= 4x): {}; p99 {} ms (goal < 20 ms): {}",
@@ -618,6 +712,7 @@ async fn main() {
             if many.pct(0.99) < Duration::from_millis(20) { "met" } else { "MISSED" }
         ));
         results.push(raw_total);
+        results.push(handed);
         results.push(one);
         results.push(many);
     }

@@ -17,7 +17,7 @@ use crate::{
 };
 
 #[derive(Debug, Default)]
-struct State {
+pub(crate) struct State {
     records: BTreeMap<String, SessionRecord>,
     rows: HashMap<String, Vec<Value>>,
 }

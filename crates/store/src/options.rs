@@ -22,6 +22,7 @@ pub struct OpenOptions {
     pub(crate) create: bool,
     pub(crate) max_batch: usize,
     pub(crate) busy_timeout: Duration,
+    pub(crate) lone_write_spin: Duration,
 }
 
 impl Default for OpenOptions {
@@ -31,6 +32,7 @@ impl Default for OpenOptions {
             create: true,
             max_batch: 256,
             busy_timeout: Duration::from_secs(5),
+            lone_write_spin: Duration::from_millis(1),
         }
     }
 }
@@ -63,6 +65,18 @@ impl OpenOptions {
     /// How long a SQLite writer waits for another process's lock (default 5 s).
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
+        self
+    }
+
+    /// How long a write that is alone (no other write of this store in flight) polls for its
+    /// reply, yielding to the runtime between polls, before it parks (default 1 ms; zero
+    /// disables). Waking a parked runtime thread from the store's writer thread costs a
+    /// cross-CPU interrupt, tens of microseconds on a virtual machine; the poll spends one
+    /// runtime thread's time for the length of a commit to save it. Concurrent writes never
+    /// poll (group commit serves them), and the redb and SQLite backends are the ones that use
+    /// it.
+    pub fn lone_write_spin(mut self, spin: Duration) -> Self {
+        self.lone_write_spin = spin;
         self
     }
 

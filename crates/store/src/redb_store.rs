@@ -43,8 +43,8 @@ impl RedbStore {
     pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let open_path = path.clone();
-        let max_batch = options.max_batch;
-        let (writer, readers) = Writer::spawn("redb", max_batch, move || {
+        let (max_batch, spin) = (options.max_batch, options.lone_write_spin);
+        let (writer, readers) = Writer::spawn("redb", max_batch, spin, move || {
             let label = open_path.display().to_string();
             let db = Arc::new(open_database(&open_path, &options)?);
             let engine = RedbEngine {

@@ -95,7 +95,8 @@ impl SqliteStore {
     pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let open_path = path.clone();
-        let (writer, readers) = Writer::spawn("sqlite", options.max_batch, move || {
+        let (max_batch, spin) = (options.max_batch, options.lone_write_spin);
+        let (writer, readers) = Writer::spawn("sqlite", max_batch, spin, move || {
             let label = open_path.display().to_string();
             let conn = open_writer(&open_path, &options, &label)?;
             let readers = SqliteReaders {
