@@ -93,6 +93,30 @@ fn measure_sync(name: &str, seconds: f64, mut op: impl FnMut(usize)) -> Result {
     }
 }
 
+/// Runs the future `op` makes back to back for `seconds`, timing each.
+async fn measure_async<F, Fut>(name: &str, seconds: f64, mut op: F) -> Result
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut latencies = Vec::new();
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(seconds);
+    let mut n = 0;
+    while Instant::now() < deadline {
+        let t = Instant::now();
+        op(n).await;
+        latencies.push(t.elapsed());
+        n += 1;
+    }
+    Result {
+        name: name.to_string(),
+        commits: n,
+        elapsed: start.elapsed(),
+        latencies,
+    }
+}
+
 /// A raw baseline: set up once, then measured in rounds interleaved with the store's.
 trait Raw {
     fn name(&self) -> &'static str;
@@ -261,35 +285,22 @@ impl HandOff {
         HandOff { tx }
     }
 
+    /// One commit through the hand-off, waited for as a lone store write is.
+    async fn commit(&self, n: usize) {
+        let (reply, mut done) = tokio::sync::oneshot::channel();
+        self.tx.send((n, reply)).await.unwrap();
+        let spin_until = Instant::now() + Duration::from_millis(1);
+        while Instant::now() < spin_until {
+            if done.try_recv().is_ok() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        done.await.unwrap();
+    }
+
     async fn round(&self, name: &str, seconds: f64, offset: usize) -> Result {
-        let mut latencies = Vec::new();
-        let start = Instant::now();
-        let deadline = start + Duration::from_secs_f64(seconds);
-        let mut n = 0;
-        while Instant::now() < deadline {
-            let t = Instant::now();
-            let (reply, mut done) = tokio::sync::oneshot::channel();
-            self.tx.send((offset + n, reply)).await.unwrap();
-            let spin_until = Instant::now() + Duration::from_millis(1);
-            let mut answered = false;
-            while !answered && Instant::now() < spin_until {
-                answered = done.try_recv().is_ok();
-                if !answered {
-                    tokio::task::yield_now().await;
-                }
-            }
-            if !answered {
-                done.await.unwrap();
-            }
-            latencies.push(t.elapsed());
-            n += 1;
-        }
-        Result {
-            name: name.to_string(),
-            commits: n,
-            elapsed: start.elapsed(),
-            latencies,
-        }
+        measure_async(name, seconds, |n| self.commit(offset + n)).await
     }
 }
 
@@ -305,26 +316,18 @@ async fn store_one(
     seconds: f64,
     offset: usize,
 ) -> Result {
-    let mut latencies = Vec::new();
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(seconds);
-    let mut n = 0;
-    while Instant::now() < deadline {
-        let t = Instant::now();
-        store
-            .commit_turn(commit(0, offset + n, args.rows))
-            .await
-            .unwrap();
-        latencies.push(t.elapsed());
-        n += 1;
-    }
-    Result {
-        name: name.to_string(),
-        commits: n,
-        elapsed: start.elapsed(),
-        latencies,
-    }
+    measure_async(name, seconds, |n| {
+        let store = Arc::clone(&store);
+        async move {
+            store
+                .commit_turn(commit(0, offset + n, args.rows))
+                .await
+                .unwrap();
+        }
+    })
+    .await
 }
+
 async fn store_many(name: &str, store: Arc<dyn BindingStore>, args: Args) -> Result {
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(args.seconds);

@@ -7,7 +7,7 @@
 //! kind of damage on purpose: a flipped byte in the file, a value, a key, a lease, and they
 //! migrate a schema-1 file.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rethread_store::{
     BindingStore, LeaseOwner, OpenOptions, SqliteStore, StoreError, TurnCommit, SCHEMA_VERSION,
@@ -41,15 +41,21 @@ fn edit(path: &Path, sql: &str) {
     assert_eq!(changed, 1, "{sql}");
 }
 
-#[tokio::test]
-async fn a_flipped_byte_in_a_row_is_refused_on_open() {
-    let dir = tempfile::tempdir().unwrap();
+/// A new store in `dir` holding one turn of `texts` on session `a` (thread `thr_a`).
+async fn store_with_turn(dir: &tempfile::TempDir, texts: &[&str]) -> (PathBuf, SqliteStore) {
     let path = dir.path().join("s.db");
     let store = SqliteStore::open(&path, OpenOptions::new()).await.unwrap();
     store
-        .commit_turn(commit("a", "thr_a", &["needle-0123456789", "other"]))
+        .commit_turn(commit("a", "thr_a", texts))
         .await
         .unwrap();
+    (path, store)
+}
+
+#[tokio::test]
+async fn a_flipped_byte_in_a_row_is_refused_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, store) = store_with_turn(&dir, &["needle-0123456789", "other"]).await;
     store.close().await;
 
     let mut bytes = std::fs::read(&path).unwrap();
@@ -68,12 +74,7 @@ async fn a_flipped_byte_in_a_row_is_refused_on_open() {
 #[tokio::test]
 async fn a_value_changed_outside_rethread_is_refused_on_read_and_on_open() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.db");
-    let store = SqliteStore::open(&path, OpenOptions::new()).await.unwrap();
-    store
-        .commit_turn(commit("a", "thr_a", &["hello", "world"]))
-        .await
-        .unwrap();
+    let (path, store) = store_with_turn(&dir, &["hello", "world"]).await;
     assert_eq!(store.rows("a", 0..2).await.unwrap().len(), 2);
 
     edit(
@@ -97,12 +98,7 @@ async fn a_value_changed_outside_rethread_is_refused_on_read_and_on_open() {
 #[tokio::test]
 async fn a_session_changed_outside_rethread_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.db");
-    let store = SqliteStore::open(&path, OpenOptions::new()).await.unwrap();
-    store
-        .commit_turn(commit("a", "thr_a", &["hello"]))
-        .await
-        .unwrap();
+    let (path, store) = store_with_turn(&dir, &["hello"]).await;
     edit(
         &path,
         "UPDATE sessions SET row_count = 0 WHERE session_id = 'a'",
@@ -119,12 +115,7 @@ async fn a_session_whose_key_changed_is_refused_on_open() {
     // A changed key cannot be seen by a lookup (the lookup misses it): the scan on open finds
     // the record whose checksum no longer holds, and the rows left without their session.
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.db");
-    let store = SqliteStore::open(&path, OpenOptions::new()).await.unwrap();
-    store
-        .commit_turn(commit("a", "thr_a", &["hello"]))
-        .await
-        .unwrap();
+    let (path, store) = store_with_turn(&dir, &["hello"]).await;
     store
         .commit_turn(commit("b", "thr_b", &["hi"]))
         .await
@@ -141,12 +132,7 @@ async fn a_session_whose_key_changed_is_refused_on_open() {
 #[tokio::test]
 async fn a_row_without_its_session_is_refused_on_open() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.db");
-    let store = SqliteStore::open(&path, OpenOptions::new()).await.unwrap();
-    store
-        .commit_turn(commit("a", "thr_a", &["hello"]))
-        .await
-        .unwrap();
+    let (path, store) = store_with_turn(&dir, &["hello"]).await;
     store.close().await;
     // A row copied with its checksum under the same key space, one past the session's count.
     edit(
