@@ -8,7 +8,7 @@
 //! hand-off (an async caller must cross to a blocking thread) and the store's own work.
 //!
 //! Options: `--seconds S` per measurement (default 3), `--sessions N` (default 64),
-//! `--rows R` rows per turn (default 2), `--dir PATH` where the files go (default: a temporary
+//! `--rows R` rows per turn (default 2), `--lone-write-spin-us N` (the stores' `OpenOptions::lone_write_spin`, default 1000), `--dir PATH` where the files go (default: a temporary
 //! directory under the system temp dir), `--postgres URL` (default `$RETHREAD_BENCH_POSTGRES_URL`,
 //! else `$RETHREAD_TEST_POSTGRES_URL`): with feature `postgres`, adds the PostgreSQL store (1
 //! and N sessions) beside a raw tokio-postgres baseline doing the same writes (one transaction:
@@ -27,6 +27,17 @@ struct Args {
     seconds: f64,
     sessions: usize,
     rows: usize,
+    /// `OpenOptions::lone_write_spin` of the stores; `None`: the default.
+    lone_write_spin: Option<Duration>,
+}
+
+impl Args {
+    fn store_options(&self) -> OpenOptions {
+        match self.lone_write_spin {
+            Some(spin) => OpenOptions::new().lone_write_spin(spin),
+            None => OpenOptions::new(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -593,6 +604,7 @@ fn parse_args() -> (Args, Option<PathBuf>, Option<String>) {
         seconds: 3.0,
         sessions: 64,
         rows: 2,
+        lone_write_spin: None,
     };
     let mut dir = None;
     let mut it = std::env::args().skip(1);
@@ -602,6 +614,10 @@ fn parse_args() -> (Args, Option<PathBuf>, Option<String>) {
             "--seconds" => args.seconds = value().parse().expect("--seconds"),
             "--sessions" => args.sessions = value().parse().expect("--sessions"),
             "--rows" => args.rows = value().parse().expect("--rows"),
+            "--lone-write-spin-us" => {
+                let us = value().parse().expect("--lone-write-spin-us");
+                args.lone_write_spin = Some(Duration::from_micros(us));
+            }
             "--dir" => dir = Some(PathBuf::from(value())),
             "--postgres" => postgres = Some(value()),
             other => panic!("unknown option {other}"),
@@ -646,13 +662,13 @@ async fn main() {
         };
         let store: Arc<dyn BindingStore> = if backend == "redb" {
             Arc::new(
-                RedbStore::open(dir.join("store.redb"), OpenOptions::new())
+                RedbStore::open(dir.join("store.redb"), args.store_options())
                     .await
                     .unwrap(),
             )
         } else {
             Arc::new(
-                SqliteStore::open(dir.join("store.db"), OpenOptions::new())
+                SqliteStore::open(dir.join("store.db"), args.store_options())
                     .await
                     .unwrap(),
             )

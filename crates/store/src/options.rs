@@ -72,9 +72,11 @@ impl OpenOptions {
     /// reply, yielding to the runtime between polls, before it parks (default 1 ms; zero
     /// disables). Waking a parked runtime thread from the store's writer thread costs a
     /// cross-CPU interrupt, tens of microseconds on a virtual machine; the poll spends one
-    /// runtime thread's time for the length of a commit to save it. Concurrent writes never
-    /// poll (group commit serves them), and the redb and SQLite backends are the ones that use
-    /// it.
+    /// runtime thread's time for the length of a commit to save it. Where that does not pay (a
+    /// poll that ends without its reply: a slow disk, or CPUs so busy that the poll keeps the
+    /// writer thread from one), the store backs off and parks at once for up to the next 1024
+    /// lone writes. Concurrent writes never poll (group commit serves them). Used by the redb
+    /// and SQLite backends.
     pub fn lone_write_spin(mut self, spin: Duration) -> Self {
         self.lone_write_spin = spin;
         self

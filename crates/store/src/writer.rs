@@ -49,6 +49,47 @@ pub(crate) struct Writer {
     in_flight: Arc<AtomicUsize>,
     /// How long a lone write polls for its reply before it parks (`OpenOptions::lone_write_spin`).
     lone_write_spin: Duration,
+    /// When polling does not pay: see [`SpinBackoff`].
+    backoff: SpinBackoff,
+}
+
+/// Turns the lone-write poll off while it does not pay. A poll that ends without its reply
+/// (the commit took longer than the window: a slow disk, or CPUs so busy that the poll itself
+/// keeps the writer thread waiting for a CPU) makes the next `penalty` lone writes park at
+/// once, and doubles the penalty (up to 1024); a poll that gets its reply halves it. So on a
+/// busy machine the poll costs about one window in a thousand writes instead of slowing each.
+#[derive(Debug, Default)]
+struct SpinBackoff {
+    /// Lone writes still to park without polling.
+    skip: AtomicUsize,
+    /// The skip set after the next failed poll.
+    penalty: AtomicUsize,
+}
+
+impl SpinBackoff {
+    const MAX_PENALTY: usize = 1024;
+
+    /// Whether this lone write may poll (and, if not, one fewer will be skipped).
+    fn may_poll(&self) -> bool {
+        self.skip
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_err()
+    }
+
+    fn record(&self, answered: bool) {
+        if answered {
+            // Halved, not cleared: on a machine where some polls pay and most do not, the
+            // penalty still grows.
+            let _ = self
+                .penalty
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| Some(p / 2));
+            return;
+        }
+        let penalty = self.penalty.load(Ordering::Acquire).max(1);
+        self.skip.store(penalty, Ordering::Release);
+        self.penalty
+            .store((penalty * 2).min(Self::MAX_PENALTY), Ordering::Release);
+    }
 }
 
 /// Counts a write as in flight until dropped (also when the caller's future is dropped).
@@ -106,6 +147,7 @@ impl Writer {
             tx,
             in_flight: Arc::default(),
             lone_write_spin,
+            backoff: SpinBackoff::default(),
         };
         Ok((writer, readers))
     }
@@ -118,7 +160,9 @@ impl Writer {
     /// costs a cross-CPU interrupt, on a virtual machine tens of microseconds: a tenth of a
     /// commit. Polling keeps that off a lone writer's latency at the price of one runtime
     /// thread's time for the length of one commit; the runtime is never blocked (every poll
-    /// yields), and concurrent writers, which group commit serves, never poll.
+    /// yields), and concurrent writers, which group commit serves, never poll. Where polling
+    /// does not pay (a slow disk, or busy CPUs: the poll would compete with the writer thread
+    /// for a CPU), [`SpinBackoff`] turns it off.
     pub(crate) async fn write(&self, op: WriteOp) -> Result<Reply, StoreError> {
         let alone = self.in_flight.fetch_add(1, Ordering::AcqRel) == 0;
         let _in_flight = InFlight(&self.in_flight);
@@ -127,15 +171,19 @@ impl Writer {
             .send(Msg::Write(op, reply_tx))
             .await
             .map_err(|_| StoreError::Closed)?;
-        if alone && !self.lone_write_spin.is_zero() {
+        if alone && !self.lone_write_spin.is_zero() && self.backoff.may_poll() {
             let deadline = Instant::now() + self.lone_write_spin;
             loop {
                 match reply_rx.try_recv() {
-                    Ok(reply) => return reply,
+                    Ok(reply) => {
+                        self.backoff.record(true);
+                        return reply;
+                    }
                     Err(oneshot::error::TryRecvError::Closed) => return Err(StoreError::Closed),
                     Err(oneshot::error::TryRecvError::Empty) => {}
                 }
                 if Instant::now() >= deadline {
+                    self.backoff.record(false);
                     break;
                 }
                 tokio::task::yield_now().await;
@@ -431,6 +479,33 @@ mod tests {
             );
         }
         assert_eq!(in_flight(&writer), 0);
+    }
+
+    #[test]
+    fn the_poll_backs_off_while_it_does_not_pay() {
+        let backoff = SpinBackoff::default();
+        assert!(backoff.may_poll());
+        // Each failed poll parks the next `penalty` lone writes, doubling the penalty.
+        for penalty in [1, 2, 4, 8] {
+            backoff.record(false);
+            for _ in 0..penalty {
+                assert!(!backoff.may_poll());
+            }
+            assert!(backoff.may_poll());
+        }
+        // Successes halve the penalty (16 -> 8 -> 4): the next failure parks 4 writes.
+        backoff.record(true);
+        backoff.record(true);
+        backoff.record(false);
+        assert_eq!((0..10).filter(|_| !backoff.may_poll()).count(), 4);
+        // It never grows past the cap.
+        for _ in 0..20 {
+            backoff.record(false);
+        }
+        assert_eq!(
+            backoff.skip.load(Ordering::Acquire),
+            SpinBackoff::MAX_PENALTY
+        );
     }
 
     #[tokio::test]
