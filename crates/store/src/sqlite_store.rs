@@ -355,7 +355,7 @@ fn migrate(txn: &rusqlite::Transaction<'_>, from: u64, label: &str) -> Result<()
 fn backfill_checksums(txn: &rusqlite::Transaction<'_>, label: &str) -> Result<(), StoreError> {
     let map = |e| map_sqlite_error(label, e);
     let sessions: Vec<(String, i64)> = txn
-        .prepare(&format!("SELECT {RECORD_COLUMNS} FROM sessions"))
+        .prepare(&format!("SELECT {RECORD_COLUMNS}, checksum FROM sessions"))
         .and_then(|mut s| {
             s.query_map([], |row| {
                 let raw = raw_record(row)?;
@@ -389,7 +389,7 @@ fn backfill_checksums(txn: &rusqlite::Transaction<'_>, label: &str) -> Result<()
         update.execute(params![id, seq, sum]).map_err(map)?;
     }
     let leases: Vec<(String, i64)> = txn
-        .prepare(&format!("SELECT {LEASE_COLUMNS} FROM leases"))
+        .prepare(&format!("SELECT {LEASE_COLUMNS}, checksum FROM leases"))
         .and_then(|mut s| {
             s.query_map([], |row| {
                 let raw = RawLease::from_row(row)?;
@@ -496,7 +496,7 @@ struct RawRecord {
     retired_threads: String,
     created_at_ms: i64,
     updated_at_ms: i64,
-    /// The stored checksum (0 when the query did not select it).
+    /// The stored checksum (0 in a row being migrated from schema 1).
     checksum: i64,
 }
 
@@ -539,8 +539,8 @@ impl RawRecord {
     }
 }
 
-/// The `sessions` columns every query reads, in the order `raw_record` expects them; a query
-/// that also wants the checksum selects `checksum` after them.
+/// The `sessions` columns, in the order `raw_record` expects them; every query selects
+/// `checksum` after them.
 const RECORD_COLUMNS: &str = "session_id, model_config, binding_thread_id, binding_codex_home, \
      bound_at_ms, row_count, retired_threads, created_at_ms, updated_at_ms";
 
@@ -555,10 +555,7 @@ fn raw_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> {
         retired_threads: row.get(6)?,
         created_at_ms: row.get(7)?,
         updated_at_ms: row.get(8)?,
-        checksum: match row.as_ref().column_count() {
-            10 => row.get(9)?,
-            _ => 0,
-        },
+        checksum: row.get(9)?,
     })
 }
 
@@ -590,10 +587,7 @@ impl RawLease {
             acquired_at_ms: row.get(5)?,
             expires_at_ms: row.get(6)?,
             fence: row.get(7)?,
-            checksum: match row.as_ref().column_count() {
-                9 => row.get(8)?,
-                _ => 0,
-            },
+            checksum: row.get(8)?,
         })
     }
 
