@@ -147,7 +147,7 @@ async fn apply(store: &dyn BindingStore, prefix: &str, op: &Op) -> Answer {
     match op {
         Op::Patch(s, patch) => answer_of(
             store
-                .patch_config(&format!("{prefix}{s}"), patch.clone())
+                .patch_config(&format!("{prefix}{s}"), patch.clone(), None)
                 .await,
             Answer::Config,
         ),
@@ -158,17 +158,20 @@ async fn apply(store: &dyn BindingStore, prefix: &str, op: &Op) -> Answer {
                 thread_id: t.to_string(),
                 codex_home: None,
                 rows,
+                fence: None,
             };
             answer_of(store.commit_turn(commit).await, |o| {
                 Answer::Published(o.is_published(), o.first_seq(), o.row_count())
             })
         }
         Op::Retire(s, t) => answer_of(
-            store.retire_thread(&format!("{prefix}{s}"), t).await,
+            store.retire_thread(&format!("{prefix}{s}"), t, None).await,
             |()| Answer::Unit,
         ),
         Op::DropIf(s, t) => answer_of(
-            store.drop_binding_if(&format!("{prefix}{s}"), t).await,
+            store
+                .drop_binding_if(&format!("{prefix}{s}"), t, None)
+                .await,
             Answer::Bool,
         ),
     }

@@ -405,6 +405,7 @@ pub fn run_outcome(data: &[u8]) -> Outcome {
                     thread_id: OLD_THREAD.into(),
                     codex_home: None,
                     rows: original_rows.clone(),
+                    fence: None,
                 })
                 .await
                 .expect("seed commit");
@@ -412,7 +413,7 @@ pub fn run_outcome(data: &[u8]) -> Outcome {
         let mut patch = Map::new();
         patch.insert("host".into(), json!("keep"));
         store
-            .patch_config(SESSION, patch)
+            .patch_config(SESSION, patch, None)
             .await
             .expect("seed patch");
 

@@ -60,6 +60,7 @@ async fn fill(store: &dyn BindingStore) -> Vec<SessionExport> {
         rows: (0..n)
             .map(|i| json!({"role": if i % 2 == 0 {"user"} else {"assistant"}, "text": format!("{s} {t} row {i}")}))
             .collect(),
+        fence: None,
     }
     };
     let mut patch = Map::new();
@@ -76,12 +77,15 @@ async fn fill(store: &dyn BindingStore) -> Vec<SessionExport> {
         store.commit_turn(commit(s, t, n)).await.expect("commit");
     }
     store
-        .patch_config("chat-1", patch.clone())
+        .patch_config("chat-1", patch.clone(), None)
         .await
         .expect("patch");
-    store.patch_config("chat-2", patch).await.expect("patch");
     store
-        .retire_thread("chat-3", "thr_c")
+        .patch_config("chat-2", patch, None)
+        .await
+        .expect("patch");
+    store
+        .retire_thread("chat-3", "thr_c", None)
         .await
         .expect("retire");
     let mut out = Vec::new();
@@ -254,6 +258,7 @@ async fn check_store(backend: Backend, store: &dyn BindingStore, pristine: &Pris
             thread_id: "thr_new".to_string(),
             codex_home: None,
             rows: vec![json!({"role": "user", "text": "after damage"})],
+            fence: None,
         })
         .await;
 }

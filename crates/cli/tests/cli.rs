@@ -294,6 +294,7 @@ fn chat_on_a_session_another_host_holds_says_who_and_writes_nothing() {
         pid: 31337,
         started_at_ms: 1_700_000_000_000,
         instance: 1,
+        process: None,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

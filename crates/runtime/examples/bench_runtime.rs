@@ -124,6 +124,7 @@ async fn open_to_turn_start(iterations: usize) {
         thread_id: thread.clone(),
         codex_home: None,
         rows: vec![],
+        fence: None,
     };
     store.commit_turn(commit).await.unwrap();
 

@@ -21,7 +21,9 @@ use rethread_protocol::messages::{
     TurnInterrupt, TurnInterruptParams, TurnStart, TurnStartParams, TurnStatus, UserInput,
 };
 use rethread_protocol::{classify_resume_error, ErrorCode, ResumeFailure, RpcError};
-use rethread_store::{BindingStore, CommitOutcome, Lease, LeaseOwner, StoreError, TurnCommit};
+use rethread_store::{
+    BindingStore, CommitOutcome, Fence, Lease, LeaseOwner, LocalOwner, StoreError, TurnCommit,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -324,7 +326,9 @@ pub struct Agent {
     options: AgentOptions,
     sink: Option<Arc<dyn TranscriptSink>>,
     opened: bool,
-    lease_owner: LeaseOwner,
+    /// This agent as a lease holder: while it lives no other holder takes its leases before
+    /// they expire; once it is dropped, any holder on this machine may take them at once.
+    lease_owner: LocalOwner,
     /// The lease the agent's live codex sessions share (dropped with the last of them).
     lease: Weak<LeaseGuard>,
 }
@@ -343,7 +347,7 @@ impl Agent {
             options: AgentOptions::default(),
             sink: None,
             opened: false,
-            lease_owner: LeaseOwner::new_local(),
+            lease_owner: LocalOwner::new(),
             lease: Weak::new(),
         }
     }
@@ -367,7 +371,7 @@ impl Agent {
 
     /// Who this agent's session lease names as its holder.
     pub fn lease_owner(&self) -> &LeaseOwner {
-        &self.lease_owner
+        self.lease_owner.owner()
     }
 
     /// Opens a codex session on `client`. The first call resumes the stored thread (or falls
@@ -393,7 +397,11 @@ impl Agent {
                 let thread_id = self.start_thread(client, None).await?;
                 OpenOutcome::Started { thread_id }
             }
-            Some(binding) => self.resume_or_fall_back(client, binding.thread_id).await?,
+            Some(binding) => {
+                let fence = lease.as_ref().map(|guard| guard.lease().fence());
+                self.resume_or_fall_back(client, binding.thread_id, fence)
+                    .await?
+            }
         };
         self.opened = true;
         Ok(CodexSession {
@@ -418,8 +426,13 @@ impl Agent {
             }
         }
         let guard = Arc::new(
-            LeaseGuard::acquire(self.store.clone(), &self.session_id, &self.lease_owner, ttl)
-                .await?,
+            LeaseGuard::acquire(
+                self.store.clone(),
+                &self.session_id,
+                self.lease_owner.owner(),
+                ttl,
+            )
+            .await?,
         );
         self.lease = Arc::downgrade(&guard);
         Ok(Some(guard))
@@ -429,6 +442,7 @@ impl Agent {
         &mut self,
         client: &AppServerClient,
         thread_id: String,
+        fence: Option<Fence>,
     ) -> Result<OpenOutcome, RuntimeError> {
         let mut exclude_turns = self.options.exclude_turns;
         let mut transient_left = self.options.transient_retries;
@@ -478,7 +492,8 @@ impl Agent {
                 }
             }
         };
-        self.fall_back(client, thread_id, failure, error).await
+        self.fall_back(client, thread_id, failure, error, fence.as_ref())
+            .await
     }
 
     async fn fall_back(
@@ -487,11 +502,15 @@ impl Agent {
         lost: String,
         reason: ResumeFailure,
         error: RpcError,
+        fence: Option<&Fence>,
     ) -> Result<OpenOutcome, RuntimeError> {
-        // Compare-and-delete: a binding written meanwhile by another host survives. The lost
-        // thread is also retired, so a late commit from elsewhere cannot resurrect it.
-        self.store.drop_binding_if(&self.session_id, &lost).await?;
-        self.store.retire_thread(&self.session_id, &lost).await?;
+        // One write: the lost thread is retired (so a late commit from elsewhere cannot
+        // resurrect it) and the binding dropped if it still names it (a binding written
+        // meanwhile by another host survives). Fenced: a holder that lost the lease writes
+        // nothing.
+        self.store
+            .retire_thread(&self.session_id, &lost, fence)
+            .await?;
         // Said as soon as the binding is gone, before `thread/start`: if the start fails, the
         // next open starts fresh (there is no binding left) and must not say it again.
         self.rail.emit(
@@ -720,6 +739,7 @@ impl CodexSession {
             thread_id: thread_id.to_string(),
             codex_home: self.options.codex_home.clone(),
             rows: store_rows,
+            fence: self.lease.as_ref().map(|guard| guard.lease().fence()),
         };
         Ok(match self.store.commit_turn(commit).await? {
             CommitOutcome::Published { .. } => Publication::Published,
@@ -729,8 +749,9 @@ impl CodexSession {
 
     /// Retires this thread for the session: its binding is dropped and never published again.
     pub async fn retire(self) -> Result<(), RuntimeError> {
+        let fence = self.lease.as_ref().map(|guard| guard.lease().fence());
         self.store
-            .retire_thread(&self.session_id, self.thread_id())
+            .retire_thread(&self.session_id, self.thread_id(), fence.as_ref())
             .await?;
         Ok(())
     }

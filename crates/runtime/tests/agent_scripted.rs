@@ -32,6 +32,7 @@ async fn bound_store(thread: &str) -> Arc<MemoryStore> {
             thread_id: thread.into(),
             codex_home: None,
             rows,
+            fence: None,
         })
         .await
         .unwrap();
@@ -317,7 +318,7 @@ async fn a_retired_thread_commits_rows_but_is_not_published() {
     let probe = store.clone();
     let run = tokio::spawn(async move {
         let mut session = agent.open(&client).await?;
-        probe.retire_thread("s", "t1").await.unwrap();
+        probe.retire_thread("s", "t1", None).await.unwrap();
         session.run_turn("late").await
     });
     peer.start_thread("t1").await;

@@ -86,8 +86,9 @@ async fn a_dropped_session_frees_the_lease_for_the_next_agent() {
 #[tokio::test]
 async fn a_crashed_holder_frees_the_session_after_its_ttl() {
     let store = Arc::new(MemoryStore::new());
-    // A holder that crashed: it took the lease and never renews it.
-    let crashed = LeaseOwner::new_local();
+    // A holder on another machine that crashed: it took the lease and never renews it, and
+    // nothing here can ask its OS whether it still runs.
+    let crashed = remote_owner("crashed");
     store
         .acquire_lease("s", &crashed, Duration::from_millis(300))
         .await
@@ -123,7 +124,7 @@ async fn a_lost_lease_commits_nothing() {
     // Another host takes the session over (as if this one had stalled past its TTL).
     let lease = session.lease().unwrap();
     assert!(store.release_lease(&lease).await.unwrap());
-    let thief = LeaseOwner::new_local();
+    let thief = remote_owner("thief");
     store
         .acquire_lease("s", &thief, Duration::from_secs(30))
         .await
@@ -136,4 +137,15 @@ async fn a_lost_lease_commits_nothing() {
         Err(RuntimeError::LeaseLost { session_id }) if session_id == "s"
     ));
     assert_eq!(store.session("s").await.unwrap(), None, "nothing committed");
+}
+
+/// A holder on another machine: no process identity this machine could judge.
+fn remote_owner(host: &str) -> LeaseOwner {
+    LeaseOwner {
+        host: host.to_string(),
+        pid: 4242,
+        started_at_ms: 1_700_000_000_000,
+        instance: 1,
+        process: None,
+    }
 }

@@ -142,7 +142,7 @@ impl World {
         // A host key that must survive everything (I5).
         let mut patch = Map::new();
         patch.insert("host_key".into(), json!("keep"));
-        store.patch_config(SESSION, patch).await.unwrap();
+        store.patch_config(SESSION, patch, None).await.unwrap();
         let mut homes = Vec::new();
         let mut first_stream = None;
         for _ in 0..2 {

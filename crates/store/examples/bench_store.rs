@@ -81,6 +81,8 @@ fn commit(session: usize, turn: usize, rows: usize) -> TurnCommit {
         thread_id: format!("thr-{session}-{}", turn / 10),
         codex_home: Some("/home/bench/.codex".to_string()),
         rows: (0..rows).map(|i| row(session, turn, i)).collect(),
+
+        fence: None,
     }
 }
 

@@ -27,8 +27,8 @@ use proptest::test_runner::{Config, TestRng, TestRunner};
 use serde_json::{json, Map, Value};
 
 use crate::{
-    BindingStore, BindingStoreExt, CommitOutcome, ImportOutcome, Lease, LeaseOwner, SessionExport,
-    StoreError, TurnCommit, CODEX_THREAD_ID_KEY,
+    BindingStore, BindingStoreExt, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner,
+    SessionExport, StoreError, TurnCommit, CODEX_THREAD_ID_KEY,
 };
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -48,6 +48,7 @@ fn turn(session: &str, thread: &str, rows: Vec<Value>) -> TurnCommit {
         thread_id: thread.to_string(),
         codex_home: Some(format!("/codex-home/{thread}")),
         rows,
+        fence: None,
     }
 }
 
@@ -85,6 +86,9 @@ pub async fn run_leases(store: &dyn BindingStore) {
     lease_expiry_frees_a_crashed_holder(store).await;
     lease_owner_mismatch_cannot_renew_or_release(store).await;
     concurrent_acquires_grant_one(store).await;
+    fenced_writes_need_the_live_grant(store).await;
+    fenced_write_after_expiry_is_refused(store).await;
+    dropped_local_holder_is_taken_over_at_once(store).await;
 }
 
 fn owner(name: &str) -> LeaseOwner {
@@ -93,6 +97,7 @@ fn owner(name: &str) -> LeaseOwner {
         pid: 4242,
         started_at_ms: 1_700_000_000_000,
         instance: NEXT.fetch_add(1, Ordering::Relaxed),
+        process: None,
     }
 }
 
@@ -121,12 +126,22 @@ pub async fn lease_is_exclusive(store: &dyn BindingStore) {
         }
         other => panic!("expected Busy, got {other:?}"),
     }
+    // A re-acquire by the holder is a new grant: a new fence, and the earlier grant's late
+    // renewal or release cannot touch it.
     let again = store.acquire_lease(&s, &a, LONG).await.unwrap();
-    assert_eq!(
-        again.fence, lease.fence,
-        "re-acquiring by the holder renews"
+    assert!(again.fence > lease.fence, "{lease:?} then {again:?}");
+    assert!(matches!(
+        store.renew_lease(&lease, LONG).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    assert!(
+        !store.release_lease(&lease).await.unwrap(),
+        "a late release"
     );
-    assert_eq!(again.acquired_at_ms, lease.acquired_at_ms);
+    assert!(matches!(
+        store.acquire_lease(&s, &b, LONG).await,
+        Err(StoreError::Busy { holder, .. }) if holder == a
+    ));
     // Leases are per session.
     let other = unique_id("lease-exclusive-other");
     store.acquire_lease(&other, &b, LONG).await.unwrap();
@@ -252,6 +267,122 @@ pub async fn concurrent_acquires_grant_one(store: &dyn BindingStore) {
     assert!(store.release_lease(winners[0]).await.unwrap());
 }
 
+/// Writes that publish or remove a binding, carrying a fence, are refused with `LeaseLost` and
+/// write nothing once another owner took the session over; the new holder's fenced writes and
+/// unfenced writes go through.
+pub async fn fenced_writes_need_the_live_grant(store: &dyn BindingStore) {
+    let s = unique_id("fenced");
+    let (a, b) = (owner("a"), owner("b"));
+    let ttl = Duration::from_millis(300);
+    let first = store.acquire_lease(&s, &a, ttl).await.unwrap();
+    let stale = first.fence();
+    let mut commit = turn(&s, "t1", vec![json!({"n": 1})]);
+    commit.fence = Some(stale.clone());
+    store.commit_turn(commit).await.unwrap();
+    // `a` stalls past its TTL; `b` takes over and commits.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let second = store.acquire_lease(&s, &b, LONG).await.unwrap();
+    let mut commit = turn(&s, "t2", vec![json!({"n": 2})]);
+    commit.fence = Some(second.fence());
+    store.commit_turn(commit).await.unwrap();
+    let before = store.export_session(&s).await.unwrap();
+
+    let mut late = turn(&s, "t1", vec![json!({"n": 3})]);
+    late.fence = Some(stale.clone());
+    let lost = |r: &Result<_, StoreError>| matches!(r, Err(StoreError::LeaseLost { session_id }) if *session_id == s);
+    assert!(lost(&store.commit_turn(late).await.map(drop)));
+    assert!(lost(&store.retire_thread(&s, "t2", Some(&stale)).await));
+    assert!(lost(
+        &store
+            .drop_binding_if(&s, "t2", Some(&stale))
+            .await
+            .map(drop)
+    ));
+    assert!(lost(
+        &store
+            .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: "t1"})), Some(&stale))
+            .await
+            .map(drop)
+    ));
+    assert_eq!(
+        store.export_session(&s).await.unwrap(),
+        before,
+        "a refused write writes nothing"
+    );
+    // A forged fence (right owner, wrong token) is refused too.
+    let forged = Fence {
+        token: second.fence + 1,
+        ..second.fence()
+    };
+    assert!(lost(&store.retire_thread(&s, "t2", Some(&forged)).await));
+    // The holder's fenced writes and unfenced writes go through.
+    store
+        .patch_config(&s, obj(json!({"k": 1})), Some(&second.fence()))
+        .await
+        .unwrap();
+    store
+        .retire_thread(&s, "t2", Some(&second.fence()))
+        .await
+        .unwrap();
+    assert_eq!(store.thread_id(&s).await.unwrap(), None);
+    store.drop_binding_if(&s, "t9", None).await.unwrap();
+    assert!(store.release_lease(&second).await.unwrap());
+    // A released grant fences nothing any more.
+    assert!(lost(
+        &store.retire_thread(&s, "t3", Some(&second.fence())).await
+    ));
+}
+
+/// A holder whose lease expired is refused even when nobody took the session over: it failed
+/// to renew in time and must not assume it still holds the session.
+pub async fn fenced_write_after_expiry_is_refused(store: &dyn BindingStore) {
+    let s = unique_id("fenced-expired");
+    let lease = store
+        .acquire_lease(&s, &owner("a"), Duration::from_millis(100))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let mut commit = turn(&s, "t1", vec![json!({"n": 1})]);
+    commit.fence = Some(lease.fence());
+    assert!(matches!(
+        store.commit_turn(commit).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    assert_eq!(store.session(&s).await.unwrap(), None);
+}
+
+/// A holder of this process whose [`LocalOwner`](crate::LocalOwner) was dropped is provably
+/// gone: another holder takes its live lease at once, with a new fence (where the OS gives a
+/// process identity; elsewhere the TTL decides and the lease stays busy).
+pub async fn dropped_local_holder_is_taken_over_at_once(store: &dyn BindingStore) {
+    let s = unique_id("dead-holder");
+    let gone = crate::LocalOwner::new();
+    let held = store.acquire_lease(&s, gone.owner(), LONG).await.unwrap();
+    let next = crate::LocalOwner::new();
+    assert!(
+        matches!(
+            store.acquire_lease(&s, next.owner(), LONG).await,
+            Err(StoreError::Busy { .. })
+        ),
+        "a live holder is never taken over"
+    );
+    let identified = gone.owner().process.is_some();
+    drop(gone);
+    match store.acquire_lease(&s, next.owner(), LONG).await {
+        Ok(lease) => {
+            assert!(identified, "taken over without a process identity");
+            assert!(lease.fence > held.fence);
+            assert!(matches!(
+                store.renew_lease(&held, LONG).await,
+                Err(StoreError::LeaseLost { .. })
+            ));
+            assert!(store.release_lease(&lease).await.unwrap());
+        }
+        Err(StoreError::Busy { .. }) => assert!(!identified, "a dropped holder stays busy"),
+        Err(other) => panic!("unexpected {other}"),
+    }
+}
+
 /// `commit_turn` appends the rows and publishes the binding with its metadata; re-committing on
 /// the same thread keeps `bound_at_ms`.
 pub async fn commit_publishes_binding(store: &dyn BindingStore) {
@@ -322,6 +453,7 @@ pub async fn merge_patch_semantics(store: &dyn BindingStore) {
         .patch_config(
             &s,
             obj(json!({"model": "gpt", "opts": {"a": 1, "b": 2}, "x": [1, 2]})),
+            None,
         )
         .await
         .unwrap();
@@ -337,6 +469,7 @@ pub async fn merge_patch_semantics(store: &dyn BindingStore) {
         .patch_config(
             &s,
             obj(json!({"opts": {"a": null, "c": 3}, "x": [3], "model": null, "n": 7})),
+            None,
         )
         .await
         .unwrap();
@@ -351,12 +484,12 @@ pub async fn merge_patch_semantics(store: &dyn BindingStore) {
     );
     // A scalar replaced by an object, an object replaced by a scalar; empty patch is a no-op.
     let c = store
-        .patch_config(&s, obj(json!({"n": {"deep": true}, "opts": 0})))
+        .patch_config(&s, obj(json!({"n": {"deep": true}, "opts": 0})), None)
         .await
         .unwrap();
     assert_eq!(c.get("n"), Some(&json!({"deep": true})));
     assert_eq!(c.get("opts"), Some(&json!(0)));
-    let unchanged = store.patch_config(&s, Map::new()).await.unwrap();
+    let unchanged = store.patch_config(&s, Map::new(), None).await.unwrap();
     assert_eq!(unchanged, c);
     // Committing a turn never touches the host's keys.
     store.commit_turn(turn(&s, "t2", vec![])).await.unwrap();
@@ -376,11 +509,11 @@ pub async fn patch_codex_thread_id_keeps_binding_consistent(store: &dyn BindingS
     let before = store.session(&s).await.unwrap().unwrap();
 
     let err = store
-        .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: 5, "k": 1})))
+        .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: 5, "k": 1})), None)
         .await;
     assert!(matches!(err, Err(StoreError::InvalidInput(_))), "{err:?}");
     let err = store
-        .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: "", "k": 1})))
+        .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: "", "k": 1})), None)
         .await;
     assert!(matches!(err, Err(StoreError::InvalidInput(_))), "{err:?}");
     assert_eq!(
@@ -390,7 +523,7 @@ pub async fn patch_codex_thread_id_keeps_binding_consistent(store: &dyn BindingS
     );
 
     let c = store
-        .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: "t9"})))
+        .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: "t9"})), None)
         .await
         .unwrap();
     assert_eq!(c.get(CODEX_THREAD_ID_KEY), Some(&json!("t9")));
@@ -401,14 +534,14 @@ pub async fn patch_codex_thread_id_keeps_binding_consistent(store: &dyn BindingS
     );
 
     store
-        .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: null})))
+        .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: null})), None)
         .await
         .unwrap();
     assert_eq!(store.binding(&s).await.unwrap(), None);
 
-    store.retire_thread(&s, "t7").await.unwrap();
+    store.retire_thread(&s, "t7", None).await.unwrap();
     let err = store
-        .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: "t7"})))
+        .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: "t7"})), None)
         .await;
     assert!(
         matches!(err, Err(StoreError::RetiredThread { .. })),
@@ -421,7 +554,7 @@ pub async fn patch_codex_thread_id_keeps_binding_consistent(store: &dyn BindingS
 pub async fn cas_drop(store: &dyn BindingStore) {
     let s = unique_id("cas");
     assert!(
-        !store.drop_binding_if(&s, "t1").await.unwrap(),
+        !store.drop_binding_if(&s, "t1", None).await.unwrap(),
         "absent session"
     );
     assert_eq!(
@@ -434,7 +567,7 @@ pub async fn cas_drop(store: &dyn BindingStore) {
         .await
         .unwrap();
     store
-        .patch_config(&s, obj(json!({"keep": true})))
+        .patch_config(&s, obj(json!({"keep": true})), None)
         .await
         .unwrap();
     // A newer binding was written meanwhile: the stale drop must not remove it.
@@ -442,9 +575,9 @@ pub async fn cas_drop(store: &dyn BindingStore) {
         .commit_turn(turn(&s, "t2", vec![json!(2)]))
         .await
         .unwrap();
-    assert!(!store.drop_binding_if(&s, "t1").await.unwrap());
+    assert!(!store.drop_binding_if(&s, "t1", None).await.unwrap());
     assert_eq!(store.thread_id(&s).await.unwrap().as_deref(), Some("t2"));
-    assert!(store.drop_binding_if(&s, "t2").await.unwrap());
+    assert!(store.drop_binding_if(&s, "t2", None).await.unwrap());
     let rec = store.session(&s).await.unwrap().unwrap();
     assert_eq!(rec.binding, None);
     assert_eq!(rec.model_config.get(CODEX_THREAD_ID_KEY), None);
@@ -455,7 +588,7 @@ pub async fn cas_drop(store: &dyn BindingStore) {
     );
     assert_eq!(rec.row_count, 2, "rows survive");
     assert!(
-        !store.drop_binding_if(&s, "t2").await.unwrap(),
+        !store.drop_binding_if(&s, "t2", None).await.unwrap(),
         "already dropped"
     );
 }
@@ -468,7 +601,7 @@ pub async fn retired_thread_is_never_published(store: &dyn BindingStore) {
         .commit_turn(turn(&s, "t1", vec![json!(1)]))
         .await
         .unwrap();
-    store.retire_thread(&s, "t1").await.unwrap();
+    store.retire_thread(&s, "t1", None).await.unwrap();
     assert_eq!(
         store.binding(&s).await.unwrap(),
         None,
@@ -494,8 +627,8 @@ pub async fn retired_thread_is_never_published(store: &dyn BindingStore) {
     );
 
     store.commit_turn(turn(&s, "t2", vec![])).await.unwrap();
-    store.retire_thread(&s, "t1").await.unwrap();
-    store.retire_thread(&s, "t3").await.unwrap();
+    store.retire_thread(&s, "t1", None).await.unwrap();
+    store.retire_thread(&s, "t3", None).await.unwrap();
     let rec = store.session(&s).await.unwrap().unwrap();
     assert_eq!(
         rec.thread_id(),
@@ -512,7 +645,7 @@ pub async fn retired_thread_is_never_published(store: &dyn BindingStore) {
 
     // Retiring first (e.g. another process decided the thread is dead) also holds.
     let fresh = unique_id("retired-first");
-    store.retire_thread(&fresh, "t1").await.unwrap();
+    store.retire_thread(&fresh, "t1", None).await.unwrap();
     assert!(store
         .session(&fresh)
         .await
@@ -581,6 +714,7 @@ pub async fn concurrent_patches_of_distinct_keys(store: &dyn BindingStore) {
                 .patch_config(
                     &s,
                     obj(json!({format!("k{i}"): i, "nested": {format!("n{i}"): i}})),
+                    None,
                 )
                 .await
         }
@@ -662,7 +796,7 @@ pub async fn refused_write_does_not_fail_its_neighbours(store: &dyn BindingStore
         let s = format!("{base}-{i}");
         async move {
             store
-                .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: i})))
+                .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: i})), None)
                 .await
         }
     }));
@@ -689,7 +823,7 @@ pub async fn list_sessions_pages(store: &dyn BindingStore) {
     let ids: Vec<String> = (0..7).map(|i| format!("{base}/{i}")).collect();
     for id in ids.iter().rev() {
         store
-            .patch_config(id, obj(json!({"id": id})))
+            .patch_config(id, obj(json!({"id": id})), None)
             .await
             .unwrap();
     }
@@ -752,9 +886,9 @@ pub async fn export_import_roundtrip(store: &dyn BindingStore) {
         .commit_turn(turn(&s, "t1", vec![json!({"a": 1}), json!("two")]))
         .await
         .unwrap();
-    store.retire_thread(&s, "t0").await.unwrap();
+    store.retire_thread(&s, "t0", None).await.unwrap();
     store
-        .patch_config(&s, obj(json!({"host": {"k": "v"}})))
+        .patch_config(&s, obj(json!({"host": {"k": "v"}})), None)
         .await
         .unwrap();
     let export = store.export_session(&s).await.unwrap().unwrap();
@@ -823,9 +957,9 @@ pub async fn invalid_input(store: &dyn BindingStore) {
     let err = store.commit_turn(turn(&s, "", vec![json!(1)])).await;
     assert!(matches!(err, Err(StoreError::InvalidInput(_))), "{err:?}");
     assert_eq!(store.session(&s).await.unwrap(), None);
-    let err = store.retire_thread(&s, "").await;
+    let err = store.retire_thread(&s, "", None).await;
     assert!(matches!(err, Err(StoreError::InvalidInput(_))), "{err:?}");
-    let err = store.patch_config("", Map::new()).await;
+    let err = store.patch_config("", Map::new(), None).await;
     assert!(matches!(err, Err(StoreError::InvalidInput(_))), "{err:?}");
 }
 
@@ -1129,7 +1263,7 @@ async fn apply_to_store(store: &dyn BindingStore, ids: &[String], op: &Op) -> Se
         }
         Op::Patch { s, entries } => {
             match store
-                .patch_config(&ids[*s], entries.iter().cloned().collect())
+                .patch_config(&ids[*s], entries.iter().cloned().collect(), None)
                 .await
             {
                 Ok(config) => Seen::Config(config),
@@ -1138,13 +1272,13 @@ async fn apply_to_store(store: &dyn BindingStore, ids: &[String], op: &Op) -> Se
         }
         Op::DropIf { s, t } => Seen::Bool(
             store
-                .drop_binding_if(&ids[*s], &thread_name(*t))
+                .drop_binding_if(&ids[*s], &thread_name(*t), None)
                 .await
                 .unwrap(),
         ),
         Op::Retire { s, t } => {
             store
-                .retire_thread(&ids[*s], &thread_name(*t))
+                .retire_thread(&ids[*s], &thread_name(*t), None)
                 .await
                 .unwrap();
             Seen::Unit

@@ -12,8 +12,8 @@ use crate::logic::{
 };
 use crate::writer::Writer;
 use crate::{
-    CommitOutcome, ImportOutcome, Lease, LeaseOwner, SessionExport, SessionPage, SessionRecord,
-    StoreError, TranscriptRow, TurnCommit,
+    CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, SessionExport, SessionPage,
+    SessionRecord, StoreError, TranscriptRow, TurnCommit,
 };
 
 /// How a backend runs one read snapshot (a redb read transaction, a SQLite deferred
@@ -32,7 +32,7 @@ pub(crate) struct Durable {
     pub(crate) readers: Arc<dyn Readers>,
     /// `Some` for a single-process backend (redb): leases live in this process. `None`: they
     /// live in the store and go through the writer like every other write (SQLite).
-    pub(crate) local_leases: Option<LocalLeases>,
+    pub(crate) local_leases: Option<Arc<LocalLeases>>,
 }
 
 impl Durable {
@@ -91,26 +91,40 @@ impl Durable {
         &self,
         id: &str,
         patch: Map<String, Value>,
+        fence: Option<&Fence>,
     ) -> Result<Map<String, Value>, StoreError> {
         let op = WriteOp::Patch {
             session_id: id.to_string(),
             patch,
+            fence: fence.cloned(),
         };
         expect_reply!(self.writer.write(op).await?, Config)
     }
 
-    pub(crate) async fn drop_binding_if(&self, id: &str, thread: &str) -> Result<bool, StoreError> {
+    pub(crate) async fn drop_binding_if(
+        &self,
+        id: &str,
+        thread: &str,
+        fence: Option<&Fence>,
+    ) -> Result<bool, StoreError> {
         let op = WriteOp::DropIf {
             session_id: id.to_string(),
             thread_id: thread.to_string(),
+            fence: fence.cloned(),
         };
         expect_reply!(self.writer.write(op).await?, Bool)
     }
 
-    pub(crate) async fn retire_thread(&self, id: &str, thread: &str) -> Result<(), StoreError> {
+    pub(crate) async fn retire_thread(
+        &self,
+        id: &str,
+        thread: &str,
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError> {
         let op = WriteOp::Retire {
             session_id: id.to_string(),
             thread_id: thread.to_string(),
+            fence: fence.cloned(),
         };
         self.writer.write(op).await.map(|_| ())
     }
@@ -226,22 +240,27 @@ macro_rules! impl_durable_store {
                 &self,
                 session_id: &str,
                 patch: serde_json::Map<String, serde_json::Value>,
+                fence: Option<&$crate::Fence>,
             ) -> Result<serde_json::Map<String, serde_json::Value>, $crate::StoreError> {
-                self.inner.patch_config(session_id, patch).await
+                self.inner.patch_config(session_id, patch, fence).await
             }
             async fn drop_binding_if(
                 &self,
                 session_id: &str,
                 thread_id: &str,
+                fence: Option<&$crate::Fence>,
             ) -> Result<bool, $crate::StoreError> {
-                self.inner.drop_binding_if(session_id, thread_id).await
+                self.inner
+                    .drop_binding_if(session_id, thread_id, fence)
+                    .await
             }
             async fn retire_thread(
                 &self,
                 session_id: &str,
                 thread_id: &str,
+                fence: Option<&$crate::Fence>,
             ) -> Result<(), $crate::StoreError> {
-                self.inner.retire_thread(session_id, thread_id).await
+                self.inner.retire_thread(session_id, thread_id, fence).await
             }
             async fn list_sessions(
                 &self,

@@ -52,13 +52,14 @@
 //!         thread_id: "thr_1".into(),
 //!         codex_home: Some("/home/me/.codex".into()),
 //!         rows: vec![json!({"role": "user", "text": "hi"}), json!({"role": "assistant", "text": "hello"})],
+//!         fence: None,
 //!     })
 //!     .await?;
 //! assert_eq!(outcome, CommitOutcome::Published { first_seq: 0, row_count: 2 });
 //! assert_eq!(store.thread_id("chat-42").await?.as_deref(), Some("thr_1"));
 //!
 //! // The codex thread could not be resumed: drop the binding only if it is still that thread.
-//! assert!(store.drop_binding_if("chat-42", "thr_1").await?);
+//! assert!(store.drop_binding_if("chat-42", "thr_1", None).await?);
 //! assert_eq!(store.binding("chat-42").await?, None);
 //! assert_eq!(store.all_rows("chat-42").await?.len(), 2);
 //! # Ok(())
@@ -73,6 +74,7 @@ mod error;
 mod logic;
 mod memory;
 mod options;
+mod owner;
 mod store;
 mod types;
 
@@ -98,6 +100,7 @@ use std::sync::Arc;
 pub use error::{BoxError, StoreError};
 pub use memory::MemoryStore;
 pub use options::{Durability, OpenOptions};
+pub use owner::{LeaseOwner, LocalOwner, ProcessIdentity};
 #[cfg(feature = "postgres")]
 pub use postgres_store::PostgresStore;
 #[cfg(feature = "redb")]
@@ -106,16 +109,16 @@ pub use redb_store::RedbStore;
 pub use sqlite_store::SqliteStore;
 pub use store::{BindingStore, BindingStoreExt};
 pub use types::{
-    Binding, CommitOutcome, ImportOutcome, Lease, LeaseOwner, SessionExport, SessionPage,
-    SessionRecord, TranscriptRow, TurnCommit, CODEX_THREAD_ID_KEY,
+    Binding, CommitOutcome, Fence, ImportOutcome, Lease, SessionExport, SessionPage, SessionRecord,
+    TranscriptRow, TurnCommit, CODEX_THREAD_ID_KEY,
 };
 
 /// The newest schema version this build reads and writes. Older stores are migrated on open;
 /// newer ones are refused with [`StoreError::NewerSchema`].
 ///
-/// Version 2 gave every SQLite row a checksum; redb and PostgreSQL stores of version 1 are
-/// restamped without other change.
-pub const SCHEMA_VERSION: u64 = 2;
+/// Version 2 gave every SQLite row a checksum; version 3 gave stored leases their holder's
+/// process identity (SQLite, PostgreSQL). A backend a version did not change is restamped.
+pub const SCHEMA_VERSION: u64 = 3;
 
 /// Opens a store from a URL: `redb:PATH`, `sqlite:PATH` (also `sqlite://PATH`) or `memory:`.
 ///

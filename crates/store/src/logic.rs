@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{Map, Value};
 
 use crate::{
-    Binding, CommitOutcome, ImportOutcome, Lease, LeaseOwner, SessionExport, SessionRecord,
+    Binding, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, SessionExport, SessionRecord,
     StoreError, TranscriptRow, TurnCommit, CODEX_THREAD_ID_KEY,
 };
 
@@ -24,20 +24,37 @@ pub(crate) enum WriteOp {
     Patch {
         session_id: String,
         patch: Map<String, Value>,
+        fence: Option<Fence>,
     },
     DropIf {
         session_id: String,
         thread_id: String,
+        fence: Option<Fence>,
     },
     Retire {
         session_id: String,
         thread_id: String,
+        fence: Option<Fence>,
     },
     Delete {
         session_id: String,
     },
     Import(SessionExport),
     Lease(LeaseOp),
+}
+
+impl WriteOp {
+    /// The lease grant the write must still hold, if it is fenced.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn fence(&self) -> Option<&Fence> {
+        match self {
+            WriteOp::Commit(commit) => commit.fence.as_ref(),
+            WriteOp::Patch { fence, .. }
+            | WriteOp::DropIf { fence, .. }
+            | WriteOp::Retire { fence, .. } => fence.as_ref(),
+            WriteOp::Delete { .. } | WriteOp::Import(_) | WriteOp::Lease(_) => None,
+        }
+    }
 }
 
 /// The answer to a [`WriteOp`].
@@ -145,6 +162,37 @@ pub(crate) fn check_record(record: &SessionRecord) -> Result<(), String> {
     Ok(())
 }
 
+/// Refuses a fenced write unless its grant is still the session's live lease. Called before
+/// the operation's first write, inside the same transaction, so a refused write writes
+/// nothing. An unfenced write (`None`) is not checked.
+fn check_fence(
+    txn: &mut dyn WriteTxn,
+    session_id: &str,
+    fence: Option<&Fence>,
+    now: i64,
+) -> Result<(), StoreError> {
+    let Some(fence) = fence else {
+        return Ok(());
+    };
+    let leases = txn.leases().ok_or_else(|| {
+        StoreError::InvalidInput(
+            "internal error: this backend gives writes no view of its leases".to_string(),
+        )
+    })?;
+    match leases.load_lease(session_id)? {
+        Some(held)
+            if held.owner == fence.owner
+                && held.fence == fence.token
+                && held.expires_at_ms > now =>
+        {
+            Ok(())
+        }
+        _ => Err(StoreError::LeaseLost {
+            session_id: session_id.to_string(),
+        }),
+    }
+}
+
 fn publish(record: &mut SessionRecord, thread_id: &str, codex_home: Option<String>, now: i64) {
     let bound_at_ms = match &record.binding {
         Some(b) if b.thread_id == thread_id => b.bound_at_ms,
@@ -172,6 +220,7 @@ pub(crate) fn apply(txn: &mut dyn WriteTxn, op: &WriteOp, now: i64) -> Result<Re
         WriteOp::Commit(commit) => {
             check_id("session id", &commit.session_id)?;
             check_id("thread id", &commit.thread_id)?;
+            check_fence(txn, &commit.session_id, commit.fence.as_ref(), now)?;
             let mut record = txn
                 .load(&commit.session_id)?
                 .unwrap_or_else(|| SessionRecord::new(&commit.session_id, now));
@@ -202,8 +251,13 @@ pub(crate) fn apply(txn: &mut dyn WriteTxn, op: &WriteOp, now: i64) -> Result<Re
             txn.put(&record)?;
             Ok(Reply::Commit(outcome))
         }
-        WriteOp::Patch { session_id, patch } => {
+        WriteOp::Patch {
+            session_id,
+            patch,
+            fence,
+        } => {
             check_id("session id", session_id)?;
+            check_fence(txn, session_id, fence.as_ref(), now)?;
             let mut record = txn
                 .load(session_id)?
                 .unwrap_or_else(|| SessionRecord::new(session_id, now));
@@ -245,7 +299,9 @@ pub(crate) fn apply(txn: &mut dyn WriteTxn, op: &WriteOp, now: i64) -> Result<Re
         WriteOp::DropIf {
             session_id,
             thread_id,
+            fence,
         } => {
+            check_fence(txn, session_id, fence.as_ref(), now)?;
             let Some(mut record) = txn.load(session_id)? else {
                 return Ok(Reply::Bool(false));
             };
@@ -260,9 +316,11 @@ pub(crate) fn apply(txn: &mut dyn WriteTxn, op: &WriteOp, now: i64) -> Result<Re
         WriteOp::Retire {
             session_id,
             thread_id,
+            fence,
         } => {
             check_id("session id", session_id)?;
             check_id("thread id", thread_id)?;
+            check_fence(txn, session_id, fence.as_ref(), now)?;
             let existing = txn.load(session_id)?;
             let mut record = existing
                 .clone()
@@ -452,9 +510,9 @@ pub(crate) fn ttl_ms(ttl: std::time::Duration) -> i64 {
 
 /// Applies one lease request at store time `now`.
 ///
-/// - Acquire: granted when the session has no lease, its lease expired or was released, or
-///   the same owner holds it (then it is renewed, keeping `acquired_at_ms` and `fence`);
-///   otherwise [`StoreError::Busy`] naming the holder. A new grant increments `fence`.
+/// - Acquire: granted when the session has no lease, its lease expired or was released, the
+///   same owner holds it, or its holder is provably gone ([`LeaseOwner::is_known_gone`]);
+///   otherwise [`StoreError::Busy`] naming the holder. Every grant increments `fence`.
 /// - Renew: only the owner of a live lease with the same `fence` extends it to `now + ttl`;
 ///   anything else is [`StoreError::LeaseLost`] (an expired lease is lost even if nobody took
 ///   it: the holder failed to renew in time and must not assume exclusivity).
@@ -473,26 +531,27 @@ pub(crate) fn apply_lease(
         } => {
             check_id("session id", session_id)?;
             let existing = txn.load_lease(session_id)?;
-            let lease = match existing {
-                Some(held) if held.expires_at_ms > now && held.owner == *owner => Lease {
-                    expires_at_ms: now.saturating_add(*ttl_ms),
-                    ..held
-                },
-                Some(held) if held.expires_at_ms > now => {
+            if let Some(held) = &existing {
+                // A live lease of another holder refuses, unless the OS proves that holder
+                // gone (same machine and pid namespace, its process exited): a crashed host
+                // restarted at once must not wait out the TTL.
+                if held.expires_at_ms > now && held.owner != *owner && !held.owner.is_known_gone() {
                     return Err(StoreError::Busy {
                         session_id: session_id.clone(),
-                        holder: held.owner,
+                        holder: held.owner.clone(),
                         acquired_at_ms: held.acquired_at_ms,
                         expires_at_ms: held.expires_at_ms,
-                    })
+                    });
                 }
-                free => Lease {
-                    session_id: session_id.clone(),
-                    owner: owner.clone(),
-                    acquired_at_ms: now,
-                    expires_at_ms: now.saturating_add(*ttl_ms),
-                    fence: free.map_or(0, |l| l.fence) + 1,
-                },
+            }
+            // Every grant gets a new fence, a re-acquire by the same owner included: a late
+            // renewal or release of an earlier grant then never touches this one.
+            let lease = Lease {
+                session_id: session_id.clone(),
+                owner: owner.clone(),
+                acquired_at_ms: now,
+                expires_at_ms: now.saturating_add(*ttl_ms),
+                fence: existing.map_or(0, |l| l.fence) + 1,
             };
             txn.put_lease(&lease)?;
             Ok(LeaseReply::Lease(lease))
@@ -541,9 +600,26 @@ pub(crate) struct LocalLeases {
 }
 
 impl LocalLeases {
+    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Lease>> {
+        self.leases.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub(crate) fn apply(&self, op: &LeaseOp) -> Result<LeaseReply, StoreError> {
-        let mut map = self.leases.lock().unwrap_or_else(|p| p.into_inner());
-        apply_lease(&mut *map, op, now_ms())
+        apply_lease(&mut *self.map(), op, now_ms())
+    }
+}
+
+/// The view a write transaction of a single-process durable backend (redb) has of the
+/// process's leases, for fence checks: each call locks the map for that call only. A check
+/// and the write it guards are still one step, because every write of the store goes through
+/// its one writer thread, in order.
+impl LeaseTxn for std::sync::Arc<LocalLeases> {
+    fn load_lease(&mut self, session_id: &str) -> Result<Option<Lease>, StoreError> {
+        Ok(self.map().get(session_id).cloned())
+    }
+    fn put_lease(&mut self, lease: &Lease) -> Result<(), StoreError> {
+        self.map().insert(lease.session_id.clone(), lease.clone());
+        Ok(())
     }
 }
 

@@ -8,18 +8,21 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use crate::logic::{
-    self, apply, expect_reply, lease_of, now_ms, released_of, ttl_ms, LeaseOp, LocalLeases,
-    ReadTxn, Reply, WriteOp, WriteTxn,
+    self, apply, apply_lease, expect_reply, lease_of, now_ms, released_of, ttl_ms, LeaseOp,
+    LeaseReply, LeaseTxn, ReadTxn, Reply, WriteOp, WriteTxn,
 };
 use crate::{
-    BindingStore, CommitOutcome, ImportOutcome, Lease, LeaseOwner, SessionExport, SessionPage,
-    SessionRecord, StoreError, TranscriptRow, TurnCommit,
+    BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, SessionExport,
+    SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit,
 };
 
 #[derive(Debug, Default)]
 pub(crate) struct State {
     records: BTreeMap<String, SessionRecord>,
     rows: HashMap<String, Vec<Value>>,
+    /// Under the same lock as the records, so a fenced write checks its lease and writes in
+    /// one step.
+    leases: HashMap<String, Lease>,
 }
 
 /// A [`BindingStore`] that keeps everything in memory. Nothing survives the process.
@@ -29,7 +32,6 @@ pub(crate) struct State {
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     state: Mutex<State>,
-    leases: LocalLeases,
 }
 
 impl MemoryStore {
@@ -49,6 +51,10 @@ impl MemoryStore {
     fn write(&self, op: WriteOp) -> Result<Reply, StoreError> {
         let mut state = self.lock();
         apply(&mut *state, &op, now_ms())
+    }
+
+    fn lease(&self, op: LeaseOp) -> Result<LeaseReply, StoreError> {
+        apply_lease(&mut self.lock().leases, &op, now_ms())
     }
 }
 
@@ -114,6 +120,10 @@ impl WriteTxn for State {
         self.rows.remove(session_id);
         Ok(self.records.remove(session_id).is_some())
     }
+
+    fn leases(&mut self) -> Option<&mut dyn LeaseTxn> {
+        Some(&mut self.leases)
+    }
 }
 
 #[async_trait]
@@ -138,26 +148,40 @@ impl BindingStore for MemoryStore {
         &self,
         session_id: &str,
         patch: Map<String, Value>,
+        fence: Option<&Fence>,
     ) -> Result<Map<String, Value>, StoreError> {
         let op = WriteOp::Patch {
             session_id: session_id.to_string(),
             patch,
+            fence: fence.cloned(),
         };
         expect_reply!(self.write(op)?, Config)
     }
 
-    async fn drop_binding_if(&self, session_id: &str, thread_id: &str) -> Result<bool, StoreError> {
+    async fn drop_binding_if(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        fence: Option<&Fence>,
+    ) -> Result<bool, StoreError> {
         let op = WriteOp::DropIf {
             session_id: session_id.to_string(),
             thread_id: thread_id.to_string(),
+            fence: fence.cloned(),
         };
         expect_reply!(self.write(op)?, Bool)
     }
 
-    async fn retire_thread(&self, session_id: &str, thread_id: &str) -> Result<(), StoreError> {
+    async fn retire_thread(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError> {
         let op = WriteOp::Retire {
             session_id: session_id.to_string(),
             thread_id: thread_id.to_string(),
+            fence: fence.cloned(),
         };
         self.write(op).map(|_| ())
     }
@@ -193,7 +217,7 @@ impl BindingStore for MemoryStore {
         owner: &LeaseOwner,
         ttl: std::time::Duration,
     ) -> Result<Lease, StoreError> {
-        lease_of(self.leases.apply(&LeaseOp::Acquire {
+        lease_of(self.lease(LeaseOp::Acquire {
             session_id: session_id.to_string(),
             owner: owner.clone(),
             ttl_ms: ttl_ms(ttl),
@@ -205,14 +229,14 @@ impl BindingStore for MemoryStore {
         lease: &Lease,
         ttl: std::time::Duration,
     ) -> Result<Lease, StoreError> {
-        lease_of(self.leases.apply(&LeaseOp::Renew {
+        lease_of(self.lease(LeaseOp::Renew {
             lease: lease.clone(),
             ttl_ms: ttl_ms(ttl),
         })?)
     }
 
     async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError> {
-        released_of(self.leases.apply(&LeaseOp::Release {
+        released_of(self.lease(LeaseOp::Release {
             lease: lease.clone(),
         })?)
     }

@@ -28,9 +28,9 @@ use crate::logic::{
     LeaseTxn, ReadTxn, Reply, WriteOp, WriteTxn,
 };
 use crate::{
-    Binding, CommitOutcome, Durability, ImportOutcome, Lease, LeaseOwner, OpenOptions,
-    SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit,
-    SCHEMA_VERSION,
+    Binding, CommitOutcome, Durability, Fence, ImportOutcome, Lease, LeaseOwner, OpenOptions,
+    ProcessIdentity, SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow,
+    TurnCommit, SCHEMA_VERSION,
 };
 
 /// The advisory lock key that serialises schema creation and migration (`"rthd"`).
@@ -80,8 +80,12 @@ impl Sql {
             None => String::new(),
         };
         Sql {
+            // One round trip: the session's lock, the server's clock, and this transaction's
+            // `synchronous_commit` ($2: `on` for `Durable`, whatever the server's default,
+            // `off` for `Relaxed`).
             lock: "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))::text IS NULL, \
-                   (extract(epoch FROM clock_timestamp()) * 1000)::int8"
+                   (extract(epoch FROM clock_timestamp()) * 1000)::int8, \
+                   set_config('synchronous_commit', $2, true)"
                 .to_string(),
             load: format!("SELECT {RECORD_COLUMNS} FROM {p}sessions WHERE session_id = $1"),
             list_all: format!(
@@ -113,16 +117,18 @@ impl Sql {
             remove_rows: format!("DELETE FROM {p}transcript_rows WHERE session_id = $1"),
             remove: format!("DELETE FROM {p}sessions WHERE session_id = $1"),
             load_lease: format!(
-                "SELECT host, pid, started_at_ms, instance, acquired_at_ms, expires_at_ms, fence \
-                 FROM {p}leases WHERE session_id = $1"
+                "SELECT host, pid, started_at_ms, instance, acquired_at_ms, expires_at_ms, fence, \
+                 process_space, process_start FROM {p}leases WHERE session_id = $1"
             ),
             put_lease: format!(
                 "INSERT INTO {p}leases (session_id, host, pid, started_at_ms, instance, \
-                 acquired_at_ms, expires_at_ms, fence) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                 acquired_at_ms, expires_at_ms, fence, process_space, process_start) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
                  ON CONFLICT (session_id) DO UPDATE SET host = excluded.host, pid = excluded.pid, \
                  started_at_ms = excluded.started_at_ms, instance = excluded.instance, \
                  acquired_at_ms = excluded.acquired_at_ms, expires_at_ms = excluded.expires_at_ms, \
-                 fence = excluded.fence"
+                 fence = excluded.fence, process_space = excluded.process_space, \
+                 process_start = excluded.process_start"
             ),
             schema,
         }
@@ -388,6 +394,14 @@ impl PostgresStore {
                     .map_err(|e| self.map(e))?,
                 // Schema 2 changed only SQLite stores (record checksums).
                 1 => {}
+                // Schema 3: a lease names its holder's process identity (dead-holder takeover).
+                2 => txn
+                    .batch_execute(&format!(
+                        "ALTER TABLE {p}leases ADD COLUMN process_space TEXT, \
+                         ADD COLUMN process_start BIGINT"
+                    ))
+                    .await
+                    .map_err(|e| self.map(e))?,
                 other => {
                     return Err(StoreError::corrupt(
                         &self.label,
@@ -423,34 +437,35 @@ impl PostgresStore {
         let sql = &self.sql;
         let mut client = self.client().await?;
         let txn = client.transaction().await.map_err(|e| self.map(e))?;
-        if self.relaxed {
-            txn.batch_execute("SET LOCAL synchronous_commit TO OFF")
-                .await
-                .map_err(|e| self.map(e))?;
-        }
         let lock = txn
             .prepare_cached(&sql.lock)
             .await
             .map_err(|e| self.map(e))?;
+        let synchronous_commit = if self.relaxed { "off" } else { "on" };
         let now: i64 = txn
-            .query_one(&lock, &[&sql.lock_key(&session_id)])
+            .query_one(&lock, &[&sql.lock_key(&session_id), &synchronous_commit])
             .await
             .map_err(|e| self.map(e))?
             .get(1);
         let mut view = Buffered::default();
+        // Lease requests and fenced writes read the session's lease under the same lock.
+        if matches!(op, WriteOp::Lease(_)) || op.fence().is_some() {
+            let stmt = txn
+                .prepare_cached(&sql.load_lease)
+                .await
+                .map_err(|e| self.map(e))?;
+            let lease = match txn
+                .query_opt(&stmt, &[&session_id])
+                .await
+                .map_err(|e| self.map(e))?
+            {
+                Some(row) => Some(lease_from_row(&self.label, &session_id, &row)?),
+                None => None,
+            };
+            view.leases.insert(session_id.clone(), lease);
+        }
         match &op {
-            WriteOp::Lease(_) => {
-                let stmt = txn
-                    .prepare_cached(&sql.load_lease)
-                    .await
-                    .map_err(|e| self.map(e))?;
-                let lease = txn
-                    .query_opt(&stmt, &[&session_id])
-                    .await
-                    .map_err(|e| self.map(e))?
-                    .map(|r| lease_from_row(&session_id, &r));
-                view.leases.insert(session_id.clone(), lease);
-            }
+            WriteOp::Lease(_) => {}
             _ => {
                 let stmt = txn
                     .prepare_cached(&sql.load)
@@ -563,6 +578,8 @@ impl PostgresStore {
                             &lease.acquired_at_ms,
                             &lease.expires_at_ms,
                             &(lease.fence as i64),
+                            &lease.owner.process.as_ref().map(|p| p.space.as_str()),
+                            &lease.owner.process.as_ref().map(|p| p.start_ticks as i64),
                         ],
                     )
                     .await
@@ -614,19 +631,35 @@ fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
     })
 }
 
-fn lease_from_row(session_id: &str, r: &Row) -> Lease {
-    Lease {
+fn lease_from_row(label: &str, session_id: &str, r: &Row) -> Result<Lease, StoreError> {
+    let space: Option<String> = r.get(7);
+    let start: Option<i64> = r.get(8);
+    let process = match (space, start) {
+        (Some(space), Some(start)) => Some(ProcessIdentity {
+            space,
+            start_ticks: start as u64,
+        }),
+        (None, None) => None,
+        _ => {
+            return Err(StoreError::corrupt(
+                label,
+                format!("lease of session {session_id}: half a process identity"),
+            ))
+        }
+    };
+    Ok(Lease {
         session_id: session_id.to_string(),
         owner: LeaseOwner {
             host: r.get(0),
             pid: r.get::<_, i64>(1) as u32,
             started_at_ms: r.get(2),
             instance: r.get::<_, i64>(3) as u64,
+            process,
         },
         acquired_at_ms: r.get(4),
         expires_at_ms: r.get(5),
         fence: r.get::<_, i64>(6) as u64,
-    }
+    })
 }
 
 fn decode_record(label: &str, row: &Row) -> Result<SessionRecord, StoreError> {
@@ -797,26 +830,40 @@ impl crate::BindingStore for PostgresStore {
         &self,
         session_id: &str,
         patch: Map<String, Value>,
+        fence: Option<&Fence>,
     ) -> Result<Map<String, Value>, StoreError> {
         let op = WriteOp::Patch {
             session_id: session_id.to_string(),
             patch,
+            fence: fence.cloned(),
         };
         expect_reply!(self.write(op).await?, Config)
     }
 
-    async fn drop_binding_if(&self, session_id: &str, thread_id: &str) -> Result<bool, StoreError> {
+    async fn drop_binding_if(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        fence: Option<&Fence>,
+    ) -> Result<bool, StoreError> {
         let op = WriteOp::DropIf {
             session_id: session_id.to_string(),
             thread_id: thread_id.to_string(),
+            fence: fence.cloned(),
         };
         expect_reply!(self.write(op).await?, Bool)
     }
 
-    async fn retire_thread(&self, session_id: &str, thread_id: &str) -> Result<(), StoreError> {
+    async fn retire_thread(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError> {
         let op = WriteOp::Retire {
             session_id: session_id.to_string(),
             thread_id: thread_id.to_string(),
+            fence: fence.cloned(),
         };
         self.write(op).await.map(|_| ())
     }

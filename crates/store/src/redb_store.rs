@@ -13,7 +13,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::Value;
 
 use crate::durable::{create_owner_only, impl_durable_store, Durable, Readers};
-use crate::logic::{check_record, ReadTxn, WriteTxn};
+use crate::logic::{check_record, LeaseTxn, LocalLeases, ReadTxn, WriteTxn};
 use crate::writer::{Engine, Writer};
 use crate::{Durability, OpenOptions, SessionRecord, StoreError, TranscriptRow, SCHEMA_VERSION};
 
@@ -44,6 +44,10 @@ impl RedbStore {
         let path = path.as_ref().to_path_buf();
         let open_path = path.clone();
         let (max_batch, spin) = (options.max_batch, options.lone_write_spin);
+        // redb files are exclusive to one process: leases live in this process, shared by the
+        // lease calls and the writer thread (which checks the fences of writes against them).
+        let leases = Arc::new(LocalLeases::default());
+        let engine_leases = Arc::clone(&leases);
         let (writer, readers) = Writer::spawn("redb", max_batch, spin, move || {
             let label = open_path.display().to_string();
             let db = Arc::new(open_database(&open_path, &options)?);
@@ -51,6 +55,7 @@ impl RedbStore {
                 db: Arc::clone(&db),
                 label: label.clone(),
                 durability: options.durability,
+                leases: engine_leases,
             };
             Ok((engine, RedbReaders { db, label }))
         })
@@ -59,8 +64,7 @@ impl RedbStore {
             inner: Durable {
                 writer,
                 readers: Arc::new(readers),
-                // redb files are exclusive to one process: leases live in this process.
-                local_leases: Some(Default::default()),
+                local_leases: Some(leases),
             },
             path,
         })
@@ -214,7 +218,8 @@ fn migrate(txn: &redb::WriteTransaction, from: u64, label: &str) -> Result<(), S
                 txn.open_table(ROWS).map_err(|e| map(e.into()))?;
             }
             // Schema 2 changed only SQLite stores (record checksums); redb checksums its pages.
-            1 => {}
+            // Schema 3 changed only the stored leases, which redb keeps in the process.
+            1 | 2 => {}
             other => {
                 return Err(StoreError::corrupt(
                     label,
@@ -253,6 +258,8 @@ struct Tables<S, R> {
     label: String,
     sessions: S,
     rows: R,
+    /// The process's leases, in write transactions (for fence checks).
+    leases: Option<Arc<LocalLeases>>,
 }
 
 impl<S, R> ReadTxn for Tables<S, R>
@@ -368,12 +375,19 @@ impl WriteTxn
             .map_err(|e| map_redb_error(&label, e))?;
         Ok(existed)
     }
+
+    fn leases(&mut self) -> Option<&mut dyn LeaseTxn> {
+        self.leases
+            .as_mut()
+            .map(|leases| leases as &mut dyn LeaseTxn)
+    }
 }
 
 struct RedbEngine {
     db: Arc<Database>,
     label: String,
     durability: Durability,
+    leases: Arc<LocalLeases>,
 }
 
 impl Engine for RedbEngine {
@@ -399,6 +413,7 @@ impl Engine for RedbEngine {
                 label: label.to_string(),
                 sessions,
                 rows,
+                leases: Some(Arc::clone(&self.leases)),
             };
             // The file is locked to this process and every write goes through this thread:
             // nobody else can have written since the previous transaction.
@@ -438,6 +453,7 @@ impl Readers for RedbReaders {
             label: label.to_string(),
             sessions,
             rows,
+            leases: None,
         })
     }
 }

@@ -21,8 +21,8 @@ use crate::logic::{check_record, LeaseTxn, ReadTxn, WriteTxn};
 use crate::sqlite_integrity::{self, row_checksum, Checksum, RawRow, ScannedSession};
 use crate::writer::{Engine, Writer};
 use crate::{
-    Binding, Durability, Lease, LeaseOwner, OpenOptions, SessionRecord, StoreError, TranscriptRow,
-    SCHEMA_VERSION,
+    Binding, Durability, Lease, LeaseOwner, OpenOptions, ProcessIdentity, SessionRecord,
+    StoreError, TranscriptRow, SCHEMA_VERSION,
 };
 
 /// `PRAGMA application_id` of a rethread store ("rthd"): tells our files from other SQLite files.
@@ -71,6 +71,14 @@ const SCHEMA_V2_COLUMNS: &str = "
 ALTER TABLE sessions ADD COLUMN checksum INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE transcript_rows ADD COLUMN checksum INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE leases ADD COLUMN checksum INTEGER NOT NULL DEFAULT 0;
+";
+
+/// Schema 3: a lease names its holder's process identity (`ProcessIdentity`), so a dead
+/// holder on the same machine can be told from a live one. A lease without one sums as in
+/// schema 2, so existing rows keep their checksums.
+const SCHEMA_V3_COLUMNS: &str = "
+ALTER TABLE leases ADD COLUMN process_space TEXT;
+ALTER TABLE leases ADD COLUMN process_start INTEGER;
 ";
 
 /// The tables a current store has.
@@ -332,8 +340,8 @@ fn migrate(txn: &rusqlite::Transaction<'_>, from: u64, label: &str) -> Result<()
             1 => {
                 txn.execute_batch(LEASES_V1).map_err(map)?;
                 txn.execute_batch(SCHEMA_V2_COLUMNS).map_err(map)?;
-                backfill_checksums(txn, label)?;
             }
+            2 => txn.execute_batch(SCHEMA_V3_COLUMNS).map_err(map)?,
             other => {
                 return Err(StoreError::corrupt(
                     label,
@@ -342,6 +350,10 @@ fn migrate(txn: &rusqlite::Transaction<'_>, from: u64, label: &str) -> Result<()
             }
         }
         version += 1;
+    }
+    // Rows of schema 1 get their checksums once every column of the current schema exists.
+    if from == 1 {
+        backfill_checksums(txn, label)?;
     }
     txn.execute_batch(&format!(
         "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
@@ -560,8 +572,8 @@ fn raw_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> {
 }
 
 /// The `leases` columns, in the order [`RawLease::from_row`] expects them (then `checksum`).
-const LEASE_COLUMNS: &str =
-    "session_id, host, pid, started_at_ms, instance, acquired_at_ms, expires_at_ms, fence";
+const LEASE_COLUMNS: &str = "session_id, host, pid, started_at_ms, instance, acquired_at_ms, \
+     expires_at_ms, fence, process_space, process_start";
 
 /// A `leases` row as stored.
 struct RawLease {
@@ -573,6 +585,8 @@ struct RawLease {
     acquired_at_ms: i64,
     expires_at_ms: i64,
     fence: i64,
+    process_space: Option<String>,
+    process_start: Option<i64>,
     checksum: i64,
 }
 
@@ -587,7 +601,9 @@ impl RawLease {
             acquired_at_ms: row.get(5)?,
             expires_at_ms: row.get(6)?,
             fence: row.get(7)?,
-            checksum: row.get(8)?,
+            process_space: row.get(8)?,
+            process_start: row.get(9)?,
+            checksum: row.get(10)?,
         })
     }
 
@@ -601,6 +617,8 @@ impl RawLease {
             acquired_at_ms: lease.acquired_at_ms,
             expires_at_ms: lease.expires_at_ms,
             fence: lease.fence as i64,
+            process_space: lease.owner.process.as_ref().map(|p| p.space.clone()),
+            process_start: lease.owner.process.as_ref().map(|p| p.start_ticks as i64),
             checksum: 0,
         };
         raw.checksum = raw.fields_checksum();
@@ -608,7 +626,7 @@ impl RawLease {
     }
 
     fn fields_checksum(&self) -> i64 {
-        Checksum::of("leases")
+        let sum = Checksum::of("leases")
             .text(&self.session_id)
             .text(&self.host)
             .int(self.pid)
@@ -616,8 +634,18 @@ impl RawLease {
             .int(self.instance)
             .int(self.acquired_at_ms)
             .int(self.expires_at_ms)
-            .int(self.fence)
-            .finish()
+            .int(self.fence);
+        // Schema 3's columns join the sum only when set: a lease without a process identity
+        // sums as in schema 2. One set and not the other does not match any written sum.
+        let sum = match &self.process_space {
+            Some(space) => sum.text(space),
+            None => sum,
+        };
+        match self.process_start {
+            Some(start) => sum.int(start),
+            None => sum,
+        }
+        .finish()
     }
 
     /// Verifies the row and decodes it.
@@ -631,6 +659,19 @@ impl RawLease {
         let pid = u32::try_from(self.pid).map_err(|_| {
             StoreError::corrupt(label, format!("lease of {}: bad pid", self.session_id))
         })?;
+        let process = match (self.process_space, self.process_start) {
+            (Some(space), Some(start)) => Some(ProcessIdentity {
+                space,
+                start_ticks: start as u64,
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(StoreError::corrupt(
+                    label,
+                    format!("lease of {}: half a process identity", self.session_id),
+                ))
+            }
+        };
         Ok(Lease {
             session_id: self.session_id,
             owner: LeaseOwner {
@@ -638,6 +679,7 @@ impl RawLease {
                 pid,
                 started_at_ms: self.started_at_ms,
                 instance: self.instance as u64,
+                process,
             },
             acquired_at_ms: self.acquired_at_ms,
             expires_at_ms: self.expires_at_ms,
@@ -803,7 +845,7 @@ impl LeaseTxn for Txn<'_> {
         self.conn
             .prepare_cached(&format!(
                 "INSERT OR REPLACE INTO leases ({LEASE_COLUMNS}, checksum) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
             ))
             .and_then(|mut s| {
                 s.execute(params![
@@ -815,6 +857,8 @@ impl LeaseTxn for Txn<'_> {
                     raw.acquired_at_ms,
                     raw.expires_at_ms,
                     raw.fence,
+                    raw.process_space,
+                    raw.process_start,
                     raw.checksum,
                 ])
             })

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use std::time::Duration;
 
 use crate::{
-    Binding, CommitOutcome, ImportOutcome, Lease, LeaseOwner, SessionExport, SessionPage,
+    Binding, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, SessionExport, SessionPage,
     SessionRecord, StoreError, TranscriptRow, TurnCommit,
 };
 
@@ -55,6 +55,8 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     ///   untouched, and the outcome is [`CommitOutcome::RetiredNotPublished`].
     /// - When the binding already names this thread its `bound_at_ms` is kept; otherwise it
     ///   is set to now. `codex_home` is always taken from the commit.
+    /// - A commit with a [`fence`](TurnCommit::fence) whose grant is no longer the session's
+    ///   live lease is [`StoreError::LeaseLost`] and writes nothing.
     async fn commit_turn(&self, commit: TurnCommit) -> Result<CommitOutcome, StoreError>;
 
     /// Applies an RFC 7396 JSON merge-patch to the session's `model_config` atomically, and
@@ -70,25 +72,43 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     ///   with `codex_home: None` and `bound_at_ms` now; the same id keeps the binding as is.
     ///   A non-string value is [`StoreError::InvalidInput`], a retired thread id is
     ///   [`StoreError::RetiredThread`]; in both cases nothing is written.
+    /// - With a `fence` (a host that takes leases and patches the binding), the patch is
+    ///   refused with [`StoreError::LeaseLost`], writing nothing, unless that grant is still
+    ///   the session's live lease. `None` writes unfenced.
     async fn patch_config(
         &self,
         session_id: &str,
         patch: Map<String, Value>,
+        fence: Option<&Fence>,
     ) -> Result<Map<String, Value>, StoreError>;
 
     /// Removes the binding only if it still names `thread_id` (compare-and-delete).
     ///
     /// # Contract
     /// Returns `true` if the binding was removed; `false` if the session is absent, unbound,
-    /// or bound to another thread (a newer binding written meanwhile survives).
-    async fn drop_binding_if(&self, session_id: &str, thread_id: &str) -> Result<bool, StoreError>;
+    /// or bound to another thread (a newer binding written meanwhile survives). A `fence`
+    /// that is no longer the session's live lease is [`StoreError::LeaseLost`], nothing
+    /// written.
+    async fn drop_binding_if(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        fence: Option<&Fence>,
+    ) -> Result<bool, StoreError>;
 
-    /// Records `thread_id` as retired for the session and drops the binding if it names it.
+    /// Records `thread_id` as retired for the session and drops the binding if it names it,
+    /// in one write: this is how a lost thread is given up.
     ///
     /// # Contract
     /// Persistent and idempotent; creates the session if absent, so that a late commit from
-    /// another process cannot resurrect the thread.
-    async fn retire_thread(&self, session_id: &str, thread_id: &str) -> Result<(), StoreError>;
+    /// another process cannot resurrect the thread. A `fence` that is no longer the session's
+    /// live lease is [`StoreError::LeaseLost`], nothing written.
+    async fn retire_thread(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError>;
 
     /// Lists sessions in ascending session-id order, starting after `after`.
     ///
@@ -122,8 +142,11 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// the turn's commit, so that two hosts never drive one session's thread at once.
     ///
     /// # Contract
-    /// - Granted (a new `fence`, `acquired_at_ms` now) when the session has no live lease.
-    /// - The same owner asking again renews its live lease (same `fence` and `acquired_at_ms`).
+    /// - Granted (a new `fence`, `acquired_at_ms` now) when the session has no live lease, when
+    ///   `owner` holds it already (a re-acquire is a new grant: the earlier grant's renewals,
+    ///   releases and fenced writes are refused from then on), or when its holder is provably
+    ///   gone ([`LeaseOwner::is_known_gone`]: same machine, pid namespace and user, process
+    ///   exited), so a host restarted after a crash never waits out the TTL.
     /// - Another owner's live lease is [`StoreError::Busy`] naming the holder; nothing changes.
     /// - Expiry is judged by one clock per store (the database server's clock for PostgreSQL,
     ///   the machine's for the file and memory stores), so a crashed holder frees the lease
@@ -173,18 +196,25 @@ macro_rules! forward_binding_store {
                 &self,
                 session_id: &str,
                 patch: Map<String, Value>,
+                fence: Option<&Fence>,
             ) -> Result<Map<String, Value>, StoreError> {
-                (**self).patch_config(session_id, patch).await
+                (**self).patch_config(session_id, patch, fence).await
             }
             async fn drop_binding_if(
                 &self,
                 session_id: &str,
                 thread_id: &str,
+                fence: Option<&Fence>,
             ) -> Result<bool, StoreError> {
-                (**self).drop_binding_if(session_id, thread_id).await
+                (**self).drop_binding_if(session_id, thread_id, fence).await
             }
-            async fn retire_thread(&self, session_id: &str, thread_id: &str) -> Result<(), StoreError> {
-                (**self).retire_thread(session_id, thread_id).await
+            async fn retire_thread(
+                &self,
+                session_id: &str,
+                thread_id: &str,
+                fence: Option<&Fence>,
+            ) -> Result<(), StoreError> {
+                (**self).retire_thread(session_id, thread_id, fence).await
             }
             async fn list_sessions(
                 &self,
@@ -266,7 +296,7 @@ pub trait BindingStoreExt: BindingStore {
         }
     }
 
-    /// Sets (or, with `None`, removes) one `model_config` key through a merge-patch.
+    /// Sets (or, with `None`, removes) one `model_config` key through an unfenced merge-patch.
     async fn set_config_key(
         &self,
         session_id: &str,
@@ -275,7 +305,7 @@ pub trait BindingStoreExt: BindingStore {
     ) -> Result<Map<String, Value>, StoreError> {
         let mut patch = Map::new();
         patch.insert(key.to_string(), value.unwrap_or(Value::Null));
-        self.patch_config(session_id, patch).await
+        self.patch_config(session_id, patch, None).await
     }
 }
 

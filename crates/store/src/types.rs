@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::LeaseOwner;
+
 /// The `model_config` key that holds the bound codex thread id.
 pub const CODEX_THREAD_ID_KEY: &str = "codex_thread_id";
 
@@ -84,6 +86,11 @@ pub struct TurnCommit {
     pub codex_home: Option<String>,
     /// The turn's transcript rows, appended in order. May be empty (publish only).
     pub rows: Vec<Value>,
+    /// The session lease the turn ran under. `Some`: the commit is refused with
+    /// [`StoreError::LeaseLost`](crate::StoreError::LeaseLost), writing nothing, unless that
+    /// grant is still the session's live lease. `None`: an unfenced write, for a host that
+    /// keeps one writer per session by its own means.
+    pub fence: Option<Fence>,
 }
 
 /// What [`commit_turn`](crate::BindingStore::commit_turn) did.
@@ -159,59 +166,6 @@ pub enum ImportOutcome {
     AlreadyPresent,
 }
 
-/// Who holds (or asks for) a session's lease: a host process, and which holder inside it.
-///
-/// Two owners are the same only if every field is equal, so two agents of one process for
-/// the same session exclude each other like two processes do.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct LeaseOwner {
-    /// The host name of the holder's machine.
-    pub host: String,
-    /// The holder's process id.
-    pub pid: u32,
-    /// When the holder's process started (milliseconds since the Unix epoch; as first seen by
-    /// rethread in that process). Tells a reused pid from the process that held the lease.
-    pub started_at_ms: i64,
-    /// Which holder inside the process (a counter; 0 for the process itself).
-    pub instance: u64,
-}
-
-impl LeaseOwner {
-    /// A fresh owner in this process: this host, pid and process start time, and an instance
-    /// number no other call in this process returns.
-    pub fn new_local() -> Self {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        use std::sync::OnceLock;
-        static STARTED: OnceLock<(String, i64)> = OnceLock::new();
-        static INSTANCE: AtomicU64 = AtomicU64::new(1);
-        let (host, started_at_ms) =
-            STARTED.get_or_init(|| (local_host_name(), crate::logic::now_ms()));
-        LeaseOwner {
-            host: host.clone(),
-            pid: std::process::id(),
-            started_at_ms: *started_at_ms,
-            instance: INSTANCE.fetch_add(1, Ordering::Relaxed),
-        }
-    }
-}
-
-impl std::fmt::Display for LeaseOwner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "host {} pid {}", self.host, self.pid)
-    }
-}
-
-/// This machine's host name (`/proc/sys/kernel/hostname`, then `$HOSTNAME`, else `localhost`).
-fn local_host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".to_string())
-}
-
 /// A session's lease as granted: who holds it, since when, and until when.
 ///
 /// A lease is free once `expires_at_ms` has passed (by the store's clock) or it was released;
@@ -226,7 +180,36 @@ pub struct Lease {
     pub acquired_at_ms: i64,
     /// When it expires unless renewed (milliseconds since the Unix epoch, store clock).
     pub expires_at_ms: i64,
-    /// Fencing token: grows by one each time a new owner acquires the session's lease, so the
-    /// acquisitions of one session are totally ordered.
+    /// Fencing token: grows by one with every grant of the session's lease (a re-acquire by
+    /// the same owner included), so the grants of one session are totally ordered.
     pub fence: u64,
+}
+
+impl Lease {
+    /// The proof of this grant that fenced writes carry.
+    pub fn fence(&self) -> Fence {
+        Fence {
+            owner: self.owner.clone(),
+            token: self.fence,
+        }
+    }
+}
+
+/// Proof that a write comes from the current holder of the session's lease: the holder and
+/// the `fence` of its grant (a fencing token).
+///
+/// A write that carries a `Fence` ([`TurnCommit::fence`], and the `fence` argument of
+/// [`patch_config`](crate::BindingStore::patch_config),
+/// [`drop_binding_if`](crate::BindingStore::drop_binding_if) and
+/// [`retire_thread`](crate::BindingStore::retire_thread)) is checked inside its own
+/// transaction: unless the session's lease is live, held by `owner` and still at `token`, the
+/// write is refused with [`StoreError::LeaseLost`](crate::StoreError::LeaseLost) and nothing is
+/// written. So a holder that stalled past its TTL (a paused process, a suspended laptop, a
+/// network partition) can never write over the holder that took the session over.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fence {
+    /// Who holds the lease.
+    pub owner: LeaseOwner,
+    /// The `fence` of the grant.
+    pub token: u64,
 }

@@ -424,6 +424,7 @@ mod tests {
             thread_id: "thr".to_string(),
             codex_home: None,
             rows: vec![serde_json::json!({"text": session})],
+            fence: None,
         })
     }
 

@@ -55,7 +55,7 @@ fn crash_child() {
                         // (a late commit); its rows must land, its binding must not.
                         let thread = if k % 5 == 4 && !last_thread.is_empty() {
                             store
-                                .retire_thread(&session, &last_thread)
+                                .retire_thread(&session, &last_thread, None)
                                 .await
                                 .expect("retire");
                             emit(format!("RETIRED {session} {last_thread}"));
@@ -73,6 +73,7 @@ fn crash_child() {
                                 thread_id: thread.clone(),
                                 codex_home: None,
                                 rows,
+                                fence: None,
                             })
                             .await
                             .expect("commit");

@@ -15,6 +15,7 @@ fn commit(session: &str, thread: &str) -> TurnCommit {
         thread_id: thread.into(),
         codex_home: None,
         rows: vec![json!({"thread": thread})],
+        fence: None,
     }
 }
 
@@ -248,7 +249,7 @@ async fn sqlite_new_file_is_owner_only_and_shared_by_two_handles() {
         (0..20).collect::<Vec<_>>()
     );
     // A retirement written through one handle is honoured by the other.
-    b.retire_thread("s", "late").await.unwrap();
+    b.retire_thread("s", "late", None).await.unwrap();
     assert!(!a
         .commit_turn(commit("s", "late"))
         .await

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use rethread_store::{
-    BindingStore, LeaseOwner, OpenOptions, SqliteStore, StoreError, TurnCommit, SCHEMA_VERSION,
+    BindingStore, LocalOwner, OpenOptions, SqliteStore, StoreError, TurnCommit, SCHEMA_VERSION,
 };
 use serde_json::json;
 
@@ -23,6 +23,7 @@ fn commit(session: &str, thread: &str, texts: &[&str]) -> TurnCommit {
             .iter()
             .map(|t| json!({"role": "user", "text": t}))
             .collect(),
+        fence: None,
     }
 }
 
@@ -149,7 +150,8 @@ async fn a_lease_changed_outside_rethread_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");
     let store = SqliteStore::open(&path, OpenOptions::new()).await.unwrap();
-    let owner = LeaseOwner::new_local();
+    let holder = LocalOwner::new();
+    let owner = holder.owner().clone();
     let ttl = std::time::Duration::from_secs(30);
     let lease = store.acquire_lease("a", &owner, ttl).await.unwrap();
     edit(
@@ -192,7 +194,6 @@ INSERT INTO transcript_rows VALUES ('a', 1, '{\"role\":\"assistant\",\"text\":\"
 
 #[tokio::test]
 async fn a_schema_1_store_is_migrated_and_then_verified() {
-    assert_eq!(SCHEMA_VERSION, 2);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v1.db");
     {
@@ -214,7 +215,8 @@ async fn a_schema_1_store_is_migrated_and_then_verified() {
         .commit_turn(commit("a", "thr_a", &["again"]))
         .await
         .unwrap();
-    let owner = LeaseOwner::new_local();
+    let holder = LocalOwner::new();
+    let owner = holder.owner().clone();
     store
         .acquire_lease("a", &owner, std::time::Duration::from_secs(30))
         .await
@@ -225,7 +227,7 @@ async fn a_schema_1_store_is_migrated_and_then_verified() {
         .unwrap()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 2);
+    assert_eq!(version as u64, rethread_store::SCHEMA_VERSION);
     let store = reopen(&path).await.expect("the migrated store opens");
     assert_eq!(store.rows("a", 0..3).await.unwrap().len(), 3);
     store.close().await;
@@ -236,4 +238,47 @@ async fn a_schema_1_store_is_migrated_and_then_verified() {
     );
     let opened = reopen(&path).await;
     assert!(is_corrupt(&opened), "{opened:?}");
+}
+
+/// Schema 3 gave stored leases their holder's process identity. A schema-2 lease (no such
+/// columns) keeps its checksum through the migration and stays the session's live lease.
+#[tokio::test]
+async fn a_schema_2_lease_survives_the_migration_to_schema_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v2.db");
+    let store = SqliteStore::open(&path, OpenOptions::new()).await.unwrap();
+    let owner = rethread_store::LeaseOwner {
+        host: "elsewhere".to_string(),
+        pid: 7,
+        started_at_ms: 1,
+        instance: 1,
+        process: None,
+    };
+    let ttl = std::time::Duration::from_secs(60);
+    let lease = store.acquire_lease("a", &owner, ttl).await.unwrap();
+    store.close().await;
+    // Back to schema 2's layout, as a store written by the previous release.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "ALTER TABLE leases DROP COLUMN process_space;
+         ALTER TABLE leases DROP COLUMN process_start;
+         PRAGMA user_version = 2;",
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = reopen(&path).await.expect("the schema-2 store opens");
+    let renewed = store.renew_lease(&lease, ttl).await.expect("still live");
+    assert_eq!(renewed.fence, lease.fence);
+    let other = rethread_store::LocalOwner::new();
+    assert!(matches!(
+        store.acquire_lease("a", other.owner(), ttl).await,
+        Err(StoreError::Busy { .. })
+    ));
+    store.close().await;
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version as u64, SCHEMA_VERSION);
 }

@@ -1,0 +1,350 @@
+//! Who holds a session lease, and whether that holder is provably gone.
+//!
+//! A lease names its holder by host, pid and, where the OS tells, the process's identity: the
+//! process table it lives in (machine boot, pid namespace, user) and its start time in clock
+//! ticks since boot. An acquirer that sees the same process table can ask the OS whether the
+//! holder still runs, and take a dead holder's lease over at once instead of waiting out its
+//! TTL. Where that cannot be established (another machine or container, another user, an OS
+//! without `/proc`), nothing is judged and the TTL decides.
+//!
+//! Inside one process, holders are told apart by an instance number; a holder is a
+//! [`LocalOwner`], and once it is dropped its leases are free for the process's other holders.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use serde::{Deserialize, Serialize};
+
+/// Who holds (or asks for) a session's lease: a host process, and which holder inside it.
+///
+/// Two owners are the same only if every field is equal, so two holders of one process for
+/// the same session exclude each other like two processes do.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LeaseOwner {
+    /// The host name of the holder's machine (for people: machines are told apart by
+    /// [`ProcessIdentity::space`], never by name).
+    pub host: String,
+    /// The holder's process id.
+    pub pid: u32,
+    /// When the holder's process started (milliseconds since the Unix epoch), from the OS
+    /// where it tells (Linux), else when rethread was first used in that process.
+    pub started_at_ms: i64,
+    /// Which holder inside the process (a counter, unique within the process).
+    pub instance: u64,
+    /// The holder process as the OS identifies it, when it does (Linux). `None`: its liveness
+    /// is never judged, only the TTL frees its lease.
+    #[serde(default)]
+    pub process: Option<ProcessIdentity>,
+}
+
+/// A process as the OS identifies it: which process table, and which incarnation of the pid.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProcessIdentity {
+    /// The process table the pid belongs to, and who may look at it: on Linux
+    /// `linux boot=<boot id> pidns=<pid namespace inode> uid=<uid>`. Two processes with equal
+    /// spaces run on the same booted machine, in the same pid namespace, as the same user, so
+    /// one can ask the OS about the other's pid (two containers or two laptops with the same
+    /// host name have different spaces).
+    pub space: String,
+    /// The process's start time in clock ticks since boot: tells the holder from a later
+    /// process that reused its pid.
+    pub start_ticks: u64,
+}
+
+impl ProcessIdentity {
+    /// The identity of process `pid` as this process sees it, if the OS tells (Linux: from
+    /// `/proc`); `None` elsewhere, or if the process does not exist or cannot be inspected.
+    pub fn of_pid(pid: u32) -> Option<ProcessIdentity> {
+        os::identity_of(pid).map(|(identity, _)| identity)
+    }
+}
+
+impl LeaseOwner {
+    /// Whether this owner's process is provably gone: it ran in this process's process table
+    /// (same [`ProcessIdentity::space`]) and its pid is no longer running, is a zombie, or now
+    /// belongs to a process that started at another time. For a holder inside this very
+    /// process: its [`LocalOwner`] was dropped.
+    ///
+    /// `false` whenever that cannot be established: the TTL then decides.
+    pub fn is_known_gone(&self) -> bool {
+        let Some(theirs) = &self.process else {
+            return false;
+        };
+        let Some(here) = this_process() else {
+            return false;
+        };
+        if theirs.space != here.identity.space {
+            return false;
+        }
+        if self.pid == here.pid && theirs.start_ticks == here.identity.start_ticks {
+            return !live_instances().contains(&self.instance);
+        }
+        os::is_gone(self.pid, theirs.start_ticks)
+    }
+}
+
+impl std::fmt::Display for LeaseOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "host {} pid {}", self.host, self.pid)
+    }
+}
+
+/// A lease holder in this process. Its [`owner`](LocalOwner::owner) names it in the leases it
+/// takes; while it lives, no other holder can take them before they expire, and once it is
+/// dropped, another holder on this machine takes them over at once (see
+/// [`LeaseOwner::is_known_gone`]), even before their release reaches the store.
+#[derive(Debug)]
+pub struct LocalOwner {
+    owner: LeaseOwner,
+}
+
+impl LocalOwner {
+    /// A new holder: this host and process, and an instance number no other holder of this
+    /// process has.
+    pub fn new() -> Self {
+        static INSTANCE: AtomicU64 = AtomicU64::new(1);
+        let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
+        live_instances().insert(instance);
+        let (host, started_at_ms, process) = match this_process() {
+            Some(here) => (
+                here.host.clone(),
+                here.started_at_ms,
+                Some(here.identity.clone()),
+            ),
+            None => (host_name(), first_use_ms(), None),
+        };
+        LocalOwner {
+            owner: LeaseOwner {
+                host,
+                pid: std::process::id(),
+                started_at_ms,
+                instance,
+                process,
+            },
+        }
+    }
+
+    /// The owner this holder's leases name.
+    pub fn owner(&self) -> &LeaseOwner {
+        &self.owner
+    }
+}
+
+impl Default for LocalOwner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for LocalOwner {
+    fn drop(&mut self) {
+        live_instances().remove(&self.owner.instance);
+    }
+}
+
+/// Instances of this process whose [`LocalOwner`] is alive.
+fn live_instances() -> MutexGuard<'static, HashSet<u64>> {
+    static LIVE: OnceLock<Mutex<HashSet<u64>>> = OnceLock::new();
+    LIVE.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// This process, as the OS identifies it.
+struct ThisProcess {
+    pid: u32,
+    host: String,
+    started_at_ms: i64,
+    identity: ProcessIdentity,
+}
+
+fn this_process() -> Option<&'static ThisProcess> {
+    static THIS: OnceLock<Option<ThisProcess>> = OnceLock::new();
+    let this = THIS
+        .get_or_init(|| {
+            let pid = std::process::id();
+            os::identity_of(pid).map(|(identity, started_at_ms)| ThisProcess {
+                pid,
+                host: host_name(),
+                started_at_ms,
+                identity,
+            })
+        })
+        .as_ref()?;
+    // A forked child is another process: it must not pass for its parent.
+    (this.pid == std::process::id()).then_some(this)
+}
+
+fn host_name() -> String {
+    let name = gethostname::gethostname()
+        .to_string_lossy()
+        .trim()
+        .to_string();
+    if name.is_empty() {
+        "localhost".to_string()
+    } else {
+        name
+    }
+}
+
+fn first_use_ms() -> i64 {
+    static FIRST: OnceLock<i64> = OnceLock::new();
+    *FIRST.get_or_init(crate::logic::now_ms)
+}
+
+#[cfg(target_os = "linux")]
+mod os {
+    //! `/proc`: identity and liveness of a process.
+
+    use procfs::process::Process;
+    use procfs::ProcError;
+
+    use super::ProcessIdentity;
+
+    /// The identity of `pid` and its start time in milliseconds since the Unix epoch.
+    pub(super) fn identity_of(pid: u32) -> Option<(ProcessIdentity, i64)> {
+        let process = Process::new(i32::try_from(pid).ok()?).ok()?;
+        let stat = process.stat().ok()?;
+        let uid = process.uid().ok()?;
+        let pid_namespace = process
+            .namespaces()
+            .ok()?
+            .0
+            .get(std::ffi::OsStr::new("pid"))?
+            .identifier;
+        let boot_id = procfs::sys::kernel::random::boot_id().ok()?;
+        let boot_id = boot_id.trim();
+        if boot_id.is_empty() {
+            return None;
+        }
+        let ticks_per_second = procfs::ticks_per_second().max(1);
+        let boot_ms = i64::try_from(procfs::boot_time_secs().ok()?)
+            .ok()?
+            .saturating_mul(1000);
+        let since_boot_ms = i64::try_from(stat.starttime.saturating_mul(1000) / ticks_per_second)
+            .unwrap_or(i64::MAX);
+        Some((
+            ProcessIdentity {
+                space: format!("linux boot={boot_id} pidns={pid_namespace} uid={uid}"),
+                start_ticks: stat.starttime,
+            },
+            boot_ms.saturating_add(since_boot_ms),
+        ))
+    }
+
+    /// Whether `pid` provably no longer runs the process that started at `start_ticks`.
+    pub(super) fn is_gone(pid: u32, start_ticks: u64) -> bool {
+        let Ok(pid) = i32::try_from(pid) else {
+            return false;
+        };
+        let stat = match Process::new(pid).and_then(|p| p.stat()) {
+            Ok(stat) => stat,
+            // No such process (now). Any other failure proves nothing.
+            Err(ProcError::NotFound(_)) => return true,
+            Err(_) => return false,
+        };
+        // A zombie has exited; only its parent has not reaped it yet.
+        matches!(stat.state, 'Z' | 'X' | 'x') || stat.starttime != start_ticks
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod os {
+    //! No process identity: leases of such holders are freed by their TTL only.
+
+    use super::ProcessIdentity;
+
+    pub(super) fn identity_of(_pid: u32) -> Option<(ProcessIdentity, i64)> {
+        None
+    }
+
+    pub(super) fn is_gone(_pid: u32, _start_ticks: u64) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_local_owner_is_not_gone_and_a_dropped_one_is() {
+        let holder = LocalOwner::new();
+        let owner = holder.owner().clone();
+        if owner.process.is_none() {
+            // No process identity on this OS: nothing is ever judged gone.
+            assert!(!owner.is_known_gone());
+            return;
+        }
+        assert!(!owner.is_known_gone());
+        drop(holder);
+        assert!(owner.is_known_gone());
+    }
+
+    #[test]
+    fn two_local_owners_differ_and_share_the_process_identity() {
+        let (a, b) = (LocalOwner::new(), LocalOwner::new());
+        assert_ne!(a.owner(), b.owner());
+        assert_eq!(a.owner().process, b.owner().process);
+        assert_eq!(a.owner().pid, std::process::id());
+    }
+
+    #[test]
+    fn an_owner_without_identity_or_from_another_space_is_never_gone() {
+        let here = LocalOwner::new().owner().clone();
+        let unidentified = LeaseOwner {
+            process: None,
+            ..here.clone()
+        };
+        assert!(!unidentified.is_known_gone());
+        let elsewhere = LeaseOwner {
+            process: here.process.clone().map(|p| ProcessIdentity {
+                space: format!("{} (another container)", p.space),
+                ..p
+            }),
+            pid: 1,
+            ..here
+        };
+        assert!(!elsewhere.is_known_gone());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_reused_pid_or_an_exited_process_is_gone() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let identity = ProcessIdentity::of_pid(child.id()).expect("identity of a live child");
+        let owner = LeaseOwner {
+            host: "h".into(),
+            pid: child.id(),
+            started_at_ms: 0,
+            instance: 0,
+            process: Some(identity.clone()),
+        };
+        assert!(!owner.is_known_gone(), "a running child is alive");
+        let reused = LeaseOwner {
+            process: Some(ProcessIdentity {
+                start_ticks: identity.start_ticks.wrapping_sub(1),
+                ..identity
+            }),
+            ..owner.clone()
+        };
+        assert!(reused.is_known_gone(), "same pid, another start time");
+        child.kill().expect("kill");
+        // Unreaped, it is a zombie: gone too. SIGKILL lands asynchronously, so wait for it.
+        let mut gone = false;
+        for _ in 0..1000 {
+            gone = owner.is_known_gone();
+            if gone {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(gone, "a killed, unreaped child is gone");
+        child.wait().expect("reap");
+        assert!(owner.is_known_gone(), "a reaped child is gone");
+    }
+}
