@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use rethread_store::{open_url, BindingStore, OpenOptions};
+use rethread_store::{open_url, redact_url, BindingStore, OpenOptions};
 
 /// The error every command returns: printed as one line, exit code 1.
 type CliResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -182,5 +182,5 @@ async fn open_store_url(url: &str) -> CliResult<Arc<dyn BindingStore>> {
     }
     open_url(url, OpenOptions::default())
         .await
-        .map_err(|e| format!("cannot open store {url}: {e}").into())
+        .map_err(|e| format!("cannot open store {}: {e}", redact_url(url)).into())
 }

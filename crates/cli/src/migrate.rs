@@ -3,7 +3,7 @@
 //! Each session is imported whole in one transaction, and importing an identical session is a
 //! no-op, so an interrupted migration rerun completes without duplicates.
 
-use rethread_store::{BindingStore, BindingStoreExt, ImportOutcome};
+use rethread_store::{redact_url, BindingStore, BindingStoreExt, ImportOutcome};
 
 use crate::{open_store_url, output, CliResult};
 
@@ -13,6 +13,8 @@ pub(crate) async fn run(from: &str, to: &str) -> CliResult {
     }
     let source = open_store_url(from).await?;
     let target = open_store_url(to).await?;
+    // Only ever shown without their passwords.
+    let (from, to) = (redact_url(from), redact_url(to));
     let sessions = source.all_sessions().await?;
     let bar = output::progress(sessions.len() as u64, "migrating");
     let (mut copied, mut present) = (0usize, 0usize);

@@ -201,6 +201,29 @@ fn an_unreachable_store_fails_in_one_line() {
     );
 }
 
+/// A store URL's password is never printed, whichever command fails to open it.
+#[test]
+fn a_store_password_is_never_printed() {
+    let sandbox = Sandbox::fake();
+    // Nothing listens on port 9 of loopback: the connection is refused at once.
+    let url = "postgres://alice:PASSWORD@127.0.0.1:9/db";
+    for args in [
+        vec!["--store", url, "sessions", "list"],
+        vec!["--store", url, "doctor"],
+        vec!["migrate", "--from", url, "--to", "memory:"],
+        vec!["migrate", "--from", "memory:", "--to", url],
+    ] {
+        let out = sandbox.run(&args);
+        assert!(!out.status.success(), "{args:?}");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), stderr(&out));
+        assert!(stderr.contains("alice"), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("PASSWORD") && !stdout.contains("PASSWORD"),
+            "{args:?}: {stdout}{stderr}"
+        );
+    }
+}
+
 #[test]
 fn a_failed_turn_writes_nothing() {
     let mut sandbox = Sandbox::fake();

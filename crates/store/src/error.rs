@@ -111,7 +111,7 @@ pub enum StoreError {
     /// The store URL names a scheme this build does not support.
     #[error("unsupported store URL `{url}`: {reason}")]
     UnsupportedUrl {
-        /// The URL as given.
+        /// The URL as given, password redacted ([`redact_url`](crate::redact_url)).
         url: String,
         /// Why it is not supported.
         reason: String,

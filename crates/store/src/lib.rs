@@ -75,6 +75,7 @@ mod logic;
 mod memory;
 mod options;
 mod owner;
+mod redact;
 mod store;
 mod types;
 
@@ -103,6 +104,7 @@ pub use options::{Durability, OpenOptions};
 pub use owner::{LeaseOwner, LocalOwner, ProcessIdentity};
 #[cfg(feature = "postgres")]
 pub use postgres_store::PostgresStore;
+pub use redact::redact_url;
 #[cfg(feature = "redb")]
 pub use redb_store::RedbStore;
 #[cfg(feature = "sqlite")]
@@ -129,7 +131,7 @@ pub async fn open_url(
     options: OpenOptions,
 ) -> Result<Arc<dyn BindingStore>, StoreError> {
     let unsupported = |reason: &str| StoreError::UnsupportedUrl {
-        url: url.to_string(),
+        url: redact_url(url),
         reason: reason.to_string(),
     };
     let (scheme, rest) = url.split_once(':').ok_or_else(|| {

@@ -243,20 +243,6 @@ fn split_schema(url: &str) -> (String, Option<String>) {
     (url, schema)
 }
 
-/// The URL without its password, for messages.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    match rest.split_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{scheme}://{user}@{host}")
-        }
-        None => url.to_string(),
-    }
-}
-
 impl PostgresStore {
     /// Connects to `url` (`postgres://user@host:port/db`, libpq-style parameters; plus
     /// `schema=NAME` to keep the tables in that schema, created if missing), creating or
@@ -267,7 +253,7 @@ impl PostgresStore {
     /// [`StoreError::Backend`] when the server cannot be reached. No TLS: use it on loopback
     /// or a private network.
     pub async fn open(url: &str, options: OpenOptions) -> Result<Self, StoreError> {
-        let label = redact(url);
+        let label = crate::redact_url(url);
         let (pg_url, schema) = split_schema(url);
         let mut config =
             tokio_postgres::Config::from_str(&pg_url).map_err(|e| StoreError::UnsupportedUrl {
