@@ -88,7 +88,8 @@ pub fn exit_code_of(status: ExitStatus) -> i32 {
 /// until one of them ends or a signal arrives, and returns the exit code for this process:
 ///
 /// - the client closed its input (or stopped reading): codex's input is closed, codex gets
-///   `options.shutdown_grace` to exit, then is killed; `0`;
+///   `options.shutdown_grace` to exit, then is killed; `0` (codex's own status when it exited
+///   by itself within the grace: `0` for a codex that shut down because its input ended);
 /// - codex exited: everything it wrote has been passed on; its exit code (128 + N when a
 ///   signal N killed it);
 /// - SIGINT / SIGTERM: codex is stopped the same way; `130` / `143`.
@@ -119,6 +120,11 @@ pub async fn run_app_server<H: SessionHooks>(
     // Codex's input is closed now (the forwarder owned it): a polite codex exits on its own.
     let status = wait_or_kill(&mut child, options.shutdown_grace).await;
     match ended? {
+        // Codex exits 0 when its input ends; a codex that failed on its own (bad arguments,
+        // a tooling subcommand such as `generate-json-schema`) keeps its status.
+        Ended::ClientClosed {
+            codex_finished: true,
+        } => Ok(status.map_or(0, exit_code_of)),
         Ended::ClientClosed { .. } | Ended::ClientGone => Ok(0),
         Ended::CodexClosed => Ok(status.map_or(1, exit_code_of)),
         Ended::Stopped { signal } => Ok(128 + signal),
