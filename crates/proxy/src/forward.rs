@@ -79,14 +79,22 @@ where
             hooks,
             &client_ctx,
             &link,
-            FramedRead::new(client_in, LineSplitter::new(options.max_line_length)),
+            FramedRead::with_capacity(
+                client_in,
+                LineSplitter::new(options.max_line_length),
+                options.read_buffer,
+            ),
             options.max_line_length,
         );
         let codex_reader = codex_side(
             hooks,
             &server_ctx,
             &link,
-            FramedRead::new(codex_out, LineSplitter::new(options.max_line_length)),
+            FramedRead::with_capacity(
+                codex_out,
+                LineSplitter::new(options.max_line_length),
+                options.read_buffer,
+            ),
             options.max_line_length,
         );
         let client_writer = drain(to_client_rx, client_out, options.write_buffer);

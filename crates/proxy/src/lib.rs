@@ -205,6 +205,9 @@ pub struct ProxyOptions {
     pub queue_lines: usize,
     /// At most this many bytes wait in each direction's queue (one larger line at a time).
     pub queue_bytes: usize,
+    /// The read buffer of each side. Lines are split off it without a copy; a line that
+    /// outgrows it is moved to a larger one, so lines up to this size are never moved.
+    pub read_buffer: usize,
     /// The write buffer of each side; small lines are batched into it, larger ones bypass it.
     pub write_buffer: usize,
     /// How long a proxy request waits for codex's answer.
@@ -221,7 +224,8 @@ impl Default for ProxyOptions {
         ProxyOptions {
             max_line_length: rethread_protocol::codec::DEFAULT_MAX_LINE_LENGTH,
             queue_lines: 256,
-            queue_bytes: 8 * 1024 * 1024,
+            queue_bytes: 1024 * 1024,
+            read_buffer: 64 * 1024,
             write_buffer: 64 * 1024,
             request_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(3),
