@@ -7,11 +7,13 @@
 //! - `codex [--version V]`: install `@openai/codex@V` into `target/codex/V`
 //!   (idempotent) and print the binary's path.
 //! - `bench <what>`: benchmarks (see `docs/benchmarks.md`).
+//! - `python`: the Python SDK tests of `rethread app-server` (also the last step of `ci`).
 
 mod bench;
 mod bench_fake;
 mod codex;
 mod fuzz;
+mod proxy;
 mod util;
 
 use std::process::ExitCode;
@@ -23,6 +25,7 @@ fn main() -> ExitCode {
         Some("codex") => codex::command(&args[1..]),
         Some("fuzz") => fuzz::command(&args[1..]),
         Some("bench") => bench::command(&args[1..]),
+        Some("python") => proxy::python_tests(),
         Some("help") | Some("--help") | Some("-h") | None => {
             print_help();
             Ok(())
@@ -45,7 +48,9 @@ fn print_help() {
          codex [--version V]   install @openai/codex@V (default {}) and print its path\n\
          fuzz [--seconds N] [TARGET...]  build, seed and run the fuzz targets (docs/fuzzing.md)\n\
          bench store [--seconds S]  store commit rates vs raw baselines (docs/benchmarks.md)\n\
-         bench fake [--seconds S]   in-process fake app-server requests per second",
+         bench fake [--seconds S]   in-process fake app-server requests per second\n\
+         bench proxy [--rounds N]   rethread app-server vs codex direct (fake-codex), p50/p99\n\
+         python                the openai-codex Python SDK driving rethread app-server (pytest)",
         codex::current()
     );
 }
@@ -83,6 +88,8 @@ fn ci() -> Result<(), String> {
         ],
     )?;
     util::run(&root, "cargo", &["test", "--workspace", "--locked"])?;
+    // A real, unmodified client (the openai-codex Python SDK) through `rethread app-server`.
+    proxy::python_tests()?;
     // A short smoke of every fuzz target (docs/fuzzing.md); `RETHREAD_FUZZ_SMOKE_SECONDS=0`
     // skips it, e.g. while iterating locally.
     let seconds = std::env::var("RETHREAD_FUZZ_SMOKE_SECONDS").unwrap_or_else(|_| "60".to_string());

@@ -5,6 +5,7 @@
 // Runtime errors carry codex's whole error for the one-line cause; they are the cold path.
 #![allow(clippy::result_large_err)]
 
+mod app_server;
 mod chat;
 mod demo;
 mod doctor;
@@ -35,6 +36,8 @@ struct Cli {
     /// The codex binary (default: `codex` on PATH).
     #[arg(long, env = "RETHREAD_CODEX_BIN", global = true, value_name = "PATH")]
     codex_bin: Option<PathBuf>,
+    #[command(flatten)]
+    app_server: app_server::AppServerGlobals,
     #[command(subcommand)]
     command: Command,
 }
@@ -74,6 +77,17 @@ enum Command {
     },
     /// Play the restart story on the bundled fake app-server; needs nothing installed.
     Demo,
+    /// A drop-in `codex app-server` for any client: ARGS go to `<codex> app-server` verbatim.
+    #[command(disable_help_flag = true)]
+    AppServer {
+        /// Arguments for `codex app-server`, verbatim (`--listen stdio://`, `-c k=v`, ...).
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -101,6 +115,13 @@ enum SessionsCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::AppServer { args } = cli.command {
+        let codex = cli.codex_bin.unwrap_or_else(|| PathBuf::from("codex"));
+        return app_server::main(&codex, &cli.app_server, args);
+    }
+    if let Err(cause) = cli.app_server.ensure_unused() {
+        return output::fail(&cause);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -142,6 +163,7 @@ async fn run(cli: Cli) -> CliResult {
         }
         Command::Migrate { from, to } => migrate::run(&from, &to).await,
         Command::Demo => demo::run().await,
+        Command::AppServer { .. } => unreachable!("app-server runs on a runtime of its own"),
     }
 }
 
