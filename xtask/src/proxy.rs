@@ -16,8 +16,6 @@ use crate::util;
 const SDK: &str = "openai-codex==0.163.0";
 /// Its dependencies (installed by hand: `--no-deps` keeps its bundled codex out) and pytest.
 const SDK_DEPENDENCIES: [&str; 3] = ["pydantic>=2.12", "packaging>=26.2", "pytest>=8"];
-/// The codex release the Python tests run behind the proxy.
-
 fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
 }
