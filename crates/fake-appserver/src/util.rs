@@ -1,9 +1,8 @@
-//! Small helpers: codex-like ids, timestamps and id validation, without extra dependencies.
+//! Small helpers: codex-like ids, timestamps and id validation, a temporary home.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-static COUNTER: AtomicU64 = AtomicU64::new(0);
+use uuid::Uuid;
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> u64 {
@@ -13,39 +12,16 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// A fresh UUIDv7-shaped id (time-ordered like codex's), unique within the process and, with
-/// the process id and a clock-derived seed mixed in, across processes.
+/// A fresh UUIDv7 (time-ordered, like codex's thread and turn ids).
 pub(crate) fn new_id() -> String {
-    let ms = now_ms();
-    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let mut x = splitmix(count ^ (u64::from(std::process::id()) << 32) ^ u64::from(nanos));
-    let rand_a = (x & 0x0fff) as u16;
-    x = splitmix(x);
-    let rand_b = x & 0x3fff_ffff_ffff_ffff;
-    format!(
-        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-        (ms >> 16) as u32,
-        (ms & 0xffff) as u16,
-        0x7000 | rand_a,
-        0x8000 | ((rand_b >> 48) as u16 & 0x3fff),
-        rand_b & 0xffff_ffff_ffff
-    )
-}
-
-fn splitmix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    Uuid::now_v7().to_string()
 }
 
 /// Validates a thread id the way codex's UUID parser does, returning its error text
 /// (e.g. ``invalid character: expected an optional prefix of `urn:uuid:` followed by
-/// [0-9a-fA-F-], found `n` at 1``).
+/// [0-9a-fA-F-], found `n` at 1``). Written out rather than delegated to the `uuid` crate:
+/// the release of `uuid` this workspace builds with words its errors differently
+/// (``invalid character: found `n` at 0``), and codex's wording is what clients see.
 pub(crate) fn check_uuid(id: &str) -> Result<(), String> {
     let body = id.strip_prefix("urn:uuid:").unwrap_or(id);
     let offset = id.len() - body.len();
