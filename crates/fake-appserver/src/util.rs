@@ -157,6 +157,38 @@ impl Utc {
     }
 }
 
+/// Parses a UTC RFC 3339 time as codex writes it (`2026-11-30T00:12:20.274Z`, fraction
+/// optional) into milliseconds since the epoch; `None` for anything else.
+pub(crate) fn parse_rfc3339_ms(text: &str) -> Option<u64> {
+    let text = text.strip_suffix('Z')?;
+    let (date, time) = text.split_once('T')?;
+    let mut date = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (year, month, day) = (date.next()??, date.next()??, date.next()??);
+    let (clock, fraction) = time.split_once('.').unwrap_or((time, ""));
+    let mut clock = clock.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (hour, minute, second) = (clock.next()??, clock.next()??, clock.next()??);
+    let millis = match fraction {
+        "" => 0,
+        digits if digits.bytes().all(|b| b.is_ascii_digit()) => {
+            format!("{digits:0<3}")[..3].parse::<i64>().ok()?
+        }
+        _ => return None,
+    };
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    // Days from the civil date (proleptic Gregorian), the inverse of `Utc::from_ms`.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let ms = ((days * 86_400 + hour * 3600 + minute * 60 + second) * 1000) + millis;
+    u64::try_from(ms).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +210,19 @@ mod tests {
              [0-9a-fA-F-], found `n` at 1"
         );
         assert!(check_uuid("abc").unwrap_err().starts_with("invalid length"));
+    }
+
+    #[test]
+    fn rfc3339_parses_back_what_it_formats() {
+        for ms in [0, 951_782_400_000, 1_795_997_540_274, 4_102_444_799_999] {
+            assert_eq!(parse_rfc3339_ms(&Utc::from_ms(ms).rfc3339()), Some(ms));
+        }
+        assert_eq!(
+            parse_rfc3339_ms("2026-11-30T00:12:20Z"),
+            Some(1_795_997_540_000)
+        );
+        assert_eq!(parse_rfc3339_ms("2026-11-30 00:12:20"), None);
+        assert_eq!(parse_rfc3339_ms("2026-13-30T00:12:20Z"), None);
     }
 
     #[test]

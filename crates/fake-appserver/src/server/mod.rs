@@ -3,11 +3,13 @@
 //!
 //! - `process`: one server "process" per connection: the select loop over input lines, the
 //!   outgoing queue and the turn tasks; request faults; dispatch by method.
-//! - `threads`: `thread/start`, `thread/resume`, `thread/read`, `thread/list`.
+//! - `threads`: `thread/start`, `thread/resume`, `thread/read`.
+//! - `list`: `thread/list`, one page at a time.
 //! - `turns`: `turn/start` (the turn task, the model) and `turn/interrupt`.
 //! - `params`: request parameters read with codex's error wording, and [`Answer`]-typed
 //!   handler results.
 
+mod list;
 mod params;
 mod process;
 mod threads;

@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 use tokio_util::codec::FramedRead;
 
 use super::params::{field_str, invalid, Answer, Failure, Handled};
-use super::{lock, threads, turns, Ended, LoggedRequest, Shared};
+use super::{list, lock, threads, turns, Ended, LoggedRequest, Shared};
 use crate::faults::{Fault, OVERLOADED_MESSAGE};
 use crate::profile::Profile;
 use crate::store::{Store, ThreadMeta, TurnRecord};
@@ -359,7 +359,7 @@ fn dispatch(
         "thread/start" => threads::thread_start(&mut lock(proc), emitter, id, &params),
         "thread/resume" => threads::thread_resume(&mut lock(proc), emitter, id, &params, faults),
         "thread/read" => threads::thread_read(&mut lock(proc), emitter, &params),
-        "thread/list" => threads::thread_list(&mut lock(proc), &params),
+        "thread/list" => list::thread_list(&mut lock(proc), &params),
         "turn/start" => turns::turn_start(proc, emitter, tasks, id, &params, faults),
         "turn/interrupt" => turns::turn_interrupt(&mut lock(proc), &params),
         _ => Err((

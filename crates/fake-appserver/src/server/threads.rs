@@ -1,7 +1,6 @@
 //! The thread methods: `thread/start`, `thread/resume`, `thread/read`, `thread/list`, and the
 //! `Thread` objects they answer with.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 
@@ -327,7 +326,7 @@ fn resume(
     Ok((response, true, last_turn))
 }
 
-fn internal(e: io::Error) -> Failure {
+pub(super) fn internal(e: io::Error) -> Failure {
     (ErrorCode::INTERNAL_ERROR, e.to_string())
 }
 
@@ -445,46 +444,4 @@ fn deprecation_notice(emitter: &Emitter) {
                `includeTurns` or set it to `false`, then page with `thread/turns/list` and \
                `thread/items/list`.", "details": null}),
     );
-}
-
-/// Lists the threads whose rollout can be read, wherever under `sessions/` it lies (codex
-/// finds a rollout moved to another day's folder), most recently updated first.
-pub(super) fn thread_list(proc: &mut Proc, _params: &Value) -> Handled {
-    let rows: HashMap<String, store::Row> = proc
-        .store
-        .rows()
-        .map_err(internal)?
-        .into_iter()
-        .map(|row| (row.id.clone(), row))
-        .collect();
-    let mut listed = Vec::new();
-    for path in store::all_rollouts(&proc.store.home().join("sessions")) {
-        // A thread whose rollout cannot be read (empty, garbage, unknown mode) is left out:
-        // never listed with a guessed mode.
-        let Ok(rollout) = store::read_rollout(&path) else {
-            continue;
-        };
-        let mut meta = rollout.meta;
-        if let Some(row) = rows.get(&meta.id) {
-            let _ = proc.store.reconcile_mode(&meta.id, &meta.history_mode);
-            meta.created_ms = row.created_ms;
-            meta.updated_ms = row.updated_ms;
-        }
-        listed.push(meta);
-    }
-    listed.sort_by(|a, b| {
-        b.updated_ms
-            .cmp(&a.updated_ms)
-            .then_with(|| b.id.cmp(&a.id))
-    });
-    listed.dedup_by(|a, b| a.id == b.id);
-    let data: Vec<Value> = listed
-        .iter()
-        .map(|meta| proc.thread_json(meta, None, proc.threads.contains_key(&meta.id)))
-        .collect();
-    let mut result = json!({"data": data, "nextCursor": null, "backwardsCursor": null});
-    if proc.profile == Profile::Current {
-        result["readStates"] = json!({});
-    }
-    Ok(Answer::Reply(result))
 }
