@@ -40,7 +40,8 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
     let root = project_root();
     let mut results = Vec::new();
     for (package, targets, filter) in SUITES {
-        let mut args = vec!["test", "-p", package];
+        // Every test binary runs even when one fails: the point is the whole picture.
+        let mut args = vec!["test", "--no-fail-fast", "-p", package];
         for target in targets {
             args.extend(["--test", target]);
         }
