@@ -6,12 +6,15 @@
 //!   This is what `.ci/run` calls.
 //! - `codex [--version V]`: install `@openai/codex@V` into `target/codex/V`
 //!   (idempotent) and print the binary's path.
+//! - `codex-check --version V`: install any codex release, run the real-binary suites against
+//!   it and print its row of the README's compatibility table.
 //! - `bench <what>`: benchmarks (see `docs/benchmarks.md`).
 //! - `python`: the Python SDK tests of `rethread app-server` (also the last step of `ci`).
 
 mod bench;
 mod bench_fake;
 mod codex;
+mod codex_check;
 mod fuzz;
 mod proxy;
 mod util;
@@ -23,6 +26,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("codex") => codex::command(&args[1..]),
+        Some("codex-check") => codex_check::command(&args[1..]),
         Some("fuzz") => fuzz::command(&args[1..]),
         Some("bench") => bench::command(&args[1..]),
         Some("python") => proxy::python_tests(),
@@ -46,6 +50,7 @@ fn print_help() {
         "cargo xtask <command>\n\n\
          ci                    install the supported codex releases, fmt check, clippy -D warnings, all tests\n\
          codex [--version V]   install @openai/codex@V (default {}) and print its path\n\
+         codex-check --version V  run the real-codex suites against V, print its compatibility row\n\
          fuzz [--seconds N] [TARGET...]  build, seed and run the fuzz targets (docs/fuzzing.md)\n\
          bench store [--seconds S]  store commit rates vs raw baselines (docs/benchmarks.md)\n\
          bench fake [--seconds S]   in-process fake app-server requests per second\n\

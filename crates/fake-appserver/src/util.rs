@@ -1,9 +1,8 @@
-//! Small helpers: codex-like ids, timestamps and id validation, without extra dependencies.
+//! Small helpers: codex-like ids, timestamps and id validation, a temporary home.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-static COUNTER: AtomicU64 = AtomicU64::new(0);
+use uuid::Uuid;
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> u64 {
@@ -13,39 +12,16 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// A fresh UUIDv7-shaped id (time-ordered like codex's), unique within the process and, with
-/// the process id and a clock-derived seed mixed in, across processes.
+/// A fresh UUIDv7 (time-ordered, like codex's thread and turn ids).
 pub(crate) fn new_id() -> String {
-    let ms = now_ms();
-    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let mut x = splitmix(count ^ (u64::from(std::process::id()) << 32) ^ u64::from(nanos));
-    let rand_a = (x & 0x0fff) as u16;
-    x = splitmix(x);
-    let rand_b = x & 0x3fff_ffff_ffff_ffff;
-    format!(
-        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-        (ms >> 16) as u32,
-        (ms & 0xffff) as u16,
-        0x7000 | rand_a,
-        0x8000 | ((rand_b >> 48) as u16 & 0x3fff),
-        rand_b & 0xffff_ffff_ffff
-    )
-}
-
-fn splitmix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    Uuid::now_v7().to_string()
 }
 
 /// Validates a thread id the way codex's UUID parser does, returning its error text
 /// (e.g. ``invalid character: expected an optional prefix of `urn:uuid:` followed by
-/// [0-9a-fA-F-], found `n` at 1``).
+/// [0-9a-fA-F-], found `n` at 1``). Written out rather than delegated to the `uuid` crate:
+/// the release of `uuid` this workspace builds with words its errors differently
+/// (``invalid character: found `n` at 0``), and codex's wording is what clients see.
 pub(crate) fn check_uuid(id: &str) -> Result<(), String> {
     let body = id.strip_prefix("urn:uuid:").unwrap_or(id);
     let offset = id.len() - body.len();
@@ -181,6 +157,38 @@ impl Utc {
     }
 }
 
+/// Parses a UTC RFC 3339 time as codex writes it (`2026-11-30T00:12:20.274Z`, fraction
+/// optional) into milliseconds since the epoch; `None` for anything else.
+pub(crate) fn parse_rfc3339_ms(text: &str) -> Option<u64> {
+    let text = text.strip_suffix('Z')?;
+    let (date, time) = text.split_once('T')?;
+    let mut date = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (year, month, day) = (date.next()??, date.next()??, date.next()??);
+    let (clock, fraction) = time.split_once('.').unwrap_or((time, ""));
+    let mut clock = clock.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (hour, minute, second) = (clock.next()??, clock.next()??, clock.next()??);
+    let millis = match fraction {
+        "" => 0,
+        digits if digits.bytes().all(|b| b.is_ascii_digit()) => {
+            format!("{digits:0<3}")[..3].parse::<i64>().ok()?
+        }
+        _ => return None,
+    };
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    // Days from the civil date (proleptic Gregorian), the inverse of `Utc::from_ms`.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let ms = ((days * 86_400 + hour * 3600 + minute * 60 + second) * 1000) + millis;
+    u64::try_from(ms).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,6 +210,19 @@ mod tests {
              [0-9a-fA-F-], found `n` at 1"
         );
         assert!(check_uuid("abc").unwrap_err().starts_with("invalid length"));
+    }
+
+    #[test]
+    fn rfc3339_parses_back_what_it_formats() {
+        for ms in [0, 951_782_400_000, 1_795_997_540_274, 4_102_444_799_999] {
+            assert_eq!(parse_rfc3339_ms(&Utc::from_ms(ms).rfc3339()), Some(ms));
+        }
+        assert_eq!(
+            parse_rfc3339_ms("2026-11-30T00:12:20Z"),
+            Some(1_795_997_540_000)
+        );
+        assert_eq!(parse_rfc3339_ms("2026-11-30 00:12:20"), None);
+        assert_eq!(parse_rfc3339_ms("2026-13-30T00:12:20Z"), None);
     }
 
     #[test]

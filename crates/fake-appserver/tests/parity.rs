@@ -696,10 +696,23 @@ async fn damaged_rollouts(target: Target) -> Vec<String> {
                 std::fs::write(&path, format!("{meta}\n{rest}")).unwrap();
             }
             "unknown mode in sqlite" => {
+                // The index row: codex's table (a real codex's home) or the fake's.
                 let db = rusqlite::Connection::open(home.join("state_5.sqlite")).unwrap();
+                let codex_made_it: bool = db
+                    .query_row(
+                        "SELECT count(*) > 0 FROM sqlite_master WHERE name = '_sqlx_migrations'",
+                        [],
+                        |row| row.get(0),
+                    )
+                    .unwrap();
+                let table = if codex_made_it {
+                    "threads"
+                } else {
+                    "rethread_fake_threads"
+                };
                 let n = db
                     .execute(
-                        "UPDATE threads SET history_mode = 'segmented' WHERE id = ?1",
+                        &format!("UPDATE {table} SET history_mode = 'segmented' WHERE id = ?1"),
                         [id],
                     )
                     .unwrap();
@@ -1019,6 +1032,93 @@ async fn paginated_under_release_n(writer: Target, reader: Target) -> Vec<String
     lab.log
 }
 
+/// `thread/list` one page at a time: three threads created a second apart (0.144.6's cursor
+/// has a resolution of one second), the oldest updated last.
+async fn paging(target: Target) -> Vec<String> {
+    let mut lab = Lab::new();
+    let home = lab.new_home();
+    let mut p = lab.spawn(&target, &home, false).await;
+    let mut labels = BTreeMap::new();
+    let mut ids = Vec::new();
+    for label in ["A", "B", "C"] {
+        let started = p.req("thread/start", json!({"cwd": "/tmp"})).await;
+        let id = thread_id(&started);
+        p.peer.run_turn(&id, label, None).await.expect("turn");
+        labels.insert(id.clone(), label);
+        ids.push(id);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    // A thread without a turn has no rollout and is never listed.
+    let unlisted = p.req("thread/start", json!({"cwd": "/tmp"})).await;
+    labels.insert(thread_id(&unlisted), "D");
+    p.peer
+        .run_turn(&ids[0], "A again", None)
+        .await
+        .expect("turn");
+    let page = |response: &Value| -> String {
+        if let Some((code, message)) = error_of(response) {
+            return format!("ERR {code} {message}");
+        }
+        let result = &response["result"];
+        let data: Vec<&str> = result["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                labels
+                    .get(t["id"].as_str().unwrap())
+                    .copied()
+                    .unwrap_or("?")
+            })
+            .collect();
+        let kind = |v: &Value| match v {
+            Value::String(_) => "string",
+            Value::Null => "null",
+            _ => "other",
+        };
+        format!(
+            "[{}] next={} backwards={}",
+            data.join(","),
+            kind(&result["nextCursor"]),
+            kind(&result["backwardsCursor"])
+        )
+    };
+    let mut notes = Vec::new();
+    for (label, params) in [
+        ("default", json!({})),
+        ("limit 1", json!({"limit": 1})),
+        ("limit 0", json!({"limit": 0})),
+        ("limit 3", json!({"limit": 3})),
+        ("updated_at", json!({"sortKey": "updated_at"})),
+        (
+            "updated_at limit 2",
+            json!({"sortKey": "updated_at", "limit": 2}),
+        ),
+        ("bad cursor", json!({"cursor": "garbage"})),
+        ("negative limit", json!({"limit": -1})),
+    ] {
+        let response = p.req("thread/list", params).await;
+        notes.push((format!("thread/list {label}"), page(&response)));
+    }
+    // Follow the cursor to the end.
+    let mut cursor = Value::Null;
+    for n in 1..=3 {
+        let response = p
+            .req("thread/list", json!({"limit": 2, "cursor": cursor}))
+            .await;
+        notes.push((format!("thread/list limit 2, page {n}"), page(&response)));
+        cursor = response["result"]["nextCursor"].clone();
+        if cursor.is_null() {
+            break;
+        }
+    }
+    for (label, value) in notes {
+        lab.note(&label, value);
+    }
+    p.close().await;
+    lab.log
+}
+
 // ---------------------------------------------------------------------------------------------
 // Comparison.
 
@@ -1141,6 +1241,13 @@ parity!(
 parity!(
     interrupt_release_n,
     interrupted_turn,
+    Profile::ReleaseN,
+    floor_releases()
+);
+parity!(paging_current, paging, Profile::Current, current_releases());
+parity!(
+    paging_release_n,
+    paging,
     Profile::ReleaseN,
     floor_releases()
 );

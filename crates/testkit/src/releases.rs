@@ -112,6 +112,13 @@ mod tests {
     }
 
     #[test]
+    fn the_fake_profiles_report_the_releases_they_imitate() {
+        use rethread_fake_appserver::Profile;
+        assert_eq!(Profile::Current.cli_version(), CURRENT);
+        assert_eq!(Profile::ReleaseN.cli_version(), FLOOR);
+    }
+
+    #[test]
     fn roles_are_matched_whole_and_trimmed() {
         const TEXT: &str = "# comment\ncurrently 9.9.9\ncurrent  1.2.3 \r\nfloor 0.1.0";
         assert_eq!(role_version(TEXT, "current"), "1.2.3");
