@@ -1,4 +1,4 @@
-//! Small helpers: codex-like ids, timestamps and id validation, without extra dependencies.
+//! Small helpers: codex-like ids, timestamps (jiff) and id validation.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -102,28 +102,22 @@ pub(crate) struct Utc {
 }
 
 impl Utc {
-    /// Converts milliseconds since the epoch (civil-from-days, proleptic Gregorian).
+    /// Converts milliseconds since the epoch (UTC, jiff's calendar). Times past jiff's range
+    /// (year 9999) are clamped to its end.
     pub(crate) fn from_ms(ms: u64) -> Utc {
-        let secs = (ms / 1000) as i64;
-        let days = secs.div_euclid(86_400);
-        let rem = secs.rem_euclid(86_400);
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-        let year = yoe + era * 400 + i64::from(month <= 2);
+        let at = i64::try_from(ms)
+            .ok()
+            .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+            .unwrap_or(jiff::Timestamp::MAX);
+        let t = jiff::tz::Offset::UTC.to_datetime(at);
         Utc {
-            year,
-            month,
-            day,
-            hour: (rem / 3600) as u32,
-            minute: (rem % 3600 / 60) as u32,
-            second: (rem % 60) as u32,
-            millis: (ms % 1000) as u32,
+            year: i64::from(t.year()),
+            month: t.month() as u32,
+            day: t.day() as u32,
+            hour: t.hour() as u32,
+            minute: t.minute() as u32,
+            second: t.second() as u32,
+            millis: t.millisecond() as u32,
         }
     }
 
