@@ -200,17 +200,20 @@ fn describe_open(object: &mut Value, opened: Option<&OpenOutcome>) {
 /// The `error.kind` of a failure: the runtime's kinds, `interrupted`, or `store` / `client`
 /// for a store or codex that could not be opened.
 fn error_kind(error: &(dyn Error + 'static)) -> &'static str {
-    if error.downcast_ref::<Interrupted>().is_some() {
-        "interrupted"
-    } else if let Some(error) = error.downcast_ref::<RuntimeError>() {
-        error.kind()
-    } else if error.downcast_ref::<StoreError>().is_some() {
-        "store"
-    } else if error.downcast_ref::<ClientError>().is_some() {
-        "client"
-    } else {
-        "failed"
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if error.downcast_ref::<Interrupted>().is_some() {
+            return "interrupted";
+        } else if let Some(error) = error.downcast_ref::<RuntimeError>() {
+            return error.kind();
+        } else if error.downcast_ref::<StoreError>().is_some() {
+            return "store";
+        } else if error.downcast_ref::<ClientError>().is_some() {
+            return "client";
+        }
+        next = error.source();
     }
+    "failed"
 }
 
 fn one_line(text: &str) -> String {

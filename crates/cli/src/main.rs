@@ -217,5 +217,31 @@ async fn open_store_url(url: &str) -> CliResult<Arc<dyn BindingStore>> {
     }
     open_url(url, OpenOptions::default())
         .await
-        .map_err(|e| format!("cannot open store {}: {e}", redact_url(url)).into())
+        .map_err(|source| {
+            Box::new(OpenStoreError {
+                url: redact_url(url),
+                source,
+            }) as _
+        })
+}
+
+/// A store that could not be opened; the exit code follows from the store's error (a store
+/// locked by another process is temporary).
+#[derive(Debug)]
+struct OpenStoreError {
+    /// The URL, password redacted.
+    url: String,
+    source: rethread_store::StoreError,
+}
+
+impl std::fmt::Display for OpenStoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot open store {}: {}", self.url, self.source)
+    }
+}
+
+impl std::error::Error for OpenStoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
 }

@@ -46,28 +46,40 @@ impl fmt::Display for Interrupted {
 
 impl Error for Interrupted {}
 
-/// The exit code of a command that failed with `error`.
+/// The exit code of a command that failed with `error` (or with an error it wraps).
 pub(crate) fn exit_code(error: &(dyn Error + 'static)) -> u8 {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(code) = own_exit_code(error) {
+            return code;
+        }
+        next = error.source();
+    }
+    EXIT_FAILED
+}
+
+/// The exit code `error` itself decides, if it is one of ours.
+fn own_exit_code(error: &(dyn Error + 'static)) -> Option<u8> {
     if let Some(interrupted) = error.downcast_ref::<Interrupted>() {
-        return interrupted.code;
+        return Some(interrupted.code);
     }
     if let Some(error) = error.downcast_ref::<RuntimeError>() {
-        return if error.is_retryable() {
+        return Some(if error.is_retryable() {
             EXIT_TEMPORARY
         } else {
             EXIT_FAILED
-        };
+        });
     }
     if let Some(error) = error.downcast_ref::<StoreError>() {
         // What the runtime's mapping makes retryable: a held or lost lease, a locked store.
-        if matches!(
-            error,
-            StoreError::Busy { .. } | StoreError::LeaseLost { .. } | StoreError::Locked { .. }
-        ) {
-            return EXIT_TEMPORARY;
-        }
+        return Some(match error {
+            StoreError::Busy { .. } | StoreError::LeaseLost { .. } | StoreError::Locked { .. } => {
+                EXIT_TEMPORARY
+            }
+            _ => EXIT_FAILED,
+        });
     }
-    EXIT_FAILED
+    None
 }
 
 /// Prints `rethread: <cause>` on one line to stderr and returns the exit code `code`.

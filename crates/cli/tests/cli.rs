@@ -769,3 +769,34 @@ fn temporary_resume_failures_exit_75_and_keep_the_binding() {
         assert_eq!(sandbox.chat_json("s1", "later")["outcome"], "resumed");
     }
 }
+
+/// A store another process has open (redb locks its file) is temporary: exit 75, and under
+/// `--json` an `error.kind` of `store`.
+#[test]
+fn a_store_in_use_by_another_process_exits_75() {
+    let mut sandbox = Sandbox::fake();
+    sandbox.env.push((
+        "FAKE_CODEX_FAULTS".into(),
+        r#"{"faults":[{"kind":"slow_turn","millis":60000}]}"#.into(),
+    ));
+    let mut holder = sandbox
+        .command(&["chat", "--session", "s1", "slow"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // `chat` opens the store before it starts codex, which makes its home.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !sandbox.home.join("state_5.sqlite").exists() {
+        assert!(std::time::Instant::now() < deadline, "codex never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    sandbox.env.clear();
+    let out = sandbox.run(&["chat", "--session", "s2", "--json", "hello"]);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["error"]["kind"], "store", "{report}");
+    assert!(stderr(&out).contains("in use"), "{}", stderr(&out));
+}

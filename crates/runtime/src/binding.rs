@@ -81,9 +81,9 @@ impl Default for ResumePolicy {
     }
 }
 
-/// What to do after a failed `thread/resume`.
+/// What to do after a failed `thread/resume`. Exhaustive on purpose: a host that drives its
+/// own requests must handle every verdict, and a new one must not slip past it.
 #[derive(Debug)]
-#[non_exhaustive]
 pub enum ResumeVerdict {
     /// Send `thread/resume` again, with [`ResumeAttempts::params`] (which may have dropped
     /// `excludeTurns`), after `delay`.
