@@ -1,10 +1,10 @@
 //! Project automation, run as `cargo xtask <command>` (see `.cargo/config.toml`).
 //!
 //! Commands:
-//! - `ci`: install the pinned codex binaries, check formatting, run clippy with
+//! - `ci`: install the supported codex releases (`codex-releases.txt`), check formatting, run clippy with
 //!   warnings denied, run the whole test suite, then a one-minute smoke of each fuzz target.
 //!   This is what `.ci/run` calls.
-//! - `codex [--version V]`: install a pinned `@openai/codex` into `target/codex/V`
+//! - `codex [--version V]`: install `@openai/codex@V` into `target/codex/V`
 //!   (idempotent) and print the binary's path.
 //! - `bench <what>`: benchmarks (see `docs/benchmarks.md`).
 
@@ -41,25 +41,27 @@ fn main() -> ExitCode {
 fn print_help() {
     println!(
         "cargo xtask <command>\n\n\
-         ci                    install pinned codex, fmt check, clippy -D warnings, all tests\n\
+         ci                    install the supported codex releases, fmt check, clippy -D warnings, all tests\n\
          codex [--version V]   install @openai/codex@V (default {}) and print its path\n\
          fuzz [--seconds N] [TARGET...]  build, seed and run the fuzz targets (docs/fuzzing.md)\n\
          bench store [--seconds S]  store commit rates vs raw baselines (docs/benchmarks.md)\n\
          bench fake [--seconds S]   in-process fake app-server requests per second",
-        codex::DEFAULT_VERSION
+        codex::current()
     );
 }
 
 /// The whole gate: what `.ci/run` runs on a fresh machine.
 fn ci() -> Result<(), String> {
     let root = util::project_root();
-    // Both pinned binaries are installed first so the real-codex tests run (and never
+    // Every supported release is installed first so the real-codex tests run (and never
     // silently skip) wherever this command runs.
-    for version in codex::PINNED_VERSIONS {
+    for (role, version) in codex::supported() {
         let path = codex::install(version)?;
         std::env::set_var(codex::env_var_for(version), &path);
-        println!("codex {version}: {}", path.display());
+        println!("codex {version} ({role}): {}", path.display());
     }
+    // The gate tests the supported releases, never a list left over from `codex-check`.
+    std::env::remove_var("RETHREAD_CODEX_RELEASES");
     // Tests that need a real codex fail instead of skipping when this is set.
     std::env::set_var("RETHREAD_REQUIRE_REAL_CODEX", "1");
     // The runtime's model-based proptest runs more histories in CI than locally.

@@ -1,11 +1,13 @@
 //! `rethread` tested as a process: against the fake app-server binary (`fake-codex`) and
-//! against the real codex 0.169.0 (and 0.144.6 for `doctor`) through the Responses stand-in.
+//! against the real codex, current and previous release (and the floor for `doctor`), through
+//! the Responses stand-in.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use rethread_fake_appserver::real::{codex_or_skip, rollout_files, CodexHome, CURRENT, RELEASE_N};
-use rethread_fake_appserver::responses::ResponsesStandIn;
+use rethread_testkit::real::{codex_or_skip, rollout_files, CodexHome};
+use rethread_testkit::responses::ResponsesStandIn;
+use rethread_testkit::{recent_releases, FLOOR};
 use serde_json::Value;
 
 const NOTICE: &str = "Codex thread could not be resumed; starting a new one.";
@@ -471,68 +473,74 @@ fn demo_tells_the_whole_story() {
     assert!(text.contains("done:"), "{text}");
 }
 
-/// The real codex 0.169.0: chat, restart (every invocation is a new process), chat again.
+/// The real codex (current and previous): chat, restart (every invocation is a new process), chat again.
 #[test]
 fn chat_against_real_codex_remembers_and_fails_closed() {
-    let Some(codex) = codex_or_skip(CURRENT) else {
-        return;
-    };
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let _guard = runtime.enter();
-    let model = ResponsesStandIn::start().unwrap();
-    let home = CodexHome::new(&model).unwrap();
-    let sandbox = Sandbox::new(codex, home.path().to_path_buf());
-    let first = sandbox.chat_json("s1", "Please remember the word PAPAYA.");
-    assert_eq!(first["outcome"], "started");
-    assert_eq!(first["reply"], "echo: Please remember the word PAPAYA.");
-    let second = sandbox.chat_json("s1", "What was the word?");
-    assert_eq!(second["outcome"], "resumed");
-    let last = model.model_requests().last().cloned().unwrap();
-    assert!(
-        String::from_utf8_lossy(&last.body).contains("PAPAYA"),
-        "the model's request holds turn 1"
-    );
-    sandbox.delete_rollout(first["thread_id"].as_str().unwrap());
-    let third = sandbox.chat_json("s1", "Still there?");
-    assert_eq!(third["outcome"], "fell_back");
-    assert_eq!(third["notices"], serde_json::json!([NOTICE]));
-    assert_eq!(sandbox.show("s1")["thread_id"], third["thread_id"]);
+    for version in recent_releases() {
+        let Some(codex) = codex_or_skip(&version) else {
+            continue;
+        };
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let _guard = runtime.enter();
+        let model = ResponsesStandIn::start().unwrap();
+        let home = CodexHome::new(&model).unwrap();
+        let sandbox = Sandbox::new(codex, home.path().to_path_buf());
+        let first = sandbox.chat_json("s1", "Please remember the word PAPAYA.");
+        assert_eq!(first["outcome"], "started");
+        assert_eq!(first["reply"], "echo: Please remember the word PAPAYA.");
+        let second = sandbox.chat_json("s1", "What was the word?");
+        assert_eq!(second["outcome"], "resumed");
+        let last = model.model_requests().last().cloned().unwrap();
+        assert!(
+            String::from_utf8_lossy(&last.body).contains("PAPAYA"),
+            "the model's request holds turn 1"
+        );
+        sandbox.delete_rollout(first["thread_id"].as_str().unwrap());
+        let third = sandbox.chat_json("s1", "Still there?");
+        assert_eq!(third["outcome"], "fell_back");
+        assert_eq!(third["notices"], serde_json::json!([NOTICE]));
+        assert_eq!(sandbox.show("s1")["thread_id"], third["thread_id"]);
+    }
 }
 
 /// `doctor` against real codex: live, gone, and paginated under 0.144.6.
 #[test]
 fn doctor_against_real_codex() {
-    let (Some(current), Some(older)) = (codex_or_skip(CURRENT), codex_or_skip(RELEASE_N)) else {
-        return;
-    };
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let _guard = runtime.enter();
-    let model = ResponsesStandIn::start().unwrap();
-    let home = CodexHome::new(&model).unwrap();
-    let mut sandbox = Sandbox::new(current.clone(), home.path().to_path_buf());
-    sandbox.chat_json("paginated", "p");
-    let gone = sandbox.chat_json("gone", "g");
-    sandbox.delete_rollout(gone["thread_id"].as_str().unwrap());
-    sandbox.codex = older;
-    sandbox.chat_json("legacy", "l");
-    let report: Value = serde_json::from_slice(&sandbox.ok(&["doctor", "--json"]).stdout).unwrap();
-    let status = |report: &Value, session: &str| {
-        report["bindings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|b| b["session"] == session)
-            .unwrap()["status"]
-            .clone()
-    };
-    assert_eq!(status(&report, "paginated"), "incompatible", "{report}");
-    assert_eq!(status(&report, "gone"), "gone", "{report}");
-    assert_eq!(status(&report, "legacy"), "live", "{report}");
-    sandbox.codex = current;
-    let report: Value = serde_json::from_slice(&sandbox.ok(&["doctor", "--json"]).stdout).unwrap();
-    assert_eq!(status(&report, "paginated"), "live", "{report}");
-    assert_eq!(status(&report, "gone"), "gone", "{report}");
-    assert_eq!(status(&report, "legacy"), "live", "{report}");
+    for version in recent_releases() {
+        let (Some(current), Some(older)) = (codex_or_skip(&version), codex_or_skip(FLOOR)) else {
+            continue;
+        };
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let _guard = runtime.enter();
+        let model = ResponsesStandIn::start().unwrap();
+        let home = CodexHome::new(&model).unwrap();
+        let mut sandbox = Sandbox::new(current.clone(), home.path().to_path_buf());
+        sandbox.chat_json("paginated", "p");
+        let gone = sandbox.chat_json("gone", "g");
+        sandbox.delete_rollout(gone["thread_id"].as_str().unwrap());
+        sandbox.codex = older;
+        sandbox.chat_json("legacy", "l");
+        let report: Value =
+            serde_json::from_slice(&sandbox.ok(&["doctor", "--json"]).stdout).unwrap();
+        let status = |report: &Value, session: &str| {
+            report["bindings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|b| b["session"] == session)
+                .unwrap()["status"]
+                .clone()
+        };
+        assert_eq!(status(&report, "paginated"), "incompatible", "{report}");
+        assert_eq!(status(&report, "gone"), "gone", "{report}");
+        assert_eq!(status(&report, "legacy"), "live", "{report}");
+        sandbox.codex = current;
+        let report: Value =
+            serde_json::from_slice(&sandbox.ok(&["doctor", "--json"]).stdout).unwrap();
+        assert_eq!(status(&report, "paginated"), "live", "{report}");
+        assert_eq!(status(&report, "gone"), "gone", "{report}");
+        assert_eq!(status(&report, "legacy"), "live", "{report}");
+    }
 }
 
 /// A sandbox on an SQLite store (several processes may open it at once, so a test can look at

@@ -8,16 +8,17 @@
 //!   behaves: the same methods, errors (codes and messages), notification sequence, rollout
 //!   and SQLite layout, `historyMode` rules and writer lock. See [`Profile`] for the releases
 //!   it imitates and [`faults`] for what it can be told to do wrong.
-//! - [`responses`]: a Responses-API stand-in (HTTP/1.1 + server-sent events on 127.0.0.1) the
-//!   real codex talks to as its model; records what the model saw.
-//! - [`real`]: a harness that finds the pinned codex binaries, makes an offline `CODEX_HOME`
-//!   and drives `codex app-server` (or `fake-codex`) over newline-delimited JSON.
-//! - [`strategies`]: proptest strategies for fault scripts and operation sequences.
+//! - [`model`]: what the fake's model answers ([`Reply`]) and the conversation it saw.
+//!
+//! The harness that drives the real codex, the Responses-API stand-in and the proptest
+//! strategies live in the unpublished `rethread-testkit` crate: this library is linked by the
+//! shipped `rethread` binary (its `demo`) and carries no test harness.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> std::io::Result<()> {
-//! use rethread_fake_appserver::{real::WirePeer, FakeAppServer, Profile};
+//! use rethread_fake_appserver::{FakeAppServer, Profile};
+//! use rethread_testkit::real::WirePeer;
 //! use serde_json::json;
 //!
 //! let (client, handle) = FakeAppServer::builder().profile(Profile::Current).spawn_in_process()?;
@@ -71,14 +72,13 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 
 pub mod faults;
+pub mod model;
 mod profile;
-pub mod real;
-pub mod responses;
 mod server;
 mod store;
-pub mod strategies;
 mod util;
 
 pub use faults::{Corruption, Fault, FaultScript};
+pub use model::{ConversationMessage, Reply};
 pub use profile::Profile;
 pub use server::{Ended, FakeAppServer, FakeBuilder, FakeHandle, LoggedRequest, ModelRequest};

@@ -16,10 +16,10 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::codec::FramedRead;
 
 use crate::faults::{Corruption, Fault, FaultScript, OVERLOADED_MESSAGE};
+use crate::model::{ConversationMessage, Reply};
 use crate::profile::Profile;
-use crate::responses::{ConversationMessage, Reply};
 use crate::store::{self, ReadError, Store, ThreadMeta, TurnRecord};
-use crate::util::{check_uuid, new_id, now_ms};
+use crate::util::{check_uuid, new_id, now_ms, TempHome};
 
 /// -32600.
 const INVALID_REQUEST: i64 = -32600;
@@ -105,9 +105,7 @@ impl FakeBuilder {
                 (home, None)
             }
             None => {
-                let dir = tempfile::Builder::new()
-                    .prefix("fake-codex-home")
-                    .tempdir()?;
+                let dir = TempHome::new()?;
                 (dir.path().to_path_buf(), Some(dir))
             }
         };
@@ -202,7 +200,7 @@ struct Counters {
 #[derive(Debug)]
 struct Shared {
     home: PathBuf,
-    _tempdir: Option<tempfile::TempDir>,
+    _tempdir: Option<TempHome>,
     profile: Mutex<Profile>,
     faults: Mutex<FaultScript>,
     reply: Mutex<Reply>,

@@ -89,6 +89,43 @@ pub(crate) fn check_uuid(id: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A `CODEX_HOME` of the fake's own under the system's temporary directory, removed with
+/// everything in it on drop (the builder's default when no home is given).
+#[derive(Debug)]
+pub(crate) struct TempHome {
+    path: std::path::PathBuf,
+}
+
+impl TempHome {
+    /// Creates a new, empty, private directory (`fake-codex-home-<unique>`).
+    pub(crate) fn new() -> std::io::Result<TempHome> {
+        let base = std::env::temp_dir();
+        loop {
+            let path = base.join(format!("fake-codex-home-{}", new_id()));
+            let mut builder = std::fs::DirBuilder::new();
+            #[cfg(unix)]
+            std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+            match builder.create(&path) {
+                Ok(()) => return Ok(TempHome { path }),
+                // Another process picked the same name: draw again.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The directory.
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl Drop for TempHome {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
 /// A UTC calendar time split into fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Utc {

@@ -1,5 +1,6 @@
 //! The parity suite: each scenario runs against the fake (in-process) and against the real
-//! codex (0.169.0 and 0.144.6), and the observable wire results must be identical: method
+//! codex (the `current` profile against the current and the previous release, `release-n`
+//! against the floor; see `rethread_testkit::releases`), and the observable wire results must be identical: method
 //! sequences, error codes and messages (ids and paths normalized), `historyMode` values, and
 //! whether the model's next request contains the earlier turn after a process restart.
 //!
@@ -11,13 +12,12 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use rethread_fake_appserver::real::{
-    codex_or_skip, error_of, CodexHome, WirePeer, CURRENT, RELEASE_N,
-};
-use rethread_fake_appserver::responses::{ConversationMessage, ResponsesStandIn};
 use rethread_fake_appserver::{
     FakeAppServer, FakeHandle, Fault, FaultScript, ModelRequest, Profile,
 };
+use rethread_testkit::real::{codex_or_skip, error_of, CodexHome, WirePeer};
+use rethread_testkit::responses::{ConversationMessage, ResponsesStandIn};
+use rethread_testkit::{recent_releases, FLOOR};
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -1038,18 +1038,30 @@ fn compare(scenario: &str, fake: &[String], real: &[String], real_name: &str) {
     panic!("{report}");
 }
 
+/// The releases the current profile is compared with: current and previous.
+fn current_releases() -> Vec<String> {
+    recent_releases()
+}
+
+/// The release the `release-n` profile is compared with: the floor.
+fn floor_releases() -> Vec<String> {
+    vec![FLOOR.to_string()]
+}
+
 macro_rules! parity {
-    ($name:ident, $scenario:ident, $profile:expr, $version:expr) => {
+    ($name:ident, $scenario:ident, $profile:expr, $versions:expr) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
             let fake = $scenario(Target::Fake($profile)).await;
             let binary = $scenario(Target::FakeBinary($profile)).await;
             compare(stringify!($scenario), &fake, &binary, "fake-codex binary");
-            let Some(codex) = codex_or_skip($version) else {
-                return;
-            };
-            let real = $scenario(Target::Real(codex)).await;
-            compare(stringify!($scenario), &fake, &real, $version);
+            for version in $versions {
+                let Some(codex) = codex_or_skip(&version) else {
+                    continue;
+                };
+                let real = $scenario(Target::Real(codex)).await;
+                compare(stringify!($scenario), &fake, &real, &version);
+            }
         }
     };
 }
@@ -1058,65 +1070,85 @@ parity!(
     handshake_current,
     handshake_and_errors,
     Profile::Current,
-    CURRENT
+    current_releases()
 );
 parity!(
     handshake_release_n,
     handshake_and_errors,
     Profile::ReleaseN,
-    RELEASE_N
+    floor_releases()
 );
 parity!(
     memory_current,
     memory_across_restart,
     Profile::Current,
-    CURRENT
+    current_releases()
 );
 parity!(
     memory_release_n,
     memory_across_restart,
     Profile::ReleaseN,
-    RELEASE_N
+    floor_releases()
 );
-parity!(gone_current, gone_threads, Profile::Current, CURRENT);
-parity!(gone_release_n, gone_threads, Profile::ReleaseN, RELEASE_N);
-parity!(damaged_current, damaged_rollouts, Profile::Current, CURRENT);
+parity!(
+    gone_current,
+    gone_threads,
+    Profile::Current,
+    current_releases()
+);
+parity!(
+    gone_release_n,
+    gone_threads,
+    Profile::ReleaseN,
+    floor_releases()
+);
+parity!(
+    damaged_current,
+    damaged_rollouts,
+    Profile::Current,
+    current_releases()
+);
 parity!(
     damaged_release_n,
     damaged_rollouts,
     Profile::ReleaseN,
-    RELEASE_N
+    floor_releases()
 );
-parity!(writer_current, active_writer, Profile::Current, CURRENT);
+parity!(
+    writer_current,
+    active_writer,
+    Profile::Current,
+    current_releases()
+);
 parity!(
     approval_current,
     declined_approval,
     Profile::Current,
-    CURRENT
+    current_releases()
 );
 parity!(
     approval_release_n,
     declined_approval,
     Profile::ReleaseN,
-    RELEASE_N
+    floor_releases()
 );
 parity!(
     interrupt_current,
     interrupted_turn,
     Profile::Current,
-    CURRENT
+    current_releases()
 );
 parity!(
     interrupt_release_n,
     interrupted_turn,
     Profile::ReleaseN,
-    RELEASE_N
+    floor_releases()
 );
 parity!(
     writer_release_n,
     active_writer,
     Profile::ReleaseN,
-    RELEASE_N
+    floor_releases()
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1137,16 +1169,18 @@ async fn paginated_threads_on_the_compatibility_floor() {
         &binary,
         "fake-codex binary",
     );
-    let (Some(current), Some(floor)) = (codex_or_skip(CURRENT), codex_or_skip(RELEASE_N)) else {
-        return;
-    };
-    let real = paginated_under_release_n(Target::Real(current), Target::Real(floor)).await;
-    compare(
-        "paginated_under_release_n",
-        &fake,
-        &real,
-        "0.169.0 -> 0.144.6",
-    );
+    for version in current_releases() {
+        let (Some(current), Some(floor)) = (codex_or_skip(&version), codex_or_skip(FLOOR)) else {
+            continue;
+        };
+        let real = paginated_under_release_n(Target::Real(current), Target::Real(floor)).await;
+        compare(
+            "paginated_under_release_n",
+            &fake,
+            &real,
+            &format!("{version} -> {FLOOR}"),
+        );
+    }
 }
 
 /// The fake alone: the pre-history-mode profile never sends `historyMode`.

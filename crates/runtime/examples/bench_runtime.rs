@@ -12,8 +12,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rethread_fake_appserver::real::{codex_or_skip, CodexHome, CURRENT};
-use rethread_fake_appserver::responses::ResponsesStandIn;
 use rethread_fake_appserver::FakeAppServer;
 use rethread_protocol::messages::{
     ThreadResume, ThreadResumeParams, ThreadStart, ThreadStartParams, TurnStart, TurnStartParams,
@@ -21,6 +19,9 @@ use rethread_protocol::messages::{
 };
 use rethread_runtime::{AppServerClient, BinderOptions, CodexCommand, SessionBinder, StatusRail};
 use rethread_store::{BindingStore, OpenOptions, RedbStore, TurnCommit};
+use rethread_testkit::real::{codex_or_skip, CodexHome};
+use rethread_testkit::responses::ResponsesStandIn;
+use rethread_testkit::CURRENT;
 
 struct Args {
     iterations: usize,

@@ -8,10 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rethread_fake_appserver::real::{
-    codex_or_skip, AppServerProcess, CodexHome, WirePeer, CURRENT,
-};
-use rethread_fake_appserver::responses::ResponsesStandIn;
+use rethread_testkit::real::{codex_or_skip, AppServerProcess, CodexHome, WirePeer};
+use rethread_testkit::CURRENT;
+use rethread_testkit::responses::ResponsesStandIn;
 use rethread_fake_appserver::{FakeAppServer, Profile};
 use rethread_fuzz::input::Encoder;
 use rethread_fuzz::{runtime_hostile, store_files};
