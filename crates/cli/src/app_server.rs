@@ -98,7 +98,10 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, args: Vec<OsString>
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            return crate::output::fail(&format!("could not start the async runtime: {error}"))
+            return crate::output::fail(
+                &format!("could not start the async runtime: {error}"),
+                crate::output::EXIT_FAILED,
+            )
         }
     };
     let result = runtime.block_on(run_app_server(
@@ -109,6 +112,8 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, args: Vec<OsString>
     runtime.shutdown_background();
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
-        Err(error) => crate::output::fail(&format!("app-server: {error}")),
+        Err(error) => {
+            crate::output::fail(&format!("app-server: {error}"), crate::output::EXIT_FAILED)
+        }
     }
 }

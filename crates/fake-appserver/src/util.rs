@@ -1,4 +1,4 @@
-//! Small helpers: codex-like ids, timestamps and id validation, a temporary home.
+//! Small helpers: codex-like ids, timestamps (jiff) and id validation, a temporary home.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -115,28 +115,22 @@ pub(crate) struct Utc {
 }
 
 impl Utc {
-    /// Converts milliseconds since the epoch (civil-from-days, proleptic Gregorian).
+    /// Converts milliseconds since the epoch (UTC, jiff's calendar). Times past jiff's range
+    /// (year 9999) are clamped to its end.
     pub(crate) fn from_ms(ms: u64) -> Utc {
-        let secs = (ms / 1000) as i64;
-        let days = secs.div_euclid(86_400);
-        let rem = secs.rem_euclid(86_400);
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-        let year = yoe + era * 400 + i64::from(month <= 2);
+        let at = i64::try_from(ms)
+            .ok()
+            .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+            .unwrap_or(jiff::Timestamp::MAX);
+        let t = jiff::tz::Offset::UTC.to_datetime(at);
         Utc {
-            year,
-            month,
-            day,
-            hour: (rem / 3600) as u32,
-            minute: (rem % 3600 / 60) as u32,
-            second: (rem % 60) as u32,
-            millis: (ms % 1000) as u32,
+            year: i64::from(t.year()),
+            month: t.month() as u32,
+            day: t.day() as u32,
+            hour: t.hour() as u32,
+            minute: t.minute() as u32,
+            second: t.second() as u32,
+            millis: t.millisecond() as u32,
         }
     }
 
@@ -160,33 +154,12 @@ impl Utc {
 /// Parses a UTC RFC 3339 time as codex writes it (`2026-11-30T00:12:20.274Z`, fraction
 /// optional) into milliseconds since the epoch; `None` for anything else.
 pub(crate) fn parse_rfc3339_ms(text: &str) -> Option<u64> {
-    let text = text.strip_suffix('Z')?;
-    let (date, time) = text.split_once('T')?;
-    let mut date = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
-    let (year, month, day) = (date.next()??, date.next()??, date.next()??);
-    let (clock, fraction) = time.split_once('.').unwrap_or((time, ""));
-    let mut clock = clock.splitn(3, ':').map(|p| p.parse::<i64>().ok());
-    let (hour, minute, second) = (clock.next()??, clock.next()??, clock.next()??);
-    let millis = match fraction {
-        "" => 0,
-        digits if digits.bytes().all(|b| b.is_ascii_digit()) => {
-            format!("{digits:0<3}")[..3].parse::<i64>().ok()?
-        }
-        _ => return None,
-    };
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+    // Codex writes UTC with a `Z`; an offset or a date without a time is not its format.
+    if !text.ends_with('Z') || !text.contains('T') {
         return None;
     }
-    // Days from the civil date (proleptic Gregorian), the inverse of `Utc::from_ms`.
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let ms = ((days * 86_400 + hour * 3600 + minute * 60 + second) * 1000) + millis;
-    u64::try_from(ms).ok()
+    let at: jiff::Timestamp = text.parse().ok()?;
+    u64::try_from(at.as_millisecond()).ok()
 }
 
 #[cfg(test)]

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use rethread_protocol::ResumeFailure;
 use rethread_runtime::{
-    Agent, AgentOptions, AppServerClient, OpenOutcome, RecordedEvents, RuntimeError, StatusKind,
-    StatusRail, RESUME_FALLBACK_NOTICE,
+    AppServerClient, BinderOptions, OpenOutcome, RecordedEvents, RuntimeError, SessionBinder,
+    StatusKind, StatusRail, RESUME_FALLBACK_NOTICE,
 };
 use rethread_store::{BindingStore, OpenOptions, RedbStore};
 use rethread_testkit::real::{codex_or_skip, rollout_files, CodexHome};
@@ -128,21 +128,21 @@ impl World {
         }
     }
 
-    fn agent(&self, rail: StatusRail, home: &Path) -> Agent {
-        let options = AgentOptions {
+    fn agent(&self, rail: StatusRail, home: &Path) -> SessionBinder {
+        let options = BinderOptions {
             codex_home: Some(home.display().to_string()),
             retry_backoff: Duration::from_millis(50),
             transient_retries: 1,
             ..Default::default()
         };
-        Agent::new("session-1", self.store.clone(), rail).with_options(options)
+        SessionBinder::new("session-1", self.store.clone(), rail).with_options(options)
     }
 
     /// An agent that takes no session lease, to observe codex's own single-writer guard (a
     /// leased agent would be stopped by rethread's lease before codex is asked).
-    fn unleased_agent(&self, rail: StatusRail, home: &Path) -> Agent {
+    fn unleased_agent(&self, rail: StatusRail, home: &Path) -> SessionBinder {
         let agent = self.agent(rail, home);
-        let options = AgentOptions {
+        let options = BinderOptions {
             codex_home: Some(home.display().to_string()),
             retry_backoff: Duration::from_millis(50),
             transient_retries: 1,
