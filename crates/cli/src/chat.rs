@@ -1,7 +1,8 @@
 //! `rethread chat`: one turn, resumed across invocations.
 //!
-//! Notices print on stderr the moment they happen (before the reply); `--json` prints one
-//! object on stdout, also on failure (`error` and the `notices` said so far). The session's
+//! Notices print on stderr the moment they happen (before the reply); the reply prints on
+//! stdout as codex writes it (`chat/reply.rs`); `--json` prints one object on stdout, also on
+//! failure (`error` and the `notices` said so far). The session's
 //! lease is released before the process exits, however the turn ended: done, failed, or
 //! interrupted by SIGINT/SIGTERM (exit 130/143). A release that fails after the turn committed
 //! is a warning, never a failure: the turn is durable and must not be retried.
@@ -15,6 +16,8 @@ use rethread_runtime::{
     AppServerClient, BinderOptions, ClientError, CodexCommand, OpenOutcome, RuntimeError,
     SessionBinder, StatusEvent, StatusKind, StatusRail, TurnReport,
 };
+
+mod reply;
 use rethread_store::{BindingStore, StoreError};
 use serde_json::{json, Value};
 
@@ -79,7 +82,7 @@ pub(crate) async fn converse(
         SessionBinder::new(args.session.clone(), store, rail.clone()).with_options(options);
     let mut opened = None;
     let result = tokio::select! {
-        result = turn(&mut binder, client, &args.message, &mut opened) => result.map_err(BoxError::from),
+        result = turn(&mut binder, client, args, &mut opened) => result.map_err(BoxError::from),
         interrupted = interrupted() => Err(BoxError::from(interrupted)),
     };
     if let Err(error) = binder.close().await {
@@ -94,14 +97,24 @@ pub(crate) async fn converse(
 async fn turn(
     binder: &mut SessionBinder,
     client: &AppServerClient,
-    message: &str,
+    args: &ChatArgs,
     opened: &mut Option<OpenOutcome>,
 ) -> Result<TurnReport, RuntimeError> {
     // A session whose lease another host holds fails here with `SessionBusy` (after
     // `--wait`), whose one-line message names the holder (host, pid, since).
     let mut session = binder.open(client).await?;
     *opened = Some(session.outcome().clone());
-    session.run_turn(message).await
+    let turn = session.run_turn_streamed(&args.message).await?;
+    if args.json {
+        return turn.finish().await;
+    }
+    // Human output: the reply on stdout as it is written.
+    let mut printer = reply::ReplyPrinter::stdout();
+    let report = turn.finish_with(|event| printer.show(event)).await;
+    if let Ok(report) = &report {
+        printer.finish(&report.reply);
+    }
+    report
 }
 
 /// Resolves when SIGINT or SIGTERM arrives (never, if the handlers cannot be installed).
@@ -147,9 +160,8 @@ pub(crate) fn finish(args: &ChatArgs, notices: &[String], conversation: Conversa
                 });
                 describe_open(&mut object, opened.as_ref());
                 println!("{object}");
-            } else {
-                println!("{}", report.reply);
             }
+            // Human output: the reply was printed as it came (`reply::ReplyPrinter`).
             Ok(())
         }
         Err(error) => {

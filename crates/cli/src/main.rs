@@ -9,6 +9,7 @@ mod app_server;
 mod chat;
 mod demo;
 mod doctor;
+mod logging;
 mod migrate;
 mod output;
 mod sessions;
@@ -41,6 +42,8 @@ struct Cli {
     codex_bin: Option<PathBuf>,
     #[command(flatten)]
     app_server: app_server::AppServerGlobals,
+    #[command(flatten)]
+    logging: logging::LogArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -121,6 +124,7 @@ enum SessionsCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    logging::init(&cli.logging);
     if let Command::AppServer { args } = cli.command {
         let codex = cli.codex_bin.unwrap_or_else(|| PathBuf::from("codex"));
         return app_server::main(&codex, &cli.app_server, args);
@@ -237,6 +241,7 @@ async fn open_store_url(url: &str) -> CliResult<Arc<dyn BindingStore>> {
             })?;
         }
     }
+    tracing::debug!(store = %redact_url(url), "opening the store");
     open_url(url, OpenOptions::default())
         .await
         .map_err(|source| {
