@@ -123,7 +123,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Command::AppServer { args } = cli.command {
         let codex = cli.codex_bin.unwrap_or_else(|| PathBuf::from("codex"));
-        return app_server::main(&codex, &cli.app_server, args);
+        return app_server::main(&codex, cli.store.as_deref(), &cli.app_server, args);
     }
     if let Err(cause) = cli.app_server.ensure_unused() {
         return output::fail(&cause, output::EXIT_USAGE);

@@ -101,6 +101,7 @@ mod line;
 mod passthrough;
 mod process;
 mod queue;
+mod session;
 
 use std::fmt;
 use std::sync::Arc;
@@ -115,6 +116,7 @@ pub use hooks::{
 pub use line::{peek, peek_prefix, Line, LineKind, Peek};
 pub use passthrough::{NoSession, NO_SESSION_WARNING};
 pub use process::{exit_code_of, run_app_server, AppServerCommand};
+pub use session::{BindingHooks, SessionOptions, TurnLimits, LEASE_LOST_WARNING};
 
 /// Errors of the proxy.
 #[derive(Debug, thiserror::Error)]
