@@ -289,7 +289,8 @@ fn fake_model_requests(home: &Path) -> Vec<Value> {
 async fn a_session_survives_a_restart_of_the_binary() {
     let home = tempfile::tempdir().unwrap();
     let env = session_env(home.path(), "chat-1");
-    let variants: [(Vec<&str>, Vec<(&str, &str)>); 2] = [
+    type Variant<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>);
+    let variants: [Variant; 2] = [
         (vec![], borrowed(&env)),
         // `--session` before `app-server` names the session as the variable does.
         (vec!["--session", "chat-1"], borrowed(&env[1..])),
