@@ -1,20 +1,7 @@
 //! [`BindingHooks`]: the session logic of `rethread app-server`, built from the runtime's
 //! rules ([`rethread_runtime::binding`], [`SessionLease`], the projection) and plugged into
-//! the forwarder through [`SessionHooks`].
-//!
-//! | when | what the hooks do | what the client sees |
-//! |---|---|---|
-//! | [`BindingHooks::open`] | take the session's lease (waiting up to `lease_wait`); renewed while the proxy runs, released on every end | a session held by a live process: the proxy exits before codex starts (the CLI: 75) |
-//! | the client's first `thread/start`, no binding | forward it | codex's answer |
-//! | the client's first `thread/start`, a binding | `thread/resume` of the bound thread in its place (own id; `excludeTurns` where served; the start's members a resume takes) | a `thread/start` result carrying the bound thread, then `thread/started` |
-//! | ... codex lost the thread (gone, incompatible, unreadable) | give it up (one fenced write), forward the start seeded from the transcript | codex's `thread/started`, one `warning` [`RESUME_FALLBACK_NOTICE`] naming the new thread, the answer |
-//! | ... busy or temporary past the retries, or another failure | nothing written, the binding kept; the next `thread/start` tries again | a JSON-RPC error (`-32001` to retry later, else `-32603`; see [`start_refused`](start::start_refused)) |
-//! | `thread/resume`, `thread/fork`, later `thread/start` | forward; the thread is followed | codex's answer |
-//! | `turn/completed` (completed) on a followed thread | the turn's rows and the binding committed under the fence, before the line goes on | `turn/completed` once the commit is durable |
-//! | `turn/completed` failed or interrupted | nothing written | `turn/completed` |
-//! | the lease is lost (taken over after a stall) | nothing more is written | one `warning` [`LEASE_LOST_WARNING`] |
-//!
-//! Every notice also goes to stderr (the forwarder's reporter).
+//! the forwarder through [`SessionHooks`]. What they do and what the client sees in each case
+//! is tabled in the crate docs ("Sessions").
 
 mod start;
 mod turns;
