@@ -20,7 +20,9 @@ pub enum Durability {
 pub struct OpenOptions {
     pub(crate) durability: Durability,
     pub(crate) create: bool,
+    pub(crate) create_dirs: bool,
     pub(crate) max_batch: usize,
+    pub(crate) pool_size: usize,
     pub(crate) busy_timeout: Duration,
     pub(crate) lone_write_spin: Duration,
 }
@@ -30,7 +32,9 @@ impl Default for OpenOptions {
         OpenOptions {
             durability: Durability::Durable,
             create: true,
+            create_dirs: false,
             max_batch: 256,
+            pool_size: 16,
             busy_timeout: Duration::from_secs(5),
             lone_write_spin: Duration::from_millis(1),
         }
@@ -38,7 +42,8 @@ impl Default for OpenOptions {
 }
 
 impl OpenOptions {
-    /// Durable writes, create the file if missing, group commits of up to 256 writes.
+    /// Durable writes, create the file (not its directory) if missing, group commits of up to
+    /// 256 writes, up to 16 PostgreSQL connections.
     pub fn new() -> Self {
         Self::default()
     }
@@ -56,9 +61,25 @@ impl OpenOptions {
         self
     }
 
-    /// The most writes coalesced into one transaction (default 256; 1 disables group commit).
+    /// Whether the directory of a missing store file is created too (default `false`), with
+    /// its missing parents, owner-only (0700). For the file backends (`redb:`, `sqlite:`); a
+    /// tool that names a store by URL sets it instead of parsing the URL itself.
+    pub fn create_dirs(mut self, create_dirs: bool) -> Self {
+        self.create_dirs = create_dirs;
+        self
+    }
+
+    /// The most writes of a file backend coalesced into one transaction (default 256; 1
+    /// disables group commit).
     pub fn max_batch(mut self, max_batch: usize) -> Self {
         self.max_batch = max_batch.max(1);
+        self
+    }
+
+    /// The most connections a PostgreSQL store opens at once (default 16, at least 1): how
+    /// many of its writes (each on its own connection) and reads run in parallel.
+    pub fn pool_size(mut self, pool_size: usize) -> Self {
+        self.pool_size = pool_size.max(1);
         self
     }
 
