@@ -6,12 +6,18 @@ use std::time::Duration;
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
-    /// A write returns only after it is on stable storage (fsync). The default.
+    /// A write returns only after it is on stable storage. The default: redb `Immediate`
+    /// commits; SQLite `synchronous=FULL` with `fullfsync` (where the platform has it);
+    /// PostgreSQL `synchronous_commit = on` in each write's transaction.
     #[default]
     Durable,
-    /// An explicit opt-in: writes are atomic and ordered, but the last few acknowledged ones may
-    /// be lost on a power failure or OS crash (redb `Durability::None` until the next durable
-    /// commit; SQLite `synchronous=NORMAL` in WAL mode). Never the default.
+    /// An explicit opt-in: writes are atomic and ordered, but the last acknowledged ones may
+    /// be lost. SQLite (`synchronous=NORMAL` in WAL mode) and PostgreSQL
+    /// (`synchronous_commit = off`): only on a power failure or OS crash; the process may exit,
+    /// crash or be killed. redb: commits are made durable at least every 100 ms while the
+    /// store is written, and when it is closed or dropped; a process that ends without either
+    /// (killed, or `exit` with the store still open) loses at most its last 100 ms of writes,
+    /// and a power failure or OS crash the same. Never the default.
     Relaxed,
 }
 

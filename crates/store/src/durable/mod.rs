@@ -26,11 +26,13 @@ pub(crate) trait Readers: Send + Sync + std::fmt::Debug + 'static {
 /// A writer thread plus readers: a file backend.
 #[derive(Debug)]
 pub(crate) struct Durable {
-    pub(crate) writer: Writer,
+    // Dropped first, so that the engine (dropped by the writer thread, which the writer's drop
+    // waits for) holds the last reference to the file and closes it on that thread.
     pub(crate) readers: Arc<dyn Readers>,
     /// `Some` for a single-process backend (redb): leases live in this process. `None`: they
     /// live in the store and go through the writer like every other write (SQLite).
     pub(crate) local_leases: Option<Arc<LocalLeases>>,
+    pub(crate) writer: Writer,
 }
 
 impl Durable {

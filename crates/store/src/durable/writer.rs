@@ -27,6 +27,16 @@ pub(crate) trait Engine: Send + 'static {
         f: &mut dyn FnMut(&mut dyn WriteTxn, bool) -> Result<(), StoreError>,
     ) -> Result<(), StoreError>;
 
+    /// When the engine wants [`Engine::flush`] called if no write comes first (a relaxed
+    /// engine with commits not yet durable); `None`: never.
+    fn flush_due(&self) -> Option<Instant> {
+        None
+    }
+
+    /// Makes every commit so far durable. Called when [`Engine::flush_due`] has passed with
+    /// no write in between.
+    fn flush(&mut self) {}
+
     /// Called once when the writer stops, before the engine is dropped.
     fn shutdown(&mut self) {}
 }
@@ -82,9 +92,15 @@ enum Msg {
 }
 
 /// The async side of a writer thread.
+///
+/// Dropping it closes the channel and waits for the thread to finish the queued writes and
+/// close the engine (a relaxed engine makes its commits durable then), so a process that
+/// drops its store and exits leaves a closed, complete file. `close` is the async way.
 #[derive(Debug)]
 pub(crate) struct Writer {
     tx: mpsc::Sender<Msg>,
+    /// The writer thread, joined on drop.
+    thread: Option<std::thread::JoinHandle<()>>,
     /// Writes sent and not yet answered (for the lone-write spin).
     in_flight: Arc<AtomicUsize>,
     /// How long a lone write polls for its reply before it parks (`OpenOptions::lone_write_spin`).
@@ -166,7 +182,7 @@ impl Writer {
     {
         let (tx, rx) = mpsc::channel::<Msg>(4096);
         let (opened_tx, opened_rx) = oneshot::channel();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name(format!("rethread-{name}-writer"))
             .spawn(move || match open() {
                 Ok((engine, readers)) => {
@@ -185,6 +201,7 @@ impl Writer {
         let readers = opened_rx.await.map_err(|_| StoreError::Closed)??;
         let writer = Writer {
             tx,
+            thread: Some(thread),
             in_flight: Arc::default(),
             lone_write_spin,
             backoff: SpinBackoff::default(),
@@ -246,10 +263,33 @@ impl Writer {
     }
 }
 
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        // Closing the channel stops the thread once it has committed what is queued. The wait
+        // is one commit and the engine's close (after `close`, nothing).
+        let (tx, _) = mpsc::channel(1);
+        drop(std::mem::replace(&mut self.tx, tx));
+        if thread.thread().id() != std::thread::current().id() {
+            let _ = thread.join();
+        }
+    }
+}
+
 fn run<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Msg>, max_batch: usize) {
     let mut cache = HashMap::new();
     let mut batch: Vec<Box<dyn Queued>> = Vec::new();
-    while let Some(first) = next_message(&mut rx) {
+    loop {
+        let first = match next_message(&mut rx, engine.flush_due()) {
+            Next::Message(message) => message,
+            Next::FlushDue => {
+                engine.flush();
+                continue;
+            }
+            Next::Closed => break,
+        };
         let mut close = None;
         match first {
             Msg::Write(job) => batch.push(job),
@@ -283,18 +323,58 @@ fn run<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Msg>, max_batch: usize) 
 /// poll yields the CPU between tries, so an idle store costs nothing past this window.
 const POLL_BEFORE_PARK: Duration = Duration::from_micros(50);
 
-fn next_message(rx: &mut mpsc::Receiver<Msg>) -> Option<Msg> {
+/// What the writer thread waits for next.
+enum Next {
+    Message(Msg),
+    /// The engine's flush is due and nothing came.
+    FlushDue,
+    /// Every sender is gone.
+    Closed,
+}
+
+fn next_message(rx: &mut mpsc::Receiver<Msg>, flush_due: Option<Instant>) -> Next {
     let start = Instant::now();
     loop {
         match rx.try_recv() {
-            Ok(msg) => return Some(msg),
-            Err(mpsc::error::TryRecvError::Disconnected) => return None,
+            Ok(msg) => return Next::Message(msg),
+            Err(mpsc::error::TryRecvError::Disconnected) => return Next::Closed,
             Err(mpsc::error::TryRecvError::Empty) => {}
         }
         if start.elapsed() >= POLL_BEFORE_PARK {
-            return rx.blocking_recv();
+            return match flush_due {
+                None => rx.blocking_recv().map_or(Next::Closed, Next::Message),
+                Some(due) => recv_until(rx, due),
+            };
         }
         std::thread::yield_now();
+    }
+}
+
+/// Wakes the writer thread when its channel has a message.
+struct ThreadWaker(std::thread::Thread);
+
+impl std::task::Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Waits for a message until `deadline` (tokio's receiver has no blocking wait with a
+/// timeout: poll it with a waker that unparks this thread, and park until the deadline).
+fn recv_until(rx: &mut mpsc::Receiver<Msg>, deadline: Instant) -> Next {
+    let waker = std::task::Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    loop {
+        match rx.poll_recv(&mut cx) {
+            std::task::Poll::Ready(Some(msg)) => return Next::Message(msg),
+            std::task::Poll::Ready(None) => return Next::Closed,
+            std::task::Poll::Pending => {}
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Next::FlushDue;
+        }
+        std::thread::park_timeout(deadline - now);
     }
 }
 

@@ -11,6 +11,7 @@ mod tables;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ::redb::{Database, ReadableDatabase};
 
@@ -53,6 +54,7 @@ impl RedbStore {
                 label: label.clone(),
                 durability: options.durability,
                 leases: engine_leases,
+                not_durable_since: None,
             };
             Ok((engine, RedbReaders { db, label }))
         })
@@ -143,11 +145,34 @@ fn open_database(path: &Path, options: &OpenOptions) -> Result<Database, StoreEr
     Ok(db)
 }
 
+/// How long a relaxed commit may stay not durable: at least this often while a relaxed
+/// store is written, its commits are made durable (the next commit is durable, or the writer
+/// thread flushes when no write comes).
+const RELAXED_FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+
 struct RedbEngine {
     db: Arc<Database>,
     label: String,
     durability: Durability,
     leases: Arc<LocalLeases>,
+    /// When the oldest commit that is not durable yet was made (relaxed stores). redb's
+    /// `Durability::None` commits reach the file only with a later durable commit: until then
+    /// a process exit loses them.
+    not_durable_since: Option<Instant>,
+}
+
+impl RedbEngine {
+    /// Commits an empty durable transaction: every earlier commit becomes durable with it.
+    fn make_durable(&mut self) -> Result<(), StoreError> {
+        let label = self.label.as_str();
+        let txn = self
+            .db
+            .begin_write()
+            .map_err(|e| map_redb_error(label, e))?;
+        txn.commit().map_err(|e| map_redb_error(label, e))?;
+        self.not_durable_since = None;
+        Ok(())
+    }
 }
 
 impl Engine for RedbEngine {
@@ -160,7 +185,13 @@ impl Engine for RedbEngine {
             .db
             .begin_write()
             .map_err(|e| map_redb_error(label, e))?;
-        if self.durability == Durability::Relaxed {
+        // A relaxed commit is not durable, unless the oldest one that is not has waited its
+        // interval: then this one is, and takes the others with it.
+        let relaxed = self.durability == Durability::Relaxed
+            && self
+                .not_durable_since
+                .is_none_or(|since| since.elapsed() < RELAXED_FLUSH_INTERVAL);
+        if relaxed {
             txn.set_durability(::redb::Durability::None)
                 .map_err(|e| map_redb_error(label, e))?;
         }
@@ -179,15 +210,31 @@ impl Engine for RedbEngine {
             // nobody else can have written since the previous transaction.
             f(&mut tables, false)?;
         }
-        txn.commit().map_err(|e| map_redb_error(label, e))
+        txn.commit().map_err(|e| map_redb_error(label, e))?;
+        if relaxed {
+            self.not_durable_since.get_or_insert_with(Instant::now);
+        } else {
+            self.not_durable_since = None;
+        }
+        Ok(())
+    }
+
+    fn flush_due(&self) -> Option<Instant> {
+        self.not_durable_since
+            .map(|since| since + RELAXED_FLUSH_INTERVAL)
+    }
+
+    fn flush(&mut self) {
+        if let Err(error) = self.make_durable() {
+            // The next write or the close tries again.
+            tracing::warn!(%error, "could not make relaxed redb commits durable");
+        }
     }
 
     fn shutdown(&mut self) {
         // In relaxed mode, make everything acknowledged so far durable before closing.
-        if self.durability == Durability::Relaxed {
-            if let Ok(txn) = self.db.begin_write() {
-                let _ = txn.commit();
-            }
+        if self.not_durable_since.is_some() {
+            self.flush();
         }
     }
 }
