@@ -100,6 +100,8 @@ mod store;
 mod types;
 
 #[cfg(any(feature = "redb", feature = "sqlite"))]
+mod checksum;
+#[cfg(any(feature = "redb", feature = "sqlite"))]
 mod durable;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -134,5 +136,6 @@ pub use types::{
 /// newer ones are refused with [`StoreError::NewerSchema`].
 ///
 /// Version 2 gave every SQLite row a checksum; version 3 gave stored leases their holder's
-/// process identity (SQLite, PostgreSQL). A backend a version did not change is restamped.
-pub const SCHEMA_VERSION: u64 = 3;
+/// process identity (SQLite, PostgreSQL); version 4 gave every redb value a checksum. A
+/// backend a version did not change is restamped.
+pub const SCHEMA_VERSION: u64 = 4;

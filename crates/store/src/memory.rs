@@ -113,6 +113,35 @@ impl ReadTxn for State {
             .map(|(_, r)| r.clone())
             .collect())
     }
+
+    fn has_rows(&mut self, session_id: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .rows
+            .get(session_id)
+            .is_some_and(|rows| !rows.is_empty()))
+    }
+
+    fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
+        let with_rows = self.rows.iter().filter(|(_, rows)| !rows.is_empty());
+        let (first, last) = with_rows.fold(
+            (None, None),
+            |(lo, hi): (Option<&String>, Option<&String>), (id, _)| {
+                (
+                    lo.filter(|lo| *lo < id).or(Some(id)),
+                    hi.filter(|hi| *hi > id).or(Some(id)),
+                )
+            },
+        );
+        let mut ends: Vec<String> = first.into_iter().chain(last).cloned().collect();
+        ends.dedup();
+        Ok(ends
+            .into_iter()
+            .map(|id| {
+                let has_record = self.records.contains_key(&id);
+                (id, has_record)
+            })
+            .collect())
+    }
 }
 
 impl WriteTxn for State {

@@ -474,6 +474,14 @@ impl ReadTxn for Cached<'_> {
     ) -> Result<Vec<SessionRecord>, StoreError> {
         self.inner.list(after, limit)
     }
+
+    fn has_rows(&mut self, session_id: &str) -> Result<bool, StoreError> {
+        self.inner.has_rows(session_id)
+    }
+
+    fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
+        self.inner.row_ends()
+    }
 }
 
 impl WriteTxn for Cached<'_> {

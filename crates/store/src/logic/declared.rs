@@ -71,6 +71,20 @@ impl<T: ReadTxn + ?Sized> ReadTxn for Declared<'_, T> {
         }
         self.inner.list(after, limit)
     }
+
+    fn has_rows(&mut self, session_id: &str) -> Result<bool, StoreError> {
+        // Fetched with the session's record.
+        self.declared_session(session_id)?;
+        self.inner.has_rows(session_id)
+    }
+
+    fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
+        // Fetched with the first page.
+        if !matches!(self.needs.page, Some((None, _))) {
+            return Err(not_loaded("the row ends (only the first page has them)"));
+        }
+        self.inner.row_ends()
+    }
 }
 
 impl<T: WriteTxn + ?Sized> WriteTxn for Declared<'_, T> {

@@ -43,6 +43,11 @@ pub(crate) trait ReadTxn {
     /// Up to `limit` records with a session id greater than `after`, in order.
     fn list(&mut self, after: Option<&str>, limit: usize)
         -> Result<Vec<SessionRecord>, StoreError>;
+    /// Whether any row of `session_id` is stored.
+    fn has_rows(&mut self, session_id: &str) -> Result<bool, StoreError>;
+    /// The sessions of the first and of the last stored row (by key), each with whether its
+    /// record exists; empty when there are no rows.
+    fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError>;
 }
 
 /// A write transaction.
@@ -178,6 +183,44 @@ pub(crate) fn check_rows(
                 start.saturating_add(rows.len() as u64)
             ),
         ));
+    }
+    Ok(())
+}
+
+/// Loads a session record, refusing damage a plain lookup cannot see: a record that is absent
+/// while rows of its session exist was lost or had its key changed (rows are only ever
+/// written with their record, and deleted with it), so it is `Corrupt`, never "no session".
+pub(crate) fn load_session(
+    txn: &mut dyn ReadTxn,
+    session_id: &str,
+) -> Result<Option<SessionRecord>, StoreError> {
+    match txn.load(session_id)? {
+        Some(record) => Ok(Some(record)),
+        None if txn.has_rows(session_id)? => Err(StoreError::corrupt(
+            txn.label(),
+            format!(
+                "session {session_id} has transcript rows but no session record \
+                 (the record was lost or its key changed)"
+            ),
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Refuses a store whose first or last stored row belongs to no session: checked when a
+/// listing starts, so that a store whose session records were lost (a damaged table that
+/// reads as empty) is never listed as empty, without a scan of the store.
+pub(crate) fn check_row_ends(txn: &mut dyn ReadTxn) -> Result<(), StoreError> {
+    for (session_id, has_record) in txn.row_ends()? {
+        if !has_record {
+            return Err(StoreError::corrupt(
+                txn.label(),
+                format!(
+                    "rows of session {session_id} are stored but its session record is not \
+                     (session records were lost or a key changed)"
+                ),
+            ));
+        }
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use std::ops::Range;
 
-use super::{check_rows, Needs, ReadTxn};
+use super::{check_row_ends, check_rows, load_session, Needs, ReadTxn};
 use crate::{SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow};
 
 /// One read: what it needs and how it runs on a snapshot.
@@ -30,7 +30,7 @@ impl ReadOp for GetSession {
     }
 
     fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError> {
-        txn.load(&self.0)
+        load_session(txn, &self.0)
     }
 }
 
@@ -57,7 +57,7 @@ impl ReadOp for GetRows {
         if self.range.start >= self.range.end {
             return Ok(Vec::new());
         }
-        let Some(record) = txn.load(&self.session_id)? else {
+        let Some(record) = load_session(txn, &self.session_id)? else {
             return Ok(Vec::new());
         };
         let end = self.range.end.min(record.row_count);
@@ -93,6 +93,9 @@ impl ReadOp for ListPage {
             return Err(StoreError::InvalidInput(
                 "list limit must be at least 1".to_string(),
             ));
+        }
+        if self.after.is_none() {
+            check_row_ends(txn)?;
         }
         // One more than asked: whether it comes back says whether another page follows.
         let mut sessions = txn.list(self.after.as_deref(), self.limit.saturating_add(1))?;
@@ -135,7 +138,7 @@ pub(crate) fn export(
     txn: &mut dyn ReadTxn,
     session_id: &str,
 ) -> Result<Option<SessionExport>, StoreError> {
-    let Some(record) = txn.load(session_id)? else {
+    let Some(record) = load_session(txn, session_id)? else {
         return Ok(None);
     };
     let rows = txn.load_rows(session_id, 0..record.row_count)?;

@@ -3,7 +3,9 @@
 
 use serde_json::{Map, Value};
 
-use super::{check_id, check_record, merge_patch, not_loaded, LeaseOp, Needs, WriteTxn};
+use super::{
+    check_id, check_record, load_session, merge_patch, not_loaded, LeaseOp, Needs, WriteTxn,
+};
 use crate::{
     Binding, CommitOutcome, Fence, ImportOutcome, SessionExport, SessionRecord, StoreError,
     TurnCommit, CODEX_THREAD_ID_KEY,
@@ -100,8 +102,7 @@ impl WriteOp for Commit {
         check_id("session id", &commit.session_id)?;
         check_id("thread id", &commit.thread_id)?;
         check_fence(txn, &commit.session_id, commit.fence.as_ref(), now)?;
-        let mut record = txn
-            .load(&commit.session_id)?
+        let mut record = load_session(txn, &commit.session_id)?
             .unwrap_or_else(|| SessionRecord::new(&commit.session_id, now));
         let first_seq = record.row_count;
         for (i, body) in commit.rows.iter().enumerate() {
@@ -155,9 +156,8 @@ impl WriteOp for Patch {
         let session_id = &self.session_id;
         check_id("session id", session_id)?;
         check_fence(txn, session_id, self.fence.as_ref(), now)?;
-        let mut record = txn
-            .load(session_id)?
-            .unwrap_or_else(|| SessionRecord::new(session_id, now));
+        let mut record =
+            load_session(txn, session_id)?.unwrap_or_else(|| SessionRecord::new(session_id, now));
         let mut config = record.model_config.clone();
         merge_patch(&mut config, &self.patch);
         match config.get(CODEX_THREAD_ID_KEY) {
@@ -216,7 +216,7 @@ impl WriteOp for DropIf {
 
     fn apply(&self, txn: &mut dyn WriteTxn, now: i64) -> Result<bool, StoreError> {
         check_fence(txn, &self.session_id, self.fence.as_ref(), now)?;
-        let Some(mut record) = txn.load(&self.session_id)? else {
+        let Some(mut record) = load_session(txn, &self.session_id)? else {
             return Ok(false);
         };
         if record.thread_id() != Some(self.thread_id.as_str()) {
@@ -253,7 +253,7 @@ impl WriteOp for Retire {
         check_id("session id", session_id)?;
         check_id("thread id", thread_id)?;
         check_fence(txn, session_id, self.fence.as_ref(), now)?;
-        let existing = txn.load(session_id)?;
+        let existing = load_session(txn, session_id)?;
         let mut record = existing
             .clone()
             .unwrap_or_else(|| SessionRecord::new(session_id, now));
@@ -328,7 +328,7 @@ impl WriteOp for Import {
                 record.session_id, record.row_count
             )));
         }
-        if let Some(existing) = txn.load(&record.session_id)? {
+        if let Some(existing) = load_session(txn, &record.session_id)? {
             let same = existing == *record
                 && txn.load_rows(&record.session_id, 0..existing.row_count)? == export.rows;
             return if same {

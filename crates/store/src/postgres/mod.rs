@@ -137,10 +137,12 @@ impl Pg {
 
 /// Whether a read needs more than one statement, hence a snapshot of its own.
 fn needs_snapshot(needs: &Needs<'_>) -> bool {
+    // A first page also reads the row ends.
     let statements = usize::from(needs.session.is_some())
         + usize::from(needs.rows.is_some())
         + usize::from(needs.lease)
-        + usize::from(needs.page.is_some());
+        + usize::from(needs.page.is_some())
+        + usize::from(matches!(needs.page, Some((None, _))));
     statements > 1
 }
 

@@ -88,6 +88,8 @@ impl Pg {
                     ))
                     .await
                     .map_err(|e| self.map(e))?,
+                // Schema 4 changed only redb stores (value checksums).
+                3 => {}
                 other => {
                     return Err(StoreError::corrupt(
                         &self.label,

@@ -6,6 +6,7 @@ pub(super) struct Sql {
     pub(super) schema: Option<String>,
     pub(super) lock: String,
     pub(super) load: String,
+    pub(super) row_ends: String,
     pub(super) list_all: String,
     pub(super) list_after: String,
     pub(super) rows: String,
@@ -35,7 +36,26 @@ impl Sql {
                    (extract(epoch FROM clock_timestamp()) * 1000)::int8, \
                    set_config('synchronous_commit', $2, true)"
                 .to_string(),
-            load: format!("SELECT {RECORD_COLUMNS} FROM {p}sessions WHERE session_id = $1"),
+            // One row whatever is stored: the record's columns (NULL when absent), then
+            // whether rows of the session exist (one statement: one snapshot).
+            load: format!(
+                "SELECT {cols}, EXISTS (SELECT 1 FROM {p}transcript_rows r \
+                 WHERE r.session_id = k.id) \
+                 FROM (SELECT $1::text AS id) k LEFT JOIN {p}sessions s ON s.session_id = k.id",
+                cols = RECORD_COLUMNS
+                    .split(", ")
+                    .map(|c| format!("s.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            // The sessions of the first and last row, each with whether its record exists.
+            row_ends: format!(
+                "SELECT e.session_id, EXISTS (SELECT 1 FROM {p}sessions s \
+                 WHERE s.session_id = e.session_id) FROM \
+                 ((SELECT session_id FROM {p}transcript_rows ORDER BY session_id LIMIT 1) \
+                 UNION ALL \
+                 (SELECT session_id FROM {p}transcript_rows ORDER BY session_id DESC LIMIT 1)) e"
+            ),
             list_all: format!(
                 "SELECT {RECORD_COLUMNS} FROM {p}sessions ORDER BY session_id COLLATE \"C\" LIMIT $1"
             ),

@@ -37,6 +37,10 @@ struct Page {
 pub(super) struct Buffered<'a> {
     label: &'a str,
     records: HashMap<String, Option<SessionRecord>>,
+    /// Whether rows exist, per session fetched.
+    has_rows: HashMap<String, bool>,
+    /// The row ends, fetched with a first page.
+    row_ends: Option<Vec<(String, bool)>>,
     /// Rows fetched per session, and the range they cover.
     rows: HashMap<String, (Range<u64>, Vec<TranscriptRow>)>,
     leases: HashMap<String, Option<Lease>>,
@@ -56,6 +60,8 @@ impl Pg {
         let mut view = Buffered {
             label: &self.label,
             records: HashMap::new(),
+            has_rows: HashMap::new(),
+            row_ends: None,
             rows: HashMap::new(),
             leases: HashMap::new(),
             page: None,
@@ -66,14 +72,16 @@ impl Pg {
                 .prepare_cached(&self.sql.load)
                 .await
                 .map_err(|e| self.map(e))?;
-            let record = match client
-                .query_opt(&stmt, &[&session_id])
+            let row = client
+                .query_one(&stmt, &[&session_id])
                 .await
-                .map_err(|e| self.map(e))?
-            {
-                Some(row) => Some(decode_record(&self.label, &row)?),
+                .map_err(|e| self.map(e))?;
+            let record = match row.get::<_, Option<String>>(0) {
+                Some(_) => Some(decode_record(&self.label, &row)?),
                 None => None,
             };
+            view.has_rows
+                .insert(session_id.to_string(), row.get::<_, bool>(9));
             if let (Some(range), Some(record)) = (&needs.rows, &record) {
                 let range = range.start..range.end.min(record.row_count);
                 let rows = self.load_rows(client, session_id, range.clone()).await?;
@@ -119,6 +127,20 @@ impl Pg {
                 .iter()
                 .map(|r| decode_record(&self.label, r))
                 .collect::<Result<Vec<_>, _>>()?;
+            if after.is_none() {
+                let stmt = client
+                    .prepare_cached(&self.sql.row_ends)
+                    .await
+                    .map_err(|e| self.map(e))?;
+                let ends = client
+                    .query(&stmt, &[])
+                    .await
+                    .map_err(|e| self.map(e))?
+                    .iter()
+                    .map(|r| (r.get::<_, String>(0), r.get::<_, bool>(1)))
+                    .collect::<Vec<_>>();
+                view.row_ends = Some(ends);
+            }
             view.page = Some(Page {
                 after: after.map(str::to_string),
                 limit,
@@ -297,6 +319,22 @@ impl ReadTxn for Buffered<'_> {
             }
             _ => Err(not_loaded("the page")),
         }
+    }
+
+    fn has_rows(&mut self, session_id: &str) -> Result<bool, StoreError> {
+        self.has_rows
+            .get(session_id)
+            .copied()
+            .ok_or_else(|| not_loaded("whether the session has rows"))
+    }
+
+    fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
+        let mut ends = self
+            .row_ends
+            .clone()
+            .ok_or_else(|| not_loaded("the row ends"))?;
+        ends.dedup();
+        Ok(ends)
     }
 }
 

@@ -2,69 +2,15 @@
 //! their decoding into the crate's types.
 //!
 //! SQLite checks its page structure (`PRAGMA quick_check`) but keeps no checksum of what a
-//! page holds: a flipped byte inside a key or a value reads back as another key or value
-//! (found by the `store_files` fuzz target). So every row of every table carries a CRC-32 of
-//! its fields, written with the row and verified whenever the row is read.
+//! page holds, so every row of every table carries a CRC-32 of its fields (`checksum.rs`),
+//! verified whenever the row is read.
 
 use rusqlite::Row;
 use serde_json::{Map, Value};
 
+use crate::checksum::{verify, Checksum};
 use crate::logic::check_record;
 use crate::{Binding, Lease, LeaseOwner, ProcessIdentity, SessionRecord, StoreError};
-
-/// A CRC-32 over a record's fields, each written with a type tag and (for text) its length, so
-/// that moving bytes from one field to the next changes the sum. The first field is the table,
-/// so a row moved to another table does not verify either.
-pub(super) struct Checksum(crc32fast::Hasher);
-
-impl Checksum {
-    /// Starts the checksum of a row of `table`.
-    pub(super) fn of(table: &str) -> Self {
-        Checksum(crc32fast::Hasher::new()).text(table)
-    }
-
-    /// Adds a text field.
-    pub(super) fn text(mut self, value: &str) -> Self {
-        self.0.update(&[1]);
-        self.0.update(&(value.len() as u64).to_le_bytes());
-        self.0.update(value.as_bytes());
-        self
-    }
-
-    /// Adds a text field that may be NULL.
-    pub(super) fn opt_text(mut self, value: Option<&str>) -> Self {
-        match value {
-            Some(v) => self.text(v),
-            None => {
-                self.0.update(&[0]);
-                self
-            }
-        }
-    }
-
-    /// Adds an integer field.
-    pub(super) fn int(mut self, value: i64) -> Self {
-        self.0.update(&[2]);
-        self.0.update(&value.to_le_bytes());
-        self
-    }
-
-    /// Adds an integer field that may be NULL.
-    pub(super) fn opt_int(mut self, value: Option<i64>) -> Self {
-        match value {
-            Some(v) => self.int(v),
-            None => {
-                self.0.update(&[0]);
-                self
-            }
-        }
-    }
-
-    /// The sum, as stored in the row's `checksum` column.
-    pub(super) fn finish(self) -> i64 {
-        i64::from(self.0.finalize())
-    }
-}
 
 /// The checksum of a `transcript_rows` row.
 pub(super) fn row_checksum(session_id: &str, seq: i64, body: &str) -> i64 {
@@ -73,26 +19,6 @@ pub(super) fn row_checksum(session_id: &str, seq: i64, body: &str) -> i64 {
         .int(seq)
         .text(body)
         .finish()
-}
-
-/// Fails with `Corrupt` unless `stored` is `computed`.
-pub(super) fn verify(
-    label: &str,
-    what: impl FnOnce() -> String,
-    stored: i64,
-    computed: i64,
-) -> Result<(), StoreError> {
-    if stored == computed {
-        return Ok(());
-    }
-    Err(StoreError::corrupt(
-        label,
-        format!(
-            "{}: checksum mismatch (stored {stored:#x}, contents give {computed:#x}): \
-             the record was changed outside rethread",
-            what()
-        ),
-    ))
 }
 
 /// One `transcript_rows` row as stored.
@@ -365,21 +291,6 @@ impl RawLease {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fields_are_delimited() {
-        // Bytes moved between adjacent fields must change the sum.
-        let a = Checksum::of("t").text("ab").text("c").finish();
-        let b = Checksum::of("t").text("a").text("bc").finish();
-        assert_ne!(a, b);
-        let none = Checksum::of("t").opt_text(None).finish();
-        let empty = Checksum::of("t").opt_text(Some("")).finish();
-        assert_ne!(none, empty);
-        assert_ne!(
-            Checksum::of("t").opt_int(None).finish(),
-            Checksum::of("t").opt_int(Some(0)).finish()
-        );
-    }
 
     #[test]
     fn any_single_byte_flip_changes_a_row_checksum() {

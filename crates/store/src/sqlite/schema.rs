@@ -141,6 +141,8 @@ fn migrate(txn: &rusqlite::Transaction<'_>, from: u64, label: &str) -> Result<()
                 txn.execute_batch(SCHEMA_V2_COLUMNS).map_err(map)?;
             }
             2 => txn.execute_batch(SCHEMA_V3_COLUMNS).map_err(map)?,
+            // Schema 4 changed only redb stores (value checksums).
+            3 => {}
             other => {
                 return Err(StoreError::corrupt(
                     label,

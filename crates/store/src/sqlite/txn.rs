@@ -100,6 +100,38 @@ impl ReadTxn for Txn<'_> {
             .map(|r| decode_record(self.label, r))
             .collect()
     }
+
+    fn has_rows(&mut self, session_id: &str) -> Result<bool, StoreError> {
+        self.conn
+            .prepare_cached("SELECT 1 FROM transcript_rows WHERE session_id = ?1 LIMIT 1")
+            .and_then(|mut s| s.exists([session_id]))
+            .map_err(|e| self.map(e))
+    }
+
+    fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
+        let mut ends: Vec<String> = Vec::new();
+        for order in ["ASC", "DESC"] {
+            let end: Option<String> = self
+                .conn
+                .prepare_cached(&format!(
+                    "SELECT session_id FROM transcript_rows ORDER BY session_id {order} LIMIT 1"
+                ))
+                .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
+                .map_err(|e| self.map(e))?;
+            ends.extend(end);
+        }
+        ends.dedup();
+        ends.into_iter()
+            .map(|id| {
+                let has_record = self
+                    .conn
+                    .prepare_cached("SELECT 1 FROM sessions WHERE session_id = ?1")
+                    .and_then(|mut s| s.exists([&id]))
+                    .map_err(|e| self.map(e))?;
+                Ok((id, has_record))
+            })
+            .collect()
+    }
 }
 
 impl WriteTxn for Txn<'_> {
