@@ -14,7 +14,8 @@ use crate::logic::{
 };
 use crate::{
     BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, SessionExport,
-    SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit,
+    SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit, VerifyProgress,
+    VerifyReport,
 };
 
 /// How a backend runs operations.
@@ -34,6 +35,15 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// (redb: one process per file). `None`: lease requests are writes.
     fn local_leases(&self) -> Option<&LocalLeases> {
         None
+    }
+
+    /// [`BindingStore::verify`]; by default through `store`'s public methods.
+    fn verify<'a>(
+        &'a self,
+        store: &'a (dyn BindingStore + 'a),
+        progress: &'a mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),
+    ) -> impl Future<Output = Result<VerifyReport, StoreError>> + Send + 'a {
+        crate::verify::by_export(store, progress)
     }
 }
 
@@ -167,5 +177,12 @@ impl<B: Backend> BindingStore for Adapter<B> {
 
     async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError> {
         self.lease(Release(lease.clone())).await
+    }
+
+    async fn verify(
+        &self,
+        progress: &mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),
+    ) -> Result<VerifyReport, StoreError> {
+        self.0.verify(self, progress).await
     }
 }

@@ -31,6 +31,7 @@ impl Checksum {
     }
 
     /// Adds a text field that may be NULL.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn opt_text(mut self, value: Option<&str>) -> Self {
         match value {
             Some(v) => self.text(v),
@@ -49,6 +50,7 @@ impl Checksum {
     }
 
     /// Adds an integer field that may be NULL.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn opt_int(mut self, value: Option<i64>) -> Self {
         match value {
             Some(v) => self.int(v),

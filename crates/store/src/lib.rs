@@ -32,6 +32,8 @@
 //!   [`CODEX_THREAD_ID_KEY`], [`SCHEMA_VERSION`].
 //! - Leases: [`Lease`], [`Fence`], [`LeaseOwner`], [`LocalOwner`], [`ProcessIdentity`].
 //! - Copying: [`copy_sessions`], [`CopyReport`], [`CopyProgress`].
+//! - Checking a whole store: [`BindingStore::verify`], [`VerifyReport`], [`Problem`],
+//!   [`ProblemKind`], [`VerifyProgress`], [`MAX_LISTED_PROBLEMS`].
 //! - Errors: [`StoreError`] (variants by meaning), [`BoxError`], [`redact_url`].
 //! - [`conformance`] (feature `conformance`): the suite every backend passes, for third-party
 //!   backends.
@@ -98,6 +100,7 @@ mod owner;
 mod redact;
 mod store;
 mod types;
+mod verify;
 
 #[cfg(any(feature = "redb", feature = "sqlite"))]
 mod checksum;
@@ -131,6 +134,7 @@ pub use types::{
     Binding, CommitOutcome, Fence, ImportOutcome, Lease, SessionExport, SessionPage, SessionRecord,
     TranscriptRow, TurnCommit, CODEX_THREAD_ID_KEY,
 };
+pub use verify::{Problem, ProblemKind, VerifyProgress, VerifyReport, MAX_LISTED_PROBLEMS};
 
 /// The newest schema version this build reads and writes. Older stores are migrated on open;
 /// newer ones are refused with [`StoreError::NewerSchema`].

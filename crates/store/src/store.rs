@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::{
     Binding, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, SessionExport, SessionPage,
-    SessionRecord, StoreError, TranscriptRow, TurnCommit,
+    SessionRecord, StoreError, TranscriptRow, TurnCommit, VerifyProgress, VerifyReport,
 };
 
 /// Durable `session id -> codex thread id` bindings and the sessions' transcripts.
@@ -173,6 +173,33 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// Returns `true` if `lease` (same owner and `fence`) was live and is now free; `false`
     /// otherwise, changing nothing: another owner's lease is never freed.
     async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError>;
+
+    /// Reads the whole store and checks every record of it; reports each problem found.
+    ///
+    /// Opening a store checks its header and schema only (it takes the same time whatever the
+    /// store holds), and each read checks what it touches (checksums, a record missing beside
+    /// its rows, gaps in a session's rows): this is the whole-store check, run on request
+    /// (`rethread verify`).
+    ///
+    /// # Contract
+    /// - Damage is reported, not returned: `Ok` with each problem in
+    ///   [`VerifyReport::problems`] (a record whose checksum fails or that does not decode,
+    ///   rows missing from a session, rows of no session or past their session's count, a
+    ///   damaged lease, the engine's own structure). Damage that stops the scan leaves
+    ///   [`VerifyReport::complete`] `false`.
+    /// - `Err` only when the store cannot be read for another reason (I/O, locked, closed).
+    /// - It reads one snapshot where the backend has them (redb, SQLite) and never blocks
+    ///   writers for long; it writes nothing.
+    /// - `progress` is called now and then (at most every 50 ms, and at the end).
+    /// - The file backends scan their tables and also find rows that belong to no session;
+    ///   SQLite runs `PRAGMA quick_check` first. The default implementation (memory,
+    ///   PostgreSQL, third-party backends) lists and exports every session.
+    async fn verify(
+        &self,
+        progress: &mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),
+    ) -> Result<VerifyReport, StoreError> {
+        crate::verify::by_export(self, progress).await
+    }
 }
 
 /// Implements [`BindingStore`] for `$ty` by forwarding every method to `$target` (an
@@ -280,6 +307,13 @@ macro_rules! forward_binding_store {
             ) -> Result<bool, $crate::StoreError> {
                 let $this = self;
                 $target.release_lease(lease).await
+            }
+            async fn verify(
+                &self,
+                progress: &mut (dyn for<'p> FnMut(&'p $crate::VerifyProgress) + Send),
+            ) -> Result<$crate::VerifyReport, $crate::StoreError> {
+                let $this = self;
+                $target.verify(progress).await
             }
         }
     };

@@ -42,7 +42,7 @@ pub use leases::{
 pub use model::{op_strategy, random_ops_match_model, Op};
 pub use sessions::{
     copy_sessions_roundtrip, delete_session, export_import_roundtrip, invalid_input,
-    list_sessions_pages,
+    list_sessions_pages, verify_finds_nothing_on_a_healthy_store,
 };
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -88,6 +88,7 @@ pub async fn run_all(store: &dyn BindingStore) {
     delete_session(store).await;
     export_import_roundtrip(store).await;
     copy_sessions_roundtrip(store).await;
+    verify_finds_nothing_on_a_healthy_store(store).await;
     invalid_input(store).await;
     random_ops_match_model(store).await;
     run_leases(store).await;

@@ -221,3 +221,20 @@ pub async fn copy_sessions_roundtrip(store: &dyn BindingStore) {
         "{err:?}"
     );
 }
+
+/// [`verify`](BindingStore::verify) on a healthy store: complete, no problem, every session
+/// and row counted, progress reported.
+pub async fn verify_finds_nothing_on_a_healthy_store(store: &dyn BindingStore) {
+    let s = unique_id("verify");
+    store
+        .commit_turn(turn(&s, "t1", vec![json!(1), json!(2), json!(3)]))
+        .await
+        .unwrap();
+    let mut last = None;
+    let report = store.verify(&mut |p| last = Some(*p)).await.unwrap();
+    assert!(report.is_ok(), "{report:?}");
+    assert!(report.sessions >= 1 && report.rows >= 3, "{report:?}");
+    assert_eq!(report.sessions, store.count_sessions().await.unwrap());
+    let last = last.expect("progress was reported");
+    assert_eq!((last.sessions, last.rows), (report.sessions, report.rows));
+}

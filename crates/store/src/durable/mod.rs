@@ -3,15 +3,18 @@
 //! files are created owner-only (`file.rs`).
 
 mod file;
+mod scan;
 mod writer;
 
 use std::sync::Arc;
 
 use crate::adapter::Backend;
 use crate::logic::{LocalLeases, ReadOp, ReadTxn, WriteOp};
-use crate::StoreError;
+use crate::verify::Checker;
+use crate::{BindingStore, StoreError, VerifyProgress, VerifyReport};
 
 pub(crate) use file::{create_owner_only, prepare_path};
+pub(crate) use scan::{merge_scan, ScannedRow, ScannedSession};
 pub(crate) use writer::{Engine, Writer};
 
 /// How a backend runs one read snapshot (a redb read transaction, a SQLite deferred
@@ -21,6 +24,10 @@ pub(crate) trait Readers: Send + Sync + std::fmt::Debug + 'static {
         &self,
         f: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<(), StoreError>,
     ) -> Result<(), StoreError>;
+
+    /// Checks the whole store on one snapshot, recording what it finds in `checker` (see
+    /// [`BindingStore::verify`]). Returns whether the check reached the end.
+    fn verify(&self, checker: &mut Checker<'_>) -> Result<bool, StoreError>;
 }
 
 /// A writer thread plus readers: a file backend.
@@ -73,5 +80,33 @@ impl Backend for Durable {
 
     fn local_leases(&self) -> Option<&LocalLeases> {
         self.local_leases.as_deref()
+    }
+
+    /// Runs the backend's scan on a blocking thread; progress crosses back over a channel.
+    async fn verify(
+        &self,
+        _store: &(dyn BindingStore + '_),
+        progress: &mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),
+    ) -> Result<VerifyReport, StoreError> {
+        let readers = Arc::clone(&self.readers);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let scan = tokio::task::spawn_blocking(move || {
+            let mut send = |p: &VerifyProgress| {
+                let _ = tx.send(*p);
+            };
+            let mut checker = Checker::new(&mut send);
+            let complete = readers.verify(&mut checker)?;
+            Ok(checker.finish(complete))
+        });
+        while let Some(update) = rx.recv().await {
+            progress(&update);
+        }
+        scan.await.map_err(|e| {
+            if e.is_panic() {
+                StoreError::Internal(format!("the check panicked: {e}"))
+            } else {
+                StoreError::Closed
+            }
+        })?
     }
 }

@@ -26,6 +26,7 @@ use crate::adapter::Adapter;
 use crate::durable::{create_owner_only, prepare_path, Durable, Engine, Readers, Writer};
 use crate::logic::{ReadTxn, WriteTxn};
 use crate::store::forward_binding_store;
+use crate::verify::Checker;
 use crate::{Durability, OpenOptions, StoreError};
 
 /// A [`BindingStore`](crate::BindingStore) in one SQLite file (WAL mode).
@@ -143,9 +144,9 @@ fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<Connec
         _ => "PRAGMA synchronous=FULL; PRAGMA fullfsync=ON; PRAGMA checkpoint_fullfsync=ON;",
     };
     conn.execute_batch(pragmas).map_err(map)?;
+    // Nothing here reads the store's records: opening takes the same time whatever the store
+    // holds. Reads check what they touch; `verify` checks everything.
     schema::ensure_schema(&mut conn, label)?;
-    integrity::verify_structure(&conn, label)?;
-    integrity::verify_records(&mut conn, label)?;
     Ok(conn)
 }
 
@@ -195,6 +196,27 @@ impl Readers for SqliteReaders {
         f: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         let label = self.label.as_str();
+        self.with_connection(|conn| {
+            // One deferred transaction: every statement of this read sees the same snapshot.
+            let txn = conn.transaction().map_err(|e| map_sqlite_error(label, e))?;
+            f(&mut Txn { conn: &txn, label })?;
+            txn.commit().map_err(|e| map_sqlite_error(label, e))
+        })
+    }
+
+    fn verify(&self, checker: &mut Checker<'_>) -> Result<bool, StoreError> {
+        self.with_connection(|conn| integrity::verify(conn, &self.label, checker))
+    }
+}
+
+impl SqliteReaders {
+    /// Runs `f` on a pooled read-only connection (a new one if none is free); the connection
+    /// goes back to the pool unless `f` failed.
+    fn with_connection<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let label = self.label.as_str();
         let pooled = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let mut conn = match pooled {
             Some(conn) => conn,
@@ -205,12 +227,7 @@ impl Readers for SqliteReaders {
                 conn
             }
         };
-        let result = (|| {
-            // One deferred transaction: every statement of this read sees the same snapshot.
-            let txn = conn.transaction().map_err(|e| map_sqlite_error(label, e))?;
-            f(&mut Txn { conn: &txn, label })?;
-            txn.commit().map_err(|e| map_sqlite_error(label, e))
-        })();
+        let result = f(&mut conn);
         if result.is_ok() {
             self.pool
                 .lock()
