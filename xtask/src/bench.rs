@@ -16,11 +16,14 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
         Some("store") => store(&args[1..]),
         Some("fake") => crate::bench_fake::run(&args[1..]),
+        Some("open") => crate::bench_open::run(&args[1..]),
         Some("runtime") => example("rethread-runtime", "bench_runtime", &args[1..]),
         Some(other) => Err(format!(
-            "unknown benchmark `{other}`; available: store, fake, runtime"
+            "unknown benchmark `{other}`; available: store, fake, runtime, open"
         )),
-        None => Err("usage: cargo xtask bench <what>; available: store, fake, runtime".to_string()),
+        None => Err(
+            "usage: cargo xtask bench <what>; available: store, fake, runtime, open".to_string(),
+        ),
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod bench;
 mod bench_fake;
+mod bench_open;
 mod codex;
 mod fuzz;
 mod util;
@@ -45,7 +46,8 @@ fn print_help() {
          codex [--version V]   install @openai/codex@V (default {}) and print its path\n\
          fuzz [--seconds N] [TARGET...]  build, seed and run the fuzz targets (docs/fuzzing.md)\n\
          bench store [--seconds S]  store commit rates vs raw baselines (docs/benchmarks.md)\n\
-         bench fake [--seconds S]   in-process fake app-server requests per second",
+         bench fake [--seconds S]   in-process fake app-server requests per second\n\
+         bench open [--sizes N,N,N] [--verify]  store open time by store size (docs/benchmarks.md)",
         codex::DEFAULT_VERSION
     );
 }

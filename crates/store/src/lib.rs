@@ -52,7 +52,13 @@
 //!   lost, also under concurrent writers.
 //! - Transcript rows are never lost or duplicated: `seq` is `0..row_count`, contiguous.
 //! - A corrupt, foreign, newer or locked store is a typed [`StoreError`], never an empty store;
-//!   a damaged record (SQLite rows carry checksums, redb pages do) is `Corrupt`, never served.
+//!   a damaged record (every SQLite row and redb value carries a checksum) is `Corrupt` when
+//!   it is read, never served; a session record missing beside its rows and a gap in a
+//!   session's rows are `Corrupt` too, never a missing or shorter session.
+//! - Opening a store takes the same time whatever it holds: it reads the header and the schema
+//!   version only. The whole-store check is [`BindingStore::verify`], on request.
+//! - A panic inside an engine (redb trusts a cleanly closed file) never reaches the caller: it
+//!   is `Corrupt`, and the store answers `Corrupt` to everything after it.
 //! - No engine call runs on an async runtime thread: each durable store has one writer thread
 //!   fed by a channel (which coalesces concurrent writes into one transaction: group commit,
 //!   each caller answered only once its write is durable); reads run in `spawn_blocking`.
