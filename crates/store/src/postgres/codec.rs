@@ -14,21 +14,9 @@ pub(super) fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreErro
 }
 
 pub(super) fn lease_from_row(label: &str, session_id: &str, r: &Row) -> Result<Lease, StoreError> {
-    let space: Option<String> = r.get(7);
-    let start: Option<i64> = r.get(8);
-    let process = match (space, start) {
-        (Some(space), Some(start)) => Some(ProcessIdentity {
-            space,
-            start_ticks: start as u64,
-        }),
-        (None, None) => None,
-        _ => {
-            return Err(StoreError::corrupt(
-                label,
-                format!("lease of session {session_id}: half a process identity"),
-            ))
-        }
-    };
+    let process = ProcessIdentity::from_columns(r.get(7), r.get(8)).map_err(|what| {
+        StoreError::corrupt(label, format!("lease of session {session_id}: {what}"))
+    })?;
     Ok(Lease {
         session_id: session_id.to_string(),
         owner: LeaseOwner {

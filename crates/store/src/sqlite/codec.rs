@@ -259,19 +259,10 @@ impl RawLease {
         let pid = u32::try_from(self.pid).map_err(|_| {
             StoreError::corrupt(label, format!("lease of {}: bad pid", self.session_id))
         })?;
-        let process = match (self.process_space, self.process_start) {
-            (Some(space), Some(start)) => Some(ProcessIdentity {
-                space,
-                start_ticks: start as u64,
-            }),
-            (None, None) => None,
-            _ => {
-                return Err(StoreError::corrupt(
-                    label,
-                    format!("lease of {}: half a process identity", self.session_id),
-                ))
-            }
-        };
+        let process = ProcessIdentity::from_columns(self.process_space, self.process_start)
+            .map_err(|what| {
+                StoreError::corrupt(label, format!("lease of {}: {what}", self.session_id))
+            })?;
         Ok(Lease {
             session_id: self.session_id,
             owner: LeaseOwner {
