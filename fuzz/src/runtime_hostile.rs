@@ -17,7 +17,8 @@
 //!   fallback (never some other thread).
 //! - Committed rows are never lost or duplicated: the store holds the 2 original rows and
 //!   then exactly the rows of the reported turns, in order; the host key survives.
-//! - The fallback notice is emitted exactly once per fallback.
+//! - The fallback notice is emitted exactly once per fallback, and only a lost thread (gone,
+//!   incompatible, unreadable) falls back: a temporary failure never gives a thread up.
 //! - No panic on any task.
 #![allow(dead_code, unreachable_pub)]
 
@@ -28,8 +29,8 @@ use std::time::Duration;
 use rethread_protocol::codec::decode_line;
 use rethread_protocol::{Message, RequestId};
 use rethread_runtime::{
-    Agent, AgentOptions, AppServerClient, ClientOptions, OpenOutcome, Publication, StatusKind,
-    StatusRail, TurnReport, RESUME_FALLBACK_NOTICE,
+    AppServerClient, BinderOptions, ClientOptions, OpenOutcome, Publication, SessionBinder,
+    StatusKind, StatusRail, TurnReport, RESUME_FALLBACK_NOTICE,
 };
 use rethread_store::{BindingStore, BindingStoreExt, MemoryStore, TurnCommit};
 use serde_json::{json, Map, Value};
@@ -44,7 +45,7 @@ const OLD_THREAD: &str = "thr_old";
 /// The bound on the whole run, in virtual time.
 const HANG_BOUND: Duration = Duration::from_secs(300);
 
-const ERRORS: [(i64, &str); 9] = [
+const ERRORS: [(i64, &str); 10] = [
     (-32600, "no rollout found for thread id thr_old"),
     (-32600, "thread thr_old already has an active writer"),
     (-32001, "Server overloaded; retry later."),
@@ -57,6 +58,11 @@ const ERRORS: [(i64, &str); 9] = [
     (-32603, "internal error"),
     (-32600, "invalid thread id"),
     (7, ""),
+    // An I/O error on codex's side: temporary, never a lost thread.
+    (
+        -32603,
+        "failed to read thread thr_old: Permission denied (os error 13)",
+    ),
 ];
 
 /// What the scripted server did that the properties need.
@@ -344,14 +350,14 @@ async fn host(
         Ok(client) => client,
         Err(_) => return log,
     };
-    let options = AgentOptions {
+    let options = BinderOptions {
         codex_home: None,
         transient_retries: 1,
         retry_backoff: Duration::from_millis(10),
         turn_timeout: Duration::from_secs(5),
-        ..AgentOptions::default()
+        ..BinderOptions::default()
     };
-    let mut agent = Agent::new(SESSION, store, rail).with_options(options);
+    let mut agent = SessionBinder::new(SESSION, store, rail).with_options(options);
     for _ in 0..2 {
         let mut session = match agent.open(&client).await {
             Ok(session) => session,
@@ -548,6 +554,15 @@ pub fn run_outcome(data: &[u8]) -> Outcome {
                 !bound || fell_back || record.retired_threads.iter().any(|t| t == OLD_THREAD),
                 "the original binding vanished without a fallback"
             ),
+        }
+        // Only a definitive loss falls back.
+        for open in &host_log.opens {
+            if let OpenOutcome::FellBack { reason, .. } = open {
+                assert!(
+                    reason.thread_is_lost(),
+                    "a temporary failure ({reason}) gave the thread up"
+                );
+            }
         }
         // One notice per fallback.
         let notices = recorded

@@ -9,6 +9,8 @@
 //! - `runtime [--iterations N] [--turns 1,100,1000] [--samples N] [--skip-real]`: time from
 //!   opening a conversation to `turn/start` sent (resumed vs fresh), and `thread/resume`
 //!   latency on the real codex by history length, with and without `excludeTurns`.
+//! - `proxy [--rounds N] [--turns N] [--large-kib K]`: `rethread app-server` in front of
+//!   `fake-codex` against `fake-codex` alone, in one run (see `xtask/src/proxy.rs`).
 
 use crate::util;
 
@@ -18,11 +20,13 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
         Some("fake") => crate::bench_fake::run(&args[1..]),
         Some("open") => crate::bench_open::run(&args[1..]),
         Some("runtime") => example("rethread-runtime", "bench_runtime", &args[1..]),
+        Some("proxy") => crate::proxy::bench(&args[1..]),
         Some(other) => Err(format!(
-            "unknown benchmark `{other}`; available: store, fake, runtime, open"
+            "unknown benchmark `{other}`; available: store, fake, runtime, proxy, open"
         )),
         None => Err(
-            "usage: cargo xtask bench <what>; available: store, fake, runtime, open".to_string(),
+            "usage: cargo xtask bench <what>; available: store, fake, runtime, proxy, open"
+                .to_string(),
         ),
     }
 }

@@ -1,19 +1,40 @@
-//! Installs pinned `@openai/codex` releases from the npm registry into `target/codex/<version>`.
+//! Installs `@openai/codex` releases from the npm registry into `target/codex/<version>`.
+//!
+//! The supported releases are defined once, in `codex-releases.txt` at the workspace root
+//! (`rethread-testkit` reads the same file).
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use crate::util::project_root;
 
-/// The current release the project is proven against.
-pub(crate) const DEFAULT_VERSION: &str = "0.169.0";
-/// Every release the test suite runs against: current, and the compatibility floor.
-pub(crate) const PINNED_VERSIONS: [&str; 2] = ["0.169.0", "0.144.6"];
+/// The text of `codex-releases.txt`: `<role> <version>` lines, `#` comments.
+const RELEASES_FILE: &str = include_str!("../../codex-releases.txt");
+
+/// The supported releases (current, previous, floor), in the file's order.
+pub(crate) fn supported() -> Vec<(&'static str, &'static str)> {
+    RELEASES_FILE
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .filter_map(|line| line.split_once(' '))
+        .map(|(role, version)| (role, version.trim()))
+        .collect()
+}
+
+/// The current release (the `current` line of `codex-releases.txt`).
+pub(crate) fn current() -> &'static str {
+    supported()
+        .into_iter()
+        .find(|(role, _)| *role == "current")
+        .map(|(_, version)| version)
+        .expect("codex-releases.txt names the current release")
+}
 
 /// `cargo xtask codex [--version V]`.
 pub(crate) fn command(args: &[String]) -> Result<(), String> {
     let version = match args {
-        [] => DEFAULT_VERSION.to_string(),
+        [] => current().to_string(),
         [flag, v] if flag == "--version" => v.clone(),
         _ => return Err("usage: cargo xtask codex [--version V]".to_string()),
     };
@@ -23,7 +44,7 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
 }
 
 /// The environment variable through which tests find the binary of `version`,
-/// e.g. `RETHREAD_CODEX_0_169_0`.
+/// e.g. `RETHREAD_CODEX_0_171_0`.
 pub(crate) fn env_var_for(version: &str) -> String {
     format!("RETHREAD_CODEX_{}", version.replace('.', "_"))
 }
@@ -71,4 +92,16 @@ fn reports_version(binary: &PathBuf, version: &str) -> bool {
         .output()
         .map(|out| String::from_utf8_lossy(&out.stdout).trim() == format!("codex-cli {version}"))
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_releases_file_names_current_previous_and_floor() {
+        let roles: Vec<&str> = supported().iter().map(|(role, _)| *role).collect();
+        assert_eq!(roles, ["current", "previous", "floor"]);
+        assert!(supported().iter().all(|(_, v)| v.split('.').count() == 3));
+    }
 }

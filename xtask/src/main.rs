@@ -1,18 +1,23 @@
 //! Project automation, run as `cargo xtask <command>` (see `.cargo/config.toml`).
 //!
 //! Commands:
-//! - `ci`: install the pinned codex binaries, check formatting, run clippy with
+//! - `ci`: install the supported codex releases (`codex-releases.txt`), check formatting, run clippy with
 //!   warnings denied, run the whole test suite, then a one-minute smoke of each fuzz target.
 //!   This is what `.ci/run` calls.
-//! - `codex [--version V]`: install a pinned `@openai/codex` into `target/codex/V`
+//! - `codex [--version V]`: install `@openai/codex@V` into `target/codex/V`
 //!   (idempotent) and print the binary's path.
+//! - `codex-check --version V`: install any codex release, run the real-binary suites against
+//!   it and print its row of the README's compatibility table.
 //! - `bench <what>`: benchmarks (see `docs/benchmarks.md`).
+//! - `python`: the Python SDK tests of `rethread app-server` (also the last step of `ci`).
 
 mod bench;
 mod bench_fake;
 mod bench_open;
 mod codex;
+mod codex_check;
 mod fuzz;
+mod proxy;
 mod util;
 
 use std::process::ExitCode;
@@ -22,8 +27,10 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("codex") => codex::command(&args[1..]),
+        Some("codex-check") => codex_check::command(&args[1..]),
         Some("fuzz") => fuzz::command(&args[1..]),
         Some("bench") => bench::command(&args[1..]),
+        Some("python") => proxy::python_tests(),
         Some("help") | Some("--help") | Some("-h") | None => {
             print_help();
             Ok(())
@@ -42,26 +49,31 @@ fn main() -> ExitCode {
 fn print_help() {
     println!(
         "cargo xtask <command>\n\n\
-         ci                    install pinned codex, fmt check, clippy -D warnings, all tests\n\
+         ci                    install the supported codex releases, fmt check, clippy -D warnings, all tests\n\
          codex [--version V]   install @openai/codex@V (default {}) and print its path\n\
+         codex-check --version V  run the real-codex suites against V, print its compatibility row\n\
          fuzz [--seconds N] [TARGET...]  build, seed and run the fuzz targets (docs/fuzzing.md)\n\
          bench store [--seconds S]  store commit rates vs raw baselines (docs/benchmarks.md)\n\
          bench fake [--seconds S]   in-process fake app-server requests per second\n\
-         bench open [--sizes N,N,N] [--verify]  store open time by store size (docs/benchmarks.md)",
-        codex::DEFAULT_VERSION
+         bench open [--sizes N,N,N] [--verify]  store open time by store size (docs/benchmarks.md)\n\
+         bench proxy [--rounds N]   rethread app-server vs codex direct (fake-codex), p50/p99\n\
+         python                the openai-codex Python SDK driving rethread app-server (pytest)",
+        codex::current()
     );
 }
 
 /// The whole gate: what `.ci/run` runs on a fresh machine.
 fn ci() -> Result<(), String> {
     let root = util::project_root();
-    // Both pinned binaries are installed first so the real-codex tests run (and never
+    // Every supported release is installed first so the real-codex tests run (and never
     // silently skip) wherever this command runs.
-    for version in codex::PINNED_VERSIONS {
+    for (role, version) in codex::supported() {
         let path = codex::install(version)?;
         std::env::set_var(codex::env_var_for(version), &path);
-        println!("codex {version}: {}", path.display());
+        println!("codex {version} ({role}): {}", path.display());
     }
+    // The gate tests the supported releases, never a list left over from `codex-check`.
+    std::env::remove_var("RETHREAD_CODEX_RELEASES");
     // Tests that need a real codex fail instead of skipping when this is set.
     std::env::set_var("RETHREAD_REQUIRE_REAL_CODEX", "1");
     // The runtime's model-based proptest runs more histories in CI than locally.
@@ -83,6 +95,8 @@ fn ci() -> Result<(), String> {
         ],
     )?;
     util::run(&root, "cargo", &["test", "--workspace", "--locked"])?;
+    // A real, unmodified client (the openai-codex Python SDK) through `rethread app-server`.
+    proxy::python_tests()?;
     // A short smoke of every fuzz target (docs/fuzzing.md); `RETHREAD_FUZZ_SMOKE_SECONDS=0`
     // skips it, e.g. while iterating locally.
     let seconds = std::env::var("RETHREAD_FUZZ_SMOKE_SECONDS").unwrap_or_else(|_| "60".to_string());

@@ -1,74 +1,280 @@
 //! `rethread chat`: one turn, resumed across invocations.
+//!
+//! Notices print on stderr the moment they happen (before the reply); `--json` prints one
+//! object on stdout, also on failure (`error` and the `notices` said so far). The session's
+//! lease is released before the process exits, however the turn ended: done, failed, or
+//! interrupted by SIGINT/SIGTERM (exit 130/143). A release that fails after the turn committed
+//! is a warning, never a failure: the turn is durable and must not be retried.
 
+use std::error::Error;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rethread_runtime::{
-    Agent, AgentOptions, AppServerClient, CodexCommand, OpenOutcome, StatusKind, StatusRail,
+    AppServerClient, BinderOptions, ClientError, CodexCommand, OpenOutcome, RuntimeError,
+    SessionBinder, StatusEvent, StatusKind, StatusRail, TurnReport,
 };
-use rethread_store::BindingStore;
-use serde_json::json;
+use rethread_store::{BindingStore, StoreError};
+use serde_json::{json, Value};
 
-use crate::{output, CliResult};
+use crate::output::{self, Interrupted, LiveRail};
+use crate::CliResult;
 
-pub(crate) async fn run(
-    store: Arc<dyn BindingStore>,
-    codex: &Path,
-    session: &str,
-    message: &str,
-    json: bool,
-) -> CliResult {
-    let (rail, recorded) = StatusRail::recording();
-    let client = AppServerClient::builder()
+type BoxError = Box<dyn Error + Send + Sync>;
+
+/// The arguments of `chat`.
+#[derive(Debug, Clone)]
+pub(crate) struct ChatArgs {
+    pub(crate) session: String,
+    pub(crate) message: String,
+    pub(crate) json: bool,
+    /// How long to wait for a session another host holds.
+    pub(crate) wait: Duration,
+}
+
+/// How one invocation ended.
+#[derive(Debug)]
+pub(crate) struct Conversation {
+    /// How the codex session was opened, if it was.
+    pub(crate) opened: Option<OpenOutcome>,
+    /// The turn, or why there is none.
+    pub(crate) result: Result<TurnReport, BoxError>,
+}
+
+pub(crate) async fn run(store: Arc<dyn BindingStore>, codex: &Path, args: &ChatArgs) -> CliResult {
+    let live = LiveRail::new(args.json);
+    let rail = StatusRail::new(live.clone());
+    let spawned = AppServerClient::builder()
         .rail(rail.clone())
         .spawn(&CodexCommand::new(codex))
-        .await?;
-    let mut agent = Agent::new(session, store, rail).with_options(AgentOptions::default());
-    let result = async {
-        // A session whose lease another host holds fails here with `SessionBusy`, whose
-        // one-line message names the holder (host, pid, since).
-        let mut codex_session = agent.open(&client).await?;
-        let report = codex_session.run_turn(message).await;
-        let outcome = codex_session.outcome().clone();
-        // Release the session lease now rather than leave it to expire after this process.
-        let closed = codex_session.close().await;
-        let report = report?;
-        closed?;
-        Ok::<_, rethread_runtime::RuntimeError>((outcome, report))
+        .await;
+    let conversation = match spawned {
+        Ok(client) => {
+            let conversation = converse(store, &client, rail, args).await;
+            client.shutdown().await;
+            conversation
+        }
+        Err(error) => Conversation {
+            opened: None,
+            result: Err(Box::new(RuntimeError::from(error))),
+        },
+    };
+    finish(args, &live.notices(), conversation)
+}
+
+/// Runs the turn, with the session's lease released afterwards however the turn ended (a
+/// signal drops the turn where it stands; nothing of it is committed).
+pub(crate) async fn converse(
+    store: Arc<dyn BindingStore>,
+    client: &AppServerClient,
+    rail: StatusRail,
+    args: &ChatArgs,
+) -> Conversation {
+    let options = BinderOptions {
+        lease_wait: args.wait,
+        ..BinderOptions::default()
+    };
+    let mut binder =
+        SessionBinder::new(args.session.clone(), store, rail.clone()).with_options(options);
+    let mut opened = None;
+    let result = tokio::select! {
+        result = turn(&mut binder, client, &args.message, &mut opened) => result.map_err(BoxError::from),
+        interrupted = interrupted() => Err(BoxError::from(interrupted)),
+    };
+    if let Err(error) = binder.close().await {
+        rail.emit(StatusEvent::new(
+            StatusKind::Warn,
+            format!("could not release the session's lease (it expires on its own): {error}"),
+        ));
     }
-    .await;
-    client.shutdown().await;
-    rethread_runtime::flush_lease_releases().await;
-    let events = recorded.take();
-    let notices: Vec<String> = events
-        .iter()
-        .filter(|e| e.kind == StatusKind::Lifecycle)
-        .map(|e| e.message.clone())
-        .collect();
-    if !json {
-        for event in &events {
-            match event.kind {
-                StatusKind::Lifecycle => output::notice(&event.message),
-                StatusKind::Warn => output::warning(&event.message),
-                _ => {}
+    Conversation { opened, result }
+}
+
+async fn turn(
+    binder: &mut SessionBinder,
+    client: &AppServerClient,
+    message: &str,
+    opened: &mut Option<OpenOutcome>,
+) -> Result<TurnReport, RuntimeError> {
+    // A session whose lease another host holds fails here with `SessionBusy` (after
+    // `--wait`), whose one-line message names the holder (host, pid, since).
+    let mut session = binder.open(client).await?;
+    *opened = Some(session.outcome().clone());
+    session.run_turn(message).await
+}
+
+/// Resolves when SIGINT or SIGTERM arrives (never, if the handlers cannot be installed).
+async fn interrupted() -> Interrupted {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = int.recv() => Interrupted { signal: "SIGINT", code: output::EXIT_SIGINT },
+            _ = term.recv() => Interrupted { signal: "SIGTERM", code: output::EXIT_SIGTERM },
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        if tokio::signal::ctrl_c().await.is_err() {
+            return std::future::pending().await;
+        }
+        Interrupted {
+            signal: "SIGINT",
+            code: output::EXIT_SIGINT,
+        }
+    }
+}
+
+/// Prints the result (the reply, or under `--json` one object) and returns the error, if any,
+/// for `main` to print as one line with its exit code.
+pub(crate) fn finish(args: &ChatArgs, notices: &[String], conversation: Conversation) -> CliResult {
+    let Conversation { opened, result } = conversation;
+    match result {
+        Ok(report) => {
+            if args.json {
+                let mut object = json!({
+                    "session": args.session,
+                    "thread_id": report.thread_id,
+                    "notices": notices,
+                    "reply": report.reply,
+                });
+                describe_open(&mut object, opened.as_ref());
+                println!("{object}");
+            } else {
+                println!("{}", report.reply);
             }
+            Ok(())
+        }
+        Err(error) => {
+            if args.json {
+                println!("{}", failure_json(args, notices, opened.as_ref(), &*error));
+            }
+            Err(error)
         }
     }
-    let (outcome, report) = result?;
-    if json {
-        let mut object = json!({
-            "session": session,
-            "thread_id": report.thread_id,
-            "outcome": outcome.as_str(),
-            "notices": notices,
-            "reply": report.reply,
-        });
-        if let OpenOutcome::FellBack { reason, .. } = &outcome {
-            object["reason"] = json!(reason.as_str());
-        }
-        println!("{object}");
-    } else {
-        println!("{}", report.reply);
+}
+
+/// Under `--json`, the failure object of an invocation that failed before it could start (the
+/// store did not open); returns the error for `main`.
+pub(crate) fn report_early_failure(args: &ChatArgs, error: BoxError) -> BoxError {
+    if args.json {
+        println!("{}", failure_json(args, &[], None, &*error));
     }
-    Ok(())
+    error
+}
+
+/// `{"session", "error": {"kind", "message"}, "notices", ["thread_id", "outcome", "reason"]}`.
+fn failure_json(
+    args: &ChatArgs,
+    notices: &[String],
+    opened: Option<&OpenOutcome>,
+    error: &(dyn Error + 'static),
+) -> Value {
+    let mut object = json!({
+        "session": args.session,
+        "error": {"kind": error_kind(error), "message": one_line(&error.to_string())},
+        "notices": notices,
+    });
+    if let Some(outcome) = opened {
+        object["thread_id"] = json!(outcome.thread_id());
+    }
+    describe_open(&mut object, opened);
+    object
+}
+
+fn describe_open(object: &mut Value, opened: Option<&OpenOutcome>) {
+    let Some(outcome) = opened else { return };
+    object["outcome"] = json!(outcome.as_str());
+    if let OpenOutcome::FellBack { reason, .. } = outcome {
+        object["reason"] = json!(reason.as_str());
+    }
+}
+
+/// The `error.kind` of a failure: the runtime's kinds, `interrupted`, or `store` / `client`
+/// for a store or codex that could not be opened.
+fn error_kind(error: &(dyn Error + 'static)) -> &'static str {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if error.downcast_ref::<Interrupted>().is_some() {
+            return "interrupted";
+        } else if let Some(error) = error.downcast_ref::<RuntimeError>() {
+            return error.kind();
+        } else if error.downcast_ref::<StoreError>().is_some() {
+            return "store";
+        } else if error.downcast_ref::<ClientError>().is_some() {
+            return "client";
+        }
+        next = error.source();
+    }
+    "failed"
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A `BindingStore` that fails at a chosen call (shared with the runtime's
+/// tests).
+#[cfg(test)]
+#[path = "../../runtime/tests/support/faulty_store.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod faulty_store;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rethread_fake_appserver::FakeAppServer;
+    use rethread_store::MemoryStore;
+
+    fn args(session: &str) -> ChatArgs {
+        ChatArgs {
+            session: session.into(),
+            message: "hello".into(),
+            json: true,
+            wait: Duration::ZERO,
+        }
+    }
+
+    /// Issue 12, "a committed turn reported as failed": a lease release that fails after the
+    /// commit made `chat` exit 1 without the reply, and a retry duplicated the turn.
+    #[tokio::test]
+    async fn a_release_failure_after_the_commit_is_a_warning_and_the_turn_stands() {
+        let memory = Arc::new(MemoryStore::new());
+        let faults = faulty_store::Faults::default();
+        faults.fail("release_lease", 1);
+        let store = Arc::new(faulty_store::over(memory.clone(), faults.clone()));
+        let home = tempfile::tempdir().unwrap();
+        let (stream, _fake) = FakeAppServer::builder()
+            .codex_home(home.path())
+            .spawn_in_process()
+            .unwrap();
+        let (reader, writer) = tokio::io::split(stream);
+        let (rail, recorded) = StatusRail::recording();
+        let client = AppServerClient::builder()
+            .rail(rail.clone())
+            .connect(reader, writer)
+            .await
+            .unwrap();
+        let conversation = converse(store, &client, rail, &args("s1")).await;
+        assert_eq!(faults.calls("release_lease"), 1, "the release was tried");
+        let report = conversation.result.as_ref().expect("the turn stands");
+        assert_eq!(report.reply, "echo: hello");
+        assert!(finish(&args("s1"), &[], conversation).is_ok());
+        let warnings = recorded.messages(StatusKind::Warn);
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("could not release the session's lease")),
+            "{warnings:?}"
+        );
+        let record = memory.session("s1").await.unwrap().unwrap();
+        assert_eq!(record.row_count, 2, "committed once");
+    }
 }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use rethread_fake_appserver::faults::Corruption;
 use rethread_fake_appserver::{FakeAppServer, FakeHandle};
-use rethread_runtime::{Agent, AgentOptions, AppServerClient, OpenOutcome, StatusKind, StatusRail};
+use rethread_runtime::{
+    AppServerClient, BinderOptions, OpenOutcome, SessionBinder, StatusKind, StatusRail,
+};
 use rethread_store::{BindingStore, BindingStoreExt, OpenOptions, RedbStore};
 use tokio::io::DuplexStream;
 
@@ -36,7 +38,7 @@ async fn connect(stream: DuplexStream, rail: StatusRail) -> CliResult<AppServerC
         .await?)
 }
 
-/// One "process": a fresh client on the fake and a fresh agent, one turn.
+/// One "process": a fresh client on the fake and a fresh binder, one turn.
 async fn turn(
     store: &Arc<dyn BindingStore>,
     stream: DuplexStream,
@@ -45,12 +47,12 @@ async fn turn(
 ) -> CliResult<(OpenOutcome, String, Vec<String>)> {
     let (rail, recorded) = StatusRail::recording();
     let client = connect(stream, rail.clone()).await?;
-    let options = AgentOptions {
+    let options = BinderOptions {
         codex_home: Some(home.to_string()),
         ..Default::default()
     };
-    let mut agent = Agent::new(SESSION, store.clone(), rail).with_options(options);
-    let mut session = agent.open(&client).await?;
+    let mut binder = SessionBinder::new(SESSION, store.clone(), rail).with_options(options);
+    let mut session = binder.open(&client).await?;
     println!("   user: {message}");
     let report = session.run_turn(message).await?;
     println!("   codex: {}", report.reply);
@@ -59,7 +61,11 @@ async fn turn(
         // Narration goes to stdout in order with the rest of the story.
         println!("   {}", output::paint("33", &format!("notice: {notice}")));
     }
-    Ok((session.outcome().clone(), report.reply, notices))
+    let outcome = session.outcome().clone();
+    drop(session);
+    // This "process" ends: the next one takes the session's lease at once.
+    binder.close().await?;
+    Ok((outcome, report.reply, notices))
 }
 
 fn model_saw(fake: &FakeHandle, word: &str) -> bool {
@@ -104,7 +110,7 @@ pub(crate) async fn run() -> CliResult {
         "binding and 2 transcript rows stored together",
     )?;
 
-    step("2. The app-server restarts; a rebuilt agent resumes the bound thread");
+    step("2. The app-server restarts; a rebuilt binder resumes the bound thread");
     let stream = fake.restart().await?;
     let (outcome, _, notices) = turn(&store, stream, &home_text, "Which fruit did I name?").await?;
     check(

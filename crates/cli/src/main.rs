@@ -5,6 +5,7 @@
 // Runtime errors carry codex's whole error for the one-line cause; they are the cold path.
 #![allow(clippy::result_large_err)]
 
+mod app_server;
 mod chat;
 mod demo;
 mod doctor;
@@ -19,14 +20,17 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use rethread_store::{open_url, redact_url, BindingStore, OpenOptions};
 
-/// The error every command returns: printed as one line, exit code 1.
+/// The error every command returns: printed as one line; the exit code follows from what it
+/// is ([`output::exit_code`]: 75 for busy or temporary, 130/143 interrupted, else 1).
 type CliResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 #[derive(Debug, Parser)]
 #[command(
     name = "rethread",
     version,
-    about = "Keep a host session and its codex thread together across restarts."
+    about = "Keep a host session and its codex thread together across restarts.",
+    after_help = "Exit codes: 0 ok, 1 failed, 2 usage, 75 busy or temporary (retry later), \
+                  130/143 interrupted by SIGINT/SIGTERM."
 )]
 struct Cli {
     /// Store URL: `redb:PATH` (default: a file under the user's data directory) or `sqlite:PATH`.
@@ -35,6 +39,8 @@ struct Cli {
     /// The codex binary (default: `codex` on PATH).
     #[arg(long, env = "RETHREAD_CODEX_BIN", global = true, value_name = "PATH")]
     codex_bin: Option<PathBuf>,
+    #[command(flatten)]
+    app_server: app_server::AppServerGlobals,
     #[command(subcommand)]
     command: Command,
 }
@@ -46,9 +52,12 @@ enum Command {
         /// The host session id.
         #[arg(long, value_name = "ID")]
         session: String,
-        /// Print one JSON object instead of the reply.
+        /// Print one JSON object instead of the reply (also on failure: `error`, `notices`).
         #[arg(long)]
         json: bool,
+        /// Wait up to SECS for a session another host holds (default: fail at once, exit 75).
+        #[arg(long, value_name = "SECS", default_value_t = 0.0, value_parser = parse_wait)]
+        wait: f64,
         /// The message.
         message: String,
     },
@@ -74,6 +83,17 @@ enum Command {
     },
     /// Play the restart story on the bundled fake app-server; needs nothing installed.
     Demo,
+    /// A drop-in `codex app-server` for any client: ARGS go to `<codex> app-server` verbatim.
+    #[command(disable_help_flag = true)]
+    AppServer {
+        /// Arguments for `codex app-server`, verbatim (`--listen stdio://`, `-c k=v`, ...).
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -101,16 +121,42 @@ enum SessionsCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::AppServer { args } = cli.command {
+        let codex = cli.codex_bin.unwrap_or_else(|| PathBuf::from("codex"));
+        return app_server::main(&codex, cli.store.as_deref(), &cli.app_server, args);
+    }
+    if let Err(cause) = cli.app_server.ensure_unused() {
+        return output::fail(&cause, output::EXIT_USAGE);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
         Ok(runtime) => runtime,
-        Err(error) => return output::fail(&format!("could not start the async runtime: {error}")),
+        Err(error) => {
+            return output::fail(
+                &format!("could not start the async runtime: {error}"),
+                output::EXIT_FAILED,
+            )
+        }
     };
-    match runtime.block_on(run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => output::fail(&error.to_string()),
+    let result = runtime.block_on(run(cli));
+    // Background work (a lease release of a dropped binder) gets a moment; the process exit
+    // must not wait on a wedged store.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
+        Ok(()) => ExitCode::from(output::EXIT_OK),
+        Err(error) => output::fail(&error.to_string(), output::exit_code(&*error)),
+    }
+}
+
+/// `--wait SECS`: a finite, non-negative number of seconds.
+fn parse_wait(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && (0.0..=86_400.0).contains(&secs) => Ok(secs),
+        _ => Err(format!(
+            "`{text}` is not a number of seconds between 0 and 86400"
+        )),
     }
 }
 
@@ -123,10 +169,20 @@ async fn run(cli: Cli) -> CliResult {
         Command::Chat {
             session,
             json,
+            wait,
             message,
         } => {
-            let store = open_store(cli.store.as_deref()).await?;
-            chat::run(store, &codex, &session, &message, json).await
+            let args = chat::ChatArgs {
+                session,
+                message,
+                json,
+                wait: std::time::Duration::from_secs_f64(wait),
+            };
+            let store = match open_store(cli.store.as_deref()).await {
+                Ok(store) => store,
+                Err(error) => return Err(chat::report_early_failure(&args, error)),
+            };
+            chat::run(store, &codex, &args).await
         }
         Command::Sessions { command } => {
             let store = open_store(cli.store.as_deref()).await?;
@@ -142,6 +198,7 @@ async fn run(cli: Cli) -> CliResult {
         }
         Command::Migrate { from, to } => migrate::run(&from, &to).await,
         Command::Demo => demo::run().await,
+        Command::AppServer { .. } => unreachable!("app-server runs on a runtime of its own"),
     }
 }
 
@@ -166,5 +223,31 @@ async fn open_store(url: Option<&str>) -> CliResult<Arc<dyn BindingStore>> {
 async fn open_store_url(url: &str) -> CliResult<Arc<dyn BindingStore>> {
     open_url(url, OpenOptions::default().create_dirs(true))
         .await
-        .map_err(|e| format!("cannot open store {}: {e}", redact_url(url)).into())
+        .map_err(|source| {
+            Box::new(OpenStoreError {
+                url: redact_url(url),
+                source,
+            }) as _
+        })
+}
+
+/// A store that could not be opened; the exit code follows from the store's error (a store
+/// locked by another process is temporary).
+#[derive(Debug)]
+struct OpenStoreError {
+    /// The URL, password redacted.
+    url: String,
+    source: rethread_store::StoreError,
+}
+
+impl std::fmt::Display for OpenStoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot open store {}: {}", self.url, self.source)
+    }
+}
+
+impl std::error::Error for OpenStoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
 }

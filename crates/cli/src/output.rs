@@ -1,15 +1,94 @@
-//! Terminal-aware output: colours and progress bars only on a terminal.
+//! Terminal-aware output (colours and progress bars only on a terminal), and the exit codes.
+//!
+//! Exit codes: [`EXIT_OK`] 0, [`EXIT_FAILED`] 1, 2 for usage errors (clap's own), [`EXIT_TEMPORARY`]
+//! 75 (busy or temporary: retry later), [`EXIT_SIGINT`] 130 and [`EXIT_SIGTERM`] 143
+//! (interrupted).
 
+use std::error::Error;
+use std::fmt;
 use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rethread_runtime::{RuntimeError, StatusEvent, StatusKind, StatusSink};
+use rethread_store::StoreError;
 
-/// Prints `rethread: <cause>` on one line to stderr and returns exit code 1.
-pub(crate) fn fail(cause: &str) -> ExitCode {
+/// Success.
+pub(crate) const EXIT_OK: u8 = 0;
+/// A failure (the one-line cause says which).
+pub(crate) const EXIT_FAILED: u8 = 1;
+/// A usage error: flags that do not go together (clap exits 2 on its own errors).
+pub(crate) const EXIT_USAGE: u8 = 2;
+/// Busy or temporary (`EX_TEMPFAIL`): nothing was written; the same command may succeed later.
+pub(crate) const EXIT_TEMPORARY: u8 = 75;
+/// Interrupted by SIGINT (128 + 2).
+pub(crate) const EXIT_SIGINT: u8 = 130;
+/// Interrupted by SIGTERM (128 + 15).
+pub(crate) const EXIT_SIGTERM: u8 = 143;
+
+/// A command stopped by a signal; its exit code is 128 + the signal number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Interrupted {
+    /// `SIGINT` or `SIGTERM`.
+    pub(crate) signal: &'static str,
+    /// The exit code.
+    pub(crate) code: u8,
+}
+
+impl fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "interrupted by {}; the turn was not committed and the session's lease was released",
+            self.signal
+        )
+    }
+}
+
+impl Error for Interrupted {}
+
+/// The exit code of a command that failed with `error` (or with an error it wraps).
+pub(crate) fn exit_code(error: &(dyn Error + 'static)) -> u8 {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(code) = own_exit_code(error) {
+            return code;
+        }
+        next = error.source();
+    }
+    EXIT_FAILED
+}
+
+/// The exit code `error` itself decides, if it is one of ours.
+fn own_exit_code(error: &(dyn Error + 'static)) -> Option<u8> {
+    if let Some(interrupted) = error.downcast_ref::<Interrupted>() {
+        return Some(interrupted.code);
+    }
+    if let Some(error) = error.downcast_ref::<RuntimeError>() {
+        return Some(if error.is_retryable() {
+            EXIT_TEMPORARY
+        } else {
+            EXIT_FAILED
+        });
+    }
+    if let Some(error) = error.downcast_ref::<StoreError>() {
+        // What the runtime's mapping makes retryable: a held or lost lease, a locked store.
+        return Some(match error {
+            StoreError::Busy { .. } | StoreError::LeaseLost { .. } | StoreError::Locked { .. } => {
+                EXIT_TEMPORARY
+            }
+            _ => EXIT_FAILED,
+        });
+    }
+    None
+}
+
+/// Prints `rethread: <cause>` on one line to stderr and returns the exit code `code`.
+pub(crate) fn fail(cause: &str, code: u8) -> ExitCode {
     let one_line = cause.split_whitespace().collect::<Vec<_>>().join(" ");
     eprintln!("rethread: {one_line}");
-    ExitCode::FAILURE
+    ExitCode::from(code)
 }
 
 fn stderr_is_terminal() -> bool {
@@ -50,4 +129,48 @@ pub(crate) fn progress(len: u64, what: &str) -> ProgressBar {
     }
     bar.set_message(what.to_string());
     bar
+}
+
+/// The rail of one CLI command: prints lifecycle notices and warnings on stderr the moment
+/// they happen (unless `quiet`), and keeps the lifecycle notices for a JSON report.
+#[derive(Debug, Clone)]
+pub(crate) struct LiveRail {
+    quiet: bool,
+    notices: Arc<Mutex<Vec<String>>>,
+}
+
+impl LiveRail {
+    /// `quiet`: keep the notices only (they go into the JSON report); warnings still print.
+    pub(crate) fn new(quiet: bool) -> Self {
+        LiveRail {
+            quiet,
+            notices: Arc::default(),
+        }
+    }
+
+    /// The lifecycle notices so far, in order.
+    pub(crate) fn notices(&self) -> Vec<String> {
+        self.notices
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
+
+impl StatusSink for LiveRail {
+    fn emit(&self, event: StatusEvent) {
+        match event.kind {
+            StatusKind::Lifecycle => {
+                if !self.quiet {
+                    notice(&event.message);
+                }
+                self.notices
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .push(event.message);
+            }
+            StatusKind::Warn => warning(&event.message),
+            _ => {}
+        }
+    }
 }

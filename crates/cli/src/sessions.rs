@@ -24,24 +24,10 @@ fn to_json(record: &SessionRecord) -> Value {
 
 /// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS UTC`.
 pub(crate) fn format_ms(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil-from-days (Howard Hinnant's algorithm), proleptic Gregorian calendar.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    match jiff::Timestamp::from_millisecond(ms) {
+        Ok(at) => at.strftime("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        Err(_) => format!("{ms} ms since the epoch"),
+    }
 }
 
 pub(crate) async fn list(store: Arc<dyn BindingStore>, json: bool) -> CliResult {

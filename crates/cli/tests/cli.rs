@@ -1,11 +1,13 @@
 //! `rethread` tested as a process: against the fake app-server binary (`fake-codex`) and
-//! against the real codex 0.169.0 (and 0.144.6 for `doctor`) through the Responses stand-in.
+//! against the real codex, current and previous release (and the floor for `doctor`), through
+//! the Responses stand-in.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use rethread_fake_appserver::real::{codex_or_skip, rollout_files, CodexHome, CURRENT, RELEASE_N};
-use rethread_fake_appserver::responses::ResponsesStandIn;
+use rethread_testkit::real::{codex_or_skip, rollout_files, CodexHome};
+use rethread_testkit::responses::ResponsesStandIn;
+use rethread_testkit::{recent_releases, FLOOR};
 use serde_json::Value;
 
 const NOTICE: &str = "Codex thread could not be resumed; starting a new one.";
@@ -64,6 +66,10 @@ impl Sandbox {
     }
 
     fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_rethread"));
         cmd.args(args)
             .env("RETHREAD_STORE", self.store())
@@ -74,7 +80,7 @@ impl Sandbox {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        cmd.output().unwrap()
+        cmd
     }
 
     fn ok(&self, args: &[&str]) -> Output {
@@ -172,7 +178,7 @@ fn a_missing_codex_binary_fails_in_one_line_and_writes_nothing() {
     let mut sandbox = Sandbox::fake();
     sandbox.codex = sandbox.dir.path().join("no-such-codex");
     let out = sandbox.run(&["chat", "--session", "s1", "hi"]);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("rethread: could not start"), "{err}");
@@ -333,7 +339,7 @@ fn chat_on_a_session_another_host_holds_says_who_and_writes_nothing() {
             .unwrap();
     });
     let out = sandbox.run(&["--store", &url, "chat", "--session", "held", "hello"]);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(75), "busy is temporary");
     let err = stderr(&out);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(
@@ -467,66 +473,338 @@ fn demo_tells_the_whole_story() {
     assert!(text.contains("done:"), "{text}");
 }
 
-/// The real codex 0.169.0: chat, restart (every invocation is a new process), chat again.
+/// The real codex (current and previous): chat, restart (every invocation is a new process), chat again.
 #[test]
 fn chat_against_real_codex_remembers_and_fails_closed() {
-    let Some(codex) = codex_or_skip(CURRENT) else {
-        return;
-    };
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let _guard = runtime.enter();
-    let model = ResponsesStandIn::start().unwrap();
-    let home = CodexHome::new(&model).unwrap();
-    let sandbox = Sandbox::new(codex, home.path().to_path_buf());
-    let first = sandbox.chat_json("s1", "Please remember the word PAPAYA.");
-    assert_eq!(first["outcome"], "started");
-    assert_eq!(first["reply"], "echo: Please remember the word PAPAYA.");
-    let second = sandbox.chat_json("s1", "What was the word?");
-    assert_eq!(second["outcome"], "resumed");
-    let last = model.model_requests().last().cloned().unwrap();
-    assert!(
-        String::from_utf8_lossy(&last.body).contains("PAPAYA"),
-        "the model's request holds turn 1"
-    );
-    sandbox.delete_rollout(first["thread_id"].as_str().unwrap());
-    let third = sandbox.chat_json("s1", "Still there?");
-    assert_eq!(third["outcome"], "fell_back");
-    assert_eq!(third["notices"], serde_json::json!([NOTICE]));
-    assert_eq!(sandbox.show("s1")["thread_id"], third["thread_id"]);
+    for version in recent_releases() {
+        let Some(codex) = codex_or_skip(&version) else {
+            continue;
+        };
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let _guard = runtime.enter();
+        let model = ResponsesStandIn::start().unwrap();
+        let home = CodexHome::new(&model).unwrap();
+        let sandbox = Sandbox::new(codex, home.path().to_path_buf());
+        let first = sandbox.chat_json("s1", "Please remember the word PAPAYA.");
+        assert_eq!(first["outcome"], "started");
+        assert_eq!(first["reply"], "echo: Please remember the word PAPAYA.");
+        let second = sandbox.chat_json("s1", "What was the word?");
+        assert_eq!(second["outcome"], "resumed");
+        let last = model.model_requests().last().cloned().unwrap();
+        assert!(
+            String::from_utf8_lossy(&last.body).contains("PAPAYA"),
+            "the model's request holds turn 1"
+        );
+        sandbox.delete_rollout(first["thread_id"].as_str().unwrap());
+        let third = sandbox.chat_json("s1", "Still there?");
+        assert_eq!(third["outcome"], "fell_back");
+        assert_eq!(third["notices"], serde_json::json!([NOTICE]));
+        assert_eq!(sandbox.show("s1")["thread_id"], third["thread_id"]);
+    }
 }
 
 /// `doctor` against real codex: live, gone, and paginated under 0.144.6.
 #[test]
 fn doctor_against_real_codex() {
-    let (Some(current), Some(older)) = (codex_or_skip(CURRENT), codex_or_skip(RELEASE_N)) else {
-        return;
-    };
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let _guard = runtime.enter();
-    let model = ResponsesStandIn::start().unwrap();
-    let home = CodexHome::new(&model).unwrap();
-    let mut sandbox = Sandbox::new(current.clone(), home.path().to_path_buf());
-    sandbox.chat_json("paginated", "p");
-    let gone = sandbox.chat_json("gone", "g");
-    sandbox.delete_rollout(gone["thread_id"].as_str().unwrap());
-    sandbox.codex = older;
-    sandbox.chat_json("legacy", "l");
-    let report: Value = serde_json::from_slice(&sandbox.ok(&["doctor", "--json"]).stdout).unwrap();
-    let status = |report: &Value, session: &str| {
-        report["bindings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|b| b["session"] == session)
-            .unwrap()["status"]
-            .clone()
-    };
-    assert_eq!(status(&report, "paginated"), "incompatible", "{report}");
-    assert_eq!(status(&report, "gone"), "gone", "{report}");
-    assert_eq!(status(&report, "legacy"), "live", "{report}");
-    sandbox.codex = current;
-    let report: Value = serde_json::from_slice(&sandbox.ok(&["doctor", "--json"]).stdout).unwrap();
-    assert_eq!(status(&report, "paginated"), "live", "{report}");
-    assert_eq!(status(&report, "gone"), "gone", "{report}");
-    assert_eq!(status(&report, "legacy"), "live", "{report}");
+    for version in recent_releases() {
+        let (Some(current), Some(older)) = (codex_or_skip(&version), codex_or_skip(FLOOR)) else {
+            continue;
+        };
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let _guard = runtime.enter();
+        let model = ResponsesStandIn::start().unwrap();
+        let home = CodexHome::new(&model).unwrap();
+        let mut sandbox = Sandbox::new(current.clone(), home.path().to_path_buf());
+        sandbox.chat_json("paginated", "p");
+        let gone = sandbox.chat_json("gone", "g");
+        sandbox.delete_rollout(gone["thread_id"].as_str().unwrap());
+        sandbox.codex = older;
+        sandbox.chat_json("legacy", "l");
+        let report: Value =
+            serde_json::from_slice(&sandbox.ok(&["doctor", "--json"]).stdout).unwrap();
+        let status = |report: &Value, session: &str| {
+            report["bindings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|b| b["session"] == session)
+                .unwrap()["status"]
+                .clone()
+        };
+        assert_eq!(status(&report, "paginated"), "incompatible", "{report}");
+        assert_eq!(status(&report, "gone"), "gone", "{report}");
+        assert_eq!(status(&report, "legacy"), "live", "{report}");
+        sandbox.codex = current;
+        let report: Value =
+            serde_json::from_slice(&sandbox.ok(&["doctor", "--json"]).stdout).unwrap();
+        assert_eq!(status(&report, "paginated"), "live", "{report}");
+        assert_eq!(status(&report, "gone"), "gone", "{report}");
+        assert_eq!(status(&report, "legacy"), "live", "{report}");
+    }
+}
+
+/// A sandbox on an SQLite store (several processes may open it at once, so a test can look at
+/// the session's lease while `chat` runs).
+fn sqlite_sandbox() -> Sandbox {
+    let sandbox = Sandbox::fake();
+    let url = format!(
+        "sqlite:{}",
+        sandbox.dir.path().join("store.sqlite").display()
+    );
+    let mut sandbox = sandbox;
+    sandbox.env.push(("RETHREAD_STORE".into(), url));
+    sandbox
+}
+
+fn sandbox_store_url(sandbox: &Sandbox) -> String {
+    sandbox
+        .env
+        .iter()
+        .find(|(k, _)| k == "RETHREAD_STORE")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| sandbox.store())
+}
+
+/// A lease holder on another machine (its liveness cannot be judged from here).
+fn remote_holder(host: &str) -> rethread_store::LeaseOwner {
+    rethread_store::LeaseOwner {
+        host: host.into(),
+        pid: 31337,
+        started_at_ms: 1_700_000_000_000,
+        instance: 1,
+        process: None,
+    }
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+/// Waits until process `pid` holds `session`'s lease (probing with a short lease of our own
+/// while it is free: the chat under test runs with `--wait`, so it outwaits the probe).
+fn wait_until_held_by(url: &str, session: &str, pid: u32) {
+    block_on(async {
+        let store = rethread_store::open_url(url, rethread_store::OpenOptions::new())
+            .await
+            .unwrap();
+        let probe = remote_holder("probe");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "chat never took the lease"
+            );
+            match store
+                .acquire_lease(session, &probe, std::time::Duration::from_millis(200))
+                .await
+            {
+                Ok(lease) => {
+                    store.release_lease(&lease).await.unwrap();
+                }
+                Err(rethread_store::StoreError::Busy { holder, .. }) if holder.pid == pid => return,
+                Err(_) => {}
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+    });
+}
+
+/// Issue 12, "a crash stalls the restart": `chat` stopped by SIGINT or SIGTERM mid-turn exits
+/// 130 / 143 (under `--json` with an `interrupted` error), and a rerun at once is not busy; so
+/// is a rerun after a SIGKILL (the dead holder's lease is taken over).
+#[test]
+fn an_interrupted_or_killed_chat_never_stalls_the_next_one() {
+    let mut sandbox = sqlite_sandbox();
+    let url = sandbox_store_url(&sandbox);
+    for (signal, code) in [("INT", Some(130)), ("TERM", Some(143)), ("KILL", None)] {
+        sandbox.env.retain(|(k, _)| k != "FAKE_CODEX_FAULTS");
+        sandbox.env.push((
+            "FAKE_CODEX_FAULTS".into(),
+            r#"{"faults":[{"kind":"slow_turn","millis":60000}]}"#.into(),
+        ));
+        let child = sandbox
+            .command(&["chat", "--session", "s1", "--json", "--wait", "30", "slow"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_until_held_by(&url, "s1", child.id());
+        // Let the turn get under way.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), code, "SIG{signal}: {}", stderr(&out));
+        if code.is_some() {
+            let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(report["error"]["kind"], "interrupted", "{report}");
+            assert_eq!(report["session"], "s1");
+        }
+        // At once, without `--wait`: the session is free.
+        sandbox.env.retain(|(k, _)| k != "FAKE_CODEX_FAULTS");
+        let out = sandbox.run(&["chat", "--session", "s1", "--json", "again"]);
+        assert!(out.status.success(), "after SIG{signal}: {}", stderr(&out));
+    }
+}
+
+/// `--wait SECS` outwaits a holder whose lease expires meanwhile; without it, exit 75.
+#[test]
+fn chat_wait_outwaits_a_busy_session() {
+    let sandbox = sqlite_sandbox();
+    let url = sandbox_store_url(&sandbox);
+    block_on(async {
+        let store = rethread_store::open_url(&url, rethread_store::OpenOptions::new())
+            .await
+            .unwrap();
+        store
+            .acquire_lease(
+                "s1",
+                &remote_holder("gateway-7"),
+                std::time::Duration::from_millis(1500),
+            )
+            .await
+            .unwrap();
+    });
+    let out = sandbox.run(&["chat", "--session", "s1", "hello"]);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    let out = sandbox.run(&["chat", "--session", "s1", "--wait", "20", "hello"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "echo: hello\n");
+}
+
+/// Usage errors exit 2 (clap), with nothing written.
+#[test]
+fn usage_errors_exit_2() {
+    let sandbox = Sandbox::fake();
+    assert_eq!(sandbox.run(&["chat", "hello"]).status.code(), Some(2));
+    assert_eq!(
+        sandbox
+            .run(&["chat", "--session", "s", "--wait", "soon", "hello"])
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+/// Issue 12, "the notice can vanish": a lost thread, then a turn that fails, under `--json`:
+/// stdout is still one object, with the error and the fallback notice; in human mode the
+/// notice is on stderr. The next turn starts fresh (the loss was said once).
+#[test]
+fn a_fallback_whose_turn_fails_still_says_the_notice() {
+    for json in [true, false] {
+        let mut sandbox = Sandbox::fake();
+        let first = sandbox.chat_json("s1", "hello");
+        sandbox.delete_rollout(first["thread_id"].as_str().unwrap());
+        // The fake exits during this process's first turn.
+        sandbox.env.push((
+            "FAKE_CODEX_FAULTS".into(),
+            r#"{"faults":[{"kind":"exit_mid_turn","turn":1}]}"#.into(),
+        ));
+        let mut args = vec!["chat", "--session", "s1", "again"];
+        if json {
+            args.insert(3, "--json");
+        }
+        let out = sandbox.run(&args);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert_eq!(
+            stderr(&out)
+                .lines()
+                .filter(|l| l.starts_with("rethread: "))
+                .count(),
+            1
+        );
+        if json {
+            let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+                panic!(
+                    "stdout is not one JSON object ({e}): {}",
+                    String::from_utf8_lossy(&out.stdout)
+                )
+            });
+            assert_eq!(report["notices"], serde_json::json!([NOTICE]), "{report}");
+            assert_eq!(report["error"]["kind"], "client", "{report}");
+            assert!(report["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("closed"));
+            assert_eq!(report["outcome"], "fell_back");
+            assert_eq!(report["reason"], "gone");
+            assert_eq!(report["session"], "s1");
+            assert!(report.get("reply").is_none());
+        } else {
+            assert!(out.stdout.is_empty());
+            assert_eq!(stderr(&out).matches(NOTICE).count(), 1, "{}", stderr(&out));
+        }
+        sandbox.env.clear();
+        let next = sandbox.chat_json("s1", "and now?");
+        assert_eq!(next["outcome"], "started");
+        assert_eq!(next["notices"], serde_json::json!([]));
+    }
+}
+
+/// Issue 12: temporary failures of `thread/resume` (codex overloaded, an I/O error reading the
+/// rollout) exit 75 with a typed error and keep the binding; nothing is retired.
+#[test]
+fn temporary_resume_failures_exit_75_and_keep_the_binding() {
+    for fault in [
+        r#"{"kind":"overloaded","method":"thread/resume","attempts":100}"#.to_string(),
+        r#"{"kind":"fail_resume","thread_ids":["THREAD"],"code":-32603,"message":"failed to read thread: thread-store internal error: failed to read session metadata /h/x: Permission denied (os error 13)"}"#.to_string(),
+    ] {
+        let mut sandbox = Sandbox::fake();
+        let first = sandbox.chat_json("s1", "hello");
+        let thread = first["thread_id"].as_str().unwrap();
+        let fault = fault.replace("THREAD", thread);
+        sandbox
+            .env
+            .push(("FAKE_CODEX_FAULTS".into(), format!(r#"{{"faults":[{fault}]}}"#)));
+        let out = sandbox.run(&["chat", "--session", "s1", "--json", "again"]);
+        assert_eq!(out.status.code(), Some(75), "{fault}: {}", stderr(&out));
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["error"]["kind"], "resume_unavailable", "{report}");
+        assert_eq!(report["notices"], serde_json::json!([]));
+        let shown = sandbox.show("s1");
+        assert_eq!(shown["thread_id"], first["thread_id"], "binding kept");
+        assert_eq!(shown["retired_threads"], serde_json::json!([]));
+        assert_eq!(shown["row_count"], 2);
+        // Once codex recovers, the same thread resumes.
+        sandbox.env.clear();
+        assert_eq!(sandbox.chat_json("s1", "later")["outcome"], "resumed");
+    }
+}
+
+/// A store another process has open (redb locks its file) is temporary: exit 75, and under
+/// `--json` an `error.kind` of `store`.
+#[test]
+fn a_store_in_use_by_another_process_exits_75() {
+    let mut sandbox = Sandbox::fake();
+    sandbox.env.push((
+        "FAKE_CODEX_FAULTS".into(),
+        r#"{"faults":[{"kind":"slow_turn","millis":60000}]}"#.into(),
+    ));
+    let mut holder = sandbox
+        .command(&["chat", "--session", "s1", "slow"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // `chat` opens the store before it starts codex, which makes its home.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !sandbox.home.join("state_5.sqlite").exists() {
+        assert!(std::time::Instant::now() < deadline, "codex never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    sandbox.env.clear();
+    let out = sandbox.run(&["chat", "--session", "s2", "--json", "hello"]);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["error"]["kind"], "store", "{report}");
+    assert!(stderr(&out).contains("in use"), "{}", stderr(&out));
 }

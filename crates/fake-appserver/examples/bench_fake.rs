@@ -8,8 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use rethread_fake_appserver::real::WirePeer;
 use rethread_fake_appserver::FakeAppServer;
+use rethread_testkit::real::WirePeer;
 use serde_json::json;
 
 fn main() {

@@ -10,13 +10,15 @@ use serde::{Deserialize, Serialize};
 ///
 /// | profile | like | new threads | `excludeTurns` | paginated threads | writer lock | `historyMode` field |
 /// |---|---|---|---|---|---|---|
-/// | [`Profile::Current`] | 0.169.0 | paginated | served | served | yes | yes |
+/// | [`Profile::Current`] | 0.171.0 (and 0.169.0) | paginated | served | served | yes | yes |
 /// | [`Profile::ReleaseN`] | 0.144.6 | legacy | needs `experimentalApi` | listed and readable without turns; resume and reads with turns fail `-32601` | no | yes |
 /// | [`Profile::PreHistoryMode`] | older | legacy | needs `experimentalApi` | as `release-n` | no | absent |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Profile {
-    /// Like codex 0.169.0.
+    /// Like codex 0.171.0, the current release. The parity suite finds no difference between
+    /// 0.171.0 and 0.169.0 in anything it observes, so this profile stands for both (there is no
+    /// separate profile for 0.169.0).
     #[default]
     Current,
     /// Like codex 0.144.6, the compatibility floor.
@@ -41,7 +43,7 @@ impl Profile {
     /// The codex version it reports (`cliVersion`, user agent).
     pub fn cli_version(self) -> &'static str {
         match self {
-            Profile::Current => "0.169.0",
+            Profile::Current => "0.171.0",
             Profile::ReleaseN => "0.144.6",
             Profile::PreHistoryMode => "0.120.0",
         }

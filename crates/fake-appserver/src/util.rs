@@ -1,9 +1,8 @@
-//! Small helpers: codex-like ids, timestamps and id validation, without extra dependencies.
+//! Small helpers: codex-like ids, timestamps (jiff) and id validation, a temporary home.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-static COUNTER: AtomicU64 = AtomicU64::new(0);
+use uuid::Uuid;
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> u64 {
@@ -13,39 +12,16 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// A fresh UUIDv7-shaped id (time-ordered like codex's), unique within the process and, with
-/// the process id and a clock-derived seed mixed in, across processes.
+/// A fresh UUIDv7 (time-ordered, like codex's thread and turn ids).
 pub(crate) fn new_id() -> String {
-    let ms = now_ms();
-    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let mut x = splitmix(count ^ (u64::from(std::process::id()) << 32) ^ u64::from(nanos));
-    let rand_a = (x & 0x0fff) as u16;
-    x = splitmix(x);
-    let rand_b = x & 0x3fff_ffff_ffff_ffff;
-    format!(
-        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-        (ms >> 16) as u32,
-        (ms & 0xffff) as u16,
-        0x7000 | rand_a,
-        0x8000 | ((rand_b >> 48) as u16 & 0x3fff),
-        rand_b & 0xffff_ffff_ffff
-    )
-}
-
-fn splitmix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    Uuid::now_v7().to_string()
 }
 
 /// Validates a thread id the way codex's UUID parser does, returning its error text
 /// (e.g. ``invalid character: expected an optional prefix of `urn:uuid:` followed by
-/// [0-9a-fA-F-], found `n` at 1``).
+/// [0-9a-fA-F-], found `n` at 1``). Written out rather than delegated to the `uuid` crate:
+/// the release of `uuid` this workspace builds with words its errors differently
+/// (``invalid character: found `n` at 0``), and codex's wording is what clients see.
 pub(crate) fn check_uuid(id: &str) -> Result<(), String> {
     let body = id.strip_prefix("urn:uuid:").unwrap_or(id);
     let offset = id.len() - body.len();
@@ -89,6 +65,43 @@ pub(crate) fn check_uuid(id: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A `CODEX_HOME` of the fake's own under the system's temporary directory, removed with
+/// everything in it on drop (the builder's default when no home is given).
+#[derive(Debug)]
+pub(crate) struct TempHome {
+    path: std::path::PathBuf,
+}
+
+impl TempHome {
+    /// Creates a new, empty, private directory (`fake-codex-home-<unique>`).
+    pub(crate) fn new() -> std::io::Result<TempHome> {
+        let base = std::env::temp_dir();
+        loop {
+            let path = base.join(format!("fake-codex-home-{}", new_id()));
+            let mut builder = std::fs::DirBuilder::new();
+            #[cfg(unix)]
+            std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+            match builder.create(&path) {
+                Ok(()) => return Ok(TempHome { path }),
+                // Another process picked the same name: draw again.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The directory.
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl Drop for TempHome {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
 /// A UTC calendar time split into fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Utc {
@@ -102,28 +115,22 @@ pub(crate) struct Utc {
 }
 
 impl Utc {
-    /// Converts milliseconds since the epoch (civil-from-days, proleptic Gregorian).
+    /// Converts milliseconds since the epoch (UTC, jiff's calendar). Times past jiff's range
+    /// (year 9999) are clamped to its end.
     pub(crate) fn from_ms(ms: u64) -> Utc {
-        let secs = (ms / 1000) as i64;
-        let days = secs.div_euclid(86_400);
-        let rem = secs.rem_euclid(86_400);
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-        let year = yoe + era * 400 + i64::from(month <= 2);
+        let at = i64::try_from(ms)
+            .ok()
+            .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+            .unwrap_or(jiff::Timestamp::MAX);
+        let t = jiff::tz::Offset::UTC.to_datetime(at);
         Utc {
-            year,
-            month,
-            day,
-            hour: (rem / 3600) as u32,
-            minute: (rem % 3600 / 60) as u32,
-            second: (rem % 60) as u32,
-            millis: (ms % 1000) as u32,
+            year: i64::from(t.year()),
+            month: t.month() as u32,
+            day: t.day() as u32,
+            hour: t.hour() as u32,
+            minute: t.minute() as u32,
+            second: t.second() as u32,
+            millis: t.millisecond() as u32,
         }
     }
 
@@ -142,6 +149,17 @@ impl Utc {
             self.year, self.month, self.day, self.hour, self.minute, self.second
         )
     }
+}
+
+/// Parses a UTC RFC 3339 time as codex writes it (`2026-11-30T00:12:20.274Z`, fraction
+/// optional) into milliseconds since the epoch; `None` for anything else.
+pub(crate) fn parse_rfc3339_ms(text: &str) -> Option<u64> {
+    // Codex writes UTC with a `Z`; an offset or a date without a time is not its format.
+    if !text.ends_with('Z') || !text.contains('T') {
+        return None;
+    }
+    let at: jiff::Timestamp = text.parse().ok()?;
+    u64::try_from(at.as_millisecond()).ok()
 }
 
 #[cfg(test)]
@@ -165,6 +183,19 @@ mod tests {
              [0-9a-fA-F-], found `n` at 1"
         );
         assert!(check_uuid("abc").unwrap_err().starts_with("invalid length"));
+    }
+
+    #[test]
+    fn rfc3339_parses_back_what_it_formats() {
+        for ms in [0, 951_782_400_000, 1_795_997_540_274, 4_102_444_799_999] {
+            assert_eq!(parse_rfc3339_ms(&Utc::from_ms(ms).rfc3339()), Some(ms));
+        }
+        assert_eq!(
+            parse_rfc3339_ms("2026-11-30T00:12:20Z"),
+            Some(1_795_997_540_000)
+        );
+        assert_eq!(parse_rfc3339_ms("2026-11-30 00:12:20"), None);
+        assert_eq!(parse_rfc3339_ms("2026-13-30T00:12:20Z"), None);
     }
 
     #[test]

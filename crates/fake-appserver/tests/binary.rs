@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use rethread_fake_appserver::real::{error_of, AppServerProcess};
 use rethread_fake_appserver::ModelRequest;
+use rethread_testkit::real::{error_of, AppServerProcess};
 use serde_json::json;
 
 fn binary() -> &'static Path {

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use rethread_fake_appserver::real::{error_of, WirePeer};
-use rethread_fake_appserver::responses::Reply;
 use rethread_fake_appserver::{Corruption, FakeAppServer, FakeHandle, Fault, FaultScript, Profile};
+use rethread_testkit::real::{error_of, WirePeer};
+use rethread_testkit::responses::Reply;
 use serde_json::{json, Value};
 use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
 

@@ -1,5 +1,6 @@
 //! The parity suite: each scenario runs against the fake (in-process) and against the real
-//! codex (0.169.0 and 0.144.6), and the observable wire results must be identical: method
+//! codex (the `current` profile against the current and the previous release, `release-n`
+//! against the floor; see `rethread_testkit::releases`), and the observable wire results must be identical: method
 //! sequences, error codes and messages (ids and paths normalized), `historyMode` values, and
 //! whether the model's next request contains the earlier turn after a process restart.
 //!
@@ -11,13 +12,12 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use rethread_fake_appserver::real::{
-    codex_or_skip, error_of, CodexHome, WirePeer, CURRENT, RELEASE_N,
-};
-use rethread_fake_appserver::responses::{ConversationMessage, ResponsesStandIn};
 use rethread_fake_appserver::{
     FakeAppServer, FakeHandle, Fault, FaultScript, ModelRequest, Profile,
 };
+use rethread_testkit::real::{codex_or_skip, error_of, CodexHome, WirePeer};
+use rethread_testkit::responses::{ConversationMessage, ResponsesStandIn};
+use rethread_testkit::{recent_releases, FLOOR};
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -696,10 +696,23 @@ async fn damaged_rollouts(target: Target) -> Vec<String> {
                 std::fs::write(&path, format!("{meta}\n{rest}")).unwrap();
             }
             "unknown mode in sqlite" => {
+                // The index row: codex's table (a real codex's home) or the fake's.
                 let db = rusqlite::Connection::open(home.join("state_5.sqlite")).unwrap();
+                let codex_made_it: bool = db
+                    .query_row(
+                        "SELECT count(*) > 0 FROM sqlite_master WHERE name = '_sqlx_migrations'",
+                        [],
+                        |row| row.get(0),
+                    )
+                    .unwrap();
+                let table = if codex_made_it {
+                    "threads"
+                } else {
+                    "rethread_fake_threads"
+                };
                 let n = db
                     .execute(
-                        "UPDATE threads SET history_mode = 'segmented' WHERE id = ?1",
+                        &format!("UPDATE {table} SET history_mode = 'segmented' WHERE id = ?1"),
                         [id],
                     )
                     .unwrap();
@@ -1019,6 +1032,93 @@ async fn paginated_under_release_n(writer: Target, reader: Target) -> Vec<String
     lab.log
 }
 
+/// `thread/list` one page at a time: three threads created a second apart (0.144.6's cursor
+/// has a resolution of one second), the oldest updated last.
+async fn paging(target: Target) -> Vec<String> {
+    let mut lab = Lab::new();
+    let home = lab.new_home();
+    let mut p = lab.spawn(&target, &home, false).await;
+    let mut labels = BTreeMap::new();
+    let mut ids = Vec::new();
+    for label in ["A", "B", "C"] {
+        let started = p.req("thread/start", json!({"cwd": "/tmp"})).await;
+        let id = thread_id(&started);
+        p.peer.run_turn(&id, label, None).await.expect("turn");
+        labels.insert(id.clone(), label);
+        ids.push(id);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    // A thread without a turn has no rollout and is never listed.
+    let unlisted = p.req("thread/start", json!({"cwd": "/tmp"})).await;
+    labels.insert(thread_id(&unlisted), "D");
+    p.peer
+        .run_turn(&ids[0], "A again", None)
+        .await
+        .expect("turn");
+    let page = |response: &Value| -> String {
+        if let Some((code, message)) = error_of(response) {
+            return format!("ERR {code} {message}");
+        }
+        let result = &response["result"];
+        let data: Vec<&str> = result["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                labels
+                    .get(t["id"].as_str().unwrap())
+                    .copied()
+                    .unwrap_or("?")
+            })
+            .collect();
+        let kind = |v: &Value| match v {
+            Value::String(_) => "string",
+            Value::Null => "null",
+            _ => "other",
+        };
+        format!(
+            "[{}] next={} backwards={}",
+            data.join(","),
+            kind(&result["nextCursor"]),
+            kind(&result["backwardsCursor"])
+        )
+    };
+    let mut notes = Vec::new();
+    for (label, params) in [
+        ("default", json!({})),
+        ("limit 1", json!({"limit": 1})),
+        ("limit 0", json!({"limit": 0})),
+        ("limit 3", json!({"limit": 3})),
+        ("updated_at", json!({"sortKey": "updated_at"})),
+        (
+            "updated_at limit 2",
+            json!({"sortKey": "updated_at", "limit": 2}),
+        ),
+        ("bad cursor", json!({"cursor": "garbage"})),
+        ("negative limit", json!({"limit": -1})),
+    ] {
+        let response = p.req("thread/list", params).await;
+        notes.push((format!("thread/list {label}"), page(&response)));
+    }
+    // Follow the cursor to the end.
+    let mut cursor = Value::Null;
+    for n in 1..=3 {
+        let response = p
+            .req("thread/list", json!({"limit": 2, "cursor": cursor}))
+            .await;
+        notes.push((format!("thread/list limit 2, page {n}"), page(&response)));
+        cursor = response["result"]["nextCursor"].clone();
+        if cursor.is_null() {
+            break;
+        }
+    }
+    for (label, value) in notes {
+        lab.note(&label, value);
+    }
+    p.close().await;
+    lab.log
+}
+
 // ---------------------------------------------------------------------------------------------
 // Comparison.
 
@@ -1038,18 +1138,30 @@ fn compare(scenario: &str, fake: &[String], real: &[String], real_name: &str) {
     panic!("{report}");
 }
 
+/// The releases the current profile is compared with: current and previous.
+fn current_releases() -> Vec<String> {
+    recent_releases()
+}
+
+/// The release the `release-n` profile is compared with: the floor.
+fn floor_releases() -> Vec<String> {
+    vec![FLOOR.to_string()]
+}
+
 macro_rules! parity {
-    ($name:ident, $scenario:ident, $profile:expr, $version:expr) => {
+    ($name:ident, $scenario:ident, $profile:expr, $versions:expr) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
             let fake = $scenario(Target::Fake($profile)).await;
             let binary = $scenario(Target::FakeBinary($profile)).await;
             compare(stringify!($scenario), &fake, &binary, "fake-codex binary");
-            let Some(codex) = codex_or_skip($version) else {
-                return;
-            };
-            let real = $scenario(Target::Real(codex)).await;
-            compare(stringify!($scenario), &fake, &real, $version);
+            for version in $versions {
+                let Some(codex) = codex_or_skip(&version) else {
+                    continue;
+                };
+                let real = $scenario(Target::Real(codex)).await;
+                compare(stringify!($scenario), &fake, &real, &version);
+            }
         }
     };
 }
@@ -1058,65 +1170,92 @@ parity!(
     handshake_current,
     handshake_and_errors,
     Profile::Current,
-    CURRENT
+    current_releases()
 );
 parity!(
     handshake_release_n,
     handshake_and_errors,
     Profile::ReleaseN,
-    RELEASE_N
+    floor_releases()
 );
 parity!(
     memory_current,
     memory_across_restart,
     Profile::Current,
-    CURRENT
+    current_releases()
 );
 parity!(
     memory_release_n,
     memory_across_restart,
     Profile::ReleaseN,
-    RELEASE_N
+    floor_releases()
 );
-parity!(gone_current, gone_threads, Profile::Current, CURRENT);
-parity!(gone_release_n, gone_threads, Profile::ReleaseN, RELEASE_N);
-parity!(damaged_current, damaged_rollouts, Profile::Current, CURRENT);
+parity!(
+    gone_current,
+    gone_threads,
+    Profile::Current,
+    current_releases()
+);
+parity!(
+    gone_release_n,
+    gone_threads,
+    Profile::ReleaseN,
+    floor_releases()
+);
+parity!(
+    damaged_current,
+    damaged_rollouts,
+    Profile::Current,
+    current_releases()
+);
 parity!(
     damaged_release_n,
     damaged_rollouts,
     Profile::ReleaseN,
-    RELEASE_N
+    floor_releases()
 );
-parity!(writer_current, active_writer, Profile::Current, CURRENT);
+parity!(
+    writer_current,
+    active_writer,
+    Profile::Current,
+    current_releases()
+);
 parity!(
     approval_current,
     declined_approval,
     Profile::Current,
-    CURRENT
+    current_releases()
 );
 parity!(
     approval_release_n,
     declined_approval,
     Profile::ReleaseN,
-    RELEASE_N
+    floor_releases()
 );
 parity!(
     interrupt_current,
     interrupted_turn,
     Profile::Current,
-    CURRENT
+    current_releases()
 );
 parity!(
     interrupt_release_n,
     interrupted_turn,
     Profile::ReleaseN,
-    RELEASE_N
+    floor_releases()
+);
+parity!(paging_current, paging, Profile::Current, current_releases());
+parity!(
+    paging_release_n,
+    paging,
+    Profile::ReleaseN,
+    floor_releases()
 );
 parity!(
     writer_release_n,
     active_writer,
     Profile::ReleaseN,
-    RELEASE_N
+    floor_releases()
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1137,16 +1276,18 @@ async fn paginated_threads_on_the_compatibility_floor() {
         &binary,
         "fake-codex binary",
     );
-    let (Some(current), Some(floor)) = (codex_or_skip(CURRENT), codex_or_skip(RELEASE_N)) else {
-        return;
-    };
-    let real = paginated_under_release_n(Target::Real(current), Target::Real(floor)).await;
-    compare(
-        "paginated_under_release_n",
-        &fake,
-        &real,
-        "0.169.0 -> 0.144.6",
-    );
+    for version in current_releases() {
+        let (Some(current), Some(floor)) = (codex_or_skip(&version), codex_or_skip(FLOOR)) else {
+            continue;
+        };
+        let real = paginated_under_release_n(Target::Real(current), Target::Real(floor)).await;
+        compare(
+            "paginated_under_release_n",
+            &fake,
+            &real,
+            &format!("{version} -> {FLOOR}"),
+        );
+    }
 }
 
 /// The fake alone: the pre-history-mode profile never sends `historyMode`.

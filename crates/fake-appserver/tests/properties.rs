@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use rethread_fake_appserver::real::{error_of, WirePeer};
-use rethread_fake_appserver::strategies::{ops, profile, Op};
 use rethread_fake_appserver::{Corruption, FakeAppServer, FakeHandle, Profile};
+use rethread_testkit::real::{error_of, WirePeer};
+use rethread_testkit::strategies::{ops, profile, Op};
 use serde_json::{json, Value};
 use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
 

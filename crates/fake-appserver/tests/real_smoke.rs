@@ -1,9 +1,8 @@
-//! The real-codex harness drives the pinned binaries through one offline turn.
+//! The real-codex harness drives every supported release through one offline turn.
 
-use rethread_fake_appserver::real::{
-    codex_or_skip, AppServerProcess, CodexHome, CURRENT, RELEASE_N,
-};
-use rethread_fake_appserver::responses::ResponsesStandIn;
+use rethread_testkit::real::{codex_or_skip, AppServerProcess, CodexHome};
+use rethread_testkit::responses::ResponsesStandIn;
+use rethread_testkit::supported_releases;
 use serde_json::json;
 
 async fn one_turn(version: &str) {
@@ -37,11 +36,8 @@ async fn one_turn(version: &str) {
 }
 
 #[tokio::test]
-async fn current_runs_a_turn_offline() {
-    one_turn(CURRENT).await;
-}
-
-#[tokio::test]
-async fn release_n_runs_a_turn_offline() {
-    one_turn(RELEASE_N).await;
+async fn every_supported_release_runs_a_turn_offline() {
+    for version in supported_releases() {
+        one_turn(&version).await;
+    }
 }

@@ -1,4 +1,4 @@
-//! What the fake sends validates against the JSON Schema each pinned codex generates
+//! What the fake sends validates against the JSON Schema each supported codex generates
 //! (`codex app-server generate-json-schema`): responses, notifications and server requests of a
 //! session that starts, runs turns (one with an approval, one interrupted), restarts, resumes,
 //! reads and lists.
@@ -7,10 +7,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use rethread_fake_appserver::real::{
-    codex_or_skip, generate_json_schema, WirePeer, CURRENT, RELEASE_N,
-};
 use rethread_fake_appserver::{FakeAppServer, Fault, FaultScript, Profile};
+use rethread_testkit::real::{codex_or_skip, generate_json_schema, WirePeer};
+use rethread_testkit::{recent_releases, FLOOR};
 use serde_json::{json, Value};
 
 fn generate_schema(codex: &Path) -> tempfile::TempDir {
@@ -209,12 +208,15 @@ fn truncate(text: &str) -> String {
     text.chars().take(400).collect()
 }
 
+/// The current profile speaks the schema of the current and the previous release.
 #[tokio::test]
-async fn current_profile_speaks_codex_0_169_0_schema() {
-    validate(CURRENT, Profile::Current).await;
+async fn current_profile_speaks_the_recent_schemas() {
+    for version in recent_releases() {
+        validate(&version, Profile::Current).await;
+    }
 }
 
 #[tokio::test]
-async fn release_n_profile_speaks_codex_0_144_6_schema() {
-    validate(RELEASE_N, Profile::ReleaseN).await;
+async fn release_n_profile_speaks_the_floor_schema() {
+    validate(FLOOR, Profile::ReleaseN).await;
 }

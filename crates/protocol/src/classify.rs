@@ -20,10 +20,22 @@ pub enum ResumeFailure {
     /// The thread exists but this codex cannot serve it: a paginated thread under an older
     /// release, or an unknown history mode.
     Incompatible,
-    /// The rollout exists but cannot be read (empty or garbage, a writer killed early).
+    /// The rollout exists but is structurally unreadable: empty, no session metadata, or not
+    /// JSON (a writer killed early). An I/O error while reading it is [`ResumeFailure::Io`].
     Unreadable,
-    /// Transient: another process holds the thread, or the server is overloaded. Retry.
+    /// Transient: another app-server process is writing the thread (codex's single-writer
+    /// guard). Retry later; never start a new thread, which would fork a live conversation.
     Busy,
+    /// Transient: the server is overloaded (`-32001`). Retry later.
+    Overloaded,
+    /// Transient: codex hit an operating-system I/O error while reading the thread (its message
+    /// carries `(os error N)`: permission denied, too many open files, ...). The rollout may be
+    /// intact; retry later.
+    Io,
+    /// Transient: the request got no answer in time. Never produced by
+    /// [`classify_resume_error`] (there is no error to classify); a client that times out a
+    /// `thread/resume` judges it with this value.
+    Timeout,
     /// The request used a field that needs the `experimentalApi` capability. Never a dead
     /// thread: the client must retry without the field or with the capability.
     CapabilityRequired,
@@ -41,9 +53,16 @@ impl ResumeFailure {
         )
     }
 
-    /// True when the same request may succeed later.
+    /// True when the same request may succeed later: retry within a bound, then report a
+    /// retryable error and keep the binding. Never a reason to give the thread up.
     pub fn is_transient(self) -> bool {
-        matches!(self, ResumeFailure::Busy)
+        matches!(
+            self,
+            ResumeFailure::Busy
+                | ResumeFailure::Overloaded
+                | ResumeFailure::Io
+                | ResumeFailure::Timeout
+        )
     }
 
     /// A stable snake_case name (`gone`, `incompatible`, ...).
@@ -53,6 +72,9 @@ impl ResumeFailure {
             ResumeFailure::Incompatible => "incompatible",
             ResumeFailure::Unreadable => "unreadable",
             ResumeFailure::Busy => "busy",
+            ResumeFailure::Overloaded => "overloaded",
+            ResumeFailure::Io => "io",
+            ResumeFailure::Timeout => "timeout",
             ResumeFailure::CapabilityRequired => "capability_required",
             ResumeFailure::Other => "other",
         }
@@ -73,6 +95,9 @@ impl fmt::Display for ResumeFailure {
 /// assert_eq!(classify_resume_error(&gone), ResumeFailure::Gone);
 /// let busy = RpcError::new(-32600, "thread 0199 already has an active writer");
 /// assert_eq!(classify_resume_error(&busy), ResumeFailure::Busy);
+/// // An I/O error is not evidence of a damaged rollout.
+/// let io = RpcError::new(-32603, "failed to read thread: Permission denied (os error 13)");
+/// assert_eq!(classify_resume_error(&io), ResumeFailure::Io);
 /// ```
 pub fn classify_resume_error(error: &RpcError) -> ResumeFailure {
     let message = error.message.as_str();
@@ -80,6 +105,12 @@ pub fn classify_resume_error(error: &RpcError) -> ResumeFailure {
     // mistake the refusal for a dead thread.
     if message.contains("requires experimentalApi capability") {
         return ResumeFailure::CapabilityRequired;
+    }
+    // codex wraps any I/O error of reading a thread in its "failed to read thread" wording;
+    // the operating system's error (Rust spells it `... (os error N)`) says the rollout could
+    // not be read *now*, not that it is damaged. Checked before the structural wordings.
+    if mentions_os_error(message) {
+        return ResumeFailure::Io;
     }
     // 0.169.0 answers a full read of a paginated thread whose rollout was deleted this way
     // (observed; not in the notes' table), whatever the code.
@@ -91,7 +122,7 @@ pub fn classify_resume_error(error: &RpcError) -> ResumeFailure {
         };
     }
     match error.code {
-        ErrorCode::OVERLOADED => ResumeFailure::Busy,
+        ErrorCode::OVERLOADED => ResumeFailure::Overloaded,
         ErrorCode::INVALID_REQUEST => {
             if message.contains("already has an active writer") {
                 ResumeFailure::Busy
@@ -122,6 +153,8 @@ pub fn classify_resume_error(error: &RpcError) -> ResumeFailure {
             } else if message.starts_with("failed to read thread")
                 || message.contains("failed to read session metadata")
             {
+                // Structural: empty, no `session_meta` first line, not JSON (I/O errors were
+                // told apart above).
                 ResumeFailure::Unreadable
             } else {
                 ResumeFailure::Other
@@ -129,4 +162,13 @@ pub fn classify_resume_error(error: &RpcError) -> ResumeFailure {
         }
         _ => ResumeFailure::Other,
     }
+}
+
+/// Whether `message` carries an operating-system error as Rust prints one: `(os error N)`.
+fn mentions_os_error(message: &str) -> bool {
+    message.match_indices("(os error ").any(|(at, marker)| {
+        let rest = &message[at + marker.len()..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        digits > 0 && rest[digits..].starts_with(')')
+    })
 }

@@ -1,4 +1,4 @@
-//! Every row of the error table in `shared/codex-wire-notes.md`, classified.
+//! Every row of the error table in `docs/architecture.md` ("Fault model"), classified.
 
 use rethread_protocol::{classify_resume_error, ResumeFailure, RpcError};
 
@@ -22,7 +22,17 @@ fn every_row_of_the_notes_table_is_classified() {
         (-32603, "failed to read thread: thread-store internal error: failed to read session metadata from /h/x: invalid session metadata history_mode: unknown variant `v3`, expected `legacy` or `paginated`", ResumeFailure::Incompatible),
         (-32603, "failed to read thread: thread-store internal error: failed to read session metadata from /h/x: does not start with session metadata", ResumeFailure::Unreadable),
         (-32600, "thread 0199a already has an active writer", ResumeFailure::Busy),
-        (-32001, "server overloaded; retry later", ResumeFailure::Busy),
+        (-32001, "server overloaded; retry later", ResumeFailure::Overloaded),
+        // codex wraps any I/O error in its "failed to read thread" wording: transient, never a
+        // damaged rollout (the thread may be intact).
+        (-32603, "failed to read thread: thread-store internal error: failed to read session metadata from /h/x: Permission denied (os error 13)", ResumeFailure::Io),
+        (-32603, "failed to read thread: Too many open files (os error 24)", ResumeFailure::Io),
+        (-32603, "failed to read thread 0199a: Input/output error (os error 5)", ResumeFailure::Io),
+        // Structurally unreadable rollouts (empty, no session meta, bad JSON) stay unreadable.
+        (-32603, "failed to read thread: thread-store internal error: failed to read session metadata /h/x: thread-store internal error: failed to read session metadata /h/x: rollout at /h/x is empty", ResumeFailure::Unreadable),
+        (-32603, "failed to read thread: thread-store internal error: failed to read session metadata /h/x: expected value at line 1 column 1", ResumeFailure::Unreadable),
+        // "os error" alone, without Rust's `(os error N)` shape, is not an I/O error.
+        (-32603, "failed to read thread: the os error log said hi", ResumeFailure::Unreadable),
         (-32600, "thread/resume.excludeTurns requires experimentalApi capability", ResumeFailure::CapabilityRequired),
         (-32600, "thread/start.historyMode requires experimentalApi capability", ResumeFailure::CapabilityRequired),
         (-32600, "Not initialized", ResumeFailure::Other),
@@ -37,13 +47,16 @@ fn every_row_of_the_notes_table_is_classified() {
 }
 
 #[test]
-fn only_lost_threads_fail_closed_and_only_busy_is_retried() {
+fn only_lost_threads_fail_closed_and_only_transient_failures_are_retried() {
     use ResumeFailure::*;
     for failure in [
         Gone,
         Incompatible,
         Unreadable,
         Busy,
+        Overloaded,
+        Io,
+        Timeout,
         CapabilityRequired,
         Other,
     ] {
@@ -52,7 +65,15 @@ fn only_lost_threads_fail_closed_and_only_busy_is_retried() {
             matches!(failure, Gone | Incompatible | Unreadable),
             "{failure}"
         );
-        assert_eq!(failure.is_transient(), failure == Busy, "{failure}");
+        assert_eq!(
+            failure.is_transient(),
+            matches!(failure, Busy | Overloaded | Io | Timeout),
+            "{failure}"
+        );
+        assert!(
+            !(failure.thread_is_lost() && failure.is_transient()),
+            "{failure}"
+        );
     }
 }
 

@@ -1,19 +1,18 @@
 //! The protocol proven against the real codex:
-//! - every message this crate can produce validates against the JSON Schema that each pinned
-//!   binary (0.169.0 and the 0.144.6 floor) generates (`codex app-server
-//!   generate-json-schema`), run at test time;
-//! - every message a real app-server sends during real turns (recorded at test time against
-//!   the Responses-API stand-in) decodes, typed where this crate types it.
+//! - every message this crate can produce validates against the JSON Schema that each supported
+//!   release (`rethread_testkit::SUPPORTED`: current, previous, floor) generates (`codex
+//!   app-server generate-json-schema`), run at test time;
+//! - every message each supported release sends during real turns (recorded at test time
+//!   against the Responses-API stand-in) decodes, typed where this crate types it.
 
 use std::path::Path;
 
-use rethread_fake_appserver::real::{
-    codex_or_skip, generate_json_schema, AppServerProcess, CodexHome, CURRENT, RELEASE_N,
-};
-use rethread_fake_appserver::responses::ResponsesStandIn;
 use rethread_protocol::jsonrpc::{Request as RawRequest, Response};
 use rethread_protocol::messages::*;
 use rethread_protocol::{HistoryMode, Message, RpcError};
+use rethread_testkit::real::{codex_or_skip, generate_json_schema, AppServerProcess, CodexHome};
+use rethread_testkit::responses::ResponsesStandIn;
+use rethread_testkit::supported_releases;
 use serde_json::{json, Value};
 
 fn schema(dir: &Path, name: &str) -> jsonschema::Validator {
@@ -133,13 +132,10 @@ fn client_requests() -> Vec<Message> {
 }
 
 #[test]
-fn every_message_we_produce_validates_against_the_current_schema() {
-    validate_against(CURRENT);
-}
-
-#[test]
-fn every_message_we_produce_validates_against_the_floor_schema() {
-    validate_against(RELEASE_N);
+fn every_message_we_produce_validates_against_each_supported_schema() {
+    for version in supported_releases() {
+        validate_against(&version);
+    }
 }
 
 fn validate_against(version: &str) {
@@ -257,7 +253,13 @@ fn decode_all(log: &[Value], sent: &[Value]) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_a_real_app_server_sends_during_real_turns_decodes() {
-    let Some(codex) = codex_or_skip(CURRENT) else {
+    for version in supported_releases() {
+        real_turns_decode(&version).await;
+    }
+}
+
+async fn real_turns_decode(version: &str) {
+    let Some(codex) = codex_or_skip(version) else {
         return;
     };
     let model = ResponsesStandIn::start().unwrap();
@@ -273,6 +275,7 @@ async fn what_a_real_app_server_sends_during_real_turns_decodes() {
         .as_str()
         .unwrap()
         .to_string();
+    let started_mode: Thread = serde_json::from_value(started["result"]["thread"].clone()).unwrap();
     let run = server
         .peer
         .run_turn(&thread_id, "remember PAPAYA", None)
@@ -304,10 +307,14 @@ async fn what_a_real_app_server_sends_during_real_turns_decodes() {
         .await
         .unwrap();
     let thread: Thread = serde_json::from_value(resumed["result"]["thread"].clone()).unwrap();
+    assert!(
+        !matches!(thread.history_mode, HistoryMode::Unknown(_)),
+        "{version}: {:?}",
+        thread.history_mode
+    );
     assert_eq!(
-        thread.history_mode,
-        HistoryMode::Paginated,
-        "0.169.0 starts paginated threads"
+        thread.history_mode, started_mode.history_mode,
+        "{version}: a resumed thread keeps the mode it started with"
     );
     server
         .peer
@@ -317,5 +324,5 @@ async fn what_a_real_app_server_sends_during_real_turns_decodes() {
     typed += decode_all(&server.peer.log, &server.peer.sent);
     server.kill().await.unwrap();
     // initialize x2, thread/start, turn/start x2, read, list, resume, and the turn notifications.
-    assert!(typed >= 12, "only {typed} messages were typed");
+    assert!(typed >= 12, "{version}: only {typed} messages were typed");
 }

@@ -1,6 +1,6 @@
 //! `cargo xtask bench runtime`: what rethread adds before a turn, and what resuming costs.
 //!
-//! 1. In-process fake: time from `Agent::open` to `turn/start` sent, for a resumed and a
+//! 1. In-process fake: time from `SessionBinder::open` to `turn/start` sent, for a resumed and a
 //!    fresh conversation (the store is redb on disk, as in production).
 //! 2. Real codex 0.169.0 (offline, Responses stand-in): `thread/resume` latency of a thread
 //!    with 1, 100 and 1000 earlier turns, with and without `excludeTurns`, each in a freshly
@@ -12,15 +12,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rethread_fake_appserver::real::{codex_or_skip, CodexHome, CURRENT};
-use rethread_fake_appserver::responses::ResponsesStandIn;
 use rethread_fake_appserver::FakeAppServer;
 use rethread_protocol::messages::{
     ThreadResume, ThreadResumeParams, ThreadStart, ThreadStartParams, TurnStart, TurnStartParams,
     UserInput,
 };
-use rethread_runtime::{Agent, AgentOptions, AppServerClient, CodexCommand, StatusRail};
+use rethread_runtime::{AppServerClient, BinderOptions, CodexCommand, SessionBinder, StatusRail};
 use rethread_store::{BindingStore, OpenOptions, RedbStore, TurnCommit};
+use rethread_testkit::real::{codex_or_skip, CodexHome};
+use rethread_testkit::responses::ResponsesStandIn;
+use rethread_testkit::CURRENT;
 
 struct Args {
     iterations: usize,
@@ -128,7 +129,7 @@ async fn open_to_turn_start(iterations: usize) {
     };
     store.commit_turn(commit).await.unwrap();
 
-    let options = AgentOptions {
+    let options = BinderOptions {
         seed: None,
         ..Default::default()
     };
@@ -138,7 +139,7 @@ async fn open_to_turn_start(iterations: usize) {
         // A restart forgets loaded threads, so every resume does the real work.
         let client = connect(fake.restart().await.unwrap()).await;
         let started = Instant::now();
-        let mut agent = Agent::new("bound", store.clone(), StatusRail::recording().0)
+        let mut agent = SessionBinder::new("bound", store.clone(), StatusRail::recording().0)
             .with_options(options.clone());
         let session = agent.open(&client).await.unwrap();
         assert_eq!(session.outcome().as_str(), "resumed");
@@ -154,7 +155,7 @@ async fn open_to_turn_start(iterations: usize) {
         resumed.push(started.elapsed());
 
         let started = Instant::now();
-        let mut agent = Agent::new(
+        let mut agent = SessionBinder::new(
             format!("fresh-{i}"),
             store.clone(),
             StatusRail::recording().0,

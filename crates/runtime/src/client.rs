@@ -12,26 +12,29 @@ use std::fmt;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::{SinkExt, StreamExt};
 use rethread_protocol::codec::DEFAULT_MAX_LINE_LENGTH;
-use rethread_protocol::jsonrpc::{Notification, Request as RawRequest, Response};
+use rethread_protocol::jsonrpc::{Notification, Request as RawRequest};
 use rethread_protocol::messages::{
     ClientInfo, Initialize, InitializeCapabilities, InitializeParams, Request, ServerNotification,
     ServerRequest, INITIALIZED,
 };
-use rethread_protocol::{ErrorCode, FrameError, Message, NdjsonCodec, RequestId, RpcError};
+use rethread_protocol::{ErrorCode, Message, NdjsonCodec, RequestId, RpcError};
 use serde::Deserialize as _;
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, Semaphore};
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::FramedRead;
 
 use crate::rail::{StatusEvent, StatusKind, StatusRail};
+
+mod connection;
+
+use connection::{lock, read_stderr, write_loop, ReaderTask, Shared, StderrTail};
 
 /// How the client behaves. Every wait is bounded.
 #[derive(Debug, Clone)]
@@ -199,74 +202,6 @@ impl ServerRequestHandler for DeclineAll {
 pub struct ServerInfo {
     /// The user agent string (carries the codex version).
     pub user_agent: Option<String>,
-}
-
-type Pending = HashMap<RequestId, oneshot::Sender<Result<Value, RpcError>>>;
-
-struct Shared {
-    pending: Mutex<Pending>,
-    routes: Mutex<HashMap<String, mpsc::Sender<ServerNotification>>>,
-    closed: Mutex<Option<String>>,
-    stderr: Mutex<StderrTail>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section here is a map insert/remove; a panic cannot tear the data.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-impl Shared {
-    fn closed_error(&self) -> Option<ClientError> {
-        lock(&self.closed)
-            .as_ref()
-            .map(|reason| ClientError::Closed {
-                reason: reason.clone(),
-                stderr: self.stderr_tail(),
-            })
-    }
-
-    fn stderr_tail(&self) -> String {
-        lock(&self.stderr).text()
-    }
-
-    /// Marks the connection closed and fails everything waiting on it.
-    fn close(&self, reason: String) {
-        {
-            let mut closed = lock(&self.closed);
-            if closed.is_some() {
-                return;
-            }
-            *closed = Some(reason);
-        }
-        // Dropping the senders wakes every waiter with "closed".
-        lock(&self.pending).clear();
-        lock(&self.routes).clear();
-    }
-}
-
-/// A bounded tail of the server's stderr.
-#[derive(Debug)]
-struct StderrTail {
-    capacity: usize,
-    bytes: std::collections::VecDeque<u8>,
-}
-
-impl StderrTail {
-    fn push(&mut self, chunk: &[u8]) {
-        self.bytes.extend(chunk);
-        let excess = self.bytes.len().saturating_sub(self.capacity);
-        self.bytes.drain(..excess);
-    }
-
-    fn text(&self) -> String {
-        let (a, b) = self.bytes.as_slices();
-        let mut all = Vec::with_capacity(a.len() + b.len());
-        all.extend_from_slice(a);
-        all.extend_from_slice(b);
-        String::from_utf8_lossy(&all).into_owned()
-    }
 }
 
 /// A connection to one `codex app-server`. Clones share the connection; the process (when
@@ -674,172 +609,6 @@ impl ThreadEvents {
         match self.rx.recv().await {
             Some(notification) => Ok(notification),
             None => Err(self.client.closed_or("the thread's subscription ended")),
-        }
-    }
-}
-
-struct ReaderTask {
-    shared: Arc<Shared>,
-    outgoing: mpsc::Sender<Message>,
-    rail: StatusRail,
-    handler: Arc<dyn ServerRequestHandler>,
-    max_bad_lines: usize,
-    /// Server requests being answered at once; when all permits are taken the reader waits,
-    /// so a flood of server requests cannot pile up tasks.
-    answering: Arc<Semaphore>,
-}
-
-impl ReaderTask {
-    async fn run<R: AsyncRead + Unpin>(self, mut frames: FramedRead<R, NdjsonCodec>) {
-        let mut bad_lines = 0usize;
-        let reason = loop {
-            match frames.next().await {
-                None => break "the server closed its output".to_string(),
-                Some(Err(io)) => break format!("reading from the server failed: {io}"),
-                Some(Ok(Err(bad))) => {
-                    bad_lines += 1;
-                    self.warn_bad_line(&bad);
-                    if bad_lines > self.max_bad_lines {
-                        break format!("the server sent {bad_lines} malformed lines (last: {bad})");
-                    }
-                }
-                Some(Ok(Ok(message))) => self.dispatch(message).await,
-            }
-        };
-        self.shared.close(reason);
-    }
-
-    fn warn_bad_line(&self, error: &FrameError) {
-        self.rail.emit(
-            StatusEvent::new(
-                StatusKind::Warn,
-                format!("Ignored a malformed line from codex: {error}"),
-            )
-            .with("error", error.to_string()),
-        );
-    }
-
-    async fn dispatch(&self, message: Message) {
-        match message {
-            Message::Response(Response { id, result }) => self.complete(id, Ok(result)),
-            Message::Error(error) => match error.id {
-                Some(id) => self.complete(id, Err(error.error)),
-                None => self.rail.emit(StatusEvent::new(
-                    StatusKind::Warn,
-                    format!("codex reported an error for no request: {}", error.error),
-                )),
-            },
-            Message::Notification(raw) => self.route(raw).await,
-            Message::Request(raw) => self.answer(raw).await,
-        }
-    }
-
-    fn complete(&self, id: RequestId, result: Result<Value, RpcError>) {
-        match lock(&self.shared.pending).remove(&id) {
-            // The waiter may have timed out meanwhile; nothing else to do then.
-            Some(waiter) => drop(waiter.send(result)),
-            None => self.rail.emit(
-                StatusEvent::new(
-                    StatusKind::Warn,
-                    format!("Ignored a response to unknown request id {id}"),
-                )
-                .with("id", serde_json::to_value(&id).unwrap_or(Value::Null)),
-            ),
-        }
-    }
-
-    async fn route(&self, raw: Notification) {
-        let notification = match ServerNotification::from_raw(&raw) {
-            Ok(notification) => notification,
-            Err(error) => {
-                self.rail.emit(StatusEvent::new(
-                    StatusKind::Warn,
-                    format!("Ignored a malformed `{}` notification: {error}", raw.method),
-                ));
-                return;
-            }
-        };
-        match &notification {
-            ServerNotification::DeprecationNotice(n) => {
-                self.rail.emit(StatusEvent::new(
-                    StatusKind::Warn,
-                    format!("codex: {}", n.summary),
-                ));
-            }
-            ServerNotification::Warning(n) if n.thread_id.is_none() => {
-                self.rail.emit(StatusEvent::new(
-                    StatusKind::Warn,
-                    format!("codex: {}", n.message),
-                ));
-            }
-            _ => {}
-        }
-        let Some(thread_id) = notification.thread_id().map(str::to_string) else {
-            return;
-        };
-        let route = lock(&self.shared.routes).get(&thread_id).cloned();
-        if let Some(route) = route {
-            // Awaiting here applies backpressure: the reader slows down to the consumer.
-            if route.send(notification).await.is_err() {
-                let mut routes = lock(&self.shared.routes);
-                if routes
-                    .get(&thread_id)
-                    .is_some_and(|r| r.same_channel(&route))
-                {
-                    routes.remove(&thread_id);
-                }
-            }
-        }
-    }
-
-    async fn answer(&self, raw: RawRequest) {
-        let Ok(permit) = self.answering.clone().acquire_owned().await else {
-            return;
-        };
-        let handler = self.handler.clone();
-        let rail = self.rail.clone();
-        let outgoing = self.outgoing.clone();
-        tokio::spawn(async move {
-            let result = match ServerRequest::from_raw(&raw) {
-                Ok(request) => handler.handle(request, &rail).await,
-                Err(error) => Err(RpcError::new(
-                    ErrorCode::INVALID_PARAMS,
-                    format!("invalid params: {error}"),
-                )),
-            };
-            let reply = match result {
-                Ok(value) => Message::Response(Response {
-                    id: raw.id,
-                    result: value,
-                }),
-                Err(error) => Message::error(Some(raw.id), error),
-            };
-            let _ = outgoing.send(reply).await;
-            drop(permit);
-        });
-    }
-}
-
-async fn write_loop<W: AsyncWrite + Unpin>(
-    writer: W,
-    mut outgoing: mpsc::Receiver<Message>,
-    shared: Arc<Shared>,
-) {
-    let mut frames = FramedWrite::new(writer, NdjsonCodec::new());
-    while let Some(message) = outgoing.recv().await {
-        if let Err(error) = frames.send(message).await {
-            shared.close(format!("writing to the server failed: {error}"));
-            return;
-        }
-    }
-}
-
-async fn read_stderr<E: AsyncRead + Unpin>(mut stderr: E, shared: Arc<Shared>) {
-    let mut chunk = [0u8; 4096];
-    loop {
-        match stderr.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => lock(&shared.stderr).push(&chunk[..n]),
         }
     }
 }

@@ -1,168 +1,164 @@
-//! The session lease as the runtime holds it: acquired before a thread is resumed or started,
-//! renewed in the background while held, checked before every turn commit, released when the
-//! last codex session of the agent goes away.
+//! [`SessionLease`]: a session's lease as a host holds it. Acquired (waiting up to a bound for
+//! a busy one) before a thread is resumed or started, renewed in the background while held,
+//! checked before every fenced write, released by [`SessionLease::release`] or, in the
+//! background, when dropped.
 //!
-//! Architecture invariant: a commit starts only while the lease is known to hold for at least
-//! half its TTL more (the last renewal was sent less than `ttl / 2` ago, else it is renewed
-//! first), so a commit shorter than `ttl / 2` can never overlap another holder's turn.
+//! Architecture invariant: a fenced write starts only while the lease is known to hold for at
+//! least half its TTL more ([`SessionLease::ensure_fresh`] renews it first otherwise), and the
+//! store checks the fence inside the write's transaction, so a holder that stalled past its TTL
+//! writes nothing.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rethread_store::{BindingStore, Lease, LeaseOwner, StoreError};
-use tokio::sync::watch;
+use rethread_store::{BindingStore, Fence, Lease, LocalOwner, StoreError};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::agent::RuntimeError;
+use crate::error::RuntimeError;
 
-/// A lease release started in the background by a dropped guard.
-struct PendingRelease {
-    /// The store it goes to (the address of the `Arc`'s value) and the session.
-    store: usize,
-    session_id: String,
-    /// Turns `true` when the release is done; closed if its task ended without finishing
-    /// (its runtime shut down).
-    done: watch::Receiver<bool>,
-}
-
-impl PendingRelease {
-    fn finished(&self) -> bool {
-        *self.done.borrow() || self.done.has_changed().is_err()
-    }
-}
-
-/// Releases started by dropped guards, so that a host (or the next `Agent::open` of the same
-/// session on the same store) can wait for them instead of finding its own stale lease. Waiting
-/// never takes an entry away from another waiter (several runtimes may share the process).
-static PENDING_RELEASES: Mutex<Vec<PendingRelease>> = Mutex::new(Vec::new());
-
-fn pending() -> MutexGuard<'static, Vec<PendingRelease>> {
-    PENDING_RELEASES
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn store_key(store: &Arc<dyn BindingStore>) -> usize {
-    Arc::as_ptr(store) as *const () as usize
-}
-
-/// Waits (at most 5 s) for the background releases `which` selects.
-async fn wait_for_releases(which: impl Fn(&PendingRelease) -> bool) {
-    let waits: Vec<watch::Receiver<bool>> = {
-        let mut pending = pending();
-        pending.retain(|p| !p.finished());
-        pending
-            .iter()
-            .filter(|p| which(p))
-            .map(|p| p.done.clone())
-            .collect()
-    };
-    if waits.is_empty() {
-        return;
-    }
-    let all = futures::future::join_all(waits.into_iter().map(|mut done| async move {
-        // An error means the release task is gone: nothing more to wait for.
-        let _ = done.wait_for(|finished| *finished).await;
-    }));
-    let _ = tokio::time::timeout(Duration::from_secs(5), all).await;
-}
-
-/// Waits (at most 5 s) for the lease releases that dropped sessions started in the background.
-///
-/// A host calls this before it exits, so that the next process does not find the session busy
-/// until the lease expires. [`Agent::open`](crate::Agent::open) waits for the releases of its
-/// own session before it acquires.
-pub async fn flush_lease_releases() {
-    wait_for_releases(|_| true).await;
-}
+/// The shortest and longest pause between two attempts to take a busy lease.
+const WAIT_STEP_MIN: Duration = Duration::from_millis(20);
+const WAIT_STEP_MAX: Duration = Duration::from_millis(500);
 
 #[derive(Debug)]
 struct State {
     lease: Lease,
     /// When the last successful renewal (or the grant) was *sent*: the lease holds at least
-    /// until this instant plus the TTL.
+    /// until this instant plus the TTL, unless the process stalled meanwhile (the store's fence
+    /// check covers that).
     fresh_since: Instant,
     /// Set when a renewal found the lease gone.
     lost: bool,
-}
-
-/// A held session lease: renewed in the background every `ttl / 3`, released by
-/// [`LeaseGuard::release`] or, in the background, on drop.
-#[derive(Debug)]
-pub(crate) struct LeaseGuard {
-    store: Arc<dyn BindingStore>,
-    ttl: Duration,
-    state: Arc<Mutex<State>>,
-    renewer: JoinHandle<()>,
+    /// Set by [`SessionLease::release`].
     released: bool,
 }
 
+/// A held session lease.
+///
+/// Only one holder at a time drives a session's codex thread: take the lease before resuming
+/// or starting a thread, pass its [`fence`](SessionLease::fence) (after
+/// [`ensure_fresh`](SessionLease::ensure_fresh)) with every write that publishes or removes a
+/// binding, and release it when done. While held it is renewed every `ttl / 3` in the
+/// background. Dropping it releases it in the background (a process that exits first leaves it
+/// to the next acquirer on this machine, which takes a dead holder's lease over at once, or to
+/// the TTL elsewhere).
+///
+/// ```no_run
+/// # async fn demo(store: std::sync::Arc<dyn rethread_store::BindingStore>) -> Result<(), rethread_runtime::RuntimeError> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use rethread_runtime::SessionLease;
+/// use rethread_store::LocalOwner;
+///
+/// let owner = Arc::new(LocalOwner::new());
+/// // Waits up to 5 s for another holder to finish, else `RuntimeError::SessionBusy`.
+/// let lease = SessionLease::acquire(store.clone(), "chat-42", owner, Duration::from_secs(30), Duration::from_secs(5)).await?;
+/// let fence = lease.ensure_fresh().await?; // carry it with every binding write
+/// # let _ = fence;
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct SessionLease {
+    store: Arc<dyn BindingStore>,
+    /// Kept alive with the lease: while it lives no other holder on this machine takes the
+    /// lease over before it expires.
+    owner: Arc<LocalOwner>,
+    ttl: Duration,
+    state: Arc<Mutex<State>>,
+    renewer: JoinHandle<()>,
+}
+
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    // Every critical section is a plain field update; a panic cannot tear the state.
     state
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl LeaseGuard {
-    /// Takes the session's lease for `owner`, or [`RuntimeError::SessionBusy`] naming the holder.
-    pub(crate) async fn acquire(
+impl SessionLease {
+    /// Takes `session_id`'s lease for `owner` for `ttl`.
+    ///
+    /// # Contract
+    /// - Granted at once when the session is free, when `owner` already holds it (a new grant
+    ///   with a new fence), or when its holder is provably gone (same machine, process
+    ///   exited; or a dropped [`LocalOwner`] of this process).
+    /// - Otherwise retried, with pauses growing from 20 ms to 500 ms, until `wait` has passed;
+    ///   then [`RuntimeError::SessionBusy`] naming the holder. `wait` zero tries once.
+    /// - Any other store failure is returned at once.
+    pub async fn acquire(
         store: Arc<dyn BindingStore>,
         session_id: &str,
-        owner: &LeaseOwner,
+        owner: Arc<LocalOwner>,
         ttl: Duration,
-    ) -> Result<Self, RuntimeError> {
-        let key = store_key(&store);
-        wait_for_releases(|p| p.store == key && p.session_id == session_id).await;
-        let sent = Instant::now();
-        let lease = match store.acquire_lease(session_id, owner, ttl).await {
-            Ok(lease) => lease,
-            Err(StoreError::Busy {
-                session_id,
-                holder,
-                acquired_at_ms,
-                expires_at_ms,
-            }) => {
-                return Err(RuntimeError::SessionBusy {
-                    session_id,
-                    holder,
-                    acquired_at_ms,
-                    expires_at_ms,
-                })
+        wait: Duration,
+    ) -> Result<SessionLease, RuntimeError> {
+        let deadline = Instant::now() + wait;
+        let mut step = WAIT_STEP_MIN;
+        let (lease, sent) = loop {
+            let sent = Instant::now();
+            match store.acquire_lease(session_id, owner.owner(), ttl).await {
+                Ok(lease) => break (lease, sent),
+                Err(StoreError::Busy { .. }) if Instant::now() < deadline => {
+                    let pause = step.min(deadline.saturating_duration_since(Instant::now()));
+                    tokio::time::sleep(pause).await;
+                    step = (step * 2).min(WAIT_STEP_MAX);
+                }
+                Err(error) => return Err(error.into()),
             }
-            Err(other) => return Err(other.into()),
         };
         let state = Arc::new(Mutex::new(State {
             lease,
             fresh_since: sent,
             lost: false,
+            released: false,
         }));
         let renewer = tokio::spawn(renew_loop(store.clone(), Arc::clone(&state), ttl));
-        Ok(LeaseGuard {
+        Ok(SessionLease {
             store,
+            owner,
             ttl,
             state,
             renewer,
-            released: false,
         })
     }
 
     /// The lease as last granted or renewed.
-    pub(crate) fn lease(&self) -> Lease {
+    pub fn lease(&self) -> Lease {
         lock(&self.state).lease.clone()
     }
 
-    /// Whether a renewal found the lease gone.
-    pub(crate) fn is_lost(&self) -> bool {
-        lock(&self.state).lost
+    /// The proof of this grant that fenced writes carry. Prefer
+    /// [`ensure_fresh`](SessionLease::ensure_fresh), which also renews a stale lease.
+    pub fn fence(&self) -> Fence {
+        lock(&self.state).lease.fence()
     }
 
-    /// Makes sure the lease holds for at least `ttl / 2` more before a commit: renews it now
-    /// unless the last renewal is recent. A lost lease is [`RuntimeError::LeaseLost`].
-    pub(crate) async fn ensure_fresh(&self) -> Result<(), RuntimeError> {
+    /// The holder this lease names.
+    pub fn owner(&self) -> &LocalOwner {
+        &self.owner
+    }
+
+    /// Whether the lease is known to be gone: a renewal found it taken over or expired, or it
+    /// was released. A gone lease is never renewed again; take a new one.
+    pub fn is_lost(&self) -> bool {
+        let state = lock(&self.state);
+        state.lost || state.released
+    }
+
+    /// Makes sure the lease holds for at least `ttl / 2` more, renewing it now unless the last
+    /// renewal is recent, and returns the fence to carry with the write that follows.
+    ///
+    /// # Contract
+    /// A lease known to be gone, or a renewal the store refuses, is
+    /// [`RuntimeError::LeaseLost`]; nothing is written. The fence is still checked by the
+    /// store inside the write's transaction (a process paused after this call writes
+    /// nothing either).
+    pub async fn ensure_fresh(&self) -> Result<Fence, RuntimeError> {
         let (lease, stale) = {
             let state = lock(&self.state);
-            if state.lost {
+            if state.lost || state.released {
                 return Err(RuntimeError::LeaseLost {
                     session_id: state.lease.session_id.clone(),
                 });
@@ -173,60 +169,71 @@ impl LeaseGuard {
             )
         };
         if !stale {
-            return Ok(());
+            return Ok(lease.fence());
         }
         let sent = Instant::now();
         match self.store.renew_lease(&lease, self.ttl).await {
             Ok(renewed) => {
+                let fence = renewed.fence();
                 let mut state = lock(&self.state);
                 state.lease = renewed;
                 state.fresh_since = sent;
-                Ok(())
+                Ok(fence)
             }
-            Err(StoreError::LeaseLost { session_id }) => {
-                lock(&self.state).lost = true;
-                Err(RuntimeError::LeaseLost { session_id })
+            Err(error) => {
+                if matches!(error, StoreError::LeaseLost { .. }) {
+                    lock(&self.state).lost = true;
+                }
+                Err(error.into())
             }
-            Err(other) => Err(other.into()),
         }
     }
 
-    /// Stops renewing and frees the lease now.
-    pub(crate) async fn release(mut self) -> Result<(), RuntimeError> {
-        self.released = true;
+    /// Stops renewing and frees the lease now. Returns whether it was still held (a lease
+    /// taken over meanwhile is left to its new holder). Releasing twice is a no-op.
+    ///
+    /// # Contract
+    /// After this call (whatever it returns) the lease is never renewed again, and every later
+    /// [`ensure_fresh`](SessionLease::ensure_fresh) is [`RuntimeError::LeaseLost`]. A store
+    /// failure is returned: the lease then expires on its own after its TTL (or is taken over
+    /// at once by the next holder on this machine once this process exits).
+    pub async fn release(&self) -> Result<bool, RuntimeError> {
         self.renewer.abort();
-        let lease = self.lease();
-        self.store.release_lease(&lease).await?;
-        Ok(())
+        let lease = {
+            let mut state = lock(&self.state);
+            if state.released {
+                return Ok(false);
+            }
+            state.released = true;
+            state.lease.clone()
+        };
+        Ok(self.store.release_lease(&lease).await?)
     }
 }
 
-impl Drop for LeaseGuard {
+impl Drop for SessionLease {
     fn drop(&mut self) {
         self.renewer.abort();
-        if self.released {
-            return;
-        }
-        // Without a runtime the lease simply expires after its TTL.
+        let lease = {
+            let mut state = lock(&self.state);
+            if state.released || state.lost {
+                return;
+            }
+            state.released = true;
+            state.lease.clone()
+        };
+        // Without a runtime the lease simply expires (or is taken over once this process is
+        // gone).
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            // The owner is not kept for the release: once it is dropped too, another holder of
+            // this process takes the lease over at once, and this late release of an older grant
+            // (an older fence) then frees nothing.
             let store = self.store.clone();
-            let lease = self.lease();
-            let (done_tx, done) = watch::channel(false);
-            let entry = PendingRelease {
-                store: store_key(&store),
-                session_id: lease.session_id.clone(),
-                done,
-            };
-            // Detached: the entry's channel reports when it is done.
             drop(handle.spawn(async move {
                 if let Err(error) = store.release_lease(&lease).await {
                     tracing::warn!(%error, session_id = %lease.session_id, "could not release the session lease; it expires on its own");
                 }
-                let _ = done_tx.send(true);
             }));
-            let mut pending = pending();
-            pending.retain(|p| !p.finished());
-            pending.push(entry);
         }
     }
 }
@@ -247,8 +254,8 @@ async fn renew_loop(store: Arc<dyn BindingStore>, state: Arc<Mutex<State>>, ttl:
                 lock(&state).lost = true;
                 return;
             }
-            // A transient store failure: try again next period; the commit path checks
-            // freshness itself.
+            // A transient store failure: try again next period; fenced writes check
+            // freshness themselves.
             Err(error) => {
                 tracing::warn!(%error, session_id = %lease.session_id, "renewing the session lease failed; retrying");
             }

@@ -6,14 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_runtime::{
-    Agent, AgentOptions, ClientOptions, OpenOutcome, Publication, RuntimeError, StatusKind,
-    StatusRail, RESUME_FALLBACK_NOTICE,
+    BinderOptions, ClientOptions, OpenOutcome, Publication, RuntimeError, SessionBinder,
+    StatusKind, StatusRail, RESUME_FALLBACK_NOTICE,
 };
 use rethread_store::{BindingStore, MemoryStore, TurnCommit};
 use serde_json::json;
 
-fn options() -> AgentOptions {
-    AgentOptions {
+fn options() -> BinderOptions {
+    BinderOptions {
         codex_home: Some("/home/codex".into()),
         retry_backoff: Duration::from_millis(1),
         ..Default::default()
@@ -44,7 +44,7 @@ async fn a_fresh_session_starts_a_thread_and_publishes_after_the_rows() {
     let store = Arc::new(MemoryStore::new());
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let (rail, recorded) = StatusRail::recording();
-    let mut agent = Agent::new("s", store.clone(), rail).with_options(options());
+    let mut agent = SessionBinder::new("s", store.clone(), rail).with_options(options());
     let run = tokio::spawn(async move {
         let mut session = agent.open(&client).await?;
         let report = session.run_turn("hello").await?;
@@ -76,7 +76,7 @@ async fn a_live_binding_is_resumed_before_the_turn_without_a_notice() {
     let store = bound_store("t1").await;
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let (rail, recorded) = StatusRail::recording();
-    let mut agent = Agent::new("s", store.clone(), rail).with_options(options());
+    let mut agent = SessionBinder::new("s", store.clone(), rail).with_options(options());
     let run = tokio::spawn(async move {
         let mut session = agent.open(&client).await?;
         session.run_turn("again").await?;
@@ -105,7 +105,7 @@ async fn a_dead_binding_falls_back_once_on_the_same_client_and_rotates_after_com
     let store = bound_store("dead").await;
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let (rail, recorded) = StatusRail::recording();
-    let mut agent = Agent::new("s", store.clone(), rail).with_options(options());
+    let mut agent = SessionBinder::new("s", store.clone(), rail).with_options(options());
     let probe = store.clone();
     let run = tokio::spawn(async move {
         let mut session = agent.open(&client).await?;
@@ -143,7 +143,7 @@ async fn capability_required_is_never_a_dead_thread() {
     let store = bound_store("t1").await;
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let (rail, recorded) = StatusRail::recording();
-    let mut agent = Agent::new("s", store.clone(), rail).with_options(options());
+    let mut agent = SessionBinder::new("s", store.clone(), rail).with_options(options());
     let run = tokio::spawn(async move { agent.open(&client).await.map(|s| s.outcome().clone()) });
     let (id, _) = peer.expect("thread/resume").await;
     peer.fail(
@@ -169,37 +169,56 @@ async fn capability_required_is_never_a_dead_thread() {
     );
 }
 
+/// Issue 12, "a burst of overload retires a healthy thread forever": four `-32001` answers
+/// (the first try and the three default retries) used to fall back and retire the thread.
 #[tokio::test]
-async fn overloaded_is_retried_within_the_bound_then_fails_closed() {
+async fn overload_past_the_retries_is_retryable_and_keeps_the_binding() {
     let store = bound_store("t1").await;
+    let before = store.export_session("s").await.unwrap();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let (rail, recorded) = StatusRail::recording();
-    let mut agent = Agent::new("s", store.clone(), rail).with_options(AgentOptions {
-        transient_retries: 2,
-        ..options()
+    let mut agent = SessionBinder::new("s", store.clone(), rail).with_options(options());
+    let run = tokio::spawn(async move {
+        let result = agent.open(&client).await.map(|s| s.outcome().clone());
+        drop(agent);
+        (result, client)
     });
-    let run = tokio::spawn(async move { agent.open(&client).await.map(|s| s.outcome().clone()) });
-    for _ in 0..3 {
+    for _ in 0..4 {
         let (id, _) = peer.expect("thread/resume").await;
-        peer.fail(id, -32001, "overloaded").await;
+        peer.fail(id, -32001, "Server overloaded; retry later.")
+            .await;
     }
-    peer.start_thread("fresh").await;
-    let outcome = run.await.unwrap().unwrap();
-    assert!(matches!(
-        outcome,
-        OpenOutcome::FellBack {
-            reason: rethread_protocol::ResumeFailure::Busy,
-            ..
+    let (result, client) = run.await.unwrap();
+    match result {
+        Err(error @ RuntimeError::ResumeUnavailable { .. }) => {
+            assert!(error.is_retryable(), "{error}");
+            assert!(matches!(
+                error,
+                RuntimeError::ResumeUnavailable {
+                    failure: rethread_protocol::ResumeFailure::Overloaded,
+                    attempts: 4,
+                    ..
+                }
+            ));
         }
-    ));
-    assert_eq!(recorded.messages(StatusKind::Lifecycle).len(), 1);
+        other => panic!("expected ResumeUnavailable, got {other:?}"),
+    }
+    // Nothing else was sent (no `thread/start`), nothing written, no notice.
+    drop(client);
+    assert!(
+        peer.next_line().await.is_none(),
+        "a request after giving up"
+    );
+    assert_eq!(store.export_session("s").await.unwrap(), before);
+    assert!(recorded.messages(StatusKind::Lifecycle).is_empty());
 }
 
 #[tokio::test]
 async fn overloaded_then_success_resumes() {
     let store = bound_store("t1").await;
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent = Agent::new("s", store.clone(), StatusRail::default()).with_options(options());
+    let mut agent =
+        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options());
     let run = tokio::spawn(async move { agent.open(&client).await.map(|s| s.outcome().clone()) });
     let (id, _) = peer.expect("thread/resume").await;
     peer.fail(id, -32001, "overloaded").await;
@@ -220,7 +239,7 @@ async fn an_active_writer_elsewhere_is_busy_and_the_store_is_untouched() {
     let before = store.export_session("s").await.unwrap();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let mut agent =
-        Agent::new("s", store.clone(), StatusRail::default()).with_options(AgentOptions {
+        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(BinderOptions {
             transient_retries: 1,
             ..options()
         });
@@ -241,7 +260,8 @@ async fn an_active_writer_elsewhere_is_busy_and_the_store_is_untouched() {
 async fn an_unclassified_resume_error_keeps_the_binding() {
     let store = bound_store("t1").await;
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent = Agent::new("s", store.clone(), StatusRail::default()).with_options(options());
+    let mut agent =
+        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options());
     let run = tokio::spawn(async move { agent.open(&client).await.map(|s| s.outcome().clone()) });
     let (id, _) = peer.expect("thread/resume").await;
     peer.fail(id, -32603, "disk on fire").await;
@@ -259,7 +279,8 @@ async fn an_unclassified_resume_error_keeps_the_binding() {
 async fn a_failed_turn_writes_nothing() {
     let store = Arc::new(MemoryStore::new());
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent = Agent::new("s", store.clone(), StatusRail::default()).with_options(options());
+    let mut agent =
+        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options());
     let run = tokio::spawn(async move {
         let mut session = agent.open(&client).await?;
         session.run_turn("boom").await
@@ -288,7 +309,8 @@ async fn a_failed_turn_writes_nothing() {
 async fn a_server_dying_mid_turn_is_a_typed_error_and_writes_nothing() {
     let store = Arc::new(MemoryStore::new());
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent = Agent::new("s", store.clone(), StatusRail::default()).with_options(options());
+    let mut agent =
+        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options());
     let run = tokio::spawn(async move {
         let mut session = agent.open(&client).await?;
         session.run_turn("boom").await
@@ -314,7 +336,8 @@ async fn a_server_dying_mid_turn_is_a_typed_error_and_writes_nothing() {
 async fn a_retired_thread_commits_rows_but_is_not_published() {
     let store = Arc::new(MemoryStore::new());
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent = Agent::new("s", store.clone(), StatusRail::default()).with_options(options());
+    let mut agent =
+        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options());
     let probe = store.clone();
     let run = tokio::spawn(async move {
         let mut session = agent.open(&client).await?;
@@ -336,7 +359,8 @@ async fn a_retired_thread_commits_rows_but_is_not_published() {
 async fn a_later_session_of_the_same_agent_starts_fresh() {
     let store = bound_store("t1").await;
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent = Agent::new("s", store.clone(), StatusRail::default()).with_options(options());
+    let mut agent =
+        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options());
     let run = tokio::spawn(async move {
         let first = agent.open(&client).await?;
         first.retire().await?;
@@ -368,7 +392,7 @@ impl rethread_runtime::TranscriptSink for HostTranscript {
         &self,
         _session: &str,
         rows: &[serde_json::Value],
-    ) -> Result<rethread_runtime::SinkDurability, String> {
+    ) -> Result<rethread_runtime::SinkDurability, rethread_runtime::BoxError> {
         self.rows.lock().unwrap().extend_from_slice(rows);
         Ok(if self.durable {
             rethread_runtime::SinkDurability::Durable
@@ -381,7 +405,7 @@ impl rethread_runtime::TranscriptSink for HostTranscript {
         &self,
         _session: &str,
         limit: u64,
-    ) -> Result<Vec<serde_json::Value>, String> {
+    ) -> Result<Vec<serde_json::Value>, rethread_runtime::BoxError> {
         let rows = self.rows.lock().unwrap();
         Ok(rows[rows.len().saturating_sub(limit as usize)..].to_vec())
     }
@@ -394,7 +418,7 @@ async fn host_sink_turn(durable: bool) -> (Arc<MemoryStore>, Arc<HostTranscript>
         ..Default::default()
     });
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent = Agent::new("s", store.clone(), StatusRail::default())
+    let mut agent = SessionBinder::new("s", store.clone(), StatusRail::default())
         .with_options(options())
         .with_transcript_sink(sink.clone());
     let run = tokio::spawn(async move {
@@ -433,7 +457,7 @@ async fn a_failed_first_open_still_resumes_on_the_next_try() {
     let store = bound_store("t1").await;
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let mut agent =
-        Agent::new("s", store.clone(), StatusRail::default()).with_options(AgentOptions {
+        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(BinderOptions {
             transient_retries: 0,
             ..options()
         });
@@ -463,7 +487,7 @@ async fn a_fallback_whose_start_fails_says_the_notice_once_and_the_retry_starts_
     let store = bound_store("dead").await;
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let (rail, recorded) = StatusRail::recording();
-    let mut agent = Agent::new("s", store.clone(), rail).with_options(options());
+    let mut agent = SessionBinder::new("s", store.clone(), rail).with_options(options());
     let run = tokio::spawn(async move {
         let failed = agent.open(&client).await.map(|s| s.outcome().clone());
         let retried = agent.open(&client).await.map(|s| s.outcome().clone());

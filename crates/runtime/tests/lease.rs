@@ -6,11 +6,13 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rethread_runtime::{Agent, AgentOptions, ClientOptions, OpenOutcome, RuntimeError, StatusRail};
+use rethread_runtime::{
+    BinderOptions, ClientOptions, OpenOutcome, RuntimeError, SessionBinder, StatusRail,
+};
 use rethread_store::{BindingStore, LeaseOwner, MemoryStore};
 
-fn options(ttl: Duration) -> AgentOptions {
-    AgentOptions {
+fn options(ttl: Duration) -> BinderOptions {
+    BinderOptions {
         codex_home: Some("/home/codex".into()),
         retry_backoff: Duration::from_millis(1),
         lease_ttl: Some(ttl),
@@ -23,7 +25,7 @@ async fn a_held_session_is_busy_and_starts_no_thread() {
     let store = Arc::new(MemoryStore::new());
     let (client_a, mut peer_a, _) = support::connect(ClientOptions::default()).await;
     let (client_b, peer_b, _) = support::connect(ClientOptions::default()).await;
-    let mut agent_a = Agent::new("s", store.clone(), StatusRail::default())
+    let mut agent_a = SessionBinder::new("s", store.clone(), StatusRail::default())
         .with_options(options(Duration::from_secs(30)));
     let owner_a = agent_a.lease_owner().clone();
     let open_a = tokio::spawn(async move {
@@ -31,11 +33,11 @@ async fn a_held_session_is_busy_and_starts_no_thread() {
         (agent_a, session)
     });
     peer_a.start_thread("t1").await;
-    let (_agent_a, session_a) = open_a.await.unwrap();
+    let (agent_a, session_a) = open_a.await.unwrap();
     let lease = session_a.lease().expect("leased");
     assert_eq!(lease.owner, owner_a);
 
-    let mut agent_b = Agent::new("s", store.clone(), StatusRail::default())
+    let mut agent_b = SessionBinder::new("s", store.clone(), StatusRail::default())
         .with_options(options(Duration::from_secs(30)));
     match agent_b.open(&client_b).await {
         Err(RuntimeError::SessionBusy {
@@ -53,7 +55,8 @@ async fn a_held_session_is_busy_and_starts_no_thread() {
     );
 
     // Released: B may take the session (and starts its thread: A never committed).
-    session_a.close().await.unwrap();
+    drop(session_a);
+    agent_a.close().await.unwrap();
     let open_b =
         tokio::spawn(async move { agent_b.open(&client_b).await.map(|s| s.outcome().clone()) });
     let mut peer_b = peer_b;
@@ -71,7 +74,7 @@ async fn a_dropped_session_frees_the_lease_for_the_next_agent() {
     let store = Arc::new(MemoryStore::new());
     for thread in ["t1", "t2", "t3"] {
         let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-        let mut agent = Agent::new("s", store.clone(), StatusRail::default())
+        let mut agent = SessionBinder::new("s", store.clone(), StatusRail::default())
             .with_options(options(Duration::from_secs(30)));
         let open = tokio::spawn(async move {
             let session = agent.open(&client).await?;
@@ -94,7 +97,7 @@ async fn a_crashed_holder_frees_the_session_after_its_ttl() {
         .await
         .unwrap();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent = Agent::new("s", store.clone(), StatusRail::default())
+    let mut agent = SessionBinder::new("s", store.clone(), StatusRail::default())
         .with_options(options(Duration::from_secs(30)));
     assert!(matches!(
         agent.open(&client).await,
@@ -113,7 +116,7 @@ async fn a_crashed_holder_frees_the_session_after_its_ttl() {
 async fn a_lost_lease_commits_nothing() {
     let store = Arc::new(MemoryStore::new());
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent = Agent::new("s", store.clone(), StatusRail::default())
+    let mut agent = SessionBinder::new("s", store.clone(), StatusRail::default())
         .with_options(options(Duration::from_millis(150)));
     let open = tokio::spawn(async move {
         let session = agent.open(&client).await.unwrap();
@@ -148,4 +151,103 @@ fn remote_owner(host: &str) -> LeaseOwner {
         instance: 1,
         process: None,
     }
+}
+
+/// The lease belongs to the binder (issue 12): `close().await` frees the session for another
+/// host at once; no process-wide list, no flush call.
+#[tokio::test]
+async fn closing_the_binder_frees_the_session_for_another_host_at_once() {
+    let store = Arc::new(MemoryStore::new());
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut agent = SessionBinder::new("s", store.clone(), StatusRail::default())
+        .with_options(options(Duration::from_secs(30)));
+    let open = tokio::spawn(async move {
+        let session = agent.open(&client).await.unwrap();
+        (agent, session)
+    });
+    peer.start_thread("t1").await;
+    let (agent, session) = open.await.unwrap();
+    let other = remote_owner("other");
+    assert!(store
+        .acquire_lease("s", &other, Duration::from_secs(30))
+        .await
+        .is_err());
+    // The session still lives: closing the binder releases the lease all the same.
+    agent.close().await.unwrap();
+    store
+        .acquire_lease("s", &other, Duration::from_secs(30))
+        .await
+        .expect("free at once");
+    drop(session);
+}
+
+/// A dropped binder releases its lease in the background (for a holder elsewhere, which
+/// cannot tell this process's holders apart, only the release frees it before the TTL).
+#[tokio::test]
+async fn a_dropped_binder_releases_its_lease_in_the_background() {
+    let store = Arc::new(MemoryStore::new());
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut agent = SessionBinder::new("s", store.clone(), StatusRail::default())
+        .with_options(options(Duration::from_secs(30)));
+    let open = tokio::spawn(async move {
+        let session = agent.open(&client).await.unwrap();
+        drop(session);
+        drop(agent);
+    });
+    peer.start_thread("t1").await;
+    open.await.unwrap();
+    let other = remote_owner("other");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match store
+            .acquire_lease("s", &other, Duration::from_secs(30))
+            .await
+        {
+            Ok(_) => break,
+            Err(error) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "never released: {error}"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// `lease_wait`: a busy session is waited for up to the bound, then `SessionBusy`.
+#[tokio::test]
+async fn open_waits_for_a_busy_session_up_to_its_bound() {
+    let store = Arc::new(MemoryStore::new());
+    let holder = remote_owner("holder");
+    store
+        .acquire_lease("s", &holder, Duration::from_millis(300))
+        .await
+        .unwrap();
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    // A bound shorter than the holder's TTL: busy, after about the bound.
+    let mut impatient =
+        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(BinderOptions {
+            lease_wait: Duration::from_millis(100),
+            ..options(Duration::from_secs(30))
+        });
+    let started = tokio::time::Instant::now();
+    assert!(matches!(
+        impatient.open(&client).await,
+        Err(RuntimeError::SessionBusy { .. })
+    ));
+    assert!(started.elapsed() >= Duration::from_millis(100));
+    // A longer bound: the lease expires meanwhile and the open goes ahead.
+    let mut patient =
+        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(BinderOptions {
+            lease_wait: Duration::from_secs(10),
+            ..options(Duration::from_secs(30))
+        });
+    let open =
+        tokio::spawn(async move { patient.open(&client).await.map(|s| s.outcome().clone()) });
+    peer.start_thread("t1").await;
+    assert!(matches!(
+        open.await.unwrap().unwrap(),
+        OpenOutcome::Started { .. }
+    ));
 }

@@ -1,11 +1,16 @@
 //! Several OS processes run turns through the real runtime on overlapping sessions of one
 //! SQLite file and of one PostgreSQL database (each process with its own in-process fake
 //! app-server and codex home). Each child records, per turn, the interval during which it held
-//! the session's lease (taken after `Agent::open` returned, ended before the session closed:
+//! the session's lease (taken after `SessionBinder::open` returned, ended before the session closed:
 //! inside the true holding interval, on the machine's realtime clock), the lease's fence, and
 //! the rows it committed. The parent then checks that no two processes ever held one session's
 //! lease at once, that no row was lost or duplicated, and that every binding is valid (I1: it
 //! names the thread of the session's last committed turn; I2: never a retired thread).
+//!
+//! Two faults across processes, on both stores (issue 12): a holder SIGKILLed while it holds a
+//! session's lease is taken over at once by the next process on this machine (no TTL to wait
+//! out); and a holder SIGSTOPped past its TTL while another process takes the session over and
+//! commits gets `LeaseLost` once continued, and writes nothing.
 //!
 //! PostgreSQL is keyed on `RETHREAD_TEST_POSTGRES_URL` (skipped outside CI when unset, required
 //! under `CI=true` or `RETHREAD_REQUIRE_POSTGRES=1`).
@@ -16,9 +21,11 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rethread_fake_appserver::FakeAppServer;
+use rethread_fake_appserver::faults::{Fault, FaultScript};
+use rethread_fake_appserver::{FakeAppServer, FakeHandle};
 use rethread_runtime::{
-    Agent, AgentOptions, AppServerClient, ClientOptions, Publication, RuntimeError, StatusRail,
+    AppServerClient, BinderOptions, ClientOptions, OpenOutcome, Publication, RuntimeError,
+    SessionBinder, StatusRail,
 };
 use rethread_store::{open_url, BindingStore, OpenOptions};
 use serde::{Deserialize, Serialize};
@@ -96,8 +103,8 @@ async fn run_one(
 ) -> TurnRecord {
     let mut busy_retries = 0;
     loop {
-        let mut agent =
-            Agent::new(session, store.clone(), StatusRail::default()).with_options(AgentOptions {
+        let mut agent = SessionBinder::new(session, store.clone(), StatusRail::default())
+            .with_options(BinderOptions {
                 codex_home: Some(home.display().to_string()),
                 retry_backoff: Duration::from_millis(1),
                 turn_timeout: Duration::from_secs(20),
@@ -123,7 +130,8 @@ async fn run_one(
             .await
             .unwrap_or_else(|e| panic!("child {child}: turn on {session}: {e}"));
         let end_us = now_us();
-        codex.close().await.unwrap();
+        drop(codex);
+        agent.close().await.unwrap();
         return TurnRecord {
             child,
             session: session.to_string(),
@@ -135,6 +143,223 @@ async fn run_one(
             rows: report.rows,
             busy_retries,
         };
+    }
+}
+
+/// A client on an in-process fake with its own codex home (kept alive by the returned guard).
+async fn fake_client(faults: FaultScript) -> (AppServerClient, (tempfile::TempDir, FakeHandle)) {
+    let home = tempfile::tempdir().unwrap();
+    let (stream, fake) = FakeAppServer::builder()
+        .codex_home(home.path())
+        .faults(faults)
+        .spawn_in_process()
+        .unwrap();
+    let (reader, writer) = tokio::io::split(stream);
+    let client = AppServerClient::builder()
+        .options(ClientOptions {
+            request_timeout: Duration::from_secs(30),
+            ..Default::default()
+        })
+        .connect(reader, writer)
+        .await
+        .unwrap();
+    (client, (home, fake))
+}
+
+/// The child of the fault tests: runs only when re-executed by a parent test.
+///
+/// `hold`: takes session `x`'s lease (TTL 60 s) through a binder, says so, and waits to be
+/// killed. `stall`: opens `x` (TTL 1 s), says so, runs one slow turn (the parent stops and
+/// continues it meanwhile) and writes how the turn ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_child() {
+    let (Ok(url), Ok(mode), Ok(out)) = (
+        std::env::var("RETHREAD_FAULT_STORE"),
+        std::env::var("RETHREAD_FAULT_MODE"),
+        std::env::var("RETHREAD_FAULT_OUT"),
+    ) else {
+        return;
+    };
+    let store = open_url(&url, OpenOptions::new()).await.unwrap();
+    let slow = FaultScript::of([Fault::SlowTurn { millis: 3_000 }]);
+    let (client, _guard) = fake_client(slow).await;
+    let ttl = if mode == "hold" { 60 } else { 1 };
+    let mut binder =
+        SessionBinder::new("x", store.clone(), StatusRail::default()).with_options(BinderOptions {
+            lease_ttl: Some(Duration::from_secs(ttl)),
+            turn_timeout: Duration::from_secs(60),
+            ..Default::default()
+        });
+    let mut session = binder.open(&client).await.unwrap();
+    std::fs::write(format!("{out}.opened"), std::process::id().to_string()).unwrap();
+    if mode == "hold" {
+        std::future::pending::<()>().await;
+    }
+    let ended = match session.run_turn("from the stalled holder").await {
+        Ok(report) => format!("committed {:?}", report.publication),
+        Err(error) => error.kind().to_string(),
+    };
+    std::fs::write(&out, ended).unwrap();
+}
+
+/// Starts `fault_child` in `mode` on `url`; returns the process and the path of its report
+/// once it has opened the session.
+fn spawn_fault_child(
+    url: &str,
+    mode: &str,
+    dir: &std::path::Path,
+) -> (std::process::Child, String) {
+    let out = dir.join(format!("{mode}.out")).display().to_string();
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "fault_child", "--nocapture", "--test-threads=1"])
+        .env("RETHREAD_FAULT_STORE", url)
+        .env("RETHREAD_FAULT_MODE", mode)
+        .env("RETHREAD_FAULT_OUT", &out)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let opened = format!("{out}.opened");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::path::Path::new(&opened).exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child never opened the session"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, out)
+}
+
+fn signal(child: &std::process::Child, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal}");
+}
+
+/// A holder SIGKILLed with the lease in hand: the next process on this machine opens the
+/// session at once (its lease TTL is 60 s).
+fn a_killed_holder_is_taken_over_at_once(url: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, _) = spawn_fault_child(url, "hold", dir.path());
+    signal(&child, "KILL");
+    child.wait().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let store = open_url(url, OpenOptions::new()).await.unwrap();
+        let (client, _guard) = fake_client(FaultScript::none()).await;
+        let mut binder = SessionBinder::new("x", store, StatusRail::default());
+        let started = std::time::Instant::now();
+        let session = binder
+            .open(&client)
+            .await
+            .unwrap_or_else(|e| panic!("the dead holder's lease was not taken over: {e}"));
+        assert!(matches!(session.outcome(), OpenOutcome::Started { .. }));
+        assert!(started.elapsed() < Duration::from_secs(10));
+        drop(session);
+        binder.close().await.unwrap();
+    });
+}
+
+/// A holder SIGSTOPped mid-turn past its TTL while this process takes the session over and
+/// commits: continued, the holder gets `LeaseLost` and writes nothing.
+fn a_stalled_holder_writes_nothing_after_a_takeover(url: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, out) = spawn_fault_child(url, "stall", dir.path());
+    signal(&child, "STOP");
+    // Past the stalled holder's TTL (1 s).
+    std::thread::sleep(Duration::from_millis(1_500));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let ours = runtime.block_on(async {
+        let store = open_url(url, OpenOptions::new()).await.unwrap();
+        let (client, _guard) = fake_client(FaultScript::none()).await;
+        let mut binder = SessionBinder::new("x", store, StatusRail::default());
+        let mut session = binder
+            .open(&client)
+            .await
+            .expect("taken over after the TTL");
+        let report = session.run_turn("from the new holder").await.unwrap();
+        assert_eq!(report.publication, Publication::Published);
+        drop(session);
+        binder.close().await.unwrap();
+        report
+    });
+    signal(&child, "CONT");
+    assert!(child.wait().unwrap().success());
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "lease_lost");
+    runtime.block_on(async {
+        let store = open_url(url, OpenOptions::new()).await.unwrap();
+        let record = store.session("x").await.unwrap().unwrap();
+        assert_eq!(record.thread_id(), Some(ours.thread_id.as_str()));
+        let rows: Vec<Value> = store
+            .rows("x", 0..u64::MAX)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.body)
+            .collect();
+        assert_eq!(rows, ours.rows, "only the new holder's rows");
+    });
+}
+
+/// A fresh schema of the test PostgreSQL database, or `None` (skip) outside CI.
+fn postgres_url(name: &str) -> Option<String> {
+    let Ok(base) = std::env::var("RETHREAD_TEST_POSTGRES_URL") else {
+        let required = std::env::var("CI").is_ok_and(|v| v == "true")
+            || std::env::var("RETHREAD_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+        assert!(!required, "RETHREAD_TEST_POSTGRES_URL is required under CI");
+        eprintln!("skipping: RETHREAD_TEST_POSTGRES_URL is not set");
+        return None;
+    };
+    let sep = if base.contains('?') { '&' } else { '?' };
+    Some(format!(
+        "{base}{sep}schema={name}_{}_{}",
+        std::process::id(),
+        now_us() % 1_000_000
+    ))
+}
+
+fn sqlite_url(dir: &tempfile::TempDir) -> String {
+    let url = format!("sqlite:{}", dir.path().join("shared.sqlite").display());
+    // Create the file before any child opens it.
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async { open_url(&url, OpenOptions::new()).await.unwrap() });
+    url
+}
+
+fn postgres_ready(name: &str) -> Option<String> {
+    let url = postgres_url(name)?;
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async { open_url(&url, OpenOptions::new()).await.unwrap() });
+    Some(url)
+}
+
+#[test]
+fn a_killed_holder_is_taken_over_at_once_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    a_killed_holder_is_taken_over_at_once(&sqlite_url(&dir));
+}
+
+#[test]
+fn a_killed_holder_is_taken_over_at_once_on_postgres() {
+    if let Some(url) = postgres_ready("killed") {
+        a_killed_holder_is_taken_over_at_once(&url);
+    }
+}
+
+#[test]
+fn a_stalled_holder_writes_nothing_after_a_takeover_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    a_stalled_holder_writes_nothing_after_a_takeover(&sqlite_url(&dir));
+}
+
+#[test]
+fn a_stalled_holder_writes_nothing_after_a_takeover_on_postgres() {
+    if let Some(url) = postgres_ready("stalled") {
+        a_stalled_holder_writes_nothing_after_a_takeover(&url);
     }
 }
 
@@ -234,31 +459,18 @@ async fn check(url: &str, records: Vec<TurnRecord>) {
 #[test]
 fn processes_share_sessions_on_one_sqlite_file() {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite:{}", dir.path().join("shared.sqlite").display());
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    // Create the file before the children race to open it.
-    runtime.block_on(async { open_url(&url, OpenOptions::new()).await.unwrap() });
+    let url = sqlite_url(&dir);
     let records = run_children(&url);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(check(&url, records));
 }
 
 #[test]
 fn processes_share_sessions_on_one_postgres_database() {
-    let Ok(base) = std::env::var("RETHREAD_TEST_POSTGRES_URL") else {
-        let required = std::env::var("CI").is_ok_and(|v| v == "true")
-            || std::env::var("RETHREAD_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
-        assert!(!required, "RETHREAD_TEST_POSTGRES_URL is required under CI");
-        eprintln!("skipping: RETHREAD_TEST_POSTGRES_URL is not set");
+    let Some(url) = postgres_ready("mp") else {
         return;
     };
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let url = format!(
-        "{base}{sep}schema=mp_{}_{}",
-        std::process::id(),
-        now_us() % 1_000_000
-    );
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async { open_url(&url, OpenOptions::new()).await.unwrap() });
     let records = run_children(&url);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(check(&url, records));
 }

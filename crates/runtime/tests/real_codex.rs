@@ -1,8 +1,9 @@
-//! End-to-end against the real codex app-server (0.169.0 and the 0.144.6 floor), offline,
+//! End-to-end against the real codex app-server (current and previous release, and the floor;
+//! see `rethread_testkit::releases`), offline,
 //! with the model played by the Responses-API stand-in. The proof that memory survives is
 //! the model's own request: after a restart it must contain the word from turn 1.
 //!
-//! Binaries come from `cargo xtask codex` (see `rethread_fake_appserver::real`); without them
+//! Binaries come from `cargo xtask codex` (see `rethread_testkit::real`); without them
 //! these tests skip with a message, except under CI where they fail.
 
 use std::path::Path;
@@ -12,14 +13,15 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use rethread_fake_appserver::real::{codex_or_skip, rollout_files, CodexHome, CURRENT, RELEASE_N};
-use rethread_fake_appserver::responses::ResponsesStandIn;
 use rethread_protocol::ResumeFailure;
 use rethread_runtime::{
-    Agent, AgentOptions, AppServerClient, OpenOutcome, RecordedEvents, RuntimeError, StatusKind,
-    StatusRail, RESUME_FALLBACK_NOTICE,
+    AppServerClient, BinderOptions, OpenOutcome, RecordedEvents, RuntimeError, SessionBinder,
+    StatusKind, StatusRail, RESUME_FALLBACK_NOTICE,
 };
 use rethread_store::{BindingStore, OpenOptions, RedbStore};
+use rethread_testkit::real::{codex_or_skip, rollout_files, CodexHome};
+use rethread_testkit::responses::ResponsesStandIn;
+use rethread_testkit::{recent_releases, FLOOR};
 use tokio::io::AsyncWrite;
 use tokio::process::{Child, Command};
 
@@ -126,21 +128,21 @@ impl World {
         }
     }
 
-    fn agent(&self, rail: StatusRail, home: &Path) -> Agent {
-        let options = AgentOptions {
+    fn agent(&self, rail: StatusRail, home: &Path) -> SessionBinder {
+        let options = BinderOptions {
             codex_home: Some(home.display().to_string()),
             retry_backoff: Duration::from_millis(50),
             transient_retries: 1,
             ..Default::default()
         };
-        Agent::new("session-1", self.store.clone(), rail).with_options(options)
+        SessionBinder::new("session-1", self.store.clone(), rail).with_options(options)
     }
 
     /// An agent that takes no session lease, to observe codex's own single-writer guard (a
     /// leased agent would be stopped by rethread's lease before codex is asked).
-    fn unleased_agent(&self, rail: StatusRail, home: &Path) -> Agent {
+    fn unleased_agent(&self, rail: StatusRail, home: &Path) -> SessionBinder {
         let agent = self.agent(rail, home);
-        let options = AgentOptions {
+        let options = BinderOptions {
             codex_home: Some(home.display().to_string()),
             retry_backoff: Duration::from_millis(50),
             transient_retries: 1,
@@ -233,12 +235,14 @@ async fn memory_survives_a_restart(version: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_survives_a_restart_on_current_codex() {
-    memory_survives_a_restart(CURRENT).await;
+    for version in recent_releases() {
+        memory_survives_a_restart(&version).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_survives_a_restart_on_the_compatibility_floor() {
-    memory_survives_a_restart(RELEASE_N).await;
+    memory_survives_a_restart(FLOOR).await;
 }
 
 async fn assert_fell_back_once(
@@ -286,77 +290,87 @@ async fn assert_fell_back_once(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_rollout_falls_back_with_one_notice() {
-    let Some(codex) = codex_or_skip(CURRENT) else {
-        return;
-    };
-    let world = World::new().await;
-    let thread = world.first_turn(&codex).await;
-    let files = rollout_files(world.home.path());
-    assert_eq!(files.len(), 1, "{files:?}");
-    std::fs::remove_file(&files[0]).unwrap();
-    let second = world.second_turn(&codex, world.home.path()).await;
-    assert_fell_back_once(&world, &thread, second, ResumeFailure::Gone).await;
+    for version in recent_releases() {
+        let Some(codex) = codex_or_skip(&version) else {
+            continue;
+        };
+        let world = World::new().await;
+        let thread = world.first_turn(&codex).await;
+        let files = rollout_files(world.home.path());
+        assert_eq!(files.len(), 1, "{files:?}");
+        std::fs::remove_file(&files[0]).unwrap();
+        let second = world.second_turn(&codex, world.home.path()).await;
+        assert_fell_back_once(&world, &thread, second, ResumeFailure::Gone).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_different_codex_home_falls_back_with_one_notice() {
-    let Some(codex) = codex_or_skip(CURRENT) else {
-        return;
-    };
-    let world = World::new().await;
-    let thread = world.first_turn(&codex).await;
-    let other_home = CodexHome::new(&world.model).unwrap();
-    let second = world.second_turn(&codex, other_home.path()).await;
-    assert_fell_back_once(&world, &thread, second, ResumeFailure::Gone).await;
-    let binding = world
-        .store
-        .session("session-1")
-        .await
-        .unwrap()
-        .unwrap()
-        .binding
-        .unwrap();
-    assert_eq!(
-        binding.codex_home.as_deref(),
-        Some(other_home.path().display().to_string().as_str())
-    );
+    for version in recent_releases() {
+        let Some(codex) = codex_or_skip(&version) else {
+            continue;
+        };
+        let world = World::new().await;
+        let thread = world.first_turn(&codex).await;
+        let other_home = CodexHome::new(&world.model).unwrap();
+        let second = world.second_turn(&codex, other_home.path()).await;
+        assert_fell_back_once(&world, &thread, second, ResumeFailure::Gone).await;
+        let binding = world
+            .store
+            .session("session-1")
+            .await
+            .unwrap()
+            .unwrap()
+            .binding
+            .unwrap();
+        assert_eq!(
+            binding.codex_home.as_deref(),
+            Some(other_home.path().display().to_string().as_str())
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paginated_thread_under_the_older_codex_falls_back_with_one_notice() {
-    let (Some(current), Some(older)) = (codex_or_skip(CURRENT), codex_or_skip(RELEASE_N)) else {
-        return;
-    };
-    let world = World::new().await;
-    let thread = world.first_turn(&current).await;
-    let second = world.second_turn(&older, world.home.path()).await;
-    assert_fell_back_once(&world, &thread, second, ResumeFailure::Incompatible).await;
+    for version in recent_releases() {
+        let (Some(current), Some(older)) = (codex_or_skip(&version), codex_or_skip(FLOOR)) else {
+            continue;
+        };
+        let world = World::new().await;
+        let thread = world.first_turn(&current).await;
+        let second = world.second_turn(&older, world.home.path()).await;
+        assert_fell_back_once(&world, &thread, second, ResumeFailure::Incompatible).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_legacy_thread_from_the_older_codex_resumes_under_current_with_its_memory() {
-    let (Some(current), Some(older)) = (codex_or_skip(CURRENT), codex_or_skip(RELEASE_N)) else {
-        return;
-    };
-    let world = World::new().await;
-    let thread = world.first_turn(&older).await;
-    let (outcome, methods, recorded) = world.second_turn(&current, world.home.path()).await;
-    assert_eq!(outcome, OpenOutcome::Resumed { thread_id: thread });
-    assert_eq!(methods, ["thread/resume", "turn/start"]);
-    assert!(recorded.messages(StatusKind::Lifecycle).is_empty());
-    assert!(world.last_model_request_mentions("PAPAYA"));
+    for version in recent_releases() {
+        let (Some(current), Some(older)) = (codex_or_skip(&version), codex_or_skip(FLOOR)) else {
+            continue;
+        };
+        let world = World::new().await;
+        let thread = world.first_turn(&older).await;
+        let (outcome, methods, recorded) = world.second_turn(&current, world.home.path()).await;
+        assert_eq!(outcome, OpenOutcome::Resumed { thread_id: thread });
+        assert_eq!(methods, ["thread/resume", "turn/start"]);
+        assert!(recorded.messages(StatusKind::Lifecycle).is_empty());
+        assert!(world.last_model_request_mentions("PAPAYA"));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thread_live_in_another_process_is_busy_and_the_store_is_unharmed() {
-    busy_elsewhere(CURRENT).await;
+    for version in recent_releases() {
+        busy_elsewhere(&version).await;
+    }
 }
 
 /// Observed: 0.144.6 has no single-writer guard, so a second process resumes a live thread.
 /// Pinned here because it is why rethread needs its own per-session lease across hosts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_floor_lets_a_second_process_resume_a_live_thread() {
-    let Some(codex) = codex_or_skip(RELEASE_N) else {
+    let Some(codex) = codex_or_skip(FLOOR) else {
         return;
     };
     let world = World::new().await;

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use rethread_protocol::{Message, RequestId};
 use rethread_runtime::{
-    Agent, AgentOptions, AppServerClient, ClientError, ClientOptions, RecordedEvents, RuntimeError,
-    StatusKind, StatusRail,
+    AppServerClient, BinderOptions, ClientError, ClientOptions, RecordedEvents, RuntimeError,
+    SessionBinder, StatusKind, StatusRail,
 };
 use rethread_store::{BindingStore, BindingStoreExt, MemoryStore};
 use serde_json::{json, Value};
@@ -263,12 +263,12 @@ async fn agent_session(
 ) {
     let (client, mut server, _) = connect(options, 64 * 1024).await;
     let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
-    let agent_options = AgentOptions {
+    let agent_options = BinderOptions {
         turn_timeout,
-        ..AgentOptions::default()
+        ..BinderOptions::default()
     };
     let mut agent =
-        Agent::new("s", store.clone(), StatusRail::default()).with_options(agent_options);
+        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(agent_options);
     let turn = tokio::spawn(async move {
         let mut session = agent.open(&client).await?;
         session.run_turn("hello").await

@@ -8,14 +8,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rethread_fake_appserver::real::{
-    codex_or_skip, AppServerProcess, CodexHome, WirePeer, CURRENT,
-};
-use rethread_fake_appserver::responses::ResponsesStandIn;
+use rethread_testkit::real::{codex_or_skip, AppServerProcess, CodexHome, WirePeer};
+use rethread_testkit::CURRENT;
+use rethread_testkit::responses::ResponsesStandIn;
 use rethread_fake_appserver::{FakeAppServer, Profile};
 use rethread_fuzz::input::Encoder;
 use rethread_fuzz::{runtime_hostile, store_files};
-use rethread_runtime::{Agent, AppServerClient, StatusRail};
+use rethread_runtime::{SessionBinder, AppServerClient, StatusRail};
 use rethread_store::{BindingStore, MemoryStore};
 use serde_json::{json, Value};
 
@@ -121,12 +120,14 @@ async fn runtime_requests() -> Vec<Value> {
         .await
         .expect("connect");
     let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
-    let mut agent = Agent::new("seed", store.clone(), StatusRail::default());
+    let mut agent = SessionBinder::new("seed", store.clone(), StatusRail::default());
     if let Ok(mut session) = agent.open(&client).await {
         let _ = session.run_turn("remember zebra").await;
     }
-    // A rebuilt agent resumes the binding.
-    let mut agent = Agent::new("seed", store, StatusRail::default());
+    // The binder frees the session's lease for the next one.
+    let _ = agent.close().await;
+    // A rebuilt binder resumes the binding.
+    let mut agent = SessionBinder::new("seed", store, StatusRail::default());
     if let Ok(mut session) = agent.open(&client).await {
         let _ = session.run_turn("what did I say?").await;
     }

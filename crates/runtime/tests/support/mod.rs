@@ -22,6 +22,15 @@ impl Peer {
         serde_json::from_str(&line).unwrap()
     }
 
+    /// The next line the client sent, or `None` once it hung up.
+    pub async fn next_line(&mut self) -> Option<String> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line).await.unwrap() {
+            0 => None,
+            _ => Some(line),
+        }
+    }
+
     /// The next request; returns its id and method and params.
     pub async fn request(&mut self) -> (RequestId, String, Value) {
         match self.recv().await {

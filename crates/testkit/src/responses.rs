@@ -17,7 +17,7 @@
 //! from sync tests and from any runtime flavour; dropping the [`ResponsesStandIn`] stops it.
 //!
 //! ```no_run
-//! use rethread_fake_appserver::responses::{Reply, ResponsesStandIn};
+//! use rethread_testkit::responses::{Reply, ResponsesStandIn};
 //! let server = ResponsesStandIn::start().unwrap();
 //! server.set_reply(Reply::Fixed("hello".into()));
 //! let config = server.codex_config_toml();
@@ -35,52 +35,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, Notify};
 
+pub use rethread_fake_appserver::model::{echo_reply, ConversationMessage, Reply};
+
 /// The largest request head (request line plus headers) the stand-in accepts.
 const MAX_HEAD: usize = 64 * 1024;
 /// The largest request body the stand-in accepts (codex sends ~40 KB per turn).
 const MAX_BODY: usize = 64 * 1024 * 1024;
-
-/// What the stand-in's model answers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reply {
-    /// `echo: <the last user text of the conversation>` (the default).
-    Echo,
-    /// Always this text.
-    Fixed(String),
-    /// These texts in order, one per model request; [`Reply::Echo`] once exhausted.
-    Script(VecDeque<String>),
-}
-
-impl Reply {
-    /// The next reply to `conversation` (advances a [`Reply::Script`]).
-    pub fn next_reply(&mut self, conversation: &[ConversationMessage]) -> String {
-        match self {
-            Reply::Echo => echo_reply(conversation),
-            Reply::Fixed(text) => text.clone(),
-            Reply::Script(queue) => queue
-                .pop_front()
-                .unwrap_or_else(|| echo_reply(conversation)),
-        }
-    }
-}
-
-/// The deterministic echo reply both the stand-in and the fake app-server's model give:
-/// `echo: <last user text>` (or `echo:` when there is none).
-pub fn echo_reply(conversation: &[ConversationMessage]) -> String {
-    match conversation.iter().rev().find(|m| m.role == "user") {
-        Some(message) => format!("echo: {}", message.text),
-        None => "echo:".to_string(),
-    }
-}
-
-/// One message of a conversation as the model saw it: a role and its text parts joined.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ConversationMessage {
-    /// `user`, `assistant`, `developer`, `system`.
-    pub role: String,
-    /// The text parts of the message, joined with `\n`.
-    pub text: String,
-}
 
 /// One HTTP request the stand-in received.
 #[derive(Debug, Clone, PartialEq, Eq)]

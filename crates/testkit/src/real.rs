@@ -1,8 +1,8 @@
 //! A harness for driving the **real** `codex app-server` (and anything that speaks like it,
 //! such as the `fake-codex` binary) from tests.
 //!
-//! - [`find_codex`] / [`codex_or_skip`]: locate a pinned release. `cargo xtask ci` sets
-//!   `RETHREAD_CODEX_0_169_0` / `RETHREAD_CODEX_0_144_6`; otherwise the binary is looked up
+//! - [`find_codex`] / [`codex_or_skip`]: locate a release's binary. `cargo xtask ci` sets
+//!   `RETHREAD_CODEX_<version>` (dots as underscores) for every supported release; otherwise the binary is looked up
 //!   under `target/codex/<version>/` in the workspace (`cargo xtask codex --version V` installs
 //!   it). When it is missing a test skips with a message, unless `RETHREAD_REQUIRE_REAL_CODEX=1`
 //!   or `CI=true`, in which case it fails.
@@ -14,8 +14,9 @@
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
-//! use rethread_fake_appserver::real::{codex_or_skip, AppServerProcess, CodexHome, CURRENT};
-//! use rethread_fake_appserver::responses::ResponsesStandIn;
+//! use rethread_testkit::real::{codex_or_skip, AppServerProcess, CodexHome};
+//! use rethread_testkit::responses::ResponsesStandIn;
+//! use rethread_testkit::CURRENT;
 //! let Some(codex) = codex_or_skip(CURRENT) else { return Ok(()) };
 //! let model = ResponsesStandIn::start()?;
 //! let home = CodexHome::new(&model)?;
@@ -36,11 +37,6 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::responses::{offline_config_toml, ResponsesStandIn};
-
-/// The current release the project is proven against.
-pub const CURRENT: &str = "0.169.0";
-/// The compatibility floor: the older release that predates paginated-by-default threads.
-pub const RELEASE_N: &str = "0.144.6";
 
 /// How long a [`WirePeer`] waits for one message before giving up.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);

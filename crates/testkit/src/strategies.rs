@@ -11,7 +11,7 @@
 //!
 //! ```
 //! use proptest::prelude::*;
-//! use rethread_fake_appserver::strategies::{fault_script, ops};
+//! use rethread_testkit::strategies::{fault_script, ops};
 //! proptest!(|(script in fault_script(), steps in ops(8))| {
 //!     let json = serde_json::to_string(&script).unwrap();
 //!     prop_assert_eq!(serde_json::from_str::<rethread_fake_appserver::FaultScript>(&json).unwrap(), script);
@@ -21,8 +21,8 @@
 
 use proptest::prelude::*;
 
-use crate::faults::{Corruption, Fault, FaultScript};
-use crate::profile::Profile;
+use rethread_fake_appserver::faults::{Corruption, Fault, FaultScript};
+use rethread_fake_appserver::Profile;
 
 /// Any profile.
 pub fn profile() -> impl Strategy<Value = Profile> {

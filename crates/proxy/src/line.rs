@@ -1,0 +1,556 @@
+//! One line of the wire, kept as the bytes that were read, plus just enough of its envelope to
+//! route it.
+//!
+//! Routing needs three facts: is the line a request, a notification or an answer, what is its
+//! `id`, and what is its `method`. [`Line::new`] finds them with a lexical scan of the
+//! top-level members ([`peek`]) instead of a parse into a tree: the contents of strings (most
+//! of a large line) are skipped with `memchr`, nested values are skipped by counting brackets,
+//! and the scan stops as soon as a request's or an answer's `id` and kind are known. Nothing is
+//! allocated for the line itself, and the bytes that go out are the bytes that came in.
+//! Nested values are skipped, not validated: the receiver judges them as it would without the
+//! proxy in between.
+//!
+//! The envelope rules are the protocol crate's ([`rethread_protocol::Message`]): a `method`
+//! with an `id` is a request, a `method` without one a notification, an `error` an error
+//! answer, a `result` with an `id` an answer. A line that is none of these (not JSON, not an
+//! object, a duplicate `id`, an `id` that is neither an integer nor a string) is
+//! [`LineKind::Other`]: it is passed on unrouted.
+
+use bytes::Bytes;
+use rethread_protocol::codec::decode_line;
+use rethread_protocol::{FrameError, Message, RequestId, RpcError};
+use serde_json::Value;
+
+/// What a line is, as far as routing goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LineKind {
+    /// Has a `method` and an `id`: must be answered.
+    Request,
+    /// Has a `method` and no `id`.
+    Notification,
+    /// Has a `result` and an `id`, no `method`.
+    Response,
+    /// Has an `error`, no `method` (the `id` may be absent or `null`).
+    Error,
+    /// Not a JSON-RPC message of the dialect (not JSON, not an object, no kind, a malformed or
+    /// duplicate `id` or `method`). Passed on unrouted.
+    Other,
+}
+
+impl LineKind {
+    /// A response or an error response.
+    pub fn is_answer(self) -> bool {
+        matches!(self, LineKind::Response | LineKind::Error)
+    }
+}
+
+/// The routing facts of a line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peek {
+    /// The kind.
+    pub kind: LineKind,
+    /// The `id`, for requests and answers that carry one.
+    pub id: Option<RequestId>,
+    /// The `method`, for requests and notifications.
+    pub method: Option<String>,
+}
+
+impl Peek {
+    const OTHER: Peek = Peek {
+        kind: LineKind::Other,
+        id: None,
+        method: None,
+    };
+}
+
+/// One line: the bytes as read (terminator included, when there was one) and its [`Peek`].
+///
+/// Cloning is cheap (a reference count).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Line {
+    bytes: Bytes,
+    peek: Peek,
+}
+
+impl std::fmt::Debug for Line {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const SHOWN: usize = 200;
+        let text = String::from_utf8_lossy(&self.json()[..self.json().len().min(SHOWN)]);
+        f.debug_struct("Line")
+            .field("kind", &self.peek.kind)
+            .field("id", &self.peek.id)
+            .field("method", &self.peek.method)
+            .field("len", &self.bytes.len())
+            .field("text", &text)
+            .finish()
+    }
+}
+
+impl Line {
+    /// A line read from the wire (`bytes` as read, its `\n` or `\r\n` included if any).
+    pub fn new(bytes: Bytes) -> Line {
+        let peek = peek(trim_terminator(&bytes));
+        Line { bytes, peek }
+    }
+
+    /// A line made by the proxy (a message of its own), newline-terminated.
+    pub fn from_message(message: &Message) -> Line {
+        let mut text = message.to_line().into_bytes();
+        text.push(b'\n');
+        Line::new(Bytes::from(text))
+    }
+
+    /// A `warning` notification, `{"message": .., "threadId": ..}`: the channel clients
+    /// already render (codex sends its own warnings on it). `threadId` is written as `null`
+    /// when there is none.
+    pub fn warning(message: &str, thread_id: Option<&str>) -> Line {
+        let params = serde_json::json!({ "message": message, "threadId": thread_id });
+        Line::from_message(&Message::notification("warning", Some(params)))
+    }
+
+    /// An error answer to `id`.
+    pub fn error_response(id: Option<RequestId>, error: RpcError) -> Line {
+        Line::from_message(&Message::error(id, error))
+    }
+
+    /// A successful answer to `id`.
+    pub fn response(id: RequestId, result: Value) -> Line {
+        Line::from_message(&Message::Response(rethread_protocol::jsonrpc::Response {
+            id,
+            result,
+        }))
+    }
+
+    /// The bytes as they go on the wire.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// The bytes, consuming the line.
+    pub fn into_bytes(self) -> Bytes {
+        self.bytes
+    }
+
+    /// The line without its terminator.
+    pub fn json(&self) -> &[u8] {
+        trim_terminator(&self.bytes)
+    }
+
+    /// The routing facts.
+    pub fn peek(&self) -> &Peek {
+        &self.peek
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> LineKind {
+        self.peek.kind
+    }
+
+    /// The `id`, for requests and answers.
+    pub fn id(&self) -> Option<&RequestId> {
+        self.peek.id.as_ref()
+    }
+
+    /// The `method`, for requests and notifications.
+    pub fn method(&self) -> Option<&str> {
+        self.peek.method.as_deref()
+    }
+
+    /// The whole message, decoded (a full parse: call it only for lines you need to read).
+    pub fn message(&self) -> Result<Message, FrameError> {
+        decode_line(self.json())
+    }
+
+    /// The line's JSON as a tree (a full parse), whatever its shape.
+    pub fn value(&self) -> Result<Value, serde_json::Error> {
+        serde_json::from_slice(self.json())
+    }
+}
+
+fn trim_terminator(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+/// The routing facts of one line (without its terminator).
+pub fn peek(line: &[u8]) -> Peek {
+    let scan = scan_members(line);
+    if scan.malformed || !scan.complete && !scan.early {
+        return Peek::OTHER;
+    }
+    scan.into_peek().unwrap_or(Peek::OTHER)
+}
+
+/// What can be told from the first bytes of a line that is too long to keep: the kind and
+/// `id` when they come before the cut (codex and the clients seen write `id` and `method`, or
+/// `id` and `result`, first). `None` when the prefix does not tell.
+pub fn peek_prefix(prefix: &[u8]) -> Option<Peek> {
+    let scan = scan_members(prefix);
+    if scan.malformed && !scan.truncated {
+        return None;
+    }
+    let id = match &scan.id {
+        Seen::Once(Some(id)) => id.clone(),
+        _ => return None,
+    };
+    let kind = if scan.method.is_some() {
+        LineKind::Request
+    } else if scan.error {
+        LineKind::Error
+    } else if scan.result {
+        LineKind::Response
+    } else {
+        return None;
+    };
+    let method = match scan.method {
+        Some(Seen::Once(method)) => Some(method),
+        Some(_) => return None,
+        None => None,
+    };
+    Some(Peek {
+        kind,
+        id: Some(id),
+        method,
+    })
+}
+
+/// A member seen zero, one or several times (or with a value of the wrong type).
+#[derive(Debug, Default)]
+enum Seen<T> {
+    #[default]
+    Never,
+    Once(T),
+    Invalid,
+}
+
+#[derive(Debug, Default)]
+struct Scan {
+    id: Seen<Option<RequestId>>,
+    method: Option<Seen<String>>,
+    result: bool,
+    error: bool,
+    /// The closing brace was reached.
+    complete: bool,
+    /// The scan stopped early: the kind and `id` were known.
+    early: bool,
+    /// The bytes are not a JSON object (as far as the scan looked).
+    malformed: bool,
+    /// The input ended inside the object.
+    truncated: bool,
+}
+
+impl Scan {
+    fn into_peek(self) -> Option<Peek> {
+        let id = match self.id {
+            Seen::Never => None,
+            Seen::Once(id) => id,
+            Seen::Invalid => return None,
+        };
+        let method = match self.method {
+            None => None,
+            Some(Seen::Once(method)) => Some(method),
+            Some(_) => return None,
+        };
+        let kind = match (&method, &id) {
+            (Some(_), Some(_)) => LineKind::Request,
+            (Some(_), None) => LineKind::Notification,
+            (None, _) if self.error => LineKind::Error,
+            (None, Some(_)) if self.result => LineKind::Response,
+            _ => return None,
+        };
+        Some(Peek { kind, id, method })
+    }
+
+    /// True once more members cannot change the routing of a well-formed message: a request
+    /// (`id` and `method` seen). An answer is scanned to its end, since a `method` after its
+    /// `result` would make it a request.
+    fn routable(&self) -> bool {
+        matches!(self.id, Seen::Once(Some(_))) && matches!(self.method, Some(Seen::Once(_)))
+    }
+}
+
+/// Scans the top-level members of a JSON object.
+fn scan_members(bytes: &[u8]) -> Scan {
+    let mut scan = Scan::default();
+    let mut cursor = Cursor { bytes, pos: 0 };
+    let outcome = (|| -> Result<(), Stop> {
+        cursor.whitespace();
+        cursor.expect(b'{')?;
+        cursor.whitespace();
+        if cursor.peek_byte()? == b'}' {
+            scan.complete = true;
+            return Ok(());
+        }
+        loop {
+            cursor.whitespace();
+            let key_start = cursor.pos;
+            cursor.skip_string()?;
+            let key = &bytes[key_start..cursor.pos];
+            cursor.whitespace();
+            cursor.expect(b':')?;
+            cursor.whitespace();
+            let name = member_name(key);
+            // Presence counts before the value is skipped: a prefix may end inside it.
+            match name.as_deref() {
+                Some("result") => scan.result = true,
+                Some("error") => scan.error = true,
+                _ => {}
+            }
+            let value_start = cursor.pos;
+            cursor.skip_value()?;
+            let value = &bytes[value_start..cursor.pos];
+            match name.as_deref() {
+                Some("id") => {
+                    scan.id = match scan.id {
+                        Seen::Never => parse_id(value).map_or(Seen::Invalid, Seen::Once),
+                        _ => Seen::Invalid,
+                    }
+                }
+                Some("method") => {
+                    scan.method = Some(match scan.method {
+                        None => serde_json::from_slice::<String>(value)
+                            .map_or(Seen::Invalid, Seen::Once),
+                        Some(_) => Seen::Invalid,
+                    })
+                }
+                _ => {}
+            }
+            if scan.routable() {
+                scan.early = true;
+                return Ok(());
+            }
+            cursor.whitespace();
+            match cursor.next_byte()? {
+                b',' => continue,
+                b'}' => break,
+                _ => return Err(Stop::Malformed),
+            }
+        }
+        cursor.whitespace();
+        if cursor.pos != bytes.len() {
+            return Err(Stop::Malformed);
+        }
+        scan.complete = true;
+        Ok(())
+    })();
+    match outcome {
+        Ok(()) => {}
+        Err(Stop::Malformed) => scan.malformed = true,
+        Err(Stop::End) => {
+            scan.malformed = true;
+            scan.truncated = true;
+        }
+    }
+    scan
+}
+
+/// A member name; `None` for a name that is not valid JSON text.
+fn member_name(key: &[u8]) -> Option<std::borrow::Cow<'_, str>> {
+    let inner = &key[1..key.len() - 1];
+    if memchr::memchr(b'\\', inner).is_none() {
+        return std::str::from_utf8(inner)
+            .ok()
+            .map(std::borrow::Cow::Borrowed);
+    }
+    serde_json::from_slice::<String>(key)
+        .ok()
+        .map(std::borrow::Cow::Owned)
+}
+
+/// An `id` value: an integer, a string, or `null` (no id). `None` for anything else.
+fn parse_id(value: &[u8]) -> Option<Option<RequestId>> {
+    match serde_json::from_slice::<Value>(value).ok()? {
+        Value::Null => Some(None),
+        Value::String(id) => Some(Some(RequestId::String(id))),
+        Value::Number(n) => n.as_i64().map(|id| Some(RequestId::Integer(id))),
+        _ => None,
+    }
+}
+
+#[derive(Debug)]
+enum Stop {
+    /// Not JSON (as far as the scan can tell).
+    Malformed,
+    /// The input ended inside a value.
+    End,
+}
+
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl Cursor<'_> {
+    fn whitespace(&mut self) {
+        while let Some(b' ' | b'\t' | b'\r' | b'\n') = self.bytes.get(self.pos) {
+            self.pos += 1;
+        }
+    }
+
+    fn peek_byte(&self) -> Result<u8, Stop> {
+        self.bytes.get(self.pos).copied().ok_or(Stop::End)
+    }
+
+    fn next_byte(&mut self) -> Result<u8, Stop> {
+        let byte = self.peek_byte()?;
+        self.pos += 1;
+        Ok(byte)
+    }
+
+    fn expect(&mut self, byte: u8) -> Result<(), Stop> {
+        if self.next_byte()? == byte {
+            Ok(())
+        } else {
+            Err(Stop::Malformed)
+        }
+    }
+
+    /// Skips a string starting at the current position (its opening quote).
+    fn skip_string(&mut self) -> Result<(), Stop> {
+        self.expect(b'"')?;
+        loop {
+            let rest = &self.bytes[self.pos..];
+            let found = memchr::memchr2(b'"', b'\\', rest).ok_or(Stop::End)?;
+            if rest[found] == b'\\' {
+                // The escaped character cannot end the string, whatever it is.
+                self.pos += found + 2;
+                if self.pos > self.bytes.len() {
+                    return Err(Stop::End);
+                }
+            } else {
+                self.pos += found + 1;
+                return Ok(());
+            }
+        }
+    }
+
+    /// Skips one value: a string, an object or array (by counting brackets outside strings),
+    /// or a scalar (up to the next delimiter).
+    fn skip_value(&mut self) -> Result<(), Stop> {
+        match self.peek_byte()? {
+            b'"' => self.skip_string(),
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                loop {
+                    match self.peek_byte()? {
+                        b'"' => {
+                            self.skip_string()?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                self.pos += 1;
+                                return Ok(());
+                            }
+                        }
+                        _ => {}
+                    }
+                    self.pos += 1;
+                }
+            }
+            b'}' | b']' | b',' | b':' => Err(Stop::Malformed),
+            _ => {
+                let start = self.pos;
+                while let Some(byte) = self.bytes.get(self.pos) {
+                    if matches!(byte, b',' | b'}' | b']' | b' ' | b'\t' | b'\r' | b'\n') {
+                        break;
+                    }
+                    self.pos += 1;
+                }
+                if self.pos == self.bytes.len() {
+                    return Err(Stop::End);
+                }
+                // A scalar must at least be a JSON scalar; anything else is not JSON.
+                match serde_json::from_slice::<Value>(&self.bytes[start..self.pos]) {
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(Stop::Malformed),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(text: &str) -> LineKind {
+        peek(text.as_bytes()).kind
+    }
+
+    #[test]
+    fn routes_the_four_kinds_like_the_protocol_crate() {
+        let request = peek(br#"{"id":"a-1","method":"thread/start","params":{"cwd":"/"}}"#);
+        assert_eq!(request.kind, LineKind::Request);
+        assert_eq!(request.id, Some(RequestId::from("a-1")));
+        assert_eq!(request.method.as_deref(), Some("thread/start"));
+        assert_eq!(
+            kind(r#"{"method":"turn/started","params":{"turn":{"id":"t"}}}"#),
+            LineKind::Notification
+        );
+        assert_eq!(kind(r#"{"id":3,"result":null}"#), LineKind::Response);
+        assert_eq!(
+            kind(r#"{"id":null,"error":{"code":-1,"message":"m"}}"#),
+            LineKind::Error
+        );
+        // Member order does not matter; escapes in names and values are read.
+        let late = peek(br#"{"params":{"id":9,"method":"x"},"me\u0074hod":"a\/b","id":7}"#);
+        assert_eq!(late.kind, LineKind::Request);
+        assert_eq!(late.id, Some(RequestId::Integer(7)));
+        assert_eq!(late.method.as_deref(), Some("a/b"));
+    }
+
+    #[test]
+    fn anything_else_is_other() {
+        for text in [
+            "",
+            "not json",
+            "[1,2]",
+            "{}",
+            r#"{"params":{}}"#,
+            r#"{"id":1}"#,
+            r#"{"result":1}"#,
+            r#"{"id":1.5,"method":"m"}"#,
+            r#"{"id":[1],"method":"m"}"#,
+            r#"{"method":1}"#,
+            r#"{"method":"a","method":"b"}"#,
+            r#"{"id":1,"id":2,"result":{}}"#,
+            r#"{"method":"m"} trailing"#,
+            r#"{"method":"m","params":{"a":"unterminated}"#,
+            r#"{"method":"m","params":{"a":1}"#,
+        ] {
+            assert_eq!(kind(text), LineKind::Other, "{text}");
+        }
+    }
+
+    #[test]
+    fn nested_values_are_skipped_not_validated() {
+        // Routing does not need them; the receiver judges the line as it would without us.
+        assert_eq!(
+            kind(r#"{"method":"m","params":{"a":tru}}"#),
+            LineKind::Notification
+        );
+    }
+
+    #[test]
+    fn a_request_is_routed_before_its_params_are_read() {
+        // The scan stops once `id` and `method` are known; the tail is the receiver's to judge.
+        let line = br#"{"id":1,"method":"m","params":{"huge":"...never looked at"#;
+        assert_eq!(peek(line).kind, LineKind::Request);
+    }
+
+    #[test]
+    fn a_prefix_tells_the_id_when_it_comes_first() {
+        let prefix = br#"{"id":"u-1","method":"turn/start","params":{"input":[{"text":"aaaa"#;
+        let seen = peek_prefix(prefix).unwrap();
+        assert_eq!(seen.kind, LineKind::Request);
+        assert_eq!(seen.id, Some(RequestId::from("u-1")));
+        let answer = peek_prefix(br#"{"id":4,"result":{"thread":{"turns":[{"#).unwrap();
+        assert_eq!(answer.kind, LineKind::Response);
+        assert!(peek_prefix(br#"{"method":"item/completed","params":{"#).is_none());
+        assert!(peek_prefix(br#"{"params":{"a":"b"#).is_none());
+        assert!(peek_prefix(b"garbage").is_none());
+    }
+}

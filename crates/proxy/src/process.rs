@@ -1,0 +1,197 @@
+//! `rethread app-server` as a process: codex spawned as a child, the client on our stdin and
+//! stdout, signals, and the exit status.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::process::{Child, Command};
+
+use crate::{forward, Ended, ProxyError, ProxyOptions, SessionHooks};
+
+/// How to start the real codex: `<program> [GLOBAL_ARGS...] app-server [ARGS...]`, with the
+/// proxy's environment (`CODEX_HOME` included) and working directory, plus `env`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppServerCommand {
+    /// The codex binary.
+    pub program: PathBuf,
+    /// Codex options that go before `app-server` (`-c key=value`, `--enable F`, ...).
+    pub global_args: Vec<OsString>,
+    /// Everything after `app-server`, verbatim.
+    pub args: Vec<OsString>,
+    /// Extra environment variables for codex.
+    pub env: Vec<(OsString, OsString)>,
+}
+
+impl AppServerCommand {
+    /// `<program> app-server`.
+    pub fn new(program: impl Into<PathBuf>) -> Self {
+        AppServerCommand {
+            program: program.into(),
+            global_args: Vec::new(),
+            args: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+
+    /// Appends arguments after `app-server`.
+    pub fn args<I: IntoIterator<Item = S>, S: Into<OsString>>(mut self, args: I) -> Self {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets an environment variable for codex.
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Spawns codex with stdin and stdout piped and stderr inherited (codex's logs reach the
+    /// client's stderr reader as they would without the proxy). Killed if dropped.
+    pub fn spawn(&self) -> Result<Child, ProxyError> {
+        let mut command = Command::new(&self.program);
+        command
+            .args(&self.global_args)
+            .arg("app-server")
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        command.spawn().map_err(|source| ProxyError::Spawn {
+            program: self.program.display().to_string(),
+            source,
+        })
+    }
+}
+
+/// The exit code that reports `status` the way a shell would: the code, or 128 + the signal
+/// that killed the process.
+pub fn exit_code_of(status: ExitStatus) -> i32 {
+    if let Some(code) = status.code() {
+        return code;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return 128 + signal;
+        }
+    }
+    1
+}
+
+/// Runs the proxy between this process's stdin/stdout and a codex started from `command`,
+/// until one of them ends or a signal arrives, and returns the exit code for this process:
+///
+/// - the client closed its input (or stopped reading): codex's input is closed, codex gets
+///   `options.shutdown_grace` to exit, then is killed; `0` (codex's own status when it exited
+///   by itself within the grace: `0` for a codex that shut down because its input ended);
+/// - codex exited: everything it wrote has been passed on; its exit code (128 + N when a
+///   signal N killed it);
+/// - SIGINT / SIGTERM: codex is stopped the same way; `130` / `143`.
+pub async fn run_app_server<H: SessionHooks>(
+    command: &AppServerCommand,
+    hooks: &H,
+    options: &ProxyOptions,
+) -> Result<i32, ProxyError> {
+    let mut child = command.spawn()?;
+    let (Some(codex_in), Some(codex_out)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(ProxyError::Spawn {
+            program: command.program.display().to_string(),
+            source: std::io::Error::other("codex's stdio was not piped"),
+        });
+    };
+    let client_in = client_input();
+    let client_out = client_output();
+    let ended = forward(
+        hooks,
+        options,
+        client_in,
+        client_out,
+        codex_out,
+        codex_in,
+        stop_signal(),
+    )
+    .await;
+    // Codex's input is closed now (the forwarder owned it): a polite codex exits on its own.
+    let status = wait_or_kill(&mut child, options.shutdown_grace).await;
+    match ended? {
+        // Codex exits 0 when its input ends; a codex that failed on its own (bad arguments,
+        // a tooling subcommand such as `generate-json-schema`) keeps its status.
+        Ended::ClientClosed {
+            codex_finished: true,
+        } => Ok(status.map_or(0, exit_code_of)),
+        Ended::ClientClosed { .. } | Ended::ClientGone => Ok(0),
+        Ended::CodexClosed => Ok(status.map_or(1, exit_code_of)),
+        Ended::Stopped { signal } => Ok(128 + signal),
+    }
+}
+
+/// Waits up to `grace` for codex to exit, then kills it.
+async fn wait_or_kill(child: &mut Child, grace: Duration) -> Option<ExitStatus> {
+    match tokio::time::timeout(grace, child.wait()).await {
+        Ok(status) => status.ok(),
+        Err(_) => {
+            let _ = child.kill().await;
+            child.wait().await.ok()
+        }
+    }
+}
+
+/// Resolves with the number of the first SIGINT or SIGTERM received.
+async fn stop_signal() -> i32 {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let interrupt = signal(SignalKind::interrupt());
+        let terminate = signal(SignalKind::terminate());
+        if let (Ok(mut interrupt), Ok(mut terminate)) = (interrupt, terminate) {
+            return tokio::select! {
+                _ = interrupt.recv() => 2,
+                _ = terminate.recv() => 15,
+            };
+        }
+        std::future::pending().await
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        2
+    }
+}
+
+type BoxedRead = Box<dyn AsyncRead + Unpin + Send>;
+type BoxedWrite = Box<dyn AsyncWrite + Unpin + Send>;
+
+/// Our stdin. A pipe (what clients give a codex they spawn) is read without a helper thread;
+/// anything else through tokio's stdin.
+fn client_input() -> BoxedRead {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        if let Ok(fd) = std::io::stdin().as_fd().try_clone_to_owned() {
+            if let Ok(pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {
+                return Box::new(pipe);
+            }
+        }
+    }
+    Box::new(tokio::io::stdin())
+}
+
+/// Our stdout, like [`client_input`].
+fn client_output() -> BoxedWrite {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        if let Ok(fd) = std::io::stdout().as_fd().try_clone_to_owned() {
+            if let Ok(pipe) = tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
+                return Box::new(pipe);
+            }
+        }
+    }
+    Box::new(tokio::io::stdout())
+}

@@ -1,0 +1,105 @@
+"""The unmodified `openai-codex` Python SDK drives `rethread app-server` instead of codex."""
+
+from __future__ import annotations
+
+import queue
+from pathlib import Path
+
+from openai_codex import Codex, CodexConfig
+
+NO_SESSION_WARNING = (
+    "No rethread session is named (set RETHREAD_SESSION): nothing is kept, so this "
+    "conversation will not be resumed after a restart."
+)
+FALLBACK_NOTICE = "Codex thread could not be resumed; starting a new one."
+
+
+def config(binaries, model, tmp_path: Path, **env: str) -> CodexConfig:
+    """The SDK's configuration: `rethread` as its codex, the real codex behind it."""
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    return CodexConfig(
+        codex_bin=binaries["RETHREAD_BIN"],
+        cwd=str(work),
+        env={
+            "CODEX_HOME": str(model.homes[0]),
+            "RETHREAD_CODEX_BIN": binaries["RETHREAD_TEST_CODEX"],
+            "RUST_LOG": "error",
+            **env,
+        },
+    )
+
+
+def warnings(codex: Codex) -> list[dict]:
+    """The `warning` notifications received so far outside any turn.
+
+    The SDK queues notifications that name no turn on its global queue; it has no public
+    non-blocking read of it, so this drains the queue of the pinned SDK (0.163.0) directly.
+    """
+    pending = codex._client._router._global_notifications
+    seen = []
+    while True:
+        try:
+            item = pending.get_nowait()
+        except queue.Empty:
+            return seen
+        if getattr(item, "method", None) == "warning":
+            payload = item.payload
+            seen.append(
+                {"message": payload.message, "threadId": getattr(payload, "thread_id", None)}
+            )
+
+
+def test_a_turn_through_rethread_without_a_session(binaries, model, tmp_path):
+    with Codex(config(binaries, model, tmp_path)) as codex:
+        # `initialize` is answered by codex itself: the SDK reads its version from userAgent.
+        assert binaries["RETHREAD_TEST_CODEX_VERSION"] in codex.metadata.userAgent
+        thread = codex.thread_start()
+        result = thread.run("hello from python")
+        assert result.final_response == "echo: hello from python"
+        ours = [w for w in warnings(codex) if w["message"] == NO_SESSION_WARNING]
+        assert ours == [{"message": NO_SESSION_WARNING, "threadId": None}]
+    assert any(
+        m["text"] == "hello from python" for m in model.conversations(at_least=1)[0]
+    )
+
+
+def test_three_processes_keep_one_conversation(binaries, model, tmp_path):
+    session = {
+        "RETHREAD_SESSION": "python-chat-1",
+        "RETHREAD_STORE": f"sqlite:{tmp_path / 'rethread.sqlite'}",
+    }
+    # Process 1 runs a turn.
+    with Codex(config(binaries, model, tmp_path, **session)) as codex:
+        first = codex.thread_start()
+        assert first.run("remember zebra").final_response == "echo: remember zebra"
+        seen = warnings(codex)
+        assert [w for w in seen if w["message"] == NO_SESSION_WARNING] == []
+        assert [w for w in seen if w["message"] == FALLBACK_NOTICE] == []
+    # Process 2 starts a thread and gets the same one back; the model sees turn 1.
+    with Codex(config(binaries, model, tmp_path, **session)) as codex:
+        second = codex.thread_start()
+        assert second.id == first.id
+        assert second.run("what did I say?").final_response == "echo: what did I say?"
+        assert [w for w in warnings(codex) if w["message"] == FALLBACK_NOTICE] == []
+    seen = model.conversations(at_least=2)[1]
+    assert any(m["text"] == "remember zebra" for m in seen)
+    # The rollout is lost: process 3 gets a new thread and exactly one warning naming it.
+    rollouts = list((model.homes[0] / "sessions").rglob("rollout-*.jsonl"))
+    assert rollouts
+    for rollout in rollouts:
+        rollout.unlink()
+    with Codex(config(binaries, model, tmp_path, **session)) as codex:
+        third = codex.thread_start()
+        assert third.id != first.id
+        fallbacks = [w for w in warnings(codex) if w["message"] == FALLBACK_NOTICE]
+        assert fallbacks == [{"message": FALLBACK_NOTICE, "threadId": third.id}]
+        assert third.run("still there?").final_response == "echo: still there?"
+    # The new thread was seeded from the session's transcript.
+    seen = model.conversations(at_least=3)[2]
+    assert any("user: remember zebra" in m["text"] for m in seen)
+    # Process 4 resumes the new thread, with no warning.
+    with Codex(config(binaries, model, tmp_path, **session)) as codex:
+        fourth = codex.thread_start()
+        assert fourth.id == third.id
+        assert [w for w in warnings(codex) if w["message"] == FALLBACK_NOTICE] == []

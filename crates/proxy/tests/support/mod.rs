@@ -1,0 +1,196 @@
+//! What the proxy's tests share: the one place that names the test harness crate, taps that record the bytes
+//! crossing a stream, and a forwarder running in a task between a test client and any codex.
+
+#![allow(dead_code, unreachable_pub, unused_imports)]
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+pub use rethread_fake_appserver::{FakeAppServer, FakeHandle, Fault, FaultScript, Profile};
+pub use rethread_testkit::real::{
+    codex_or_skip, error_of, find_codex, real_codex_required, rollout_files, CodexHome, TurnRun,
+    WirePeer,
+};
+pub use rethread_testkit::responses::ResponsesStandIn;
+pub use rethread_testkit::{supported_releases, CURRENT};
+
+use rethread_proxy::{forward, Ended, ProxyError, ProxyOptions, Reporter, SessionHooks};
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf, ReadHalf, WriteHalf};
+use tokio::task::JoinHandle;
+
+/// Every supported release to run against (`codex-releases.txt`; a missing one fails in CI).
+pub fn releases() -> Vec<(String, std::path::PathBuf)> {
+    supported_releases()
+        .into_iter()
+        .filter_map(|version| codex_or_skip(&version).map(|path| (version, path)))
+        .collect()
+}
+
+/// Bytes recorded by a tap.
+pub type Recorded = Arc<Mutex<Vec<u8>>>;
+
+/// Records every byte read through it.
+pub struct TapRead<R> {
+    inner: R,
+    pub seen: Recorded,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for TapRead<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let new = buf.filled()[before..].to_vec();
+        self.seen.lock().unwrap().extend_from_slice(&new);
+        poll
+    }
+}
+
+/// Records every byte written through it.
+pub struct TapWrite<W> {
+    inner: W,
+    pub seen: Recorded,
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for TapWrite<W> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = &poll {
+            self.seen.lock().unwrap().extend_from_slice(&buf[..*n]);
+        }
+        poll
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+pub fn tap_read<R>(inner: R) -> (TapRead<R>, Recorded) {
+    let seen = Recorded::default();
+    (
+        TapRead {
+            inner,
+            seen: seen.clone(),
+        },
+        seen,
+    )
+}
+
+pub fn tap_write<W>(inner: W) -> (TapWrite<W>, Recorded) {
+    let seen = Recorded::default();
+    (
+        TapWrite {
+            inner,
+            seen: seen.clone(),
+        },
+        seen,
+    )
+}
+
+pub type TestClient = WirePeer<TapRead<ReadHalf<DuplexStream>>, TapWrite<WriteHalf<DuplexStream>>>;
+
+/// A forwarder running in a task between a test client and a codex.
+pub struct Proxied {
+    /// The test's client.
+    pub client: TestClient,
+    /// The forwarder's result.
+    pub task: JoinHandle<Result<Ended, ProxyError>>,
+    /// What the proxy reported (its stderr lines).
+    pub reports: Arc<Mutex<Vec<String>>>,
+    /// Bytes the client sent and received.
+    pub client_sent: Recorded,
+    pub client_got: Recorded,
+    /// Bytes codex wrote and read.
+    pub codex_wrote: Recorded,
+    pub codex_read: Recorded,
+}
+
+/// Options whose reporter records into `reports`.
+pub fn recording_options(reports: &Arc<Mutex<Vec<String>>>) -> ProxyOptions {
+    let sink = reports.clone();
+    ProxyOptions {
+        reporter: Reporter::new(move |m| sink.lock().unwrap().push(m.to_string())),
+        ..ProxyOptions::default()
+    }
+}
+
+/// Starts `forward` with `hooks` between a new test client and codex's `codex_out` /
+/// `codex_in`.
+pub fn proxy<H, R, W>(
+    hooks: Arc<H>,
+    codex_out: R,
+    codex_in: W,
+    options: impl FnOnce(ProxyOptions) -> ProxyOptions,
+) -> Proxied
+where
+    H: SessionHooks + 'static,
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let options = options(recording_options(&reports));
+    let (client_end, proxy_end) = tokio::io::duplex(64 * 1024);
+    let (client_read, client_write) = tokio::io::split(client_end);
+    let (client_read, client_got) = tap_read(client_read);
+    let (client_write, client_sent) = tap_write(client_write);
+    let (codex_out, codex_wrote) = tap_read(codex_out);
+    let (codex_in, codex_read) = tap_write(codex_in);
+    let (proxy_read, proxy_write) = tokio::io::split(proxy_end);
+    let task = tokio::spawn(async move {
+        forward(
+            &*hooks,
+            &options,
+            proxy_read,
+            proxy_write,
+            codex_out,
+            codex_in,
+            std::future::pending(),
+        )
+        .await
+    });
+    Proxied {
+        client: WirePeer::new(client_read, client_write),
+        task,
+        reports,
+        client_sent,
+        client_got,
+        codex_wrote,
+        codex_read,
+    }
+}
+
+/// A forwarder in front of a new in-process fake app-server.
+pub fn proxy_fake<H: SessionHooks + 'static>(
+    hooks: Arc<H>,
+    fake: rethread_fake_appserver::FakeBuilder,
+) -> (Proxied, FakeHandle) {
+    let (stream, handle) = fake.spawn_in_process().unwrap();
+    let (read, write) = tokio::io::split(stream);
+    (proxy(hooks, read, write, |o| o), handle)
+}
+
+/// The lines of recorded bytes.
+pub fn lines(recorded: &Recorded) -> Vec<String> {
+    String::from_utf8(recorded.lock().unwrap().clone())
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The recorded bytes.
+pub fn bytes(recorded: &Recorded) -> Vec<u8> {
+    recorded.lock().unwrap().clone()
+}

@@ -1,0 +1,260 @@
+//! [`SessionBinder`]: binds one host session id to its codex thread across restarts: the
+//! resume-or-fallback state machine (docs/architecture.md, "Fault model").
+//!
+//! The **first** [`CodexSession`] a binder opens resumes the stored thread before any turn;
+//! later ones (after a retire or a recreate) start fresh. A resume codex cannot serve fails
+//! closed: the lost thread is given up in one fenced write, a new thread starts on the same
+//! client and [`RESUME_FALLBACK_NOTICE`](crate::RESUME_FALLBACK_NOTICE) goes on the lifecycle
+//! rail exactly once. A temporary failure never gives a thread up. A turn's binding is
+//! published only once its rows are durable.
+//!
+//! Before it resumes or starts a thread, a binder takes the session's lease
+//! ([`SessionLease`]) and keeps it until [`SessionBinder::close`] (or, in the background, until
+//! it and its sessions are dropped). A session held elsewhere is
+//! [`RuntimeError::SessionBusy`]: no thread is resumed or started.
+
+use std::sync::Arc;
+
+use rethread_protocol::messages::{ThreadResume, ThreadStart};
+use rethread_store::{BindingStore, Lease, LeaseOwner, LocalOwner};
+
+use crate::binding::{apply_seed, give_up_thread, seed_text, ResumeAttempts, ResumeVerdict};
+use crate::client::{AppServerClient, ClientError};
+use crate::error::RuntimeError;
+use crate::lease::SessionLease;
+use crate::options::BinderOptions;
+use crate::rail::StatusRail;
+use crate::session::{CodexSession, OpenOutcome};
+use crate::sink::{Transcript, TranscriptSink};
+
+/// Binds one host session id to its codex thread: opens [`CodexSession`]s for it.
+///
+/// ```no_run
+/// # async fn demo(client: rethread_runtime::AppServerClient) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use rethread_runtime::{SessionBinder, StatusRail};
+/// use rethread_store::MemoryStore;
+///
+/// let store = Arc::new(MemoryStore::new());
+/// let mut binder = SessionBinder::new("session-1", store, StatusRail::default());
+/// let mut session = binder.open(&client).await?; // resumes the stored thread, if any
+/// let report = session.run_turn("hello").await?; // binding published once rows are durable
+/// println!("{} ({})", report.reply, session.outcome().as_str());
+/// binder.close().await?; // the next host may take the session at once
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct SessionBinder {
+    session_id: String,
+    store: Arc<dyn BindingStore>,
+    rail: StatusRail,
+    options: BinderOptions,
+    transcript: Transcript,
+    opened: bool,
+    /// This binder as a lease holder: while it (or a lease it took) lives, no other holder
+    /// takes its leases before they expire; once both are dropped, any holder on this machine
+    /// may take them at once.
+    owner: Arc<LocalOwner>,
+    /// The lease this binder holds, shared with its live codex sessions.
+    lease: Option<Arc<SessionLease>>,
+}
+
+impl SessionBinder {
+    /// A binder for `session_id` over `store`, reporting on `rail`.
+    pub fn new(
+        session_id: impl Into<String>,
+        store: Arc<dyn BindingStore>,
+        rail: StatusRail,
+    ) -> Self {
+        SessionBinder {
+            session_id: session_id.into(),
+            store,
+            rail,
+            options: BinderOptions::default(),
+            transcript: Transcript::Store,
+            opened: false,
+            owner: Arc::new(LocalOwner::new()),
+            lease: None,
+        }
+    }
+
+    /// Replaces the options.
+    pub fn with_options(mut self, options: BinderOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Keeps the transcript in the host's sink instead of the store's rows.
+    pub fn with_transcript_sink(mut self, sink: Arc<dyn TranscriptSink>) -> Self {
+        self.transcript = Transcript::Sink(sink);
+        self
+    }
+
+    /// The session id.
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// Who this binder's session lease names as its holder.
+    pub fn lease_owner(&self) -> &LeaseOwner {
+        self.owner.owner()
+    }
+
+    /// The session lease the binder holds (as last granted or renewed), if any.
+    pub fn lease(&self) -> Option<Lease> {
+        self.lease.as_ref().map(|lease| lease.lease())
+    }
+
+    /// Opens a codex session on `client`. The first successful call resumes the stored thread
+    /// (or falls back); later calls start a fresh thread.
+    ///
+    /// The session's lease is taken first (waiting up to
+    /// [`BinderOptions::lease_wait`]) and kept by the binder; a lease held elsewhere is
+    /// [`RuntimeError::SessionBusy`] and nothing else happens. A temporary resume failure is a
+    /// retryable error with the binding kept ([`RuntimeError::is_retryable`]).
+    pub async fn open(&mut self, client: &AppServerClient) -> Result<CodexSession, RuntimeError> {
+        let lease = self.take_lease().await?;
+        // Only a successful open counts: after a busy or failed first open the next one must
+        // still resume, or it would fork the conversation onto a fresh thread.
+        let bound = if self.opened {
+            None
+        } else {
+            self.store
+                .session(&self.session_id)
+                .await?
+                .and_then(|s| s.binding)
+        };
+        let outcome = match bound {
+            None => OpenOutcome::Started {
+                thread_id: self.start_thread(client, None).await?,
+            },
+            Some(binding) => {
+                self.resume_or_fall_back(client, binding.thread_id, lease.as_deref())
+                    .await?
+            }
+        };
+        self.opened = true;
+        Ok(CodexSession {
+            client: client.clone(),
+            session_id: self.session_id.clone(),
+            store: self.store.clone(),
+            rail: self.rail.clone(),
+            codex_home: self.options.codex_home.clone(),
+            turn_timeout: self.options.turn_timeout,
+            transcript: self.transcript.clone(),
+            outcome,
+            lease,
+        })
+    }
+
+    /// Releases the session's lease now, so that the next host (or process) takes the session
+    /// at once. A codex session still open loses its lease: its next commit is
+    /// [`RuntimeError::LeaseLost`].
+    ///
+    /// Dropping the binder (and its sessions) releases the lease in the background instead. A
+    /// failure here changes nothing that was committed: the lease then expires on its own.
+    pub async fn close(mut self) -> Result<(), RuntimeError> {
+        if let Some(lease) = self.lease.take() {
+            lease.release().await?;
+        }
+        Ok(())
+    }
+
+    async fn take_lease(&mut self) -> Result<Option<Arc<SessionLease>>, RuntimeError> {
+        let Some(ttl) = self.options.lease_ttl else {
+            return Ok(None);
+        };
+        if let Some(lease) = &self.lease {
+            if !lease.is_lost() {
+                return Ok(Some(Arc::clone(lease)));
+            }
+        }
+        let lease = Arc::new(
+            SessionLease::acquire(
+                self.store.clone(),
+                &self.session_id,
+                Arc::clone(&self.owner),
+                ttl,
+                self.options.lease_wait,
+            )
+            .await?,
+        );
+        self.lease = Some(Arc::clone(&lease));
+        Ok(Some(lease))
+    }
+
+    async fn resume_or_fall_back(
+        &self,
+        client: &AppServerClient,
+        thread_id: String,
+        lease: Option<&SessionLease>,
+    ) -> Result<OpenOutcome, RuntimeError> {
+        let mut attempts = ResumeAttempts::new(thread_id, &self.options.resume_policy());
+        let lost = loop {
+            let verdict = match client.request::<ThreadResume>(&attempts.params()).await {
+                Ok(_) => {
+                    return Ok(OpenOutcome::Resumed {
+                        thread_id: attempts.thread_id().to_string(),
+                    })
+                }
+                Err(ClientError::Rpc { error, .. }) => attempts.on_error(&error),
+                Err(ClientError::Timeout { after, .. }) => attempts.on_timeout(after),
+                Err(other) => return Err(other.into()),
+            };
+            match verdict {
+                ResumeVerdict::Retry { delay } => tokio::time::sleep(delay).await,
+                ResumeVerdict::Lost(lost) => break lost,
+                ResumeVerdict::Stop(error) => return Err(error),
+            }
+        };
+        let fence = match lease {
+            Some(lease) => Some(lease.ensure_fresh().await?),
+            None => None,
+        };
+        // Said on the rail right after the write: if `thread/start` then fails, the next open
+        // starts fresh (there is no binding left) and must not say it again.
+        give_up_thread(
+            self.store.as_ref(),
+            &self.rail,
+            &self.session_id,
+            &lost,
+            fence.as_ref(),
+        )
+        .await?;
+        let seed = match &self.options.seed {
+            Some(options) => {
+                seed_text(
+                    self.store.as_ref(),
+                    &self.transcript,
+                    &self.session_id,
+                    options,
+                    &self.rail,
+                )
+                .await
+            }
+            None => None,
+        };
+        let seeded = seed.is_some();
+        let thread_id = self.start_thread(client, seed).await?;
+        Ok(OpenOutcome::FellBack {
+            thread_id,
+            previous_thread_id: lost.thread_id,
+            reason: lost.reason,
+            message: lost.message,
+            seeded,
+        })
+    }
+
+    async fn start_thread(
+        &self,
+        client: &AppServerClient,
+        seed: Option<String>,
+    ) -> Result<String, RuntimeError> {
+        let mut params = self.options.thread_start.clone();
+        if let Some(seed) = seed {
+            apply_seed(&mut params, seed);
+        }
+        let response = client.request::<ThreadStart>(&params).await?;
+        Ok(response.thread.id)
+    }
+}

@@ -1,0 +1,195 @@
+//! The runtime's one error type, by meaning, and the one mapping of store errors into it.
+
+use rethread_protocol::{ResumeFailure, RpcError};
+use rethread_store::{LeaseOwner, StoreError};
+
+use crate::client::ClientError;
+
+/// A boxed error from host code (a [`TranscriptSink`](crate::TranscriptSink)), kept as the
+/// source of [`RuntimeError::Sink`].
+pub type BoxError = rethread_store::BoxError;
+
+/// Errors of the runtime.
+///
+/// [`RuntimeError::is_retryable`] tells a temporary condition (the same request may succeed
+/// later; the store is as it was) from a failure; [`RuntimeError::kind`] names the variant for
+/// machines (the CLI's `--json` failures).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// The app-server connection failed.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The store failed. (A held lease is [`RuntimeError::SessionBusy`] and a lost one
+    /// [`RuntimeError::LeaseLost`], never this variant: see the `From<StoreError>` impl.)
+    #[error("store: {0}")]
+    Store(#[source] StoreError),
+    /// `thread/resume` failed in a way that is neither a lost thread nor a temporary condition
+    /// (an error codex is not known to answer); the binding is kept and nothing was written.
+    #[error("resuming thread {thread_id} failed ({failure}): {error}")]
+    Resume {
+        /// The bound thread.
+        thread_id: String,
+        /// The classification.
+        failure: ResumeFailure,
+        /// The server's error.
+        error: RpcError,
+    },
+    /// `thread/resume` kept failing for a temporary reason (overloaded, no answer in time, an
+    /// I/O error on codex's side) past the retries. The binding is kept and nothing was
+    /// written: retry later.
+    #[error("thread {thread_id} could not be resumed now ({failure}, {attempts} attempts): {message}; the binding is kept")]
+    ResumeUnavailable {
+        /// The bound thread.
+        thread_id: String,
+        /// The last failure (`overloaded`, `timeout`, `io`).
+        failure: ResumeFailure,
+        /// The last error's message.
+        message: String,
+        /// How many `thread/resume` requests were sent.
+        attempts: u32,
+    },
+    /// The thread has an active writer in another app-server process (codex's single-writer
+    /// guard) past the retries. Nothing in the store was changed: starting a new thread would
+    /// fork a live conversation.
+    #[error("thread {thread_id} is busy: {message}")]
+    ThreadBusy {
+        /// The bound thread.
+        thread_id: String,
+        /// The last error.
+        message: String,
+    },
+    /// The turn did not complete; nothing was written to the store.
+    #[error("turn {turn_id} on thread {thread_id} did not complete ({status}): {message}")]
+    TurnFailed {
+        /// The thread.
+        thread_id: String,
+        /// The turn.
+        turn_id: String,
+        /// The final status (`failed`, `interrupted`, `timeout`, ...).
+        status: String,
+        /// What codex said.
+        message: String,
+    },
+    /// The host's transcript sink failed; the binding was not published.
+    #[error("transcript sink: {0}")]
+    Sink(#[source] BoxError),
+    /// Another host (or binder) holds the session's lease: it is driving this session's codex
+    /// thread. No thread was resumed or started and nothing was written; retry later.
+    #[error("session {session_id} is busy: held by {holder} since {} (until {})", fmt_ms(*acquired_at_ms), fmt_ms(*expires_at_ms))]
+    SessionBusy {
+        /// The session.
+        session_id: String,
+        /// Who holds the lease.
+        holder: LeaseOwner,
+        /// Since when (milliseconds since the Unix epoch, store clock).
+        acquired_at_ms: i64,
+        /// Until when unless renewed (milliseconds since the Unix epoch, store clock).
+        expires_at_ms: i64,
+    },
+    /// The session's lease expired or was taken over (the holder stalled past its TTL) before
+    /// a write that needed it; the store refused the write and nothing was written.
+    #[error("the lease on session {session_id} was lost; nothing was written")]
+    LeaseLost {
+        /// The session.
+        session_id: String,
+    },
+}
+
+impl From<StoreError> for RuntimeError {
+    /// The one mapping of store errors: a held lease is [`RuntimeError::SessionBusy`], a lost
+    /// one (a renewal or a fenced write refused) [`RuntimeError::LeaseLost`], anything else
+    /// [`RuntimeError::Store`].
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Busy {
+                session_id,
+                holder,
+                acquired_at_ms,
+                expires_at_ms,
+            } => RuntimeError::SessionBusy {
+                session_id,
+                holder,
+                acquired_at_ms,
+                expires_at_ms,
+            },
+            StoreError::LeaseLost { session_id } => RuntimeError::LeaseLost { session_id },
+            other => RuntimeError::Store(other),
+        }
+    }
+}
+
+impl RuntimeError {
+    /// Whether the condition is temporary: nothing was written and the same request may
+    /// succeed later (the session or thread is busy, codex is overloaded or slow, an I/O error
+    /// on codex's side, a lease taken over, a locked store).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            RuntimeError::SessionBusy { .. }
+            | RuntimeError::ThreadBusy { .. }
+            | RuntimeError::ResumeUnavailable { .. }
+            | RuntimeError::LeaseLost { .. } => true,
+            RuntimeError::Store(error) => matches!(error, StoreError::Locked { .. }),
+            RuntimeError::Client(error) => matches!(
+                error,
+                ClientError::Timeout { .. } | ClientError::TooManyPending { .. }
+            ),
+            RuntimeError::Resume { .. }
+            | RuntimeError::TurnFailed { .. }
+            | RuntimeError::Sink(_) => false,
+        }
+    }
+
+    /// A stable snake_case name of the variant: `client`, `store`, `resume_failed`,
+    /// `resume_unavailable`, `thread_busy`, `turn_failed`, `sink`, `session_busy`,
+    /// `lease_lost`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RuntimeError::Client(_) => "client",
+            RuntimeError::Store(_) => "store",
+            RuntimeError::Resume { .. } => "resume_failed",
+            RuntimeError::ResumeUnavailable { .. } => "resume_unavailable",
+            RuntimeError::ThreadBusy { .. } => "thread_busy",
+            RuntimeError::TurnFailed { .. } => "turn_failed",
+            RuntimeError::Sink(_) => "sink",
+            RuntimeError::SessionBusy { .. } => "session_busy",
+            RuntimeError::LeaseLost { .. } => "lease_lost",
+        }
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` (UTC) for a Unix time in milliseconds; the number itself when it is
+/// outside the calendar jiff supports.
+pub(crate) fn fmt_ms(ms: i64) -> String {
+    match jiff::Timestamp::from_millisecond(ms) {
+        Ok(at) => at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        Err(_) => format!("{ms} ms since the epoch"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_utc_to_the_second() {
+        assert_eq!(fmt_ms(0), "1970-01-01T00:00:00Z");
+        assert_eq!(fmt_ms(1_700_000_000_999), "2023-11-14T22:13:20Z");
+        assert_eq!(fmt_ms(-1), "1969-12-31T23:59:59Z");
+        assert_eq!(fmt_ms(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert!(fmt_ms(i64::MAX).contains("ms since the epoch"));
+    }
+
+    #[test]
+    fn the_store_mapping_keeps_lease_errors_typed() {
+        let lost: RuntimeError = StoreError::LeaseLost {
+            session_id: "s".into(),
+        }
+        .into();
+        assert!(matches!(lost, RuntimeError::LeaseLost { ref session_id } if session_id == "s"));
+        assert!(lost.is_retryable());
+        let closed: RuntimeError = StoreError::Closed.into();
+        assert_eq!(closed.kind(), "store");
+        assert!(!closed.is_retryable());
+    }
+}

@@ -1,0 +1,100 @@
+//! How a [`SessionBinder`](crate::SessionBinder) behaves.
+
+use std::time::Duration;
+
+use rethread_protocol::messages::ThreadStartParams;
+
+use crate::binding::ResumePolicy;
+
+/// Seeding a fresh thread that replaces a lost one with the tail of the host transcript.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedOptions {
+    /// At most this many of the newest rows are considered.
+    pub max_rows: u64,
+    /// The rendering is cut to at most this many bytes (whole rows only).
+    pub max_chars: usize,
+}
+
+impl Default for SeedOptions {
+    fn default() -> Self {
+        SeedOptions {
+            max_rows: 40,
+            max_chars: 8 * 1024,
+        }
+    }
+}
+
+/// How a [`SessionBinder`](crate::SessionBinder) behaves.
+#[derive(Debug, Clone)]
+pub struct BinderOptions {
+    /// The `CODEX_HOME` recorded with each binding (diagnostics). Defaults to the
+    /// environment's `CODEX_HOME` when the options are built, else codex's own default
+    /// `$HOME/.codex`.
+    pub codex_home: Option<String>,
+    /// Ask for `excludeTurns: true` on resume (the host keeps its own transcript). If the
+    /// server refuses the field for lack of a capability, the resume is retried without it.
+    pub exclude_turns: bool,
+    /// Extra attempts after a temporary resume failure (overloaded, no answer in time, an I/O
+    /// error on codex's side, an active writer elsewhere). Past them the open fails with a
+    /// retryable error and the binding is kept: a temporary failure never gives a thread up.
+    pub transient_retries: u32,
+    /// The wait before the first retry; doubled on each further one.
+    pub retry_backoff: Duration,
+    /// Seed a thread that replaces a lost one; `None` disables seeding.
+    pub seed: Option<SeedOptions>,
+    /// How long one turn may run before it is interrupted and reported as failed.
+    pub turn_timeout: Duration,
+    /// Template of the `thread/start` params (cwd, model, ...).
+    pub thread_start: ThreadStartParams,
+    /// The TTL of the session lease taken before a thread is resumed or started (renewed every
+    /// third of it while held). A holder that crashed on this machine is taken over at once; one
+    /// on another machine frees the lease after at most this long. `None` takes no lease: only
+    /// for a host that serialises its sessions by other means (its writes are then unfenced),
+    /// or a test that observes codex's own single-writer guard.
+    pub lease_ttl: Option<Duration>,
+    /// How long [`SessionBinder::open`](crate::SessionBinder::open) waits for a session whose
+    /// lease another holder has, before it fails with
+    /// [`RuntimeError::SessionBusy`](crate::RuntimeError::SessionBusy). Zero (the default)
+    /// fails at once.
+    pub lease_wait: Duration,
+}
+
+impl Default for BinderOptions {
+    fn default() -> Self {
+        BinderOptions {
+            codex_home: effective_codex_home(),
+            exclude_turns: true,
+            transient_retries: 3,
+            retry_backoff: Duration::from_millis(200),
+            seed: Some(SeedOptions::default()),
+            turn_timeout: Duration::from_secs(15 * 60),
+            thread_start: ThreadStartParams::default(),
+            lease_ttl: Some(Duration::from_secs(30)),
+            lease_wait: Duration::ZERO,
+        }
+    }
+}
+
+impl BinderOptions {
+    /// The resume rules these options ask for.
+    pub fn resume_policy(&self) -> ResumePolicy {
+        ResumePolicy {
+            exclude_turns: self.exclude_turns,
+            transient_retries: self.transient_retries,
+            retry_backoff: self.retry_backoff,
+        }
+    }
+}
+
+/// The `CODEX_HOME` a spawned codex will use: the variable, else codex's default `~/.codex`.
+fn effective_codex_home() -> Option<String> {
+    match std::env::var_os("CODEX_HOME") {
+        Some(home) => Some(home.to_string_lossy().into_owned()),
+        None => std::env::var_os("HOME").map(|home| {
+            std::path::Path::new(&home)
+                .join(".codex")
+                .to_string_lossy()
+                .into_owned()
+        }),
+    }
+}

@@ -1,0 +1,145 @@
+//! [`probe_thread`]: how a bound thread would fare on resume, asked without resuming it.
+//!
+//! A probe is `thread/read` without turns: side-effect free, and it succeeds for a paginated
+//! thread even on a codex that cannot resume it. So a thread whose history is not legacy gets
+//! one more read with turns, which such a codex refuses the same way it refuses resume
+//! (`paginated_threads is not supported yet`): that is how "incompatible" is told from "live"
+//! without resuming anything. Errors are classified by the same rule as a failed resume
+//! ([`classify_resume_error`]).
+
+use rethread_protocol::messages::{ThreadRead, ThreadReadParams};
+use rethread_protocol::{classify_resume_error, HistoryMode, ResumeFailure};
+use serde::{Deserialize, Serialize};
+
+use crate::client::{AppServerClient, ClientError};
+
+/// What a probe found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ThreadHealth {
+    /// Codex can hand the thread back.
+    Live,
+    /// The thread is gone (never materialized, rollout deleted, another `CODEX_HOME`).
+    Gone,
+    /// This codex cannot serve the thread (a paginated thread under an older release, an
+    /// unknown history mode).
+    Incompatible,
+    /// The rollout is structurally unreadable.
+    Unreadable,
+    /// Temporarily unavailable: an active writer elsewhere, or codex overloaded.
+    Busy,
+    /// Anything else (an I/O error on codex's side, an unknown error).
+    Error,
+}
+
+impl ThreadHealth {
+    /// `live`, `gone`, `incompatible`, `unreadable`, `busy` or `error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThreadHealth::Live => "live",
+            ThreadHealth::Gone => "gone",
+            ThreadHealth::Incompatible => "incompatible",
+            ThreadHealth::Unreadable => "unreadable",
+            ThreadHealth::Busy => "busy",
+            ThreadHealth::Error => "error",
+        }
+    }
+
+    /// Every health, in report order.
+    pub const ALL: [ThreadHealth; 6] = [
+        ThreadHealth::Live,
+        ThreadHealth::Gone,
+        ThreadHealth::Incompatible,
+        ThreadHealth::Unreadable,
+        ThreadHealth::Busy,
+        ThreadHealth::Error,
+    ];
+
+    fn of_failure(failure: ResumeFailure) -> Self {
+        match failure {
+            ResumeFailure::Gone => ThreadHealth::Gone,
+            ResumeFailure::Incompatible => ThreadHealth::Incompatible,
+            ResumeFailure::Unreadable => ThreadHealth::Unreadable,
+            ResumeFailure::Busy | ResumeFailure::Overloaded => ThreadHealth::Busy,
+            _ => ThreadHealth::Error,
+        }
+    }
+}
+
+/// The result of [`probe_thread`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadProbe {
+    /// The verdict.
+    pub health: ThreadHealth,
+    /// For a live thread `historyMode <mode>`; otherwise codex's error message.
+    pub detail: String,
+    /// The classification of codex's error, when there was one.
+    pub failure: Option<ResumeFailure>,
+}
+
+/// Probes `thread_id` on `client` with `thread/read` only (never `thread/resume`): nothing
+/// changes in codex or in any store.
+///
+/// # Contract
+/// An error answer is a [`ThreadProbe`] (classified); a connection failure or timeout is the
+/// [`ClientError`].
+///
+/// ```no_run
+/// # async fn demo(client: rethread_runtime::AppServerClient) -> Result<(), rethread_runtime::ClientError> {
+/// use rethread_runtime::{probe_thread, ThreadHealth};
+/// let probe = probe_thread(&client, "0199a...").await?;
+/// if probe.health != ThreadHealth::Live {
+///     eprintln!("the next turn will start a new thread: {}", probe.detail);
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn probe_thread(
+    client: &AppServerClient,
+    thread_id: &str,
+) -> Result<ThreadProbe, ClientError> {
+    let mode = match read(client, thread_id, false).await {
+        Ok(mode) => mode,
+        Err(error) => return classify(error),
+    };
+    if !mode.is_legacy() {
+        if let Err(error) = read(client, thread_id, true).await {
+            return classify(error);
+        }
+    }
+    Ok(ThreadProbe {
+        health: ThreadHealth::Live,
+        detail: format!("historyMode {mode}"),
+        failure: None,
+    })
+}
+
+async fn read(
+    client: &AppServerClient,
+    thread_id: &str,
+    include_turns: bool,
+) -> Result<HistoryMode, ClientError> {
+    let params = ThreadReadParams {
+        thread_id: thread_id.to_string(),
+        include_turns,
+    };
+    Ok(client
+        .request::<ThreadRead>(&params)
+        .await?
+        .thread
+        .history_mode)
+}
+
+fn classify(error: ClientError) -> Result<ThreadProbe, ClientError> {
+    match error.rpc_error() {
+        Some(rpc) => {
+            let failure = classify_resume_error(rpc);
+            Ok(ThreadProbe {
+                health: ThreadHealth::of_failure(failure),
+                detail: rpc.message.clone(),
+                failure: Some(failure),
+            })
+        }
+        None => Err(error),
+    }
+}

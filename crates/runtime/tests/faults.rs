@@ -1,0 +1,294 @@
+//! The fault model (docs/architecture.md, "Fault model"): each fault, what it does to the
+//! binding and what the host sees. Against a scripted peer, and over a store that fails at a
+//! chosen call (`support/faulty_store.rs`).
+
+#[path = "support/faulty_store.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod faulty_store;
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use faulty_store::Faults;
+use rethread_protocol::ResumeFailure;
+use rethread_runtime::{
+    BinderOptions, ClientOptions, OpenOutcome, RuntimeError, SessionBinder, StatusKind, StatusRail,
+    RESUME_FALLBACK_NOTICE,
+};
+use rethread_store::{BindingStore, LeaseOwner, MemoryStore, TurnCommit};
+use serde_json::json;
+
+fn options() -> BinderOptions {
+    BinderOptions {
+        codex_home: Some("/home/codex".into()),
+        retry_backoff: Duration::from_millis(1),
+        ..Default::default()
+    }
+}
+
+async fn bound(store: &dyn BindingStore, thread: &str) {
+    store
+        .commit_turn(TurnCommit {
+            session_id: "s".into(),
+            thread_id: thread.into(),
+            codex_home: None,
+            rows: vec![json!({"role": "user", "text": "remember PAPAYA"})],
+            fence: None,
+        })
+        .await
+        .unwrap();
+}
+
+/// A holder on another machine: nothing here can judge whether it still runs.
+fn remote_owner(host: &str) -> LeaseOwner {
+    LeaseOwner {
+        host: host.to_string(),
+        pid: 4242,
+        started_at_ms: 1_700_000_000_000,
+        instance: 1,
+        process: None,
+    }
+}
+
+/// Issue 12, "I/O errors read as unreadable": codex wraps any I/O error in `failed to read
+/// thread ...`; that used to drop and retire an intact thread.
+#[tokio::test]
+async fn an_io_error_on_codexs_side_is_retried_then_retryable_and_keeps_the_binding() {
+    let store = Arc::new(MemoryStore::new());
+    bound(store.as_ref(), "t1").await;
+    let before = store.export_session("s").await.unwrap();
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let (rail, recorded) = StatusRail::recording();
+    let mut binder = SessionBinder::new("s", store.clone(), rail).with_options(options());
+    let run = tokio::spawn(async move {
+        let result = binder.open(&client).await.map(|s| s.outcome().clone());
+        (result, client)
+    });
+    for _ in 0..4 {
+        let (id, _) = peer.expect("thread/resume").await;
+        peer.fail(
+            id,
+            -32603,
+            "failed to read thread: thread-store internal error: failed to read session metadata from /h/x: Permission denied (os error 13)",
+        )
+        .await;
+    }
+    let (result, client) = run.await.unwrap();
+    let error = result.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            RuntimeError::ResumeUnavailable {
+                failure: ResumeFailure::Io,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.is_retryable());
+    drop(client);
+    assert!(peer.next_line().await.is_none(), "no thread/start");
+    assert_eq!(store.export_session("s").await.unwrap(), before);
+    assert!(recorded.messages(StatusKind::Lifecycle).is_empty());
+}
+
+/// A resume that never gets an answer is temporary too: retried, then retryable.
+#[tokio::test]
+async fn a_resume_without_an_answer_is_retryable_and_keeps_the_binding() {
+    let store = Arc::new(MemoryStore::new());
+    bound(store.as_ref(), "t1").await;
+    let (client, mut peer, _) = support::connect(ClientOptions {
+        request_timeout: Duration::from_millis(50),
+        ..Default::default()
+    })
+    .await;
+    let mut binder =
+        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(BinderOptions {
+            transient_retries: 1,
+            ..options()
+        });
+    let run = tokio::spawn(async move { binder.open(&client).await.map(|_| ()) });
+    for _ in 0..2 {
+        peer.expect("thread/resume").await; // never answered
+    }
+    match run.await.unwrap() {
+        Err(RuntimeError::ResumeUnavailable {
+            failure: ResumeFailure::Timeout,
+            attempts: 2,
+            ..
+        }) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert_eq!(
+        store.session("s").await.unwrap().unwrap().thread_id(),
+        Some("t1")
+    );
+}
+
+/// A structurally unreadable rollout (no session metadata) is still a lost thread.
+#[tokio::test]
+async fn a_structurally_unreadable_rollout_falls_back() {
+    let store = Arc::new(MemoryStore::new());
+    bound(store.as_ref(), "t1").await;
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let (rail, recorded) = StatusRail::recording();
+    let mut binder = SessionBinder::new("s", store.clone(), rail).with_options(options());
+    let run = tokio::spawn(async move { binder.open(&client).await.map(|s| s.outcome().clone()) });
+    let (id, _) = peer.expect("thread/resume").await;
+    peer.fail(id, -32603, "failed to read thread: thread-store internal error: failed to read session metadata /h/x: rollout at /h/x does not start with session metadata").await;
+    peer.start_thread("fresh").await;
+    assert!(matches!(
+        run.await.unwrap().unwrap(),
+        OpenOutcome::FellBack {
+            reason: ResumeFailure::Unreadable,
+            ..
+        }
+    ));
+    assert_eq!(
+        recorded.messages(StatusKind::Lifecycle),
+        [RESUME_FALLBACK_NOTICE]
+    );
+}
+
+/// Issue 12, "fallback in two writes": giving a lost thread up is one store write, and the
+/// notice goes on the rail only once it succeeded. A store that fails at that call: no notice,
+/// the binding kept, a typed error, no `thread/start`; the next open falls back (once).
+#[tokio::test]
+async fn a_store_failing_at_the_give_up_write_keeps_the_binding_and_says_nothing() {
+    let memory = Arc::new(MemoryStore::new());
+    bound(memory.as_ref(), "dead").await;
+    let faults = Faults::default();
+    faults.fail("retire_thread", 1);
+    let store = Arc::new(faulty_store::over(memory.clone(), faults.clone()));
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let (rail, recorded) = StatusRail::recording();
+    let mut binder = SessionBinder::new("s", store, rail).with_options(options());
+    let probe = memory.clone();
+    let events = recorded.clone();
+    let run = tokio::spawn(async move {
+        let failed = binder.open(&client).await.map(|s| s.outcome().clone());
+        // Between the two opens: the binding is still there and nothing was said.
+        let between = (
+            probe.session("s").await.unwrap().unwrap(),
+            events.messages(StatusKind::Lifecycle),
+        );
+        let retried = binder.open(&client).await.map(|s| s.outcome().clone());
+        (failed, between, retried)
+    });
+    let (id, _) = peer.expect("thread/resume").await;
+    peer.fail(id, -32600, "no rollout found for thread id dead")
+        .await;
+    // The failed write sends nothing more; the retry judges the thread again.
+    let (id, _) = peer.expect("thread/resume").await;
+    peer.fail(id, -32600, "no rollout found for thread id dead")
+        .await;
+    peer.start_thread("fresh").await;
+    let (failed, (record, notices), retried) = run.await.unwrap();
+    assert!(matches!(failed, Err(RuntimeError::Store(_))), "{failed:?}");
+    assert_eq!(record.thread_id(), Some("dead"), "binding kept");
+    assert!(!record.is_retired("dead"));
+    assert!(notices.is_empty(), "no notice for a write that failed");
+    assert!(matches!(retried.unwrap(), OpenOutcome::FellBack { .. }));
+    assert_eq!(
+        recorded.messages(StatusKind::Lifecycle),
+        [RESUME_FALLBACK_NOTICE]
+    );
+    assert!(memory
+        .session("s")
+        .await
+        .unwrap()
+        .unwrap()
+        .is_retired("dead"));
+    assert_eq!(faults.calls("retire_thread"), 2);
+}
+
+/// Issue 12, "unfenced commits": every write of the runtime that can publish or remove a
+/// binding carries the lease's fence (give up, commit, retire).
+#[tokio::test]
+async fn every_binding_write_carries_the_lease_fence() {
+    let memory = Arc::new(MemoryStore::new());
+    bound(memory.as_ref(), "dead").await;
+    let faults = Faults::default();
+    let store = Arc::new(faulty_store::over(memory.clone(), faults.clone()));
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut binder = SessionBinder::new("s", store, StatusRail::default()).with_options(options());
+    let run = tokio::spawn(async move {
+        let mut session = binder.open(&client).await?;
+        session.run_turn("hello").await?;
+        let fence = binder.lease().unwrap().fence();
+        session.retire().await?;
+        Ok::<_, RuntimeError>(fence)
+    });
+    let (id, _) = peer.expect("thread/resume").await;
+    peer.fail(id, -32600, "no rollout found for thread id dead")
+        .await;
+    peer.start_thread("fresh").await;
+    peer.run_turn("fresh", "u1", "hi").await;
+    let fence = run.await.unwrap().unwrap();
+    let writes = faults.fences();
+    let methods: Vec<_> = writes.iter().map(|(m, _)| *m).collect();
+    assert_eq!(methods, ["retire_thread", "commit_turn", "retire_thread"]);
+    for (method, carried) in writes {
+        assert_eq!(carried.as_ref(), Some(&fence), "{method}");
+    }
+}
+
+/// The store's fence check, end to end: the lease is taken over while the holder still
+/// believes it fresh (a stall the holder's clock did not see); its commit is refused inside the
+/// store's transaction and writes nothing.
+#[tokio::test]
+async fn a_commit_after_a_takeover_is_refused_by_the_store_and_writes_nothing() {
+    let store = Arc::new(MemoryStore::new());
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut binder =
+        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options());
+    let open = tokio::spawn(async move {
+        let session = binder.open(&client).await.unwrap();
+        (binder, session)
+    });
+    peer.start_thread("t1").await;
+    let (_binder, mut session) = open.await.unwrap();
+    let lease = session.lease().unwrap();
+    // Another host takes the session over within the holder's TTL (30 s): the holder's next
+    // freshness check sees a recent renewal and does not ask the store.
+    assert!(store.release_lease(&lease).await.unwrap());
+    store
+        .acquire_lease("s", &remote_owner("thief"), Duration::from_secs(30))
+        .await
+        .unwrap();
+    let turn = tokio::spawn(async move { session.run_turn("hello").await.map(|_| ()) });
+    peer.run_turn("t1", "u1", "hi").await;
+    assert!(matches!(
+        turn.await.unwrap(),
+        Err(RuntimeError::LeaseLost { session_id }) if session_id == "s"
+    ));
+    assert_eq!(store.session("s").await.unwrap(), None, "nothing written");
+}
+
+/// A holder that lost its lease (taken over while it believed it fresh) cannot give a thread
+/// up either: the store refuses the write, so no notice, and the binding stays.
+#[tokio::test]
+async fn a_give_up_after_a_takeover_writes_nothing_and_says_nothing() {
+    let memory = Arc::new(MemoryStore::new());
+    bound(memory.as_ref(), "dead").await;
+    let faults = Faults::default();
+    faults.take_over_before("retire_thread");
+    let store = Arc::new(faulty_store::over(memory.clone(), faults.clone()));
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let (rail, recorded) = StatusRail::recording();
+    let mut binder = SessionBinder::new("s", store, rail).with_options(options());
+    let run = tokio::spawn(async move { binder.open(&client).await.map(|_| ()) });
+    let (id, _) = peer.expect("thread/resume").await;
+    peer.fail(id, -32600, "no rollout found for thread id dead")
+        .await;
+    assert!(matches!(
+        run.await.unwrap(),
+        Err(RuntimeError::LeaseLost { .. })
+    ));
+    assert_eq!(faults.calls("retire_thread"), 1);
+    let record = memory.session("s").await.unwrap().unwrap();
+    assert_eq!(record.thread_id(), Some("dead"));
+    assert!(!record.is_retired("dead"));
+    assert!(recorded.messages(StatusKind::Lifecycle).is_empty());
+}
