@@ -14,6 +14,7 @@
 
 mod bench;
 mod bench_fake;
+mod bench_open;
 mod codex;
 mod codex_check;
 mod fuzz;
@@ -56,6 +57,7 @@ fn print_help() {
          fuzz [--seconds N] [TARGET...]  build, seed and run the fuzz targets (docs/fuzzing.md)\n\
          bench store [--seconds S]  store commit rates vs raw baselines (docs/benchmarks.md)\n\
          bench fake [--seconds S]   in-process fake app-server requests per second\n\
+         bench open [--sizes N,N,N] [--verify]  store open time by store size (docs/benchmarks.md)\n\
          bench proxy [--rounds N]   rethread app-server vs codex direct (fake-codex), p50/p99\n\
          python                the openai-codex Python SDK driving rethread app-server (pytest)",
         codex::current()
