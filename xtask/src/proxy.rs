@@ -54,7 +54,7 @@ pub(crate) fn python_tests() -> Result<(), String> {
             "build",
             "--locked",
             "-p",
-            "rethread",
+            "rethread-cli",
             "--bin",
             "rethread",
             "-p",
@@ -74,7 +74,10 @@ pub(crate) fn python_tests() -> Result<(), String> {
             "RETHREAD_STAND_IN_BIN",
             debug.join("examples").join("responses_stand_in"),
         )
-        .env(crate::codex::env_var_for(crate::codex::current()), &codex)
+        // The current release, as `codex-releases.txt` names it; the tests read its version
+        // from here rather than naming one.
+        .env("RETHREAD_TEST_CODEX", &codex)
+        .env("RETHREAD_TEST_CODEX_VERSION", crate::codex::current())
         .status()
         .map_err(|e| format!("could not start pytest: {e}"))?;
     if status.success() {
@@ -94,7 +97,7 @@ pub(crate) fn bench(extra: &[String]) -> Result<(), String> {
             "build",
             "--release",
             "-p",
-            "rethread",
+            "rethread-cli",
             "--bin",
             "rethread",
             "-p",

@@ -4,21 +4,34 @@
 //! accepted before it here too and passed on in the same place, since clients such as the
 //! Python SDK put their config overrides there.
 //!
-//! Temporary (phase 1): with a session key (`--session ID` or `RETHREAD_SESSION`) the command
-//! refuses to start (exit 2), because nothing would be kept yet; without one it is the
-//! pass-through that says so once, as a `warning` notification.
+//! With a session key (`--session ID` or `RETHREAD_SESSION`) the store is opened
+//! (`--store` / `RETHREAD_STORE`, the CLI's default otherwise) and the session's lease taken
+//! *before* codex starts ([`BindingHooks::open`]): a session another live process holds is
+//! waited for up to `RETHREAD_SESSION_WAIT` seconds (default 2), then refused with exit 75
+//! and one line naming the holder. Without a session key it is the pass-through that says
+//! once, as a `warning` notification, that nothing is kept.
 
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::ExitCode;
 
-use rethread_proxy::{run_app_server, AppServerCommand, NoSession, ProxyOptions};
+use std::time::Duration;
 
-/// The exit code of a refused start (a usage error, like clap's).
-const USAGE: u8 = 2;
+use rethread_proxy::{
+    run_app_server, AppServerCommand, BindingHooks, NoSession, ProxyOptions, SessionOptions,
+};
+
+use crate::CliResult;
 
 /// The environment variable naming the session to keep.
 pub(crate) const SESSION_ENV: &str = "RETHREAD_SESSION";
+
+/// The environment variable bounding the wait for a session another process holds (seconds).
+pub(crate) const SESSION_WAIT_ENV: &str = "RETHREAD_SESSION_WAIT";
+
+/// How long a session held by a live process is waited for by default: long enough for a
+/// client that restarts its app-server to outlast the previous one's shutdown.
+const DEFAULT_SESSION_WAIT: Duration = Duration::from_secs(2);
 
 /// Options of `rethread` that only `app-server` uses; they come before the subcommand.
 #[derive(Debug, Default, clap::Args)]
@@ -78,14 +91,16 @@ impl AppServerGlobals {
 /// Runs the proxy on its own single-threaded runtime and returns the process's exit code.
 /// The runtime is shut down without waiting for a blocked read of our stdin (the client may
 /// keep it open after codex exited).
-pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, args: Vec<OsString>) -> ExitCode {
-    if let Some(session) = globals.session() {
-        eprintln!(
-            "rethread: app-server: sessions are not wired yet, so session {session:?} would not \
-             be kept; unset {SESSION_ENV} (and --session) to run without keeping anything"
-        );
-        return ExitCode::from(USAGE);
-    }
+pub(crate) fn main(
+    codex: &Path,
+    store: Option<&str>,
+    globals: &AppServerGlobals,
+    args: Vec<OsString>,
+) -> ExitCode {
+    let wait = match session_wait() {
+        Ok(wait) => wait,
+        Err(cause) => return crate::output::fail(&cause, crate::output::EXIT_USAGE),
+    };
     let command = AppServerCommand {
         program: codex.to_path_buf(),
         global_args: globals.codex_global_args(),
@@ -104,16 +119,45 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, args: Vec<OsString>
             )
         }
     };
-    let result = runtime.block_on(run_app_server(
-        &command,
-        &NoSession::new(),
-        &ProxyOptions::default(),
-    ));
+    let result = runtime.block_on(run(&command, store, globals.session(), wait));
     runtime.shutdown_background();
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
-        Err(error) => {
-            crate::output::fail(&format!("app-server: {error}"), crate::output::EXIT_FAILED)
-        }
+        Err(error) => crate::output::fail(
+            &format!("app-server: {error}"),
+            crate::output::exit_code(&*error),
+        ),
+    }
+}
+
+async fn run(
+    command: &AppServerCommand,
+    store: Option<&str>,
+    session: Option<String>,
+    wait: Duration,
+) -> CliResult<i32> {
+    let options = ProxyOptions::default();
+    let Some(session) = session else {
+        return Ok(run_app_server(command, &NoSession::new(), &options).await?);
+    };
+    let store = crate::open_store(store).await?;
+    let mut session_options = SessionOptions::default();
+    session_options.binder.lease_wait = wait;
+    // The lease first: a session held elsewhere is refused before codex starts.
+    let hooks = BindingHooks::open(session, store, session_options).await?;
+    let result = run_app_server(command, &hooks, &options).await;
+    // Forwarding released the lease when it ended; this covers a codex that never started.
+    let _ = hooks.close().await;
+    Ok(result?)
+}
+
+/// `RETHREAD_SESSION_WAIT`: a finite, non-negative number of seconds (default 2).
+fn session_wait() -> Result<Duration, String> {
+    match std::env::var(SESSION_WAIT_ENV) {
+        Err(_) => Ok(DEFAULT_SESSION_WAIT),
+        Ok(text) if text.is_empty() => Ok(DEFAULT_SESSION_WAIT),
+        Ok(text) => crate::parse_wait(&text)
+            .map(Duration::from_secs_f64)
+            .map_err(|cause| format!("{SESSION_WAIT_ENV}: {cause}")),
     }
 }

@@ -34,7 +34,8 @@ type CliResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
                   130/143 interrupted by SIGINT/SIGTERM."
 )]
 struct Cli {
-    /// Store URL: `redb:PATH` (default: a file under the user's data directory) or `sqlite:PATH`.
+    /// Store URL: `redb:PATH` (default: a file under the user's data directory), `sqlite:PATH`,
+    /// `postgres://USER@HOST/DB` or `memory:`.
     #[arg(long, env = "RETHREAD_STORE", global = true, value_name = "URL")]
     store: Option<String>,
     /// The codex binary (default: `codex` on PATH).
@@ -127,7 +128,7 @@ fn main() -> ExitCode {
     logging::init(&cli.logging);
     if let Command::AppServer { args } = cli.command {
         let codex = cli.codex_bin.unwrap_or_else(|| PathBuf::from("codex"));
-        return app_server::main(&codex, &cli.app_server, args);
+        return app_server::main(&codex, cli.store.as_deref(), &cli.app_server, args);
     }
     if let Err(cause) = cli.app_server.ensure_unused() {
         return output::fail(&cause, output::EXIT_USAGE);
@@ -223,26 +224,10 @@ async fn open_store(url: Option<&str>) -> CliResult<Arc<dyn BindingStore>> {
     open_store_url(&url).await
 }
 
-/// Opens a store by URL, creating the parent directory of an embedded store file.
+/// Opens a store by URL, creating the directory of a new store file.
 async fn open_store_url(url: &str) -> CliResult<Arc<dyn BindingStore>> {
-    if let Some(path) = url
-        .strip_prefix("redb:")
-        .or_else(|| url.strip_prefix("sqlite:"))
-    {
-        if let Some(parent) = std::path::Path::new(path)
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-        {
-            std::fs::create_dir_all(parent).map_err(|e| {
-                format!(
-                    "cannot create the store directory {}: {e}",
-                    parent.display()
-                )
-            })?;
-        }
-    }
     tracing::debug!(store = %redact_url(url), "opening the store");
-    open_url(url, OpenOptions::default())
+    open_url(url, OpenOptions::default().create_dirs(true))
         .await
         .map_err(|source| {
             Box::new(OpenStoreError {

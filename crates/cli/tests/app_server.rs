@@ -245,25 +245,149 @@ async fn sigterm_stops_codex_and_exits_143() {
     assert!(gone, "codex {codex_pid} outlived the proxy");
 }
 
+/// The environment of a proxy that keeps `session` in the SQLite store under `home`.
+fn session_env(home: &Path, session: &'static str) -> Vec<(&'static str, String)> {
+    vec![
+        ("RETHREAD_SESSION", session.to_string()),
+        (
+            "RETHREAD_STORE",
+            format!("sqlite:{}", home.join("rethread.sqlite").display()),
+        ),
+    ]
+}
+
+fn borrowed<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    env.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+async fn start_thread(server: &mut AppServerProcess) -> Value {
+    server.peer.initialize(false).await.unwrap();
+    server
+        .peer
+        .request("thread/start", Some(json!({"cwd": "/tmp"})))
+        .await
+        .unwrap()
+}
+
+fn thread_of(answer: &Value) -> String {
+    answer["result"]["thread"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a thread: {answer}"))
+        .to_string()
+}
+
+/// What the fake's model saw, one conversation per model request.
+fn fake_model_requests(home: &Path) -> Vec<Value> {
+    std::fs::read_to_string(home.join("fake-model-requests.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
 #[tokio::test]
-async fn a_session_key_is_refused_until_sessions_are_wired() {
+async fn a_session_survives_a_restart_of_the_binary() {
     let home = tempfile::tempdir().unwrap();
+    let env = session_env(home.path(), "chat-1");
+    type Variant<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>);
+    let variants: [Variant; 2] = [
+        (vec![], borrowed(&env)),
+        // `--session` before `app-server` names the session as the variable does.
+        (vec!["--session", "chat-1"], borrowed(&env[1..])),
+    ];
+    for (global, env) in variants {
+        let _ = std::fs::remove_file(home.path().join("rethread.sqlite"));
+        let mut first = spawn(&fake_codex(), home.path(), &global, &[], &env).await;
+        let thread = thread_of(&start_thread(&mut first).await);
+        first
+            .peer
+            .run_turn(&thread, "remember zebra", None)
+            .await
+            .unwrap();
+        first.peer.close_writer().await;
+        assert_eq!(exit_code(&mut first).await, Some(0));
+        assert!(first.peer.log.iter().all(|m| m["method"] != "warning"));
+
+        let mut second = spawn(&fake_codex(), home.path(), &global, &[], &env).await;
+        assert_eq!(thread_of(&start_thread(&mut second).await), thread);
+        second
+            .peer
+            .run_turn(&thread, "what did I say?", None)
+            .await
+            .unwrap();
+        second.peer.close_writer().await;
+        assert_eq!(exit_code(&mut second).await, Some(0));
+        let seen = fake_model_requests(home.path());
+        let last = seen.last().unwrap().to_string();
+        assert!(last.contains("remember zebra"), "{last}");
+        assert!(second.peer.log.iter().all(|m| m["method"] != "warning"));
+    }
+}
+
+#[tokio::test]
+async fn a_killed_proxy_does_not_stall_the_next_one() {
+    let home = tempfile::tempdir().unwrap();
+    let env = session_env(home.path(), "chat-1");
+    let mut env = borrowed(&env);
+    let mut first = spawn(&fake_codex(), home.path(), &[], &[], &env).await;
+    let thread = thread_of(&start_thread(&mut first).await);
+    first.peer.run_turn(&thread, "hello", None).await.unwrap();
+    // SIGKILL: no shutdown hook runs, the lease stays in the store naming a dead process.
+    first.kill().await.unwrap();
+    // No wait at all: the dead holder is taken over at once, not after the lease's TTL.
+    env.push(("RETHREAD_SESSION_WAIT", "0"));
+    let started = std::time::Instant::now();
+    let mut second = spawn(&fake_codex(), home.path(), &[], &[], &env).await;
+    assert_eq!(thread_of(&start_thread(&mut second).await), thread);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    second.peer.close_writer().await;
+    assert_eq!(exit_code(&mut second).await, Some(0));
+}
+
+#[tokio::test]
+async fn a_second_proxy_on_a_held_session_is_refused_before_codex_starts() {
+    let home = tempfile::tempdir().unwrap();
+    let env = session_env(home.path(), "chat-1");
+    let mut first = spawn(&fake_codex(), home.path(), &[], &[], &borrowed(&env)).await;
+    start_thread(&mut first).await;
+
     let started = home.path().join("codex-started");
     let codex = script(
         home.path(),
         "codex",
         &format!("touch '{}'", started.display()),
     );
-    for (global, env) in [
-        (vec!["--session", "chat-1"], vec![]),
-        (vec![], vec![("RETHREAD_SESSION", "chat-1")]),
-    ] {
-        let mut server = spawn(&codex, home.path(), &global, &[], &env).await;
-        assert_eq!(exit_code(&mut server).await, Some(2));
-        assert!(stderr_of(home.path()).contains("sessions are not wired yet"));
-        assert!(!started.exists(), "codex was not started");
-    }
-    // An empty RETHREAD_SESSION names no session.
+    let mut env = borrowed(&env);
+    env.push(("RETHREAD_SESSION_WAIT", "0.2"));
+    let mut second = spawn(&codex, home.path(), &[], &[], &env).await;
+    assert_eq!(exit_code(&mut second).await, Some(75));
+    let stderr = stderr_of(home.path());
+    assert!(
+        stderr.contains("session chat-1 is busy: held by"),
+        "{stderr}"
+    );
+    assert!(!started.exists(), "codex was not started");
+
+    // Another session on the same store is not held.
+    let other = session_env(home.path(), "chat-2");
+    let mut third = spawn(&fake_codex(), home.path(), &[], &[], &borrowed(&other)).await;
+    start_thread(&mut third).await;
+    third.peer.close_writer().await;
+    assert_eq!(exit_code(&mut third).await, Some(0));
+    first.peer.close_writer().await;
+    assert_eq!(exit_code(&mut first).await, Some(0));
+}
+
+#[tokio::test]
+async fn a_bad_session_wait_is_a_usage_error_and_an_empty_session_names_none() {
+    let home = tempfile::tempdir().unwrap();
+    let env = session_env(home.path(), "chat-1");
+    let mut env = borrowed(&env);
+    env.push(("RETHREAD_SESSION_WAIT", "soon"));
+    let mut server = spawn(&fake_codex(), home.path(), &[], &[], &env).await;
+    assert_eq!(exit_code(&mut server).await, Some(2));
+    assert!(stderr_of(home.path()).contains("RETHREAD_SESSION_WAIT"));
+    // An empty RETHREAD_SESSION names no session: the pass-through, with its warning.
     let mut server = spawn(
         &fake_codex(),
         home.path(),
@@ -274,7 +398,13 @@ async fn a_session_key_is_refused_until_sessions_are_wired() {
     .await;
     server.peer.initialize(false).await.unwrap();
     server.peer.close_writer().await;
+    while server.peer.next_message().await.unwrap().is_some() {}
     assert_eq!(exit_code(&mut server).await, Some(0));
+    assert!(server
+        .peer
+        .log
+        .iter()
+        .any(|m| m["params"]["message"] == WARNING));
 }
 
 #[tokio::test]
@@ -307,4 +437,43 @@ async fn the_real_codex_through_the_binary() {
         .any(|m| m.text == "zebra"));
     server.peer.close_writer().await;
     assert_eq!(exit_code(&mut server).await, Some(0));
+}
+
+#[tokio::test]
+async fn the_real_codex_keeps_a_session_through_the_binary() {
+    let Some(codex) = codex_or_skip(CURRENT) else {
+        return;
+    };
+    let model = ResponsesStandIn::start().unwrap();
+    let home = CodexHome::new(&model).unwrap();
+    let env = session_env(home.path(), "chat-real");
+    let args = ["--listen", "stdio://"];
+    let mut first = spawn(&codex, home.path(), &[], &args, &borrowed(&env)).await;
+    let thread = thread_of(&start_thread(&mut first).await);
+    first.peer.run_turn(&thread, "zebra", None).await.unwrap();
+    first.peer.close_writer().await;
+    assert_eq!(exit_code(&mut first).await, Some(0));
+
+    let mut second = spawn(&codex, home.path(), &[], &args, &borrowed(&env)).await;
+    assert_eq!(thread_of(&start_thread(&mut second).await), thread);
+    let turn = second
+        .peer
+        .run_turn(&thread, "what did I say?", None)
+        .await
+        .unwrap();
+    assert_eq!(turn.agent_text(), ["echo: what did I say?"]);
+    let requests = model.model_requests();
+    assert!(requests
+        .last()
+        .unwrap()
+        .conversation()
+        .iter()
+        .any(|m| m.text == "zebra"));
+    assert!(second
+        .peer
+        .log
+        .iter()
+        .all(|m| m["params"]["message"] != rethread_runtime::RESUME_FALLBACK_NOTICE));
+    second.peer.close_writer().await;
+    assert_eq!(exit_code(&mut second).await, Some(0));
 }

@@ -4,9 +4,12 @@
 //! bench_proxy --rethread PATH --fake PATH [--rounds N] [--turns N] [--large-kib K]
 //! ```
 //!
-//! Two processes are driven the same way over pipes, in alternating blocks so that noise
-//! from the rest of the machine falls on both: `fake-codex app-server` directly, and
-//! `rethread --codex-bin fake-codex app-server`. Measured per arm:
+//! Three processes are driven the same way over pipes, in alternating blocks so that noise
+//! from the rest of the machine falls on all: `fake-codex app-server` directly,
+//! `rethread --codex-bin fake-codex app-server` (the pass-through), and the same with a
+//! session (`--session bench --store redb:<temp>`: the session hooks follow every turn and
+//! commit each completed one to the store before `turn/completed` is passed on). Measured per
+//! arm:
 //! - a request/response round trip (`thread/read` of a loaded thread), p50 and p99;
 //! - a turn: `turn/start` sent until `turn/completed` read (the whole notification stream);
 //! - a turn whose input is `--large-kib` KiB, so that several lines of that size cross the
@@ -189,17 +192,21 @@ fn ms(d: Duration) -> String {
     format!("{:.3}", d.as_secs_f64() * 1e3)
 }
 
-fn row(what: &str, direct: &mut [Duration], proxied: &mut [Duration]) {
+fn row(what: &str, direct: &mut [Duration], proxied: &mut [Duration], session: &mut [Duration]) {
     let (d50, d99) = (percentile(direct, 0.5), percentile(direct, 0.99));
     let (p50, p99) = (percentile(proxied, 0.5), percentile(proxied, 0.99));
+    let (s50, s99) = (percentile(session, 0.5), percentile(session, 0.99));
     println!(
-        "| {what} | {} | {} | {} | {} | {} | {} |",
+        "| {what} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
         direct.len(),
         ms(d50),
         ms(p50),
+        ms(s50),
         ms(p50.saturating_sub(d50)),
+        ms(s50.saturating_sub(d50)),
         ms(d99),
         ms(p99),
+        ms(s99),
     );
 }
 
@@ -364,46 +371,76 @@ fn main() -> Result<(), String> {
             return in_process(args.large_kib).await;
         }
         let codex_bin = args.fake.to_str().unwrap().to_string();
+        let store_dir = tempfile::tempdir().unwrap();
+        let store = format!("redb:{}", store_dir.path().join("bench.redb").display());
         let mut direct = Peer::spawn(&args.fake, &[]).await;
         let mut proxied = Peer::spawn(&args.rethread, &["--codex-bin", &codex_bin]).await;
+        let mut session = Peer::spawn(
+            &args.rethread,
+            &[
+                "--codex-bin",
+                &codex_bin,
+                "--store",
+                &store,
+                "--session",
+                "bench",
+            ],
+        )
+        .await;
         let blocks = 10;
-        let (mut rt_direct, mut rt_proxied) = (Vec::new(), Vec::new());
-        let (mut turn_direct, mut turn_proxied) = (Vec::new(), Vec::new());
-        let (mut large_direct, mut large_proxied) = (Vec::new(), Vec::new());
+        let mut rt = [Vec::new(), Vec::new(), Vec::new()];
+        let mut turns = [Vec::new(), Vec::new(), Vec::new()];
+        let mut large_turns = [Vec::new(), Vec::new(), Vec::new()];
         let large = "y".repeat(args.large_kib * 1024);
-        let large_turns = (args.turns / 10).max(5);
+        let large_count = (args.turns / 10).max(5);
         for _ in 0..blocks {
-            for _ in 0..args.rounds / blocks {
-                rt_direct.push(direct.round_trip().await);
+            for (arm, peer) in [&mut direct, &mut proxied, &mut session]
+                .into_iter()
+                .enumerate()
+            {
+                for _ in 0..args.rounds / blocks {
+                    rt[arm].push(peer.round_trip().await);
+                }
             }
-            for _ in 0..args.rounds / blocks {
-                rt_proxied.push(proxied.round_trip().await);
+            for (arm, peer) in [&mut direct, &mut proxied, &mut session]
+                .into_iter()
+                .enumerate()
+            {
+                peer.new_thread().await;
+                for _ in 0..args.turns / blocks {
+                    turns[arm].push(peer.turn("hello").await);
+                }
             }
-            direct.new_thread().await;
-            proxied.new_thread().await;
-            for _ in 0..args.turns / blocks {
-                turn_direct.push(direct.turn("hello").await);
-            }
-            for _ in 0..args.turns / blocks {
-                turn_proxied.push(proxied.turn("hello").await);
-            }
-            for _ in 0..large_turns / blocks.min(large_turns) {
-                direct.new_thread().await;
-                proxied.new_thread().await;
-                large_direct.push(direct.turn(&large).await);
-                large_proxied.push(proxied.turn(&large).await);
+            for _ in 0..large_count / blocks.min(large_count) {
+                for (arm, peer) in [&mut direct, &mut proxied, &mut session]
+                    .into_iter()
+                    .enumerate()
+                {
+                    peer.new_thread().await;
+                    large_turns[arm].push(peer.turn(&large).await);
+                }
             }
         }
-        println!("`fake-codex app-server` directly vs through `rethread app-server` (ms):");
+        println!(
+            "`fake-codex app-server` directly vs through `rethread app-server`, without and with \
+             a session (ms):"
+        );
         println!();
-        println!("| measurement | samples | direct p50 | proxy p50 | added p50 | direct p99 | proxy p99 |");
-        println!("|---|---:|---:|---:|---:|---:|---:|");
-        row("`thread/read` round trip", &mut rt_direct, &mut rt_proxied);
-        row("turn, `turn/start` to `turn/completed`", &mut turn_direct, &mut turn_proxied);
+        println!(
+            "| measurement | samples | direct p50 | proxy p50 | session p50 | added p50 (proxy) | \
+             added p50 (session) | direct p99 | proxy p99 | session p99 |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let [a, b, c] = &mut rt;
+        row("`thread/read` round trip", a, b, c);
+        let [a, b, c] = &mut turns;
+        row("turn, `turn/start` to `turn/completed`", a, b, c);
+        let [a, b, c] = &mut large_turns;
         row(
             &format!("turn with a {} KiB input", args.large_kib),
-            &mut large_direct,
-            &mut large_proxied,
+            a,
+            b,
+            c,
         );
         in_process(args.large_kib).await;
     });

@@ -7,6 +7,9 @@
 //!   stdin/stdout, SIGINT/SIGTERM, the exit code.
 //! - [`SessionHooks`], [`ClientContext`], [`ServerContext`], [`CodexRequester`]: the seam.
 //! - [`NoSession`]: the hooks without a session (pass-through plus one `warning`).
+//! - [`BindingHooks`]: the hooks of a session (`RETHREAD_SESSION`): resume on the first
+//!   `thread/start`, fall back with one `warning`, commit each completed turn (see
+//!   [Sessions](#sessions)).
 //! - [`Line`]: a line as read plus its routing facts ([`Peek`]), found without parsing the
 //!   line into a tree.
 //!
@@ -82,6 +85,30 @@
 //! Lines that are not messages and oversized lines never reach the hooks; a hook error stops
 //! the proxy (codex is stopped, the process exits 1 with the error as its cause).
 //!
+//! # Sessions
+//! [`BindingHooks`] keep one session's codex thread across restarts, with the runtime's rules
+//! (`rethread_runtime::binding`: the resume verdicts, giving a lost thread up in one fenced
+//! write, the seed, the projection of a turn into rows, `commit_turn` under the lease's fence)
+//! driven from the hooks, so the proxy and the library cannot disagree.
+//!
+//! | when | the hooks | the client sees |
+//! |---|---|---|
+//! | [`BindingHooks::open`] (before codex starts) | take the session's lease (waiting up to `lease_wait`; a holder that died on this machine is taken over at once); renewed in the background, released on every end of forwarding | a session a live process holds: `RuntimeError::SessionBusy` (the CLI exits 75 before codex starts) |
+//! | the client's first `thread/start`, no binding | forward it; follow the thread it opens | codex's answer |
+//! | the client's first `thread/start`, a binding | `thread/resume` of the bound thread instead (own id; `excludeTurns`, dropped when codex wants the capability for it; the start's members a resume also takes: cwd, model, instructions, approval and sandbox settings, ...) | a `thread/start` result carrying the bound thread (`turns: []`, the resume-only members left out), then `thread/started`; no `warning` |
+//! | ... codex lost it (gone, incompatible, unreadable) | give it up (one fenced write: binding dropped, thread retired), forward the client's start with the transcript's tail appended to its developer instructions | codex's `thread/started`, then exactly one `warning` `{"message": RESUME_FALLBACK_NOTICE, "threadId": <new>}`, then the answer (`threadId` is `null` if codex refused the start) |
+//! | ... busy or temporary past the retries | nothing written, binding kept; the next `thread/start` tries again | a JSON-RPC error: `-32001`, `data.codexErrorInfo: "server_overloaded"`, `data.rethread: {kind, sessionId, threadId, retryable: true}` |
+//! | ... another failure (an answer codex is not known to give, the store failing) | nothing written, binding kept | a JSON-RPC error: `-32603`, `data.rethread` with `retryable: false` (`-32001` for a locked store) |
+//! | `thread/resume`, `thread/fork`, a later `thread/start` | forward; follow the thread (a `thread/resume` or `thread/fork` first: no interception at all) | codex's answer |
+//! | `item/completed` on a followed thread | project the item into its row (kept within [`TurnLimits`]) | the line |
+//! | `turn/completed`, completed, on a followed thread | the rows and the binding to that thread in one fenced store commit, awaited before the line goes on | `turn/completed` once the commit is durable; a failed commit: a `warning` first |
+//! | `turn/completed`, failed or interrupted | nothing written | the line |
+//! | the lease found lost (taken over after a stall past its TTL) | nothing more written by this process | one `warning` [`LEASE_LOST_WARNING`] |
+//!
+//! Every notice also goes to stderr through [`ProxyOptions::reporter`]. The binding follows
+//! the thread whose turns complete, among the threads the client opened on this connection
+//! (threads codex runs for itself, a sub-agent's say, are not followed).
+//!
 //! ```no_run
 //! use rethread_proxy::{run_app_server, AppServerCommand, NoSession, ProxyOptions};
 //! # async fn demo() -> Result<(), rethread_proxy::ProxyError> {
@@ -101,6 +128,7 @@ mod line;
 mod passthrough;
 mod process;
 mod queue;
+mod session;
 
 use std::fmt;
 use std::sync::Arc;
@@ -115,6 +143,7 @@ pub use hooks::{
 pub use line::{peek, peek_prefix, Line, LineKind, Peek};
 pub use passthrough::{NoSession, NO_SESSION_WARNING};
 pub use process::{exit_code_of, run_app_server, AppServerCommand};
+pub use session::{BindingHooks, SessionOptions, TurnLimits, LEASE_LOST_WARNING};
 
 /// Errors of the proxy.
 #[derive(Debug, thiserror::Error)]

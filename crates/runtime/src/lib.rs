@@ -118,8 +118,3 @@ pub use rail::{RecordedEvents, StatusEvent, StatusKind, StatusRail, StatusSink};
 pub use session::{CodexSession, OpenOutcome};
 pub use sink::{SinkDurability, Transcript, TranscriptSink};
 pub use turn::{TurnEvent, TurnInput, TurnReport, TurnStream};
-
-/// The README's examples, compiled as doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeDoctests;

@@ -5,7 +5,8 @@
 - `RETHREAD_BIN`: the `rethread` binary (what the SDK is told is codex);
 - `RETHREAD_STAND_IN_BIN`: the `responses_stand_in` example of `rethread-proxy` (the offline
   model: it writes each CODEX_HOME's config.toml and logs what the model saw);
-- `RETHREAD_CODEX_0_171_0`: the real codex behind the proxy.
+- `RETHREAD_TEST_CODEX`: the real codex behind the proxy, and `RETHREAD_TEST_CODEX_VERSION`
+  its version (xtask passes the current release of `codex-releases.txt`).
 
 A missing variable skips the tests, unless `RETHREAD_REQUIRE_REAL_CODEX=1` or `CI=true`.
 """
@@ -21,8 +22,12 @@ from pathlib import Path
 
 import pytest
 
-CODEX_VERSION = "0.171.0"
-NEEDED = ("RETHREAD_BIN", "RETHREAD_STAND_IN_BIN", "RETHREAD_CODEX_0_171_0")
+NEEDED = (
+    "RETHREAD_BIN",
+    "RETHREAD_STAND_IN_BIN",
+    "RETHREAD_TEST_CODEX",
+    "RETHREAD_TEST_CODEX_VERSION",
+)
 
 
 def _required() -> bool:

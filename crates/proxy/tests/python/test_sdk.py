@@ -5,10 +5,7 @@ from __future__ import annotations
 import queue
 from pathlib import Path
 
-import pytest
 from openai_codex import Codex, CodexConfig
-
-from conftest import CODEX_VERSION
 
 NO_SESSION_WARNING = (
     "No rethread session is named (set RETHREAD_SESSION): nothing is kept, so this "
@@ -26,7 +23,7 @@ def config(binaries, model, tmp_path: Path, **env: str) -> CodexConfig:
         cwd=str(work),
         env={
             "CODEX_HOME": str(model.homes[0]),
-            "RETHREAD_CODEX_BIN": binaries["RETHREAD_CODEX_0_171_0"],
+            "RETHREAD_CODEX_BIN": binaries["RETHREAD_TEST_CODEX"],
             "RUST_LOG": "error",
             **env,
         },
@@ -56,7 +53,7 @@ def warnings(codex: Codex) -> list[dict]:
 def test_a_turn_through_rethread_without_a_session(binaries, model, tmp_path):
     with Codex(config(binaries, model, tmp_path)) as codex:
         # `initialize` is answered by codex itself: the SDK reads its version from userAgent.
-        assert CODEX_VERSION in codex.metadata.userAgent
+        assert binaries["RETHREAD_TEST_CODEX_VERSION"] in codex.metadata.userAgent
         thread = codex.thread_start()
         result = thread.run("hello from python")
         assert result.final_response == "echo: hello from python"
@@ -67,7 +64,6 @@ def test_a_turn_through_rethread_without_a_session(binaries, model, tmp_path):
     )
 
 
-@pytest.mark.skip(reason="phase 2: session logic")
 def test_three_processes_keep_one_conversation(binaries, model, tmp_path):
     session = {
         "RETHREAD_SESSION": "python-chat-1",
@@ -77,19 +73,21 @@ def test_three_processes_keep_one_conversation(binaries, model, tmp_path):
     with Codex(config(binaries, model, tmp_path, **session)) as codex:
         first = codex.thread_start()
         assert first.run("remember zebra").final_response == "echo: remember zebra"
-        assert [w for w in warnings(codex) if w["message"] == NO_SESSION_WARNING] == []
+        seen = warnings(codex)
+        assert [w for w in seen if w["message"] == NO_SESSION_WARNING] == []
+        assert [w for w in seen if w["message"] == FALLBACK_NOTICE] == []
     # Process 2 starts a thread and gets the same one back; the model sees turn 1.
     with Codex(config(binaries, model, tmp_path, **session)) as codex:
         second = codex.thread_start()
         assert second.id == first.id
-        second.run("what did I say?")
-        assert warnings(codex) == [] or all(
-            w["message"] != FALLBACK_NOTICE for w in warnings(codex)
-        )
+        assert second.run("what did I say?").final_response == "echo: what did I say?"
+        assert [w for w in warnings(codex) if w["message"] == FALLBACK_NOTICE] == []
     seen = model.conversations(at_least=2)[1]
     assert any(m["text"] == "remember zebra" for m in seen)
     # The rollout is lost: process 3 gets a new thread and exactly one warning naming it.
-    for rollout in (model.homes[0] / "sessions").rglob("rollout-*.jsonl"):
+    rollouts = list((model.homes[0] / "sessions").rglob("rollout-*.jsonl"))
+    assert rollouts
+    for rollout in rollouts:
         rollout.unlink()
     with Codex(config(binaries, model, tmp_path, **session)) as codex:
         third = codex.thread_start()
@@ -97,3 +95,11 @@ def test_three_processes_keep_one_conversation(binaries, model, tmp_path):
         fallbacks = [w for w in warnings(codex) if w["message"] == FALLBACK_NOTICE]
         assert fallbacks == [{"message": FALLBACK_NOTICE, "threadId": third.id}]
         assert third.run("still there?").final_response == "echo: still there?"
+    # The new thread was seeded from the session's transcript.
+    seen = model.conversations(at_least=3)[2]
+    assert any("user: remember zebra" in m["text"] for m in seen)
+    # Process 4 resumes the new thread, with no warning.
+    with Codex(config(binaries, model, tmp_path, **session)) as codex:
+        fourth = codex.thread_start()
+        assert fourth.id == third.id
+        assert [w for w in warnings(codex) if w["message"] == FALLBACK_NOTICE] == []

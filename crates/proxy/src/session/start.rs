@@ -1,0 +1,218 @@
+//! The client's first `thread/start` of a bound session: resume the bound thread in its place,
+//! or give it up and let the start through, seeded; the wire shapes that takes.
+
+use rethread_protocol::jsonrpc::Request as RawRequest;
+use rethread_protocol::messages::{ThreadResumeParams, ThreadStartParams};
+use rethread_protocol::{ErrorCode, Message, RequestId, RpcError};
+use rethread_runtime::binding::apply_seed;
+use rethread_runtime::RuntimeError;
+use serde_json::{json, Map, Value};
+
+use crate::line::Line;
+
+/// The members of `thread/start` params that `thread/resume` takes too (codex 0.144.6 to
+/// 0.171.0 alike): they go with the resume that answers the start.
+pub(crate) const SHARED_WITH_RESUME: [&str; 11] = [
+    "approvalPolicy",
+    "approvalsReviewer",
+    "baseInstructions",
+    "config",
+    "cwd",
+    "developerInstructions",
+    "model",
+    "modelProvider",
+    "personality",
+    "sandbox",
+    "serviceTier",
+];
+
+/// Members of a `thread/resume` result that a `thread/start` result does not have; left out
+/// of the answer to the client's `thread/start`.
+const RESUME_ONLY: [&str; 3] = [
+    "collaborationMode",
+    "itemsBackwardsCursor",
+    "turnsBackwardsCursor",
+];
+
+/// The params of the client's `thread/start`: its `params` object (empty when absent).
+pub(crate) fn start_params(line: &Line) -> Map<String, Value> {
+    line.value()
+        .ok()
+        .and_then(|mut value| value.get_mut("params").map(Value::take))
+        .and_then(|params| match params {
+            Value::Object(map) => Some(map),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// The `thread/resume` params: the attempt's own (thread id, `excludeTurns`), plus the members
+/// of the client's start that a resume takes.
+pub(crate) fn resume_params(attempt: ThreadResumeParams, start: &Map<String, Value>) -> Value {
+    let mut params = match serde_json::to_value(attempt) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    };
+    for key in SHARED_WITH_RESUME {
+        if let Some(value) = start.get(key) {
+            params.insert(key.to_string(), value.clone());
+        }
+    }
+    Value::Object(params)
+}
+
+/// A `thread/resume` result in the shape of a `thread/start` result: the resume-only members
+/// left out and the thread's `turns` empty (a started thread has none; `excludeTurns` asks for
+/// the same, and a server that refused it has sent them anyway).
+pub(crate) fn as_start_result(mut result: Value) -> Value {
+    if let Some(object) = result.as_object_mut() {
+        for key in RESUME_ONLY {
+            object.remove(key);
+        }
+        if let Some(thread) = object.get_mut("thread").and_then(Value::as_object_mut) {
+            thread.insert("turns".to_string(), json!([]));
+        }
+    }
+    result
+}
+
+/// The `thread/start` the client sent, with `seed` appended to its developer instructions
+/// (the runtime's [`apply_seed`]); every other member as the client sent it.
+pub(crate) fn seeded_start(id: RequestId, mut params: Map<String, Value>, seed: String) -> Line {
+    let mut typed = ThreadStartParams {
+        developer_instructions: params
+            .get("developerInstructions")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        ..ThreadStartParams::default()
+    };
+    apply_seed(&mut typed, seed);
+    params.insert(
+        "developerInstructions".to_string(),
+        typed
+            .developer_instructions
+            .map_or(Value::Null, Value::String),
+    );
+    Line::from_message(&Message::Request(RawRequest {
+        id,
+        method: "thread/start".to_string(),
+        params: Some(Value::Object(params)),
+    }))
+}
+
+/// The error that answers the client's first `thread/start` when its bound thread could not
+/// be resumed now and the binding is kept (or the store failed): nothing was written.
+///
+/// - Busy or temporary ([`RuntimeError::is_retryable`]: the thread has an active writer
+///   elsewhere, codex overloaded, slow or failing to read, the store locked): `-32001`, the
+///   code codex itself uses for "retry later", with `data.codexErrorInfo` =
+///   `"server_overloaded"`, which codex's SDKs read as retryable.
+/// - Anything else (an error codex is not known to answer, a store failure): `-32603`.
+///
+/// Either way `data.rethread` says what happened: `kind` (the runtime's error kind:
+/// `thread_busy`, `resume_unavailable`, `resume_failed`, `store`, `lease_lost`, ...),
+/// `sessionId`, `threadId` (the bound thread, `null` when the store could not say) and
+/// `retryable`.
+pub(crate) fn start_refused(
+    error: &RuntimeError,
+    session_id: &str,
+    thread_id: Option<&str>,
+) -> RpcError {
+    let retryable = error.is_retryable();
+    let mut data = json!({
+        "rethread": {
+            "kind": error.kind(),
+            "sessionId": session_id,
+            "threadId": thread_id,
+            "retryable": retryable,
+        }
+    });
+    let (code, advice) = if retryable {
+        data["codexErrorInfo"] = json!("server_overloaded");
+        (ErrorCode::OVERLOADED, "the session is kept; retry later")
+    } else {
+        (ErrorCode::INTERNAL_ERROR, "the session is kept")
+    };
+    RpcError {
+        code,
+        message: format!("rethread could not resume the session's thread: {error}; {advice}"),
+        data: Some(data),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[test]
+    fn the_resume_takes_the_members_a_resume_accepts() {
+        let start = json!({"cwd": "/w", "model": "m", "ephemeral": false, "serviceName": "s",
+                           "developerInstructions": "be brief", "sandbox": "read-only"});
+        let start = start.as_object().unwrap().clone();
+        let params = resume_params(ThreadResumeParams::new("t").exclude_turns(true), &start);
+        assert_eq!(
+            params,
+            json!({"threadId": "t", "excludeTurns": true, "cwd": "/w",
+                   "developerInstructions": "be brief", "model": "m", "sandbox": "read-only"})
+        );
+    }
+
+    #[test]
+    fn a_resume_result_is_shaped_as_a_start_result() {
+        let result = json!({"thread": {"id": "t", "turns": [{"id": "x"}], "preview": "p"},
+                            "model": "m", "turnsBackwardsCursor": "c", "collaborationMode": {}});
+        assert_eq!(
+            as_start_result(result),
+            json!({"thread": {"id": "t", "turns": [], "preview": "p"}, "model": "m"})
+        );
+    }
+
+    #[test]
+    fn the_seed_follows_the_clients_own_instructions_and_nothing_else_changes() {
+        let line = Line::new(Bytes::from_static(
+            br#"{"id":"a-b","method":"thread/start","params":{"cwd":"/w","developerInstructions":"mine","x":1}}"#,
+        ));
+        let seeded = seeded_start(
+            line.id().unwrap().clone(),
+            start_params(&line),
+            "SEED".into(),
+        );
+        let value = seeded.value().unwrap();
+        assert_eq!(value["id"], "a-b");
+        assert_eq!(
+            value["params"],
+            json!({"cwd": "/w", "developerInstructions": "mine\n\nSEED", "x": 1})
+        );
+        let bare = Line::new(Bytes::from_static(br#"{"id":3,"method":"thread/start"}"#));
+        let seeded = seeded_start(RequestId::Integer(3), start_params(&bare), "SEED".into());
+        assert_eq!(
+            seeded.value().unwrap()["params"],
+            json!({"developerInstructions": "SEED"})
+        );
+    }
+
+    #[test]
+    fn refusals_say_whether_to_retry() {
+        let busy = RuntimeError::ThreadBusy {
+            thread_id: "t".into(),
+            message: "thread t already has an active writer".into(),
+        };
+        let error = start_refused(&busy, "s", Some("t"));
+        assert_eq!(error.code, ErrorCode::OVERLOADED);
+        let data = error.data.unwrap();
+        assert_eq!(data["codexErrorInfo"], "server_overloaded");
+        assert_eq!(
+            data["rethread"],
+            json!({"kind": "thread_busy", "sessionId": "s", "threadId": "t", "retryable": true})
+        );
+        let other = RuntimeError::Resume {
+            thread_id: "t".into(),
+            failure: rethread_protocol::ResumeFailure::Other,
+            error: RpcError::new(-32000, "strange"),
+        };
+        let error = start_refused(&other, "s", Some("t"));
+        assert_eq!(error.code, ErrorCode::INTERNAL_ERROR);
+        assert!(error.data.unwrap().get("codexErrorInfo").is_none());
+    }
+}

@@ -1,0 +1,433 @@
+//! What the session hooks remember about the conversation going through them, every part of it
+//! bounded ([`TurnLimits`]): the client's requests whose answers matter, the threads the client
+//! opened on this connection, and the turns in progress on them with their projected rows.
+
+use std::collections::VecDeque;
+
+use rethread_protocol::messages::{KnownItem, ThreadItem};
+use rethread_protocol::RequestId;
+use rethread_runtime::projection::project_turn;
+use serde_json::Value;
+
+/// The bounds of what the session hooks keep in memory.
+///
+/// Past a bound the oldest entry is forgotten (and said on stderr), except for a turn's rows:
+/// past [`max_rows`](Self::max_rows) or [`max_bytes`](Self::max_bytes) further rows of that
+/// turn are not recorded (counted and said on stderr); the turn still commits with the rows
+/// it kept, so the binding still follows its thread (codex's rollout holds the whole turn;
+/// the rows are the session's transcript, used to seed a replacement thread).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnLimits {
+    /// Rows recorded per turn (the user's input counts as one).
+    pub max_rows: usize,
+    /// Bytes of rows recorded per turn (the rows' JSON).
+    pub max_bytes: usize,
+    /// Turns in progress followed at once.
+    pub max_open_turns: usize,
+    /// Client requests awaiting an answer the hooks read (`thread/start`, `thread/resume`,
+    /// `thread/fork`, `turn/start`).
+    pub max_pending: usize,
+    /// Threads the client opened on this connection.
+    pub max_threads: usize,
+}
+
+impl Default for TurnLimits {
+    fn default() -> Self {
+        TurnLimits {
+            max_rows: 1000,
+            max_bytes: 4 * 1024 * 1024,
+            max_open_turns: 64,
+            max_pending: 256,
+            max_threads: 256,
+        }
+    }
+}
+
+/// Why a client request's answer matters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Pending {
+    /// `thread/start`, `thread/resume`, `thread/fork`: the answer names a thread the client
+    /// drives.
+    Opens,
+    /// The client's `thread/start` after its bound thread was given up: the fallback warning
+    /// goes right before the answer.
+    FallbackStart,
+    /// `turn/start`: the answer names the turn; the input is its user row.
+    TurnStart {
+        /// The thread.
+        thread_id: String,
+        /// The text of the input.
+        input: String,
+    },
+}
+
+/// A turn in progress on a client thread.
+#[derive(Debug)]
+pub(crate) struct OpenTurn {
+    pub(crate) turn_id: String,
+    /// The text the client sent with `turn/start`, once its answer named the turn.
+    pub(crate) input: Option<String>,
+    /// The text of the turn's user message items (for a turn the client did not start with
+    /// `turn/start`, e.g. a review).
+    user_text: Vec<String>,
+    /// Rows of the completed items, in order.
+    pub(crate) rows: Vec<Value>,
+    bytes: usize,
+    /// Completed items seen (projected or not).
+    pub(crate) items_seen: usize,
+    /// Rows not recorded because a limit was reached.
+    pub(crate) dropped: usize,
+}
+
+impl OpenTurn {
+    fn new(turn_id: &str) -> Self {
+        OpenTurn {
+            turn_id: turn_id.to_string(),
+            input: None,
+            user_text: Vec::new(),
+            rows: Vec::new(),
+            bytes: 0,
+            items_seen: 0,
+            dropped: 0,
+        }
+    }
+
+    /// The user's input: what `turn/start` sent, else the turn's user messages.
+    pub(crate) fn input_text(&self) -> Option<String> {
+        self.input
+            .clone()
+            .or_else(|| (!self.user_text.is_empty()).then(|| self.user_text.join("\n")))
+    }
+}
+
+/// What the tracker had to forget to stay within its bounds (for stderr).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Forgot {
+    /// A client request's answer will not be read.
+    Request(RequestId),
+    /// A thread the client opened is no longer followed.
+    Thread(String),
+    /// A turn in progress is no longer followed (it will not be committed).
+    Turn(String),
+}
+
+/// The hooks' memory of the conversation. Every collection is bounded by [`TurnLimits`].
+#[derive(Debug)]
+pub(crate) struct Tracker {
+    limits: TurnLimits,
+    pending: VecDeque<(RequestId, Pending)>,
+    threads: VecDeque<String>,
+    turns: VecDeque<OpenTurn>,
+}
+
+impl Tracker {
+    pub(crate) fn new(limits: TurnLimits) -> Self {
+        Tracker {
+            limits,
+            pending: VecDeque::new(),
+            threads: VecDeque::new(),
+            turns: VecDeque::new(),
+        }
+    }
+
+    /// Remembers that the answer to the client's request `id` matters.
+    pub(crate) fn expect(&mut self, id: RequestId, what: Pending) -> Option<Forgot> {
+        self.pending.push_back((id, what));
+        if self.pending.len() > self.limits.max_pending.max(1) {
+            return self.pending.pop_front().map(|(id, _)| Forgot::Request(id));
+        }
+        None
+    }
+
+    /// Whether any answer is awaited (a cheap test before a lookup).
+    pub(crate) fn awaits_answers(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Takes what the answer to `id` means, if it matters.
+    pub(crate) fn answered(&mut self, id: &RequestId) -> Option<Pending> {
+        let at = self.pending.iter().position(|(pending, _)| pending == id)?;
+        self.pending.remove(at).map(|(_, what)| what)
+    }
+
+    /// Follows `thread_id`, a thread the client opened.
+    pub(crate) fn add_thread(&mut self, thread_id: &str) -> Option<Forgot> {
+        if let Some(at) = self.threads.iter().position(|t| t == thread_id) {
+            self.threads.remove(at);
+        }
+        self.threads.push_back(thread_id.to_string());
+        if self.threads.len() > self.limits.max_threads.max(1) {
+            return self.threads.pop_front().map(Forgot::Thread);
+        }
+        None
+    }
+
+    /// Whether the client opened any thread on this connection.
+    pub(crate) fn follows_threads(&self) -> bool {
+        !self.threads.is_empty()
+    }
+
+    /// Whether `thread_id` is one the client opened on this connection.
+    pub(crate) fn is_client_thread(&self, thread_id: &str) -> bool {
+        self.threads.iter().any(|t| t == thread_id)
+    }
+
+    fn turn_mut(&mut self, turn_id: &str) -> (&mut OpenTurn, Option<Forgot>) {
+        let mut forgot = None;
+        let at = match self.turns.iter().position(|t| t.turn_id == turn_id) {
+            Some(at) => at,
+            None => {
+                self.turns.push_back(OpenTurn::new(turn_id));
+                if self.turns.len() > self.limits.max_open_turns.max(1) {
+                    forgot = self.turns.pop_front().map(|t| Forgot::Turn(t.turn_id));
+                }
+                self.turns.len() - 1
+            }
+        };
+        (&mut self.turns[at], forgot)
+    }
+
+    /// `turn/start`'s answer named the turn: its input is known.
+    pub(crate) fn turn_started(
+        &mut self,
+        thread_id: &str,
+        turn_id: &str,
+        input: String,
+    ) -> Option<Forgot> {
+        if !self.is_client_thread(thread_id) {
+            return None;
+        }
+        let (turn, forgot) = self.turn_mut(turn_id);
+        turn.input = Some(input);
+        forgot
+    }
+
+    /// An `item/completed` of a turn: projected into a row and kept, within the limits.
+    pub(crate) fn item_completed(
+        &mut self,
+        thread_id: &str,
+        turn_id: &str,
+        item: &ThreadItem,
+    ) -> Option<Forgot> {
+        if !self.is_client_thread(thread_id) {
+            return None;
+        }
+        let (max_rows, max_bytes) = (self.limits.max_rows, self.limits.max_bytes);
+        let (turn, forgot) = self.turn_mut(turn_id);
+        turn.items_seen += 1;
+        if let ThreadItem::Known(KnownItem::UserMessage { content, .. }) = item {
+            if let Some(text) = input_text(content) {
+                if turn.bytes + text.len() <= max_bytes {
+                    turn.bytes += text.len();
+                    turn.user_text.push(text);
+                }
+            }
+            return forgot;
+        }
+        if let Some(row) = item_row(thread_id, turn_id, item) {
+            push_row(turn, row, max_rows, max_bytes);
+        }
+        forgot
+    }
+
+    /// Stops following the turn and returns what was kept of it.
+    pub(crate) fn take_turn(&mut self, turn_id: &str) -> Option<OpenTurn> {
+        let at = self.turns.iter().position(|t| t.turn_id == turn_id)?;
+        self.turns.remove(at)
+    }
+}
+
+/// Keeps `row` unless the turn already holds `max_rows` rows (the user row included) or the row
+/// would take it past `max_bytes`.
+fn push_row(turn: &mut OpenTurn, row: Value, max_rows: usize, max_bytes: usize) {
+    let size = row.to_string().len();
+    if turn.rows.len() + 1 >= max_rows || turn.bytes + size > max_bytes {
+        turn.dropped += 1;
+        return;
+    }
+    turn.bytes += size;
+    turn.rows.push(row);
+}
+
+/// The rows of a completed turn: the user's input, then the rows of its items.
+///
+/// The items streamed during the turn are preferred; a server that only reports them on
+/// `turn/completed` is served from `completed_items` (as the runtime's own turns are). The
+/// same limits apply to both.
+pub(crate) fn turn_rows(
+    thread_id: &str,
+    turn_id: &str,
+    open: Option<OpenTurn>,
+    completed_items: &[ThreadItem],
+    limits: &TurnLimits,
+) -> (Vec<Value>, usize) {
+    let mut turn = open.unwrap_or_else(|| OpenTurn::new(turn_id));
+    if turn.items_seen == 0 {
+        for item in completed_items {
+            if let ThreadItem::Known(KnownItem::UserMessage { content, .. }) = item {
+                turn.user_text.extend(input_text(content));
+            } else if let Some(row) = item_row(thread_id, turn_id, item) {
+                push_row(&mut turn, row, limits.max_rows, limits.max_bytes);
+            }
+        }
+    }
+    let input = turn.input_text().unwrap_or_default();
+    let mut rows = project_turn(thread_id, turn_id, &input, &[]);
+    rows.append(&mut turn.rows);
+    (rows, turn.dropped)
+}
+
+/// The row of one item, as [`project_turn`] makes it: `project_turn` maps each item to at most
+/// one row of its own, after the user row, so projecting the items one by one as they complete
+/// gives the rows projecting them all at the end would (tested below), without keeping the
+/// items themselves (a command's whole output, say) until the turn completes.
+pub(crate) fn item_row(thread_id: &str, turn_id: &str, item: &ThreadItem) -> Option<Value> {
+    let mut rows = project_turn(thread_id, turn_id, "", std::slice::from_ref(item));
+    if rows.len() == 2 {
+        rows.pop()
+    } else {
+        None
+    }
+}
+
+/// The text of a user input array (`turn/start`'s `input`, a user message's `content`): its
+/// text pieces joined by newlines; `None` when it has none.
+pub(crate) fn input_text(input: &[Value]) -> Option<String> {
+    let texts: Vec<&str> = input
+        .iter()
+        .filter(|piece| piece.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(|piece| piece.get("text").and_then(Value::as_str))
+        .collect();
+    (!texts.is_empty()).then(|| texts.join("\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn items() -> Vec<ThreadItem> {
+        serde_json::from_value(json!([
+            {"type": "userMessage", "id": "u", "content": [{"type": "text", "text": "hi"}]},
+            {"type": "reasoning", "id": "r"},
+            {"type": "commandExecution", "id": "c", "command": "ls", "cwd": "/", "status": "completed", "commandActions": []},
+            {"type": "agentMessage", "id": "a1", "text": "one"},
+            {"type": "webSearch", "id": "w", "query": "rust"},
+            {"type": "plan", "id": "p"},
+            {"type": "agentMessage", "id": "a2", "text": "two"}
+        ]))
+        .unwrap()
+    }
+
+    #[test]
+    fn rows_item_by_item_are_the_projection_of_the_whole_turn() {
+        let items = items();
+        let whole = project_turn("t", "u1", "hi", &items);
+        let mut tracker = Tracker::new(TurnLimits::default());
+        tracker.add_thread("t");
+        for item in &items {
+            tracker.item_completed("t", "u1", item);
+        }
+        let open = tracker.take_turn("u1");
+        let (rows, dropped) = turn_rows("t", "u1", open, &[], &TurnLimits::default());
+        assert_eq!(rows, whole);
+        assert_eq!(dropped, 0);
+        // Only on completion: the same rows.
+        let (rows, _) = turn_rows("t", "u1", None, &items, &TurnLimits::default());
+        assert_eq!(rows, whole);
+    }
+
+    #[test]
+    fn the_input_of_turn_start_wins_over_the_user_message() {
+        let mut tracker = Tracker::new(TurnLimits::default());
+        tracker.add_thread("t");
+        tracker.turn_started("t", "u1", "what was sent".into());
+        tracker.item_completed("t", "u1", &items()[0]);
+        let (rows, _) = turn_rows(
+            "t",
+            "u1",
+            tracker.take_turn("u1"),
+            &[],
+            &TurnLimits::default(),
+        );
+        assert_eq!(rows[0]["text"], "what was sent");
+    }
+
+    #[test]
+    fn rows_past_the_limits_are_dropped_and_counted() {
+        let limits = TurnLimits {
+            max_rows: 3,
+            ..TurnLimits::default()
+        };
+        let mut tracker = Tracker::new(limits.clone());
+        tracker.add_thread("t");
+        for item in &items() {
+            tracker.item_completed("t", "u1", item);
+        }
+        let (rows, dropped) = turn_rows("t", "u1", tracker.take_turn("u1"), &[], &limits);
+        assert_eq!(rows.len(), 3, "{rows:?}");
+        assert_eq!(dropped, 2);
+        let big = ThreadItem::Known(KnownItem::AgentMessage {
+            id: "big".into(),
+            text: "x".repeat(2000),
+        });
+        let limits = TurnLimits {
+            max_bytes: 1000,
+            ..TurnLimits::default()
+        };
+        let mut tracker = Tracker::new(limits.clone());
+        tracker.add_thread("t");
+        tracker.item_completed("t", "u1", &big);
+        tracker.item_completed("t", "u1", &items()[3]);
+        let (rows, dropped) = turn_rows("t", "u1", tracker.take_turn("u1"), &[], &limits);
+        assert_eq!((rows.len(), dropped), (2, 1));
+        assert_eq!(rows[1]["text"], "one");
+    }
+
+    #[test]
+    fn every_collection_is_bounded() {
+        let limits = TurnLimits {
+            max_open_turns: 2,
+            max_pending: 2,
+            max_threads: 2,
+            ..TurnLimits::default()
+        };
+        let mut tracker = Tracker::new(limits);
+        assert_eq!(tracker.expect(RequestId::Integer(1), Pending::Opens), None);
+        assert_eq!(tracker.expect(RequestId::Integer(2), Pending::Opens), None);
+        assert_eq!(
+            tracker.expect(RequestId::Integer(3), Pending::Opens),
+            Some(Forgot::Request(RequestId::Integer(1)))
+        );
+        assert_eq!(tracker.answered(&RequestId::Integer(1)), None);
+        assert_eq!(
+            tracker.answered(&RequestId::Integer(3)),
+            Some(Pending::Opens)
+        );
+        tracker.add_thread("a");
+        tracker.add_thread("b");
+        tracker.add_thread("a");
+        assert_eq!(tracker.add_thread("c"), Some(Forgot::Thread("b".into())));
+        assert!(tracker.is_client_thread("a") && !tracker.is_client_thread("b"));
+        tracker.turn_started("a", "1", "x".into());
+        tracker.turn_started("a", "2", "x".into());
+        assert_eq!(
+            tracker.turn_started("c", "3", "x".into()),
+            Some(Forgot::Turn("1".into()))
+        );
+        // Turns of threads the client did not open are not followed.
+        assert_eq!(tracker.turn_started("b", "4", "x".into()), None);
+        assert!(tracker.take_turn("4").is_none());
+    }
+
+    #[test]
+    fn input_text_joins_the_text_pieces() {
+        let input = [
+            json!({"type": "text", "text": "a"}),
+            json!({"type": "image", "url": "u"}),
+            json!({"type": "text", "text": "b"}),
+        ];
+        assert_eq!(input_text(&input).as_deref(), Some("a\nb"));
+        assert_eq!(input_text(&[json!({"type": "image"})]), None);
+    }
+}

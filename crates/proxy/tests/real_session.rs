@@ -1,0 +1,324 @@
+//! `BindingHooks` in front of the real codex, every supported release, offline through the
+//! Responses-API stand-in: three processes keep one conversation (an approved turn, a restart
+//! that resumes the thread with its memory, a lost rollout that gives one warning and a new
+//! bound thread), a paginated thread under the floor falls back, and an interrupted turn
+//! writes nothing. Clients use string and integer ids and do not ask for `experimentalApi`
+//! (as the Python SDK does not).
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rethread_proxy::{AppServerCommand, BindingHooks, SessionOptions};
+use rethread_runtime::RESUME_FALLBACK_NOTICE;
+use rethread_store::{BindingStore, MemoryStore};
+use serde_json::{json, Value};
+use support::*;
+
+const SESSION: &str = "real-1";
+
+/// A codex process behind a proxy with the session's hooks.
+struct Process {
+    proxied: Proxied,
+    child: tokio::process::Child,
+}
+
+async fn start(codex: &Path, home: &Path, store: &Arc<dyn BindingStore>) -> Process {
+    let mut options = SessionOptions::default();
+    options.binder.retry_backoff = Duration::from_millis(50);
+    let hooks = BindingHooks::open(SESSION, store.clone(), options)
+        .await
+        .expect("the session is free");
+    let mut child = AppServerCommand::new(codex)
+        .args(["--listen", "stdio://"])
+        .env("CODEX_HOME", home)
+        .env("RUST_LOG", "error")
+        .spawn()
+        .unwrap();
+    let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
+    let mut proxied = proxy(Arc::new(hooks), stdout, stdin, |o| o);
+    proxied.client.initialize(false).await.unwrap();
+    Process { proxied, child }
+}
+
+impl Process {
+    async fn stop(mut self, version: &str) -> Proxied {
+        self.proxied.client.close_writer().await;
+        while self.proxied.client.next_message().await.unwrap().is_some() {}
+        tokio::time::timeout(Duration::from_secs(15), &mut self.proxied.task)
+            .await
+            .unwrap_or_else(|_| panic!("{version}: the forwarder ends"))
+            .unwrap()
+            .unwrap();
+        assert!(self.child.wait().await.unwrap().success(), "{version}");
+        self.proxied
+    }
+}
+
+fn ask_for_approvals(home: &Path) {
+    let config = home.join("config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace(
+            "approval_policy = \"never\"",
+            "approval_policy = \"on-request\"",
+        ),
+    )
+    .unwrap();
+}
+
+fn thread_id(answer: &Value) -> String {
+    answer["result"]["thread"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a thread: {answer}"))
+        .to_string()
+}
+
+fn warnings(log: &[Value]) -> Vec<Value> {
+    log.iter()
+        .filter(|m| m["method"] == "warning")
+        .map(|m| m["params"].clone())
+        .filter(|p| p["message"] == RESUME_FALLBACK_NOTICE)
+        .collect()
+}
+
+async fn bound(store: &Arc<dyn BindingStore>) -> Option<String> {
+    store
+        .session(SESSION)
+        .await
+        .unwrap()
+        .and_then(|s| s.thread_id().map(str::to_string))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_keep_one_conversation_then_a_lost_rollout_falls_back_once() {
+    for (version, codex) in releases() {
+        let model = ResponsesStandIn::start().unwrap();
+        let home = CodexHome::new(&model).unwrap();
+        ask_for_approvals(home.path());
+        let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+
+        // Process 1: a new thread (a UUID id), a turn that asks for an approval.
+        model.push_escalated_command("echo approved");
+        let mut one = start(&codex, home.path(), &store).await;
+        let start_id = json!("5a1d2c3b-4e5f-4a6b-8c7d-9e0f1a2b3c4d");
+        one.proxied
+            .client
+            .send(&json!({"id": start_id, "method": "thread/start", "params": {"cwd": "/tmp"}}))
+            .await
+            .unwrap();
+        let thread = thread_id(&one.proxied.client.response_to(&start_id).await.unwrap());
+        let turn = one
+            .proxied
+            .client
+            .run_turn(
+                &thread,
+                "remember zebra",
+                Some(json!({"decision": "accept"})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(turn.status().as_deref(), Some("completed"), "{version}");
+        let approval = turn
+            .messages
+            .iter()
+            .find(|m| m.get("id").is_some() && m.get("method").is_some())
+            .unwrap_or_else(|| panic!("{version}: no approval reached the client"))
+            .clone();
+        assert_eq!(
+            bound(&store).await.as_deref(),
+            Some(thread.as_str()),
+            "{version}"
+        );
+        let one = one.stop(&version).await;
+        // No request of the proxy's own without a binding: codex read the client's bytes,
+        // the approval's answer among them, and the client read codex's.
+        assert_eq!(bytes(&one.codex_read), bytes(&one.client_sent), "{version}");
+        let answer = format!(
+            "{{\"id\":{},\"result\":{{\"decision\":\"accept\"}}}}",
+            approval["id"]
+        );
+        assert!(lines(&one.client_sent).contains(&answer), "{version}");
+        assert_eq!(lines(&one.client_got), lines(&one.codex_wrote), "{version}");
+
+        // Process 2: `thread/start` (an integer id) gets the same thread; the model sees turn 1.
+        let mut two = start(&codex, home.path(), &store).await;
+        let answer = two
+            .proxied
+            .client
+            .request("thread/start", Some(json!({"cwd": "/tmp"})))
+            .await
+            .unwrap();
+        assert_eq!(thread_id(&answer), thread, "{version}: {answer}");
+        assert_eq!(answer["result"]["thread"]["turns"], json!([]), "{version}");
+        let turn = two
+            .proxied
+            .client
+            .run_turn(&thread, "what did I say?", None)
+            .await
+            .unwrap();
+        assert_eq!(turn.agent_text(), ["echo: what did I say?"], "{version}");
+        let seen = model.model_requests().last().unwrap().conversation();
+        assert!(
+            seen.iter().any(|m| m.text == "remember zebra"),
+            "{version}: {seen:?}"
+        );
+        let two = two.stop(&version).await;
+        assert!(warnings(&two.client.log).is_empty(), "{version}");
+        let own: Vec<String> = lines(&two.codex_read)
+            .into_iter()
+            .filter(|l| l.contains("\"rethread-proxy:"))
+            .collect();
+        assert!(!own.is_empty() && own.iter().all(|l| l.contains("thread/resume")));
+        assert!(!lines(&two.client_got)
+            .iter()
+            .any(|l| l.contains("rethread-proxy:")));
+
+        // The rollout is lost: process 3 gets a new thread and exactly one warning naming it.
+        for rollout in rollout_files(home.path()) {
+            std::fs::remove_file(rollout).unwrap();
+        }
+        let mut three = start(&codex, home.path(), &store).await;
+        let answer = three
+            .proxied
+            .client
+            .request("thread/start", Some(json!({"cwd": "/tmp"})))
+            .await
+            .unwrap();
+        let new = thread_id(&answer);
+        assert_ne!(new, thread, "{version}");
+        let log = &three.proxied.client.log;
+        assert_eq!(
+            warnings(log),
+            [json!({"message": RESUME_FALLBACK_NOTICE, "threadId": new})],
+            "{version}"
+        );
+        let at = log.iter().position(|m| *m == answer).unwrap();
+        assert_eq!(log[at - 1]["params"]["message"], RESUME_FALLBACK_NOTICE);
+        let turn = three
+            .proxied
+            .client
+            .run_turn(&new, "still there?", None)
+            .await
+            .unwrap();
+        assert_eq!(turn.agent_text(), ["echo: still there?"], "{version}");
+        // Seeded from the transcript: the model of the new thread saw the earlier words.
+        let seen = model.model_requests().last().unwrap().conversation();
+        assert!(
+            seen.iter().any(|m| m.text.contains("user: remember zebra")),
+            "{version}: {seen:?}"
+        );
+        assert_eq!(
+            bound(&store).await.as_deref(),
+            Some(new.as_str()),
+            "{version}"
+        );
+        three.stop(&version).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paginated_thread_under_the_floor_falls_back_with_one_warning() {
+    let (Some(current), Some(floor)) = (
+        codex_or_skip(rethread_testkit::CURRENT),
+        codex_or_skip(rethread_testkit::FLOOR),
+    ) else {
+        return;
+    };
+    let model = ResponsesStandIn::start().unwrap();
+    let home = CodexHome::new(&model).unwrap();
+    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let mut one = start(&current, home.path(), &store).await;
+    let answer = one
+        .proxied
+        .client
+        .request("thread/start", Some(json!({"cwd": "/tmp"})))
+        .await
+        .unwrap();
+    assert_eq!(answer["result"]["thread"]["historyMode"], "paginated");
+    let thread = thread_id(&answer);
+    one.proxied
+        .client
+        .run_turn(&thread, "remember zebra", None)
+        .await
+        .unwrap();
+    one.stop("current").await;
+
+    let mut two = start(&floor, home.path(), &store).await;
+    let answer = two
+        .proxied
+        .client
+        .request("thread/start", Some(json!({"cwd": "/tmp"})))
+        .await
+        .unwrap();
+    let new = thread_id(&answer);
+    assert_ne!(new, thread);
+    assert_eq!(
+        warnings(&two.proxied.client.log),
+        [json!({"message": RESUME_FALLBACK_NOTICE, "threadId": new})]
+    );
+    let reports = two.proxied.reports.lock().unwrap().clone();
+    assert!(
+        reports.iter().any(|r| r.contains("reason: incompatible")),
+        "{reports:#?}"
+    );
+    two.proxied
+        .client
+        .run_turn(&new, "hello again", None)
+        .await
+        .unwrap();
+    assert_eq!(bound(&store).await.as_deref(), Some(new.as_str()));
+    two.stop("floor").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_turn_writes_nothing() {
+    for (version, codex) in releases() {
+        let model = ResponsesStandIn::start().unwrap();
+        let home = CodexHome::new(&model).unwrap();
+        let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+        let mut one = start(&codex, home.path(), &store).await;
+        let client = &mut one.proxied.client;
+        let thread = thread_id(
+            &client
+                .request("thread/start", Some(json!({"cwd": "/tmp"})))
+                .await
+                .unwrap(),
+        );
+        model.set_delay(Duration::from_secs(30));
+        let started = client
+            .request(
+                "turn/start",
+                Some(json!({"threadId": thread, "input": [{"type": "text", "text": "slow"}]})),
+            )
+            .await
+            .unwrap();
+        let turn = started["result"]["turn"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        client.wait_for("turn/started").await.unwrap();
+        model
+            .wait_for_model_requests(1, Duration::from_secs(10))
+            .await;
+        client
+            .request(
+                "turn/interrupt",
+                Some(json!({"threadId": thread, "turnId": turn})),
+            )
+            .await
+            .unwrap();
+        let completed = client.wait_for("turn/completed").await.unwrap();
+        assert_eq!(
+            completed.last().unwrap()["params"]["turn"]["status"],
+            "interrupted",
+            "{version}"
+        );
+        assert_eq!(store.session(SESSION).await.unwrap(), None, "{version}");
+        model.set_delay(Duration::ZERO);
+        one.stop(&version).await;
+    }
+}
