@@ -30,8 +30,8 @@ type CliResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
     name = "rethread",
     version,
     about = "Keep a host session and its codex thread together across restarts.",
-    after_help = "Exit codes: 0 ok, 1 failed, 2 usage, 75 busy or temporary (retry later), \
-                  130/143 interrupted by SIGINT/SIGTERM."
+    after_help = "Exit codes: 0 ok, 1 failed (doctor: a binding is not live), 2 usage, \
+                  75 busy or temporary (retry later), 130/143 interrupted by SIGINT/SIGTERM."
 )]
 struct Cli {
     /// Store URL: `redb:PATH` (default: a file under the user's data directory), `sqlite:PATH`,
@@ -70,11 +70,16 @@ enum Command {
         #[command(subcommand)]
         command: SessionsCommand,
     },
-    /// Probe every binding with a side-effect-free `thread/read`.
+    /// Probe every binding with a side-effect-free `thread/read`; exits 1 when any binding is
+    /// not live (after the whole report).
     Doctor {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Probes to run at once (1-64).
+        #[arg(long, value_name = "N", default_value_t = 4,
+              value_parser = clap::value_parser!(u16).range(1..=64))]
+        jobs: u16,
     },
     /// Copy every session between stores.
     Migrate {
@@ -197,9 +202,13 @@ async fn run(cli: Cli) -> CliResult {
                 SessionsCommand::Forget { id } => sessions::forget(store, &id).await,
             }
         }
-        Command::Doctor { json } => {
+        Command::Doctor { json, jobs } => {
             let store = open_store(cli.store.as_deref()).await?;
-            doctor::run(store, &codex, json).await
+            let args = doctor::DoctorArgs {
+                json,
+                jobs: usize::from(jobs),
+            };
+            doctor::run(store, &codex, args).await
         }
         Command::Migrate { from, to } => migrate::run(&from, &to).await,
         Command::Demo => demo::run().await,

@@ -2,7 +2,8 @@
 //!
 //! Exit codes: [`EXIT_OK`] 0, [`EXIT_FAILED`] 1, 2 for usage errors (clap's own), [`EXIT_TEMPORARY`]
 //! 75 (busy or temporary: retry later), [`EXIT_SIGINT`] 130 and [`EXIT_SIGTERM`] 143
-//! (interrupted).
+//! (interrupted). `doctor` exits [`EXIT_FAILED`] when any binding is not live
+//! ([`crate::doctor::EXIT_NOT_LIVE`]).
 
 use std::error::Error;
 use std::fmt;
@@ -64,6 +65,9 @@ pub(crate) fn exit_code(error: &(dyn Error + 'static)) -> u8 {
 fn own_exit_code(error: &(dyn Error + 'static)) -> Option<u8> {
     if let Some(interrupted) = error.downcast_ref::<Interrupted>() {
         return Some(interrupted.code);
+    }
+    if error.is::<crate::doctor::NotAllLive>() {
+        return Some(crate::doctor::EXIT_NOT_LIVE);
     }
     if let Some(error) = error.downcast_ref::<RuntimeError>() {
         return Some(if error.is_retryable() {
