@@ -21,7 +21,7 @@ mod reply;
 use rethread_store::{BindingStore, StoreError};
 use serde_json::{json, Value};
 
-use crate::output::{self, Interrupted, LiveRail};
+use crate::output::{self, Interrupted, LiveRail, UsageError};
 use crate::CliResult;
 
 type BoxError = Box<dyn Error + Send + Sync>;
@@ -34,6 +34,35 @@ pub(crate) struct ChatArgs {
     pub(crate) json: bool,
     /// How long to wait for a session another host holds.
     pub(crate) wait: Duration,
+}
+
+/// The `MESSAGE` that means "read the message from stdin".
+pub(crate) const FROM_STDIN: &str = "-";
+
+/// The message of `chat`: `message` itself, or for [`FROM_STDIN`] all of stdin (UTF-8,
+/// trailing newlines removed, so `echo hi | rethread chat -` sends `hi`). An empty message on
+/// stdin is a [`UsageError`].
+pub(crate) async fn read_message(message: String) -> Result<String, BoxError> {
+    if message != FROM_STDIN {
+        return Ok(message);
+    }
+    // Reading stdin blocks: not on the runtime's threads.
+    let bytes = tokio::task::spawn_blocking(|| {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes).map(|_| bytes)
+    })
+    .await
+    .map_err(|e| format!("cannot read the message from stdin: {e}"))?
+    .map_err(|e| format!("cannot read the message from stdin: {e}"))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| UsageError("the message on stdin is not UTF-8".into()))?;
+    let text = text.trim_end_matches(['\n', '\r']);
+    if text.trim().is_empty() {
+        return Err(Box::new(UsageError(
+            "no message on stdin (`chat -` reads the message from stdin)".into(),
+        )));
+    }
+    Ok(text.to_string())
 }
 
 /// How one invocation ended.
@@ -216,6 +245,8 @@ fn error_kind(error: &(dyn Error + 'static)) -> &'static str {
     while let Some(error) = next {
         if error.downcast_ref::<Interrupted>().is_some() {
             return "interrupted";
+        } else if error.downcast_ref::<UsageError>().is_some() {
+            return "usage";
         } else if let Some(error) = error.downcast_ref::<RuntimeError>() {
             return error.kind();
         } else if error.downcast_ref::<StoreError>().is_some() {

@@ -62,7 +62,7 @@ enum Command {
         /// Wait up to SECS for a session another host holds (default: fail at once, exit 75).
         #[arg(long, value_name = "SECS", default_value_t = 0.0, value_parser = parse_wait)]
         wait: f64,
-        /// The message.
+        /// The message; `-` reads it from stdin.
         message: String,
     },
     /// Inspect and forget sessions.
@@ -182,11 +182,15 @@ async fn run(cli: Cli) -> CliResult {
             wait,
             message,
         } => {
-            let args = chat::ChatArgs {
+            let mut args = chat::ChatArgs {
                 session,
                 message,
                 json,
                 wait: std::time::Duration::from_secs_f64(wait),
+            };
+            args.message = match chat::read_message(std::mem::take(&mut args.message)).await {
+                Ok(message) => message,
+                Err(error) => return Err(chat::report_early_failure(&args, error)),
             };
             let store = match open_store(cli.store.as_deref()).await {
                 Ok(store) => store,

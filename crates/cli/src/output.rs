@@ -49,6 +49,19 @@ impl fmt::Display for Interrupted {
 
 impl Error for Interrupted {}
 
+/// Input the command cannot use (like clap's usage errors, exit [`EXIT_USAGE`]): an empty
+/// message on stdin, say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UsageError(pub(crate) String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Error for UsageError {}
+
 /// The exit code of a command that failed with `error` (or with an error it wraps).
 pub(crate) fn exit_code(error: &(dyn Error + 'static)) -> u8 {
     let mut next = Some(error);
@@ -65,6 +78,9 @@ pub(crate) fn exit_code(error: &(dyn Error + 'static)) -> u8 {
 fn own_exit_code(error: &(dyn Error + 'static)) -> Option<u8> {
     if let Some(interrupted) = error.downcast_ref::<Interrupted>() {
         return Some(interrupted.code);
+    }
+    if error.is::<UsageError>() {
+        return Some(EXIT_USAGE);
     }
     if error.is::<crate::doctor::NotAllLive>() {
         return Some(crate::doctor::EXIT_NOT_LIVE);

@@ -1,0 +1,133 @@
+//! How `rethread` meets a person and a shell, as a process against the `fake-codex` binary:
+//! `chat -` reads the message from stdin; the spinner shows on a terminal only (run under a
+//! pseudo-terminal through `script(1)`); `completions SHELL` prints a completion script.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+/// The `fake-codex` binary: built by `cargo test --workspace` beside ours; built on demand
+/// when only this package is tested.
+fn fake_codex() -> PathBuf {
+    let ours = PathBuf::from(env!("CARGO_BIN_EXE_rethread"));
+    let fake = ours.with_file_name("fake-codex");
+    if !fake.is_file() {
+        let target_dir = ours.parent().and_then(Path::parent).expect("target dir");
+        let status = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "-p",
+                "rethread-fake-appserver",
+                "--bin",
+                "fake-codex",
+            ])
+            .env("CARGO_TARGET_DIR", target_dir)
+            .status()
+            .expect("cargo build fake-codex");
+        assert!(status.success());
+    }
+    fake
+}
+
+/// A store and a CODEX_HOME of its own.
+struct Sandbox {
+    dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    fn new() -> Sandbox {
+        Sandbox {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn command(&self, program: &Path) -> Command {
+        let mut command = Command::new(program);
+        command
+            .env(
+                "RETHREAD_STORE",
+                format!("redb:{}", self.dir.path().join("store.redb").display()),
+            )
+            .env("RETHREAD_CODEX_BIN", fake_codex())
+            .env("CODEX_HOME", self.dir.path().join("codex-home"))
+            .env("RUST_LOG", "off")
+            .env_remove("FAKE_CODEX_PROFILE")
+            .env_remove("FAKE_CODEX_FAULTS");
+        command
+    }
+
+    fn rethread(&self, args: &[&str]) -> Command {
+        let mut command = self.command(Path::new(env!("CARGO_BIN_EXE_rethread")));
+        command.args(args);
+        command
+    }
+
+    /// Runs `rethread args` with `input` on its stdin.
+    fn with_stdin(&self, args: &[&str], input: &[u8]) -> Output {
+        let mut child = self
+            .rethread(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    }
+}
+
+fn texts(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn chat_dash_reads_the_message_from_stdin() {
+    let sandbox = Sandbox::new();
+    let out = sandbox.with_stdin(&["chat", "--session", "s1", "-"], b"from stdin\n");
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "echo: from stdin\n");
+
+    // Lines are kept; only the trailing newlines go.
+    let out = sandbox.with_stdin(
+        &["chat", "--json", "--session", "s1", "-"],
+        b"line one\nline two\n\n",
+    );
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    let reply: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(reply["reply"], "echo: line one\nline two");
+    assert_eq!(reply["outcome"], "resumed");
+
+    // Without `-` stdin is not read.
+    let out = sandbox.with_stdin(&["chat", "--session", "s1", "argument"], b"ignored");
+    assert_eq!(texts(&out).0, "echo: argument\n");
+}
+
+#[test]
+fn chat_dash_with_nothing_or_not_utf8_on_stdin_is_a_usage_error_that_writes_nothing() {
+    let sandbox = Sandbox::new();
+    for input in [&b""[..], b"\n\n", b"  \n", b"\xff\xfe"] {
+        let out = sandbox.with_stdin(&["chat", "--session", "s1", "-"], input);
+        let (stdout, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{input:?}: {stderr}");
+        assert_eq!(stdout, "");
+        assert!(stderr.starts_with("rethread: "), "{stderr}");
+        assert!(stderr.contains("stdin"), "{stderr}");
+    }
+    let out = sandbox.with_stdin(&["chat", "--json", "--session", "s1", "-"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    let failure: Value = serde_json::from_str(&texts(&out).0).unwrap();
+    assert_eq!(failure["error"]["kind"], "usage", "{failure}");
+    // Nothing was written: the session does not exist.
+    let out = sandbox
+        .rethread(&["sessions", "show", "s1", "--json"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
