@@ -133,16 +133,32 @@ async fn turn(
     // `--wait`), whose one-line message names the holder (host, pid, since).
     let mut session = binder.open(client).await?;
     *opened = Some(session.outcome().clone());
-    let turn = session.run_turn_streamed(&args.message).await?;
     if args.json {
-        return turn.finish().await;
+        return session.run_turn(&args.message).await;
     }
-    // Human output: the reply on stdout as it is written.
-    let mut printer = reply::ReplyPrinter::stdout();
-    let report = turn.finish_with(|event| printer.show(event)).await;
-    if let Ok(report) = &report {
-        printer.finish(&report.reply);
+    // Human output: a spinner on a terminal until the reply starts, then the reply on stdout
+    // as it is written.
+    let spinner = output::spinner(output::SPINNER_MESSAGE);
+    let report = async {
+        let turn = session.run_turn_streamed(&args.message).await?;
+        let mut printer = reply::ReplyPrinter::stdout();
+        let report = turn
+            .finish_with(|event| {
+                if reply::shows_text(event) {
+                    spinner.clear();
+                }
+                printer.show(event);
+            })
+            .await;
+        spinner.clear();
+        if let Ok(report) = &report {
+            printer.finish(&report.reply);
+        }
+        report
     }
+    .await;
+    // A turn that failed before its reply started; an interrupted one drops the spinner.
+    spinner.clear();
     report
 }
 

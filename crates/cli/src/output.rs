@@ -151,6 +151,45 @@ pub(crate) fn progress(len: u64, what: &str) -> ProgressBar {
     bar
 }
 
+/// What [`spinner`] says while it turns.
+pub(crate) const SPINNER_MESSAGE: &str = "waiting for codex";
+
+/// A spinner on stderr while something runs, ticking on its own; nothing when stderr is not
+/// a terminal. [`Spinner::clear`] it before writing to the terminal; dropping it clears it too
+/// (a turn interrupted by a signal leaves no spinner behind).
+pub(crate) struct Spinner(ProgressBar);
+
+impl Spinner {
+    /// Clears the spinner from the terminal for good.
+    pub(crate) fn clear(&self) {
+        if !self.0.is_finished() {
+            self.0.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// Starts a [`Spinner`] saying `message`.
+pub(crate) fn spinner(message: &str) -> Spinner {
+    if !stderr_is_terminal() {
+        return Spinner(ProgressBar::hidden());
+    }
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
+        bar.set_style(style);
+    }
+    bar.set_message(message.to_string());
+    // Drawn at once, not at the first tick: a quick turn still shows it was waited for.
+    bar.tick();
+    bar.enable_steady_tick(std::time::Duration::from_millis(100));
+    Spinner(bar)
+}
+
 /// The rail of one CLI command: prints lifecycle notices and warnings on stderr the moment
 /// they happen (unless `quiet`), and keeps the lifecycle notices for a JSON report.
 #[derive(Debug, Clone)]

@@ -131,3 +131,59 @@ fn chat_dash_with_nothing_or_not_utf8_on_stdin_is_a_usage_error_that_writes_noth
         .unwrap();
     assert!(!out.status.success());
 }
+
+/// `rethread args` under a pseudo-terminal (`script(1)`): stdout and stderr both a terminal.
+/// `None` when `script` is not installed.
+fn on_a_terminal(sandbox: &Sandbox, args: &[&str]) -> Option<String> {
+    let rethread = env!("CARGO_BIN_EXE_rethread");
+    let line = std::iter::once(rethread)
+        .chain(args.iter().copied())
+        .map(|word| format!("'{}'", word.replace('\'', r"'\''")))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut command = sandbox.command(Path::new("script"));
+    command
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(Stdio::null());
+    let out = match command.output() {
+        Ok(out) => out,
+        Err(error) => {
+            eprintln!("skipping: no script(1) for a pseudo-terminal: {error}");
+            return None;
+        }
+    };
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{args:?}: {stdout}{stderr}");
+    Some(stdout)
+}
+
+#[test]
+fn a_spinner_turns_on_a_terminal_only_and_never_with_json() {
+    let sandbox = Sandbox::new();
+    let Some(screen) = on_a_terminal(&sandbox, &["chat", "--session", "s1", "hello"]) else {
+        return;
+    };
+    assert!(screen.contains("waiting for codex"), "{screen:?}");
+    assert!(screen.contains("echo: hello"), "{screen:?}");
+    // Cleared before the reply: the reply line does not carry it.
+    let reply_line = screen
+        .split(['\r', '\n'])
+        .find(|l| l.contains("echo: hello"))
+        .unwrap();
+    assert!(!reply_line.contains("waiting"), "{screen:?}");
+
+    let screen = on_a_terminal(&sandbox, &["chat", "--json", "--session", "s1", "hi"]).unwrap();
+    assert!(!screen.contains("waiting for codex"), "{screen:?}");
+    let json = screen.trim();
+    let reply: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json:?}"));
+    assert_eq!(reply["reply"], "echo: hi");
+
+    // Not a terminal: no spinner.
+    let out = sandbox
+        .rethread(&["chat", "--session", "s1", "piped"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(stdout, "echo: piped\n");
+    assert!(!stderr.contains("waiting for codex"), "{stderr:?}");
+}

@@ -13,6 +13,15 @@ use std::io::Write;
 use rethread_protocol::messages::{KnownItem, ThreadItem};
 use rethread_runtime::TurnEvent;
 
+/// Whether [`ReplyPrinter::show`] may print something for `event` (the reply starts).
+pub(crate) fn shows_text(event: &TurnEvent) -> bool {
+    matches!(
+        event,
+        TurnEvent::AgentMessageDelta { .. }
+            | TurnEvent::ItemCompleted(ThreadItem::Known(KnownItem::AgentMessage { .. }))
+    )
+}
+
 /// Prints a reply as its events arrive. Write errors (a closed stdout) are ignored: the exit
 /// code still reports the turn.
 pub(crate) struct ReplyPrinter<W: Write> {
