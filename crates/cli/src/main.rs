@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use rethread_store::{open_url, redact_url, BindingStore, OpenOptions};
 
 /// The error every command returns: printed as one line; the exit code follows from what it
@@ -92,6 +92,13 @@ enum Command {
     },
     /// Play the restart story on the bundled fake app-server; needs nothing installed.
     Demo,
+    /// Print a completion script for SHELL on stdout, e.g.
+    /// `rethread completions bash > ~/.local/share/bash-completion/completions/rethread`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// A drop-in `codex app-server` for any client: ARGS go to `<codex> app-server` verbatim.
     #[command(disable_help_flag = true)]
     AppServer {
@@ -138,6 +145,9 @@ fn main() -> ExitCode {
     if let Err(cause) = cli.app_server.ensure_unused() {
         return output::fail(&cause, output::EXIT_USAGE);
     }
+    if let Command::Completions { shell } = cli.command {
+        return completions(shell);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -157,6 +167,25 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::from(output::EXIT_OK),
         Err(error) => output::fail(&error.to_string(), output::exit_code(&*error)),
+    }
+}
+
+/// `completions SHELL`: the script is rendered in memory (clap_complete panics on a failed
+/// write), then written; a reader that stopped early (`| head`) is not a failure.
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    use std::io::Write;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "rethread", &mut script);
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(&script).and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::from(output::EXIT_OK),
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitCode::from(output::EXIT_OK)
+        }
+        Err(error) => output::fail(
+            &format!("cannot write the completion script: {error}"),
+            output::EXIT_FAILED,
+        ),
     }
 }
 
@@ -216,7 +245,9 @@ async fn run(cli: Cli) -> CliResult {
         }
         Command::Migrate { from, to } => migrate::run(&from, &to).await,
         Command::Demo => demo::run().await,
-        Command::AppServer { .. } => unreachable!("app-server runs on a runtime of its own"),
+        Command::AppServer { .. } | Command::Completions { .. } => {
+            unreachable!("handled in main, without a runtime")
+        }
     }
 }
 

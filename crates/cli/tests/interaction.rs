@@ -187,3 +187,42 @@ fn a_spinner_turns_on_a_terminal_only_and_never_with_json() {
     assert_eq!(stdout, "echo: piped\n");
     assert!(!stderr.contains("waiting for codex"), "{stderr:?}");
 }
+
+#[test]
+fn completions_print_a_script_for_every_shell_and_reject_others() {
+    let sandbox = Sandbox::new();
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = sandbox.rethread(&["completions", shell]).output().unwrap();
+        let (script, stderr) = texts(&out);
+        assert!(out.status.success(), "{shell}: {stderr}");
+        for word in ["doctor", "completions", "sessions", "jobs", "log-format"] {
+            assert!(script.contains(word), "{shell} lacks {word}");
+        }
+    }
+    let out = sandbox.rethread(&["completions", "tcsh"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = sandbox.rethread(&["completions"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// The bash script loads and completes the commands (where bash is installed).
+#[test]
+fn the_bash_completion_script_completes_commands() {
+    let rethread = env!("CARGO_BIN_EXE_rethread");
+    let probe = format!(
+        "source <('{rethread}' completions bash) && complete -p rethread && \
+         COMP_WORDS=(rethread do) COMP_CWORD=1 && _rethread rethread do rethread && \
+         echo \"${{COMPREPLY[@]}}\""
+    );
+    let out = match Command::new("bash").args(["-c", &probe]).output() {
+        Ok(out) => out,
+        Err(error) => {
+            eprintln!("skipping: no bash: {error}");
+            return;
+        }
+    };
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("_rethread"), "{stdout}");
+    assert_eq!(stdout.lines().last(), Some("doctor"), "{stdout}");
+}
