@@ -8,13 +8,13 @@
 //! is a warning, never a failure: the turn is durable and must not be retried.
 
 use std::error::Error;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_runtime::{
     AppServerClient, BinderOptions, ClientError, CodexCommand, OpenOutcome, RuntimeError,
-    SessionBinder, StatusEvent, StatusKind, StatusRail, TurnReport,
+    SessionBinder, StatusEvent, StatusKind, StatusRail, TurnInput, TurnReport,
 };
 
 mod reply;
@@ -31,6 +31,8 @@ type BoxError = Box<dyn Error + Send + Sync>;
 pub(crate) struct ChatArgs {
     pub(crate) session: String,
     pub(crate) message: String,
+    /// Image files sent with the message (absolute paths).
+    pub(crate) images: Vec<PathBuf>,
     pub(crate) json: bool,
     /// How long to wait for a session another host holds.
     pub(crate) wait: Duration,
@@ -63,6 +65,30 @@ pub(crate) async fn read_message(message: String) -> Result<String, BoxError> {
         )));
     }
     Ok(text.to_string())
+}
+
+/// The `--image` files, made absolute (codex resolves a relative path against its own working
+/// directory); one that is not a readable file is a [`UsageError`], before anything is sent.
+pub(crate) fn image_paths(images: &[PathBuf]) -> Result<Vec<PathBuf>, BoxError> {
+    images
+        .iter()
+        .map(|path| match std::fs::metadata(path) {
+            Ok(meta) if meta.is_file() => std::path::absolute(path).map_err(|e| {
+                BoxError::from(UsageError(format!("--image {}: {e}", path.display())))
+            }),
+            Ok(_) => Err(UsageError(format!("--image {}: not a file", path.display())).into()),
+            Err(e) => Err(UsageError(format!("--image {}: {e}", path.display())).into()),
+        })
+        .collect()
+}
+
+/// The turn's input: the message, then the images.
+fn turn_input(args: &ChatArgs) -> TurnInput {
+    args.images
+        .iter()
+        .fold(TurnInput::text(&args.message), |input, image| {
+            input.with_local_image(image)
+        })
 }
 
 /// How one invocation ended.
@@ -134,13 +160,13 @@ async fn turn(
     let mut session = binder.open(client).await?;
     *opened = Some(session.outcome().clone());
     if args.json {
-        return session.run_turn(&args.message).await;
+        return session.run_turn(turn_input(args)).await;
     }
     // Human output: a spinner on a terminal until the reply starts, then the reply on stdout
     // as it is written.
     let spinner = output::spinner(output::SPINNER_MESSAGE);
     let report = async {
-        let turn = session.run_turn_streamed(&args.message).await?;
+        let turn = session.run_turn_streamed(turn_input(args)).await?;
         let mut printer = reply::ReplyPrinter::stdout();
         let report = turn
             .finish_with(|event| {
@@ -296,6 +322,7 @@ mod tests {
         ChatArgs {
             session: session.into(),
             message: "hello".into(),
+            images: Vec::new(),
             json: true,
             wait: Duration::ZERO,
         }

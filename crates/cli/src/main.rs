@@ -62,6 +62,10 @@ enum Command {
         /// Wait up to SECS for a session another host holds (default: fail at once, exit 75).
         #[arg(long, value_name = "SECS", default_value_t = 0.0, value_parser = parse_wait)]
         wait: f64,
+        /// An image file to send with the message (repeatable); codex reads it and gives the
+        /// model its bytes.
+        #[arg(long = "image", value_name = "PATH")]
+        images: Vec<PathBuf>,
         /// The message; `-` reads it from stdin.
         message: String,
     },
@@ -209,15 +213,21 @@ async fn run(cli: Cli) -> CliResult {
             session,
             json,
             wait,
+            images,
             message,
         } => {
             let mut args = chat::ChatArgs {
                 session,
                 message,
+                images,
                 json,
                 wait: std::time::Duration::from_secs_f64(wait),
             };
-            args.message = match chat::read_message(std::mem::take(&mut args.message)).await {
+            let read = async {
+                args.images = chat::image_paths(&args.images)?;
+                chat::read_message(std::mem::take(&mut args.message)).await
+            };
+            args.message = match read.await {
                 Ok(message) => message,
                 Err(error) => return Err(chat::report_early_failure(&args, error)),
             };

@@ -1,6 +1,7 @@
 //! How `rethread` meets a person and a shell, as a process against the `fake-codex` binary:
 //! `chat -` reads the message from stdin; the spinner shows on a terminal only (run under a
-//! pseudo-terminal through `script(1)`); `completions SHELL` prints a completion script.
+//! pseudo-terminal through `script(1)`); `chat --image` sends a file by path;
+//! `completions SHELL` prints a completion script.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -225,4 +226,59 @@ fn the_bash_completion_script_completes_commands() {
     assert!(out.status.success(), "{stdout}{stderr}");
     assert!(stdout.contains("_rethread"), "{stdout}");
     assert_eq!(stdout.lines().last(), Some("doctor"), "{stdout}");
+}
+
+/// `--image PATH` sends the file by path with the message (`localImage`, made absolute); the
+/// turn's user row keeps it under `attachments`. A missing file is a usage error before
+/// anything is sent or written.
+#[test]
+fn chat_image_sends_the_file_by_absolute_path_and_a_missing_one_is_a_usage_error() {
+    let sandbox = Sandbox::new();
+    std::fs::write(sandbox.dir.path().join("dot.png"), b"\x89PNG").unwrap();
+    let out = sandbox
+        .rethread(&["chat", "--session", "s1", "--image", "dot.png", "look"])
+        .current_dir(sandbox.dir.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "echo: look\n");
+    let url = format!("redb:{}", sandbox.dir.path().join("store.redb").display());
+    let rows = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let store = rethread_store::open_url(&url, rethread_store::OpenOptions::new())
+            .await
+            .unwrap();
+        store.rows("s1", 0..10).await.unwrap()
+    });
+    assert_eq!(rows[0].body["text"], "look");
+    let attachments = rows[0].body["attachments"].as_array().unwrap();
+    assert_eq!(attachments.len(), 1, "{attachments:?}");
+    assert_eq!(attachments[0]["type"], "localImage");
+    let sent = Path::new(attachments[0]["path"].as_str().unwrap());
+    assert!(sent.is_absolute(), "{sent:?}");
+    assert_eq!(
+        std::fs::canonicalize(sent).unwrap(),
+        std::fs::canonicalize(sandbox.dir.path().join("dot.png")).unwrap()
+    );
+
+    for missing in ["nowhere.png", "."] {
+        let out = sandbox
+            .rethread(&[
+                "chat",
+                "--json",
+                "--session",
+                "s2",
+                "--image",
+                missing,
+                "look",
+            ])
+            .current_dir(sandbox.dir.path())
+            .output()
+            .unwrap();
+        let (stdout, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        let failure: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(failure["error"]["kind"], "usage", "{failure}");
+        assert!(stderr.contains("--image"), "{stderr}");
+    }
 }
