@@ -34,7 +34,8 @@ type CliResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
                   75 busy or temporary (retry later), 130/143 interrupted by SIGINT/SIGTERM."
 )]
 struct Cli {
-    /// Store URL: `redb:PATH` (default: a file under the user's data directory) or `sqlite:PATH`.
+    /// Store URL: `redb:PATH` (default: a file under the user's data directory), `sqlite:PATH`,
+    /// `postgres://USER@HOST/DB` or `memory:`.
     #[arg(long, env = "RETHREAD_STORE", global = true, value_name = "URL")]
     store: Option<String>,
     /// The codex binary (default: `codex` on PATH).
