@@ -58,8 +58,8 @@ pub use rethread_store::RedbStore;
 #[cfg(feature = "sqlite")]
 pub use rethread_store::SqliteStore;
 pub use rethread_store::{
-    open_url, BindingStore, BindingStoreExt, Durability, MemoryStore, OpenOptions, SessionRecord,
-    StoreError,
+    open_url, BindingStore, BindingStoreExt, Durability, MemoryStore, OpenOptions, PendingNotice,
+    SessionRecord, StoreError,
 };
 
 /// The README's examples, compiled as doctests.
