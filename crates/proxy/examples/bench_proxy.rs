@@ -377,7 +377,14 @@ fn main() -> Result<(), String> {
         let mut proxied = Peer::spawn(&args.rethread, &["--codex-bin", &codex_bin]).await;
         let mut session = Peer::spawn(
             &args.rethread,
-            &["--codex-bin", &codex_bin, "--store", &store, "--session", "bench"],
+            &[
+                "--codex-bin",
+                &codex_bin,
+                "--store",
+                &store,
+                "--session",
+                "bench",
+            ],
         )
         .await;
         let blocks = 10;
@@ -387,19 +394,28 @@ fn main() -> Result<(), String> {
         let large = "y".repeat(args.large_kib * 1024);
         let large_count = (args.turns / 10).max(5);
         for _ in 0..blocks {
-            for (arm, peer) in [&mut direct, &mut proxied, &mut session].into_iter().enumerate() {
+            for (arm, peer) in [&mut direct, &mut proxied, &mut session]
+                .into_iter()
+                .enumerate()
+            {
                 for _ in 0..args.rounds / blocks {
                     rt[arm].push(peer.round_trip().await);
                 }
             }
-            for (arm, peer) in [&mut direct, &mut proxied, &mut session].into_iter().enumerate() {
+            for (arm, peer) in [&mut direct, &mut proxied, &mut session]
+                .into_iter()
+                .enumerate()
+            {
                 peer.new_thread().await;
                 for _ in 0..args.turns / blocks {
                     turns[arm].push(peer.turn("hello").await);
                 }
             }
             for _ in 0..large_count / blocks.min(large_count) {
-                for (arm, peer) in [&mut direct, &mut proxied, &mut session].into_iter().enumerate() {
+                for (arm, peer) in [&mut direct, &mut proxied, &mut session]
+                    .into_iter()
+                    .enumerate()
+                {
                     peer.new_thread().await;
                     large_turns[arm].push(peer.turn(&large).await);
                 }
@@ -420,7 +436,12 @@ fn main() -> Result<(), String> {
         let [a, b, c] = &mut turns;
         row("turn, `turn/start` to `turn/completed`", a, b, c);
         let [a, b, c] = &mut large_turns;
-        row(&format!("turn with a {} KiB input", args.large_kib), a, b, c);
+        row(
+            &format!("turn with a {} KiB input", args.large_kib),
+            a,
+            b,
+            c,
+        );
         in_process(args.large_kib).await;
     });
     Ok(())
