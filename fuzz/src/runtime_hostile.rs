@@ -606,7 +606,7 @@ pub mod step {
     pub const NOTIFY: u8 = 8;
 }
 
-/// A seed: a well-behaved server (as codex behaves, recorded in codex-wire-notes.md) for a
+/// A seed: a well-behaved server (as codex behaves, recorded in `docs/design.md`) for a
 /// session that is bound (resume) or not, optionally losing the thread (`gone`), running one
 /// turn per opened session with `reply` as the agent's text.
 pub fn honest_script(bound: bool, gone: bool, reply: &[u8]) -> Vec<u8> {

@@ -5,13 +5,20 @@
 //! sessions with commits, patches and a retirement) and their committed state is exported
 //! before they are closed. Properties of every damaged copy:
 //! - Opening never panics or hangs; a refusal is a typed `Corrupt`, `Io`, `Backend` or
-//!   `NewerSchema` error.
+//!   `NewerSchema` error. Opening reads no records (it takes the same time whatever the store
+//!   holds), so most damage is found when it is touched.
 //! - A session that reads whole has rows `0..row_count` (no row lost or duplicated).
-//! - A store that opens is never empty (listing sessions is an error or lists sessions,
-//!   design.md I7), and it is its last committed state or the damage shows as an error: no
-//!   session of the committed state is silently missing, and a session that reads whole is
-//!   exactly its committed state. redb verifies its page checksums on open; SQLite stores
-//!   verify their page structure and every record's checksum on open.
+//! - A store that opens is never empty (listing sessions is an error or lists sessions), and
+//!   it is its last committed state or the damage shows as an error: no session of the
+//!   committed state is silently missing, and a session that reads whole is exactly its
+//!   committed state. Both backends checksum every record and check on each read that a
+//!   missing record has no rows and that a session's rows are complete.
+//! - A panic inside redb (which trusts a cleanly closed file) never reaches the caller: the
+//!   store contains it on its own threads, answers `Corrupt`, and from then on answers
+//!   `Corrupt` to everything (it is not used on as if nothing happened). The harness tells
+//!   such panics (raised in redb's code) from any other panic, which still fails the input.
+//! - `verify` on the damaged store returns a report (or a typed error), never panics, and
+//!   reports a problem whenever a read above found damage that is in the file's records.
 //! - A write on the damaged store is an error or succeeds; it never panics.
 #![allow(dead_code, unreachable_pub)]
 
@@ -25,6 +32,33 @@ use rethread_store::{
 use serde_json::{json, Map};
 
 use crate::input::{panicked, watch_panics, Input};
+
+/// Panics raised inside redb's own code since the last [`take_redb_panics`].
+static REDB_PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Installs (once, over the hook of [`watch_panics`]) a panic hook that lets a panic raised in
+/// redb's source pass as contained, counting it: the store catches those on its own threads.
+/// Every other panic goes on to the previous hook (recorded, and fatal under libFuzzer).
+fn contain_redb_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let in_redb = info
+                .location()
+                .is_some_and(|l| l.file().replace('\\', "/").contains("/redb-"));
+            if in_redb {
+                REDB_PANICS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
+fn take_redb_panics() -> usize {
+    REDB_PANICS.swap(0, std::sync::atomic::Ordering::SeqCst)
+}
 
 /// The backends whose files are damaged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,16 +261,21 @@ fn check_open_error(backend: Backend, error: &StoreError) {
 }
 
 async fn check_store(backend: Backend, store: &dyn BindingStore, pristine: &Pristine) {
-    if let Ok(list) = store.all_sessions().await {
-        assert!(
+    // Whether a read met damage in the records (not only a refusal to open).
+    let mut damage_seen = false;
+    match store.all_sessions().await {
+        Ok(list) => assert!(
             !list.is_empty(),
             "{backend:?}: a damaged store was read as empty"
-        );
+        ),
+        Err(e) => damage_seen |= matches!(e, StoreError::Corrupt { .. }),
     }
     for expected in &pristine.sessions {
         let id = &expected.record.session_id;
-        if let Ok(None) = store.session(id).await {
-            panic!("{backend:?}: session {id} silently disappeared");
+        match store.session(id).await {
+            Ok(None) => panic!("{backend:?}: session {id} silently disappeared"),
+            Ok(Some(_)) => {}
+            Err(e) => damage_seen |= matches!(e, StoreError::Corrupt { .. }),
         }
         match store.export_session(id).await {
             Ok(None) => panic!("{backend:?}: session {id} silently disappeared (export)"),
@@ -249,9 +288,29 @@ async fn check_store(backend: Backend, store: &dyn BindingStore, pristine: &Pris
                     "{backend:?}: session {id} reads whole but differs from its committed state"
                 );
             }
-            Err(_) => {}
+            Err(e) => damage_seen |= matches!(e, StoreError::Corrupt { .. }),
         }
     }
+    if take_redb_panics() > 0 {
+        // Contained: the store must now refuse everything as damaged.
+        let after = store.session("chat-1").await;
+        assert!(
+            matches!(after, Err(StoreError::Corrupt { .. })),
+            "{backend:?}: redb panicked but the store went on: {after:?}"
+        );
+        damage_seen = true;
+    }
+    match store.verify(&mut |_| {}).await {
+        Ok(report) => assert!(
+            !damage_seen || !report.is_ok(),
+            "{backend:?}: reads found damage that verify did not report: {report:?}"
+        ),
+        Err(e) => assert!(
+            !matches!(e, StoreError::Corrupt { .. }),
+            "{backend:?}: verify returned damage as an error instead of a report: {e:?}"
+        ),
+    }
+    take_redb_panics();
     let _ = store
         .commit_turn(TurnCommit {
             session_id: "chat-new".to_string(),
@@ -266,6 +325,8 @@ async fn check_store(backend: Backend, store: &dyn BindingStore, pristine: &Pris
 /// Runs one input.
 pub fn run(data: &[u8]) {
     watch_panics();
+    contain_redb_panics();
+    take_redb_panics();
     let shared = shared();
     let mut input = Input::new(data);
     let backend = if input.byte() & 1 == 0 {
@@ -296,7 +357,10 @@ pub fn run(data: &[u8]) {
         let work = async {
             match backend {
                 Backend::Redb => match RedbStore::open(&path, options).await {
-                    Err(e) => check_open_error(backend, &e),
+                    Err(e) => {
+                        take_redb_panics();
+                        check_open_error(backend, &e)
+                    }
                     Ok(store) => {
                         check_store(backend, &store, pristine).await;
                         store.close().await;

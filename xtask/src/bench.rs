@@ -18,13 +18,15 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
         Some("store") => store(&args[1..]),
         Some("fake") => crate::bench_fake::run(&args[1..]),
+        Some("open") => crate::bench_open::run(&args[1..]),
         Some("runtime") => example("rethread-runtime", "bench_runtime", &args[1..]),
         Some("proxy") => crate::proxy::bench(&args[1..]),
         Some(other) => Err(format!(
-            "unknown benchmark `{other}`; available: store, fake, runtime, proxy"
+            "unknown benchmark `{other}`; available: store, fake, runtime, proxy, open"
         )),
         None => Err(
-            "usage: cargo xtask bench <what>; available: store, fake, runtime, proxy".to_string(),
+            "usage: cargo xtask bench <what>; available: store, fake, runtime, proxy, open"
+                .to_string(),
         ),
     }
 }

@@ -15,7 +15,7 @@ use crate::util::{project_root, run};
 const SUITES: [(&str, &[&str], Option<&str>); 4] = [
     ("rethread-protocol", &["real_schema"], None),
     ("rethread-runtime", &["real_codex"], None),
-    ("rethread", &["cli"], Some("real_codex")),
+    ("rethread-cli", &["cli"], Some("real_codex")),
     (
         "rethread-fake-appserver",
         &["parity", "shared_home", "real_smoke", "schema"],

@@ -86,7 +86,7 @@ fn run_all(options: &Options) -> Result<(), String> {
         &[
             "build",
             "-p",
-            "rethread",
+            "rethread-cli",
             "--bin",
             "rethread",
             "-p",

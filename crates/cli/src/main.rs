@@ -33,7 +33,8 @@ type CliResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
                   130/143 interrupted by SIGINT/SIGTERM."
 )]
 struct Cli {
-    /// Store URL: `redb:PATH` (default: a file under the user's data directory) or `sqlite:PATH`.
+    /// Store URL: `redb:PATH` (default: a file under the user's data directory), `sqlite:PATH`,
+    /// `postgres://USER@HOST/DB` or `memory:`.
     #[arg(long, env = "RETHREAD_STORE", global = true, value_name = "URL")]
     store: Option<String>,
     /// The codex binary (default: `codex` on PATH).
@@ -219,25 +220,9 @@ async fn open_store(url: Option<&str>) -> CliResult<Arc<dyn BindingStore>> {
     open_store_url(&url).await
 }
 
-/// Opens a store by URL, creating the parent directory of an embedded store file.
+/// Opens a store by URL, creating the directory of a new store file.
 async fn open_store_url(url: &str) -> CliResult<Arc<dyn BindingStore>> {
-    if let Some(path) = url
-        .strip_prefix("redb:")
-        .or_else(|| url.strip_prefix("sqlite:"))
-    {
-        if let Some(parent) = std::path::Path::new(path)
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-        {
-            std::fs::create_dir_all(parent).map_err(|e| {
-                format!(
-                    "cannot create the store directory {}: {e}",
-                    parent.display()
-                )
-            })?;
-        }
-    }
-    open_url(url, OpenOptions::default())
+    open_url(url, OpenOptions::default().create_dirs(true))
         .await
         .map_err(|source| {
             Box::new(OpenStoreError {

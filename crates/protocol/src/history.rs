@@ -23,7 +23,8 @@ pub enum HistoryMode {
     /// The whole history lives in one rollout; every codex release can serve it.
     #[default]
     Legacy,
-    /// Paginated history (0.169.0's default); older releases refuse to resume it.
+    /// Paginated history (the default since 0.169.0, 0.171.0 included); older releases refuse
+    /// to resume it.
     Paginated,
     /// A mode this crate does not know, kept verbatim.
     Unknown(String),

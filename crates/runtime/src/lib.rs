@@ -56,8 +56,3 @@ pub use probe::{probe_thread, ThreadHealth, ThreadProbe};
 pub use rail::{RecordedEvents, StatusEvent, StatusKind, StatusRail, StatusSink};
 pub use session::{CodexSession, OpenOutcome, TurnReport};
 pub use sink::{SinkDurability, Transcript, TranscriptSink};
-
-/// The README's examples, compiled as doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeDoctests;

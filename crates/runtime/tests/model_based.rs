@@ -1,4 +1,4 @@
-//! Model-based property test (style.md item 8): random sequences of turns, agent rebuilds,
+//! Model-based property test: random sequences of turns, agent rebuilds,
 //! app-server restarts and kills, damaged rollouts, a changed `CODEX_HOME`, retires, a codex
 //! downgrade to the compatibility floor (paginated threads become unresumable), overloaded and
 //! busy answers, run against the in-process fake and a plain model of what must hold.

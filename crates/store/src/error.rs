@@ -8,7 +8,8 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 /// Everything that can go wrong in a [`BindingStore`](crate::BindingStore), by meaning.
 ///
 /// Each backend maps its driver's errors into these variants in one named function
-/// (`map_redb_error`, `map_sqlite_error`), so callers never match on driver types.
+/// (`map_redb_error`, `map_sqlite_error`, `map_postgres_error`), so callers never match on
+/// driver types.
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -38,7 +39,8 @@ pub enum StoreError {
     /// The store file is corrupt, truncated, or not a rethread store. It is never read as empty.
     #[error("store {path} is corrupt or not a rethread store: {detail}")]
     Corrupt {
-        /// The store's path (or URL).
+        /// The store's path (or its URL, password redacted): which store, never which session
+        /// (`detail` says where in the store).
         path: String,
         /// What was found wrong.
         detail: String,
@@ -85,6 +87,12 @@ pub enum StoreError {
     /// `codex_thread_id`, an export whose rows are not contiguous, ...).
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// A bug in this crate: one of its own invariants did not hold (an operation read what its
+    /// backend had not loaded, a writer thread was lost, ...). Never a verdict on the request
+    /// nor a sign of damage; unlike the logical refusals it fails the whole group commit it
+    /// was part of (each write is then retried alone).
+    #[error("internal error in rethread-store: {0}")]
+    Internal(String),
     /// The store was closed, or its writer thread is gone.
     #[error("the store is closed")]
     Closed,

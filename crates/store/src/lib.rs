@@ -3,21 +3,40 @@
 //! A host that drives `codex app-server` keeps its own session id and transcript; this crate
 //! stores, per session, a `model_config` JSON object holding the bound codex thread id
 //! ([`CODEX_THREAD_ID_KEY`]) beside the host's own keys, the transcript rows, and the threads
-//! that were retired. The [`BindingStore`] trait has three backends:
+//! that were retired. The [`BindingStore`] trait has four backends:
 //!
-//! | backend | feature | use |
-//! |---|---|---|
-//! | [`RedbStore`] | `redb` (default) | the embedded default; one process at a time |
-//! | [`SqliteStore`] | `sqlite` (default) | WAL; several processes may share one file |
-//! | `PostgresStore` | `postgres` | several hosts share one database (tokio-postgres, pooled) |
-//! | [`MemoryStore`] | always | tests; the reference the others are checked against |
+//! | backend | feature | URL | use |
+//! |---|---|---|---|
+//! | [`RedbStore`] | `redb` (default) | `redb:PATH` | the embedded default; one process at a time |
+//! | [`SqliteStore`] | `sqlite` (default) | `sqlite:PATH` | WAL; several processes share one file |
+//! | `PostgresStore` | `postgres` | `postgres://...` | several hosts share one database (tokio-postgres, pooled) |
+//! | [`MemoryStore`] | always | `memory:` | tests; the reference the others are checked against |
 //!
-//! [`open_url`] opens `redb:PATH`, `sqlite:PATH`, `postgres://...` or `memory:`.
+//! Each feature builds alone, and the crate builds with none (memory only).
 //!
 //! Every backend also grants per-session leases ([`BindingStore::acquire_lease`]): the
 //! runtime takes one before it resumes or starts a session's codex thread, so two hosts never
-//! drive one thread at once. SQLite and PostgreSQL keep them in the store (several processes);
-//! redb and memory in the process.
+//! drive one thread at once, and writes that publish or remove a binding may carry the lease's
+//! [`Fence`], refused once the lease is lost. SQLite and PostgreSQL keep leases in the store
+//! (several processes); redb and memory in the process.
+//!
+//! # Public API
+//! - The trait: [`BindingStore`] (the methods each backend must get right, with their
+//!   contracts) and [`BindingStoreExt`] (conveniences, implemented for every store); both are
+//!   implemented for `Arc<S>`, `Box<S>` and `&S`.
+//! - Opening: [`open_url`] and [`StoreUrl`] (the URL grammar), [`OpenOptions`] and
+//!   [`Durability`]; the backends [`RedbStore`], [`SqliteStore`], `PostgresStore`,
+//!   [`MemoryStore`], each with its own `open`/`new` and `close`.
+//! - Data: [`SessionRecord`], [`Binding`], [`TranscriptRow`], [`TurnCommit`],
+//!   [`CommitOutcome`], [`SessionPage`], [`SessionExport`], [`ImportOutcome`],
+//!   [`CODEX_THREAD_ID_KEY`], [`SCHEMA_VERSION`].
+//! - Leases: [`Lease`], [`Fence`], [`LeaseOwner`], [`LocalOwner`], [`ProcessIdentity`].
+//! - Copying: [`copy_sessions`], [`CopyReport`], [`CopyProgress`].
+//! - Checking a whole store: [`BindingStore::verify`], [`VerifyReport`], [`Problem`],
+//!   [`ProblemKind`], [`VerifyProgress`], [`MAX_LISTED_PROBLEMS`].
+//! - Errors: [`StoreError`] (variants by meaning), [`BoxError`], [`redact_url`].
+//! - [`conformance`] (feature `conformance`): the suite every backend passes, for third-party
+//!   backends.
 //!
 //! # Invariants
 //! Every backend holds these, and the conformance suite (feature `conformance`) and the crash
@@ -33,7 +52,13 @@
 //!   lost, also under concurrent writers.
 //! - Transcript rows are never lost or duplicated: `seq` is `0..row_count`, contiguous.
 //! - A corrupt, foreign, newer or locked store is a typed [`StoreError`], never an empty store;
-//!   a damaged record (SQLite rows carry checksums, redb pages do) is `Corrupt`, never served.
+//!   a damaged record (every SQLite row and redb value carries a checksum) is `Corrupt` when
+//!   it is read, never served; a session record missing beside its rows and a gap in a
+//!   session's rows are `Corrupt` too, never a missing or shorter session.
+//! - Opening a store takes the same time whatever it holds: it reads the header and the schema
+//!   version only. The whole-store check is [`BindingStore::verify`], on request.
+//! - A panic inside an engine (redb trusts a cleanly closed file) never reaches the caller: it
+//!   is `Corrupt`, and the store answers `Corrupt` to everything after it.
 //! - No engine call runs on an async runtime thread: each durable store has one writer thread
 //!   fed by a channel (which coalesces concurrent writes into one transaction: group commit,
 //!   each caller answered only once its write is durable); reads run in `spawn_blocking`.
@@ -70,98 +95,57 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod adapter;
+mod copy;
 mod error;
 mod logic;
 mod memory;
+mod open;
 mod options;
 mod owner;
 mod redact;
 mod store;
 mod types;
+mod verify;
 
+#[cfg(any(feature = "redb", feature = "sqlite"))]
+mod checksum;
 #[cfg(any(feature = "redb", feature = "sqlite"))]
 mod durable;
-#[cfg(any(feature = "redb", feature = "sqlite"))]
-mod writer;
-
 #[cfg(feature = "postgres")]
-mod postgres_store;
+mod postgres;
 #[cfg(feature = "redb")]
-mod redb_store;
+mod redb;
 #[cfg(feature = "sqlite")]
-mod sqlite_integrity;
-#[cfg(feature = "sqlite")]
-mod sqlite_store;
+mod sqlite;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-use std::sync::Arc;
-
+#[cfg(feature = "redb")]
+pub use crate::redb::RedbStore;
+pub use copy::{copy_sessions, CopyProgress, CopyReport};
 pub use error::{BoxError, StoreError};
 pub use memory::MemoryStore;
+pub use open::{open_url, StoreUrl};
 pub use options::{Durability, OpenOptions};
 pub use owner::{LeaseOwner, LocalOwner, ProcessIdentity};
 #[cfg(feature = "postgres")]
-pub use postgres_store::PostgresStore;
+pub use postgres::PostgresStore;
 pub use redact::redact_url;
-#[cfg(feature = "redb")]
-pub use redb_store::RedbStore;
 #[cfg(feature = "sqlite")]
-pub use sqlite_store::SqliteStore;
+pub use sqlite::SqliteStore;
 pub use store::{BindingStore, BindingStoreExt};
 pub use types::{
     Binding, CommitOutcome, Fence, ImportOutcome, Lease, SessionExport, SessionPage, SessionRecord,
     TranscriptRow, TurnCommit, CODEX_THREAD_ID_KEY,
 };
+pub use verify::{Problem, ProblemKind, VerifyProgress, VerifyReport, MAX_LISTED_PROBLEMS};
 
 /// The newest schema version this build reads and writes. Older stores are migrated on open;
 /// newer ones are refused with [`StoreError::NewerSchema`].
 ///
 /// Version 2 gave every SQLite row a checksum; version 3 gave stored leases their holder's
-/// process identity (SQLite, PostgreSQL). A backend a version did not change is restamped.
-pub const SCHEMA_VERSION: u64 = 3;
-
-/// Opens a store from a URL: `redb:PATH`, `sqlite:PATH` (also `sqlite://PATH`) or `memory:`.
-///
-/// `postgres://...` (also `postgresql://`) opens a [`PostgresStore`] (feature `postgres`); a
-/// backend whose feature is disabled in this build is [`StoreError::UnsupportedUrl`].
-pub async fn open_url(
-    url: &str,
-    options: OpenOptions,
-) -> Result<Arc<dyn BindingStore>, StoreError> {
-    let unsupported = |reason: &str| StoreError::UnsupportedUrl {
-        url: redact_url(url),
-        reason: reason.to_string(),
-    };
-    let (scheme, rest) = url.split_once(':').ok_or_else(|| {
-        unsupported("expected `redb:PATH`, `sqlite:PATH`, `memory:` or `postgres://...`")
-    })?;
-    let path = rest.strip_prefix("//").unwrap_or(rest);
-    match scheme {
-        "memory" => Ok(Arc::new(MemoryStore::new())),
-        "redb" | "sqlite" if path.is_empty() => Err(unsupported("the URL has no path")),
-        #[cfg(feature = "redb")]
-        "redb" => Ok(Arc::new(RedbStore::open(path, options).await?)),
-        #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(Arc::new(SqliteStore::open(path, options).await?)),
-        #[cfg(not(feature = "redb"))]
-        "redb" => Err(unsupported(
-            "this build has no redb backend (feature `redb`)",
-        )),
-        #[cfg(not(feature = "sqlite"))]
-        "sqlite" => Err(unsupported(
-            "this build has no SQLite backend (feature `sqlite`)",
-        )),
-        #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => Ok(Arc::new(PostgresStore::open(url, options).await?)),
-        #[cfg(not(feature = "postgres"))]
-        "postgres" | "postgresql" => Err(unsupported(
-            "this build has no PostgreSQL backend (feature `postgres`)",
-        )),
-        _ => {
-            let _ = &options;
-            Err(unsupported("unknown scheme"))
-        }
-    }
-}
+/// process identity (SQLite, PostgreSQL); version 4 gave every redb value a checksum. A
+/// backend a version did not change is restamped.
+pub const SCHEMA_VERSION: u64 = 4;

@@ -4,19 +4,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 
-use async_trait::async_trait;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::logic::{
-    self, apply, apply_lease, expect_reply, lease_of, now_ms, released_of, ttl_ms, LeaseOp,
-    LeaseReply, LeaseTxn, ReadTxn, Reply, WriteOp, WriteTxn,
-};
-use crate::{
-    BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, SessionExport,
-    SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit,
-};
+use crate::adapter::{Adapter, Backend};
+use crate::logic::{now_ms, Declared, LeaseTxn, ReadOp, ReadTxn, WriteOp, WriteTxn};
+use crate::store::forward_binding_store;
+use crate::{Lease, SessionRecord, StoreError, TranscriptRow};
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct State {
     records: BTreeMap<String, SessionRecord>,
     rows: HashMap<String, Vec<Value>>,
@@ -25,21 +20,32 @@ pub(crate) struct State {
     leases: HashMap<String, Lease>,
 }
 
-/// A [`BindingStore`] that keeps everything in memory. Nothing survives the process.
+/// A [`BindingStore`](crate::BindingStore) that keeps everything in memory. Nothing survives
+/// the process.
 ///
-/// Writes run the same logic as the durable backends, under one mutex held only for the
-/// duration of the in-memory update (never across an `.await`).
+/// Reads and writes run the same operations as the durable backends, under one mutex held
+/// only for the duration of the in-memory step (never across an `.await`). Leases are kept
+/// with the records.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    state: Mutex<State>,
+    store: Adapter<Memory>,
 }
+
+forward_binding_store!([] MemoryStore, |this| this.store);
 
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
     }
+}
 
+#[derive(Debug, Default)]
+pub(crate) struct Memory {
+    state: Mutex<State>,
+}
+
+impl Memory {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave a half-applied write: every operation
         // decides before it writes, and in-memory writes cannot fail.
@@ -47,18 +53,28 @@ impl MemoryStore {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
 
-    fn write(&self, op: WriteOp) -> Result<Reply, StoreError> {
+/// Every operation sees the state through [`Declared`]: it may read only what its `needs()`
+/// declare, which is all the PostgreSQL backend fetches for it.
+impl Backend for Memory {
+    async fn read<O: ReadOp>(&self, op: O) -> Result<O::Output, StoreError> {
         let mut state = self.lock();
-        apply(&mut *state, &op, now_ms())
+        op.run(&mut Declared::new(&mut *state, op.needs(), None))
     }
 
-    fn lease(&self, op: LeaseOp) -> Result<LeaseReply, StoreError> {
-        apply_lease(&mut self.lock().leases, &op, now_ms())
+    async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output, StoreError> {
+        let mut state = self.lock();
+        let view = &mut Declared::new(&mut *state, op.needs(), Some(op.session_id()));
+        op.apply(view, now_ms())
     }
 }
 
 impl ReadTxn for State {
+    fn label(&self) -> &str {
+        "memory:"
+    }
+
     fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
         Ok(self.records.get(session_id).cloned())
     }
@@ -97,6 +113,35 @@ impl ReadTxn for State {
             .map(|(_, r)| r.clone())
             .collect())
     }
+
+    fn has_rows(&mut self, session_id: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .rows
+            .get(session_id)
+            .is_some_and(|rows| !rows.is_empty()))
+    }
+
+    fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
+        let with_rows = self.rows.iter().filter(|(_, rows)| !rows.is_empty());
+        let (first, last) = with_rows.fold(
+            (None, None),
+            |(lo, hi): (Option<&String>, Option<&String>), (id, _)| {
+                (
+                    lo.filter(|lo| *lo < id).or(Some(id)),
+                    hi.filter(|hi| *hi > id).or(Some(id)),
+                )
+            },
+        );
+        let mut ends: Vec<String> = first.into_iter().chain(last).cloned().collect();
+        ends.dedup();
+        Ok(ends
+            .into_iter()
+            .map(|id| {
+                let has_record = self.records.contains_key(&id);
+                (id, has_record)
+            })
+            .collect())
+    }
 }
 
 impl WriteTxn for State {
@@ -123,121 +168,5 @@ impl WriteTxn for State {
 
     fn leases(&mut self) -> Option<&mut dyn LeaseTxn> {
         Some(&mut self.leases)
-    }
-}
-
-#[async_trait]
-impl BindingStore for MemoryStore {
-    async fn session(&self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
-        self.lock().load(session_id)
-    }
-
-    async fn rows(
-        &self,
-        session_id: &str,
-        range: Range<u64>,
-    ) -> Result<Vec<TranscriptRow>, StoreError> {
-        self.lock().load_rows(session_id, range)
-    }
-
-    async fn commit_turn(&self, commit: TurnCommit) -> Result<CommitOutcome, StoreError> {
-        expect_reply!(self.write(WriteOp::Commit(commit))?, Commit)
-    }
-
-    async fn patch_config(
-        &self,
-        session_id: &str,
-        patch: Map<String, Value>,
-        fence: Option<&Fence>,
-    ) -> Result<Map<String, Value>, StoreError> {
-        let op = WriteOp::Patch {
-            session_id: session_id.to_string(),
-            patch,
-            fence: fence.cloned(),
-        };
-        expect_reply!(self.write(op)?, Config)
-    }
-
-    async fn drop_binding_if(
-        &self,
-        session_id: &str,
-        thread_id: &str,
-        fence: Option<&Fence>,
-    ) -> Result<bool, StoreError> {
-        let op = WriteOp::DropIf {
-            session_id: session_id.to_string(),
-            thread_id: thread_id.to_string(),
-            fence: fence.cloned(),
-        };
-        expect_reply!(self.write(op)?, Bool)
-    }
-
-    async fn retire_thread(
-        &self,
-        session_id: &str,
-        thread_id: &str,
-        fence: Option<&Fence>,
-    ) -> Result<(), StoreError> {
-        let op = WriteOp::Retire {
-            session_id: session_id.to_string(),
-            thread_id: thread_id.to_string(),
-            fence: fence.cloned(),
-        };
-        self.write(op).map(|_| ())
-    }
-
-    async fn list_sessions(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<SessionPage, StoreError> {
-        logic::list(&mut *self.lock(), after, limit)
-    }
-
-    async fn delete_session(&self, session_id: &str) -> Result<bool, StoreError> {
-        expect_reply!(
-            self.write(WriteOp::Delete {
-                session_id: session_id.to_string()
-            })?,
-            Bool
-        )
-    }
-
-    async fn export_session(&self, session_id: &str) -> Result<Option<SessionExport>, StoreError> {
-        logic::export(&mut *self.lock(), session_id)
-    }
-
-    async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome, StoreError> {
-        expect_reply!(self.write(WriteOp::Import(export))?, Import)
-    }
-
-    async fn acquire_lease(
-        &self,
-        session_id: &str,
-        owner: &LeaseOwner,
-        ttl: std::time::Duration,
-    ) -> Result<Lease, StoreError> {
-        lease_of(self.lease(LeaseOp::Acquire {
-            session_id: session_id.to_string(),
-            owner: owner.clone(),
-            ttl_ms: ttl_ms(ttl),
-        })?)
-    }
-
-    async fn renew_lease(
-        &self,
-        lease: &Lease,
-        ttl: std::time::Duration,
-    ) -> Result<Lease, StoreError> {
-        lease_of(self.lease(LeaseOp::Renew {
-            lease: lease.clone(),
-            ttl_ms: ttl_ms(ttl),
-        })?)
-    }
-
-    async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError> {
-        released_of(self.lease(LeaseOp::Release {
-            lease: lease.clone(),
-        })?)
     }
 }

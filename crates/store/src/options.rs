@@ -6,12 +6,18 @@ use std::time::Duration;
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
-    /// A write returns only after it is on stable storage (fsync). The default.
+    /// A write returns only after it is on stable storage. The default: redb `Immediate`
+    /// commits; SQLite `synchronous=FULL` with `fullfsync` (where the platform has it);
+    /// PostgreSQL `synchronous_commit = on` in each write's transaction.
     #[default]
     Durable,
-    /// An explicit opt-in: writes are atomic and ordered, but the last few acknowledged ones may
-    /// be lost on a power failure or OS crash (redb `Durability::None` until the next durable
-    /// commit; SQLite `synchronous=NORMAL` in WAL mode). Never the default.
+    /// An explicit opt-in: writes are atomic and ordered, but the last acknowledged ones may
+    /// be lost. SQLite (`synchronous=NORMAL` in WAL mode) and PostgreSQL
+    /// (`synchronous_commit = off`): only on a power failure or OS crash; the process may exit,
+    /// crash or be killed. redb: commits are made durable at least every 100 ms while the
+    /// store is written, and when it is closed or dropped; a process that ends without either
+    /// (killed, or `exit` with the store still open) loses at most its last 100 ms of writes,
+    /// and a power failure or OS crash the same. Never the default.
     Relaxed,
 }
 
@@ -20,7 +26,9 @@ pub enum Durability {
 pub struct OpenOptions {
     pub(crate) durability: Durability,
     pub(crate) create: bool,
+    pub(crate) create_dirs: bool,
     pub(crate) max_batch: usize,
+    pub(crate) pool_size: usize,
     pub(crate) busy_timeout: Duration,
     pub(crate) lone_write_spin: Duration,
 }
@@ -30,7 +38,9 @@ impl Default for OpenOptions {
         OpenOptions {
             durability: Durability::Durable,
             create: true,
+            create_dirs: false,
             max_batch: 256,
+            pool_size: 16,
             busy_timeout: Duration::from_secs(5),
             lone_write_spin: Duration::from_millis(1),
         }
@@ -38,7 +48,8 @@ impl Default for OpenOptions {
 }
 
 impl OpenOptions {
-    /// Durable writes, create the file if missing, group commits of up to 256 writes.
+    /// Durable writes, create the file (not its directory) if missing, group commits of up to
+    /// 256 writes, up to 16 PostgreSQL connections.
     pub fn new() -> Self {
         Self::default()
     }
@@ -56,9 +67,25 @@ impl OpenOptions {
         self
     }
 
-    /// The most writes coalesced into one transaction (default 256; 1 disables group commit).
+    /// Whether the directory of a missing store file is created too (default `false`), with
+    /// its missing parents, owner-only (0700). For the file backends (`redb:`, `sqlite:`); a
+    /// tool that names a store by URL sets it instead of parsing the URL itself.
+    pub fn create_dirs(mut self, create_dirs: bool) -> Self {
+        self.create_dirs = create_dirs;
+        self
+    }
+
+    /// The most writes of a file backend coalesced into one transaction (default 256; 1
+    /// disables group commit).
     pub fn max_batch(mut self, max_batch: usize) -> Self {
         self.max_batch = max_batch.max(1);
+        self
+    }
+
+    /// The most connections a PostgreSQL store opens at once (default 16, at least 1): how
+    /// many of its writes (each on its own connection) and reads run in parallel.
+    pub fn pool_size(mut self, pool_size: usize) -> Self {
+        self.pool_size = pool_size.max(1);
         self
     }
 

@@ -53,6 +53,23 @@ pub struct ProcessIdentity {
 }
 
 impl ProcessIdentity {
+    /// The identity as a store keeps it, in two nullable columns: both set, or neither
+    /// (`Ok(None)`: a holder without one). One without the other is `Err`: damage.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+    pub(crate) fn from_columns(
+        space: Option<String>,
+        start_ticks: Option<i64>,
+    ) -> Result<Option<ProcessIdentity>, &'static str> {
+        match (space, start_ticks) {
+            (Some(space), Some(start)) => Ok(Some(ProcessIdentity {
+                space,
+                start_ticks: start as u64,
+            })),
+            (None, None) => Ok(None),
+            _ => Err("half a process identity"),
+        }
+    }
+
     /// The identity of process `pid` as this process sees it, if the OS tells (Linux: from
     /// `/proc`); `None` elsewhere, or if the process does not exist or cannot be inspected.
     pub fn of_pid(pid: u32) -> Option<ProcessIdentity> {

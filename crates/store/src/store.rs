@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::{
     Binding, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, SessionExport, SessionPage,
-    SessionRecord, StoreError, TranscriptRow, TurnCommit,
+    SessionRecord, StoreError, TranscriptRow, TurnCommit, VerifyProgress, VerifyReport,
 };
 
 /// Durable `session id -> codex thread id` bindings and the sessions' transcripts.
@@ -173,87 +173,156 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// Returns `true` if `lease` (same owner and `fence`) was live and is now free; `false`
     /// otherwise, changing nothing: another owner's lease is never freed.
     async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError>;
+
+    /// Reads the whole store and checks every record of it; reports each problem found.
+    ///
+    /// Opening a store checks its header and schema only (it takes the same time whatever the
+    /// store holds), and each read checks what it touches (checksums, a record missing beside
+    /// its rows, gaps in a session's rows): this is the whole-store check, run on request
+    /// (`rethread verify`).
+    ///
+    /// # Contract
+    /// - Damage is reported, not returned: `Ok` with each problem in
+    ///   [`VerifyReport::problems`] (a record whose checksum fails or that does not decode,
+    ///   rows missing from a session, rows of no session or past their session's count, a
+    ///   damaged lease, the engine's own structure). Damage that stops the scan leaves
+    ///   [`VerifyReport::complete`] `false`.
+    /// - `Err` only when the store cannot be read for another reason (I/O, locked, closed).
+    /// - It reads one snapshot where the backend has them (redb, SQLite) and never blocks
+    ///   writers for long; it writes nothing.
+    /// - `progress` is called now and then (at most every 50 ms, and at the end).
+    /// - The file backends scan their tables and also find rows that belong to no session;
+    ///   SQLite runs `PRAGMA quick_check` first. The default implementation (memory,
+    ///   PostgreSQL, third-party backends) lists and exports every session.
+    async fn verify(
+        &self,
+        progress: &mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),
+    ) -> Result<VerifyReport, StoreError> {
+        crate::verify::by_export(self, progress).await
+    }
 }
 
+/// Implements [`BindingStore`] for `$ty` by forwarding every method to `$target` (an
+/// expression of `$this`, which stands for `self`): used for `Arc<T>`, `Box<T>` and `&T`, and
+/// for the public backend types, each a thin wrapper of the one implementation in `adapter.rs`.
 macro_rules! forward_binding_store {
-    ($($ty:ty),*) => {$(
-        #[async_trait]
-        impl<T: BindingStore + ?Sized> BindingStore for $ty {
-            async fn session(&self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
-                (**self).session(session_id).await
+    ([$($generics:tt)*] $ty:ty, |$this:ident| $target:expr) => {
+        #[async_trait::async_trait]
+        impl<$($generics)*> $crate::BindingStore for $ty {
+            async fn session(
+                &self,
+                session_id: &str,
+            ) -> Result<Option<$crate::SessionRecord>, $crate::StoreError> {
+                let $this = self;
+                $target.session(session_id).await
             }
             async fn rows(
                 &self,
                 session_id: &str,
-                range: Range<u64>,
-            ) -> Result<Vec<TranscriptRow>, StoreError> {
-                (**self).rows(session_id, range).await
+                range: std::ops::Range<u64>,
+            ) -> Result<Vec<$crate::TranscriptRow>, $crate::StoreError> {
+                let $this = self;
+                $target.rows(session_id, range).await
             }
-            async fn commit_turn(&self, commit: TurnCommit) -> Result<CommitOutcome, StoreError> {
-                (**self).commit_turn(commit).await
+            async fn commit_turn(
+                &self,
+                commit: $crate::TurnCommit,
+            ) -> Result<$crate::CommitOutcome, $crate::StoreError> {
+                let $this = self;
+                $target.commit_turn(commit).await
             }
             async fn patch_config(
                 &self,
                 session_id: &str,
-                patch: Map<String, Value>,
-                fence: Option<&Fence>,
-            ) -> Result<Map<String, Value>, StoreError> {
-                (**self).patch_config(session_id, patch, fence).await
+                patch: serde_json::Map<String, serde_json::Value>,
+                fence: Option<&$crate::Fence>,
+            ) -> Result<serde_json::Map<String, serde_json::Value>, $crate::StoreError> {
+                let $this = self;
+                $target.patch_config(session_id, patch, fence).await
             }
             async fn drop_binding_if(
                 &self,
                 session_id: &str,
                 thread_id: &str,
-                fence: Option<&Fence>,
-            ) -> Result<bool, StoreError> {
-                (**self).drop_binding_if(session_id, thread_id, fence).await
+                fence: Option<&$crate::Fence>,
+            ) -> Result<bool, $crate::StoreError> {
+                let $this = self;
+                $target.drop_binding_if(session_id, thread_id, fence).await
             }
             async fn retire_thread(
                 &self,
                 session_id: &str,
                 thread_id: &str,
-                fence: Option<&Fence>,
-            ) -> Result<(), StoreError> {
-                (**self).retire_thread(session_id, thread_id, fence).await
+                fence: Option<&$crate::Fence>,
+            ) -> Result<(), $crate::StoreError> {
+                let $this = self;
+                $target.retire_thread(session_id, thread_id, fence).await
             }
             async fn list_sessions(
                 &self,
                 after: Option<&str>,
                 limit: usize,
-            ) -> Result<SessionPage, StoreError> {
-                (**self).list_sessions(after, limit).await
+            ) -> Result<$crate::SessionPage, $crate::StoreError> {
+                let $this = self;
+                $target.list_sessions(after, limit).await
             }
-            async fn delete_session(&self, session_id: &str) -> Result<bool, StoreError> {
-                (**self).delete_session(session_id).await
+            async fn delete_session(&self, session_id: &str) -> Result<bool, $crate::StoreError> {
+                let $this = self;
+                $target.delete_session(session_id).await
             }
             async fn export_session(
                 &self,
                 session_id: &str,
-            ) -> Result<Option<SessionExport>, StoreError> {
-                (**self).export_session(session_id).await
+            ) -> Result<Option<$crate::SessionExport>, $crate::StoreError> {
+                let $this = self;
+                $target.export_session(session_id).await
             }
-            async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome, StoreError> {
-                (**self).import_session(export).await
+            async fn import_session(
+                &self,
+                export: $crate::SessionExport,
+            ) -> Result<$crate::ImportOutcome, $crate::StoreError> {
+                let $this = self;
+                $target.import_session(export).await
             }
             async fn acquire_lease(
                 &self,
                 session_id: &str,
-                owner: &LeaseOwner,
-                ttl: Duration,
-            ) -> Result<Lease, StoreError> {
-                (**self).acquire_lease(session_id, owner, ttl).await
+                owner: &$crate::LeaseOwner,
+                ttl: std::time::Duration,
+            ) -> Result<$crate::Lease, $crate::StoreError> {
+                let $this = self;
+                $target.acquire_lease(session_id, owner, ttl).await
             }
-            async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
-                (**self).renew_lease(lease, ttl).await
+            async fn renew_lease(
+                &self,
+                lease: &$crate::Lease,
+                ttl: std::time::Duration,
+            ) -> Result<$crate::Lease, $crate::StoreError> {
+                let $this = self;
+                $target.renew_lease(lease, ttl).await
             }
-            async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError> {
-                (**self).release_lease(lease).await
+            async fn release_lease(
+                &self,
+                lease: &$crate::Lease,
+            ) -> Result<bool, $crate::StoreError> {
+                let $this = self;
+                $target.release_lease(lease).await
+            }
+            async fn verify(
+                &self,
+                progress: &mut (dyn for<'p> FnMut(&'p $crate::VerifyProgress) + Send),
+            ) -> Result<$crate::VerifyReport, $crate::StoreError> {
+                let $this = self;
+                $target.verify(progress).await
             }
         }
-    )*};
+    };
 }
+pub(crate) use forward_binding_store;
 
-forward_binding_store!(Arc<T>, Box<T>, &T);
+forward_binding_store!([T: BindingStore + ?Sized] Arc<T>, |this| (**this));
+forward_binding_store!([T: BindingStore + ?Sized] Box<T>, |this| (**this));
+forward_binding_store!([T: BindingStore + ?Sized] &T, |this| (**this));
 
 /// Conveniences over [`BindingStore`], implemented for every store.
 #[async_trait]
@@ -282,7 +351,24 @@ pub trait BindingStoreExt: BindingStore {
         self.rows(session_id, 0..u64::MAX).await
     }
 
-    /// Every session, following the pages of [`BindingStore::list_sessions`].
+    /// How many sessions the store holds, counted page by page (memory does not grow with
+    /// the store).
+    async fn count_sessions(&self) -> Result<u64, StoreError> {
+        let mut count = 0u64;
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.list_sessions(after.as_deref(), 256).await?;
+            count += page.sessions.len() as u64;
+            match page.next_after {
+                Some(next) => after = Some(next),
+                None => return Ok(count),
+            }
+        }
+    }
+
+    /// Every session, following the pages of [`BindingStore::list_sessions`]. It holds the
+    /// whole store's records in memory: to walk a large store, page through
+    /// `list_sessions` instead.
     async fn all_sessions(&self) -> Result<Vec<SessionRecord>, StoreError> {
         let mut out = Vec::new();
         let mut after: Option<String> = None;

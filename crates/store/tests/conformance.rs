@@ -4,38 +4,31 @@ use std::sync::Arc;
 
 use rethread_store::{conformance, BindingStore, MemoryStore, OpenOptions, RedbStore, SqliteStore};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_store_conforms() {
-    let store = Arc::new(MemoryStore::new());
+/// The whole suite on `store` directly, then through `Arc<dyn BindingStore>`.
+async fn conforms<S: BindingStore + 'static>(store: S) {
+    let store = Arc::new(store);
     conformance::run_all(store.as_ref()).await;
     let shared: Arc<dyn BindingStore> = store;
     conformance::run_all(&shared).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_store_conforms() {
+    conforms(MemoryStore::new()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redb_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(
-        RedbStore::open(dir.path().join("store.redb"), OpenOptions::new())
-            .await
-            .unwrap(),
-    );
-    conformance::run_all(store.as_ref()).await;
-    let shared: Arc<dyn BindingStore> = store;
-    conformance::run_all(&shared).await;
+    let path = dir.path().join("store.redb");
+    conforms(RedbStore::open(path, OpenOptions::new()).await.unwrap()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(
-        SqliteStore::open(dir.path().join("store.sqlite"), OpenOptions::new())
-            .await
-            .unwrap(),
-    );
-    conformance::run_all(store.as_ref()).await;
-    let shared: Arc<dyn BindingStore> = store;
-    conformance::run_all(&shared).await;
+    let path = dir.path().join("store.sqlite");
+    conforms(SqliteStore::open(path, OpenOptions::new()).await.unwrap()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -308,3 +308,40 @@ async fn open_url_schemes() {
     // The memory store is also constructible directly.
     let _ = MemoryStore::new();
 }
+
+#[tokio::test]
+async fn create_dirs_makes_a_new_store_directory_owner_only() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in [
+        format!("redb:{}", dir.path().join("a/b/s.redb").display()),
+        format!("sqlite://{}", dir.path().join("c/d/s.db").display()),
+    ] {
+        let refused = open_url(&url, OpenOptions::new()).await;
+        assert!(
+            matches!(refused, Err(StoreError::Io { .. })),
+            "{url}: {refused:?}"
+        );
+        let store = open_url(&url, OpenOptions::new().create_dirs(true))
+            .await
+            .unwrap();
+        store.commit_turn(commit("a", "t1")).await.unwrap();
+        let path = rethread_store::StoreUrl::parse(&url).unwrap();
+        let parent = path.path().unwrap().parent().unwrap();
+        assert_eq!(mode(parent), 0o700, "{url}");
+        assert_eq!(mode(path.path().unwrap()), 0o600, "{url}");
+    }
+}
+
+#[tokio::test]
+async fn store_urls_name_their_store_without_a_password() {
+    use rethread_store::StoreUrl;
+    let url = StoreUrl::parse("postgresql://alice:s3cret@db.example:5433/app?schema=x").unwrap();
+    assert!(matches!(url, StoreUrl::Postgres(_)));
+    assert!(!url.to_string().contains("s3cret"));
+    assert_eq!(url.path(), None);
+    let url: StoreUrl = "redb://relative/dir/s.redb".parse().unwrap();
+    assert_eq!(
+        url.path(),
+        Some(std::path::Path::new("relative/dir/s.redb"))
+    );
+}

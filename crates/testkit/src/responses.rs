@@ -1,5 +1,5 @@
 //! A local stand-in for the OpenAI Responses API, so the **real** `codex app-server` can run
-//! turns offline (see codex-wire-notes.md, "Running real turns offline").
+//! turns offline (`docs/design.md`, "Real turns offline").
 //!
 //! It listens on `127.0.0.1` on an ephemeral port, speaks plain HTTP/1.1 with keep-alive, and
 //! answers:

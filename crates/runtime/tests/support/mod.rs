@@ -1,4 +1,4 @@
-//! A scripted peer as a channel pair (style.md item 7): the test holds the server's end of an
+//! A scripted peer as a channel pair: the test holds the server's end of an
 //! in-memory duplex and answers, errors or stalls each request itself.
 
 #![allow(dead_code, unreachable_pub)]

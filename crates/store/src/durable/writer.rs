@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::logic::{apply, now_ms, ReadTxn, Reply, WriteOp, WriteTxn};
+use crate::logic::{now_ms, LeaseTxn, ReadTxn, WriteOp, WriteTxn};
 use crate::{SessionRecord, StoreError, TranscriptRow};
 
 /// A storage engine as seen by the writer thread.
@@ -27,24 +27,80 @@ pub(crate) trait Engine: Send + 'static {
         f: &mut dyn FnMut(&mut dyn WriteTxn, bool) -> Result<(), StoreError>,
     ) -> Result<(), StoreError>;
 
+    /// When the engine wants [`Engine::flush`] called if no write comes first (a relaxed
+    /// engine with commits not yet durable); `None`: never.
+    fn flush_due(&self) -> Option<Instant> {
+        None
+    }
+
+    /// Makes every commit so far durable. Called when [`Engine::flush_due`] has passed with
+    /// no write in between.
+    fn flush(&mut self) {}
+
     /// Called once when the writer stops, before the engine is dropped.
     fn shutdown(&mut self) {}
 }
 
-type ReplyTx = oneshot::Sender<Result<Reply, StoreError>>;
+/// A queued write of any type: it runs its operation in a transaction (keeping the result)
+/// and answers its caller once the transaction's fate is known.
+trait Queued: Send + std::fmt::Debug {
+    /// Runs the write in `txn`. A logical refusal is kept as the result and the transaction
+    /// goes on (the refused write wrote nothing); any other error fails the transaction.
+    fn apply(&mut self, txn: &mut dyn WriteTxn, now: i64) -> Result<(), StoreError>;
+    /// Answers the caller with the kept result (the transaction committed).
+    fn answer(self: Box<Self>);
+    /// Answers the caller with `error` (the transaction failed).
+    fn fail(self: Box<Self>, error: StoreError);
+}
 
-// Writes are the common case and move through the channel once; boxing them would only add an
-// allocation per write.
-#[allow(clippy::large_enum_variant)]
+/// One write and the caller waiting for its typed result.
+#[derive(Debug)]
+struct Job<O: WriteOp> {
+    op: O,
+    result: Option<Result<O::Output, StoreError>>,
+    reply: oneshot::Sender<Result<O::Output, StoreError>>,
+}
+
+impl<O: WriteOp> Queued for Job<O> {
+    fn apply(&mut self, txn: &mut dyn WriteTxn, now: i64) -> Result<(), StoreError> {
+        match self.op.apply(txn, now) {
+            Ok(output) => self.result = Some(Ok(output)),
+            // A logical refusal wrote nothing (see `logic`), so the others may commit.
+            Err(e) if e.is_logical() => self.result = Some(Err(e)),
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    fn answer(self: Box<Self>) {
+        let result = self.result.unwrap_or_else(|| {
+            Err(StoreError::Internal(
+                "a write was answered before it ran".to_string(),
+            ))
+        });
+        let _ = self.reply.send(result);
+    }
+
+    fn fail(self: Box<Self>, error: StoreError) {
+        let _ = self.reply.send(Err(error));
+    }
+}
+
 enum Msg {
-    Write(WriteOp, ReplyTx),
+    Write(Box<dyn Queued>),
     Close(oneshot::Sender<()>),
 }
 
 /// The async side of a writer thread.
+///
+/// Dropping it closes the channel and waits for the thread to finish the queued writes and
+/// close the engine (a relaxed engine makes its commits durable then), so a process that
+/// drops its store and exits leaves a closed, complete file. `close` is the async way.
 #[derive(Debug)]
 pub(crate) struct Writer {
     tx: mpsc::Sender<Msg>,
+    /// The writer thread, joined on drop.
+    thread: Option<std::thread::JoinHandle<()>>,
     /// Writes sent and not yet answered (for the lone-write spin).
     in_flight: Arc<AtomicUsize>,
     /// How long a lone write polls for its reply before it parks (`OpenOptions::lone_write_spin`).
@@ -104,7 +160,7 @@ impl Drop for InFlight<'_> {
 impl std::fmt::Debug for Msg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Msg::Write(op, _) => f.debug_tuple("Write").field(op).finish(),
+            Msg::Write(job) => f.debug_tuple("Write").field(job).finish(),
             Msg::Close(_) => f.write_str("Close"),
         }
     }
@@ -126,7 +182,7 @@ impl Writer {
     {
         let (tx, rx) = mpsc::channel::<Msg>(4096);
         let (opened_tx, opened_rx) = oneshot::channel();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name(format!("rethread-{name}-writer"))
             .spawn(move || match open() {
                 Ok((engine, readers)) => {
@@ -145,6 +201,7 @@ impl Writer {
         let readers = opened_rx.await.map_err(|_| StoreError::Closed)??;
         let writer = Writer {
             tx,
+            thread: Some(thread),
             in_flight: Arc::default(),
             lone_write_spin,
             backoff: SpinBackoff::default(),
@@ -163,12 +220,17 @@ impl Writer {
     /// yields), and concurrent writers, which group commit serves, never poll. Where polling
     /// does not pay (a slow disk, or busy CPUs: the poll would compete with the writer thread
     /// for a CPU), [`SpinBackoff`] turns it off.
-    pub(crate) async fn write(&self, op: WriteOp) -> Result<Reply, StoreError> {
+    pub(crate) async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output, StoreError> {
         let alone = self.in_flight.fetch_add(1, Ordering::AcqRel) == 0;
         let _in_flight = InFlight(&self.in_flight);
-        let (reply_tx, mut reply_rx) = oneshot::channel();
+        let (reply, mut reply_rx) = oneshot::channel();
+        let job = Job {
+            op,
+            result: None,
+            reply,
+        };
         self.tx
-            .send(Msg::Write(op, reply_tx))
+            .send(Msg::Write(Box::new(job)))
             .await
             .map_err(|_| StoreError::Closed)?;
         if alone && !self.lone_write_spin.is_zero() && self.backoff.may_poll() {
@@ -201,20 +263,43 @@ impl Writer {
     }
 }
 
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        // Closing the channel stops the thread once it has committed what is queued. The wait
+        // is one commit and the engine's close (after `close`, nothing).
+        let (tx, _) = mpsc::channel(1);
+        drop(std::mem::replace(&mut self.tx, tx));
+        if thread.thread().id() != std::thread::current().id() {
+            let _ = thread.join();
+        }
+    }
+}
+
 fn run<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Msg>, max_batch: usize) {
     let mut cache = HashMap::new();
-    let mut batch: Vec<(WriteOp, ReplyTx)> = Vec::new();
-    while let Some(first) = next_message(&mut rx) {
+    let mut batch: Vec<Box<dyn Queued>> = Vec::new();
+    loop {
+        let first = match next_message(&mut rx, engine.flush_due()) {
+            Next::Message(message) => message,
+            Next::FlushDue => {
+                engine.flush();
+                continue;
+            }
+            Next::Closed => break,
+        };
         let mut close = None;
         match first {
-            Msg::Write(op, reply) => batch.push((op, reply)),
+            Msg::Write(job) => batch.push(job),
             Msg::Close(done) => close = Some(done),
         }
         // Group commit: everything that queued up while the previous transaction was being
         // made durable goes into this one.
         while close.is_none() && batch.len() < max_batch {
             match rx.try_recv() {
-                Ok(Msg::Write(op, reply)) => batch.push((op, reply)),
+                Ok(Msg::Write(job)) => batch.push(job),
                 Ok(Msg::Close(done)) => close = Some(done),
                 Err(_) => break,
             }
@@ -238,30 +323,68 @@ fn run<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Msg>, max_batch: usize) 
 /// poll yields the CPU between tries, so an idle store costs nothing past this window.
 const POLL_BEFORE_PARK: Duration = Duration::from_micros(50);
 
-fn next_message(rx: &mut mpsc::Receiver<Msg>) -> Option<Msg> {
+/// What the writer thread waits for next.
+enum Next {
+    Message(Msg),
+    /// The engine's flush is due and nothing came.
+    FlushDue,
+    /// Every sender is gone.
+    Closed,
+}
+
+fn next_message(rx: &mut mpsc::Receiver<Msg>, flush_due: Option<Instant>) -> Next {
     let start = Instant::now();
     loop {
         match rx.try_recv() {
-            Ok(msg) => return Some(msg),
-            Err(mpsc::error::TryRecvError::Disconnected) => return None,
+            Ok(msg) => return Next::Message(msg),
+            Err(mpsc::error::TryRecvError::Disconnected) => return Next::Closed,
             Err(mpsc::error::TryRecvError::Empty) => {}
         }
         if start.elapsed() >= POLL_BEFORE_PARK {
-            return rx.blocking_recv();
+            return match flush_due {
+                None => rx.blocking_recv().map_or(Next::Closed, Next::Message),
+                Some(due) => recv_until(rx, due),
+            };
         }
         std::thread::yield_now();
+    }
+}
+
+/// Wakes the writer thread when its channel has a message.
+struct ThreadWaker(std::thread::Thread);
+
+impl std::task::Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Waits for a message until `deadline` (tokio's receiver has no blocking wait with a
+/// timeout: poll it with a waker that unparks this thread, and park until the deadline).
+fn recv_until(rx: &mut mpsc::Receiver<Msg>, deadline: Instant) -> Next {
+    let waker = std::task::Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    loop {
+        match rx.poll_recv(&mut cx) {
+            std::task::Poll::Ready(Some(msg)) => return Next::Message(msg),
+            std::task::Poll::Ready(None) => return Next::Closed,
+            std::task::Poll::Pending => {}
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Next::FlushDue;
+        }
+        std::thread::park_timeout(deadline - now);
     }
 }
 
 /// Commits `batch` in one transaction and answers each caller after the commit. If the
 /// transaction fails as a whole, each write is retried alone so that one bad write cannot fail
 /// its neighbours.
-fn commit_batch<E: Engine>(engine: &mut E, cache: &mut Cache, batch: Vec<(WriteOp, ReplyTx)>) {
+fn commit_batch<E: Engine>(engine: &mut E, cache: &mut Cache, mut batch: Vec<Box<dyn Queued>>) {
     let now = now_ms();
-    let mut results: Vec<Result<Reply, StoreError>> = Vec::with_capacity(batch.len());
     let mut pending: Cache = HashMap::new();
     let outcome = engine.write(&mut |txn, others_wrote| {
-        results.clear();
         pending.clear();
         if others_wrote || cache.len() > CACHE_LIMIT {
             cache.clear();
@@ -271,13 +394,8 @@ fn commit_batch<E: Engine>(engine: &mut E, cache: &mut Cache, batch: Vec<(WriteO
             cache,
             pending: &mut pending,
         };
-        for (op, _) in &batch {
-            match apply(&mut txn, op, now) {
-                Ok(reply) => results.push(Ok(reply)),
-                // A logical refusal wrote nothing (see `logic`), so the others may commit.
-                Err(e) if e.is_logical() => results.push(Err(e)),
-                Err(e) => return Err(e),
-            }
+        for job in batch.iter_mut() {
+            job.apply(&mut txn, now)?;
         }
         Ok(())
     });
@@ -289,20 +407,16 @@ fn commit_batch<E: Engine>(engine: &mut E, cache: &mut Cache, batch: Vec<(WriteO
         cache.clear();
     }
     match outcome {
-        Ok(()) => {
-            for ((_, reply), result) in batch.into_iter().zip(results) {
-                let _ = reply.send(result);
-            }
-        }
+        Ok(()) => batch.into_iter().for_each(|job| job.answer()),
         Err(e) if batch.len() == 1 => {
-            if let Some((_, reply)) = batch.into_iter().next() {
-                let _ = reply.send(Err(e));
+            if let Some(job) = batch.pop() {
+                job.fail(e);
             }
         }
         Err(e) => {
             tracing::warn!(error = %e, size = batch.len(), "group commit failed; retrying each write alone");
-            for item in batch {
-                commit_batch(engine, cache, vec![item]);
+            for job in batch {
+                commit_batch(engine, cache, vec![job]);
             }
         }
     }
@@ -328,6 +442,10 @@ struct Cached<'a> {
 }
 
 impl ReadTxn for Cached<'_> {
+    fn label(&self) -> &str {
+        self.inner.label()
+    }
+
     fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
         if let Some(record) = self
             .pending
@@ -356,6 +474,14 @@ impl ReadTxn for Cached<'_> {
     ) -> Result<Vec<SessionRecord>, StoreError> {
         self.inner.list(after, limit)
     }
+
+    fn has_rows(&mut self, session_id: &str) -> Result<bool, StoreError> {
+        self.inner.has_rows(session_id)
+    }
+
+    fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
+        self.inner.row_ends()
+    }
 }
 
 impl WriteTxn for Cached<'_> {
@@ -376,7 +502,7 @@ impl WriteTxn for Cached<'_> {
         Ok(existed)
     }
 
-    fn leases(&mut self) -> Option<&mut dyn crate::logic::LeaseTxn> {
+    fn leases(&mut self) -> Option<&mut dyn LeaseTxn> {
         self.inner.leases()
     }
 }
@@ -384,12 +510,14 @@ impl WriteTxn for Cached<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::logic::Commit;
     use crate::memory::State;
-    use crate::TurnCommit;
+    use crate::{CommitOutcome, TurnCommit};
 
-    /// The in-memory state behind a writer thread, each transaction taking `delay`.
+    /// The in-memory state behind a writer thread, each transaction taking `delay`. A
+    /// transaction runs on a copy that replaces the state only if it succeeds.
     struct SlowEngine {
-        state: State,
+        state: std::sync::Arc<std::sync::Mutex<State>>,
         delay: Duration,
     }
 
@@ -399,15 +527,24 @@ mod tests {
             f: &mut dyn FnMut(&mut dyn WriteTxn, bool) -> Result<(), StoreError>,
         ) -> Result<(), StoreError> {
             std::thread::sleep(self.delay);
-            f(&mut self.state, false)
+            let mut state = self.state.lock().unwrap();
+            let mut txn = state.clone();
+            f(&mut txn, false)?;
+            *state = txn;
+            Ok(())
         }
     }
 
-    async fn writer(delay: Duration, spin: Duration) -> Writer {
+    async fn writer_with_state(
+        delay: Duration,
+        spin: Duration,
+    ) -> (Writer, std::sync::Arc<std::sync::Mutex<State>>) {
+        let state = std::sync::Arc::default();
+        let engine_state = std::sync::Arc::clone(&state);
         let (writer, ()) = Writer::spawn("test", 16, spin, move || {
             Ok((
                 SlowEngine {
-                    state: State::default(),
+                    state: engine_state,
                     delay,
                 },
                 (),
@@ -415,11 +552,60 @@ mod tests {
         })
         .await
         .unwrap();
-        writer
+        (writer, state)
     }
 
-    fn commit(session: &str) -> WriteOp {
-        WriteOp::Commit(TurnCommit {
+    async fn writer(delay: Duration, spin: Duration) -> Writer {
+        writer_with_state(delay, spin).await.0
+    }
+
+    /// A write that writes a row and then fails the way a bug of this crate does.
+    #[derive(Debug)]
+    struct Broken;
+
+    impl WriteOp for Broken {
+        type Output = ();
+        fn session_id(&self) -> &str {
+            "broken"
+        }
+        fn needs(&self) -> crate::logic::Needs<'_> {
+            crate::logic::Needs::default()
+        }
+        fn apply(&self, txn: &mut dyn WriteTxn, _now: i64) -> Result<(), StoreError> {
+            txn.put_row("broken", 0, &serde_json::json!("half-written"))?;
+            Err(StoreError::Internal("a test bug".to_string()))
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_internal_error_fails_its_group_commit_and_commits_nothing_of_its_own() {
+        let (writer, state) = writer_with_state(Duration::from_millis(30), Duration::ZERO).await;
+        let writer = std::sync::Arc::new(writer);
+        // The first write keeps the engine busy so that the next three share one batch.
+        let first = tokio::spawn({
+            let writer = std::sync::Arc::clone(&writer);
+            async move { writer.write(commit("first")).await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let (a, broken, b) = tokio::join!(
+            writer.write(commit("a")),
+            writer.write(Broken),
+            writer.write(commit("b")),
+        );
+        first.await.unwrap().unwrap();
+        assert!(a.unwrap().is_published());
+        assert!(b.unwrap().is_published());
+        assert!(matches!(broken, Err(StoreError::Internal(_))), "{broken:?}");
+        let mut state = state.lock().unwrap().clone();
+        assert!(
+            state.load_rows("broken", 0..1).unwrap().is_empty(),
+            "the failed write's row was rolled back"
+        );
+        assert_eq!(state.load("a").unwrap().unwrap().row_count, 1);
+    }
+
+    fn commit(session: &str) -> Commit {
+        Commit(TurnCommit {
             session_id: session.to_string(),
             thread_id: "thr".to_string(),
             codex_home: None,
@@ -437,7 +623,7 @@ mod tests {
         let writer = writer(Duration::from_millis(30), Duration::from_millis(1)).await;
         let reply = writer.write(commit("a")).await.unwrap();
         assert!(
-            matches!(reply, Reply::Commit(ref c) if c.first_seq() == 0),
+            matches!(reply, CommitOutcome::Published { first_seq: 0, .. }),
             "{reply:?}"
         );
         assert_eq!(in_flight(&writer), 0);
@@ -456,7 +642,7 @@ mod tests {
         // The cancelled write still commits (it was queued); the next one is alone again.
         let reply = writer.write(commit("a")).await.unwrap();
         assert!(
-            matches!(reply, Reply::Commit(ref c) if c.first_seq() == 1),
+            matches!(reply, CommitOutcome::Published { first_seq: 1, .. }),
             "{reply:?}"
         );
         writer.close().await;
@@ -475,7 +661,7 @@ mod tests {
         for task in tasks {
             let reply = task.await.unwrap().unwrap();
             assert!(
-                matches!(reply, Reply::Commit(ref c) if c.first_seq() == 0),
+                matches!(reply, CommitOutcome::Published { first_seq: 0, .. }),
                 "{reply:?}"
             );
         }
@@ -514,10 +700,7 @@ mod tests {
         let writer = writer(Duration::ZERO, Duration::ZERO).await;
         for seq in 0..3 {
             let reply = writer.write(commit("a")).await.unwrap();
-            assert!(
-                matches!(reply, Reply::Commit(ref c) if c.first_seq() == seq),
-                "{reply:?}"
-            );
+            assert!(reply.first_seq() == seq, "{reply:?}");
         }
         writer.close().await;
     }

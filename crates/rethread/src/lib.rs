@@ -1,0 +1,65 @@
+//! rethread keeps a host's conversation and its codex model-side thread together across
+//! restarts.
+//!
+//! A host (API server, chat gateway, CLI, IDE) drives `codex app-server` and keeps its own
+//! session id and transcript. rethread stores `session id -> codex thread id` durably, and only
+//! once the turn's transcript rows are durable; the next host process for that session resumes
+//! the thread before its first turn; when codex cannot hand the thread back it fails closed:
+//! it drops the binding, starts a fresh thread and says so exactly once
+//! ([`RESUME_FALLBACK_NOTICE`]).
+//!
+//! This crate is the one dependency a host needs. It re-exports:
+//!
+//! - from [`runtime`]: [`AppServerClient`] (drives `codex app-server`), [`SessionBinder`] and
+//!   [`CodexSession`] (resume or fall back, run turns, publish the binding after the rows are
+//!   durable), [`StatusRail`] (where every notice goes), [`probe_thread`], and the rules as
+//!   pieces in [`binding`] for hosts that send their own requests;
+//! - from [`store`]: [`open_url`] and [`OpenOptions`], the [`BindingStore`] trait and its
+//!   backends, chosen with this crate's features: `redb` and `sqlite` (default), `postgres`;
+//! - [`protocol`]: the typed JSON-RPC dialect of `codex app-server`;
+//! - with the `proxy` feature, `proxy`: the `rethread app-server` session proxy.
+//!
+//! ```no_run
+//! use rethread::{open_url, AppServerClient, CodexCommand, OpenOptions, SessionBinder, StatusRail};
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = open_url("redb:/var/lib/my-host/rethread.redb", OpenOptions::default()).await?;
+//! let client = AppServerClient::spawn(&CodexCommand::new("codex")).await?;
+//! let mut binder = SessionBinder::new("chat-42", store, StatusRail::default());
+//! let mut session = binder.open(&client).await?;
+//! let report = session.run_turn("What did we decide yesterday?").await?;
+//! println!("{}", report.reply);
+//! binder.close().await?;
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+#![deny(rustdoc::broken_intra_doc_links)]
+
+pub use rethread_protocol as protocol;
+#[cfg(feature = "proxy")]
+pub use rethread_proxy as proxy;
+pub use rethread_runtime as runtime;
+pub use rethread_store as store;
+
+pub use rethread_runtime::{
+    binding, probe_thread, AppServerClient, BinderOptions, BoxError, ClientBuilder, ClientError,
+    ClientOptions, CodexCommand, CodexSession, DeclineAll, OpenOutcome, RuntimeError, SeedOptions,
+    ServerRequestHandler, SessionBinder, SessionLease, SinkDurability, StatusEvent, StatusKind,
+    StatusRail, StatusSink, ThreadHealth, Transcript, TranscriptSink, TurnReport,
+    RESUME_FALLBACK_NOTICE,
+};
+#[cfg(feature = "postgres")]
+pub use rethread_store::PostgresStore;
+#[cfg(feature = "redb")]
+pub use rethread_store::RedbStore;
+#[cfg(feature = "sqlite")]
+pub use rethread_store::SqliteStore;
+pub use rethread_store::{
+    open_url, BindingStore, BindingStoreExt, Durability, MemoryStore, OpenOptions, SessionRecord,
+    StoreError,
+};
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;

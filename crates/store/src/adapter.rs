@@ -1,0 +1,188 @@
+//! [`BindingStore`] implemented once, for every backend, on top of the typed operations of
+//! `logic`. A backend only says how it runs a read and a write ([`Backend`]); what each
+//! method means is decided here and in `logic`, so backends cannot drift apart.
+
+use std::future::Future;
+use std::ops::Range;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
+use crate::logic::{
+    self, ttl_ms, Acquire, InStore, LeaseOp, LocalLeases, ReadOp, Release, Renew, WriteOp,
+};
+use crate::{
+    BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, SessionExport,
+    SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit, VerifyProgress,
+    VerifyReport,
+};
+
+/// How a backend runs operations.
+pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
+    /// Runs `op` on one consistent snapshot, never on an async runtime thread's time if it
+    /// blocks.
+    fn read<O: ReadOp>(&self, op: O) -> impl Future<Output = Result<O::Output, StoreError>> + Send;
+
+    /// Runs `op` in one write transaction and returns once it is committed (durably, unless
+    /// the store is relaxed) or refused.
+    fn write<O: WriteOp>(
+        &self,
+        op: O,
+    ) -> impl Future<Output = Result<O::Output, StoreError>> + Send;
+
+    /// The leases of a backend that keeps them in the process rather than in the store
+    /// (redb: one process per file). `None`: lease requests are writes.
+    fn local_leases(&self) -> Option<&LocalLeases> {
+        None
+    }
+
+    /// [`BindingStore::verify`]; by default through `store`'s public methods.
+    fn verify<'a>(
+        &'a self,
+        store: &'a (dyn BindingStore + 'a),
+        progress: &'a mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),
+    ) -> impl Future<Output = Result<VerifyReport, StoreError>> + Send + 'a {
+        crate::verify::by_export(store, progress)
+    }
+}
+
+/// A [`Backend`] seen as a [`BindingStore`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Adapter<B>(pub(crate) B);
+
+impl<B: Backend> Adapter<B> {
+    async fn lease<L: LeaseOp>(&self, op: L) -> Result<L::Output, StoreError> {
+        match self.0.local_leases() {
+            Some(local) => local.apply(&op),
+            None => self.0.write(InStore(op)).await,
+        }
+    }
+}
+
+#[async_trait]
+impl<B: Backend> BindingStore for Adapter<B> {
+    async fn session(&self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        self.0.read(logic::GetSession(session_id.to_string())).await
+    }
+
+    async fn rows(
+        &self,
+        session_id: &str,
+        range: Range<u64>,
+    ) -> Result<Vec<TranscriptRow>, StoreError> {
+        if range.start >= range.end {
+            return Ok(Vec::new());
+        }
+        let op = logic::GetRows {
+            session_id: session_id.to_string(),
+            range,
+        };
+        self.0.read(op).await
+    }
+
+    async fn commit_turn(&self, commit: TurnCommit) -> Result<CommitOutcome, StoreError> {
+        self.0.write(logic::Commit(commit)).await
+    }
+
+    async fn patch_config(
+        &self,
+        session_id: &str,
+        patch: Map<String, Value>,
+        fence: Option<&Fence>,
+    ) -> Result<Map<String, Value>, StoreError> {
+        let op = logic::Patch {
+            session_id: session_id.to_string(),
+            patch,
+            fence: fence.cloned(),
+        };
+        self.0.write(op).await
+    }
+
+    async fn drop_binding_if(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        fence: Option<&Fence>,
+    ) -> Result<bool, StoreError> {
+        let op = logic::DropIf {
+            session_id: session_id.to_string(),
+            thread_id: thread_id.to_string(),
+            fence: fence.cloned(),
+        };
+        self.0.write(op).await
+    }
+
+    async fn retire_thread(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError> {
+        let op = logic::Retire {
+            session_id: session_id.to_string(),
+            thread_id: thread_id.to_string(),
+            fence: fence.cloned(),
+        };
+        self.0.write(op).await
+    }
+
+    async fn list_sessions(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<SessionPage, StoreError> {
+        let op = logic::ListPage {
+            after: after.map(str::to_string),
+            limit,
+        };
+        self.0.read(op).await
+    }
+
+    async fn delete_session(&self, session_id: &str) -> Result<bool, StoreError> {
+        self.0.write(logic::Delete(session_id.to_string())).await
+    }
+
+    async fn export_session(&self, session_id: &str) -> Result<Option<SessionExport>, StoreError> {
+        self.0
+            .read(logic::ExportSession(session_id.to_string()))
+            .await
+    }
+
+    async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome, StoreError> {
+        self.0.write(logic::Import(export)).await
+    }
+
+    async fn acquire_lease(
+        &self,
+        session_id: &str,
+        owner: &LeaseOwner,
+        ttl: Duration,
+    ) -> Result<Lease, StoreError> {
+        self.lease(Acquire {
+            session_id: session_id.to_string(),
+            owner: owner.clone(),
+            ttl_ms: ttl_ms(ttl),
+        })
+        .await
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
+        self.lease(Renew {
+            lease: lease.clone(),
+            ttl_ms: ttl_ms(ttl),
+        })
+        .await
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError> {
+        self.lease(Release(lease.clone())).await
+    }
+
+    async fn verify(
+        &self,
+        progress: &mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),
+    ) -> Result<VerifyReport, StoreError> {
+        self.0.verify(self, progress).await
+    }
+}

@@ -1,0 +1,306 @@
+//! Leases: exclusion, renewal, expiry, fences, dead holders.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::future::join_all;
+use serde_json::json;
+
+use super::{obj, turn, unique_id, NEXT};
+use crate::{
+    BindingStore, BindingStoreExt, Fence, Lease, LeaseOwner, StoreError, CODEX_THREAD_ID_KEY,
+};
+
+fn owner(name: &str) -> LeaseOwner {
+    LeaseOwner {
+        host: format!("host-{name}"),
+        pid: 4242,
+        started_at_ms: 1_700_000_000_000,
+        instance: NEXT.fetch_add(1, Ordering::Relaxed),
+        process: None,
+    }
+}
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// A live lease excludes every other owner (typed `Busy` naming the holder); the holder asking
+/// again renews it, keeping its fence.
+pub async fn lease_is_exclusive(store: &dyn BindingStore) {
+    let s = unique_id("lease-exclusive");
+    let (a, b) = (owner("a"), owner("b"));
+    let lease = store.acquire_lease(&s, &a, LONG).await.unwrap();
+    assert_eq!(lease.session_id, s);
+    assert_eq!(lease.owner, a);
+    assert!(lease.expires_at_ms > lease.acquired_at_ms);
+    match store.acquire_lease(&s, &b, LONG).await {
+        Err(StoreError::Busy {
+            session_id,
+            holder,
+            acquired_at_ms,
+            expires_at_ms,
+        }) => {
+            assert_eq!(session_id, s);
+            assert_eq!(holder, a);
+            assert_eq!(acquired_at_ms, lease.acquired_at_ms);
+            assert!(expires_at_ms >= lease.expires_at_ms);
+        }
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    // A re-acquire by the holder is a new grant: a new fence, and the earlier grant's late
+    // renewal or release cannot touch it.
+    let again = store.acquire_lease(&s, &a, LONG).await.unwrap();
+    assert!(again.fence > lease.fence, "{lease:?} then {again:?}");
+    assert!(matches!(
+        store.renew_lease(&lease, LONG).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    assert!(
+        !store.release_lease(&lease).await.unwrap(),
+        "a late release"
+    );
+    assert!(matches!(
+        store.acquire_lease(&s, &b, LONG).await,
+        Err(StoreError::Busy { holder, .. }) if holder == a
+    ));
+    // Leases are per session.
+    let other = unique_id("lease-exclusive-other");
+    store.acquire_lease(&other, &b, LONG).await.unwrap();
+    assert!(store.release_lease(&again).await.unwrap());
+}
+
+/// Releasing frees the lease for the next owner (with a higher fence); a second release is a
+/// no-op.
+pub async fn lease_release_frees(store: &dyn BindingStore) {
+    let s = unique_id("lease-release");
+    let (a, b) = (owner("a"), owner("b"));
+    let first = store.acquire_lease(&s, &a, LONG).await.unwrap();
+    assert!(store.release_lease(&first).await.unwrap());
+    assert!(!store.release_lease(&first).await.unwrap(), "already free");
+    assert!(
+        matches!(
+            store.renew_lease(&first, LONG).await,
+            Err(StoreError::LeaseLost { .. })
+        ),
+        "a released lease cannot be renewed"
+    );
+    let second = store.acquire_lease(&s, &b, LONG).await.unwrap();
+    assert_eq!(second.owner, b);
+    assert!(
+        second.fence > first.fence,
+        "fences grow: {first:?} {second:?}"
+    );
+    assert!(store.release_lease(&second).await.unwrap());
+}
+
+/// Renewing pushes the expiry out: the lease outlives its first TTL.
+pub async fn lease_renew_extends(store: &dyn BindingStore) {
+    let s = unique_id("lease-renew");
+    let (a, b) = (owner("a"), owner("b"));
+    // Wide margins: a loaded machine may oversleep by hundreds of milliseconds.
+    let ttl = Duration::from_millis(2000);
+    let lease = store.acquire_lease(&s, &a, ttl).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let renewed = store.renew_lease(&lease, ttl).await.unwrap();
+    assert!(renewed.expires_at_ms > lease.expires_at_ms);
+    assert_eq!(renewed.fence, lease.fence);
+    assert_eq!(renewed.acquired_at_ms, lease.acquired_at_ms);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // 2.2 s after the grant: past the first expiry, within the renewed one (unless the
+    // machine stalled for 0.8 s).
+    assert!(
+        matches!(
+            store.acquire_lease(&s, &b, ttl).await,
+            Err(StoreError::Busy { .. })
+        ),
+        "the renewed lease still holds"
+    );
+    assert!(store.release_lease(&renewed).await.unwrap());
+}
+
+/// A holder that stops renewing (crashed) loses the lease at expiry: another owner gets it, and
+/// the old holder can neither renew nor release it.
+pub async fn lease_expiry_frees_a_crashed_holder(store: &dyn BindingStore) {
+    let s = unique_id("lease-expiry");
+    let (a, b, c) = (owner("a"), owner("b"), owner("c"));
+    let crashed = store
+        .acquire_lease(&s, &a, Duration::from_millis(200))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        matches!(
+            store.renew_lease(&crashed, LONG).await,
+            Err(StoreError::LeaseLost { .. })
+        ),
+        "an expired lease cannot be renewed"
+    );
+    let next = store.acquire_lease(&s, &b, LONG).await.unwrap();
+    assert_eq!(next.owner, b);
+    assert_eq!(next.fence, crashed.fence + 1);
+    assert!(!store.release_lease(&crashed).await.unwrap());
+    assert!(matches!(
+        store.acquire_lease(&s, &c, LONG).await,
+        Err(StoreError::Busy { holder, .. }) if holder == b
+    ));
+    assert!(store.release_lease(&next).await.unwrap());
+}
+
+/// A lease naming another owner (or an older fence) can neither renew nor release the holder's.
+pub async fn lease_owner_mismatch_cannot_renew_or_release(store: &dyn BindingStore) {
+    let s = unique_id("lease-mismatch");
+    let (a, b) = (owner("a"), owner("b"));
+    let held = store.acquire_lease(&s, &a, LONG).await.unwrap();
+    let forged = Lease {
+        owner: b.clone(),
+        ..held.clone()
+    };
+    assert!(matches!(
+        store.renew_lease(&forged, LONG).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    assert!(!store.release_lease(&forged).await.unwrap());
+    let stale_fence = Lease {
+        fence: held.fence + 7,
+        ..held.clone()
+    };
+    assert!(!store.release_lease(&stale_fence).await.unwrap());
+    assert!(matches!(
+        store.acquire_lease(&s, &b, LONG).await,
+        Err(StoreError::Busy { holder, .. }) if holder == a
+    ));
+    assert!(store.release_lease(&held).await.unwrap());
+}
+
+/// Many owners racing for one free lease: exactly one wins, the others are `Busy` naming it.
+pub async fn concurrent_acquires_grant_one(store: &dyn BindingStore) {
+    let s = unique_id("lease-race");
+    let owners: Vec<LeaseOwner> = (0..16).map(|i| owner(&format!("racer{i}"))).collect();
+    let results = join_all(owners.iter().map(|o| store.acquire_lease(&s, o, LONG))).await;
+    let winners: Vec<&Lease> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    let winner = winners[0].owner.clone();
+    for r in &results {
+        match r {
+            Ok(_) => {}
+            Err(StoreError::Busy { holder, .. }) => assert_eq!(*holder, winner),
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+    assert!(store.release_lease(winners[0]).await.unwrap());
+}
+
+/// Writes that publish or remove a binding, carrying a fence, are refused with `LeaseLost` and
+/// write nothing once another owner took the session over; the new holder's fenced writes and
+/// unfenced writes go through.
+pub async fn fenced_writes_need_the_live_grant(store: &dyn BindingStore) {
+    let s = unique_id("fenced");
+    let (a, b) = (owner("a"), owner("b"));
+    let ttl = Duration::from_millis(300);
+    let first = store.acquire_lease(&s, &a, ttl).await.unwrap();
+    let stale = first.fence();
+    let mut commit = turn(&s, "t1", vec![json!({"n": 1})]);
+    commit.fence = Some(stale.clone());
+    store.commit_turn(commit).await.unwrap();
+    // `a` stalls past its TTL; `b` takes over and commits.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let second = store.acquire_lease(&s, &b, LONG).await.unwrap();
+    let mut commit = turn(&s, "t2", vec![json!({"n": 2})]);
+    commit.fence = Some(second.fence());
+    store.commit_turn(commit).await.unwrap();
+    let before = store.export_session(&s).await.unwrap();
+
+    let mut late = turn(&s, "t1", vec![json!({"n": 3})]);
+    late.fence = Some(stale.clone());
+    let lost = |r: &Result<_, StoreError>| matches!(r, Err(StoreError::LeaseLost { session_id }) if *session_id == s);
+    assert!(lost(&store.commit_turn(late).await.map(drop)));
+    assert!(lost(&store.retire_thread(&s, "t2", Some(&stale)).await));
+    assert!(lost(
+        &store
+            .drop_binding_if(&s, "t2", Some(&stale))
+            .await
+            .map(drop)
+    ));
+    assert!(lost(
+        &store
+            .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: "t1"})), Some(&stale))
+            .await
+            .map(drop)
+    ));
+    assert_eq!(
+        store.export_session(&s).await.unwrap(),
+        before,
+        "a refused write writes nothing"
+    );
+    // A forged fence (right owner, wrong token) is refused too.
+    let forged = Fence {
+        token: second.fence + 1,
+        ..second.fence()
+    };
+    assert!(lost(&store.retire_thread(&s, "t2", Some(&forged)).await));
+    // The holder's fenced writes and unfenced writes go through.
+    store
+        .patch_config(&s, obj(json!({"k": 1})), Some(&second.fence()))
+        .await
+        .unwrap();
+    store
+        .retire_thread(&s, "t2", Some(&second.fence()))
+        .await
+        .unwrap();
+    assert_eq!(store.thread_id(&s).await.unwrap(), None);
+    store.drop_binding_if(&s, "t9", None).await.unwrap();
+    assert!(store.release_lease(&second).await.unwrap());
+    // A released grant fences nothing any more.
+    assert!(lost(
+        &store.retire_thread(&s, "t3", Some(&second.fence())).await
+    ));
+}
+
+/// A holder whose lease expired is refused even when nobody took the session over: it failed
+/// to renew in time and must not assume it still holds the session.
+pub async fn fenced_write_after_expiry_is_refused(store: &dyn BindingStore) {
+    let s = unique_id("fenced-expired");
+    let lease = store
+        .acquire_lease(&s, &owner("a"), Duration::from_millis(100))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let mut commit = turn(&s, "t1", vec![json!({"n": 1})]);
+    commit.fence = Some(lease.fence());
+    assert!(matches!(
+        store.commit_turn(commit).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    assert_eq!(store.session(&s).await.unwrap(), None);
+}
+
+/// A holder of this process whose [`LocalOwner`](crate::LocalOwner) was dropped is provably
+/// gone: another holder takes its live lease at once, with a new fence (where the OS gives a
+/// process identity; elsewhere the TTL decides and the lease stays busy).
+pub async fn dropped_local_holder_is_taken_over_at_once(store: &dyn BindingStore) {
+    let s = unique_id("dead-holder");
+    let gone = crate::LocalOwner::new();
+    let held = store.acquire_lease(&s, gone.owner(), LONG).await.unwrap();
+    let next = crate::LocalOwner::new();
+    assert!(
+        matches!(
+            store.acquire_lease(&s, next.owner(), LONG).await,
+            Err(StoreError::Busy { .. })
+        ),
+        "a live holder is never taken over"
+    );
+    let identified = gone.owner().process.is_some();
+    drop(gone);
+    match store.acquire_lease(&s, next.owner(), LONG).await {
+        Ok(lease) => {
+            assert!(identified, "taken over without a process identity");
+            assert!(lease.fence > held.fence);
+            assert!(matches!(
+                store.renew_lease(&held, LONG).await,
+                Err(StoreError::LeaseLost { .. })
+            ));
+            assert!(store.release_lease(&lease).await.unwrap());
+        }
+        Err(StoreError::Busy { .. }) => assert!(!identified, "a dropped holder stays busy"),
+        Err(other) => panic!("unexpected {other}"),
+    }
+}

@@ -1,0 +1,108 @@
+//! The conformance suite every [`BindingStore`] backend runs (feature `conformance`).
+//!
+//! Each scenario is a `pub async fn scenario(store: &dyn BindingStore)` that panics on a
+//! violation. Scenarios pick fresh session ids on every call, so they can share one store and
+//! run in any order, any number of times. A backend test runs [`run_all`] once on the store
+//! directly and once through an `Arc<dyn BindingStore>`:
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use std::sync::Arc;
+//! use rethread_store::{conformance, BindingStore, MemoryStore};
+//! let store = Arc::new(MemoryStore::new());
+//! conformance::run_all(store.as_ref()).await;
+//! let shared: Arc<dyn BindingStore> = store;
+//! conformance::run_all(&shared).await;
+//! # }
+//! ```
+
+mod bindings;
+mod leases;
+mod model;
+mod sessions;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::{Map, Value};
+
+use crate::{BindingStore, TurnCommit};
+
+pub use bindings::{
+    cas_drop, commit_publishes_binding, concurrent_patches_of_distinct_keys,
+    many_sessions_commit_at_once, merge_patch_semantics,
+    patch_codex_thread_id_keeps_binding_consistent, refused_write_does_not_fail_its_neighbours,
+    retired_thread_is_never_published, row_order,
+};
+pub use leases::{
+    concurrent_acquires_grant_one, dropped_local_holder_is_taken_over_at_once,
+    fenced_write_after_expiry_is_refused, fenced_writes_need_the_live_grant,
+    lease_expiry_frees_a_crashed_holder, lease_is_exclusive,
+    lease_owner_mismatch_cannot_renew_or_release, lease_release_frees, lease_renew_extends,
+};
+pub use model::{op_strategy, random_ops_match_model, Op};
+pub use sessions::{
+    copy_sessions_roundtrip, delete_session, export_import_roundtrip, invalid_input,
+    list_sessions_pages, verify_finds_nothing_on_a_healthy_store,
+};
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// A session id no other scenario call uses: `{name}-{process id}-{counter}`.
+pub fn unique_id(name: &str) -> String {
+    format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub(crate) fn turn(session: &str, thread: &str, rows: Vec<Value>) -> TurnCommit {
+    TurnCommit {
+        session_id: session.to_string(),
+        thread_id: thread.to_string(),
+        codex_home: Some(format!("/codex-home/{thread}")),
+        rows,
+        fence: None,
+    }
+}
+
+pub(crate) fn obj(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+/// Runs every scenario, in order, on `store`.
+pub async fn run_all(store: &dyn BindingStore) {
+    commit_publishes_binding(store).await;
+    merge_patch_semantics(store).await;
+    patch_codex_thread_id_keeps_binding_consistent(store).await;
+    cas_drop(store).await;
+    retired_thread_is_never_published(store).await;
+    row_order(store).await;
+    concurrent_patches_of_distinct_keys(store).await;
+    many_sessions_commit_at_once(store).await;
+    refused_write_does_not_fail_its_neighbours(store).await;
+    list_sessions_pages(store).await;
+    delete_session(store).await;
+    export_import_roundtrip(store).await;
+    copy_sessions_roundtrip(store).await;
+    verify_finds_nothing_on_a_healthy_store(store).await;
+    invalid_input(store).await;
+    random_ops_match_model(store).await;
+    run_leases(store).await;
+}
+
+/// Runs every lease scenario, in order, on `store`.
+pub async fn run_leases(store: &dyn BindingStore) {
+    lease_is_exclusive(store).await;
+    lease_release_frees(store).await;
+    lease_renew_extends(store).await;
+    lease_expiry_frees_a_crashed_holder(store).await;
+    lease_owner_mismatch_cannot_renew_or_release(store).await;
+    concurrent_acquires_grant_one(store).await;
+    fenced_writes_need_the_live_grant(store).await;
+    fenced_write_after_expiry_is_refused(store).await;
+    dropped_local_holder_is_taken_over_at_once(store).await;
+}

@@ -1,0 +1,112 @@
+//! What the file backends (redb, SQLite) share: writes go to the store's writer thread
+//! (`writer.rs`, group commit), reads run in `spawn_blocking` against a read snapshot, and new
+//! files are created owner-only (`file.rs`).
+
+mod file;
+mod scan;
+mod writer;
+
+use std::sync::Arc;
+
+use crate::adapter::Backend;
+use crate::logic::{LocalLeases, ReadOp, ReadTxn, WriteOp};
+use crate::verify::Checker;
+use crate::{BindingStore, StoreError, VerifyProgress, VerifyReport};
+
+pub(crate) use file::{create_owner_only, prepare_path};
+pub(crate) use scan::{merge_scan, ScannedRow, ScannedSession};
+pub(crate) use writer::{Engine, Writer};
+
+/// How a backend runs one read snapshot (a redb read transaction, a SQLite deferred
+/// transaction on a pooled connection). Called on a blocking thread.
+pub(crate) trait Readers: Send + Sync + std::fmt::Debug + 'static {
+    fn read(
+        &self,
+        f: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError>;
+
+    /// Checks the whole store on one snapshot, recording what it finds in `checker` (see
+    /// [`BindingStore::verify`]). Returns whether the check reached the end.
+    fn verify(&self, checker: &mut Checker<'_>) -> Result<bool, StoreError>;
+}
+
+/// A writer thread plus readers: a file backend.
+#[derive(Debug)]
+pub(crate) struct Durable {
+    // Dropped first, so that the engine (dropped by the writer thread, which the writer's drop
+    // waits for) holds the last reference to the file and closes it on that thread.
+    pub(crate) readers: Arc<dyn Readers>,
+    /// `Some` for a single-process backend (redb): leases live in this process. `None`: they
+    /// live in the store and go through the writer like every other write (SQLite).
+    pub(crate) local_leases: Option<Arc<LocalLeases>>,
+    pub(crate) writer: Writer,
+}
+
+impl Durable {
+    /// Finishes queued writes, closes the engine and waits for the writer thread to stop.
+    pub(crate) async fn close(self) {
+        let Durable {
+            writer, readers, ..
+        } = self;
+        drop(readers);
+        writer.close().await;
+    }
+}
+
+impl Backend for Durable {
+    async fn read<O: ReadOp>(&self, op: O) -> Result<O::Output, StoreError> {
+        let readers = Arc::clone(&self.readers);
+        tokio::task::spawn_blocking(move || {
+            let mut out = None;
+            readers.read(&mut |txn| {
+                out = Some(op.run(txn)?);
+                Ok(())
+            })?;
+            out.ok_or_else(|| StoreError::Internal("a read snapshot never ran".to_string()))
+        })
+        .await
+        .map_err(|e| {
+            if e.is_panic() {
+                StoreError::Internal(format!("a read panicked: {e}"))
+            } else {
+                StoreError::Closed
+            }
+        })?
+    }
+
+    async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output, StoreError> {
+        self.writer.write(op).await
+    }
+
+    fn local_leases(&self) -> Option<&LocalLeases> {
+        self.local_leases.as_deref()
+    }
+
+    /// Runs the backend's scan on a blocking thread; progress crosses back over a channel.
+    async fn verify(
+        &self,
+        _store: &(dyn BindingStore + '_),
+        progress: &mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),
+    ) -> Result<VerifyReport, StoreError> {
+        let readers = Arc::clone(&self.readers);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let scan = tokio::task::spawn_blocking(move || {
+            let mut send = |p: &VerifyProgress| {
+                let _ = tx.send(*p);
+            };
+            let mut checker = Checker::new(&mut send);
+            let complete = readers.verify(&mut checker)?;
+            Ok(checker.finish(complete))
+        });
+        while let Some(update) = rx.recv().await {
+            progress(&update);
+        }
+        scan.await.map_err(|e| {
+            if e.is_panic() {
+                StoreError::Internal(format!("the check panicked: {e}"))
+            } else {
+                StoreError::Closed
+            }
+        })?
+    }
+}

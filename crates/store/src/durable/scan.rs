@@ -1,0 +1,235 @@
+//! The whole-store scan of the file backends: the merge of their session and row tables,
+//! both read in key order.
+
+use crate::verify::{Checker, ProblemKind};
+use crate::StoreError;
+
+/// A session record as a scan reads it, in key order.
+pub(crate) struct ScannedSession {
+    /// Its key.
+    pub(crate) id: String,
+    /// Its row count, or the damage that makes the record unreadable.
+    pub(crate) row_count: Result<u64, StoreError>,
+}
+
+/// A row as a scan reads it, in key order (`session_id`, then `seq`).
+pub(crate) struct ScannedRow {
+    pub(crate) session_id: String,
+    pub(crate) seq: u64,
+    /// `Err`: the row's damage (checksum, decoding).
+    pub(crate) body: Result<(), StoreError>,
+}
+
+/// A run of consecutive stray rows of one session, reported as one problem.
+struct StrayRun {
+    session_id: String,
+    first: u64,
+    last: u64,
+    count: u64,
+    why: &'static str,
+}
+
+/// The merge of the two key-ordered scans: each session has exactly the rows
+/// `0..row_count`, no row belongs to no session, keys come in order. An `Err` item stops the
+/// scan (recorded as a `Structure` problem when it is damage). Returns whether the scan
+/// reached the end.
+pub(crate) fn merge_scan(
+    checker: &mut Checker<'_>,
+    sessions: &mut dyn Iterator<Item = Result<ScannedSession, StoreError>>,
+    rows: &mut dyn Iterator<Item = Result<ScannedRow, StoreError>>,
+) -> Result<bool, StoreError> {
+    let mut scan = Merge {
+        checker,
+        rows,
+        pending: None,
+        last_row: None,
+        stray: None,
+        stopped: false,
+    };
+    scan.advance()?;
+    let mut previous: Option<String> = None;
+    for session in sessions {
+        let session = match session {
+            Ok(session) => session,
+            Err(error) => {
+                scan.stop(error)?;
+                break;
+            }
+        };
+        if previous.as_ref().is_some_and(|p| *p >= session.id) {
+            scan.checker.problem(
+                ProblemKind::Structure,
+                Some(&session.id),
+                format!(
+                    "session keys out of order: {} after {previous:?}",
+                    session.id
+                ),
+            );
+        }
+        let id = session.id.clone();
+        scan.session(session)?;
+        if scan.stopped {
+            break;
+        }
+        previous = Some(id);
+    }
+    if !scan.stopped {
+        // Rows past the last session belong to none.
+        while let Some(row) = scan.pending.take() {
+            scan.stray_row(row, "belong to no session record");
+            scan.advance()?;
+            if scan.stopped {
+                break;
+            }
+        }
+    }
+    scan.flush_stray();
+    Ok(!scan.stopped)
+}
+
+struct Merge<'c, 'p, 'r> {
+    checker: &'c mut Checker<'p>,
+    rows: &'r mut dyn Iterator<Item = Result<ScannedRow, StoreError>>,
+    pending: Option<ScannedRow>,
+    last_row: Option<(String, u64)>,
+    stray: Option<StrayRun>,
+    stopped: bool,
+}
+
+impl Merge<'_, '_, '_> {
+    fn stop(&mut self, error: StoreError) -> Result<(), StoreError> {
+        self.stopped = true;
+        self.pending = None;
+        self.checker.damage(ProblemKind::Structure, None, error)
+    }
+
+    /// Reads the next row into `pending`, checking its order and its own damage.
+    fn advance(&mut self) -> Result<(), StoreError> {
+        self.pending = None;
+        let Some(next) = self.rows.next() else {
+            return Ok(());
+        };
+        let mut row = match next {
+            Ok(row) => row,
+            Err(error) => return self.stop(error),
+        };
+        self.checker.rows_checked(1);
+        let key = (row.session_id.clone(), row.seq);
+        if self.last_row.as_ref().is_some_and(|last| *last >= key) {
+            self.checker.problem(
+                ProblemKind::Structure,
+                Some(&row.session_id),
+                format!(
+                    "row keys out of order: row {} of session {} after {:?}",
+                    row.seq, row.session_id, self.last_row
+                ),
+            );
+        }
+        self.last_row = Some(key);
+        if let Err(error) = std::mem::replace(&mut row.body, Ok(())) {
+            self.checker
+                .damage(ProblemKind::Row, Some(&row.session_id), error)?;
+        }
+        self.pending = Some(row);
+        Ok(())
+    }
+
+    fn session(&mut self, session: ScannedSession) -> Result<(), StoreError> {
+        // Rows before this session's belong to no session.
+        while let Some(row) = self.pending.take() {
+            if row.session_id >= session.id {
+                self.pending = Some(row);
+                break;
+            }
+            self.stray_row(row, "belong to no session record");
+            self.advance()?;
+        }
+        let row_count = match session.row_count {
+            Ok(count) => Some(count),
+            Err(error) => {
+                self.checker
+                    .damage(ProblemKind::Session, Some(&session.id), error)?;
+                None
+            }
+        };
+        let mut expected = 0u64;
+        while let Some(row) = self.pending.take() {
+            if row.session_id != session.id {
+                self.pending = Some(row);
+                break;
+            }
+            match row_count {
+                Some(count) if row.seq >= count => {
+                    self.stray_row(row, "lie past their session's row count");
+                }
+                Some(_) if row.seq > expected => {
+                    self.flush_stray();
+                    self.checker.problem(
+                        ProblemKind::MissingRows,
+                        Some(&session.id),
+                        format!(
+                            "rows {expected}..{} of session {} are missing",
+                            row.seq, session.id
+                        ),
+                    );
+                    expected = row.seq + 1;
+                }
+                Some(_) if row.seq < expected => {}
+                Some(_) => expected += 1,
+                // The record is unreadable: its rows cannot be judged.
+                None => {}
+            }
+            self.advance()?;
+            if self.stopped {
+                return Ok(());
+            }
+        }
+        self.flush_stray();
+        if let Some(count) = row_count {
+            if expected < count {
+                self.checker.problem(
+                    ProblemKind::MissingRows,
+                    Some(&session.id),
+                    format!(
+                        "session {} counts {count} rows; rows {expected}..{count} are missing",
+                        session.id
+                    ),
+                );
+            }
+        }
+        self.checker.session_checked();
+        Ok(())
+    }
+
+    fn stray_row(&mut self, row: ScannedRow, why: &'static str) {
+        match &mut self.stray {
+            Some(run) if run.session_id == row.session_id && run.why == why => {
+                run.last = row.seq;
+                run.count += 1;
+            }
+            _ => {
+                self.flush_stray();
+                self.stray = Some(StrayRun {
+                    session_id: row.session_id,
+                    first: row.seq,
+                    last: row.seq,
+                    count: 1,
+                    why,
+                });
+            }
+        }
+    }
+
+    fn flush_stray(&mut self) {
+        if let Some(run) = self.stray.take() {
+            self.checker.problem(
+                ProblemKind::StrayRows,
+                Some(&run.session_id),
+                format!(
+                    "{} row(s) of session {} (seq {}..={}) {}",
+                    run.count, run.session_id, run.first, run.last, run.why
+                ),
+            );
+        }
+    }
+}

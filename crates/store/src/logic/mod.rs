@@ -1,0 +1,231 @@
+//! The semantics of every read and write, written once and run by every backend inside its own
+//! transaction (or read snapshot).
+//!
+//! Each operation is a type with a typed output: reads implement [`ReadOp`] (`reads.rs`),
+//! writes [`WriteOp`] (`writes.rs`), lease requests [`LeaseOp`] (`leases.rs`). Backends only
+//! provide a small key-value view of one transaction ([`ReadTxn`], [`WriteTxn`],
+//! [`LeaseTxn`]) and run the operations on it; `adapter.rs` turns the operations into the
+//! [`BindingStore`](crate::BindingStore) methods once, for every backend.
+//!
+//! Every logical refusal (`InvalidInput`, `Conflict`, `RetiredThread`, `LeaseLost`) is decided
+//! **before** the first write of an operation, so a refused operation leaves the transaction
+//! untouched and the other operations of the same group commit can still commit.
+
+mod declared;
+mod leases;
+mod reads;
+mod writes;
+
+use std::ops::Range;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value};
+
+use crate::{SessionRecord, StoreError, TranscriptRow, CODEX_THREAD_ID_KEY};
+
+pub(crate) use declared::Declared;
+pub(crate) use leases::{Acquire, LeaseOp, LeaseTxn, LocalLeases, Release, Renew};
+pub(crate) use reads::{ExportSession, GetRows, GetSession, ListPage, ReadOp};
+pub(crate) use writes::{Commit, Delete, DropIf, Import, InStore, Patch, Retire, WriteOp};
+
+/// A read view of one transaction (or snapshot).
+pub(crate) trait ReadTxn {
+    /// The store as errors name it: its path, or its URL with the password redacted.
+    fn label(&self) -> &str;
+    /// The session record, if present.
+    fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>, StoreError>;
+    /// Rows with `seq` in `range`, in order.
+    fn load_rows(
+        &mut self,
+        session_id: &str,
+        range: Range<u64>,
+    ) -> Result<Vec<TranscriptRow>, StoreError>;
+    /// Up to `limit` records with a session id greater than `after`, in order.
+    fn list(&mut self, after: Option<&str>, limit: usize)
+        -> Result<Vec<SessionRecord>, StoreError>;
+    /// Whether any row of `session_id` is stored.
+    fn has_rows(&mut self, session_id: &str) -> Result<bool, StoreError>;
+    /// The sessions of the first and of the last stored row (by key), each with whether its
+    /// record exists; empty when there are no rows.
+    fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError>;
+}
+
+/// A write transaction.
+pub(crate) trait WriteTxn: ReadTxn {
+    /// Inserts or replaces the session record.
+    fn put(&mut self, record: &SessionRecord) -> Result<(), StoreError>;
+    /// Writes row `seq` of the session.
+    fn put_row(&mut self, session_id: &str, seq: u64, body: &Value) -> Result<(), StoreError>;
+    /// Removes the session record and all its rows; `true` if the record existed.
+    fn remove(&mut self, session_id: &str) -> Result<bool, StoreError>;
+    /// The leases in this transaction, for backends that keep them in the store (several
+    /// processes) or give their writes a view of the process's leases (fence checks); `None`
+    /// for a view that has none.
+    fn leases(&mut self) -> Option<&mut dyn LeaseTxn> {
+        None
+    }
+}
+
+/// What an operation reads, for a backend that must fetch it before running the operation's
+/// rules on a buffered view (PostgreSQL: the rules are synchronous, its driver is not). The
+/// other backends read on demand and ignore it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Needs<'a> {
+    /// The session whose record is read.
+    pub(crate) session: Option<&'a str>,
+    /// Rows of that session, if its record exists.
+    pub(crate) rows: Option<Range<u64>>,
+    /// That session's lease.
+    pub(crate) lease: bool,
+    /// A page of records: `after` and how many.
+    pub(crate) page: Option<(Option<&'a str>, usize)>,
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Converts a TTL to whole milliseconds (at least 1).
+pub(crate) fn ttl_ms(ttl: std::time::Duration) -> i64 {
+    (ttl.as_millis().min(i64::MAX as u128) as i64).max(1)
+}
+
+pub(crate) fn check_id(what: &str, id: &str) -> Result<(), StoreError> {
+    if id.is_empty() {
+        return Err(StoreError::InvalidInput(format!(
+            "{what} must not be empty"
+        )));
+    }
+    Ok(())
+}
+
+/// RFC 7396 merge-patch of `patch` into `target`.
+pub(crate) fn merge_patch(target: &mut Map<String, Value>, patch: &Map<String, Value>) {
+    for (key, value) in patch {
+        match value {
+            Value::Null => {
+                target.remove(key);
+            }
+            Value::Object(inner) => {
+                let slot = target
+                    .entry(key.clone())
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if !slot.is_object() {
+                    *slot = Value::Object(Map::new());
+                }
+                if let Value::Object(slot) = slot {
+                    merge_patch(slot, inner);
+                }
+            }
+            other => {
+                target.insert(key.clone(), other.clone());
+            }
+        }
+    }
+}
+
+/// Checks that a record is internally consistent: the binding agrees with `model_config`, and
+/// a bound thread is not retired. Used on import and by backends that decode records.
+pub(crate) fn check_record(record: &SessionRecord) -> Result<(), String> {
+    let in_config = record.model_config.get(CODEX_THREAD_ID_KEY);
+    match (&record.binding, in_config) {
+        (None, None) => {}
+        (Some(b), Some(Value::String(t))) if *t == b.thread_id => {
+            if record.is_retired(t) {
+                return Err(format!("bound thread {t} is retired"));
+            }
+        }
+        (b, c) => {
+            return Err(format!(
+                "binding {:?} disagrees with model_config.{CODEX_THREAD_ID_KEY} = {:?}",
+                b.as_ref().map(|b| &b.thread_id),
+                c
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// Rows read from `start` on must be numbered `start, start + 1, ...`, `want` of them: rows
+/// are append-only and never deleted one by one, so a gap, a repeated `seq` or a short read
+/// can only be damage (a flipped byte in an SQLite key made two rows 0; found by the
+/// `store_files` fuzz target).
+pub(crate) fn check_rows(
+    label: &str,
+    session_id: &str,
+    start: u64,
+    want: u64,
+    rows: &[TranscriptRow],
+) -> Result<(), StoreError> {
+    for (i, row) in rows.iter().enumerate() {
+        let expected = start.saturating_add(i as u64);
+        if row.seq != expected {
+            return Err(StoreError::corrupt(
+                label,
+                format!(
+                    "row {expected} of session {session_id} reads as seq {}",
+                    row.seq
+                ),
+            ));
+        }
+    }
+    if rows.len() as u64 != want {
+        return Err(StoreError::corrupt(
+            label,
+            format!(
+                "session {session_id}: rows {start}..{} expected, {} found (row {} is missing)",
+                start.saturating_add(want),
+                rows.len(),
+                start.saturating_add(rows.len() as u64)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Loads a session record, refusing damage a plain lookup cannot see: a record that is absent
+/// while rows of its session exist was lost or had its key changed (rows are only ever
+/// written with their record, and deleted with it), so it is `Corrupt`, never "no session".
+pub(crate) fn load_session(
+    txn: &mut dyn ReadTxn,
+    session_id: &str,
+) -> Result<Option<SessionRecord>, StoreError> {
+    match txn.load(session_id)? {
+        Some(record) => Ok(Some(record)),
+        None if txn.has_rows(session_id)? => Err(StoreError::corrupt(
+            txn.label(),
+            format!(
+                "session {session_id} has transcript rows but no session record \
+                 (the record was lost or its key changed)"
+            ),
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Refuses a store whose first or last stored row belongs to no session: checked when a
+/// listing starts, so that a store whose session records were lost (a damaged table that
+/// reads as empty) is never listed as empty, without a scan of the store.
+pub(crate) fn check_row_ends(txn: &mut dyn ReadTxn) -> Result<(), StoreError> {
+    for (session_id, has_record) in txn.row_ends()? {
+        if !has_record {
+            return Err(StoreError::corrupt(
+                txn.label(),
+                format!(
+                    "rows of session {session_id} are stored but its session record is not \
+                     (session records were lost or a key changed)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A view asked for something its backend did not load or cannot do: a bug in this crate.
+pub(crate) fn not_loaded(what: &str) -> StoreError {
+    StoreError::Internal(format!("{what} was not loaded for this operation"))
+}

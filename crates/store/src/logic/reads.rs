@@ -1,0 +1,147 @@
+//! The reads, each with its typed output and its checks. A read runs on one snapshot.
+
+use std::ops::Range;
+
+use super::{check_row_ends, check_rows, load_session, Needs, ReadTxn};
+use crate::{SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow};
+
+/// One read: what it needs and how it runs on a snapshot.
+pub(crate) trait ReadOp: Send + 'static {
+    /// What the read returns.
+    type Output: Send + 'static;
+    /// What it reads (for backends that fetch before running the rules).
+    fn needs(&self) -> Needs<'_>;
+    /// Runs the read on `txn`.
+    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError>;
+}
+
+/// [`BindingStore::session`](crate::BindingStore::session).
+#[derive(Debug)]
+pub(crate) struct GetSession(pub(crate) String);
+
+impl ReadOp for GetSession {
+    type Output = Option<SessionRecord>;
+
+    fn needs(&self) -> Needs<'_> {
+        Needs {
+            session: Some(&self.0),
+            ..Needs::default()
+        }
+    }
+
+    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError> {
+        load_session(txn, &self.0)
+    }
+}
+
+/// [`BindingStore::rows`](crate::BindingStore::rows): the range clipped to the session's row
+/// count, and exactly those rows, in order.
+#[derive(Debug)]
+pub(crate) struct GetRows {
+    pub(crate) session_id: String,
+    pub(crate) range: Range<u64>,
+}
+
+impl ReadOp for GetRows {
+    type Output = Vec<TranscriptRow>;
+
+    fn needs(&self) -> Needs<'_> {
+        Needs {
+            session: Some(&self.session_id),
+            rows: Some(self.range.clone()),
+            ..Needs::default()
+        }
+    }
+
+    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError> {
+        if self.range.start >= self.range.end {
+            return Ok(Vec::new());
+        }
+        let Some(record) = load_session(txn, &self.session_id)? else {
+            return Ok(Vec::new());
+        };
+        let end = self.range.end.min(record.row_count);
+        if self.range.start >= end {
+            return Ok(Vec::new());
+        }
+        let start = self.range.start;
+        let rows = txn.load_rows(&self.session_id, start..end)?;
+        check_rows(txn.label(), &self.session_id, start, end - start, &rows)?;
+        Ok(rows)
+    }
+}
+
+/// [`BindingStore::list_sessions`](crate::BindingStore::list_sessions).
+#[derive(Debug)]
+pub(crate) struct ListPage {
+    pub(crate) after: Option<String>,
+    pub(crate) limit: usize,
+}
+
+impl ReadOp for ListPage {
+    type Output = SessionPage;
+
+    fn needs(&self) -> Needs<'_> {
+        Needs {
+            page: Some((self.after.as_deref(), self.limit.saturating_add(1))),
+            ..Needs::default()
+        }
+    }
+
+    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError> {
+        if self.limit == 0 {
+            return Err(StoreError::InvalidInput(
+                "list limit must be at least 1".to_string(),
+            ));
+        }
+        if self.after.is_none() {
+            check_row_ends(txn)?;
+        }
+        // One more than asked: whether it comes back says whether another page follows.
+        let mut sessions = txn.list(self.after.as_deref(), self.limit.saturating_add(1))?;
+        let next_after = if sessions.len() > self.limit {
+            sessions.truncate(self.limit);
+            sessions.last().map(|s| s.session_id.clone())
+        } else {
+            None
+        };
+        Ok(SessionPage {
+            sessions,
+            next_after,
+        })
+    }
+}
+
+/// [`BindingStore::export_session`](crate::BindingStore::export_session): the record and all
+/// its rows from one snapshot.
+#[derive(Debug)]
+pub(crate) struct ExportSession(pub(crate) String);
+
+impl ReadOp for ExportSession {
+    type Output = Option<SessionExport>;
+
+    fn needs(&self) -> Needs<'_> {
+        Needs {
+            session: Some(&self.0),
+            rows: Some(0..u64::MAX),
+            ..Needs::default()
+        }
+    }
+
+    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError> {
+        export(txn, &self.0)
+    }
+}
+
+/// Reads one whole session and checks that its rows are exactly `0..row_count`.
+pub(crate) fn export(
+    txn: &mut dyn ReadTxn,
+    session_id: &str,
+) -> Result<Option<SessionExport>, StoreError> {
+    let Some(record) = load_session(txn, session_id)? else {
+        return Ok(None);
+    };
+    let rows = txn.load_rows(session_id, 0..record.row_count)?;
+    check_rows(txn.label(), session_id, 0, record.row_count, &rows)?;
+    Ok(Some(SessionExport { record, rows }))
+}

@@ -1,0 +1,245 @@
+//! Store URLs: the one grammar, its parser, and [`open_url`].
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::{redact_url, BindingStore, MemoryStore, OpenOptions, StoreError};
+
+/// Which store a store URL names.
+///
+/// | URL | store | feature |
+/// |---|---|---|
+/// | `redb:PATH`, `redb://PATH` | [`RedbStore`](crate::RedbStore) | `redb` |
+/// | `sqlite:PATH`, `sqlite://PATH` | [`SqliteStore`](crate::SqliteStore) | `sqlite` |
+/// | `postgres://...`, `postgresql://...` | `PostgresStore` | `postgres` |
+/// | `memory:` | [`MemoryStore`] | always |
+///
+/// The scheme is case-insensitive. A file `PATH` is taken verbatim after an optional `//`
+/// (file names are not URL-encoded: `%`, `?`, `#` and spaces are part of the name), so
+/// `sqlite:/var/x.db` and `sqlite:///var/x.db` are one file and `sqlite://x.db` is `x.db` in
+/// the current directory. A PostgreSQL URL is parsed whole with the `url` crate (one host;
+/// libpq-style query parameters); its parameter `schema=NAME` is rethread's (the schema of the
+/// tables, created if missing) and is not passed to the server.
+///
+/// `Display` and `Debug` never show a password ([`redact_url`]).
+///
+/// ```
+/// use rethread_store::StoreUrl;
+/// let url = StoreUrl::parse("sqlite:///var/lib/app/rethread.db").unwrap();
+/// assert_eq!(url.path().unwrap().to_str(), Some("/var/lib/app/rethread.db"));
+/// assert_eq!(url.to_string(), "sqlite:/var/lib/app/rethread.db");
+/// assert!(StoreUrl::parse("mysql://db/x").is_err());
+/// ```
+#[non_exhaustive]
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    /// A redb file.
+    Redb(PathBuf),
+    /// A SQLite file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL database: the URL as given (it may hold a password).
+    Postgres(String),
+    /// A store in this process's memory.
+    Memory,
+}
+
+const EXPECTED: &str = "expected `redb:PATH`, `sqlite:PATH`, `postgres://...` or `memory:`";
+
+impl StoreUrl {
+    /// Parses a store URL. Errors: [`StoreError::UnsupportedUrl`] (with the URL redacted) for
+    /// an unknown scheme, a file URL without a path, or a PostgreSQL URL that does not parse.
+    /// Whether this build has the backend is checked by [`StoreUrl::open`].
+    pub fn parse(url: &str) -> Result<StoreUrl, StoreError> {
+        let unsupported = |reason: &str| StoreError::UnsupportedUrl {
+            url: redact_url(url),
+            reason: reason.to_string(),
+        };
+        let (scheme, rest) = url.split_once(':').ok_or_else(|| unsupported(EXPECTED))?;
+        let file = || {
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            if path.is_empty() {
+                Err(unsupported("the URL has no path"))
+            } else {
+                Ok(PathBuf::from(path))
+            }
+        };
+        match scheme.to_ascii_lowercase().as_str() {
+            "redb" => file().map(StoreUrl::Redb),
+            "sqlite" => file().map(StoreUrl::Sqlite),
+            "memory" => Ok(StoreUrl::Memory),
+            "postgres" | "postgresql" => {
+                postgres_parts(url)?;
+                Ok(StoreUrl::Postgres(url.to_string()))
+            }
+            _ => Err(unsupported(&format!("unknown scheme; {EXPECTED}"))),
+        }
+    }
+
+    /// The file of a file store.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            StoreUrl::Redb(path) | StoreUrl::Sqlite(path) => Some(path),
+            StoreUrl::Postgres(_) | StoreUrl::Memory => None,
+        }
+    }
+
+    /// Opens the store. With [`OpenOptions::create_dirs`] the directory of a new store file is
+    /// created too. A backend whose feature is disabled in this build is
+    /// [`StoreError::UnsupportedUrl`].
+    pub async fn open(&self, options: OpenOptions) -> Result<Arc<dyn BindingStore>, StoreError> {
+        // Without any file or PostgreSQL backend the options have nothing to configure.
+        let _ = &options;
+        match self {
+            StoreUrl::Memory => Ok(Arc::new(MemoryStore::new())),
+            #[cfg(feature = "redb")]
+            StoreUrl::Redb(path) => Ok(Arc::new(crate::RedbStore::open(path, options).await?)),
+            #[cfg(feature = "sqlite")]
+            StoreUrl::Sqlite(path) => Ok(Arc::new(crate::SqliteStore::open(path, options).await?)),
+            #[cfg(feature = "postgres")]
+            StoreUrl::Postgres(url) => {
+                Ok(Arc::new(crate::PostgresStore::open(url, options).await?))
+            }
+            #[cfg(not(feature = "redb"))]
+            StoreUrl::Redb(_) => Err(self.missing("redb")),
+            #[cfg(not(feature = "sqlite"))]
+            StoreUrl::Sqlite(_) => Err(self.missing("sqlite")),
+            #[cfg(not(feature = "postgres"))]
+            StoreUrl::Postgres(_) => Err(self.missing("postgres")),
+        }
+    }
+
+    #[cfg(not(all(feature = "redb", feature = "sqlite", feature = "postgres")))]
+    fn missing(&self, feature: &str) -> StoreError {
+        StoreError::UnsupportedUrl {
+            url: self.to_string(),
+            reason: format!("this build has no {feature} backend (feature `{feature}`)"),
+        }
+    }
+}
+
+impl std::fmt::Display for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreUrl::Redb(path) => write!(f, "redb:{}", path.display()),
+            StoreUrl::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
+            StoreUrl::Postgres(url) => f.write_str(&redact_url(url)),
+            StoreUrl::Memory => f.write_str("memory:"),
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StoreUrl({self})")
+    }
+}
+
+impl std::str::FromStr for StoreUrl {
+    type Err = StoreError;
+
+    fn from_str(url: &str) -> Result<Self, Self::Err> {
+        StoreUrl::parse(url)
+    }
+}
+
+/// Opens a store from a URL (the grammar of [`StoreUrl`]): `redb:PATH`, `sqlite:PATH`,
+/// `postgres://...` or `memory:`.
+///
+/// A backend whose feature is disabled in this build is [`StoreError::UnsupportedUrl`].
+pub async fn open_url(
+    url: &str,
+    options: OpenOptions,
+) -> Result<Arc<dyn BindingStore>, StoreError> {
+    StoreUrl::parse(url)?.open(options).await
+}
+
+/// Splits a PostgreSQL URL into what the driver is given (the URL without rethread's
+/// `schema` parameter) and that schema.
+pub(crate) fn postgres_parts(url: &str) -> Result<(String, Option<String>), StoreError> {
+    let mut parsed = url::Url::parse(url).map_err(|e| StoreError::UnsupportedUrl {
+        url: redact_url(url),
+        reason: format!("not a PostgreSQL URL: {e}"),
+    })?;
+    let Some(query) = parsed.query().map(str::to_string) else {
+        return Ok((parsed.to_string(), None));
+    };
+    let mut schema = None;
+    // The other parameters are passed on exactly as written (the driver decodes them).
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| {
+            let decoded = url::form_urlencoded::parse(pair.as_bytes()).next();
+            match decoded {
+                Some((key, value)) if key == "schema" => {
+                    schema = Some(value.into_owned());
+                    false
+                }
+                _ => !pair.is_empty(),
+            }
+        })
+        .collect();
+    if kept.is_empty() {
+        parsed.set_query(None);
+    } else {
+        parsed.set_query(Some(&kept.join("&")));
+    }
+    Ok((parsed.to_string(), schema))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_urls_keep_their_path_verbatim() {
+        for (url, path) in [
+            ("redb:/tmp/a.redb", "/tmp/a.redb"),
+            ("redb:///tmp/a.redb", "/tmp/a.redb"),
+            ("sqlite:rel/a.db", "rel/a.db"),
+            ("sqlite://rel/a.db", "rel/a.db"),
+            ("SQLITE:/tmp/my store?#%20.db", "/tmp/my store?#%20.db"),
+        ] {
+            let parsed = StoreUrl::parse(url).unwrap();
+            assert_eq!(parsed.path(), Some(Path::new(path)), "{url}");
+        }
+        assert!(matches!(
+            StoreUrl::parse("sqlite:/x").unwrap(),
+            StoreUrl::Sqlite(_)
+        ));
+        assert_eq!(StoreUrl::parse("memory:").unwrap(), StoreUrl::Memory);
+    }
+
+    #[test]
+    fn bad_urls_are_unsupported_and_redacted() {
+        for bad in [
+            "no-scheme",
+            "redb:",
+            "sqlite://",
+            "mysql://x",
+            "postgres://alice:s3cret@localhost:notaport/x",
+        ] {
+            match StoreUrl::parse(bad) {
+                Err(StoreError::UnsupportedUrl { url, .. }) => {
+                    assert!(!url.contains("s3cret"), "{url}")
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_schema_parameter_is_ours() {
+        let (url, schema) =
+            postgres_parts("postgres://a:pw@h:5433/db?schema=s1&options=-c%20x%3Dy").unwrap();
+        assert_eq!(schema.as_deref(), Some("s1"));
+        assert_eq!(url, "postgres://a:pw@h:5433/db?options=-c%20x%3Dy");
+        let (url, schema) = postgres_parts("postgresql://h/db?schema=a%20b").unwrap();
+        assert_eq!(
+            (url.as_str(), schema.as_deref()),
+            ("postgresql://h/db", Some("a b"))
+        );
+        let shown = StoreUrl::parse("postgres://a:pw@h/db").unwrap();
+        assert_eq!(shown.to_string(), "postgres://a:***@h/db");
+        assert!(!format!("{shown:?}").contains("pw"));
+    }
+}

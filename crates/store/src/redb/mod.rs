@@ -1,0 +1,115 @@
+//! The redb backend: the embedded default.
+//!
+//! Layout (`schema.rs`): table `sessions` (`session id -> JSON SessionRecord + checksum`),
+//! table `rows` (`(session id, seq) -> JSON body + checksum`), table `rethread_meta`
+//! (`"schema_version" -> u64`); the codec is in `tables.rs`. redb holds an exclusive lock on
+//! the file: a second process opening it gets [`StoreError::Locked`]. Leases live in this
+//! process (`LocalLeases`); the writer thread checks fenced writes against them.
+//!
+//! Opening reads the header and the schema version only (no integrity check of the whole
+//! file: that is [`BindingStore::verify`](crate::BindingStore::verify)). redb trusts a cleanly
+//! closed file and may panic on one damaged since; every redb call runs on the store's own
+//! threads under `catch_unwind` (`engine.rs`), so such damage is [`StoreError::Corrupt`], and
+//! the store refuses every later call as `Corrupt` too instead of going on with a database
+//! that panicked.
+
+mod engine;
+mod schema;
+mod tables;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use self::engine::{open_shared, RedbEngine, RedbReaders};
+use crate::adapter::Adapter;
+use crate::durable::{Durable, Writer};
+use crate::logic::LocalLeases;
+use crate::store::forward_binding_store;
+use crate::{OpenOptions, StoreError};
+
+/// A [`BindingStore`](crate::BindingStore) in one redb file.
+#[derive(Debug)]
+pub struct RedbStore {
+    store: Adapter<Durable>,
+    path: PathBuf,
+}
+
+forward_binding_store!([] RedbStore, |this| this.store);
+
+impl RedbStore {
+    /// Opens (or creates, owner-only) the store at `path`, migrating an older schema.
+    ///
+    /// Errors: [`StoreError::Locked`] if another process has it open,
+    /// [`StoreError::Corrupt`] for a damaged or foreign file, [`StoreError::NewerSchema`] for a
+    /// file from a newer rethread. The file is opened on the store's writer thread.
+    pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let open_path = path.clone();
+        let (max_batch, spin) = (options.max_batch, options.lone_write_spin);
+        // redb files are exclusive to one process: leases live in this process, shared by the
+        // lease calls and the writer thread (which checks the fences of writes against them).
+        let leases = Arc::new(LocalLeases::default());
+        let engine_leases = Arc::clone(&leases);
+        let (writer, readers) = Writer::spawn("redb", max_batch, spin, move || {
+            let shared = Arc::new(open_shared(&open_path, &options)?);
+            let engine = RedbEngine::new(Arc::clone(&shared), options.durability, engine_leases);
+            Ok((engine, RedbReaders::new(shared)))
+        })
+        .await?;
+        Ok(RedbStore {
+            store: Adapter(Durable {
+                writer,
+                readers: Arc::new(readers),
+                local_leases: Some(leases),
+            }),
+            path,
+        })
+    }
+
+    /// The file this store lives in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Finishes queued writes and closes the file, so that it can be opened again (by this
+    /// or another process) as soon as this returns.
+    pub async fn close(self) {
+        self.store.0.close().await;
+    }
+}
+
+/// Maps every redb error to a [`StoreError`]. The one place redb errors are interpreted.
+pub(crate) fn map_redb_error(path: &str, error: impl Into<::redb::Error>) -> StoreError {
+    let error: ::redb::Error = error.into();
+    match error {
+        ::redb::Error::DatabaseAlreadyOpen | ::redb::Error::LockProtocolMismatch => {
+            StoreError::Locked {
+                path: path.to_string(),
+            }
+        }
+        ::redb::Error::Corrupted(detail) => StoreError::corrupt(path, detail),
+        ::redb::Error::TableTypeMismatch { .. }
+        | ::redb::Error::TableIsMultimap(_)
+        | ::redb::Error::TableIsNotMultimap(_)
+        | ::redb::Error::TypeDefinitionChanged { .. } => StoreError::Corrupt {
+            path: path.to_string(),
+            detail: "tables do not have rethread's layout".to_string(),
+            source: Some(Box::new(error)),
+        },
+        ::redb::Error::Io(source) if source.kind() == std::io::ErrorKind::InvalidData => {
+            StoreError::Corrupt {
+                path: path.to_string(),
+                detail: "not a redb file".to_string(),
+                source: Some(Box::new(source)),
+            }
+        }
+        ::redb::Error::Io(source) => StoreError::Io {
+            path: path.to_string(),
+            source,
+        },
+        other => StoreError::Backend {
+            backend: "redb",
+            source: Box::new(other),
+        },
+    }
+}

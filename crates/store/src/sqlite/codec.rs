@@ -1,0 +1,305 @@
+//! The SQLite row codec: rows as stored (text and integers), their checksums (schema 2), and
+//! their decoding into the crate's types.
+//!
+//! SQLite checks its page structure (`PRAGMA quick_check`) but keeps no checksum of what a
+//! page holds, so every row of every table carries a CRC-32 of its fields (`checksum.rs`),
+//! verified whenever the row is read.
+
+use rusqlite::Row;
+use serde_json::{Map, Value};
+
+use crate::checksum::{verify, Checksum};
+use crate::logic::check_record;
+use crate::{Binding, Lease, LeaseOwner, ProcessIdentity, SessionRecord, StoreError};
+
+/// The checksum of a `transcript_rows` row.
+pub(super) fn row_checksum(session_id: &str, seq: i64, body: &str) -> i64 {
+    Checksum::of("transcript_rows")
+        .text(session_id)
+        .int(seq)
+        .text(body)
+        .finish()
+}
+
+/// One `transcript_rows` row as stored.
+pub(super) struct RawRow {
+    pub(super) session_id: String,
+    pub(super) seq: i64,
+    pub(super) body: String,
+    pub(super) checksum: i64,
+}
+
+impl RawRow {
+    /// The columns [`RawRow::from_row`] reads, in order.
+    pub(super) const COLUMNS: &'static str = "session_id, seq, body, checksum";
+
+    pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<RawRow> {
+        Ok(RawRow {
+            session_id: row.get(0)?,
+            seq: row.get(1)?,
+            body: row.get(2)?,
+            checksum: row.get(3)?,
+        })
+    }
+
+    /// Checks the row's checksum.
+    pub(super) fn verify(&self, label: &str) -> Result<(), StoreError> {
+        verify(
+            label,
+            || format!("row {} of session {}", self.seq, self.session_id),
+            self.checksum,
+            row_checksum(&self.session_id, self.seq, &self.body),
+        )
+    }
+}
+
+pub(super) fn corrupt_json(label: &str, what: String, e: serde_json::Error) -> StoreError {
+    StoreError::Corrupt {
+        path: label.to_string(),
+        detail: format!("{what} does not decode"),
+        source: Some(Box::new(e)),
+    }
+}
+
+/// Verifies a stored session row and decodes it.
+pub(super) fn decode_record(label: &str, raw: RawRecord) -> Result<SessionRecord, StoreError> {
+    verify(
+        label,
+        || format!("session {}", raw.session_id),
+        raw.checksum,
+        raw.fields_checksum(),
+    )?;
+    let id = raw.session_id;
+    let model_config: Map<String, Value> = serde_json::from_str(&raw.model_config)
+        .map_err(|e| corrupt_json(label, format!("model_config of {id}"), e))?;
+    let retired_threads: Vec<String> = serde_json::from_str(&raw.retired_threads)
+        .map_err(|e| corrupt_json(label, format!("retired_threads of {id}"), e))?;
+    let row_count = u64::try_from(raw.row_count)
+        .map_err(|_| StoreError::corrupt(label, format!("session {id}: negative row count")))?;
+    let binding = raw.binding_thread_id.map(|thread_id| Binding {
+        thread_id,
+        codex_home: raw.binding_codex_home,
+        bound_at_ms: raw.bound_at_ms.unwrap_or(0),
+    });
+    let record = SessionRecord {
+        session_id: id,
+        model_config,
+        binding,
+        row_count,
+        retired_threads,
+        created_at_ms: raw.created_at_ms,
+        updated_at_ms: raw.updated_at_ms,
+    };
+    check_record(&record)
+        .map_err(|d| StoreError::corrupt(label, format!("session {}: {d}", record.session_id)))?;
+    Ok(record)
+}
+
+/// A `sessions` row as stored: JSON columns as text, integers as SQLite has them.
+pub(super) struct RawRecord {
+    pub(super) session_id: String,
+    pub(super) model_config: String,
+    pub(super) binding_thread_id: Option<String>,
+    pub(super) binding_codex_home: Option<String>,
+    pub(super) bound_at_ms: Option<i64>,
+    pub(super) row_count: i64,
+    pub(super) retired_threads: String,
+    pub(super) created_at_ms: i64,
+    pub(super) updated_at_ms: i64,
+    /// The stored checksum (0 in a row being migrated from schema 1).
+    pub(super) checksum: i64,
+}
+
+impl RawRecord {
+    pub(super) fn encode(record: &SessionRecord) -> Result<RawRecord, StoreError> {
+        let json = |e| StoreError::Backend {
+            backend: "sqlite",
+            source: Box::new(e),
+        };
+        let binding = record.binding.as_ref();
+        let mut raw = RawRecord {
+            session_id: record.session_id.clone(),
+            model_config: serde_json::to_string(&record.model_config).map_err(json)?,
+            binding_thread_id: binding.map(|b| b.thread_id.clone()),
+            binding_codex_home: binding.and_then(|b| b.codex_home.clone()),
+            bound_at_ms: binding.map(|b| b.bound_at_ms),
+            row_count: record.row_count.min(i64::MAX as u64) as i64,
+            retired_threads: serde_json::to_string(&record.retired_threads).map_err(json)?,
+            created_at_ms: record.created_at_ms,
+            updated_at_ms: record.updated_at_ms,
+            checksum: 0,
+        };
+        raw.checksum = raw.fields_checksum();
+        Ok(raw)
+    }
+
+    /// The checksum of the fields as stored.
+    pub(super) fn fields_checksum(&self) -> i64 {
+        Checksum::of("sessions")
+            .text(&self.session_id)
+            .text(&self.model_config)
+            .opt_text(self.binding_thread_id.as_deref())
+            .opt_text(self.binding_codex_home.as_deref())
+            .opt_int(self.bound_at_ms)
+            .int(self.row_count)
+            .text(&self.retired_threads)
+            .int(self.created_at_ms)
+            .int(self.updated_at_ms)
+            .finish()
+    }
+}
+
+/// The `sessions` columns, in the order `raw_record` expects them; every query selects
+/// `checksum` after them.
+pub(super) const RECORD_COLUMNS: &str =
+    "session_id, model_config, binding_thread_id, binding_codex_home, \
+     bound_at_ms, row_count, retired_threads, created_at_ms, updated_at_ms";
+
+pub(super) fn raw_record(row: &Row<'_>) -> rusqlite::Result<RawRecord> {
+    Ok(RawRecord {
+        session_id: row.get(0)?,
+        model_config: row.get(1)?,
+        binding_thread_id: row.get(2)?,
+        binding_codex_home: row.get(3)?,
+        bound_at_ms: row.get(4)?,
+        row_count: row.get(5)?,
+        retired_threads: row.get(6)?,
+        created_at_ms: row.get(7)?,
+        updated_at_ms: row.get(8)?,
+        checksum: row.get(9)?,
+    })
+}
+
+/// The `leases` columns, in the order [`RawLease::from_row`] expects them (then `checksum`).
+pub(super) const LEASE_COLUMNS: &str =
+    "session_id, host, pid, started_at_ms, instance, acquired_at_ms, \
+     expires_at_ms, fence, process_space, process_start";
+
+/// A `leases` row as stored.
+pub(super) struct RawLease {
+    pub(super) session_id: String,
+    pub(super) host: String,
+    pub(super) pid: i64,
+    pub(super) started_at_ms: i64,
+    pub(super) instance: i64,
+    pub(super) acquired_at_ms: i64,
+    pub(super) expires_at_ms: i64,
+    pub(super) fence: i64,
+    pub(super) process_space: Option<String>,
+    pub(super) process_start: Option<i64>,
+    pub(super) checksum: i64,
+}
+
+impl RawLease {
+    pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<RawLease> {
+        Ok(RawLease {
+            session_id: row.get(0)?,
+            host: row.get(1)?,
+            pid: row.get(2)?,
+            started_at_ms: row.get(3)?,
+            instance: row.get(4)?,
+            acquired_at_ms: row.get(5)?,
+            expires_at_ms: row.get(6)?,
+            fence: row.get(7)?,
+            process_space: row.get(8)?,
+            process_start: row.get(9)?,
+            checksum: row.get(10)?,
+        })
+    }
+
+    pub(super) fn encode(lease: &Lease) -> RawLease {
+        let mut raw = RawLease {
+            session_id: lease.session_id.clone(),
+            host: lease.owner.host.clone(),
+            pid: i64::from(lease.owner.pid),
+            started_at_ms: lease.owner.started_at_ms,
+            instance: lease.owner.instance as i64,
+            acquired_at_ms: lease.acquired_at_ms,
+            expires_at_ms: lease.expires_at_ms,
+            fence: lease.fence as i64,
+            process_space: lease.owner.process.as_ref().map(|p| p.space.clone()),
+            process_start: lease.owner.process.as_ref().map(|p| p.start_ticks as i64),
+            checksum: 0,
+        };
+        raw.checksum = raw.fields_checksum();
+        raw
+    }
+
+    pub(super) fn fields_checksum(&self) -> i64 {
+        let sum = Checksum::of("leases")
+            .text(&self.session_id)
+            .text(&self.host)
+            .int(self.pid)
+            .int(self.started_at_ms)
+            .int(self.instance)
+            .int(self.acquired_at_ms)
+            .int(self.expires_at_ms)
+            .int(self.fence);
+        // Schema 3's columns join the sum only when set: a lease without a process identity
+        // sums as in schema 2. One set and not the other does not match any written sum.
+        let sum = match &self.process_space {
+            Some(space) => sum.text(space),
+            None => sum,
+        };
+        match self.process_start {
+            Some(start) => sum.int(start),
+            None => sum,
+        }
+        .finish()
+    }
+
+    /// Verifies the row and decodes it.
+    pub(super) fn into_lease(self, label: &str) -> Result<Lease, StoreError> {
+        verify(
+            label,
+            || format!("lease of session {}", self.session_id),
+            self.checksum,
+            self.fields_checksum(),
+        )?;
+        let pid = u32::try_from(self.pid).map_err(|_| {
+            StoreError::corrupt(label, format!("lease of {}: bad pid", self.session_id))
+        })?;
+        let process = ProcessIdentity::from_columns(self.process_space, self.process_start)
+            .map_err(|what| {
+                StoreError::corrupt(label, format!("lease of {}: {what}", self.session_id))
+            })?;
+        Ok(Lease {
+            session_id: self.session_id,
+            owner: LeaseOwner {
+                host: self.host,
+                pid,
+                started_at_ms: self.started_at_ms,
+                instance: self.instance as u64,
+                process,
+            },
+            acquired_at_ms: self.acquired_at_ms,
+            expires_at_ms: self.expires_at_ms,
+            fence: self.fence as u64,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_single_byte_flip_changes_a_row_checksum() {
+        let body = r#"{"role":"user","text":"hello"}"#;
+        let sum = row_checksum("chat-1", 3, body);
+        for at in 0..body.len() {
+            for mask in [1u8, 0x20, 0x80, 0xff] {
+                let mut bytes = body.as_bytes().to_vec();
+                bytes[at] ^= mask;
+                let changed = String::from_utf8_lossy(&bytes);
+                assert_ne!(
+                    row_checksum("chat-1", 3, &changed),
+                    sum,
+                    "at {at} ^ {mask:#x}"
+                );
+            }
+        }
+        assert_ne!(row_checksum("chat-2", 3, body), sum);
+        assert_ne!(row_checksum("chat-1", 4, body), sum);
+    }
+}

@@ -1,0 +1,263 @@
+//! The SQLite backend: rusqlite with bundled SQLite, WAL, safe for several processes on one file.
+//!
+//! Each write transaction is `BEGIN IMMEDIATE` (the write lock is taken before the session is
+//! read), so a read-modify-write can never interleave with another process's; a writer waits up
+//! to the busy timeout for another process's lock. Reads run in deferred transactions on pooled
+//! connections, which WAL lets proceed beside the writer.
+//!
+//! Modules: `schema` (versions, creation, migration), `codec` (rows as stored and their
+//! checksums), `txn` (the transaction view `logic` runs on), `integrity` (whole-store checks),
+//! `error` (driver errors).
+
+mod codec;
+mod error;
+mod integrity;
+mod schema;
+mod txn;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use self::error::map_sqlite_error;
+use self::txn::Txn;
+use crate::adapter::Adapter;
+use crate::durable::{create_owner_only, prepare_path, Durable, Engine, Readers, Writer};
+use crate::logic::{ReadTxn, WriteTxn};
+use crate::store::forward_binding_store;
+use crate::verify::Checker;
+use crate::{Durability, OpenOptions, StoreError};
+
+/// A [`BindingStore`](crate::BindingStore) in one SQLite file (WAL mode).
+#[derive(Debug)]
+pub struct SqliteStore {
+    store: Adapter<Durable>,
+    path: PathBuf,
+}
+
+forward_binding_store!([] SqliteStore, |this| this.store);
+
+impl SqliteStore {
+    /// Opens (or creates, owner-only) the store at `path`, migrating an older schema.
+    ///
+    /// Errors: [`StoreError::Corrupt`] for a damaged or foreign file,
+    /// [`StoreError::NewerSchema`] for a file from a newer rethread, [`StoreError::Locked`] if
+    /// another process holds the write lock past the busy timeout. The file is opened on the
+    /// store's writer thread.
+    pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let open_path = path.clone();
+        let (max_batch, spin) = (options.max_batch, options.lone_write_spin);
+        let (writer, readers) = Writer::spawn("sqlite", max_batch, spin, move || {
+            let label = open_path.display().to_string();
+            let conn = open_writer(&open_path, &options, &label)?;
+            let readers = SqliteReaders {
+                path: open_path,
+                label: label.clone(),
+                busy_timeout: options.busy_timeout,
+                pool: Mutex::new(Vec::new()),
+            };
+            Ok((
+                SqliteEngine {
+                    conn,
+                    label,
+                    data_version: None,
+                },
+                readers,
+            ))
+        })
+        .await?;
+        Ok(SqliteStore {
+            store: Adapter(Durable {
+                writer,
+                readers: Arc::new(readers),
+                local_leases: None,
+            }),
+            path,
+        })
+    }
+
+    /// The file this store lives in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Finishes queued writes and closes the connections.
+    pub async fn close(self) {
+        self.store.0.close().await;
+    }
+}
+
+fn connect(path: &Path, label: &str, busy: std::time::Duration) -> Result<Connection, StoreError> {
+    // The file exists already (created owner-only by `create_owner_only`); never let SQLite
+    // create it with default permissions.
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| map_sqlite_error(label, e))?;
+    conn.busy_timeout(busy)
+        .map_err(|e| map_sqlite_error(label, e))?;
+    Ok(conn)
+}
+
+/// A non-empty file must start with SQLite's magic. SQLite reads a file shorter than its
+/// header as a new, empty database, so a truncated store would open empty and be initialised
+/// over (found by the `store_files` fuzz target). An empty file is a new store.
+fn check_header(path: &Path, label: &str) -> Result<(), StoreError> {
+    use std::io::Read;
+    let io = |source| StoreError::Io {
+        path: label.to_string(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut magic = Vec::with_capacity(16);
+    file.take(16).read_to_end(&mut magic).map_err(io)?;
+    if !magic.is_empty() && magic != b"SQLite format 3\0" {
+        return Err(StoreError::corrupt(
+            label,
+            "not an SQLite file (truncated or damaged header)",
+        ));
+    }
+    Ok(())
+}
+
+fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<Connection, StoreError> {
+    prepare_path(path, options)?;
+    create_owner_only(path, options.create)?;
+    check_header(path, label)?;
+    let mut conn = connect(path, label, options.busy_timeout)?;
+    let map = |e| map_sqlite_error(label, e);
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+        .map_err(map)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Backend {
+            backend: "sqlite",
+            source: format!("could not enable WAL (journal_mode is {mode})").into(),
+        });
+    }
+    // Durable: every commit synced, with `F_FULLFSYNC` where the platform has it (on macOS a
+    // plain fsync leaves the data in the drive's cache; elsewhere SQLite ignores the flag).
+    // Relaxed: WAL commits reach the file at once and are synced at checkpoints, so only a
+    // power failure or OS crash can lose the last ones.
+    let pragmas = match options.durability {
+        Durability::Relaxed => "PRAGMA synchronous=NORMAL;",
+        _ => "PRAGMA synchronous=FULL; PRAGMA fullfsync=ON; PRAGMA checkpoint_fullfsync=ON;",
+    };
+    conn.execute_batch(pragmas).map_err(map)?;
+    // Nothing here reads the store's records: opening takes the same time whatever the store
+    // holds. Reads check what they touch; `verify` checks everything.
+    schema::ensure_schema(&mut conn, label)?;
+    Ok(conn)
+}
+
+struct SqliteEngine {
+    conn: Connection,
+    label: String,
+    /// `PRAGMA data_version` seen in the previous write transaction.
+    data_version: Option<i64>,
+}
+
+impl Engine for SqliteEngine {
+    fn write(
+        &mut self,
+        f: &mut dyn FnMut(&mut dyn WriteTxn, bool) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let label = self.label.as_str();
+        // IMMEDIATE: take the write lock before reading, so another process's write cannot
+        // slip between our read of a session and our write of it.
+        let txn = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| map_sqlite_error(label, e))?;
+        // Under the write lock: has any other connection (process) committed since our last
+        // transaction? `data_version` changes only for other connections' commits.
+        let version: i64 = txn
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(|e| map_sqlite_error(label, e))?;
+        let others_wrote = self.data_version != Some(version);
+        self.data_version = Some(version);
+        f(&mut Txn { conn: &txn, label }, others_wrote)?;
+        txn.commit().map_err(|e| map_sqlite_error(label, e))
+    }
+}
+
+#[derive(Debug)]
+struct SqliteReaders {
+    path: PathBuf,
+    label: String,
+    busy_timeout: std::time::Duration,
+    pool: Mutex<Vec<Connection>>,
+}
+
+impl Readers for SqliteReaders {
+    fn read(
+        &self,
+        f: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let label = self.label.as_str();
+        self.with_connection(|conn| {
+            // One deferred transaction: every statement of this read sees the same snapshot.
+            let txn = conn.transaction().map_err(|e| map_sqlite_error(label, e))?;
+            f(&mut Txn { conn: &txn, label })?;
+            txn.commit().map_err(|e| map_sqlite_error(label, e))
+        })
+    }
+
+    fn verify(&self, checker: &mut Checker<'_>) -> Result<bool, StoreError> {
+        self.with_connection(|conn| integrity::verify(conn, &self.label, checker))
+    }
+}
+
+impl SqliteReaders {
+    /// Runs `f` on a pooled read-only connection (a new one if none is free); the connection
+    /// goes back to the pool unless `f` failed.
+    fn with_connection<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let label = self.label.as_str();
+        let pooled = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let mut conn = match pooled {
+            Some(conn) => conn,
+            None => {
+                let conn = connect(&self.path, label, self.busy_timeout)?;
+                conn.execute_batch("PRAGMA query_only = ON;")
+                    .map_err(|e| map_sqlite_error(label, e))?;
+                conn
+            }
+        };
+        let result = f(&mut conn);
+        if result.is_ok() {
+            self.pool
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(conn);
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pragma(conn: &Connection, name: &str) -> i64 {
+        conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))
+            .unwrap()
+    }
+
+    /// A durable store syncs with `F_FULLFSYNC` where the platform has it (macOS: a plain
+    /// `fsync` there does not reach stable storage); SQLite ignores the setting elsewhere.
+    #[test]
+    fn durable_stores_ask_for_full_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let durable = open_writer(&dir.path().join("d.db"), &OpenOptions::new(), "d").unwrap();
+        assert_eq!(pragma(&durable, "synchronous"), 2, "FULL");
+        assert_eq!(pragma(&durable, "fullfsync"), 1);
+        assert_eq!(pragma(&durable, "checkpoint_fullfsync"), 1);
+        let relaxed = OpenOptions::new().durability(Durability::Relaxed);
+        let relaxed = open_writer(&dir.path().join("r.db"), &relaxed, "r").unwrap();
+        assert_eq!(pragma(&relaxed, "synchronous"), 1, "NORMAL");
+    }
+}

@@ -1,0 +1,241 @@
+//! One transaction's view of a SQLite connection: what `logic` reads and writes.
+
+use std::ops::Range;
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde_json::Value;
+
+use super::codec::{
+    corrupt_json, decode_record, raw_record, row_checksum, RawLease, RawRecord, RawRow,
+    LEASE_COLUMNS, RECORD_COLUMNS,
+};
+use super::error::map_sqlite_error;
+use crate::logic::{LeaseTxn, ReadTxn, WriteTxn};
+use crate::{Lease, SessionRecord, StoreError, TranscriptRow};
+
+/// One transaction's view of a connection (the caller began and will end the transaction).
+pub(super) struct Txn<'c> {
+    pub(super) conn: &'c Connection,
+    pub(super) label: &'c str,
+}
+
+impl Txn<'_> {
+    fn map(&self, e: rusqlite::Error) -> StoreError {
+        map_sqlite_error(self.label, e)
+    }
+}
+
+impl ReadTxn for Txn<'_> {
+    fn label(&self) -> &str {
+        self.label
+    }
+
+    fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let raw = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {RECORD_COLUMNS}, checksum FROM sessions WHERE session_id = ?1"
+            ))
+            .and_then(|mut s| s.query_row([session_id], raw_record).optional())
+            .map_err(|e| self.map(e))?;
+        raw.map(|raw| decode_record(self.label, raw)).transpose()
+    }
+
+    fn load_rows(
+        &mut self,
+        session_id: &str,
+        range: Range<u64>,
+    ) -> Result<Vec<TranscriptRow>, StoreError> {
+        let start = range.start.min(i64::MAX as u64) as i64;
+        let end = range.end.min(i64::MAX as u64) as i64;
+        let raw: Vec<RawRow> = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {} FROM transcript_rows \
+                 WHERE session_id = ?1 AND seq >= ?2 AND seq < ?3 ORDER BY seq",
+                RawRow::COLUMNS
+            ))
+            .and_then(|mut s| {
+                s.query_map(params![session_id, start, end], RawRow::from_row)?
+                    .collect()
+            })
+            .map_err(|e| self.map(e))?;
+        raw.into_iter()
+            .map(|raw| {
+                raw.verify(self.label)?;
+                let body = serde_json::from_str(&raw.body).map_err(|e| {
+                    corrupt_json(self.label, format!("row {} of {session_id}", raw.seq), e)
+                })?;
+                Ok(TranscriptRow {
+                    seq: raw.seq as u64,
+                    body,
+                })
+            })
+            .collect()
+    }
+
+    fn list(
+        &mut self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        let limit = limit.min(i64::MAX as usize) as i64;
+        let raw: Vec<RawRecord> = match after {
+            Some(after) => self
+                .conn
+                .prepare_cached(&format!(
+                    "SELECT {RECORD_COLUMNS}, checksum FROM sessions WHERE session_id > ?1 \
+                     ORDER BY session_id LIMIT ?2"
+                ))
+                .and_then(|mut s| s.query_map(params![after, limit], raw_record)?.collect()),
+            None => self
+                .conn
+                .prepare_cached(&format!(
+                    "SELECT {RECORD_COLUMNS}, checksum FROM sessions ORDER BY session_id LIMIT ?1"
+                ))
+                .and_then(|mut s| s.query_map(params![limit], raw_record)?.collect()),
+        }
+        .map_err(|e| self.map(e))?;
+        raw.into_iter()
+            .map(|r| decode_record(self.label, r))
+            .collect()
+    }
+
+    fn has_rows(&mut self, session_id: &str) -> Result<bool, StoreError> {
+        self.conn
+            .prepare_cached("SELECT 1 FROM transcript_rows WHERE session_id = ?1 LIMIT 1")
+            .and_then(|mut s| s.exists([session_id]))
+            .map_err(|e| self.map(e))
+    }
+
+    fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
+        let mut ends: Vec<String> = Vec::new();
+        for order in ["ASC", "DESC"] {
+            let end: Option<String> = self
+                .conn
+                .prepare_cached(&format!(
+                    "SELECT session_id FROM transcript_rows ORDER BY session_id {order} LIMIT 1"
+                ))
+                .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
+                .map_err(|e| self.map(e))?;
+            ends.extend(end);
+        }
+        ends.dedup();
+        ends.into_iter()
+            .map(|id| {
+                let has_record = self
+                    .conn
+                    .prepare_cached("SELECT 1 FROM sessions WHERE session_id = ?1")
+                    .and_then(|mut s| s.exists([&id]))
+                    .map_err(|e| self.map(e))?;
+                Ok((id, has_record))
+            })
+            .collect()
+    }
+}
+
+impl WriteTxn for Txn<'_> {
+    fn put(&mut self, record: &SessionRecord) -> Result<(), StoreError> {
+        let raw = RawRecord::encode(record)?;
+        self.conn
+            .prepare_cached(&format!(
+                "INSERT INTO sessions ({RECORD_COLUMNS}, checksum) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+                 ON CONFLICT (session_id) DO UPDATE SET model_config = excluded.model_config, \
+                 binding_thread_id = excluded.binding_thread_id, \
+                 binding_codex_home = excluded.binding_codex_home, \
+                 bound_at_ms = excluded.bound_at_ms, row_count = excluded.row_count, \
+                 retired_threads = excluded.retired_threads, \
+                 created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms, \
+                 checksum = excluded.checksum"
+            ))
+            .and_then(|mut s| {
+                s.execute(params![
+                    raw.session_id,
+                    raw.model_config,
+                    raw.binding_thread_id,
+                    raw.binding_codex_home,
+                    raw.bound_at_ms,
+                    raw.row_count,
+                    raw.retired_threads,
+                    raw.created_at_ms,
+                    raw.updated_at_ms,
+                    raw.checksum,
+                ])
+            })
+            .map_err(|e| self.map(e))?;
+        Ok(())
+    }
+
+    fn put_row(&mut self, session_id: &str, seq: u64, body: &Value) -> Result<(), StoreError> {
+        // A plain INSERT: rows are append-only, and a duplicate key means the record's row
+        // count is wrong, which must fail loudly rather than overwrite.
+        let seq = seq.min(i64::MAX as u64) as i64;
+        let body = body.to_string();
+        let checksum = row_checksum(session_id, seq, &body);
+        self.conn
+            .prepare_cached(
+                "INSERT INTO transcript_rows (session_id, seq, body, checksum) \
+                 VALUES (?1, ?2, ?3, ?4)",
+            )
+            .and_then(|mut s| s.execute(params![session_id, seq, body, checksum]))
+            .map_err(|e| self.map(e))?;
+        Ok(())
+    }
+
+    fn remove(&mut self, session_id: &str) -> Result<bool, StoreError> {
+        self.conn
+            .prepare_cached("DELETE FROM transcript_rows WHERE session_id = ?1")
+            .and_then(|mut s| s.execute([session_id]))
+            .map_err(|e| self.map(e))?;
+        let n = self
+            .conn
+            .prepare_cached("DELETE FROM sessions WHERE session_id = ?1")
+            .and_then(|mut s| s.execute([session_id]))
+            .map_err(|e| self.map(e))?;
+        Ok(n > 0)
+    }
+
+    fn leases(&mut self) -> Option<&mut dyn LeaseTxn> {
+        Some(self)
+    }
+}
+
+impl LeaseTxn for Txn<'_> {
+    fn load_lease(&mut self, session_id: &str) -> Result<Option<Lease>, StoreError> {
+        let raw = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {LEASE_COLUMNS}, checksum FROM leases WHERE session_id = ?1"
+            ))
+            .and_then(|mut s| s.query_row([session_id], RawLease::from_row).optional())
+            .map_err(|e| self.map(e))?;
+        raw.map(|raw| raw.into_lease(self.label)).transpose()
+    }
+
+    fn put_lease(&mut self, lease: &Lease) -> Result<(), StoreError> {
+        let raw = RawLease::encode(lease);
+        self.conn
+            .prepare_cached(&format!(
+                "INSERT OR REPLACE INTO leases ({LEASE_COLUMNS}, checksum) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+            ))
+            .and_then(|mut s| {
+                s.execute(params![
+                    raw.session_id,
+                    raw.host,
+                    raw.pid,
+                    raw.started_at_ms,
+                    raw.instance,
+                    raw.acquired_at_ms,
+                    raw.expires_at_ms,
+                    raw.fence,
+                    raw.process_space,
+                    raw.process_start,
+                    raw.checksum,
+                ])
+            })
+            .map_err(|e| self.map(e))?;
+        Ok(())
+    }
+}

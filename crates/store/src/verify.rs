@@ -1,0 +1,220 @@
+//! Checking a whole store ([`BindingStore::verify`]): the report, the checker that builds it,
+//! and the check any store can run through its public methods. The file backends' scan is in
+//! `durable/scan.rs`.
+//!
+//! Opening a store checks its header and schema only, and a read checks what it touches; this
+//! is where the whole file is read, on request (`rethread verify`).
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::{BindingStore, StoreError};
+
+/// At most this many problems are listed in a report; the rest are counted.
+pub const MAX_LISTED_PROBLEMS: usize = 1000;
+
+/// What [`BindingStore::verify`] found.
+#[non_exhaustive]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct VerifyReport {
+    /// Session records read.
+    pub sessions: u64,
+    /// Transcript rows read.
+    pub rows: u64,
+    /// Lease records read (stores that keep leases in the store).
+    pub leases: u64,
+    /// Each problem found, in the order found (at most [`MAX_LISTED_PROBLEMS`]).
+    pub problems: Vec<Problem>,
+    /// Problems found past the listed ones.
+    pub unlisted_problems: u64,
+    /// Whether the check reached the end of the store. `false`: damage stopped it (the last
+    /// problem says where), and what lies past that point is unchecked.
+    pub complete: bool,
+}
+
+impl VerifyReport {
+    /// Whether the whole store was checked and nothing was found.
+    pub fn is_ok(&self) -> bool {
+        self.complete && self.problems.is_empty() && self.unlisted_problems == 0
+    }
+
+    /// How many problems were found, listed or not.
+    pub fn problem_count(&self) -> u64 {
+        self.problems.len() as u64 + self.unlisted_problems
+    }
+}
+
+/// One problem [`BindingStore::verify`] found.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// What kind of damage.
+    pub kind: ProblemKind,
+    /// The session concerned, when the damage is in one session's records.
+    pub session_id: Option<String>,
+    /// What was found, for people.
+    pub detail: String,
+}
+
+/// The kinds of [`Problem`].
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProblemKind {
+    /// The engine's own structure is damaged (pages, B-trees, keys out of order); the check
+    /// may have stopped here.
+    Structure,
+    /// A session record is damaged: its checksum fails, it does not decode, or it
+    /// contradicts itself.
+    Session,
+    /// A transcript row is damaged: its checksum fails or it does not decode.
+    Row,
+    /// Rows a session's record counts are missing.
+    MissingRows,
+    /// Rows that belong to no session record, or lie past their session's row count.
+    StrayRows,
+    /// A lease record is damaged.
+    Lease,
+}
+
+/// Where [`BindingStore::verify`] is, passed to its progress callback now and then.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerifyProgress {
+    /// Session records checked so far.
+    pub sessions: u64,
+    /// Rows checked so far.
+    pub rows: u64,
+    /// How many session records the store holds, when known up front.
+    pub total_sessions: Option<u64>,
+}
+
+/// How often the checker reports progress at most.
+const PROGRESS_EVERY: Duration = Duration::from_millis(50);
+
+/// Collects a report while a scan runs: counts, problems (listed up to the cap), progress.
+pub(crate) struct Checker<'a> {
+    report: VerifyReport,
+    total_sessions: Option<u64>,
+    progress: &'a mut (dyn FnMut(&VerifyProgress) + Send),
+    last_progress: Option<Instant>,
+}
+
+impl<'a> Checker<'a> {
+    pub(crate) fn new(progress: &'a mut (dyn FnMut(&VerifyProgress) + Send)) -> Self {
+        Checker {
+            report: VerifyReport::default(),
+            total_sessions: None,
+            progress,
+            last_progress: None,
+        }
+    }
+
+    /// Says how many session records the scan will see (for the progress bar).
+    #[cfg_attr(not(any(feature = "redb", feature = "sqlite")), allow(dead_code))]
+    pub(crate) fn expect_sessions(&mut self, total: u64) {
+        self.total_sessions = Some(total);
+        self.tick(true);
+    }
+
+    pub(crate) fn problem(&mut self, kind: ProblemKind, session_id: Option<&str>, detail: String) {
+        if self.report.problems.len() < MAX_LISTED_PROBLEMS {
+            self.report.problems.push(Problem {
+                kind,
+                session_id: session_id.map(str::to_string),
+                detail,
+            });
+        } else {
+            self.report.unlisted_problems += 1;
+        }
+    }
+
+    /// Records damage (`Corrupt`) as a problem of `kind`; any other error is returned: the
+    /// store could not be read, which is not a finding about its contents.
+    pub(crate) fn damage(
+        &mut self,
+        kind: ProblemKind,
+        session_id: Option<&str>,
+        error: StoreError,
+    ) -> Result<(), StoreError> {
+        match error {
+            StoreError::Corrupt { detail, .. } => {
+                self.problem(kind, session_id, detail);
+                Ok(())
+            }
+            other => Err(other),
+        }
+    }
+
+    pub(crate) fn session_checked(&mut self) {
+        self.report.sessions += 1;
+        self.tick(false);
+    }
+
+    pub(crate) fn rows_checked(&mut self, rows: u64) {
+        self.report.rows += rows;
+    }
+
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) fn lease_checked(&mut self) {
+        self.report.leases += 1;
+    }
+
+    fn tick(&mut self, force: bool) {
+        let now = Instant::now();
+        if !force
+            && self
+                .last_progress
+                .is_some_and(|last| now.duration_since(last) < PROGRESS_EVERY)
+        {
+            return;
+        }
+        self.last_progress = Some(now);
+        (self.progress)(&VerifyProgress {
+            sessions: self.report.sessions,
+            rows: self.report.rows,
+            total_sessions: self.total_sessions,
+        });
+    }
+
+    pub(crate) fn finish(mut self, complete: bool) -> VerifyReport {
+        self.report.complete = complete;
+        self.tick(true);
+        self.report
+    }
+}
+
+/// The check any store can run through its public methods: every session listed and
+/// exported (an export checks the record and that its rows are exactly `0..row_count`). It
+/// cannot see rows that belong to no session; backends that can, check more.
+pub(crate) async fn by_export<S: BindingStore + ?Sized>(
+    store: &S,
+    progress: &mut (dyn FnMut(&VerifyProgress) + Send),
+) -> Result<VerifyReport, StoreError> {
+    let mut checker = Checker::new(progress);
+    let mut after: Option<String> = None;
+    loop {
+        let page = match store.list_sessions(after.as_deref(), 64).await {
+            Ok(page) => page,
+            Err(error) => {
+                checker.damage(ProblemKind::Structure, None, error)?;
+                return Ok(checker.finish(false));
+            }
+        };
+        for listed in &page.sessions {
+            let id = listed.session_id.as_str();
+            match store.export_session(id).await {
+                Ok(Some(export)) => checker.rows_checked(export.rows.len() as u64),
+                // Deleted since it was listed.
+                Ok(None) => continue,
+                Err(error) => checker.damage(ProblemKind::Session, Some(id), error)?,
+            }
+            checker.session_checked();
+        }
+        match page.next_after {
+            Some(next) => after = Some(next),
+            None => return Ok(checker.finish(true)),
+        }
+    }
+}
