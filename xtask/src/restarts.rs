@@ -36,6 +36,7 @@ struct Options {
     seed: u64,
     backends: Vec<String>,
     slow_turn_ms: u64,
+    allow_untold: bool,
 }
 
 /// `cargo xtask restarts ARGS`.
@@ -47,6 +48,7 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
             .map_or(1, |d| d.as_nanos() as u64),
         backends: Vec::new(),
         slow_turn_ms: 40,
+        allow_untold: false,
     };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -66,6 +68,7 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
                 options.slow_turn_ms = number(value("--slow-turn-ms")?, "--slow-turn-ms")?
             }
             "--backend" => options.backends.push(value("--backend")?),
+            "--allow-untold" => options.allow_untold = true,
             other => return Err(format!("restarts: unknown argument `{other}`")),
         }
     }
@@ -144,6 +147,7 @@ fn run_all(options: &Options) -> Result<(), String> {
             kills: options.kills,
             seed: options.seed.wrapping_add(index as u64 * 0x9E37_79B9),
             slow_turn_ms: options.slow_turn_ms,
+            allow_untold: options.allow_untold,
         });
     }
     println!(
