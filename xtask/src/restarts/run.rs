@@ -219,11 +219,21 @@ impl Runner<'_> {
             faults: &faults,
         };
         let (ended, progress) = host::run(self.binaries, &spec, kill)?;
+        let mut after = self.view.session(&session)?;
+        if matches!(ended, Ended::Killed) && self.plan.store_url.starts_with("postgres") {
+            // A COMMIT the killed host had sent may still be finishing in the server: read
+            // again until the record holds still, so that its effects are this host's.
+            for _ in 0..50 {
+                std::thread::sleep(Duration::from_millis(20));
+                let again = self.view.session(&session)?;
+                if again == after {
+                    break;
+                }
+                after = again;
+            }
+        }
         // A host killed early may not have created the session yet.
-        let after = self
-            .view
-            .session(&session)?
-            .unwrap_or_else(|| SessionRecord::new(session.clone(), 0));
+        let after = after.unwrap_or_else(|| SessionRecord::new(session.clone(), 0));
         let outcome = Outcome {
             before,
             after,
