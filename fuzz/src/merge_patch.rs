@@ -7,6 +7,9 @@
 //! - The binding always agrees with `model_config.codex_thread_id`; a non-string or empty id
 //!   is `InvalidInput` and a retired id `RetiredThread`, and then nothing at all is written
 //!   (not even the session); a retired thread is never bound.
+//! - The pending fallback notice (`rethread_pending_notice`) is set by a retirement that
+//!   leaves the session unbound, removed by a published commit, and a patch naming it is
+//!   `InvalidInput`.
 //! - `bound_at_ms` is kept while the binding names the same thread; row counts only grow by
 //!   the rows committed.
 //! - When the input asks for it, every step is replayed on the redb backend (relaxed
@@ -20,7 +23,7 @@ use std::sync::{Arc, OnceLock};
 
 use rethread_store::{
     BindingStore, MemoryStore, OpenOptions, RedbStore, SessionRecord, StoreError, TurnCommit,
-    CODEX_THREAD_ID_KEY,
+    CODEX_THREAD_ID_KEY, PENDING_NOTICE_KEY,
 };
 use serde_json::{json, Map, Number, Value};
 
@@ -181,6 +184,10 @@ async fn apply(store: &dyn BindingStore, prefix: &str, op: &Op) -> Answer {
 fn model_apply(model: &mut BTreeMap<&'static str, ModelSession>, op: &Op) -> Answer {
     match op {
         Op::Patch(s, patch) => {
+            if patch.contains_key(PENDING_NOTICE_KEY) {
+                // The store's own key: hosts cannot write it.
+                return Answer::InvalidInput;
+            }
             let current = model.get(s).cloned().unwrap_or_default();
             let merged = match rfc7396(
                 Value::Object(current.config.clone()),
@@ -211,6 +218,7 @@ fn model_apply(model: &mut BTreeMap<&'static str, ModelSession>, op: &Op) -> Ans
                 entry
                     .config
                     .insert(CODEX_THREAD_ID_KEY.to_string(), json!(t));
+                entry.config.remove(PENDING_NOTICE_KEY);
             }
             Answer::Published(published, first, entry.rows)
         }
@@ -222,6 +230,12 @@ fn model_apply(model: &mut BTreeMap<&'static str, ModelSession>, op: &Op) -> Ans
             if entry.binding.as_deref() == Some(*t) {
                 entry.binding = None;
                 entry.config.remove(CODEX_THREAD_ID_KEY);
+            }
+            // The give-up leaves a fallback notice pending unless another thread is bound.
+            if entry.binding.is_none() {
+                entry
+                    .config
+                    .insert(PENDING_NOTICE_KEY.to_string(), json!({ "thread_id": t }));
             }
             Answer::Unit
         }

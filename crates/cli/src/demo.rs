@@ -1,6 +1,7 @@
 //! `rethread demo`: the whole story on an embedded redb store and the bundled fake
 //! app-server, narrated. Needs nothing installed; every claim it narrates is checked, and a
-//! failed check fails the demo.
+//! failed check fails the demo. With `--json` the story is one object on stdout instead:
+//! `{"ok", "steps": [{"title", "lines", "checks"}], "error"?}` (also when a check fails).
 
 use std::sync::Arc;
 
@@ -10,23 +11,76 @@ use rethread_runtime::{
     AppServerClient, BinderOptions, OpenOutcome, SessionBinder, StatusKind, StatusRail,
 };
 use rethread_store::{BindingStore, BindingStoreExt, OpenOptions, RedbStore};
+use serde_json::{json, Value};
 use tokio::io::DuplexStream;
 
 use crate::{output, CliResult};
 
 const SESSION: &str = "demo-session";
 
-fn step(title: &str) {
-    println!();
-    println!("{}", output::paint("1", &format!("== {title}")));
+/// The story as it is told: printed line by line, or kept for one JSON object (`--json`).
+struct Narration {
+    json: bool,
+    steps: Vec<Value>,
 }
 
-fn check(ok: bool, what: &str) -> CliResult {
-    if ok {
-        println!("   ok: {what}");
+impl Narration {
+    fn new(json: bool) -> Self {
+        Narration {
+            json,
+            steps: vec![json!({"title": "setup", "lines": [], "checks": []})],
+        }
+    }
+
+    fn current(&mut self, field: &str) -> &mut Vec<Value> {
+        let step = self.steps.last_mut().expect("a step is always open");
+        step[field].as_array_mut().expect("an array field")
+    }
+
+    fn step(&mut self, title: &str) {
+        if self.json {
+            self.steps
+                .push(json!({"title": title, "lines": [], "checks": []}));
+        } else {
+            println!();
+            println!("{}", output::paint("1", &format!("== {title}")));
+        }
+    }
+
+    /// One line of narration (`painted` on a terminal).
+    fn say(&mut self, line: &str, painted: Option<&str>) {
+        if self.json {
+            self.current("lines").push(json!(line));
+        } else {
+            match painted {
+                Some(code) => println!("{}", output::paint(code, line)),
+                None => println!("{line}"),
+            }
+        }
+    }
+
+    fn check(&mut self, ok: bool, what: &str) -> CliResult {
+        if !ok {
+            return Err(format!("demo check failed: {what}").into());
+        }
+        if self.json {
+            self.current("checks").push(json!(what));
+        } else {
+            println!("   ok: {what}");
+        }
         Ok(())
-    } else {
-        Err(format!("demo check failed: {what}").into())
+    }
+
+    /// Under `--json`, prints the one object, with the failure if the story failed.
+    fn finish(self, result: &CliResult) {
+        if !self.json {
+            return;
+        }
+        let mut object = json!({"ok": result.is_ok(), "steps": self.steps});
+        if let Err(error) = result {
+            object["error"] = json!(error.to_string());
+        }
+        println!("{object}");
     }
 }
 
@@ -40,6 +94,7 @@ async fn connect(stream: DuplexStream, rail: StatusRail) -> CliResult<AppServerC
 
 /// One "process": a fresh client on the fake and a fresh binder, one turn.
 async fn turn(
+    story: &mut Narration,
     store: &Arc<dyn BindingStore>,
     stream: DuplexStream,
     home: &str,
@@ -53,13 +108,13 @@ async fn turn(
     };
     let mut binder = SessionBinder::new(SESSION, store.clone(), rail).with_options(options);
     let mut session = binder.open(&client).await?;
-    println!("   user: {message}");
+    story.say(&format!("   user: {message}"), None);
     let report = session.run_turn(message).await?;
-    println!("   codex: {}", report.reply);
+    story.say(&format!("   codex: {}", report.reply), None);
     let notices = recorded.messages(StatusKind::Lifecycle);
     for notice in &notices {
         // Narration goes to stdout in order with the rest of the story.
-        println!("   {}", output::paint("33", &format!("notice: {notice}")));
+        story.say(&format!("   notice: {notice}"), Some("33"));
     }
     let outcome = session.outcome().clone();
     drop(session);
@@ -74,24 +129,39 @@ fn model_saw(fake: &FakeHandle, word: &str) -> bool {
         .is_some_and(|request| request.saw(word))
 }
 
-pub(crate) async fn run() -> CliResult {
+/// Plays the story; with `json`, prints it as one object at the end.
+pub(crate) async fn run(json: bool) -> CliResult {
+    let mut story = Narration::new(json);
+    let result = play(&mut story).await;
+    story.finish(&result);
+    result
+}
+
+async fn play(story: &mut Narration) -> CliResult {
     let dir = tempfile::Builder::new().prefix("rethread-demo").tempdir()?;
     let store_path = dir.path().join("rethread.redb");
     let home = dir.path().join("codex-home");
     let home_text = home.display().to_string();
     let store: Arc<dyn BindingStore> =
         Arc::new(RedbStore::open(&store_path, OpenOptions::default()).await?);
-    println!(
-        "rethread demo: an embedded redb store at {}",
-        store_path.display()
+    story.say(
+        &format!(
+            "rethread demo: an embedded redb store at {}",
+            store_path.display()
+        ),
+        None,
     );
-    println!("and the bundled fake codex app-server with CODEX_HOME={home_text}");
+    story.say(
+        &format!("and the bundled fake codex app-server with CODEX_HOME={home_text}"),
+        None,
+    );
 
-    step("1. First turn: a new codex thread, bound once the turn's rows are durable");
+    story.step("1. First turn: a new codex thread, bound once the turn's rows are durable");
     let (stream, fake) = FakeAppServer::builder()
         .codex_home(&home)
         .spawn_in_process()?;
     let (outcome, _, notices) = turn(
+        story,
         &store,
         stream,
         &home_text,
@@ -99,39 +169,46 @@ pub(crate) async fn run() -> CliResult {
     )
     .await?;
     let first = outcome.thread_id().to_string();
-    check(
+    story.check(
         matches!(outcome, OpenOutcome::Started { .. }),
         &format!("started thread {first}"),
     )?;
-    check(notices.is_empty(), "no notice")?;
+    story.check(notices.is_empty(), "no notice")?;
     let record = store.require_session(SESSION).await?;
-    check(
+    story.check(
         record.thread_id() == Some(first.as_str()) && record.row_count == 2,
         "binding and 2 transcript rows stored together",
     )?;
 
-    step("2. The app-server restarts; a rebuilt binder resumes the bound thread");
+    story.step("2. The app-server restarts; a rebuilt binder resumes the bound thread");
     let stream = fake.restart().await?;
-    let (outcome, _, notices) = turn(&store, stream, &home_text, "Which fruit did I name?").await?;
-    check(
+    let (outcome, _, notices) =
+        turn(story, &store, stream, &home_text, "Which fruit did I name?").await?;
+    story.check(
         outcome
             == OpenOutcome::Resumed {
                 thread_id: first.clone(),
             },
         "thread/resume, then turn/start: no new thread",
     )?;
-    check(notices.is_empty(), "no notice when the resume succeeds")?;
-    check(
+    story.check(notices.is_empty(), "no notice when the resume succeeds")?;
+    story.check(
         model_saw(&fake, "papaya"),
         "the model's request holds turn 1: it remembers",
     )?;
 
-    step("3. The rollout is lost; the next agent fails closed");
+    story.step("3. The rollout is lost; the next agent fails closed");
     fake.corrupt_rollout(&first, Corruption::Delete)?;
-    println!("   (deleted the rollout of {first})");
+    story.say(&format!("   (deleted the rollout of {first})"), None);
     let stream = fake.restart().await?;
-    let (outcome, _, notices) =
-        turn(&store, stream, &home_text, "Do you still know my fruit?").await?;
+    let (outcome, _, notices) = turn(
+        story,
+        &store,
+        stream,
+        &home_text,
+        "Do you still know my fruit?",
+    )
+    .await?;
     let OpenOutcome::FellBack {
         thread_id: second,
         reason,
@@ -141,19 +218,24 @@ pub(crate) async fn run() -> CliResult {
     else {
         return Err(format!("demo check failed: expected a fallback, got {outcome:?}").into());
     };
-    check(notices.len() == 1, "exactly one notice")?;
-    check(
+    story.check(notices.len() == 1, "exactly one notice")?;
+    story.check(
         *seeded && model_saw(&fake, "papaya"),
         "the fresh thread was seeded from the transcript",
     )?;
     let record = store.require_session(SESSION).await?;
-    check(
+    story.check(
         record.thread_id() == Some(second.as_str()) && record.is_retired(&first),
         &format!("binding moved {first} -> {second} ({reason}); the lost thread is retired"),
     )?;
-    check(record.row_count == 6, "all 6 transcript rows kept")?;
+    story.check(record.row_count == 6, "all 6 transcript rows kept")?;
     fake.kill().await;
-    println!();
-    println!("done: the conversation survived a restart, and a lost thread failed closed with one notice.");
+    if !story.json {
+        println!();
+    }
+    story.say(
+        "done: the conversation survived a restart, and a lost thread failed closed with one notice.",
+        None,
+    );
     Ok(())
 }

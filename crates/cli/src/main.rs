@@ -12,6 +12,7 @@ mod doctor;
 mod migrate;
 mod output;
 mod sessions;
+mod verify;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,8 +30,8 @@ type CliResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
     name = "rethread",
     version,
     about = "Keep a host session and its codex thread together across restarts.",
-    after_help = "Exit codes: 0 ok, 1 failed, 2 usage, 75 busy or temporary (retry later), \
-                  130/143 interrupted by SIGINT/SIGTERM."
+    after_help = "Exit codes: 0 ok, 1 failed (for `verify`: damage found), 2 usage, \
+                  75 busy or temporary (retry later), 130/143 interrupted by SIGINT/SIGTERM."
 )]
 struct Cli {
     /// Store URL: `redb:PATH` (default: a file under the user's data directory), `sqlite:PATH`,
@@ -73,7 +74,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Copy every session between stores.
+    /// Copy every session between stores, one at a time, each verified.
     Migrate {
         /// Source store URL.
         #[arg(long, value_name = "URL")]
@@ -81,9 +82,25 @@ enum Command {
         /// Destination store URL.
         #[arg(long, value_name = "URL")]
         to: String,
+        /// Print one JSON object: `from`, `to`, `sessions`, `copied`, `already_present`,
+        /// `verified`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check every record of the store; exit 1 when damage is found.
+    Verify {
+        /// Print one JSON object: `store`, `ok`, `complete`, `sessions`, `rows`, `leases`,
+        /// `problems`, `unlisted_problems` (also when damage is found).
+        #[arg(long)]
+        json: bool,
     },
     /// Play the restart story on the bundled fake app-server; needs nothing installed.
-    Demo,
+    Demo {
+        /// Print the story as one JSON object: `ok`, `steps` (`title`, `lines`, `checks`),
+        /// and `error` when a check failed.
+        #[arg(long)]
+        json: bool,
+    },
     /// A drop-in `codex app-server` for any client: ARGS go to `<codex> app-server` verbatim.
     #[command(disable_help_flag = true)]
     AppServer {
@@ -99,11 +116,17 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum SessionsCommand {
-    /// List sessions.
+    /// List sessions in session-id order, page by page (the store is never loaded whole).
     List {
-        /// Print JSON.
+        /// Print one JSON object: `{"sessions": [...], "next_after": ID or null}`.
         #[arg(long)]
         json: bool,
+        /// List at most N sessions (default: all); when more may follow, say the next `--after`.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        limit: Option<u32>,
+        /// Start after this session id (the `next_after` of the previous page).
+        #[arg(long, value_name = "ID")]
+        after: Option<String>,
     },
     /// Show one session.
     Show {
@@ -117,6 +140,9 @@ enum SessionsCommand {
     Forget {
         /// The session id.
         id: String,
+        /// Print one JSON object: `{"forgot": ID}`.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -188,17 +214,28 @@ async fn run(cli: Cli) -> CliResult {
         Command::Sessions { command } => {
             let store = open_store(cli.store.as_deref()).await?;
             match command {
-                SessionsCommand::List { json } => sessions::list(store, json).await,
+                SessionsCommand::List { json, limit, after } => {
+                    let page = sessions::Paging {
+                        limit: limit.map(|n| n as usize),
+                        after,
+                    };
+                    sessions::list(store, json, page).await
+                }
                 SessionsCommand::Show { id, json } => sessions::show(store, &id, json).await,
-                SessionsCommand::Forget { id } => sessions::forget(store, &id).await,
+                SessionsCommand::Forget { id, json } => sessions::forget(store, &id, json).await,
             }
         }
         Command::Doctor { json } => {
             let store = open_store(cli.store.as_deref()).await?;
             doctor::run(store, &codex, json).await
         }
-        Command::Migrate { from, to } => migrate::run(&from, &to).await,
-        Command::Demo => demo::run().await,
+        Command::Migrate { from, to, json } => migrate::run(&from, &to, json).await,
+        Command::Verify { json } => {
+            let url = store_url(cli.store.as_deref())?;
+            let store = open_store_url(&url).await?;
+            verify::run(store, &redact_url(&url), json).await
+        }
+        Command::Demo { json } => demo::run(json).await,
         Command::AppServer { .. } => unreachable!("app-server runs on a runtime of its own"),
     }
 }
@@ -212,12 +249,16 @@ fn default_store_url() -> CliResult<String> {
     ))
 }
 
+/// The store URL: `--store` / `RETHREAD_STORE`, else the default.
+fn store_url(url: Option<&str>) -> CliResult<String> {
+    match url {
+        Some(url) => Ok(url.to_string()),
+        None => default_store_url(),
+    }
+}
+
 async fn open_store(url: Option<&str>) -> CliResult<Arc<dyn BindingStore>> {
-    let url = match url {
-        Some(url) => url.to_string(),
-        None => default_store_url()?,
-    };
-    open_store_url(&url).await
+    open_store_url(&store_url(url)?).await
 }
 
 /// Opens a store by URL, creating the directory of a new store file.

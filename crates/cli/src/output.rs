@@ -16,7 +16,7 @@ use rethread_store::StoreError;
 
 /// Success.
 pub(crate) const EXIT_OK: u8 = 0;
-/// A failure (the one-line cause says which).
+/// A failure (the one-line cause says which); for `verify`, damage found.
 pub(crate) const EXIT_FAILED: u8 = 1;
 /// A usage error: flags that do not go together (clap exits 2 on its own errors).
 pub(crate) const EXIT_USAGE: u8 = 2;

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use rethread_store::{BindingStore, BindingStoreExt, SessionRecord};
+use rethread_store::{BindingStore, SessionRecord};
 use serde_json::{json, Value};
 
 use crate::CliResult;
@@ -30,28 +30,89 @@ pub(crate) fn format_ms(ms: i64) -> String {
     }
 }
 
-pub(crate) async fn list(store: Arc<dyn BindingStore>, json: bool) -> CliResult {
-    let sessions = store.all_sessions().await?;
+/// Which sessions `sessions list` prints.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Paging {
+    /// At most this many (`None`: all, still read page by page).
+    pub(crate) limit: Option<usize>,
+    /// Only sessions whose id sorts after this one.
+    pub(crate) after: Option<String>,
+}
+
+/// How many sessions one store call lists when no `--limit` bounds the listing.
+const PAGE: usize = 256;
+
+/// Lists sessions page by page and prints each page as it comes: memory does not grow with the
+/// store. With a limit, one page; when more may follow, a hint on stderr names the next
+/// `--after` (in JSON: `next_after`).
+pub(crate) async fn list(store: Arc<dyn BindingStore>, json: bool, paging: Paging) -> CliResult {
+    let mut after = paging.after;
+    let mut printed = 0usize;
     if json {
-        println!("{}", Value::Array(sessions.iter().map(to_json).collect()));
+        print!("{{\"sessions\":[");
+    }
+    let next_after = loop {
+        let want = paging
+            .limit
+            .map_or(PAGE, |limit| (limit - printed).min(PAGE));
+        let page = store.list_sessions(after.as_deref(), want).await?;
+        for record in &page.sessions {
+            if json {
+                let comma = if printed == 0 { "" } else { "," };
+                print!("{comma}{}", to_json(record));
+            } else {
+                if printed == 0 {
+                    println!("{:<24} {:<38} {:>6}  BOUND AT", "SESSION", "THREAD", "ROWS");
+                }
+                print_row(record);
+            }
+            printed += 1;
+        }
+        match page.next_after {
+            Some(next) if paging.limit.is_some_and(|limit| printed >= limit) => break Some(next),
+            Some(next) => after = Some(next),
+            None => break None,
+        }
+    };
+    if json {
+        println!("],\"next_after\":{}}}", json!(next_after));
         return Ok(());
     }
-    if sessions.is_empty() {
+    if printed == 0 {
         println!("no sessions");
-        return Ok(());
     }
-    println!("{:<24} {:<38} {:>6}  BOUND AT", "SESSION", "THREAD", "ROWS");
-    for record in &sessions {
-        let (thread, bound) = match &record.binding {
-            Some(b) => (b.thread_id.as_str(), format_ms(b.bound_at_ms)),
-            None => ("-", "-".to_string()),
-        };
-        println!(
-            "{:<24} {:<38} {:>6}  {bound}",
-            record.session_id, thread, record.row_count
+    if let Some(next) = next_after {
+        let limit = paging.limit.unwrap_or(PAGE);
+        eprintln!(
+            "more sessions may follow: rethread sessions list --limit {limit} --after {}",
+            shell_word(&next)
         );
     }
     Ok(())
+}
+
+fn print_row(record: &SessionRecord) {
+    let (thread, bound) = match &record.binding {
+        Some(b) => (b.thread_id.as_str(), format_ms(b.bound_at_ms)),
+        None => ("-", "-".to_string()),
+    };
+    println!(
+        "{:<24} {:<38} {:>6}  {bound}",
+        record.session_id, thread, record.row_count
+    );
+}
+
+/// `word` as one shell word: as is when it is plain, else in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:/@+=,".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
 }
 
 pub(crate) async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> CliResult {
@@ -87,9 +148,13 @@ pub(crate) async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> 
     Ok(())
 }
 
-pub(crate) async fn forget(store: Arc<dyn BindingStore>, id: &str) -> CliResult {
+pub(crate) async fn forget(store: Arc<dyn BindingStore>, id: &str, json: bool) -> CliResult {
     if store.delete_session(id).await? {
-        println!("forgot session {id}");
+        if json {
+            println!("{}", json!({ "forgot": id }));
+        } else {
+            println!("forgot session {id}");
+        }
         Ok(())
     } else {
         Err(format!("no session {id}").into())
@@ -98,7 +163,15 @@ pub(crate) async fn forget(store: Arc<dyn BindingStore>, id: &str) -> CliResult 
 
 #[cfg(test)]
 mod tests {
-    use super::format_ms;
+    use super::{format_ms, shell_word};
+
+    #[test]
+    fn shell_words_are_quoted_only_when_needed() {
+        assert_eq!(shell_word("session-1"), "session-1");
+        assert_eq!(shell_word("a b"), "'a b'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word(""), "''");
+    }
 
     #[test]
     fn formats_epoch_milliseconds_as_utc() {

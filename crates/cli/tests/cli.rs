@@ -184,7 +184,10 @@ fn a_missing_codex_binary_fails_in_one_line_and_writes_nothing() {
     assert!(err.starts_with("rethread: could not start"), "{err}");
     let list: Value =
         serde_json::from_slice(&sandbox.ok(&["sessions", "list", "--json"]).stdout).unwrap();
-    assert_eq!(list, serde_json::json!([]));
+    assert_eq!(
+        list,
+        serde_json::json!({"sessions": [], "next_after": null})
+    );
 }
 
 #[test]
@@ -216,7 +219,8 @@ fn a_store_password_is_never_printed() {
     for args in [
         vec!["--store", url, "sessions", "list"],
         vec!["--store", url, "doctor"],
-        vec!["migrate", "--from", url, "--to", "memory:"],
+        vec!["--store", url, "verify", "--json"],
+        vec!["migrate", "--json", "--from", url, "--to", "memory:"],
         vec!["migrate", "--from", "memory:", "--to", url],
     ] {
         let out = sandbox.run(&args);
@@ -256,7 +260,8 @@ fn sessions_list_show_and_forget() {
     sandbox.chat_json("b", "two");
     let list: Value =
         serde_json::from_slice(&sandbox.ok(&["sessions", "list", "--json"]).stdout).unwrap();
-    let ids: Vec<_> = list
+    assert_eq!(list["next_after"], Value::Null);
+    let ids: Vec<_> = list["sessions"]
         .as_array()
         .unwrap()
         .iter()
@@ -471,6 +476,32 @@ fn demo_tells_the_whole_story() {
         "{text}"
     );
     assert!(text.contains("done:"), "{text}");
+}
+
+#[test]
+fn demo_json_is_one_object_with_every_check() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rethread"))
+        .args(["demo", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let story: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(story["ok"], true);
+    assert!(story.get("error").is_none(), "{story}");
+    let steps = story["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 4, "setup and three steps: {story}");
+    let checks: Vec<&str> = steps
+        .iter()
+        .flat_map(|s| s["checks"].as_array().unwrap())
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(
+        checks.contains(&"the model's request holds turn 1: it remembers"),
+        "{checks:?}"
+    );
+    assert!(checks.contains(&"exactly one notice"), "{checks:?}");
+    let text = out.stdout.escape_ascii().to_string();
+    assert_eq!(text.matches(NOTICE).count(), 1, "{story}");
 }
 
 /// The real codex (current and previous): chat, restart (every invocation is a new process), chat again.

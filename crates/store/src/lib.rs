@@ -137,8 +137,8 @@ pub use redact::redact_url;
 pub use sqlite::SqliteStore;
 pub use store::{BindingStore, BindingStoreExt};
 pub use types::{
-    Binding, CommitOutcome, Fence, ImportOutcome, Lease, SessionExport, SessionPage, SessionRecord,
-    TranscriptRow, TurnCommit, CODEX_THREAD_ID_KEY,
+    Binding, CommitOutcome, Fence, ImportOutcome, Lease, PendingNotice, SessionExport, SessionPage,
+    SessionRecord, TranscriptRow, TurnCommit, CODEX_THREAD_ID_KEY, PENDING_NOTICE_KEY,
 };
 pub use verify::{Problem, ProblemKind, VerifyProgress, VerifyReport, MAX_LISTED_PROBLEMS};
 

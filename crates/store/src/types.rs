@@ -8,6 +8,29 @@ use crate::LeaseOwner;
 /// The `model_config` key that holds the bound codex thread id.
 pub const CODEX_THREAD_ID_KEY: &str = "codex_thread_id";
 
+/// The reserved `model_config` key that records a fallback notice still to be shown: set by
+/// [`BindingStore::retire_thread`](crate::BindingStore::retire_thread) (the give-up) in the
+/// same transaction, removed by the next [`BindingStore::commit_turn`](crate::BindingStore::commit_turn)
+/// that publishes a binding. Hosts must not write it: a `patch_config` naming it is refused.
+/// Read it through [`SessionRecord::pending_notice`].
+pub const PENDING_NOTICE_KEY: &str = "rethread_pending_notice";
+
+/// A fallback notice recorded as pending ([`SessionRecord::pending_notice`]): the session's
+/// thread was given up and no new binding has been published since, so the host has maybe
+/// not yet shown `Codex thread could not be resumed; starting a new one.`
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingNotice {
+    /// The thread given up (retired).
+    pub thread_id: String,
+}
+
+impl PendingNotice {
+    /// The value kept under [`PENDING_NOTICE_KEY`].
+    pub(crate) fn to_value(&self) -> Value {
+        serde_json::json!({ "thread_id": self.thread_id })
+    }
+}
+
 /// A session's binding to a codex thread.
 ///
 /// The thread id is also present in [`SessionRecord::model_config`] under
@@ -58,6 +81,15 @@ impl SessionRecord {
     /// The bound thread id, if any.
     pub fn thread_id(&self) -> Option<&str> {
         self.binding.as_ref().map(|b| b.thread_id.as_str())
+    }
+
+    /// The fallback notice pending for this session, if its thread was given up
+    /// ([`BindingStore::retire_thread`](crate::BindingStore::retire_thread)) and no binding
+    /// was published since. `None` also when the value under [`PENDING_NOTICE_KEY`] is not a
+    /// notice (the store never writes one that is not).
+    pub fn pending_notice(&self) -> Option<PendingNotice> {
+        let value = self.model_config.get(PENDING_NOTICE_KEY)?;
+        serde_json::from_value(value.clone()).ok()
     }
 
     /// Whether `thread_id` was retired for this session.

@@ -11,7 +11,7 @@ use crate::{
     BindingStore, BindingStoreExt, Fence, Lease, LeaseOwner, StoreError, CODEX_THREAD_ID_KEY,
 };
 
-fn owner(name: &str) -> LeaseOwner {
+pub(crate) fn owner(name: &str) -> LeaseOwner {
     LeaseOwner {
         host: format!("host-{name}"),
         pid: 4242,
@@ -21,7 +21,7 @@ fn owner(name: &str) -> LeaseOwner {
     }
 }
 
-const LONG: Duration = Duration::from_secs(60);
+pub(crate) const LONG: Duration = Duration::from_secs(60);
 
 /// A live lease excludes every other owner (typed `Busy` naming the holder); the holder asking
 /// again renews it, keeping its fence.

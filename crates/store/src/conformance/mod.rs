@@ -19,6 +19,7 @@
 mod bindings;
 mod leases;
 mod model;
+mod notice;
 mod sessions;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,6 +41,10 @@ pub use leases::{
     lease_owner_mismatch_cannot_renew_or_release, lease_release_frees, lease_renew_extends,
 };
 pub use model::{op_strategy, random_ops_match_model, Op};
+pub use notice::{
+    failed_give_up_writes_no_notice, give_up_sets_the_pending_notice_and_publish_clears_it,
+    only_the_give_up_sets_the_pending_notice,
+};
 pub use sessions::{
     copy_sessions_roundtrip, delete_session, export_import_roundtrip, invalid_input,
     list_sessions_pages, verify_finds_nothing_on_a_healthy_store,
@@ -80,6 +85,9 @@ pub async fn run_all(store: &dyn BindingStore) {
     patch_codex_thread_id_keeps_binding_consistent(store).await;
     cas_drop(store).await;
     retired_thread_is_never_published(store).await;
+    give_up_sets_the_pending_notice_and_publish_clears_it(store).await;
+    failed_give_up_writes_no_notice(store).await;
+    only_the_give_up_sets_the_pending_notice(store).await;
     row_order(store).await;
     concurrent_patches_of_distinct_keys(store).await;
     many_sessions_commit_at_once(store).await;

@@ -8,7 +8,10 @@ use proptest::test_runner::{Config, TestRng, TestRunner};
 use serde_json::{json, Map, Value};
 
 use super::{turn, unique_id};
-use crate::{BindingStore, BindingStoreExt, ImportOutcome, StoreError, CODEX_THREAD_ID_KEY};
+use crate::{
+    BindingStore, BindingStoreExt, ImportOutcome, StoreError, CODEX_THREAD_ID_KEY,
+    PENDING_NOTICE_KEY,
+};
 
 /// One operation of the model test, over small domains (3 sessions, 4 threads, few keys).
 #[derive(Clone, Debug)]
@@ -182,6 +185,7 @@ impl Model {
                 if published {
                     sess.config
                         .insert(CODEX_THREAD_ID_KEY.into(), json!(thread));
+                    sess.config.remove(PENDING_NOTICE_KEY);
                     sess.codex_home = Some(format!("/codex-home/{thread}"));
                     sess.thread = Some(thread);
                 }
@@ -239,6 +243,10 @@ impl Model {
                     sess.thread = None;
                     sess.codex_home = None;
                     sess.config.remove(CODEX_THREAD_ID_KEY);
+                }
+                if sess.thread.is_none() {
+                    sess.config
+                        .insert(PENDING_NOTICE_KEY.into(), json!({ "thread_id": thread }));
                 }
                 Seen::Unit
             }

@@ -7,8 +7,8 @@ use super::{
     check_id, check_record, load_session, merge_patch, not_loaded, LeaseOp, Needs, WriteTxn,
 };
 use crate::{
-    Binding, CommitOutcome, Fence, ImportOutcome, SessionExport, SessionRecord, StoreError,
-    TurnCommit, CODEX_THREAD_ID_KEY,
+    Binding, CommitOutcome, Fence, ImportOutcome, PendingNotice, SessionExport, SessionRecord,
+    StoreError, TurnCommit, CODEX_THREAD_ID_KEY, PENDING_NOTICE_KEY,
 };
 
 /// One write: the session it locks, what it reads, and its rules.
@@ -70,6 +70,8 @@ fn publish(record: &mut SessionRecord, thread_id: &str, codex_home: Option<Strin
         CODEX_THREAD_ID_KEY.to_string(),
         Value::String(thread_id.to_string()),
     );
+    // A published binding is the new thread the fallback notice announced.
+    record.model_config.remove(PENDING_NOTICE_KEY);
     record.binding = Some(Binding {
         thread_id: thread_id.to_string(),
         codex_home,
@@ -158,6 +160,12 @@ impl WriteOp for Patch {
         check_fence(txn, session_id, self.fence.as_ref(), now)?;
         let mut record =
             load_session(txn, session_id)?.unwrap_or_else(|| SessionRecord::new(session_id, now));
+        if self.patch.contains_key(PENDING_NOTICE_KEY) {
+            return Err(StoreError::InvalidInput(format!(
+                "{PENDING_NOTICE_KEY} is reserved: the store sets it on retire_thread and \
+                 clears it on the next published commit"
+            )));
+        }
         let mut config = record.model_config.clone();
         merge_patch(&mut config, &self.patch);
         match config.get(CODEX_THREAD_ID_KEY) {
@@ -262,6 +270,16 @@ impl WriteOp for Retire {
         }
         if record.thread_id() == Some(thread_id.as_str()) {
             unbind(&mut record);
+        }
+        // The give-up: a fallback notice is pending until a new binding is published, unless
+        // the session is already bound to another thread (it moved on meanwhile).
+        if record.binding.is_none() {
+            let notice = PendingNotice {
+                thread_id: thread_id.clone(),
+            };
+            record
+                .model_config
+                .insert(PENDING_NOTICE_KEY.to_string(), notice.to_value());
         }
         if existing.as_ref() != Some(&record) {
             record.updated_at_ms = now;
