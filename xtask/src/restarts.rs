@@ -36,7 +36,6 @@ struct Options {
     seed: u64,
     backends: Vec<String>,
     slow_turn_ms: u64,
-    allow_untold: bool,
 }
 
 /// `cargo xtask restarts ARGS`.
@@ -48,7 +47,6 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
             .map_or(1, |d| d.as_nanos() as u64),
         backends: Vec::new(),
         slow_turn_ms: 40,
-        allow_untold: false,
     };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -68,7 +66,6 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
                 options.slow_turn_ms = number(value("--slow-turn-ms")?, "--slow-turn-ms")?
             }
             "--backend" => options.backends.push(value("--backend")?),
-            "--allow-untold" => options.allow_untold = true,
             other => return Err(format!("restarts: unknown argument `{other}`")),
         }
     }
@@ -147,7 +144,6 @@ fn run_all(options: &Options) -> Result<(), String> {
             kills: options.kills,
             seed: options.seed.wrapping_add(index as u64 * 0x9E37_79B9),
             slow_turn_ms: options.slow_turn_ms,
-            allow_untold: options.allow_untold,
         });
     }
     println!(

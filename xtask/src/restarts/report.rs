@@ -33,9 +33,6 @@ pub(crate) struct Stats {
     pub(crate) notices: u32,
     /// Notices that went down with a killed host's committed but unacknowledged turn.
     pub(crate) notices_unacked: u32,
-    /// Give-ups whose notice no acknowledged turn carried (only counted with
-    /// `--allow-untold`; otherwise the run fails).
-    pub(crate) untold: u32,
     /// Acknowledged turns by outcome.
     pub(crate) resumes: u32,
     pub(crate) starts: u32,
@@ -73,22 +70,21 @@ fn ms(d: Duration) -> String {
 pub(crate) fn table(rows: &[(&str, &Stats)]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "| backend | kills | {} | lost | fallbacks | notices | unacked | untold | resumed | started \
+        "| backend | kills | {} | lost | fallbacks | notices | unacked | resumed | started \
          | fell back | restart p50 ms | restart max ms | turn p50 ms | wall s |\n",
         PHASES.join(" | ")
     ));
-    out.push_str(&format!("|{}\n", "---|".repeat(19)));
+    out.push_str(&format!("|{}\n", "---|".repeat(18)));
     for (backend, s) in rows {
         let phases: Vec<String> = s.kills_by_phase.iter().map(u32::to_string).collect();
         out.push_str(&format!(
-            "| {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} |\n",
+            "| {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} |\n",
             s.kills(),
             phases.join(" | "),
             s.lost,
             s.fallbacks,
             s.notices,
             s.notices_unacked,
-            s.untold,
             s.resumes,
             s.starts,
             s.fell_back,

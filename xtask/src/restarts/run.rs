@@ -43,8 +43,6 @@ pub(crate) struct Plan {
     pub(crate) seed: u64,
     /// How long each fake turn takes, so that kills land mid-turn.
     pub(crate) slow_turn_ms: u64,
-    /// Count a give-up whose notice no acknowledged turn carried (`untold`) instead of failing.
-    pub(crate) allow_untold: bool,
 }
 
 /// Runs the plan; `Err` names the first check that failed.
@@ -67,8 +65,8 @@ pub(crate) fn execute(plan: &Plan, binaries: &Binaries) -> Result<Stats, String>
     let result = runner.run();
     runner.stats.wall = started.elapsed();
     if result.is_ok() && plan.store_url.starts_with("postgres") {
-        for session in &runner.sessions {
-            runner.view.delete(session)?;
+        for session in runner.sessions.clone() {
+            runner.view.delete(&session)?;
         }
     }
     result.map(|()| runner.stats)
@@ -166,9 +164,10 @@ impl Runner<'_> {
 
     /// Sometimes makes the bound thread unresumable from now on, as a lost rollout would.
     fn maybe_lose_thread(&mut self) -> Result<(), String> {
+        let session = self.session().to_string();
         let bound = self
             .view
-            .session(self.session())?
+            .session(&session)?
             .and_then(|r| r.binding)
             .map(|b| b.thread_id);
         if let Some(thread) = bound {
@@ -420,11 +419,6 @@ impl Runner<'_> {
                 self.owed = 0;
                 Ok(())
             }
-            (0, owed) if self.plan.allow_untold => {
-                self.stats.untold += owed;
-                self.owed = 0;
-                Ok(())
-            }
             (0, owed) => Err(format!(
                 "a fallback's notice never reached the user: {owed} give-up write(s), then \
                  turn {:?} acknowledged on the new thread {thread} ({outcome}) without a notice",
@@ -438,8 +432,9 @@ impl Runner<'_> {
     }
 
     /// (3) over the whole run: every acknowledged turn is in its session's transcript, once.
-    fn check_transcripts(&self) -> Result<(), String> {
-        for session in &self.sessions {
+    fn check_transcripts(&mut self) -> Result<(), String> {
+        for session in self.sessions.clone() {
+            let session = &session;
             let rows = self.view.rows(session)?;
             let users: Vec<&str> = rows
                 .iter()
