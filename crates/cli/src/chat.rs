@@ -1,24 +1,27 @@
 //! `rethread chat`: one turn, resumed across invocations.
 //!
-//! Notices print on stderr the moment they happen (before the reply); `--json` prints one
-//! object on stdout, also on failure (`error` and the `notices` said so far). The session's
+//! Notices print on stderr the moment they happen (before the reply); the reply prints on
+//! stdout as codex writes it (`chat/reply.rs`); `--json` prints one object on stdout, also on
+//! failure (`error` and the `notices` said so far). The session's
 //! lease is released before the process exits, however the turn ended: done, failed, or
 //! interrupted by SIGINT/SIGTERM (exit 130/143). A release that fails after the turn committed
 //! is a warning, never a failure: the turn is durable and must not be retried.
 
 use std::error::Error;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_runtime::{
     AppServerClient, BinderOptions, ClientError, CodexCommand, OpenOutcome, RuntimeError,
-    SessionBinder, StatusEvent, StatusKind, StatusRail, TurnReport,
+    SessionBinder, StatusEvent, StatusKind, StatusRail, TurnInput, TurnReport,
 };
+
+mod reply;
 use rethread_store::{BindingStore, StoreError};
 use serde_json::{json, Value};
 
-use crate::output::{self, Interrupted, LiveRail};
+use crate::output::{self, Interrupted, LiveRail, UsageError};
 use crate::CliResult;
 
 type BoxError = Box<dyn Error + Send + Sync>;
@@ -28,9 +31,64 @@ type BoxError = Box<dyn Error + Send + Sync>;
 pub(crate) struct ChatArgs {
     pub(crate) session: String,
     pub(crate) message: String,
+    /// Image files sent with the message (absolute paths).
+    pub(crate) images: Vec<PathBuf>,
     pub(crate) json: bool,
     /// How long to wait for a session another host holds.
     pub(crate) wait: Duration,
+}
+
+/// The `MESSAGE` that means "read the message from stdin".
+pub(crate) const FROM_STDIN: &str = "-";
+
+/// The message of `chat`: `message` itself, or for [`FROM_STDIN`] all of stdin (UTF-8,
+/// trailing newlines removed, so `echo hi | rethread chat -` sends `hi`). An empty message on
+/// stdin is a [`UsageError`].
+pub(crate) async fn read_message(message: String) -> Result<String, BoxError> {
+    if message != FROM_STDIN {
+        return Ok(message);
+    }
+    // Reading stdin blocks: not on the runtime's threads.
+    let bytes = tokio::task::spawn_blocking(|| {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes).map(|_| bytes)
+    })
+    .await
+    .map_err(|e| format!("cannot read the message from stdin: {e}"))?
+    .map_err(|e| format!("cannot read the message from stdin: {e}"))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| UsageError("the message on stdin is not UTF-8".into()))?;
+    let text = text.trim_end_matches(['\n', '\r']);
+    if text.trim().is_empty() {
+        return Err(Box::new(UsageError(
+            "no message on stdin (`chat -` reads the message from stdin)".into(),
+        )));
+    }
+    Ok(text.to_string())
+}
+
+/// The `--image` files, made absolute (codex resolves a relative path against its own working
+/// directory); one that is not a readable file is a [`UsageError`], before anything is sent.
+pub(crate) fn image_paths(images: &[PathBuf]) -> Result<Vec<PathBuf>, BoxError> {
+    images
+        .iter()
+        .map(|path| match std::fs::metadata(path) {
+            Ok(meta) if meta.is_file() => std::path::absolute(path).map_err(|e| {
+                BoxError::from(UsageError(format!("--image {}: {e}", path.display())))
+            }),
+            Ok(_) => Err(UsageError(format!("--image {}: not a file", path.display())).into()),
+            Err(e) => Err(UsageError(format!("--image {}: {e}", path.display())).into()),
+        })
+        .collect()
+}
+
+/// The turn's input: the message, then the images.
+fn turn_input(args: &ChatArgs) -> TurnInput {
+    args.images
+        .iter()
+        .fold(TurnInput::text(&args.message), |input, image| {
+            input.with_local_image(image)
+        })
 }
 
 /// How one invocation ended.
@@ -79,7 +137,7 @@ pub(crate) async fn converse(
         SessionBinder::new(args.session.clone(), store, rail.clone()).with_options(options);
     let mut opened = None;
     let result = tokio::select! {
-        result = turn(&mut binder, client, &args.message, &mut opened) => result.map_err(BoxError::from),
+        result = turn(&mut binder, client, args, &mut opened) => result.map_err(BoxError::from),
         interrupted = interrupted() => Err(BoxError::from(interrupted)),
     };
     if let Err(error) = binder.close().await {
@@ -94,14 +152,40 @@ pub(crate) async fn converse(
 async fn turn(
     binder: &mut SessionBinder,
     client: &AppServerClient,
-    message: &str,
+    args: &ChatArgs,
     opened: &mut Option<OpenOutcome>,
 ) -> Result<TurnReport, RuntimeError> {
     // A session whose lease another host holds fails here with `SessionBusy` (after
     // `--wait`), whose one-line message names the holder (host, pid, since).
     let mut session = binder.open(client).await?;
     *opened = Some(session.outcome().clone());
-    session.run_turn(message).await
+    if args.json {
+        return session.run_turn(turn_input(args)).await;
+    }
+    // Human output: a spinner on a terminal until the reply starts, then the reply on stdout
+    // as it is written.
+    let spinner = output::spinner(output::SPINNER_MESSAGE);
+    let report = async {
+        let turn = session.run_turn_streamed(turn_input(args)).await?;
+        let mut printer = reply::ReplyPrinter::stdout();
+        let report = turn
+            .finish_with(|event| {
+                if reply::shows_text(event) {
+                    spinner.clear();
+                }
+                printer.show(event);
+            })
+            .await;
+        spinner.clear();
+        if let Ok(report) = &report {
+            printer.finish(&report.reply);
+        }
+        report
+    }
+    .await;
+    // A turn that failed before its reply started; an interrupted one drops the spinner.
+    spinner.clear();
+    report
 }
 
 /// Resolves when SIGINT or SIGTERM arrives (never, if the handlers cannot be installed).
@@ -147,9 +231,8 @@ pub(crate) fn finish(args: &ChatArgs, notices: &[String], conversation: Conversa
                 });
                 describe_open(&mut object, opened.as_ref());
                 println!("{object}");
-            } else {
-                println!("{}", report.reply);
             }
+            // Human output: the reply was printed as it came (`reply::ReplyPrinter`).
             Ok(())
         }
         Err(error) => {
@@ -204,6 +287,8 @@ fn error_kind(error: &(dyn Error + 'static)) -> &'static str {
     while let Some(error) = next {
         if error.downcast_ref::<Interrupted>().is_some() {
             return "interrupted";
+        } else if error.downcast_ref::<UsageError>().is_some() {
+            return "usage";
         } else if let Some(error) = error.downcast_ref::<RuntimeError>() {
             return error.kind();
         } else if error.downcast_ref::<StoreError>().is_some() {
@@ -237,6 +322,7 @@ mod tests {
         ChatArgs {
             session: session.into(),
             message: "hello".into(),
+            images: Vec::new(),
             json: true,
             wait: Duration::ZERO,
         }

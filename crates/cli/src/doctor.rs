@@ -1,75 +1,252 @@
 //! `rethread doctor`: probe each binding without resuming it ([`probe_thread`]: `thread/read`
 //! only, classified by the same rule as a failed resume).
+//!
+//! Up to `--jobs` probes run at once on one codex connection. A probe that fails outright (the
+//! connection closed, a timeout) is a row of status `error` and the run goes on to the next
+//! binding. The report lists the bindings in session order whatever order the probes ended
+//! in. Exit code: [`EXIT_NOT_LIVE`] when any binding is not live, after the whole report was
+//! printed.
 
 use std::path::Path;
 use std::sync::Arc;
 
+use futures::StreamExt;
 use rethread_runtime::{probe_thread, AppServerClient, CodexCommand, StatusRail, ThreadHealth};
-use rethread_store::{BindingStore, BindingStoreExt};
+use rethread_store::{Binding, BindingStore};
 use serde_json::json;
 
 use crate::{output, CliResult};
 
-pub(crate) async fn run(store: Arc<dyn BindingStore>, codex: &Path, json: bool) -> CliResult {
-    let bound: Vec<_> = store
-        .all_sessions()
-        .await?
-        .into_iter()
-        .filter_map(|s| s.binding.map(|b| (s.session_id, b)))
-        .collect();
+/// The exit code of a doctor run that found a binding that is not live (gone, incompatible,
+/// unreadable, busy, or whose probe failed).
+pub(crate) const EXIT_NOT_LIVE: u8 = output::EXIT_FAILED;
+
+/// Bindings read from the store per page.
+const PAGE: usize = 256;
+
+/// The `doctor` flags.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DoctorArgs {
+    /// Print JSON.
+    pub(crate) json: bool,
+    /// Probes at once.
+    pub(crate) jobs: usize,
+}
+
+/// Some bindings are not live: the report said which.
+#[derive(Debug)]
+pub(crate) struct NotAllLive {
+    not_live: usize,
+    total: usize,
+}
+
+impl std::fmt::Display for NotAllLive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} of {} binding(s) not live; their next turn starts a new thread",
+            self.not_live, self.total
+        )
+    }
+}
+
+impl std::error::Error for NotAllLive {}
+
+/// One row of the report.
+struct Row {
+    session: String,
+    binding: Binding,
+    health: ThreadHealth,
+    detail: String,
+}
+
+pub(crate) async fn run(store: Arc<dyn BindingStore>, codex: &Path, args: DoctorArgs) -> CliResult {
+    let bound = bindings(store.as_ref()).await?;
     let client = AppServerClient::builder()
         .rail(StatusRail::tracing())
         .spawn(&CodexCommand::new(codex))
         .await?;
     let bar = output::progress(bound.len() as u64, "probing");
-    let mut results = Vec::new();
-    for (session, binding) in &bound {
-        let probe = probe_thread(&client, &binding.thread_id).await?;
-        results.push((session, binding, probe.health, probe.detail));
-        bar.inc(1);
-    }
+    let rows = probe_all(bound, args.jobs, |session, binding| {
+        let client = client.clone();
+        let bar = bar.clone();
+        async move {
+            let row = probe(&client, session, binding).await;
+            bar.inc(1);
+            row
+        }
+    })
+    .await;
     bar.finish_and_clear();
     client.shutdown().await;
-    let count = |h: ThreadHealth| results.iter().filter(|r| r.2 == h).count();
-    let all = ThreadHealth::ALL;
-    if json {
-        let bindings: Vec<_> = results
-            .iter()
-            .map(|(session, binding, health, detail)| {
-                json!({"session": session, "thread_id": binding.thread_id, "codex_home": binding.codex_home,
-                       "status": health.as_str(), "detail": detail})
-            })
-            .collect();
-        let summary: serde_json::Map<_, _> = all
-            .iter()
-            .map(|h| (h.as_str().to_string(), json!(count(*h))))
-            .collect();
-        println!(
-            "{}",
-            json!({"bindings": bindings, "total": results.len(), "summary": summary})
-        );
-        return Ok(());
+    if args.json {
+        print_json(&rows);
+    } else {
+        print_table(&rows);
     }
-    for (session, binding, health, detail) in &results {
-        let status = match health {
-            ThreadHealth::Live => output::paint("32", health.as_str()),
-            _ => output::paint("31", health.as_str()),
+    let not_live = rows
+        .iter()
+        .filter(|r| r.health != ThreadHealth::Live)
+        .count();
+    if not_live > 0 {
+        return Err(Box::new(NotAllLive {
+            not_live,
+            total: rows.len(),
+        }));
+    }
+    Ok(())
+}
+
+/// Every published binding, read a page at a time (only the bindings are kept).
+async fn bindings(store: &dyn BindingStore) -> CliResult<Vec<(String, Binding)>> {
+    let mut out = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = store.list_sessions(after.as_deref(), PAGE).await?;
+        out.extend(
+            page.sessions
+                .into_iter()
+                .filter_map(|s| s.binding.map(|b| (s.session_id, b))),
+        );
+        match page.next_after {
+            Some(next) => after = Some(next),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// Runs `probe` on every binding, at most `jobs` at once; the rows in session order.
+async fn probe_all<F, Fut>(bound: Vec<(String, Binding)>, jobs: usize, probe: F) -> Vec<Row>
+where
+    F: FnMut(String, Binding) -> Fut,
+    Fut: std::future::Future<Output = Row>,
+{
+    let mut probe = probe;
+    let mut rows: Vec<Row> = futures::stream::iter(bound)
+        .map(|(session, binding)| probe(session, binding))
+        .buffer_unordered(jobs.max(1))
+        .collect()
+        .await;
+    rows.sort_by(|a, b| a.session.cmp(&b.session));
+    rows
+}
+
+/// Probes one binding; a probe that could not be made is an `error` row.
+async fn probe(client: &AppServerClient, session: String, binding: Binding) -> Row {
+    let (health, detail) = match probe_thread(client, &binding.thread_id).await {
+        Ok(probe) => (probe.health, probe.detail),
+        Err(error) => (ThreadHealth::Error, format!("probe failed: {error}")),
+    };
+    Row {
+        session,
+        binding,
+        health,
+        detail,
+    }
+}
+
+fn count(rows: &[Row], health: ThreadHealth) -> usize {
+    rows.iter().filter(|r| r.health == health).count()
+}
+
+fn print_json(rows: &[Row]) {
+    let bindings: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            json!({"session": r.session, "thread_id": r.binding.thread_id,
+                   "codex_home": r.binding.codex_home, "status": r.health.as_str(),
+                   "detail": r.detail})
+        })
+        .collect();
+    let summary: serde_json::Map<_, _> = ThreadHealth::ALL
+        .iter()
+        .map(|h| (h.as_str().to_string(), json!(count(rows, *h))))
+        .collect();
+    let all_live = rows.iter().all(|r| r.health == ThreadHealth::Live);
+    println!(
+        "{}",
+        json!({"bindings": bindings, "total": rows.len(), "summary": summary, "all_live": all_live})
+    );
+}
+
+fn print_table(rows: &[Row]) {
+    for row in rows {
+        let status = match row.health {
+            ThreadHealth::Live => output::paint("32", row.health.as_str()),
+            _ => output::paint("31", row.health.as_str()),
         };
         println!(
-            "{session:<24} {:<38} {status:<12} {detail}",
-            binding.thread_id
+            "{:<24} {:<38} {status:<12} {}",
+            row.session, row.binding.thread_id, row.detail
         );
     }
-    let parts: Vec<String> = all
+    let parts: Vec<String> = ThreadHealth::ALL
         .iter()
-        .filter(|h| count(**h) > 0)
-        .map(|h| format!("{} {}", count(*h), h.as_str()))
+        .filter(|h| count(rows, **h) > 0)
+        .map(|h| format!("{} {}", count(rows, *h), h.as_str()))
         .collect();
     let parts = if parts.is_empty() {
         String::new()
     } else {
         format!(": {}", parts.join(", "))
     };
-    println!("{} binding(s){parts}", results.len());
-    Ok(())
+    println!("{} binding(s){parts}", rows.len());
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::sync::Barrier;
+
+    use super::*;
+
+    fn bound(n: usize) -> Vec<(String, Binding)> {
+        (0..n)
+            .rev()
+            .map(|i| {
+                let binding = Binding {
+                    thread_id: format!("t{i}"),
+                    codex_home: None,
+                    bound_at_ms: 0,
+                };
+                (format!("s{i}"), binding)
+            })
+            .collect()
+    }
+
+    /// Exactly `jobs` probes run at once: each waits at a barrier of `jobs` (so fewer at once
+    /// would never finish) and a gauge of those in flight never passes `jobs`.
+    #[tokio::test]
+    async fn exactly_jobs_probes_run_at_once() {
+        for jobs in [1, 2, 3] {
+            let barrier = Arc::new(Barrier::new(jobs));
+            let in_flight = Arc::new(AtomicUsize::new(0));
+            let most = Arc::new(AtomicUsize::new(0));
+            let probed = probe_all(bound(jobs * 4), jobs, |session, binding| {
+                let (barrier, in_flight, most) = (barrier.clone(), in_flight.clone(), most.clone());
+                async move {
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    barrier.wait().await;
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    Row {
+                        session,
+                        binding,
+                        health: ThreadHealth::Live,
+                        detail: String::new(),
+                    }
+                }
+            });
+            let rows = tokio::time::timeout(std::time::Duration::from_secs(30), probed)
+                .await
+                .unwrap_or_else(|_| panic!("fewer than {jobs} probes ran at once"));
+            assert_eq!(most.load(Ordering::SeqCst), jobs);
+            let sessions: Vec<String> = rows.into_iter().map(|r| r.session).collect();
+            let mut sorted = sessions.clone();
+            sorted.sort();
+            assert_eq!(sessions, sorted, "the report is in session order");
+            assert_eq!(sessions.len(), jobs * 4);
+        }
+    }
 }

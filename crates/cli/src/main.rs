@@ -9,6 +9,7 @@ mod app_server;
 mod chat;
 mod demo;
 mod doctor;
+mod logging;
 mod migrate;
 mod output;
 mod sessions;
@@ -18,7 +19,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use rethread_store::{open_url, redact_url, BindingStore, OpenOptions};
 
 /// The error every command returns: printed as one line; the exit code follows from what it
@@ -30,8 +31,9 @@ type CliResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
     name = "rethread",
     version,
     about = "Keep a host session and its codex thread together across restarts.",
-    after_help = "Exit codes: 0 ok, 1 failed (for `verify`: damage found), 2 usage, \
-                  75 busy or temporary (retry later), 130/143 interrupted by SIGINT/SIGTERM."
+    after_help = "Exit codes: 0 ok, 1 failed (verify: damage found; doctor: a binding is not \
+                  live), 2 usage, 75 busy or temporary (retry later), 130/143 interrupted by \
+                  SIGINT/SIGTERM."
 )]
 struct Cli {
     /// Store URL: `redb:PATH` (default: a file under the user's data directory), `sqlite:PATH`,
@@ -43,6 +45,8 @@ struct Cli {
     codex_bin: Option<PathBuf>,
     #[command(flatten)]
     app_server: app_server::AppServerGlobals,
+    #[command(flatten)]
+    logging: logging::LogArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -60,7 +64,11 @@ enum Command {
         /// Wait up to SECS for a session another host holds (default: fail at once, exit 75).
         #[arg(long, value_name = "SECS", default_value_t = 0.0, value_parser = parse_wait)]
         wait: f64,
-        /// The message.
+        /// An image file to send with the message (repeatable); codex reads it and gives the
+        /// model its bytes.
+        #[arg(long = "image", value_name = "PATH")]
+        images: Vec<PathBuf>,
+        /// The message; `-` reads it from stdin.
         message: String,
     },
     /// Inspect and forget sessions.
@@ -68,11 +76,16 @@ enum Command {
         #[command(subcommand)]
         command: SessionsCommand,
     },
-    /// Probe every binding with a side-effect-free `thread/read`.
+    /// Probe every binding with a side-effect-free `thread/read`; exits 1 when any binding is
+    /// not live (after the whole report).
     Doctor {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Probes to run at once (1-64).
+        #[arg(long, value_name = "N", default_value_t = 4,
+              value_parser = clap::value_parser!(u16).range(1..=64))]
+        jobs: u16,
     },
     /// Copy every session between stores, one at a time, each verified.
     Migrate {
@@ -100,6 +113,13 @@ enum Command {
         /// and `error` when a check failed.
         #[arg(long)]
         json: bool,
+    },
+    /// Print a completion script for SHELL on stdout, e.g.
+    /// `rethread completions bash > ~/.local/share/bash-completion/completions/rethread`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
     },
     /// A drop-in `codex app-server` for any client: ARGS go to `<codex> app-server` verbatim.
     #[command(disable_help_flag = true)]
@@ -148,12 +168,16 @@ enum SessionsCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    logging::init(&cli.logging);
     if let Command::AppServer { args } = cli.command {
         let codex = cli.codex_bin.unwrap_or_else(|| PathBuf::from("codex"));
         return app_server::main(&codex, cli.store.as_deref(), &cli.app_server, args);
     }
     if let Err(cause) = cli.app_server.ensure_unused() {
         return output::fail(&cause, output::EXIT_USAGE);
+    }
+    if let Command::Completions { shell } = cli.command {
+        return completions(shell);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -177,6 +201,25 @@ fn main() -> ExitCode {
     }
 }
 
+/// `completions SHELL`: the script is rendered in memory (clap_complete panics on a failed
+/// write), then written; a reader that stopped early (`| head`) is not a failure.
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    use std::io::Write;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "rethread", &mut script);
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(&script).and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::from(output::EXIT_OK),
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitCode::from(output::EXIT_OK)
+        }
+        Err(error) => output::fail(
+            &format!("cannot write the completion script: {error}"),
+            output::EXIT_FAILED,
+        ),
+    }
+}
+
 /// `--wait SECS`: a finite, non-negative number of seconds.
 fn parse_wait(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
@@ -197,13 +240,23 @@ async fn run(cli: Cli) -> CliResult {
             session,
             json,
             wait,
+            images,
             message,
         } => {
-            let args = chat::ChatArgs {
+            let mut args = chat::ChatArgs {
                 session,
                 message,
+                images,
                 json,
                 wait: std::time::Duration::from_secs_f64(wait),
+            };
+            let read = async {
+                args.images = chat::image_paths(&args.images)?;
+                chat::read_message(std::mem::take(&mut args.message)).await
+            };
+            args.message = match read.await {
+                Ok(message) => message,
+                Err(error) => return Err(chat::report_early_failure(&args, error)),
             };
             let store = match open_store(cli.store.as_deref()).await {
                 Ok(store) => store,
@@ -225,9 +278,13 @@ async fn run(cli: Cli) -> CliResult {
                 SessionsCommand::Forget { id, json } => sessions::forget(store, &id, json).await,
             }
         }
-        Command::Doctor { json } => {
+        Command::Doctor { json, jobs } => {
             let store = open_store(cli.store.as_deref()).await?;
-            doctor::run(store, &codex, json).await
+            let args = doctor::DoctorArgs {
+                json,
+                jobs: usize::from(jobs),
+            };
+            doctor::run(store, &codex, args).await
         }
         Command::Migrate { from, to, json } => migrate::run(&from, &to, json).await,
         Command::Verify { json } => {
@@ -236,7 +293,9 @@ async fn run(cli: Cli) -> CliResult {
             verify::run(store, &redact_url(&url), json).await
         }
         Command::Demo { json } => demo::run(json).await,
-        Command::AppServer { .. } => unreachable!("app-server runs on a runtime of its own"),
+        Command::AppServer { .. } | Command::Completions { .. } => {
+            unreachable!("handled in main, without a runtime")
+        }
     }
 }
 
@@ -263,6 +322,7 @@ async fn open_store(url: Option<&str>) -> CliResult<Arc<dyn BindingStore>> {
 
 /// Opens a store by URL, creating the directory of a new store file.
 async fn open_store_url(url: &str) -> CliResult<Arc<dyn BindingStore>> {
+    tracing::debug!(store = %redact_url(url), "opening the store");
     open_url(url, OpenOptions::default().create_dirs(true))
         .await
         .map_err(|source| {

@@ -2,7 +2,8 @@
 //!
 //! Exit codes: [`EXIT_OK`] 0, [`EXIT_FAILED`] 1, 2 for usage errors (clap's own), [`EXIT_TEMPORARY`]
 //! 75 (busy or temporary: retry later), [`EXIT_SIGINT`] 130 and [`EXIT_SIGTERM`] 143
-//! (interrupted).
+//! (interrupted). `doctor` exits [`EXIT_FAILED`] when any binding is not live
+//! ([`crate::doctor::EXIT_NOT_LIVE`]).
 
 use std::error::Error;
 use std::fmt;
@@ -48,6 +49,19 @@ impl fmt::Display for Interrupted {
 
 impl Error for Interrupted {}
 
+/// Input the command cannot use (like clap's usage errors, exit [`EXIT_USAGE`]): an empty
+/// message on stdin, say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UsageError(pub(crate) String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Error for UsageError {}
+
 /// The exit code of a command that failed with `error` (or with an error it wraps).
 pub(crate) fn exit_code(error: &(dyn Error + 'static)) -> u8 {
     let mut next = Some(error);
@@ -64,6 +78,12 @@ pub(crate) fn exit_code(error: &(dyn Error + 'static)) -> u8 {
 fn own_exit_code(error: &(dyn Error + 'static)) -> Option<u8> {
     if let Some(interrupted) = error.downcast_ref::<Interrupted>() {
         return Some(interrupted.code);
+    }
+    if error.is::<UsageError>() {
+        return Some(EXIT_USAGE);
+    }
+    if error.is::<crate::doctor::NotAllLive>() {
+        return Some(crate::doctor::EXIT_NOT_LIVE);
     }
     if let Some(error) = error.downcast_ref::<RuntimeError>() {
         return Some(if error.is_retryable() {
@@ -129,6 +149,45 @@ pub(crate) fn progress(len: u64, what: &str) -> ProgressBar {
     }
     bar.set_message(what.to_string());
     bar
+}
+
+/// What [`spinner`] says while it turns.
+pub(crate) const SPINNER_MESSAGE: &str = "waiting for codex";
+
+/// A spinner on stderr while something runs, ticking on its own; nothing when stderr is not
+/// a terminal. [`Spinner::clear`] it before writing to the terminal; dropping it clears it too
+/// (a turn interrupted by a signal leaves no spinner behind).
+pub(crate) struct Spinner(ProgressBar);
+
+impl Spinner {
+    /// Clears the spinner from the terminal for good.
+    pub(crate) fn clear(&self) {
+        if !self.0.is_finished() {
+            self.0.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// Starts a [`Spinner`] saying `message`.
+pub(crate) fn spinner(message: &str) -> Spinner {
+    if !stderr_is_terminal() {
+        return Spinner(ProgressBar::hidden());
+    }
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
+        bar.set_style(style);
+    }
+    bar.set_message(message.to_string());
+    // Drawn at once, not at the first tick: a quick turn still shows it was waited for.
+    bar.tick();
+    bar.enable_steady_tick(std::time::Duration::from_millis(100));
+    Spinner(bar)
 }
 
 /// The rail of one CLI command: prints lifecycle notices and warnings on stderr the moment

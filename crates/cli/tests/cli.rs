@@ -98,6 +98,24 @@ impl Sandbox {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
+    /// `doctor --json` plus `extra`: its report, after checking the exit code agrees with it
+    /// (0 when every binding is live, 1 otherwise).
+    fn doctor(&self, extra: &[&str]) -> Value {
+        let mut args = vec!["doctor", "--json"];
+        args.extend_from_slice(extra);
+        let out = self.run(&args);
+        let report: Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+        let expected = if report["all_live"] == true { 0 } else { 1 };
+        assert_eq!(
+            out.status.code(),
+            Some(expected),
+            "{report} {}",
+            stderr(&out)
+        );
+        report
+    }
+
     fn show(&self, session: &str) -> Value {
         serde_json::from_slice(&self.ok(&["sessions", "show", session, "--json"]).stdout).unwrap()
     }
@@ -291,7 +309,7 @@ fn doctor_classifies_live_gone_and_paginated_under_the_older_profile_on_the_fake
         .env
         .push(("FAKE_CODEX_PROFILE".into(), "release-n".into()));
     let legacy = sandbox.chat_json("legacy", "l");
-    let report: Value = serde_json::from_slice(&sandbox.ok(&["doctor", "--json"]).stdout).unwrap();
+    let report: Value = sandbox.doctor(&[]);
     let status = |session: &str| {
         report["bindings"]
             .as_array()
@@ -305,6 +323,7 @@ fn doctor_classifies_live_gone_and_paginated_under_the_older_profile_on_the_fake
     assert_eq!(status("gone"), "gone");
     assert_eq!(status("legacy"), "live");
     assert_eq!(report["summary"]["live"], 1);
+    assert_eq!(report["all_live"], false);
     // Probing changed nothing: the bindings are where they were.
     assert_eq!(
         sandbox.show("paginated")["thread_id"],
@@ -312,8 +331,98 @@ fn doctor_classifies_live_gone_and_paginated_under_the_older_profile_on_the_fake
     );
     assert_eq!(sandbox.show("legacy")["thread_id"], legacy["thread_id"]);
     sandbox.env.clear();
-    let report: Value = serde_json::from_slice(&sandbox.ok(&["doctor", "--json"]).stdout).unwrap();
+    let report: Value = sandbox.doctor(&[]);
     assert_eq!(report["summary"]["live"], 2, "{report}");
+    // Still one gone: the human report too exits 1, after every row and the summary.
+    let out = sandbox.run(&["doctor"]);
+    assert_eq!(out.status.code(), Some(1));
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(table.lines().count(), 4, "{table}");
+    assert!(table.ends_with("3 binding(s): 2 live, 1 gone\n"), "{table}");
+    assert!(
+        stderr(&out).contains("1 of 3 binding(s) not live"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Every binding live: exit 0, whatever `--jobs`; a probe that fails outright (codex exits
+/// under it) is an `error` row and the run goes on to every other binding, then exits 1.
+#[test]
+fn doctor_exits_0_only_when_all_live_and_reports_a_failed_probe_as_a_row() {
+    let mut sandbox = Sandbox::fake();
+    let empty = sandbox.doctor(&[]);
+    assert_eq!(
+        (empty["total"].clone(), empty["all_live"].clone()),
+        (0.into(), true.into())
+    );
+    // The older profile: threads are legacy, so each probe is one `thread/read`.
+    sandbox
+        .env
+        .push(("FAKE_CODEX_PROFILE".into(), "release-n".into()));
+    let sessions = ["a", "b", "c", "d", "e"];
+    for session in sessions {
+        sandbox.chat_json(session, "hi");
+    }
+    for jobs in ["1", "3", "64"] {
+        let report = sandbox.doctor(&["--jobs", jobs]);
+        assert_eq!(report["all_live"], true, "{report}");
+        assert_eq!(report["summary"]["live"], 5, "{report}");
+        let order: Vec<&str> = report["bindings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["session"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            order, sessions,
+            "session order whatever order the probes end in"
+        );
+    }
+    let table = sandbox.ok(&["doctor", "--jobs", "2"]);
+    assert!(String::from_utf8_lossy(&table.stdout).ends_with("5 binding(s): 5 live\n"));
+
+    // Request 1 is `initialize`, 2 probes a, 3 probes b: codex exits there.
+    sandbox.env.push((
+        "FAKE_CODEX_FAULTS".into(),
+        r#"{"faults": [{"kind": "exit_at_request", "n": 3}]}"#.into(),
+    ));
+    let report = sandbox.doctor(&["--jobs", "1"]);
+    let rows = report["bindings"].as_array().unwrap();
+    assert_eq!(rows.len(), 5, "{report}");
+    assert_eq!(rows[0]["status"], "live", "{report}");
+    for row in &rows[1..] {
+        assert_eq!(row["status"], "error", "{report}");
+        assert!(
+            row["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("probe failed: "),
+            "{report}"
+        );
+    }
+    assert_eq!(report["summary"]["error"], 4);
+    let out = sandbox.run(&["doctor", "--jobs", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("4 of 5 binding(s) not live"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn doctor_jobs_out_of_range_is_a_usage_error() {
+    let sandbox = Sandbox::fake();
+    for jobs in ["0", "65", "many"] {
+        let out = sandbox.run(&["doctor", "--jobs", jobs]);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "--jobs {jobs}: {}",
+            stderr(&out)
+        );
+    }
 }
 
 #[test]
@@ -551,8 +660,7 @@ fn doctor_against_real_codex() {
         sandbox.delete_rollout(gone["thread_id"].as_str().unwrap());
         sandbox.codex = older;
         sandbox.chat_json("legacy", "l");
-        let report: Value =
-            serde_json::from_slice(&sandbox.ok(&["doctor", "--json"]).stdout).unwrap();
+        let report: Value = sandbox.doctor(&[]);
         let status = |report: &Value, session: &str| {
             report["bindings"]
                 .as_array()
@@ -566,8 +674,7 @@ fn doctor_against_real_codex() {
         assert_eq!(status(&report, "gone"), "gone", "{report}");
         assert_eq!(status(&report, "legacy"), "live", "{report}");
         sandbox.codex = current;
-        let report: Value =
-            serde_json::from_slice(&sandbox.ok(&["doctor", "--json"]).stdout).unwrap();
+        let report: Value = sandbox.doctor(&[]);
         assert_eq!(status(&report, "paginated"), "live", "{report}");
         assert_eq!(status(&report, "gone"), "gone", "{report}");
         assert_eq!(status(&report, "legacy"), "live", "{report}");

@@ -221,14 +221,27 @@ pub struct ThreadListResponse {
     pub next_cursor: Option<String>,
 }
 
-/// One piece of user input.
+/// One piece of user input. Every variant is one each supported codex release accepts (its
+/// generated `UserInput` schema): text, an image by URL, an image file codex reads itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
+#[non_exhaustive]
 pub enum UserInput {
     /// Plain text.
     Text {
         /// The text.
         text: String,
+    },
+    /// An image by URL (`https://...` or a `data:` URL); the model fetches or decodes it.
+    Image {
+        /// The URL.
+        url: String,
+    },
+    /// An image file on the machine codex runs on; codex reads it and sends the model its
+    /// bytes. A relative path is resolved by codex, against its own working directory.
+    LocalImage {
+        /// The file.
+        path: String,
     },
 }
 
@@ -236,6 +249,19 @@ impl UserInput {
     /// Text input.
     pub fn text(text: impl Into<String>) -> Self {
         UserInput::Text { text: text.into() }
+    }
+
+    /// An image by URL.
+    pub fn image_url(url: impl Into<String>) -> Self {
+        UserInput::Image { url: url.into() }
+    }
+
+    /// An image file codex reads (`localImage`). A path that is not UTF-8 is converted
+    /// lossily: the wire carries strings.
+    pub fn local_image(path: impl AsRef<std::path::Path>) -> Self {
+        UserInput::LocalImage {
+            path: path.as_ref().to_string_lossy().into_owned(),
+        }
     }
 }
 
@@ -441,6 +467,47 @@ pub struct AgentMessageDeltaNotification {
     pub delta: String,
 }
 
+/// Token counts of one model request or of a whole thread, as codex reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenUsageBreakdown {
+    /// All tokens (input plus output).
+    pub total_tokens: i64,
+    /// Input tokens.
+    pub input_tokens: i64,
+    /// Input tokens served from the prompt cache.
+    pub cached_input_tokens: i64,
+    /// Output tokens.
+    pub output_tokens: i64,
+    /// Output tokens spent on reasoning.
+    pub reasoning_output_tokens: i64,
+}
+
+/// A thread's token usage: the running total and the last model request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadTokenUsage {
+    /// Everything the thread used so far.
+    pub total: TokenUsageBreakdown,
+    /// The last model request.
+    pub last: TokenUsageBreakdown,
+    /// The model's context window, when codex knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_context_window: Option<i64>,
+}
+
+/// `thread/tokenUsage/updated` params: sent after each model response of a turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenUsageUpdatedNotification {
+    /// The thread.
+    pub thread_id: String,
+    /// The turn.
+    pub turn_id: String,
+    /// The usage.
+    pub token_usage: ThreadTokenUsage,
+}
+
 /// `error` notification params: a turn hit an error (maybe retried).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -493,6 +560,8 @@ pub enum ServerNotification {
     ItemCompleted(ItemNotification),
     /// `item/agentMessage/delta`.
     AgentMessageDelta(AgentMessageDeltaNotification),
+    /// `thread/tokenUsage/updated`.
+    TokenUsageUpdated(TokenUsageUpdatedNotification),
     /// `error`.
     Error(ErrorNotification),
     /// `warning`.
@@ -524,6 +593,7 @@ impl ServerNotification {
             "item/started" => Self::ItemStarted(decode(p)?),
             "item/completed" => Self::ItemCompleted(decode(p)?),
             "item/agentMessage/delta" => Self::AgentMessageDelta(decode(p)?),
+            "thread/tokenUsage/updated" => Self::TokenUsageUpdated(decode(p)?),
             "error" => Self::Error(decode(p)?),
             "warning" => Self::Warning(decode(p)?),
             "deprecationNotice" => Self::DeprecationNotice(decode(p)?),
@@ -541,6 +611,7 @@ impl ServerNotification {
             Self::TurnStarted(n) | Self::TurnCompleted(n) => Some(&n.thread_id),
             Self::ItemStarted(n) | Self::ItemCompleted(n) => Some(&n.thread_id),
             Self::AgentMessageDelta(n) => Some(&n.thread_id),
+            Self::TokenUsageUpdated(n) => Some(&n.thread_id),
             Self::Error(n) => Some(&n.thread_id),
             Self::Warning(n) => n.thread_id.as_deref(),
             Self::DeprecationNotice(_) => None,
@@ -612,6 +683,49 @@ impl ServerRequest {
                 method: raw.method.clone(),
                 params: raw.params.clone(),
             })
+        }
+    }
+
+    /// The method on the wire.
+    pub fn method(&self) -> &str {
+        match self {
+            Self::Approval { method, .. } | Self::Other { method, .. } => method,
+        }
+    }
+
+    /// Whether this is one of the [`APPROVAL_METHODS`].
+    pub fn is_approval(&self) -> bool {
+        matches!(self, Self::Approval { .. })
+    }
+
+    /// The thread the request concerns, when it names one: `threadId` (v2 requests), else
+    /// `conversationId` (the legacy approvals name the thread so).
+    pub fn thread_id(&self) -> Option<&str> {
+        let (thread, extra) = match self {
+            Self::Approval { params, .. } => (params.thread_id.as_deref(), Some(&params.extra)),
+            Self::Other { params, .. } => (
+                params
+                    .as_ref()
+                    .and_then(|p| p.get("threadId"))
+                    .and_then(Value::as_str),
+                params.as_ref().and_then(Value::as_object),
+            ),
+        };
+        thread.or_else(|| {
+            extra
+                .and_then(|e| e.get("conversationId"))
+                .and_then(Value::as_str)
+        })
+    }
+
+    /// The turn the request concerns, when it names one (`turnId`).
+    pub fn turn_id(&self) -> Option<&str> {
+        match self {
+            Self::Approval { params, .. } => params.turn_id.as_deref(),
+            Self::Other { params, .. } => params
+                .as_ref()
+                .and_then(|p| p.get("turnId"))
+                .and_then(Value::as_str),
         }
     }
 

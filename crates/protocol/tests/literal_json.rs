@@ -2,7 +2,7 @@
 
 use rethread_protocol::messages::*;
 use rethread_protocol::{HistoryMode, Message, RequestId, RpcError};
-use serde_json::json;
+use serde_json::{json, Value};
 
 fn line<P: serde::Serialize>(id: i64, method: &str, params: &P) -> String {
     Message::request(id, method, params).unwrap().to_line()
@@ -150,7 +150,7 @@ fn notifications_decode_typed_or_raw() {
     assert_eq!(n.turn.items[2].kind(), Some("reasoning"));
 
     let other: Message = serde_json::from_value(
-        json!({"method": "thread/tokenUsage/updated", "params": {"threadId": "t"}}),
+        json!({"method": "thread/status/changed", "params": {"threadId": "t", "status": {"type": "idle"}}}),
     )
     .unwrap();
     let Message::Notification(raw) = other else {
@@ -158,9 +158,62 @@ fn notifications_decode_typed_or_raw() {
     };
     let typed = ServerNotification::from_raw(&raw).unwrap();
     assert!(
-        matches!(typed, ServerNotification::Other { ref method, .. } if method == "thread/tokenUsage/updated")
+        matches!(typed, ServerNotification::Other { ref method, .. } if method == "thread/status/changed")
     );
     assert_eq!(typed.thread_id(), Some("t"));
+}
+
+/// As 0.171.0 sends them (it adds `cacheWriteInputTokens`; 0.144.6 and 0.169.0 do not).
+#[test]
+fn token_usage_and_deltas_decode_typed() {
+    let usage = json!({"totalTokens": 2, "inputTokens": 1, "cachedInputTokens": 0,
+                       "cacheWriteInputTokens": 0, "outputTokens": 1, "reasoningOutputTokens": 0});
+    let raw = rethread_protocol::jsonrpc::Notification {
+        method: "thread/tokenUsage/updated".into(),
+        params: Some(json!({"threadId": "t", "turnId": "u",
+                            "tokenUsage": {"total": usage, "last": usage, "modelContextWindow": 258400}})),
+    };
+    let ServerNotification::TokenUsageUpdated(n) = ServerNotification::from_raw(&raw).unwrap()
+    else {
+        panic!("not typed")
+    };
+    assert_eq!(n.turn_id, "u");
+    assert_eq!(n.token_usage.total.total_tokens, 2);
+    assert_eq!(n.token_usage.last.output_tokens, 1);
+    assert_eq!(n.token_usage.model_context_window, Some(258400));
+    assert_eq!(
+        ServerNotification::TokenUsageUpdated(n).thread_id(),
+        Some("t")
+    );
+    let without_window: ThreadTokenUsage =
+        serde_json::from_value(json!({"total": usage, "last": usage})).unwrap();
+    assert_eq!(without_window.model_context_window, None);
+
+    let delta = rethread_protocol::jsonrpc::Notification {
+        method: "item/agentMessage/delta".into(),
+        params: Some(json!({"threadId": "t", "turnId": "u", "itemId": "m1", "delta": "hel"})),
+    };
+    let ServerNotification::AgentMessageDelta(d) = ServerNotification::from_raw(&delta).unwrap()
+    else {
+        panic!("not typed")
+    };
+    assert_eq!((d.item_id.as_str(), d.delta.as_str()), ("m1", "hel"));
+}
+
+#[test]
+fn image_inputs_are_pinned() {
+    let start = TurnStartParams {
+        thread_id: "t1".into(),
+        input: vec![
+            UserInput::text("what is this?"),
+            UserInput::local_image("/tmp/a.png"),
+            UserInput::image_url("https://example.invalid/b.png"),
+        ],
+    };
+    assert_eq!(
+        line(8, TurnStart::METHOD, &start),
+        r#"{"id":8,"method":"turn/start","params":{"threadId":"t1","input":[{"type":"text","text":"what is this?"},{"type":"localImage","path":"/tmp/a.png"},{"type":"image","url":"https://example.invalid/b.png"}]}}"#
+    );
 }
 
 #[test]
@@ -200,6 +253,34 @@ fn server_requests_decline_in_their_own_vocabulary() {
         ServerRequest::from_raw(&tool).unwrap().decline_result(),
         None
     );
+}
+
+#[test]
+fn server_requests_name_their_thread_and_turn() {
+    let request = |method: &str, params: Value| {
+        ServerRequest::from_raw(&rethread_protocol::jsonrpc::Request {
+            id: 1.into(),
+            method: method.into(),
+            params: Some(params),
+        })
+        .unwrap()
+    };
+    let v2 = request(
+        "item/fileChange/requestApproval",
+        json!({"threadId": "t", "turnId": "u", "itemId": "i"}),
+    );
+    assert!(v2.is_approval());
+    assert_eq!((v2.thread_id(), v2.turn_id()), (Some("t"), Some("u")));
+    assert_eq!(v2.method(), "item/fileChange/requestApproval");
+    let legacy = request(
+        "execCommandApproval",
+        json!({"conversationId": "t", "callId": "c"}),
+    );
+    assert_eq!((legacy.thread_id(), legacy.turn_id()), (Some("t"), None));
+    let tool = request("item/tool/call", json!({"threadId": "t", "turnId": "u"}));
+    assert!(!tool.is_approval());
+    assert_eq!((tool.thread_id(), tool.turn_id()), (Some("t"), Some("u")));
+    assert_eq!(request("item/tool/call", json!(7)).thread_id(), None);
 }
 
 #[test]

@@ -109,6 +109,18 @@ fn client_requests() -> Vec<Message> {
             },
         ),
         Message::request(
+            id(12),
+            TurnStart::METHOD,
+            &TurnStartParams {
+                thread_id: "t".into(),
+                input: vec![
+                    UserInput::text("look"),
+                    UserInput::local_image("/tmp/image.png"),
+                    UserInput::image_url("https://example.invalid/image.png"),
+                ],
+            },
+        ),
+        Message::request(
             id(11),
             TurnInterrupt::METHOD,
             &TurnInterruptParams {

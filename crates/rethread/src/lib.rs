@@ -12,8 +12,10 @@
 //!
 //! - from [`runtime`]: [`AppServerClient`] (drives `codex app-server`), [`SessionBinder`] and
 //!   [`CodexSession`] (resume or fall back, run turns, publish the binding after the rows are
-//!   durable), [`StatusRail`] (where every notice goes), [`probe_thread`], and the rules as
-//!   pieces in [`binding`] for hosts that send their own requests;
+//!   durable; [`CodexSession::run_turn_streamed`] yields a turn's [`TurnEvent`]s as they come),
+//!   [`StatusRail`] (where every notice goes), [`probe_thread`], the span and metric names in
+//!   [`telemetry`], and the rules as pieces in [`binding`] for hosts that send their own
+//!   requests;
 //! - from [`store`]: [`open_url`] and [`OpenOptions`], the [`BindingStore`] trait and its
 //!   backends, chosen with this crate's features: `redb` and `sqlite` (default), `postgres`;
 //! - [`protocol`]: the typed JSON-RPC dialect of `codex app-server`;
@@ -42,10 +44,11 @@ pub use rethread_runtime as runtime;
 pub use rethread_store as store;
 
 pub use rethread_runtime::{
-    binding, probe_thread, AppServerClient, BinderOptions, BoxError, ClientBuilder, ClientError,
-    ClientOptions, CodexCommand, CodexSession, DeclineAll, OpenOutcome, RuntimeError, SeedOptions,
-    ServerRequestHandler, SessionBinder, SessionLease, SinkDurability, StatusEvent, StatusKind,
-    StatusRail, StatusSink, ThreadHealth, Transcript, TranscriptSink, TurnReport,
+    binding, probe_thread, telemetry, AnsweredRequest, AppServerClient, BinderOptions, BoxError,
+    ClientBuilder, ClientError, ClientOptions, CodexCommand, CodexSession, DeclineAll, OpenOutcome,
+    RuntimeError, SeedOptions, ServerRequestHandler, SessionBinder, SessionLease, SinkDurability,
+    StatusEvent, StatusKind, StatusRail, StatusSink, ThreadEvent, ThreadEvents, ThreadHealth,
+    Transcript, TranscriptSink, TurnEvent, TurnInput, TurnReport, TurnStream,
     RESUME_FALLBACK_NOTICE,
 };
 #[cfg(feature = "postgres")]
@@ -55,8 +58,8 @@ pub use rethread_store::RedbStore;
 #[cfg(feature = "sqlite")]
 pub use rethread_store::SqliteStore;
 pub use rethread_store::{
-    open_url, BindingStore, BindingStoreExt, Durability, MemoryStore, OpenOptions, SessionRecord,
-    StoreError,
+    open_url, BindingStore, BindingStoreExt, Durability, MemoryStore, OpenOptions, PendingNotice,
+    SessionRecord, StoreError,
 };
 
 /// The README's examples, compiled as doctests.

@@ -117,7 +117,9 @@ async fn open_to_turn_start(iterations: usize) {
         .unwrap();
     while !matches!(
         events.next().await.unwrap(),
-        rethread_protocol::messages::ServerNotification::TurnCompleted(_)
+        rethread_runtime::ThreadEvent::Notification(
+            rethread_protocol::messages::ServerNotification::TurnCompleted(_)
+        )
     ) {}
     drop(events);
     let commit = TurnCommit {
@@ -236,7 +238,9 @@ async fn real_resume(turns: &[usize], samples: usize) {
             builder.request::<TurnStart>(&turn).await.unwrap();
             while !matches!(
                 events.next().await.unwrap(),
-                rethread_protocol::messages::ServerNotification::TurnCompleted(_)
+                rethread_runtime::ThreadEvent::Notification(
+                    rethread_protocol::messages::ServerNotification::TurnCompleted(_)
+                )
             ) {}
             done += 1;
         }

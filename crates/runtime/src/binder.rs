@@ -20,12 +20,14 @@ use std::sync::Arc;
 
 use rethread_protocol::messages::{ThreadResume, ThreadStart};
 use rethread_store::{BindingStore, Lease, LeaseOwner, LocalOwner};
+use tracing::field::Empty;
+use tracing::Instrument;
 
 use rethread_protocol::ResumeFailure;
 use rethread_store::PendingNotice;
 
 use crate::binding::{
-    announce_pending_fallback, apply_seed, give_up_thread, pending_fallback, seed_text,
+    announce_pending_fallback, apply_seed, give_up_thread, pending_fallback, seed_text, LostThread,
     ResumeAttempts, ResumeVerdict,
 };
 use crate::client::{AppServerClient, ClientError};
@@ -35,6 +37,7 @@ use crate::options::BinderOptions;
 use crate::rail::StatusRail;
 use crate::session::{CodexSession, OpenOutcome};
 use crate::sink::{Transcript, TranscriptSink};
+use crate::telemetry;
 
 /// Binds one host session id to its codex thread: opens [`CodexSession`]s for it.
 ///
@@ -125,6 +128,35 @@ impl SessionBinder {
     /// [`RuntimeError::SessionBusy`] and nothing else happens. A temporary resume failure is a
     /// retryable error with the binding kept ([`RuntimeError::is_retryable`]).
     pub async fn open(&mut self, client: &AppServerClient) -> Result<CodexSession, RuntimeError> {
+        let span = tracing::info_span!(
+            telemetry::SPAN_OPEN,
+            session_id = %self.session_id,
+            thread_id = Empty,
+            outcome = Empty,
+            reason = Empty,
+        );
+        let opened = self.open_traced(client).instrument(span.clone()).await;
+        let (outcome, reason) = match &opened {
+            Ok(session) => {
+                span.record("thread_id", session.thread_id());
+                match session.outcome() {
+                    OpenOutcome::FellBack { reason, .. } => ("fell_back", reason.as_str()),
+                    other => (other.as_str(), "none"),
+                }
+            }
+            Err(error) => ("failed", error.kind()),
+        };
+        span.record("outcome", outcome);
+        span.record("reason", reason);
+        metrics::counter!(telemetry::OPENS_TOTAL, "outcome" => outcome, "reason" => reason)
+            .increment(1);
+        opened
+    }
+
+    async fn open_traced(
+        &mut self,
+        client: &AppServerClient,
+    ) -> Result<CodexSession, RuntimeError> {
         let lease = self.take_lease().await?;
         // Only a successful open counts: after a busy or failed first open the next one must
         // still resume, or it would fork the conversation onto a fresh thread.
@@ -137,7 +169,7 @@ impl SessionBinder {
         let pending = record.as_ref().and_then(pending_fallback);
         let outcome = match (bound, pending) {
             (Some(binding), _) => {
-                self.resume_or_fall_back(client, binding.thread_id, lease.as_deref())
+                self.resume_or_fall_back(client, &binding.thread_id, lease.as_deref())
                     .await?
             }
             (None, Some(pending)) => self.resume_pending_fallback(client, pending).await?,
@@ -198,27 +230,89 @@ impl SessionBinder {
     async fn resume_or_fall_back(
         &mut self,
         client: &AppServerClient,
-        thread_id: String,
+        thread_id: &str,
         lease: Option<&SessionLease>,
     ) -> Result<OpenOutcome, RuntimeError> {
-        let mut attempts = ResumeAttempts::new(thread_id, &self.options.resume_policy());
-        let lost = loop {
-            let verdict = match client.request::<ThreadResume>(&attempts.params()).await {
-                Ok(_) => {
-                    return Ok(OpenOutcome::Resumed {
-                        thread_id: attempts.thread_id().to_string(),
-                    })
+        let span = tracing::info_span!(
+            telemetry::SPAN_RESUME,
+            session_id = %self.session_id,
+            thread_id = %thread_id,
+            outcome = Empty,
+            attempts = Empty,
+        );
+        let started_at = tokio::time::Instant::now();
+        let mut sent = 0u32;
+        let judged = async {
+            let mut attempts = ResumeAttempts::new(thread_id, &self.options.resume_policy());
+            loop {
+                sent += 1;
+                let verdict = match client.request::<ThreadResume>(&attempts.params()).await {
+                    Ok(_) => return Ok(None),
+                    Err(ClientError::Rpc { error, .. }) => attempts.on_error(&error),
+                    Err(ClientError::Timeout { after, .. }) => attempts.on_timeout(after),
+                    Err(other) => return Err(RuntimeError::from(other)),
+                };
+                match verdict {
+                    ResumeVerdict::Retry { delay } => tokio::time::sleep(delay).await,
+                    ResumeVerdict::Lost(lost) => return Ok(Some(lost)),
+                    ResumeVerdict::Stop(error) => return Err(error),
                 }
-                Err(ClientError::Rpc { error, .. }) => attempts.on_error(&error),
-                Err(ClientError::Timeout { after, .. }) => attempts.on_timeout(after),
-                Err(other) => return Err(other.into()),
-            };
-            match verdict {
-                ResumeVerdict::Retry { delay } => tokio::time::sleep(delay).await,
-                ResumeVerdict::Lost(lost) => break lost,
-                ResumeVerdict::Stop(error) => return Err(error),
             }
+        }
+        .instrument(span.clone())
+        .await;
+        let outcome = match &judged {
+            Ok(None) => "resumed",
+            Ok(Some(_)) => "lost",
+            Err(_) => "failed",
         };
+        span.record("outcome", outcome);
+        span.record("attempts", sent);
+        metrics::histogram!(telemetry::RESUME_SECONDS, "outcome" => outcome)
+            .record(started_at.elapsed().as_secs_f64());
+        let lost = match judged? {
+            None => {
+                return Ok(OpenOutcome::Resumed {
+                    thread_id: thread_id.to_string(),
+                })
+            }
+            Some(lost) => lost,
+        };
+        let span = tracing::info_span!(
+            telemetry::SPAN_FALLBACK,
+            session_id = %self.session_id,
+            previous_thread_id = %lost.thread_id,
+            reason = lost.reason.as_str(),
+            thread_id = Empty,
+            seeded = Empty,
+            outcome = Empty,
+        );
+        let replaced = self
+            .fall_back(client, lost, lease)
+            .instrument(span.clone())
+            .await;
+        match &replaced {
+            Ok(OpenOutcome::FellBack {
+                thread_id, seeded, ..
+            }) => {
+                span.record("thread_id", thread_id.as_str());
+                span.record("seeded", *seeded);
+                span.record("outcome", "started");
+            }
+            _ => {
+                span.record("outcome", "failed");
+            }
+        }
+        replaced
+    }
+
+    /// Gives a lost thread up and starts its replacement on the same client.
+    async fn fall_back(
+        &mut self,
+        client: &AppServerClient,
+        lost: LostThread,
+        lease: Option<&SessionLease>,
+    ) -> Result<OpenOutcome, RuntimeError> {
         let fence = match lease {
             Some(lease) => Some(lease.ensure_fresh().await?),
             None => None,

@@ -57,6 +57,7 @@ use crate::options::SeedOptions;
 use crate::projection::render_seed;
 use crate::rail::{StatusEvent, StatusKind, StatusRail};
 use crate::sink::{SinkDurability, Transcript};
+use crate::telemetry;
 
 /// The one lifecycle notice of a fallback.
 pub const RESUME_FALLBACK_NOTICE: &str = "Codex thread could not be resumed; starting a new one.";
@@ -252,6 +253,7 @@ pub async fn give_up_thread(
     store
         .retire_thread(session_id, &lost.thread_id, fence)
         .await?;
+    metrics::counter!(telemetry::FALLBACKS_TOTAL, "reason" => lost.reason.as_str()).increment(1);
     rail.emit(
         fallback_notice(session_id, &lost.thread_id)
             .with("reason", lost.reason.as_str())
@@ -386,6 +388,37 @@ pub struct TurnRows<'a> {
 /// - A thread retired meanwhile commits its rows but is not published
 ///   ([`Publication::RetiredNotPublished`]).
 pub async fn commit_turn(
+    store: &dyn BindingStore,
+    transcript: &Transcript,
+    lease: Option<&SessionLease>,
+    turn: TurnRows<'_>,
+) -> Result<Publication, RuntimeError> {
+    use tracing::Instrument;
+    let span = tracing::info_span!(
+        telemetry::SPAN_COMMIT,
+        session_id = %turn.session_id,
+        thread_id = %turn.thread_id,
+        rows = turn.rows.len(),
+        outcome = tracing::field::Empty,
+    );
+    let started_at = std::time::Instant::now();
+    let committed = write_turn(store, transcript, lease, turn)
+        .instrument(span.clone())
+        .await;
+    let outcome = match &committed {
+        Ok(Publication::Published) => "published",
+        Ok(Publication::RetiredNotPublished) => "retired_not_published",
+        Ok(Publication::NotDurable) => "not_durable",
+        Err(_) => "error",
+    };
+    span.record("outcome", outcome);
+    metrics::histogram!(telemetry::COMMIT_SECONDS, "outcome" => outcome)
+        .record(started_at.elapsed().as_secs_f64());
+    committed
+}
+
+/// [`commit_turn`] without its span and metrics.
+async fn write_turn(
     store: &dyn BindingStore,
     transcript: &Transcript,
     lease: Option<&SessionLease>,

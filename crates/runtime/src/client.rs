@@ -2,16 +2,20 @@
 //! notifications per thread, answer server requests.
 //!
 //! Architecture: one reader task owns the server's stdout and one writer task its stdin.
-//! Requests wait on a oneshot keyed by id; notifications go to the subscriber of their thread
-//! (bounded channel: a slow consumer slows the reader instead of growing memory). When the
-//! stream ends or turns to garbage, every pending request and every subscriber fails with a
-//! typed [`ClientError::Closed`] that carries the tail of the server's stderr.
+//! Requests wait on a oneshot keyed by id; notifications go to every subscriber of their
+//! thread, and so does each server request once the [`ServerRequestHandler`] answered it. Every
+//! subscription is a bounded channel. The runtime's own turn driver is waited for (a slow
+//! consumer slows the reader instead of growing memory); any other subscriber
+//! ([`AppServerClient::subscribe`]) is never waited for: one that falls a whole buffer behind
+//! is cut off ([`ClientError::Lagged`]). When the stream ends or turns to garbage, every
+//! pending request and every subscriber fails with a typed [`ClientError::Closed`] that carries
+//! the tail of the server's stderr.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,7 +38,7 @@ use crate::rail::{StatusEvent, StatusKind, StatusRail};
 
 mod connection;
 
-use connection::{lock, read_stderr, write_loop, ReaderTask, Shared, StderrTail};
+use connection::{lock, read_stderr, write_loop, Delivery, ReaderTask, Route, Shared, StderrTail};
 
 /// How the client behaves. Every wait is bounded.
 #[derive(Debug, Clone)]
@@ -53,7 +57,9 @@ pub struct ClientOptions {
     /// server requests answered at once (beyond that the reader waits for an answer to go
     /// out before it reads more).
     pub max_pending_requests: usize,
-    /// Notifications buffered per subscribed thread before the reader waits for the consumer.
+    /// Events buffered per subscription. The runtime's own turn driver makes the reader wait
+    /// when its buffer is full; any other subscriber is cut off then
+    /// ([`ClientError::Lagged`]).
     pub notification_buffer: usize,
     /// Bad lines (not JSON, not a message, too long) tolerated before the stream is treated
     /// as garbage and closed.
@@ -120,6 +126,16 @@ pub enum ClientError {
     TooManyPending {
         /// The limit.
         limit: usize,
+    },
+    /// A subscription fell a whole buffer ([`ClientOptions::notification_buffer`]) behind and
+    /// was cut off, so that it neither stalls the connection nor grows memory. Its events up to
+    /// the cut were delivered; later ones were not. Subscribe again to go on.
+    #[error("the subscription to thread {thread_id} fell {buffer} events behind and was cut off")]
+    Lagged {
+        /// The thread.
+        thread_id: String,
+        /// The buffer it filled.
+        buffer: usize,
     },
     /// A response did not decode as the method's result type.
     #[error("{method} returned an unexpected result: {source}")]
@@ -215,6 +231,7 @@ struct Inner {
     shared: Arc<Shared>,
     outgoing: mpsc::Sender<Message>,
     next_id: AtomicI64,
+    next_subscription: AtomicU64,
     options: ClientOptions,
     rail: StatusRail,
     server: ServerInfo,
@@ -402,6 +419,7 @@ impl ClientBuilder {
                 shared,
                 outgoing,
                 next_id: AtomicI64::new(1),
+                next_subscription: AtomicU64::new(1),
                 options: self.options,
                 rail: self.rail,
                 server: ServerInfo::default(),
@@ -559,19 +577,51 @@ impl AppServerClient {
         }
     }
 
-    /// Subscribes to the notifications of one thread. Subscribe **before** starting a turn so
-    /// none of its notifications are missed. Dropping the subscription unsubscribes.
-    /// A second subscription to the same thread replaces the first.
+    /// Subscribes to the events of one thread: its notifications, and the server requests
+    /// about it with their answers. Subscribe **before** starting a turn so none of its events
+    /// are missed. Dropping the subscription unsubscribes.
+    ///
+    /// Any number of subscriptions may watch one thread; none takes events from another (nor
+    /// from the runtime's own turn driver). Each buffers up to
+    /// [`ClientOptions::notification_buffer`] events and is never waited for: a subscriber
+    /// that falls that far behind is cut off, reads what it buffered, then
+    /// [`ClientError::Lagged`]. So a slow or forgotten subscriber never stalls a turn and never
+    /// grows memory.
     pub fn subscribe(&self, thread_id: &str) -> Result<ThreadEvents, ClientError> {
-        let (tx, rx) = mpsc::channel(self.inner.options.notification_buffer);
-        let mut routes = lock(&self.inner.shared.routes);
-        if let Some(error) = self.inner.shared.closed_error() {
-            return Err(error);
-        }
-        routes.insert(thread_id.to_string(), tx);
+        self.subscribe_with(thread_id, Delivery::CutOffWhenFull)
+    }
+
+    /// The runtime's own subscription for a turn it drives: the reader waits for it, so no
+    /// event is lost. Its consumer must keep reading (or drop it).
+    pub(crate) fn subscribe_lossless(&self, thread_id: &str) -> Result<ThreadEvents, ClientError> {
+        self.subscribe_with(thread_id, Delivery::Lossless)
+    }
+
+    fn subscribe_with(
+        &self,
+        thread_id: &str,
+        delivery: Delivery,
+    ) -> Result<ThreadEvents, ClientError> {
+        let buffer = self.inner.options.notification_buffer.max(1);
+        let (tx, rx) = mpsc::channel(buffer);
+        let id = self.inner.next_subscription.fetch_add(1, Ordering::Relaxed);
+        let lagged = Arc::new(AtomicBool::new(false));
+        self.inner.shared.add_route(
+            thread_id,
+            Route {
+                id,
+                tx,
+                delivery,
+                lagged: lagged.clone(),
+            },
+        )?;
         Ok(ThreadEvents {
             rx,
             client: self.clone(),
+            thread_id: thread_id.to_string(),
+            id,
+            lagged,
+            buffer,
         })
     }
 
@@ -596,19 +646,65 @@ impl AppServerClient {
     }
 }
 
-/// The notifications of one thread, in arrival order.
+/// A server request about a thread, and how the [`ServerRequestHandler`] answered it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnsweredRequest {
+    /// The request's id.
+    pub id: RequestId,
+    /// The request (an approval, a tool call, ...).
+    pub request: ServerRequest,
+    /// The answer sent back: the result, or the error.
+    pub answer: Result<Value, RpcError>,
+}
+
+/// One event of a thread, as a subscription sees it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ThreadEvent {
+    /// A notification naming the thread.
+    Notification(ServerNotification),
+    /// A server request naming the thread, after the handler answered it (and before the
+    /// answer was sent).
+    ServerRequest(AnsweredRequest),
+}
+
+/// The events of one thread, in arrival order ([`AppServerClient::subscribe`]).
 #[derive(Debug)]
 pub struct ThreadEvents {
-    rx: mpsc::Receiver<ServerNotification>,
+    rx: mpsc::Receiver<ThreadEvent>,
     client: AppServerClient,
+    thread_id: String,
+    id: u64,
+    lagged: Arc<AtomicBool>,
+    buffer: usize,
 }
 
 impl ThreadEvents {
-    /// The next notification; `Err(Closed)` once the connection is gone.
-    pub async fn next(&mut self) -> Result<ServerNotification, ClientError> {
+    /// The next event; `Err(Lagged)` once the subscription was cut off for falling behind
+    /// (after the events buffered before the cut), `Err(Closed)` once the connection is gone.
+    pub async fn next(&mut self) -> Result<ThreadEvent, ClientError> {
         match self.rx.recv().await {
-            Some(notification) => Ok(notification),
+            Some(event) => Ok(event),
+            None if self.lagged.load(Ordering::Acquire) => Err(ClientError::Lagged {
+                thread_id: self.thread_id.clone(),
+                buffer: self.buffer,
+            }),
             None => Err(self.client.closed_or("the thread's subscription ended")),
         }
+    }
+
+    /// The thread subscribed to.
+    pub fn thread_id(&self) -> &str {
+        &self.thread_id
+    }
+}
+
+impl Drop for ThreadEvents {
+    fn drop(&mut self) {
+        // At once, so that the reader stops handing events to a subscription nobody reads.
+        self.client
+            .inner
+            .shared
+            .remove_route(&self.thread_id, self.id);
     }
 }

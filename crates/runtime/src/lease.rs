@@ -14,8 +14,10 @@ use std::time::Duration;
 use rethread_store::{BindingStore, Fence, Lease, LocalOwner, StoreError};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::error::RuntimeError;
+use crate::telemetry;
 
 /// The shortest and longest pause between two attempts to take a busy lease.
 const WAIT_STEP_MIN: Duration = Duration::from_millis(20);
@@ -88,6 +90,33 @@ impl SessionLease {
     ///   then [`RuntimeError::SessionBusy`] naming the holder. `wait` zero tries once.
     /// - Any other store failure is returned at once.
     pub async fn acquire(
+        store: Arc<dyn BindingStore>,
+        session_id: &str,
+        owner: Arc<LocalOwner>,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<SessionLease, RuntimeError> {
+        let span = tracing::info_span!(
+            telemetry::SPAN_LEASE,
+            session_id = %session_id,
+            outcome = tracing::field::Empty
+        );
+        let started_at = Instant::now();
+        let acquired = Self::acquire_untraced(store, session_id, owner, ttl, wait)
+            .instrument(span.clone())
+            .await;
+        let outcome = match &acquired {
+            Ok(_) => "acquired",
+            Err(RuntimeError::SessionBusy { .. }) => "busy",
+            Err(_) => "error",
+        };
+        span.record("outcome", outcome);
+        metrics::histogram!(telemetry::LEASE_WAIT_SECONDS, "outcome" => outcome)
+            .record(started_at.elapsed().as_secs_f64());
+        acquired
+    }
+
+    async fn acquire_untraced(
         store: Arc<dyn BindingStore>,
         session_id: &str,
         owner: Arc<LocalOwner>,

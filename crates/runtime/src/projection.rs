@@ -1,9 +1,10 @@
 //! Turns a completed turn into transcript rows, and renders rows back into a bounded seed.
 //!
-//! Row shapes (JSON objects): `{"role":"user","text":..}`, `{"role":"assistant","text":..}`,
+//! Row shapes (JSON objects): `{"role":"user","text":..}` (plus `"attachments"`, the non-text
+//! inputs as sent, when there are any), `{"role":"assistant","text":..}`,
 //! `{"role":"tool","kind":..,"summary":..}`; each carries `thread_id` and `turn_id`.
 
-use rethread_protocol::messages::{KnownItem, ThreadItem};
+use rethread_protocol::messages::{KnownItem, ThreadItem, UserInput};
 use serde_json::{json, Value};
 
 /// Item kinds that are tool work, kept in short form.
@@ -31,8 +32,27 @@ pub fn project_turn(
     input: &str,
     items: &[ThreadItem],
 ) -> Vec<Value> {
-    let mut rows =
-        vec![json!({"role": "user", "text": input, "thread_id": thread_id, "turn_id": turn_id})];
+    project_turn_input(thread_id, turn_id, &[UserInput::text(input)], items)
+}
+
+/// [`project_turn`] for input of any kind: the user row's `text` is the text pieces joined by
+/// newlines, and the other pieces (images) are kept, as sent, under `attachments`.
+pub fn project_turn_input(
+    thread_id: &str,
+    turn_id: &str,
+    input: &[UserInput],
+    items: &[ThreadItem],
+) -> Vec<Value> {
+    let mut user = json!({"role": "user", "text": input_text(input), "thread_id": thread_id, "turn_id": turn_id});
+    let attachments: Vec<Value> = input
+        .iter()
+        .filter(|piece| !matches!(piece, UserInput::Text { .. }))
+        .filter_map(|piece| serde_json::to_value(piece).ok())
+        .collect();
+    if !attachments.is_empty() {
+        user["attachments"] = Value::Array(attachments);
+    }
+    let mut rows = vec![user];
     for item in items {
         match item {
             ThreadItem::Known(KnownItem::AgentMessage { text, .. }) => rows.push(
@@ -52,6 +72,18 @@ pub fn project_turn(
         }
     }
     rows
+}
+
+/// The text pieces of an input, joined by newlines.
+pub fn input_text(input: &[UserInput]) -> String {
+    input
+        .iter()
+        .filter_map(|piece| match piece {
+            UserInput::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn tool_summary(item: &Value) -> String {
@@ -101,7 +133,11 @@ this thread. For context, here is its most recent part, oldest first:\n";
     for row in rows.iter().rev() {
         let line = match row["role"].as_str() {
             Some(role @ ("user" | "assistant")) => {
-                format!("{role}: {}", row["text"].as_str().unwrap_or_default())
+                let text = row["text"].as_str().unwrap_or_default();
+                match row["attachments"].as_array().map(Vec::len) {
+                    Some(n) if n > 0 => format!("{role}: {text} [{n} attachment(s)]"),
+                    _ => format!("{role}: {text}"),
+                }
             }
             Some("tool") => format!(
                 "tool ({}): {}",
@@ -141,6 +177,28 @@ mod tests {
         assert_eq!(roles, ["user", "tool", "assistant"]);
         assert_eq!(rows[1]["summary"], "ls -la");
         assert_eq!(reply_of(&rows), "done");
+    }
+
+    #[test]
+    fn image_inputs_are_kept_as_attachments_of_the_user_row() {
+        let input = [
+            UserInput::text("what is it?"),
+            UserInput::local_image("/tmp/a.png"),
+            UserInput::text("be brief"),
+        ];
+        let rows = project_turn_input("t", "u", &input, &[]);
+        assert_eq!(rows[0]["text"], "what is it?\nbe brief");
+        assert_eq!(
+            rows[0]["attachments"],
+            json!([{"type": "localImage", "path": "/tmp/a.png"}])
+        );
+        let plain = project_turn("t", "u", "hi", &[]);
+        assert!(plain[0].get("attachments").is_none(), "{plain:?}");
+        let seed = render_seed(&rows, 1000).unwrap();
+        assert!(
+            seed.ends_with("user: what is it?\nbe brief [1 attachment(s)]"),
+            "{seed}"
+        );
     }
 
     #[test]

@@ -1,26 +1,19 @@
-//! [`CodexSession`]: one codex thread opened for a host session; runs turns and commits them
-//! with the binding. How it was opened is its [`OpenOutcome`]; what a turn produced, its
-//! [`TurnReport`].
+//! [`CodexSession`]: one codex thread opened for a host session; runs turns (the loop is in
+//! `turn.rs`) and commits them with the binding. How it was opened is its [`OpenOutcome`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use rethread_protocol::messages::{
-    ServerNotification, TurnInterrupt, TurnInterruptParams, TurnStart, TurnStartParams, TurnStatus,
-    UserInput,
-};
 use rethread_protocol::ResumeFailure;
 use rethread_store::{BindingStore, Lease};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
-use crate::binding::{commit_turn, Publication, TurnRows};
 use crate::client::AppServerClient;
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
-use crate::projection::{project_turn, reply_of};
-use crate::rail::{StatusEvent, StatusKind, StatusRail};
+use crate::rail::StatusRail;
 use crate::sink::Transcript;
+use crate::turn::{start_turn, TurnContext, TurnInput, TurnReport, TurnStream};
 
 /// How a codex session was opened.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,21 +68,6 @@ impl OpenOutcome {
     }
 }
 
-/// What one turn produced.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TurnReport {
-    /// The thread.
-    pub thread_id: String,
-    /// The turn.
-    pub turn_id: String,
-    /// The assistant's reply.
-    pub reply: String,
-    /// The projected transcript rows.
-    pub rows: Vec<Value>,
-    /// What happened to the binding.
-    pub publication: Publication,
-}
-
 /// A codex thread opened for a session by [`SessionBinder::open`](crate::SessionBinder::open):
 /// runs turns and publishes the binding once a turn's rows are durable.
 ///
@@ -126,96 +104,56 @@ impl CodexSession {
     }
 
     /// Runs one turn, projects it into rows, makes them durable and then publishes the
-    /// binding ([`commit_turn`]). A turn that does not complete writes nothing.
-    pub async fn run_turn(&mut self, text: &str) -> Result<TurnReport, RuntimeError> {
-        let thread_id = self.thread_id().to_string();
-        let mut events = self.client.subscribe(&thread_id)?;
-        let started = self
-            .client
-            .request::<TurnStart>(&TurnStartParams {
-                thread_id: thread_id.clone(),
-                input: vec![UserInput::text(text)],
-            })
-            .await?;
-        let turn_id = started.turn.id;
-        let deadline = tokio::time::Instant::now() + self.turn_timeout;
-        let mut items = Vec::new();
-        let completed = loop {
-            let next = match tokio::time::timeout_at(deadline, events.next()).await {
-                Ok(next) => next?,
-                Err(_elapsed) => {
-                    // Unsubscribe first: a turn still streaming would otherwise fill the
-                    // subscription, stall the reader, and the interrupt's answer could never be
-                    // read (found by resource_bounds.rs).
-                    drop(events);
-                    let interrupt = TurnInterruptParams {
-                        thread_id: thread_id.clone(),
-                        turn_id: turn_id.clone(),
-                    };
-                    let _ = self.client.request::<TurnInterrupt>(&interrupt).await;
-                    return Err(RuntimeError::TurnFailed {
-                        thread_id,
-                        turn_id,
-                        status: "timeout".to_string(),
-                        message: format!("no turn/completed within {:?}", self.turn_timeout),
-                    });
-                }
-            };
-            match next {
-                ServerNotification::ItemCompleted(n) if n.turn_id == turn_id => items.push(n.item),
-                ServerNotification::TurnCompleted(n) if n.turn.id == turn_id => break n.turn,
-                _ => {}
-            }
+    /// binding ([`commit_turn`](crate::binding::commit_turn)). A turn that does not complete
+    /// writes nothing.
+    ///
+    /// This is [`run_turn_streamed`](CodexSession::run_turn_streamed) read to its end.
+    pub async fn run_turn(
+        &mut self,
+        input: impl Into<TurnInput>,
+    ) -> Result<TurnReport, RuntimeError> {
+        self.run_turn_streamed(input).await?.finish().await
+    }
+
+    /// Starts one turn and returns its events as they come: agent message deltas, items
+    /// started and completed, server requests with their answers, token usage, and last
+    /// [`TurnEvent::Completed`](crate::TurnEvent::Completed) with the report, once the turn
+    /// was committed under the same rules as [`run_turn`](CodexSession::run_turn).
+    ///
+    /// Returns once codex answered `turn/start` (its error is this call's error). Other
+    /// subscribers of the thread ([`AppServerClient::subscribe`]) see the same events; the
+    /// turn reads its own.
+    ///
+    /// ```no_run
+    /// # async fn demo(session: &mut rethread_runtime::CodexSession) -> Result<(), rethread_runtime::RuntimeError> {
+    /// use rethread_runtime::{TurnEvent, TurnInput};
+    /// let input = TurnInput::text("Describe this diagram.").with_local_image("/srv/diagram.png");
+    /// let mut turn = session.run_turn_streamed(input).await?;
+    /// while let Some(event) = turn.next().await {
+    ///     match event? {
+    ///         TurnEvent::AgentMessageDelta { delta, .. } => print!("{delta}"),
+    ///         TurnEvent::Completed(report) => println!("\n({:?} tokens)", report.token_usage.map(|u| u.last.total_tokens)),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_turn_streamed(
+        &mut self,
+        input: impl Into<TurnInput>,
+    ) -> Result<TurnStream<'_>, RuntimeError> {
+        let context = TurnContext {
+            client: &self.client,
+            session_id: &self.session_id,
+            thread_id: self.outcome.thread_id(),
+            store: self.store.as_ref(),
+            rail: &self.rail,
+            codex_home: self.codex_home.as_deref(),
+            turn_timeout: self.turn_timeout,
+            transcript: &self.transcript,
+            lease: self.lease.as_deref(),
         };
-        drop(events);
-        if completed.status != TurnStatus::Completed {
-            let status = serde_json::to_value(&completed.status)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_else(|| "unknown".to_string());
-            return Err(RuntimeError::TurnFailed {
-                thread_id,
-                turn_id,
-                status,
-                message: completed.error.map(|e| e.message).unwrap_or_default(),
-            });
-        }
-        // Prefer the items streamed during the turn; a server that only reports them on
-        // completion is served too.
-        if items.is_empty() {
-            items = completed.items;
-        }
-        let rows = project_turn(&thread_id, &turn_id, text, &items);
-        let publication = commit_turn(
-            self.store.as_ref(),
-            &self.transcript,
-            self.lease.as_deref(),
-            TurnRows {
-                session_id: &self.session_id,
-                thread_id: &thread_id,
-                codex_home: self.codex_home.as_deref(),
-                rows: &rows,
-            },
-        )
-        .await?;
-        if publication != Publication::Published {
-            self.rail.emit(
-                StatusEvent::new(
-                    StatusKind::Warn,
-                    format!(
-                        "The binding to thread {thread_id} was not published ({publication:?})."
-                    ),
-                )
-                .with("thread_id", thread_id.clone()),
-            );
-        }
-        Ok(TurnReport {
-            reply: reply_of(&rows),
-            thread_id,
-            turn_id,
-            rows,
-            publication,
-        })
+        start_turn(context, input.into()).await
     }
 
     /// Retires this thread for the session: its binding is dropped and never published again

@@ -4,8 +4,8 @@ mod support;
 
 use std::time::Duration;
 
-use rethread_protocol::messages::{ThreadRead, ThreadReadParams};
-use rethread_runtime::{ClientError, ClientOptions, StatusKind};
+use rethread_protocol::messages::{ServerNotification, ThreadRead, ThreadReadParams};
+use rethread_runtime::{ClientError, ClientOptions, StatusKind, ThreadEvent};
 use serde_json::json;
 use support::connect;
 
@@ -192,32 +192,121 @@ async fn approvals_are_declined_and_unknown_server_requests_get_an_error() {
     }
 }
 
+/// A subscriber that does not keep up is cut off once its buffer is full: it reads what it
+/// buffered, in order, then `Lagged`; the reader never waited for it (the answer after the
+/// flood arrived while it was not reading) and nothing beyond its buffer was held.
 #[tokio::test]
-async fn a_notification_flood_for_a_slow_consumer_is_bounded_by_backpressure() {
+async fn a_subscriber_that_falls_a_buffer_behind_is_cut_off_not_waited_for() {
     let options = ClientOptions {
         notification_buffer: 8,
         ..Default::default()
     };
     let (client, mut peer, _) = connect(options).await;
-    let mut events = client.subscribe("t").unwrap();
-    let flood = tokio::spawn(async move {
-        for i in 0..200 {
-            peer.notify(
-                "item/agentMessage/delta",
-                json!({"threadId": "t", "turnId": "u", "itemId": "i", "delta": i.to_string()}),
-            )
-            .await;
-        }
-        peer
-    });
-    // Every notification arrives, in order, although the buffer holds only 8.
+    let mut slow = client.subscribe("t").unwrap();
+    let reading = {
+        let client = client.clone();
+        tokio::spawn(async move { client.request::<ThreadRead>(&read("t")).await })
+    };
+    let (id, _) = peer.expect("thread/read").await;
     for i in 0..200 {
-        match events.next().await.unwrap() {
-            rethread_protocol::messages::ServerNotification::AgentMessageDelta(d) => {
+        peer.notify(
+            "item/agentMessage/delta",
+            json!({"threadId": "t", "turnId": "u", "itemId": "i", "delta": i.to_string()}),
+        )
+        .await;
+    }
+    peer.reply(id, json!({"thread": support::thread("t")}))
+        .await;
+    // Answered although the subscriber read nothing: the reader went past it.
+    reading.await.unwrap().unwrap();
+    for i in 0..8 {
+        match slow.next().await.unwrap() {
+            ThreadEvent::Notification(ServerNotification::AgentMessageDelta(d)) => {
                 assert_eq!(d.delta, i.to_string())
             }
             other => panic!("{other:?}"),
         }
     }
-    flood.await.unwrap();
+    match slow.next().await {
+        Err(ClientError::Lagged { thread_id, buffer }) => {
+            assert_eq!((thread_id.as_str(), buffer), ("t", 8))
+        }
+        other => panic!("{other:?}"),
+    }
+    // A new subscription goes on from here.
+    let mut again = client.subscribe("t").unwrap();
+    peer.notify(
+        "item/agentMessage/delta",
+        json!({"threadId": "t", "turnId": "u", "itemId": "i", "delta": "after"}),
+    )
+    .await;
+    assert!(matches!(
+        again.next().await.unwrap(),
+        ThreadEvent::Notification(ServerNotification::AgentMessageDelta(d)) if d.delta == "after"
+    ));
+}
+
+/// Several subscribers of one thread each get every event, and neither takes from another.
+#[tokio::test]
+async fn every_subscriber_of_a_thread_gets_every_event() {
+    let (client, mut peer, _) = connect(ClientOptions::default()).await;
+    let mut first = client.subscribe("t").unwrap();
+    let mut second = client.subscribe("t").unwrap();
+    let mut other_thread = client.subscribe("elsewhere").unwrap();
+    for i in 0..3 {
+        peer.notify(
+            "item/agentMessage/delta",
+            json!({"threadId": "t", "turnId": "u", "itemId": "i", "delta": i.to_string()}),
+        )
+        .await;
+    }
+    peer.notify(
+        "turn/started",
+        json!({"threadId": "elsewhere", "turn": {"id": "v", "status": "inProgress"}}),
+    )
+    .await;
+    for events in [&mut first, &mut second] {
+        for i in 0..3 {
+            assert!(matches!(
+                events.next().await.unwrap(),
+                ThreadEvent::Notification(ServerNotification::AgentMessageDelta(d)) if d.delta == i.to_string()
+            ));
+        }
+    }
+    assert!(matches!(
+        other_thread.next().await.unwrap(),
+        ThreadEvent::Notification(ServerNotification::TurnStarted(_))
+    ));
+    // Dropping one leaves the other subscribed.
+    drop(first);
+    peer.notify(
+        "item/agentMessage/delta",
+        json!({"threadId": "t", "turnId": "u", "itemId": "i", "delta": "later"}),
+    )
+    .await;
+    assert!(matches!(
+        second.next().await.unwrap(),
+        ThreadEvent::Notification(ServerNotification::AgentMessageDelta(d)) if d.delta == "later"
+    ));
+}
+
+/// A server request about a thread reaches its subscribers with the handler's answer, before
+/// the answer goes out.
+#[tokio::test]
+async fn subscribers_see_server_requests_with_their_answers() {
+    let (client, mut peer, _) = connect(ClientOptions::default()).await;
+    let mut events = client.subscribe("t").unwrap();
+    peer.send_raw(r#"{"id":"s1","method":"item/commandExecution/requestApproval","params":{"threadId":"t","turnId":"u","itemId":"i","startedAtMs":1}}"#).await;
+    match events.next().await.unwrap() {
+        ThreadEvent::ServerRequest(answered) => {
+            assert_eq!(answered.id, "s1".into());
+            assert!(answered.request.is_approval());
+            assert_eq!(answered.answer, Ok(json!({"decision": "decline"})));
+        }
+        other => panic!("{other:?}"),
+    }
+    match peer.recv().await {
+        rethread_protocol::Message::Response(r) => assert_eq!(r.id, "s1".into()),
+        other => panic!("{other:?}"),
+    }
 }

@@ -117,6 +117,7 @@ struct Shared {
     reply: Mutex<Reply>,
     tool_calls: Mutex<VecDeque<String>>,
     delay: Mutex<Duration>,
+    stream_deltas: std::sync::atomic::AtomicBool,
     arrived: Notify,
 }
 
@@ -140,6 +141,7 @@ impl ResponsesStandIn {
             reply: Mutex::new(Reply::Echo),
             tool_calls: Mutex::new(VecDeque::new()),
             delay: Mutex::new(Duration::ZERO),
+            stream_deltas: std::sync::atomic::AtomicBool::new(false),
             arrived: Notify::new(),
         });
         let (stop_tx, stop_rx) = oneshot::channel();
@@ -194,6 +196,16 @@ impl ResponsesStandIn {
     /// (`item/commandExecution/requestApproval`). The reply after that is a normal one.
     pub fn push_escalated_command(&self, cmd: &str) {
         lock(&self.shared.tool_calls).push_back(cmd.to_string());
+    }
+
+    /// Makes the model stream its text as a real one does: the message item is announced
+    /// (`response.output_item.added`) and its text sent in two `response.output_text.delta`
+    /// events before the item is done, so codex sends `item/agentMessage/delta`
+    /// notifications. Off by default (the three events of the wire notes).
+    pub fn set_stream_deltas(&self, on: bool) {
+        self.shared
+            .stream_deltas
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Makes every model reply wait this long (a slow model, so a turn can be interrupted).
@@ -315,7 +327,17 @@ fn respond(request: &RecordedRequest, shared: &Shared) -> Vec<u8> {
                 "arguments": json!({"cmd": cmd, "sandbox_permissions": "require_escalated",
                                     "justification": "rethread test approval"}).to_string(),
             })),
-            None => sse_body(&lock(&shared.reply).next_reply(&request.conversation())),
+            None => {
+                let text = lock(&shared.reply).next_reply(&request.conversation());
+                if shared
+                    .stream_deltas
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    sse_streamed_body(&text)
+                } else {
+                    sse_body(&text)
+                }
+            }
         };
         http_response("200 OK", "text/event-stream", &body)
     } else if request.method == "GET" && path.ends_with("/models") {
@@ -335,9 +357,63 @@ pub fn sse_body(text: &str) -> Vec<u8> {
                       "content": [{"type": "output_text", "text": text}]}))
 }
 
+/// The server-sent events of one model reply carrying `text` streamed in two deltas (split
+/// on a character boundary), as a real model streams it.
+pub fn sse_streamed_body(text: &str) -> Vec<u8> {
+    let cut = text
+        .char_indices()
+        .map(|(at, _)| at)
+        .nth(text.chars().count() / 2)
+        .unwrap_or(text.len());
+    let (first, second) = text.split_at(cut);
+    let done = json!({"type": "message", "role": "assistant", "id": "m1",
+                      "content": [{"type": "output_text", "text": text}]});
+    let mut events = vec![
+        (
+            "response.created",
+            json!({"type": "response.created", "response": {"id": "r1"}}),
+        ),
+        (
+            "response.output_item.added",
+            json!({"type": "response.output_item.added", "output_index": 0,
+                   "item": {"type": "message", "role": "assistant", "id": "m1", "content": []}}),
+        ),
+    ];
+    for piece in [first, second] {
+        events.push((
+            "response.output_text.delta",
+            json!({"type": "response.output_text.delta", "item_id": "m1", "output_index": 0,
+                   "content_index": 0, "delta": piece}),
+        ));
+    }
+    events.push((
+        "response.output_item.done",
+        json!({"type": "response.output_item.done", "item": done}),
+    ));
+    events.push(completed_event());
+    render_sse(&events)
+}
+
+fn completed_event() -> (&'static str, Value) {
+    (
+        "response.completed",
+        json!({"type": "response.completed", "response": {"id": "r1", "usage": {
+            "input_tokens": 1, "input_tokens_details": null, "output_tokens": 1,
+            "output_tokens_details": null, "total_tokens": 2}}}),
+    )
+}
+
+fn render_sse(events: &[(&str, Value)]) -> Vec<u8> {
+    let mut body = String::new();
+    for (kind, data) in events {
+        body.push_str(&format!("event: {kind}\ndata: {data}\n\n"));
+    }
+    body.into_bytes()
+}
+
 /// The three server-sent events of one model reply whose output is `item`.
 fn sse_events(item: Value) -> Vec<u8> {
-    let events = [
+    render_sse(&[
         (
             "response.created",
             json!({"type": "response.created", "response": {"id": "r1"}}),
@@ -346,18 +422,8 @@ fn sse_events(item: Value) -> Vec<u8> {
             "response.output_item.done",
             json!({"type": "response.output_item.done", "item": item}),
         ),
-        (
-            "response.completed",
-            json!({"type": "response.completed", "response": {"id": "r1", "usage": {
-                "input_tokens": 1, "input_tokens_details": null, "output_tokens": 1,
-                "output_tokens_details": null, "total_tokens": 2}}}),
-        ),
-    ];
-    let mut body = String::new();
-    for (kind, data) in events {
-        body.push_str(&format!("event: {kind}\ndata: {data}\n\n"));
-    }
-    body.into_bytes()
+        completed_event(),
+    ])
 }
 
 fn http_response(status: &str, content_type: &str, body: &[u8]) -> Vec<u8> {

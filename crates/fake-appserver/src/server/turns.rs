@@ -272,6 +272,11 @@ impl TurnRun {
                 "item/started",
                 json!({"item": item, "threadId": thread, "turnId": turn, "startedAtMs": now_ms()}),
             );
+            // Like codex with a model that streams its text: the message as a delta first.
+            e.notify(
+                "item/agentMessage/delta",
+                json!({"threadId": thread, "turnId": turn, "itemId": item["id"], "delta": text}),
+            );
             e.notify(
                 "item/completed",
                 json!({"item": item, "threadId": thread, "turnId": turn, "completedAtMs": now_ms()}),

@@ -1,8 +1,9 @@
 //! The connection's shared state and the tasks that own the server's streams: the reader
-//! (responses to their waiters, notifications to their thread's subscriber, server requests to
+//! (responses to their waiters, notifications to their thread's subscribers, server requests to
 //! the handler), the writer, and the stderr tail.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::{SinkExt, StreamExt};
@@ -14,16 +15,42 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
-use super::{ClientError, ServerRequestHandler};
+use super::{AnsweredRequest, ClientError, ServerRequestHandler, ThreadEvent};
 use crate::rail::{StatusEvent, StatusKind, StatusRail};
+use crate::telemetry;
 
 pub(super) type Pending = HashMap<RequestId, oneshot::Sender<Result<Value, RpcError>>>;
+
+/// How a subscription takes what the reader hands it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Delivery {
+    /// The reader waits for room: nothing is lost, and a consumer that stops reading stalls
+    /// the connection. Only the runtime's own turn driver, which always reads, uses it.
+    Lossless,
+    /// The reader never waits: a subscription whose buffer is full is cut off (it reads what
+    /// it buffered, then [`ClientError::Lagged`]).
+    CutOffWhenFull,
+}
+
+/// One subscriber of a thread.
+#[derive(Debug, Clone)]
+pub(super) struct Route {
+    pub(super) id: u64,
+    pub(super) tx: mpsc::Sender<ThreadEvent>,
+    pub(super) delivery: Delivery,
+    /// Set when the subscription was cut off for lagging; read by its receiver.
+    pub(super) lagged: Arc<AtomicBool>,
+}
+
+/// The subscribers of each thread. Copied on write, so the reader delivers from a snapshot
+/// without holding the lock across an await.
+pub(super) type Routes = HashMap<String, Arc<Vec<Route>>>;
 
 /// What the client and its I/O tasks share: the waiters, the routes, whether the connection
 /// is closed, the stderr tail.
 pub(super) struct Shared {
     pub(super) pending: Mutex<Pending>,
-    pub(super) routes: Mutex<HashMap<String, mpsc::Sender<ServerNotification>>>,
+    pub(super) routes: Mutex<Routes>,
     pub(super) closed: Mutex<Option<String>>,
     pub(super) stderr: Mutex<StderrTail>,
 }
@@ -47,6 +74,61 @@ impl Shared {
 
     pub(super) fn stderr_tail(&self) -> String {
         lock(&self.stderr).text()
+    }
+
+    /// Adds a subscriber to `thread_id`, unless the connection is closed.
+    pub(super) fn add_route(&self, thread_id: &str, route: Route) -> Result<(), ClientError> {
+        let mut routes = lock(&self.routes);
+        // Checked under the routes lock, which `close` takes too: a subscription made after
+        // the close would never be woken.
+        if let Some(error) = self.closed_error() {
+            return Err(error);
+        }
+        let entry = routes.entry(thread_id.to_string()).or_default();
+        Arc::make_mut(entry).push(route);
+        Ok(())
+    }
+
+    /// Removes subscriber `id` of `thread_id` (a dropped subscription, or one cut off).
+    pub(super) fn remove_route(&self, thread_id: &str, id: u64) {
+        let mut routes = lock(&self.routes);
+        if let Some(entry) = routes.get_mut(thread_id) {
+            Arc::make_mut(entry).retain(|route| route.id != id);
+            if entry.is_empty() {
+                routes.remove(thread_id);
+            }
+        }
+    }
+
+    /// Hands `event` to every subscriber of `thread_id`: a lossless one is waited for, one
+    /// that is cut off when full is never waited for.
+    pub(super) async fn deliver(&self, thread_id: &str, event: ThreadEvent) {
+        let Some(routes) = lock(&self.routes).get(thread_id).cloned() else {
+            return;
+        };
+        for route in routes.iter() {
+            let delivered = match route.delivery {
+                // Awaiting here applies backpressure: the reader slows down to the consumer.
+                Delivery::Lossless => route.tx.send(event.clone()).await.is_ok(),
+                Delivery::CutOffWhenFull => match route.tx.try_send(event.clone()) {
+                    Ok(()) => true,
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        route.lagged.store(true, Ordering::Release);
+                        metrics::counter!(telemetry::SUBSCRIBERS_CUT_OFF_TOTAL).increment(1);
+                        tracing::debug!(
+                            thread_id,
+                            buffer = route.tx.max_capacity(),
+                            "cut off a thread subscriber that fell behind"
+                        );
+                        false
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => false,
+                },
+            };
+            if !delivered {
+                self.remove_route(thread_id, route.id);
+            }
+        }
     }
 
     /// Marks the connection closed and fails everything waiting on it.
@@ -187,19 +269,9 @@ impl ReaderTask {
         let Some(thread_id) = notification.thread_id().map(str::to_string) else {
             return;
         };
-        let route = lock(&self.shared.routes).get(&thread_id).cloned();
-        if let Some(route) = route {
-            // Awaiting here applies backpressure: the reader slows down to the consumer.
-            if route.send(notification).await.is_err() {
-                let mut routes = lock(&self.shared.routes);
-                if routes
-                    .get(&thread_id)
-                    .is_some_and(|r| r.same_channel(&route))
-                {
-                    routes.remove(&thread_id);
-                }
-            }
-        }
+        self.shared
+            .deliver(&thread_id, ThreadEvent::Notification(notification))
+            .await;
     }
 
     async fn answer(&self, raw: RawRequest) {
@@ -209,9 +281,25 @@ impl ReaderTask {
         let handler = self.handler.clone();
         let rail = self.rail.clone();
         let outgoing = self.outgoing.clone();
+        let shared = self.shared.clone();
         tokio::spawn(async move {
             let result = match ServerRequest::from_raw(&raw) {
-                Ok(request) => handler.handle(request, &rail).await,
+                Ok(request) => {
+                    let answer = handler.handle(request.clone(), &rail).await;
+                    // The thread's subscribers hear of the request and its answer before the
+                    // answer goes out, so before anything codex does in response.
+                    if let Some(thread_id) = request.thread_id().map(str::to_string) {
+                        let answered = AnsweredRequest {
+                            id: raw.id.clone(),
+                            request,
+                            answer: answer.clone(),
+                        };
+                        shared
+                            .deliver(&thread_id, ThreadEvent::ServerRequest(answered))
+                            .await;
+                    }
+                    answer
+                }
                 Err(error) => Err(RpcError::new(
                     ErrorCode::INVALID_PARAMS,
                     format!("invalid params: {error}"),

@@ -1,0 +1,527 @@
+//! One turn as it runs: its input ([`TurnInput`]), the typed events it yields while it runs
+//! ([`TurnEvent`], through a [`TurnStream`]) and the one loop behind both
+//! [`CodexSession::run_turn`](crate::CodexSession::run_turn) and
+//! [`CodexSession::run_turn_streamed`](crate::CodexSession::run_turn_streamed).
+//!
+//! The loop reads the thread through the runtime's own subscription, which the client waits
+//! for (nothing is lost); other subscribers of the thread
+//! ([`AppServerClient::subscribe`](crate::AppServerClient::subscribe)) see the same events
+//! and can neither take them nor stall the loop.
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::{Stream, StreamExt};
+use rethread_protocol::messages::{
+    ServerNotification, ThreadItem, ThreadTokenUsage, Turn, TurnInterrupt, TurnInterruptParams,
+    TurnStatus, UserInput,
+};
+use rethread_store::BindingStore;
+use serde_json::Value;
+use tracing::Instrument;
+
+use crate::binding::{commit_turn, Publication, TurnRows};
+use crate::client::{AnsweredRequest, AppServerClient, ClientError, ThreadEvent, ThreadEvents};
+use crate::error::RuntimeError;
+use crate::lease::SessionLease;
+use crate::projection::{project_turn_input, reply_of};
+use crate::rail::{StatusEvent, StatusKind, StatusRail};
+use crate::sink::Transcript;
+use crate::telemetry;
+
+/// What one turn produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnReport {
+    /// The thread.
+    pub thread_id: String,
+    /// The turn.
+    pub turn_id: String,
+    /// The assistant's reply.
+    pub reply: String,
+    /// The projected transcript rows.
+    pub rows: Vec<Value>,
+    /// What happened to the binding.
+    pub publication: Publication,
+    /// Codex's last token count of the turn (`thread/tokenUsage/updated`): `total` for the
+    /// thread so far, `last` for the turn's last model request. `None` when codex sent none.
+    pub token_usage: Option<ThreadTokenUsage>,
+}
+
+/// What the user sends in one turn: text, and images where codex accepts them.
+///
+/// ```
+/// use rethread_runtime::TurnInput;
+/// let input = TurnInput::text("What is on this picture?").with_local_image("/tmp/photo.png");
+/// assert_eq!(input.items().len(), 2);
+/// let plain: TurnInput = "hello".into();
+/// assert_eq!(plain.text_content(), "hello");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnInput {
+    items: Vec<UserInput>,
+}
+
+impl TurnInput {
+    /// Input of these pieces, in order.
+    pub fn new(items: Vec<UserInput>) -> Self {
+        TurnInput { items }
+    }
+
+    /// Plain text.
+    pub fn text(text: impl Into<String>) -> Self {
+        TurnInput::new(vec![UserInput::text(text)])
+    }
+
+    /// Adds an image file that codex reads itself (`localImage`). A relative path is resolved
+    /// by codex, against its own working directory.
+    pub fn with_local_image(mut self, path: impl AsRef<std::path::Path>) -> Self {
+        self.items.push(UserInput::local_image(path));
+        self
+    }
+
+    /// Adds an image by URL (`image`).
+    pub fn with_image_url(mut self, url: impl Into<String>) -> Self {
+        self.items.push(UserInput::image_url(url));
+        self
+    }
+
+    /// The pieces, in order.
+    pub fn items(&self) -> &[UserInput] {
+        &self.items
+    }
+
+    /// The text pieces, joined by newlines.
+    pub fn text_content(&self) -> String {
+        crate::projection::input_text(&self.items)
+    }
+}
+
+impl From<&str> for TurnInput {
+    fn from(text: &str) -> Self {
+        TurnInput::text(text)
+    }
+}
+
+impl From<String> for TurnInput {
+    fn from(text: String) -> Self {
+        TurnInput::text(text)
+    }
+}
+
+impl From<&String> for TurnInput {
+    fn from(text: &String) -> Self {
+        TurnInput::text(text.as_str())
+    }
+}
+
+impl From<Vec<UserInput>> for TurnInput {
+    fn from(items: Vec<UserInput>) -> Self {
+        TurnInput::new(items)
+    }
+}
+
+impl From<UserInput> for TurnInput {
+    fn from(item: UserInput) -> Self {
+        TurnInput::new(vec![item])
+    }
+}
+
+/// One event of a running turn, in the order codex sent it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum TurnEvent {
+    /// A piece of an agent message, as the model writes it.
+    AgentMessageDelta {
+        /// The agent message item it belongs to.
+        item_id: String,
+        /// The text piece.
+        delta: String,
+    },
+    /// An item started: an agent message, a command, a file change, reasoning, ...
+    ItemStarted(ThreadItem),
+    /// An item completed (an agent message carries its whole text).
+    ItemCompleted(ThreadItem),
+    /// A server request of this turn (an approval, a tool call), as the client's
+    /// [`ServerRequestHandler`](crate::ServerRequestHandler) answered it.
+    ServerRequest(AnsweredRequest),
+    /// Codex's token count after a model response.
+    TokenUsage(ThreadTokenUsage),
+    /// Any other notification of the thread during the turn (`turn/started`, status changes,
+    /// codex's warnings and errors, ...), as codex sent it.
+    Notification(ServerNotification),
+    /// The turn completed and was committed: its report. Always the last event of a turn that
+    /// succeeded.
+    Completed(Box<TurnReport>),
+}
+
+/// The events of one running turn
+/// ([`CodexSession::run_turn_streamed`](crate::CodexSession::run_turn_streamed)), ending with
+/// [`TurnEvent::Completed`] or an error. It is a [`Stream`]; [`TurnStream::next`] is the same
+/// without importing a stream trait.
+///
+/// The turn advances as the stream is read: a host that stops reading holds up this turn
+/// (and, once its buffer is full, the connection's other threads). Dropping the stream before
+/// the end abandons the turn: `turn/interrupt` is sent in the background and nothing is
+/// committed.
+pub struct TurnStream<'a> {
+    thread_id: String,
+    turn_id: String,
+    inner: Pin<Box<dyn Stream<Item = Result<TurnEvent, RuntimeError>> + Send + 'a>>,
+}
+
+impl fmt::Debug for TurnStream<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TurnStream")
+            .field("thread_id", &self.thread_id)
+            .field("turn_id", &self.turn_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TurnStream<'_> {
+    /// The thread.
+    pub fn thread_id(&self) -> &str {
+        &self.thread_id
+    }
+
+    /// The turn codex started.
+    pub fn turn_id(&self) -> &str {
+        &self.turn_id
+    }
+
+    /// The next event; `None` after the last one.
+    pub async fn next(&mut self) -> Option<Result<TurnEvent, RuntimeError>> {
+        self.inner.next().await
+    }
+
+    /// Reads the turn to its end and returns its report (what
+    /// [`CodexSession::run_turn`](crate::CodexSession::run_turn) does).
+    pub async fn finish(self) -> Result<TurnReport, RuntimeError> {
+        self.finish_with(|_| {}).await
+    }
+
+    /// Reads the turn to its end, handing every event before the last to `each`, and returns
+    /// its report.
+    pub async fn finish_with(
+        mut self,
+        mut each: impl FnMut(&TurnEvent),
+    ) -> Result<TurnReport, RuntimeError> {
+        while let Some(event) = self.next().await {
+            match event? {
+                TurnEvent::Completed(report) => return Ok(*report),
+                event => each(&event),
+            }
+        }
+        Err(RuntimeError::TurnFailed {
+            thread_id: self.thread_id.clone(),
+            turn_id: self.turn_id.clone(),
+            status: "ended".to_string(),
+            message: "the turn's events ended before it completed".to_string(),
+        })
+    }
+}
+
+impl Stream for TurnStream<'_> {
+    type Item = Result<TurnEvent, RuntimeError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+/// What a turn needs of its codex session.
+pub(crate) struct TurnContext<'a> {
+    pub(crate) client: &'a AppServerClient,
+    pub(crate) session_id: &'a str,
+    pub(crate) thread_id: &'a str,
+    pub(crate) store: &'a dyn BindingStore,
+    pub(crate) rail: &'a StatusRail,
+    pub(crate) codex_home: Option<&'a str>,
+    pub(crate) turn_timeout: std::time::Duration,
+    pub(crate) transcript: &'a Transcript,
+    pub(crate) lease: Option<&'a SessionLease>,
+}
+
+/// Starts a turn on the session's thread: subscribes (before `turn/start`, so nothing is
+/// missed), sends `turn/start`, and returns the stream of its events.
+pub(crate) async fn start_turn(
+    session: TurnContext<'_>,
+    input: TurnInput,
+) -> Result<TurnStream<'_>, RuntimeError> {
+    let thread_id = session.thread_id.to_string();
+    let span = tracing::info_span!(
+        telemetry::SPAN_TURN,
+        session_id = %session.session_id,
+        thread_id = %thread_id,
+        turn_id = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
+    let started_at = tokio::time::Instant::now();
+    let observe = Outcome {
+        span: span.clone(),
+        started_at,
+    };
+    let started = async {
+        let events = session.client.subscribe_lossless(&thread_id)?;
+        let params = rethread_protocol::messages::TurnStartParams {
+            thread_id: thread_id.clone(),
+            input: input.items.clone(),
+        };
+        let started = session
+            .client
+            .request::<rethread_protocol::messages::TurnStart>(&params)
+            .await?;
+        Ok::<_, ClientError>((events, started.turn.id))
+    }
+    .instrument(span.clone())
+    .await;
+    let (events, turn_id) = match started {
+        Ok(started) => started,
+        Err(error) => {
+            observe.record("error");
+            return Err(error.into());
+        }
+    };
+    span.record("turn_id", turn_id.as_str());
+    let deadline = started_at + session.turn_timeout;
+    let run = TurnRun {
+        session,
+        events: Some(events),
+        input,
+        thread_id: thread_id.clone(),
+        turn_id: turn_id.clone(),
+        deadline,
+        items: Vec::new(),
+        usage: None,
+        done: false,
+        observe,
+    };
+    let inner = futures::stream::unfold(run, |mut run| async move {
+        let span = run.observe.span.clone();
+        let event = run.next_event().instrument(span).await?;
+        Some((event, run))
+    });
+    Ok(TurnStream {
+        thread_id,
+        turn_id,
+        inner: Box::pin(inner),
+    })
+}
+
+/// Where a turn's outcome goes: its span, and the turn metrics.
+struct Outcome {
+    span: tracing::Span,
+    started_at: tokio::time::Instant,
+}
+
+impl Outcome {
+    fn record(&self, outcome: &'static str) {
+        self.span.record("outcome", outcome);
+        metrics::counter!(telemetry::TURNS_TOTAL, "outcome" => outcome).increment(1);
+        metrics::histogram!(telemetry::TURN_SECONDS, "outcome" => outcome)
+            .record(self.started_at.elapsed().as_secs_f64());
+    }
+}
+
+/// The state of one running turn.
+struct TurnRun<'a> {
+    session: TurnContext<'a>,
+    /// The runtime's own subscription; `None` once the turn ended (dropped at once, so the
+    /// reader never waits for a subscription nobody reads).
+    events: Option<ThreadEvents>,
+    input: TurnInput,
+    thread_id: String,
+    turn_id: String,
+    deadline: tokio::time::Instant,
+    /// The turn's completed items, in order.
+    items: Vec<ThreadItem>,
+    usage: Option<ThreadTokenUsage>,
+    done: bool,
+    observe: Outcome,
+}
+
+impl TurnRun<'_> {
+    async fn next_event(&mut self) -> Option<Result<TurnEvent, RuntimeError>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            let events = self.events.as_mut()?;
+            let next = match tokio::time::timeout_at(self.deadline, events.next()).await {
+                Ok(Ok(next)) => next,
+                Ok(Err(error)) => return Some(Err(self.end("error", error.into()))),
+                Err(_elapsed) => return Some(Err(self.time_out().await)),
+            };
+            let event = match next {
+                ThreadEvent::Notification(notification) => match notification {
+                    ServerNotification::AgentMessageDelta(n) if n.turn_id == self.turn_id => {
+                        TurnEvent::AgentMessageDelta {
+                            item_id: n.item_id,
+                            delta: n.delta,
+                        }
+                    }
+                    ServerNotification::ItemStarted(n) if n.turn_id == self.turn_id => {
+                        TurnEvent::ItemStarted(n.item)
+                    }
+                    ServerNotification::ItemCompleted(n) if n.turn_id == self.turn_id => {
+                        self.items.push(n.item.clone());
+                        TurnEvent::ItemCompleted(n.item)
+                    }
+                    ServerNotification::TokenUsageUpdated(n) if n.turn_id == self.turn_id => {
+                        self.usage = Some(n.token_usage);
+                        TurnEvent::TokenUsage(n.token_usage)
+                    }
+                    ServerNotification::TurnCompleted(n) if n.turn.id == self.turn_id => {
+                        self.events = None;
+                        return Some(self.complete(n.turn).await);
+                    }
+                    // Items, usage or the end of another turn of this thread (one interrupted
+                    // earlier, say): not this turn's.
+                    ServerNotification::AgentMessageDelta(_)
+                    | ServerNotification::ItemStarted(_)
+                    | ServerNotification::ItemCompleted(_)
+                    | ServerNotification::TokenUsageUpdated(_)
+                    | ServerNotification::TurnCompleted(_) => continue,
+                    other => TurnEvent::Notification(other),
+                },
+                ThreadEvent::ServerRequest(answered) => {
+                    if answered
+                        .request
+                        .turn_id()
+                        .is_some_and(|turn| turn != self.turn_id)
+                    {
+                        continue;
+                    }
+                    TurnEvent::ServerRequest(answered)
+                }
+            };
+            return Some(Ok(event));
+        }
+    }
+
+    /// Ends the turn with `error`, recording `outcome`.
+    fn end(&mut self, outcome: &'static str, error: RuntimeError) -> RuntimeError {
+        self.done = true;
+        self.events = None;
+        self.observe.record(outcome);
+        error
+    }
+
+    async fn time_out(&mut self) -> RuntimeError {
+        // Unsubscribe first: a turn still streaming would otherwise fill the subscription,
+        // stall the reader, and the interrupt's answer could never be read (found by
+        // resource_bounds.rs).
+        self.events = None;
+        let interrupt = TurnInterruptParams {
+            thread_id: self.thread_id.clone(),
+            turn_id: self.turn_id.clone(),
+        };
+        let _ = self
+            .session
+            .client
+            .request::<TurnInterrupt>(&interrupt)
+            .await;
+        let error = RuntimeError::TurnFailed {
+            thread_id: self.thread_id.clone(),
+            turn_id: self.turn_id.clone(),
+            status: "timeout".to_string(),
+            message: format!("no turn/completed within {:?}", self.session.turn_timeout),
+        };
+        self.end("timeout", error)
+    }
+
+    /// The turn completed: check its status, project it, commit it (the binding is published
+    /// only once its rows are durable) and report it.
+    async fn complete(&mut self, turn: Turn) -> Result<TurnEvent, RuntimeError> {
+        if turn.status != TurnStatus::Completed {
+            let status = serde_json::to_value(&turn.status)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_else(|| "unknown".to_string());
+            let outcome = if turn.status == TurnStatus::Interrupted {
+                "interrupted"
+            } else {
+                "failed"
+            };
+            let error = RuntimeError::TurnFailed {
+                thread_id: self.thread_id.clone(),
+                turn_id: self.turn_id.clone(),
+                status,
+                message: turn.error.map(|e| e.message).unwrap_or_default(),
+            };
+            return Err(self.end(outcome, error));
+        }
+        // Prefer the items streamed during the turn; a server that only reports them on
+        // completion is served too.
+        let items = if self.items.is_empty() {
+            turn.items
+        } else {
+            std::mem::take(&mut self.items)
+        };
+        let session = &self.session;
+        let rows = project_turn_input(&self.thread_id, &self.turn_id, self.input.items(), &items);
+        let committed = commit_turn(
+            session.store,
+            session.transcript,
+            session.lease,
+            TurnRows {
+                session_id: session.session_id,
+                thread_id: &self.thread_id,
+                codex_home: session.codex_home,
+                rows: &rows,
+            },
+        )
+        .await;
+        let publication = match committed {
+            Ok(publication) => publication,
+            Err(error) => return Err(self.end("error", error)),
+        };
+        if publication != Publication::Published {
+            session.rail.emit(
+                StatusEvent::new(
+                    StatusKind::Warn,
+                    format!(
+                        "The binding to thread {} was not published ({publication:?}).",
+                        self.thread_id
+                    ),
+                )
+                .with("thread_id", self.thread_id.clone()),
+            );
+        }
+        self.done = true;
+        self.observe.record("completed");
+        Ok(TurnEvent::Completed(Box::new(TurnReport {
+            reply: reply_of(&rows),
+            thread_id: self.thread_id.clone(),
+            turn_id: self.turn_id.clone(),
+            rows,
+            publication,
+            token_usage: self.usage,
+        })))
+    }
+}
+
+impl Drop for TurnRun<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        // Abandoned mid-turn (the stream, or `run_turn`'s future, was dropped): nothing is
+        // committed, and codex is asked to stop so that the thread is free for the next turn.
+        self.events = None;
+        self.observe.record("abandoned");
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let client = self.session.client.clone();
+        let interrupt = TurnInterruptParams {
+            thread_id: self.thread_id.clone(),
+            turn_id: self.turn_id.clone(),
+        };
+        // Bounded by the client's request timeout; a closed connection fails at once.
+        drop(handle.spawn(async move {
+            let _ = client.request::<TurnInterrupt>(&interrupt).await;
+        }));
+    }
+}
