@@ -85,6 +85,7 @@ fn run_all(options: &Options) -> Result<(), String> {
         "cargo",
         &[
             "build",
+            "--locked",
             "-p",
             "rethread-cli",
             "--bin",
