@@ -2,15 +2,19 @@
 //!
 //! Commands:
 //! - `ci`: install the supported codex releases (`codex-releases.txt`), check formatting, run clippy with
-//!   warnings denied, run the whole test suite and the Python SDK tests, check docs, features
-//!   and packaging, then a 20-second smoke of each fuzz target.
+//!   warnings denied, run the whole test suite, the restart harness (300 kills per backend) and
+//!   the Python SDK tests, check docs, features and packaging, then a 20-second smoke of each
+//!   fuzz target.
 //!   This is what `.ci/run` calls.
 //! - `codex [--version V]`: install `@openai/codex@V` into `target/codex/V`
 //!   (idempotent) and print the binary's path.
 //! - `codex-check --version V`: install any codex release, run the real-binary suites against
 //!   it and print its row of the README's compatibility table.
 //! - `bench <what>`: benchmarks (see `docs/benchmarks.md`).
-//! - `python`: the Python SDK tests of `rethread app-server` (also the last step of `ci`).
+//! - `python`: the Python SDK tests of `rethread app-server` (also a step of `ci`).
+//! - `restarts [--kills N] [--seed S] [--backend B]...`: host processes SIGKILLed at random
+//!   points of a turn, each followed at once by a new one (docs/reliability.md); a run of 300
+//!   kills per backend is a step of `ci`.
 
 mod bench;
 mod bench_fake;
@@ -20,6 +24,7 @@ mod codex_check;
 mod fuzz;
 mod packaging;
 mod proxy;
+mod restarts;
 mod util;
 
 use std::process::ExitCode;
@@ -33,6 +38,7 @@ fn main() -> ExitCode {
         Some("fuzz") => fuzz::command(&args[1..]),
         Some("bench") => bench::command(&args[1..]),
         Some("python") => proxy::python_tests(),
+        Some("restarts") => restarts::command(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             print_help();
             Ok(())
@@ -59,7 +65,8 @@ fn print_help() {
          bench fake [--seconds S]   in-process fake app-server requests per second\n\
          bench open [--sizes N,N,N] [--verify]  store open time by store size (docs/benchmarks.md)\n\
          bench proxy [--rounds N]   rethread app-server vs codex direct (fake-codex), p50/p99\n\
-         python                the openai-codex Python SDK driving rethread app-server (pytest)",
+         python                the openai-codex Python SDK driving rethread app-server (pytest)\n\
+         restarts [--kills N] [--seed S] [--backend B]...  SIGKILLed hosts restart at once (docs/reliability.md)",
         codex::current()
     );
 }
@@ -97,6 +104,9 @@ fn ci() -> Result<(), String> {
         ],
     )?;
     util::run(&root, "cargo", &["test", "--workspace", "--locked"])?;
+    // Hosts SIGKILLed at random points of a turn, restarted at once: 300 kills per backend
+    // (PostgreSQL when RETHREAD_TEST_POSTGRES_URL is set), checked after every process.
+    restarts::ci()?;
     // A real, unmodified client (the openai-codex Python SDK) through `rethread app-server`.
     proxy::python_tests()?;
     // What publishing needs: the docs build without warnings, each backend builds alone, and

@@ -833,7 +833,8 @@ fn usage_errors_exit_2() {
 
 /// Issue 12, "the notice can vanish": a lost thread, then a turn that fails, under `--json`:
 /// stdout is still one object, with the error and the fallback notice; in human mode the
-/// notice is on stderr. The next turn starts fresh (the loss was said once).
+/// notice is on stderr. No turn on a new thread committed, so the next run says the notice
+/// again (it is pending in the store) and reports the fallback; the run after that resumes.
 #[test]
 fn a_fallback_whose_turn_fails_still_says_the_notice() {
     for json in [true, false] {
@@ -881,8 +882,12 @@ fn a_fallback_whose_turn_fails_still_says_the_notice() {
         }
         sandbox.env.clear();
         let next = sandbox.chat_json("s1", "and now?");
-        assert_eq!(next["outcome"], "started");
-        assert_eq!(next["notices"], serde_json::json!([]));
+        assert_eq!(next["outcome"], "fell_back");
+        assert_eq!(next["notices"], serde_json::json!([NOTICE]));
+        let after = sandbox.chat_json("s1", "still there?");
+        assert_eq!(after["outcome"], "resumed");
+        assert_eq!(after["thread_id"], next["thread_id"]);
+        assert_eq!(after["notices"], serde_json::json!([]));
     }
 }
 

@@ -427,3 +427,37 @@ async fn two_fakes_on_one_home_share_the_writer_lock() {
         .unwrap();
     assert!(resumed.get("result").is_some(), "{resumed}");
 }
+
+/// The event log says how far a turn got: what `cargo xtask restarts` reads after a kill.
+#[tokio::test]
+async fn the_event_log_records_requests_and_finished_turns_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.log");
+    let (stream, _handle) = FakeAppServer::builder()
+        .event_log(&log)
+        .spawn_in_process()
+        .unwrap();
+    let mut p = peer(stream);
+    p.initialize(true).await.unwrap();
+    let id = start(&mut p).await;
+    p.run_turn(&id, "hi", None).await.unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let events: Vec<&str> = text
+        .lines()
+        .map(|line| line.split_once(' ').unwrap().1)
+        .collect();
+    let done = format!("turn-done {id}");
+    assert_eq!(
+        events,
+        [
+            "request initialize",
+            "request thread/start",
+            "request turn/start",
+            done.as_str()
+        ]
+    );
+    for line in text.lines() {
+        let ms: u64 = line.split_once(' ').unwrap().0.parse().unwrap();
+        assert!(ms > 1_700_000_000_000, "{line}");
+    }
+}

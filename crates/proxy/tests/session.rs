@@ -266,6 +266,64 @@ async fn a_lost_rollout_gives_one_warning_and_a_new_bound_thread_seeded_from_the
     assert!(warnings(&proxied.client.log).is_empty());
 }
 
+/// A process that gave the thread up and ended before a turn on the new thread committed (as
+/// a SIGKILLed one would) leaves the warning pending: the next process warns once, on its
+/// seeded new thread; once a turn commits, the next one resumes without a warning.
+#[tokio::test]
+async fn a_give_up_without_a_committed_turn_warns_again_in_the_next_process() {
+    let store = memory_store();
+    let (stream, fake) = FakeAppServer::builder().spawn_in_process().unwrap();
+    let first = first_process(&store, stream).await;
+    fake.kill().await;
+    fake.corrupt_rollout(&first, Corruption::Delete).unwrap();
+
+    let mut proxied = connect(hooks(&store).await, fake.restart().await.unwrap());
+    let (abandoned, _) = start_after_a_loss(&mut proxied).await;
+    finish(proxied).await;
+    let pending = record(&store).await;
+    assert_eq!(pending.binding, None);
+    assert_eq!(
+        pending.pending_notice().map(|p| p.thread_id),
+        Some(first.clone())
+    );
+
+    let before = fake.requests().len();
+    let mut proxied = connect(hooks(&store).await, fake.restart().await.unwrap());
+    let (new, _) = start_after_a_loss(&mut proxied).await;
+    assert_ne!(new, abandoned);
+    let start = fake.requests()[before..]
+        .iter()
+        .find(|r| r.method == "thread/start")
+        .cloned()
+        .unwrap();
+    assert!(
+        start.params.unwrap()["developerInstructions"]
+            .as_str()
+            .is_some_and(|i| i.contains("user: remember zebra")),
+        "seeded like the first fallback"
+    );
+    proxied
+        .client
+        .run_turn(&new, "still there?", None)
+        .await
+        .unwrap();
+    finish(proxied).await;
+    let committed = record(&store).await;
+    assert_eq!(committed.thread_id(), Some(new.as_str()));
+    assert_eq!(committed.pending_notice(), None);
+
+    let mut proxied = connect(hooks(&store).await, fake.restart().await.unwrap());
+    proxied.client.initialize(false).await.unwrap();
+    let answer = proxied
+        .client
+        .request("thread/start", Some(json!({})))
+        .await
+        .unwrap();
+    assert_eq!(thread_id(&answer), new);
+    let proxied = finish(proxied).await;
+    assert!(warnings(&proxied.client.log).is_empty());
+}
+
 #[tokio::test]
 async fn a_paginated_thread_under_the_floor_falls_back() {
     let store = memory_store();

@@ -5,8 +5,11 @@
 //! later ones (after a retire or a recreate) start fresh. A resume codex cannot serve fails
 //! closed: the lost thread is given up in one fenced write, a new thread starts on the same
 //! client and [`RESUME_FALLBACK_NOTICE`](crate::RESUME_FALLBACK_NOTICE) goes on the lifecycle
-//! rail exactly once. A temporary failure never gives a thread up. A turn's binding is
-//! published only once its rows are durable.
+//! rail once. The store keeps that notice pending until a turn on the new thread commits: a
+//! binder that finds no binding but a pending notice (the host that gave the thread up died
+//! first) reports the fallback and says the notice again
+//! ([`pending_fallback`](crate::binding::pending_fallback)). A temporary failure never gives a
+//! thread up. A turn's binding is published only once its rows are durable.
 //!
 //! Before it resumes or starts a thread, a binder takes the session's lease
 //! ([`SessionLease`]) and keeps it until [`SessionBinder::close`] (or, in the background, until
@@ -20,8 +23,12 @@ use rethread_store::{BindingStore, Lease, LeaseOwner, LocalOwner};
 use tracing::field::Empty;
 use tracing::Instrument;
 
+use rethread_protocol::ResumeFailure;
+use rethread_store::PendingNotice;
+
 use crate::binding::{
-    apply_seed, give_up_thread, seed_text, LostThread, ResumeAttempts, ResumeVerdict,
+    announce_pending_fallback, apply_seed, give_up_thread, pending_fallback, seed_text, LostThread,
+    ResumeAttempts, ResumeVerdict,
 };
 use crate::client::{AppServerClient, ClientError};
 use crate::error::RuntimeError;
@@ -62,6 +69,8 @@ pub struct SessionBinder {
     owner: Arc<LocalOwner>,
     /// The lease this binder holds, shared with its live codex sessions.
     lease: Option<Arc<SessionLease>>,
+    /// The thread whose fallback notice this binder has said (it says it once).
+    told: Option<String>,
 }
 
 impl SessionBinder {
@@ -80,6 +89,7 @@ impl SessionBinder {
             opened: false,
             owner: Arc::new(LocalOwner::new()),
             lease: None,
+            told: None,
         }
     }
 
@@ -150,22 +160,22 @@ impl SessionBinder {
         let lease = self.take_lease().await?;
         // Only a successful open counts: after a busy or failed first open the next one must
         // still resume, or it would fork the conversation onto a fresh thread.
-        let bound = if self.opened {
+        let record = if self.opened {
             None
         } else {
-            self.store
-                .session(&self.session_id)
-                .await?
-                .and_then(|s| s.binding)
+            self.store.session(&self.session_id).await?
         };
-        let outcome = match bound {
-            None => OpenOutcome::Started {
-                thread_id: self.start_thread(client, None).await?,
-            },
-            Some(binding) => {
+        let bound = record.as_ref().and_then(|r| r.binding.clone());
+        let pending = record.as_ref().and_then(pending_fallback);
+        let outcome = match (bound, pending) {
+            (Some(binding), _) => {
                 self.resume_or_fall_back(client, &binding.thread_id, lease.as_deref())
                     .await?
             }
+            (None, Some(pending)) => self.resume_pending_fallback(client, pending).await?,
+            (None, None) => OpenOutcome::Started {
+                thread_id: self.start_thread(client, None).await?,
+            },
         };
         self.opened = true;
         Ok(CodexSession {
@@ -218,7 +228,7 @@ impl SessionBinder {
     }
 
     async fn resume_or_fall_back(
-        &self,
+        &mut self,
         client: &AppServerClient,
         thread_id: &str,
         lease: Option<&SessionLease>,
@@ -298,7 +308,7 @@ impl SessionBinder {
 
     /// Gives a lost thread up and starts its replacement on the same client.
     async fn fall_back(
-        &self,
+        &mut self,
         client: &AppServerClient,
         lost: LostThread,
         lease: Option<&SessionLease>,
@@ -307,8 +317,9 @@ impl SessionBinder {
             Some(lease) => Some(lease.ensure_fresh().await?),
             None => None,
         };
-        // Said on the rail right after the write: if `thread/start` then fails, the next open
-        // starts fresh (there is no binding left) and must not say it again.
+        // Said on the rail right after the write. The store keeps the notice pending until a
+        // turn on the new thread commits: if this host dies first, the next open says it again
+        // (`resume_pending_fallback`); this binder does not.
         give_up_thread(
             self.store.as_ref(),
             &self.rail,
@@ -317,6 +328,50 @@ impl SessionBinder {
             fence.as_ref(),
         )
         .await?;
+        self.told = Some(lost.thread_id.clone());
+        let seeded_start = self.start_replacement(client).await?;
+        Ok(OpenOutcome::FellBack {
+            thread_id: seeded_start.0,
+            previous_thread_id: lost.thread_id,
+            reason: lost.reason,
+            message: lost.message,
+            seeded: seeded_start.1,
+        })
+    }
+
+    /// No binding, but a give-up whose notice may not have been shown (the host that gave the
+    /// thread up may have died before): say the notice (once per binder) and start the
+    /// replacement, as the fallback would have.
+    async fn resume_pending_fallback(
+        &mut self,
+        client: &AppServerClient,
+        pending: PendingNotice,
+    ) -> Result<OpenOutcome, RuntimeError> {
+        if self.told.as_deref() != Some(pending.thread_id.as_str()) {
+            announce_pending_fallback(&self.rail, &self.session_id, &pending);
+            self.told = Some(pending.thread_id.clone());
+        }
+        let (thread_id, seeded) = self.start_replacement(client).await?;
+        Ok(OpenOutcome::FellBack {
+            thread_id,
+            message: format!(
+                "thread {} was given up by an earlier open; no turn on a new thread was \
+                 committed since",
+                pending.thread_id
+            ),
+            previous_thread_id: pending.thread_id,
+            // The store keeps only the thread; a give-up is always for a lost thread.
+            reason: ResumeFailure::Gone,
+            seeded,
+        })
+    }
+
+    /// Starts the thread that replaces a given-up one, seeded from the transcript when the
+    /// options say so; returns it and whether it was seeded.
+    async fn start_replacement(
+        &self,
+        client: &AppServerClient,
+    ) -> Result<(String, bool), RuntimeError> {
         let seed = match &self.options.seed {
             Some(options) => {
                 seed_text(
@@ -332,13 +387,7 @@ impl SessionBinder {
         };
         let seeded = seed.is_some();
         let thread_id = self.start_thread(client, seed).await?;
-        Ok(OpenOutcome::FellBack {
-            thread_id,
-            previous_thread_id: lost.thread_id,
-            reason: lost.reason,
-            message: lost.message,
-            seeded,
-        })
+        Ok((thread_id, seeded))
     }
 
     async fn start_thread(

@@ -45,7 +45,9 @@ use std::time::Duration;
 
 use rethread_protocol::messages::{ThreadResumeParams, ThreadStartParams};
 use rethread_protocol::{classify_resume_error, ResumeFailure, RpcError};
-use rethread_store::{BindingStore, CommitOutcome, Fence, TurnCommit};
+use rethread_store::{
+    BindingStore, CommitOutcome, Fence, PendingNotice, SessionRecord, TurnCommit,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -253,13 +255,40 @@ pub async fn give_up_thread(
         .await?;
     metrics::counter!(telemetry::FALLBACKS_TOTAL, "reason" => lost.reason.as_str()).increment(1);
     rail.emit(
-        StatusEvent::new(StatusKind::Lifecycle, RESUME_FALLBACK_NOTICE)
-            .with("session_id", session_id.to_string())
-            .with("previous_thread_id", lost.thread_id.clone())
+        fallback_notice(session_id, &lost.thread_id)
             .with("reason", lost.reason.as_str())
             .with("error", lost.message.clone()),
     );
     Ok(())
+}
+
+/// The fallback notice still owed for `record`: its thread was given up (the give-up write
+/// recorded the notice as pending, [`SessionRecord::pending_notice`]) and no turn on a new
+/// thread has been committed since, so the host that gave it up may have died before the user
+/// saw the notice. `None` when the session is bound or nothing is pending.
+///
+/// # Contract
+/// Every open of such a session reports a fallback from the recorded thread and says
+/// [`RESUME_FALLBACK_NOTICE`] ([`announce_pending_fallback`]), until a turn on the new thread
+/// is committed (the commit that publishes its binding clears the record). The notice is thus
+/// said at least once per give-up, and once more per host that died before that commit.
+pub fn pending_fallback(record: &SessionRecord) -> Option<PendingNotice> {
+    if record.binding.is_some() {
+        return None;
+    }
+    record.pending_notice()
+}
+
+/// Says a pending fallback's [`RESUME_FALLBACK_NOTICE`] on `rail` (kind `lifecycle`, fields
+/// `session_id`, `previous_thread_id`, `pending: true`); see [`pending_fallback`].
+pub fn announce_pending_fallback(rail: &StatusRail, session_id: &str, pending: &PendingNotice) {
+    rail.emit(fallback_notice(session_id, &pending.thread_id).with("pending", true));
+}
+
+fn fallback_notice(session_id: &str, previous_thread_id: &str) -> StatusEvent {
+    StatusEvent::new(StatusKind::Lifecycle, RESUME_FALLBACK_NOTICE)
+        .with("session_id", session_id.to_string())
+        .with("previous_thread_id", previous_thread_id.to_string())
 }
 
 /// The seed for a thread that replaces a lost one: the newest rows of the session's

@@ -29,15 +29,19 @@ pub enum OpenOutcome {
         /// The thread.
         thread_id: String,
     },
-    /// The stored thread could not be resumed; a new one was started on the same client.
+    /// The stored thread could not be resumed; a new one was started on the same client. Also
+    /// reported, with the notice said again, when an earlier open gave the thread up and no
+    /// turn on a new thread has been committed since
+    /// ([`pending_fallback`](crate::binding::pending_fallback)).
     FellBack {
         /// The new thread.
         thread_id: String,
         /// The thread that was lost.
         previous_thread_id: String,
-        /// Why it was lost.
+        /// Why it was lost. For a fallback an earlier open gave up, `Gone`: the store keeps
+        /// only the thread, and `message` says so.
         reason: ResumeFailure,
-        /// Codex's error message.
+        /// Codex's error message (or, for an earlier open's fallback, that it was one).
         message: String,
         /// Whether the new thread was seeded from the transcript.
         seeded: bool,
@@ -153,7 +157,10 @@ impl CodexSession {
     }
 
     /// Retires this thread for the session: its binding is dropped and never published again
-    /// (one fenced write; no notice: the host chose to end the thread).
+    /// (one fenced write; no notice: the host chose to end the thread). The binder's next open
+    /// starts fresh. Known gap: the store records any retire that leaves the session unbound
+    /// as a give-up with a pending notice, so another binder (another process) opening before
+    /// a turn commits reports a fallback and says the notice.
     pub async fn retire(self) -> Result<(), RuntimeError> {
         let fence = match &self.lease {
             Some(lease) => Some(lease.ensure_fresh().await?),

@@ -85,6 +85,11 @@ struct ThreadFacts {
 #[derive(Debug, Default)]
 struct Model {
     binding: Option<String>,
+    /// The thread whose fallback notice the store keeps pending (given up or retired, and no
+    /// binding published since).
+    pending: Option<String>,
+    /// Whether the current binder has opened a session (then it starts fresh, reading nothing).
+    agent_opened: bool,
     retired: BTreeSet<String>,
     /// `(thread, role, text)` of every committed row, in order.
     rows: Vec<(String, String, String)>,
@@ -187,6 +192,7 @@ impl World {
 
     fn rebuild_agent(&mut self) {
         self.session = None;
+        self.model.agent_opened = false;
         self.agent = SessionBinder::new(SESSION, self.store.clone(), self.rail.clone())
             .with_options(agent_options(self.home()));
     }
@@ -254,10 +260,29 @@ impl World {
             .collect();
         let notices = self.recorded.messages(StatusKind::Lifecycle)[notices_before..].to_vec();
         let new_thread = session.thread_id().to_string();
+        let pending = self
+            .model
+            .pending
+            .clone()
+            .filter(|_| !self.model.agent_opened);
         match (&bound, session.outcome()) {
-            (None, OpenOutcome::Started { .. }) => {
+            (None, OpenOutcome::Started { .. }) if pending.is_none() => {
                 prop_assert_eq!(methods, vec!["thread/start".to_string()]);
                 prop_assert!(notices.is_empty(), "I6: no notice for a fresh start");
+            }
+            (
+                None,
+                OpenOutcome::FellBack {
+                    previous_thread_id, ..
+                },
+            ) if pending.as_ref() == Some(previous_thread_id) => {
+                // The give-up's notice is still pending: said again, a new thread started.
+                prop_assert_eq!(methods, vec!["thread/start".to_string()]);
+                prop_assert_eq!(
+                    notices,
+                    vec![RESUME_FALLBACK_NOTICE.to_string()],
+                    "a pending notice is said by every new binder until a commit"
+                );
             }
             (Some(thread), OpenOutcome::Resumed { thread_id }) => {
                 prop_assert_eq!(thread, thread_id);
@@ -291,6 +316,7 @@ impl World {
                     "I4: exactly one notice"
                 );
                 self.model.binding = None;
+                self.model.pending = Some(thread.clone());
                 self.model.retired.insert(thread.clone());
             }
             (bound, outcome) => {
@@ -307,6 +333,7 @@ impl World {
             resumable: false,
             said: Vec::new(),
         });
+        self.model.agent_opened = true;
         self.session = Some(session);
         Ok(())
     }
@@ -350,6 +377,7 @@ impl World {
         } else {
             prop_assert_eq!(report.publication, rethread_runtime::Publication::Published);
             self.model.binding = Some(thread);
+            self.model.pending = None;
         }
         Ok(())
     }
@@ -413,6 +441,11 @@ impl World {
                     self.model.retired.insert(thread.clone());
                     if self.model.binding.as_deref() == Some(&thread) {
                         self.model.binding = None;
+                    }
+                    // The store records any retire that leaves the session unbound as a
+                    // give-up with a pending notice (it cannot tell a host's own retire).
+                    if self.model.binding.is_none() {
+                        self.model.pending = Some(thread);
                     }
                 }
             }
@@ -499,6 +532,11 @@ impl World {
             record.model_config.get("host_key"),
             Some(&json!("keep")),
             "I5: host keys survive"
+        );
+        prop_assert_eq!(
+            record.pending_notice().map(|p| p.thread_id),
+            self.model.pending.clone(),
+            "the pending notice"
         );
         let retired: BTreeSet<String> = record.retired_threads.iter().cloned().collect();
         prop_assert_eq!(&retired, &self.model.retired);

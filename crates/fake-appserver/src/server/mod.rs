@@ -56,6 +56,7 @@ pub struct FakeBuilder {
     codex_home: Option<PathBuf>,
     reply: Option<Reply>,
     model_log: Option<PathBuf>,
+    event_log: Option<PathBuf>,
 }
 
 impl FakeBuilder {
@@ -90,6 +91,15 @@ impl FakeBuilder {
         self
     }
 
+    /// Also append one line per event to this file, `<unix ms> <event>`: `request <method>` when
+    /// a request arrives, `turn-done <thread>` once a turn's reply is decided (before the turn
+    /// is written and `turn/completed` sent). A harness that kills the client reads from it how
+    /// far the turn got (the binary writes it when `FAKE_CODEX_EVENT_LOG` names a file).
+    pub fn event_log(mut self, path: impl Into<PathBuf>) -> Self {
+        self.event_log = Some(path.into());
+        self
+    }
+
     fn into_shared(self) -> io::Result<Arc<Shared>> {
         let (home, tempdir) = match self.codex_home {
             Some(home) => {
@@ -111,6 +121,7 @@ impl FakeBuilder {
             requests: Mutex::new(Vec::new()),
             model: Mutex::new(Vec::new()),
             model_log: self.model_log,
+            event_log: self.event_log,
         }))
     }
 
@@ -200,6 +211,23 @@ struct Shared {
     requests: Mutex<Vec<LoggedRequest>>,
     model: Mutex<Vec<ModelRequest>>,
     model_log: Option<PathBuf>,
+    event_log: Option<PathBuf>,
+}
+
+impl Shared {
+    /// Appends `<unix ms> <event>` to the event log, if there is one (best effort: a log that
+    /// cannot be written must not change what the fake answers).
+    fn log_event(&self, event: &str) {
+        if let Some(path) = &self.event_log {
+            use std::io::Write;
+            let line = format!("{} {event}\n", crate::util::now_ms());
+            let _ = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .and_then(|mut f| f.write_all(line.as_bytes()));
+        }
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -233,6 +233,7 @@ fn handle_request(
     params: Option<Value>,
 ) {
     let shared = lock(proc).shared.clone();
+    shared.log_event(&format!("request {method}"));
     let number = {
         let mut counters = lock(&shared.counters);
         counters.requests += 1;

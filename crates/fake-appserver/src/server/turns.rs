@@ -357,6 +357,7 @@ impl TurnRun {
         let shared = proc.shared.clone();
         drop(proc);
         let reply = lock(&shared.reply).next_reply(&conversation);
+        shared.log_event(&format!("turn-done {}", self.thread_id));
         let request = ModelRequest {
             thread_id: self.thread_id.clone(),
             turn_id: self.turn_id.clone(),

@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use rethread_protocol::messages::{ItemNotification, TurnNotification, TurnStatus};
 use rethread_protocol::{Message, RequestId};
 use rethread_runtime::binding::{
-    commit_turn, give_up_thread, seed_text, LostThread, ResumeAttempts, ResumeVerdict, TurnRows,
+    announce_pending_fallback, commit_turn, give_up_thread, pending_fallback, seed_text,
+    LostThread, ResumeAttempts, ResumeVerdict, TurnRows,
 };
 use rethread_runtime::{
     BinderOptions, Publication, RuntimeError, SessionLease, StatusEvent, StatusRail, Transcript,
@@ -168,14 +169,27 @@ impl BindingHooks {
             self.expect(ctx, id, Pending::Opens);
             return Ok(ClientAction::Forward);
         }
-        let bound = match self.store.session(&self.session_id).await {
-            Ok(record) => record.and_then(|s| s.binding).map(|b| b.thread_id),
+        let record = match self.store.session(&self.session_id).await {
+            Ok(record) => record,
             Err(error) => {
                 self.refuse(ctx, id, &error.into(), None).await?;
                 return Ok(ClientAction::Consumed);
             }
         };
+        let bound = record
+            .as_ref()
+            .and_then(|r| r.binding.as_ref())
+            .map(|b| b.thread_id.clone());
         let Some(bound) = bound else {
+            if let Some(pending) = record.as_ref().and_then(pending_fallback) {
+                // A give-up whose notice an earlier process may not have shown: the same
+                // warning, the same seeded start, as if this process had given it up.
+                let (rail, events) = StatusRail::recording();
+                announce_pending_fallback(&rail, &self.session_id, &pending);
+                return self
+                    .start_replacement(ctx, id, start_params(line), rail, events)
+                    .await;
+            }
             self.state().first_start = false;
             self.expect(ctx, id, Pending::Opens);
             return Ok(ClientAction::Forward);
@@ -273,6 +287,20 @@ impl BindingHooks {
             self.refuse(ctx, id, &error, Some(&lost.thread_id)).await?;
             return Ok(ClientAction::Consumed);
         }
+        self.start_replacement(ctx, id, params, rail, events).await
+    }
+
+    /// After a give-up (this process's, or an earlier one's whose notice is pending): the
+    /// client's start goes to codex, seeded; the warning goes right before its answer (see
+    /// `on_answer`), once per process (later starts are the client's own).
+    async fn start_replacement(
+        &self,
+        ctx: &ClientContext,
+        id: RequestId,
+        params: serde_json::Map<String, Value>,
+        rail: StatusRail,
+        events: rethread_runtime::RecordedEvents,
+    ) -> Result<ClientAction, HookError> {
         {
             let mut state = self.state();
             state.first_start = false;

@@ -1,0 +1,124 @@
+//! A fallback's notice survives the host that gave the thread up (issue 12, "the notice can
+//! vanish"): the give-up write records it as pending, every open says it until a turn on the
+//! new thread is committed, and a binder says it once (`agent_scripted.rs`: a binder whose
+//! replacement thread fails to start says it once across its opens).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rethread_fake_appserver::{FakeAppServer, FakeHandle, Fault, FaultScript};
+use rethread_runtime::{
+    AppServerClient, BinderOptions, OpenOutcome, RecordedEvents, SessionBinder, StatusKind,
+    StatusRail, RESUME_FALLBACK_NOTICE,
+};
+use rethread_store::{BindingStore, MemoryStore};
+
+fn options(home: &std::path::Path) -> BinderOptions {
+    BinderOptions {
+        codex_home: Some(home.display().to_string()),
+        retry_backoff: Duration::from_millis(1),
+        ..Default::default()
+    }
+}
+
+async fn client(stream: tokio::io::DuplexStream) -> AppServerClient {
+    let (reader, writer) = tokio::io::split(stream);
+    AppServerClient::builder()
+        .connect(reader, writer)
+        .await
+        .unwrap()
+}
+
+/// A new binder (a new host process) on its own rail.
+fn binder(store: &Arc<MemoryStore>, home: &std::path::Path) -> (SessionBinder, RecordedEvents) {
+    let (rail, recorded) = StatusRail::recording();
+    let binder = SessionBinder::new("s", store.clone(), rail).with_options(options(home));
+    (binder, recorded)
+}
+
+fn lose(fake: &FakeHandle, thread: &str) {
+    fake.set_faults(FaultScript::of([Fault::FailResume {
+        thread_ids: vec![thread.to_string()],
+        code: -32600,
+        message: None,
+    }]));
+}
+
+#[tokio::test]
+async fn a_host_killed_after_the_give_up_leaves_the_notice_to_the_next_open_once() {
+    let store = Arc::new(MemoryStore::new());
+    let home = tempfile::tempdir().unwrap();
+    let (stream, fake) = FakeAppServer::builder()
+        .codex_home(home.path())
+        .spawn_in_process()
+        .unwrap();
+    let client = client(stream).await;
+
+    // A bound thread with a committed turn.
+    let (mut first, _) = binder(&store, home.path());
+    let mut session = first.open(&client).await.unwrap();
+    let lost = session.run_turn("remember PAPAYA").await.unwrap().thread_id;
+    drop(session);
+    first.close().await.unwrap();
+
+    // Its rollout is lost; a host gives it up and dies before saying anything (its rail is
+    // never printed) or running a turn.
+    lose(&fake, &lost);
+    let (mut killed, unprinted) = binder(&store, home.path());
+    let outcome = killed.open(&client).await.unwrap().outcome().clone();
+    assert!(
+        matches!(outcome, OpenOutcome::FellBack { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(unprinted.messages(StatusKind::Lifecycle).len(), 1);
+    drop(killed);
+    let record = store.session("s").await.unwrap().unwrap();
+    assert_eq!(record.thread_id(), None);
+    assert_eq!(
+        record.pending_notice().map(|p| p.thread_id),
+        Some(lost.clone())
+    );
+
+    // The next host reports the fallback and says the notice, once.
+    let (mut next, said) = binder(&store, home.path());
+    let mut session = next.open(&client).await.unwrap();
+    match session.outcome() {
+        OpenOutcome::FellBack {
+            previous_thread_id,
+            seeded,
+            ..
+        } => {
+            assert_eq!(previous_thread_id, &lost);
+            assert!(seeded, "the replacement is seeded like any fallback's");
+        }
+        other => panic!("expected a fallback, got {other:?}"),
+    }
+    assert_eq!(
+        said.messages(StatusKind::Lifecycle),
+        [RESUME_FALLBACK_NOTICE]
+    );
+    let new_thread = session.run_turn("and now?").await.unwrap().thread_id;
+    assert_ne!(new_thread, lost);
+    assert_eq!(
+        said.messages(StatusKind::Lifecycle).len(),
+        1,
+        "said once per binder"
+    );
+    drop(session);
+    next.close().await.unwrap();
+    let record = store.session("s").await.unwrap().unwrap();
+    assert_eq!(record.thread_id(), Some(new_thread.as_str()));
+    assert_eq!(record.pending_notice(), None, "the commit cleared it");
+
+    // After the commit: resumed, no notice.
+    let (mut after, quiet) = binder(&store, home.path());
+    let outcome = after.open(&client).await.unwrap().outcome().clone();
+    assert_eq!(
+        outcome,
+        OpenOutcome::Resumed {
+            thread_id: new_thread
+        }
+    );
+    assert!(quiet.messages(StatusKind::Lifecycle).is_empty());
+    after.close().await.unwrap();
+}
