@@ -157,17 +157,16 @@ impl CodexSession {
     }
 
     /// Retires this thread for the session: its binding is dropped and never published again
-    /// (one fenced write; no notice: the host chose to end the thread). The binder's next open
-    /// starts fresh. Known gap: the store records any retire that leaves the session unbound
-    /// as a give-up with a pending notice, so another binder (another process) opening before
-    /// a turn commits reports a fallback and says the notice.
+    /// (one fenced write, `BindingStore::end_thread`; no notice: the host chose to end the
+    /// thread, and none is left pending for another process). The binder's next open starts
+    /// fresh.
     pub async fn retire(self) -> Result<(), RuntimeError> {
         let fence = match &self.lease {
             Some(lease) => Some(lease.ensure_fresh().await?),
             None => None,
         };
         self.store
-            .retire_thread(&self.session_id, self.thread_id(), fence.as_ref())
+            .end_thread(&self.session_id, self.thread_id(), fence.as_ref())
             .await?;
         Ok(())
     }

@@ -85,7 +85,7 @@ struct ThreadFacts {
 #[derive(Debug, Default)]
 struct Model {
     binding: Option<String>,
-    /// The thread whose fallback notice the store keeps pending (given up or retired, and no
+    /// The thread whose fallback notice the store keeps pending (given up, and no
     /// binding published since).
     pending: Option<String>,
     /// Whether the current binder has opened a session (then it starts fresh, reading nothing).
@@ -442,11 +442,8 @@ impl World {
                     if self.model.binding.as_deref() == Some(&thread) {
                         self.model.binding = None;
                     }
-                    // The store records any retire that leaves the session unbound as a
-                    // give-up with a pending notice (it cannot tell a host's own retire).
-                    if self.model.binding.is_none() {
-                        self.model.pending = Some(thread);
-                    }
+                    // A host's own retire (`end_thread`) leaves no notice pending; one
+                    // already pending from an earlier give-up stays.
                 }
             }
             Op::SwitchProfile(profile) => {

@@ -123,6 +123,22 @@ impl<B: Backend> BindingStore for Adapter<B> {
             session_id: session_id.to_string(),
             thread_id: thread_id.to_string(),
             fence: fence.cloned(),
+            notify: true,
+        };
+        self.0.write(op).await
+    }
+
+    async fn end_thread(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError> {
+        let op = logic::Retire {
+            session_id: session_id.to_string(),
+            thread_id: thread_id.to_string(),
+            fence: fence.cloned(),
+            notify: false,
         };
         self.0.write(op).await
     }

@@ -110,6 +110,19 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
         fence: Option<&Fence>,
     ) -> Result<(), StoreError>;
 
+    /// Records `thread_id` as retired and drops the binding if it names it, in one write, like
+    /// [`retire_thread`](BindingStore::retire_thread), but as the host's own decision to end
+    /// the thread: no fallback notice is left pending (an existing one is kept).
+    ///
+    /// # Contract
+    /// As `retire_thread`, except that [`SessionRecord::pending_notice`] is never set by it.
+    async fn end_thread(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError>;
+
     /// Lists sessions in ascending session-id order, starting after `after`.
     ///
     /// # Contract
@@ -257,6 +270,15 @@ macro_rules! forward_binding_store {
             ) -> Result<(), $crate::StoreError> {
                 let $this = self;
                 $target.retire_thread(session_id, thread_id, fence).await
+            }
+            async fn end_thread(
+                &self,
+                session_id: &str,
+                thread_id: &str,
+                fence: Option<&$crate::Fence>,
+            ) -> Result<(), $crate::StoreError> {
+                let $this = self;
+                $target.end_thread(session_id, thread_id, fence).await
             }
             async fn list_sessions(
                 &self,

@@ -189,6 +189,16 @@ impl BindingStore for FaultyStore {
         self.inner.retire_thread(session_id, thread_id, fence).await
     }
 
+    async fn end_thread(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError> {
+        self.enter("end_thread", Some(fence)).await?;
+        self.inner.end_thread(session_id, thread_id, fence).await
+    }
+
     async fn list_sessions(
         &self,
         after: Option<&str>,

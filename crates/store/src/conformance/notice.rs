@@ -113,8 +113,9 @@ pub async fn failed_give_up_writes_no_notice(store: &dyn BindingStore) {
     assert!(store.release_lease(&second).await.unwrap());
 }
 
-/// Only the give-up records a notice: not an explicit drop, not a patch that unbinds, not
-/// retiring a thread the session is no longer bound to; forgetting removes it with the
+/// Only the give-up records a notice: not an explicit drop, not a patch that unbinds, not the
+/// host ending its thread (`end_thread`), not retiring a thread the session is no longer
+/// bound to; forgetting removes it with the
 /// session; hosts cannot write it.
 pub async fn only_the_give_up_sets_the_pending_notice(store: &dyn BindingStore) {
     let s = unique_id("notice-drop");
@@ -130,6 +131,16 @@ pub async fn only_the_give_up_sets_the_pending_notice(store: &dyn BindingStore) 
         .unwrap();
     let record = store.require_session(&s).await.unwrap();
     assert_eq!((&record.binding, record.pending_notice()), (&None, None));
+
+    // The host ending its bound thread (`end_thread`) retires and unbinds it in one write,
+    // and leaves no notice: nothing was lost.
+    store.commit_turn(turn(&s, "t2b", vec![])).await.unwrap();
+    store.end_thread(&s, "t2b", None).await.unwrap();
+    let record = store.require_session(&s).await.unwrap();
+    assert_eq!((&record.binding, record.pending_notice()), (&None, None));
+    assert!(record.is_retired("t2b"));
+    let late = store.commit_turn(turn(&s, "t2b", vec![])).await.unwrap();
+    assert!(!late.is_published(), "an ended thread is never published again");
 
     // Bound to t3, retiring t2 (an old thread) leaves t3 bound and no notice.
     store.commit_turn(turn(&s, "t3", vec![])).await.unwrap();

@@ -243,6 +243,9 @@ pub(crate) struct Retire {
     pub(crate) session_id: String,
     pub(crate) thread_id: String,
     pub(crate) fence: Option<Fence>,
+    /// A give-up (`retire_thread`) leaves a fallback notice pending; a host's own decision to
+    /// end the thread (`end_thread`) does not.
+    pub(crate) notify: bool,
 }
 
 impl WriteOp for Retire {
@@ -273,7 +276,7 @@ impl WriteOp for Retire {
         }
         // The give-up: a fallback notice is pending until a new binding is published, unless
         // the session is already bound to another thread (it moved on meanwhile).
-        if record.binding.is_none() {
+        if self.notify && record.binding.is_none() {
             let notice = PendingNotice {
                 thread_id: thread_id.clone(),
             };
