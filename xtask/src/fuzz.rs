@@ -1,7 +1,6 @@
-//! `cargo xtask fuzz [--seconds N] [--sanitizer address|none] [--build-only] [--no-seed]
-//! [TARGET...]`: builds the cargo-fuzz targets of `fuzz/`, writes their seed corpora from real
-//! traffic and runs each target for N seconds (default 60), one at a time, on one core. See
-//! `docs/fuzzing.md`.
+//! `cargo xtask fuzz [--seconds N] [--build-only] [--no-seed] [TARGET...]`: builds the
+//! cargo-fuzz targets of `fuzz/`, writes their seed corpora from real traffic and runs each
+//! target for N seconds (default 60), one at a time, on one core. See `docs/fuzzing.md`.
 //!
 //! The toolchain here is stable; cargo-fuzz needs nightly-only flags (`-Zsanitizer`,
 //! `-Cpasses=sancov-module`), which stable rustc accepts with `RUSTC_BOOTSTRAP=1`. That is set
@@ -27,7 +26,6 @@ const DEFAULT_SECONDS: u64 = 60;
 
 pub(crate) fn command(args: &[String]) -> Result<(), String> {
     let mut seconds = DEFAULT_SECONDS;
-    let mut sanitizer = "address".to_string();
     let mut build_only = false;
     let mut seed = true;
     let mut targets: Vec<String> = Vec::new();
@@ -40,19 +38,11 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
                     .parse()
                     .map_err(|_| format!("--seconds: `{value}` is not a number"))?;
             }
-            "--sanitizer" => {
-                let value = args.next().ok_or("--sanitizer needs a value")?;
-                if !["address", "none"].contains(&value.as_str()) {
-                    return Err(format!("--sanitizer: `{value}` is not `address` or `none`"));
-                }
-                sanitizer = value.clone();
-            }
             "--build-only" => build_only = true,
             "--no-seed" => seed = false,
             "-h" | "--help" => {
                 println!(
-                    "cargo xtask fuzz [--seconds N] [--sanitizer address|none] [--build-only] \
-                     [--no-seed] [TARGET...]\n\
+                    "cargo xtask fuzz [--seconds N] [--build-only] [--no-seed] [TARGET...]\n\
                      targets: {}",
                     TARGETS.join(", ")
                 );
@@ -74,7 +64,7 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
     ensure_cargo_fuzz()?;
     let started = Instant::now();
     // One build of every target (and of the seed generator, built with the same flags).
-    cargo_fuzz(&fuzz_dir, &["build", "-O", "--sanitizer", &sanitizer])?;
+    cargo_fuzz(&fuzz_dir, &["build", "-O"])?;
     println!("fuzz: build took {:.0?}", started.elapsed());
     if build_only {
         return Ok(());
@@ -101,8 +91,6 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
             &[
                 "run",
                 "-O",
-                "--sanitizer",
-                &sanitizer,
                 target,
                 &corpus,
                 "--",
