@@ -140,7 +140,10 @@ pub async fn only_the_give_up_sets_the_pending_notice(store: &dyn BindingStore) 
     assert_eq!((&record.binding, record.pending_notice()), (&None, None));
     assert!(record.is_retired("t2b"));
     let late = store.commit_turn(turn(&s, "t2b", vec![])).await.unwrap();
-    assert!(!late.is_published(), "an ended thread is never published again");
+    assert!(
+        !late.is_published(),
+        "an ended thread is never published again"
+    );
 
     // Bound to t3, retiring t2 (an old thread) leaves t3 bound and no notice.
     store.commit_turn(turn(&s, "t3", vec![])).await.unwrap();
