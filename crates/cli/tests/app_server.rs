@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use rethread_testkit::real::{codex_or_skip, AppServerProcess, CodexHome};
+use rethread_testkit::real::{codex_or_skip, thread_id, AppServerProcess, CodexHome};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::CURRENT;
 use serde_json::{json, Value};
@@ -106,15 +106,8 @@ async fn a_turn_through_the_binary_and_a_clean_exit_when_the_client_leaves() {
         .as_str()
         .unwrap()
         .contains("rethread fake"));
-    let started = server
-        .peer
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
-    let id = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let started = server.peer.start_thread().await.unwrap();
+    let id = thread_id(&started);
     let turn = server.peer.run_turn(&id, "hello", None).await.unwrap();
     assert_eq!(turn.agent_text(), ["echo: hello"]);
     let warnings: Vec<&Value> = server
@@ -188,11 +181,7 @@ async fn codex_dying_mid_turn_passes_on_what_it_said_and_its_status() {
     )
     .await;
     server.peer.initialize(false).await.unwrap();
-    let started = server
-        .peer
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
+    let started = server.peer.start_thread().await.unwrap();
     let id = started["result"]["thread"]["id"].as_str().unwrap();
     let turn = server.peer.run_turn(id, "hello", None).await;
     assert!(turn.is_err(), "the stream ends mid-turn");
@@ -262,11 +251,7 @@ fn borrowed<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str
 
 async fn start_thread(server: &mut AppServerProcess) -> Value {
     server.peer.initialize(false).await.unwrap();
-    server
-        .peer
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap()
+    server.peer.start_thread().await.unwrap()
 }
 
 fn thread_of(answer: &Value) -> String {
@@ -420,15 +405,8 @@ async fn the_real_codex_through_the_binary() {
         .as_str()
         .unwrap()
         .contains(CURRENT));
-    let started = server
-        .peer
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
-    let id = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let started = server.peer.start_thread().await.unwrap();
+    let id = thread_id(&started);
     let turn = server.peer.run_turn(&id, "zebra", None).await.unwrap();
     assert_eq!(turn.agent_text(), ["echo: zebra"]);
     assert!(model.model_requests()[0]

@@ -96,10 +96,7 @@ async fn an_approved_turn_passes_byte_for_byte_with_interleaved_proxy_requests()
             .await
             .unwrap();
         let started = client.response_to(&start_id).await.unwrap();
-        let thread = started["result"]["thread"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let thread = thread_id(&started);
         let turn = client
             .run_turn(&thread, "run it", Some(json!({"decision": "accept"})))
             .await
@@ -164,14 +161,8 @@ async fn a_client_sees_the_same_turn_directly_and_through_the_proxy() {
     /// method sequence differs from run to run even without a proxy.)
     async fn turn_summary(client: &mut TestClientOrDirect) -> (Vec<String>, Vec<String>, String) {
         client.initialize(true).await.unwrap();
-        let started = client
-            .request("thread/start", Some(json!({"cwd": "/tmp"})))
-            .await
-            .unwrap();
-        let thread = started["result"]["thread"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let started = start_thread(client).await;
+        let thread = thread_id(&started);
         let turn = client.run_turn(&thread, "hello there", None).await.unwrap();
         let items = turn
             .messages

@@ -289,12 +289,7 @@ async fn an_abandoned_turn_is_interrupted_and_writes_nothing() {
         (binder, session)
     });
     peer.start_thread("t1").await;
-    let (id, _) = peer.expect("turn/start").await;
-    peer.reply(
-        id,
-        json!({"turn": {"id": "u1", "status": "inProgress", "items": []}}),
-    )
-    .await;
+    peer.accept_turn("u1").await;
     let (_binder, _session) = opening.await.unwrap();
     let (_, params) = peer.expect("turn/interrupt").await;
     assert_eq!(params, json!({"threadId": "t1", "turnId": "u1"}));

@@ -394,6 +394,12 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> WirePeer<R, W> {
         self.send(&message).await
     }
 
+    /// `thread/start` in `/tmp`; returns the answer (an error answer included).
+    pub async fn start_thread(&mut self) -> io::Result<Value> {
+        self.request("thread/start", Some(json!({"cwd": "/tmp"})))
+            .await
+    }
+
     /// `initialize` (with `capabilities.experimentalApi` when asked) then `initialized`;
     /// returns the `initialize` response.
     pub async fn initialize(&mut self, experimental_api: bool) -> io::Result<Value> {
@@ -510,6 +516,15 @@ fn is_response_to(message: &Value, id: &Value) -> bool {
 
 fn eof() -> io::Error {
     io::Error::new(io::ErrorKind::UnexpectedEof, "app-server closed its output")
+}
+
+/// The id of the thread in a `thread/start` or `thread/resume` answer; panics (a test
+/// failure) when the answer holds none.
+pub fn thread_id(answer: &Value) -> String {
+    answer["result"]["thread"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a thread: {answer}"))
+        .to_string()
 }
 
 /// The `error` object of a response, if it is an error response.
