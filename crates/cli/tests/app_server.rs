@@ -2,6 +2,8 @@
 //! codex: against `fake-codex`, against small shell stand-ins (to see the arguments codex gets
 //! and how it dies), and against the real codex.
 
+mod support;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,39 +13,10 @@ use rethread_testkit::real::{codex_or_skip, thread_id, AppServerProcess, CodexHo
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::CURRENT;
 use serde_json::{json, Value};
+use support::{fake_codex, rethread};
 
 const WARNING: &str = "No rethread session is named (set RETHREAD_SESSION): nothing is kept, so \
                        this conversation will not be resumed after a restart.";
-
-fn rethread() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_rethread"))
-}
-
-/// The `fake-codex` binary: built by `cargo test --workspace` beside ours; built on demand
-/// when only this package is tested.
-fn fake_codex() -> PathBuf {
-    let fake = rethread().with_file_name("fake-codex");
-    if !fake.is_file() {
-        let target_dir = rethread()
-            .parent()
-            .and_then(Path::parent)
-            .expect("target dir")
-            .to_path_buf();
-        let status = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-p",
-                "rethread-fake-appserver",
-                "--bin",
-                "fake-codex",
-            ])
-            .env("CARGO_TARGET_DIR", target_dir)
-            .status()
-            .expect("cargo build fake-codex");
-        assert!(status.success());
-    }
-    fake
-}
 
 /// A shell script standing in for codex.
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
