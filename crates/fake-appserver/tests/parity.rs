@@ -15,7 +15,9 @@ use std::time::Duration;
 use rethread_fake_appserver::{
     FakeAppServer, FakeHandle, Fault, FaultScript, ModelRequest, Profile,
 };
-use rethread_testkit::real::{codex_or_skip, error_of, thread_id, CodexHome, WirePeer};
+use rethread_testkit::real::{
+    ask_for_approvals, codex_or_skip, error_of, thread_id, CodexHome, WirePeer,
+};
 use rethread_testkit::responses::{ConversationMessage, ResponsesStandIn};
 use rethread_testkit::{recent_releases, FLOOR};
 use serde_json::{json, Value};
@@ -152,16 +154,7 @@ impl Lab {
     fn approval_on_first_turn(&mut self, home: &Path) {
         self.approval = true;
         self.model.push_escalated_command("echo approved");
-        let config = home.join("config.toml");
-        let text = std::fs::read_to_string(&config).unwrap();
-        std::fs::write(
-            &config,
-            text.replace(
-                "approval_policy = \"never\"",
-                "approval_policy = \"on-request\"",
-            ),
-        )
-        .unwrap();
+        ask_for_approvals(home).unwrap();
     }
 
     fn faults(&self) -> FaultScript {

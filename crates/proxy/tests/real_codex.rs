@@ -60,26 +60,13 @@ fn spawn_codex(codex: &Path, home: &Path) -> tokio::process::Child {
         .unwrap()
 }
 
-fn ask_for_approvals(home: &Path) {
-    let config = home.join("config.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(
-        &config,
-        text.replace(
-            "approval_policy = \"never\"",
-            "approval_policy = \"on-request\"",
-        ),
-    )
-    .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approved_turn_passes_byte_for_byte_with_interleaved_proxy_requests() {
     for (version, codex) in releases() {
         let model = ResponsesStandIn::start().unwrap();
         model.push_escalated_command("echo approved");
         let home = CodexHome::new(&model).unwrap();
-        ask_for_approvals(home.path());
+        ask_for_approvals(home.path()).unwrap();
         let mut child = spawn_codex(&codex, home.path());
         let hooks = Arc::new(Interleaves::default());
         let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());

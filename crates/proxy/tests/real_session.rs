@@ -57,19 +57,6 @@ impl Process {
     }
 }
 
-fn ask_for_approvals(home: &Path) {
-    let config = home.join("config.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(
-        &config,
-        text.replace(
-            "approval_policy = \"never\"",
-            "approval_policy = \"on-request\"",
-        ),
-    )
-    .unwrap();
-}
-
 fn warnings(log: &[Value]) -> Vec<Value> {
     log.iter()
         .filter(|m| m["method"] == "warning")
@@ -91,7 +78,7 @@ async fn three_processes_keep_one_conversation_then_a_lost_rollout_falls_back_on
     for (version, codex) in releases() {
         let model = ResponsesStandIn::start().unwrap();
         let home = CodexHome::new(&model).unwrap();
-        ask_for_approvals(home.path());
+        ask_for_approvals(home.path()).unwrap();
         let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
 
         // Process 1: a new thread (a UUID id), a turn that asks for an approval.

@@ -145,6 +145,20 @@ impl CodexHome {
     }
 }
 
+/// Switches the offline `config.toml` in `codex_home` from `approval_policy = "never"` to
+/// `"on-request"`, so that an escalated command asks the client to approve it.
+pub fn ask_for_approvals(codex_home: &Path) -> io::Result<()> {
+    let config = codex_home.join("config.toml");
+    let text = std::fs::read_to_string(&config)?;
+    std::fs::write(
+        &config,
+        text.replace(
+            "approval_policy = \"never\"",
+            "approval_policy = \"on-request\"",
+        ),
+    )
+}
+
 /// Runs `<codex> app-server generate-json-schema` into a new temporary directory (with a
 /// throwaway `CODEX_HOME`) and returns it: the schema the pinned binary itself publishes.
 pub fn generate_json_schema(codex: &Path) -> io::Result<tempfile::TempDir> {

@@ -10,8 +10,8 @@ use std::task::{Context, Poll};
 
 pub use rethread_fake_appserver::{FakeAppServer, FakeHandle, Fault, FaultScript, Profile};
 pub use rethread_testkit::real::{
-    codex_or_skip, error_of, find_codex, real_codex_required, rollout_files, thread_id, CodexHome,
-    TurnRun, WirePeer,
+    ask_for_approvals, codex_or_skip, error_of, find_codex, real_codex_required, rollout_files,
+    thread_id, CodexHome, TurnRun, WirePeer,
 };
 pub use rethread_testkit::responses::ResponsesStandIn;
 pub use rethread_testkit::{supported_releases, CURRENT};
