@@ -71,6 +71,20 @@ fn warnings(log: &[Value]) -> Vec<Value> {
         .collect()
 }
 
+/// A new process on `fake` whose client's `thread/start` resumes `thread`, with no warning.
+async fn resumes_without_a_warning(store: &Arc<dyn BindingStore>, fake: &FakeHandle, thread: &str) {
+    let mut proxied = connect(hooks(store).await, fake.restart().await.unwrap());
+    proxied.client.initialize(false).await.unwrap();
+    let answer = proxied
+        .client
+        .request("thread/start", Some(json!({})))
+        .await
+        .unwrap();
+    assert_eq!(thread_id(&answer), thread);
+    let proxied = finish(proxied).await;
+    assert!(warnings(&proxied.client.log).is_empty());
+}
+
 /// Process 1: a turn on a new thread through the proxy; returns the thread.
 async fn first_process(store: &Arc<dyn BindingStore>, stream: DuplexStream) -> String {
     let mut proxied = connect(hooks(store).await, stream);
@@ -240,16 +254,7 @@ async fn a_lost_rollout_gives_one_warning_and_a_new_bound_thread_seeded_from_the
     assert!(notices[0].contains("reason: gone"), "{}", notices[0]);
 
     // The next process resumes the new thread, without a notice.
-    let mut proxied = connect(hooks(&store).await, fake.restart().await.unwrap());
-    proxied.client.initialize(false).await.unwrap();
-    let answer = proxied
-        .client
-        .request("thread/start", Some(json!({})))
-        .await
-        .unwrap();
-    assert_eq!(thread_id(&answer), new);
-    let proxied = finish(proxied).await;
-    assert!(warnings(&proxied.client.log).is_empty());
+    resumes_without_a_warning(&store, &fake, &new).await;
 }
 
 /// A process that gave the thread up and ended before a turn on the new thread committed (as
@@ -298,16 +303,7 @@ async fn a_give_up_without_a_committed_turn_warns_again_in_the_next_process() {
     assert_eq!(committed.thread_id(), Some(new.as_str()));
     assert_eq!(committed.pending_notice(), None);
 
-    let mut proxied = connect(hooks(&store).await, fake.restart().await.unwrap());
-    proxied.client.initialize(false).await.unwrap();
-    let answer = proxied
-        .client
-        .request("thread/start", Some(json!({})))
-        .await
-        .unwrap();
-    assert_eq!(thread_id(&answer), new);
-    let proxied = finish(proxied).await;
-    assert!(warnings(&proxied.client.log).is_empty());
+    resumes_without_a_warning(&store, &fake, &new).await;
 }
 
 #[tokio::test]

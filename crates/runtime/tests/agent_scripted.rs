@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use rethread_runtime::{
     BinderOptions, ClientOptions, OpenOutcome, Publication, RuntimeError, SessionBinder,
-    StatusKind, StatusRail, RESUME_FALLBACK_NOTICE,
+    StatusKind, StatusRail, TurnReport, RESUME_FALLBACK_NOTICE,
 };
 use rethread_store::{BindingStore, MemoryStore, TurnCommit};
 use serde_json::json;
+use tokio::task::JoinHandle;
 
 fn options() -> BinderOptions {
     BinderOptions {
@@ -23,6 +24,22 @@ fn options() -> BinderOptions {
 /// A binder for session `s` on `store` with the test options and a rail nobody reads.
 fn quiet_binder(store: &Arc<MemoryStore>) -> SessionBinder {
     SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options())
+}
+
+/// A fresh session on `store` whose turn codex has started (thread `t1`, turn `u1`): the
+/// turn's task and the peer, which ends the turn as the test needs.
+async fn a_started_turn(
+    store: &Arc<MemoryStore>,
+) -> (JoinHandle<Result<TurnReport, RuntimeError>>, support::Peer) {
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut agent = quiet_binder(store);
+    let run = tokio::spawn(async move {
+        let mut session = agent.open(&client).await?;
+        session.run_turn("boom").await
+    });
+    peer.start_thread("t1").await;
+    peer.accept_turn("u1").await;
+    (run, peer)
 }
 
 async fn bound_store(thread: &str) -> Arc<MemoryStore> {
@@ -281,14 +298,7 @@ async fn an_unclassified_resume_error_keeps_the_binding() {
 #[tokio::test]
 async fn a_failed_turn_writes_nothing() {
     let store = Arc::new(MemoryStore::new());
-    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent = quiet_binder(&store);
-    let run = tokio::spawn(async move {
-        let mut session = agent.open(&client).await?;
-        session.run_turn("boom").await
-    });
-    peer.start_thread("t1").await;
-    peer.accept_turn("u1").await;
+    let (run, mut peer) = a_started_turn(&store).await;
     peer.notify("turn/completed", json!({"threadId": "t1", "turn": {"id": "u1", "status": "failed", "items": [], "error": {"message": "model exploded"}}})).await;
     match run.await.unwrap() {
         Err(RuntimeError::TurnFailed {
@@ -305,14 +315,7 @@ async fn a_failed_turn_writes_nothing() {
 #[tokio::test]
 async fn a_server_dying_mid_turn_is_a_typed_error_and_writes_nothing() {
     let store = Arc::new(MemoryStore::new());
-    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent = quiet_binder(&store);
-    let run = tokio::spawn(async move {
-        let mut session = agent.open(&client).await?;
-        session.run_turn("boom").await
-    });
-    peer.start_thread("t1").await;
-    peer.accept_turn("u1").await;
+    let (run, peer) = a_started_turn(&store).await;
     peer.hang_up();
     assert!(matches!(
         run.await.unwrap(),
