@@ -16,6 +16,21 @@ pub(crate) fn run(dir: &Path, program: &str, args: &[&str]) -> Result<(), String
     run_with_env(dir, program, args, &[], &[])
 }
 
+/// Builds the `rethread` binary (debug, `--locked`) together with the `extra` targets
+/// (`-p PACKAGE --bin|--example NAME`).
+pub(crate) fn build_rethread_and(extra: &[&str]) -> Result<(), String> {
+    let mut args = vec![
+        "build",
+        "--locked",
+        "-p",
+        "rethread-cli",
+        "--bin",
+        "rethread",
+    ];
+    args.extend_from_slice(extra);
+    run(&project_root(), "cargo", &args)
+}
+
 /// Runs `example` of `package` in release mode, with `features` on, passing it `extra`.
 pub(crate) fn run_example(
     package: &str,
