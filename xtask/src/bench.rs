@@ -19,7 +19,7 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
         Some("store") => store(&args[1..]),
         Some("fake") => crate::bench_fake::run(&args[1..]),
         Some("open") => crate::bench_open::run(&args[1..]),
-        Some("runtime") => example("rethread-runtime", "bench_runtime", &args[1..]),
+        Some("runtime") => util::run_example("rethread-runtime", &[], "bench_runtime", &args[1..]),
         Some("proxy") => crate::proxy::bench(&args[1..]),
         Some(other) => Err(format!(
             "unknown benchmark `{other}`; available: store, fake, runtime, proxy, open"
@@ -31,34 +31,6 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
     }
 }
 
-/// Runs `example` of `package` in release mode with `extra` arguments.
-fn example(package: &str, example: &str, extra: &[String]) -> Result<(), String> {
-    let mut args = vec![
-        "run",
-        "--release",
-        "-p",
-        package,
-        "--example",
-        example,
-        "--",
-    ];
-    args.extend(extra.iter().map(String::as_str));
-    util::run(&util::project_root(), "cargo", &args)
-}
-
 fn store(extra: &[String]) -> Result<(), String> {
-    let root = util::project_root();
-    let mut args: Vec<&str> = vec![
-        "run",
-        "--release",
-        "-p",
-        "rethread-store",
-        "--features",
-        "postgres",
-        "--example",
-        "bench_store",
-        "--",
-    ];
-    args.extend(extra.iter().map(String::as_str));
-    util::run(&root, "cargo", &args)
+    util::run_example("rethread-store", &["postgres"], "bench_store", extra)
 }

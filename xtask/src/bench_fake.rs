@@ -5,16 +5,5 @@
 use crate::util;
 
 pub(crate) fn run(extra: &[String]) -> Result<(), String> {
-    let root = util::project_root();
-    let mut args: Vec<&str> = vec![
-        "run",
-        "--release",
-        "-p",
-        "rethread-fake-appserver",
-        "--example",
-        "bench_fake",
-        "--",
-    ];
-    args.extend(extra.iter().map(String::as_str));
-    util::run(&root, "cargo", &args)
+    util::run_example("rethread-fake-appserver", &[], "bench_fake", extra)
 }

@@ -136,22 +136,15 @@ fn ensure_cargo_fuzz() -> Result<(), String> {
 
 /// `cargo fuzz ARGS` in `fuzz/` with `RUSTC_BOOTSTRAP=1`.
 fn cargo_fuzz(fuzz_dir: &Path, args: &[&str]) -> Result<(), String> {
-    eprintln!("$ RUSTC_BOOTSTRAP=1 cargo fuzz {}", args.join(" "));
-    let status = Command::new("cargo")
-        .arg("fuzz")
-        .args(args)
-        .current_dir(fuzz_dir)
-        .env("RUSTC_BOOTSTRAP", "1")
-        // The main workspace's target dir must not leak into the fuzz build.
-        .env_remove("CARGO_TARGET_DIR")
-        .status()
-        .map_err(|e| format!("could not start `cargo fuzz`: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "`cargo fuzz {}` failed with {status}",
-            args.join(" ")
-        ))
-    }
+    let args: Vec<&str> = std::iter::once("fuzz")
+        .chain(args.iter().copied())
+        .collect();
+    // The main workspace's target dir must not leak into the fuzz build.
+    util::run_with_env(
+        fuzz_dir,
+        "cargo",
+        &args,
+        &[("RUSTC_BOOTSTRAP", "1")],
+        &["CARGO_TARGET_DIR"],
+    )
 }

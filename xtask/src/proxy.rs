@@ -47,22 +47,7 @@ pub(crate) fn python_tests() -> Result<(), String> {
         pip(&SDK_DEPENDENCIES)?;
         std::fs::write(&stamp, &wanted).map_err(|e| format!("write {}: {e}", stamp.display()))?;
     }
-    util::run(
-        &root,
-        "cargo",
-        &[
-            "build",
-            "--locked",
-            "-p",
-            "rethread-cli",
-            "--bin",
-            "rethread",
-            "-p",
-            "rethread-proxy",
-            "--example",
-            "responses_stand_in",
-        ],
-    )?;
+    util::build_rethread_and(&["-p", "rethread-proxy", "--example", "responses_stand_in"])?;
     let codex = crate::codex::install(crate::codex::current())?;
     let debug = target.join("debug");
     let status = std::process::Command::new(&python)

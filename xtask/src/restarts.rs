@@ -80,22 +80,7 @@ pub(crate) fn ci() -> Result<(), String> {
 
 fn run_all(options: &Options) -> Result<(), String> {
     let root = util::project_root();
-    util::run(
-        &root,
-        "cargo",
-        &[
-            "build",
-            "--locked",
-            "-p",
-            "rethread-cli",
-            "--bin",
-            "rethread",
-            "-p",
-            "rethread-fake-appserver",
-            "--bin",
-            "fake-codex",
-        ],
-    )?;
+    util::build_rethread_and(&["-p", "rethread-fake-appserver", "--bin", "fake-codex"])?;
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
     let binaries = host::Binaries {

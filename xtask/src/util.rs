@@ -13,10 +13,60 @@ pub(crate) fn project_root() -> PathBuf {
 
 /// Runs a command in `dir`, inheriting stdio, and fails with a one-line cause if it fails.
 pub(crate) fn run(dir: &Path, program: &str, args: &[&str]) -> Result<(), String> {
-    eprintln!("$ {program} {}", args.join(" "));
-    let status = Command::new(program)
-        .args(args)
-        .current_dir(dir)
+    run_with_env(dir, program, args, &[], &[])
+}
+
+/// Builds the `rethread` binary (debug, `--locked`) together with the `extra` targets
+/// (`-p PACKAGE --bin|--example NAME`).
+pub(crate) fn build_rethread_and(extra: &[&str]) -> Result<(), String> {
+    let mut args = vec![
+        "build",
+        "--locked",
+        "-p",
+        "rethread-cli",
+        "--bin",
+        "rethread",
+    ];
+    args.extend_from_slice(extra);
+    run(&project_root(), "cargo", &args)
+}
+
+/// Runs `example` of `package` in release mode, with `features` on, passing it `extra`.
+pub(crate) fn run_example(
+    package: &str,
+    features: &[&str],
+    example: &str,
+    extra: &[String],
+) -> Result<(), String> {
+    let features = features.join(",");
+    let mut args = vec!["run", "--release", "-p", package];
+    if !features.is_empty() {
+        args.extend(["--features", features.as_str()]);
+    }
+    args.extend(["--example", example, "--"]);
+    args.extend(extra.iter().map(String::as_str));
+    run(&project_root(), "cargo", &args)
+}
+
+/// [`run`] with environment changes: `set` variables are set, `remove` ones unset for the child.
+pub(crate) fn run_with_env(
+    dir: &Path,
+    program: &str,
+    args: &[&str],
+    set: &[(&str, &str)],
+    remove: &[&str],
+) -> Result<(), String> {
+    let assignments: String = set.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    eprintln!("$ {assignments}{program} {}", args.join(" "));
+    let mut command = Command::new(program);
+    command.args(args).current_dir(dir);
+    for (key, value) in set {
+        command.env(key, value);
+    }
+    for key in remove {
+        command.env_remove(key);
+    }
+    let status = command
         .status()
         .map_err(|e| format!("could not start `{program}`: {e}"))?;
     if status.success() {

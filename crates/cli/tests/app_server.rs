@@ -2,48 +2,21 @@
 //! codex: against `fake-codex`, against small shell stand-ins (to see the arguments codex gets
 //! and how it dies), and against the real codex.
 
+mod support;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use rethread_testkit::real::{codex_or_skip, AppServerProcess, CodexHome};
+use rethread_testkit::real::{codex_or_skip, thread_id, AppServerProcess, CodexHome};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::CURRENT;
 use serde_json::{json, Value};
+use support::{fake_codex, rethread};
 
 const WARNING: &str = "No rethread session is named (set RETHREAD_SESSION): nothing is kept, so \
                        this conversation will not be resumed after a restart.";
-
-fn rethread() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_rethread"))
-}
-
-/// The `fake-codex` binary: built by `cargo test --workspace` beside ours; built on demand
-/// when only this package is tested.
-fn fake_codex() -> PathBuf {
-    let fake = rethread().with_file_name("fake-codex");
-    if !fake.is_file() {
-        let target_dir = rethread()
-            .parent()
-            .and_then(Path::parent)
-            .expect("target dir")
-            .to_path_buf();
-        let status = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-p",
-                "rethread-fake-appserver",
-                "--bin",
-                "fake-codex",
-            ])
-            .env("CARGO_TARGET_DIR", target_dir)
-            .status()
-            .expect("cargo build fake-codex");
-        assert!(status.success());
-    }
-    fake
-}
 
 /// A shell script standing in for codex.
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
@@ -106,15 +79,8 @@ async fn a_turn_through_the_binary_and_a_clean_exit_when_the_client_leaves() {
         .as_str()
         .unwrap()
         .contains("rethread fake"));
-    let started = server
-        .peer
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
-    let id = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let started = server.peer.start_thread().await.unwrap();
+    let id = thread_id(&started);
     let turn = server.peer.run_turn(&id, "hello", None).await.unwrap();
     assert_eq!(turn.agent_text(), ["echo: hello"]);
     let warnings: Vec<&Value> = server
@@ -188,11 +154,7 @@ async fn codex_dying_mid_turn_passes_on_what_it_said_and_its_status() {
     )
     .await;
     server.peer.initialize(false).await.unwrap();
-    let started = server
-        .peer
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
+    let started = server.peer.start_thread().await.unwrap();
     let id = started["result"]["thread"]["id"].as_str().unwrap();
     let turn = server.peer.run_turn(id, "hello", None).await;
     assert!(turn.is_err(), "the stream ends mid-turn");
@@ -262,11 +224,7 @@ fn borrowed<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str
 
 async fn start_thread(server: &mut AppServerProcess) -> Value {
     server.peer.initialize(false).await.unwrap();
-    server
-        .peer
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap()
+    server.peer.start_thread().await.unwrap()
 }
 
 fn thread_of(answer: &Value) -> String {
@@ -420,15 +378,8 @@ async fn the_real_codex_through_the_binary() {
         .as_str()
         .unwrap()
         .contains(CURRENT));
-    let started = server
-        .peer
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
-    let id = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let started = server.peer.start_thread().await.unwrap();
+    let id = thread_id(&started);
     let turn = server.peer.run_turn(&id, "zebra", None).await.unwrap();
     assert_eq!(turn.agent_text(), ["echo: zebra"]);
     assert!(model.model_requests()[0]

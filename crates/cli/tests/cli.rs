@@ -2,38 +2,18 @@
 //! against the real codex, current and previous release (and the floor for `doctor`), through
 //! the Responses stand-in.
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use rethread_testkit::real::{codex_or_skip, rollout_files, CodexHome};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::{recent_releases, FLOOR};
 use serde_json::Value;
+use support::fake_codex;
 
 const NOTICE: &str = "Codex thread could not be resumed; starting a new one.";
-
-/// The `fake-codex` binary: built by `cargo test --workspace` beside ours; built on demand
-/// when only this package is tested.
-fn fake_codex() -> PathBuf {
-    let ours = PathBuf::from(env!("CARGO_BIN_EXE_rethread"));
-    let fake = ours.with_file_name("fake-codex");
-    if !fake.is_file() {
-        let target_dir = ours.parent().and_then(Path::parent).expect("target dir");
-        let status = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-p",
-                "rethread-fake-appserver",
-                "--bin",
-                "fake-codex",
-            ])
-            .env("CARGO_TARGET_DIR", target_dir)
-            .status()
-            .expect("cargo build fake-codex");
-        assert!(status.success());
-    }
-    fake
-}
 
 /// A sandbox: its own store file and CODEX_HOME.
 struct Sandbox {

@@ -3,34 +3,14 @@
 //! pseudo-terminal through `script(1)`); `chat --image` sends a file by path;
 //! `completions SHELL` prints a completion script.
 
+mod support;
+
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
-
-/// The `fake-codex` binary: built by `cargo test --workspace` beside ours; built on demand
-/// when only this package is tested.
-fn fake_codex() -> PathBuf {
-    let ours = PathBuf::from(env!("CARGO_BIN_EXE_rethread"));
-    let fake = ours.with_file_name("fake-codex");
-    if !fake.is_file() {
-        let target_dir = ours.parent().and_then(Path::parent).expect("target dir");
-        let status = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-p",
-                "rethread-fake-appserver",
-                "--bin",
-                "fake-codex",
-            ])
-            .env("CARGO_TARGET_DIR", target_dir)
-            .status()
-            .expect("cargo build fake-codex");
-        assert!(status.success());
-    }
-    fake
-}
+use support::fake_codex;
 
 /// A store and a CODEX_HOME of its own.
 struct Sandbox {

@@ -2,33 +2,12 @@
 //! `-v`/`-vv`, `--log-format text|json`; logs on stderr only, never on stdout, never a secret.
 //! And `chat`'s human output, the reply as codex streams it.
 
-use std::path::{Path, PathBuf};
+mod support;
+
 use std::process::{Command, Output};
 
 use serde_json::Value;
-
-/// The `fake-codex` binary: built by `cargo test --workspace` beside ours; built on demand
-/// when only this package is tested.
-fn fake_codex() -> PathBuf {
-    let ours = PathBuf::from(env!("CARGO_BIN_EXE_rethread"));
-    let fake = ours.with_file_name("fake-codex");
-    if !fake.is_file() {
-        let target_dir = ours.parent().and_then(Path::parent).expect("target dir");
-        let status = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-p",
-                "rethread-fake-appserver",
-                "--bin",
-                "fake-codex",
-            ])
-            .env("CARGO_TARGET_DIR", target_dir)
-            .status()
-            .expect("cargo build fake-codex");
-        assert!(status.success());
-    }
-    fake
-}
+use support::fake_codex;
 
 /// A store and a CODEX_HOME of its own, and `rethread` run with `rust_log` as `RUST_LOG`
 /// (unset when `None`).

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use rethread_fake_appserver::ModelRequest;
-use rethread_testkit::real::{error_of, AppServerProcess};
+use rethread_testkit::real::{error_of, thread_id, AppServerProcess};
 use serde_json::json;
 
 fn binary() -> &'static Path {
@@ -27,15 +27,8 @@ async fn survives_its_own_restart_with_memory() {
         .await
         .unwrap();
     server.peer.initialize(false).await.unwrap();
-    let started = server
-        .peer
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
-    let id = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let started = server.peer.start_thread().await.unwrap();
+    let id = thread_id(&started);
     assert_eq!(started["result"]["thread"]["historyMode"], "paginated");
     server
         .peer
@@ -79,15 +72,8 @@ async fn killed_holder_releases_the_writer_lock() {
         .await
         .unwrap();
     first.peer.initialize(false).await.unwrap();
-    let started = first
-        .peer
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
-    let id = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let started = first.peer.start_thread().await.unwrap();
+    let id = thread_id(&started);
     first.peer.run_turn(&id, "hold", None).await.unwrap();
     let mut second = AppServerProcess::spawn(binary(), home.path())
         .await
@@ -152,10 +138,6 @@ async fn faults_from_a_file_and_from_the_environment() {
         .unwrap();
     assert_eq!(error_of(&first).map(|e| e.0), Some(-32001));
     server.peer.initialize(false).await.unwrap();
-    let started = server
-        .peer
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
+    let started = server.peer.start_thread().await.unwrap();
     assert_eq!(started["result"]["thread"]["historyMode"], "legacy");
 }

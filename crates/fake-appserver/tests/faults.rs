@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use rethread_fake_appserver::{Corruption, FakeAppServer, FakeHandle, Fault, FaultScript, Profile};
-use rethread_testkit::real::{error_of, WirePeer};
+use rethread_testkit::real::{error_of, thread_id, WirePeer};
 use rethread_testkit::responses::Reply;
 use serde_json::{json, Value};
 use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
@@ -28,14 +28,8 @@ async fn fake(faults: FaultScript) -> (Peer, FakeHandle) {
 }
 
 async fn start(peer: &mut Peer) -> String {
-    let started = peer
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
-    started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
+    let started = peer.start_thread().await.unwrap();
+    thread_id(&started)
 }
 
 async fn restart(handle: &FakeHandle) -> Peer {

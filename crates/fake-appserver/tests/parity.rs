@@ -15,7 +15,9 @@ use std::time::Duration;
 use rethread_fake_appserver::{
     FakeAppServer, FakeHandle, Fault, FaultScript, ModelRequest, Profile,
 };
-use rethread_testkit::real::{codex_or_skip, error_of, CodexHome, WirePeer};
+use rethread_testkit::real::{
+    ask_for_approvals, codex_or_skip, error_of, thread_id, CodexHome, WirePeer,
+};
 use rethread_testkit::responses::{ConversationMessage, ResponsesStandIn};
 use rethread_testkit::{recent_releases, FLOOR};
 use serde_json::{json, Value};
@@ -152,16 +154,7 @@ impl Lab {
     fn approval_on_first_turn(&mut self, home: &Path) {
         self.approval = true;
         self.model.push_escalated_command("echo approved");
-        let config = home.join("config.toml");
-        let text = std::fs::read_to_string(&config).unwrap();
-        std::fs::write(
-            &config,
-            text.replace(
-                "approval_policy = \"never\"",
-                "approval_policy = \"on-request\"",
-            ),
-        )
-        .unwrap();
+        ask_for_approvals(home).unwrap();
     }
 
     fn faults(&self) -> FaultScript {
@@ -262,6 +255,15 @@ impl Lab {
         }
     }
 
+    /// Notes under `label` whether the model's last conversation on `target` held `needle`.
+    fn note_model_saw(&mut self, label: &str, target: &Target, needle: &str) {
+        let saw = self
+            .last_conversation(target)
+            .iter()
+            .any(|m| m.text.contains(needle));
+        self.note(label, saw.to_string());
+    }
+
     fn note(&mut self, label: &str, value: impl Into<String>) {
         let value = normalize(
             &value.into(),
@@ -335,13 +337,6 @@ fn is_uuid(chars: &[char]) -> bool {
         8 | 13 | 18 | 23 => *c == '-',
         _ => c.is_ascii_hexdigit(),
     })
-}
-
-fn thread_id(response: &Value) -> String {
-    response["result"]["thread"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no thread in {response}"))
-        .to_string()
 }
 
 /// The compared notification methods of a turn, its status and the agent's text.
@@ -528,11 +523,7 @@ async fn memory_across_restart(target: Target) -> Vec<String> {
     lab.note_response("thread/start", &started);
     let id = thread_id(&started);
     turn(&mut lab, &mut p, "first", &id, "remember the word zebra").await;
-    let seeded = lab
-        .last_conversation(&target)
-        .iter()
-        .any(|m| m.text.contains("swordfish"));
-    lab.note("model saw the developer instructions", seeded.to_string());
+    lab.note_model_saw("model saw the developer instructions", &target, "swordfish");
     p.close().await;
 
     let mut p = lab.spawn(&target, &home, false).await;
@@ -752,13 +743,10 @@ async fn damaged_rollouts(target: Target) -> Vec<String> {
     // The torn tail kept the earlier turn: it runs a second turn with memory.
     let torn = ids["torn tail"].clone();
     turn(&mut lab, &mut p, "after torn tail", &torn, "again").await;
-    let remembered = lab
-        .last_conversation(&target)
-        .iter()
-        .any(|m| m.text.contains("hello torn tail"));
-    lab.note(
+    lab.note_model_saw(
         "model saw the turn before the torn tail",
-        remembered.to_string(),
+        &target,
+        "hello torn tail",
     );
     p.close().await;
     lab.log
@@ -1018,13 +1006,10 @@ async fn paginated_under_release_n(writer: Target, reader: Target) -> Vec<String
                 "still there?",
             )
             .await;
-            let remembered = lab
-                .last_conversation(&reader)
-                .iter()
-                .any(|m| m.text.contains("old school"));
-            lab.note(
+            lab.note_model_saw(
                 "floor model saw the legacy thread's turn",
-                remembered.to_string(),
+                &reader,
+                "old school",
             );
         }
         p.close().await;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use rethread_fake_appserver::{Corruption, FakeAppServer, FakeHandle, Profile};
-use rethread_testkit::real::{error_of, WirePeer};
+use rethread_testkit::real::{error_of, thread_id, WirePeer};
 use rethread_testkit::strategies::{ops, profile, Op};
 use serde_json::{json, Value};
 use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
@@ -52,11 +52,8 @@ async fn run(profile: Profile, steps: Vec<Op>) -> Result<(), TestCaseError> {
     for step in steps {
         match step {
             Op::Start => {
-                let r = peer
-                    .request("thread/start", Some(json!({"cwd": "/tmp"})))
-                    .await
-                    .unwrap();
-                let id = r["result"]["thread"]["id"].as_str().unwrap().to_string();
+                let r = peer.start_thread().await.unwrap();
+                let id = thread_id(&r);
                 threads.push(ModelThread {
                     id,
                     turns: vec![],

@@ -1,9 +1,8 @@
 //! The real-codex harness drives every supported release through one offline turn.
 
-use rethread_testkit::real::{codex_or_skip, AppServerProcess, CodexHome};
+use rethread_testkit::real::{codex_or_skip, thread_id, AppServerProcess, CodexHome};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::supported_releases;
-use serde_json::json;
 
 async fn one_turn(version: &str) {
     let Some(codex) = codex_or_skip(version) else {
@@ -13,15 +12,8 @@ async fn one_turn(version: &str) {
     let home = CodexHome::new(&model).unwrap();
     let mut server = AppServerProcess::spawn(&codex, home.path()).await.unwrap();
     server.peer.initialize(false).await.unwrap();
-    let started = server
-        .peer
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
-    let id = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let started = server.peer.start_thread().await.unwrap();
+    let id = thread_id(&started);
     let turn = server
         .peer
         .run_turn(&id, "remember zebra", None)

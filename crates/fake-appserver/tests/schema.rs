@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use rethread_fake_appserver::{FakeAppServer, Fault, FaultScript, Profile};
-use rethread_testkit::real::{codex_or_skip, generate_json_schema, WirePeer};
+use rethread_testkit::real::{codex_or_skip, generate_json_schema, thread_id, WirePeer};
 use rethread_testkit::{recent_releases, FLOOR};
 use serde_json::{json, Value};
 
@@ -43,14 +43,8 @@ async fn session(profile: Profile) -> Vec<(Vec<Value>, Vec<Value>)> {
     let mut peer = WirePeer::new(read, write);
     peer.timeout = Duration::from_secs(5);
     peer.initialize(true).await.unwrap();
-    let started = peer
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
-    let id = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let started = peer.start_thread().await.unwrap();
+    let id = thread_id(&started);
     peer.run_turn(&id, "first", Some(json!({"decision": "accept"})))
         .await
         .unwrap();

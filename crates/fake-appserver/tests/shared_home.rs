@@ -9,7 +9,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use rethread_fake_appserver::{FakeAppServer, FakeHandle, Profile};
-use rethread_testkit::real::{codex_or_skip, error_of, AppServerProcess, CodexHome, WirePeer};
+use rethread_testkit::real::{
+    codex_or_skip, error_of, thread_id, AppServerProcess, CodexHome, WirePeer,
+};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::{supported_releases, FLOOR};
 use serde_json::{json, Value};
@@ -83,14 +85,8 @@ async fn a_thread_the_fake_wrote_resumes_in_each_supported_release() {
         let home = CodexHome::new(&model).unwrap();
 
         let (mut fake, handle) = fake_on(home.path(), profile).await;
-        let started = fake
-            .request("thread/start", Some(json!({"cwd": "/tmp"})))
-            .await
-            .unwrap();
-        let id = started["result"]["thread"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let started = fake.start_thread().await.unwrap();
+        let id = thread_id(&started);
         let run = fake.run_turn(&id, "remember PAPAYA", None).await.unwrap();
         assert_eq!(run.status().as_deref(), Some("completed"));
         handle.kill().await;
@@ -149,14 +145,8 @@ async fn the_floor_refuses_a_paginated_thread_the_fake_wrote() {
     let model = ResponsesStandIn::start().unwrap();
     let home = CodexHome::new(&model).unwrap();
     let (mut fake, handle) = fake_on(home.path(), Profile::Current).await;
-    let started = fake
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
-    let id = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let started = fake.start_thread().await.unwrap();
+    let id = thread_id(&started);
     fake.run_turn(&id, "remember PAPAYA", None).await.unwrap();
     handle.kill().await;
     let mut real = real_on(&codex, home.path()).await;
@@ -183,15 +173,8 @@ async fn a_thread_each_supported_release_wrote_resumes_in_the_fake() {
         let home = CodexHome::new(&model).unwrap();
 
         let mut real = real_on(&codex, home.path()).await;
-        let started = real
-            .peer
-            .request("thread/start", Some(json!({"cwd": "/tmp"})))
-            .await
-            .unwrap();
-        let id = started["result"]["thread"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let started = real.peer.start_thread().await.unwrap();
+        let id = thread_id(&started);
         let run = real
             .peer
             .run_turn(&id, "remember PAPAYA", None)

@@ -168,6 +168,48 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
+/// The side of the proxy a reader reads from.
+#[derive(Clone, Copy)]
+enum Peer {
+    Client,
+    Codex,
+}
+
+impl Peer {
+    /// How reports name this side.
+    fn name(self) -> &'static str {
+        match self {
+            Peer::Client => "the client",
+            Peer::Codex => "codex",
+        }
+    }
+}
+
+/// The next whole line `peer` sent, or `None` once its input ended or failed (a failure is
+/// reported). A line over `limit` is answered or dropped here, as its sender's side requires, and
+/// reading goes on; whole lines come back as the `Bytes` split off the read buffer, uncopied.
+async fn next_line<R: AsyncRead + Unpin>(
+    lines: &mut FramedRead<R, LineSplitter>,
+    link: &Link,
+    peer: Peer,
+    limit: usize,
+) -> Option<Line> {
+    loop {
+        match lines.next().await? {
+            Ok(Frame::Line(bytes)) => return Some(Line::new(bytes)),
+            Ok(Frame::TooLong { prefix }) => match peer {
+                Peer::Client => oversized_from_client(link, &prefix, limit).await,
+                Peer::Codex => oversized_from_codex(link, &prefix, limit).await,
+            },
+            Err(error) => {
+                link.reporter
+                    .report(&format!("reading from {} failed: {error}", peer.name()));
+                return None;
+            }
+        }
+    }
+}
+
 /// Reads the client's lines until its input ends, then closes codex's input.
 async fn client_side<H: SessionHooks, R: AsyncRead + Unpin>(
     hooks: &H,
@@ -176,24 +218,9 @@ async fn client_side<H: SessionHooks, R: AsyncRead + Unpin>(
     mut lines: FramedRead<R, LineSplitter>,
     limit: usize,
 ) -> Result<(), ProxyError> {
-    while let Some(frame) = lines.next().await {
-        let frame = match frame {
-            Ok(frame) => frame,
-            Err(error) => {
-                link.reporter
-                    .report(&format!("reading from the client failed: {error}"));
-                break;
-            }
-        };
-        let line = match frame {
-            Frame::TooLong { prefix } => {
-                oversized_from_client(link, &prefix, limit).await;
-                continue;
-            }
-            Frame::Line(bytes) => Line::new(bytes),
-        };
+    while let Some(line) = next_line(&mut lines, link, Peer::Client, limit).await {
         if line.kind() == LineKind::Other {
-            report_unrouted(link, "the client", &line);
+            report_unrouted(link, Peer::Client.name(), &line);
             // Codex ignores a line it cannot read, as it would without us in between. A send
             // fails only once codex's input is gone; codex's output then ends the run.
             let _ = link.to_codex.send(line.into_bytes()).await;
@@ -233,22 +260,7 @@ async fn codex_side<H: SessionHooks, R: AsyncRead + Unpin>(
     mut lines: FramedRead<R, LineSplitter>,
     limit: usize,
 ) -> Result<(), ProxyError> {
-    while let Some(frame) = lines.next().await {
-        let frame = match frame {
-            Ok(frame) => frame,
-            Err(error) => {
-                link.reporter
-                    .report(&format!("reading from codex failed: {error}"));
-                break;
-            }
-        };
-        let line = match frame {
-            Frame::TooLong { prefix } => {
-                oversized_from_codex(link, &prefix, limit).await;
-                continue;
-            }
-            Frame::Line(bytes) => Line::new(bytes),
-        };
+    while let Some(line) = next_line(&mut lines, link, Peer::Codex, limit).await {
         if let Some(id) = proxy_answer_id(&line) {
             let id = id.to_string();
             if link.deliver(&id, line).is_err() {
@@ -259,7 +271,7 @@ async fn codex_side<H: SessionHooks, R: AsyncRead + Unpin>(
             continue;
         }
         if line.kind() == LineKind::Other {
-            report_unrouted(link, "codex", &line);
+            report_unrouted(link, Peer::Codex.name(), &line);
             let _ = link.to_client.send(line.into_bytes()).await;
             continue;
         }

@@ -173,6 +173,22 @@ impl Link {
         })
     }
 
+    /// Queues a hook's line for codex; fails once codex's input is gone.
+    async fn send_to_codex(&self, line: Line) -> Result<(), ProxyError> {
+        self.to_codex
+            .send(line.into_bytes())
+            .await
+            .map_err(|_| ProxyError::CodexClosed)
+    }
+
+    /// Queues a hook's line for the client; fails once the client's output is gone.
+    async fn send_to_client(&self, line: Line) -> Result<(), ProxyError> {
+        self.to_client
+            .send(line.into_bytes())
+            .await
+            .map_err(|_| ProxyError::ClientClosed)
+    }
+
     fn pending(&self) -> MutexGuard<'_, Pending> {
         // Only plain inserts and removes happen under the lock.
         self.pending
@@ -308,21 +324,13 @@ impl ClientContext {
 
     /// Queues a line for codex (after every client line forwarded before it).
     pub async fn send_to_codex(&self, line: Line) -> Result<(), ProxyError> {
-        self.link
-            .to_codex
-            .send(line.into_bytes())
-            .await
-            .map_err(|_| ProxyError::CodexClosed)
+        self.link.send_to_codex(line).await
     }
 
     /// Queues a line for the client. It reaches the client after every codex line queued
     /// before this call, and before any queued after it.
     pub async fn send_to_client(&self, line: Line) -> Result<(), ProxyError> {
-        self.link
-            .to_client
-            .send(line.into_bytes())
-            .await
-            .map_err(|_| ProxyError::ClientClosed)
+        self.link.send_to_client(line).await
     }
 
     /// A request of the proxy's own to codex (see [`CodexRequester`]).
@@ -362,20 +370,12 @@ impl ServerContext {
     /// Queues a line for the client, in order with the codex lines forwarded around it: before
     /// the line being handled if that one is then forwarded, after everything before it.
     pub async fn send_to_client(&self, line: Line) -> Result<(), ProxyError> {
-        self.link
-            .to_client
-            .send(line.into_bytes())
-            .await
-            .map_err(|_| ProxyError::ClientClosed)
+        self.link.send_to_client(line).await
     }
 
     /// Queues a line for codex (an answer to a server request the hook handles itself).
     pub async fn send_to_codex(&self, line: Line) -> Result<(), ProxyError> {
-        self.link
-            .to_codex
-            .send(line.into_bytes())
-            .await
-            .map_err(|_| ProxyError::CodexClosed)
+        self.link.send_to_codex(line).await
     }
 
     /// Says something on the proxy's stderr (through the configured reporter).

@@ -37,13 +37,6 @@ impl SessionHooks for Transparent {
     }
 }
 
-fn thread_id(response: &Value) -> String {
-    response["result"]["thread"]["id"]
-        .as_str()
-        .expect("a thread")
-        .to_string()
-}
-
 async fn finish(mut proxied: Proxied) -> (Ended, Proxied) {
     proxied.client.close_writer().await;
     while proxied.client.next_message().await.unwrap().is_some() {}
@@ -60,11 +53,7 @@ async fn a_turn_passes_through_byte_for_byte_with_one_warning_after_initialize()
     let (mut proxied, fake) = proxy_fake(Arc::new(NoSession::new()), FakeAppServer::builder());
     let init = proxied.client.initialize(false).await.unwrap();
     assert!(init["result"]["userAgent"].is_string(), "{init}");
-    let started = proxied
-        .client
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
+    let started = start_thread(&mut proxied.client).await;
     let id = thread_id(&started);
     let turn = proxied
         .client
@@ -213,13 +202,7 @@ async fn client_ids_and_the_proxys_own_ids_never_collide() {
     );
     let client = &mut proxied.client;
     // Integer ids (the harness counts from 1) ...
-    client.initialize(false).await.unwrap();
-    let thread = thread_id(
-        &client
-            .request("thread/start", Some(json!({"cwd": "/tmp"})))
-            .await
-            .unwrap(),
-    );
+    let thread = open_thread(client).await;
     // ... UUID strings, a string that looks like an integer already used, big and negative
     // integers, and one id in the proxy's own space.
     let ids = [
@@ -289,13 +272,7 @@ async fn approvals_and_their_answers_pass_both_ways() {
         FakeAppServer::builder().faults(FaultScript::of([Fault::Approval { turn: 1 }])),
     );
     proxied.client.initialize(false).await.unwrap();
-    let id = thread_id(
-        &proxied
-            .client
-            .request("thread/start", Some(json!({"cwd": "/tmp"})))
-            .await
-            .unwrap(),
-    );
+    let id = thread_id(&start_thread(&mut proxied.client).await);
     let turn = proxied
         .client
         .run_turn(&id, "run it", Some(json!({"decision": "accept"})))
@@ -580,11 +557,7 @@ async fn what_codex_said_before_a_proxy_answer_then_the_warning_then_the_client_
     let (mut proxied, fake) =
         proxy_fake(Arc::new(AnswersStart::default()), FakeAppServer::builder());
     proxied.client.initialize(false).await.unwrap();
-    let answer = proxied
-        .client
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
+    let answer = start_thread(&mut proxied.client).await;
     let id = thread_id(&answer);
     let before: Vec<String> = proxied
         .client

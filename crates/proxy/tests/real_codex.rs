@@ -60,26 +60,13 @@ fn spawn_codex(codex: &Path, home: &Path) -> tokio::process::Child {
         .unwrap()
 }
 
-fn ask_for_approvals(home: &Path) {
-    let config = home.join("config.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(
-        &config,
-        text.replace(
-            "approval_policy = \"never\"",
-            "approval_policy = \"on-request\"",
-        ),
-    )
-    .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approved_turn_passes_byte_for_byte_with_interleaved_proxy_requests() {
     for (version, codex) in releases() {
         let model = ResponsesStandIn::start().unwrap();
         model.push_escalated_command("echo approved");
         let home = CodexHome::new(&model).unwrap();
-        ask_for_approvals(home.path());
+        ask_for_approvals(home.path()).unwrap();
         let mut child = spawn_codex(&codex, home.path());
         let hooks = Arc::new(Interleaves::default());
         let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
@@ -96,10 +83,7 @@ async fn an_approved_turn_passes_byte_for_byte_with_interleaved_proxy_requests()
             .await
             .unwrap();
         let started = client.response_to(&start_id).await.unwrap();
-        let thread = started["result"]["thread"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let thread = thread_id(&started);
         let turn = client
             .run_turn(&thread, "run it", Some(json!({"decision": "accept"})))
             .await
@@ -164,14 +148,8 @@ async fn a_client_sees_the_same_turn_directly_and_through_the_proxy() {
     /// method sequence differs from run to run even without a proxy.)
     async fn turn_summary(client: &mut TestClientOrDirect) -> (Vec<String>, Vec<String>, String) {
         client.initialize(true).await.unwrap();
-        let started = client
-            .request("thread/start", Some(json!({"cwd": "/tmp"})))
-            .await
-            .unwrap();
-        let thread = started["result"]["thread"]["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let started = start_thread(client).await;
+        let thread = thread_id(&started);
         let turn = client.run_turn(&thread, "hello there", None).await.unwrap();
         let items = turn
             .messages

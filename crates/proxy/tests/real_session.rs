@@ -57,26 +57,6 @@ impl Process {
     }
 }
 
-fn ask_for_approvals(home: &Path) {
-    let config = home.join("config.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(
-        &config,
-        text.replace(
-            "approval_policy = \"never\"",
-            "approval_policy = \"on-request\"",
-        ),
-    )
-    .unwrap();
-}
-
-fn thread_id(answer: &Value) -> String {
-    answer["result"]["thread"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a thread: {answer}"))
-        .to_string()
-}
-
 fn warnings(log: &[Value]) -> Vec<Value> {
     log.iter()
         .filter(|m| m["method"] == "warning")
@@ -98,7 +78,7 @@ async fn three_processes_keep_one_conversation_then_a_lost_rollout_falls_back_on
     for (version, codex) in releases() {
         let model = ResponsesStandIn::start().unwrap();
         let home = CodexHome::new(&model).unwrap();
-        ask_for_approvals(home.path());
+        ask_for_approvals(home.path()).unwrap();
         let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
 
         // Process 1: a new thread (a UUID id), a turn that asks for an approval.
@@ -146,12 +126,7 @@ async fn three_processes_keep_one_conversation_then_a_lost_rollout_falls_back_on
 
         // Process 2: `thread/start` (an integer id) gets the same thread; the model sees turn 1.
         let mut two = start(&codex, home.path(), &store).await;
-        let answer = two
-            .proxied
-            .client
-            .request("thread/start", Some(json!({"cwd": "/tmp"})))
-            .await
-            .unwrap();
+        let answer = start_thread(&mut two.proxied.client).await;
         assert_eq!(thread_id(&answer), thread, "{version}: {answer}");
         assert_eq!(answer["result"]["thread"]["turns"], json!([]), "{version}");
         let turn = two
@@ -182,12 +157,7 @@ async fn three_processes_keep_one_conversation_then_a_lost_rollout_falls_back_on
             std::fs::remove_file(rollout).unwrap();
         }
         let mut three = start(&codex, home.path(), &store).await;
-        let answer = three
-            .proxied
-            .client
-            .request("thread/start", Some(json!({"cwd": "/tmp"})))
-            .await
-            .unwrap();
+        let answer = start_thread(&mut three.proxied.client).await;
         let new = thread_id(&answer);
         assert_ne!(new, thread, "{version}");
         let log = &three.proxied.client.log;
@@ -232,12 +202,7 @@ async fn a_paginated_thread_under_the_floor_falls_back_with_one_warning() {
     let home = CodexHome::new(&model).unwrap();
     let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
     let mut one = start(&current, home.path(), &store).await;
-    let answer = one
-        .proxied
-        .client
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
+    let answer = start_thread(&mut one.proxied.client).await;
     assert_eq!(answer["result"]["thread"]["historyMode"], "paginated");
     let thread = thread_id(&answer);
     one.proxied
@@ -248,12 +213,7 @@ async fn a_paginated_thread_under_the_floor_falls_back_with_one_warning() {
     one.stop("current").await;
 
     let mut two = start(&floor, home.path(), &store).await;
-    let answer = two
-        .proxied
-        .client
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
+    let answer = start_thread(&mut two.proxied.client).await;
     let new = thread_id(&answer);
     assert_ne!(new, thread);
     assert_eq!(
@@ -282,12 +242,7 @@ async fn an_interrupted_turn_writes_nothing() {
         let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
         let mut one = start(&codex, home.path(), &store).await;
         let client = &mut one.proxied.client;
-        let thread = thread_id(
-            &client
-                .request("thread/start", Some(json!({"cwd": "/tmp"})))
-                .await
-                .unwrap(),
-        );
+        let thread = thread_id(&start_thread(client).await);
         model.set_delay(Duration::from_secs(30));
         let started = client
             .request(

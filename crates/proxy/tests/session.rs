@@ -60,13 +60,6 @@ async fn finish(mut proxied: Proxied) -> Proxied {
     proxied
 }
 
-fn thread_id(response: &Value) -> String {
-    response["result"]["thread"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a thread: {response}"))
-        .to_string()
-}
-
 async fn record(store: &Arc<dyn BindingStore>) -> SessionRecord {
     store.session(SESSION).await.unwrap().expect("a session")
 }
@@ -78,15 +71,25 @@ fn warnings(log: &[Value]) -> Vec<Value> {
         .collect()
 }
 
+/// A new process on `fake` whose client's `thread/start` resumes `thread`, with no warning.
+async fn resumes_without_a_warning(store: &Arc<dyn BindingStore>, fake: &FakeHandle, thread: &str) {
+    let mut proxied = connect(hooks(store).await, fake.restart().await.unwrap());
+    proxied.client.initialize(false).await.unwrap();
+    let answer = proxied
+        .client
+        .request("thread/start", Some(json!({})))
+        .await
+        .unwrap();
+    assert_eq!(thread_id(&answer), thread);
+    let proxied = finish(proxied).await;
+    assert!(warnings(&proxied.client.log).is_empty());
+}
+
 /// Process 1: a turn on a new thread through the proxy; returns the thread.
 async fn first_process(store: &Arc<dyn BindingStore>, stream: DuplexStream) -> String {
     let mut proxied = connect(hooks(store).await, stream);
     proxied.client.initialize(false).await.unwrap();
-    let started = proxied
-        .client
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
+    let started = start_thread(&mut proxied.client).await;
     let thread = thread_id(&started);
     let turn = proxied
         .client
@@ -187,10 +190,7 @@ async fn a_restart_resumes_the_same_thread_and_the_model_sees_the_earlier_turn()
 async fn start_after_a_loss(proxied: &mut Proxied) -> (String, Value) {
     let client = &mut proxied.client;
     client.initialize(false).await.unwrap();
-    let answer = client
-        .request("thread/start", Some(json!({"cwd": "/tmp"})))
-        .await
-        .unwrap();
+    let answer = start_thread(client).await;
     let new = thread_id(&answer);
     let at = client.log.iter().position(|m| *m == answer).unwrap();
     let warnings_seen = warnings(&client.log);
@@ -254,16 +254,7 @@ async fn a_lost_rollout_gives_one_warning_and_a_new_bound_thread_seeded_from_the
     assert!(notices[0].contains("reason: gone"), "{}", notices[0]);
 
     // The next process resumes the new thread, without a notice.
-    let mut proxied = connect(hooks(&store).await, fake.restart().await.unwrap());
-    proxied.client.initialize(false).await.unwrap();
-    let answer = proxied
-        .client
-        .request("thread/start", Some(json!({})))
-        .await
-        .unwrap();
-    assert_eq!(thread_id(&answer), new);
-    let proxied = finish(proxied).await;
-    assert!(warnings(&proxied.client.log).is_empty());
+    resumes_without_a_warning(&store, &fake, &new).await;
 }
 
 /// A process that gave the thread up and ended before a turn on the new thread committed (as
@@ -312,16 +303,7 @@ async fn a_give_up_without_a_committed_turn_warns_again_in_the_next_process() {
     assert_eq!(committed.thread_id(), Some(new.as_str()));
     assert_eq!(committed.pending_notice(), None);
 
-    let mut proxied = connect(hooks(&store).await, fake.restart().await.unwrap());
-    proxied.client.initialize(false).await.unwrap();
-    let answer = proxied
-        .client
-        .request("thread/start", Some(json!({})))
-        .await
-        .unwrap();
-    assert_eq!(thread_id(&answer), new);
-    let proxied = finish(proxied).await;
-    assert!(warnings(&proxied.client.log).is_empty());
+    resumes_without_a_warning(&store, &fake, &new).await;
 }
 
 #[tokio::test]
@@ -403,11 +385,7 @@ async fn busy_and_temporary_failures_answer_the_start_with_an_error_and_keep_the
         let before = fake.requests().len();
         let mut proxied = connect(hooks(&store).await, fake.restart().await.unwrap());
         proxied.client.initialize(false).await.unwrap();
-        let answer = proxied
-            .client
-            .request("thread/start", Some(json!({"cwd": "/tmp"})))
-            .await
-            .unwrap();
+        let answer = start_thread(&mut proxied.client).await;
         assert_eq!(answer["error"]["code"], code, "{kind}: {answer}");
         let data = &answer["error"]["data"];
         assert_eq!(
@@ -434,11 +412,7 @@ async fn busy_and_temporary_failures_answer_the_start_with_an_error_and_keep_the
 
         // The binding was kept: the client's next start resumes it once codex can.
         fake.set_faults(FaultScript::none());
-        let answer = proxied
-            .client
-            .request("thread/start", Some(json!({"cwd": "/tmp"})))
-            .await
-            .unwrap();
+        let answer = start_thread(&mut proxied.client).await;
         assert_eq!(thread_id(&answer), first, "{kind}: {answer}");
         finish(proxied).await;
     }
@@ -453,13 +427,7 @@ async fn a_failed_or_interrupted_turn_writes_nothing() {
         .unwrap();
     let mut proxied = connect(hooks(&store).await, stream);
     let client = &mut proxied.client;
-    client.initialize(false).await.unwrap();
-    let thread = thread_id(
-        &client
-            .request("thread/start", Some(json!({"cwd": "/tmp"})))
-            .await
-            .unwrap(),
-    );
+    let thread = open_thread(client).await;
     let started = client
         .request(
             "turn/start",
@@ -505,13 +473,7 @@ async fn approvals_pass_both_ways_and_the_turn_is_committed() {
         .unwrap();
     let mut proxied = connect(hooks(&store).await, stream);
     let client = &mut proxied.client;
-    client.initialize(false).await.unwrap();
-    let thread = thread_id(
-        &client
-            .request("thread/start", Some(json!({"cwd": "/tmp"})))
-            .await
-            .unwrap(),
-    );
+    let thread = open_thread(client).await;
     let turn = client
         .run_turn(&thread, "run it", Some(json!({"decision": "accept"})))
         .await
@@ -635,13 +597,7 @@ async fn a_lost_lease_is_said_once_and_nothing_more_is_written() {
     let hooks = hooks(&store).await;
     let mut proxied = connect(hooks.clone(), stream);
     let client = &mut proxied.client;
-    client.initialize(false).await.unwrap();
-    let thread = thread_id(
-        &client
-            .request("thread/start", Some(json!({"cwd": "/tmp"})))
-            .await
-            .unwrap(),
-    );
+    let thread = open_thread(client).await;
     client.run_turn(&thread, "one", None).await.unwrap();
     // Another holder takes the session over behind the proxy's back (as after a stall past
     // the TTL).

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use rethread_runtime::{
     BinderOptions, ClientOptions, OpenOutcome, Publication, RuntimeError, SessionBinder,
-    StatusKind, StatusRail, RESUME_FALLBACK_NOTICE,
+    StatusKind, StatusRail, TurnReport, RESUME_FALLBACK_NOTICE,
 };
 use rethread_store::{BindingStore, MemoryStore, TurnCommit};
 use serde_json::json;
+use tokio::task::JoinHandle;
 
 fn options() -> BinderOptions {
     BinderOptions {
@@ -18,6 +19,27 @@ fn options() -> BinderOptions {
         retry_backoff: Duration::from_millis(1),
         ..Default::default()
     }
+}
+
+/// A binder for session `s` on `store` with the test options and a rail nobody reads.
+fn quiet_binder(store: &Arc<MemoryStore>) -> SessionBinder {
+    SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options())
+}
+
+/// A fresh session on `store` whose turn codex has started (thread `t1`, turn `u1`): the
+/// turn's task and the peer, which ends the turn as the test needs.
+async fn a_started_turn(
+    store: &Arc<MemoryStore>,
+) -> (JoinHandle<Result<TurnReport, RuntimeError>>, support::Peer) {
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut agent = quiet_binder(store);
+    let run = tokio::spawn(async move {
+        let mut session = agent.open(&client).await?;
+        session.run_turn("boom").await
+    });
+    peer.start_thread("t1").await;
+    peer.accept_turn("u1").await;
+    (run, peer)
 }
 
 async fn bound_store(thread: &str) -> Arc<MemoryStore> {
@@ -217,8 +239,7 @@ async fn overload_past_the_retries_is_retryable_and_keeps_the_binding() {
 async fn overloaded_then_success_resumes() {
     let store = bound_store("t1").await;
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent =
-        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options());
+    let mut agent = quiet_binder(&store);
     let run = tokio::spawn(async move { agent.open(&client).await.map(|s| s.outcome().clone()) });
     let (id, _) = peer.expect("thread/resume").await;
     peer.fail(id, -32001, "overloaded").await;
@@ -260,8 +281,7 @@ async fn an_active_writer_elsewhere_is_busy_and_the_store_is_untouched() {
 async fn an_unclassified_resume_error_keeps_the_binding() {
     let store = bound_store("t1").await;
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent =
-        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options());
+    let mut agent = quiet_binder(&store);
     let run = tokio::spawn(async move { agent.open(&client).await.map(|s| s.outcome().clone()) });
     let (id, _) = peer.expect("thread/resume").await;
     peer.fail(id, -32603, "disk on fire").await;
@@ -278,20 +298,7 @@ async fn an_unclassified_resume_error_keeps_the_binding() {
 #[tokio::test]
 async fn a_failed_turn_writes_nothing() {
     let store = Arc::new(MemoryStore::new());
-    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent =
-        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options());
-    let run = tokio::spawn(async move {
-        let mut session = agent.open(&client).await?;
-        session.run_turn("boom").await
-    });
-    peer.start_thread("t1").await;
-    let (id, _) = peer.expect("turn/start").await;
-    peer.reply(
-        id,
-        json!({"turn": {"id": "u1", "status": "inProgress", "items": []}}),
-    )
-    .await;
+    let (run, mut peer) = a_started_turn(&store).await;
     peer.notify("turn/completed", json!({"threadId": "t1", "turn": {"id": "u1", "status": "failed", "items": [], "error": {"message": "model exploded"}}})).await;
     match run.await.unwrap() {
         Err(RuntimeError::TurnFailed {
@@ -308,20 +315,7 @@ async fn a_failed_turn_writes_nothing() {
 #[tokio::test]
 async fn a_server_dying_mid_turn_is_a_typed_error_and_writes_nothing() {
     let store = Arc::new(MemoryStore::new());
-    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent =
-        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options());
-    let run = tokio::spawn(async move {
-        let mut session = agent.open(&client).await?;
-        session.run_turn("boom").await
-    });
-    peer.start_thread("t1").await;
-    let (id, _) = peer.expect("turn/start").await;
-    peer.reply(
-        id,
-        json!({"turn": {"id": "u1", "status": "inProgress", "items": []}}),
-    )
-    .await;
+    let (run, peer) = a_started_turn(&store).await;
     peer.hang_up();
     assert!(matches!(
         run.await.unwrap(),
@@ -336,8 +330,7 @@ async fn a_server_dying_mid_turn_is_a_typed_error_and_writes_nothing() {
 async fn a_retired_thread_commits_rows_but_is_not_published() {
     let store = Arc::new(MemoryStore::new());
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent =
-        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options());
+    let mut agent = quiet_binder(&store);
     let probe = store.clone();
     let run = tokio::spawn(async move {
         let mut session = agent.open(&client).await?;
@@ -359,8 +352,7 @@ async fn a_retired_thread_commits_rows_but_is_not_published() {
 async fn a_later_session_of_the_same_agent_starts_fresh() {
     let store = bound_store("t1").await;
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent =
-        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options());
+    let mut agent = quiet_binder(&store);
     let run = tokio::spawn(async move {
         let first = agent.open(&client).await?;
         first.retire().await?;

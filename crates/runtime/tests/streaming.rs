@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +15,7 @@ use rethread_runtime::{
     SessionBinder, StatusRail, ThreadEvent, ThreadEvents, TurnEvent, TurnInput,
 };
 use rethread_store::{BindingStore, MemoryStore};
-use rethread_testkit::real::{codex_or_skip, CodexHome};
+use rethread_testkit::real::{ask_for_approvals, codex_or_skip, CodexHome};
 use rethread_testkit::responses::{Reply, ResponsesStandIn};
 use rethread_testkit::supported_releases;
 use serde_json::{json, Value};
@@ -289,12 +288,7 @@ async fn an_abandoned_turn_is_interrupted_and_writes_nothing() {
         (binder, session)
     });
     peer.start_thread("t1").await;
-    let (id, _) = peer.expect("turn/start").await;
-    peer.reply(
-        id,
-        json!({"turn": {"id": "u1", "status": "inProgress", "items": []}}),
-    )
-    .await;
+    peer.accept_turn("u1").await;
     let (_binder, _session) = opening.await.unwrap();
     let (_, params) = peer.expect("turn/interrupt").await;
     assert_eq!(params, json!({"threadId": "t1", "turnId": "u1"}));
@@ -422,19 +416,6 @@ fn image_urls(body: &Value) -> Vec<String> {
         .collect()
 }
 
-fn ask_for_approvals(home: &Path) {
-    let config = home.join("config.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(
-        &config,
-        text.replace(
-            "approval_policy = \"never\"",
-            "approval_policy = \"on-request\"",
-        ),
-    )
-    .unwrap();
-}
-
 /// Every supported real codex: a streamed turn with an image file whose deltas, items and
 /// token usage come before the end, watched by a second subscriber, committed like `run_turn`;
 /// the model received the image's bytes; an approval comes as an event with its answer.
@@ -453,7 +434,7 @@ async fn streamed_turn_on_real_codex(version: &str) {
     model.set_stream_deltas(true);
     model.set_reply(Reply::Fixed("a single red dot".into()));
     let home = CodexHome::new(&model).unwrap();
-    ask_for_approvals(home.path());
+    ask_for_approvals(home.path()).unwrap();
     let image = home.path().join("dot.png");
     std::fs::write(&image, tiny_png()).unwrap();
     let mut command = CodexCommand::new(&codex)

@@ -145,6 +145,20 @@ impl CodexHome {
     }
 }
 
+/// Switches the offline `config.toml` in `codex_home` from `approval_policy = "never"` to
+/// `"on-request"`, so that an escalated command asks the client to approve it.
+pub fn ask_for_approvals(codex_home: &Path) -> io::Result<()> {
+    let config = codex_home.join("config.toml");
+    let text = std::fs::read_to_string(&config)?;
+    std::fs::write(
+        &config,
+        text.replace(
+            "approval_policy = \"never\"",
+            "approval_policy = \"on-request\"",
+        ),
+    )
+}
+
 /// Runs `<codex> app-server generate-json-schema` into a new temporary directory (with a
 /// throwaway `CODEX_HOME`) and returns it: the schema the pinned binary itself publishes.
 pub fn generate_json_schema(codex: &Path) -> io::Result<tempfile::TempDir> {
@@ -394,6 +408,12 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> WirePeer<R, W> {
         self.send(&message).await
     }
 
+    /// `thread/start` in `/tmp`; returns the answer (an error answer included).
+    pub async fn start_thread(&mut self) -> io::Result<Value> {
+        self.request("thread/start", Some(json!({"cwd": "/tmp"})))
+            .await
+    }
+
     /// `initialize` (with `capabilities.experimentalApi` when asked) then `initialized`;
     /// returns the `initialize` response.
     pub async fn initialize(&mut self, experimental_api: bool) -> io::Result<Value> {
@@ -510,6 +530,15 @@ fn is_response_to(message: &Value, id: &Value) -> bool {
 
 fn eof() -> io::Error {
     io::Error::new(io::ErrorKind::UnexpectedEof, "app-server closed its output")
+}
+
+/// The id of the thread in a `thread/start` or `thread/resume` answer; panics (a test
+/// failure) when the answer holds none.
+pub fn thread_id(answer: &Value) -> String {
+    answer["result"]["thread"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a thread: {answer}"))
+        .to_string()
 }
 
 /// The `error` object of a response, if it is an error response.

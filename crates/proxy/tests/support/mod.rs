@@ -10,8 +10,8 @@ use std::task::{Context, Poll};
 
 pub use rethread_fake_appserver::{FakeAppServer, FakeHandle, Fault, FaultScript, Profile};
 pub use rethread_testkit::real::{
-    codex_or_skip, error_of, find_codex, real_codex_required, rollout_files, CodexHome, TurnRun,
-    WirePeer,
+    ask_for_approvals, codex_or_skip, error_of, find_codex, real_codex_required, rollout_files,
+    thread_id, CodexHome, TurnRun, WirePeer,
 };
 pub use rethread_testkit::responses::ResponsesStandIn;
 pub use rethread_testkit::{supported_releases, CURRENT};
@@ -193,4 +193,23 @@ pub fn lines(recorded: &Recorded) -> Vec<String> {
 /// The recorded bytes.
 pub fn bytes(recorded: &Recorded) -> Vec<u8> {
     recorded.lock().unwrap().clone()
+}
+
+/// Sends `thread/start` in `/tmp` and returns the answer (an error answer included).
+pub async fn start_thread<R, W>(peer: &mut WirePeer<R, W>) -> serde_json::Value
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    peer.start_thread().await.unwrap()
+}
+
+/// `initialize` (no experimental API), then `thread/start`: the new thread's id.
+pub async fn open_thread<R, W>(peer: &mut WirePeer<R, W>) -> String
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    peer.initialize(false).await.unwrap();
+    thread_id(&start_thread(peer).await)
 }

@@ -92,12 +92,22 @@ impl Peer {
         params
     }
 
+    /// Answers the next `turn/start` with turn `turn_id` in progress; returns its params.
+    pub async fn accept_turn(&mut self, turn_id: &str) -> Value {
+        let (id, params) = self.expect("turn/start").await;
+        self.reply(
+            id,
+            json!({"turn": {"id": turn_id, "status": "inProgress", "items": []}}),
+        )
+        .await;
+        params
+    }
+
     /// Runs a whole turn that replies `reply`.
     pub async fn run_turn(&mut self, thread_id: &str, turn_id: &str, reply: &str) {
-        let (id, params) = self.expect("turn/start").await;
+        let params = self.accept_turn(turn_id).await;
         assert_eq!(params["threadId"], thread_id);
         let turn = json!({"id": turn_id, "status": "inProgress", "items": []});
-        self.reply(id, json!({"turn": turn})).await;
         self.notify("turn/started", json!({"threadId": thread_id, "turn": turn}))
             .await;
         let item = json!({"type": "agentMessage", "id": "m1", "text": reply});
