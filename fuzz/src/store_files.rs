@@ -5,8 +5,8 @@
 //! sessions with commits, patches and a retirement) and their committed state is exported
 //! before they are closed. Properties of every damaged copy:
 //! - Opening never panics or hangs; a refusal is a typed `Corrupt`, `Io`, `Backend` or
-//!   `NewerSchema` error. Opening reads no records (it takes the same time whatever the store
-//!   holds), so most damage is found when it is touched.
+//!   `NewerSchema` error. Opening reads no records (redb checks its pages by default),
+//!   so most damage is found when it is touched.
 //! - A session that reads whole has rows `0..row_count` (no row lost or duplicated).
 //! - A store that opens is never empty (listing sessions is an error or lists sessions), and
 //!   it is its last committed state or the damage shows as an error: no session of the

@@ -586,8 +586,10 @@ async fn reopen_sqlite(path: &Path) -> Result<SqliteStore, StoreError> {
     SqliteStore::open(path, OpenOptions::new().create(false)).await
 }
 
-/// Damage redb itself does not check for on a cleanly closed file makes redb panic; the store
-/// contains the panic on its own threads, answers `Corrupt`, and refuses everything after.
+/// With the open-time page check off, damage redb itself does not check for on a cleanly
+/// closed file makes redb panic; the store contains the panic on its own threads, answers
+/// `Corrupt`, and refuses everything after. With the check (the default), the same file is
+/// `Corrupt` at open.
 #[tokio::test]
 async fn a_redb_panic_on_a_damaged_page_is_corrupt_and_poisons_the_store() {
     let fixture = Fixture::new(Backend::Redb).await;
@@ -604,7 +606,9 @@ async fn a_redb_panic_on_a_damaged_page_is_corrupt_and_poisons_the_store() {
         let mut bytes = pristine.clone();
         bytes[offset] ^= 0xff;
         std::fs::write(&fixture.path, &bytes).unwrap();
-        let store = RedbStore::open(&fixture.path, OpenOptions::new())
+        // Without the open-time page check: the damage is met when touched.
+        let options = OpenOptions::new().check_redb_integrity_on_open(false);
+        let store = RedbStore::open(&fixture.path, options)
             .await
             .expect("the open reads the header only");
         match store.session("a").await {
@@ -616,6 +620,7 @@ async fn a_redb_panic_on_a_damaged_page_is_corrupt_and_poisons_the_store() {
         }
     }
     let store = contained.expect("a flip in the leaf header made redb fail");
+
     // Poisoned: every call is refused, a write too, and nothing panics.
     let b = store.session("b").await;
     assert!(is_corrupt(&b), "{b:?}");
@@ -625,6 +630,13 @@ async fn a_redb_panic_on_a_damaged_page_is_corrupt_and_poisons_the_store() {
     assert!(!report.complete, "{report:?}");
     assert_eq!(report.problems[0].kind, ProblemKind::Structure);
     store.close().await;
+    // The default open checks every page: the same file is refused there.
+    let checked = RedbStore::open(&fixture.path, OpenOptions::new()).await;
+    assert!(
+        matches!(checked, Err(StoreError::Corrupt { .. })),
+        "the default open checks the pages: {:?}",
+        checked.as_ref().err()
+    );
 }
 
 /// A schema-3 redb store (values without checksums) is migrated on open: every value gains

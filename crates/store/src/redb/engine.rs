@@ -83,8 +83,9 @@ impl Drop for Shared {
 }
 
 /// Opens (creating if asked) the database at `path` and checks its schema, on the calling
-/// (writer) thread. The file's contents are not read beyond the header and the schema
-/// version, so this takes the same time whatever the store holds.
+/// (writer) thread. Unless `OpenOptions::check_redb_integrity_on_open` is `false`, redb
+/// checks every page first; otherwise the file's contents are not read beyond the header and
+/// the schema version, and this takes the same time whatever the store holds.
 pub(super) fn open_shared(path: &Path, options: &OpenOptions) -> Result<Shared, StoreError> {
     let label = path.display().to_string();
     prepare_path(path, options)?;
@@ -98,6 +99,9 @@ pub(super) fn open_shared(path: &Path, options: &OpenOptions) -> Result<Shared, 
     let open = || {
         let mut builder = Database::builder();
         builder.set_cache_size(64 * 1024 * 1024);
+        // See `OpenOptions::check_redb_integrity_on_open`: a damaged file must be a typed
+        // error before a write can make redb abort the process.
+        builder.set_check_integrity_on_open(options.check_redb_integrity);
         // Only a zero-length file (one we just created, or a creation interrupted before redb
         // wrote its header) is initialised; anything else must already be a redb file.
         if len == 0 {

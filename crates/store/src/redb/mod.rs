@@ -6,12 +6,15 @@
 //! the file: a second process opening it gets [`StoreError::Locked`]. Leases live in this
 //! process (`LocalLeases`); the writer thread checks fenced writes against them.
 //!
-//! Opening reads the header and the schema version only (no integrity check of the whole
-//! file: that is [`BindingStore::verify`](crate::BindingStore::verify)). redb trusts a cleanly
-//! closed file and may panic on one damaged since; every redb call runs on the store's own
-//! threads under `catch_unwind` (`engine.rs`), so such damage is [`StoreError::Corrupt`], and
-//! the store refuses every later call as `Corrupt` too instead of going on with a database
-//! that panicked.
+//! Opening checks every page of the file by default
+//! ([`OpenOptions::check_redb_integrity_on_open`](crate::OpenOptions::check_redb_integrity_on_open)):
+//! redb trusts a cleanly closed file, and damage in its free-page bookkeeping can make it panic
+//! twice during one commit, which aborts the process. With the check off, opening reads the
+//! header and the schema version only. Either way every redb call runs on the store's own
+//! threads under `catch_unwind` (`engine.rs`), so a panic is [`StoreError::Corrupt`], and the
+//! store refuses every later call as `Corrupt` too instead of going on with a database that
+//! panicked. The whole-store check of records is
+//! [`BindingStore::verify`](crate::BindingStore::verify).
 
 mod engine;
 mod schema;
