@@ -55,8 +55,11 @@
 //!   a damaged record (every SQLite row and redb value carries a checksum) is `Corrupt` when
 //!   it is read, never served; a session record missing beside its rows and a gap in a
 //!   session's rows are `Corrupt` too, never a missing or shorter session.
-//! - Opening a store takes the same time whatever it holds: it reads the header and the schema
-//!   version only. The whole-store check is [`BindingStore::verify`], on request.
+//! - Opening a SQLite store takes the same time whatever it holds: it reads the header and the
+//!   schema version only. redb checks every page on open unless
+//!   [`OpenOptions::check_redb_integrity_on_open`] is `false` (a damaged redb file can make
+//!   redb abort the process on a later commit). The whole-store check is
+//!   [`BindingStore::verify`], on request.
 //! - A panic inside an engine (redb trusts a cleanly closed file) never reaches the caller: it
 //!   is `Corrupt`, and the store answers `Corrupt` to everything after it.
 //! - No engine call runs on an async runtime thread: each durable store has one writer thread
