@@ -119,13 +119,9 @@ impl<B: Backend> BindingStore for Adapter<B> {
         thread_id: &str,
         fence: Option<&Fence>,
     ) -> Result<(), StoreError> {
-        let op = logic::Retire {
-            session_id: session_id.to_string(),
-            thread_id: thread_id.to_string(),
-            fence: fence.cloned(),
-            notify: true,
-        };
-        self.0.write(op).await
+        self.0
+            .write(logic::Retire::new(session_id, thread_id, fence, true))
+            .await
     }
 
     async fn end_thread(
@@ -134,13 +130,9 @@ impl<B: Backend> BindingStore for Adapter<B> {
         thread_id: &str,
         fence: Option<&Fence>,
     ) -> Result<(), StoreError> {
-        let op = logic::Retire {
-            session_id: session_id.to_string(),
-            thread_id: thread_id.to_string(),
-            fence: fence.cloned(),
-            notify: false,
-        };
-        self.0.write(op).await
+        self.0
+            .write(logic::Retire::new(session_id, thread_id, fence, false))
+            .await
     }
 
     async fn list_sessions(

@@ -248,6 +248,23 @@ pub(crate) struct Retire {
     pub(crate) notify: bool,
 }
 
+impl Retire {
+    /// The retire of `thread_id` for `session_id`; `notify` as [`Retire::notify`].
+    pub(crate) fn new(
+        session_id: &str,
+        thread_id: &str,
+        fence: Option<&Fence>,
+        notify: bool,
+    ) -> Self {
+        Retire {
+            session_id: session_id.to_string(),
+            thread_id: thread_id.to_string(),
+            fence: fence.cloned(),
+            notify,
+        }
+    }
+}
+
 impl WriteOp for Retire {
     type Output = ();
 
