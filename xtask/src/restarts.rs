@@ -124,6 +124,7 @@ fn run_all(options: &Options) -> Result<(), String> {
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         plans.push(run::Plan {
             backend: name,
+            host_store_url: view::host_store_url(&url),
             store_url: url,
             dir,
             session_prefix: format!("restarts-{}-{}-{name}", options.seed, std::process::id()),

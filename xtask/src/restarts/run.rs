@@ -34,6 +34,9 @@ pub(crate) struct Plan {
     pub(crate) backend: &'static str,
     /// Its store URL.
     pub(crate) store_url: String,
+    /// The URL host processes get: `store_url`, on PostgreSQL under the hosts' application
+    /// name ([`super::view::host_store_url`]).
+    pub(crate) host_store_url: String,
     /// A directory of its own (the fake's `CODEX_HOME`, event logs, an embedded store).
     pub(crate) dir: PathBuf,
     /// Sessions are named `<prefix>-<n>`.
@@ -210,7 +213,7 @@ impl Runner<'_> {
         let faults = self.faults();
         let event_log = self.plan.dir.join("events.log");
         let spec = HostSpec {
-            store_url: &self.plan.store_url,
+            store_url: &self.plan.host_store_url,
             session: &session,
             message: &message,
             codex_home: &self.plan.dir.join("codex-home"),
@@ -218,21 +221,14 @@ impl Runner<'_> {
             faults: &faults,
         };
         let (ended, progress) = host::run(self.binaries, &spec, kill)?;
-        let mut after = self.view.session(&session)?;
-        if matches!(ended, Ended::Killed) && self.plan.store_url.starts_with("postgres") {
-            // A COMMIT the killed host had sent may still be finishing in the server: read
-            // again until the record holds still, so that its effects are this host's.
-            for _ in 0..50 {
-                std::thread::sleep(Duration::from_millis(20));
-                let again = self.view.session(&session)?;
-                if again == after {
-                    break;
-                }
-                after = again;
-            }
-        }
+        // A COMMIT the killed host had sent may still be running in the PostgreSQL server:
+        // its effects are this host's, so they must be in before the record is read.
+        self.view.wait_for_hosts_gone()?;
         // A host killed early may not have created the session yet.
-        let after = after.unwrap_or_else(|| SessionRecord::new(session.clone(), 0));
+        let after = self
+            .view
+            .session(&session)?
+            .unwrap_or_else(|| SessionRecord::new(session.clone(), 0));
         let outcome = Outcome {
             before,
             after,

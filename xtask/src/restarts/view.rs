@@ -2,19 +2,49 @@
 //!
 //! redb admits one process at a time, so its file is opened for each read and closed before
 //! the next host starts; SQLite and PostgreSQL stay open for the whole run.
+//!
+//! On PostgreSQL a killed host can still change the store after it is dead: a `COMMIT` it had
+//! sent is applied by its server backend, which may be slow to run on a loaded machine. Hosts
+//! connect under [`host_application_name`], and [`StoreView::wait_for_hosts_gone`] waits until
+//! none of their connections is left before the harness reads what a host did.
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rethread_store::{
     open_url, BindingStore, BindingStoreExt, OpenOptions, RedbStore, SessionRecord, TranscriptRow,
 };
+
+/// How long a killed host's PostgreSQL connections may take to go away: far more than a
+/// server backend needs to finish a `COMMIT` and notice the closed socket.
+const HOSTS_GONE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The PostgreSQL `application_name` of this harness's host processes: unique to the harness
+/// process, so that runs sharing a server do not wait for each other.
+pub(crate) fn host_application_name() -> String {
+    format!("rethread-restarts-{}", std::process::id())
+}
+
+/// `url` with the hosts' `application_name` added, for a PostgreSQL URL; other URLs unchanged.
+pub(crate) fn host_store_url(url: &str) -> String {
+    if !url.starts_with("postgres") {
+        return url.to_string();
+    }
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!(
+        "{url}{separator}application_name={}",
+        host_application_name()
+    )
+}
 
 /// A store the harness reads.
 pub(crate) struct StoreView {
     runtime: tokio::runtime::Runtime,
     url: String,
     kind: Kind,
+    /// A plain PostgreSQL session for `pg_stat_activity` (PostgreSQL stores only).
+    activity: Option<tokio_postgres::Client>,
 }
 
 enum Kind {
@@ -47,7 +77,61 @@ impl StoreView {
             runtime,
             url: url.to_string(),
             kind,
+            activity: None,
         })
+    }
+
+    /// Waits until no host connection is left in the PostgreSQL server, so that a `COMMIT` a
+    /// killed host had sent is applied or rolled back before its effects are read. Embedded
+    /// stores return at once: a dead process writes nothing more.
+    pub(crate) fn wait_for_hosts_gone(&mut self) -> Result<(), String> {
+        if !self.url.starts_with("postgres") {
+            return Ok(());
+        }
+        let name = host_application_name();
+        let started = Instant::now();
+        loop {
+            let left = match self.count_host_connections(&name) {
+                Ok(left) => left,
+                // The session went away (a server restarted by another run): once more, anew.
+                Err(_) => {
+                    self.activity = None;
+                    self.count_host_connections(&name)?
+                }
+            };
+            if left == 0 {
+                return Ok(());
+            }
+            if started.elapsed() > HOSTS_GONE_TIMEOUT {
+                return Err(format!(
+                    "{left} connection(s) of a dead host still open in PostgreSQL after \
+                     {HOSTS_GONE_TIMEOUT:?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn count_host_connections(&mut self, name: &str) -> Result<i64, String> {
+        if self.activity.is_none() {
+            // The store's own query parameters (`schema`) mean nothing to a plain session.
+            let base = self.url.split('?').next().unwrap_or(&self.url).to_string();
+            let (client, connection) = self
+                .runtime
+                .block_on(tokio_postgres::connect(&base, tokio_postgres::NoTls))
+                .map_err(|e| format!("cannot connect to PostgreSQL for pg_stat_activity: {e}"))?;
+            self.runtime.spawn(connection);
+            self.activity = Some(client);
+        }
+        let client = self.activity.as_ref().expect("connected above");
+        let row = self
+            .runtime
+            .block_on(client.query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                &[&name],
+            ))
+            .map_err(|e| format!("cannot read pg_stat_activity: {e}"))?;
+        Ok(row.get(0))
     }
 
     /// The session's record, if it exists.
