@@ -14,8 +14,9 @@
 //! 3. every acknowledged turn (exit 0 with a reply) is in the transcript, once;
 //! 4. no retired thread is bound;
 //! 5. each give-up write (the store's retired threads grew) is told by exactly one notice, in
-//!    the first acknowledged turn after it; the only exception counted apart is a host killed
-//!    after committing that first turn and before printing it (its reply is lost with it).
+//!    the first acknowledged turn after it (in its report and on its stderr); the one case
+//!    counted apart is a host killed after committing that first turn and before its report
+//!    (its reply is lost with it), which must have said the notice on stderr before the commit.
 //!
 //! `cargo xtask ci` runs 300 kills per backend; the documented local run is `--kills 1000`.
 

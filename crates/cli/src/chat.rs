@@ -1,8 +1,8 @@
 //! `rethread chat`: one turn, resumed across invocations.
 //!
-//! Notices print on stderr the moment they happen (before the reply); the reply prints on
-//! stdout as codex writes it (`chat/reply.rs`); `--json` prints one object on stdout, also on
-//! failure (`error` and the `notices` said so far). The session's
+//! Notices print on stderr the moment they happen (before the reply), with `--json` too; the
+//! reply prints on stdout as codex writes it (`chat/reply.rs`); `--json` prints one object on
+//! stdout, also on failure (`error` and the `notices` said so far). The session's
 //! lease is released before the process exits, however the turn ended: done, failed, or
 //! interrupted by SIGINT/SIGTERM (exit 130/143). A release that fails after the turn committed
 //! is a warning, never a failure: the turn is durable and must not be retried.
@@ -101,7 +101,7 @@ pub(crate) struct Conversation {
 }
 
 pub(crate) async fn run(store: Arc<dyn BindingStore>, codex: &Path, args: &ChatArgs) -> CliResult {
-    let live = LiveRail::new(args.json);
+    let live = LiveRail::default();
     let rail = StatusRail::new(live.clone());
     let spawned = AppServerClient::builder()
         .rail(rail.clone())

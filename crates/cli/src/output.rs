@@ -191,22 +191,18 @@ pub(crate) fn spinner(message: &str) -> Spinner {
 }
 
 /// The rail of one CLI command: prints lifecycle notices and warnings on stderr the moment
-/// they happen (unless `quiet`), and keeps the lifecycle notices for a JSON report.
-#[derive(Debug, Clone)]
+/// they happen, and keeps the lifecycle notices for a JSON report.
+///
+/// Notices print with `--json` too: a fallback's notice is said when the thread is given up,
+/// before the turn on the new thread commits (and that commit is what clears the store's
+/// pending notice), so a process killed after the commit and before its JSON report has
+/// still said it.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct LiveRail {
-    quiet: bool,
     notices: Arc<Mutex<Vec<String>>>,
 }
 
 impl LiveRail {
-    /// `quiet`: keep the notices only (they go into the JSON report); warnings still print.
-    pub(crate) fn new(quiet: bool) -> Self {
-        LiveRail {
-            quiet,
-            notices: Arc::default(),
-        }
-    }
-
     /// The lifecycle notices so far, in order.
     pub(crate) fn notices(&self) -> Vec<String> {
         self.notices
@@ -220,9 +216,7 @@ impl StatusSink for LiveRail {
     fn emit(&self, event: StatusEvent) {
         match event.kind {
             StatusKind::Lifecycle => {
-                if !self.quiet {
-                    notice(&event.message);
-                }
+                notice(&event.message);
                 self.notices
                     .lock()
                     .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -55,7 +55,10 @@ pub(crate) enum Ended {
         elapsed: Duration,
     },
     /// It was SIGKILLed (with its codex).
-    Killed,
+    Killed {
+        /// What it wrote on stderr before it died (notices print there as they happen).
+        stderr: String,
+    },
 }
 
 /// How far the fake got, in milliseconds after the host was spawned (from its event log).
@@ -130,7 +133,7 @@ pub(crate) fn run(
     let elapsed = started.elapsed();
     let progress = read_progress(spec.event_log, spawned_at);
     let ended = if status.signal() == Some(libc::SIGKILL) {
-        Ended::Killed
+        Ended::Killed { stderr }
     } else {
         Ended::Exited {
             status,

@@ -31,7 +31,7 @@ pub(crate) struct Stats {
     pub(crate) fallbacks: u32,
     /// Fallback notices in acknowledged turns.
     pub(crate) notices: u32,
-    /// Notices that went down with a killed host's committed but unacknowledged turn.
+    /// Notices said only on stderr by a host killed after its commit and before its report.
     pub(crate) notices_unacked: u32,
     /// Acknowledged turns by outcome.
     pub(crate) resumes: u32,

@@ -94,6 +94,11 @@ struct Runner<'a> {
     messages: u64,
 }
 
+/// How many times `stderr` says the notice.
+fn said_on(stderr: &str) -> u32 {
+    stderr.matches(NOTICE).count() as u32
+}
+
 /// How a host ran, for the checks.
 struct Outcome {
     before: Option<SessionRecord>,
@@ -236,7 +241,7 @@ impl Runner<'_> {
             progress,
             message,
         };
-        let killed = matches!(outcome.ended, Ended::Killed);
+        let killed = matches!(outcome.ended, Ended::Killed { .. });
         self.check(outcome, after_kill)
             .map_err(|e| format!("{} session {session}: {e}", self.plan.backend))?;
         Ok(killed)
@@ -262,7 +267,7 @@ impl Runner<'_> {
         self.stats.fallbacks += gave_up;
         self.owed += gave_up;
         match &o.ended {
-            Ended::Killed => {
+            Ended::Killed { stderr } => {
                 let phase = if new_rows > 0 {
                     Phase::AfterCommit
                 } else if o.progress.done_ms.is_some() {
@@ -276,8 +281,17 @@ impl Runner<'_> {
                 };
                 self.stats.kills_by_phase[phase as usize] += 1;
                 if new_rows > 0 && self.owed > 0 {
-                    // The commit that published the new thread cleared the pending notice;
-                    // the host died before printing it, with the reply it came with.
+                    // The commit that published the new thread cleared the pending notice and
+                    // the host died before its report: the notice must have been said on
+                    // stderr when the thread was given up, before that commit.
+                    if said_on(stderr) == 0 {
+                        return Err(format!(
+                            "a fallback's notice was lost: {} give-up write(s), then a turn \
+                             committed on the new thread by a host killed before its report \
+                             that never said the notice on stderr",
+                            self.owed
+                        ));
+                    }
                     self.stats.notices_unacked += self.owed;
                     self.owed = 0;
                 }
@@ -321,7 +335,7 @@ impl Runner<'_> {
                         self.calibration.pop_front();
                     }
                 }
-                self.check_acknowledged(&o, output, new_rows, gave_up)
+                self.check_acknowledged(&o, output, stderr, new_rows, gave_up)
             }
         }
     }
@@ -331,6 +345,7 @@ impl Runner<'_> {
         &mut self,
         o: &Outcome,
         output: &Value,
+        stderr: &str,
         new_rows: u64,
         gave_up: u32,
     ) -> Result<(), String> {
@@ -339,6 +354,14 @@ impl Runner<'_> {
         let notices = output["notices"].as_array().map_or(0, |n| {
             n.iter().filter(|n| n.as_str() == Some(NOTICE)).count()
         }) as u32;
+        // The report's notices were said on stderr too, as they happened.
+        if said_on(stderr) != notices {
+            return Err(format!(
+                "{notices} notice(s) in the report, {} on stderr (turn {:?})",
+                said_on(stderr),
+                o.message
+            ));
+        }
         let bound_before = o
             .before
             .as_ref()
