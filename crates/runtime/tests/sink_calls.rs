@@ -9,10 +9,12 @@ use std::sync::Arc;
 use mockall::{mock, Sequence};
 use rethread_runtime::{
     BinderOptions, BoxError, ClientOptions, OpenOutcome, Publication, RuntimeError, SeedOptions,
-    SessionBinder, SinkDurability, StatusKind, StatusRail, TranscriptSink, RESUME_FALLBACK_NOTICE,
+    SessionBinder, SinkDurability, StatusKind, StatusRail, TranscriptSink, TurnReport,
+    RESUME_FALLBACK_NOTICE,
 };
 use rethread_store::{BindingStore, MemoryStore, TurnCommit};
 use serde_json::{json, Value};
+use tokio::task::JoinHandle;
 
 mock! {
     Sink {}
@@ -53,6 +55,29 @@ fn is_the_turn(session: &str, rows: &[Value], message: &str, reply: &str) -> boo
         && rows[1]["text"] == reply
 }
 
+/// Opens session `s` with `sink` as its transcript and runs one turn with `message`, in a task;
+/// the peer plays codex. The task ends with the open's outcome and the turn's report.
+async fn spawn_turn(
+    store: &Arc<MemoryStore>,
+    sink: MockSink,
+    rail: StatusRail,
+    message: &'static str,
+) -> (
+    JoinHandle<Result<(OpenOutcome, TurnReport), RuntimeError>>,
+    support::Peer,
+) {
+    let (client, peer, _) = support::connect(ClientOptions::default()).await;
+    let mut binder = SessionBinder::new("s", store.clone(), rail)
+        .with_options(options())
+        .with_transcript_sink(Arc::new(sink));
+    let run = tokio::spawn(async move {
+        let mut session = binder.open(&client).await?;
+        let report = session.run_turn(message).await?;
+        Ok((session.outcome().clone(), report))
+    });
+    (run, peer)
+}
+
 /// A store whose session `s` is bound to `thread`; the rows are the host's, not the store's.
 async fn bound_store(thread: &str) -> Arc<MemoryStore> {
     let store = Arc::new(MemoryStore::new());
@@ -79,14 +104,7 @@ async fn a_sink_error_gets_the_turn_once_and_publishes_nothing() {
         .returning(|_, _| Err("disk full".into()));
     // A fresh session has no lost thread to seed a replacement for.
     sink.expect_recent_rows().never();
-    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut binder = SessionBinder::new("s", store.clone(), StatusRail::default())
-        .with_options(options())
-        .with_transcript_sink(Arc::new(sink));
-    let run = tokio::spawn(async move {
-        let mut session = binder.open(&client).await?;
-        session.run_turn("hi").await
-    });
+    let (run, mut peer) = spawn_turn(&store, sink, StatusRail::default(), "hi").await;
     peer.start_thread("t1").await;
     peer.run_turn("t1", "u1", "hello").await;
     match run.await.unwrap() {
@@ -102,14 +120,7 @@ async fn a_failed_turn_never_reaches_the_sink() {
     let mut sink = MockSink::new();
     sink.expect_persist_turn().never();
     sink.expect_recent_rows().never();
-    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut binder = SessionBinder::new("s", store.clone(), StatusRail::default())
-        .with_options(options())
-        .with_transcript_sink(Arc::new(sink));
-    let run = tokio::spawn(async move {
-        let mut session = binder.open(&client).await?;
-        session.run_turn("boom").await
-    });
+    let (run, mut peer) = spawn_turn(&store, sink, StatusRail::default(), "boom").await;
     peer.start_thread("t1").await;
     peer.accept_turn("u1").await;
     peer.notify(
@@ -146,16 +157,8 @@ async fn a_fallback_seeds_from_the_sink_once_then_persists_the_turn_on_the_new_t
         .times(1)
         .in_sequence(&mut order)
         .returning(|_, _| Ok(SinkDurability::Durable));
-    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let (rail, recorded) = StatusRail::recording();
-    let mut binder = SessionBinder::new("s", store.clone(), rail)
-        .with_options(options())
-        .with_transcript_sink(Arc::new(sink));
-    let run = tokio::spawn(async move {
-        let mut session = binder.open(&client).await?;
-        let report = session.run_turn("still there?").await?;
-        Ok::<_, RuntimeError>((session.outcome().clone(), report.publication))
-    });
+    let (run, mut peer) = spawn_turn(&store, sink, rail, "still there?").await;
     let (id, _) = peer.expect("thread/resume").await;
     peer.fail(id, -32600, "no rollout found for thread id dead")
         .await;
@@ -163,12 +166,12 @@ async fn a_fallback_seeds_from_the_sink_once_then_persists_the_turn_on_the_new_t
     let seed = start["developerInstructions"].as_str().unwrap_or_default();
     assert!(seed.contains("PAPAYA"), "seeded from the sink: {start}");
     peer.run_turn("fresh", "u1", "yes").await;
-    let (outcome, publication) = run.await.unwrap().unwrap();
+    let (outcome, report) = run.await.unwrap().unwrap();
     assert!(
         matches!(&outcome, OpenOutcome::FellBack { previous_thread_id, seeded: true, .. } if previous_thread_id == "dead"),
         "{outcome:?}"
     );
-    assert_eq!(publication, Publication::Published);
+    assert_eq!(report.publication, Publication::Published);
     assert_eq!(
         recorded.messages(StatusKind::Lifecycle),
         [RESUME_FALLBACK_NOTICE]
@@ -190,16 +193,8 @@ async fn a_sink_that_cannot_give_the_seed_costs_only_the_seed() {
         .withf(|session, rows| is_the_turn(session, rows, "hi", "hello"))
         .times(1)
         .returning(|_, _| Ok(SinkDurability::Durable));
-    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let (rail, recorded) = StatusRail::recording();
-    let mut binder = SessionBinder::new("s", store.clone(), rail)
-        .with_options(options())
-        .with_transcript_sink(Arc::new(sink));
-    let run = tokio::spawn(async move {
-        let mut session = binder.open(&client).await?;
-        session.run_turn("hi").await?;
-        Ok::<_, RuntimeError>(session.outcome().clone())
-    });
+    let (run, mut peer) = spawn_turn(&store, sink, rail, "hi").await;
     let (id, _) = peer.expect("thread/resume").await;
     peer.fail(id, -32600, "no rollout found for thread id dead")
         .await;
@@ -211,7 +206,7 @@ async fn a_sink_that_cannot_give_the_seed_costs_only_the_seed() {
         "no seed: {start}"
     );
     peer.run_turn("fresh", "u1", "hello").await;
-    let outcome = run.await.unwrap().unwrap();
+    let (outcome, _) = run.await.unwrap().unwrap();
     assert!(
         matches!(&outcome, OpenOutcome::FellBack { seeded: false, .. }),
         "{outcome:?}"
