@@ -3,9 +3,10 @@
 //!
 //! For each backend (SQLite, redb, and PostgreSQL when `RETHREAD_TEST_POSTGRES_URL` is set), in
 //! parallel: `rethread chat --json` processes for one session and one turn against
-//! `fake-codex` (threads kept in a `CODEX_HOME` shared by the run), SIGKILLed with their codex
-//! at random points of the turn (before the resume, during it, mid-turn, during the commit),
-//! each kill followed at once by a new process for the same session. Sometimes the bound
+//! `fake-codex` (threads kept in a `CODEX_HOME` shared by the run), stopped with their codex
+//! at random points of the turn (before the resume, during it, mid-turn, during the commit) by
+//! SIGKILL, or sometimes SIGINT (a terminal's Ctrl-C) or SIGTERM, each stop followed at once by
+//! a new process for the same session. Sometimes the bound
 //! thread is first made unresumable (`no rollout found`), so fallbacks happen. After every
 //! process:
 //!
@@ -17,6 +18,8 @@
 //!    the first acknowledged turn after it (in its report and on its stderr); the one case
 //!    counted apart is a host killed after committing that first turn and before its report
 //!    (its reply is lost with it), which must have said the notice on stderr before the commit.
+//! 6. a process stopped by SIGINT or SIGTERM that did not finish first exits 130 / 143 with an
+//!    `interrupted` report, and then committed nothing (it said the turn was not committed).
 //!
 //! `cargo xtask ci` runs 300 kills per backend; the documented local run is `--kills 1000`.
 

@@ -8,13 +8,15 @@
 //! is a warning, never a failure: the turn is durable and must not be retried.
 
 use std::error::Error;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_runtime::{
     AppServerClient, BinderOptions, ClientError, CodexCommand, OpenOutcome, RuntimeError,
-    SessionBinder, StatusEvent, StatusKind, StatusRail, TurnInput, TurnReport,
+    SessionBinder, StatusEvent, StatusKind, StatusRail, TurnEnd, TurnInput, TurnReport,
 };
 
 mod reply;
@@ -103,31 +105,38 @@ pub(crate) struct Conversation {
 pub(crate) async fn run(store: Arc<dyn BindingStore>, codex: &Path, args: &ChatArgs) -> CliResult {
     let live = LiveRail::default();
     let rail = StatusRail::new(live.clone());
+    // Before codex is spawned: a Ctrl-C from here on is this process's to handle, and codex,
+    // whose spawn blocks signals until it execs, never outlives it holding a copy of the
+    // store's descriptor (redb's lock with it).
+    let mut signal = pin!(interrupted());
     let spawned = AppServerClient::builder()
         .rail(rail.clone())
         .spawn(&CodexCommand::new(codex))
         .await;
     let conversation = match spawned {
         Ok(client) => {
-            let conversation = converse(store, &client, rail, args).await;
+            let conversation = converse(store, &client, rail, args, signal.as_mut()).await;
             client.shutdown().await;
             conversation
         }
         Err(error) => Conversation {
             opened: None,
-            result: Err(Box::new(RuntimeError::from(error))),
+            result: Err(or_interrupted(RuntimeError::from(error).into(), signal.as_mut()).await),
         },
     };
     finish(args, &live.notices(), conversation)
 }
 
-/// Runs the turn, with the session's lease released afterwards however the turn ended (a
-/// signal drops the turn where it stands; nothing of it is committed).
+/// Runs the turn, with the session's lease released afterwards however the turn ended. A
+/// signal before the turn's commit began drops the turn (nothing of it is committed); one that
+/// comes while the turn is being committed lets the commit finish, and the turn is reported as
+/// done: a turn reported as interrupted is never in the store, so retrying it adds it once.
 pub(crate) async fn converse(
     store: Arc<dyn BindingStore>,
     client: &AppServerClient,
     rail: StatusRail,
     args: &ChatArgs,
+    signal: impl Future<Output = Interrupted>,
 ) -> Conversation {
     let options = BinderOptions {
         lease_wait: args.wait,
@@ -136,9 +145,10 @@ pub(crate) async fn converse(
     let mut binder =
         SessionBinder::new(args.session.clone(), store, rail.clone()).with_options(options);
     let mut opened = None;
-    let result = tokio::select! {
-        result = turn(&mut binder, client, args, &mut opened) => result.map_err(BoxError::from),
-        interrupted = interrupted() => Err(BoxError::from(interrupted)),
+    let mut signal = pin!(signal);
+    let result = match turn(&mut binder, client, args, &mut opened, signal.as_mut()).await {
+        Err(error) => Err(or_interrupted(error, signal.as_mut()).await),
+        Ok(report) => Ok(report),
     };
     if let Err(error) = binder.close().await {
         rail.emit(StatusEvent::new(
@@ -149,69 +159,103 @@ pub(crate) async fn converse(
     Conversation { opened, result }
 }
 
+/// `error`, or the interrupt behind it. A terminal's Ctrl-C reaches codex too (one process
+/// group), and codex may die of it before this process sees the signal: codex's connection
+/// closing waits briefly for one, so that the user's interrupt is reported as such (130/143),
+/// not as codex closing (1).
+async fn or_interrupted(
+    error: BoxError,
+    signal: Pin<&mut impl Future<Output = Interrupted>>,
+) -> BoxError {
+    let codex_closed = matches!(
+        error.downcast_ref::<RuntimeError>(),
+        Some(RuntimeError::Client(ClientError::Closed { .. }))
+    );
+    if !codex_closed {
+        return error;
+    }
+    match tokio::time::timeout(SIGNAL_GRACE, signal).await {
+        Ok(interrupted) => interrupted.into(),
+        Err(_) => error,
+    }
+}
+
 async fn turn(
     binder: &mut SessionBinder,
     client: &AppServerClient,
     args: &ChatArgs,
     opened: &mut Option<OpenOutcome>,
-) -> Result<TurnReport, RuntimeError> {
+    mut signal: Pin<&mut impl Future<Output = Interrupted>>,
+) -> Result<TurnReport, BoxError> {
     // A session whose lease another host holds fails here with `SessionBusy` (after
     // `--wait`), whose one-line message names the holder (host, pid, since).
-    let mut session = binder.open(client).await?;
+    let mut session = tokio::select! {
+        session = binder.open(client) => session?,
+        interrupted = signal.as_mut() => return Err(interrupted.into()),
+    };
     *opened = Some(session.outcome().clone());
-    if args.json {
-        return session.run_turn(turn_input(args)).await;
-    }
     // Human output: a spinner on a terminal until the reply starts, then the reply on stdout
-    // as it is written.
-    let spinner = output::spinner(output::SPINNER_MESSAGE);
-    let report = async {
-        let turn = session.run_turn_streamed(turn_input(args)).await?;
-        let mut printer = reply::ReplyPrinter::stdout();
-        let report = turn
-            .finish_with(|event| {
+    // as it is written. (Dropped, the spinner clears itself.)
+    let spinner = (!args.json).then(|| output::spinner(output::SPINNER_MESSAGE));
+    let turn = tokio::select! {
+        turn = session.run_turn_streamed(turn_input(args)) => turn?,
+        interrupted = signal.as_mut() => return Err(interrupted.into()),
+    };
+    let mut printer = (!args.json).then(reply::ReplyPrinter::stdout);
+    let ended = turn
+        .finish_unless(signal, |event| {
+            if let (Some(spinner), Some(printer)) = (&spinner, &mut printer) {
                 if reply::shows_text(event) {
                     spinner.clear();
                 }
                 printer.show(event);
-            })
-            .await;
-        spinner.clear();
-        if let Ok(report) = &report {
-            printer.finish(&report.reply);
+            }
+        })
+        .await;
+    drop(spinner);
+    match ended? {
+        TurnEnd::Completed(report) => {
+            if let Some(printer) = &mut printer {
+                printer.finish(&report.reply);
+            }
+            Ok(*report)
         }
-        report
+        TurnEnd::Stopped(interrupted) => Err(interrupted.into()),
     }
-    .await;
-    // A turn that failed before its reply started; an interrupted one drops the spinner.
-    spinner.clear();
-    report
 }
 
-/// Resolves when SIGINT or SIGTERM arrives (never, if the handlers cannot be installed).
-async fn interrupted() -> Interrupted {
+/// How long a turn ended by codex closing waits for the SIGINT or SIGTERM that may have ended
+/// codex (the same signal, sent to the whole process group, reaching this process later).
+const SIGNAL_GRACE: Duration = Duration::from_millis(500);
+
+/// Installs the SIGINT and SIGTERM handlers now, and returns what resolves when either arrives
+/// (never, if they cannot be installed).
+fn interrupted() -> impl Future<Output = Interrupted> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut int), Ok(mut term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
-            return std::future::pending().await;
-        };
-        tokio::select! {
-            _ = int.recv() => Interrupted { signal: "SIGINT", code: output::EXIT_SIGINT },
-            _ = term.recv() => Interrupted { signal: "SIGTERM", code: output::EXIT_SIGTERM },
+        let handlers = signal(SignalKind::interrupt())
+            .and_then(|int| Ok((int, signal(SignalKind::terminate())?)));
+        async move {
+            let Ok((mut int, mut term)) = handlers else {
+                return std::future::pending().await;
+            };
+            tokio::select! {
+                _ = int.recv() => Interrupted { signal: "SIGINT", code: output::EXIT_SIGINT },
+                _ = term.recv() => Interrupted { signal: "SIGTERM", code: output::EXIT_SIGTERM },
+            }
         }
     }
     #[cfg(not(unix))]
     {
-        if tokio::signal::ctrl_c().await.is_err() {
-            return std::future::pending().await;
-        }
-        Interrupted {
-            signal: "SIGINT",
-            code: output::EXIT_SIGINT,
+        async {
+            if tokio::signal::ctrl_c().await.is_err() {
+                return std::future::pending().await;
+            }
+            Interrupted {
+                signal: "SIGINT",
+                code: output::EXIT_SIGINT,
+            }
         }
     }
 }
@@ -348,7 +392,8 @@ mod tests {
             .connect(reader, writer)
             .await
             .unwrap();
-        let conversation = converse(store, &client, rail, &args("s1")).await;
+        let conversation =
+            converse(store, &client, rail, &args("s1"), std::future::pending()).await;
         assert_eq!(faults.calls("release_lease"), 1, "the release was tried");
         let report = conversation.result.as_ref().expect("the turn stands");
         assert_eq!(report.reply, "echo: hello");

@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -770,6 +771,49 @@ fn an_interrupted_or_killed_chat_never_stalls_the_next_one() {
         let out = sandbox.run(&["chat", "--session", "s1", "--json", "again"]);
         assert!(out.status.success(), "after SIG{signal}: {}", stderr(&out));
     }
+}
+
+/// A terminal's Ctrl-C reaches codex too (one process group). When codex dies of it before
+/// `chat` has seen its own SIGINT, the turn still ends as interrupted (130), not as codex
+/// closing (1), and the next run is not busy.
+#[test]
+fn a_ctrl_c_that_ends_codex_first_is_still_an_interrupt() {
+    let mut sandbox = Sandbox::fake();
+    let events = sandbox.dir.path().join("events.log");
+    let fake = sandbox.codex.clone();
+    // codex as the Ctrl-C leaves it: once the turn is under way codex dies at once (its output
+    // closes), and the signal reaches `chat`, its parent, a moment later.
+    let wrapper = sandbox.dir.path().join("codex-then-ctrl-c");
+    // (A background job's stdin is /dev/null unless given one: codex gets ours through fd 3.)
+    let body = format!(
+        "exec 3<&0\n\"{fake}\" \"$@\" <&3 3<&- &\ncodex=$!\nexec >&- <&- 3<&-\n\
+         until grep -q 'request turn/start' \"{events}\" 2>/dev/null; do sleep 0.01; done\n\
+         kill -KILL $codex\nsleep 0.05\nkill -INT $PPID\nwait\n",
+        fake = fake.display(),
+        events = events.display()
+    );
+    std::fs::write(&wrapper, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    sandbox.codex = wrapper;
+    sandbox
+        .env
+        .push(("FAKE_CODEX_EVENT_LOG".into(), events.display().to_string()));
+    sandbox.env.push((
+        "FAKE_CODEX_FAULTS".into(),
+        r#"{"faults":[{"kind":"slow_turn","millis":60000}]}"#.into(),
+    ));
+    let out = sandbox.run(&["chat", "--session", "s1", "--json", "slow"]);
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["error"]["kind"], "interrupted", "{report}");
+    // At once, without `--wait`: the session is free.
+    sandbox.codex = fake;
+    sandbox.env.clear();
+    let again = sandbox.chat_json("s1", "again");
+    assert_eq!(
+        again["outcome"], "started",
+        "the interrupted turn bound nothing"
+    );
 }
 
 /// `--wait SECS` outwaits a holder whose lease expires meanwhile; without it, exit 75.

@@ -48,7 +48,7 @@ pub use rethread_runtime::{
     ClientBuilder, ClientError, ClientOptions, CodexCommand, CodexSession, DeclineAll, OpenOutcome,
     RuntimeError, SeedOptions, ServerRequestHandler, SessionBinder, SessionLease, SinkDurability,
     StatusEvent, StatusKind, StatusRail, StatusSink, ThreadEvent, ThreadEvents, ThreadHealth,
-    Transcript, TranscriptSink, TurnEvent, TurnInput, TurnReport, TurnStream,
+    Transcript, TranscriptSink, TurnEnd, TurnEvent, TurnInput, TurnReport, TurnStream,
     RESUME_FALLBACK_NOTICE,
 };
 #[cfg(feature = "postgres")]

@@ -117,4 +117,4 @@ pub use probe::{probe_thread, ThreadHealth, ThreadProbe};
 pub use rail::{RecordedEvents, StatusEvent, StatusKind, StatusRail, StatusSink};
 pub use session::{CodexSession, OpenOutcome};
 pub use sink::{SinkDurability, Transcript, TranscriptSink};
-pub use turn::{TurnEvent, TurnInput, TurnReport, TurnStream};
+pub use turn::{TurnEnd, TurnEvent, TurnInput, TurnReport, TurnStream};

@@ -9,7 +9,10 @@
 //! and can neither take them nor stall the loop.
 
 use std::fmt;
-use std::pin::Pin;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::{Stream, StreamExt};
@@ -162,12 +165,25 @@ pub enum TurnEvent {
 ///
 /// The turn advances as the stream is read: a host that stops reading holds up this turn
 /// (and, once its buffer is full, the connection's other threads). Dropping the stream before
-/// the end abandons the turn: `turn/interrupt` is sent in the background and nothing is
-/// committed.
+/// the end abandons the turn: `turn/interrupt` is sent in the background, and nothing is
+/// committed unless the commit had already begun ([`TurnStream::is_committing`]; the store
+/// then finishes it). To stop a turn without that doubt, use [`TurnStream::finish_unless`].
 pub struct TurnStream<'a> {
     thread_id: String,
     turn_id: String,
+    /// Set when the turn's commit begins (shared with the loop).
+    committing: Arc<AtomicBool>,
     inner: Pin<Box<dyn Stream<Item = Result<TurnEvent, RuntimeError>> + Send + 'a>>,
+}
+
+/// How [`TurnStream::finish_unless`] ended.
+#[derive(Debug)]
+pub enum TurnEnd<S> {
+    /// The turn completed and was committed: its report.
+    Completed(Box<TurnReport>),
+    /// The stop came first, before the turn's commit began: the turn was abandoned (codex is
+    /// asked to interrupt it) and nothing of it was committed. The stop's output.
+    Stopped(S),
 }
 
 impl fmt::Debug for TurnStream<'_> {
@@ -195,6 +211,51 @@ impl TurnStream<'_> {
         self.inner.next().await
     }
 
+    /// Whether the turn's commit has begun (codex completed the turn and its rows are being
+    /// made durable). From then on dropping the stream does not undo the commit: the store
+    /// finishes it. [`TurnStream::finish_unless`] reads such a turn to its end.
+    pub fn is_committing(&self) -> bool {
+        self.committing.load(Ordering::SeqCst)
+    }
+
+    /// Reads the turn to its end like [`TurnStream::finish_with`], unless `stop` resolves
+    /// first (a host's Ctrl-C, a shutdown): then a turn whose commit has not begun is
+    /// abandoned, nothing of it committed, and [`TurnEnd::Stopped`] returned; a turn already
+    /// committing is read to its end and reported as [`TurnEnd::Completed`]. So a turn reported
+    /// as stopped is never in the store, and a host that retries it adds it once.
+    pub async fn finish_unless<S: Future>(
+        mut self,
+        stop: S,
+        mut each: impl FnMut(&TurnEvent),
+    ) -> Result<TurnEnd<S::Output>, RuntimeError> {
+        let mut stop = pin!(stop);
+        let mut stopped = false;
+        loop {
+            let event = if stopped {
+                self.next().await
+            } else {
+                tokio::select! {
+                    event = self.next() => event,
+                    output = stop.as_mut() => {
+                        // The commit, if begun, lives in the stream's state, not in the
+                        // dropped `next()`: it goes on when the stream is read again.
+                        if !self.is_committing() {
+                            return Ok(TurnEnd::Stopped(output));
+                        }
+                        stopped = true;
+                        continue;
+                    }
+                }
+            };
+            match event {
+                Some(Ok(TurnEvent::Completed(report))) => return Ok(TurnEnd::Completed(report)),
+                Some(Ok(event)) => each(&event),
+                Some(Err(error)) => return Err(error),
+                None => return Err(self.ended_early()),
+            }
+        }
+    }
+
     /// Reads the turn to its end and returns its report (what
     /// [`CodexSession::run_turn`](crate::CodexSession::run_turn) does).
     pub async fn finish(self) -> Result<TurnReport, RuntimeError> {
@@ -213,12 +274,16 @@ impl TurnStream<'_> {
                 event => each(&event),
             }
         }
-        Err(RuntimeError::TurnFailed {
+        Err(self.ended_early())
+    }
+
+    fn ended_early(&self) -> RuntimeError {
+        RuntimeError::TurnFailed {
             thread_id: self.thread_id.clone(),
             turn_id: self.turn_id.clone(),
             status: "ended".to_string(),
             message: "the turn's events ended before it completed".to_string(),
-        })
+        }
     }
 }
 
@@ -285,7 +350,9 @@ pub(crate) async fn start_turn(
     };
     span.record("turn_id", turn_id.as_str());
     let deadline = started_at + session.turn_timeout;
+    let committing = Arc::new(AtomicBool::new(false));
     let run = TurnRun {
+        committing: Arc::clone(&committing),
         session,
         events: Some(events),
         input,
@@ -305,6 +372,7 @@ pub(crate) async fn start_turn(
     Ok(TurnStream {
         thread_id,
         turn_id,
+        committing,
         inner: Box::pin(inner),
     })
 }
@@ -339,6 +407,8 @@ struct TurnRun<'a> {
     usage: Option<ThreadTokenUsage>,
     done: bool,
     observe: Outcome,
+    /// Set right before the commit begins ([`TurnStream::is_committing`]).
+    committing: Arc<AtomicBool>,
 }
 
 impl TurnRun<'_> {
@@ -461,6 +531,7 @@ impl TurnRun<'_> {
         };
         let session = &self.session;
         let rows = project_turn_input(&self.thread_id, &self.turn_id, self.input.items(), &items);
+        self.committing.store(true, Ordering::SeqCst);
         let committed = commit_turn(
             session.store,
             session.transcript,
@@ -507,8 +578,10 @@ impl Drop for TurnRun<'_> {
         if self.done {
             return;
         }
-        // Abandoned mid-turn (the stream, or `run_turn`'s future, was dropped): nothing is
-        // committed, and codex is asked to stop so that the thread is free for the next turn.
+        // Abandoned (the stream, or `run_turn`'s future, was dropped). Before the commit began
+        // nothing is committed; during it, the store may still finish the commit (its writer
+        // does not stop with the future), which is why `finish_unless` never abandons a turn
+        // that is committing. Codex is asked to stop so that the thread is free.
         self.events = None;
         self.observe.record("abandoned");
         let Ok(handle) = tokio::runtime::Handle::try_current() else {

@@ -41,6 +41,34 @@ pub(crate) struct HostSpec<'a> {
     pub(crate) faults: &'a str,
 }
 
+/// How the harness stops a host: as a crash (SIGKILL), or as a terminal's Ctrl-C or a
+/// supervisor's stop would (SIGINT, SIGTERM). Each goes to the host's whole process group, its
+/// codex included, as a terminal or a container's stop sends it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    Kill,
+    Interrupt,
+    Terminate,
+}
+
+impl Stop {
+    fn signal(self) -> i32 {
+        match self {
+            Stop::Kill => libc::SIGKILL,
+            Stop::Interrupt => libc::SIGINT,
+            Stop::Terminate => libc::SIGTERM,
+        }
+    }
+
+    /// The exit code `chat` promises for the signal (`128 + n`); none for SIGKILL.
+    fn exit_code(self) -> Option<i32> {
+        match self {
+            Stop::Kill => None,
+            Stop::Interrupt | Stop::Terminate => Some(128 + self.signal()),
+        }
+    }
+}
+
 /// How a host process ended.
 #[derive(Debug)]
 pub(crate) enum Ended {
@@ -54,9 +82,16 @@ pub(crate) enum Ended {
         /// From spawn to exit.
         elapsed: Duration,
     },
-    /// It was SIGKILLed (with its codex).
+    /// It died of a signal (SIGKILL, or SIGINT/SIGTERM before its handlers were installed).
     Killed {
         /// What it wrote on stderr before it died (notices print there as they happen).
+        stderr: String,
+    },
+    /// Stopped by the SIGINT or SIGTERM sent to it, it exited with `128 + n` as `chat`
+    /// promises.
+    Interrupted {
+        /// Its stdout, parsed (`chat --json` prints one object, a failure included).
+        output: Option<Value>,
         stderr: String,
     },
 }
@@ -72,12 +107,12 @@ pub(crate) struct Progress {
     pub(crate) done_ms: Option<u64>,
 }
 
-/// Runs one host; SIGKILLs it (and its process group) `kill_after` after the spawn if it is
-/// still running then. Returns how it ended and the fake's progress.
+/// Runs one host; stops it (and its process group) as `stop` says, `delay` after the spawn, if
+/// it is still running then. Returns how it ended and the fake's progress.
 pub(crate) fn run(
     binaries: &Binaries,
     spec: &HostSpec<'_>,
-    kill_after: Option<Duration>,
+    stop: Option<(Duration, Stop)>,
 ) -> Result<(Ended, Progress), String> {
     let _ = std::fs::remove_file(spec.event_log);
     let mut command = Command::new(&binaries.rethread);
@@ -104,7 +139,8 @@ pub(crate) fn run(
     let mut child = command
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", binaries.rethread.display()))?;
-    if let Some(delay) = kill_after {
+    let mut sent = None;
+    if let Some((delay, stop)) = stop {
         std::thread::sleep(delay);
         let running = child
             .try_wait()
@@ -115,8 +151,9 @@ pub(crate) fn run(
             // SAFETY: `kill` has no memory effects; the group is the unreaped child's own, so
             // its id cannot have been reused.
             unsafe {
-                libc::kill(-group, libc::SIGKILL);
+                libc::kill(-group, stop.signal());
             }
+            sent = Some(stop);
         }
     }
     let mut stdout = String::new();
@@ -132,8 +169,16 @@ pub(crate) fn run(
         .map_err(|e| format!("cannot wait for the host: {e}"))?;
     let elapsed = started.elapsed();
     let progress = read_progress(spec.event_log, spawned_at);
-    let ended = if status.signal() == Some(libc::SIGKILL) {
+    let interrupted = sent
+        .and_then(Stop::exit_code)
+        .is_some_and(|code| status.code() == Some(code));
+    let ended = if status.signal().is_some() {
         Ended::Killed { stderr }
+    } else if interrupted {
+        Ended::Interrupted {
+            output: serde_json::from_str(stdout.trim()).ok(),
+            stderr,
+        }
     } else {
         Ended::Exited {
             status,

@@ -23,8 +23,10 @@ const PHASES: [&str; 5] = ["pre-open", "open", "mid-turn", "commit", "post-commi
 /// The counts of one backend run.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Stats {
-    /// Kills, by [`Phase`].
+    /// Stops (SIGKILL, SIGINT, SIGTERM), by [`Phase`].
     pub(crate) kills_by_phase: [u32; 5],
+    /// Of them, hosts stopped by SIGINT or SIGTERM that exited `130` / `143` as promised.
+    pub(crate) interrupts: u32,
     /// Threads made unresumable.
     pub(crate) lost: u32,
     /// Give-up writes (the store's retired threads grew).
@@ -70,16 +72,17 @@ fn ms(d: Duration) -> String {
 pub(crate) fn table(rows: &[(&str, &Stats)]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "| backend | kills | {} | lost | fallbacks | notices | unacked | resumed | started \
+        "| backend | kills | int/term | {} | lost | fallbacks | notices | unacked | resumed | started \
          | fell back | restart p50 ms | restart max ms | turn p50 ms | wall s |\n",
         PHASES.join(" | ")
     ));
-    out.push_str(&format!("|{}\n", "---|".repeat(18)));
+    out.push_str(&format!("|{}\n", "---|".repeat(19)));
     for (backend, s) in rows {
         let phases: Vec<String> = s.kills_by_phase.iter().map(u32::to_string).collect();
         out.push_str(&format!(
-            "| {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} |\n",
+            "| {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} |\n",
             s.kills(),
+            s.interrupts,
             phases.join(" | "),
             s.lost,
             s.fallbacks,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rethread_store::SessionRecord;
 use serde_json::{json, Value};
 
-use super::host::{self, Binaries, Ended, HostSpec, Progress, Rng, LEASE_TTL};
+use super::host::{self, Binaries, Ended, HostSpec, Progress, Rng, Stop, LEASE_TTL};
 use super::report::{Phase, Stats};
 use super::view::StoreView;
 
@@ -26,6 +26,10 @@ const ITERATIONS_PER_SESSION: u32 = 40;
 const LOSE_CHANCE: f64 = 0.12;
 /// How often a kill is followed by a second kill before a host may finish.
 const DOUBLE_KILL_CHANCE: f64 = 0.25;
+/// How often a host is stopped by SIGINT (a terminal's Ctrl-C) and by SIGTERM (a supervisor's
+/// stop) instead of SIGKILL.
+const INTERRUPT_CHANCE: f64 = 0.15;
+const TERMINATE_CHANCE: f64 = 0.15;
 
 /// What one backend run does.
 #[derive(Debug, Clone)]
@@ -94,6 +98,13 @@ struct Runner<'a> {
     messages: u64,
 }
 
+/// How many times a `chat --json` report lists the notice.
+fn notices_in(report: &Value) -> u32 {
+    report["notices"].as_array().map_or(0, |n| {
+        n.iter().filter(|n| n.as_str() == Some(NOTICE)).count()
+    }) as u32
+}
+
 /// How many times `stderr` says the notice.
 fn said_on(stderr: &str) -> u32 {
     stderr.matches(NOTICE).count() as u32
@@ -131,8 +142,8 @@ impl Runner<'_> {
             };
             let mut killed = false;
             for _ in 0..victims {
-                let delay = self.kill_delay();
-                killed |= self.host(Some(delay), killed)?;
+                let stop = (self.kill_delay(), self.pick_stop());
+                killed |= self.host(Some(stop), killed)?;
             }
             // The restart: a new host for the same session, at once.
             self.host(None, killed)?;
@@ -200,6 +211,18 @@ impl Runner<'_> {
         self.rng.between_ms(edges[phase], edges[phase + 1])
     }
 
+    /// SIGKILL mostly; sometimes SIGINT or SIGTERM.
+    fn pick_stop(&mut self) -> Stop {
+        let draw = self.rng.unit();
+        if draw < INTERRUPT_CHANCE {
+            Stop::Interrupt
+        } else if draw < INTERRUPT_CHANCE + TERMINATE_CHANCE {
+            Stop::Terminate
+        } else {
+            Stop::Kill
+        }
+    }
+
     fn faults(&self) -> String {
         let mut faults = vec![json!({"kind": "slow_turn", "millis": self.plan.slow_turn_ms})];
         if !self.lost.is_empty() {
@@ -208,9 +231,9 @@ impl Runner<'_> {
         json!({ "faults": faults }).to_string()
     }
 
-    /// Runs one host (killed after `kill` if given) and checks what it left. `after_kill`: it
-    /// is the restart right after a kill. Returns whether it was killed.
-    fn host(&mut self, kill: Option<Duration>, after_kill: bool) -> Result<bool, String> {
+    /// Runs one host (stopped as `stop` says, if given) and checks what it left. `after_kill`:
+    /// it is the restart right after a stop. Returns whether it was stopped.
+    fn host(&mut self, stop: Option<(Duration, Stop)>, after_kill: bool) -> Result<bool, String> {
         self.messages += 1;
         let message = format!("{} turn {}", self.plan.backend, self.messages);
         let session = self.session().to_string();
@@ -225,7 +248,7 @@ impl Runner<'_> {
             event_log: &event_log,
             faults: &faults,
         };
-        let (ended, progress) = host::run(self.binaries, &spec, kill)?;
+        let (ended, progress) = host::run(self.binaries, &spec, stop)?;
         // A COMMIT the killed host had sent may still be running in the PostgreSQL server:
         // its effects are this host's, so they must be in before the record is read.
         self.view.wait_for_hosts_gone()?;
@@ -241,7 +264,10 @@ impl Runner<'_> {
             progress,
             message,
         };
-        let killed = matches!(outcome.ended, Ended::Killed { .. });
+        let killed = matches!(
+            outcome.ended,
+            Ended::Killed { .. } | Ended::Interrupted { .. }
+        );
         self.check(outcome, after_kill)
             .map_err(|e| format!("{} session {session}: {e}", self.plan.backend))?;
         Ok(killed)
@@ -267,35 +293,36 @@ impl Runner<'_> {
         self.stats.fallbacks += gave_up;
         self.owed += gave_up;
         match &o.ended {
-            Ended::Killed { stderr } => {
-                let phase = if new_rows > 0 {
-                    Phase::AfterCommit
-                } else if o.progress.done_ms.is_some() {
-                    Phase::Commit
-                } else if o.progress.turn_ms.is_some() {
-                    Phase::MidTurn
-                } else if o.progress.opened_ms.is_some() {
-                    Phase::Open
-                } else {
-                    Phase::BeforeOpen
+            Ended::Killed { stderr } => self.check_stopped(&o, stderr, new_rows),
+            Ended::Interrupted { output, stderr } => {
+                self.stats.interrupts += 1;
+                // One JSON object that names the interrupt, with the notices said so far.
+                let Some(output) = output
+                    .as_ref()
+                    .filter(|v| v["error"]["kind"] == "interrupted")
+                else {
+                    return Err(format!(
+                        "an interrupted host printed no `interrupted` report: {output:?}; \
+                         stderr: {}",
+                        stderr.trim()
+                    ));
                 };
-                self.stats.kills_by_phase[phase as usize] += 1;
-                if new_rows > 0 && self.owed > 0 {
-                    // The commit that published the new thread cleared the pending notice and
-                    // the host died before its report: the notice must have been said on
-                    // stderr when the thread was given up, before that commit.
-                    if said_on(stderr) == 0 {
-                        return Err(format!(
-                            "a fallback's notice was lost: {} give-up write(s), then a turn \
-                             committed on the new thread by a host killed before its report \
-                             that never said the notice on stderr",
-                            self.owed
-                        ));
-                    }
-                    self.stats.notices_unacked += self.owed;
-                    self.owed = 0;
+                // `chat` reports an interrupted turn as not committed: the user may retry it.
+                if new_rows > 0 {
+                    return Err(format!(
+                        "a host reported its turn {:?} as interrupted, but committed it \
+                         (a retry would add it twice)",
+                        o.message
+                    ));
                 }
-                Ok(())
+                let reported = notices_in(output);
+                if reported != said_on(stderr) {
+                    return Err(format!(
+                        "{reported} notice(s) in the interrupted report, {} on stderr",
+                        said_on(stderr)
+                    ));
+                }
+                self.check_stopped(&o, stderr, new_rows)
             }
             Ended::Exited {
                 status,
@@ -340,6 +367,39 @@ impl Runner<'_> {
         }
     }
 
+    /// A host that was stopped (killed, or interrupted and exited as promised): where the stop
+    /// landed, and (5) for a commit it made without acknowledging it.
+    fn check_stopped(&mut self, o: &Outcome, stderr: &str, new_rows: u64) -> Result<(), String> {
+        let phase = if new_rows > 0 {
+            Phase::AfterCommit
+        } else if o.progress.done_ms.is_some() {
+            Phase::Commit
+        } else if o.progress.turn_ms.is_some() {
+            Phase::MidTurn
+        } else if o.progress.opened_ms.is_some() {
+            Phase::Open
+        } else {
+            Phase::BeforeOpen
+        };
+        self.stats.kills_by_phase[phase as usize] += 1;
+        if new_rows > 0 && self.owed > 0 {
+            // The commit that published the new thread cleared the pending notice and the host
+            // stopped before its report: the notice must have been said on stderr when the
+            // thread was given up, before that commit.
+            if said_on(stderr) == 0 {
+                return Err(format!(
+                    "a fallback's notice was lost: {} give-up write(s), then a turn committed \
+                     on the new thread by a host stopped before its report that never said \
+                     the notice on stderr",
+                    self.owed
+                ));
+            }
+            self.stats.notices_unacked += self.owed;
+            self.owed = 0;
+        }
+        Ok(())
+    }
+
     /// (2), (3) and (5) for a host that acknowledged its turn.
     fn check_acknowledged(
         &mut self,
@@ -351,9 +411,7 @@ impl Runner<'_> {
     ) -> Result<(), String> {
         let text = |key: &str| output[key].as_str().unwrap_or_default().to_string();
         let (thread, outcome, reply) = (text("thread_id"), text("outcome"), text("reply"));
-        let notices = output["notices"].as_array().map_or(0, |n| {
-            n.iter().filter(|n| n.as_str() == Some(NOTICE)).count()
-        }) as u32;
+        let notices = notices_in(output);
         // The report's notices were said on stderr too, as they happened.
         if said_on(stderr) != notices {
             return Err(format!(

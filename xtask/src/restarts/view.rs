@@ -184,7 +184,7 @@ impl StoreView {
             let read = match &self.kind {
                 Kind::Open(store) => op(Arc::clone(store)).await,
                 Kind::Redb(path) => {
-                    let store = match RedbStore::open(path, OpenOptions::default()).await {
+                    let store = match open_redb(path).await {
                         Ok(store) => Arc::new(store),
                         Err(e) => {
                             return Err(ReadError::Open(format!("cannot open the store: {e}")))
@@ -200,5 +200,36 @@ impl StoreView {
             };
             read.map_err(|e| ReadError::Read(format!("store read failed: {e}")))
         })
+    }
+}
+
+/// How long the view waits for redb's lock on the file after a host exited.
+const REDB_LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// Opens the redb file between two hosts. Rarely (seen about once in a few thousand stops by
+/// SIGINT or SIGTERM, never by SIGKILL) the file is still locked for a few milliseconds after
+/// the stopped host was reaped; no holder was found in `/proc` by then. The view waits for
+/// the lock and says so; a host that found the file locked would exit 75 and fail the run.
+async fn open_redb(path: &std::path::Path) -> Result<RedbStore, rethread_store::StoreError> {
+    let started = Instant::now();
+    let mut waited = false;
+    loop {
+        match RedbStore::open(path, OpenOptions::default()).await {
+            Err(rethread_store::StoreError::Locked { .. })
+                if started.elapsed() < REDB_LOCK_WAIT =>
+            {
+                waited = true;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Ok(store) if waited => {
+                eprintln!(
+                    "restarts redb: the store was still locked after the host exited; \
+                     opened after {:?}",
+                    started.elapsed()
+                );
+                return Ok(store);
+            }
+            result => return result,
+        }
     }
 }
