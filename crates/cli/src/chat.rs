@@ -196,15 +196,19 @@ async fn turn(
     *opened = Some(session.outcome().clone());
     // Human output: a spinner on a terminal until the reply starts, then the reply on stdout
     // as it is written. (Dropped, the spinner clears itself.)
-    let spinner = (!args.json).then(|| output::spinner(output::SPINNER_MESSAGE));
+    let mut human = (!args.json).then(|| {
+        (
+            output::spinner(output::SPINNER_MESSAGE),
+            reply::ReplyPrinter::stdout(),
+        )
+    });
     let turn = tokio::select! {
         turn = session.run_turn_streamed(turn_input(args)) => turn?,
         interrupted = signal.as_mut() => return Err(interrupted.into()),
     };
-    let mut printer = (!args.json).then(reply::ReplyPrinter::stdout);
     let ended = turn
         .finish_unless(signal, |event| {
-            if let (Some(spinner), Some(printer)) = (&spinner, &mut printer) {
+            if let Some((spinner, printer)) = &mut human {
                 if reply::shows_text(event) {
                     spinner.clear();
                 }
@@ -212,10 +216,10 @@ async fn turn(
             }
         })
         .await;
-    drop(spinner);
+    let printer = human.map(|(_spinner, printer)| printer);
     match ended? {
         TurnEnd::Completed(report) => {
-            if let Some(printer) = &mut printer {
+            if let Some(mut printer) = printer {
                 printer.finish(&report.reply);
             }
             Ok(*report)

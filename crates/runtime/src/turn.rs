@@ -251,7 +251,14 @@ impl TurnStream<'_> {
                 Some(Ok(TurnEvent::Completed(report))) => return Ok(TurnEnd::Completed(report)),
                 Some(Ok(event)) => each(&event),
                 Some(Err(error)) => return Err(error),
-                None => return Err(self.ended_early()),
+                None => {
+                    return Err(RuntimeError::TurnFailed {
+                        thread_id: self.thread_id.clone(),
+                        turn_id: self.turn_id.clone(),
+                        status: "ended".to_string(),
+                        message: "the turn's events ended before it completed".to_string(),
+                    })
+                }
             }
         }
     }
@@ -265,24 +272,14 @@ impl TurnStream<'_> {
     /// Reads the turn to its end, handing every event before the last to `each`, and returns
     /// its report.
     pub async fn finish_with(
-        mut self,
-        mut each: impl FnMut(&TurnEvent),
+        self,
+        each: impl FnMut(&TurnEvent),
     ) -> Result<TurnReport, RuntimeError> {
-        while let Some(event) = self.next().await {
-            match event? {
-                TurnEvent::Completed(report) => return Ok(*report),
-                event => each(&event),
-            }
-        }
-        Err(self.ended_early())
-    }
-
-    fn ended_early(&self) -> RuntimeError {
-        RuntimeError::TurnFailed {
-            thread_id: self.thread_id.clone(),
-            turn_id: self.turn_id.clone(),
-            status: "ended".to_string(),
-            message: "the turn's events ended before it completed".to_string(),
+        // The same loop as `finish_unless`, with a stop that never comes.
+        let never = std::future::pending::<std::convert::Infallible>();
+        match self.finish_unless(never, each).await? {
+            TurnEnd::Completed(report) => Ok(*report),
+            TurnEnd::Stopped(never) => match never {},
         }
     }
 }

@@ -78,6 +78,15 @@ async fn spawn_turn(
     (run, peer)
 }
 
+/// Codex as it answers for a lost thread: the resume of `dead` fails (`no rollout found`), and
+/// the fallback's `thread/start` gets thread `fresh`. Returns that start's parameters.
+async fn lose_dead_and_start_fresh(peer: &mut support::Peer) -> Value {
+    let (id, _) = peer.expect("thread/resume").await;
+    peer.fail(id, -32600, "no rollout found for thread id dead")
+        .await;
+    peer.start_thread("fresh").await
+}
+
 /// A store whose session `s` is bound to `thread`; the rows are the host's, not the store's.
 async fn bound_store(thread: &str) -> Arc<MemoryStore> {
     let store = Arc::new(MemoryStore::new());
@@ -159,10 +168,7 @@ async fn a_fallback_seeds_from_the_sink_once_then_persists_the_turn_on_the_new_t
         .returning(|_, _| Ok(SinkDurability::Durable));
     let (rail, recorded) = StatusRail::recording();
     let (run, mut peer) = spawn_turn(&store, sink, rail, "still there?").await;
-    let (id, _) = peer.expect("thread/resume").await;
-    peer.fail(id, -32600, "no rollout found for thread id dead")
-        .await;
-    let start = peer.start_thread("fresh").await;
+    let start = lose_dead_and_start_fresh(&mut peer).await;
     let seed = start["developerInstructions"].as_str().unwrap_or_default();
     assert!(seed.contains("PAPAYA"), "seeded from the sink: {start}");
     peer.run_turn("fresh", "u1", "yes").await;
@@ -195,10 +201,7 @@ async fn a_sink_that_cannot_give_the_seed_costs_only_the_seed() {
         .returning(|_, _| Ok(SinkDurability::Durable));
     let (rail, recorded) = StatusRail::recording();
     let (run, mut peer) = spawn_turn(&store, sink, rail, "hi").await;
-    let (id, _) = peer.expect("thread/resume").await;
-    peer.fail(id, -32600, "no rollout found for thread id dead")
-        .await;
-    let start = peer.start_thread("fresh").await;
+    let start = lose_dead_and_start_fresh(&mut peer).await;
     assert!(
         start
             .get("developerInstructions")
