@@ -345,3 +345,20 @@ async fn store_urls_name_their_store_without_a_password() {
         Some(std::path::Path::new("relative/dir/s.redb"))
     );
 }
+
+/// Hosts that start together open a new SQLite store together. Switching a new file to WAL
+/// takes an exclusive lock, and SQLite answers the losers `database is locked` at once instead
+/// of waiting out its busy timeout; every open must still succeed (found when `chat` and a
+/// test's probe created one store at the same moment).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_creating_one_sqlite_store_together_all_open_it() {
+    for _ in 0..30 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new.sqlite");
+        let opens = (0..4).map(|_| SqliteStore::open(path.clone(), OpenOptions::new()));
+        for opened in futures::future::join_all(opens).await {
+            let store = opened.expect("a concurrent first open");
+            store.close().await;
+        }
+    }
+}

@@ -126,15 +126,7 @@ fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<Connec
     check_header(path, label)?;
     let mut conn = connect(path, label, options.busy_timeout)?;
     let map = |e| map_sqlite_error(label, e);
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-        .map_err(map)?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::Backend {
-            backend: "sqlite",
-            source: format!("could not enable WAL (journal_mode is {mode})").into(),
-        });
-    }
+    enable_wal(&conn, label, options.busy_timeout)?;
     // Durable: every commit synced, with `F_FULLFSYNC` where the platform has it (on macOS a
     // plain fsync leaves the data in the drive's cache; elsewhere SQLite ignores the flag).
     // Relaxed: WAL commits reach the file at once and are synced at checkpoints, so only a
@@ -148,6 +140,30 @@ fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<Connec
     // holds. Reads check what they touch; `verify` checks everything.
     schema::ensure_schema(&mut conn, label)?;
     Ok(conn)
+}
+
+/// Puts the file in WAL mode (kept in the file, so only a new store changes). Switching takes
+/// an exclusive lock, and SQLite answers processes that create a store together `database is
+/// locked` at once instead of waiting for its busy timeout: the switch is retried until that
+/// timeout, as any other lock wait is.
+fn enable_wal(conn: &Connection, label: &str, busy: std::time::Duration) -> Result<(), StoreError> {
+    let deadline = std::time::Instant::now() + busy;
+    loop {
+        let mode = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0));
+        match mode.map_err(|e| map_sqlite_error(label, e)) {
+            Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
+            Ok(mode) => {
+                return Err(StoreError::Backend {
+                    backend: "sqlite",
+                    source: format!("could not enable WAL (journal_mode is {mode})").into(),
+                })
+            }
+            Err(StoreError::Locked { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(error) => return Err(error),
+        }
+    }
 }
 
 struct SqliteEngine {
