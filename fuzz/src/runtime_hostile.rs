@@ -8,7 +8,7 @@
 //! arbitrary pieces (the client must answer, or fail typed, and never hang).
 //!
 //! The store starts with a committed turn (2 rows on `thr_old`, a host key). The agent opens
-//! up to two codex sessions and runs one turn on each. Time is virtual (tokio's paused clock),
+//! up to two codex sessions (the second resumes the first's thread) and runs one turn on each. Time is virtual (tokio's paused clock),
 //! so stalls cost nothing. Properties:
 //! - The host never hangs: everything ends within a bound derived from the timeouts.
 //! - A binding is published only for a turn that completed: every published report names a
@@ -621,7 +621,9 @@ pub fn honest_script(bound: bool, gone: bool, reply: &[u8]) -> Vec<u8> {
             // thread/resume -> "no rollout found", then thread/start.
             e.byte(step::ERROR).byte(0).byte(step::RECV);
         }
-        if round == 0 && bound && !gone {
+        // After round 0 the session is bound to the thread its turn published: the second
+        // open resumes it.
+        if round == 1 || (bound && !gone) {
             e.byte(step::ANSWER);
         } else {
             // thread/start answered with thr_new{2}.

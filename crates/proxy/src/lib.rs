@@ -143,7 +143,7 @@ pub use hooks::{
 pub use line::{peek, peek_prefix, Line, LineKind, Peek};
 pub use passthrough::{NoSession, NO_SESSION_WARNING};
 pub use process::{exit_code_of, run_app_server, AppServerCommand};
-pub use session::{BindingHooks, SessionOptions, TurnLimits, LEASE_LOST_WARNING};
+pub use session::{BindingHooks, SessionOptions, TurnLimits};
 
 /// Errors of the proxy.
 #[derive(Debug, thiserror::Error)]

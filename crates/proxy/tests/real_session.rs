@@ -178,7 +178,9 @@ async fn three_processes_keep_one_conversation_then_a_lost_rollout_falls_back_on
         // Seeded from the transcript: the model of the new thread saw the earlier words.
         let seen = model.model_requests().last().unwrap().conversation();
         assert!(
-            seen.iter().any(|m| m.text.contains("user: remember zebra")),
+            seen.iter().any(|m| m
+                .text
+                .contains(r#"{"role":"user","text":"remember zebra"}"#)),
             "{version}: {seen:?}"
         );
         assert_eq!(

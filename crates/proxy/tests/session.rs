@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_fake_appserver::Corruption;
-use rethread_proxy::{BindingHooks, Ended, SessionOptions, LEASE_LOST_WARNING};
+use rethread_proxy::{BindingHooks, Ended, SessionOptions};
 use rethread_runtime::{RuntimeError, RESUME_FALLBACK_NOTICE};
 use rethread_store::{BindingStore, LocalOwner, MemoryStore, SessionRecord};
 use serde_json::{json, Value};
@@ -233,7 +233,7 @@ async fn a_lost_rollout_gives_one_warning_and_a_new_bound_thread_seeded_from_the
         .unwrap()
         .to_string();
     assert!(
-        instructions.contains("user: remember zebra"),
+        instructions.contains(r#"{"role":"user","text":"remember zebra"}"#),
         "{instructions}"
     );
     assert_eq!(start.id.to_string(), "2", "the client's own id");
@@ -290,7 +290,7 @@ async fn a_give_up_without_a_committed_turn_warns_again_in_the_next_process() {
     assert!(
         start.params.unwrap()["developerInstructions"]
             .as_str()
-            .is_some_and(|i| i.contains("user: remember zebra")),
+            .is_some_and(|i| i.contains(r#"{"role":"user","text":"remember zebra"}"#)),
         "seeded like the first fallback"
     );
     proxied
@@ -613,9 +613,12 @@ async fn a_lost_lease_is_said_once_and_nothing_more_is_written() {
         .iter()
         .position(|m| m["method"] == "warning")
         .expect("a warning during the turn");
-    assert_eq!(
-        turn.messages[at]["params"],
-        json!({"message": LEASE_LOST_WARNING, "threadId": thread})
+    let warning = &turn.messages[at]["params"];
+    assert_eq!(warning["threadId"], json!(thread));
+    let message = warning["message"].as_str().unwrap();
+    assert!(
+        message.ends_with("turns on this connection are no longer recorded."),
+        "{message}"
     );
     assert_eq!(turn.messages[at + 1]["method"], "turn/completed");
     client.run_turn(&thread, "three", None).await.unwrap();

@@ -1,38 +1,27 @@
-//! [`SessionBinder`]: binds one host session id to its codex thread across restarts: the
-//! resume-or-fallback state machine (docs/architecture.md, "Fault model").
+//! [`SessionBinder`]: binds one host session id to its codex thread across restarts. It is
+//! the library's driver of the [`SessionMachine`]: it carries each action out with typed
+//! requests on an [`AppServerClient`] and the store, and feeds back what happened.
 //!
-//! The **first** [`CodexSession`] a binder opens resumes the stored thread before any turn;
-//! later ones (after a retire or a recreate) start fresh. A resume codex cannot serve fails
-//! closed: the lost thread is given up in one fenced write, a new thread starts on the same
-//! client and [`RESUME_FALLBACK_NOTICE`](crate::RESUME_FALLBACK_NOTICE) goes on the lifecycle
-//! rail once. The store keeps that notice pending until a turn on the new thread commits: a
-//! binder that finds no binding but a pending notice (the host that gave the thread up died
-//! first) reports the fallback and says the notice again
-//! ([`pending_fallback`](crate::binding::pending_fallback)). A temporary failure never gives a
-//! thread up. A turn's binding is published only once its rows are durable.
-//!
-//! Before it resumes or starts a thread, a binder takes the session's lease
-//! ([`SessionLease`]) and keeps it until [`SessionBinder::close`] (or, in the background, until
-//! it and its sessions are dropped). A session held elsewhere is
+//! Every [`SessionBinder::open`] reads the session and resumes its bound thread (also on a new
+//! client after codex died: the conversation goes on); a lost thread falls back to a new,
+//! seeded one with the notice said once; only the host's own [`CodexSession::retire`] makes
+//! the next open start fresh. Before it resumes or starts a thread, a binder takes the
+//! session's lease ([`SessionLease`]) and keeps it until [`SessionBinder::close`] (or, in the
+//! background, until it and its sessions are dropped). A session held elsewhere is
 //! [`RuntimeError::SessionBusy`]: no thread is resumed or started.
 
 use std::sync::Arc;
 
-use rethread_protocol::messages::{ThreadResume, ThreadStart};
+use rethread_protocol::messages::{ThreadResume, ThreadResumeParams, ThreadStart};
 use rethread_store::{BindingStore, Lease, LeaseOwner, LocalOwner};
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use rethread_protocol::ResumeFailure;
-use rethread_store::PendingNotice;
-
-use crate::binding::{
-    announce_pending_fallback, apply_seed, give_up_thread, pending_fallback, seed_text, LostThread,
-    ResumeAttempts, ResumeVerdict,
-};
+use crate::binding::{self, apply_seed};
 use crate::client::{AppServerClient, ClientError};
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
+use crate::machine::{Action, SessionMachine};
 use crate::options::BinderOptions;
 use crate::rail::StatusRail;
 use crate::session::{CodexSession, OpenOutcome};
@@ -62,15 +51,12 @@ pub struct SessionBinder {
     rail: StatusRail,
     options: BinderOptions,
     transcript: Transcript,
-    opened: bool,
     /// This binder as a lease holder: while it (or a lease it took) lives, no other holder
     /// takes its leases before they expire; once both are dropped, any holder on this machine
     /// may take them at once.
     owner: Arc<LocalOwner>,
     /// The lease this binder holds, shared with its live codex sessions.
     lease: Option<Arc<SessionLease>>,
-    /// The thread whose fallback notice this binder has said (it says it once).
-    told: Option<String>,
 }
 
 impl SessionBinder {
@@ -86,10 +72,8 @@ impl SessionBinder {
             rail,
             options: BinderOptions::default(),
             transcript: Transcript::Store,
-            opened: false,
             owner: Arc::new(LocalOwner::new()),
             lease: None,
-            told: None,
         }
     }
 
@@ -120,13 +104,15 @@ impl SessionBinder {
         self.lease.as_ref().map(|lease| lease.lease())
     }
 
-    /// Opens a codex session on `client`. The first successful call resumes the stored thread
-    /// (or falls back); later calls start a fresh thread.
+    /// Opens a codex session on `client`: resumes the session's bound thread, falls back to a
+    /// new one when codex cannot hand it back, or starts one when the session has none (a new
+    /// session, or one whose thread the host retired).
     ///
-    /// The session's lease is taken first (waiting up to
-    /// [`BinderOptions::lease_wait`]) and kept by the binder; a lease held elsewhere is
-    /// [`RuntimeError::SessionBusy`] and nothing else happens. A temporary resume failure is a
-    /// retryable error with the binding kept ([`RuntimeError::is_retryable`]).
+    /// The session's lease is taken first (waiting up to [`BinderOptions::lease_wait`]) and
+    /// kept by the binder; a lease held elsewhere is [`RuntimeError::SessionBusy`] and nothing
+    /// else happens. A temporary resume failure is a retryable error with the binding kept
+    /// ([`RuntimeError::is_retryable`]). A host whose codex died opens again on a new client
+    /// and gets the same thread back.
     pub async fn open(&mut self, client: &AppServerClient) -> Result<CodexSession, RuntimeError> {
         let span = tracing::info_span!(
             telemetry::SPAN_OPEN,
@@ -158,26 +144,9 @@ impl SessionBinder {
         client: &AppServerClient,
     ) -> Result<CodexSession, RuntimeError> {
         let lease = self.take_lease().await?;
-        // Only a successful open counts: after a busy or failed first open the next one must
-        // still resume, or it would fork the conversation onto a fresh thread.
-        let record = if self.opened {
-            None
-        } else {
-            self.store.session(&self.session_id).await?
-        };
-        let bound = record.as_ref().and_then(|r| r.binding.clone());
-        let pending = record.as_ref().and_then(pending_fallback);
-        let outcome = match (bound, pending) {
-            (Some(binding), _) => {
-                self.resume_or_fall_back(client, &binding.thread_id, lease.as_deref())
-                    .await?
-            }
-            (None, Some(pending)) => self.resume_pending_fallback(client, pending).await?,
-            (None, None) => OpenOutcome::Started {
-                thread_id: self.start_thread(client, None).await?,
-            },
-        };
-        self.opened = true;
+        let mut machine = SessionMachine::new(&self.session_id, self.options.machine_options());
+        machine.open();
+        let outcome = self.drive(&mut machine, client, lease.as_deref()).await?;
         Ok(CodexSession {
             client: client.clone(),
             session_id: self.session_id.clone(),
@@ -188,7 +157,159 @@ impl SessionBinder {
             transcript: self.transcript.clone(),
             outcome,
             lease,
+            machine,
         })
+    }
+
+    /// Carries the machine's actions out until the open has an outcome.
+    async fn drive(
+        &self,
+        machine: &mut SessionMachine,
+        client: &AppServerClient,
+        lease: Option<&SessionLease>,
+    ) -> Result<OpenOutcome, RuntimeError> {
+        let store = self.store.as_ref();
+        let session_id = self.session_id.as_str();
+        let mut resume = ResumeTrace::default();
+        // The `rethread.fallback` span, from the give-up to the replacement's start.
+        let mut fallback: Option<tracing::Span> = None;
+        loop {
+            let Some(action) = machine.poll() else {
+                // The machine always ends an open with `Opened` or `OpenFailed`.
+                return Err(RuntimeError::Internal(
+                    "the session machine stopped without an outcome".into(),
+                ));
+            };
+            if !matches!(action, Action::Resume(_) | Action::Wait(_)) {
+                resume.finish(machine);
+            }
+            match action {
+                Action::ReadSession => match binding::read_stored(store, session_id).await {
+                    Ok(stored) => machine.handle_session(stored),
+                    Err(error) => machine.handle_failed(error),
+                },
+                Action::Resume(params) => {
+                    let params = self.resume_params(params);
+                    let span = resume.begin(session_id, &params.thread_id);
+                    match client
+                        .request::<ThreadResume>(&params)
+                        .instrument(span)
+                        .await
+                    {
+                        Ok(_) => machine.handle_resumed(),
+                        Err(ClientError::Rpc { error, .. }) => machine.handle_resume_error(&error),
+                        Err(ClientError::Timeout { after, .. }) => {
+                            machine.handle_resume_timeout(after)
+                        }
+                        Err(other) => machine.handle_failed(other.into()),
+                    }
+                }
+                Action::Wait(delay) => {
+                    tokio::time::sleep(delay).await;
+                    machine.handle_wait_over();
+                }
+                Action::GiveUp(lost) => {
+                    fallback = Some(tracing::info_span!(
+                        telemetry::SPAN_FALLBACK,
+                        session_id = %session_id,
+                        previous_thread_id = %lost.thread_id,
+                        reason = lost.reason.as_str(),
+                        thread_id = Empty,
+                        seeded = Empty,
+                        outcome = Empty,
+                    ));
+                    let fence = fresh_fence(lease).await;
+                    let given_up = match fence {
+                        Ok(fence) => {
+                            binding::give_up(store, session_id, &lost, fence.as_ref()).await
+                        }
+                        Err(error) => Err(error),
+                    };
+                    match given_up {
+                        Ok(()) => machine.handle_given_up(),
+                        Err(error) => machine.handle_failed(error),
+                    }
+                }
+                Action::Say(say) => {
+                    self.rail.emit(binding::status_event(session_id, &say));
+                    // The rail's sinks take an event synchronously: it is delivered.
+                    machine.handle_notice_delivered();
+                }
+                Action::MarkNoticeDelivered { thread_id } => {
+                    let fence = fresh_fence(lease).await.ok().flatten();
+                    binding::mark_notice_delivered(store, session_id, &thread_id, fence.as_ref())
+                        .await;
+                }
+                Action::ReadTranscript { max_rows } => {
+                    let rows =
+                        binding::transcript_tail(store, &self.transcript, session_id, max_rows)
+                            .await;
+                    machine.handle_transcript(rows);
+                }
+                Action::Start { seed } => {
+                    let mut params = self.options.thread_start.clone();
+                    if let Some(seed) = seed {
+                        apply_seed(&mut params, seed);
+                    }
+                    match client.request::<ThreadStart>(&params).await {
+                        Ok(response) => machine.handle_started(response.thread.id),
+                        Err(error) => machine.handle_failed(error.into()),
+                    }
+                }
+                Action::Opened(outcome) => {
+                    if let (
+                        Some(span),
+                        OpenOutcome::FellBack {
+                            thread_id, seeded, ..
+                        },
+                    ) = (&fallback, &outcome)
+                    {
+                        span.record("thread_id", thread_id.as_str());
+                        span.record("seeded", *seeded);
+                        span.record("outcome", "started");
+                    }
+                    // What the machine still asks (a delivered notice's record) is done now.
+                    self.drain(machine, lease).await;
+                    return Ok(outcome);
+                }
+                Action::OpenFailed(error) => {
+                    if let Some(span) = &fallback {
+                        span.record("outcome", "failed");
+                    }
+                    self.drain(machine, lease).await;
+                    return Err(error);
+                }
+                Action::Commit { .. } | Action::Retire { .. } => {}
+            }
+        }
+    }
+
+    /// Finishes the bookkeeping actions left after an open's outcome.
+    async fn drain(&self, machine: &mut SessionMachine, lease: Option<&SessionLease>) {
+        while let Some(action) = machine.poll() {
+            match action {
+                Action::Say(say) => self
+                    .rail
+                    .emit(binding::status_event(&self.session_id, &say)),
+                Action::MarkNoticeDelivered { thread_id } => {
+                    let fence = fresh_fence(lease).await.ok().flatten();
+                    binding::mark_notice_delivered(
+                        self.store.as_ref(),
+                        &self.session_id,
+                        &thread_id,
+                        fence.as_ref(),
+                    )
+                    .await;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The machine's resume params plus the host's own settings for its thread.
+    fn resume_params(&self, mut params: ThreadResumeParams) -> ThreadResumeParams {
+        params.developer_instructions = self.options.thread_start.developer_instructions.clone();
+        params
     }
 
     /// Releases the session's lease now, so that the next host (or process) takes the session
@@ -226,180 +347,53 @@ impl SessionBinder {
         self.lease = Some(Arc::clone(&lease));
         Ok(Some(lease))
     }
+}
 
-    async fn resume_or_fall_back(
-        &mut self,
-        client: &AppServerClient,
-        thread_id: &str,
-        lease: Option<&SessionLease>,
-    ) -> Result<OpenOutcome, RuntimeError> {
-        let span = tracing::info_span!(
-            telemetry::SPAN_RESUME,
-            session_id = %self.session_id,
-            thread_id = %thread_id,
-            outcome = Empty,
-            attempts = Empty,
-        );
-        let started_at = tokio::time::Instant::now();
-        let mut sent = 0u32;
-        let judged = async {
-            let mut attempts = ResumeAttempts::new(thread_id, &self.options.resume_policy());
-            loop {
-                sent += 1;
-                let verdict = match client.request::<ThreadResume>(&attempts.params()).await {
-                    Ok(_) => return Ok(None),
-                    Err(ClientError::Rpc { error, .. }) => attempts.on_error(&error),
-                    Err(ClientError::Timeout { after, .. }) => attempts.on_timeout(after),
-                    Err(other) => return Err(RuntimeError::from(other)),
-                };
-                match verdict {
-                    ResumeVerdict::Retry { delay } => tokio::time::sleep(delay).await,
-                    ResumeVerdict::Lost(lost) => return Ok(Some(lost)),
-                    ResumeVerdict::Stop(error) => return Err(error),
-                }
-            }
-        }
-        .instrument(span.clone())
-        .await;
-        let outcome = match &judged {
-            Ok(None) => "resumed",
-            Ok(Some(_)) => "lost",
-            Err(_) => "failed",
+/// The fence for a write, after making sure the lease is fresh (`None` without a lease).
+pub(crate) async fn fresh_fence(
+    lease: Option<&SessionLease>,
+) -> Result<Option<rethread_store::Fence>, RuntimeError> {
+    match lease {
+        Some(lease) => Ok(Some(lease.ensure_fresh().await?)),
+        None => Ok(None),
+    }
+}
+
+/// The `rethread.resume` span over one open's resume attempts, and its histogram.
+#[derive(Default)]
+struct ResumeTrace {
+    open: Option<(tracing::Span, tokio::time::Instant, u32)>,
+}
+
+impl ResumeTrace {
+    fn begin(&mut self, session_id: &str, thread_id: &str) -> tracing::Span {
+        let (span, _, sent) = self.open.get_or_insert_with(|| {
+            let span = tracing::info_span!(
+                telemetry::SPAN_RESUME,
+                session_id = %session_id,
+                thread_id = %thread_id,
+                outcome = Empty,
+                attempts = Empty,
+            );
+            (span, tokio::time::Instant::now(), 0)
+        });
+        *sent += 1;
+        span.clone()
+    }
+
+    /// Records the verdict once the attempts are over (the next action is not a resume).
+    fn finish(&mut self, machine: &SessionMachine) {
+        let Some((span, started_at, sent)) = self.open.take() else {
+            return;
+        };
+        let outcome = match machine.thread_id() {
+            Some(_) => "resumed",
+            None if machine.is_opening() => "lost",
+            None => "failed",
         };
         span.record("outcome", outcome);
         span.record("attempts", sent);
         metrics::histogram!(telemetry::RESUME_SECONDS, "outcome" => outcome)
             .record(started_at.elapsed().as_secs_f64());
-        let lost = match judged? {
-            None => {
-                return Ok(OpenOutcome::Resumed {
-                    thread_id: thread_id.to_string(),
-                })
-            }
-            Some(lost) => lost,
-        };
-        let span = tracing::info_span!(
-            telemetry::SPAN_FALLBACK,
-            session_id = %self.session_id,
-            previous_thread_id = %lost.thread_id,
-            reason = lost.reason.as_str(),
-            thread_id = Empty,
-            seeded = Empty,
-            outcome = Empty,
-        );
-        let replaced = self
-            .fall_back(client, lost, lease)
-            .instrument(span.clone())
-            .await;
-        match &replaced {
-            Ok(OpenOutcome::FellBack {
-                thread_id, seeded, ..
-            }) => {
-                span.record("thread_id", thread_id.as_str());
-                span.record("seeded", *seeded);
-                span.record("outcome", "started");
-            }
-            _ => {
-                span.record("outcome", "failed");
-            }
-        }
-        replaced
-    }
-
-    /// Gives a lost thread up and starts its replacement on the same client.
-    async fn fall_back(
-        &mut self,
-        client: &AppServerClient,
-        lost: LostThread,
-        lease: Option<&SessionLease>,
-    ) -> Result<OpenOutcome, RuntimeError> {
-        let fence = match lease {
-            Some(lease) => Some(lease.ensure_fresh().await?),
-            None => None,
-        };
-        // Said on the rail right after the write. The store keeps the notice pending until a
-        // turn on the new thread commits: if this host dies first, the next open says it again
-        // (`resume_pending_fallback`); this binder does not.
-        give_up_thread(
-            self.store.as_ref(),
-            &self.rail,
-            &self.session_id,
-            &lost,
-            fence.as_ref(),
-        )
-        .await?;
-        self.told = Some(lost.thread_id.clone());
-        let seeded_start = self.start_replacement(client).await?;
-        Ok(OpenOutcome::FellBack {
-            thread_id: seeded_start.0,
-            previous_thread_id: lost.thread_id,
-            reason: lost.reason,
-            message: lost.message,
-            seeded: seeded_start.1,
-        })
-    }
-
-    /// No binding, but a give-up whose notice may not have been shown (the host that gave the
-    /// thread up may have died before): say the notice (once per binder) and start the
-    /// replacement, as the fallback would have.
-    async fn resume_pending_fallback(
-        &mut self,
-        client: &AppServerClient,
-        pending: PendingNotice,
-    ) -> Result<OpenOutcome, RuntimeError> {
-        if self.told.as_deref() != Some(pending.thread_id.as_str()) {
-            announce_pending_fallback(&self.rail, &self.session_id, &pending);
-            self.told = Some(pending.thread_id.clone());
-        }
-        let (thread_id, seeded) = self.start_replacement(client).await?;
-        Ok(OpenOutcome::FellBack {
-            thread_id,
-            message: format!(
-                "thread {} was given up by an earlier open; no turn on a new thread was \
-                 committed since",
-                pending.thread_id
-            ),
-            previous_thread_id: pending.thread_id,
-            // The store keeps only the thread; a give-up is always for a lost thread.
-            reason: ResumeFailure::Gone,
-            seeded,
-        })
-    }
-
-    /// Starts the thread that replaces a given-up one, seeded from the transcript when the
-    /// options say so; returns it and whether it was seeded.
-    async fn start_replacement(
-        &self,
-        client: &AppServerClient,
-    ) -> Result<(String, bool), RuntimeError> {
-        let seed = match &self.options.seed {
-            Some(options) => {
-                seed_text(
-                    self.store.as_ref(),
-                    &self.transcript,
-                    &self.session_id,
-                    options,
-                    &self.rail,
-                )
-                .await
-            }
-            None => None,
-        };
-        let seeded = seed.is_some();
-        let thread_id = self.start_thread(client, seed).await?;
-        Ok((thread_id, seeded))
-    }
-
-    async fn start_thread(
-        &self,
-        client: &AppServerClient,
-        seed: Option<String>,
-    ) -> Result<String, RuntimeError> {
-        let mut params = self.options.thread_start.clone();
-        if let Some(seed) = seed {
-            apply_seed(&mut params, seed);
-        }
-        let response = client.request::<ThreadStart>(&params).await?;
-        Ok(response.thread.id)
     }
 }

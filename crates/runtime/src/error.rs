@@ -4,6 +4,7 @@ use rethread_protocol::{ResumeFailure, RpcError};
 use rethread_store::{LeaseOwner, StoreError};
 
 use crate::client::ClientError;
+use crate::machine::LeaseLostTo;
 
 /// A boxed error from host code (a [`TranscriptSink`](crate::TranscriptSink)), kept as the
 /// source of [`RuntimeError::Sink`].
@@ -87,13 +88,39 @@ pub enum RuntimeError {
         /// Until when unless renewed (milliseconds since the Unix epoch, store clock).
         expires_at_ms: i64,
     },
-    /// The session's lease expired or was taken over (the holder stalled past its TTL) before
-    /// a write that needed it; the store refused the write and nothing was written.
-    #[error("the lease on session {session_id} was lost; nothing was written")]
+    /// The session's lease was taken over by another holder (this one stalled past its TTL)
+    /// or the session was forgotten, before a write that needed it; the store refused the
+    /// write and nothing was written.
+    #[error(
+        "the lease on session {session_id} was lost ({}); nothing was written",
+        lost_to(to)
+    )]
     LeaseLost {
         /// The session.
         session_id: String,
+        /// To whom.
+        to: LeaseLostTo,
     },
+    /// A bug in rethread: an internal rule was broken. Nothing was written.
+    #[error("internal error (a bug in rethread): {0}")]
+    Internal(String),
+    /// The thread belongs to another session of the store (a thread belongs to at most one
+    /// session); nothing was written.
+    #[error("thread {thread_id} belongs to session {session_id}; nothing was written")]
+    ThreadTaken {
+        /// The thread.
+        thread_id: String,
+        /// The session it belongs to.
+        session_id: String,
+    },
+}
+
+fn lost_to(to: &LeaseLostTo) -> String {
+    match to {
+        LeaseLostTo::Another { holder } => format!("taken over by {holder}"),
+        LeaseLostTo::Forgotten => "the session was forgotten".to_string(),
+        LeaseLostTo::Unknown => "released or expired".to_string(),
+    }
 }
 
 impl From<StoreError> for RuntimeError {
@@ -113,7 +140,10 @@ impl From<StoreError> for RuntimeError {
                 acquired_at_ms,
                 expires_at_ms,
             },
-            StoreError::LeaseLost { session_id } => RuntimeError::LeaseLost { session_id },
+            StoreError::LeaseLost { session_id } => RuntimeError::LeaseLost {
+                session_id,
+                to: LeaseLostTo::Unknown,
+            },
             other => RuntimeError::Store(other),
         }
     }
@@ -135,6 +165,8 @@ impl RuntimeError {
                 ClientError::Timeout { .. } | ClientError::TooManyPending { .. }
             ),
             RuntimeError::Resume { .. }
+            | RuntimeError::ThreadTaken { .. }
+            | RuntimeError::Internal(_)
             | RuntimeError::TurnFailed { .. }
             | RuntimeError::Sink(_) => false,
         }
@@ -154,6 +186,8 @@ impl RuntimeError {
             RuntimeError::Sink(_) => "sink",
             RuntimeError::SessionBusy { .. } => "session_busy",
             RuntimeError::LeaseLost { .. } => "lease_lost",
+            RuntimeError::ThreadTaken { .. } => "thread_taken",
+            RuntimeError::Internal(_) => "internal",
         }
     }
 }
@@ -186,7 +220,9 @@ mod tests {
             session_id: "s".into(),
         }
         .into();
-        assert!(matches!(lost, RuntimeError::LeaseLost { ref session_id } if session_id == "s"));
+        assert!(
+            matches!(lost, RuntimeError::LeaseLost { ref session_id, .. } if session_id == "s")
+        );
         assert!(lost.is_retryable());
         let closed: RuntimeError = StoreError::Closed.into();
         assert_eq!(closed.kind(), "store");

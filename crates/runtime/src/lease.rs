@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::RuntimeError;
+use crate::machine::LeaseLostTo;
 use crate::telemetry;
 
 /// The shortest and longest pause between two attempts to take a busy lease.
@@ -32,6 +33,8 @@ struct State {
     fresh_since: Instant,
     /// Set when a renewal found the lease gone.
     lost: bool,
+    /// To whom, as the store said.
+    lost_to: Option<LeaseLostTo>,
     /// Set by [`SessionLease::release`].
     released: bool,
 }
@@ -141,6 +144,7 @@ impl SessionLease {
             lease,
             fresh_since: sent,
             lost: false,
+            lost_to: None,
             released: false,
         }));
         let renewer = tokio::spawn(renew_loop(store.clone(), Arc::clone(&state), ttl));
@@ -190,6 +194,7 @@ impl SessionLease {
             if state.lost || state.released {
                 return Err(RuntimeError::LeaseLost {
                     session_id: state.lease.session_id.clone(),
+                    to: state.lost_to.clone().unwrap_or(LeaseLostTo::Unknown),
                 });
             }
             (
@@ -210,10 +215,13 @@ impl SessionLease {
                 Ok(fence)
             }
             Err(error) => {
-                if matches!(error, StoreError::LeaseLost { .. }) {
-                    lock(&self.state).lost = true;
+                let error = RuntimeError::from(error);
+                if let RuntimeError::LeaseLost { to, .. } = &error {
+                    let mut state = lock(&self.state);
+                    state.lost = true;
+                    state.lost_to = Some(to.clone());
                 }
-                Err(error.into())
+                Err(error)
             }
         }
     }
@@ -279,8 +287,12 @@ async fn renew_loop(store: Arc<dyn BindingStore>, state: Arc<Mutex<State>>, ttl:
                 state.lease = renewed;
                 state.fresh_since = sent;
             }
-            Err(StoreError::LeaseLost { .. }) => {
-                lock(&state).lost = true;
+            Err(error @ StoreError::LeaseLost { .. }) => {
+                let mut state = lock(&state);
+                state.lost = true;
+                if let RuntimeError::LeaseLost { to, .. } = RuntimeError::from(error) {
+                    state.lost_to = Some(to);
+                }
                 return;
             }
             // A transient store failure: try again next period; fenced writes check

@@ -95,6 +95,7 @@ pub mod binding;
 mod client;
 mod error;
 mod lease;
+pub mod machine;
 mod options;
 mod probe;
 pub mod projection;
@@ -105,13 +106,14 @@ pub mod telemetry;
 mod turn;
 
 pub use binder::SessionBinder;
-pub use binding::{Publication, RESUME_FALLBACK_NOTICE};
+pub use binding::Publication;
 pub use client::{
     AnsweredRequest, AppServerClient, ClientBuilder, ClientError, ClientOptions, CodexCommand,
     DeclineAll, ServerInfo, ServerRequestHandler, ThreadEvent, ThreadEvents,
 };
 pub use error::{BoxError, RuntimeError};
 pub use lease::SessionLease;
+pub use machine::RESUME_FALLBACK_NOTICE;
 pub use options::{BinderOptions, SeedOptions};
 pub use probe::{probe_thread, ThreadHealth, ThreadProbe};
 pub use rail::{RecordedEvents, StatusEvent, StatusKind, StatusRail, StatusSink};

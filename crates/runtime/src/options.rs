@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use rethread_protocol::messages::ThreadStartParams;
 
-use crate::binding::ResumePolicy;
+use crate::machine::MachineOptions;
 
 /// Seeding a fresh thread that replaces a lost one with the tail of the host transcript.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,12 +76,13 @@ impl Default for BinderOptions {
 }
 
 impl BinderOptions {
-    /// The resume rules these options ask for.
-    pub fn resume_policy(&self) -> ResumePolicy {
-        ResumePolicy {
+    /// The rules' settings these options ask for.
+    pub fn machine_options(&self) -> MachineOptions {
+        MachineOptions {
             exclude_turns: self.exclude_turns,
             transient_retries: self.transient_retries,
             retry_backoff: self.retry_backoff,
+            seed: self.seed.clone(),
         }
     }
 }

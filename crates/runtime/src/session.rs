@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::client::AppServerClient;
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
+use crate::machine::{Action, SessionMachine};
 use crate::rail::StatusRail;
 use crate::sink::Transcript;
 use crate::turn::{start_turn, TurnContext, TurnInput, TurnReport, TurnStream};
@@ -30,18 +31,16 @@ pub enum OpenOutcome {
         thread_id: String,
     },
     /// The stored thread could not be resumed; a new one was started on the same client. Also
-    /// reported, with the notice said again, when an earlier open gave the thread up and no
-    /// turn on a new thread has been committed since
-    /// ([`pending_fallback`](crate::binding::pending_fallback)).
+    /// reported when an earlier process gave the thread up and died before the user had the
+    /// notice: the notice is said then, with the recorded reason.
     FellBack {
         /// The new thread.
         thread_id: String,
         /// The thread that was lost.
         previous_thread_id: String,
-        /// Why it was lost. For a fallback an earlier open gave up, `Gone`: the store keeps
-        /// only the thread, and `message` says so.
+        /// Why it was lost.
         reason: ResumeFailure,
-        /// Codex's error message (or, for an earlier open's fallback, that it was one).
+        /// Codex's error message.
         message: String,
         /// Whether the new thread was seeded from the transcript.
         seeded: bool,
@@ -84,6 +83,8 @@ pub struct CodexSession {
     pub(crate) transcript: Transcript,
     pub(crate) outcome: OpenOutcome,
     pub(crate) lease: Option<Arc<SessionLease>>,
+    /// The rules of this session's thread (which turns are committed).
+    pub(crate) machine: SessionMachine,
 }
 
 impl CodexSession {
@@ -152,6 +153,7 @@ impl CodexSession {
             turn_timeout: self.turn_timeout,
             transcript: &self.transcript,
             lease: self.lease.as_deref(),
+            machine: &mut self.machine,
         };
         start_turn(context, input.into()).await
     }
@@ -160,14 +162,16 @@ impl CodexSession {
     /// (one fenced write, `BindingStore::end_thread`; no notice: the host chose to end the
     /// thread, and none is left pending for another process). The binder's next open starts
     /// fresh.
-    pub async fn retire(self) -> Result<(), RuntimeError> {
-        let fence = match &self.lease {
-            Some(lease) => Some(lease.ensure_fresh().await?),
-            None => None,
-        };
-        self.store
-            .end_thread(&self.session_id, self.thread_id(), fence.as_ref())
-            .await?;
+    pub async fn retire(mut self) -> Result<(), RuntimeError> {
+        self.machine.handle_retire();
+        while let Some(action) = self.machine.poll() {
+            if let Action::Retire { thread_id } = action {
+                let fence = crate::binder::fresh_fence(self.lease.as_deref()).await?;
+                self.store
+                    .end_thread(&self.session_id, &thread_id, fence.as_ref())
+                    .await?;
+            }
+        }
         Ok(())
     }
 }

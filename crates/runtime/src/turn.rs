@@ -28,6 +28,7 @@ use crate::binding::{commit_turn, Publication, TurnRows};
 use crate::client::{AnsweredRequest, AppServerClient, ClientError, ThreadEvent, ThreadEvents};
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
+use crate::machine::{Action, SessionMachine};
 use crate::projection::{project_turn_input, reply_of};
 use crate::rail::{StatusEvent, StatusKind, StatusRail};
 use crate::sink::Transcript;
@@ -303,6 +304,7 @@ pub(crate) struct TurnContext<'a> {
     pub(crate) turn_timeout: std::time::Duration,
     pub(crate) transcript: &'a Transcript,
     pub(crate) lease: Option<&'a SessionLease>,
+    pub(crate) machine: &'a mut SessionMachine,
 }
 
 /// Starts a turn on the session's thread: subscribes (before `turn/start`, so nothing is
@@ -526,25 +528,13 @@ impl TurnRun<'_> {
         } else {
             std::mem::take(&mut self.items)
         };
-        let session = &self.session;
         let rows = project_turn_input(&self.thread_id, &self.turn_id, self.input.items(), &items);
         self.committing.store(true, Ordering::SeqCst);
-        let committed = commit_turn(
-            session.store,
-            session.transcript,
-            session.lease,
-            TurnRows {
-                session_id: session.session_id,
-                thread_id: &self.thread_id,
-                codex_home: session.codex_home,
-                rows: &rows,
-            },
-        )
-        .await;
-        let publication = match committed {
+        let publication = match self.commit(&rows).await {
             Ok(publication) => publication,
             Err(error) => return Err(self.end("error", error)),
         };
+        let session = &self.session;
         if publication != Publication::Published {
             session.rail.emit(
                 StatusEvent::new(
@@ -567,6 +557,56 @@ impl TurnRun<'_> {
             publication,
             token_usage: self.usage,
         })))
+    }
+}
+
+impl TurnRun<'_> {
+    /// Commits the completed turn as the session's machine decides: its rows with the binding,
+    /// unless the lease is lost (then nothing is written and the turn is an error).
+    async fn commit(&mut self, rows: &[Value]) -> Result<Publication, RuntimeError> {
+        let session = &mut self.session;
+        session
+            .machine
+            .handle_turn_completed(&self.thread_id, rows.to_vec());
+        let mut published = None;
+        let mut failure = None;
+        while let Some(action) = session.machine.poll() {
+            match action {
+                Action::Commit { thread_id, rows } => {
+                    let committed = commit_turn(
+                        session.store,
+                        session.transcript,
+                        session.lease,
+                        TurnRows {
+                            session_id: session.session_id,
+                            thread_id: &thread_id,
+                            codex_home: session.codex_home,
+                            rows: &rows,
+                        },
+                    )
+                    .await;
+                    session
+                        .machine
+                        .handle_committed(&thread_id, committed.as_ref().map(|_| ()));
+                    match committed {
+                        Ok(publication) => published = Some(publication),
+                        Err(error) => failure = Some(error),
+                    }
+                }
+                Action::Say(say) => session
+                    .rail
+                    .emit(crate::binding::status_event(session.session_id, &say)),
+                _ => {}
+            }
+        }
+        match (published, failure) {
+            (Some(publication), _) => Ok(publication),
+            (None, Some(error)) => Err(error),
+            (None, None) => Err(RuntimeError::LeaseLost {
+                session_id: session.session_id.to_string(),
+                to: crate::machine::LeaseLostTo::Unknown,
+            }),
+        }
     }
 }
 

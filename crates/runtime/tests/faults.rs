@@ -261,7 +261,7 @@ async fn a_commit_after_a_takeover_is_refused_by_the_store_and_writes_nothing() 
     peer.run_turn("t1", "u1", "hi").await;
     assert!(matches!(
         turn.await.unwrap(),
-        Err(RuntimeError::LeaseLost { session_id }) if session_id == "s"
+        Err(RuntimeError::LeaseLost { session_id, .. }) if session_id == "s"
     ));
     assert_eq!(store.session("s").await.unwrap(), None, "nothing written");
 }

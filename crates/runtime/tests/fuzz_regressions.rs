@@ -23,9 +23,9 @@ fn runtime_hostile_saved_inputs_hold() {
 fn honest_seeds_publish_their_turns() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/runtime_hostile");
     for (name, opens) in [
-        ("seed-honest-bound0-gone0", ["started", "started"]),
-        ("seed-honest-bound1-gone0", ["resumed", "started"]),
-        ("seed-honest-bound1-gone1", ["fell_back", "started"]),
+        ("seed-honest-bound0-gone0", ["started", "resumed"]),
+        ("seed-honest-bound1-gone0", ["resumed", "resumed"]),
+        ("seed-honest-bound1-gone1", ["fell_back", "resumed"]),
     ] {
         let bytes = std::fs::read(dir.join(name)).expect("seed");
         let outcome = runtime_hostile::run_outcome(&bytes);

@@ -137,7 +137,7 @@ async fn a_lost_lease_commits_nothing() {
     peer.run_turn("t1", "u1", "hi").await;
     assert!(matches!(
         turn.await.unwrap(),
-        Err(RuntimeError::LeaseLost { session_id }) if session_id == "s"
+        Err(RuntimeError::LeaseLost { session_id, .. }) if session_id == "s"
     ));
     assert_eq!(store.session("s").await.unwrap(), None, "nothing committed");
 }

@@ -127,8 +127,8 @@ pub struct TurnCommit {
 
 /// What [`commit_turn`](crate::BindingStore::commit_turn) did.
 ///
-/// In both cases the turn's rows are `first_seq..row_count` and are durable.
-#[non_exhaustive]
+/// In both cases the turn's rows are `first_seq..row_count` and are durable. A closed set:
+/// a commit either publishes its thread or does not.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CommitOutcome {
     /// The rows were appended and the binding now names the turn's thread.

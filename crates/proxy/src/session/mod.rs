@@ -1,27 +1,22 @@
-//! [`BindingHooks`]: the session logic of `rethread app-server`, built from the runtime's
-//! rules ([`rethread_runtime::binding`], [`SessionLease`], the projection) and plugged into
-//! the forwarder through [`SessionHooks`]. What they do and what the client sees in each case
-//! is tabled in the crate docs ("Sessions").
+//! [`BindingHooks`]: the session logic of `rethread app-server`, a driver of the runtime's
+//! [`SessionMachine`] plugged into the forwarder through [`SessionHooks`]. The machine decides
+//! every rule; the hooks carry its actions out as JSON-RPC lines and store writes, and tell it
+//! what the client and codex did. What the client sees in each case is tabled in the crate
+//! docs ("Sessions").
 
 mod start;
 mod turns;
 
-use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use rethread_protocol::messages::{ItemNotification, TurnNotification, TurnStatus};
 use rethread_protocol::{Message, RequestId};
-use rethread_runtime::binding::{
-    announce_pending_fallback, commit_turn, give_up_thread, pending_fallback, seed_text,
-    LostThread, ResumeAttempts, ResumeVerdict, TurnRows,
-};
-use rethread_runtime::{
-    BinderOptions, Publication, RuntimeError, SessionLease, StatusEvent, StatusRail, Transcript,
-    RESUME_FALLBACK_NOTICE,
-};
+use rethread_runtime::binding::{self, commit_turn, TurnRows};
+use rethread_runtime::machine::{Action, Say, SessionMachine};
+use rethread_runtime::{BinderOptions, RuntimeError, SessionLease, Transcript};
 use rethread_store::{BindingStore, LocalOwner};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::hooks::{
     ClientAction, ClientContext, HookError, RequestError, ServerAction, ServerContext,
@@ -33,14 +28,9 @@ use start::{as_start_result, resume_params, seeded_start, start_params, start_re
 pub use turns::TurnLimits;
 use turns::{turn_rows, Forgot, Pending, Tracker};
 
-/// The `warning` a client gets once when the proxy lost the session's lease (another process
-/// took the session over after this one stalled past the lease's TTL): from then on nothing
-/// this proxy sees is recorded.
-pub const LEASE_LOST_WARNING: &str = "rethread lost this session to another process: turns on \
-     this connection are no longer recorded.";
-
 /// How [`BindingHooks`] behave.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct SessionOptions {
     /// The runtime's options, as a [`SessionBinder`](rethread_runtime::SessionBinder) reads
     /// them: the resume policy (`exclude_turns`, `transient_retries`, `retry_backoff`),
@@ -79,11 +69,16 @@ pub struct BindingHooks {
 
 #[derive(Debug)]
 struct State {
-    /// The client's first `thread/start` is still to come (a failed resume leaves it so).
-    first_start: bool,
-    /// The lease was found lost (and said so).
-    lease_lost: bool,
+    machine: SessionMachine,
     tracker: Tracker,
+    /// The session's own `thread/start`, forwarded to codex: its answer opens the session's
+    /// thread. Never evicted.
+    session_start: Option<RequestId>,
+    /// What the machine said while opening, said to the client right before the start's
+    /// answer (the new thread's id is known then).
+    said: Vec<Say>,
+    /// The fallback notice went to the client: the client's next line proves it read past it.
+    notice_sent: bool,
 }
 
 impl BindingHooks {
@@ -112,17 +107,19 @@ impl BindingHooks {
             ),
             None => None,
         };
-        let tracker = Tracker::new(options.limits.clone());
+        let state = State {
+            machine: SessionMachine::new(&session_id, options.binder.machine_options()),
+            tracker: Tracker::new(options.limits.clone()),
+            session_start: None,
+            said: Vec::new(),
+            notice_sent: false,
+        };
         Ok(BindingHooks {
             session_id,
             store,
             options,
             lease,
-            state: Mutex::new(State {
-                first_start: true,
-                lease_lost: false,
-                tracker,
-            }),
+            state: Mutex::new(state),
             reporter: OnceLock::new(),
         })
     }
@@ -147,83 +144,160 @@ impl BindingHooks {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        // Every critical section is a plain update of the tracker or a flag.
+        // Every critical section is a plain update of the machine, the tracker or a flag.
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The client's `thread/start`. The first non-ephemeral one opens the session's thread
+    /// (the machine's open, driven here); any other is the client's own.
     async fn on_thread_start(
         &self,
         line: &Line,
+        id: RequestId,
         ctx: &ClientContext,
     ) -> Result<ClientAction, HookError> {
-        let Some(id) = line.id().cloned() else {
-            return Ok(ClientAction::Forward);
+        let params = start_params(line);
+        let ephemeral = params.get("ephemeral") == Some(&Value::Bool(true));
+        let opens_session = {
+            let mut state = self.state();
+            let opens =
+                !ephemeral && state.machine.thread_id().is_none() && !state.machine.lease_lost();
+            if opens {
+                state.machine.open();
+            }
+            opens
         };
-        let intercept = {
-            let state = self.state();
-            state.first_start && !state.lease_lost
-        };
-        if !intercept {
-            self.expect(ctx, id, Pending::Opens);
+        if !opens_session {
+            let stored = None;
+            self.expect(ctx, id, Pending::ClientThread { ephemeral, stored })
+                .await?;
             return Ok(ClientAction::Forward);
         }
-        let record = match self.store.session(&self.session_id).await {
-            Ok(record) => record,
-            Err(error) => {
-                self.refuse(ctx, id, &error.into(), None).await?;
+        self.drive_open(id, params, ctx).await
+    }
+
+    /// Carries out the machine's actions for the session's first `thread/start` until the
+    /// start is answered, forwarded or sent seeded.
+    async fn drive_open(
+        &self,
+        id: RequestId,
+        params: Map<String, Value>,
+        ctx: &ClientContext,
+    ) -> Result<ClientAction, HookError> {
+        let store = self.store.as_ref();
+        loop {
+            let Some(action) = self.state().machine.poll() else {
                 return Ok(ClientAction::Consumed);
-            }
-        };
-        let bound = record
-            .as_ref()
-            .and_then(|r| r.binding.as_ref())
-            .map(|b| b.thread_id.clone());
-        let Some(bound) = bound else {
-            if let Some(pending) = record.as_ref().and_then(pending_fallback) {
-                // A give-up whose notice an earlier process may not have shown: the same
-                // warning, the same seeded start, as if this process had given it up.
-                let (rail, events) = StatusRail::recording();
-                announce_pending_fallback(&rail, &self.session_id, &pending);
-                return self
-                    .start_replacement(ctx, id, start_params(line), rail, events)
-                    .await;
-            }
-            self.state().first_start = false;
-            self.expect(ctx, id, Pending::Opens);
-            return Ok(ClientAction::Forward);
-        };
-        let params = start_params(line);
-        let mut attempts = ResumeAttempts::new(bound.clone(), &self.options.binder.resume_policy());
-        let lost = loop {
-            let resume = resume_params(attempts.params(), &params);
-            let verdict = match ctx.request("thread/resume", Some(resume)).await {
-                Ok(result) => return self.resumed(ctx, id, result).await,
-                Err(RequestError::Rpc { error, .. }) => attempts.on_error(&error),
-                Err(RequestError::Timeout { after, .. }) => attempts.on_timeout(after),
-                Err(other) => {
-                    // Codex is gone (its output ended) or answered nonsense: the client learns
-                    // it the way it would from codex, by an error answer; nothing was written.
-                    let error = rethread_protocol::RpcError::new(
-                        rethread_protocol::ErrorCode::INTERNAL_ERROR,
-                        format!("rethread could not resume the session's thread: {other}"),
-                    );
-                    ctx.send_to_client(Line::error_response(Some(id), error))
-                        .await?;
-                    return Ok(ClientAction::Consumed);
-                }
             };
-            match verdict {
-                ResumeVerdict::Retry { delay } => tokio::time::sleep(delay).await,
-                ResumeVerdict::Lost(lost) => break lost,
-                ResumeVerdict::Stop(error) => {
-                    self.refuse(ctx, id, &error, Some(&bound)).await?;
+            match action {
+                Action::ReadSession => {
+                    let stored = binding::read_stored(store, &self.session_id).await;
+                    let mut state = self.state();
+                    match stored {
+                        Ok(stored) => state.machine.handle_session(stored),
+                        Err(error) => state.machine.handle_failed(error),
+                    }
+                }
+                Action::Resume(attempt) => {
+                    let resume = resume_params(attempt, &params);
+                    let answer = ctx.request("thread/resume", Some(resume)).await;
+                    let closed = {
+                        let mut state = self.state();
+                        match answer {
+                            Ok(result) => {
+                                state.machine.handle_resumed();
+                                Ok(result)
+                            }
+                            Err(RequestError::Rpc { error, .. }) => {
+                                state.machine.handle_resume_error(&error);
+                                continue;
+                            }
+                            Err(RequestError::Timeout { after, .. }) => {
+                                state.machine.handle_resume_timeout(after);
+                                continue;
+                            }
+                            Err(other) => {
+                                state
+                                    .machine
+                                    .handle_failed(RuntimeError::Internal(other.to_string()));
+                                Err(other)
+                            }
+                        }
+                    };
+                    match closed {
+                        Ok(result) => return self.resumed(ctx, id, result).await,
+                        Err(other) => {
+                            // Codex is gone (its output ended) or answered nonsense: the client
+                            // learns it the way it would from codex, by an error answer.
+                            self.drain_open();
+                            let error = rethread_protocol::RpcError::new(
+                                rethread_protocol::ErrorCode::INTERNAL_ERROR,
+                                format!("rethread could not resume the session's thread: {other}"),
+                            );
+                            ctx.send_to_client(Line::error_response(Some(id), error))
+                                .await?;
+                            return Ok(ClientAction::Consumed);
+                        }
+                    }
+                }
+                Action::Wait(delay) => {
+                    tokio::time::sleep(delay).await;
+                    self.state().machine.handle_wait_over();
+                }
+                Action::GiveUp(lost) => {
+                    let given_up = match self.fence().await {
+                        Ok(fence) => {
+                            binding::give_up(store, &self.session_id, &lost, fence.as_ref()).await
+                        }
+                        Err(error) => Err(error),
+                    };
+                    let mut state = self.state();
+                    match given_up {
+                        Ok(()) => state.machine.handle_given_up(),
+                        Err(error) => state.machine.handle_failed(error),
+                    }
+                }
+                Action::Say(say) => self.state().said.push(say),
+                Action::MarkNoticeDelivered { thread_id } => {
+                    self.mark_delivered(&thread_id).await;
+                }
+                Action::ReadTranscript { max_rows } => {
+                    let rows = binding::transcript_tail(
+                        store,
+                        &Transcript::Store,
+                        &self.session_id,
+                        max_rows,
+                    )
+                    .await;
+                    self.state().machine.handle_transcript(rows);
+                }
+                Action::Start { seed } => {
+                    self.state().session_start = Some(id.clone());
+                    return match seed {
+                        Some(seed) => {
+                            ctx.send_to_codex(seeded_start(id, params, seed)).await?;
+                            Ok(ClientAction::Consumed)
+                        }
+                        None => Ok(ClientAction::Forward),
+                    };
+                }
+                Action::Opened(_) => {}
+                Action::OpenFailed(error) => {
+                    self.refuse(ctx, id, &error).await?;
                     return Ok(ClientAction::Consumed);
                 }
+                Action::Commit { .. } | Action::Retire { .. } => {}
             }
-        };
-        self.fall_back(ctx, id, params, &lost).await
+        }
+    }
+
+    /// Drops what a failed open left queued (its notices stay pending in the store).
+    fn drain_open(&self) {
+        let mut state = self.state();
+        while state.machine.poll().is_some() {}
+        state.said.clear();
     }
 
     /// The bound thread is back: the client's `thread/start` is answered with it.
@@ -236,12 +310,7 @@ impl BindingHooks {
         let result = as_start_result(result);
         let thread = result.get("thread").cloned().unwrap_or(Value::Null);
         let thread_id = thread.get("id").and_then(Value::as_str).unwrap_or_default();
-        let forgot = {
-            let mut state = self.state();
-            state.first_start = false;
-            state.tracker.add_thread(thread_id)
-        };
-        say_forgot(ctx, forgot);
+        self.drain_open();
         ctx.report(&format!(
             "session {}: resumed thread {thread_id}",
             self.session_id
@@ -254,95 +323,23 @@ impl BindingHooks {
         Ok(ClientAction::Consumed)
     }
 
-    /// The bound thread is lost: given up in one write, then the client's start goes to codex,
-    /// seeded; the warning goes right before its answer (see `on_answer`).
-    async fn fall_back(
-        &self,
-        ctx: &ClientContext,
-        id: RequestId,
-        params: serde_json::Map<String, Value>,
-        lost: &LostThread,
-    ) -> Result<ClientAction, HookError> {
-        let fence = match &self.lease {
-            Some(lease) => match lease.ensure_fresh().await {
-                Ok(fence) => Some(fence),
-                Err(error) => {
-                    self.refuse(ctx, id, &error, Some(&lost.thread_id)).await?;
-                    return Ok(ClientAction::Consumed);
-                }
-            },
-            None => None,
-        };
-        let (rail, events) = StatusRail::recording();
-        let given_up = give_up_thread(
-            self.store.as_ref(),
-            &rail,
-            &self.session_id,
-            lost,
-            fence.as_ref(),
-        )
-        .await;
-        if let Err(error) = given_up {
-            // The write did nothing: the binding is kept and the next start judges it again.
-            self.refuse(ctx, id, &error, Some(&lost.thread_id)).await?;
-            return Ok(ClientAction::Consumed);
-        }
-        self.start_replacement(ctx, id, params, rail, events).await
-    }
-
-    /// After a give-up (this process's, or an earlier one's whose notice is pending): the
-    /// client's start goes to codex, seeded; the warning goes right before its answer (see
-    /// `on_answer`), once per process (later starts are the client's own).
-    async fn start_replacement(
-        &self,
-        ctx: &ClientContext,
-        id: RequestId,
-        params: serde_json::Map<String, Value>,
-        rail: StatusRail,
-        events: rethread_runtime::RecordedEvents,
-    ) -> Result<ClientAction, HookError> {
-        {
-            let mut state = self.state();
-            state.first_start = false;
-        }
-        self.expect(ctx, id.clone(), Pending::FallbackStart);
-        let seed = match &self.options.binder.seed {
-            Some(options) => {
-                seed_text(
-                    self.store.as_ref(),
-                    &Transcript::Store,
-                    &self.session_id,
-                    options,
-                    &rail,
-                )
-                .await
-            }
-            None => None,
-        };
-        for event in events.take() {
-            ctx.report(&describe(&event));
-        }
-        match seed {
-            Some(seed) => {
-                ctx.send_to_codex(seeded_start(id, params, seed)).await?;
-                Ok(ClientAction::Consumed)
-            }
-            None => Ok(ClientAction::Forward),
-        }
-    }
-
-    /// Answers the client's `thread/start` with an error; nothing was written.
+    /// Answers the client's `thread/start` with an error; what a failed open wrote (a
+    /// give-up) is the next open's to report.
     async fn refuse(
         &self,
         ctx: &ClientContext,
         id: RequestId,
         error: &RuntimeError,
-        thread_id: Option<&str>,
     ) -> Result<(), ProxyError> {
-        if matches!(error, RuntimeError::LeaseLost { .. }) {
-            self.lease_lost(ctx, None).await?;
+        let said = std::mem::take(&mut self.state().said);
+        for say in &said {
+            self.say(ctx, say, None).await?;
         }
-        let refusal = start_refused(error, &self.session_id, thread_id);
+        if let RuntimeError::LeaseLost { to, .. } = error {
+            self.state().machine.handle_lease_lost(to.clone());
+            self.say_queued(ctx, None).await?;
+        }
+        let refusal = start_refused(error, &self.session_id, bound_thread(error));
         ctx.report(&format!(
             "session {}: answered the client's thread/start with an error ({}): {error}",
             self.session_id,
@@ -352,78 +349,182 @@ impl BindingHooks {
             .await
     }
 
-    fn expect(&self, ctx: &impl Speak, id: RequestId, what: Pending) {
-        let forgot = self.state().tracker.expect(id, what);
-        say_forgot(ctx, forgot);
+    /// The fence for a store write (after renewing a stale lease); `None` without a lease.
+    async fn fence(&self) -> Result<Option<rethread_store::Fence>, RuntimeError> {
+        match &self.lease {
+            Some(lease) => Ok(Some(lease.ensure_fresh().await?)),
+            None => Ok(None),
+        }
     }
 
-    /// Says once, on stderr and to the client, that the lease is gone.
-    async fn lease_lost(
+    async fn mark_delivered(&self, thread_id: &str) {
+        let fence = self.fence().await.ok().flatten();
+        binding::mark_notice_delivered(
+            self.store.as_ref(),
+            &self.session_id,
+            thread_id,
+            fence.as_ref(),
+        )
+        .await;
+    }
+
+    /// Remembers a client request whose answer matters; whatever that forgets is said.
+    async fn expect(
+        &self,
+        ctx: &ClientContext,
+        id: RequestId,
+        what: Pending,
+    ) -> Result<(), ProxyError> {
+        let forgot = self.state().tracker.expect(id, what);
+        self.say_forgot(ctx, forgot).await
+    }
+
+    async fn say_forgot(&self, ctx: &impl Speak, forgot: Option<Forgot>) -> Result<(), ProxyError> {
+        let Some(forgot) = forgot else {
+            return Ok(());
+        };
+        let message = forgot.message();
+        ctx.report(&format!("session {}: {message}", self.session_id));
+        ctx.send_to_client(Line::warning(&message, None)).await
+    }
+
+    /// Says to the client (and on stderr) what the machine queued outside an open: a thread
+    /// not recorded, a lost lease, a failed commit. Commits are carried out by the caller.
+    async fn say_queued(
         &self,
         ctx: &impl Speak,
         thread_id: Option<&str>,
     ) -> Result<(), ProxyError> {
-        let first = !std::mem::replace(&mut self.state().lease_lost, true);
-        if first {
-            ctx.report(&format!(
-                "session {}: the session's lease was lost (another process took it over); \
-                 nothing more is recorded by this process",
-                self.session_id
-            ));
-            ctx.send_to_client(Line::warning(LEASE_LOST_WARNING, thread_id))
-                .await?;
+        loop {
+            let action = self.state().machine.poll();
+            let Some(action) = action else { return Ok(()) };
+            if let Action::Say(say) = action {
+                self.say(ctx, &say, thread_id).await?;
+            }
         }
-        Ok(())
     }
 
-    async fn on_answer(
+    async fn say(
         &self,
-        line: &Line,
-        pending: Pending,
-        ctx: &ServerContext,
-    ) -> Result<ServerAction, HookError> {
+        ctx: &impl Speak,
+        say: &Say,
+        thread_id: Option<&str>,
+    ) -> Result<(), ProxyError> {
+        ctx.report(&self.described(say));
+        let thread_id = match say {
+            Say::NotRecorded { thread_id, .. } | Say::CommitFailed { thread_id, .. } => {
+                Some(thread_id.as_str())
+            }
+            _ => thread_id,
+        };
+        let sent = ctx
+            .send_to_client(Line::warning(&say.message(), thread_id))
+            .await;
+        if matches!(say, Say::FallbackNotice { .. }) {
+            self.state().notice_sent = true;
+        }
+        sent
+    }
+
+    /// A line for stderr: the message, then its fields.
+    fn described(&self, say: &Say) -> String {
+        let event = binding::status_event(&self.session_id, say);
+        let fields: Vec<String> = event
+            .fields
+            .iter()
+            .map(|(key, value)| match value {
+                Value::String(text) => format!("{key}: {text}"),
+                other => format!("{key}: {other}"),
+            })
+            .collect();
+        format!("{} ({})", event.message, fields.join(", "))
+    }
+
+    /// A client line after the fallback notice went out: the client read past it.
+    async fn client_read_past_notice(&self) {
+        let delivered = {
+            let mut state = self.state();
+            if !(state.notice_sent && state.machine.notice_undelivered()) {
+                return;
+            }
+            state.machine.handle_notice_delivered();
+            let mut marks = Vec::new();
+            while let Some(action) = state.machine.poll() {
+                if let Action::MarkNoticeDelivered { thread_id } = action {
+                    marks.push(thread_id);
+                }
+            }
+            marks
+        };
+        for thread_id in delivered {
+            self.mark_delivered(&thread_id).await;
+        }
+    }
+
+    /// Answers to the client's requests whose answer matters.
+    async fn on_answer(&self, line: &Line, ctx: &ServerContext) -> Result<ServerAction, HookError> {
         let ok = line.kind() == LineKind::Response;
+        let Some(id) = line.id() else {
+            return Ok(ServerAction::Forward);
+        };
+        let session_start = self.state().session_start.as_ref() == Some(id);
+        if session_start {
+            let thread = ok.then(|| answered_thread(line)).flatten();
+            let said = {
+                let mut state = self.state();
+                state.session_start = None;
+                match &thread {
+                    Some(thread) => state.machine.handle_started(thread.as_str()),
+                    None => state.machine.handle_failed(RuntimeError::Internal(
+                        "codex refused the session's thread/start".into(),
+                    )),
+                }
+                while state.machine.poll().is_some() {}
+                std::mem::take(&mut state.said)
+            };
+            // Exactly once per fallback, right before the answer (an error answer too: the
+            // thread was given up either way, and the next start just starts).
+            for say in &said {
+                self.say(ctx, say, thread.as_deref()).await?;
+            }
+            return Ok(ServerAction::Forward);
+        }
+        let pending = self.state().tracker.answered(id);
         match pending {
-            Pending::Opens => {
+            Some(Pending::ClientThread { ephemeral, stored }) => {
                 if let Some(thread) = ok.then(|| answered_thread(line)).flatten() {
-                    let forgot = self.state().tracker.add_thread(&thread);
-                    say_forgot(ctx, forgot);
+                    self.state()
+                        .machine
+                        .handle_client_thread(&thread, ephemeral, stored.as_ref());
+                    self.say_queued(ctx, Some(&thread)).await?;
                 }
             }
-            Pending::TurnStart { thread_id, input } => {
+            Some(Pending::TurnStart { input }) => {
                 if let Some(turn) = ok.then(|| answered_turn(line)).flatten() {
-                    let forgot = self.state().tracker.turn_started(&thread_id, &turn, input);
-                    say_forgot(ctx, forgot);
+                    let forgot = self.state().tracker.turn_started(&turn, input);
+                    self.say_forgot(ctx, forgot).await?;
                 }
             }
-            Pending::FallbackStart => {
-                let thread = ok.then(|| answered_thread(line)).flatten();
-                if let Some(thread) = &thread {
-                    let forgot = self.state().tracker.add_thread(thread);
-                    say_forgot(ctx, forgot);
-                }
-                // Exactly once per fallback, right before the answer (an error answer too:
-                // the thread was given up either way, and the next start just starts).
-                ctx.send_to_client(Line::warning(RESUME_FALLBACK_NOTICE, thread.as_deref()))
-                    .await?;
-            }
+            None => {}
         }
         Ok(ServerAction::Forward)
     }
 
-    fn on_item(&self, line: &Line, ctx: &ServerContext) {
-        if !self.state().tracker.follows_threads() {
-            return;
-        }
+    async fn on_item(&self, line: &Line, ctx: &ServerContext) -> Result<(), ProxyError> {
         let Ok(Params { params }) = serde_json::from_slice::<Params<ItemNotification>>(line.json())
         else {
-            return;
+            return Ok(());
         };
-        let forgot =
-            self.state()
+        let forgot = {
+            let mut state = self.state();
+            if state.machine.thread_id() != Some(params.thread_id.as_str()) {
+                return Ok(());
+            }
+            state
                 .tracker
-                .item_completed(&params.thread_id, &params.turn_id, &params.item);
-        say_forgot(ctx, forgot);
+                .item_completed(&params.thread_id, &params.turn_id, &params.item)
+        };
+        self.say_forgot(ctx, forgot).await
     }
 
     async fn on_turn_completed(
@@ -431,25 +532,15 @@ impl BindingHooks {
         line: &Line,
         ctx: &ServerContext,
     ) -> Result<ServerAction, HookError> {
-        if !self.state().tracker.follows_threads() {
-            return Ok(ServerAction::Forward);
-        }
         let Ok(Params { params: completed }) =
             serde_json::from_slice::<Params<TurnNotification>>(line.json())
         else {
             return Ok(ServerAction::Forward);
         };
         let (thread_id, turn) = (completed.thread_id, completed.turn);
-        let (open, followed, lease_lost) = {
-            let mut state = self.state();
-            (
-                state.tracker.take_turn(&turn.id),
-                state.tracker.is_client_thread(&thread_id),
-                state.lease_lost,
-            )
-        };
-        // A failed or interrupted turn writes nothing; neither does a proxy without the lease.
-        if !followed || turn.status != TurnStatus::Completed || lease_lost {
+        let open = self.state().tracker.take_turn(&turn.id);
+        // A failed or interrupted turn writes nothing.
+        if turn.status != TurnStatus::Completed {
             return Ok(ServerAction::Forward);
         }
         let (rows, dropped) = turn_rows(
@@ -459,49 +550,64 @@ impl BindingHooks {
             &turn.items,
             &self.options.limits,
         );
-        if dropped > 0 {
-            ctx.report(&format!(
-                "session {}: turn {} on thread {thread_id}: {dropped} rows past the limits \
-                 ({} rows, {} bytes) were not recorded",
-                self.session_id,
-                turn.id,
-                self.options.limits.max_rows,
-                self.options.limits.max_bytes
-            ));
-        }
-        // Awaited before the line goes on: the client sees `turn/completed` only once the
-        // rows and the binding are durable (or the commit failed and was said).
-        let committed = commit_turn(
-            self.store.as_ref(),
-            &Transcript::Store,
-            self.lease.as_ref(),
-            TurnRows {
-                session_id: &self.session_id,
-                thread_id: &thread_id,
-                codex_home: self.options.binder.codex_home.as_deref(),
-                rows: &rows,
-            },
-        )
-        .await;
-        match committed {
-            Ok(Publication::Published) => {}
-            Ok(publication) => ctx.report(&format!(
-                "session {}: turn {} recorded; thread {thread_id} was given up for this \
-                 session, so it is not its binding ({publication:?})",
-                self.session_id, turn.id
-            )),
-            Err(RuntimeError::LeaseLost { .. }) => {
-                self.lease_lost(ctx, Some(&thread_id)).await?;
-            }
-            Err(error) => {
-                let message =
-                    format!("rethread could not record this turn of the session: {error}");
-                ctx.report(&format!("session {}: {message}", self.session_id));
-                ctx.send_to_client(Line::warning(&message, Some(&thread_id)))
-                    .await?;
+        self.state().machine.handle_turn_completed(&thread_id, rows);
+        loop {
+            let action = self.state().machine.poll();
+            match action {
+                None => break,
+                Some(Action::Say(say)) => self.say(ctx, &say, Some(&thread_id)).await?,
+                Some(Action::Commit { thread_id, rows }) => {
+                    if dropped > 0 {
+                        let message = format!(
+                            "rethread recorded turn {} without {dropped} of its rows: past the \
+                             session's limits ({} rows, {} bytes per turn).",
+                            turn.id, self.options.limits.max_rows, self.options.limits.max_bytes
+                        );
+                        ctx.report(&format!("session {}: {message}", self.session_id));
+                        ctx.send_to_client(Line::warning(&message, Some(&thread_id)))
+                            .await?;
+                    }
+                    // Awaited before the line goes on: the client sees `turn/completed` only
+                    // once the rows and the binding are durable (or the failure was said).
+                    let committed = commit_turn(
+                        self.store.as_ref(),
+                        &Transcript::Store,
+                        self.lease.as_ref(),
+                        TurnRows {
+                            session_id: &self.session_id,
+                            thread_id: &thread_id,
+                            codex_home: self.options.binder.codex_home.as_deref(),
+                            rows: &rows,
+                        },
+                    )
+                    .await;
+                    if let Ok(publication) = &committed {
+                        if *publication != rethread_runtime::Publication::Published {
+                            ctx.report(&format!(
+                                "session {}: turn {} recorded; thread {thread_id} was given up \
+                                 for this session, so it is not its binding ({publication:?})",
+                                self.session_id, turn.id
+                            ));
+                        }
+                    }
+                    self.state()
+                        .machine
+                        .handle_committed(&thread_id, committed.as_ref().map(|_| ()));
+                }
+                Some(_) => {}
             }
         }
         Ok(ServerAction::Forward)
+    }
+}
+
+/// The thread a refusal names (the bound one), when the error says.
+fn bound_thread(error: &RuntimeError) -> Option<&str> {
+    match error {
+        RuntimeError::Resume { thread_id, .. }
+        | RuntimeError::ResumeUnavailable { thread_id, .. }
+        | RuntimeError::ThreadBusy { thread_id, .. } => Some(thread_id),
+        _ => None,
     }
 }
 
@@ -516,31 +622,50 @@ impl SessionHooks for BindingHooks {
         line: &Line,
         ctx: &ClientContext,
     ) -> Result<ClientAction, HookError> {
+        self.client_read_past_notice().await;
         if line.kind() != LineKind::Request {
             return Ok(ClientAction::Forward);
         }
-        let Some(id) = line.id() else {
+        let Some(id) = line.id().cloned() else {
             return Ok(ClientAction::Forward);
         };
         match line.method() {
-            Some("thread/start") => self.on_thread_start(line, ctx).await,
+            Some("thread/start") => self.on_thread_start(line, id, ctx).await,
             Some("thread/resume" | "thread/fork") => {
-                // A client that opens threads by id manages them itself: its later
-                // `thread/start` is its own business.
-                self.state().first_start = false;
-                self.expect(ctx, id.clone(), Pending::Opens);
+                // A thread the client opens itself: the machine decides, on the answer,
+                // whether it is the session's.
+                let stored = if self.state().machine.thread_id().is_none() {
+                    match binding::read_stored(self.store.as_ref(), &self.session_id).await {
+                        Ok(stored) => Some(stored),
+                        Err(error) => {
+                            ctx.report(&format!(
+                                "session {}: could not read the session ({error}); the thread \
+                                 the client opens is not recorded",
+                                self.session_id
+                            ));
+                            None
+                        }
+                    }
+                } else {
+                    None
+                };
+                let what = Pending::ClientThread {
+                    ephemeral: false,
+                    stored,
+                };
+                self.expect(ctx, id, what).await?;
                 Ok(ClientAction::Forward)
             }
             Some("turn/start") => {
                 if let Ok(Params { params }) =
                     serde_json::from_slice::<Params<TurnStartInput>>(line.json())
                 {
-                    let input = turns::input_text(&params.input).unwrap_or_default();
-                    let what = Pending::TurnStart {
-                        thread_id: params.thread_id,
-                        input,
-                    };
-                    self.expect(ctx, id.clone(), what);
+                    let session_thread =
+                        self.state().machine.thread_id() == Some(params.thread_id.as_str());
+                    if session_thread {
+                        let input = turns::input_text(&params.input).unwrap_or_default();
+                        self.expect(ctx, id, Pending::TurnStart { input }).await?;
+                    }
                 }
                 Ok(ClientAction::Forward)
             }
@@ -555,21 +680,19 @@ impl SessionHooks for BindingHooks {
     ) -> Result<ServerAction, HookError> {
         match line.kind() {
             LineKind::Response | LineKind::Error => {
-                let pending = {
-                    let mut state = self.state();
-                    match line.id() {
-                        Some(id) if state.tracker.awaits_answers() => state.tracker.answered(id),
-                        _ => None,
-                    }
+                let awaited = {
+                    let state = self.state();
+                    state.session_start.is_some() || state.tracker.awaits_answers()
                 };
-                match pending {
-                    Some(pending) => self.on_answer(line, pending, ctx).await,
-                    None => Ok(ServerAction::Forward),
+                if awaited {
+                    self.on_answer(line, ctx).await
+                } else {
+                    Ok(ServerAction::Forward)
                 }
             }
             LineKind::Notification => match line.method() {
                 Some("item/completed") => {
-                    self.on_item(line, ctx);
+                    self.on_item(line, ctx).await?;
                     Ok(ServerAction::Forward)
                 }
                 Some("turn/completed") => self.on_turn_completed(line, ctx).await,
@@ -595,14 +718,20 @@ impl SessionHooks for BindingHooks {
 /// The two contexts, as far as saying things goes.
 trait Speak: Sync {
     fn report(&self, message: &str);
-    fn send_to_client(&self, line: Line) -> impl Future<Output = Result<(), ProxyError>> + Send;
+    fn send_to_client(
+        &self,
+        line: Line,
+    ) -> impl std::future::Future<Output = Result<(), ProxyError>> + Send;
 }
 
 impl Speak for ClientContext {
     fn report(&self, message: &str) {
         ClientContext::report(self, message);
     }
-    fn send_to_client(&self, line: Line) -> impl Future<Output = Result<(), ProxyError>> + Send {
+    fn send_to_client(
+        &self,
+        line: Line,
+    ) -> impl std::future::Future<Output = Result<(), ProxyError>> + Send {
         ClientContext::send_to_client(self, line)
     }
 }
@@ -611,37 +740,11 @@ impl Speak for ServerContext {
     fn report(&self, message: &str) {
         ServerContext::report(self, message);
     }
-    fn send_to_client(&self, line: Line) -> impl Future<Output = Result<(), ProxyError>> + Send {
+    fn send_to_client(
+        &self,
+        line: Line,
+    ) -> impl std::future::Future<Output = Result<(), ProxyError>> + Send {
         ServerContext::send_to_client(self, line)
-    }
-}
-
-fn say_forgot(ctx: &impl Speak, forgot: Option<Forgot>) {
-    let Some(forgot) = forgot else { return };
-    let what = match forgot {
-        Forgot::Request(id) => format!("the answer to the client's request {id}"),
-        Forgot::Thread(thread) => format!("thread {thread} (its turns are no longer recorded)"),
-        Forgot::Turn(turn) => format!("turn {turn} (it will not be recorded)"),
-    };
-    ctx.report(&format!(
-        "over the session's memory limits: no longer following {what}"
-    ));
-}
-
-/// A rail event as one stderr line: the message, then its fields.
-fn describe(event: &StatusEvent) -> String {
-    let fields: Vec<String> = event
-        .fields
-        .iter()
-        .map(|(key, value)| match value {
-            Value::String(text) => format!("{key}: {text}"),
-            other => format!("{key}: {other}"),
-        })
-        .collect();
-    if fields.is_empty() {
-        event.message.clone()
-    } else {
-        format!("{} ({})", event.message, fields.join(", "))
     }
 }
 

@@ -1,22 +1,25 @@
 //! What the session hooks remember about the conversation going through them, every part of it
-//! bounded ([`TurnLimits`]): the client's requests whose answers matter, the threads the client
-//! opened on this connection, and the turns in progress on them with their projected rows.
+//! bounded ([`TurnLimits`]): the client's requests whose answers matter, and the turns in
+//! progress on the session's thread with their projected rows. The session's own start is
+//! never forgotten, and whatever is forgotten is said ([`Forgot`]).
 
 use std::collections::VecDeque;
 
 use rethread_protocol::messages::{KnownItem, ThreadItem};
 use rethread_protocol::RequestId;
+use rethread_runtime::machine::Stored;
 use rethread_runtime::projection::project_turn;
 use serde_json::Value;
 
 /// The bounds of what the session hooks keep in memory.
 ///
-/// Past a bound the oldest entry is forgotten (and said on stderr), except for a turn's rows:
-/// past [`max_rows`](Self::max_rows) or [`max_bytes`](Self::max_bytes) further rows of that
-/// turn are not recorded (counted and said on stderr); the turn still commits with the rows
-/// it kept, so the binding still follows its thread (codex's rollout holds the whole turn;
-/// the rows are the session's transcript, used to seed a replacement thread).
+/// Past a bound the oldest entry is forgotten (and said to the client and on stderr), except
+/// for a turn's rows: past [`max_rows`](Self::max_rows) or [`max_bytes`](Self::max_bytes)
+/// further rows of that turn are not recorded (counted and said); the turn still commits with
+/// the rows it kept, so the binding still follows its thread (codex's rollout holds the whole
+/// turn; the rows are the session's transcript, used to seed a replacement thread).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TurnLimits {
     /// Rows recorded per turn (the user's input counts as one).
     pub max_rows: usize,
@@ -24,11 +27,10 @@ pub struct TurnLimits {
     pub max_bytes: usize,
     /// Turns in progress followed at once.
     pub max_open_turns: usize,
-    /// Client requests awaiting an answer the hooks read (`thread/start`, `thread/resume`,
-    /// `thread/fork`, `turn/start`).
+    /// Client requests awaiting an answer the hooks read (`thread/resume`, `thread/fork`,
+    /// later `thread/start`s, `turn/start`); the session's own `thread/start` is never
+    /// among them.
     pub max_pending: usize,
-    /// Threads the client opened on this connection.
-    pub max_threads: usize,
 }
 
 impl Default for TurnLimits {
@@ -38,7 +40,6 @@ impl Default for TurnLimits {
             max_bytes: 4 * 1024 * 1024,
             max_open_turns: 64,
             max_pending: 256,
-            max_threads: 256,
         }
     }
 }
@@ -46,22 +47,22 @@ impl Default for TurnLimits {
 /// Why a client request's answer matters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Pending {
-    /// `thread/start`, `thread/resume`, `thread/fork`: the answer names a thread the client
-    /// drives.
-    Opens,
-    /// The client's `thread/start` after its bound thread was given up: the fallback warning
-    /// goes right before the answer.
-    FallbackStart,
-    /// `turn/start`: the answer names the turn; the input is its user row.
+    /// A thread the client opens itself (`thread/resume`, `thread/fork`, a later
+    /// `thread/start`): the answer names it. `stored` is the session as the store held it
+    /// when the session had no thread yet on this connection.
+    ClientThread {
+        ephemeral: bool,
+        stored: Option<Stored>,
+    },
+    /// `turn/start` on the session's thread: the answer names the turn; the input is its
+    /// user row.
     TurnStart {
-        /// The thread.
-        thread_id: String,
         /// The text of the input.
         input: String,
     },
 }
 
-/// A turn in progress on a client thread.
+/// A turn in progress on the session's thread.
 #[derive(Debug)]
 pub(crate) struct OpenTurn {
     pub(crate) turn_id: String,
@@ -100,15 +101,27 @@ impl OpenTurn {
     }
 }
 
-/// What the tracker had to forget to stay within its bounds (for stderr).
+/// What the tracker had to forget to stay within its bounds (said to the client).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Forgot {
     /// A client request's answer will not be read.
     Request(RequestId),
-    /// A thread the client opened is no longer followed.
-    Thread(String),
     /// A turn in progress is no longer followed (it will not be committed).
     Turn(String),
+}
+
+impl Forgot {
+    /// What was forgotten, for the client and stderr.
+    pub(crate) fn message(&self) -> String {
+        let what = match self {
+            Forgot::Request(id) => format!(
+                "the answer to request {id} (a thread it opens is not recorded; a turn it \
+                 starts is recorded without its input)"
+            ),
+            Forgot::Turn(turn) => format!("turn {turn} (it will not be recorded)"),
+        };
+        format!("rethread is over the session's memory limits and no longer follows {what}.")
+    }
 }
 
 /// The hooks' memory of the conversation. Every collection is bounded by [`TurnLimits`].
@@ -116,7 +129,6 @@ pub(crate) enum Forgot {
 pub(crate) struct Tracker {
     limits: TurnLimits,
     pending: VecDeque<(RequestId, Pending)>,
-    threads: VecDeque<String>,
     turns: VecDeque<OpenTurn>,
 }
 
@@ -125,7 +137,6 @@ impl Tracker {
         Tracker {
             limits,
             pending: VecDeque::new(),
-            threads: VecDeque::new(),
             turns: VecDeque::new(),
         }
     }
@@ -150,28 +161,6 @@ impl Tracker {
         self.pending.remove(at).map(|(_, what)| what)
     }
 
-    /// Follows `thread_id`, a thread the client opened.
-    pub(crate) fn add_thread(&mut self, thread_id: &str) -> Option<Forgot> {
-        if let Some(at) = self.threads.iter().position(|t| t == thread_id) {
-            self.threads.remove(at);
-        }
-        self.threads.push_back(thread_id.to_string());
-        if self.threads.len() > self.limits.max_threads.max(1) {
-            return self.threads.pop_front().map(Forgot::Thread);
-        }
-        None
-    }
-
-    /// Whether the client opened any thread on this connection.
-    pub(crate) fn follows_threads(&self) -> bool {
-        !self.threads.is_empty()
-    }
-
-    /// Whether `thread_id` is one the client opened on this connection.
-    pub(crate) fn is_client_thread(&self, thread_id: &str) -> bool {
-        self.threads.iter().any(|t| t == thread_id)
-    }
-
     fn turn_mut(&mut self, turn_id: &str) -> (&mut OpenTurn, Option<Forgot>) {
         let mut forgot = None;
         let at = match self.turns.iter().position(|t| t.turn_id == turn_id) {
@@ -188,30 +177,20 @@ impl Tracker {
     }
 
     /// `turn/start`'s answer named the turn: its input is known.
-    pub(crate) fn turn_started(
-        &mut self,
-        thread_id: &str,
-        turn_id: &str,
-        input: String,
-    ) -> Option<Forgot> {
-        if !self.is_client_thread(thread_id) {
-            return None;
-        }
+    pub(crate) fn turn_started(&mut self, turn_id: &str, input: String) -> Option<Forgot> {
         let (turn, forgot) = self.turn_mut(turn_id);
         turn.input = Some(input);
         forgot
     }
 
-    /// An `item/completed` of a turn: projected into a row and kept, within the limits.
+    /// An `item/completed` of a turn on the session's thread: projected into a row and kept,
+    /// within the limits.
     pub(crate) fn item_completed(
         &mut self,
         thread_id: &str,
         turn_id: &str,
         item: &ThreadItem,
     ) -> Option<Forgot> {
-        if !self.is_client_thread(thread_id) {
-            return None;
-        }
         let (max_rows, max_bytes) = (self.limits.max_rows, self.limits.max_bytes);
         let (turn, forgot) = self.turn_mut(turn_id);
         turn.items_seen += 1;
@@ -324,7 +303,6 @@ mod tests {
         let items = items();
         let whole = project_turn("t", "u1", "hi", &items);
         let mut tracker = Tracker::new(TurnLimits::default());
-        tracker.add_thread("t");
         for item in &items {
             tracker.item_completed("t", "u1", item);
         }
@@ -340,8 +318,7 @@ mod tests {
     #[test]
     fn the_input_of_turn_start_wins_over_the_user_message() {
         let mut tracker = Tracker::new(TurnLimits::default());
-        tracker.add_thread("t");
-        tracker.turn_started("t", "u1", "what was sent".into());
+        tracker.turn_started("u1", "what was sent".into());
         tracker.item_completed("t", "u1", &items()[0]);
         let (rows, _) = turn_rows(
             "t",
@@ -360,7 +337,6 @@ mod tests {
             ..TurnLimits::default()
         };
         let mut tracker = Tracker::new(limits.clone());
-        tracker.add_thread("t");
         for item in &items() {
             tracker.item_completed("t", "u1", item);
         }
@@ -376,7 +352,6 @@ mod tests {
             ..TurnLimits::default()
         };
         let mut tracker = Tracker::new(limits.clone());
-        tracker.add_thread("t");
         tracker.item_completed("t", "u1", &big);
         tracker.item_completed("t", "u1", &items()[3]);
         let (rows, dropped) = turn_rows("t", "u1", tracker.take_turn("u1"), &[], &limits);
@@ -389,35 +364,29 @@ mod tests {
         let limits = TurnLimits {
             max_open_turns: 2,
             max_pending: 2,
-            max_threads: 2,
             ..TurnLimits::default()
         };
+        let opens = || Pending::ClientThread {
+            ephemeral: false,
+            stored: None,
+        };
         let mut tracker = Tracker::new(limits);
-        assert_eq!(tracker.expect(RequestId::Integer(1), Pending::Opens), None);
-        assert_eq!(tracker.expect(RequestId::Integer(2), Pending::Opens), None);
+        assert_eq!(tracker.expect(RequestId::Integer(1), opens()), None);
+        assert_eq!(tracker.expect(RequestId::Integer(2), opens()), None);
         assert_eq!(
-            tracker.expect(RequestId::Integer(3), Pending::Opens),
+            tracker.expect(RequestId::Integer(3), opens()),
             Some(Forgot::Request(RequestId::Integer(1)))
         );
         assert_eq!(tracker.answered(&RequestId::Integer(1)), None);
+        assert_eq!(tracker.answered(&RequestId::Integer(3)), Some(opens()));
+        tracker.turn_started("1", "x".into());
+        tracker.turn_started("2", "x".into());
         assert_eq!(
-            tracker.answered(&RequestId::Integer(3)),
-            Some(Pending::Opens)
-        );
-        tracker.add_thread("a");
-        tracker.add_thread("b");
-        tracker.add_thread("a");
-        assert_eq!(tracker.add_thread("c"), Some(Forgot::Thread("b".into())));
-        assert!(tracker.is_client_thread("a") && !tracker.is_client_thread("b"));
-        tracker.turn_started("a", "1", "x".into());
-        tracker.turn_started("a", "2", "x".into());
-        assert_eq!(
-            tracker.turn_started("c", "3", "x".into()),
+            tracker.turn_started("3", "x".into()),
             Some(Forgot::Turn("1".into()))
         );
-        // Turns of threads the client did not open are not followed.
-        assert_eq!(tracker.turn_started("b", "4", "x".into()), None);
-        assert!(tracker.take_turn("4").is_none());
+        assert!(tracker.take_turn("1").is_none());
+        assert!(tracker.take_turn("3").is_some());
     }
 
     #[test]

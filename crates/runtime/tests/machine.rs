@@ -1,0 +1,510 @@
+//! The session machine's rules as tables: each row is an event and the actions it must
+//! produce, wire params as literal JSON (each action's `Display`).
+
+use std::time::Duration;
+
+use rethread_protocol::{ResumeFailure, RpcError};
+use rethread_runtime::machine::{LeaseLostTo, MachineOptions, SessionMachine, Stored};
+use rethread_runtime::RuntimeError;
+use serde_json::json;
+
+/// One event fed to the machine.
+enum Event {
+    Open,
+    Session(Stored),
+    Resumed,
+    ResumeError(i64, &'static str),
+    ResumeTimeout,
+    WaitOver,
+    GivenUp,
+    Delivered,
+    Transcript(Result<Vec<serde_json::Value>, &'static str>),
+    Started(&'static str),
+    Failed(RuntimeError),
+    ClientThread(&'static str, bool, Stored),
+    TurnCompleted(&'static str),
+    Committed(&'static str, Option<RuntimeError>),
+    LeaseLost(LeaseLostTo),
+    Retire,
+}
+use Event::*;
+
+fn apply(machine: &mut SessionMachine, event: Event) -> Vec<String> {
+    match event {
+        Open => machine.open(),
+        Session(stored) => machine.handle_session(stored),
+        Resumed => machine.handle_resumed(),
+        ResumeError(code, message) => machine.handle_resume_error(&RpcError::new(code, message)),
+        ResumeTimeout => machine.handle_resume_timeout(Duration::from_secs(60)),
+        WaitOver => machine.handle_wait_over(),
+        GivenUp => machine.handle_given_up(),
+        Delivered => machine.handle_notice_delivered(),
+        Transcript(rows) => machine.handle_transcript(rows.map_err(str::to_string)),
+        Started(thread) => machine.handle_started(thread),
+        Failed(error) => machine.handle_failed(error),
+        ClientThread(thread, ephemeral, stored) => {
+            machine.handle_client_thread(thread, ephemeral, Some(&stored))
+        }
+        TurnCompleted(thread) => machine.handle_turn_completed(thread, vec![json!({}), json!({})]),
+        Committed(thread, error) => {
+            machine.handle_committed(thread, error.as_ref().map_or(Ok(()), Err))
+        }
+        LeaseLost(to) => machine.handle_lease_lost(to),
+        Retire => machine.handle_retire(),
+    }
+    std::iter::from_fn(|| machine.poll())
+        .map(|action| action.to_string())
+        .collect()
+}
+
+/// Runs the table on a fresh machine for session `s`, checking each row's actions.
+fn table(options: MachineOptions, rows: Vec<(Event, &[&str])>) -> SessionMachine {
+    let mut machine = SessionMachine::new("s", options);
+    for (i, (event, want)) in rows.into_iter().enumerate() {
+        let got = apply(&mut machine, event);
+        assert_eq!(got, want, "row {i}");
+    }
+    machine
+}
+
+fn bound(thread: &str) -> Stored {
+    Stored::Bound {
+        thread_id: thread.into(),
+    }
+}
+
+fn given_up(thread: &str, reason: ResumeFailure, notice_delivered: bool) -> Stored {
+    Stored::GivenUp {
+        thread_id: thread.into(),
+        reason,
+        message: "no rollout found for thread id t1".into(),
+        notice_delivered,
+    }
+}
+
+fn no_seed() -> MachineOptions {
+    let mut options = MachineOptions::default();
+    options.seed = None;
+    options
+}
+
+const GONE: &str = "no rollout found for thread id t1";
+const RESUME_T1: &str = r#"resume {"threadId":"t1","excludeTurns":true}"#;
+
+#[test]
+fn a_session_without_a_thread_starts_one() {
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(Stored::Unbound), &["start"]),
+            (
+                Started("t1"),
+                &[r#"opened {"outcome":"started","thread_id":"t1"}"#],
+            ),
+            (TurnCompleted("t1"), &["commit t1 2"]),
+            (Committed("t1", None), &[]),
+        ],
+    );
+}
+
+#[test]
+fn a_bound_thread_is_resumed_before_any_turn_and_nothing_is_said() {
+    let machine = table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (
+                Resumed,
+                &[r#"opened {"outcome":"resumed","thread_id":"t1"}"#],
+            ),
+            (TurnCompleted("t1"), &["commit t1 2"]),
+        ],
+    );
+    assert_eq!(machine.thread_id(), Some("t1"));
+}
+
+#[test]
+fn a_lost_thread_is_given_up_then_said_once_then_replaced_seeded() {
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (ResumeError(-32600, GONE), &["give_up t1 gone"]),
+            (GivenUp, &["notice t1 gone", "read_transcript 40"]),
+            (Delivered, &["mark_delivered t1"]),
+            (Delivered, &[]),
+            (
+                Transcript(Ok(vec![json!({"role": "user", "text": "hi"})])),
+                &["start seeded"],
+            ),
+            (
+                Started("t2"),
+                &[
+                    r#"opened {"outcome":"fell_back","thread_id":"t2","previous_thread_id":"t1","reason":"gone","message":"no rollout found for thread id t1","seeded":true}"#,
+                ],
+            ),
+            (TurnCompleted("t2"), &["commit t2 2"]),
+        ],
+    );
+}
+
+#[test]
+fn every_loss_reason_gives_up_and_nothing_else_does() {
+    let cases: [(i64, &str, Option<&str>); 5] = [
+        (-32600, GONE, Some("gone")),
+        (
+            -32601,
+            "paginated_threads is not supported yet",
+            Some("incompatible"),
+        ),
+        (
+            -32603,
+            "failed to read thread: thread-store internal error: failed to read session metadata",
+            Some("unreadable"),
+        ),
+        (-32600, "thread t1 already has an active writer", None),
+        (-32000, "something new", None),
+    ];
+    for (code, message, lost) in cases {
+        let mut machine = SessionMachine::new("s", MachineOptions::default());
+        apply(&mut machine, Open);
+        apply(&mut machine, Session(bound("t1")));
+        let got = apply(&mut machine, ResumeError(code, message));
+        match lost {
+            Some(reason) => assert_eq!(got, [format!("give_up t1 {reason}")], "{message}"),
+            None => assert!(!got[0].starts_with("give_up"), "{message}: {got:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_capability_refusal_resends_without_exclude_turns_and_is_never_a_loss() {
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (
+                ResumeError(
+                    -32600,
+                    "thread/resume.excludeTurns requires experimentalApi capability",
+                ),
+                &[r#"resume {"threadId":"t1"}"#],
+            ),
+            (
+                Resumed,
+                &[r#"opened {"outcome":"resumed","thread_id":"t1"}"#],
+            ),
+        ],
+    );
+}
+
+#[test]
+fn temporary_failures_back_off_then_fail_with_the_binding_kept() {
+    let overloaded = "Server overloaded; retry later.";
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (ResumeError(-32001, overloaded), &["wait 200ms"]),
+            (WaitOver, &[RESUME_T1]),
+            (ResumeTimeout, &["wait 400ms"]),
+            (WaitOver, &[RESUME_T1]),
+            (ResumeError(-32001, overloaded), &["wait 800ms"]),
+            (WaitOver, &[RESUME_T1]),
+            (
+                ResumeError(-32001, overloaded),
+                &["open_failed resume_unavailable"],
+            ),
+            // Nothing was written: the next open judges the thread again.
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+        ],
+    );
+    let mut options = MachineOptions::default();
+    options.transient_retries = 0;
+    table(
+        options,
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (
+                ResumeError(-32600, "thread t1 already has an active writer"),
+                &["open_failed thread_busy"],
+            ),
+        ],
+    );
+}
+
+#[test]
+fn an_unknown_resume_error_stops_at_once() {
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (
+                ResumeError(-32000, "something new"),
+                &["open_failed resume_failed"],
+            ),
+        ],
+    );
+}
+
+#[test]
+fn a_failed_give_up_says_nothing_and_keeps_the_binding() {
+    let lost = RuntimeError::LeaseLost {
+        session_id: "s".into(),
+        to: LeaseLostTo::Unknown,
+    };
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (ResumeError(-32600, GONE), &["give_up t1 gone"]),
+            (Failed(lost), &["open_failed lease_lost"]),
+        ],
+    );
+}
+
+#[test]
+fn a_notice_an_earlier_process_did_not_deliver_is_said_with_its_reason() {
+    table(
+        no_seed(),
+        vec![
+            (Open, &["read_session"]),
+            (
+                Session(given_up("t1", ResumeFailure::Incompatible, false)),
+                &["notice t1 incompatible pending", "start"],
+            ),
+            (Delivered, &["mark_delivered t1"]),
+            (
+                Started("t2"),
+                &[
+                    r#"opened {"outcome":"fell_back","thread_id":"t2","previous_thread_id":"t1","reason":"incompatible","message":"no rollout found for thread id t1","seeded":false}"#,
+                ],
+            ),
+        ],
+    );
+}
+
+#[test]
+fn a_delivered_notice_is_never_said_again() {
+    // The fallback's turn failed (or its process died) after the user had the notice: the
+    // next open starts another seeded replacement and says nothing.
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (
+                Session(given_up("t1", ResumeFailure::Gone, true)),
+                &["read_transcript 40"],
+            ),
+            (
+                Transcript(Ok(vec![json!({"role": "user", "text": "hi"})])),
+                &["start seeded"],
+            ),
+            (
+                Started("t3"),
+                &[r#"opened {"outcome":"started","thread_id":"t3"}"#],
+            ),
+        ],
+    );
+}
+
+#[test]
+fn an_unreadable_transcript_costs_only_the_seed() {
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (
+                Session(given_up("t1", ResumeFailure::Gone, true)),
+                &["read_transcript 40"],
+            ),
+            (
+                Transcript(Err("disk on fire")),
+                &[
+                    "say Could not read the transcript to seed the new thread: disk on fire",
+                    "start",
+                ],
+            ),
+        ],
+    );
+}
+
+#[test]
+fn only_the_sessions_own_thread_is_committed() {
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (Resumed, &[r#"opened {"outcome":"resumed","thread_id":"t1"}"#]),
+            // A second thread the client opened beside it: not recorded, said once.
+            (
+                ClientThread("t9", false, bound("t1")),
+                &["say rethread keeps this session on thread t1; thread t9 is not recorded and will not be resumed after a restart."],
+            ),
+            (TurnCompleted("t9"), &[]),
+            // An ephemeral one: never bound, nothing said.
+            (ClientThread("e1", true, bound("t1")), &[]),
+            (TurnCompleted("e1"), &[]),
+            (TurnCompleted("t1"), &["commit t1 2"]),
+        ],
+    );
+}
+
+#[test]
+fn a_thread_the_client_opens_first_is_the_sessions_only_when_it_may_be() {
+    // Unbound: the client's own thread becomes the session's.
+    table(
+        MachineOptions::default(),
+        vec![
+            (ClientThread("c1", false, Stored::Unbound), &[]),
+            (TurnCompleted("c1"), &["commit c1 2"]),
+        ],
+    );
+    // Bound to another thread: the binding stays; the client's thread is not recorded.
+    table(
+        MachineOptions::default(),
+        vec![
+            (
+                ClientThread("c1", false, bound("t1")),
+                &["say rethread does not record thread c1 for this session: the session is bound to another thread, which a thread/start resumes."],
+            ),
+            (TurnCompleted("c1"), &[]),
+        ],
+    );
+    // The bound thread itself: it is the session's; a pending notice is said with it.
+    table(
+        MachineOptions::default(),
+        vec![
+            (ClientThread("t1", false, bound("t1")), &[]),
+            (TurnCompleted("t1"), &["commit t1 2"]),
+        ],
+    );
+    table(
+        MachineOptions::default(),
+        vec![(
+            ClientThread("c2", false, given_up("t1", ResumeFailure::Gone, false)),
+            &["notice t1 gone pending"],
+        )],
+    );
+}
+
+#[test]
+fn a_lost_lease_stops_recording_and_is_said_once_with_its_cause() {
+    let taken = RuntimeError::LeaseLost {
+        session_id: "s".into(),
+        to: LeaseLostTo::Another {
+            holder: "host b pid 7".into(),
+        },
+    };
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(Stored::Unbound), &["start"]),
+            (Started("t1"), &[r#"opened {"outcome":"started","thread_id":"t1"}"#]),
+            (TurnCompleted("t1"), &["commit t1 2"]),
+            (
+                Committed("t1", Some(taken)),
+                &["say rethread lost this session to another process (host b pid 7): turns on this connection are no longer recorded."],
+            ),
+            (TurnCompleted("t1"), &[]),
+            (LeaseLost(LeaseLostTo::Forgotten), &[]),
+        ],
+    );
+    table(
+        MachineOptions::default(),
+        vec![(
+            LeaseLost(LeaseLostTo::Forgotten),
+            &["say rethread: this session was forgotten (deleted from the store): turns on this connection are no longer recorded."],
+        )],
+    );
+}
+
+#[test]
+fn a_thread_of_another_session_is_refused_at_commit() {
+    let taken = RuntimeError::ThreadTaken {
+        thread_id: "t1".into(),
+        session_id: "other".into(),
+    };
+    table(
+        MachineOptions::default(),
+        vec![
+            (ClientThread("t1", false, Stored::Unbound), &[]),
+            (TurnCompleted("t1"), &["commit t1 2"]),
+            (
+                Committed("t1", Some(taken)),
+                &["say thread t1 belongs to rethread session other; it is not recorded for this session."],
+            ),
+        ],
+    );
+}
+
+#[test]
+fn the_hosts_own_retire_ends_the_thread_without_a_notice_and_the_next_open_reads_again() {
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (
+                Resumed,
+                &[r#"opened {"outcome":"resumed","thread_id":"t1"}"#],
+            ),
+            (Retire, &["retire t1"]),
+            (Retire, &[]),
+            (Open, &["read_session"]),
+            (Session(Stored::Unbound), &["start"]),
+        ],
+    );
+}
+
+#[test]
+fn reopening_on_a_new_connection_resumes_the_same_thread() {
+    // A host whose codex died opens again: the machine reads the store as the first time.
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(Stored::Unbound), &["start"]),
+            (
+                Started("t1"),
+                &[r#"opened {"outcome":"started","thread_id":"t1"}"#],
+            ),
+            (TurnCompleted("t1"), &["commit t1 2"]),
+            (Committed("t1", None), &[]),
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (
+                Resumed,
+                &[r#"opened {"outcome":"resumed","thread_id":"t1"}"#],
+            ),
+        ],
+    );
+}
+
+#[test]
+fn events_out_of_place_do_nothing() {
+    table(
+        MachineOptions::default(),
+        vec![
+            (Resumed, &[]),
+            (GivenUp, &[]),
+            (WaitOver, &[]),
+            (Started("t1"), &[]),
+            (Delivered, &[]),
+            (Session(bound("t1")), &[]),
+            (Open, &["read_session"]),
+            (Open, &[]),
+        ],
+    );
+}
