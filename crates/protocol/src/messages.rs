@@ -108,9 +108,42 @@ pub struct InitializeResponse {
     pub user_agent: Option<String>,
 }
 
-/// `thread/start` params (the subset rethread sets).
+/// The members of `thread/start` params that `thread/resume` takes too (codex 0.144.6 to
+/// 0.171.0 alike): what a host set for its thread goes with the resume after a restart.
+pub const SHARED_WITH_RESUME: [&str; 11] = [
+    "approvalPolicy",
+    "approvalsReviewer",
+    "baseInstructions",
+    "config",
+    "cwd",
+    "developerInstructions",
+    "model",
+    "modelProvider",
+    "personality",
+    "sandbox",
+    "serviceTier",
+];
+
+/// `thread/start` params: the members rethread reads typed, every other member codex takes
+/// (`approvalPolicy`, `sandbox`, `baseInstructions`, `config`, `personality`, ...) in
+/// [`settings`](Self::settings), passed through as given.
+///
+/// ```
+/// use rethread_protocol::messages::ThreadStartParams;
+/// use serde_json::json;
+/// let start = ThreadStartParams::default()
+///     .cwd("/srv/work")
+///     .setting("sandbox", json!("read-only"))
+///     .setting("approvalPolicy", json!("never"));
+/// let resume = start.resume("thr_1");
+/// assert_eq!(
+///     serde_json::to_value(&resume).unwrap(),
+///     json!({"threadId": "thr_1", "cwd": "/srv/work", "sandbox": "read-only", "approvalPolicy": "never"})
+/// );
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ThreadStartParams {
     /// Working directory of the thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -124,6 +157,63 @@ pub struct ThreadStartParams {
     /// Model override.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Codex keeps no rollout of an ephemeral thread: rethread never binds one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ephemeral: Option<bool>,
+    /// Every other member, in order, as given.
+    #[serde(flatten)]
+    pub settings: Map<String, Value>,
+}
+
+impl ThreadStartParams {
+    /// Sets the working directory.
+    pub fn cwd(mut self, cwd: impl Into<String>) -> Self {
+        self.cwd = Some(cwd.into());
+        self
+    }
+
+    /// Sets the model.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// Sets the developer instructions.
+    pub fn developer_instructions(mut self, instructions: impl Into<String>) -> Self {
+        self.developer_instructions = Some(instructions.into());
+        self
+    }
+
+    /// Sets the history mode (needs the `experimentalApi` capability).
+    pub fn history_mode(mut self, mode: HistoryMode) -> Self {
+        self.history_mode = Some(mode);
+        self
+    }
+
+    /// Sets any other member codex takes (`"sandbox"`, `"approvalPolicy"`, `"config"`, ...).
+    pub fn setting(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.settings.insert(key.into(), value);
+        self
+    }
+
+    /// The `thread/resume` of `thread_id` with this start's members a resume takes
+    /// ([`SHARED_WITH_RESUME`]).
+    pub fn resume(&self, thread_id: impl Into<String>) -> ThreadResumeParams {
+        let mut resume = ThreadResumeParams::new(thread_id);
+        if let Ok(Value::Object(start)) = serde_json::to_value(self) {
+            resume.settings = shared_with_resume(&start);
+        }
+        resume
+    }
+}
+
+/// The members of `start` (a `thread/start`'s params) that a `thread/resume` takes, in order.
+pub fn shared_with_resume(start: &Map<String, Value>) -> Map<String, Value> {
+    start
+        .iter()
+        .filter(|(key, _)| SHARED_WITH_RESUME.contains(&key.as_str()))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
 }
 
 /// `thread/start` result.
@@ -137,9 +227,11 @@ pub struct ThreadStartResponse {
     pub model: Option<String>,
 }
 
-/// `thread/resume` params.
+/// `thread/resume` params: the thread, `excludeTurns`, and the thread's settings
+/// ([`ThreadStartParams::resume`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ThreadResumeParams {
     /// The thread to resume.
     pub thread_id: String,
@@ -147,9 +239,9 @@ pub struct ThreadResumeParams {
     /// 0.144.6 needs the `experimentalApi` capability for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclude_turns: Option<bool>,
-    /// Developer instructions for the resumed thread.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub developer_instructions: Option<String>,
+    /// Every other member (`cwd`, `model`, `developerInstructions`, `sandbox`, ...), in order.
+    #[serde(flatten)]
+    pub settings: Map<String, Value>,
 }
 
 impl ThreadResumeParams {
@@ -164,6 +256,12 @@ impl ThreadResumeParams {
     /// Sets `excludeTurns`.
     pub fn exclude_turns(mut self, exclude: bool) -> Self {
         self.exclude_turns = Some(exclude);
+        self
+    }
+
+    /// Sets any other member.
+    pub fn setting(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.settings.insert(key.into(), value);
         self
     }
 }
@@ -265,14 +363,30 @@ impl UserInput {
     }
 }
 
-/// `turn/start` params.
+/// `turn/start` params: the thread, the input, and every other member codex takes for a turn
+/// (`effort`, `outputSchema`, `sandboxPolicy`, `model`, ...) in [`settings`](Self::settings).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct TurnStartParams {
     /// The thread to run the turn on.
     pub thread_id: String,
     /// The user's input.
     pub input: Vec<UserInput>,
+    /// Every other member, in order, as given.
+    #[serde(flatten)]
+    pub settings: Map<String, Value>,
+}
+
+impl TurnStartParams {
+    /// A turn of `input` on `thread_id`, nothing else set.
+    pub fn new(thread_id: impl Into<String>, input: Vec<UserInput>) -> Self {
+        TurnStartParams {
+            thread_id: thread_id.into(),
+            input,
+            settings: Map::new(),
+        }
+    }
 }
 
 /// `turn/start` result: the turn, `inProgress`.

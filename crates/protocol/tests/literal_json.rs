@@ -32,12 +32,10 @@ fn initialize_request_is_pinned() {
 
 #[test]
 fn thread_requests_are_pinned() {
-    let start = ThreadStartParams {
-        cwd: Some("/w".into()),
-        history_mode: Some(HistoryMode::Legacy),
-        developer_instructions: Some("seed".into()),
-        model: None,
-    };
+    let start = ThreadStartParams::default()
+        .cwd("/w")
+        .history_mode(HistoryMode::Legacy)
+        .developer_instructions("seed");
     assert_eq!(
         line(2, ThreadStart::METHOD, &start),
         r#"{"id":2,"method":"thread/start","params":{"cwd":"/w","historyMode":"legacy","developerInstructions":"seed"}}"#
@@ -66,10 +64,7 @@ fn thread_requests_are_pinned() {
 
 #[test]
 fn turn_requests_are_pinned() {
-    let start = TurnStartParams {
-        thread_id: "t1".into(),
-        input: vec![UserInput::text("hi")],
-    };
+    let start = TurnStartParams::new("t1", vec![UserInput::text("hi")]);
     assert_eq!(
         line(6, TurnStart::METHOD, &start),
         r#"{"id":6,"method":"turn/start","params":{"threadId":"t1","input":[{"type":"text","text":"hi"}]}}"#
@@ -202,14 +197,14 @@ fn token_usage_and_deltas_decode_typed() {
 
 #[test]
 fn image_inputs_are_pinned() {
-    let start = TurnStartParams {
-        thread_id: "t1".into(),
-        input: vec![
+    let start = TurnStartParams::new(
+        "t1",
+        vec![
             UserInput::text("what is this?"),
             UserInput::local_image("/tmp/a.png"),
             UserInput::image_url("https://example.invalid/b.png"),
         ],
-    };
+    );
     assert_eq!(
         line(8, TurnStart::METHOD, &start),
         r#"{"id":8,"method":"turn/start","params":{"threadId":"t1","input":[{"type":"text","text":"what is this?"},{"type":"localImage","path":"/tmp/a.png"},{"type":"image","url":"https://example.invalid/b.png"}]}}"#

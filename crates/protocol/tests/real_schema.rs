@@ -67,21 +67,21 @@ fn client_requests() -> Vec<Message> {
         Message::request(
             id(4),
             ThreadStart::METHOD,
-            &ThreadStartParams {
-                cwd: Some("/tmp".into()),
-                history_mode: Some(HistoryMode::Paginated),
-                developer_instructions: Some("seed".into()),
-                model: Some("mock-model".into()),
-            },
+            &ThreadStartParams::default()
+                .cwd("/tmp")
+                .history_mode(HistoryMode::Paginated)
+                .developer_instructions("seed")
+                .model("mock-model")
+                .setting("sandbox", serde_json::json!("read-only"))
+                .setting("approvalPolicy", serde_json::json!("never")),
         ),
         Message::request(id(5), ThreadResume::METHOD, &ThreadResumeParams::new("t")),
         Message::request(
             id(6),
             ThreadResume::METHOD,
-            &ThreadResumeParams {
-                developer_instructions: Some("x".into()),
-                ..ThreadResumeParams::new("t").exclude_turns(true)
-            },
+            &ThreadResumeParams::new("t")
+                .exclude_turns(true)
+                .setting("developerInstructions", serde_json::json!("x")),
         ),
         Message::request(
             id(7),
@@ -100,25 +100,23 @@ fn client_requests() -> Vec<Message> {
                 limit: Some(5),
             },
         ),
-        Message::request(
-            id(10),
-            TurnStart::METHOD,
-            &TurnStartParams {
-                thread_id: "t".into(),
-                input: vec![UserInput::text("hi")],
-            },
-        ),
+        Message::request(id(10), TurnStart::METHOD, &{
+            let mut turn = TurnStartParams::new("t", vec![UserInput::text("hi")]);
+            turn.settings
+                .insert("effort".into(), serde_json::json!("high"));
+            turn
+        }),
         Message::request(
             id(12),
             TurnStart::METHOD,
-            &TurnStartParams {
-                thread_id: "t".into(),
-                input: vec![
+            &TurnStartParams::new(
+                "t",
+                vec![
                     UserInput::text("look"),
                     UserInput::local_image("/tmp/image.png"),
                     UserInput::image_url("https://example.invalid/image.png"),
                 ],
-            },
+            ),
         ),
         Message::request(
             id(11),

@@ -118,11 +118,13 @@ proptest! {
     #[test]
     fn params_round_trip(id in text(), t in text(), flag in any::<bool>(), limit in prop::option::of(any::<u32>()), mode in prop::option::of(history_mode())) {
         round_trip(&InitializeParams { client_info: ClientInfo { name: t.clone(), version: id.clone(), title: None }, capabilities: Some(InitializeCapabilities { experimental_api: flag }) });
-        round_trip(&ThreadStartParams { cwd: Some(t.clone()), history_mode: mode, developer_instructions: Some(id.clone()), model: None });
-        round_trip(&ThreadResumeParams { thread_id: id.clone(), exclude_turns: Some(flag), developer_instructions: None });
+        let mut start = ThreadStartParams::default().cwd(t.clone()).developer_instructions(id.clone()).setting("sandbox", serde_json::json!(t.clone()));
+        start.history_mode = mode;
+        round_trip(&start);
+        round_trip(&ThreadResumeParams::new(id.clone()).exclude_turns(flag).setting("cwd", serde_json::json!(t.clone())));
         round_trip(&ThreadReadParams { thread_id: id.clone(), include_turns: flag });
         round_trip(&ThreadListParams { cursor: Some(t.clone()), limit });
-        round_trip(&TurnStartParams { thread_id: id.clone(), input: vec![UserInput::text(t.clone())] });
+        round_trip(&TurnStartParams::new(id.clone(), vec![UserInput::text(t.clone())]));
         round_trip(&TurnInterruptParams { thread_id: id.clone(), turn_id: t.clone() });
         round_trip(&AgentMessageDeltaNotification { thread_id: id.clone(), turn_id: t.clone(), item_id: t.clone(), delta: id.clone() });
         round_trip(&WarningNotification { message: t.clone(), thread_id: Some(id.clone()) });

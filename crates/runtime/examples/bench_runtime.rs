@@ -109,10 +109,10 @@ async fn open_to_turn_start(iterations: usize) {
         .id;
     let mut events = client.subscribe(&thread).unwrap();
     client
-        .request::<TurnStart>(&TurnStartParams {
-            thread_id: thread.clone(),
-            input: vec![UserInput::text("hello")],
-        })
+        .request::<TurnStart>(&TurnStartParams::new(
+            thread.clone(),
+            vec![UserInput::text("hello")],
+        ))
         .await
         .unwrap();
     while !matches!(
@@ -145,10 +145,8 @@ async fn open_to_turn_start(iterations: usize) {
             .with_options(options.clone());
         let session = agent.open(&client).await.unwrap();
         assert_eq!(session.outcome().as_str(), "resumed");
-        let turn = TurnStartParams {
-            thread_id: session.thread_id().to_string(),
-            input: vec![UserInput::text("x")],
-        };
+        let turn =
+            TurnStartParams::new(session.thread_id().to_string(), vec![UserInput::text("x")]);
         let request = client.request::<TurnStart>(&turn);
         // Sent as soon as the request future is first polled; the response is not awaited in
         // the figure, only the send.
@@ -165,10 +163,8 @@ async fn open_to_turn_start(iterations: usize) {
         .with_options(options.clone());
         let session = agent.open(&client).await.unwrap();
         assert_eq!(session.outcome().as_str(), "started");
-        let turn = TurnStartParams {
-            thread_id: session.thread_id().to_string(),
-            input: vec![UserInput::text("x")],
-        };
+        let turn =
+            TurnStartParams::new(session.thread_id().to_string(), vec![UserInput::text("x")]);
         let request = client.request::<TurnStart>(&turn);
         tokio::pin!(request);
         let _ = futures::poll!(&mut request);
@@ -231,10 +227,8 @@ async fn real_resume(turns: &[usize], samples: usize) {
         thread = Some(id.clone());
         let mut events = builder.subscribe(&id).unwrap();
         while done < target {
-            let turn = TurnStartParams {
-                thread_id: id.clone(),
-                input: vec![UserInput::text(format!("turn {done}"))],
-            };
+            let turn =
+                TurnStartParams::new(id.clone(), vec![UserInput::text(format!("turn {done}"))]);
             builder.request::<TurnStart>(&turn).await.unwrap();
             while !matches!(
                 events.next().await.unwrap(),

@@ -306,9 +306,11 @@ impl SessionBinder {
         }
     }
 
-    /// The machine's resume params plus the host's own settings for its thread.
-    fn resume_params(&self, mut params: ThreadResumeParams) -> ThreadResumeParams {
-        params.developer_instructions = self.options.thread_start.developer_instructions.clone();
+    /// The machine's resume params plus the host's own settings for its thread (what a resume
+    /// takes of them: the thread goes on as the host configured it).
+    fn resume_params(&self, machine: ThreadResumeParams) -> ThreadResumeParams {
+        let mut params = self.options.thread_start.resume(machine.thread_id);
+        params.exclude_turns = machine.exclude_turns;
         params
     }
 

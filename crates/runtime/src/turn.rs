@@ -64,12 +64,36 @@ pub struct TurnReport {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnInput {
     items: Vec<UserInput>,
+    /// Codex's other `turn/start` members (`effort`, `outputSchema`, ...), as given.
+    settings: serde_json::Map<String, Value>,
 }
 
 impl TurnInput {
     /// Input of these pieces, in order.
     pub fn new(items: Vec<UserInput>) -> Self {
-        TurnInput { items }
+        TurnInput {
+            items,
+            settings: serde_json::Map::new(),
+        }
+    }
+
+    /// Sets one of codex's other `turn/start` members for this turn (`"effort"`,
+    /// `"outputSchema"`, `"sandboxPolicy"`, ...), passed through as given.
+    ///
+    /// ```
+    /// use rethread_runtime::TurnInput;
+    /// use serde_json::json;
+    /// let input = TurnInput::text("Summarise.").with_setting("effort", json!("high"));
+    /// assert_eq!(input.settings()["effort"], "high");
+    /// ```
+    pub fn with_setting(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.settings.insert(key.into(), value);
+        self
+    }
+
+    /// The other `turn/start` members set for this turn.
+    pub fn settings(&self) -> &serde_json::Map<String, Value> {
+        &self.settings
     }
 
     /// Plain text.
@@ -328,10 +352,11 @@ pub(crate) async fn start_turn(
     };
     let started = async {
         let events = session.client.subscribe_lossless(&thread_id)?;
-        let params = rethread_protocol::messages::TurnStartParams {
-            thread_id: thread_id.clone(),
-            input: input.items.clone(),
-        };
+        let mut params = rethread_protocol::messages::TurnStartParams::new(
+            thread_id.clone(),
+            input.items.clone(),
+        );
+        params.settings = input.settings.clone();
         let started = session
             .client
             .request::<rethread_protocol::messages::TurnStart>(&params)

@@ -122,6 +122,51 @@ async fn a_live_binding_is_resumed_before_the_turn_without_a_notice() {
     assert_eq!(store.session("s").await.unwrap().unwrap().row_count, 4);
 }
 
+/// What the host set for its thread (codex's own settings, passed through) goes with the
+/// resume after a restart, and a turn's own settings with its `turn/start`.
+#[tokio::test]
+async fn the_hosts_thread_settings_go_with_the_resume_and_turn_settings_with_the_turn() {
+    let store = bound_store("t1").await;
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut options = options();
+    options.thread_start = rethread_protocol::messages::ThreadStartParams::default()
+        .cwd("/srv/work")
+        .developer_instructions("be brief")
+        .setting("sandbox", json!("read-only"))
+        .setting("approvalPolicy", json!("never"))
+        .setting("serviceName", json!("start only"));
+    let mut agent =
+        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options);
+    let run = tokio::spawn(async move {
+        let mut session = agent.open(&client).await?;
+        let input =
+            rethread_runtime::TurnInput::text("again").with_setting("effort", json!("high"));
+        session.run_turn(input).await
+    });
+    let (id, params) = peer.expect("thread/resume").await;
+    assert_eq!(
+        params,
+        json!({"threadId": "t1", "excludeTurns": true, "cwd": "/srv/work",
+               "developerInstructions": "be brief", "sandbox": "read-only", "approvalPolicy": "never"})
+    );
+    peer.reply(id, json!({"thread": support::thread("t1")}))
+        .await;
+    let (client_side, mut peer) = (run, peer);
+    let turn = tokio::spawn(async move {
+        let params = peer.accept_turn("u2").await;
+        peer.notify(
+            "turn/completed",
+            json!({"threadId": "t1", "turn": {"id": "u2", "status": "completed", "items": []}}),
+        )
+        .await;
+        (params, peer)
+    });
+    let (params, _peer) = turn.await.unwrap();
+    assert_eq!(params["effort"], "high");
+    assert_eq!(params["input"][0]["text"], "again");
+    client_side.await.unwrap().unwrap();
+}
+
 #[tokio::test]
 async fn a_dead_binding_falls_back_once_on_the_same_client_and_rotates_after_commit() {
     let store = bound_store("dead").await;

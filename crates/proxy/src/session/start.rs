@@ -2,29 +2,13 @@
 //! or give it up and let the start through, seeded; the wire shapes that takes.
 
 use rethread_protocol::jsonrpc::Request as RawRequest;
-use rethread_protocol::messages::{ThreadResumeParams, ThreadStartParams};
+use rethread_protocol::messages::{shared_with_resume, ThreadResumeParams, ThreadStartParams};
 use rethread_protocol::{ErrorCode, Message, RequestId, RpcError};
 use rethread_runtime::binding::apply_seed;
 use rethread_runtime::RuntimeError;
 use serde_json::{json, Map, Value};
 
 use crate::line::Line;
-
-/// The members of `thread/start` params that `thread/resume` takes too (codex 0.144.6 to
-/// 0.171.0 alike): they go with the resume that answers the start.
-pub(crate) const SHARED_WITH_RESUME: [&str; 11] = [
-    "approvalPolicy",
-    "approvalsReviewer",
-    "baseInstructions",
-    "config",
-    "cwd",
-    "developerInstructions",
-    "model",
-    "modelProvider",
-    "personality",
-    "sandbox",
-    "serviceTier",
-];
 
 /// Members of a `thread/resume` result that a `thread/start` result does not have; left out
 /// of the answer to the client's `thread/start`.
@@ -53,11 +37,7 @@ pub(crate) fn resume_params(attempt: ThreadResumeParams, start: &Map<String, Val
         Ok(Value::Object(map)) => map,
         _ => Map::new(),
     };
-    for key in SHARED_WITH_RESUME {
-        if let Some(value) = start.get(key) {
-            params.insert(key.to_string(), value.clone());
-        }
-    }
+    params.extend(shared_with_resume(start));
     Value::Object(params)
 }
 
@@ -79,13 +59,11 @@ pub(crate) fn as_start_result(mut result: Value) -> Value {
 /// The `thread/start` the client sent, with `seed` appended to its developer instructions
 /// (the runtime's [`apply_seed`]); every other member as the client sent it.
 pub(crate) fn seeded_start(id: RequestId, mut params: Map<String, Value>, seed: String) -> Line {
-    let mut typed = ThreadStartParams {
-        developer_instructions: params
-            .get("developerInstructions")
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        ..ThreadStartParams::default()
-    };
+    let mut typed = ThreadStartParams::default();
+    typed.developer_instructions = params
+        .get("developerInstructions")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     apply_seed(&mut typed, seed);
     params.insert(
         "developerInstructions".to_string(),
