@@ -68,7 +68,9 @@
 //!
 //! # Example
 //! ```
-//! use rethread_store::{BindingStore, BindingStoreExt, CommitOutcome, MemoryStore, TurnCommit};
+//! use rethread_store::{
+//!     BindingStore, BindingStoreExt, CommitOutcome, MemoryStore, Retirement, TurnCommit,
+//! };
 //! use serde_json::json;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -86,9 +88,12 @@
 //! assert_eq!(outcome, CommitOutcome::Published { first_seq: 0, row_count: 2 });
 //! assert_eq!(store.thread_id("chat-42").await?.as_deref(), Some("thr_1"));
 //!
-//! // The codex thread could not be resumed: drop the binding only if it is still that thread.
-//! assert!(store.drop_binding_if("chat-42", "thr_1", None).await?);
-//! assert_eq!(store.binding("chat-42").await?, None);
+//! // The codex thread could not be resumed: give it up (compare-and-set, one write).
+//! let lost = Retirement::Lost { reason: "gone".into(), message: "no rollout found".into() };
+//! store.retire_thread("chat-42", "thr_1", lost, None).await?;
+//! let record = store.require_session("chat-42").await?;
+//! assert_eq!(record.binding(), None);
+//! assert_eq!(record.pending_notice().map(|g| g.thread_id.as_str()), Some("thr_1"));
 //! assert_eq!(store.all_rows("chat-42").await?.len(), 2);
 //! # Ok(())
 //! # }
@@ -128,7 +133,7 @@ pub mod conformance;
 #[cfg(feature = "redb")]
 pub use crate::redb::RedbStore;
 pub use copy::{copy_sessions, CopyProgress, CopyReport};
-pub use error::{BoxError, StoreError};
+pub use error::{BoxError, LeaseLoss, StoreError};
 pub use memory::MemoryStore;
 pub use open::{open_url, StoreUrl};
 pub use options::{Durability, OpenOptions};
@@ -140,15 +145,11 @@ pub use redact::redact_url;
 pub use sqlite::SqliteStore;
 pub use store::{BindingStore, BindingStoreExt};
 pub use types::{
-    Binding, CommitOutcome, Fence, ImportOutcome, Lease, PendingNotice, SessionExport, SessionPage,
-    SessionRecord, TranscriptRow, TurnCommit, CODEX_THREAD_ID_KEY, PENDING_NOTICE_KEY,
+    Binding, BindingState, CommitOutcome, Fence, GivenUp, ImportOutcome, Lease, Retirement,
+    SessionExport, SessionPage, SessionRecord, TranscriptRow, TurnCommit, CODEX_THREAD_ID_KEY,
 };
 pub use verify::{Problem, ProblemKind, VerifyProgress, VerifyReport, MAX_LISTED_PROBLEMS};
 
-/// The newest schema version this build reads and writes. Older stores are migrated on open;
-/// newer ones are refused with [`StoreError::NewerSchema`].
-///
-/// Version 2 gave every SQLite row a checksum; version 3 gave stored leases their holder's
-/// process identity (SQLite, PostgreSQL); version 4 gave every redb value a checksum. A
-/// backend a version did not change is restamped.
-pub const SCHEMA_VERSION: u64 = 4;
+/// The schema version this build reads and writes; a store of a newer one is refused with
+/// [`StoreError::NewerSchema`]. The store is unpublished: version 1 is the first format.
+pub const SCHEMA_VERSION: u64 = 1;

@@ -1,10 +1,13 @@
-//! The redb backend: the embedded default.
+//! The redb backend: embedded, one process per file.
 //!
 //! Layout (`schema.rs`): table `sessions` (`session id -> JSON SessionRecord + checksum`),
-//! table `rows` (`(session id, seq) -> JSON body + checksum`), table `rethread_meta`
+//! table `rows` (`(session id, seq) -> JSON body + checksum`), tables `threads` and
+//! `session_threads` (which session each thread belongs to, both ways), table `rethread_meta`
 //! (`"schema_version" -> u64`); the codec is in `tables.rs`. redb holds an exclusive lock on
-//! the file: a second process opening it gets [`StoreError::Locked`]. Leases live in this
-//! process (`LocalLeases`); the writer thread checks fenced writes against them.
+//! the file: another process opening it waits up to
+//! [`OpenOptions::wait`](crate::OpenOptions::wait), then gets [`StoreError::Locked`] naming
+//! the holder (from the record `<file>.holder` each holder writes beside the file). Leases live
+//! in this process (`LocalLeases`); the writer thread checks fenced writes against them.
 //!
 //! Opening checks every page of the file by default
 //! ([`OpenOptions::check_redb_integrity_on_open`](crate::OpenOptions::check_redb_integrity_on_open)):
@@ -13,7 +16,8 @@
 //! header and the schema version only. Either way every redb call runs on the store's own
 //! threads under `catch_unwind` (`engine.rs`), so a panic is [`StoreError::Corrupt`], and the
 //! store refuses every later call as `Corrupt` too instead of going on with a database that
-//! panicked. The whole-store check of records is
+//! panicked. After an I/O error (a full disk) the writer reopens the file, so the store goes
+//! on once the cause is gone. The whole-store check of records is
 //! [`BindingStore::verify`](crate::BindingStore::verify).
 
 mod engine;
@@ -23,7 +27,7 @@ mod tables;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use self::engine::{open_shared, RedbEngine, RedbReaders};
+use self::engine::{open_shared, MakeBackend, Opener, RedbEngine, RedbReaders};
 use crate::adapter::Adapter;
 use crate::durable::{Durable, Writer};
 use crate::logic::LocalLeases;
@@ -40,23 +44,55 @@ pub struct RedbStore {
 forward_binding_store!([] RedbStore, |this| this.store);
 
 impl RedbStore {
-    /// Opens (or creates, owner-only) the store at `path`, migrating an older schema.
+    /// Opens (or creates, owner-only) the store at `path`.
     ///
-    /// Errors: [`StoreError::Locked`] if another process has it open,
-    /// [`StoreError::Corrupt`] for a damaged or foreign file, [`StoreError::NewerSchema`] for a
-    /// file from a newer rethread. The file is opened on the store's writer thread.
+    /// Errors: [`StoreError::NotAFile`], [`StoreError::NoStore`] (without `create`) and
+    /// [`StoreError::NotWritable`] before anything opens the file; [`StoreError::Locked`] if
+    /// another process has it open past [`OpenOptions::wait`]; [`StoreError::Corrupt`] for a
+    /// damaged or foreign file, [`StoreError::NewerSchema`] for a file from a newer rethread.
+    /// The file is opened on the store's writer thread.
     pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self, StoreError> {
-        let path = path.as_ref().to_path_buf();
-        let open_path = path.clone();
-        let (max_batch, spin) = (options.max_batch, options.lone_write_spin);
+        let make_backend: MakeBackend = Arc::new(|file| {
+            let backend = ::redb::backends::FileBackend::new(file)
+                .map_err(|e| map_redb_error("redb file", e))?;
+            Ok(Box::new(backend) as Box<dyn ::redb::StorageBackend>)
+        });
+        Self::open_with(path.as_ref(), options, make_backend).await
+    }
+
+    /// [`RedbStore::open`] on the storage `make_backend` makes of the file.
+    pub(super) async fn open_with(
+        path: &Path,
+        options: OpenOptions,
+        make_backend: MakeBackend,
+    ) -> Result<Self, StoreError> {
+        let path = path.to_path_buf();
+        let opener = Opener {
+            path: path.clone(),
+            label: path.display().to_string(),
+            options,
+            make_backend,
+        };
         // redb files are exclusive to one process: leases live in this process, shared by the
         // lease calls and the writer thread (which checks the fences of writes against them).
         let leases = Arc::new(LocalLeases::default());
         let engine_leases = Arc::clone(&leases);
-        let (writer, readers) = Writer::spawn("redb", max_batch, spin, move || {
-            let shared = Arc::new(open_shared(&open_path, &options)?);
-            let engine = RedbEngine::new(Arc::clone(&shared), options.durability, engine_leases);
-            Ok((engine, RedbReaders::new(shared)))
+        let (writer, readers) = Writer::spawn("redb", move || {
+            let (shared, file_id) = open_shared(&opener)?;
+            let shared = Arc::new(shared);
+            let readers = RedbReaders {
+                shared: Arc::clone(&shared),
+                leases: Arc::clone(&engine_leases),
+            };
+            let engine = RedbEngine {
+                shared,
+                opener,
+                leases: engine_leases,
+                file_id,
+                reopen: false,
+                not_durable_since: None,
+            };
+            Ok((engine, readers))
         })
         .await?;
         Ok(RedbStore {
@@ -88,8 +124,14 @@ pub(crate) fn map_redb_error(path: &str, error: impl Into<::redb::Error>) -> Sto
         ::redb::Error::DatabaseAlreadyOpen | ::redb::Error::LockProtocolMismatch => {
             StoreError::Locked {
                 path: path.to_string(),
+                holder: None,
             }
         }
+        // redb refuses everything after an I/O error until the file is reopened.
+        ::redb::Error::PreviousIo => StoreError::Io {
+            path: path.to_string(),
+            source: std::io::Error::other("a previous I/O error occurred"),
+        },
         ::redb::Error::Corrupted(detail) => StoreError::corrupt(path, detail),
         ::redb::Error::TableTypeMismatch { .. }
         | ::redb::Error::TableIsMultimap(_)
