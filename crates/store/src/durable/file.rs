@@ -26,6 +26,11 @@ pub(crate) fn prepare_file(path: &Path, options: &OpenOptions) -> Result<bool, S
             path: label.clone(),
             found: kind(&meta),
         }),
+        // An empty file is a store not made yet (a creation interrupted before the engine
+        // wrote its header): only a command that may create one makes it.
+        Ok(meta) if meta.len() == 0 && !options.create => Err(StoreError::NoStore {
+            path: label.clone(),
+        }),
         Ok(_) => match std::fs::OpenOptions::new()
             .read(true)
             .write(true)

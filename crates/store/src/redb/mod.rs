@@ -158,3 +158,123 @@ pub(crate) fn map_redb_error(path: &str, error: impl Into<::redb::Error>) -> Sto
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use ::redb::backends::FileBackend;
+    use ::redb::StorageBackend;
+
+    use super::*;
+    use crate::{BindingStore, BindingStoreExt, TurnCommit};
+
+    /// The file, with writes that fail with "no space left on device" while `full` is set.
+    #[derive(Debug)]
+    struct FullDisk {
+        file: FileBackend,
+        full: Arc<AtomicBool>,
+    }
+
+    impl FullDisk {
+        fn check(&self) -> Result<(), std::io::Error> {
+            if self.full.load(Ordering::SeqCst) {
+                return Err(std::io::Error::from_raw_os_error(28));
+            }
+            Ok(())
+        }
+    }
+
+    type Bound = std::ops::Bound<u64>;
+
+    impl StorageBackend for FullDisk {
+        fn len(&self) -> Result<u64, std::io::Error> {
+            self.file.len()
+        }
+        fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+            self.file.read(offset, out)
+        }
+        fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+            self.check()?;
+            self.file.set_len(len)
+        }
+        fn sync_data(&self) -> Result<(), std::io::Error> {
+            self.check()?;
+            self.file.sync_data()
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+            self.check()?;
+            self.file.write(offset, data)
+        }
+        fn close(&self) -> Result<(), std::io::Error> {
+            self.file.close()
+        }
+        fn try_lock_range(&self, s: Bound, e: Bound) -> Result<bool, ::redb::BackendError> {
+            self.file.try_lock_range(s, e)
+        }
+        fn try_lock_shared_range(&self, s: Bound, e: Bound) -> Result<bool, ::redb::BackendError> {
+            self.file.try_lock_shared_range(s, e)
+        }
+        fn lock_range(&self, s: Bound, e: Bound) -> Result<(), ::redb::BackendError> {
+            self.file.lock_range(s, e)
+        }
+        fn lock_shared_range(&self, s: Bound, e: Bound) -> Result<(), ::redb::BackendError> {
+            self.file.lock_shared_range(s, e)
+        }
+        fn unlock_range(&self, s: Bound, e: Bound) -> Result<(), ::redb::BackendError> {
+            self.file.unlock_range(s, e)
+        }
+        fn query_lock_range(&self, s: Bound, e: Bound) -> Result<bool, ::redb::BackendError> {
+            self.file.query_lock_range(s, e)
+        }
+    }
+
+    fn commit(n: u64) -> TurnCommit {
+        TurnCommit {
+            session_id: "s".to_string(),
+            thread_id: "t".to_string(),
+            codex_home: None,
+            rows: vec![serde_json::json!({ "n": n })],
+            fence: None,
+        }
+    }
+
+    /// Issue 19 item 12: redb fails every call after one I/O error ("Previous I/O error
+    /// occurred") until the database is reopened; the store reopens it and goes on once space
+    /// is back, with every acknowledged commit and none of the failed one.
+    #[tokio::test]
+    async fn a_full_disk_fails_its_commit_and_the_store_goes_on_once_space_is_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let full = Arc::new(AtomicBool::new(false));
+        let disk = Arc::clone(&full);
+        let make_backend: MakeBackend = Arc::new(move |file| {
+            let file = FileBackend::new(file).map_err(|e| map_redb_error("test", e))?;
+            Ok(Box::new(FullDisk {
+                file,
+                full: Arc::clone(&disk),
+            }) as Box<dyn StorageBackend>)
+        });
+        let path = dir.path().join("s.redb");
+        let store = RedbStore::open_with(&path, OpenOptions::new(), make_backend)
+            .await
+            .unwrap();
+        store.commit_turn(commit(0)).await.unwrap();
+
+        full.store(true, Ordering::SeqCst);
+        for n in [1, 2] {
+            let refused = store.commit_turn(commit(n)).await;
+            assert!(matches!(refused, Err(StoreError::Io { .. })), "{refused:?}");
+        }
+        full.store(false, Ordering::SeqCst);
+        let out = store.commit_turn(commit(3)).await.expect("space is back");
+        assert_eq!((out.first_seq(), out.row_count()), (1, 2));
+        let rows = store.all_rows("s").await.unwrap();
+        let ns: Vec<_> = rows.iter().map(|r| r.body["n"].clone()).collect();
+        assert_eq!(ns, [serde_json::json!(0), serde_json::json!(3)]);
+        store.close().await;
+        let reopened = RedbStore::open(&path, OpenOptions::new().create(false))
+            .await
+            .unwrap();
+        assert_eq!(reopened.all_rows("s").await.unwrap().len(), 2);
+    }
+}
