@@ -24,7 +24,7 @@ use tracing::field::Empty;
 use tracing::Instrument;
 
 use rethread_protocol::ResumeFailure;
-use rethread_store::PendingNotice;
+use rethread_store::GivenUp;
 
 use crate::binding::{
     announce_pending_fallback, apply_seed, give_up_thread, pending_fallback, seed_text, LostThread,
@@ -165,7 +165,7 @@ impl SessionBinder {
         } else {
             self.store.session(&self.session_id).await?
         };
-        let bound = record.as_ref().and_then(|r| r.binding.clone());
+        let bound = record.as_ref().and_then(|r| r.binding().cloned());
         let pending = record.as_ref().and_then(pending_fallback);
         let outcome = match (bound, pending) {
             (Some(binding), _) => {
@@ -345,7 +345,7 @@ impl SessionBinder {
     async fn resume_pending_fallback(
         &mut self,
         client: &AppServerClient,
-        pending: PendingNotice,
+        pending: GivenUp,
     ) -> Result<OpenOutcome, RuntimeError> {
         if self.told.as_deref() != Some(pending.thread_id.as_str()) {
             announce_pending_fallback(&self.rail, &self.session_id, &pending);

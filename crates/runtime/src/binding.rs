@@ -46,7 +46,7 @@ use std::time::Duration;
 use rethread_protocol::messages::{ThreadResumeParams, ThreadStartParams};
 use rethread_protocol::{classify_resume_error, ResumeFailure, RpcError};
 use rethread_store::{
-    BindingStore, CommitOutcome, Fence, PendingNotice, SessionRecord, TurnCommit,
+    BindingStore, CommitOutcome, Fence, GivenUp, Retirement, SessionRecord, TurnCommit,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -251,7 +251,15 @@ pub async fn give_up_thread(
     fence: Option<&Fence>,
 ) -> Result<(), RuntimeError> {
     store
-        .retire_thread(session_id, &lost.thread_id, fence)
+        .retire_thread(
+            session_id,
+            &lost.thread_id,
+            Retirement::Lost {
+                reason: lost.reason.as_str().to_string(),
+                message: lost.message.clone(),
+            },
+            fence,
+        )
         .await?;
     metrics::counter!(telemetry::FALLBACKS_TOTAL, "reason" => lost.reason.as_str()).increment(1);
     rail.emit(
@@ -272,16 +280,16 @@ pub async fn give_up_thread(
 /// [`RESUME_FALLBACK_NOTICE`] ([`announce_pending_fallback`]), until a turn on the new thread
 /// is committed (the commit that publishes its binding clears the record). The notice is thus
 /// said at least once per give-up, and once more per host that died before that commit.
-pub fn pending_fallback(record: &SessionRecord) -> Option<PendingNotice> {
-    if record.binding.is_some() {
+pub fn pending_fallback(record: &SessionRecord) -> Option<GivenUp> {
+    if record.binding().is_some() {
         return None;
     }
-    record.pending_notice()
+    record.pending_notice().cloned()
 }
 
 /// Says a pending fallback's [`RESUME_FALLBACK_NOTICE`] on `rail` (kind `lifecycle`, fields
 /// `session_id`, `previous_thread_id`, `pending: true`); see [`pending_fallback`].
-pub fn announce_pending_fallback(rail: &StatusRail, session_id: &str, pending: &PendingNotice) {
+pub fn announce_pending_fallback(rail: &StatusRail, session_id: &str, pending: &GivenUp) {
     rail.emit(fallback_notice(session_id, &pending.thread_id).with("pending", true));
 }
 

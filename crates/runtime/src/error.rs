@@ -113,7 +113,7 @@ impl From<StoreError> for RuntimeError {
                 acquired_at_ms,
                 expires_at_ms,
             },
-            StoreError::LeaseLost { session_id } => RuntimeError::LeaseLost { session_id },
+            StoreError::LeaseLost { session_id, .. } => RuntimeError::LeaseLost { session_id },
             other => RuntimeError::Store(other),
         }
     }
@@ -184,6 +184,7 @@ mod tests {
     fn the_store_mapping_keeps_lease_errors_typed() {
         let lost: RuntimeError = StoreError::LeaseLost {
             session_id: "s".into(),
+            cause: rethread_store::LeaseLoss::Released,
         }
         .into();
         assert!(matches!(lost, RuntimeError::LeaseLost { ref session_id } if session_id == "s"));

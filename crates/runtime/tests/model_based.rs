@@ -531,7 +531,7 @@ impl World {
             "I5: host keys survive"
         );
         prop_assert_eq!(
-            record.pending_notice().map(|p| p.thread_id),
+            record.pending_notice().map(|p| p.thread_id.clone()),
             self.model.pending.clone(),
             "the pending notice"
         );

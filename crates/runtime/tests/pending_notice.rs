@@ -75,7 +75,7 @@ async fn a_host_killed_after_the_give_up_leaves_the_notice_to_the_next_open_once
     let record = store.session("s").await.unwrap().unwrap();
     assert_eq!(record.thread_id(), None);
     assert_eq!(
-        record.pending_notice().map(|p| p.thread_id),
+        record.pending_notice().map(|p| p.thread_id.clone()),
         Some(lost.clone())
     );
 

@@ -178,7 +178,7 @@ impl BindingHooks {
         };
         let bound = record
             .as_ref()
-            .and_then(|r| r.binding.as_ref())
+            .and_then(|r| r.binding())
             .map(|b| b.thread_id.clone());
         let Some(bound) = bound else {
             if let Some(pending) = record.as_ref().and_then(pending_fallback) {
