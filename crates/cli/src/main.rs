@@ -339,14 +339,12 @@ async fn open_store_url(url: &str, access: Access) -> CliResult<Arc<dyn BindingS
         Access::Write(wait) => OpenOptions::default().create_dirs(true).wait(wait),
         Access::Read => OpenOptions::default().create(false),
     };
-    open_url(url, options)
-        .await
-        .map_err(|source| {
-            Box::new(OpenStoreError {
-                url: redact_url(url),
-                source,
-            }) as _
-        })
+    open_url(url, options).await.map_err(|source| {
+        Box::new(OpenStoreError {
+            url: redact_url(url),
+            source,
+        }) as _
+    })
 }
 
 /// A store that could not be opened; the exit code follows from the store's error (a store

@@ -501,7 +501,11 @@ fn the_default_store_is_sqlite_under_the_data_directory() {
     assert!(header.starts_with(b"SQLite format 3\0"), "not SQLite");
     // A second process on the default store while another holds it open.
     let url = format!("sqlite:{}", store.display());
-    let held = block_on(rethread_store::open_url(&url, rethread_store::OpenOptions::new())).unwrap();
+    let held = block_on(rethread_store::open_url(
+        &url,
+        rethread_store::OpenOptions::new(),
+    ))
+    .unwrap();
     let out = chat("b");
     assert!(out.status.success(), "{}", stderr(&out));
     drop(held);
@@ -519,14 +523,21 @@ fn forget_while_a_host_holds_the_session_exits_75_naming_it() {
             .await
             .unwrap();
         store
-            .acquire_lease("held", &remote_holder("gateway-9"), std::time::Duration::from_secs(120))
+            .acquire_lease(
+                "held",
+                &remote_holder("gateway-9"),
+                std::time::Duration::from_secs(120),
+            )
             .await
             .unwrap();
     });
     let out = sandbox.run(&["sessions", "forget", "held"]);
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
     let err = stderr(&out);
-    assert!(err.contains("gateway-9") && err.contains("pid 31337"), "{err}");
+    assert!(
+        err.contains("gateway-9") && err.contains("pid 31337"),
+        "{err}"
+    );
     assert_eq!(sandbox.show("held")["session"], "held", "the session stays");
 }
 

@@ -76,14 +76,19 @@ async fn opening_without_create_creates_nothing() {
     assert!(!dir.path().join("no").exists(), "no directory was created");
     let err = rethread_store::open_url(&format!("sqlite:{}", missing.display()), options.clone())
         .await
-        .err()
-        .expect("refused");
-    assert_eq!(err.to_string(), format!("no store at {}", missing.display()));
+        .expect_err("refused");
+    assert_eq!(
+        err.to_string(),
+        format!("no store at {}", missing.display())
+    );
     // An empty file is not a store yet: it is not initialised either.
     let empty = dir.path().join("empty");
     std::fs::write(&empty, b"").unwrap();
     for result in open_both(&empty, options).await {
-        assert!(matches!(result, Err(StoreError::NoStore { .. })), "{result:?}");
+        assert!(
+            matches!(result, Err(StoreError::NoStore { .. })),
+            "{result:?}"
+        );
     }
     assert_eq!(std::fs::metadata(&empty).unwrap().len(), 0, "left empty");
 }
@@ -152,7 +157,10 @@ async fn a_store_file_deleted_or_replaced_under_a_live_host_refuses_commits() {
             "{name}: {refused:?}"
         );
         let refused = store.patch_config("s", serde_json::Map::new(), None).await;
-        assert!(matches!(refused, Err(StoreError::Gone { .. })), "{name}: {refused:?}");
+        assert!(
+            matches!(refused, Err(StoreError::Gone { .. })),
+            "{name}: {refused:?}"
+        );
     }
 }
 
@@ -185,9 +193,9 @@ async fn a_redb_open_waits_for_the_holder_and_names_it() {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     holder.close().await;
-    let store = waiter.await.unwrap().expect("opened once the holder closed");
-    assert_eq!(
-        store.thread_id("s").await.unwrap().as_deref(),
-        Some("t1")
-    );
+    let store = waiter
+        .await
+        .unwrap()
+        .expect("opened once the holder closed");
+    assert_eq!(store.thread_id("s").await.unwrap().as_deref(), Some("t1"));
 }

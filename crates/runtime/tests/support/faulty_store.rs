@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rethread_store::{
-    BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MemoryStore,
-    Retirement, SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit,
+    BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MemoryStore, Retirement,
+    SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit,
 };
 use serde_json::{Map, Value};
 

@@ -127,11 +127,12 @@ pub(crate) fn merge_patch(target: &mut Map<String, Value>, patch: &Map<String, V
 pub(crate) fn check_record(record: &SessionRecord) -> Result<(), String> {
     let view = record.model_config.get(CODEX_THREAD_ID_KEY);
     match (&record.state, view) {
-        (BindingState::Bound(b), Some(Value::String(t))) if *t == b.thread_id => {
-            if record.is_retired(t) {
-                return Err(format!("bound thread {t} is retired"));
-            }
+        (BindingState::Bound(b), Some(Value::String(t)))
+            if *t == b.thread_id && record.is_retired(t) =>
+        {
+            return Err(format!("bound thread {t} is retired"))
         }
+        (BindingState::Bound(b), Some(Value::String(t))) if *t == b.thread_id => {}
         (BindingState::Bound(_), _) | (_, Some(_)) => {
             return Err(format!(
                 "state {:?} disagrees with model_config.{CODEX_THREAD_ID_KEY} = {view:?}",
