@@ -228,7 +228,7 @@ async fn every_binding_write_carries_the_lease_fence() {
     let fence = run.await.unwrap().unwrap();
     let writes = faults.fences();
     let methods: Vec<_> = writes.iter().map(|(m, _)| *m).collect();
-    assert_eq!(methods, ["retire_thread", "commit_turn", "end_thread"]);
+    assert_eq!(methods, ["retire_thread", "commit_turn", "retire_thread"]);
     for (method, carried) in writes {
         assert_eq!(carried.as_ref(), Some(&fence), "{method}");
     }

@@ -442,7 +442,7 @@ impl World {
                     if self.model.binding.as_deref() == Some(&thread) {
                         self.model.binding = None;
                     }
-                    // A host's own retire (`end_thread`) leaves no notice pending; one
+                    // A host's own retire (`Retirement::Ended`) leaves no notice pending; one
                     // already pending from an earlier give-up stays.
                 }
             }
