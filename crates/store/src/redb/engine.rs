@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
-use ::redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, StorageBackend};
+use ::redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use super::map_redb_error;
 use super::schema::{ensure_schema, ROWS, SESSIONS, SESSION_THREADS, THREADS};
@@ -23,10 +23,10 @@ use crate::logic::{LocalLeases, ReadTxn, WriteTxn};
 use crate::verify::{Checker, ProblemKind};
 use crate::{Durability, LeaseOwner, LocalOwner, OpenOptions, StoreError};
 
-/// How a store file becomes redb's storage: the file itself in production, a wrapper in the
+/// How a store file becomes a database: on the file itself in production, on a wrapper in the
 /// tests that inject faults.
 pub(super) type MakeBackend =
-    Arc<dyn Fn(File) -> Result<Box<dyn StorageBackend>, StoreError> + Send + Sync>;
+    Arc<dyn Fn(&::redb::Builder, File) -> Result<Database, ::redb::DatabaseError> + Send + Sync>;
 
 /// The open database, shared by the writer thread and the readers.
 pub(super) struct Shared {
@@ -214,16 +214,13 @@ impl Opener {
                 path: label.to_string(),
             });
         }
-        let backend = (self.make_backend)(file)?;
         let open = || {
             let mut builder = Database::builder();
             builder.set_cache_size(64 * 1024 * 1024);
             // See `OpenOptions::check_redb_integrity_on_open`: a damaged file must be a typed
             // error before a write can make redb abort the process.
             builder.set_check_integrity_on_open(self.options.check_redb_integrity);
-            builder
-                .create_with_backend(BoxedBackend(backend))
-                .map_err(|e| map_redb_error(label, e))
+            (self.make_backend)(&builder, file).map_err(|e| map_redb_error(label, e))
         };
         match catch_unwind(AssertUnwindSafe(open)) {
             Ok(db) => Ok((db?, FileId::of(&meta))),
@@ -254,55 +251,6 @@ pub(super) fn open_shared(opener: &Opener) -> Result<(Shared, FileId), StoreErro
     shared.guard(|db| ensure_schema(db, &shared.label, opener.options.create))?;
     Ok((shared, file_id))
 }
-
-/// A boxed backend as redb takes one.
-#[derive(Debug)]
-struct BoxedBackend(Box<dyn StorageBackend>);
-
-impl StorageBackend for BoxedBackend {
-    fn len(&self) -> Result<u64, std::io::Error> {
-        self.0.len()
-    }
-    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
-        self.0.read(offset, out)
-    }
-    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
-        self.0.set_len(len)
-    }
-    fn sync_data(&self) -> Result<(), std::io::Error> {
-        self.0.sync_data()
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
-        self.0.write(offset, data)
-    }
-    fn close(&self) -> Result<(), std::io::Error> {
-        self.0.close()
-    }
-    fn try_lock_range(&self, start: Bound, end: Bound) -> Result<bool, ::redb::BackendError> {
-        self.0.try_lock_range(start, end)
-    }
-    fn try_lock_shared_range(
-        &self,
-        start: Bound,
-        end: Bound,
-    ) -> Result<bool, ::redb::BackendError> {
-        self.0.try_lock_shared_range(start, end)
-    }
-    fn lock_range(&self, start: Bound, end: Bound) -> Result<(), ::redb::BackendError> {
-        self.0.lock_range(start, end)
-    }
-    fn lock_shared_range(&self, start: Bound, end: Bound) -> Result<(), ::redb::BackendError> {
-        self.0.lock_shared_range(start, end)
-    }
-    fn unlock_range(&self, start: Bound, end: Bound) -> Result<(), ::redb::BackendError> {
-        self.0.unlock_range(start, end)
-    }
-    fn query_lock_range(&self, start: Bound, end: Bound) -> Result<bool, ::redb::BackendError> {
-        self.0.query_lock_range(start, end)
-    }
-}
-
-type Bound = std::ops::Bound<u64>;
 
 /// How long a relaxed commit may stay not durable: at least this often while a relaxed
 /// store is written, its commits are made durable (the next commit is durable, or the writer

@@ -52,10 +52,8 @@ impl RedbStore {
     /// damaged or foreign file, [`StoreError::NewerSchema`] for a file from a newer rethread.
     /// The file is opened on the store's writer thread.
     pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self, StoreError> {
-        let make_backend: MakeBackend = Arc::new(|file| {
-            let backend = ::redb::backends::FileBackend::new(file)
-                .map_err(|e| map_redb_error("redb file", e))?;
-            Ok(Box::new(backend) as Box<dyn ::redb::StorageBackend>)
+        let make_backend: MakeBackend = Arc::new(|builder, file| {
+            builder.create_with_backend(::redb::backends::FileBackend::new(file)?)
         });
         Self::open_with(path.as_ref(), options, make_backend).await
     }
@@ -247,12 +245,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let full = Arc::new(AtomicBool::new(false));
         let disk = Arc::clone(&full);
-        let make_backend: MakeBackend = Arc::new(move |file| {
-            let file = FileBackend::new(file).map_err(|e| map_redb_error("test", e))?;
-            Ok(Box::new(FullDisk {
-                file,
+        let make_backend: MakeBackend = Arc::new(move |builder, file| {
+            builder.create_with_backend(FullDisk {
+                file: FileBackend::new(file)?,
                 full: Arc::clone(&disk),
-            }) as Box<dyn StorageBackend>)
+            })
         });
         let path = dir.path().join("s.redb");
         let store = RedbStore::open_with(&path, OpenOptions::new(), make_backend)
