@@ -1,15 +1,14 @@
 //! Target `merge_patch`: sequences of `model_config` merge-patches of arbitrary JSON (with
-//! commits, retirements and compare-and-deletes in between) against a plain model.
+//! commits, give-ups and the host's own retirements in between) against a plain model.
 //!
 //! Properties, checked after every step:
 //! - The config returned by `patch_config` and the stored one equal the model's RFC 7396
 //!   merge; keys a patch does not name are never lost.
-//! - The binding always agrees with `model_config.codex_thread_id`; a non-string or empty id
-//!   is `InvalidInput` and a retired id `RetiredThread`, and then nothing at all is written
-//!   (not even the session); a retired thread is never bound.
-//! - The pending fallback notice (`rethread_pending_notice`) is set by a retirement that
-//!   leaves the session unbound, removed by a published commit, and a patch naming it is
-//!   `InvalidInput`.
+//! - The binding always agrees with `model_config.codex_thread_id`, which is the store's view:
+//!   a patch naming it is `InvalidInput`, and then nothing at all is written (not even the
+//!   session); a retired thread is never bound.
+//! - A give-up of the bound thread makes the session given up from it, a host's retire of it
+//!   unbinds it; a published commit binds anew.
 //! - `bound_at_ms` is kept while the binding names the same thread; row counts only grow by
 //!   the rows committed.
 //! - When the input asks for it, every step is replayed on the redb backend (relaxed
@@ -22,8 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use rethread_store::{
-    BindingStore, MemoryStore, OpenOptions, RedbStore, SessionRecord, StoreError, TurnCommit,
-    CODEX_THREAD_ID_KEY, PENDING_NOTICE_KEY,
+    BindingStore, MemoryStore, OpenOptions, RedbStore, Retirement, SessionRecord, StoreError,
+    TurnCommit, CODEX_THREAD_ID_KEY,
 };
 use serde_json::{json, Map, Number, Value};
 
@@ -37,6 +36,7 @@ const KEYS: [&str; 7] = ["k0", "k1", "k2", CODEX_THREAD_ID_KEY, "", "ü", "k0\u{
 struct ModelSession {
     config: Map<String, Value>,
     binding: Option<String>,
+    given_up: Option<String>,
     retired: Vec<String>,
     rows: u64,
 }
@@ -103,8 +103,15 @@ fn json_object(input: &mut Input<'_>, depth: u32) -> Map<String, Value> {
 enum Op {
     Patch(&'static str, Map<String, Value>),
     Commit(&'static str, &'static str, usize),
+    /// The give-up (`Retirement::Lost`).
     Retire(&'static str, &'static str),
-    DropIf(&'static str, &'static str),
+    /// The host's own retire (`Retirement::Ended`).
+    End(&'static str, &'static str),
+}
+
+/// The store's id of thread `t` of session `s`: a thread belongs to one session.
+fn thread_of(s: &str, t: &str) -> String {
+    format!("{s}.{t}")
 }
 
 fn op(input: &mut Input<'_>) -> Op {
@@ -121,7 +128,7 @@ fn op(input: &mut Input<'_>) -> Op {
         }
         3 => Op::Commit(session, THREADS[input.below(3)], input.below(3)),
         4 => Op::Retire(session, THREADS[input.below(3)]),
-        _ => Op::DropIf(session, THREADS[input.below(3)]),
+        _ => Op::End(session, THREADS[input.below(3)]),
     }
 }
 
@@ -133,7 +140,6 @@ enum Answer {
     Bool(bool),
     Unit,
     InvalidInput,
-    Retired,
     Other(String),
 }
 
@@ -141,7 +147,6 @@ fn answer_of<T>(result: Result<T, StoreError>, ok: impl FnOnce(T) -> Answer) -> 
     match result {
         Ok(v) => ok(v),
         Err(StoreError::InvalidInput(_)) => Answer::InvalidInput,
-        Err(StoreError::RetiredThread { .. }) => Answer::Retired,
         Err(other) => Answer::Other(other.to_string()),
     }
 }
@@ -158,7 +163,7 @@ async fn apply(store: &dyn BindingStore, prefix: &str, op: &Op) -> Answer {
             let rows = (0..*n).map(|i| json!({"i": i, "t": t})).collect();
             let commit = TurnCommit {
                 session_id: format!("{prefix}{s}"),
-                thread_id: t.to_string(),
+                thread_id: thread_of(s, t),
                 codex_home: None,
                 rows,
                 fence: None,
@@ -167,16 +172,22 @@ async fn apply(store: &dyn BindingStore, prefix: &str, op: &Op) -> Answer {
                 Answer::Published(o.is_published(), o.first_seq(), o.row_count())
             })
         }
-        Op::Retire(s, t) => answer_of(
-            store.retire_thread(&format!("{prefix}{s}"), t, None).await,
-            |()| Answer::Unit,
-        ),
-        Op::DropIf(s, t) => answer_of(
-            store
-                .drop_binding_if(&format!("{prefix}{s}"), t, None)
-                .await,
-            Answer::Bool,
-        ),
+        Op::Retire(s, t) | Op::End(s, t) => {
+            let retirement = match op {
+                Op::Retire(..) => Retirement::Lost {
+                    reason: "gone".to_string(),
+                    message: "fuzz".to_string(),
+                },
+                _ => Retirement::Ended,
+            };
+            let session = format!("{prefix}{s}");
+            answer_of(
+                store
+                    .retire_thread(&session, &thread_of(s, t), retirement, None)
+                    .await,
+                |()| Answer::Unit,
+            )
+        }
     }
 }
 
@@ -184,8 +195,8 @@ async fn apply(store: &dyn BindingStore, prefix: &str, op: &Op) -> Answer {
 fn model_apply(model: &mut BTreeMap<&'static str, ModelSession>, op: &Op) -> Answer {
     match op {
         Op::Patch(s, patch) => {
-            if patch.contains_key(PENDING_NOTICE_KEY) {
-                // The store's own key: hosts cannot write it.
+            if patch.contains_key(CODEX_THREAD_ID_KEY) {
+                // The store's view of the binding: hosts cannot write it.
                 return Answer::InvalidInput;
             }
             let current = model.get(s).cloned().unwrap_or_default();
@@ -196,57 +207,40 @@ fn model_apply(model: &mut BTreeMap<&'static str, ModelSession>, op: &Op) -> Ans
                 Value::Object(map) => map,
                 _ => unreachable!("merging an object patch yields an object"),
             };
-            let binding = match merged.get(CODEX_THREAD_ID_KEY) {
-                None => None,
-                Some(Value::String(t)) if t.is_empty() => return Answer::InvalidInput,
-                Some(Value::String(t)) if current.retired.contains(t) => return Answer::Retired,
-                Some(Value::String(t)) => Some(t.clone()),
-                Some(_) => return Answer::InvalidInput,
-            };
             let entry = model.entry(s).or_default();
             entry.config = merged.clone();
-            entry.binding = binding;
             Answer::Config(merged)
         }
         Op::Commit(s, t, n) => {
+            let thread = thread_of(s, t);
             let entry = model.entry(s).or_default();
             let first = entry.rows;
             entry.rows += *n as u64;
-            let published = !entry.retired.iter().any(|r| r == t);
+            let published = !entry.retired.contains(&thread);
             if published {
-                entry.binding = Some(t.to_string());
                 entry
                     .config
-                    .insert(CODEX_THREAD_ID_KEY.to_string(), json!(t));
-                entry.config.remove(PENDING_NOTICE_KEY);
+                    .insert(CODEX_THREAD_ID_KEY.to_string(), json!(thread));
+                entry.binding = Some(thread);
+                entry.given_up = None;
             }
             Answer::Published(published, first, entry.rows)
         }
-        Op::Retire(s, t) => {
+        Op::Retire(s, t) | Op::End(s, t) => {
+            let thread = thread_of(s, t);
             let entry = model.entry(s).or_default();
-            if !entry.retired.iter().any(|r| r == t) {
-                entry.retired.push(t.to_string());
+            if !entry.retired.contains(&thread) {
+                entry.retired.push(thread.clone());
             }
-            if entry.binding.as_deref() == Some(*t) {
+            if entry.binding.as_ref() == Some(&thread) {
                 entry.binding = None;
                 entry.config.remove(CODEX_THREAD_ID_KEY);
-            }
-            // The give-up leaves a fallback notice pending unless another thread is bound.
-            if entry.binding.is_none() {
-                entry
-                    .config
-                    .insert(PENDING_NOTICE_KEY.to_string(), json!({ "thread_id": t }));
+                if matches!(op, Op::Retire(..)) {
+                    entry.given_up = Some(thread);
+                }
             }
             Answer::Unit
         }
-        Op::DropIf(s, t) => match model.get_mut(s) {
-            Some(entry) if entry.binding.as_deref() == Some(*t) => {
-                entry.binding = None;
-                entry.config.remove(CODEX_THREAD_ID_KEY);
-                Answer::Bool(true)
-            }
-            _ => Answer::Bool(false),
-        },
     }
 }
 
@@ -261,16 +255,21 @@ fn check_record(
         (Some(r), Some(m)) => {
             assert_eq!(r.model_config, m.config, "{what}: model_config differs");
             assert_eq!(
-                r.binding.as_ref().map(|b| b.thread_id.as_str()),
+                r.thread_id(),
                 m.binding.as_deref(),
                 "{what}: binding differs"
+            );
+            assert_eq!(
+                r.given_up().map(|g| g.thread_id.as_str()),
+                m.given_up.as_deref(),
+                "{what}: give-up differs"
             );
             assert_eq!(
                 r.retired_threads, m.retired,
                 "{what}: retired threads differ"
             );
             assert_eq!(r.row_count, m.rows, "{what}: row count differs");
-            if let (Some(b), Some(prev)) = (&r.binding, before.and_then(|p| p.binding.as_ref())) {
+            if let (Some(b), Some(prev)) = (r.binding(), before.and_then(|p| p.binding())) {
                 if b.thread_id == prev.thread_id {
                     assert_eq!(
                         b.bound_at_ms, prev.bound_at_ms,

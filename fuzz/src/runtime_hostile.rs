@@ -532,7 +532,7 @@ pub fn run_outcome(data: &[u8]) -> Outcome {
             Some(&json!("keep")),
             "the host's own model_config key was lost"
         );
-        let binding = record.binding.map(|b| b.thread_id);
+        let binding = record.binding().map(|b| b.thread_id.clone());
         let last_published = host_log
             .reports
             .iter()

@@ -119,7 +119,15 @@ async fn fill(store: &dyn BindingStore) -> Vec<SessionExport> {
         .await
         .expect("patch");
     store
-        .retire_thread("chat-3", "thr_c", None)
+        .retire_thread(
+            "chat-3",
+            "thr_c",
+            rethread_store::Retirement::Lost {
+                reason: "gone".to_string(),
+                message: "seed".to_string(),
+            },
+            None,
+        )
         .await
         .expect("retire");
     let mut out = Vec::new();

@@ -140,7 +140,7 @@ async fn run(
     let Some(session) = session else {
         return Ok(run_app_server(command, &NoSession::new(), &options).await?);
     };
-    let store = crate::open_store(store).await?;
+    let store = crate::open_store(store, crate::Access::Write(std::time::Duration::ZERO)).await?;
     let mut session_options = SessionOptions::default();
     session_options.binder.lease_wait = wait;
     // The lease first: a session held elsewhere is refused before codex starts.

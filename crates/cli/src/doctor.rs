@@ -106,7 +106,7 @@ async fn bindings(store: &dyn BindingStore) -> CliResult<Vec<(String, Binding)>>
         out.extend(
             page.sessions
                 .into_iter()
-                .filter_map(|s| s.binding.map(|b| (s.session_id, b))),
+                .filter_map(|s| s.binding().cloned().map(|b| (s.session_id, b))),
         );
         match page.next_after {
             Some(next) => after = Some(next),

@@ -36,8 +36,8 @@ type CliResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
                   SIGINT/SIGTERM."
 )]
 struct Cli {
-    /// Store URL: `redb:PATH` (default: a file under the user's data directory), `sqlite:PATH`,
-    /// `postgres://USER@HOST/DB` or `memory:`.
+    /// Store URL: `sqlite:PATH` (default: `rethread/rethread.sqlite` under the user's data
+    /// directory), `redb:PATH` (one process at a time), `postgres://USER@HOST/DB` or `memory:`.
     #[arg(long, env = "RETHREAD_STORE", global = true, value_name = "URL")]
     store: Option<String>,
     /// The codex binary (default: `codex` on PATH).
@@ -258,14 +258,15 @@ async fn run(cli: Cli) -> CliResult {
                 Ok(message) => message,
                 Err(error) => return Err(chat::report_early_failure(&args, error)),
             };
-            let store = match open_store(cli.store.as_deref()).await {
+            let store = match open_store(cli.store.as_deref(), Access::Write(args.wait)).await {
                 Ok(store) => store,
                 Err(error) => return Err(chat::report_early_failure(&args, error)),
             };
             chat::run(store, &codex, &args).await
         }
         Command::Sessions { command } => {
-            let store = open_store(cli.store.as_deref()).await?;
+            // Only reads, or deletes what exists: a missing store is not created.
+            let store = open_store(cli.store.as_deref(), Access::Read).await?;
             match command {
                 SessionsCommand::List { json, limit, after } => {
                     let page = sessions::Paging {
@@ -279,7 +280,7 @@ async fn run(cli: Cli) -> CliResult {
             }
         }
         Command::Doctor { json, jobs } => {
-            let store = open_store(cli.store.as_deref()).await?;
+            let store = open_store(cli.store.as_deref(), Access::Read).await?;
             let args = doctor::DoctorArgs {
                 json,
                 jobs: usize::from(jobs),
@@ -289,7 +290,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::Migrate { from, to, json } => migrate::run(&from, &to, json).await,
         Command::Verify { json } => {
             let url = store_url(cli.store.as_deref())?;
-            let store = open_store_url(&url).await?;
+            let store = open_store_url(&url, Access::Read).await?;
             verify::run(store, &redact_url(&url), json).await
         }
         Command::Demo { json } => demo::run(json).await,
@@ -299,12 +300,13 @@ async fn run(cli: Cli) -> CliResult {
     }
 }
 
-/// The default store: `redb:<data dir>/rethread/rethread.redb`.
+/// The default store: `sqlite:<data dir>/rethread/rethread.sqlite` (several processes share
+/// it: `chat`s and `app-server`s at once).
 fn default_store_url() -> CliResult<String> {
     let data = dirs::data_dir().ok_or("no user data directory; pass --store URL")?;
     Ok(format!(
-        "redb:{}",
-        data.join("rethread").join("rethread.redb").display()
+        "sqlite:{}",
+        data.join("rethread").join("rethread.sqlite").display()
     ))
 }
 
@@ -316,21 +318,33 @@ fn store_url(url: Option<&str>) -> CliResult<String> {
     }
 }
 
-async fn open_store(url: Option<&str>) -> CliResult<Arc<dyn BindingStore>> {
-    open_store_url(&store_url(url)?).await
+/// What a command does with the store.
+#[derive(Clone, Copy, Debug)]
+enum Access {
+    /// It writes: a missing store is created (with its directory); opening waits this long for
+    /// another process that holds the store (redb).
+    Write(std::time::Duration),
+    /// It only reads: a missing store is `no store at PATH` (exit 1), and nothing is created.
+    Read,
 }
 
-/// Opens a store by URL, creating the directory of a new store file.
-async fn open_store_url(url: &str) -> CliResult<Arc<dyn BindingStore>> {
-    tracing::debug!(store = %redact_url(url), "opening the store");
-    open_url(url, OpenOptions::default().create_dirs(true))
-        .await
-        .map_err(|source| {
-            Box::new(OpenStoreError {
-                url: redact_url(url),
-                source,
-            }) as _
-        })
+async fn open_store(url: Option<&str>, access: Access) -> CliResult<Arc<dyn BindingStore>> {
+    open_store_url(&store_url(url)?, access).await
+}
+
+/// Opens a store by URL for `access`.
+async fn open_store_url(url: &str, access: Access) -> CliResult<Arc<dyn BindingStore>> {
+    tracing::debug!(store = %redact_url(url), ?access, "opening the store");
+    let options = match access {
+        Access::Write(wait) => OpenOptions::default().create_dirs(true).wait(wait),
+        Access::Read => OpenOptions::default().create(false),
+    };
+    open_url(url, options).await.map_err(|source| {
+        Box::new(OpenStoreError {
+            url: redact_url(url),
+            source,
+        }) as _
+    })
 }
 
 /// A store that could not be opened; the exit code follows from the store's error (a store

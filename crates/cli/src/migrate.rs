@@ -7,7 +7,7 @@
 use rethread_store::{copy_sessions, redact_url, BindingStoreExt};
 use serde_json::json;
 
-use crate::{open_store_url, output, CliResult};
+use crate::{open_store_url, output, Access, CliResult};
 
 /// Copies every session of `from` into `to`. With `json`, one object on stdout: `from` and `to`
 /// (passwords redacted), `sessions`, `copied`, `already_present`, `rows_copied`, `verified`.
@@ -15,8 +15,8 @@ pub(crate) async fn run(from: &str, to: &str, json: bool) -> CliResult {
     if from == to {
         return Err("--from and --to name the same store".into());
     }
-    let source = open_store_url(from).await?;
-    let target = open_store_url(to).await?;
+    let source = open_store_url(from, Access::Read).await?;
+    let target = open_store_url(to, Access::Write(std::time::Duration::ZERO)).await?;
     // Only ever shown without their passwords.
     let (from, to) = (redact_url(from), redact_url(to));
     let total = source.count_sessions().await?;

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use crate::CliResult;
 
 fn to_json(record: &SessionRecord) -> Value {
-    let binding = record.binding.as_ref();
+    let binding = record.binding();
     json!({
         "session": record.session_id,
         "thread_id": binding.map(|b| b.thread_id.clone()),
@@ -92,7 +92,7 @@ pub(crate) async fn list(store: Arc<dyn BindingStore>, json: bool, paging: Pagin
 }
 
 fn print_row(record: &SessionRecord) {
-    let (thread, bound) = match &record.binding {
+    let (thread, bound) = match record.binding() {
         Some(b) => (b.thread_id.as_str(), format_ms(b.bound_at_ms)),
         None => ("-", "-".to_string()),
     };
@@ -125,7 +125,7 @@ pub(crate) async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> 
         return Ok(());
     }
     println!("session:         {}", record.session_id);
-    match &record.binding {
+    match record.binding() {
         Some(b) => {
             println!("thread:          {}", b.thread_id);
             println!("bound at:        {}", format_ms(b.bound_at_ms));

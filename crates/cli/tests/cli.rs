@@ -332,6 +332,8 @@ fn doctor_classifies_live_gone_and_paginated_under_the_older_profile_on_the_fake
 #[test]
 fn doctor_exits_0_only_when_all_live_and_reports_a_failed_probe_as_a_row() {
     let mut sandbox = Sandbox::fake();
+    // An empty store (doctor only reads: it never creates one).
+    sandbox.ok(&["migrate", "--from", "memory:", "--to", &sandbox.store()]);
     let empty = sandbox.doctor(&[]);
     assert_eq!(
         (empty["total"].clone(), empty["all_live"].clone()),
@@ -448,6 +450,95 @@ fn chat_on_a_session_another_host_holds_says_who_and_writes_nothing() {
     // Another session of the same store is free, and its lease is released at exit.
     sandbox.ok(&["--store", &url, "chat", "--session", "free", "hello"]);
     sandbox.ok(&["--store", &url, "chat", "--session", "free", "again"]);
+}
+
+/// Issue 19 item 10: commands that only read fail on a missing store (`no store at PATH`,
+/// exit 1) and create nothing, neither the file nor its directory.
+#[test]
+fn read_only_commands_on_a_missing_store_create_nothing() {
+    let sandbox = Sandbox::fake();
+    let missing = sandbox.dir.path().join("typo/rethread.sqlite");
+    let url = format!("sqlite:{}", missing.display());
+    for args in [
+        vec!["sessions", "list"],
+        vec!["sessions", "show", "a"],
+        vec!["sessions", "forget", "a"],
+        vec!["verify"],
+        vec!["doctor"],
+        vec!["sessions", "list", "--json"],
+    ] {
+        let mut with_store = vec!["--store", url.as_str()];
+        with_store.extend(&args);
+        let out = sandbox.run(&with_store);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("no store at {}", missing.display())),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let out = sandbox.run(&["migrate", "--from", &url, "--to", "memory:"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no store at"), "{}", stderr(&out));
+    assert!(!sandbox.dir.path().join("typo").exists(), "nothing created");
+}
+
+/// Issue 19 item 9: the default store is SQLite under the user's data directory, so several
+/// processes (two `app-server` sessions, a `chat` beside them) share it.
+#[test]
+fn the_default_store_is_sqlite_under_the_data_directory() {
+    let sandbox = Sandbox::fake();
+    let data = sandbox.dir.path().join("data");
+    let chat = |session: &str| {
+        let mut cmd = sandbox.command(&["chat", "--session", session, "--json", "hi"]);
+        cmd.env_remove("RETHREAD_STORE").env("XDG_DATA_HOME", &data);
+        cmd.output().unwrap()
+    };
+    let out = chat("a");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let store = data.join("rethread/rethread.sqlite");
+    let header = std::fs::read(&store).expect("the default store");
+    assert!(header.starts_with(b"SQLite format 3\0"), "not SQLite");
+    // A second process on the default store while another holds it open.
+    let url = format!("sqlite:{}", store.display());
+    let held = block_on(rethread_store::open_url(
+        &url,
+        rethread_store::OpenOptions::new(),
+    ))
+    .unwrap();
+    let out = chat("b");
+    assert!(out.status.success(), "{}", stderr(&out));
+    drop(held);
+}
+
+/// Issue 19 item 3: `sessions forget` of a session a live host holds is refused, exit 75,
+/// naming the holder, and the session stays (a delete is never silently undone).
+#[test]
+fn forget_while_a_host_holds_the_session_exits_75_naming_it() {
+    let sandbox = sqlite_sandbox();
+    sandbox.chat_json("held", "hello");
+    let url = sandbox_store_url(&sandbox);
+    block_on(async {
+        let store = rethread_store::open_url(&url, rethread_store::OpenOptions::new())
+            .await
+            .unwrap();
+        store
+            .acquire_lease(
+                "held",
+                &remote_holder("gateway-9"),
+                std::time::Duration::from_secs(120),
+            )
+            .await
+            .unwrap();
+    });
+    let out = sandbox.run(&["sessions", "forget", "held"]);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("gateway-9") && err.contains("pid 31337"),
+        "{err}"
+    );
+    assert_eq!(sandbox.show("held")["session"], "held", "the session stays");
 }
 
 /// A fresh schema of the test PostgreSQL database, or `None` (skip) outside CI.
@@ -855,11 +946,11 @@ fn usage_errors_exit_2() {
     );
 }
 
-/// Issue 12, "the notice can vanish": a lost thread, then a turn that fails, under `--json`:
-/// stdout is still one object, with the error and the fallback notice. In both modes the
-/// notice is on stderr, once, said when the thread was given up (so a process killed after
-/// its turn committed has said it before the commit cleared the pending notice). No turn on a new thread committed, so the next run says the notice
-/// again (it is pending in the store) and reports the fallback; the run after that resumes.
+/// Issue 12, "the notice can vanish", and issue 19 item 7, "said again after it was
+/// delivered": a lost thread, then a turn that fails, under `--json`: stdout is still one
+/// object, with the error and the fallback notice. In both modes the notice is on stderr,
+/// once, said when the thread was given up. It was delivered, so the next run says nothing
+/// and starts the (seeded) replacement; the run after that resumes it.
 #[test]
 fn a_fallback_whose_turn_fails_still_says_the_notice() {
     for json in [true, false] {
@@ -906,9 +997,11 @@ fn a_fallback_whose_turn_fails_still_says_the_notice() {
             assert!(out.stdout.is_empty());
         }
         sandbox.env.clear();
+        // The notice reached the user (stderr, and the JSON report): the next turn starts the
+        // replacement and says nothing again (issue 19, item 7).
         let next = sandbox.chat_json("s1", "and now?");
-        assert_eq!(next["outcome"], "fell_back");
-        assert_eq!(next["notices"], serde_json::json!([NOTICE]));
+        assert_eq!(next["outcome"], "started");
+        assert_eq!(next["notices"], serde_json::json!([]));
         let after = sandbox.chat_json("s1", "still there?");
         assert_eq!(after["outcome"], "resumed");
         assert_eq!(after["thread_id"], next["thread_id"]);

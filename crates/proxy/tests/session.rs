@@ -113,7 +113,7 @@ async fn first_process(store: &Arc<dyn BindingStore>, stream: DuplexStream) -> S
         ]
     );
     assert_eq!(
-        record.binding.unwrap().codex_home.as_deref(),
+        record.binding().unwrap().codex_home.as_deref(),
         Some("/test/codex-home")
     );
     let proxied = finish(proxied).await;
@@ -220,7 +220,7 @@ async fn a_lost_rollout_gives_one_warning_and_a_new_bound_thread_seeded_from_the
     assert_ne!(new, first);
     // Given up in the store: no binding, the old thread retired; the new one is not bound yet.
     let given_up = record(&store).await;
-    assert_eq!(given_up.binding, None);
+    assert_eq!(given_up.binding(), None);
     assert!(given_up.is_retired(&first));
     // Codex got the client's start, seeded with the transcript.
     let start = fake.requests()[before..]
@@ -272,9 +272,9 @@ async fn a_give_up_without_a_committed_turn_warns_again_in_the_next_process() {
     let (abandoned, _) = start_after_a_loss(&mut proxied).await;
     finish(proxied).await;
     let pending = record(&store).await;
-    assert_eq!(pending.binding, None);
+    assert_eq!(pending.binding(), None);
     assert_eq!(
-        pending.pending_notice().map(|p| p.thread_id),
+        pending.pending_notice().map(|p| p.thread_id.clone()),
         Some(first.clone())
     );
 

@@ -58,8 +58,8 @@ pub use rethread_store::RedbStore;
 #[cfg(feature = "sqlite")]
 pub use rethread_store::SqliteStore;
 pub use rethread_store::{
-    open_url, BindingStore, BindingStoreExt, Durability, MemoryStore, OpenOptions, PendingNotice,
-    SessionRecord, StoreError,
+    open_url, BindingState, BindingStore, BindingStoreExt, Durability, GivenUp, LeaseLoss,
+    MemoryStore, OpenOptions, Retirement, SessionRecord, StoreError,
 };
 
 /// The README's examples, compiled as doctests.

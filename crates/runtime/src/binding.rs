@@ -6,7 +6,7 @@
 
 use rethread_protocol::messages::ThreadStartParams;
 use rethread_protocol::ResumeFailure;
-use rethread_store::{BindingStore, CommitOutcome, Fence, TurnCommit};
+use rethread_store::{BindingState, BindingStore, CommitOutcome, Fence, Retirement, TurnCommit};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -25,19 +25,19 @@ pub async fn read_stored(
     let Some(record) = store.session(session_id).await? else {
         return Ok(Stored::Unbound);
     };
-    if let Some(binding) = &record.binding {
-        return Ok(Stored::Bound {
+    Ok(match &record.state {
+        BindingState::Bound(binding) => Stored::Bound {
             thread_id: binding.thread_id.clone(),
-        });
-    }
-    Ok(match record.pending_notice() {
-        Some(pending) => Stored::GivenUp {
-            thread_id: pending.thread_id,
-            reason: ResumeFailure::Gone,
-            message: String::new(),
-            notice_delivered: false,
         },
-        None => Stored::Unbound,
+        BindingState::GivenUp(given_up) => Stored::GivenUp {
+            thread_id: given_up.thread_id.clone(),
+            // A reason this build does not know is still a loss; never read as another kind.
+            reason: serde_json::from_value(Value::String(given_up.reason.clone()))
+                .unwrap_or(ResumeFailure::Gone),
+            message: given_up.message.clone(),
+            notice_delivered: given_up.notice_delivered,
+        },
+        _ => Stored::Unbound,
     })
 }
 
@@ -55,8 +55,12 @@ pub async fn give_up(
     lost: &LostThread,
     fence: Option<&Fence>,
 ) -> Result<(), RuntimeError> {
+    let retirement = Retirement::Lost {
+        reason: lost.reason.as_str().to_string(),
+        message: lost.message.clone(),
+    };
     store
-        .retire_thread(session_id, &lost.thread_id, fence)
+        .retire_thread(session_id, &lost.thread_id, retirement, fence)
         .await?;
     metrics::counter!(telemetry::FALLBACKS_TOTAL, "reason" => lost.reason.as_str()).increment(1);
     Ok(())
@@ -65,12 +69,30 @@ pub async fn give_up(
 /// Records that the fallback notice for `thread_id` was delivered. A failure is only logged:
 /// the notice may then be said once more, never lost.
 pub async fn mark_notice_delivered(
-    _store: &dyn BindingStore,
+    store: &dyn BindingStore,
     session_id: &str,
     thread_id: &str,
-    _fence: Option<&Fence>,
+    fence: Option<&Fence>,
 ) {
-    tracing::debug!(%session_id, %thread_id, "fallback notice delivered");
+    if let Err(error) = store
+        .mark_notice_delivered(session_id, thread_id, fence)
+        .await
+    {
+        tracing::warn!(%session_id, %thread_id, %error, "could not record the fallback notice as delivered; it may be said once more");
+    }
+}
+
+/// The host ends the session's thread: retired without a notice, in one fenced write.
+pub async fn end_thread(
+    store: &dyn BindingStore,
+    session_id: &str,
+    thread_id: &str,
+    fence: Option<&Fence>,
+) -> Result<(), RuntimeError> {
+    store
+        .retire_thread(session_id, thread_id, Retirement::Ended, fence)
+        .await?;
+    Ok(())
 }
 
 /// The newest `max_rows` rows of the session's transcript, oldest first, for a seed; `Err`

@@ -1,7 +1,7 @@
 //! The runtime's one error type, by meaning, and the one mapping of store errors into it.
 
 use rethread_protocol::{ResumeFailure, RpcError};
-use rethread_store::{LeaseOwner, StoreError};
+use rethread_store::{LeaseLoss, LeaseOwner, StoreError};
 
 use crate::client::ClientError;
 use crate::machine::LeaseLostTo;
@@ -140,9 +140,22 @@ impl From<StoreError> for RuntimeError {
                 acquired_at_ms,
                 expires_at_ms,
             },
-            StoreError::LeaseLost { session_id } => RuntimeError::LeaseLost {
+            StoreError::LeaseLost { session_id, cause } => RuntimeError::LeaseLost {
                 session_id,
-                to: LeaseLostTo::Unknown,
+                to: match cause {
+                    LeaseLoss::TakenOver { holder } => LeaseLostTo::Another {
+                        holder: holder.to_string(),
+                    },
+                    LeaseLoss::Forgotten => LeaseLostTo::Forgotten,
+                    _ => LeaseLostTo::Unknown,
+                },
+            },
+            StoreError::ThreadTaken {
+                thread_id,
+                session_id,
+            } => RuntimeError::ThreadTaken {
+                thread_id,
+                session_id,
             },
             other => RuntimeError::Store(other),
         }
@@ -218,6 +231,7 @@ mod tests {
     fn the_store_mapping_keeps_lease_errors_typed() {
         let lost: RuntimeError = StoreError::LeaseLost {
             session_id: "s".into(),
+            cause: rethread_store::LeaseLoss::Released,
         }
         .into();
         assert!(

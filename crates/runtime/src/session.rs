@@ -167,9 +167,13 @@ impl CodexSession {
         while let Some(action) = self.machine.poll() {
             if let Action::Retire { thread_id } = action {
                 let fence = crate::binder::fresh_fence(self.lease.as_deref()).await?;
-                self.store
-                    .end_thread(&self.session_id, &thread_id, fence.as_ref())
-                    .await?;
+                crate::binding::end_thread(
+                    self.store.as_ref(),
+                    &self.session_id,
+                    &thread_id,
+                    fence.as_ref(),
+                )
+                .await?;
             }
         }
         Ok(())

@@ -86,7 +86,7 @@ async fn a_fresh_session_starts_a_thread_and_publishes_after_the_rows() {
     let record = store.session("s").await.unwrap().unwrap();
     assert_eq!(record.thread_id(), Some("t1"));
     assert_eq!(
-        record.binding.unwrap().codex_home.as_deref(),
+        record.binding().unwrap().codex_home.as_deref(),
         Some("/home/codex")
     );
     assert_eq!(record.row_count, 2);
@@ -379,7 +379,11 @@ async fn a_retired_thread_commits_rows_but_is_not_published() {
     let probe = store.clone();
     let run = tokio::spawn(async move {
         let mut session = agent.open(&client).await?;
-        probe.retire_thread("s", "t1", None).await.unwrap();
+        let lost = rethread_store::Retirement::Lost {
+            reason: "gone".into(),
+            message: "another host gave it up".into(),
+        };
+        probe.retire_thread("s", "t1", lost, None).await.unwrap();
         session.run_turn("late").await
     });
     peer.start_thread("t1").await;

@@ -204,7 +204,8 @@ async fn a_store_failing_at_the_give_up_write_keeps_the_binding_and_says_nothing
 }
 
 /// Issue 12, "unfenced commits": every write of the runtime that can publish or remove a
-/// binding carries the lease's fence (give up, commit, the host's own retire).
+/// binding or the notice carries the lease's fence (give up, the delivered notice, commit, the
+/// host's own retire).
 #[tokio::test]
 async fn every_binding_write_carries_the_lease_fence() {
     let memory = Arc::new(MemoryStore::new());
@@ -228,7 +229,15 @@ async fn every_binding_write_carries_the_lease_fence() {
     let fence = run.await.unwrap().unwrap();
     let writes = faults.fences();
     let methods: Vec<_> = writes.iter().map(|(m, _)| *m).collect();
-    assert_eq!(methods, ["retire_thread", "commit_turn", "end_thread"]);
+    assert_eq!(
+        methods,
+        [
+            "retire_thread",
+            "mark_notice_delivered",
+            "commit_turn",
+            "retire_thread"
+        ]
+    );
     for (method, carried) in writes {
         assert_eq!(carried.as_ref(), Some(&fence), "{method}");
     }

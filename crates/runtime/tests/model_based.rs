@@ -29,7 +29,7 @@ const RETRIES: u32 = 2;
 enum Op {
     /// A turn; opens a codex session first when none is open.
     Turn(u8),
-    /// The host rebuilds its agent (the next open resumes).
+    /// The host rebuilds its agent (every open reads the store and resumes).
     RebuildAgent,
     /// The app-server process restarts; the host rebuilds client and agent.
     Restart,
@@ -85,11 +85,9 @@ struct ThreadFacts {
 #[derive(Debug, Default)]
 struct Model {
     binding: Option<String>,
-    /// The thread whose fallback notice the store keeps pending (given up, and no
-    /// binding published since).
-    pending: Option<String>,
-    /// Whether the current binder has opened a session (then it starts fresh, reading nothing).
-    agent_opened: bool,
+    /// The thread given up (its notice delivered: the rail took it), with no binding
+    /// published since.
+    given_up: Option<String>,
     retired: BTreeSet<String>,
     /// `(thread, role, text)` of every committed row, in order.
     rows: Vec<(String, String, String)>,
@@ -192,7 +190,6 @@ impl World {
 
     fn rebuild_agent(&mut self) {
         self.session = None;
-        self.model.agent_opened = false;
         self.agent = SessionBinder::new(SESSION, self.store.clone(), self.rail.clone())
             .with_options(agent_options(self.home()));
     }
@@ -260,29 +257,12 @@ impl World {
             .collect();
         let notices = self.recorded.messages(StatusKind::Lifecycle)[notices_before..].to_vec();
         let new_thread = session.thread_id().to_string();
-        let pending = self
-            .model
-            .pending
-            .clone()
-            .filter(|_| !self.model.agent_opened);
         match (&bound, session.outcome()) {
-            (None, OpenOutcome::Started { .. }) if pending.is_none() => {
+            // A fresh session, the host's own retire, or a delivered give-up whose replacement
+            // never committed: a new thread, nothing said (again).
+            (None, OpenOutcome::Started { .. }) => {
                 prop_assert_eq!(methods, vec!["thread/start".to_string()]);
-                prop_assert!(notices.is_empty(), "I6: no notice for a fresh start");
-            }
-            (
-                None,
-                OpenOutcome::FellBack {
-                    previous_thread_id, ..
-                },
-            ) if pending.as_ref() == Some(previous_thread_id) => {
-                // The give-up's notice is still pending: said again, a new thread started.
-                prop_assert_eq!(methods, vec!["thread/start".to_string()]);
-                prop_assert_eq!(
-                    notices,
-                    vec![RESUME_FALLBACK_NOTICE.to_string()],
-                    "a pending notice is said by every new binder until a commit"
-                );
+                prop_assert!(notices.is_empty(), "I6, 19.7: no notice for a fresh start");
             }
             (Some(thread), OpenOutcome::Resumed { thread_id }) => {
                 prop_assert_eq!(thread, thread_id);
@@ -316,7 +296,7 @@ impl World {
                     "I4: exactly one notice"
                 );
                 self.model.binding = None;
-                self.model.pending = Some(thread.clone());
+                self.model.given_up = Some(thread.clone());
                 self.model.retired.insert(thread.clone());
             }
             (bound, outcome) => {
@@ -333,7 +313,6 @@ impl World {
             resumable: false,
             said: Vec::new(),
         });
-        self.model.agent_opened = true;
         self.session = Some(session);
         Ok(())
     }
@@ -377,7 +356,7 @@ impl World {
         } else {
             prop_assert_eq!(report.publication, rethread_runtime::Publication::Published);
             self.model.binding = Some(thread);
-            self.model.pending = None;
+            self.model.given_up = None;
         }
         Ok(())
     }
@@ -442,8 +421,8 @@ impl World {
                     if self.model.binding.as_deref() == Some(&thread) {
                         self.model.binding = None;
                     }
-                    // A host's own retire (`end_thread`) leaves no notice pending; one
-                    // already pending from an earlier give-up stays.
+                    // A host's own retire (`Retirement::Ended`) gives nothing up; an earlier
+                    // give-up stays recorded.
                 }
             }
             Op::SwitchProfile(profile) => {
@@ -531,9 +510,13 @@ impl World {
             "I5: host keys survive"
         );
         prop_assert_eq!(
-            record.pending_notice().map(|p| p.thread_id),
-            self.model.pending.clone(),
-            "the pending notice"
+            record.given_up().map(|g| g.thread_id.clone()),
+            self.model.given_up.clone(),
+            "the given-up thread"
+        );
+        prop_assert!(
+            record.pending_notice().is_none(),
+            "19.7: the rail took every notice, so none is pending"
         );
         let retired: BTreeSet<String> = record.retired_threads.iter().cloned().collect();
         prop_assert_eq!(&retired, &self.model.retired);

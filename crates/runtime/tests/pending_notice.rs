@@ -1,11 +1,17 @@
 //! A fallback's notice survives the host that gave the thread up (issue 12, "the notice can
-//! vanish"): the give-up write records it as pending, every open says it until a turn on the
-//! new thread is committed, and a binder says it once (`agent_scripted.rs`: a binder whose
-//! replacement thread fails to start says it once across its opens).
+//! vanish") and is never said twice (issue 19, item 7): the give-up write records it as
+//! pending with its reason; once the rail took it, the store records it delivered; a host that
+//! died in between leaves it pending, and the next open says it, with the recorded reason,
+//! once.
+
+#[path = "support/faulty_store.rs"]
+#[allow(dead_code)]
+mod faulty_store;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use faulty_store::Faults;
 use rethread_fake_appserver::{FakeAppServer, FakeHandle, Fault, FaultScript};
 use rethread_runtime::{
     AppServerClient, BinderOptions, OpenOutcome, RecordedEvents, SessionBinder, StatusKind,
@@ -30,9 +36,9 @@ async fn client(stream: tokio::io::DuplexStream) -> AppServerClient {
 }
 
 /// A new binder (a new host process) on its own rail.
-fn binder(store: &Arc<MemoryStore>, home: &std::path::Path) -> (SessionBinder, RecordedEvents) {
+fn binder(store: Arc<dyn BindingStore>, home: &std::path::Path) -> (SessionBinder, RecordedEvents) {
     let (rail, recorded) = StatusRail::recording();
-    let binder = SessionBinder::new("s", store.clone(), rail).with_options(options(home));
+    let binder = SessionBinder::new("s", store, rail).with_options(options(home));
     (binder, recorded)
 }
 
@@ -55,32 +61,33 @@ async fn a_host_killed_after_the_give_up_leaves_the_notice_to_the_next_open_once
     let client = client(stream).await;
 
     // A bound thread with a committed turn.
-    let (mut first, _) = binder(&store, home.path());
+    let (mut first, _) = binder(store.clone(), home.path());
     let mut session = first.open(&client).await.unwrap();
     let lost = session.run_turn("remember PAPAYA").await.unwrap().thread_id;
     drop(session);
     first.close().await.unwrap();
 
-    // Its rollout is lost; a host gives it up and dies before saying anything (its rail is
-    // never printed) or running a turn.
+    // Its rollout is lost; a host gives it up and dies before the delivery is recorded (its
+    // store write never happens) or a turn runs.
     lose(&fake, &lost);
-    let (mut killed, unprinted) = binder(&store, home.path());
+    let faults = Faults::default();
+    faults.fail("mark_notice_delivered", 1);
+    let dying = Arc::new(faulty_store::over(store.clone(), faults));
+    let (mut killed, _) = binder(dying, home.path());
     let outcome = killed.open(&client).await.unwrap().outcome().clone();
     assert!(
         matches!(outcome, OpenOutcome::FellBack { .. }),
         "{outcome:?}"
     );
-    assert_eq!(unprinted.messages(StatusKind::Lifecycle).len(), 1);
     drop(killed);
     let record = store.session("s").await.unwrap().unwrap();
     assert_eq!(record.thread_id(), None);
-    assert_eq!(
-        record.pending_notice().map(|p| p.thread_id),
-        Some(lost.clone())
-    );
+    let pending = record.pending_notice().expect("still pending");
+    assert_eq!(pending.thread_id, lost);
+    assert_eq!(pending.reason, "gone");
 
-    // The next host reports the fallback and says the notice, once.
-    let (mut next, said) = binder(&store, home.path());
+    // The next host reports the fallback and says the notice, once, with its reason.
+    let (mut next, said) = binder(store.clone(), home.path());
     let mut session = next.open(&client).await.unwrap();
     match session.outcome() {
         OpenOutcome::FellBack {
@@ -97,6 +104,8 @@ async fn a_host_killed_after_the_give_up_leaves_the_notice_to_the_next_open_once
         said.messages(StatusKind::Lifecycle),
         [RESUME_FALLBACK_NOTICE]
     );
+    assert_eq!(said.events()[0].fields["reason"], "gone");
+    assert_eq!(said.events()[0].fields["pending"], true);
     let new_thread = session.run_turn("and now?").await.unwrap().thread_id;
     assert_ne!(new_thread, lost);
     assert_eq!(
@@ -111,7 +120,7 @@ async fn a_host_killed_after_the_give_up_leaves_the_notice_to_the_next_open_once
     assert_eq!(record.pending_notice(), None, "the commit cleared it");
 
     // After the commit: resumed, no notice.
-    let (mut after, quiet) = binder(&store, home.path());
+    let (mut after, quiet) = binder(store.clone(), home.path());
     let outcome = after.open(&client).await.unwrap().outcome().clone();
     assert_eq!(
         outcome,

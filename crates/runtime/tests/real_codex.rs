@@ -321,7 +321,8 @@ async fn a_different_codex_home_falls_back_with_one_notice() {
             .await
             .unwrap()
             .unwrap()
-            .binding
+            .binding()
+            .cloned()
             .unwrap();
         assert_eq!(
             binding.codex_home.as_deref(),

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt};
 use rethread_store::{
-    BindingStore, Durability, OpenOptions, RedbStore, SessionExport, SessionRecord, SqliteStore,
-    TranscriptRow,
+    BindingState, BindingStore, Durability, OpenOptions, RedbStore, SessionExport, SessionRecord,
+    SqliteStore, TranscriptRow,
 };
-use serde_json::{json, Map};
+use serde_json::json;
 
 struct Args {
     sizes: Vec<usize>,
@@ -70,22 +70,14 @@ fn session_id(i: usize) -> String {
 /// One session as a host would have written it: `rows` alternating user and assistant rows.
 fn session(i: usize, rows: usize) -> SessionExport {
     let id = session_id(i);
-    let mut model_config = Map::new();
-    model_config.insert("codex_thread_id".into(), json!(format!("thr-{i}")));
-    model_config.insert("model".into(), json!("gpt-5"));
-    let record = SessionRecord {
-        session_id: id.clone(),
-        model_config,
-        binding: Some(rethread_store::Binding {
-            thread_id: format!("thr-{i}"),
-            codex_home: Some("/home/user/.codex".into()),
-            bound_at_ms: 1_700_000_000_000,
-        }),
-        row_count: rows as u64,
-        retired_threads: Vec::new(),
-        created_at_ms: 1_700_000_000_000,
-        updated_at_ms: 1_700_000_000_000,
-    };
+    let mut record = SessionRecord::new(id.clone(), 1_700_000_000_000);
+    record.model_config.insert("model".into(), json!("gpt-5"));
+    record.set_state(BindingState::Bound(rethread_store::Binding {
+        thread_id: format!("thr-{i}"),
+        codex_home: Some("/home/user/.codex".into()),
+        bound_at_ms: 1_700_000_000_000,
+    }));
+    record.row_count = rows as u64;
     let rows = (0..rows as u64)
         .map(|seq| TranscriptRow {
             seq,
@@ -100,7 +92,12 @@ fn session(i: usize, rows: usize) -> SessionExport {
 
 /// Builds the store at `path` unless a finished build is there.
 async fn ensure_built(backend: Backend, path: &Path, sessions: usize, rows: usize) {
-    let done = path.with_extension(format!("{}.done", backend.name()));
+    // The schema version in the marker: a store of another schema is built anew.
+    let done = path.with_extension(format!(
+        "{}.v{}.done",
+        backend.name(),
+        rethread_store::SCHEMA_VERSION
+    ));
     if done.exists() && path.exists() {
         return;
     }

@@ -13,9 +13,9 @@ use crate::logic::{
     self, ttl_ms, Acquire, InStore, LeaseOp, LocalLeases, ReadOp, Release, Renew, WriteOp,
 };
 use crate::{
-    BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, SessionExport,
-    SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit, VerifyProgress,
-    VerifyReport,
+    BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, Retirement,
+    SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit,
+    VerifyProgress, VerifyReport,
 };
 
 /// How a backend runs operations.
@@ -99,13 +99,29 @@ impl<B: Backend> BindingStore for Adapter<B> {
         self.0.write(op).await
     }
 
-    async fn drop_binding_if(
+    async fn retire_thread(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        retirement: Retirement,
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError> {
+        let op = logic::Retire {
+            session_id: session_id.to_string(),
+            thread_id: thread_id.to_string(),
+            retirement,
+            fence: fence.cloned(),
+        };
+        self.0.write(op).await
+    }
+
+    async fn mark_notice_delivered(
         &self,
         session_id: &str,
         thread_id: &str,
         fence: Option<&Fence>,
     ) -> Result<bool, StoreError> {
-        let op = logic::DropIf {
+        let op = logic::MarkDelivered {
             session_id: session_id.to_string(),
             thread_id: thread_id.to_string(),
             fence: fence.cloned(),
@@ -113,25 +129,9 @@ impl<B: Backend> BindingStore for Adapter<B> {
         self.0.write(op).await
     }
 
-    async fn retire_thread(
-        &self,
-        session_id: &str,
-        thread_id: &str,
-        fence: Option<&Fence>,
-    ) -> Result<(), StoreError> {
+    async fn thread_session(&self, thread_id: &str) -> Result<Option<String>, StoreError> {
         self.0
-            .write(logic::Retire::new(session_id, thread_id, fence, true))
-            .await
-    }
-
-    async fn end_thread(
-        &self,
-        session_id: &str,
-        thread_id: &str,
-        fence: Option<&Fence>,
-    ) -> Result<(), StoreError> {
-        self.0
-            .write(logic::Retire::new(session_id, thread_id, fence, false))
+            .read(logic::ThreadSession(thread_id.to_string()))
             .await
     }
 

@@ -13,7 +13,7 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The thing asked for does not exist (a session, or a store file opened without `create`).
+    /// The thing asked for does not exist (a session).
     #[error("not found: {what}")]
     NotFound {
         /// What was looked for.
@@ -48,10 +48,46 @@ pub enum StoreError {
         #[source]
         source: Option<BoxError>,
     },
-    /// The store is held by another process (redb takes an exclusive lock on its file), or a
-    /// SQLite write lock could not be taken within the busy timeout.
-    #[error("store {path} is in use by another process")]
+    /// The store is held by another process (redb takes an exclusive lock on its file; see
+    /// [`OpenOptions::wait`](crate::OpenOptions::wait)), or a SQLite write lock could not be
+    /// taken within the busy timeout.
+    #[error("store {path} is in use by another process{}", holder.as_ref().map(|h| format!(" ({h})")).unwrap_or_default())]
     Locked {
+        /// The store's path.
+        path: String,
+        /// Who holds it, for people, when the store knows (redb: the holder record it keeps
+        /// beside the file).
+        holder: Option<String>,
+    },
+    /// No store at the path, and the store was opened without
+    /// [`create`](crate::OpenOptions::create): commands that only read never create one.
+    #[error("no store at {path}")]
+    NoStore {
+        /// The store's path (or URL, password redacted).
+        path: String,
+    },
+    /// The store's path is not a regular file (a directory, a FIFO, a device, ...): refused
+    /// before anything opens it.
+    #[error("store path {path} is not a regular file ({found})")]
+    NotAFile {
+        /// The path.
+        path: String,
+        /// What is there.
+        found: &'static str,
+    },
+    /// The store (its file or its directory) cannot be written by this process.
+    #[error("store {path} is not writable")]
+    NotWritable {
+        /// The store's path.
+        path: String,
+        /// The operating system's or engine's error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The store's file was deleted or replaced while it was open: a commit into it would not
+    /// be found by the next process, so none is acknowledged.
+    #[error("store file {path} was deleted or replaced while open; reopen the store")]
+    Gone {
         /// The store's path.
         path: String,
     },
@@ -109,11 +145,22 @@ pub enum StoreError {
         /// Until when, unless renewed (milliseconds since the Unix epoch, store clock).
         expires_at_ms: i64,
     },
-    /// A renewal of a lease that this owner no longer holds (it expired or was released, and
-    /// perhaps another owner acquired it since).
-    #[error("the lease on session {session_id} is no longer held by this owner")]
+    /// A renewal or a fenced write of a grant that is no longer the session's newest grant to
+    /// this owner, or was released; nothing was written. `cause` says why.
+    #[error("the lease on session {session_id} is no longer held by this owner: {cause}")]
     LeaseLost {
         /// The session concerned.
+        session_id: String,
+        /// Why the grant is lost.
+        cause: LeaseLoss,
+    },
+    /// The thread belongs to another session: a thread is bound, given up and retired for one
+    /// session at most. Nothing was written.
+    #[error("thread {thread_id} belongs to session {session_id}")]
+    ThreadTaken {
+        /// The thread.
+        thread_id: String,
+        /// The session it belongs to.
         session_id: String,
     },
     /// The store URL names a scheme this build does not support.
@@ -141,7 +188,15 @@ impl StoreError {
                 | StoreError::InvalidInput(_)
                 | StoreError::Busy { .. }
                 | StoreError::LeaseLost { .. }
+                | StoreError::ThreadTaken { .. }
         )
+    }
+
+    pub(crate) fn lease_lost(session_id: &str, cause: LeaseLoss) -> Self {
+        StoreError::LeaseLost {
+            session_id: session_id.to_string(),
+            cause,
+        }
     }
 
     pub(crate) fn corrupt(path: &str, detail: impl Into<String>) -> Self {
@@ -149,6 +204,32 @@ impl StoreError {
             path: path.to_string(),
             detail: detail.into(),
             source: None,
+        }
+    }
+}
+
+/// Why a lease grant is lost ([`StoreError::LeaseLost`]).
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseLoss {
+    /// Another owner acquired the session's lease since this grant (`holder` holds or last
+    /// held it).
+    TakenOver {
+        /// The owner of the newer grant.
+        holder: crate::LeaseOwner,
+    },
+    /// The session was deleted (`forget`) since: its lease was granted to nobody.
+    Forgotten,
+    /// This grant was released.
+    Released,
+}
+
+impl std::fmt::Display for LeaseLoss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LeaseLoss::TakenOver { holder } => write!(f, "taken over by {holder}"),
+            LeaseLoss::Forgotten => f.write_str("the session was forgotten"),
+            LeaseLoss::Released => f.write_str("it was released"),
         }
     }
 }

@@ -7,17 +7,19 @@ use std::sync::{Mutex, MutexGuard};
 use serde_json::Value;
 
 use crate::adapter::{Adapter, Backend};
-use crate::logic::{now_ms, Declared, LeaseTxn, ReadOp, ReadTxn, WriteOp, WriteTxn};
+use crate::logic::{now_ms, Grant, LeaseTxn, ReadOp, ReadTxn, WriteOp, WriteTxn};
 use crate::store::forward_binding_store;
-use crate::{Lease, SessionRecord, StoreError, TranscriptRow};
+use crate::{SessionRecord, StoreError, TranscriptRow};
 
 #[derive(Debug, Default, Clone)]
 pub(crate) struct State {
     records: BTreeMap<String, SessionRecord>,
     rows: HashMap<String, Vec<Value>>,
+    /// Which session each thread belongs to.
+    threads: HashMap<String, String>,
     /// Under the same lock as the records, so a fenced write checks its lease and writes in
     /// one step.
-    leases: HashMap<String, Lease>,
+    leases: HashMap<String, Grant>,
 }
 
 /// A [`BindingStore`](crate::BindingStore) that keeps everything in memory. Nothing survives
@@ -55,18 +57,13 @@ impl Memory {
     }
 }
 
-/// Every operation sees the state through [`Declared`]: it may read only what its `needs()`
-/// declare, which is all the PostgreSQL backend fetches for it.
 impl Backend for Memory {
     async fn read<O: ReadOp>(&self, op: O) -> Result<O::Output, StoreError> {
-        let mut state = self.lock();
-        op.run(&mut Declared::new(&mut *state, op.needs(), None))
+        op.run(&mut *self.lock())
     }
 
     async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output, StoreError> {
-        let mut state = self.lock();
-        let view = &mut Declared::new(&mut *state, op.needs(), Some(op.session_id()));
-        op.apply(view, now_ms())
+        op.apply(&mut *self.lock(), now_ms())
     }
 }
 
@@ -121,6 +118,10 @@ impl ReadTxn for State {
             .is_some_and(|rows| !rows.is_empty()))
     }
 
+    fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.threads.get(thread_id).cloned())
+    }
+
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
         let with_rows = self.rows.iter().filter(|(_, rows)| !rows.is_empty());
         let (first, last) = with_rows.fold(
@@ -151,22 +152,36 @@ impl WriteTxn for State {
         Ok(())
     }
 
-    fn put_row(&mut self, session_id: &str, seq: u64, body: &Value) -> Result<(), StoreError> {
+    fn put_rows(
+        &mut self,
+        session_id: &str,
+        first_seq: u64,
+        bodies: &[Value],
+    ) -> Result<(), StoreError> {
         let rows = self.rows.entry(session_id.to_string()).or_default();
-        let seq = seq as usize;
-        if rows.len() <= seq {
-            rows.resize(seq + 1, Value::Null);
+        if rows.len() as u64 != first_seq {
+            return Err(StoreError::Internal(format!(
+                "rows of {session_id} appended at {first_seq}, {} stored",
+                rows.len()
+            )));
         }
-        rows[seq] = body.clone();
+        rows.extend_from_slice(bodies);
+        Ok(())
+    }
+
+    fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<(), StoreError> {
+        self.threads
+            .insert(thread_id.to_string(), session_id.to_string());
         Ok(())
     }
 
     fn remove(&mut self, session_id: &str) -> Result<bool, StoreError> {
         self.rows.remove(session_id);
+        self.threads.retain(|_, owner| owner != session_id);
         Ok(self.records.remove(session_id).is_some())
     }
 
-    fn leases(&mut self) -> Option<&mut dyn LeaseTxn> {
-        Some(&mut self.leases)
+    fn leases(&mut self) -> &mut dyn LeaseTxn {
+        &mut self.leases
     }
 }

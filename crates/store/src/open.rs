@@ -17,7 +17,7 @@ use crate::{redact_url, BindingStore, MemoryStore, OpenOptions, StoreError};
 /// The scheme is case-insensitive. A file `PATH` is taken verbatim after an optional `//`
 /// (file names are not URL-encoded: `%`, `?`, `#` and spaces are part of the name), so
 /// `sqlite:/var/x.db` and `sqlite:///var/x.db` are one file and `sqlite://x.db` is `x.db` in
-/// the current directory. A PostgreSQL URL is parsed whole with the `url` crate (one host;
+/// the current directory; a leading `~/` is the home directory (`sqlite:~/x.db`). A PostgreSQL URL is parsed whole with the `url` crate (one host;
 /// libpq-style query parameters); its parameter `schema=NAME` is rethread's (the schema of the
 /// tables, created if missing) and is not passed to the server.
 ///
@@ -58,9 +58,15 @@ impl StoreUrl {
         let file = || {
             let path = rest.strip_prefix("//").unwrap_or(rest);
             if path.is_empty() {
-                Err(unsupported("the URL has no path"))
-            } else {
-                Ok(PathBuf::from(path))
+                return Err(unsupported("the URL has no path"));
+            }
+            // `~/...` is under the home directory, as a shell would have it (no shell expands
+            // it inside a URL).
+            match path.strip_prefix("~/") {
+                Some(under_home) => std::env::home_dir()
+                    .map(|home| home.join(under_home))
+                    .ok_or_else(|| unsupported("`~` but no home directory")),
+                None => Ok(PathBuf::from(path)),
             }
         };
         match scheme.to_ascii_lowercase().as_str() {

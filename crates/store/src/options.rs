@@ -21,16 +21,13 @@ pub enum Durability {
     Relaxed,
 }
 
-/// How to open a store file.
+/// How to open a store.
 #[derive(Clone, Debug)]
 pub struct OpenOptions {
     pub(crate) durability: Durability,
     pub(crate) create: bool,
     pub(crate) create_dirs: bool,
-    pub(crate) max_batch: usize,
-    pub(crate) pool_size: usize,
-    pub(crate) busy_timeout: Duration,
-    pub(crate) lone_write_spin: Duration,
+    pub(crate) wait: Duration,
     pub(crate) check_redb_integrity: bool,
 }
 
@@ -40,18 +37,15 @@ impl Default for OpenOptions {
             durability: Durability::Durable,
             create: true,
             create_dirs: false,
-            max_batch: 256,
-            pool_size: 16,
-            busy_timeout: Duration::from_secs(5),
-            lone_write_spin: Duration::from_millis(1),
+            wait: Duration::ZERO,
             check_redb_integrity: true,
         }
     }
 }
 
 impl OpenOptions {
-    /// Durable writes, create the file (not its directory) if missing, group commits of up to
-    /// 256 writes, up to 16 PostgreSQL connections.
+    /// Durable writes; create the store (not its directory) if missing; do not wait for another
+    /// process that holds the store.
     pub fn new() -> Self {
         Self::default()
     }
@@ -62,52 +56,28 @@ impl OpenOptions {
         self
     }
 
-    /// Whether a missing store file is created (default `true`); when `false` a missing file
-    /// is [`StoreError::NotFound`](crate::StoreError::NotFound).
+    /// Whether a missing store is created (default `true`). With `false` a missing store is
+    /// [`StoreError::NoStore`](crate::StoreError::NoStore) and nothing is created (no file, no
+    /// directory, no tables): what commands that only read use.
     pub fn create(mut self, create: bool) -> Self {
         self.create = create;
         self
     }
 
-    /// Whether the directory of a missing store file is created too (default `false`), with
-    /// its missing parents, owner-only (0700). For the file backends (`redb:`, `sqlite:`); a
-    /// tool that names a store by URL sets it instead of parsing the URL itself.
+    /// Whether the directory of a store file that is created is created too (default
+    /// `false`), with its missing parents, owner-only (0700). For the file backends (`redb:`,
+    /// `sqlite:`); a tool that names a store by URL sets it instead of parsing the URL itself.
     pub fn create_dirs(mut self, create_dirs: bool) -> Self {
         self.create_dirs = create_dirs;
         self
     }
 
-    /// The most writes of a file backend coalesced into one transaction (default 256; 1
-    /// disables group commit).
-    pub fn max_batch(mut self, max_batch: usize) -> Self {
-        self.max_batch = max_batch.max(1);
-        self
-    }
-
-    /// The most connections a PostgreSQL store opens at once (default 16, at least 1): how
-    /// many of its writes (each on its own connection) and reads run in parallel.
-    pub fn pool_size(mut self, pool_size: usize) -> Self {
-        self.pool_size = pool_size.max(1);
-        self
-    }
-
-    /// How long a SQLite writer waits for another process's lock (default 5 s).
-    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
-        self.busy_timeout = timeout;
-        self
-    }
-
-    /// How long a write that is alone (no other write of this store in flight) polls for its
-    /// reply, yielding to the runtime between polls, before it parks (default 1 ms; zero
-    /// disables). Waking a parked runtime thread from the store's writer thread costs a
-    /// cross-CPU interrupt, tens of microseconds on a virtual machine; the poll spends one
-    /// runtime thread's time for the length of a commit to save it. Where that does not pay (a
-    /// poll that ends without its reply: a slow disk, or CPUs so busy that the poll keeps the
-    /// writer thread from one), the store backs off and parks at once for up to the next 1024
-    /// lone writes. Concurrent writes never poll (group commit serves them). Used by the redb
-    /// and SQLite backends.
-    pub fn lone_write_spin(mut self, spin: Duration) -> Self {
-        self.lone_write_spin = spin;
+    /// How long opening waits for another process that holds the store (default zero): redb
+    /// admits one process per file, and an open that gives up is
+    /// [`StoreError::Locked`](crate::StoreError::Locked) naming the holder. SQLite waits this
+    /// long (at least 5 s) for another process's write lock, on open and on every write.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
         self
     }
 
@@ -126,8 +96,9 @@ impl OpenOptions {
         self
     }
 
-    /// The configured durability.
-    pub fn get_durability(&self) -> Durability {
-        self.durability
+    /// SQLite's lock wait: [`OpenOptions::wait`], at least 5 s.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) fn busy_timeout(&self) -> Duration {
+        self.wait.max(Duration::from_secs(5))
     }
 }

@@ -9,8 +9,9 @@ use serde_json::{Map, Value};
 use std::time::Duration;
 
 use crate::{
-    Binding, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, SessionExport, SessionPage,
-    SessionRecord, StoreError, TranscriptRow, TurnCommit, VerifyProgress, VerifyReport,
+    Binding, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, Retirement, SessionExport,
+    SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit, VerifyProgress,
+    VerifyReport,
 };
 
 /// Durable `session id -> codex thread id` bindings and the sessions' transcripts.
@@ -28,7 +29,7 @@ use crate::{
 /// - Methods never block the async runtime's threads.
 #[async_trait]
 pub trait BindingStore: Send + Sync + std::fmt::Debug {
-    /// Reads a session: its config, binding, row count and retired threads.
+    /// Reads a session: its config, binding state, row count and retired threads.
     ///
     /// # Contract
     /// `Ok(None)` only when the session does not exist.
@@ -45,18 +46,22 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
         range: Range<u64>,
     ) -> Result<Vec<TranscriptRow>, StoreError>;
 
-    /// Appends the turn's rows and publishes its thread as the binding, in **one** transaction.
+    /// Appends the turn's rows and binds the session to its thread, in **one** transaction.
     ///
     /// # Contract
     /// - Creates the session if absent. `rows` may be empty: the call then only publishes
     ///   (used when the host keeps its own transcript and has reported it durable).
     /// - The rows get `seq` `first_seq..row_count` of the returned outcome.
-    /// - If the thread is retired for this session the rows still commit, the binding is left
+    /// - The state becomes [`BindingState::Bound`](crate::BindingState::Bound) to the thread
+    ///   (from `GivenUp` too: the owed notice is settled by the new thread), and
+    ///   `model_config[CODEX_THREAD_ID_KEY]` names it. When the binding already names this
+    ///   thread its `bound_at_ms` is kept; otherwise it is set to now. `codex_home` is always
+    ///   taken from the commit.
+    /// - If the thread is retired for this session the rows still commit, the state is left
     ///   untouched, and the outcome is [`CommitOutcome::RetiredNotPublished`].
-    /// - When the binding already names this thread its `bound_at_ms` is kept; otherwise it
-    ///   is set to now. `codex_home` is always taken from the commit.
-    /// - A commit with a [`fence`](TurnCommit::fence) whose grant is no longer the session's
-    ///   live lease is [`StoreError::LeaseLost`] and writes nothing.
+    /// - A thread of another session is [`StoreError::ThreadTaken`]; a `fence` that is no
+    ///   longer the session's newest grant ([`Fence`]) is [`StoreError::LeaseLost`]. Either
+    ///   way nothing is written.
     async fn commit_turn(&self, commit: TurnCommit) -> Result<CommitOutcome, StoreError>;
 
     /// Applies an RFC 7396 JSON merge-patch to the session's `model_config` atomically, and
@@ -66,15 +71,10 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// - A key set to `null` is removed; nested objects merge recursively; keys the patch does
     ///   not name are never lost, also under concurrent patches.
     /// - Creates the session if absent.
-    /// - Patching [`CODEX_THREAD_ID_KEY`](crate::CODEX_THREAD_ID_KEY) directly is allowed (for
-    ///   repair tools and hosts that report their own durability) and keeps the binding
-    ///   metadata consistent: `null` removes the binding; a new thread id becomes the binding
-    ///   with `codex_home: None` and `bound_at_ms` now; the same id keeps the binding as is.
-    ///   A non-string value is [`StoreError::InvalidInput`], a retired thread id is
-    ///   [`StoreError::RetiredThread`]; in both cases nothing is written.
-    /// - With a `fence` (a host that takes leases and patches the binding), the patch is
-    ///   refused with [`StoreError::LeaseLost`], writing nothing, unless that grant is still
-    ///   the session's live lease. `None` writes unfenced.
+    /// - A patch naming [`CODEX_THREAD_ID_KEY`](crate::CODEX_THREAD_ID_KEY) is
+    ///   [`StoreError::InvalidInput`]: that key is the store's view of the binding.
+    /// - With a `fence` that is no longer the session's newest grant: [`StoreError::LeaseLost`].
+    ///   Refused patches write nothing. `None` writes unfenced.
     async fn patch_config(
         &self,
         session_id: &str,
@@ -82,46 +82,45 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
         fence: Option<&Fence>,
     ) -> Result<Map<String, Value>, StoreError>;
 
-    /// Removes the binding only if it still names `thread_id` (compare-and-delete).
+    /// Retires `thread_id` for the session, in one write, as `retirement` says: a lost thread
+    /// given up ([`Retirement::Lost`]) or the host's own end of it ([`Retirement::Ended`]).
     ///
     /// # Contract
-    /// Returns `true` if the binding was removed; `false` if the session is absent, unbound,
-    /// or bound to another thread (a newer binding written meanwhile survives). A `fence`
-    /// that is no longer the session's live lease is [`StoreError::LeaseLost`], nothing
-    /// written.
-    async fn drop_binding_if(
+    /// - The thread is retired for good (never published again, whoever commits it later);
+    ///   idempotent; creates the session if absent, so that a late commit from another
+    ///   process cannot resurrect it.
+    /// - `Lost`: a session bound to this thread becomes
+    ///   [`BindingState::GivenUp`](crate::BindingState::GivenUp) (at now, notice not
+    ///   delivered). Compare-and-set: a binding to another thread survives, and a given-up
+    ///   state is kept as it is.
+    /// - `Ended`: a session bound to this thread becomes unbound; it never creates a `GivenUp`
+    ///   and leaves one of this thread as it is.
+    /// - A thread of another session is [`StoreError::ThreadTaken`]; a stale `fence` is
+    ///   [`StoreError::LeaseLost`]; either way nothing is written.
+    async fn retire_thread(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        retirement: Retirement,
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError>;
+
+    /// Records that the fallback notice of the give-up of `thread_id` reached the user.
+    ///
+    /// # Contract
+    /// `true` when the session is given up from `thread_id` (its notice is now delivered);
+    /// anything else changes nothing and is `false`. A stale `fence` is
+    /// [`StoreError::LeaseLost`].
+    async fn mark_notice_delivered(
         &self,
         session_id: &str,
         thread_id: &str,
         fence: Option<&Fence>,
     ) -> Result<bool, StoreError>;
 
-    /// Records `thread_id` as retired for the session and drops the binding if it names it,
-    /// in one write: this is how a lost thread is given up.
-    ///
-    /// # Contract
-    /// Persistent and idempotent; creates the session if absent, so that a late commit from
-    /// another process cannot resurrect the thread. A `fence` that is no longer the session's
-    /// live lease is [`StoreError::LeaseLost`], nothing written.
-    async fn retire_thread(
-        &self,
-        session_id: &str,
-        thread_id: &str,
-        fence: Option<&Fence>,
-    ) -> Result<(), StoreError>;
-
-    /// Records `thread_id` as retired and drops the binding if it names it, in one write, like
-    /// [`retire_thread`](BindingStore::retire_thread), but as the host's own decision to end
-    /// the thread: no fallback notice is left pending (an existing one is kept).
-    ///
-    /// # Contract
-    /// As `retire_thread`, except that [`SessionRecord::pending_notice`] is never set by it.
-    async fn end_thread(
-        &self,
-        session_id: &str,
-        thread_id: &str,
-        fence: Option<&Fence>,
-    ) -> Result<(), StoreError>;
+    /// The session `thread_id` belongs to, if any: every thread the store bound, gave up or
+    /// retired for a session belongs to it until the session is deleted.
+    async fn thread_session(&self, thread_id: &str) -> Result<Option<String>, StoreError>;
 
     /// Lists sessions in ascending session-id order, starting after `after`.
     ///
@@ -134,7 +133,17 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
         limit: usize,
     ) -> Result<SessionPage, StoreError>;
 
-    /// Deletes a session, its rows and its retirements. Returns `true` if it existed.
+    /// Deletes a session: its record, rows and retirements, and frees its threads. Returns
+    /// `true` if it existed.
+    ///
+    /// # Contract
+    /// - While the session's lease is live and its holder not known gone
+    ///   ([`LeaseOwner::is_known_gone`]) it is [`StoreError::Busy`] naming the holder, and
+    ///   nothing is deleted.
+    /// - The lease is then granted to nobody (its fence grows, marked forgotten): a holder that
+    ///   stalled can never take it back, and each of its fenced writes is
+    ///   [`StoreError::LeaseLost`] ([`LeaseLoss::Forgotten`](crate::LeaseLoss::Forgotten)), so
+    ///   a delete is never silently undone. A later acquire works and continues the fence.
     async fn delete_session(&self, session_id: &str) -> Result<bool, StoreError>;
 
     /// Reads a whole session (record and all rows) from one consistent snapshot.
@@ -146,8 +155,9 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// - Idempotent: importing an export identical to what is stored is a no-op
     ///   ([`ImportOutcome::AlreadyPresent`]), so a rerun `migrate` never duplicates rows.
     /// - A differing existing session is [`StoreError::Conflict`] and nothing is written.
-    /// - An inconsistent export (rows not `0..row_count`, binding disagreeing with
-    ///   `model_config`, a retired thread bound) is [`StoreError::InvalidInput`].
+    /// - An inconsistent export (rows not `0..row_count`, `model_config[CODEX_THREAD_ID_KEY]`
+    ///   disagreeing with the state, a retired thread bound) is [`StoreError::InvalidInput`];
+    ///   a thread of another session is [`StoreError::ThreadTaken`].
     async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome, StoreError>;
 
     /// Takes the session's lease for `owner` for `ttl`: the right to drive the session's codex
@@ -155,7 +165,8 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// the turn's commit, so that two hosts never drive one session's thread at once.
     ///
     /// # Contract
-    /// - Granted (a new `fence`, `acquired_at_ms` now) when the session has no live lease, when
+    /// - Granted (a new `fence`, `acquired_at_ms` now) when the session has no live lease (none,
+    ///   expired, released or forgotten), when
     ///   `owner` holds it already (a re-acquire is a new grant: the earlier grant's renewals,
     ///   releases and fenced writes are refused from then on), or when its holder is provably
     ///   gone ([`LeaseOwner::is_known_gone`]: same machine, pid namespace and user, process
@@ -173,18 +184,19 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
         ttl: Duration,
     ) -> Result<Lease, StoreError>;
 
-    /// Extends a live lease to `ttl` from now.
+    /// Extends a lease to `ttl` from now.
     ///
     /// # Contract
-    /// Only the same owner and `fence` renew, and only before expiry; otherwise
-    /// [`StoreError::LeaseLost`] and nothing changes.
+    /// Only the session's newest grant renews (same owner and `fence`, not released), also
+    /// after its expiry: a holder that stalled past its TTL takes the lease back when nobody
+    /// took it meanwhile. Otherwise [`StoreError::LeaseLost`] saying why, and nothing changes.
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError>;
 
     /// Frees a lease.
     ///
     /// # Contract
-    /// Returns `true` if `lease` (same owner and `fence`) was live and is now free; `false`
-    /// otherwise, changing nothing: another owner's lease is never freed.
+    /// Returns `true` if `lease` (same owner and `fence`) was the session's newest grant and
+    /// is now released; `false` otherwise, changing nothing: another grant is never freed.
     async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError>;
 
     /// Reads the whole store and checks every record of it; reports each problem found.
@@ -253,32 +265,31 @@ macro_rules! forward_binding_store {
                 let $this = self;
                 $target.patch_config(session_id, patch, fence).await
             }
-            async fn drop_binding_if(
+            async fn retire_thread(
+                &self,
+                session_id: &str,
+                thread_id: &str,
+                retirement: $crate::Retirement,
+                fence: Option<&$crate::Fence>,
+            ) -> Result<(), $crate::StoreError> {
+                let $this = self;
+                $target.retire_thread(session_id, thread_id, retirement, fence).await
+            }
+            async fn mark_notice_delivered(
                 &self,
                 session_id: &str,
                 thread_id: &str,
                 fence: Option<&$crate::Fence>,
             ) -> Result<bool, $crate::StoreError> {
                 let $this = self;
-                $target.drop_binding_if(session_id, thread_id, fence).await
+                $target.mark_notice_delivered(session_id, thread_id, fence).await
             }
-            async fn retire_thread(
+            async fn thread_session(
                 &self,
-                session_id: &str,
                 thread_id: &str,
-                fence: Option<&$crate::Fence>,
-            ) -> Result<(), $crate::StoreError> {
+            ) -> Result<Option<String>, $crate::StoreError> {
                 let $this = self;
-                $target.retire_thread(session_id, thread_id, fence).await
-            }
-            async fn end_thread(
-                &self,
-                session_id: &str,
-                thread_id: &str,
-                fence: Option<&$crate::Fence>,
-            ) -> Result<(), $crate::StoreError> {
-                let $this = self;
-                $target.end_thread(session_id, thread_id, fence).await
+                $target.thread_session(thread_id).await
             }
             async fn list_sessions(
                 &self,
@@ -351,7 +362,10 @@ forward_binding_store!([T: BindingStore + ?Sized] &T, |this| (**this));
 pub trait BindingStoreExt: BindingStore {
     /// The session's binding, if the session exists and is bound.
     async fn binding(&self, session_id: &str) -> Result<Option<Binding>, StoreError> {
-        Ok(self.session(session_id).await?.and_then(|s| s.binding))
+        Ok(self
+            .session(session_id)
+            .await?
+            .and_then(|s| s.binding().cloned()))
     }
 
     /// The session's bound thread id, if any.

@@ -8,33 +8,11 @@ use crate::LeaseOwner;
 /// The `model_config` key that holds the bound codex thread id.
 pub const CODEX_THREAD_ID_KEY: &str = "codex_thread_id";
 
-/// The reserved `model_config` key that records a fallback notice still to be shown: set by
-/// [`BindingStore::retire_thread`](crate::BindingStore::retire_thread) (the give-up) in the
-/// same transaction, removed by the next [`BindingStore::commit_turn`](crate::BindingStore::commit_turn)
-/// that publishes a binding. Hosts must not write it: a `patch_config` naming it is refused.
-/// Read it through [`SessionRecord::pending_notice`].
-pub const PENDING_NOTICE_KEY: &str = "rethread_pending_notice";
-
-/// A fallback notice recorded as pending ([`SessionRecord::pending_notice`]): the session's
-/// thread was given up and no new binding has been published since, so the host has maybe
-/// not yet shown `Codex thread could not be resumed; starting a new one.`
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PendingNotice {
-    /// The thread given up (retired).
-    pub thread_id: String,
-}
-
-impl PendingNotice {
-    /// The value kept under [`PENDING_NOTICE_KEY`].
-    pub(crate) fn to_value(&self) -> Value {
-        serde_json::json!({ "thread_id": self.thread_id })
-    }
-}
-
 /// A session's binding to a codex thread.
 ///
-/// The thread id is also present in [`SessionRecord::model_config`] under
-/// [`CODEX_THREAD_ID_KEY`]; the store keeps both in agreement.
+/// While a session is [`BindingState::Bound`], its thread id is also in
+/// [`SessionRecord::model_config`] under [`CODEX_THREAD_ID_KEY`]: the published view, written by
+/// the store in the same transaction as every state change, never read back as truth.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Binding {
     /// The codex thread id.
@@ -45,15 +23,52 @@ pub struct Binding {
     pub bound_at_ms: i64,
 }
 
+/// A session whose thread was lost and given up
+/// ([`Retirement::Lost`](crate::Retirement::Lost)): the thread is retired, and the fallback
+/// notice `Codex thread could not be resumed; starting a new one.` is owed to the user until
+/// it is marked delivered ([`BindingStore::mark_notice_delivered`](crate::BindingStore::mark_notice_delivered))
+/// or a turn on a new thread is committed.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GivenUp {
+    /// The lost (now retired) thread.
+    pub thread_id: String,
+    /// The runtime's reason code (`gone`, `incompatible`, `unreadable`, ...); the store does
+    /// not interpret it.
+    pub reason: String,
+    /// codex's error message, for people.
+    pub message: String,
+    /// When it was given up (milliseconds since the Unix epoch, store clock).
+    pub at_ms: i64,
+    /// Whether the fallback notice reached the user.
+    pub notice_delivered: bool,
+}
+
+/// What a session is bound to, as the store holds it.
+#[non_exhaustive]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum BindingState {
+    /// No thread: a new session, or one whose thread the host ended.
+    #[default]
+    Unbound,
+    /// Bound to a thread whose last committed turn is durable.
+    Bound(Binding),
+    /// The thread was lost and given up; no new thread has committed a turn yet.
+    GivenUp(GivenUp),
+}
+
 /// One session as stored.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {
     /// The host's session id.
     pub session_id: String,
-    /// The host's configuration object; holds `codex_thread_id` beside the host's own keys.
+    /// The host's configuration object. Holds [`CODEX_THREAD_ID_KEY`] (the published view of
+    /// the binding, present iff the session is bound) beside the host's own keys.
     pub model_config: Map<String, Value>,
-    /// The published binding, if any (agrees with `model_config["codex_thread_id"]`).
-    pub binding: Option<Binding>,
+    /// The binding state.
+    pub state: BindingState,
     /// How many transcript rows the session has; rows are numbered `0..row_count`.
     pub row_count: u64,
     /// Threads retired for this session, in retirement order; never published again.
@@ -65,12 +80,12 @@ pub struct SessionRecord {
 }
 
 impl SessionRecord {
-    /// An empty session created at `now_ms`.
+    /// An empty, unbound session created at `now_ms`.
     pub fn new(session_id: impl Into<String>, now_ms: i64) -> Self {
         SessionRecord {
             session_id: session_id.into(),
             model_config: Map::new(),
-            binding: None,
+            state: BindingState::Unbound,
             row_count: 0,
             retired_threads: Vec::new(),
             created_at_ms: now_ms,
@@ -78,24 +93,83 @@ impl SessionRecord {
         }
     }
 
-    /// The bound thread id, if any.
-    pub fn thread_id(&self) -> Option<&str> {
-        self.binding.as_ref().map(|b| b.thread_id.as_str())
+    /// The binding, if the session is bound.
+    pub fn binding(&self) -> Option<&Binding> {
+        match &self.state {
+            BindingState::Bound(binding) => Some(binding),
+            _ => None,
+        }
     }
 
-    /// The fallback notice pending for this session, if its thread was given up
-    /// ([`BindingStore::retire_thread`](crate::BindingStore::retire_thread)) and no binding
-    /// was published since. `None` also when the value under [`PENDING_NOTICE_KEY`] is not a
-    /// notice (the store never writes one that is not).
-    pub fn pending_notice(&self) -> Option<PendingNotice> {
-        let value = self.model_config.get(PENDING_NOTICE_KEY)?;
-        serde_json::from_value(value.clone()).ok()
+    /// The bound thread id, if any.
+    pub fn thread_id(&self) -> Option<&str> {
+        self.binding().map(|b| b.thread_id.as_str())
+    }
+
+    /// The give-up, if the session's thread was lost and no new thread committed since.
+    pub fn given_up(&self) -> Option<&GivenUp> {
+        match &self.state {
+            BindingState::GivenUp(given_up) => Some(given_up),
+            _ => None,
+        }
+    }
+
+    /// The give-up whose fallback notice has not reached the user yet.
+    pub fn pending_notice(&self) -> Option<&GivenUp> {
+        self.given_up().filter(|g| !g.notice_delivered)
     }
 
     /// Whether `thread_id` was retired for this session.
     pub fn is_retired(&self, thread_id: &str) -> bool {
         self.retired_threads.iter().any(|t| t == thread_id)
     }
+
+    /// The threads this record names: bound or given up, and retired.
+    pub(crate) fn named_threads(&self) -> impl Iterator<Item = &str> {
+        let current = match &self.state {
+            BindingState::Bound(b) => Some(b.thread_id.as_str()),
+            BindingState::GivenUp(g) => Some(g.thread_id.as_str()),
+            BindingState::Unbound => None,
+        };
+        current
+            .into_iter()
+            .chain(self.retired_threads.iter().map(String::as_str))
+    }
+
+    /// Sets the state and its published view in `model_config` ([`CODEX_THREAD_ID_KEY`],
+    /// present iff bound), as the store does on every state change; for tools that build
+    /// records to import.
+    pub fn set_state(&mut self, state: BindingState) {
+        match &state {
+            BindingState::Bound(b) => {
+                self.model_config.insert(
+                    CODEX_THREAD_ID_KEY.to_string(),
+                    Value::String(b.thread_id.clone()),
+                );
+            }
+            _ => {
+                self.model_config.remove(CODEX_THREAD_ID_KEY);
+            }
+        }
+        self.state = state;
+    }
+}
+
+/// Why a thread is retired ([`BindingStore::retire_thread`](crate::BindingStore::retire_thread)).
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Retirement {
+    /// codex cannot hand the thread back: the give-up. A session bound to it becomes
+    /// [`BindingState::GivenUp`] with the fallback notice owed.
+    Lost {
+        /// The runtime's reason code (`gone`, `incompatible`, `unreadable`, ...).
+        reason: String,
+        /// codex's error message, for people.
+        message: String,
+    },
+    /// The host ended the thread itself: a session bound to it becomes unbound, and no notice
+    /// is owed (nothing was lost).
+    Ended,
 }
 
 /// One transcript row.
@@ -120,7 +194,7 @@ pub struct TurnCommit {
     pub rows: Vec<Value>,
     /// The session lease the turn ran under. `Some`: the commit is refused with
     /// [`StoreError::LeaseLost`](crate::StoreError::LeaseLost), writing nothing, unless that
-    /// grant is still the session's live lease. `None`: an unfenced write, for a host that
+    /// grant is still the session's newest ([`Fence`]). `None`: an unfenced write, for a host that
     /// keeps one writer per session by its own means.
     pub fence: Option<Fence>,
 }
@@ -138,7 +212,7 @@ pub enum CommitOutcome {
         /// The session's row count after the commit.
         row_count: u64,
     },
-    /// The rows were appended, but the thread is retired so the binding was left as it was.
+    /// The rows were appended, but the thread is retired so the state was left as it was.
     RetiredNotPublished {
         /// The sequence number of the turn's first row.
         first_seq: u64,
@@ -200,8 +274,9 @@ pub enum ImportOutcome {
 
 /// A session's lease as granted: who holds it, since when, and until when.
 ///
-/// A lease is free once `expires_at_ms` has passed (by the store's clock) or it was released;
-/// the holder keeps it by renewing it before then.
+/// Another owner may take the lease once `expires_at_ms` has passed (by the store's clock) or
+/// it was released; the holder keeps it by renewing it before then, and may take it back with
+/// a renewal as long as nobody took it meanwhile.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
     /// The session the lease is for.
@@ -230,14 +305,14 @@ impl Lease {
 /// Proof that a write comes from the current holder of the session's lease: the holder and
 /// the `fence` of its grant (a fencing token).
 ///
-/// A write that carries a `Fence` ([`TurnCommit::fence`], and the `fence` argument of
-/// [`patch_config`](crate::BindingStore::patch_config),
-/// [`drop_binding_if`](crate::BindingStore::drop_binding_if) and
-/// [`retire_thread`](crate::BindingStore::retire_thread)) is checked inside its own
-/// transaction: unless the session's lease is live, held by `owner` and still at `token`, the
-/// write is refused with [`StoreError::LeaseLost`](crate::StoreError::LeaseLost) and nothing is
-/// written. So a holder that stalled past its TTL (a paused process, a suspended laptop, a
-/// network partition) can never write over the holder that took the session over.
+/// A write that carries a `Fence` ([`TurnCommit::fence`], and the `fence` argument of the other
+/// writes) is checked inside its own transaction: unless `token` is still the session's newest
+/// grant, made to `owner` and not released, the write is refused with
+/// [`StoreError::LeaseLost`](crate::StoreError::LeaseLost) (saying why) and nothing is
+/// written. Expiry alone does not refuse it: time cannot stop a paused holder, grants can. So a
+/// holder that stalled past its TTL (a paused process, a suspended laptop, a network
+/// partition) never writes over a holder that took the session over, and goes on where nobody
+/// did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fence {
     /// Who holds the lease.

@@ -76,6 +76,8 @@ pub enum ProblemKind {
     StrayRows,
     /// A lease record is damaged.
     Lease,
+    /// A record of which session a thread belongs to is damaged.
+    Thread,
 }
 
 /// Where [`BindingStore::verify`] is, passed to its progress callback now and then.

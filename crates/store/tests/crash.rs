@@ -14,7 +14,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rethread_store::{
-    open_url, BindingStore, BindingStoreExt, OpenOptions, RedbStore, SqliteStore, TurnCommit,
+    open_url, BindingStore, BindingStoreExt, OpenOptions, RedbStore, Retirement, SqliteStore,
+    TurnCommit,
 };
 use serde_json::json;
 
@@ -55,7 +56,15 @@ fn crash_child() {
                         // (a late commit); its rows must land, its binding must not.
                         let thread = if k % 5 == 4 && !last_thread.is_empty() {
                             store
-                                .retire_thread(&session, &last_thread, None)
+                                .retire_thread(
+                                    &session,
+                                    &last_thread,
+                                    Retirement::Lost {
+                                        reason: "gone".to_string(),
+                                        message: "crash test".to_string(),
+                                    },
+                                    None,
+                                )
                                 .await
                                 .expect("retire");
                             emit(format!("RETIRED {session} {last_thread}"));

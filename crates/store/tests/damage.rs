@@ -5,15 +5,15 @@
 //!
 //! Each kind of damage runs on both file backends: a changed value, a session whose key
 //! changed, a missing row, a row past its session's count, a lost record; then SQLite's own
-//! (a flipped byte in the file, a changed lease, migrations) and redb's (the schema-4
-//! migration, damage that makes redb itself fail).
+//! (a flipped byte in the file, a changed lease, a changed thread owner) and redb's (damage
+//! that makes redb itself fail).
 
 use std::path::{Path, PathBuf};
 
 use redb::ReadableTable;
 use rethread_store::{
     BindingStore, BindingStoreExt, LocalOwner, OpenOptions, ProblemKind, RedbStore, SqliteStore,
-    StoreError, TurnCommit, VerifyReport, SCHEMA_VERSION,
+    StoreError, TurnCommit, VerifyReport,
 };
 use serde_json::json;
 
@@ -413,6 +413,24 @@ async fn a_sqlite_lease_changed_outside_rethread_is_corrupt() {
     assert_eq!(report.leases, 1);
 }
 
+/// A thread handed to another session outside rethread is `Corrupt` when the store asks whose
+/// it is (a commit of another session included), never a thread that changed hands.
+#[tokio::test]
+async fn a_sqlite_thread_owner_changed_outside_rethread_is_corrupt() {
+    let fixture = Fixture::new(Backend::Sqlite).await;
+    sqlite_edit(
+        &fixture.path,
+        "UPDATE threads SET session_id = 'b' WHERE thread_id = 'thr_a'",
+    );
+    let store = fixture.open_damaged().await;
+    let owner = store.thread_session("thr_a").await;
+    assert!(is_corrupt(&owner), "{owner:?}");
+    let commit = store.commit_turn(commit("c", "thr_a", &["x"])).await;
+    assert!(is_corrupt(&commit), "{commit:?}");
+    let report = verify(store.as_ref()).await;
+    assert_eq!(kinds(&report), vec![(ProblemKind::Thread, Some("b"))]);
+}
+
 /// Page-level damage SQLite itself reports: `verify` runs `PRAGMA quick_check`.
 #[tokio::test]
 async fn sqlite_structure_damage_is_reported_by_verify() {
@@ -450,140 +468,6 @@ async fn sqlite_structure_damage_is_reported_by_verify() {
             .any(|p| p.kind == ProblemKind::Structure),
         "{report:?}"
     );
-}
-
-/// Schema 1 exactly as rethread 0.1 wrote it (leases came later, so this file has none).
-const SCHEMA_1: &str = "
-CREATE TABLE sessions (
-    session_id TEXT PRIMARY KEY NOT NULL,
-    model_config TEXT NOT NULL,
-    binding_thread_id TEXT,
-    binding_codex_home TEXT,
-    bound_at_ms INTEGER,
-    row_count INTEGER NOT NULL,
-    retired_threads TEXT NOT NULL,
-    created_at_ms INTEGER NOT NULL,
-    updated_at_ms INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE transcript_rows (
-    session_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    body TEXT NOT NULL,
-    PRIMARY KEY (session_id, seq)
-) WITHOUT ROWID;
-PRAGMA application_id = 1920231524;
-PRAGMA user_version = 1;
-INSERT INTO sessions VALUES ('a', '{\"codex_thread_id\":\"thr_a\",\"model\":\"gpt-5\"}', 'thr_a',
-    '/home/u/.codex', 5, 2, '[\"thr_0\"]', 1, 5);
-INSERT INTO transcript_rows VALUES ('a', 0, '{\"role\":\"user\",\"text\":\"hello\"}');
-INSERT INTO transcript_rows VALUES ('a', 1, '{\"role\":\"assistant\",\"text\":\"hi\"}');
-";
-
-#[tokio::test]
-async fn a_schema_1_store_is_migrated_and_then_verified() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v1.db");
-    {
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        let _: String = conn
-            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-            .unwrap();
-        conn.execute_batch(SCHEMA_1).unwrap();
-    }
-    let store = reopen_sqlite(&path).await.expect("a schema-1 store opens");
-    assert!(verify(&store).await.is_ok());
-    let session = store.session("a").await.unwrap().expect("kept");
-    assert_eq!(session.row_count, 2);
-    assert_eq!(session.binding.as_ref().unwrap().thread_id, "thr_a");
-    assert_eq!(session.model_config["model"], "gpt-5");
-    assert_eq!(session.retired_threads, vec!["thr_0".to_string()]);
-    let rows = store.rows("a", 0..2).await.unwrap();
-    assert_eq!(rows[1].body["text"], "hi");
-    store
-        .commit_turn(commit("a", "thr_a", &["again"]))
-        .await
-        .unwrap();
-    let holder = LocalOwner::new();
-    let owner = holder.owner().clone();
-    store
-        .acquire_lease("a", &owner, std::time::Duration::from_secs(30))
-        .await
-        .expect("the migration created the lease table");
-    store.close().await;
-
-    let version: i64 = rusqlite::Connection::open(&path)
-        .unwrap()
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version as u64, rethread_store::SCHEMA_VERSION);
-    let store = reopen_sqlite(&path)
-        .await
-        .expect("the migrated store opens");
-    assert_eq!(store.rows("a", 0..3).await.unwrap().len(), 3);
-    store.close().await;
-    // The migrated rows carry checksums like new ones.
-    sqlite_edit(
-        &path,
-        r#"UPDATE transcript_rows SET body = '{"role":"user","text":"forged"}' WHERE session_id = 'a' AND seq = 0"#,
-    );
-    let store = reopen_sqlite(&path).await.unwrap();
-    let rows = store.rows("a", 0..1).await;
-    assert!(is_corrupt(&rows), "{rows:?}");
-    let report = verify(&store).await;
-    assert_eq!(
-        kinds(&report),
-        vec![(ProblemKind::Row, Some("a"))],
-        "{report:?}"
-    );
-}
-
-/// Schema 3 gave stored leases their holder's process identity. A schema-2 lease (no such
-/// columns) keeps its checksum through the migration and stays the session's live lease.
-#[tokio::test]
-async fn a_schema_2_lease_survives_the_migration_to_schema_3() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v2.db");
-    let store = SqliteStore::open(&path, OpenOptions::new()).await.unwrap();
-    let owner = rethread_store::LeaseOwner {
-        host: "elsewhere".to_string(),
-        pid: 7,
-        started_at_ms: 1,
-        instance: 1,
-        process: None,
-    };
-    let ttl = std::time::Duration::from_secs(60);
-    let lease = store.acquire_lease("a", &owner, ttl).await.unwrap();
-    store.close().await;
-    // Back to schema 2's layout, as a store written by the previous release.
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch(
-        "ALTER TABLE leases DROP COLUMN process_space;
-         ALTER TABLE leases DROP COLUMN process_start;
-         PRAGMA user_version = 2;",
-    )
-    .unwrap();
-    drop(conn);
-
-    let store = reopen_sqlite(&path)
-        .await
-        .expect("the schema-2 store opens");
-    let renewed = store.renew_lease(&lease, ttl).await.expect("still live");
-    assert_eq!(renewed.fence, lease.fence);
-    let other = rethread_store::LocalOwner::new();
-    assert!(matches!(
-        store.acquire_lease("a", other.owner(), ttl).await,
-        Err(StoreError::Busy { .. })
-    ));
-    store.close().await;
-    let version: i64 = rusqlite::Connection::open(&path)
-        .unwrap()
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version as u64, SCHEMA_VERSION);
-}
-
-async fn reopen_sqlite(path: &Path) -> Result<SqliteStore, StoreError> {
-    SqliteStore::open(path, OpenOptions::new().create(false)).await
 }
 
 /// With the open-time page check off, damage redb itself does not check for on a cleanly
@@ -637,81 +521,4 @@ async fn a_redb_panic_on_a_damaged_page_is_corrupt_and_poisons_the_store() {
         "the default open checks the pages: {:?}",
         checked.as_ref().err()
     );
-}
-
-/// A schema-3 redb store (values without checksums) is migrated on open: every value gains
-/// its checksum, the data reads as before, and damage made after is caught.
-#[tokio::test]
-async fn a_redb_schema_3_store_gains_value_checksums() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v3.redb");
-    {
-        let db = redb::Database::create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let meta: redb::TableDefinition<&str, u64> =
-                redb::TableDefinition::new("rethread_meta");
-            txn.open_table(meta)
-                .unwrap()
-                .insert("schema_version", 3)
-                .unwrap();
-            let sessions: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new(SESSIONS);
-            let mut sessions = txn.open_table(sessions).unwrap();
-            let rows: redb::TableDefinition<(&str, u64), &[u8]> =
-                redb::TableDefinition::new("rows");
-            let mut rows = txn.open_table(rows).unwrap();
-            // More sessions than one migration batch.
-            for i in 0..1500 {
-                let id = format!("s{i:04}");
-                let record = json!({
-                    "session_id": id, "model_config": {"codex_thread_id": "thr", "k": i},
-                    "binding": {"thread_id": "thr", "codex_home": null, "bound_at_ms": 5},
-                    "row_count": 2, "retired_threads": [], "created_at_ms": 1, "updated_at_ms": 5
-                });
-                sessions
-                    .insert(id.as_str(), record.to_string().as_bytes())
-                    .unwrap();
-                for seq in 0..2u64 {
-                    let body = json!({"seq": seq, "of": id}).to_string();
-                    rows.insert((id.as_str(), seq), body.as_bytes()).unwrap();
-                }
-            }
-        }
-        txn.commit().unwrap();
-    }
-    let store = RedbStore::open(&path, OpenOptions::new()).await.unwrap();
-    let record = store.require_session("s1234").await.unwrap();
-    assert_eq!(record.model_config["k"], 1234);
-    assert_eq!(record.thread_id(), Some("thr"));
-    assert_eq!(
-        store.all_rows("s0007").await.unwrap()[1].body["of"],
-        "s0007"
-    );
-    let report = verify(&store).await;
-    assert!(report.is_ok(), "{report:?}");
-    assert_eq!((report.sessions, report.rows), (1500, 3000));
-    store.close().await;
-    let version = {
-        let db = redb::Database::open(&path).unwrap();
-        let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
-        let meta: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("rethread_meta");
-        let version = txn
-            .open_table(meta)
-            .unwrap()
-            .get("schema_version")
-            .unwrap()
-            .unwrap()
-            .value();
-        version
-    };
-    assert_eq!(version, SCHEMA_VERSION);
-    let fixture = Fixture {
-        backend: Backend::Redb,
-        path: path.clone(),
-        _dir: dir,
-    };
-    fixture.change_row("s0042", 0);
-    let store = fixture.open().await.unwrap();
-    let rows = store.all_rows("s0042").await;
-    assert!(is_corrupt(&rows), "{rows:?}");
 }

@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 
 use rethread_store::{
     open_url, BindingStore, BindingStoreExt, Durability, MemoryStore, OpenOptions, RedbStore,
-    SqliteStore, StoreError, TurnCommit, SCHEMA_VERSION,
+    Retirement, SqliteStore, StoreError, TurnCommit, SCHEMA_VERSION,
 };
 use serde_json::json;
 
@@ -53,12 +53,12 @@ async fn redb_held_by_another_handle_is_locked() {
 }
 
 #[tokio::test]
-async fn missing_file_without_create_is_not_found() {
+async fn missing_file_without_create_is_no_store() {
     let dir = tempfile::tempdir().unwrap();
     let r = RedbStore::open(dir.path().join("no.redb"), OpenOptions::new().create(false)).await;
-    assert!(matches!(r, Err(StoreError::NotFound { .. })), "{r:?}");
+    assert!(matches!(r, Err(StoreError::NoStore { .. })), "{r:?}");
     let r = SqliteStore::open(dir.path().join("no.db"), OpenOptions::new().create(false)).await;
-    assert!(matches!(r, Err(StoreError::NotFound { .. })), "{r:?}");
+    assert!(matches!(r, Err(StoreError::NoStore { .. })), "{r:?}");
     assert!(!dir.path().join("no.db").exists());
 }
 
@@ -86,7 +86,7 @@ async fn truncated_redb_store_is_an_error_not_empty() {
     let store = RedbStore::open(&path, OpenOptions::new()).await.unwrap();
     for i in 0..50 {
         store
-            .commit_turn(commit(&format!("s{i}"), "t"))
+            .commit_turn(commit(&format!("s{i}"), &format!("t{i}")))
             .await
             .unwrap();
     }
@@ -173,10 +173,10 @@ async fn newer_schema_is_refused() {
     assert!(matches!(r, Err(StoreError::NewerSchema { .. })), "{r:?}");
 }
 
+/// The store is unpublished: schema 1 is its first format, and a file stamped with any other
+/// version is refused, never initialised over.
 #[tokio::test]
-async fn a_store_stamped_with_an_older_schema_is_migrated_on_open() {
-    // Version 0 is the only schema older than the current one: a store whose tables were never
-    // created. The migration path must bring it to the current version, keeping the stamp.
+async fn a_store_stamped_with_an_unknown_older_schema_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let redb_path = dir.path().join("o.redb");
     {
@@ -191,22 +191,9 @@ async fn a_store_stamped_with_an_older_schema_is_migrated_on_open() {
         }
         txn.commit().unwrap();
     }
-    let store = RedbStore::open(&redb_path, OpenOptions::new())
-        .await
-        .unwrap();
-    store.commit_turn(commit("a", "t1")).await.unwrap();
-    store.close().await;
-    let db = redb::Database::open(&redb_path).unwrap();
-    let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
-    let def: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("rethread_meta");
-    let version = txn
-        .open_table(def)
-        .unwrap()
-        .get("schema_version")
-        .unwrap()
-        .unwrap()
-        .value();
-    assert_eq!(version, SCHEMA_VERSION);
+    let r = RedbStore::open(&redb_path, OpenOptions::new()).await;
+    assert!(matches!(r, Err(StoreError::Corrupt { .. })), "{r:?}");
+    assert_eq!(SCHEMA_VERSION, 1);
 }
 
 #[tokio::test]
@@ -249,7 +236,9 @@ async fn sqlite_new_file_is_owner_only_and_shared_by_two_handles() {
         (0..20).collect::<Vec<_>>()
     );
     // A retirement written through one handle is honoured by the other.
-    b.retire_thread("s", "late", None).await.unwrap();
+    b.retire_thread("s", "late", Retirement::Ended, None)
+        .await
+        .unwrap();
     assert!(!a
         .commit_turn(commit("s", "late"))
         .await
@@ -265,7 +254,6 @@ async fn sqlite_new_file_is_owner_only_and_shared_by_two_handles() {
 
 #[tokio::test]
 async fn relaxed_durability_is_opt_in_and_works() {
-    assert_eq!(OpenOptions::new().get_durability(), Durability::Durable);
     let dir = tempfile::tempdir().unwrap();
     let options = OpenOptions::new().durability(Durability::Relaxed);
     let path = dir.path().join("r.redb");

@@ -111,61 +111,6 @@ async fn a_newer_schema_is_refused() {
     );
 }
 
-/// A schema-2 database (leases without their holder's process identity) is migrated on open;
-/// its live lease stays live, and leases written after carry the identity.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_schema_2_database_gains_lease_identities() {
-    let Some(url) = fresh_url("v2") else {
-        return;
-    };
-    let store = PostgresStore::open(&url, OpenOptions::new()).await.unwrap();
-    let remote = rethread_store::LeaseOwner {
-        host: "elsewhere".to_string(),
-        pid: 7,
-        started_at_ms: 1,
-        instance: 1,
-        process: None,
-    };
-    let ttl = std::time::Duration::from_secs(60);
-    let lease = store.acquire_lease("a", &remote, ttl).await.unwrap();
-    store.close().await;
-    let (base, schema) = url.rsplit_once("schema=").unwrap();
-    let base = base.trim_end_matches(['?', '&']);
-    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    client
-        .batch_execute(&format!(
-            "ALTER TABLE \"{schema}\".leases DROP COLUMN process_space, DROP COLUMN process_start;
-             UPDATE \"{schema}\".rethread_meta SET value = 2 WHERE key = 'schema_version';"
-        ))
-        .await
-        .unwrap();
-
-    let store = PostgresStore::open(&url, OpenOptions::new()).await.unwrap();
-    assert_eq!(
-        store.renew_lease(&lease, ttl).await.unwrap().fence,
-        lease.fence
-    );
-    let here = rethread_store::LocalOwner::new();
-    let mine = store.acquire_lease("b", here.owner(), ttl).await.unwrap();
-    assert_eq!(
-        &mine.owner,
-        here.owner(),
-        "the process identity round-trips"
-    );
-    let version: i64 = client
-        .query_one(
-            &format!("SELECT value FROM \"{schema}\".rethread_meta WHERE key = 'schema_version'"),
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(version as u64, SCHEMA_VERSION);
-}
-
 /// Two stores (two pools, as two processes would have) writing one session at once: every
 /// row lands exactly once in order, every merge-patch key survives, and the binding is valid.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

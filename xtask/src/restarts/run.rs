@@ -15,8 +15,6 @@ use super::view::StoreView;
 
 /// The notice the user must see once per thread given up (`RESUME_FALLBACK_NOTICE`).
 const NOTICE: &str = "Codex thread could not be resumed; starting a new one.";
-/// The `model_config` key of a notice recorded with the give-up write and not yet delivered.
-const PENDING_NOTICE_KEY: &str = "rethread_pending_notice";
 /// A restart slower than this waited for the dead holder's lease (TTL 30 s) instead of taking
 /// it over at once.
 const RESTART_LIMIT: Duration = Duration::from_secs(10);
@@ -187,7 +185,7 @@ impl Runner<'_> {
         let bound = self
             .view
             .session(&session)?
-            .and_then(|r| r.binding)
+            .and_then(|r| r.binding().cloned())
             .map(|b| b.thread_id);
         if let Some(thread) = bound {
             if !self.lost.contains(&thread) && self.rng.chance(LOSE_CHANCE) {
@@ -277,7 +275,7 @@ impl Runner<'_> {
         let before_rows = o.before.as_ref().map_or(0, |r| r.row_count);
         let before_retired = o.before.as_ref().map_or(0, |r| r.retired_threads.len());
         // (4) No retired thread is ever bound.
-        if let Some(binding) = &o.after.binding {
+        if let Some(binding) = o.after.binding() {
             if o.after.retired_threads.contains(&binding.thread_id) {
                 return Err(format!("retired thread {} is bound", binding.thread_id));
             }
@@ -423,12 +421,12 @@ impl Runner<'_> {
         let bound_before = o
             .before
             .as_ref()
-            .and_then(|r| r.binding.as_ref())
+            .and_then(|r| r.binding())
             .map(|b| b.thread_id.clone());
         let pending = o
             .before
             .as_ref()
-            .is_some_and(|r| r.model_config.contains_key(PENDING_NOTICE_KEY));
+            .is_some_and(|r| r.pending_notice().is_some());
         // (2) It resumes the bound thread unless that thread was lost.
         let expected = match &bound_before {
             Some(bound) if self.lost.contains(bound) => "fell_back",
@@ -460,7 +458,7 @@ impl Runner<'_> {
             _ => self.stats.fell_back += 1,
         }
         // (3) The acknowledged turn is in the transcript, on the thread now bound.
-        let bound_after = o.after.binding.as_ref().map(|b| b.thread_id.as_str());
+        let bound_after = o.after.binding().map(|b| b.thread_id.as_str());
         if bound_after != Some(thread.as_str()) {
             return Err(format!(
                 "acknowledged a turn on {thread}, but {bound_after:?} is bound"

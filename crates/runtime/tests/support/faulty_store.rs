@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rethread_store::{
-    BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MemoryStore,
+    BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MemoryStore, Retirement,
     SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit,
 };
 use serde_json::{Map, Value};
@@ -167,36 +167,34 @@ impl BindingStore for FaultyStore {
         self.inner.patch_config(session_id, patch, fence).await
     }
 
-    async fn drop_binding_if(
+    async fn retire_thread(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        retirement: Retirement,
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError> {
+        self.enter("retire_thread", Some(fence)).await?;
+        self.inner
+            .retire_thread(session_id, thread_id, retirement, fence)
+            .await
+    }
+
+    async fn mark_notice_delivered(
         &self,
         session_id: &str,
         thread_id: &str,
         fence: Option<&Fence>,
     ) -> Result<bool, StoreError> {
-        self.enter("drop_binding_if", Some(fence)).await?;
+        self.enter("mark_notice_delivered", Some(fence)).await?;
         self.inner
-            .drop_binding_if(session_id, thread_id, fence)
+            .mark_notice_delivered(session_id, thread_id, fence)
             .await
     }
 
-    async fn retire_thread(
-        &self,
-        session_id: &str,
-        thread_id: &str,
-        fence: Option<&Fence>,
-    ) -> Result<(), StoreError> {
-        self.enter("retire_thread", Some(fence)).await?;
-        self.inner.retire_thread(session_id, thread_id, fence).await
-    }
-
-    async fn end_thread(
-        &self,
-        session_id: &str,
-        thread_id: &str,
-        fence: Option<&Fence>,
-    ) -> Result<(), StoreError> {
-        self.enter("end_thread", Some(fence)).await?;
-        self.inner.end_thread(session_id, thread_id, fence).await
+    async fn thread_session(&self, thread_id: &str) -> Result<Option<String>, StoreError> {
+        self.enter("thread_session", None).await?;
+        self.inner.thread_session(thread_id).await
     }
 
     async fn list_sessions(

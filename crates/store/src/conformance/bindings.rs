@@ -1,9 +1,9 @@
-//! Bindings: commit, merge-patch, compare-and-delete, retirement, row order, concurrency.
+//! Bindings: commit, merge-patch, retirement, row order, concurrency.
 
 use futures::future::join_all;
 use serde_json::{json, Map, Value};
 
-use super::{obj, turn, unique_id};
+use super::{lost, obj, th, turn, unique_id};
 use crate::{BindingStore, BindingStoreExt, CommitOutcome, StoreError, CODEX_THREAD_ID_KEY};
 
 /// `commit_turn` appends the rows and publishes the binding with its metadata; re-committing on
@@ -12,7 +12,7 @@ pub async fn commit_publishes_binding(store: &dyn BindingStore) {
     let s = unique_id("commit");
     assert_eq!(store.session(&s).await.unwrap(), None);
     let out = store
-        .commit_turn(turn(&s, "t1", vec![json!("a"), json!("b")]))
+        .commit_turn(turn(&s, &th(&s, "t1"), vec![json!("a"), json!("b")]))
         .await
         .unwrap();
     assert_eq!(
@@ -29,17 +29,20 @@ pub async fn commit_publishes_binding(store: &dyn BindingStore) {
         .expect("session created by commit_turn");
     assert_eq!(rec.session_id, s);
     assert_eq!(rec.row_count, 2);
-    let b = rec.binding.clone().expect("binding published");
-    assert_eq!(b.thread_id, "t1");
-    assert_eq!(b.codex_home.as_deref(), Some("/codex-home/t1"));
+    let b = rec.binding().cloned().expect("binding published");
+    assert_eq!(b.thread_id, th(&s, "t1"));
+    assert_eq!(b.codex_home, Some(format!("/codex-home/{}", th(&s, "t1"))));
     assert_eq!(
         rec.model_config.get(CODEX_THREAD_ID_KEY),
-        Some(&json!("t1"))
+        Some(&json!(th(&s, "t1")))
     );
     assert!(rec.created_at_ms > 0 && rec.updated_at_ms >= rec.created_at_ms);
 
     // Publish-only commit (the host keeps its own transcript): no rows, same thread.
-    let out = store.commit_turn(turn(&s, "t1", vec![])).await.unwrap();
+    let out = store
+        .commit_turn(turn(&s, &th(&s, "t1"), vec![]))
+        .await
+        .unwrap();
     assert_eq!(
         out,
         CommitOutcome::Published {
@@ -54,7 +57,7 @@ pub async fn commit_publishes_binding(store: &dyn BindingStore) {
     );
 
     let out = store
-        .commit_turn(turn(&s, "t2", vec![json!("c")]))
+        .commit_turn(turn(&s, &th(&s, "t2"), vec![json!("c")]))
         .await
         .unwrap();
     assert_eq!(
@@ -64,7 +67,7 @@ pub async fn commit_publishes_binding(store: &dyn BindingStore) {
             row_count: 3
         }
     );
-    assert_eq!(store.thread_id(&s).await.unwrap().as_deref(), Some("t2"));
+    assert_eq!(store.thread_id(&s).await.unwrap(), Some(th(&s, "t2")));
     assert_eq!(store.all_rows(&s).await.unwrap().len(), 3);
 }
 
@@ -85,7 +88,7 @@ pub async fn merge_patch_semantics(store: &dyn BindingStore) {
         json!({"model": "gpt", "opts": {"a": 1, "b": 2}, "x": [1, 2]})
     );
     store
-        .commit_turn(turn(&s, "t1", vec![json!(1)]))
+        .commit_turn(turn(&s, &th(&s, "t1"), vec![json!(1)]))
         .await
         .unwrap();
     let c = store
@@ -96,13 +99,14 @@ pub async fn merge_patch_semantics(store: &dyn BindingStore) {
         )
         .await
         .unwrap();
-    let want = json!({"opts": {"b": 2, "c": 3}, "x": [3], "n": 7, CODEX_THREAD_ID_KEY: "t1"});
+    let want =
+        json!({"opts": {"b": 2, "c": 3}, "x": [3], "n": 7, CODEX_THREAD_ID_KEY: th(&s, "t1")});
     assert_eq!(Value::Object(c.clone()), want);
     let rec = store.session(&s).await.unwrap().unwrap();
     assert_eq!(rec.model_config, c);
     assert_eq!(
         rec.thread_id(),
-        Some("t1"),
+        Some(th(&s, "t1").as_str()),
         "a patch not naming the binding keeps it"
     );
     // A scalar replaced by an object, an object replaced by a scalar; empty patch is a no-op.
@@ -115,105 +119,13 @@ pub async fn merge_patch_semantics(store: &dyn BindingStore) {
     let unchanged = store.patch_config(&s, Map::new(), None).await.unwrap();
     assert_eq!(unchanged, c);
     // Committing a turn never touches the host's keys.
-    store.commit_turn(turn(&s, "t2", vec![])).await.unwrap();
+    store
+        .commit_turn(turn(&s, &th(&s, "t2"), vec![]))
+        .await
+        .unwrap();
     let rec = store.session(&s).await.unwrap().unwrap();
     assert_eq!(rec.model_config.get("n"), Some(&json!({"deep": true})));
     assert_eq!(rec.model_config.get("x"), Some(&json!([3])));
-}
-
-/// Patching `codex_thread_id` directly keeps the binding metadata consistent and refuses
-/// non-strings and retired threads without writing anything.
-pub async fn patch_codex_thread_id_keeps_binding_consistent(store: &dyn BindingStore) {
-    let s = unique_id("patch-binding");
-    store
-        .commit_turn(turn(&s, "t1", vec![json!(1)]))
-        .await
-        .unwrap();
-    let before = store.session(&s).await.unwrap().unwrap();
-
-    let err = store
-        .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: 5, "k": 1})), None)
-        .await;
-    assert!(matches!(err, Err(StoreError::InvalidInput(_))), "{err:?}");
-    let err = store
-        .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: "", "k": 1})), None)
-        .await;
-    assert!(matches!(err, Err(StoreError::InvalidInput(_))), "{err:?}");
-    assert_eq!(
-        store.session(&s).await.unwrap().unwrap(),
-        before,
-        "refused patch wrote nothing"
-    );
-
-    let c = store
-        .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: "t9"})), None)
-        .await
-        .unwrap();
-    assert_eq!(c.get(CODEX_THREAD_ID_KEY), Some(&json!("t9")));
-    let b = store.binding(&s).await.unwrap().unwrap();
-    assert_eq!(
-        (b.thread_id.as_str(), b.codex_home.as_deref()),
-        ("t9", None)
-    );
-
-    store
-        .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: null})), None)
-        .await
-        .unwrap();
-    assert_eq!(store.binding(&s).await.unwrap(), None);
-
-    store.retire_thread(&s, "t7", None).await.unwrap();
-    let err = store
-        .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: "t7"})), None)
-        .await;
-    assert!(
-        matches!(err, Err(StoreError::RetiredThread { .. })),
-        "{err:?}"
-    );
-    assert_eq!(store.binding(&s).await.unwrap(), None);
-}
-
-/// Compare-and-delete removes the binding only while it names the failed thread.
-pub async fn cas_drop(store: &dyn BindingStore) {
-    let s = unique_id("cas");
-    assert!(
-        !store.drop_binding_if(&s, "t1", None).await.unwrap(),
-        "absent session"
-    );
-    assert_eq!(
-        store.session(&s).await.unwrap(),
-        None,
-        "a failed CAS creates nothing"
-    );
-    store
-        .commit_turn(turn(&s, "t1", vec![json!(1)]))
-        .await
-        .unwrap();
-    store
-        .patch_config(&s, obj(json!({"keep": true})), None)
-        .await
-        .unwrap();
-    // A newer binding was written meanwhile: the stale drop must not remove it.
-    store
-        .commit_turn(turn(&s, "t2", vec![json!(2)]))
-        .await
-        .unwrap();
-    assert!(!store.drop_binding_if(&s, "t1", None).await.unwrap());
-    assert_eq!(store.thread_id(&s).await.unwrap().as_deref(), Some("t2"));
-    assert!(store.drop_binding_if(&s, "t2", None).await.unwrap());
-    let rec = store.session(&s).await.unwrap().unwrap();
-    assert_eq!(rec.binding, None);
-    assert_eq!(rec.model_config.get(CODEX_THREAD_ID_KEY), None);
-    assert_eq!(
-        rec.model_config.get("keep"),
-        Some(&json!(true)),
-        "other keys survive"
-    );
-    assert_eq!(rec.row_count, 2, "rows survive");
-    assert!(
-        !store.drop_binding_if(&s, "t2", None).await.unwrap(),
-        "already dropped"
-    );
 }
 
 /// A retired thread's rows commit but it is never published; retirement is persistent,
@@ -221,17 +133,20 @@ pub async fn cas_drop(store: &dyn BindingStore) {
 pub async fn retired_thread_is_never_published(store: &dyn BindingStore) {
     let s = unique_id("retired");
     store
-        .commit_turn(turn(&s, "t1", vec![json!(1)]))
+        .commit_turn(turn(&s, &th(&s, "t1"), vec![json!(1)]))
         .await
         .unwrap();
-    store.retire_thread(&s, "t1", None).await.unwrap();
+    store
+        .retire_thread(&s, &th(&s, "t1"), lost("gone", "x"), None)
+        .await
+        .unwrap();
     assert_eq!(
         store.binding(&s).await.unwrap(),
         None,
         "retiring the bound thread unbinds it"
     );
     let out = store
-        .commit_turn(turn(&s, "t1", vec![json!(2), json!(3)]))
+        .commit_turn(turn(&s, &th(&s, "t1"), vec![json!(2), json!(3)]))
         .await
         .unwrap();
     assert_eq!(
@@ -249,34 +164,46 @@ pub async fn retired_thread_is_never_published(store: &dyn BindingStore) {
         "a retired thread's rows commit"
     );
 
-    store.commit_turn(turn(&s, "t2", vec![])).await.unwrap();
-    store.retire_thread(&s, "t1", None).await.unwrap();
-    store.retire_thread(&s, "t3", None).await.unwrap();
+    store
+        .commit_turn(turn(&s, &th(&s, "t2"), vec![]))
+        .await
+        .unwrap();
+    store
+        .retire_thread(&s, &th(&s, "t1"), lost("gone", "x"), None)
+        .await
+        .unwrap();
+    store
+        .retire_thread(&s, &th(&s, "t3"), lost("gone", "x"), None)
+        .await
+        .unwrap();
     let rec = store.session(&s).await.unwrap().unwrap();
     assert_eq!(
         rec.thread_id(),
-        Some("t2"),
+        Some(th(&s, "t2").as_str()),
         "retiring another thread keeps the binding"
     );
-    assert_eq!(
-        rec.retired_threads,
-        vec!["t1".to_string(), "t3".to_string()]
-    );
-    let out = store.commit_turn(turn(&s, "t3", vec![])).await.unwrap();
+    assert_eq!(rec.retired_threads, vec![th(&s, "t1"), th(&s, "t3")]);
+    let out = store
+        .commit_turn(turn(&s, &th(&s, "t3"), vec![]))
+        .await
+        .unwrap();
     assert!(!out.is_published());
-    assert_eq!(store.thread_id(&s).await.unwrap().as_deref(), Some("t2"));
+    assert_eq!(store.thread_id(&s).await.unwrap(), Some(th(&s, "t2")));
 
     // Retiring first (e.g. another process decided the thread is dead) also holds.
     let fresh = unique_id("retired-first");
-    store.retire_thread(&fresh, "t1", None).await.unwrap();
+    store
+        .retire_thread(&fresh, &th(&fresh, "t1"), lost("gone", "x"), None)
+        .await
+        .unwrap();
     assert!(store
         .session(&fresh)
         .await
         .unwrap()
         .unwrap()
-        .is_retired("t1"));
+        .is_retired(&th(&fresh, "t1")));
     let out = store
-        .commit_turn(turn(&fresh, "t1", vec![json!(0)]))
+        .commit_turn(turn(&fresh, &th(&fresh, "t1"), vec![json!(0)]))
         .await
         .unwrap();
     assert_eq!(
@@ -296,7 +223,7 @@ pub async fn row_order(store: &dyn BindingStore) {
     for t in 0..5u64 {
         let rows: Vec<Value> = (0..t).map(|i| json!({"turn": t, "i": i})).collect();
         let out = store
-            .commit_turn(turn(&s, &format!("t{t}"), rows.clone()))
+            .commit_turn(turn(&s, &th(&s, &format!("t{t}")), rows.clone()))
             .await
             .unwrap();
         assert_eq!(out.first_seq(), expected.len() as u64);
@@ -326,7 +253,7 @@ pub async fn row_order(store: &dyn BindingStore) {
 pub async fn concurrent_patches_of_distinct_keys(store: &dyn BindingStore) {
     let s = unique_id("concurrent-patch");
     store
-        .commit_turn(turn(&s, "t1", vec![json!(0)]))
+        .commit_turn(turn(&s, &th(&s, "t1"), vec![json!(0)]))
         .await
         .unwrap();
     let n = 48;
@@ -358,7 +285,7 @@ pub async fn concurrent_patches_of_distinct_keys(store: &dyn BindingStore) {
             Some(&json!(i))
         );
     }
-    assert_eq!(rec.thread_id(), Some("t1"));
+    assert_eq!(rec.thread_id(), Some(th(&s, "t1").as_str()));
 }
 
 /// Many sessions committing at once (group commit on durable backends): no loss, no
@@ -376,7 +303,7 @@ pub async fn many_sessions_commit_at_once(store: &dyn BindingStore) {
                     json!({"s": i, "t": t, "r": 1}),
                 ];
                 let out = store
-                    .commit_turn(turn(&s, &format!("t{t}"), rows))
+                    .commit_turn(turn(&s, &th(&s, &format!("t{t}")), rows))
                     .await
                     .unwrap();
                 assert_eq!(
@@ -394,7 +321,10 @@ pub async fn many_sessions_commit_at_once(store: &dyn BindingStore) {
         let s = format!("{base}-{i:02}");
         let rec = store.session(&s).await.unwrap().unwrap();
         assert_eq!(rec.row_count, 2 * turns);
-        assert_eq!(rec.thread_id(), Some(format!("t{}", turns - 1).as_str()));
+        assert_eq!(
+            rec.thread_id(),
+            Some(th(&s, &format!("t{}", turns - 1)).as_str())
+        );
         let rows = store.all_rows(&s).await.unwrap();
         let want: Vec<Value> = (0..turns)
             .flat_map(|t| {
@@ -413,13 +343,17 @@ pub async fn refused_write_does_not_fail_its_neighbours(store: &dyn BindingStore
     let base = unique_id("neighbours");
     let good = join_all((0..16).map(|i| {
         let s = format!("{base}-{i}");
-        async move { store.commit_turn(turn(&s, "t", vec![json!(i)])).await }
+        async move {
+            store
+                .commit_turn(turn(&s, &th(&s, "t"), vec![json!(i)]))
+                .await
+        }
     }));
     let bad = join_all((0..16).map(|i| {
         let s = format!("{base}-{i}");
         async move {
             store
-                .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: i})), None)
+                .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: i, "k": i})), None)
                 .await
         }
     }));
@@ -436,6 +370,7 @@ pub async fn refused_write_does_not_fail_its_neighbours(store: &dyn BindingStore
             .await
             .unwrap()
             .unwrap();
-        assert_eq!((rec.row_count, rec.thread_id()), (1, Some("t")));
+        let t = th(&rec.session_id, "t");
+        assert_eq!((rec.row_count, rec.thread_id()), (1, Some(t.as_str())));
     }
 }

@@ -6,10 +6,13 @@ use std::time::Duration;
 use futures::future::join_all;
 use serde_json::json;
 
-use super::{obj, turn, unique_id, NEXT};
-use crate::{
-    BindingStore, BindingStoreExt, Fence, Lease, LeaseOwner, StoreError, CODEX_THREAD_ID_KEY,
-};
+use super::{lost, obj, th, turn, unique_id, NEXT};
+use crate::{BindingStore, BindingStoreExt, Fence, Lease, LeaseLoss, LeaseOwner, StoreError};
+
+/// Whether `result` is `LeaseLost` for `session` with `cause`.
+fn lost_by<T>(result: &Result<T, StoreError>, session: &str, cause: &LeaseLoss) -> bool {
+    matches!(result, Err(StoreError::LeaseLost { session_id, cause: c }) if session_id == session && c == cause)
+}
 
 pub(crate) fn owner(name: &str) -> LeaseOwner {
     LeaseOwner {
@@ -76,12 +79,10 @@ pub async fn lease_release_frees(store: &dyn BindingStore) {
     let first = store.acquire_lease(&s, &a, LONG).await.unwrap();
     assert!(store.release_lease(&first).await.unwrap());
     assert!(!store.release_lease(&first).await.unwrap(), "already free");
+    let renewed = store.renew_lease(&first, LONG).await;
     assert!(
-        matches!(
-            store.renew_lease(&first, LONG).await,
-            Err(StoreError::LeaseLost { .. })
-        ),
-        "a released lease cannot be renewed"
+        lost_by(&renewed, &s, &LeaseLoss::Released),
+        "a released lease cannot be renewed: {renewed:?}"
     );
     let second = store.acquire_lease(&s, &b, LONG).await.unwrap();
     assert_eq!(second.owner, b);
@@ -117,8 +118,8 @@ pub async fn lease_renew_extends(store: &dyn BindingStore) {
     assert!(store.release_lease(&renewed).await.unwrap());
 }
 
-/// A holder that stops renewing (crashed) loses the lease at expiry: another owner gets it, and
-/// the old holder can neither renew nor release it.
+/// A holder that stops renewing (crashed) loses the lease at expiry to the next owner, and
+/// can then neither renew (taken over, naming the new holder) nor release it.
 pub async fn lease_expiry_frees_a_crashed_holder(store: &dyn BindingStore) {
     let s = unique_id("lease-expiry");
     let (a, b, c) = (owner("a"), owner("b"), owner("c"));
@@ -127,16 +128,14 @@ pub async fn lease_expiry_frees_a_crashed_holder(store: &dyn BindingStore) {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(
-        matches!(
-            store.renew_lease(&crashed, LONG).await,
-            Err(StoreError::LeaseLost { .. })
-        ),
-        "an expired lease cannot be renewed"
-    );
     let next = store.acquire_lease(&s, &b, LONG).await.unwrap();
     assert_eq!(next.owner, b);
     assert_eq!(next.fence, crashed.fence + 1);
+    let late = store.renew_lease(&crashed, LONG).await;
+    assert!(
+        lost_by(&late, &s, &LeaseLoss::TakenOver { holder: b.clone() }),
+        "{late:?}"
+    );
     assert!(!store.release_lease(&crashed).await.unwrap());
     assert!(matches!(
         store.acquire_lease(&s, &c, LONG).await,
@@ -189,43 +188,41 @@ pub async fn concurrent_acquires_grant_one(store: &dyn BindingStore) {
     assert!(store.release_lease(winners[0]).await.unwrap());
 }
 
-/// Writes that publish or remove a binding, carrying a fence, are refused with `LeaseLost` and
-/// write nothing once another owner took the session over; the new holder's fenced writes and
+/// Fenced writes are refused with `LeaseLost` and write nothing once another owner took the
+/// session over (naming it), or the grant was released; the new holder's fenced writes and
 /// unfenced writes go through.
-pub async fn fenced_writes_need_the_live_grant(store: &dyn BindingStore) {
+pub async fn fenced_writes_need_the_newest_grant(store: &dyn BindingStore) {
     let s = unique_id("fenced");
+    let (t1, t2, t3) = (th(&s, "t1"), th(&s, "t2"), th(&s, "t3"));
     let (a, b) = (owner("a"), owner("b"));
     let ttl = Duration::from_millis(300);
     let first = store.acquire_lease(&s, &a, ttl).await.unwrap();
     let stale = first.fence();
-    let mut commit = turn(&s, "t1", vec![json!({"n": 1})]);
+    let mut commit = turn(&s, &t1, vec![json!({"n": 1})]);
     commit.fence = Some(stale.clone());
     store.commit_turn(commit).await.unwrap();
     // `a` stalls past its TTL; `b` takes over and commits.
     tokio::time::sleep(Duration::from_millis(400)).await;
     let second = store.acquire_lease(&s, &b, LONG).await.unwrap();
-    let mut commit = turn(&s, "t2", vec![json!({"n": 2})]);
+    let mut commit = turn(&s, &t2, vec![json!({"n": 2})]);
     commit.fence = Some(second.fence());
     store.commit_turn(commit).await.unwrap();
     let before = store.export_session(&s).await.unwrap();
 
-    let mut late = turn(&s, "t1", vec![json!({"n": 3})]);
+    let taken = LeaseLoss::TakenOver { holder: b.clone() };
+    let mut late = turn(&s, &t1, vec![json!({"n": 3})]);
     late.fence = Some(stale.clone());
-    let lost = |r: &Result<_, StoreError>| matches!(r, Err(StoreError::LeaseLost { session_id }) if *session_id == s);
-    assert!(lost(&store.commit_turn(late).await.map(drop)));
-    assert!(lost(&store.retire_thread(&s, "t2", Some(&stale)).await));
-    assert!(lost(
-        &store
-            .drop_binding_if(&s, "t2", Some(&stale))
-            .await
-            .map(drop)
-    ));
-    assert!(lost(
-        &store
-            .patch_config(&s, obj(json!({CODEX_THREAD_ID_KEY: "t1"})), Some(&stale))
-            .await
-            .map(drop)
-    ));
+    assert!(lost_by(&store.commit_turn(late).await, &s, &taken));
+    let give_up = store
+        .retire_thread(&s, &t2, lost("gone", "x"), Some(&stale))
+        .await;
+    assert!(lost_by(&give_up, &s, &taken), "{give_up:?}");
+    let patch = store
+        .patch_config(&s, obj(json!({"k": 0})), Some(&stale))
+        .await;
+    assert!(lost_by(&patch, &s, &taken), "{patch:?}");
+    let mark = store.mark_notice_delivered(&s, &t2, Some(&stale)).await;
+    assert!(lost_by(&mark, &s, &taken), "{mark:?}");
     assert_eq!(
         store.export_session(&s).await.unwrap(),
         before,
@@ -236,41 +233,106 @@ pub async fn fenced_writes_need_the_live_grant(store: &dyn BindingStore) {
         token: second.fence + 1,
         ..second.fence()
     };
-    assert!(lost(&store.retire_thread(&s, "t2", Some(&forged)).await));
+    let forged = store
+        .retire_thread(&s, &t2, lost("gone", "x"), Some(&forged))
+        .await;
+    assert!(
+        matches!(forged, Err(StoreError::LeaseLost { .. })),
+        "{forged:?}"
+    );
     // The holder's fenced writes and unfenced writes go through.
     store
         .patch_config(&s, obj(json!({"k": 1})), Some(&second.fence()))
         .await
         .unwrap();
     store
-        .retire_thread(&s, "t2", Some(&second.fence()))
+        .retire_thread(&s, &t2, lost("gone", "x"), Some(&second.fence()))
         .await
         .unwrap();
     assert_eq!(store.thread_id(&s).await.unwrap(), None);
-    store.drop_binding_if(&s, "t9", None).await.unwrap();
+    store
+        .patch_config(&s, obj(json!({"k": 2})), None)
+        .await
+        .unwrap();
     assert!(store.release_lease(&second).await.unwrap());
     // A released grant fences nothing any more.
-    assert!(lost(
-        &store.retire_thread(&s, "t3", Some(&second.fence())).await
-    ));
+    let released = store
+        .retire_thread(&s, &t3, lost("gone", "x"), Some(&second.fence()))
+        .await;
+    assert!(lost_by(&released, &s, &LeaseLoss::Released), "{released:?}");
 }
 
-/// A holder whose lease expired is refused even when nobody took the session over: it failed
-/// to renew in time and must not assume it still holds the session.
-pub async fn fenced_write_after_expiry_is_refused(store: &dyn BindingStore) {
-    let s = unique_id("fenced-expired");
+/// A holder that stalled past its TTL with nobody competing (a suspended laptop, a paused
+/// process) goes on: its fenced writes are accepted, and a renewal takes the lease back with
+/// the same fence.
+pub async fn stall_past_the_ttl_with_nobody_competing_goes_on(store: &dyn BindingStore) {
+    let s = unique_id("stalled");
+    let (a, b) = (owner("a"), owner("b"));
     let lease = store
-        .acquire_lease(&s, &owner("a"), Duration::from_millis(100))
+        .acquire_lease(&s, &a, Duration::from_millis(100))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(250)).await;
-    let mut commit = turn(&s, "t1", vec![json!({"n": 1})]);
+    let mut commit = turn(&s, &th(&s, "t1"), vec![json!({"n": 1})]);
     commit.fence = Some(lease.fence());
-    assert!(matches!(
-        store.commit_turn(commit).await,
-        Err(StoreError::LeaseLost { .. })
-    ));
-    assert_eq!(store.session(&s).await.unwrap(), None);
+    assert!(store.commit_turn(commit).await.unwrap().is_published());
+    let renewed = store.renew_lease(&lease, LONG).await.unwrap();
+    assert_eq!(renewed.fence, lease.fence, "the same grant, taken back");
+    assert!(renewed.expires_at_ms > lease.expires_at_ms);
+    assert!(
+        matches!(store.acquire_lease(&s, &b, LONG).await, Err(StoreError::Busy { holder, .. }) if holder == a),
+        "held again"
+    );
+    let mut commit = turn(&s, &th(&s, "t1"), vec![json!({"n": 2})]);
+    commit.fence = Some(renewed.fence());
+    assert_eq!(store.commit_turn(commit).await.unwrap().row_count(), 2);
+    assert!(store.release_lease(&renewed).await.unwrap());
+}
+
+/// `delete_session` is refused (`Busy`, naming the holder) while the session's lease is live;
+/// once it is free the delete goes through and grants the lease to nobody: the old grant can
+/// neither renew nor write (`Forgotten`), so the delete is never undone, and a new acquire
+/// continues the fence.
+pub async fn delete_is_refused_while_the_lease_is_live(store: &dyn BindingStore) {
+    let s = unique_id("forget");
+    let (a, b) = (owner("a"), owner("b"));
+    let lease = store
+        .acquire_lease(&s, &a, Duration::from_millis(300))
+        .await
+        .unwrap();
+    let mut commit = turn(&s, &th(&s, "t1"), vec![json!(1)]);
+    commit.fence = Some(lease.fence());
+    store.commit_turn(commit).await.unwrap();
+    let busy = store.delete_session(&s).await;
+    assert!(
+        matches!(&busy, Err(StoreError::Busy { holder, .. }) if *holder == a),
+        "{busy:?}"
+    );
+    assert!(
+        store.session(&s).await.unwrap().is_some(),
+        "nothing deleted"
+    );
+
+    // The holder stalls past its TTL: the lease is no longer live, the delete goes through.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(store.delete_session(&s).await.unwrap());
+    let mut late = turn(&s, &th(&s, "t1"), vec![json!(2)]);
+    late.fence = Some(lease.fence());
+    let late = store.commit_turn(late).await;
+    assert!(lost_by(&late, &s, &LeaseLoss::Forgotten), "{late:?}");
+    let renew = store.renew_lease(&lease, LONG).await;
+    assert!(lost_by(&renew, &s, &LeaseLoss::Forgotten), "{renew:?}");
+    assert_eq!(store.session(&s).await.unwrap(), None, "the delete holds");
+
+    let next = store.acquire_lease(&s, &b, LONG).await.unwrap();
+    assert!(next.fence > lease.fence + 1, "{lease:?} then {next:?}");
+    let mut commit = turn(&s, &th(&s, "t2"), vec![json!(3)]);
+    commit.fence = Some(next.fence());
+    assert_eq!(store.commit_turn(commit).await.unwrap().first_seq(), 0);
+    assert!(store.release_lease(&next).await.unwrap());
+    // A delete with the lease free and nothing stored is a no-op.
+    assert!(store.delete_session(&s).await.unwrap());
+    assert!(!store.delete_session(&s).await.unwrap());
 }
 
 /// A holder of this process whose [`LocalOwner`](crate::LocalOwner) was dropped is provably
@@ -294,11 +356,18 @@ pub async fn dropped_local_holder_is_taken_over_at_once(store: &dyn BindingStore
         Ok(lease) => {
             assert!(identified, "taken over without a process identity");
             assert!(lease.fence > held.fence);
-            assert!(matches!(
-                store.renew_lease(&held, LONG).await,
-                Err(StoreError::LeaseLost { .. })
-            ));
-            assert!(store.release_lease(&lease).await.unwrap());
+            let late = store.renew_lease(&held, LONG).await;
+            let taken = LeaseLoss::TakenOver {
+                holder: next.owner().clone(),
+            };
+            assert!(lost_by(&late, &s, &taken), "{late:?}");
+            // The holder's process is gone, so a delete goes through too.
+            drop(next);
+            assert!(!store.delete_session(&s).await.unwrap());
+            assert!(
+                !store.release_lease(&lease).await.unwrap(),
+                "the delete granted the lease to nobody"
+            );
         }
         Err(StoreError::Busy { .. }) => assert!(!identified, "a dropped holder stays busy"),
         Err(other) => panic!("unexpected {other}"),

@@ -19,36 +19,38 @@
 mod bindings;
 mod leases;
 mod model;
-mod notice;
 mod sessions;
+mod state;
+mod threads;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value};
 
-use crate::{BindingStore, TurnCommit};
+use crate::{BindingStore, Retirement, TurnCommit};
 
 pub use bindings::{
-    cas_drop, commit_publishes_binding, concurrent_patches_of_distinct_keys,
-    many_sessions_commit_at_once, merge_patch_semantics,
-    patch_codex_thread_id_keeps_binding_consistent, refused_write_does_not_fail_its_neighbours,
+    commit_publishes_binding, concurrent_patches_of_distinct_keys, many_sessions_commit_at_once,
+    merge_patch_semantics, refused_write_does_not_fail_its_neighbours,
     retired_thread_is_never_published, row_order,
 };
 pub use leases::{
-    concurrent_acquires_grant_one, dropped_local_holder_is_taken_over_at_once,
-    fenced_write_after_expiry_is_refused, fenced_writes_need_the_live_grant,
+    concurrent_acquires_grant_one, delete_is_refused_while_the_lease_is_live,
+    dropped_local_holder_is_taken_over_at_once, fenced_writes_need_the_newest_grant,
     lease_expiry_frees_a_crashed_holder, lease_is_exclusive,
     lease_owner_mismatch_cannot_renew_or_release, lease_release_frees, lease_renew_extends,
+    stall_past_the_ttl_with_nobody_competing_goes_on,
 };
 pub use model::{op_strategy, random_ops_match_model, Op};
-pub use notice::{
-    failed_give_up_writes_no_notice, give_up_sets_the_pending_notice_and_publish_clears_it,
-    only_the_give_up_sets_the_pending_notice,
-};
 pub use sessions::{
     copy_sessions_roundtrip, delete_session, export_import_roundtrip, invalid_input,
     list_sessions_pages, verify_finds_nothing_on_a_healthy_store,
 };
+pub use state::{
+    ended_unbinds_without_a_notice, give_up_is_compare_and_set, give_up_then_a_new_thread_binds,
+    notice_delivered_is_recorded, refused_give_up_writes_nothing, the_published_view_is_the_stores,
+};
+pub use threads::{a_thread_belongs_to_one_session, imports_claim_their_threads};
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
@@ -59,6 +61,20 @@ pub fn unique_id(name: &str) -> String {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// Thread `name` of session `session`: a thread belongs to one session, so scenarios that
+/// share a store name their threads per session.
+pub(crate) fn th(session: &str, name: &str) -> String {
+    format!("{session}/{name}")
+}
+
+/// A give-up's retirement.
+pub(crate) fn lost(reason: &str, message: &str) -> Retirement {
+    Retirement::Lost {
+        reason: reason.to_string(),
+        message: message.to_string(),
+    }
 }
 
 pub(crate) fn turn(session: &str, thread: &str, rows: Vec<Value>) -> TurnCommit {
@@ -82,12 +98,15 @@ pub(crate) fn obj(value: Value) -> Map<String, Value> {
 pub async fn run_all(store: &dyn BindingStore) {
     commit_publishes_binding(store).await;
     merge_patch_semantics(store).await;
-    patch_codex_thread_id_keeps_binding_consistent(store).await;
-    cas_drop(store).await;
     retired_thread_is_never_published(store).await;
-    give_up_sets_the_pending_notice_and_publish_clears_it(store).await;
-    failed_give_up_writes_no_notice(store).await;
-    only_the_give_up_sets_the_pending_notice(store).await;
+    give_up_then_a_new_thread_binds(store).await;
+    give_up_is_compare_and_set(store).await;
+    ended_unbinds_without_a_notice(store).await;
+    notice_delivered_is_recorded(store).await;
+    refused_give_up_writes_nothing(store).await;
+    the_published_view_is_the_stores(store).await;
+    a_thread_belongs_to_one_session(store).await;
+    imports_claim_their_threads(store).await;
     row_order(store).await;
     concurrent_patches_of_distinct_keys(store).await;
     many_sessions_commit_at_once(store).await;
@@ -110,7 +129,8 @@ pub async fn run_leases(store: &dyn BindingStore) {
     lease_expiry_frees_a_crashed_holder(store).await;
     lease_owner_mismatch_cannot_renew_or_release(store).await;
     concurrent_acquires_grant_one(store).await;
-    fenced_writes_need_the_live_grant(store).await;
-    fenced_write_after_expiry_is_refused(store).await;
+    fenced_writes_need_the_newest_grant(store).await;
+    stall_past_the_ttl_with_nobody_competing_goes_on(store).await;
+    delete_is_refused_while_the_lease_is_live(store).await;
     dropped_local_holder_is_taken_over_at_once(store).await;
 }

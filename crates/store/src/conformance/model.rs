@@ -9,8 +9,8 @@ use serde_json::{json, Map, Value};
 
 use super::{turn, unique_id};
 use crate::{
-    BindingStore, BindingStoreExt, ImportOutcome, StoreError, CODEX_THREAD_ID_KEY,
-    PENDING_NOTICE_KEY,
+    BindingState, BindingStore, BindingStoreExt, ImportOutcome, Retirement, StoreError,
+    CODEX_THREAD_ID_KEY,
 };
 
 /// One operation of the model test, over small domains (3 sessions, 4 threads, few keys).
@@ -32,15 +32,17 @@ pub enum Op {
         /// Entries of the patch.
         entries: Vec<(String, Value)>,
     },
-    /// `drop_binding_if`.
-    DropIf {
+    /// `retire_thread`: the give-up (`lost`) or the host's own end.
+    Retire {
         /// Session index.
         s: usize,
         /// Thread index.
         t: usize,
+        /// `Retirement::Lost` (else `Ended`).
+        lost: bool,
     },
-    /// `retire_thread`.
-    Retire {
+    /// `mark_notice_delivered`.
+    Delivered {
         /// Session index.
         s: usize,
         /// Thread index.
@@ -76,10 +78,6 @@ pub enum Op {
 
 const THREADS: usize = 4;
 
-fn thread_name(t: usize) -> String {
-    format!("th{t}")
-}
-
 fn patch_value() -> impl Strategy<Value = (String, Value)> {
     let plain_key = prop_oneof![Just("a"), Just("b"), Just("c")].prop_map(str::to_string);
     let plain_value = prop_oneof![
@@ -89,13 +87,9 @@ fn patch_value() -> impl Strategy<Value = (String, Value)> {
             .prop_map(|(x, y)| json!({"x": x, "y": y})),
     ];
     prop_oneof![
-        4 => (plain_key, plain_value),
-        1 => prop_oneof![
-            (0..THREADS).prop_map(|t| json!(thread_name(t))),
-            Just(Value::Null),
-            Just(json!(17)),
-        ]
-        .prop_map(|v| (CODEX_THREAD_ID_KEY.to_string(), v)),
+        8 => (plain_key, plain_value),
+        1 => prop_oneof![Just(json!("th0")), Just(Value::Null), Just(json!(17))]
+            .prop_map(|v| (CODEX_THREAD_ID_KEY.to_string(), v)),
     ]
 }
 
@@ -104,10 +98,11 @@ pub fn op_strategy() -> impl Strategy<Value = Op> {
     let s = 0..3usize;
     prop_oneof![
         6 => (s.clone(), 0..THREADS, 0..4usize).prop_map(|(s, t, rows)| Op::Commit { s, t, rows }),
-        4 => (s.clone(), prop::collection::vec(patch_value(), 0..4))
+        3 => (s.clone(), prop::collection::vec(patch_value(), 0..4))
             .prop_map(|(s, entries)| Op::Patch { s, entries }),
-        2 => (s.clone(), 0..THREADS).prop_map(|(s, t)| Op::DropIf { s, t }),
-        2 => (s.clone(), 0..THREADS).prop_map(|(s, t)| Op::Retire { s, t }),
+        3 => (s.clone(), 0..THREADS, any::<bool>())
+            .prop_map(|(s, t, lost)| Op::Retire { s, t, lost }),
+        1 => (s.clone(), 0..THREADS).prop_map(|(s, t)| Op::Delivered { s, t }),
         1 => s.clone().prop_map(|s| Op::Delete { s }),
         1 => s.clone().prop_map(|s| Op::ReExport { s }),
         2 => (s.clone(), 0..8u64, 0..6u64).prop_map(|(s, start, len)| Op::Rows { s, start, len }),
@@ -115,11 +110,25 @@ pub fn op_strategy() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The binding state as the model predicts it (a give-up's time is the store's).
+#[derive(Clone, Debug, Default, PartialEq)]
+enum ModelState {
+    #[default]
+    Unbound,
+    Bound {
+        thread: String,
+        codex_home: Option<String>,
+    },
+    GivenUp {
+        thread: String,
+        delivered: bool,
+    },
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 struct ModelSession {
     config: Map<String, Value>,
-    thread: Option<String>,
-    codex_home: Option<String>,
+    state: ModelState,
     rows: Vec<Value>,
     retired: Vec<String>,
 }
@@ -128,6 +137,8 @@ struct ModelSession {
 #[derive(Debug, Default)]
 struct Model {
     sessions: BTreeMap<String, ModelSession>,
+    /// Which session each thread belongs to.
+    owners: BTreeMap<String, String>,
 }
 
 fn model_merge(target: &mut Map<String, Value>, patch: &Map<String, Value>) {
@@ -167,27 +178,49 @@ enum Seen {
 fn refused(e: &StoreError) -> Seen {
     match e {
         StoreError::InvalidInput(_) => Seen::Refused("invalid"),
-        StoreError::RetiredThread { .. } => Seen::Refused("retired"),
+        StoreError::ThreadTaken { .. } => Seen::Refused("taken"),
         StoreError::Conflict { .. } => Seen::Refused("conflict"),
         other => panic!("unexpected store failure: {other}"),
     }
 }
 
+/// One case's names: its sessions and its threads (unique to the case: the store is shared).
+struct Names {
+    sessions: Vec<String>,
+    threads: Vec<String>,
+}
+
 impl Model {
-    fn apply(&mut self, ids: &[String], op: &Op) -> Seen {
+    /// Refuses a thread of another session, else records it as `session`'s.
+    fn claim(&mut self, session: &str, thread: &str) -> Result<(), Seen> {
+        match self.owners.get(thread) {
+            Some(owner) if owner != session => Err(Seen::Refused("taken")),
+            _ => {
+                self.owners.insert(thread.to_string(), session.to_string());
+                Ok(())
+            }
+        }
+    }
+
+    fn apply(&mut self, names: &Names, op: &Op) -> Seen {
+        let ids = &names.sessions;
         match op {
             Op::Commit { s, t, rows } => {
+                let thread = names.threads[*t].clone();
+                if let Err(refused) = self.claim(&ids[*s], &thread) {
+                    return refused;
+                }
                 let sess = self.sessions.entry(ids[*s].clone()).or_default();
                 let first_seq = sess.rows.len() as u64;
                 sess.rows.extend(row_bodies(*s, first_seq, *rows));
-                let thread = thread_name(*t);
                 let published = !sess.retired.contains(&thread);
                 if published {
                     sess.config
                         .insert(CODEX_THREAD_ID_KEY.into(), json!(thread));
-                    sess.config.remove(PENDING_NOTICE_KEY);
-                    sess.codex_home = Some(format!("/codex-home/{thread}"));
-                    sess.thread = Some(thread);
+                    sess.state = ModelState::Bound {
+                        codex_home: Some(format!("/codex-home/{thread}")),
+                        thread,
+                    };
                 }
                 Seen::Commit {
                     first_seq,
@@ -196,62 +229,71 @@ impl Model {
                 }
             }
             Op::Patch { s, entries } => {
-                let patch: Map<String, Value> = entries.iter().cloned().collect();
-                let current = self.sessions.get(&ids[*s]).cloned().unwrap_or_default();
-                let mut config = current.config.clone();
-                model_merge(&mut config, &patch);
-                let mut next = current.clone();
-                match config.get(CODEX_THREAD_ID_KEY) {
-                    None => {
-                        next.thread = None;
-                        next.codex_home = None;
-                    }
-                    Some(Value::String(t)) if current.retired.contains(t) => {
-                        return Seen::Refused("retired")
-                    }
-                    Some(Value::String(t)) => {
-                        if current.thread.as_ref() != Some(t) {
-                            next.thread = Some(t.clone());
-                            next.codex_home = None;
-                        }
-                    }
-                    Some(_) => return Seen::Refused("invalid"),
+                if entries.iter().any(|(k, _)| k == CODEX_THREAD_ID_KEY) {
+                    return Seen::Refused("invalid");
                 }
-                next.config = config.clone();
-                self.sessions.insert(ids[*s].clone(), next);
-                Seen::Config(config)
+                let patch: Map<String, Value> = entries.iter().cloned().collect();
+                let sess = self.sessions.entry(ids[*s].clone()).or_default();
+                model_merge(&mut sess.config, &patch);
+                Seen::Config(sess.config.clone())
             }
-            Op::DropIf { s, t } => {
-                let thread = thread_name(*t);
-                match self.sessions.get_mut(&ids[*s]) {
-                    Some(sess) if sess.thread.as_ref() == Some(&thread) => {
-                        sess.thread = None;
-                        sess.codex_home = None;
-                        sess.config.remove(CODEX_THREAD_ID_KEY);
+            Op::Retire { s, t, lost } => {
+                let thread = names.threads[*t].clone();
+                if let Err(refused) = self.claim(&ids[*s], &thread) {
+                    return refused;
+                }
+                let sess = self.sessions.entry(ids[*s].clone()).or_default();
+                if !sess.retired.contains(&thread) {
+                    sess.retired.push(thread.clone());
+                }
+                if matches!(&sess.state, ModelState::Bound { thread: b, .. } if *b == thread) {
+                    sess.config.remove(CODEX_THREAD_ID_KEY);
+                    sess.state = if *lost {
+                        ModelState::GivenUp {
+                            thread,
+                            delivered: false,
+                        }
+                    } else {
+                        ModelState::Unbound
+                    };
+                }
+                Seen::Unit
+            }
+            Op::Delivered { s, t } => {
+                let thread = &names.threads[*t];
+                match self.sessions.get_mut(&ids[*s]).map(|x| &mut x.state) {
+                    Some(ModelState::GivenUp {
+                        thread: g,
+                        delivered,
+                    }) if g == thread => {
+                        *delivered = true;
                         Seen::Bool(true)
                     }
                     _ => Seen::Bool(false),
                 }
             }
-            Op::Retire { s, t } => {
-                let thread = thread_name(*t);
-                let sess = self.sessions.entry(ids[*s].clone()).or_default();
-                if !sess.retired.contains(&thread) {
-                    sess.retired.push(thread.clone());
-                }
-                if sess.thread.as_ref() == Some(&thread) {
-                    sess.thread = None;
-                    sess.codex_home = None;
-                    sess.config.remove(CODEX_THREAD_ID_KEY);
-                }
-                if sess.thread.is_none() {
-                    sess.config
-                        .insert(PENDING_NOTICE_KEY.into(), json!({ "thread_id": thread }));
+            Op::Delete { s } => {
+                self.owners.retain(|_, owner| *owner != ids[*s]);
+                Seen::Bool(self.sessions.remove(&ids[*s]).is_some())
+            }
+            Op::ReExport { s } => {
+                // Deleting frees every thread of the session; the import claims those its
+                // record names.
+                if let Some(sess) = self.sessions.get(&ids[*s]) {
+                    let mut named = sess.retired.clone();
+                    match &sess.state {
+                        ModelState::Bound { thread, .. } | ModelState::GivenUp { thread, .. } => {
+                            named.push(thread.clone())
+                        }
+                        ModelState::Unbound => {}
+                    }
+                    self.owners.retain(|_, owner| *owner != ids[*s]);
+                    for thread in named {
+                        self.owners.insert(thread, ids[*s].clone());
+                    }
                 }
                 Seen::Unit
             }
-            Op::Delete { s } => Seen::Bool(self.sessions.remove(&ids[*s]).is_some()),
-            Op::ReExport { .. } => Seen::Unit,
             Op::Rows { s, start, len } => {
                 let rows = self
                     .sessions
@@ -296,13 +338,15 @@ fn list_floor(ids: &[String]) -> String {
     floor
 }
 
-async fn apply_to_store(store: &dyn BindingStore, ids: &[String], op: &Op) -> Seen {
+async fn apply_to_store(store: &dyn BindingStore, names: &Names, op: &Op) -> Seen {
+    let ids = &names.sessions;
     match op {
         Op::Commit { s, t, rows } => {
             let sid = &ids[*s];
             let first = store.session(sid).await.unwrap().map_or(0, |r| r.row_count);
+            let thread = &names.threads[*t];
             match store
-                .commit_turn(turn(sid, &thread_name(*t), row_bodies(*s, first, *rows)))
+                .commit_turn(turn(sid, thread, row_bodies(*s, first, *rows)))
                 .await
             {
                 Ok(out) => Seen::Commit {
@@ -322,19 +366,29 @@ async fn apply_to_store(store: &dyn BindingStore, ids: &[String], op: &Op) -> Se
                 Err(e) => refused(&e),
             }
         }
-        Op::DropIf { s, t } => Seen::Bool(
+        Op::Retire { s, t, lost } => {
+            let retirement = if *lost {
+                Retirement::Lost {
+                    reason: "gone".to_string(),
+                    message: format!("lost {t}"),
+                }
+            } else {
+                Retirement::Ended
+            };
+            match store
+                .retire_thread(&ids[*s], &names.threads[*t], retirement, None)
+                .await
+            {
+                Ok(()) => Seen::Unit,
+                Err(e) => refused(&e),
+            }
+        }
+        Op::Delivered { s, t } => Seen::Bool(
             store
-                .drop_binding_if(&ids[*s], &thread_name(*t), None)
+                .mark_notice_delivered(&ids[*s], &names.threads[*t], None)
                 .await
                 .unwrap(),
         ),
-        Op::Retire { s, t } => {
-            store
-                .retire_thread(&ids[*s], &thread_name(*t), None)
-                .await
-                .unwrap();
-            Seen::Unit
-        }
         Op::Delete { s } => Seen::Bool(store.delete_session(&ids[*s]).await.unwrap()),
         Op::ReExport { s } => {
             if let Some(export) = store.export_session(&ids[*s]).await.unwrap() {
@@ -384,12 +438,26 @@ async fn apply_to_store(store: &dyn BindingStore, ids: &[String], op: &Op) -> Se
     }
 }
 
+fn model_state(state: &BindingState) -> ModelState {
+    match state {
+        BindingState::Bound(b) => ModelState::Bound {
+            thread: b.thread_id.clone(),
+            codex_home: b.codex_home.clone(),
+        },
+        BindingState::GivenUp(g) => ModelState::GivenUp {
+            thread: g.thread_id.clone(),
+            delivered: g.notice_delivered,
+        },
+        _ => ModelState::Unbound,
+    }
+}
+
 async fn compare_state(
     store: &dyn BindingStore,
     model: &Model,
-    ids: &[String],
+    names: &Names,
 ) -> Result<(), String> {
-    for id in ids {
+    for id in &names.sessions {
         let got = store.session(id).await.map_err(|e| e.to_string())?;
         let want = model.sessions.get(id);
         match (got, want) {
@@ -408,8 +476,7 @@ async fn compare_state(
                     .collect();
                 let seen = ModelSession {
                     config: rec.model_config.clone(),
-                    thread: rec.binding.as_ref().map(|b| b.thread_id.clone()),
-                    codex_home: rec.binding.as_ref().and_then(|b| b.codex_home.clone()),
+                    state: model_state(&rec.state),
                     rows,
                     retired: rec.retired_threads.clone(),
                 };
@@ -423,23 +490,38 @@ async fn compare_state(
             (got, want) => return Err(format!("session {id}: store {got:?} != model {want:?}")),
         }
     }
+    for thread in &names.threads {
+        let got = store
+            .thread_session(thread)
+            .await
+            .map_err(|e| e.to_string())?;
+        if got.as_ref() != model.owners.get(thread) {
+            return Err(format!(
+                "thread {thread}: store says {got:?}, model {:?}",
+                model.owners.get(thread)
+            ));
+        }
+    }
     Ok(())
 }
 
 async fn run_case(store: &dyn BindingStore, ops: &[Op]) -> Result<(), String> {
     // Ids share a prefix ending in a digit so `list_floor` sorts just below all three.
     let prefix = unique_id("model");
-    let ids: Vec<String> = (0..3).map(|i| format!("{prefix}-s{i}")).collect();
+    let names = Names {
+        sessions: (0..3).map(|i| format!("{prefix}-s{i}")).collect(),
+        threads: (0..THREADS).map(|t| format!("{prefix}-th{t}")).collect(),
+    };
     let mut model = Model::default();
     for (step, op) in ops.iter().enumerate() {
-        let want = model.apply(&ids, op);
-        let got = apply_to_store(store, &ids, op).await;
+        let want = model.apply(&names, op);
+        let got = apply_to_store(store, &names, op).await;
         if got != want {
             return Err(format!(
                 "step {step} {op:?}: store returned {got:?}, model {want:?}"
             ));
         }
-        compare_state(store, &model, &ids)
+        compare_state(store, &model, &names)
             .await
             .map_err(|e| format!("after step {step} {op:?}: {e}"))?;
     }

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Map};
 
-use super::{obj, turn, unique_id};
+use super::{lost, obj, th, turn, unique_id};
 use crate::{
     BindingStore, BindingStoreExt, CommitOutcome, ImportOutcome, SessionExport, StoreError,
     CODEX_THREAD_ID_KEY,
@@ -48,7 +48,7 @@ pub async fn list_sessions_pages(store: &dyn BindingStore) {
 pub async fn delete_session(store: &dyn BindingStore) {
     let s = unique_id("delete");
     store
-        .commit_turn(turn(&s, "t1", vec![json!(1), json!(2)]))
+        .commit_turn(turn(&s, &th(&s, "t1"), vec![json!(1), json!(2)]))
         .await
         .unwrap();
     assert!(store.delete_session(&s).await.unwrap());
@@ -56,7 +56,7 @@ pub async fn delete_session(store: &dyn BindingStore) {
     assert_eq!(store.session(&s).await.unwrap(), None);
     assert!(store.all_rows(&s).await.unwrap().is_empty());
     let out = store
-        .commit_turn(turn(&s, "t2", vec![json!(3)]))
+        .commit_turn(turn(&s, &th(&s, "t2"), vec![json!(3)]))
         .await
         .unwrap();
     assert_eq!(
@@ -74,10 +74,13 @@ pub async fn delete_session(store: &dyn BindingStore) {
 pub async fn export_import_roundtrip(store: &dyn BindingStore) {
     let s = unique_id("export");
     store
-        .commit_turn(turn(&s, "t1", vec![json!({"a": 1}), json!("two")]))
+        .commit_turn(turn(&s, &th(&s, "t1"), vec![json!({"a": 1}), json!("two")]))
         .await
         .unwrap();
-    store.retire_thread(&s, "t0", None).await.unwrap();
+    store
+        .retire_thread(&s, &th(&s, "t0"), lost("gone", "x"), None)
+        .await
+        .unwrap();
     store
         .patch_config(&s, obj(json!({"host": {"k": "v"}})), None)
         .await
@@ -127,7 +130,7 @@ pub async fn export_import_roundtrip(store: &dyn BindingStore) {
     let err = store.import_session(gap).await;
     assert!(matches!(err, Err(StoreError::InvalidInput(_))), "{err:?}");
     let mut retired_bound = other.clone();
-    retired_bound.record.retired_threads.push("t1".to_string());
+    retired_bound.record.retired_threads.push(th(&s, "t1"));
     let err = store.import_session(retired_bound).await;
     assert!(matches!(err, Err(StoreError::InvalidInput(_))), "{err:?}");
     let mut disagreeing = other.clone();
@@ -137,18 +140,25 @@ pub async fn export_import_roundtrip(store: &dyn BindingStore) {
         .insert(CODEX_THREAD_ID_KEY.into(), json!("zzz"));
     let err = store.import_session(disagreeing).await;
     assert!(matches!(err, Err(StoreError::InvalidInput(_))), "{err:?}");
+    let mut viewless = other.clone();
+    viewless.record.model_config.remove(CODEX_THREAD_ID_KEY);
+    let disagreeing = viewless;
+    let err = store.import_session(disagreeing).await;
+    assert!(matches!(err, Err(StoreError::InvalidInput(_))), "{err:?}");
     assert_eq!(store.session(&other.record.session_id).await.unwrap(), None);
 }
 
 /// Empty ids are refused with `InvalidInput` and write nothing.
 pub async fn invalid_input(store: &dyn BindingStore) {
-    let err = store.commit_turn(turn("", "t", vec![json!(1)])).await;
+    let err = store
+        .commit_turn(turn("", "t-of-nobody", vec![json!(1)]))
+        .await;
     assert!(matches!(err, Err(StoreError::InvalidInput(_))), "{err:?}");
     let s = unique_id("invalid");
     let err = store.commit_turn(turn(&s, "", vec![json!(1)])).await;
     assert!(matches!(err, Err(StoreError::InvalidInput(_))), "{err:?}");
     assert_eq!(store.session(&s).await.unwrap(), None);
-    let err = store.retire_thread(&s, "", None).await;
+    let err = store.retire_thread(&s, "", lost("gone", "x"), None).await;
     assert!(matches!(err, Err(StoreError::InvalidInput(_))), "{err:?}");
     let err = store.patch_config("", Map::new(), None).await;
     assert!(matches!(err, Err(StoreError::InvalidInput(_))), "{err:?}");
@@ -163,11 +173,18 @@ pub async fn copy_sessions_roundtrip(store: &dyn BindingStore) {
     let ids: Vec<String> = (0..5).map(|i| format!("{base}/{i}")).collect();
     for (i, id) in ids.iter().enumerate() {
         source
-            .commit_turn(turn(id, "t1", (0..i).map(|n| json!({"n": n})).collect()))
+            .commit_turn(turn(
+                id,
+                &th(id, "t1"),
+                (0..i).map(|n| json!({"n": n})).collect(),
+            ))
             .await
             .unwrap();
     }
-    source.retire_thread(&ids[1], "t1", None).await.unwrap();
+    source
+        .retire_thread(&ids[1], &th(&ids[1], "t1"), lost("gone", "x"), None)
+        .await
+        .unwrap();
     source
         .patch_config(&ids[2], obj(json!({"host": {"k": [1, 2]}})), None)
         .await
@@ -212,7 +229,7 @@ pub async fn copy_sessions_roundtrip(store: &dyn BindingStore) {
     }
     // A session that differs in the target stops the copy with a conflict.
     source
-        .commit_turn(turn(&ids[0], "t2", vec![json!("more")]))
+        .commit_turn(turn(&ids[0], &th(&ids[0], "t2"), vec![json!("more")]))
         .await
         .unwrap();
     let err = crate::copy_sessions(&source, store, &mut |_| {}).await;
@@ -227,7 +244,7 @@ pub async fn copy_sessions_roundtrip(store: &dyn BindingStore) {
 pub async fn verify_finds_nothing_on_a_healthy_store(store: &dyn BindingStore) {
     let s = unique_id("verify");
     store
-        .commit_turn(turn(&s, "t1", vec![json!(1), json!(2), json!(3)]))
+        .commit_turn(turn(&s, &th(&s, "t1"), vec![json!(1), json!(2), json!(3)]))
         .await
         .unwrap();
     let mut last = None;

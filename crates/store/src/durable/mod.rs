@@ -13,7 +13,7 @@ use crate::logic::{LocalLeases, ReadOp, ReadTxn, WriteOp};
 use crate::verify::Checker;
 use crate::{BindingStore, StoreError, VerifyProgress, VerifyReport};
 
-pub(crate) use file::{create_owner_only, prepare_path};
+pub(crate) use file::{not_writable, prepare_file, FileId};
 pub(crate) use scan::{merge_scan, ScannedRow, ScannedSession};
 pub(crate) use writer::{Engine, Writer};
 
@@ -53,10 +53,23 @@ impl Durable {
     }
 }
 
+/// Runs `f` on a blocking thread (a read of a file store); a panic there is `Internal`.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        if e.is_panic() {
+            StoreError::Internal(format!("a read panicked: {e}"))
+        } else {
+            StoreError::Closed
+        }
+    })?
+}
+
 impl Backend for Durable {
     async fn read<O: ReadOp>(&self, op: O) -> Result<O::Output, StoreError> {
         let readers = Arc::clone(&self.readers);
-        tokio::task::spawn_blocking(move || {
+        blocking(move || {
             let mut out = None;
             readers.read(&mut |txn| {
                 out = Some(op.run(txn)?);
@@ -65,13 +78,6 @@ impl Backend for Durable {
             out.ok_or_else(|| StoreError::Internal("a read snapshot never ran".to_string()))
         })
         .await
-        .map_err(|e| {
-            if e.is_panic() {
-                StoreError::Internal(format!("a read panicked: {e}"))
-            } else {
-                StoreError::Closed
-            }
-        })?
     }
 
     async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output, StoreError> {

@@ -4,16 +4,104 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{check_id, now_ms};
-use crate::{Lease, LeaseOwner, StoreError};
+use crate::{Lease, LeaseLoss, LeaseOwner, StoreError};
 
 /// The leases of one transaction (a table in SQLite and PostgreSQL, a map in memory and redb).
 ///
-/// A released or expired lease stays stored (free) so that its `fence` keeps growing.
+/// A released, expired or forgotten grant stays stored so that `fence` keeps growing.
 pub(crate) trait LeaseTxn {
-    /// The session's lease row, free or held.
-    fn load_lease(&mut self, session_id: &str) -> Result<Option<Lease>, StoreError>;
-    /// Inserts or replaces the session's lease row.
-    fn put_lease(&mut self, lease: &Lease) -> Result<(), StoreError>;
+    /// The session's newest grant, if it ever had one.
+    fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>, StoreError>;
+    /// Inserts or replaces the session's grant.
+    fn put_lease(&mut self, grant: &Grant) -> Result<(), StoreError>;
+}
+
+/// What became of a grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GrantState {
+    /// Its owner holds it (live until it expires, and taken back by a renewal after that as
+    /// long as it is the newest grant).
+    Held,
+    /// Its owner released it.
+    Released,
+    /// Its session was deleted: a grant to nobody.
+    Forgotten,
+}
+
+/// A session's newest lease grant and its state: the row a store keeps per session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) lease: Lease,
+    pub(crate) state: GrantState,
+}
+
+impl Grant {
+    /// Whether another owner must wait for it: held and not expired.
+    fn is_live(&self, now: i64) -> bool {
+        self.state == GrantState::Held && self.lease.expires_at_ms > now
+    }
+
+    /// The lease owned by nobody that `delete_session` leaves: the next fence, so no earlier
+    /// grant can renew or write again.
+    pub(crate) fn forgotten(previous: &Grant, now: i64) -> Grant {
+        Grant {
+            lease: Lease {
+                acquired_at_ms: now,
+                expires_at_ms: now,
+                fence: previous.lease.fence + 1,
+                ..previous.lease.clone()
+            },
+            state: GrantState::Forgotten,
+        }
+    }
+
+    /// The refusal of a live lease of another owner, unless the OS proves that holder gone
+    /// (same machine and pid namespace, its process exited): a crashed host restarted at once
+    /// must not wait out the TTL.
+    pub(crate) fn refuse_if_busy(
+        grant: Option<&Grant>,
+        asker: Option<&LeaseOwner>,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        match grant {
+            Some(held)
+                if held.is_live(now)
+                    && Some(&held.lease.owner) != asker
+                    && !held.lease.owner.is_known_gone() =>
+            {
+                Err(StoreError::Busy {
+                    session_id: held.lease.session_id.clone(),
+                    holder: held.lease.owner.clone(),
+                    acquired_at_ms: held.lease.acquired_at_ms,
+                    expires_at_ms: held.lease.expires_at_ms,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Accepts `owner`'s grant `token` iff it is still the session's newest grant and held; expiry
+/// alone does not refuse it (time cannot stop a paused holder; a newer grant can). Otherwise
+/// [`StoreError::LeaseLost`] saying why.
+pub(crate) fn check_grant(
+    session_id: &str,
+    grant: Option<&Grant>,
+    owner: &LeaseOwner,
+    token: u64,
+) -> Result<(), StoreError> {
+    let cause = match grant {
+        Some(g) if g.lease.fence == token && g.lease.owner == *owner => match g.state {
+            GrantState::Held => return Ok(()),
+            GrantState::Released => LeaseLoss::Released,
+            GrantState::Forgotten => LeaseLoss::Forgotten,
+        },
+        Some(g) if g.state != GrantState::Forgotten => LeaseLoss::TakenOver {
+            holder: g.lease.owner.clone(),
+        },
+        _ => LeaseLoss::Forgotten,
+    };
+    Err(StoreError::lease_lost(session_id, cause))
 }
 
 /// One lease request, with its typed output.
@@ -21,15 +109,15 @@ pub(crate) trait LeaseOp: Send + std::fmt::Debug + 'static {
     /// What the request returns.
     type Output: Send + std::fmt::Debug + 'static;
     /// The session whose lease it concerns.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     fn session_id(&self) -> &str;
     /// Runs the request on `leases` at store time `now`.
     fn apply(&self, leases: &mut dyn LeaseTxn, now: i64) -> Result<Self::Output, StoreError>;
 }
 
-/// [`BindingStore::acquire_lease`](crate::BindingStore::acquire_lease): granted when the
-/// session has no lease, its lease expired or was released, the same owner holds it, or its
-/// holder is provably gone ([`LeaseOwner::is_known_gone`]); otherwise [`StoreError::Busy`]
-/// naming the holder. Every grant increments `fence`.
+/// [`BindingStore::acquire_lease`](crate::BindingStore::acquire_lease): granted unless another
+/// owner holds a live lease (then [`StoreError::Busy`] naming it). Every grant increments
+/// `fence`.
 #[derive(Debug)]
 pub(crate) struct Acquire {
     pub(crate) session_id: String,
@@ -47,19 +135,7 @@ impl LeaseOp for Acquire {
     fn apply(&self, leases: &mut dyn LeaseTxn, now: i64) -> Result<Lease, StoreError> {
         check_id("session id", &self.session_id)?;
         let existing = leases.load_lease(&self.session_id)?;
-        if let Some(held) = &existing {
-            // A live lease of another holder refuses, unless the OS proves that holder gone
-            // (same machine and pid namespace, its process exited): a crashed host restarted
-            // at once must not wait out the TTL.
-            if held.expires_at_ms > now && held.owner != self.owner && !held.owner.is_known_gone() {
-                return Err(StoreError::Busy {
-                    session_id: self.session_id.clone(),
-                    holder: held.owner.clone(),
-                    acquired_at_ms: held.acquired_at_ms,
-                    expires_at_ms: held.expires_at_ms,
-                });
-            }
-        }
+        Grant::refuse_if_busy(existing.as_ref(), Some(&self.owner), now)?;
         // Every grant gets a new fence, a re-acquire by the same owner included: a late
         // renewal or release of an earlier grant then never touches this one.
         let lease = Lease {
@@ -67,17 +143,19 @@ impl LeaseOp for Acquire {
             owner: self.owner.clone(),
             acquired_at_ms: now,
             expires_at_ms: now.saturating_add(self.ttl_ms),
-            fence: existing.map_or(0, |l| l.fence) + 1,
+            fence: existing.map_or(0, |g| g.lease.fence) + 1,
         };
-        leases.put_lease(&lease)?;
+        leases.put_lease(&Grant {
+            lease: lease.clone(),
+            state: GrantState::Held,
+        })?;
         Ok(lease)
     }
 }
 
-/// [`BindingStore::renew_lease`](crate::BindingStore::renew_lease): only the owner of a live
-/// lease with the same `fence` extends it to `now + ttl`; anything else is
-/// [`StoreError::LeaseLost`] (an expired lease is lost even if nobody took it: the holder
-/// failed to renew in time and must not assume exclusivity).
+/// [`BindingStore::renew_lease`](crate::BindingStore::renew_lease): the session's newest grant,
+/// held by the same owner, is extended to `now + ttl`, also after it expired (nobody took it:
+/// the holder takes it back); anything else is [`StoreError::LeaseLost`].
 #[derive(Debug)]
 pub(crate) struct Renew {
     pub(crate) lease: Lease,
@@ -92,25 +170,32 @@ impl LeaseOp for Renew {
     }
 
     fn apply(&self, leases: &mut dyn LeaseTxn, now: i64) -> Result<Lease, StoreError> {
-        match leases.load_lease(&self.lease.session_id)? {
-            Some(held) if is_same_grant(&held, &self.lease) && held.expires_at_ms > now => {
-                let renewed = Lease {
-                    expires_at_ms: now.saturating_add(self.ttl_ms),
-                    ..held
-                };
-                leases.put_lease(&renewed)?;
-                Ok(renewed)
-            }
-            _ => Err(StoreError::LeaseLost {
-                session_id: self.lease.session_id.clone(),
-            }),
-        }
+        let session_id = &self.lease.session_id;
+        let grant = leases.load_lease(session_id)?;
+        check_grant(
+            session_id,
+            grant.as_ref(),
+            &self.lease.owner,
+            self.lease.fence,
+        )?;
+        let Some(grant) = grant else {
+            return Err(StoreError::lease_lost(session_id, LeaseLoss::Forgotten));
+        };
+        let renewed = Grant {
+            lease: Lease {
+                expires_at_ms: now.saturating_add(self.ttl_ms),
+                ..grant.lease
+            },
+            state: GrantState::Held,
+        };
+        leases.put_lease(&renewed)?;
+        Ok(renewed.lease)
     }
 }
 
-/// [`BindingStore::release_lease`](crate::BindingStore::release_lease): frees a live lease of
-/// the same owner and `fence` (`true`); otherwise nothing happens (`false`): another owner's
-/// lease is never freed.
+/// [`BindingStore::release_lease`](crate::BindingStore::release_lease): releases the session's
+/// newest grant if it is this one and held (`true`); otherwise nothing happens (`false`):
+/// another grant is never freed.
 #[derive(Debug)]
 pub(crate) struct Release(pub(crate) Lease);
 
@@ -122,32 +207,33 @@ impl LeaseOp for Release {
     }
 
     fn apply(&self, leases: &mut dyn LeaseTxn, now: i64) -> Result<bool, StoreError> {
-        match leases.load_lease(&self.0.session_id)? {
-            Some(held) if is_same_grant(&held, &self.0) && held.expires_at_ms > now => {
-                leases.put_lease(&Lease {
-                    expires_at_ms: now,
-                    ..held
-                })?;
-                Ok(true)
-            }
-            _ => Ok(false),
+        let session_id = &self.0.session_id;
+        let Some(grant) = leases.load_lease(session_id)? else {
+            return Ok(false);
+        };
+        if check_grant(session_id, Some(&grant), &self.0.owner, self.0.fence).is_err() {
+            return Ok(false);
         }
+        leases.put_lease(&Grant {
+            lease: Lease {
+                expires_at_ms: now.min(grant.lease.expires_at_ms),
+                ..grant.lease
+            },
+            state: GrantState::Released,
+        })?;
+        Ok(true)
     }
-}
-
-fn is_same_grant(held: &Lease, lease: &Lease) -> bool {
-    held.owner == lease.owner && held.fence == lease.fence
 }
 
 /// Leases kept in this process only: for the single-process redb backend (its file is locked
 /// to one process).
 #[derive(Debug, Default)]
 pub(crate) struct LocalLeases {
-    leases: Mutex<HashMap<String, Lease>>,
+    leases: Mutex<HashMap<String, Grant>>,
 }
 
 impl LocalLeases {
-    fn map(&self) -> MutexGuard<'_, HashMap<String, Lease>> {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Grant>> {
         self.leases.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -162,21 +248,22 @@ impl LocalLeases {
 /// and the write it guards are still one step, because every write of the store goes through
 /// its one writer thread, in order.
 impl LeaseTxn for Arc<LocalLeases> {
-    fn load_lease(&mut self, session_id: &str) -> Result<Option<Lease>, StoreError> {
+    fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>, StoreError> {
         Ok(self.map().get(session_id).cloned())
     }
-    fn put_lease(&mut self, lease: &Lease) -> Result<(), StoreError> {
-        self.map().insert(lease.session_id.clone(), lease.clone());
+    fn put_lease(&mut self, grant: &Grant) -> Result<(), StoreError> {
+        self.map()
+            .insert(grant.lease.session_id.clone(), grant.clone());
         Ok(())
     }
 }
 
-impl LeaseTxn for HashMap<String, Lease> {
-    fn load_lease(&mut self, session_id: &str) -> Result<Option<Lease>, StoreError> {
+impl LeaseTxn for HashMap<String, Grant> {
+    fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>, StoreError> {
         Ok(self.get(session_id).cloned())
     }
-    fn put_lease(&mut self, lease: &Lease) -> Result<(), StoreError> {
-        self.insert(lease.session_id.clone(), lease.clone());
+    fn put_lease(&mut self, grant: &Grant) -> Result<(), StoreError> {
+        self.insert(grant.lease.session_id.clone(), grant.clone());
         Ok(())
     }
 }

@@ -3,15 +3,15 @@
 //!
 //! Each operation is a type with a typed output: reads implement [`ReadOp`] (`reads.rs`),
 //! writes [`WriteOp`] (`writes.rs`), lease requests [`LeaseOp`] (`leases.rs`). Backends only
-//! provide a small key-value view of one transaction ([`ReadTxn`], [`WriteTxn`],
+//! provide a small key-value view of one live transaction ([`ReadTxn`], [`WriteTxn`],
 //! [`LeaseTxn`]) and run the operations on it; `adapter.rs` turns the operations into the
 //! [`BindingStore`](crate::BindingStore) methods once, for every backend.
 //!
-//! Every logical refusal (`InvalidInput`, `Conflict`, `RetiredThread`, `LeaseLost`) is decided
-//! **before** the first write of an operation, so a refused operation leaves the transaction
-//! untouched and the other operations of the same group commit can still commit.
+//! Every logical refusal (`InvalidInput`, `Conflict`, `RetiredThread`, `LeaseLost`, `Busy`,
+//! `ThreadTaken`) is decided **before** the first write of an operation, so a refused
+//! operation leaves the transaction untouched and the other operations of the same group
+//! commit can still commit.
 
-mod declared;
 mod leases;
 mod reads;
 mod writes;
@@ -21,12 +21,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value};
 
-use crate::{SessionRecord, StoreError, TranscriptRow, CODEX_THREAD_ID_KEY};
+use crate::{BindingState, SessionRecord, StoreError, TranscriptRow, CODEX_THREAD_ID_KEY};
 
-pub(crate) use declared::Declared;
-pub(crate) use leases::{Acquire, LeaseOp, LeaseTxn, LocalLeases, Release, Renew};
-pub(crate) use reads::{ExportSession, GetRows, GetSession, ListPage, ReadOp};
-pub(crate) use writes::{Commit, Delete, DropIf, Import, InStore, Patch, Retire, WriteOp};
+pub(crate) use leases::{
+    Acquire, Grant, GrantState, LeaseOp, LeaseTxn, LocalLeases, Release, Renew,
+};
+pub(crate) use reads::{ExportSession, GetRows, GetSession, ListPage, ReadOp, ThreadSession};
+pub(crate) use writes::{Commit, Delete, Import, InStore, MarkDelivered, Patch, Retire, WriteOp};
 
 /// A read view of one transaction (or snapshot).
 pub(crate) trait ReadTxn {
@@ -45,6 +46,8 @@ pub(crate) trait ReadTxn {
         -> Result<Vec<SessionRecord>, StoreError>;
     /// Whether any row of `session_id` is stored.
     fn has_rows(&mut self, session_id: &str) -> Result<bool, StoreError>;
+    /// The session `thread_id` belongs to, if any.
+    fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>, StoreError>;
     /// The sessions of the first and of the last stored row (by key), each with whether its
     /// record exists; empty when there are no rows.
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError>;
@@ -54,31 +57,21 @@ pub(crate) trait ReadTxn {
 pub(crate) trait WriteTxn: ReadTxn {
     /// Inserts or replaces the session record.
     fn put(&mut self, record: &SessionRecord) -> Result<(), StoreError>;
-    /// Writes row `seq` of the session.
-    fn put_row(&mut self, session_id: &str, seq: u64, body: &Value) -> Result<(), StoreError>;
-    /// Removes the session record and all its rows; `true` if the record existed.
+    /// Writes rows `first_seq..` of the session (never over an existing row).
+    fn put_rows(
+        &mut self,
+        session_id: &str,
+        first_seq: u64,
+        bodies: &[Value],
+    ) -> Result<(), StoreError>;
+    /// Records that `thread_id` belongs to `session_id`.
+    fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<(), StoreError>;
+    /// Removes the session record, all its rows and its threads' ownership; `true` if the
+    /// record existed.
     fn remove(&mut self, session_id: &str) -> Result<bool, StoreError>;
-    /// The leases in this transaction, for backends that keep them in the store (several
-    /// processes) or give their writes a view of the process's leases (fence checks); `None`
-    /// for a view that has none.
-    fn leases(&mut self) -> Option<&mut dyn LeaseTxn> {
-        None
-    }
-}
-
-/// What an operation reads, for a backend that must fetch it before running the operation's
-/// rules on a buffered view (PostgreSQL: the rules are synchronous, its driver is not). The
-/// other backends read on demand and ignore it.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct Needs<'a> {
-    /// The session whose record is read.
-    pub(crate) session: Option<&'a str>,
-    /// Rows of that session, if its record exists.
-    pub(crate) rows: Option<Range<u64>>,
-    /// That session's lease.
-    pub(crate) lease: bool,
-    /// A page of records: `after` and how many.
-    pub(crate) page: Option<(Option<&'a str>, usize)>,
+    /// The leases, as this transaction sees them: a table of the store (several processes) or
+    /// the process's own (redb).
+    fn leases(&mut self) -> &mut dyn LeaseTxn;
 }
 
 /// Milliseconds since the Unix epoch.
@@ -128,24 +121,28 @@ pub(crate) fn merge_patch(target: &mut Map<String, Value>, patch: &Map<String, V
     }
 }
 
-/// Checks that a record is internally consistent: the binding agrees with `model_config`, and
-/// a bound thread is not retired. Used on import and by backends that decode records.
+/// Checks that a record is internally consistent: `model_config[CODEX_THREAD_ID_KEY]` is the
+/// bound thread (and absent unless bound), a bound thread is not retired, a given-up one is.
+/// Used on import and by backends that decode records.
 pub(crate) fn check_record(record: &SessionRecord) -> Result<(), String> {
-    let in_config = record.model_config.get(CODEX_THREAD_ID_KEY);
-    match (&record.binding, in_config) {
-        (None, None) => {}
-        (Some(b), Some(Value::String(t))) if *t == b.thread_id => {
-            if record.is_retired(t) {
-                return Err(format!("bound thread {t} is retired"));
-            }
+    let view = record.model_config.get(CODEX_THREAD_ID_KEY);
+    match (&record.state, view) {
+        (BindingState::Bound(b), Some(Value::String(t)))
+            if *t == b.thread_id && record.is_retired(t) =>
+        {
+            return Err(format!("bound thread {t} is retired"))
         }
-        (b, c) => {
+        (BindingState::Bound(b), Some(Value::String(t))) if *t == b.thread_id => {}
+        (BindingState::Bound(_), _) | (_, Some(_)) => {
             return Err(format!(
-                "binding {:?} disagrees with model_config.{CODEX_THREAD_ID_KEY} = {:?}",
-                b.as_ref().map(|b| &b.thread_id),
-                c
+                "state {:?} disagrees with model_config.{CODEX_THREAD_ID_KEY} = {view:?}",
+                record.state
             ))
         }
+        (BindingState::GivenUp(g), None) if !record.is_retired(&g.thread_id) => {
+            return Err(format!("given-up thread {} is not retired", g.thread_id))
+        }
+        _ => {}
     }
     Ok(())
 }
@@ -223,9 +220,4 @@ pub(crate) fn check_row_ends(txn: &mut dyn ReadTxn) -> Result<(), StoreError> {
         }
     }
     Ok(())
-}
-
-/// A view asked for something its backend did not load or cannot do: a bug in this crate.
-pub(crate) fn not_loaded(what: &str) -> StoreError {
-    StoreError::Internal(format!("{what} was not loaded for this operation"))
 }

@@ -2,15 +2,13 @@
 
 use std::ops::Range;
 
-use super::{check_row_ends, check_rows, load_session, Needs, ReadTxn};
+use super::{check_row_ends, check_rows, load_session, ReadTxn};
 use crate::{SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow};
 
-/// One read: what it needs and how it runs on a snapshot.
+/// One read: how it runs on a snapshot.
 pub(crate) trait ReadOp: Send + 'static {
     /// What the read returns.
     type Output: Send + 'static;
-    /// What it reads (for backends that fetch before running the rules).
-    fn needs(&self) -> Needs<'_>;
     /// Runs the read on `txn`.
     fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError>;
 }
@@ -21,13 +19,6 @@ pub(crate) struct GetSession(pub(crate) String);
 
 impl ReadOp for GetSession {
     type Output = Option<SessionRecord>;
-
-    fn needs(&self) -> Needs<'_> {
-        Needs {
-            session: Some(&self.0),
-            ..Needs::default()
-        }
-    }
 
     fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError> {
         load_session(txn, &self.0)
@@ -44,14 +35,6 @@ pub(crate) struct GetRows {
 
 impl ReadOp for GetRows {
     type Output = Vec<TranscriptRow>;
-
-    fn needs(&self) -> Needs<'_> {
-        Needs {
-            session: Some(&self.session_id),
-            rows: Some(self.range.clone()),
-            ..Needs::default()
-        }
-    }
 
     fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError> {
         if self.range.start >= self.range.end {
@@ -80,13 +63,6 @@ pub(crate) struct ListPage {
 
 impl ReadOp for ListPage {
     type Output = SessionPage;
-
-    fn needs(&self) -> Needs<'_> {
-        Needs {
-            page: Some((self.after.as_deref(), self.limit.saturating_add(1))),
-            ..Needs::default()
-        }
-    }
 
     fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError> {
         if self.limit == 0 {
@@ -120,14 +96,6 @@ pub(crate) struct ExportSession(pub(crate) String);
 impl ReadOp for ExportSession {
     type Output = Option<SessionExport>;
 
-    fn needs(&self) -> Needs<'_> {
-        Needs {
-            session: Some(&self.0),
-            rows: Some(0..u64::MAX),
-            ..Needs::default()
-        }
-    }
-
     fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError> {
         export(txn, &self.0)
     }
@@ -144,4 +112,16 @@ pub(crate) fn export(
     let rows = txn.load_rows(session_id, 0..record.row_count)?;
     check_rows(txn.label(), session_id, 0, record.row_count, &rows)?;
     Ok(Some(SessionExport { record, rows }))
+}
+
+/// [`BindingStore::thread_session`](crate::BindingStore::thread_session).
+#[derive(Debug)]
+pub(crate) struct ThreadSession(pub(crate) String);
+
+impl ReadOp for ThreadSession {
+    type Output = Option<String>;
+
+    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError> {
+        txn.thread_owner(&self.0)
+    }
 }

@@ -1,37 +1,43 @@
-//! The PostgreSQL backend: tokio-postgres with a deadpool pool, for hosts on several machines.
+//! The PostgreSQL backend, for hosts on several machines.
 //!
-//! Every write is one transaction on a pooled connection that first takes a transaction-scoped
-//! advisory lock on the session (`pg_advisory_xact_lock`), so that all writers of one session,
-//! in any process on any machine, are serialised, also when the session does not exist yet;
-//! writers of different sessions run in parallel. Under the lock it fetches what the operation
-//! needs into a buffered view (`view.rs`), runs the shared rules of `logic` on it, and writes
-//! back what they wrote. The time of a write (`updated_at_ms`, lease expiry) is the database
-//! server's clock, read under the lock, so leases are judged by one clock whichever host asks.
+//! The store runs its rules (`logic`) on live transactions, like the file backends: a pool of
+//! the store's own threads, each with a blocking connection (the `postgres` crate,
+//! tokio-postgres's own blocking wrapper), opened on first use and again after it broke. Every
+//! write is one transaction that first takes a transaction-scoped advisory lock on the session
+//! (`pg_advisory_xact_lock`), so that all writers of one session, in any process on any
+//! machine, are serialised, also when the session does not exist yet; writers of different
+//! sessions run in parallel on the pool's connections. The time of a write (`updated_at_ms`,
+//! lease expiry) is the database server's clock, read under the lock, so leases are judged by
+//! one clock whichever host asks. A read runs in a read-only `REPEATABLE READ` transaction (one
+//! snapshot).
 //!
-//! A read that needs one statement runs it alone; one that needs several (rows with their
-//! record) runs them in a read-only `REPEATABLE READ` transaction (one snapshot). Tables live
-//! in the URL's `schema` (query parameter, created if missing) or the connection's search
-//! path; they are created or migrated on open (`schema.rs`).
+//! Tables live in the URL's `schema` (query parameter, created if missing) or the connection's
+//! search path; they are created on open (`schema.rs`).
 
-mod codec;
 mod error;
 mod schema;
 mod sql;
-mod view;
+mod txn;
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio_postgres::{IsolationLevel, NoTls};
+use postgres::{Client, IsolationLevel, NoTls};
+use tokio::sync::oneshot;
 
-use self::error::{map_pool_error, map_postgres_error};
-use self::sql::Sql;
+use self::error::map_postgres_error;
+use self::sql::{Sql, Statements};
+use self::txn::Txn;
 use crate::adapter::{Adapter, Backend};
-use crate::logic::{Needs, ReadOp, WriteOp};
+use crate::logic::{ReadOp, WriteOp};
 use crate::store::forward_binding_store;
 use crate::{Durability, OpenOptions, StoreError};
+
+/// How many connections (and threads) a store uses at most: how many of its writes and reads
+/// run at once.
+const POOL_SIZE: usize = 16;
 
 /// A [`BindingStore`](crate::BindingStore) in a PostgreSQL database.
 #[derive(Clone)]
@@ -44,33 +50,112 @@ forward_binding_store!([] PostgresStore, |this| this.store);
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresStore")
-            .field("url", &self.store.0.label)
+            .field("url", &self.store.0.pool.label)
             .finish_non_exhaustive()
     }
 }
 
-/// The backend behind a [`PostgresStore`].
-#[derive(Clone)]
+/// The backend behind a [`PostgresStore`]: its pool (shared by clones).
+#[derive(Clone, Debug)]
 pub(crate) struct Pg {
-    pool: Pool,
-    sql: Arc<Sql>,
-    /// The URL, password redacted: how errors name this store.
-    label: String,
-    relaxed: bool,
+    pool: Arc<Pool>,
 }
 
-impl std::fmt::Debug for Pg {
+/// A job for a pool thread: runs on its connection.
+type Job = Box<dyn FnOnce(&mut Conn) + Send>;
+
+/// The store's threads and the channel that feeds them.
+struct Pool {
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// The URL, password redacted: how errors name this store.
+    label: String,
+}
+
+impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pg")
+        f.debug_struct("Pool")
             .field("url", &self.label)
             .finish_non_exhaustive()
     }
 }
 
+/// One pool thread's connection, opened on first use and again after it broke.
+struct Conn {
+    config: Arc<postgres::Config>,
+    sql: Arc<Sql>,
+    label: String,
+    relaxed: bool,
+    client: Option<(Client, Statements)>,
+}
+
+impl Conn {
+    fn client(&mut self) -> Result<(&mut Client, &Statements), StoreError> {
+        if self.client.as_ref().is_some_and(|(c, _)| c.is_closed()) {
+            self.client = None;
+        }
+        let map = |e| map_postgres_error(&self.label, e);
+        let (client, statements) = match &mut self.client {
+            Some(open) => open,
+            empty => {
+                let mut client = self.config.connect(NoTls).map_err(map)?;
+                let statements = Statements::prepare(&mut client, &self.sql).map_err(map)?;
+                empty.insert((client, statements))
+            }
+        };
+        Ok((client, statements))
+    }
+
+    /// Runs `op` in one write transaction under the session's advisory lock.
+    fn write<O: WriteOp>(&mut self, op: &O) -> Result<O::Output, StoreError> {
+        let label = self.label.clone();
+        let map = |e| map_postgres_error(&label, e);
+        let key = self.sql.lock_key(op.session_id());
+        let synchronous_commit = if self.relaxed { "off" } else { "on" };
+        let (client, sql) = self.client()?;
+        let mut txn = client.transaction().map_err(map)?;
+        let now: i64 = txn
+            .query_one(&sql.lock, &[&key, &synchronous_commit])
+            .map_err(map)?
+            .get(1);
+        let output = op.apply(
+            &mut Txn {
+                txn: &mut txn,
+                sql,
+                label: &label,
+            },
+            now,
+        )?;
+        txn.commit().map_err(map)?;
+        Ok(output)
+    }
+
+    /// Runs `op` on one read-only snapshot.
+    fn read<O: ReadOp>(&mut self, op: &O) -> Result<O::Output, StoreError> {
+        let label = self.label.clone();
+        let map = |e| map_postgres_error(&label, e);
+        let (client, sql) = self.client()?;
+        let mut txn = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .map_err(map)?;
+        let output = op.run(&mut Txn {
+            txn: &mut txn,
+            sql,
+            label: &label,
+        })?;
+        txn.commit().map_err(map)?;
+        Ok(output)
+    }
+}
+
 impl PostgresStore {
     /// Connects to `url` (`postgres://user@host:port/db`, libpq-style parameters; plus
-    /// `schema=NAME` to keep the tables in that schema, created if missing), creating or
-    /// migrating the tables. At most [`OpenOptions::pool_size`] connections are open at once.
+    /// `schema=NAME` to keep the tables in that schema, created if missing), creating the
+    /// tables of a new store (unless [`OpenOptions::create`] is `false`: then
+    /// [`StoreError::NoStore`]). At most 16 connections are open at once.
     ///
     /// Errors: [`StoreError::UnsupportedUrl`] for a URL that does not parse,
     /// [`StoreError::NewerSchema`] for tables of a newer rethread, [`StoreError::Corrupt`]
@@ -80,116 +165,101 @@ impl PostgresStore {
         let label = crate::redact_url(url);
         let (pg_url, schema) = crate::open::postgres_parts(url)?;
         let mut config =
-            tokio_postgres::Config::from_str(&pg_url).map_err(|e| StoreError::UnsupportedUrl {
+            postgres::Config::from_str(&pg_url).map_err(|e| StoreError::UnsupportedUrl {
                 url: label.clone(),
                 reason: e.to_string(),
             })?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(10));
         }
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(options.pool_size)
-            .build()
-            .map_err(|e| StoreError::Backend {
-                backend: "postgres",
-                source: Box::new(e),
-            })?;
+        let (config, sql) = (Arc::new(config), Arc::new(Sql::new(schema)));
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let mut threads = Vec::new();
+        for i in 0..POOL_SIZE {
+            let mut conn = Conn {
+                config: Arc::clone(&config),
+                sql: Arc::clone(&sql),
+                label: label.clone(),
+                relaxed: options.durability == Durability::Relaxed,
+                client: None,
+            };
+            let rx = Arc::clone(&rx);
+            let thread = std::thread::Builder::new()
+                .name(format!("rethread-postgres-{i}"))
+                .spawn(move || loop {
+                    let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    match job {
+                        Ok(job) => job(&mut conn),
+                        Err(_) => return,
+                    }
+                })
+                .map_err(|source| StoreError::Io {
+                    path: "postgres pool thread".to_string(),
+                    source,
+                })?;
+            threads.push(thread);
+        }
         let pg = Pg {
-            pool,
-            sql: Arc::new(Sql::new(schema)),
-            label,
-            relaxed: options.durability == Durability::Relaxed,
+            pool: Arc::new(Pool {
+                jobs: Mutex::new(Some(tx)),
+                threads: Mutex::new(threads),
+                label,
+            }),
         };
-        pg.migrate().await?;
+        let create = options.create;
+        pg.run(move |conn| conn.ensure_schema(create)).await?;
         Ok(PostgresStore { store: Adapter(pg) })
     }
 
     /// The URL (without password) this store was opened with.
     pub fn url(&self) -> &str {
-        &self.store.0.label
+        &self.store.0.pool.label
     }
 
-    /// Closes the pool's connections.
+    /// Finishes the calls under way and closes the connections (of every clone of this
+    /// store).
     pub async fn close(self) {
-        self.store.0.pool.close();
+        let pool = &self.store.0.pool;
+        pool.jobs.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let threads = std::mem::take(&mut *pool.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        let _ = tokio::task::spawn_blocking(move || {
+            threads.into_iter().for_each(|t| drop(t.join()));
+        })
+        .await;
     }
 }
 
 impl Pg {
-    fn map(&self, e: tokio_postgres::Error) -> StoreError {
-        map_postgres_error(&self.label, e)
+    /// Runs `f` on a pool thread's connection and waits for it without blocking the runtime.
+    async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Conn) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |conn| {
+            let result = catch_unwind(AssertUnwindSafe(|| f(conn))).unwrap_or_else(|_| {
+                Err(StoreError::Internal(
+                    "a PostgreSQL call panicked".to_string(),
+                ))
+            });
+            let _ = tx.send(result);
+        });
+        {
+            let jobs = self.pool.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            let sender = jobs.as_ref().ok_or(StoreError::Closed)?;
+            sender.send(job).map_err(|_| StoreError::Closed)?;
+        }
+        rx.await.map_err(|_| StoreError::Closed)?
     }
-
-    async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
-        self.pool
-            .get()
-            .await
-            .map_err(|e| map_pool_error(&self.label, e))
-    }
-}
-
-/// Whether a read needs more than one statement, hence a snapshot of its own.
-fn needs_snapshot(needs: &Needs<'_>) -> bool {
-    // A first page also reads the row ends.
-    let statements = usize::from(needs.session.is_some())
-        + usize::from(needs.rows.is_some())
-        + usize::from(needs.lease)
-        + usize::from(needs.page.is_some())
-        + usize::from(matches!(needs.page, Some((None, _))));
-    statements > 1
 }
 
 impl Backend for Pg {
     async fn read<O: ReadOp>(&self, op: O) -> Result<O::Output, StoreError> {
-        let needs = op.needs();
-        let mut client = self.client().await?;
-        let mut view = if needs_snapshot(&needs) {
-            let txn = client
-                .build_transaction()
-                .isolation_level(IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .await
-                .map_err(|e| self.map(e))?;
-            let view = self.fetch(&txn, &needs, None).await?;
-            txn.commit().await.map_err(|e| self.map(e))?;
-            view
-        } else {
-            self.fetch(&client, &needs, None).await?
-        };
-        op.run(&mut view)
+        self.run(move |conn| conn.read(&op)).await
     }
 
-    /// Runs one write in its own transaction under the session's advisory lock: fetches what
-    /// the rules need, applies them (`logic`), writes back.
     async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output, StoreError> {
-        let session_id = op.session_id();
-        let mut client = self.client().await?;
-        let txn = client.transaction().await.map_err(|e| self.map(e))?;
-        let lock = txn
-            .prepare_cached(&self.sql.lock)
-            .await
-            .map_err(|e| self.map(e))?;
-        let synchronous_commit = if self.relaxed { "off" } else { "on" };
-        let now: i64 = txn
-            .query_one(
-                &lock,
-                &[&self.sql.lock_key(session_id), &synchronous_commit],
-            )
-            .await
-            .map_err(|e| self.map(e))?
-            .get(1);
-        let mut view = self.fetch(&txn, &op.needs(), Some(session_id)).await?;
-        let output = op.apply(&mut view, now)?;
-        self.flush(&txn, view.writes).await?;
-        txn.commit().await.map_err(|e| self.map(e))?;
-        Ok(output)
+        self.run(move |conn| conn.write(&op)).await
     }
 }

@@ -1,112 +1,88 @@
-//! Creating and migrating the PostgreSQL tables, serialised across processes.
+//! Creating the PostgreSQL tables (schema 1), serialised across processes, and refusing
+//! foreign and newer ones.
 
-use super::sql::{quote_ident, schema_v1};
-use super::Pg;
+use postgres::Transaction;
+
+use super::error::map_postgres_error;
+use super::sql::{quote_ident, schema};
+use super::Conn;
 use crate::{StoreError, SCHEMA_VERSION};
 
-/// The advisory lock key that serialises schema creation and migration (`"rthd"`).
-const MIGRATION_LOCK: i64 = 0x7274_6864;
+/// The advisory lock key that serialises schema creation (`"rthd"`).
+const SCHEMA_LOCK: i64 = 0x7274_6864;
 
-impl Pg {
-    /// Creates the tables of a new store, migrates an older one, refuses a newer or foreign
-    /// one; serialised across processes by an advisory lock.
-    pub(super) async fn migrate(&self) -> Result<(), StoreError> {
-        let mut client = self.client().await?;
-        let txn = client.transaction().await.map_err(|e| self.map(e))?;
-        txn.execute("SELECT pg_advisory_xact_lock($1)::text", &[&MIGRATION_LOCK])
-            .await
-            .map_err(|e| self.map(e))?;
-        if let Some(schema) = &self.sql.schema {
+impl Conn {
+    /// Creates the tables of a new store (if `create`), refuses a newer or foreign one;
+    /// serialised across processes by an advisory lock.
+    pub(super) fn ensure_schema(&mut self, create: bool) -> Result<(), StoreError> {
+        let label = self.label.clone();
+        let sql = std::sync::Arc::clone(&self.sql);
+        let map = |e| map_postgres_error(&label, e);
+        let p = sql.prefix();
+        // Without the tables, the connection's statements cannot be prepared yet.
+        let mut client = self.config.connect(postgres::NoTls).map_err(map)?;
+        let mut txn = client.transaction().map_err(map)?;
+        txn.execute("SELECT pg_advisory_xact_lock($1)::text", &[&SCHEMA_LOCK])
+            .map_err(map)?;
+        let exists = |txn: &mut Transaction<'_>, table: &str| -> Result<bool, StoreError> {
+            let found: Option<String> = txn
+                .query_one(&format!("SELECT to_regclass('{p}{table}')::text"), &[])
+                .map_err(map)?
+                .get(0);
+            Ok(found.is_some())
+        };
+        if sql.schema.is_some() && !exists(&mut txn, "rethread_meta")? && !create {
+            return Err(StoreError::NoStore { path: label });
+        }
+        if let Some(schema) = &sql.schema {
             txn.batch_execute(&format!(
                 "CREATE SCHEMA IF NOT EXISTS {}",
                 quote_ident(schema)
             ))
-            .await
-            .map_err(|e| self.map(e))?;
+            .map_err(map)?;
         }
-        let p = self.sql.prefix();
-        let exists = |table: &str| format!("SELECT to_regclass('{p}{table}')::text");
-        let meta: Option<String> = txn
-            .query_one(&exists("rethread_meta"), &[])
-            .await
-            .map_err(|e| self.map(e))?
-            .get(0);
-        let version: i64 = match meta {
-            None => {
-                let sessions: Option<String> = txn
-                    .query_one(&exists("sessions"), &[])
-                    .await
-                    .map_err(|e| self.map(e))?
-                    .get(0);
-                if sessions.is_some() {
-                    return Err(StoreError::corrupt(
-                        &self.label,
-                        "a `sessions` table exists but no rethread_meta: not a rethread store",
-                    ));
-                }
-                txn.batch_execute(&format!(
-                    "CREATE TABLE {p}rethread_meta (key TEXT PRIMARY KEY NOT NULL, value BIGINT NOT NULL);
-                     INSERT INTO {p}rethread_meta VALUES ('schema_version', 0);"
-                ))
-                .await
-                .map_err(|e| self.map(e))?;
-                0
+        if !exists(&mut txn, "rethread_meta")? {
+            if exists(&mut txn, "sessions")? {
+                return Err(StoreError::corrupt(
+                    &label,
+                    "a `sessions` table exists but no rethread_meta: not a rethread store",
+                ));
             }
-            Some(_) => txn
-                .query_opt(
-                    &format!("SELECT value FROM {p}rethread_meta WHERE key = 'schema_version'"),
-                    &[],
-                )
-                .await
-                .map_err(|e| self.map(e))?
-                .map(|r| r.get(0))
-                .ok_or_else(|| StoreError::corrupt(&self.label, "no schema_version"))?,
-        };
+            if !create {
+                return Err(StoreError::NoStore { path: label });
+            }
+            txn.batch_execute(&format!(
+                "CREATE TABLE {p}rethread_meta (key TEXT PRIMARY KEY NOT NULL, value BIGINT NOT NULL);
+                 INSERT INTO {p}rethread_meta VALUES ('schema_version', {SCHEMA_VERSION});
+                 {}",
+                schema(&p)
+            ))
+            .map_err(map)?;
+            return txn.commit().map_err(map);
+        }
+        let version: i64 = txn
+            .query_opt(
+                &format!("SELECT value FROM {p}rethread_meta WHERE key = 'schema_version'"),
+                &[],
+            )
+            .map_err(map)?
+            .map(|r| r.get(0))
+            .ok_or_else(|| StoreError::corrupt(&label, "no schema_version"))?;
         let version = u64::try_from(version)
-            .map_err(|_| StoreError::corrupt(&self.label, "negative schema_version"))?;
+            .map_err(|_| StoreError::corrupt(&label, "negative schema_version"))?;
         if version > SCHEMA_VERSION {
             return Err(StoreError::NewerSchema {
-                path: self.label.clone(),
+                path: label,
                 found: version,
                 supported: SCHEMA_VERSION,
             });
         }
-        let mut at = version;
-        while at < SCHEMA_VERSION {
-            match at {
-                0 => txn
-                    .batch_execute(&schema_v1(&p))
-                    .await
-                    .map_err(|e| self.map(e))?,
-                // Schema 2 changed only SQLite stores (record checksums).
-                1 => {}
-                // Schema 3: a lease names its holder's process identity (dead-holder takeover).
-                2 => txn
-                    .batch_execute(&format!(
-                        "ALTER TABLE {p}leases ADD COLUMN process_space TEXT, \
-                         ADD COLUMN process_start BIGINT"
-                    ))
-                    .await
-                    .map_err(|e| self.map(e))?,
-                // Schema 4 changed only redb stores (value checksums).
-                3 => {}
-                other => {
-                    return Err(StoreError::corrupt(
-                        &self.label,
-                        format!("unknown schema version {other}"),
-                    ))
-                }
-            }
-            at += 1;
-        }
         if version < SCHEMA_VERSION {
-            txn.execute(
-                &format!("UPDATE {p}rethread_meta SET value = $1 WHERE key = 'schema_version'"),
-                &[&(SCHEMA_VERSION as i64)],
-            )
-            .await
-            .map_err(|e| self.map(e))?;
+            return Err(StoreError::corrupt(
+                &label,
+                format!("unknown schema version {version}"),
+            ));
         }
-        txn.commit().await.map_err(|e| self.map(e))
+        txn.commit().map_err(map)
     }
 }

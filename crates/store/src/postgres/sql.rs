@@ -1,34 +1,64 @@
-//! The SQL text of the PostgreSQL backend, qualified with the store's schema.
+//! The SQL of the PostgreSQL backend, qualified with the store's schema, and the statements
+//! each connection prepares once.
 
-/// The statements, qualified with the store's schema.
+use postgres::{Client, Statement};
+
+/// The statement texts, qualified with the store's schema.
 #[derive(Debug)]
 pub(super) struct Sql {
     pub(super) schema: Option<String>,
-    pub(super) lock: String,
-    pub(super) load: String,
-    pub(super) row_ends: String,
-    pub(super) list_all: String,
-    pub(super) list_after: String,
-    pub(super) rows: String,
-    pub(super) put: String,
-    pub(super) put_rows: String,
-    pub(super) remove_rows: String,
-    pub(super) remove: String,
-    pub(super) load_lease: String,
-    pub(super) put_lease: String,
+    texts: Texts,
 }
 
+/// One text per statement; [`Statements`] has the same fields, prepared.
+macro_rules! statements {
+    ($($name:ident),* $(,)?) => {
+        #[derive(Debug)]
+        struct Texts { $($name: String),* }
+
+        /// The statements of one connection, prepared when it connects.
+        #[derive(Debug)]
+        pub(super) struct Statements { $(pub(super) $name: Statement),* }
+
+        impl Statements {
+            pub(super) fn prepare(client: &mut Client, sql: &Sql) -> Result<Self, postgres::Error> {
+                Ok(Statements { $($name: client.prepare(&sql.texts.$name)?),* })
+            }
+        }
+    };
+}
+
+statements!(
+    lock,
+    load,
+    has_rows,
+    row_ends,
+    list_all,
+    list_after,
+    rows,
+    thread_owner,
+    put,
+    put_rows,
+    put_thread,
+    remove_rows,
+    remove_threads,
+    remove,
+    load_lease,
+    put_lease,
+);
+
+/// The `sessions` columns, in the order `txn::decode_record` reads them.
 pub(super) const RECORD_COLUMNS: &str =
-    "session_id, model_config, binding_thread_id, binding_codex_home, \
-     bound_at_ms, row_count, retired_threads, created_at_ms, updated_at_ms";
+    "session_id, model_config, state, row_count, retired_threads, created_at_ms, updated_at_ms";
+
+/// The `leases` columns, in the order `txn::decode_grant` reads them.
+const LEASE_COLUMNS: &str = "session_id, host, pid, started_at_ms, instance, acquired_at_ms, \
+     expires_at_ms, fence, process_space, process_start, state";
 
 impl Sql {
     pub(super) fn new(schema: Option<String>) -> Sql {
-        let p = match &schema {
-            Some(s) => format!("{}.", quote_ident(s)),
-            None => String::new(),
-        };
-        Sql {
+        let p = prefix(schema.as_deref());
+        let texts = Texts {
             // One round trip: the session's lock, the server's clock, and this transaction's
             // `synchronous_commit` ($2: `on` for `Durable`, whatever the server's default,
             // `off` for `Relaxed`).
@@ -36,17 +66,9 @@ impl Sql {
                    (extract(epoch FROM clock_timestamp()) * 1000)::int8, \
                    set_config('synchronous_commit', $2, true)"
                 .to_string(),
-            // One row whatever is stored: the record's columns (NULL when absent), then
-            // whether rows of the session exist (one statement: one snapshot).
-            load: format!(
-                "SELECT {cols}, EXISTS (SELECT 1 FROM {p}transcript_rows r \
-                 WHERE r.session_id = k.id) \
-                 FROM (SELECT $1::text AS id) k LEFT JOIN {p}sessions s ON s.session_id = k.id",
-                cols = RECORD_COLUMNS
-                    .split(", ")
-                    .map(|c| format!("s.{c}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+            load: format!("SELECT {RECORD_COLUMNS} FROM {p}sessions WHERE session_id = $1"),
+            has_rows: format!(
+                "SELECT EXISTS (SELECT 1 FROM {p}transcript_rows WHERE session_id = $1)"
             ),
             // The sessions of the first and last row, each with whether its record exists.
             row_ends: format!(
@@ -67,13 +89,11 @@ impl Sql {
                 "SELECT seq, body FROM {p}transcript_rows \
                  WHERE session_id = $1 AND seq >= $2 AND seq < $3 ORDER BY seq"
             ),
+            thread_owner: format!("SELECT session_id FROM {p}threads WHERE thread_id = $1"),
             put: format!(
-                "INSERT INTO {p}sessions ({RECORD_COLUMNS}) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                "INSERT INTO {p}sessions ({RECORD_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7) \
                  ON CONFLICT (session_id) DO UPDATE SET model_config = excluded.model_config, \
-                 binding_thread_id = excluded.binding_thread_id, \
-                 binding_codex_home = excluded.binding_codex_home, \
-                 bound_at_ms = excluded.bound_at_ms, row_count = excluded.row_count, \
+                 state = excluded.state, row_count = excluded.row_count, \
                  retired_threads = excluded.retired_threads, \
                  created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms"
             ),
@@ -82,31 +102,29 @@ impl Sql {
                 "INSERT INTO {p}transcript_rows (session_id, seq, body) \
                  SELECT $1, s, b FROM unnest($2::int8[], $3::text[]) AS t(s, b)"
             ),
-            remove_rows: format!("DELETE FROM {p}transcript_rows WHERE session_id = $1"),
-            remove: format!("DELETE FROM {p}sessions WHERE session_id = $1"),
-            load_lease: format!(
-                "SELECT host, pid, started_at_ms, instance, acquired_at_ms, expires_at_ms, fence, \
-                 process_space, process_start FROM {p}leases WHERE session_id = $1"
+            put_thread: format!(
+                "INSERT INTO {p}threads (thread_id, session_id) VALUES ($1, $2) \
+                 ON CONFLICT (thread_id) DO UPDATE SET session_id = excluded.session_id"
             ),
+            remove_rows: format!("DELETE FROM {p}transcript_rows WHERE session_id = $1"),
+            remove_threads: format!("DELETE FROM {p}threads WHERE session_id = $1"),
+            remove: format!("DELETE FROM {p}sessions WHERE session_id = $1"),
+            load_lease: format!("SELECT {LEASE_COLUMNS} FROM {p}leases WHERE session_id = $1"),
             put_lease: format!(
-                "INSERT INTO {p}leases (session_id, host, pid, started_at_ms, instance, \
-                 acquired_at_ms, expires_at_ms, fence, process_space, process_start) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                "INSERT INTO {p}leases ({LEASE_COLUMNS}) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
                  ON CONFLICT (session_id) DO UPDATE SET host = excluded.host, pid = excluded.pid, \
                  started_at_ms = excluded.started_at_ms, instance = excluded.instance, \
                  acquired_at_ms = excluded.acquired_at_ms, expires_at_ms = excluded.expires_at_ms, \
                  fence = excluded.fence, process_space = excluded.process_space, \
-                 process_start = excluded.process_start"
+                 process_start = excluded.process_start, state = excluded.state"
             ),
-            schema,
-        }
+        };
+        Sql { schema, texts }
     }
 
     pub(super) fn prefix(&self) -> String {
-        match &self.schema {
-            Some(s) => format!("{}.", quote_ident(s)),
-            None => String::new(),
-        }
+        prefix(self.schema.as_deref())
     }
 
     /// The advisory lock key of a session: distinct per schema, so stores in different
@@ -116,19 +134,24 @@ impl Sql {
     }
 }
 
+fn prefix(schema: Option<&str>) -> String {
+    match schema {
+        Some(s) => format!("{}.", quote_ident(s)),
+        None => String::new(),
+    }
+}
+
 pub(super) fn quote_ident(ident: &str) -> String {
     format!("\"{}\"", ident.replace('"', "\"\""))
 }
 
-/// Schema 1 (the PostgreSQL backend starts with leases).
-pub(super) fn schema_v1(p: &str) -> String {
+/// Schema 1: the tables of a new store.
+pub(super) fn schema(p: &str) -> String {
     format!(
         "CREATE TABLE {p}sessions (
             session_id TEXT PRIMARY KEY NOT NULL,
             model_config TEXT NOT NULL,
-            binding_thread_id TEXT,
-            binding_codex_home TEXT,
-            bound_at_ms BIGINT,
+            state TEXT NOT NULL,
             row_count BIGINT NOT NULL,
             retired_threads TEXT NOT NULL,
             created_at_ms BIGINT NOT NULL,
@@ -148,7 +171,15 @@ pub(super) fn schema_v1(p: &str) -> String {
             instance BIGINT NOT NULL,
             acquired_at_ms BIGINT NOT NULL,
             expires_at_ms BIGINT NOT NULL,
-            fence BIGINT NOT NULL
-        );"
+            fence BIGINT NOT NULL,
+            process_space TEXT,
+            process_start BIGINT,
+            state BIGINT NOT NULL
+        );
+        CREATE TABLE {p}threads (
+            thread_id TEXT PRIMARY KEY NOT NULL,
+            session_id TEXT NOT NULL
+        );
+        CREATE INDEX ON {p}threads (session_id);"
     )
 }

@@ -1,33 +1,43 @@
-//! The redb database as the store's threads use it: opened without a whole-file check, every
-//! call under `catch_unwind` (a panic inside redb on a damaged file becomes `Corrupt` and
-//! poisons the store), the writer thread's engine (relaxed commits made durable within
-//! 100 ms) and the readers (snapshots, and the whole-store scan).
+//! The redb database as the store's threads use it: opened (waiting for another process's
+//! lock up to `OpenOptions::wait`, naming the holder when it gives up), every call under
+//! `catch_unwind` (a panic inside redb on a damaged file becomes `Corrupt` and poisons the
+//! store), the writer thread's engine (relaxed commits made durable within 100 ms; reopened
+//! after an I/O error, which redb never recovers from in place; refused once the file at the
+//! path is not the one open) and the readers (snapshots, and the whole-store scan).
 
+use std::fs::File;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use ::redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use super::map_redb_error;
-use super::schema::{ensure_schema, ROWS, SESSIONS};
+use super::schema::{ensure_schema, ROWS, SESSIONS, SESSION_THREADS, THREADS};
 use super::tables::{decode_body, decode_record, Tables};
 use crate::durable::{
-    create_owner_only, merge_scan, prepare_path, Engine, Readers, ScannedRow, ScannedSession,
+    merge_scan, not_writable, prepare_file, Engine, FileId, Readers, ScannedRow, ScannedSession,
 };
 use crate::logic::{LocalLeases, ReadTxn, WriteTxn};
 use crate::verify::{Checker, ProblemKind};
-use crate::{Durability, OpenOptions, StoreError};
+use crate::{Durability, LeaseOwner, LocalOwner, OpenOptions, StoreError};
+
+/// How a store file becomes a database: on the file itself in production, on a wrapper in the
+/// tests that inject faults.
+pub(super) type MakeBackend =
+    Arc<dyn Fn(&::redb::Builder, File) -> Result<Database, ::redb::DatabaseError> + Send + Sync>;
 
 /// The open database, shared by the writer thread and the readers.
 pub(super) struct Shared {
-    /// `None` only while it is dropped.
-    db: Option<Database>,
+    /// `None` while the writer reopens it (after an I/O error) and once it is dropped.
+    db: RwLock<Option<Database>>,
     label: String,
     /// Why the store refuses every call: redb panicked on this file, so it is damaged in a
     /// way redb did not expect and its in-memory state cannot be trusted any more.
     poisoned: OnceLock<String>,
+    /// The holder record beside the file (see [`holder_path`]), removed on close.
+    holder: HolderRecord,
 }
 
 impl std::fmt::Debug for Shared {
@@ -58,7 +68,11 @@ impl Shared {
         if let Some(why) = self.poisoned.get() {
             return Err(StoreError::corrupt(&self.label, why.clone()));
         }
-        let db = self.db.as_ref().ok_or(StoreError::Closed)?;
+        let db = self.db.read().unwrap_or_else(|p| p.into_inner());
+        let db = db.as_ref().ok_or_else(|| StoreError::Io {
+            path: self.label.clone(),
+            source: std::io::Error::other("the store is being reopened after an I/O error"),
+        })?;
         match catch_unwind(AssertUnwindSafe(|| f(db))) {
             Ok(result) => result,
             Err(payload) => {
@@ -71,65 +85,171 @@ impl Shared {
             }
         }
     }
-}
 
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // Closing writes the file's header: on a file that made redb panic it may panic again.
-        if let Some(db) = self.db.take() {
+    /// Closes the database (writing its header: on a file that made redb panic, or after an
+    /// I/O error, that may fail or panic again, which is contained).
+    fn close(&self) {
+        let db = self.db.write().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(db) = db {
             let _ = catch_unwind(AssertUnwindSafe(move || drop(db)));
         }
     }
 }
 
-/// Opens (creating if asked) the database at `path` and checks its schema, on the calling
-/// (writer) thread. Unless `OpenOptions::check_redb_integrity_on_open` is `false`, redb
-/// checks every page first; otherwise the file's contents are not read beyond the header and
-/// the schema version, and this takes the same time whatever the store holds.
-pub(super) fn open_shared(path: &Path, options: &OpenOptions) -> Result<Shared, StoreError> {
-    let label = path.display().to_string();
-    prepare_path(path, options)?;
-    create_owner_only(path, options.create)?;
-    let len = std::fs::metadata(path)
-        .map_err(|source| StoreError::Io {
-            path: label.clone(),
-            source,
-        })?
-        .len();
-    let open = || {
-        let mut builder = Database::builder();
-        builder.set_cache_size(64 * 1024 * 1024);
-        // See `OpenOptions::check_redb_integrity_on_open`: a damaged file must be a typed
-        // error before a write can make redb abort the process.
-        builder.set_check_integrity_on_open(options.check_redb_integrity);
-        // Only a zero-length file (one we just created, or a creation interrupted before redb
-        // wrote its header) is initialised; anything else must already be a redb file.
-        if len == 0 {
-            builder.create(path)
-        } else {
-            builder.open(path)
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.close();
+        self.holder.remove();
+    }
+}
+
+/// `<path>.holder`: who holds the redb file (its lock has no holder of its own), written
+/// owner-only once the lock is taken, so that a process refused the file can name the holder.
+fn holder_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".holder");
+    PathBuf::from(name)
+}
+
+/// This process's holder record of one open store.
+struct HolderRecord {
+    path: PathBuf,
+    /// Keeps this holder alive (a dropped one is known gone to this process).
+    owner: LocalOwner,
+}
+
+impl HolderRecord {
+    /// Writes the record (best effort: it only serves messages).
+    fn write(store: &Path) -> HolderRecord {
+        let record = HolderRecord {
+            path: holder_path(store),
+            owner: LocalOwner::new(),
+        };
+        if let Ok(json) = serde_json::to_vec(record.owner.owner()) {
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create(true).truncate(true);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::OpenOptionsExt;
+                options.mode(0o600);
+            }
+            if let Ok(mut file) = options.open(&record.path) {
+                let _ = std::io::Write::write_all(&mut file, &json);
+            }
         }
-        .map_err(|e| map_redb_error(&label, e))
-    };
-    let db = match catch_unwind(AssertUnwindSafe(open)) {
-        Ok(db) => db?,
-        Err(payload) => {
-            return Err(StoreError::corrupt(
-                &label,
+        record
+    }
+
+    /// The holder of `store` as its record names it, unless that holder is known gone (a
+    /// record left by a crash).
+    fn read(store: &Path) -> Option<String> {
+        let json = std::fs::read(holder_path(store)).ok()?;
+        let owner: LeaseOwner = serde_json::from_slice(&json).ok()?;
+        (!owner.is_known_gone()).then(|| format!("held by {owner} since {}", owner.started_at_ms))
+    }
+
+    /// Removes the record if it is still this holder's.
+    fn remove(&self) {
+        let ours = std::fs::read(&self.path)
+            .ok()
+            .and_then(|json| serde_json::from_slice::<LeaseOwner>(&json).ok())
+            .is_some_and(|owner| owner == *self.owner.owner());
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// How often a wait for another process's lock tries again.
+const LOCK_RETRY: Duration = Duration::from_millis(50);
+
+/// What opening the file needs, kept by the writer to reopen it.
+pub(super) struct Opener {
+    pub(super) path: PathBuf,
+    pub(super) label: String,
+    pub(super) options: OpenOptions,
+    pub(super) make_backend: MakeBackend,
+}
+
+impl Opener {
+    /// Opens the database at the path (created if the options allow and the file is empty),
+    /// waiting up to `OpenOptions::wait` for another process's lock, and returns it with the
+    /// identity of the file it opened.
+    fn open_db(&self, create: bool) -> Result<(Database, FileId), StoreError> {
+        let deadline = Instant::now() + self.options.wait;
+        loop {
+            match self.try_open(create) {
+                Err(StoreError::Locked { .. }) if Instant::now() < deadline => {
+                    std::thread::sleep(LOCK_RETRY.min(deadline - Instant::now()));
+                }
+                Err(StoreError::Locked { path, .. }) => {
+                    return Err(StoreError::Locked {
+                        path,
+                        holder: HolderRecord::read(&self.path),
+                    })
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn try_open(&self, create: bool) -> Result<(Database, FileId), StoreError> {
+        let label = self.label.as_str();
+        let io = |source: std::io::Error| {
+            not_writable(label, source).unwrap_or_else(|source| StoreError::Io {
+                path: label.to_string(),
+                source,
+            })
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.path)
+            .map_err(io)?;
+        let meta = file.metadata().map_err(io)?;
+        // Only a zero-length file (one just created, or a creation interrupted before redb
+        // wrote its header) is initialised; anything else must already be a redb file.
+        if meta.len() == 0 && !create {
+            return Err(StoreError::NoStore {
+                path: label.to_string(),
+            });
+        }
+        let open = || {
+            let mut builder = Database::builder();
+            builder.set_cache_size(64 * 1024 * 1024);
+            // See `OpenOptions::check_redb_integrity_on_open`: a damaged file must be a typed
+            // error before a write can make redb abort the process.
+            builder.set_check_integrity_on_open(self.options.check_redb_integrity);
+            (self.make_backend)(&builder, file).map_err(|e| map_redb_error(label, e))
+        };
+        match catch_unwind(AssertUnwindSafe(open)) {
+            Ok(db) => Ok((db?, FileId::of(&meta))),
+            Err(payload) => Err(StoreError::corrupt(
+                label,
                 format!(
                     "redb failed opening the file ({}): it is damaged",
                     panic_message(payload.as_ref())
                 ),
-            ))
+            )),
         }
-    };
+    }
+}
+
+/// Opens (creating if asked) the database at `opener.path` and checks its schema, on the
+/// calling (writer) thread. Unless `OpenOptions::check_redb_integrity_on_open` is `false`,
+/// redb checks every page first; otherwise the file's contents are not read beyond the header
+/// and the schema version, and this takes the same time whatever the store holds.
+pub(super) fn open_shared(opener: &Opener) -> Result<(Shared, FileId), StoreError> {
+    let created = prepare_file(&opener.path, &opener.options)?;
+    let (db, file_id) = opener.open_db(opener.options.create || created)?;
     let shared = Shared {
-        db: Some(db),
-        label,
+        db: RwLock::new(Some(db)),
+        label: opener.label.clone(),
         poisoned: OnceLock::new(),
+        holder: HolderRecord::write(&opener.path),
     };
-    shared.guard(|db| ensure_schema(db, &shared.label))?;
-    Ok(shared)
+    shared.guard(|db| ensure_schema(db, &shared.label, opener.options.create))?;
+    Ok((shared, file_id))
 }
 
 /// How long a relaxed commit may stay not durable: at least this often while a relaxed
@@ -139,29 +259,22 @@ const RELAXED_FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The writer thread's side of the database.
 pub(super) struct RedbEngine {
-    shared: Arc<Shared>,
-    durability: Durability,
-    leases: Arc<LocalLeases>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) opener: Opener,
+    pub(super) leases: Arc<LocalLeases>,
+    /// The file the path named at open: a commit into a file deleted or replaced since is
+    /// refused.
+    pub(super) file_id: FileId,
+    /// An I/O error failed a commit: redb then fails every later call ("Previous I/O error
+    /// occurred"), so the database is reopened before the next write.
+    pub(super) reopen: bool,
     /// When the oldest commit that is not durable yet was made (relaxed stores). redb's
     /// `Durability::None` commits reach the file only with a later durable commit: until then
     /// a process exit loses them.
-    not_durable_since: Option<Instant>,
+    pub(super) not_durable_since: Option<Instant>,
 }
 
 impl RedbEngine {
-    pub(super) fn new(
-        shared: Arc<Shared>,
-        durability: Durability,
-        leases: Arc<LocalLeases>,
-    ) -> Self {
-        RedbEngine {
-            shared,
-            durability,
-            leases,
-            not_durable_since: None,
-        }
-    }
-
     /// Commits an empty durable transaction: every earlier commit becomes durable with it.
     fn make_durable(&mut self) -> Result<(), StoreError> {
         let label = self.shared.label.as_str();
@@ -172,44 +285,63 @@ impl RedbEngine {
         self.not_durable_since = None;
         Ok(())
     }
+
+    /// Closes the database and opens the file again; what it holds is its last commit.
+    fn reopen(&mut self) -> Result<(), StoreError> {
+        self.shared.close();
+        let (db, file_id) = self.opener.open_db(false)?;
+        *self.shared.db.write().unwrap_or_else(|p| p.into_inner()) = Some(db);
+        self.file_id = file_id;
+        self.reopen = false;
+        tracing::info!(store = %self.shared.label, "reopened the redb store after an I/O error");
+        Ok(())
+    }
 }
 
 impl Engine for RedbEngine {
     fn write(
         &mut self,
-        f: &mut dyn FnMut(&mut dyn WriteTxn, bool) -> Result<(), StoreError>,
+        f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
+        if self.reopen {
+            self.reopen()?;
+        }
         // A relaxed commit is not durable, unless the oldest one that is not has waited its
         // interval: then this one is, and takes the others with it.
-        let relaxed = self.durability == Durability::Relaxed
+        let relaxed = self.opener.options.durability == Durability::Relaxed
             && self
                 .not_durable_since
                 .is_none_or(|since| since.elapsed() < RELAXED_FLUSH_INTERVAL);
         let label = self.shared.label.as_str();
-        let leases = &self.leases;
-        self.shared.guard(|db| {
+        let (leases, file_id, path) = (&self.leases, self.file_id, &self.opener.path);
+        let written = self.shared.guard(|db| {
             let mut txn = db.begin_write().map_err(|e| map_redb_error(label, e))?;
             if relaxed {
                 txn.set_durability(::redb::Durability::None)
                     .map_err(|e| map_redb_error(label, e))?;
             }
             {
-                let sessions = txn
-                    .open_table(SESSIONS)
-                    .map_err(|e| map_redb_error(label, e))?;
-                let rows = txn.open_table(ROWS).map_err(|e| map_redb_error(label, e))?;
+                let map = |e| map_redb_error(label, e);
                 let mut tables = Tables {
                     label: label.to_string(),
-                    sessions,
-                    rows,
-                    leases: Some(Arc::clone(leases)),
+                    sessions: txn.open_table(SESSIONS).map_err(map)?,
+                    rows: txn.open_table(ROWS).map_err(map)?,
+                    threads: txn.open_table(THREADS).map_err(map)?,
+                    session_threads: txn.open_table(SESSION_THREADS).map_err(map)?,
+                    leases: Arc::clone(leases),
                 };
-                // The file is locked to this process and every write goes through this
-                // thread: nobody else can have written since the previous transaction.
-                f(&mut tables, false)?;
+                f(&mut tables)?;
             }
+            file_id.check(path, label)?;
             txn.commit().map_err(|e| map_redb_error(label, e))
-        })?;
+        });
+        if let Err(StoreError::Io { .. }) = &written {
+            self.reopen = true;
+            if let Err(error) = self.reopen() {
+                tracing::warn!(%error, "could not reopen the redb store; trying again on the next write");
+            }
+        }
+        written?;
         if relaxed {
             self.not_durable_since.get_or_insert_with(Instant::now);
         } else {
@@ -224,6 +356,9 @@ impl Engine for RedbEngine {
     }
 
     fn flush(&mut self) {
+        if self.not_durable_since.is_none() {
+            return;
+        }
         if let Err(error) = self.make_durable() {
             // The next write or the close tries again; a poisoned store stops asking.
             tracing::warn!(%error, "could not make relaxed redb commits durable");
@@ -232,25 +367,13 @@ impl Engine for RedbEngine {
             }
         }
     }
-
-    fn shutdown(&mut self) {
-        // In relaxed mode, make everything acknowledged so far durable before closing.
-        if self.not_durable_since.is_some() {
-            self.flush();
-        }
-    }
 }
 
 /// The readers' side of the database: snapshots on blocking threads.
 #[derive(Debug)]
 pub(super) struct RedbReaders {
-    shared: Arc<Shared>,
-}
-
-impl RedbReaders {
-    pub(super) fn new(shared: Arc<Shared>) -> Self {
-        RedbReaders { shared }
-    }
+    pub(super) shared: Arc<Shared>,
+    pub(super) leases: Arc<LocalLeases>,
 }
 
 impl Readers for RedbReaders {
@@ -260,16 +383,16 @@ impl Readers for RedbReaders {
     ) -> Result<(), StoreError> {
         let label = self.shared.label.as_str();
         self.shared.guard(|db| {
-            let txn = db.begin_read().map_err(|e| map_redb_error(label, e))?;
-            let sessions = txn
-                .open_table(SESSIONS)
-                .map_err(|e| map_redb_error(label, e))?;
-            let rows = txn.open_table(ROWS).map_err(|e| map_redb_error(label, e))?;
+            let map = |e| map_redb_error(label, e);
+            let txn = db.begin_read().map_err(map)?;
+            let map = |e| map_redb_error(label, e);
             f(&mut Tables {
                 label: label.to_string(),
-                sessions,
-                rows,
-                leases: None,
+                sessions: txn.open_table(SESSIONS).map_err(map)?,
+                rows: txn.open_table(ROWS).map_err(map)?,
+                threads: txn.open_table(THREADS).map_err(map)?,
+                session_threads: (),
+                leases: Arc::clone(&self.leases),
             })
         })
     }

@@ -1,10 +1,13 @@
-//! The redb backend: the embedded default.
+//! The redb backend: embedded, one process per file.
 //!
 //! Layout (`schema.rs`): table `sessions` (`session id -> JSON SessionRecord + checksum`),
-//! table `rows` (`(session id, seq) -> JSON body + checksum`), table `rethread_meta`
+//! table `rows` (`(session id, seq) -> JSON body + checksum`), tables `threads` and
+//! `session_threads` (which session each thread belongs to, both ways), table `rethread_meta`
 //! (`"schema_version" -> u64`); the codec is in `tables.rs`. redb holds an exclusive lock on
-//! the file: a second process opening it gets [`StoreError::Locked`]. Leases live in this
-//! process (`LocalLeases`); the writer thread checks fenced writes against them.
+//! the file: another process opening it waits up to
+//! [`OpenOptions::wait`](crate::OpenOptions::wait), then gets [`StoreError::Locked`] naming
+//! the holder (from the record `<file>.holder` each holder writes beside the file). Leases live
+//! in this process (`LocalLeases`); the writer thread checks fenced writes against them.
 //!
 //! Opening checks every page of the file by default
 //! ([`OpenOptions::check_redb_integrity_on_open`](crate::OpenOptions::check_redb_integrity_on_open)):
@@ -13,7 +16,8 @@
 //! header and the schema version only. Either way every redb call runs on the store's own
 //! threads under `catch_unwind` (`engine.rs`), so a panic is [`StoreError::Corrupt`], and the
 //! store refuses every later call as `Corrupt` too instead of going on with a database that
-//! panicked. The whole-store check of records is
+//! panicked. After an I/O error (a full disk) the writer reopens the file, so the store goes
+//! on once the cause is gone. The whole-store check of records is
 //! [`BindingStore::verify`](crate::BindingStore::verify).
 
 mod engine;
@@ -23,7 +27,7 @@ mod tables;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use self::engine::{open_shared, RedbEngine, RedbReaders};
+use self::engine::{open_shared, MakeBackend, Opener, RedbEngine, RedbReaders};
 use crate::adapter::Adapter;
 use crate::durable::{Durable, Writer};
 use crate::logic::LocalLeases;
@@ -40,23 +44,53 @@ pub struct RedbStore {
 forward_binding_store!([] RedbStore, |this| this.store);
 
 impl RedbStore {
-    /// Opens (or creates, owner-only) the store at `path`, migrating an older schema.
+    /// Opens (or creates, owner-only) the store at `path`.
     ///
-    /// Errors: [`StoreError::Locked`] if another process has it open,
-    /// [`StoreError::Corrupt`] for a damaged or foreign file, [`StoreError::NewerSchema`] for a
-    /// file from a newer rethread. The file is opened on the store's writer thread.
+    /// Errors: [`StoreError::NotAFile`], [`StoreError::NoStore`] (without `create`) and
+    /// [`StoreError::NotWritable`] before anything opens the file; [`StoreError::Locked`] if
+    /// another process has it open past [`OpenOptions::wait`]; [`StoreError::Corrupt`] for a
+    /// damaged or foreign file, [`StoreError::NewerSchema`] for a file from a newer rethread.
+    /// The file is opened on the store's writer thread.
     pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self, StoreError> {
-        let path = path.as_ref().to_path_buf();
-        let open_path = path.clone();
-        let (max_batch, spin) = (options.max_batch, options.lone_write_spin);
+        let make_backend: MakeBackend = Arc::new(|builder, file| {
+            builder.create_with_backend(::redb::backends::FileBackend::new(file)?)
+        });
+        Self::open_with(path.as_ref(), options, make_backend).await
+    }
+
+    /// [`RedbStore::open`] on the storage `make_backend` makes of the file.
+    pub(super) async fn open_with(
+        path: &Path,
+        options: OpenOptions,
+        make_backend: MakeBackend,
+    ) -> Result<Self, StoreError> {
+        let path = path.to_path_buf();
+        let opener = Opener {
+            path: path.clone(),
+            label: path.display().to_string(),
+            options,
+            make_backend,
+        };
         // redb files are exclusive to one process: leases live in this process, shared by the
         // lease calls and the writer thread (which checks the fences of writes against them).
         let leases = Arc::new(LocalLeases::default());
         let engine_leases = Arc::clone(&leases);
-        let (writer, readers) = Writer::spawn("redb", max_batch, spin, move || {
-            let shared = Arc::new(open_shared(&open_path, &options)?);
-            let engine = RedbEngine::new(Arc::clone(&shared), options.durability, engine_leases);
-            Ok((engine, RedbReaders::new(shared)))
+        let (writer, readers) = Writer::spawn("redb", move || {
+            let (shared, file_id) = open_shared(&opener)?;
+            let shared = Arc::new(shared);
+            let readers = RedbReaders {
+                shared: Arc::clone(&shared),
+                leases: Arc::clone(&engine_leases),
+            };
+            let engine = RedbEngine {
+                shared,
+                opener,
+                leases: engine_leases,
+                file_id,
+                reopen: false,
+                not_durable_since: None,
+            };
+            Ok((engine, readers))
         })
         .await?;
         Ok(RedbStore {
@@ -88,8 +122,14 @@ pub(crate) fn map_redb_error(path: &str, error: impl Into<::redb::Error>) -> Sto
         ::redb::Error::DatabaseAlreadyOpen | ::redb::Error::LockProtocolMismatch => {
             StoreError::Locked {
                 path: path.to_string(),
+                holder: None,
             }
         }
+        // redb refuses everything after an I/O error until the file is reopened.
+        ::redb::Error::PreviousIo => StoreError::Io {
+            path: path.to_string(),
+            source: std::io::Error::other("a previous I/O error occurred"),
+        },
         ::redb::Error::Corrupted(detail) => StoreError::corrupt(path, detail),
         ::redb::Error::TableTypeMismatch { .. }
         | ::redb::Error::TableIsMultimap(_)
@@ -114,5 +154,124 @@ pub(crate) fn map_redb_error(path: &str, error: impl Into<::redb::Error>) -> Sto
             backend: "redb",
             source: Box::new(other),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use ::redb::backends::FileBackend;
+    use ::redb::StorageBackend;
+
+    use super::*;
+    use crate::{BindingStore, BindingStoreExt, TurnCommit};
+
+    /// The file, with writes that fail with "no space left on device" while `full` is set.
+    #[derive(Debug)]
+    struct FullDisk {
+        file: FileBackend,
+        full: Arc<AtomicBool>,
+    }
+
+    impl FullDisk {
+        fn check(&self) -> Result<(), std::io::Error> {
+            if self.full.load(Ordering::SeqCst) {
+                return Err(std::io::Error::from_raw_os_error(28));
+            }
+            Ok(())
+        }
+    }
+
+    type Bound = std::ops::Bound<u64>;
+
+    impl StorageBackend for FullDisk {
+        fn len(&self) -> Result<u64, std::io::Error> {
+            self.file.len()
+        }
+        fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+            self.file.read(offset, out)
+        }
+        fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+            self.check()?;
+            self.file.set_len(len)
+        }
+        fn sync_data(&self) -> Result<(), std::io::Error> {
+            self.check()?;
+            self.file.sync_data()
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+            self.check()?;
+            self.file.write(offset, data)
+        }
+        fn close(&self) -> Result<(), std::io::Error> {
+            self.file.close()
+        }
+        fn try_lock_range(&self, s: Bound, e: Bound) -> Result<bool, ::redb::BackendError> {
+            self.file.try_lock_range(s, e)
+        }
+        fn try_lock_shared_range(&self, s: Bound, e: Bound) -> Result<bool, ::redb::BackendError> {
+            self.file.try_lock_shared_range(s, e)
+        }
+        fn lock_range(&self, s: Bound, e: Bound) -> Result<(), ::redb::BackendError> {
+            self.file.lock_range(s, e)
+        }
+        fn lock_shared_range(&self, s: Bound, e: Bound) -> Result<(), ::redb::BackendError> {
+            self.file.lock_shared_range(s, e)
+        }
+        fn unlock_range(&self, s: Bound, e: Bound) -> Result<(), ::redb::BackendError> {
+            self.file.unlock_range(s, e)
+        }
+        fn query_lock_range(&self, s: Bound, e: Bound) -> Result<bool, ::redb::BackendError> {
+            self.file.query_lock_range(s, e)
+        }
+    }
+
+    fn commit(n: u64) -> TurnCommit {
+        TurnCommit {
+            session_id: "s".to_string(),
+            thread_id: "t".to_string(),
+            codex_home: None,
+            rows: vec![serde_json::json!({ "n": n })],
+            fence: None,
+        }
+    }
+
+    /// Issue 19 item 12: redb fails every call after one I/O error ("Previous I/O error
+    /// occurred") until the database is reopened; the store reopens it and goes on once space
+    /// is back, with every acknowledged commit and none of the failed one.
+    #[tokio::test]
+    async fn a_full_disk_fails_its_commit_and_the_store_goes_on_once_space_is_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let full = Arc::new(AtomicBool::new(false));
+        let disk = Arc::clone(&full);
+        let make_backend: MakeBackend = Arc::new(move |builder, file| {
+            builder.create_with_backend(FullDisk {
+                file: FileBackend::new(file)?,
+                full: Arc::clone(&disk),
+            })
+        });
+        let path = dir.path().join("s.redb");
+        let store = RedbStore::open_with(&path, OpenOptions::new(), make_backend)
+            .await
+            .unwrap();
+        store.commit_turn(commit(0)).await.unwrap();
+
+        full.store(true, Ordering::SeqCst);
+        for n in [1, 2] {
+            let refused = store.commit_turn(commit(n)).await;
+            assert!(matches!(refused, Err(StoreError::Io { .. })), "{refused:?}");
+        }
+        full.store(false, Ordering::SeqCst);
+        let out = store.commit_turn(commit(3)).await.expect("space is back");
+        assert_eq!((out.first_seq(), out.row_count()), (1, 2));
+        let rows = store.all_rows("s").await.unwrap();
+        let ns: Vec<_> = rows.iter().map(|r| r.body["n"].clone()).collect();
+        assert_eq!(ns, [serde_json::json!(0), serde_json::json!(3)]);
+        store.close().await;
+        let reopened = RedbStore::open(&path, OpenOptions::new().create(false))
+            .await
+            .unwrap();
+        assert_eq!(reopened.all_rows("s").await.unwrap().len(), 2);
     }
 }

@@ -2,7 +2,7 @@
 //! codec.
 //!
 //! A value is the record's JSON followed by a CRC-32 (little endian) of the table, the key and
-//! the JSON (schema 4, `checksum.rs`): redb checks page checksums only when it repairs or
+//! the JSON (`checksum.rs`): redb checks page checksums only when it repairs or
 //! verifies a file, not when it reads a record, so damage to a value or a key must be found
 //! here. A session record must also name its own key.
 
@@ -16,6 +16,22 @@ use super::map_redb_error;
 use crate::checksum::{verify, Checksum};
 use crate::logic::{check_record, LeaseTxn, LocalLeases, ReadTxn, WriteTxn};
 use crate::{SessionRecord, StoreError, TranscriptRow};
+
+/// The checksum of a `threads` value (the owning session's id).
+fn thread_sum(thread_id: &str, session: &[u8]) -> i64 {
+    Checksum::of("threads")
+        .text(thread_id)
+        .bytes(session)
+        .finish()
+}
+
+/// The checksum of a `session_threads` value (empty).
+fn session_thread_sum(session_id: &str, thread_id: &str) -> i64 {
+    Checksum::of("session_threads")
+        .text(session_id)
+        .text(thread_id)
+        .finish()
+}
 
 /// The checksum of a `sessions` value.
 pub(super) fn session_sum(key: &str, json: &[u8]) -> i64 {
@@ -102,19 +118,22 @@ fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
     serde_json::to_vec(value).map_err(|e| StoreError::Internal(format!("encoding JSON: {e}")))
 }
 
-/// Reads shared by read-only and write transactions.
-pub(super) struct Tables<S, R> {
+/// The tables of one transaction, read-only or write.
+pub(super) struct Tables<S, R, T, ST> {
     pub(super) label: String,
     pub(super) sessions: S,
     pub(super) rows: R,
-    /// The process's leases, in write transactions (for fence checks).
-    pub(super) leases: Option<Arc<LocalLeases>>,
+    pub(super) threads: T,
+    pub(super) session_threads: ST,
+    /// The process's leases (for fence checks; read transactions never use them).
+    pub(super) leases: Arc<LocalLeases>,
 }
 
-impl<S, R> ReadTxn for Tables<S, R>
+impl<S, R, T, ST> ReadTxn for Tables<S, R, T, ST>
 where
     S: ReadableTable<&'static str, &'static [u8]>,
     R: ReadableTable<(&'static str, u64), &'static [u8]>,
+    T: ReadableTable<&'static str, &'static [u8]>,
 {
     fn label(&self) -> &str {
         &self.label
@@ -198,6 +217,22 @@ where
             .is_some())
     }
 
+    fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>, StoreError> {
+        let label = &self.label;
+        let Some(value) = self
+            .threads
+            .get(thread_id)
+            .map_err(|e| map_redb_error(label, e))?
+        else {
+            return Ok(None);
+        };
+        let what = || format!("owner of thread {thread_id}");
+        let session = unseal(label, &what, value.value(), |s| thread_sum(thread_id, s))?;
+        String::from_utf8(session.to_vec())
+            .map(Some)
+            .map_err(|_| StoreError::corrupt(label, format!("{}: not UTF-8", what())))
+    }
+
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
         let label = self.label.clone();
         let map = |e| map_redb_error(&label, e);
@@ -222,6 +257,8 @@ impl WriteTxn
     for Tables<
         ::redb::Table<'_, &'static str, &'static [u8]>,
         ::redb::Table<'_, (&'static str, u64), &'static [u8]>,
+        ::redb::Table<'_, &'static str, &'static [u8]>,
+        ::redb::Table<'_, (&'static str, &'static str), &'static [u8]>,
     >
 {
     fn put(&mut self, record: &SessionRecord) -> Result<(), StoreError> {
@@ -233,39 +270,75 @@ impl WriteTxn
         Ok(())
     }
 
-    fn put_row(&mut self, session_id: &str, seq: u64, body: &Value) -> Result<(), StoreError> {
-        let json = encode(body)?;
-        let sum = row_sum(session_id, seq, &json);
-        let previous = self
-            .rows
-            .insert((session_id, seq), seal(json, sum).as_slice())
-            .map_err(|e| map_redb_error(&self.label, e))?;
-        if previous.is_some() {
-            // Rows are append-only; finding one here means the record's row count is wrong.
-            return Err(StoreError::corrupt(
-                &self.label,
-                format!("row {seq} of session {session_id} already exists"),
-            ));
+    fn put_rows(
+        &mut self,
+        session_id: &str,
+        first_seq: u64,
+        bodies: &[Value],
+    ) -> Result<(), StoreError> {
+        for (i, body) in bodies.iter().enumerate() {
+            let seq = first_seq + i as u64;
+            let json = encode(body)?;
+            let sum = row_sum(session_id, seq, &json);
+            let previous = self
+                .rows
+                .insert((session_id, seq), seal(json, sum).as_slice())
+                .map_err(|e| map_redb_error(&self.label, e))?;
+            if previous.is_some() {
+                // Rows are append-only; finding one here means the record's row count is wrong.
+                return Err(StoreError::corrupt(
+                    &self.label,
+                    format!("row {seq} of session {session_id} already exists"),
+                ));
+            }
         }
+        Ok(())
+    }
+
+    fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<(), StoreError> {
+        let label = &self.label;
+        let owner = session_id.as_bytes().to_vec();
+        let sum = thread_sum(thread_id, &owner);
+        self.threads
+            .insert(thread_id, seal(owner, sum).as_slice())
+            .map_err(|e| map_redb_error(label, e))?;
+        let sum = session_thread_sum(session_id, thread_id);
+        self.session_threads
+            .insert((session_id, thread_id), seal(Vec::new(), sum).as_slice())
+            .map_err(|e| map_redb_error(label, e))?;
         Ok(())
     }
 
     fn remove(&mut self, session_id: &str) -> Result<bool, StoreError> {
         let label = self.label.clone();
-        let existed = self
-            .sessions
-            .remove(session_id)
-            .map_err(|e| map_redb_error(&label, e))?
-            .is_some();
+        let map = |e| map_redb_error(&label, e);
+        let existed = self.sessions.remove(session_id).map_err(map)?.is_some();
         self.rows
             .retain_in((session_id, 0)..=(session_id, u64::MAX), |_, _| false)
-            .map_err(|e| map_redb_error(&label, e))?;
+            .map_err(map)?;
+        let mut threads = Vec::new();
+        for item in self
+            .session_threads
+            .range((session_id, "")..)
+            .map_err(map)?
+        {
+            let (key, _) = item.map_err(map)?;
+            let (owner, thread) = key.value();
+            if owner != session_id {
+                break;
+            }
+            threads.push(thread.to_string());
+        }
+        for thread in &threads {
+            self.threads.remove(thread.as_str()).map_err(map)?;
+            self.session_threads
+                .remove((session_id, thread.as_str()))
+                .map_err(map)?;
+        }
         Ok(existed)
     }
 
-    fn leases(&mut self) -> Option<&mut dyn LeaseTxn> {
-        self.leases
-            .as_mut()
-            .map(|leases| leases as &mut dyn LeaseTxn)
+    fn leases(&mut self) -> &mut dyn LeaseTxn {
+        &mut self.leases
     }
 }

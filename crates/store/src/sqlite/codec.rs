@@ -1,5 +1,5 @@
-//! The SQLite row codec: rows as stored (text and integers), their checksums (schema 2), and
-//! their decoding into the crate's types.
+//! The SQLite row codec: rows as stored (text and integers), their checksums, and their
+//! decoding into the crate's types.
 //!
 //! SQLite checks its page structure (`PRAGMA quick_check`) but keeps no checksum of what a
 //! page holds, so every row of every table carries a CRC-32 of its fields (`checksum.rs`),
@@ -9,8 +9,16 @@ use rusqlite::Row;
 use serde_json::{Map, Value};
 
 use crate::checksum::{verify, Checksum};
-use crate::logic::check_record;
-use crate::{Binding, Lease, LeaseOwner, ProcessIdentity, SessionRecord, StoreError};
+use crate::logic::{check_record, Grant, GrantState};
+use crate::{BindingState, Lease, LeaseOwner, ProcessIdentity, SessionRecord, StoreError};
+
+/// The checksum of a `threads` row.
+pub(super) fn thread_checksum(thread_id: &str, session_id: &str) -> i64 {
+    Checksum::of("threads")
+        .text(thread_id)
+        .text(session_id)
+        .finish()
+}
 
 /// The checksum of a `transcript_rows` row.
 pub(super) fn row_checksum(session_id: &str, seq: i64, body: &str) -> i64 {
@@ -72,19 +80,16 @@ pub(super) fn decode_record(label: &str, raw: RawRecord) -> Result<SessionRecord
     let id = raw.session_id;
     let model_config: Map<String, Value> = serde_json::from_str(&raw.model_config)
         .map_err(|e| corrupt_json(label, format!("model_config of {id}"), e))?;
+    let state: BindingState = serde_json::from_str(&raw.state)
+        .map_err(|e| corrupt_json(label, format!("state of {id}"), e))?;
     let retired_threads: Vec<String> = serde_json::from_str(&raw.retired_threads)
         .map_err(|e| corrupt_json(label, format!("retired_threads of {id}"), e))?;
     let row_count = u64::try_from(raw.row_count)
         .map_err(|_| StoreError::corrupt(label, format!("session {id}: negative row count")))?;
-    let binding = raw.binding_thread_id.map(|thread_id| Binding {
-        thread_id,
-        codex_home: raw.binding_codex_home,
-        bound_at_ms: raw.bound_at_ms.unwrap_or(0),
-    });
     let record = SessionRecord {
         session_id: id,
         model_config,
-        binding,
+        state,
         row_count,
         retired_threads,
         created_at_ms: raw.created_at_ms,
@@ -99,30 +104,21 @@ pub(super) fn decode_record(label: &str, raw: RawRecord) -> Result<SessionRecord
 pub(super) struct RawRecord {
     pub(super) session_id: String,
     pub(super) model_config: String,
-    pub(super) binding_thread_id: Option<String>,
-    pub(super) binding_codex_home: Option<String>,
-    pub(super) bound_at_ms: Option<i64>,
+    pub(super) state: String,
     pub(super) row_count: i64,
     pub(super) retired_threads: String,
     pub(super) created_at_ms: i64,
     pub(super) updated_at_ms: i64,
-    /// The stored checksum (0 in a row being migrated from schema 1).
     pub(super) checksum: i64,
 }
 
 impl RawRecord {
     pub(super) fn encode(record: &SessionRecord) -> Result<RawRecord, StoreError> {
-        let json = |e| StoreError::Backend {
-            backend: "sqlite",
-            source: Box::new(e),
-        };
-        let binding = record.binding.as_ref();
+        let json = |e| StoreError::Internal(format!("encoding JSON: {e}"));
         let mut raw = RawRecord {
             session_id: record.session_id.clone(),
             model_config: serde_json::to_string(&record.model_config).map_err(json)?,
-            binding_thread_id: binding.map(|b| b.thread_id.clone()),
-            binding_codex_home: binding.and_then(|b| b.codex_home.clone()),
-            bound_at_ms: binding.map(|b| b.bound_at_ms),
+            state: serde_json::to_string(&record.state).map_err(json)?,
             row_count: record.row_count.min(i64::MAX as u64) as i64,
             retired_threads: serde_json::to_string(&record.retired_threads).map_err(json)?,
             created_at_ms: record.created_at_ms,
@@ -138,9 +134,7 @@ impl RawRecord {
         Checksum::of("sessions")
             .text(&self.session_id)
             .text(&self.model_config)
-            .opt_text(self.binding_thread_id.as_deref())
-            .opt_text(self.binding_codex_home.as_deref())
-            .opt_int(self.bound_at_ms)
+            .text(&self.state)
             .int(self.row_count)
             .text(&self.retired_threads)
             .int(self.created_at_ms)
@@ -149,31 +143,27 @@ impl RawRecord {
     }
 }
 
-/// The `sessions` columns, in the order `raw_record` expects them; every query selects
-/// `checksum` after them.
-pub(super) const RECORD_COLUMNS: &str =
-    "session_id, model_config, binding_thread_id, binding_codex_home, \
-     bound_at_ms, row_count, retired_threads, created_at_ms, updated_at_ms";
+/// The `sessions` columns, in the order `raw_record` expects them, `checksum` last.
+pub(super) const RECORD_COLUMNS: &str = "session_id, model_config, state, row_count, \
+     retired_threads, created_at_ms, updated_at_ms, checksum";
 
 pub(super) fn raw_record(row: &Row<'_>) -> rusqlite::Result<RawRecord> {
     Ok(RawRecord {
         session_id: row.get(0)?,
         model_config: row.get(1)?,
-        binding_thread_id: row.get(2)?,
-        binding_codex_home: row.get(3)?,
-        bound_at_ms: row.get(4)?,
-        row_count: row.get(5)?,
-        retired_threads: row.get(6)?,
-        created_at_ms: row.get(7)?,
-        updated_at_ms: row.get(8)?,
-        checksum: row.get(9)?,
+        state: row.get(2)?,
+        row_count: row.get(3)?,
+        retired_threads: row.get(4)?,
+        created_at_ms: row.get(5)?,
+        updated_at_ms: row.get(6)?,
+        checksum: row.get(7)?,
     })
 }
 
-/// The `leases` columns, in the order [`RawLease::from_row`] expects them (then `checksum`).
+/// The `leases` columns, in the order [`RawLease::from_row`] expects them, `checksum` last.
 pub(super) const LEASE_COLUMNS: &str =
     "session_id, host, pid, started_at_ms, instance, acquired_at_ms, \
-     expires_at_ms, fence, process_space, process_start";
+     expires_at_ms, fence, process_space, process_start, state, checksum";
 
 /// A `leases` row as stored.
 pub(super) struct RawLease {
@@ -187,6 +177,7 @@ pub(super) struct RawLease {
     pub(super) fence: i64,
     pub(super) process_space: Option<String>,
     pub(super) process_start: Option<i64>,
+    pub(super) state: i64,
     pub(super) checksum: i64,
 }
 
@@ -203,11 +194,13 @@ impl RawLease {
             fence: row.get(7)?,
             process_space: row.get(8)?,
             process_start: row.get(9)?,
-            checksum: row.get(10)?,
+            state: row.get(10)?,
+            checksum: row.get(11)?,
         })
     }
 
-    pub(super) fn encode(lease: &Lease) -> RawLease {
+    pub(super) fn encode(grant: &Grant) -> RawLease {
+        let lease = &grant.lease;
         let mut raw = RawLease {
             session_id: lease.session_id.clone(),
             host: lease.owner.host.clone(),
@@ -219,6 +212,11 @@ impl RawLease {
             fence: lease.fence as i64,
             process_space: lease.owner.process.as_ref().map(|p| p.space.clone()),
             process_start: lease.owner.process.as_ref().map(|p| p.start_ticks as i64),
+            state: match grant.state {
+                GrantState::Held => 0,
+                GrantState::Released => 1,
+                GrantState::Forgotten => 2,
+            },
             checksum: 0,
         };
         raw.checksum = raw.fields_checksum();
@@ -226,7 +224,7 @@ impl RawLease {
     }
 
     pub(super) fn fields_checksum(&self) -> i64 {
-        let sum = Checksum::of("leases")
+        Checksum::of("leases")
             .text(&self.session_id)
             .text(&self.host)
             .int(self.pid)
@@ -234,22 +232,15 @@ impl RawLease {
             .int(self.instance)
             .int(self.acquired_at_ms)
             .int(self.expires_at_ms)
-            .int(self.fence);
-        // Schema 3's columns join the sum only when set: a lease without a process identity
-        // sums as in schema 2. One set and not the other does not match any written sum.
-        let sum = match &self.process_space {
-            Some(space) => sum.text(space),
-            None => sum,
-        };
-        match self.process_start {
-            Some(start) => sum.int(start),
-            None => sum,
-        }
-        .finish()
+            .int(self.fence)
+            .opt_text(self.process_space.as_deref())
+            .opt_int(self.process_start)
+            .int(self.state)
+            .finish()
     }
 
     /// Verifies the row and decodes it.
-    pub(super) fn into_lease(self, label: &str) -> Result<Lease, StoreError> {
+    pub(super) fn into_grant(self, label: &str) -> Result<Grant, StoreError> {
         verify(
             label,
             || format!("lease of session {}", self.session_id),
@@ -263,7 +254,18 @@ impl RawLease {
             .map_err(|what| {
                 StoreError::corrupt(label, format!("lease of {}: {what}", self.session_id))
             })?;
-        Ok(Lease {
+        let state = match self.state {
+            0 => GrantState::Held,
+            1 => GrantState::Released,
+            2 => GrantState::Forgotten,
+            _ => {
+                return Err(StoreError::corrupt(
+                    label,
+                    format!("lease of {}: unknown state", self.session_id),
+                ))
+            }
+        };
+        let lease = Lease {
             session_id: self.session_id,
             owner: LeaseOwner {
                 host: self.host,
@@ -275,7 +277,8 @@ impl RawLease {
             acquired_at_ms: self.acquired_at_ms,
             expires_at_ms: self.expires_at_ms,
             fence: self.fence as u64,
-        })
+        };
+        Ok(Grant { lease, state })
     }
 }
 

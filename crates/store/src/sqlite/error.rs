@@ -10,6 +10,14 @@ pub(crate) fn map_sqlite_error(path: &str, error: rusqlite::Error) -> StoreError
             ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
                 return StoreError::Locked {
                     path: path.to_string(),
+                    holder: None,
+                }
+            }
+            // A read-only file, directory (no room for the WAL) or file system.
+            ErrorCode::ReadOnly => {
+                return StoreError::NotWritable {
+                    path: path.to_string(),
+                    source: Some(Box::new(error)),
                 }
             }
             ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt => {
@@ -39,5 +47,24 @@ pub(crate) fn map_sqlite_error(path: &str, error: rusqlite::Error) -> StoreError
     StoreError::Backend {
         backend: "sqlite",
         source: Box::new(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_only_database_is_not_writable() {
+        let error = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_READONLY),
+            Some("attempt to write a readonly database".to_string()),
+        );
+        let mapped = map_sqlite_error("/ro/s.db", error);
+        assert!(
+            matches!(&mapped, StoreError::NotWritable { path, .. } if path == "/ro/s.db"),
+            "{mapped:?}"
+        );
+        assert_eq!(mapped.to_string(), "store /ro/s.db is not writable");
     }
 }

@@ -6,8 +6,11 @@
 
 use rusqlite::{Connection, Statement};
 
-use super::codec::{decode_record, raw_record, RawLease, RawRow, LEASE_COLUMNS, RECORD_COLUMNS};
+use super::codec::{
+    decode_record, raw_record, thread_checksum, RawLease, RawRow, LEASE_COLUMNS, RECORD_COLUMNS,
+};
 use super::error::map_sqlite_error;
+use crate::checksum::verify as verify_sum;
 use crate::durable::{merge_scan, ScannedRow, ScannedSession};
 use crate::verify::{Checker, ProblemKind};
 use crate::StoreError;
@@ -44,7 +47,7 @@ pub(super) fn verify(
     let complete = {
         let mut sessions_stmt = txn
             .prepare(&format!(
-                "SELECT {RECORD_COLUMNS}, checksum FROM sessions ORDER BY session_id"
+                "SELECT {RECORD_COLUMNS} FROM sessions ORDER BY session_id"
             ))
             .map_err(map)?;
         let mut rows_stmt = txn
@@ -69,7 +72,8 @@ pub(super) fn verify(
         })?;
         merge_scan(checker, &mut sessions, &mut rows)?
     };
-    if !complete || !verify_leases(&txn, label, checker)? {
+    if !complete || !verify_leases(&txn, label, checker)? || !verify_threads(&txn, label, checker)?
+    {
         return Ok(false);
     }
     txn.commit().map_err(map)?;
@@ -84,12 +88,12 @@ fn verify_leases(
 ) -> Result<bool, StoreError> {
     let map = |e| map_sqlite_error(label, e);
     let mut statement = conn
-        .prepare(&format!("SELECT {LEASE_COLUMNS}, checksum FROM leases"))
+        .prepare(&format!("SELECT {LEASE_COLUMNS} FROM leases"))
         .map_err(map)?;
     let leases = scan(&mut statement, label, |row| {
         let raw = RawLease::from_row(row).map_err(map)?;
         let session_id = raw.session_id.clone();
-        Ok((session_id, raw.into_lease(label).map(drop)))
+        Ok((session_id, raw.into_grant(label).map(drop)))
     })?;
     for lease in leases {
         match lease {
@@ -99,6 +103,45 @@ fn verify_leases(
                     checker.damage(ProblemKind::Lease, Some(&session_id), error)?;
                 }
             }
+            Err(error) => {
+                checker.damage(ProblemKind::Structure, None, error)?;
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Checks every thread-ownership record. Returns whether the check reached the end.
+fn verify_threads(
+    conn: &Connection,
+    label: &str,
+    checker: &mut Checker<'_>,
+) -> Result<bool, StoreError> {
+    let map = |e| map_sqlite_error(label, e);
+    let mut statement = conn
+        .prepare("SELECT thread_id, session_id, checksum FROM threads")
+        .map_err(map)?;
+    let threads = scan(&mut statement, label, |row| {
+        let (thread, session, sum): (String, String, i64) = (
+            row.get(0).map_err(map)?,
+            row.get(1).map_err(map)?,
+            row.get(2).map_err(map)?,
+        );
+        let checked = verify_sum(
+            label,
+            || format!("owner of thread {thread}"),
+            sum,
+            thread_checksum(&thread, &session),
+        );
+        Ok((session, checked))
+    })?;
+    for thread in threads {
+        match thread {
+            Ok((session_id, Err(error))) => {
+                checker.damage(ProblemKind::Thread, Some(&session_id), error)?
+            }
+            Ok(_) => {}
             Err(error) => {
                 checker.damage(ProblemKind::Structure, None, error)?;
                 return Ok(false);

@@ -23,7 +23,7 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use self::error::map_sqlite_error;
 use self::txn::Txn;
 use crate::adapter::Adapter;
-use crate::durable::{create_owner_only, prepare_path, Durable, Engine, Readers, Writer};
+use crate::durable::{prepare_file, Durable, Engine, FileId, Readers, Writer};
 use crate::logic::{ReadTxn, WriteTxn};
 use crate::store::forward_binding_store;
 use crate::verify::Checker;
@@ -39,33 +39,32 @@ pub struct SqliteStore {
 forward_binding_store!([] SqliteStore, |this| this.store);
 
 impl SqliteStore {
-    /// Opens (or creates, owner-only) the store at `path`, migrating an older schema.
+    /// Opens (or creates, owner-only) the store at `path`.
     ///
-    /// Errors: [`StoreError::Corrupt`] for a damaged or foreign file,
-    /// [`StoreError::NewerSchema`] for a file from a newer rethread, [`StoreError::Locked`] if
-    /// another process holds the write lock past the busy timeout. The file is opened on the
-    /// store's writer thread.
+    /// Errors: [`StoreError::NotAFile`], [`StoreError::NoStore`] (without `create`) and
+    /// [`StoreError::NotWritable`] before anything opens the file; [`StoreError::Corrupt`] for
+    /// a damaged or foreign file, [`StoreError::NewerSchema`] for a file from a newer rethread,
+    /// [`StoreError::Locked`] if another process holds the write lock past the wait. The file
+    /// is opened on the store's writer thread.
     pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let open_path = path.clone();
-        let (max_batch, spin) = (options.max_batch, options.lone_write_spin);
-        let (writer, readers) = Writer::spawn("sqlite", max_batch, spin, move || {
+        let (writer, readers) = Writer::spawn("sqlite", move || {
             let label = open_path.display().to_string();
-            let conn = open_writer(&open_path, &options, &label)?;
+            let (conn, file_id) = open_writer(&open_path, &options, &label)?;
             let readers = SqliteReaders {
-                path: open_path,
+                path: open_path.clone(),
                 label: label.clone(),
-                busy_timeout: options.busy_timeout,
+                busy_timeout: options.busy_timeout(),
                 pool: Mutex::new(Vec::new()),
             };
-            Ok((
-                SqliteEngine {
-                    conn,
-                    label,
-                    data_version: None,
-                },
-                readers,
-            ))
+            let engine = SqliteEngine {
+                conn,
+                label,
+                path: open_path,
+                file_id,
+            };
+            Ok((engine, readers))
         })
         .await?;
         Ok(SqliteStore {
@@ -120,13 +119,17 @@ fn check_header(path: &Path, label: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<Connection, StoreError> {
-    prepare_path(path, options)?;
-    create_owner_only(path, options.create)?;
+fn open_writer(
+    path: &Path,
+    options: &OpenOptions,
+    label: &str,
+) -> Result<(Connection, FileId), StoreError> {
+    prepare_file(path, options)?;
     check_header(path, label)?;
-    let mut conn = connect(path, label, options.busy_timeout)?;
+    let mut conn = connect(path, label, options.busy_timeout())?;
+    let file_id = FileId::of_path(path)?;
     let map = |e| map_sqlite_error(label, e);
-    enable_wal(&conn, label, options.busy_timeout)?;
+    enable_wal(&conn, label, options.busy_timeout())?;
     // Durable: every commit synced, with `F_FULLFSYNC` where the platform has it (on macOS a
     // plain fsync leaves the data in the drive's cache; elsewhere SQLite ignores the flag).
     // Relaxed: WAL commits reach the file at once and are synced at checkpoints, so only a
@@ -138,8 +141,8 @@ fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<Connec
     conn.execute_batch(pragmas).map_err(map)?;
     // Nothing here reads the store's records: opening takes the same time whatever the store
     // holds. Reads check what they touch; `verify` checks everything.
-    schema::ensure_schema(&mut conn, label)?;
-    Ok(conn)
+    schema::ensure_schema(&mut conn, label, options.create)?;
+    Ok((conn, file_id))
 }
 
 /// Puts the file in WAL mode (kept in the file, so only a new store changes). Switching takes
@@ -169,14 +172,16 @@ fn enable_wal(conn: &Connection, label: &str, busy: std::time::Duration) -> Resu
 struct SqliteEngine {
     conn: Connection,
     label: String,
-    /// `PRAGMA data_version` seen in the previous write transaction.
-    data_version: Option<i64>,
+    path: PathBuf,
+    /// The file the path named at open: a commit into a file deleted or replaced since is
+    /// refused.
+    file_id: FileId,
 }
 
 impl Engine for SqliteEngine {
     fn write(
         &mut self,
-        f: &mut dyn FnMut(&mut dyn WriteTxn, bool) -> Result<(), StoreError>,
+        f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         let label = self.label.as_str();
         // IMMEDIATE: take the write lock before reading, so another process's write cannot
@@ -185,15 +190,8 @@ impl Engine for SqliteEngine {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| map_sqlite_error(label, e))?;
-        // Under the write lock: has any other connection (process) committed since our last
-        // transaction? `data_version` changes only for other connections' commits.
-        let version: i64 = txn
-            .prepare_cached("PRAGMA data_version")
-            .and_then(|mut s| s.query_row([], |r| r.get(0)))
-            .map_err(|e| map_sqlite_error(label, e))?;
-        let others_wrote = self.data_version != Some(version);
-        self.data_version = Some(version);
-        f(&mut Txn { conn: &txn, label }, others_wrote)?;
+        f(&mut Txn { conn: &txn, label })?;
+        self.file_id.check(&self.path, label)?;
         txn.commit().map_err(|e| map_sqlite_error(label, e))
     }
 }
@@ -268,12 +266,12 @@ mod tests {
     #[test]
     fn durable_stores_ask_for_full_fsync() {
         let dir = tempfile::tempdir().unwrap();
-        let durable = open_writer(&dir.path().join("d.db"), &OpenOptions::new(), "d").unwrap();
+        let (durable, _) = open_writer(&dir.path().join("d.db"), &OpenOptions::new(), "d").unwrap();
         assert_eq!(pragma(&durable, "synchronous"), 2, "FULL");
         assert_eq!(pragma(&durable, "fullfsync"), 1);
         assert_eq!(pragma(&durable, "checkpoint_fullfsync"), 1);
         let relaxed = OpenOptions::new().durability(Durability::Relaxed);
-        let relaxed = open_writer(&dir.path().join("r.db"), &relaxed, "r").unwrap();
+        let (relaxed, _) = open_writer(&dir.path().join("r.db"), &relaxed, "r").unwrap();
         assert_eq!(pragma(&relaxed, "synchronous"), 1, "NORMAL");
     }
 }

@@ -6,12 +6,13 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 
 use super::codec::{
-    corrupt_json, decode_record, raw_record, row_checksum, RawLease, RawRecord, RawRow,
-    LEASE_COLUMNS, RECORD_COLUMNS,
+    corrupt_json, decode_record, raw_record, row_checksum, thread_checksum, RawLease, RawRecord,
+    RawRow, LEASE_COLUMNS, RECORD_COLUMNS,
 };
 use super::error::map_sqlite_error;
-use crate::logic::{LeaseTxn, ReadTxn, WriteTxn};
-use crate::{Lease, SessionRecord, StoreError, TranscriptRow};
+use crate::checksum::verify;
+use crate::logic::{Grant, LeaseTxn, ReadTxn, WriteTxn};
+use crate::{SessionRecord, StoreError, TranscriptRow};
 
 /// One transaction's view of a connection (the caller began and will end the transaction).
 pub(super) struct Txn<'c> {
@@ -34,7 +35,7 @@ impl ReadTxn for Txn<'_> {
         let raw = self
             .conn
             .prepare_cached(&format!(
-                "SELECT {RECORD_COLUMNS}, checksum FROM sessions WHERE session_id = ?1"
+                "SELECT {RECORD_COLUMNS} FROM sessions WHERE session_id = ?1"
             ))
             .and_then(|mut s| s.query_row([session_id], raw_record).optional())
             .map_err(|e| self.map(e))?;
@@ -84,14 +85,14 @@ impl ReadTxn for Txn<'_> {
             Some(after) => self
                 .conn
                 .prepare_cached(&format!(
-                    "SELECT {RECORD_COLUMNS}, checksum FROM sessions WHERE session_id > ?1 \
+                    "SELECT {RECORD_COLUMNS} FROM sessions WHERE session_id > ?1 \
                      ORDER BY session_id LIMIT ?2"
                 ))
                 .and_then(|mut s| s.query_map(params![after, limit], raw_record)?.collect()),
             None => self
                 .conn
                 .prepare_cached(&format!(
-                    "SELECT {RECORD_COLUMNS}, checksum FROM sessions ORDER BY session_id LIMIT ?1"
+                    "SELECT {RECORD_COLUMNS} FROM sessions ORDER BY session_id LIMIT ?1"
                 ))
                 .and_then(|mut s| s.query_map(params![limit], raw_record)?.collect()),
         }
@@ -106,6 +107,27 @@ impl ReadTxn for Txn<'_> {
             .prepare_cached("SELECT 1 FROM transcript_rows WHERE session_id = ?1 LIMIT 1")
             .and_then(|mut s| s.exists([session_id]))
             .map_err(|e| self.map(e))
+    }
+
+    fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>, StoreError> {
+        let row: Option<(String, i64)> = self
+            .conn
+            .prepare_cached("SELECT session_id, checksum FROM threads WHERE thread_id = ?1")
+            .and_then(|mut s| {
+                s.query_row([thread_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .map_err(|e| self.map(e))?;
+        let Some((session_id, checksum)) = row else {
+            return Ok(None);
+        };
+        verify(
+            self.label,
+            || format!("owner of thread {thread_id}"),
+            checksum,
+            thread_checksum(thread_id, &session_id),
+        )?;
+        Ok(Some(session_id))
     }
 
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
@@ -139,12 +161,9 @@ impl WriteTxn for Txn<'_> {
         let raw = RawRecord::encode(record)?;
         self.conn
             .prepare_cached(&format!(
-                "INSERT INTO sessions ({RECORD_COLUMNS}, checksum) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+                "INSERT INTO sessions ({RECORD_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
                  ON CONFLICT (session_id) DO UPDATE SET model_config = excluded.model_config, \
-                 binding_thread_id = excluded.binding_thread_id, \
-                 binding_codex_home = excluded.binding_codex_home, \
-                 bound_at_ms = excluded.bound_at_ms, row_count = excluded.row_count, \
+                 state = excluded.state, row_count = excluded.row_count, \
                  retired_threads = excluded.retired_threads, \
                  created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms, \
                  checksum = excluded.checksum"
@@ -153,9 +172,7 @@ impl WriteTxn for Txn<'_> {
                 s.execute(params![
                     raw.session_id,
                     raw.model_config,
-                    raw.binding_thread_id,
-                    raw.binding_codex_home,
-                    raw.bound_at_ms,
+                    raw.state,
                     raw.row_count,
                     raw.retired_threads,
                     raw.created_at_ms,
@@ -167,27 +184,51 @@ impl WriteTxn for Txn<'_> {
         Ok(())
     }
 
-    fn put_row(&mut self, session_id: &str, seq: u64, body: &Value) -> Result<(), StoreError> {
+    fn put_rows(
+        &mut self,
+        session_id: &str,
+        first_seq: u64,
+        bodies: &[Value],
+    ) -> Result<(), StoreError> {
         // A plain INSERT: rows are append-only, and a duplicate key means the record's row
         // count is wrong, which must fail loudly rather than overwrite.
-        let seq = seq.min(i64::MAX as u64) as i64;
-        let body = body.to_string();
-        let checksum = row_checksum(session_id, seq, &body);
-        self.conn
+        let mut insert = self
+            .conn
             .prepare_cached(
                 "INSERT INTO transcript_rows (session_id, seq, body, checksum) \
                  VALUES (?1, ?2, ?3, ?4)",
             )
-            .and_then(|mut s| s.execute(params![session_id, seq, body, checksum]))
+            .map_err(|e| map_sqlite_error(self.label, e))?;
+        for (i, body) in bodies.iter().enumerate() {
+            let seq = first_seq.saturating_add(i as u64).min(i64::MAX as u64) as i64;
+            let body = body.to_string();
+            let checksum = row_checksum(session_id, seq, &body);
+            insert
+                .execute(params![session_id, seq, body, checksum])
+                .map_err(|e| map_sqlite_error(self.label, e))?;
+        }
+        Ok(())
+    }
+
+    fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<(), StoreError> {
+        let checksum = thread_checksum(thread_id, session_id);
+        self.conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO threads (thread_id, session_id, checksum) \
+                 VALUES (?1, ?2, ?3)",
+            )
+            .and_then(|mut s| s.execute(params![thread_id, session_id, checksum]))
             .map_err(|e| self.map(e))?;
         Ok(())
     }
 
     fn remove(&mut self, session_id: &str) -> Result<bool, StoreError> {
-        self.conn
-            .prepare_cached("DELETE FROM transcript_rows WHERE session_id = ?1")
-            .and_then(|mut s| s.execute([session_id]))
-            .map_err(|e| self.map(e))?;
+        for table in ["transcript_rows", "threads"] {
+            self.conn
+                .prepare_cached(&format!("DELETE FROM {table} WHERE session_id = ?1"))
+                .and_then(|mut s| s.execute([session_id]))
+                .map_err(|e| self.map(e))?;
+        }
         let n = self
             .conn
             .prepare_cached("DELETE FROM sessions WHERE session_id = ?1")
@@ -196,29 +237,29 @@ impl WriteTxn for Txn<'_> {
         Ok(n > 0)
     }
 
-    fn leases(&mut self) -> Option<&mut dyn LeaseTxn> {
-        Some(self)
+    fn leases(&mut self) -> &mut dyn LeaseTxn {
+        self
     }
 }
 
 impl LeaseTxn for Txn<'_> {
-    fn load_lease(&mut self, session_id: &str) -> Result<Option<Lease>, StoreError> {
+    fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>, StoreError> {
         let raw = self
             .conn
             .prepare_cached(&format!(
-                "SELECT {LEASE_COLUMNS}, checksum FROM leases WHERE session_id = ?1"
+                "SELECT {LEASE_COLUMNS} FROM leases WHERE session_id = ?1"
             ))
             .and_then(|mut s| s.query_row([session_id], RawLease::from_row).optional())
             .map_err(|e| self.map(e))?;
-        raw.map(|raw| raw.into_lease(self.label)).transpose()
+        raw.map(|raw| raw.into_grant(self.label)).transpose()
     }
 
-    fn put_lease(&mut self, lease: &Lease) -> Result<(), StoreError> {
-        let raw = RawLease::encode(lease);
+    fn put_lease(&mut self, grant: &Grant) -> Result<(), StoreError> {
+        let raw = RawLease::encode(grant);
         self.conn
             .prepare_cached(&format!(
-                "INSERT OR REPLACE INTO leases ({LEASE_COLUMNS}, checksum) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+                "INSERT OR REPLACE INTO leases ({LEASE_COLUMNS}) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
             ))
             .and_then(|mut s| {
                 s.execute(params![
@@ -232,6 +273,7 @@ impl LeaseTxn for Txn<'_> {
                     raw.fence,
                     raw.process_space,
                     raw.process_start,
+                    raw.state,
                     raw.checksum,
                 ])
             })
