@@ -5,7 +5,7 @@
 //! once.
 
 #[path = "support/faulty_store.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, unreachable_pub)]
 mod faulty_store;
 
 use std::sync::Arc;
