@@ -616,8 +616,13 @@ async fn a_lost_lease_is_said_once_and_nothing_more_is_written() {
     let warning = &turn.messages[at]["params"];
     assert_eq!(warning["threadId"], json!(thread));
     let message = warning["message"].as_str().unwrap();
+    // Another process took it: said so, naming it (issue 19, item 2: only then).
     assert!(
-        message.ends_with("turns on this connection are no longer recorded."),
+        message.starts_with(&format!(
+            "rethread lost this session to another process (host {} pid {})",
+            other.owner().host,
+            other.owner().pid
+        )),
         "{message}"
     );
     assert_eq!(turn.messages[at + 1]["method"], "turn/completed");

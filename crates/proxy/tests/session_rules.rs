@@ -1,7 +1,10 @@
-//! Which thread a proxied session keeps, against the in-process fake: the session stays on its
-//! own thread (a second `thread/start` never moves the binding, and the client is told; a
-//! fork or a resume of another thread takes the same path, pinned in `runtime/tests/machine.rs`), an ephemeral thread is never bound, and a client that floods the bounded tracking
-//! never loses the session's own start or its fallback warning.
+//! The session rules of issue 19 through the proxy, against the in-process fake: the session
+//! stays on its own thread (a second `thread/start` never moves the binding, and the client is
+//! told; a fork or a resume of another thread takes the same path, pinned in
+//! `runtime/tests/machine.rs`), an ephemeral thread is never bound, a client that floods the
+//! bounded tracking never loses the session's own start or its fallback warning, another
+//! session's thread cannot be resumed here, and a stall past the lease's TTL with nobody
+//! competing goes on recording.
 
 mod support;
 
@@ -164,6 +167,87 @@ async fn a_flood_of_tracked_requests_never_evicts_the_sessions_start_or_its_warn
             .as_str()
             .unwrap_or_default()
             .contains("memory limits")),
+        "{:?}",
+        warnings(&client.log)
+    );
+}
+
+#[tokio::test]
+async fn a_thread_of_another_session_cannot_be_resumed_in_this_one() {
+    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    // Session B has a thread with a committed turn.
+    let b = Arc::new(
+        BindingHooks::open("b", store.clone(), SessionOptions::default())
+            .await
+            .unwrap(),
+    );
+    let (mut proxied, fake) = proxy_fake(b, rethread_fake_appserver::FakeAppServer::builder());
+    let theirs = open_thread(&mut proxied.client).await;
+    proxied
+        .client
+        .run_turn(&theirs, "mine", None)
+        .await
+        .unwrap();
+    proxied.client.close_writer().await;
+    while proxied.client.next_message().await.unwrap().is_some() {}
+    proxied.task.await.unwrap().unwrap();
+
+    // Inside session A, the client resumes B's thread by id: refused, nothing forwarded.
+    let stream = fake.restart().await.unwrap();
+    let (read, write) = tokio::io::split(stream);
+    let mut proxied = proxy(hooks(&store).await, read, write, |o| o);
+    let client = &mut proxied.client;
+    client.initialize(false).await.unwrap();
+    let answer = client
+        .request("thread/resume", Some(json!({"threadId": theirs})))
+        .await
+        .unwrap();
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    assert_eq!(answer["error"]["data"]["rethread"]["kind"], "thread_taken");
+    assert_eq!(answer["error"]["data"]["rethread"]["ownerSessionId"], "b");
+    // A turn sent anyway on B's thread (codex never resumed it here) records nothing for A.
+    let _ = client.run_turn(&theirs, "sneaky", None).await;
+    assert_eq!(
+        bound_thread(&store).await,
+        None,
+        "A is not bound to B's thread"
+    );
+    let b_record = store.session("b").await.unwrap().unwrap();
+    assert_eq!(b_record.thread_id(), Some(theirs.as_str()));
+    assert_eq!(b_record.row_count, 2);
+}
+
+/// Issue 19, item 2: a proxy that stalls past its lease's TTL (a laptop asleep) with nobody
+/// competing takes the lease back and goes on recording; it says nothing about losing it.
+#[tokio::test]
+async fn a_stall_past_the_lease_ttl_with_nobody_competing_goes_on_recording() {
+    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let mut options = SessionOptions::default();
+    options.binder.lease_ttl = Some(Duration::from_millis(150));
+    let hooks = Arc::new(
+        BindingHooks::open(SESSION, store.clone(), options)
+            .await
+            .unwrap(),
+    );
+    let (mut proxied, _fake) = proxy_fake(hooks, rethread_fake_appserver::FakeAppServer::builder());
+    let client = &mut proxied.client;
+    let thread = open_thread(client).await;
+    client
+        .run_turn(&thread, "before the stall", None)
+        .await
+        .unwrap();
+    // The whole process stops (this blocks the test's only runtime thread): no renewal runs,
+    // and the lease expires in the store.
+    std::thread::sleep(Duration::from_millis(500));
+    client
+        .run_turn(&thread, "after the stall", None)
+        .await
+        .unwrap();
+    let record = store.session(SESSION).await.unwrap().unwrap();
+    assert_eq!(record.row_count, 4, "both turns recorded");
+    assert_eq!(record.thread_id(), Some(thread.as_str()));
+    assert!(
+        warnings(&client.log).is_empty(),
         "{:?}",
         warnings(&client.log)
     );

@@ -461,6 +461,46 @@ impl BindingHooks {
         }
     }
 
+    /// A `thread/resume` of a thread that belongs to another session of the store: refused
+    /// (a thread belongs to at most one session; two sessions on one thread would lock each
+    /// other out and fork both conversations). `None` lets it through.
+    async fn refuse_foreign_thread(&self, line: &Line) -> Option<rethread_protocol::RpcError> {
+        let Ok(Params { params }) = serde_json::from_slice::<Params<ThreadIdOf>>(line.json())
+        else {
+            return None;
+        };
+        let owner = match self.store.thread_session(&params.thread_id).await {
+            Ok(owner) => owner?,
+            Err(error) => {
+                let message = format!(
+                    "rethread could not check which session owns thread {}: {error}",
+                    params.thread_id
+                );
+                return Some(rethread_protocol::RpcError::new(
+                    rethread_protocol::ErrorCode::INTERNAL_ERROR,
+                    message,
+                ));
+            }
+        };
+        if owner == self.session_id {
+            return None;
+        }
+        let message = format!(
+            "thread {} belongs to rethread session {owner}; it cannot be resumed in session {}",
+            params.thread_id, self.session_id
+        );
+        Some(rethread_protocol::RpcError {
+            code: rethread_protocol::ErrorCode::INVALID_REQUEST,
+            message,
+            data: Some(json!({"rethread": {
+                "kind": "thread_taken",
+                "sessionId": self.session_id,
+                "threadId": params.thread_id,
+                "ownerSessionId": owner,
+            }})),
+        })
+    }
+
     /// Answers to the client's requests whose answer matters.
     async fn on_answer(&self, line: &Line, ctx: &ServerContext) -> Result<ServerAction, HookError> {
         let ok = line.kind() == LineKind::Response;
@@ -631,7 +671,14 @@ impl SessionHooks for BindingHooks {
         };
         match line.method() {
             Some("thread/start") => self.on_thread_start(line, id, ctx).await,
-            Some("thread/resume" | "thread/fork") => {
+            Some(method @ ("thread/resume" | "thread/fork")) => {
+                if method == "thread/resume" {
+                    if let Some(refusal) = self.refuse_foreign_thread(line).await {
+                        ctx.send_to_client(Line::error_response(Some(id), refusal))
+                            .await?;
+                        return Ok(ClientAction::Consumed);
+                    }
+                }
                 // A thread the client opens itself: the machine decides, on the answer,
                 // whether it is the session's.
                 let stored = if self.state().machine.thread_id().is_none() {
@@ -761,6 +808,12 @@ struct TurnStartInput {
     thread_id: String,
     #[serde(default)]
     input: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ThreadIdOf {
+    thread_id: String,
 }
 
 #[derive(Deserialize)]
