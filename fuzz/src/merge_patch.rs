@@ -161,13 +161,7 @@ async fn apply(store: &dyn BindingStore, prefix: &str, op: &Op) -> Answer {
         ),
         Op::Commit(s, t, n) => {
             let rows = (0..*n).map(|i| json!({"i": i, "t": t})).collect();
-            let commit = TurnCommit {
-                session_id: format!("{prefix}{s}"),
-                thread_id: thread_of(s, t),
-                codex_home: None,
-                rows,
-                fence: None,
-            };
+            let commit = TurnCommit::new(format!("{prefix}{s}"), thread_of(s, t), rows);
             answer_of(store.commit_turn(commit).await, |o| {
                 Answer::Published(o.is_published(), o.first_seq(), o.row_count())
             })

@@ -333,14 +333,12 @@ async fn host(
     rail: StatusRail,
 ) -> HostLog {
     let mut log = HostLog::default();
-    let options = ClientOptions {
-        request_timeout: Duration::from_secs(1),
-        max_line_length: MAX_LINE,
-        max_pending_requests: 4,
-        notification_buffer: 4,
-        max_bad_lines: 3,
-        ..ClientOptions::default()
-    };
+    let options = ClientOptions::default()
+        .request_timeout(Duration::from_secs(1))
+        .max_line_length(MAX_LINE)
+        .max_pending_requests(4)
+        .notification_buffer(4)
+        .max_bad_lines(3);
     let client = match AppServerClient::builder()
         .options(options)
         .rail(rail.clone())
@@ -350,13 +348,11 @@ async fn host(
         Ok(client) => client,
         Err(_) => return log,
     };
-    let options = BinderOptions {
-        codex_home: None,
-        transient_retries: 1,
-        retry_backoff: Duration::from_millis(10),
-        turn_timeout: Duration::from_secs(5),
-        ..BinderOptions::default()
-    };
+    let options = BinderOptions::default()
+        .codex_home(None)
+        .transient_retries(1)
+        .retry_backoff(Duration::from_millis(10))
+        .turn_timeout(Duration::from_secs(5));
     let mut agent = SessionBinder::new(SESSION, store, rail).with_options(options);
     for _ in 0..2 {
         let mut session = match agent.open(&client).await {
@@ -406,13 +402,7 @@ pub fn run_outcome(data: &[u8]) -> Outcome {
         ];
         if bound {
             store
-                .commit_turn(TurnCommit {
-                    session_id: SESSION.into(),
-                    thread_id: OLD_THREAD.into(),
-                    codex_home: None,
-                    rows: original_rows.clone(),
-                    fence: None,
-                })
+                .commit_turn(TurnCommit::new(SESSION, OLD_THREAD, original_rows.clone()))
                 .await
                 .expect("seed commit");
         }

@@ -87,15 +87,10 @@ struct Shared {
 
 async fn fill(store: &dyn BindingStore) -> Vec<SessionExport> {
     let commit = |s: &str, t: &str, n: usize| {
-        TurnCommit {
-        session_id: s.to_string(),
-        thread_id: t.to_string(),
-        codex_home: Some("/home/u/.codex".to_string()),
-        rows: (0..n)
+        TurnCommit::new(s.to_string(), t.to_string(), (0..n)
             .map(|i| json!({"role": if i % 2 == 0 {"user"} else {"assistant"}, "text": format!("{s} {t} row {i}")}))
-            .collect(),
-        fence: None,
-    }
+            .collect())
+.codex_home(Some("/home/u/.codex".to_string()))
     };
     let mut patch = Map::new();
     patch.insert("model".into(), json!("gpt-5"));
@@ -320,13 +315,11 @@ async fn check_store(backend: Backend, store: &dyn BindingStore, pristine: &Pris
     }
     take_redb_panics();
     let _ = store
-        .commit_turn(TurnCommit {
-            session_id: "chat-new".to_string(),
-            thread_id: "thr_new".to_string(),
-            codex_home: None,
-            rows: vec![json!({"role": "user", "text": "after damage"})],
-            fence: None,
-        })
+        .commit_turn(TurnCommit::new(
+            "chat-new".to_string(),
+            "thr_new".to_string(),
+            vec![json!({"role": "user", "text": "after damage"})],
+        ))
         .await;
 }
 

@@ -138,10 +138,7 @@ pub(crate) async fn converse(
     args: &ChatArgs,
     signal: impl Future<Output = Interrupted>,
 ) -> Conversation {
-    let options = BinderOptions {
-        lease_wait: args.wait,
-        ..BinderOptions::default()
-    };
+    let options = BinderOptions::default().lease_wait(args.wait);
     let mut binder =
         SessionBinder::new(args.session.clone(), store, rail.clone()).with_options(options);
     let mut opened = None;

@@ -102,10 +102,7 @@ async fn turn(
 ) -> CliResult<(OpenOutcome, String, Vec<String>)> {
     let (rail, recorded) = StatusRail::recording();
     let client = connect(stream, rail.clone()).await?;
-    let options = BinderOptions {
-        codex_home: Some(home.to_string()),
-        ..Default::default()
-    };
+    let options = BinderOptions::default().codex_home(Some(home.to_string()));
     let mut binder = SessionBinder::new(SESSION, store.clone(), rail).with_options(options);
     let mut session = binder.open(&client).await?;
     story.say(&format!("   user: {message}"), None);

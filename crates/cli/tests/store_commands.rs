@@ -38,13 +38,11 @@ fn fill(url: &str, ids: &[&str], rows: usize) {
         let store = open_url(url, OpenOptions::new()).await.unwrap();
         for id in ids {
             store
-                .commit_turn(TurnCommit {
-                    session_id: id.to_string(),
-                    thread_id: format!("t-{id}"),
-                    codex_home: None,
-                    rows: (0..rows).map(|n| json!({ "n": n })).collect(),
-                    fence: None,
-                })
+                .commit_turn(TurnCommit::new(
+                    id.to_string(),
+                    format!("t-{id}"),
+                    (0..rows).map(|n| json!({ "n": n })).collect(),
+                ))
                 .await
                 .unwrap();
         }

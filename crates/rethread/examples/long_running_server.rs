@@ -48,10 +48,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     for round in 1..=3 {
         for session in ["alice", "bob"] {
             let binder = binders.entry(session).or_insert_with(|| {
-                let options = BinderOptions {
-                    codex_home: Some(home.display().to_string()),
-                    ..BinderOptions::default()
-                };
+                let options = BinderOptions::default().codex_home(Some(home.display().to_string()));
                 SessionBinder::new(session, store.clone(), rail.clone()).with_options(options)
             });
             let mut codex = match binder.open(&client).await {

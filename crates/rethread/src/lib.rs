@@ -43,13 +43,14 @@ pub use rethread_proxy as proxy;
 pub use rethread_runtime as runtime;
 pub use rethread_store as store;
 
+pub use rethread_protocol::{HistoryMode, ResumeFailure, RpcError};
 pub use rethread_runtime::{
-    binding, probe_thread, telemetry, AnsweredRequest, AppServerClient, BinderOptions, BoxError,
-    ClientBuilder, ClientError, ClientOptions, CodexCommand, CodexSession, DeclineAll, OpenOutcome,
-    RuntimeError, SeedOptions, ServerRequestHandler, SessionBinder, SessionLease, SinkDurability,
-    StatusEvent, StatusKind, StatusRail, StatusSink, ThreadEvent, ThreadEvents, ThreadHealth,
-    Transcript, TranscriptSink, TurnEnd, TurnEvent, TurnInput, TurnReport, TurnStream,
-    RESUME_FALLBACK_NOTICE,
+    binding, machine, probe_thread, projection, telemetry, AnsweredRequest, AppServerClient,
+    BinderOptions, BoxError, ClientBuilder, ClientError, ClientOptions, CodexCommand, CodexSession,
+    DeclineAll, OpenOutcome, Publication, RecordedEvents, RuntimeError, SeedOptions, ServerInfo,
+    ServerRequestHandler, SessionBinder, SessionLease, SinkDurability, StatusEvent, StatusKind,
+    StatusRail, StatusSink, ThreadEvent, ThreadEvents, ThreadHealth, ThreadProbe, Transcript,
+    TranscriptSink, TurnEnd, TurnEvent, TurnInput, TurnReport, TurnStream, RESUME_FALLBACK_NOTICE,
 };
 #[cfg(feature = "postgres")]
 pub use rethread_store::PostgresStore;
@@ -58,8 +59,9 @@ pub use rethread_store::RedbStore;
 #[cfg(feature = "sqlite")]
 pub use rethread_store::SqliteStore;
 pub use rethread_store::{
-    open_url, BindingState, BindingStore, BindingStoreExt, Durability, GivenUp, LeaseLoss,
-    MemoryStore, OpenOptions, Retirement, SessionRecord, StoreError,
+    open_url, Binding, BindingState, BindingStore, BindingStoreExt, CommitOutcome, Durability,
+    Fence, GivenUp, Lease, LeaseLoss, LeaseOwner, LocalOwner, MemoryStore, OpenOptions, Retirement,
+    SessionExport, SessionPage, SessionRecord, StoreError, StoreUrl, TranscriptRow, TurnCommit,
 };
 
 /// The README's examples, compiled as doctests.

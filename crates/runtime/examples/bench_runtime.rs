@@ -122,19 +122,10 @@ async fn open_to_turn_start(iterations: usize) {
         )
     ) {}
     drop(events);
-    let commit = TurnCommit {
-        session_id: "bound".into(),
-        thread_id: thread.clone(),
-        codex_home: None,
-        rows: vec![],
-        fence: None,
-    };
+    let commit = TurnCommit::new("bound", thread.clone(), vec![]);
     store.commit_turn(commit).await.unwrap();
 
-    let options = BinderOptions {
-        seed: None,
-        ..Default::default()
-    };
+    let options = BinderOptions::default().seed(None);
     let mut resumed = Vec::with_capacity(iterations);
     let mut fresh = Vec::with_capacity(iterations);
     for i in 0..iterations {

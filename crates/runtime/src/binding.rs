@@ -247,13 +247,13 @@ async fn write_turn(
             SinkDurability::NotDurable => return Ok(Publication::NotDurable),
         },
     };
-    let commit = TurnCommit {
-        session_id: turn.session_id.to_string(),
-        thread_id: turn.thread_id.to_string(),
-        codex_home: turn.codex_home.map(str::to_string),
+    let commit = TurnCommit::new(
+        turn.session_id.to_string(),
+        turn.thread_id.to_string(),
         rows,
-        fence,
-    };
+    )
+    .codex_home(turn.codex_home.map(str::to_string))
+    .fence(fence);
     Ok(match store.commit_turn(commit).await? {
         CommitOutcome::Published { .. } => Publication::Published,
         CommitOutcome::RetiredNotPublished { .. } => Publication::RetiredNotPublished,

@@ -40,8 +40,10 @@ mod connection;
 
 use connection::{lock, read_stderr, write_loop, Delivery, ReaderTask, Route, Shared, StderrTail};
 
-/// How the client behaves. Every wait is bounded.
+/// How the client behaves. Every wait is bounded. Set with the builder methods
+/// (`ClientOptions::default().request_timeout(..)`).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ClientOptions {
     /// `clientInfo.name` sent in `initialize`.
     pub client_name: String,
@@ -83,6 +85,18 @@ impl Default for ClientOptions {
         }
     }
 }
+
+crate::options::setters!(ClientOptions {
+    client_name: String,
+    client_version: String,
+    experimental_api: bool,
+    request_timeout: Duration,
+    max_line_length: usize,
+    max_pending_requests: usize,
+    notification_buffer: usize,
+    max_bad_lines: usize,
+    stderr_capacity: usize,
+});
 
 /// Errors of the client.
 #[derive(Debug, thiserror::Error)]

@@ -6,8 +6,25 @@ use rethread_protocol::messages::ThreadStartParams;
 
 use crate::machine::MachineOptions;
 
+/// Builder-style setters, one per field: `fn field(self, value) -> Self`.
+macro_rules! setters {
+    ($ty:ty { $($field:ident: $t:ty),* $(,)? }) => {
+        impl $ty {
+            $(
+                #[doc = concat!("Sets `", stringify!($field), "`.")]
+                pub fn $field(mut self, $field: $t) -> Self {
+                    self.$field = $field;
+                    self
+                }
+            )*
+        }
+    };
+}
+pub(crate) use setters;
+
 /// Seeding a fresh thread that replaces a lost one with the tail of the host transcript.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SeedOptions {
     /// At most this many of the newest rows are considered.
     pub max_rows: u64,
@@ -24,8 +41,18 @@ impl Default for SeedOptions {
     }
 }
 
-/// How a [`SessionBinder`](crate::SessionBinder) behaves.
+/// How a [`SessionBinder`](crate::SessionBinder) behaves. Set with the builder methods:
+///
+/// ```
+/// use std::time::Duration;
+/// use rethread_runtime::BinderOptions;
+/// let options = BinderOptions::default()
+///     .codex_home(Some("/srv/codex".into()))
+///     .lease_wait(Duration::from_secs(5));
+/// assert_eq!(options.lease_wait, Duration::from_secs(5));
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct BinderOptions {
     /// The `CODEX_HOME` recorded with each binding (diagnostics). Defaults to the
     /// environment's `CODEX_HOME` when the options are built, else codex's own default
@@ -74,6 +101,22 @@ impl Default for BinderOptions {
         }
     }
 }
+
+setters!(SeedOptions {
+    max_rows: u64,
+    max_chars: usize
+});
+setters!(BinderOptions {
+    codex_home: Option<String>,
+    exclude_turns: bool,
+    transient_retries: u32,
+    retry_backoff: Duration,
+    seed: Option<SeedOptions>,
+    turn_timeout: Duration,
+    thread_start: ThreadStartParams,
+    lease_ttl: Option<Duration>,
+    lease_wait: Duration,
+});
 
 impl BinderOptions {
     /// The rules' settings these options ask for.

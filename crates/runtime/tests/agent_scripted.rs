@@ -14,11 +14,9 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 
 fn options() -> BinderOptions {
-    BinderOptions {
-        codex_home: Some("/home/codex".into()),
-        retry_backoff: Duration::from_millis(1),
-        ..Default::default()
-    }
+    BinderOptions::default()
+        .codex_home(Some("/home/codex".into()))
+        .retry_backoff(Duration::from_millis(1))
 }
 
 /// A binder for session `s` on `store` with the test options and a rail nobody reads.
@@ -49,13 +47,7 @@ async fn bound_store(thread: &str) -> Arc<MemoryStore> {
         json!({"role": "assistant", "text": "ok"}),
     ];
     store
-        .commit_turn(TurnCommit {
-            session_id: "s".into(),
-            thread_id: thread.into(),
-            codex_home: None,
-            rows,
-            fence: None,
-        })
+        .commit_turn(TurnCommit::new("s", thread, rows))
         .await
         .unwrap();
     store
@@ -304,11 +296,8 @@ async fn an_active_writer_elsewhere_is_busy_and_the_store_is_untouched() {
     let store = bound_store("t1").await;
     let before = store.export_session("s").await.unwrap();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent =
-        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(BinderOptions {
-            transient_retries: 1,
-            ..options()
-        });
+    let mut agent = SessionBinder::new("s", store.clone(), StatusRail::default())
+        .with_options(options().transient_retries(1));
     let run = tokio::spawn(async move { agent.open(&client).await.map(|s| s.outcome().clone()) });
     for _ in 0..2 {
         let (id, _) = peer.expect("thread/resume").await;
@@ -497,11 +486,8 @@ async fn no_durable_report_no_binding() {
 async fn a_failed_first_open_still_resumes_on_the_next_try() {
     let store = bound_store("t1").await;
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent =
-        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(BinderOptions {
-            transient_retries: 0,
-            ..options()
-        });
+    let mut agent = SessionBinder::new("s", store.clone(), StatusRail::default())
+        .with_options(options().transient_retries(0));
     let run = tokio::spawn(async move {
         let busy = agent.open(&client).await.map(|s| s.outcome().clone());
         let retried = agent.open(&client).await.map(|s| s.outcome().clone());

@@ -51,10 +51,7 @@ async fn an_error_response_is_typed_with_the_method() {
 
 #[tokio::test]
 async fn a_stalled_server_times_out_and_a_late_answer_is_ignored() {
-    let options = ClientOptions {
-        request_timeout: Duration::from_millis(100),
-        ..Default::default()
-    };
+    let options = ClientOptions::default().request_timeout(Duration::from_millis(100));
     let (client, mut peer, recorded) = connect(options).await;
     let call = tokio::spawn({
         let client = client.clone();
@@ -106,10 +103,7 @@ async fn a_dead_server_fails_every_pending_request() {
 
 #[tokio::test]
 async fn a_garbage_printing_server_is_closed_after_the_bound() {
-    let options = ClientOptions {
-        max_bad_lines: 3,
-        ..Default::default()
-    };
+    let options = ClientOptions::default().max_bad_lines(3);
     let (client, mut peer, recorded) = connect(options).await;
     let call = tokio::spawn({
         let client = client.clone();
@@ -130,10 +124,7 @@ async fn a_garbage_printing_server_is_closed_after_the_bound() {
 
 #[tokio::test]
 async fn a_line_past_the_limit_is_skipped_and_the_stream_goes_on() {
-    let options = ClientOptions {
-        max_line_length: 256,
-        ..Default::default()
-    };
+    let options = ClientOptions::default().max_line_length(256);
     let (client, mut peer, recorded) = connect(options).await;
     let call = tokio::spawn(async move { client.request::<ThreadRead>(&read("x")).await });
     let (id, _) = peer.expect("thread/read").await;
@@ -150,10 +141,7 @@ async fn a_line_past_the_limit_is_skipped_and_the_stream_goes_on() {
 
 #[tokio::test]
 async fn pending_requests_are_bounded() {
-    let options = ClientOptions {
-        max_pending_requests: 2,
-        ..Default::default()
-    };
+    let options = ClientOptions::default().max_pending_requests(2);
     let (client, mut peer, _) = connect(options).await;
     for i in 0..2 {
         let client = client.clone();
@@ -197,10 +185,7 @@ async fn approvals_are_declined_and_unknown_server_requests_get_an_error() {
 /// flood arrived while it was not reading) and nothing beyond its buffer was held.
 #[tokio::test]
 async fn a_subscriber_that_falls_a_buffer_behind_is_cut_off_not_waited_for() {
-    let options = ClientOptions {
-        notification_buffer: 8,
-        ..Default::default()
-    };
+    let options = ClientOptions::default().notification_buffer(8);
     let (client, mut peer, _) = connect(options).await;
     let mut slow = client.subscribe("t").unwrap();
     let reading = {

@@ -20,11 +20,9 @@ async fn client_on(fake: tokio::io::DuplexStream) -> AppServerClient {
 }
 
 fn options(home: &std::path::Path) -> BinderOptions {
-    BinderOptions {
-        codex_home: Some(home.display().to_string()),
-        retry_backoff: Duration::from_millis(1),
-        ..BinderOptions::default()
-    }
+    BinderOptions::default()
+        .codex_home(Some(home.display().to_string()))
+        .retry_backoff(Duration::from_millis(1))
 }
 
 #[tokio::test]

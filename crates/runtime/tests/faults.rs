@@ -20,22 +20,18 @@ use rethread_store::{BindingStore, LeaseOwner, MemoryStore, TurnCommit};
 use serde_json::json;
 
 fn options() -> BinderOptions {
-    BinderOptions {
-        codex_home: Some("/home/codex".into()),
-        retry_backoff: Duration::from_millis(1),
-        ..Default::default()
-    }
+    BinderOptions::default()
+        .codex_home(Some("/home/codex".into()))
+        .retry_backoff(Duration::from_millis(1))
 }
 
 async fn bound(store: &dyn BindingStore, thread: &str) {
     store
-        .commit_turn(TurnCommit {
-            session_id: "s".into(),
-            thread_id: thread.into(),
-            codex_home: None,
-            rows: vec![json!({"role": "user", "text": "remember PAPAYA"})],
-            fence: None,
-        })
+        .commit_turn(TurnCommit::new(
+            "s",
+            thread,
+            vec![json!({"role": "user", "text": "remember PAPAYA"})],
+        ))
         .await
         .unwrap();
 }
@@ -98,16 +94,10 @@ async fn an_io_error_on_codexs_side_is_retried_then_retryable_and_keeps_the_bind
 async fn a_resume_without_an_answer_is_retryable_and_keeps_the_binding() {
     let store = Arc::new(MemoryStore::new());
     bound(store.as_ref(), "t1").await;
-    let (client, mut peer, _) = support::connect(ClientOptions {
-        request_timeout: Duration::from_millis(50),
-        ..Default::default()
-    })
-    .await;
-    let mut binder =
-        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(BinderOptions {
-            transient_retries: 1,
-            ..options()
-        });
+    let (client, mut peer, _) =
+        support::connect(ClientOptions::default().request_timeout(Duration::from_millis(50))).await;
+    let mut binder = SessionBinder::new("s", store.clone(), StatusRail::default())
+        .with_options(options().transient_retries(1));
     let run = tokio::spawn(async move { binder.open(&client).await.map(|_| ()) });
     for _ in 0..2 {
         peer.expect("thread/resume").await; // never answered

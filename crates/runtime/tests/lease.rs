@@ -12,12 +12,10 @@ use rethread_runtime::{
 use rethread_store::{BindingStore, LeaseOwner, MemoryStore};
 
 fn options(ttl: Duration) -> BinderOptions {
-    BinderOptions {
-        codex_home: Some("/home/codex".into()),
-        retry_backoff: Duration::from_millis(1),
-        lease_ttl: Some(ttl),
-        ..Default::default()
-    }
+    BinderOptions::default()
+        .codex_home(Some("/home/codex".into()))
+        .retry_backoff(Duration::from_millis(1))
+        .lease_ttl(Some(ttl))
 }
 
 #[tokio::test]
@@ -226,11 +224,8 @@ async fn open_waits_for_a_busy_session_up_to_its_bound() {
         .unwrap();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     // A bound shorter than the holder's TTL: busy, after about the bound.
-    let mut impatient =
-        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(BinderOptions {
-            lease_wait: Duration::from_millis(100),
-            ..options(Duration::from_secs(30))
-        });
+    let mut impatient = SessionBinder::new("s", store.clone(), StatusRail::default())
+        .with_options(options(Duration::from_secs(30)).lease_wait(Duration::from_millis(100)));
     let started = tokio::time::Instant::now();
     assert!(matches!(
         impatient.open(&client).await,
@@ -238,11 +233,8 @@ async fn open_waits_for_a_busy_session_up_to_its_bound() {
     ));
     assert!(started.elapsed() >= Duration::from_millis(100));
     // A longer bound: the lease expires meanwhile and the open goes ahead.
-    let mut patient =
-        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(BinderOptions {
-            lease_wait: Duration::from_secs(10),
-            ..options(Duration::from_secs(30))
-        });
+    let mut patient = SessionBinder::new("s", store.clone(), StatusRail::default())
+        .with_options(options(Duration::from_secs(30)).lease_wait(Duration::from_secs(10)));
     let open =
         tokio::spawn(async move { patient.open(&client).await.map(|s| s.outcome().clone()) });
     peer.start_thread("t1").await;

@@ -116,21 +116,16 @@ struct World {
 }
 
 fn agent_options(home: &Home) -> BinderOptions {
-    BinderOptions {
-        codex_home: Some(home.fake.codex_home().display().to_string()),
-        transient_retries: RETRIES,
-        retry_backoff: Duration::from_millis(0),
-        turn_timeout: Duration::from_secs(10),
-        ..Default::default()
-    }
+    BinderOptions::default()
+        .codex_home(Some(home.fake.codex_home().display().to_string()))
+        .transient_retries(RETRIES)
+        .retry_backoff(Duration::from_millis(0))
+        .turn_timeout(Duration::from_secs(10))
 }
 
 async fn connect(stream: tokio::io::DuplexStream, rail: &StatusRail) -> AppServerClient {
     let (reader, writer) = tokio::io::split(stream);
-    let options = ClientOptions {
-        request_timeout: Duration::from_secs(10),
-        ..Default::default()
-    };
+    let options = ClientOptions::default().request_timeout(Duration::from_secs(10));
     AppServerClient::builder()
         .options(options)
         .rail(rail.clone())

@@ -74,10 +74,7 @@ async fn multi_process_child() {
         .unwrap();
     let (reader, writer) = tokio::io::split(stream);
     let client = AppServerClient::builder()
-        .options(ClientOptions {
-            request_timeout: Duration::from_secs(20),
-            ..Default::default()
-        })
+        .options(ClientOptions::default().request_timeout(Duration::from_secs(20)))
         .connect(reader, writer)
         .await
         .unwrap();
@@ -104,13 +101,13 @@ async fn run_one(
     let mut busy_retries = 0;
     loop {
         let mut agent = SessionBinder::new(session, store.clone(), StatusRail::default())
-            .with_options(BinderOptions {
-                codex_home: Some(home.display().to_string()),
-                retry_backoff: Duration::from_millis(1),
-                turn_timeout: Duration::from_secs(20),
-                lease_ttl: Some(Duration::from_secs(10)),
-                ..Default::default()
-            });
+            .with_options(
+                BinderOptions::default()
+                    .codex_home(Some(home.display().to_string()))
+                    .retry_backoff(Duration::from_millis(1))
+                    .turn_timeout(Duration::from_secs(20))
+                    .lease_ttl(Some(Duration::from_secs(10))),
+            );
         let mut codex = match agent.open(client).await {
             Ok(codex) => codex,
             Err(RuntimeError::SessionBusy { .. }) => {
@@ -156,10 +153,7 @@ async fn fake_client(faults: FaultScript) -> (AppServerClient, (tempfile::TempDi
         .unwrap();
     let (reader, writer) = tokio::io::split(stream);
     let client = AppServerClient::builder()
-        .options(ClientOptions {
-            request_timeout: Duration::from_secs(30),
-            ..Default::default()
-        })
+        .options(ClientOptions::default().request_timeout(Duration::from_secs(30)))
         .connect(reader, writer)
         .await
         .unwrap();
@@ -184,12 +178,11 @@ async fn fault_child() {
     let slow = FaultScript::of([Fault::SlowTurn { millis: 3_000 }]);
     let (client, _guard) = fake_client(slow).await;
     let ttl = if mode == "hold" { 60 } else { 1 };
-    let mut binder =
-        SessionBinder::new("x", store.clone(), StatusRail::default()).with_options(BinderOptions {
-            lease_ttl: Some(Duration::from_secs(ttl)),
-            turn_timeout: Duration::from_secs(60),
-            ..Default::default()
-        });
+    let mut binder = SessionBinder::new("x", store.clone(), StatusRail::default()).with_options(
+        BinderOptions::default()
+            .lease_ttl(Some(Duration::from_secs(ttl)))
+            .turn_timeout(Duration::from_secs(60)),
+    );
     let mut session = binder.open(&client).await.unwrap();
     std::fs::write(format!("{out}.opened"), std::process::id().to_string()).unwrap();
     if mode == "hold" {

@@ -80,11 +80,9 @@ impl Spans {
 }
 
 fn options() -> BinderOptions {
-    BinderOptions {
-        codex_home: Some("/home/codex".into()),
-        retry_backoff: Duration::from_millis(1),
-        ..Default::default()
-    }
+    BinderOptions::default()
+        .codex_home(Some("/home/codex".into()))
+        .retry_backoff(Duration::from_millis(1))
 }
 
 /// The metrics as `name{label=value,...}` -> value.
@@ -306,13 +304,11 @@ async fn scenario() -> (String, String, String) {
     let store = Arc::new(MemoryStore::new());
     let lost = "019a0000-0000-7000-8000-000000000001".to_string();
     store
-        .commit_turn(TurnCommit {
-            session_id: "lost".into(),
-            thread_id: lost.clone(),
-            codex_home: None,
-            rows: vec![json!({"role": "user", "text": "earlier"})],
-            fence: None,
-        })
+        .commit_turn(TurnCommit::new(
+            "lost",
+            lost.clone(),
+            vec![json!({"role": "user", "text": "earlier"})],
+        ))
         .await
         .unwrap();
 

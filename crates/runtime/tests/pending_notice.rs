@@ -20,11 +20,9 @@ use rethread_runtime::{
 use rethread_store::{BindingStore, MemoryStore};
 
 fn options(home: &std::path::Path) -> BinderOptions {
-    BinderOptions {
-        codex_home: Some(home.display().to_string()),
-        retry_backoff: Duration::from_millis(1),
-        ..Default::default()
-    }
+    BinderOptions::default()
+        .codex_home(Some(home.display().to_string()))
+        .retry_backoff(Duration::from_millis(1))
 }
 
 async fn client(stream: tokio::io::DuplexStream) -> AppServerClient {

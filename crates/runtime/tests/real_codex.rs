@@ -129,12 +129,10 @@ impl World {
     }
 
     fn agent(&self, rail: StatusRail, home: &Path) -> SessionBinder {
-        let options = BinderOptions {
-            codex_home: Some(home.display().to_string()),
-            retry_backoff: Duration::from_millis(50),
-            transient_retries: 1,
-            ..Default::default()
-        };
+        let options = BinderOptions::default()
+            .codex_home(Some(home.display().to_string()))
+            .retry_backoff(Duration::from_millis(50))
+            .transient_retries(1);
         SessionBinder::new("session-1", self.store.clone(), rail).with_options(options)
     }
 
@@ -142,13 +140,11 @@ impl World {
     /// leased agent would be stopped by rethread's lease before codex is asked).
     fn unleased_agent(&self, rail: StatusRail, home: &Path) -> SessionBinder {
         let agent = self.agent(rail, home);
-        let options = BinderOptions {
-            codex_home: Some(home.display().to_string()),
-            retry_backoff: Duration::from_millis(50),
-            transient_retries: 1,
-            lease_ttl: None,
-            ..Default::default()
-        };
+        let options = BinderOptions::default()
+            .codex_home(Some(home.display().to_string()))
+            .retry_backoff(Duration::from_millis(50))
+            .transient_retries(1)
+            .lease_ttl(None);
         agent.with_options(options)
     }
 

@@ -87,10 +87,7 @@ fn read_params(id: &str) -> Value {
 async fn a_stalled_handshake_times_out() {
     let (client_end, _server_end) = tokio::io::duplex(4096);
     let (read, write) = tokio::io::split(client_end);
-    let options = ClientOptions {
-        request_timeout: Duration::from_millis(200),
-        ..Default::default()
-    };
+    let options = ClientOptions::default().request_timeout(Duration::from_millis(200));
     let connecting = AppServerClient::builder()
         .options(options)
         .connect(read, write);
@@ -103,10 +100,7 @@ async fn a_stalled_handshake_times_out() {
 
 #[tokio::test]
 async fn a_server_that_stops_reading_cannot_hang_requests_or_notifications() {
-    let options = ClientOptions {
-        request_timeout: Duration::from_millis(300),
-        ..Default::default()
-    };
+    let options = ClientOptions::default().request_timeout(Duration::from_millis(300));
     // A 1 KiB pipe the server never drains: after a dozen requests the client's writer blocks,
     // then its queue fills, then every new request waits to be queued.
     let (client, _server, _) = connect(options, 1024).await;
@@ -140,10 +134,7 @@ async fn a_server_that_stops_reading_cannot_hang_requests_or_notifications() {
 
 #[tokio::test]
 async fn a_flood_of_server_requests_is_bounded_when_answers_cannot_go_out() {
-    let options = ClientOptions {
-        max_pending_requests: 8,
-        ..Default::default()
-    };
+    let options = ClientOptions::default().max_pending_requests(8);
     let (_client, mut server, _) = connect(options, 64 * 1024).await;
     let metrics = tokio::runtime::Handle::current().metrics();
     // The server sends approval requests and never reads the answers.
@@ -210,10 +201,7 @@ async fn a_notification_flood_for_a_thread_nobody_subscribed_to_is_dropped_not_b
 
 #[tokio::test]
 async fn an_endless_line_is_dropped_as_it_arrives() {
-    let options = ClientOptions {
-        max_line_length: 4096,
-        ..Default::default()
-    };
+    let options = ClientOptions::default().max_line_length(4096);
     let (client, mut server, recorded) = connect(options, 64 * 1024).await;
     let call = tokio::spawn({
         let client = client.clone();
@@ -263,10 +251,7 @@ async fn agent_session(
 ) {
     let (client, mut server, _) = connect(options, 64 * 1024).await;
     let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
-    let agent_options = BinderOptions {
-        turn_timeout,
-        ..BinderOptions::default()
-    };
+    let agent_options = BinderOptions::default().turn_timeout(turn_timeout);
     let mut agent =
         SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(agent_options);
     let turn = tokio::spawn(async move {
@@ -342,10 +327,7 @@ async fn a_never_ending_turn_is_interrupted_at_the_turn_timeout_and_writes_nothi
 
 #[tokio::test]
 async fn a_server_that_goes_silent_mid_turn_is_bounded_by_the_turn_timeout() {
-    let options = ClientOptions {
-        request_timeout: Duration::from_millis(200),
-        ..Default::default()
-    };
+    let options = ClientOptions::default().request_timeout(Duration::from_millis(200));
     let (store, turn, _server) = agent_session(options, Duration::from_millis(300)).await;
     // No notification ever comes, and the interrupt is not answered either.
     match tokio::time::timeout(HANG, turn).await {

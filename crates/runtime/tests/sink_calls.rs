@@ -39,10 +39,7 @@ impl std::fmt::Debug for MockSink {
 }
 
 fn options() -> BinderOptions {
-    BinderOptions {
-        retry_backoff: std::time::Duration::from_millis(1),
-        ..Default::default()
-    }
+    BinderOptions::default().retry_backoff(std::time::Duration::from_millis(1))
 }
 
 /// The rows of the scripted turn: the message, then codex's reply.
@@ -91,13 +88,7 @@ async fn lose_dead_and_start_fresh(peer: &mut support::Peer) -> Value {
 async fn bound_store(thread: &str) -> Arc<MemoryStore> {
     let store = Arc::new(MemoryStore::new());
     store
-        .commit_turn(TurnCommit {
-            session_id: "s".into(),
-            thread_id: thread.into(),
-            codex_home: None,
-            rows: Vec::new(),
-            fence: None,
-        })
+        .commit_turn(TurnCommit::new("s", thread, Vec::new()))
         .await
         .unwrap();
     store

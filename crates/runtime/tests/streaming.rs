@@ -22,11 +22,9 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
 fn options() -> BinderOptions {
-    BinderOptions {
-        codex_home: Some("/home/codex".into()),
-        retry_backoff: Duration::from_millis(1),
-        ..Default::default()
-    }
+    BinderOptions::default()
+        .codex_home(Some("/home/codex".into()))
+        .retry_backoff(Duration::from_millis(1))
 }
 
 /// A short name for each event, to assert orders.
@@ -213,10 +211,7 @@ async fn a_streamed_turn_yields_each_event_before_turn_completed_and_commits_aft
 /// it.
 #[tokio::test]
 async fn a_turn_loses_nothing_through_a_small_buffer_and_a_forgotten_subscriber_cannot_stall_it() {
-    let options = ClientOptions {
-        notification_buffer: 4,
-        ..Default::default()
-    };
+    let options = ClientOptions::default().notification_buffer(4);
     let store = Arc::new(MemoryStore::new());
     let (client, mut peer, _) = support::connect(options).await;
     let server = tokio::spawn(async move {
@@ -443,11 +438,8 @@ async fn streamed_turn_on_real_codex(version: &str) {
     command.cwd = Some(home.path().to_path_buf());
     let client = AppServerClient::spawn(&command).await.unwrap();
     let store = Arc::new(MemoryStore::new());
-    let mut binder =
-        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(BinderOptions {
-            codex_home: Some(home.path().display().to_string()),
-            ..options()
-        });
+    let mut binder = SessionBinder::new("s", store.clone(), StatusRail::default())
+        .with_options(options().codex_home(Some(home.path().display().to_string())));
     let mut session = binder.open(&client).await.unwrap();
     let thread = session.thread_id().to_string();
     let mut observer = client.subscribe(&thread).unwrap();

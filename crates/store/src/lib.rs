@@ -92,13 +92,10 @@
 //! # async fn main() -> Result<(), rethread_store::StoreError> {
 //! let store = MemoryStore::new();
 //! let outcome = store
-//!     .commit_turn(TurnCommit {
-//!         session_id: "chat-42".into(),
-//!         thread_id: "thr_1".into(),
-//!         codex_home: Some("/home/me/.codex".into()),
-//!         rows: vec![json!({"role": "user", "text": "hi"}), json!({"role": "assistant", "text": "hello"})],
-//!         fence: None,
-//!     })
+//!     .commit_turn(
+//!         TurnCommit::new("chat-42", "thr_1", vec![json!({"role": "user", "text": "hi"}), json!({"role": "assistant", "text": "hello"})])
+//!             .codex_home(Some("/home/me/.codex".into())),
+//!     )
 //!     .await?;
 //! assert_eq!(outcome, CommitOutcome::Published { first_seq: 0, row_count: 2 });
 //! assert_eq!(store.thread_id("chat-42").await?.as_deref(), Some("thr_1"));

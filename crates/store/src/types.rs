@@ -182,7 +182,16 @@ pub struct TranscriptRow {
 }
 
 /// One turn to commit: its rows and the thread that produced them.
+///
+/// ```
+/// use rethread_store::TurnCommit;
+/// use serde_json::json;
+/// let commit = TurnCommit::new("chat-42", "thr_1", vec![json!({"role": "user", "text": "hi"})])
+///     .codex_home(Some("/home/me/.codex".into()));
+/// assert_eq!(commit.rows.len(), 1);
+/// ```
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct TurnCommit {
     /// The host's session id (created if absent).
     pub session_id: String,
@@ -197,6 +206,35 @@ pub struct TurnCommit {
     /// grant is still the session's newest ([`Fence`]). `None`: an unfenced write, for a host that
     /// keeps one writer per session by its own means.
     pub fence: Option<Fence>,
+}
+
+impl TurnCommit {
+    /// The rows of a turn of `session_id` on `thread_id`, unfenced, with no `CODEX_HOME`.
+    pub fn new(
+        session_id: impl Into<String>,
+        thread_id: impl Into<String>,
+        rows: Vec<Value>,
+    ) -> Self {
+        TurnCommit {
+            session_id: session_id.into(),
+            thread_id: thread_id.into(),
+            codex_home: None,
+            rows,
+            fence: None,
+        }
+    }
+
+    /// Sets the `CODEX_HOME` the turn ran under.
+    pub fn codex_home(mut self, codex_home: Option<String>) -> Self {
+        self.codex_home = codex_home;
+        self
+    }
+
+    /// Sets the fence of the lease the turn ran under.
+    pub fn fence(mut self, fence: Option<Fence>) -> Self {
+        self.fence = fence;
+        self
+    }
 }
 
 /// What [`commit_turn`](crate::BindingStore::commit_turn) did.

@@ -77,13 +77,7 @@ fn crash_child() {
                             .map(|i| json!({"turn": turn_id, "thread": thread, "i": i, "n": n}))
                             .collect();
                         let out = store
-                            .commit_turn(TurnCommit {
-                                session_id: session.clone(),
-                                thread_id: thread.clone(),
-                                codex_home: None,
-                                rows,
-                                fence: None,
-                            })
+                            .commit_turn(TurnCommit::new(session.clone(), thread.clone(), rows))
                             .await
                             .expect("commit");
                         emit(format!("ACK {session} {turn_id} {} {n}", out.first_seq()));

@@ -18,16 +18,14 @@ use rethread_store::{
 use serde_json::json;
 
 fn commit(session: &str, thread: &str, texts: &[&str]) -> TurnCommit {
-    TurnCommit {
-        session_id: session.to_string(),
-        thread_id: thread.to_string(),
-        codex_home: None,
-        rows: texts
+    TurnCommit::new(
+        session.to_string(),
+        thread.to_string(),
+        texts
             .iter()
             .map(|t| json!({"role": "user", "text": t}))
             .collect(),
-        fence: None,
-    }
+    )
 }
 
 fn is_corrupt<T: std::fmt::Debug>(result: &Result<T, StoreError>) -> bool {

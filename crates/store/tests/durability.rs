@@ -19,13 +19,11 @@ const CHILD_ENV: &str = "RETHREAD_DURABILITY_CHILD";
 const TURNS: usize = 50;
 
 fn commit(session: &str) -> TurnCommit {
-    TurnCommit {
-        session_id: session.to_string(),
-        thread_id: format!("thr-{session}"),
-        codex_home: None,
-        rows: vec![json!({"session": session})],
-        fence: None,
-    }
+    TurnCommit::new(
+        session.to_string(),
+        format!("thr-{session}"),
+        vec![json!({"session": session})],
+    )
 }
 
 /// The child's body: `RETHREAD_DURABILITY_CHILD=<scenario> <url>`. A no-op otherwise.

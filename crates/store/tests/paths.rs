@@ -13,13 +13,7 @@ use rethread_store::{
 use serde_json::json;
 
 fn commit(session: &str, thread: &str) -> TurnCommit {
-    TurnCommit {
-        session_id: session.into(),
-        thread_id: thread.into(),
-        codex_home: None,
-        rows: vec![json!({"thread": thread})],
-        fence: None,
-    }
+    TurnCommit::new(session, thread, vec![json!({"thread": thread})])
 }
 
 /// Opens `path` with each file backend, bounded in time (a FIFO would block an open forever).

@@ -41,16 +41,13 @@ fn fresh_url(test: &str) -> Option<String> {
 }
 
 fn commit(session: &str, thread: &str, rows: usize) -> TurnCommit {
-    TurnCommit {
-        session_id: session.into(),
-        thread_id: thread.into(),
-        codex_home: None,
-        rows: (0..rows)
+    TurnCommit::new(
+        session,
+        thread,
+        (0..rows)
             .map(|i| json!({"i": i, "thread": thread}))
             .collect(),
-
-        fence: None,
-    }
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -71,14 +71,12 @@ fn row(session: usize, turn: usize, i: usize) -> Value {
 }
 
 fn commit(session: usize, turn: usize, rows: usize) -> TurnCommit {
-    TurnCommit {
-        session_id: format!("bench-{session:03}"),
-        thread_id: format!("thr-{session}-{}", turn / 10),
-        codex_home: Some("/home/bench/.codex".to_string()),
-        rows: (0..rows).map(|i| row(session, turn, i)).collect(),
-
-        fence: None,
-    }
+    TurnCommit::new(
+        format!("bench-{session:03}"),
+        format!("thr-{session}-{}", turn / 10),
+        (0..rows).map(|i| row(session, turn, i)).collect(),
+    )
+    .codex_home(Some("/home/bench/.codex".to_string()))
 }
 
 /// Runs `op` back to back for `seconds`, timing each call.
