@@ -7,6 +7,7 @@
 
 mod app_server;
 mod chat;
+#[cfg(feature = "demo")]
 mod demo;
 mod doctor;
 mod logging;
@@ -108,6 +109,7 @@ enum Command {
         json: bool,
     },
     /// Play the restart story on the bundled fake app-server; needs nothing installed.
+    #[cfg(feature = "demo")]
     Demo {
         /// Print the story as one JSON object: `ok`, `steps` (`title`, `lines`, `checks`),
         /// and `error` when a check failed.
@@ -292,6 +294,7 @@ async fn run(cli: Cli) -> CliResult {
             let store = open_store_url(&url).await?;
             verify::run(store, &redact_url(&url), json).await
         }
+        #[cfg(feature = "demo")]
         Command::Demo { json } => demo::run(json).await,
         Command::AppServer { .. } | Command::Completions { .. } => {
             unreachable!("handled in main, without a runtime")
