@@ -38,6 +38,8 @@ pub(crate) struct ChatArgs {
     pub(crate) json: bool,
     /// How long to wait for a session another host holds.
     pub(crate) wait: Duration,
+    /// The session lease's TTL (`RETHREAD_LEASE_TTL`); `None`: the library's default.
+    pub(crate) lease_ttl: Option<Duration>,
 }
 
 /// The `MESSAGE` that means "read the message from stdin".
@@ -138,10 +140,13 @@ pub(crate) async fn converse(
     args: &ChatArgs,
     signal: impl Future<Output = Interrupted>,
 ) -> Conversation {
-    let options = BinderOptions {
+    let mut options = BinderOptions {
         lease_wait: args.wait,
         ..BinderOptions::default()
     };
+    if let Some(ttl) = args.lease_ttl {
+        options.lease_ttl = Some(ttl);
+    }
     let mut binder =
         SessionBinder::new(args.session.clone(), store, rail.clone()).with_options(options);
     let mut opened = None;
@@ -373,6 +378,7 @@ mod tests {
             images: Vec::new(),
             json: true,
             wait: Duration::ZERO,
+            lease_ttl: None,
         }
     }
 
