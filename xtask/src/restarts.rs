@@ -1,27 +1,37 @@
-//! `cargo xtask restarts [--kills N] [--seed S] [--backend B]... [--slow-turn-ms MS]`: the
-//! restart harness of issue 12 (docs/reliability.md).
+//! `cargo xtask restarts [--kills N] [--app-server-stops N] [--seed S] [--backend B]...
+//! [--hosts chat|app-server]... [--slow-turn-ms MS] [--lease-ttl SECS]`: the restart harness of
+//! issues 12 and 19 (docs/reliability.md).
 //!
-//! For each backend (SQLite, redb, and PostgreSQL when `RETHREAD_TEST_POSTGRES_URL` is set), in
-//! parallel: `rethread chat --json` processes for one session and one turn against
-//! `fake-codex` (threads kept in a `CODEX_HOME` shared by the run), stopped with their codex
-//! at random points of the turn (before the resume, during it, mid-turn, during the commit) by
-//! SIGKILL, or sometimes SIGINT (a terminal's Ctrl-C) or SIGTERM, each stop followed at once by
-//! a new process for the same session. Sometimes the bound
-//! thread is first made unresumable (`no rollout found`), so fallbacks happen. After every
-//! process:
+//! For each backend (SQLite, redb, and PostgreSQL when `RETHREAD_TEST_POSTGRES_URL` is set) and
+//! each kind of host (default both), in parallel, against `fake-codex` (threads kept in a
+//! `CODEX_HOME` shared by the run; sometimes the bound thread is first made unresumable, `no
+//! rollout found`, so fallbacks happen):
 //!
-//! 1. the restart ran without waiting out the dead holder's lease (TTL 30 s);
-//! 2. it resumed the bound thread unless that thread was lost (then it fell back);
-//! 3. every acknowledged turn (exit 0 with a reply) is in the transcript, once;
-//! 4. no retired thread is bound;
-//! 5. each give-up write (the store's retired threads grew) is told by exactly one notice, in
-//!    the first acknowledged turn after it (in its report and on its stderr); the one case
-//!    counted apart is a host killed after committing that first turn and before its report
-//!    (its reply is lost with it), which must have said the notice on stderr before the commit.
-//! 6. a process stopped by SIGINT or SIGTERM that did not finish first exits 130 / 143 with an
-//!    `interrupted` report, and then committed nothing (it said the turn was not committed).
+//! - `chat` (`restarts/run.rs`): `rethread chat --json` processes for one session and one turn, stopped
+//!   with their codex at random points of the turn by SIGKILL, or sometimes SIGINT (a
+//!   terminal's Ctrl-C) or SIGTERM, each stop followed at once by a new process for the same
+//!   session. After every process:
+//!   1. the restart ran without waiting out the dead holder's lease (TTL 30 s);
+//!   2. it resumed the bound thread unless that thread was lost (then it fell back);
+//!   3. every acknowledged turn (exit 0 with a reply) is in the transcript, once;
+//!   4. no retired thread is bound;
+//!   5. each give-up write (the store's retired threads grew) is told by exactly one notice,
+//!      in the first acknowledged turn after it (in its report and on its stderr); the one
+//!      case counted apart is a host killed after committing that first turn and before its
+//!      report (its reply is lost with it), which must have said the notice on stderr before
+//!      the commit.
+//!   6. a process stopped by SIGINT or SIGTERM that did not finish first exits 130 / 143 with
+//!      an `interrupted` report, and then committed nothing (it said the turn was not
+//!      committed).
+//! - `app-server` (`restarts/proxy_run.rs`, `restarts/client.rs`): `rethread app-server`
+//!   processes for the session `RETHREAD_SESSION` names, with `RETHREAD_LEASE_TTL` short
+//!   (`--lease-ttl`, default 1.5 s), driven by a JSON-RPC client, stopped by SIGKILL, SIGTERM
+//!   or SIGSTOP past the TTL (then SIGCONT; half of them with a rival host run meanwhile). The
+//!   checks are in `restarts/proxy_run/checks.rs` and docs/reliability.md; two fail today
+//!   (issue 19 items 2 and 7) and are counted, failing the run at its end: `--hosts chat`
+//!   runs without them.
 //!
-//! `cargo xtask ci` runs 300 kills per backend; the documented local run is `--kills 1000`.
+//! `cargo xtask ci` runs 200 chat stops and 30 app-server stops per backend.
 
 mod client;
 mod host;
@@ -109,14 +119,15 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
     run_all(&options)
 }
 
-/// The bounded run of `cargo xtask ci`: 300 `chat` stops and 40 `app-server` stops per
-/// backend, PostgreSQL included when `RETHREAD_TEST_POSTGRES_URL` is set.
+/// The bounded run of `cargo xtask ci`: 200 `chat` stops and 30 `app-server` stops per
+/// backend (about a minute on 2 cores), PostgreSQL included when `RETHREAD_TEST_POSTGRES_URL`
+/// is set.
 pub(crate) fn ci() -> Result<(), String> {
     command(&[
         "--kills".to_string(),
-        "300".to_string(),
+        "200".to_string(),
         "--app-server-stops".to_string(),
-        "40".to_string(),
+        "30".to_string(),
     ])
 }
 

@@ -117,6 +117,8 @@ impl Gate {
 
 /// A running host with its client.
 pub(crate) struct Running {
+    /// The host's first message: names it in the harness's reports.
+    label: String,
     child: Child,
     pub(crate) spawned_ms: u64,
     client: Option<std::thread::JoinHandle<Seen>>,
@@ -126,6 +128,8 @@ pub(crate) struct Running {
 /// How a host ended.
 #[derive(Debug)]
 pub(crate) struct Ended {
+    /// The host's first message.
+    pub(crate) label: String,
     pub(crate) status: ExitStatus,
     pub(crate) seen: Seen,
     pub(crate) stderr: String,
@@ -220,6 +224,7 @@ pub(crate) fn spawn(
         client.seen
     });
     Ok(Running {
+        label: spec.messages.first().cloned().unwrap_or_default(),
         child,
         spawned_ms,
         client: Some(client),
@@ -264,6 +269,7 @@ impl Running {
             .map(|s| s.join().unwrap_or_default())
             .unwrap_or_default();
         Ok(Ended {
+            label: std::mem::take(&mut self.label),
             status,
             seen,
             stderr,

@@ -35,8 +35,9 @@ const TERMINATE_CHANCE: f64 = 0.2;
 /// A SIGSTOP lasts this much past the lease TTL (the lease expires at most a TTL after its
 /// last renewal, which came before the stop).
 const PAST_TTL: Duration = Duration::from_millis(300);
-/// How long a rival may take before the stopped host is continued anyway.
-const RIVAL_DEADLINE: Duration = Duration::from_secs(15);
+/// How long a rival may take before the stopped host is continued anyway: past SQLite's busy
+/// timeout (5 s), after which a rival waiting for the stopped host's write lock gives up.
+const RIVAL_DEADLINE: Duration = Duration::from_secs(8);
 
 /// What one backend run does.
 #[derive(Debug, Clone)]
@@ -386,7 +387,13 @@ impl Runner<'_> {
             };
             rival_took = rival_ended.lease_ms().is_some();
             if early {
+                // Who retired what meanwhile is not known: what the rival retired (or the
+                // stopped host after its SIGCONT) is not held against the stopped host.
                 self.stats.rivals_waited += 1;
+                if readable {
+                    others_retired = self.record()?.retired_threads.len()
+                        - rival_before.as_ref().map_or(0, |r| r.retired_threads.len());
+                }
             } else if readable || rival_took {
                 // (A rival that took the lease on redb found the file free: readable now.)
                 let rival_after = self.record()?;

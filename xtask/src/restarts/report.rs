@@ -175,16 +175,16 @@ pub(crate) fn proxy_table(rows: &[(&str, &ProxyStats)]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "| backend | stops | kill | term | stop alone | stop + rival | {} | rival took | \
-         lost to rival | lost alone | lost | fallbacks | warnings | repeated | resumed | \
-         started | fell back | turns kept | lease p50 ms | lease max ms | wall s |\n",
+         rival waited | lost to rival | lost alone | lost | fallbacks | warnings | repeated | \
+         resumed | started | fell back | turns kept | lease p50 ms | lease max ms | wall s |\n",
         PROXY_PHASES.join(" | ")
     ));
-    out.push_str(&format!("|{}\n", "---|".repeat(25)));
+    out.push_str(&format!("|{}\n", "---|".repeat(26)));
     for (backend, s) in rows {
         let phases: Vec<String> = s.phases.iter().map(u32::to_string).collect();
         out.push_str(&format!(
             "| {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} \
-             | {} | {} | {} | {} | {} | {:.0} |\n",
+             | {} | {} | {} | {} | {} | {} | {:.0} |\n",
             s.stops(),
             s.kills,
             s.terms,
@@ -192,6 +192,7 @@ pub(crate) fn proxy_table(rows: &[(&str, &ProxyStats)]) -> String {
             s.pauses_rival,
             phases.join(" | "),
             s.rivals_took,
+            s.rivals_waited,
             s.lost_to_rival,
             s.lost_alone,
             s.lost,

@@ -17,8 +17,25 @@ impl Runner<'_> {
     /// The checks after every host.
     pub(super) fn check(&mut self, run: &Run<'_>) -> Result<(), String> {
         let session = self.session();
-        self.check_host(run)
-            .map_err(|e| format!("{} session {session}: {e}", self.plan.backend))
+        self.check_host(run).map_err(|e| {
+            let role = match (run.rival, run.stop) {
+                (true, _) => "a rival".to_string(),
+                (_, None) => "not stopped".to_string(),
+                (_, Some((stop, at))) => {
+                    format!("{} at {:?}", stop_name(stop), phase(run.ended, at))
+                }
+            };
+            let retired = |r: Option<&rethread_store::SessionRecord>| {
+                r.map(|r| r.retired_threads.clone()).unwrap_or_default()
+            };
+            format!(
+                "{} session {session}, host {:?} ({role}; retired before {:?}, after {:?}): {e}",
+                self.plan.backend,
+                run.ended.label,
+                retired(run.before.as_ref()),
+                retired(Some(&run.after)),
+            )
+        })
     }
 
     fn check_host(&mut self, run: &Run<'_>) -> Result<(), String> {
@@ -77,6 +94,14 @@ impl Runner<'_> {
             }
             Some(Stop::Kill) => {}
         }
+        // Only a host stopped past its TTL may lose its lease.
+        let paused = matches!(run.stop, Some((Stop::Pause { .. }, _)));
+        if !paused && !seen.warned(LEASE_LOST).is_empty() {
+            return Err(format!(
+                "a host that was not stopped past its lease TTL said it lost the session; {}",
+                what()
+            ));
+        }
         // No wait for the lease TTL of a dead holder.
         if let Some(lease_ms) = ended.lease_ms() {
             if run.after_stop {
@@ -125,8 +150,8 @@ impl Runner<'_> {
             }
         }
         let Some(start) = &seen.start else {
-            // Stopped before the answer.
-            return if run.stop.is_some() {
+            // Stopped before the answer, or a rival refused before codex started.
+            return if run.stop.is_some() || run.rival {
                 Ok(())
             } else {
                 Err(format!(
@@ -137,16 +162,23 @@ impl Runner<'_> {
                 ))
             };
         };
+        let paused = matches!(run.stop, Some((Stop::Pause { .. }, _)));
         let thread = match start {
             Ok(thread) => thread,
-            Err((code, message)) if run.rival || paused_rival(run) => {
-                // A rival refused (the stopped host's codex holds the thread), or a host
-                // that lost its lease while stopped: nothing written.
-                let _ = (code, message);
+            // A rival refused (the stopped host's codex holds the thread), or a host that
+            // lost its lease while stopped (and said so): nothing written.
+            Err(_)
+                if (run.rival
+                    || paused_rival(run)
+                    || paused && !seen.warned(LEASE_LOST).is_empty())
+                    && gave_up == 0 =>
+            {
                 return Ok(());
             }
             Err((code, message)) => {
-                return Err(format!("thread/start refused: {code} {message}"));
+                return Err(format!(
+                    "thread/start refused: {code} {message} ({gave_up} thread(s) retired)"
+                ));
             }
         };
         if paused_rival(run) {
