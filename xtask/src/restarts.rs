@@ -31,7 +31,7 @@
 //!   (issue 19 items 2 and 7) and are counted, failing the run at its end: `--hosts chat`
 //!   runs without them.
 //!
-//! `cargo xtask ci` runs 200 chat stops and 30 app-server stops per backend.
+//! `cargo xtask ci` runs 300 chat stops and 40 app-server stops per backend.
 
 mod client;
 mod host;
@@ -119,15 +119,15 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
     run_all(&options)
 }
 
-/// The bounded run of `cargo xtask ci`: 200 `chat` stops and 30 `app-server` stops per
-/// backend (about a minute on 2 cores), PostgreSQL included when `RETHREAD_TEST_POSTGRES_URL`
+/// The bounded run of `cargo xtask ci`: 300 `chat` stops and 40 `app-server` stops per
+/// backend (under a minute on 2 cores), PostgreSQL included when `RETHREAD_TEST_POSTGRES_URL`
 /// is set.
 pub(crate) fn ci() -> Result<(), String> {
     command(&[
         "--kills".to_string(),
-        "200".to_string(),
+        "300".to_string(),
         "--app-server-stops".to_string(),
-        "30".to_string(),
+        "40".to_string(),
     ])
 }
 
