@@ -64,7 +64,7 @@ struct Options {
 pub(crate) fn command(args: &[String]) -> Result<(), String> {
     let mut options = Options {
         kills: 300,
-        app_server_stops: 60,
+        app_server_stops: 40,
         seed: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64),
@@ -137,10 +137,10 @@ enum Plan {
     AppServer(proxy_run::Plan),
 }
 
-/// What a run counted.
+/// What a run counted (and, for `app-server`, the checks that fail today).
 enum Counted {
     Chat(report::Stats),
-    AppServer(report::ProxyStats),
+    AppServer(report::ProxyStats, Vec<String>),
 }
 
 fn run_all(options: &Options) -> Result<(), String> {
@@ -252,7 +252,8 @@ fn run_all(options: &Options) -> Result<(), String> {
                     Plan::AppServer(plan) => (
                         format!("{} app-server", plan.backend),
                         scope.spawn(move || {
-                            proxy_run::execute(plan, binaries).map(Counted::AppServer)
+                            proxy_run::execute(plan, binaries)
+                                .map(|(stats, known)| Counted::AppServer(stats, known))
                         }),
                     ),
                 };
@@ -280,7 +281,7 @@ fn run_all(options: &Options) -> Result<(), String> {
     let proxy: Vec<(String, &report::ProxyStats)> = results
         .iter()
         .filter_map(|(name, result)| match result {
-            Ok(Counted::AppServer(stats)) => Some((backend(name), stats)),
+            Ok(Counted::AppServer(stats, _)) => Some((backend(name), stats)),
             _ => None,
         })
         .collect();
@@ -299,7 +300,13 @@ fn run_all(options: &Options) -> Result<(), String> {
     }
     let failures: Vec<String> = results
         .iter()
-        .filter_map(|(name, result)| result.as_ref().err().map(|e| format!("{name}: {e}")))
+        .flat_map(|(name, result)| match result {
+            Err(error) => vec![format!("{name}: {error}")],
+            Ok(Counted::AppServer(_, known)) => {
+                known.iter().map(|k| format!("{name}: {k}")).collect()
+            }
+            Ok(Counted::Chat(_)) => Vec::new(),
+        })
         .collect();
     if failures.is_empty() {
         Ok(())

@@ -22,6 +22,7 @@ use super::client::{self, Ended, Gate, Spec, LEASE_LOST};
 use super::host::{Binaries, Rng};
 use super::report::ProxyStats;
 use super::view::StoreView;
+use checks::NOTICE;
 
 /// Turns per host.
 const TURNS: usize = 2;
@@ -76,8 +77,12 @@ struct Known {
     repeated: Vec<String>,
 }
 
-/// Runs the plan; `Err` names the first check that failed, or the known failures counted.
-pub(crate) fn execute(plan: &Plan, binaries: &Binaries) -> Result<ProxyStats, String> {
+/// Runs the plan: its counts and the checks that failed today ([`Known`], one line each with
+/// its count and first case); `Err` names the first other check that failed.
+pub(crate) fn execute(
+    plan: &Plan,
+    binaries: &Binaries,
+) -> Result<(ProxyStats, Vec<String>), String> {
     let mut runner = Runner {
         plan,
         binaries,
@@ -107,28 +112,20 @@ pub(crate) fn execute(plan: &Plan, binaries: &Binaries) -> Result<ProxyStats, St
     if let Some(first) = runner.known.lost_alone.first() {
         known.push(format!(
             "{} of {} hosts stopped past the lease TTL with nobody competing lost the session \
-             after SIGCONT (issue 19 item 2: fails until a lease whose fence is still the \
-             newest is taken back); first: {first}",
+             after SIGCONT (KNOWN: issue 19 item 2, fails until a lease whose fence is still \
+             the newest is taken back); first: {first}",
             runner.known.lost_alone.len(),
             runner.known.alone
         ));
     }
     if let Some(first) = runner.known.repeated.first() {
         known.push(format!(
-            "{} fallback warning(s) said again after they reached a client (issue 19 item 7: \
-             fails until a delivered notice is no longer pending); first: {first}",
+            "{} fallback warning(s) said again after they reached a client (KNOWN: issue 19 \
+             item 7, fails until a delivered notice is no longer pending); first: {first}",
             runner.known.repeated.len()
         ));
     }
-    if known.is_empty() {
-        Ok(runner.stats)
-    } else {
-        Err(format!(
-            "{}\n{}",
-            known.join("\n"),
-            super::report::proxy_table(&[(plan.backend, &runner.stats)])
-        ))
-    }
+    Ok((runner.stats, known))
 }
 
 struct Runner<'a> {
@@ -215,8 +212,10 @@ impl Runner<'_> {
         if untold.iter().any(|t| !(pending && Some(*t) == last)) {
             return Err(format!(
                 "session {}: the fallback from {untold:?} never reached a client and is not \
-                 pending in the store",
-                self.session()
+                 pending in the store (told: {:?}; retired: {:?})",
+                self.session(),
+                self.told,
+                record.retired_threads
             ));
         }
         Ok(())
@@ -391,8 +390,15 @@ impl Runner<'_> {
                 // stopped host after its SIGCONT) is not held against the stopped host.
                 self.stats.rivals_waited += 1;
                 if readable {
-                    others_retired = self.record()?.retired_threads.len()
+                    let record = self.record()?;
+                    others_retired = record.retired_threads.len()
                         - rival_before.as_ref().map_or(0, |r| r.retired_threads.len());
+                    // Its fallback warning, if it got one, told the give-up of the moment.
+                    if let Some(subject) = record.retired_threads.last() {
+                        if !rival_ended.seen.warned(NOTICE).is_empty() {
+                            self.told_once(subject, &rival_ended.label);
+                        }
+                    }
                 }
             } else if readable || rival_took {
                 // (A rival that took the lease on redb found the file free: readable now.)

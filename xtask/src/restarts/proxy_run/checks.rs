@@ -11,7 +11,7 @@ use super::super::report::ProxyPhase;
 use super::{Run, Runner, Stop};
 
 /// The notice a fallback's `warning` carries (`RESUME_FALLBACK_NOTICE`).
-const NOTICE: &str = "Codex thread could not be resumed; starting a new one.";
+pub(super) const NOTICE: &str = "Codex thread could not be resumed; starting a new one.";
 
 impl Runner<'_> {
     /// The checks after every host.
@@ -120,6 +120,16 @@ impl Runner<'_> {
         self.check_turns(run)
     }
 
+    /// Counts a fallback warning about the give-up of `subject` that reached `host`'s client.
+    pub(super) fn told_once(&mut self, subject: &str, host: &str) {
+        self.stats.warnings += 1;
+        if !self.told.insert(subject.to_string()) {
+            self.known.repeated.push(format!(
+                "the fallback from {subject} told again, to host {host:?}"
+            ));
+        }
+    }
+
     /// The `thread/start` answer: resumed unless lost, else a fallback told once.
     fn check_start(&mut self, run: &Run<'_>, gave_up: usize) -> Result<(), String> {
         let seen = &run.ended.seen;
@@ -134,20 +144,13 @@ impl Runner<'_> {
             .before
             .as_ref()
             .is_some_and(|r| r.pending_notice().is_some());
-        if let Some(notice) = notices.first() {
-            self.stats.warnings += 1;
-            let subject = run.after.retired_threads.last().cloned();
-            let Some(subject) =
-                subject.filter(|_| gave_up == 1 || pending_before || paused_rival(run))
-            else {
+        if !notices.is_empty() {
+            let told = gave_up == 1 || pending_before || paused_rival(run);
+            let subject = run.after.retired_threads.last().filter(|_| told);
+            let Some(subject) = subject else {
                 return Err("a fallback warning without a thread given up".to_string());
             };
-            if !self.told.insert(subject.clone()) {
-                self.known.repeated.push(format!(
-                    "the fallback from {subject} told again to host {} at {} ms",
-                    self.hosts, notice.at_ms
-                ));
-            }
+            self.told_once(subject, &run.ended.label);
         }
         let Some(start) = &seen.start else {
             // Stopped before the answer, or a rival refused before codex started.
