@@ -3,7 +3,8 @@
 //! Shipped: the `.rs` files under each crate's `src/` (so no tests, benches, examples, fuzz
 //! targets or xtask), without the items under `#[cfg(test)]` (a test module inline, or the
 //! file a `#[cfg(test)] mod name;` names), blank lines and lines that are only a comment (doc
-//! comments included). The raw count is every line of the same `src/` files.
+//! comments included). The raw count is every line of the same `src/` files. The total is that
+//! of the published crates (`publish = false` test support is listed apart).
 
 use std::path::{Path, PathBuf};
 
@@ -36,11 +37,23 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
     for dir in crates {
         let count = count_crate(&dir.join("src"))?;
         let name = dir.file_name().unwrap_or_default().to_string_lossy();
+        // Test support that is never published is not shipped.
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap_or_default();
+        if manifest
+            .lines()
+            .any(|l| l.replace(' ', "") == "publish=false")
+        {
+            println!(
+                "| ({name}: not published) | {} | {} |",
+                count.shipped, count.raw
+            );
+            continue;
+        }
         println!("| {name} | {} | {} |", count.shipped, count.raw);
         total.shipped += count.shipped;
         total.raw += count.raw;
     }
-    println!("| total | {} | {} |", total.shipped, total.raw);
+    println!("| total (published) | {} | {} |", total.shipped, total.raw);
     Ok(())
 }
 
