@@ -1,6 +1,6 @@
 //! The publishing checks of `cargo xtask ci`: documentation without warnings, each store
-//! backend built alone through the `rethread` crate's features, and `cargo package` for every
-//! publishable crate.
+//! backend built alone through the `rethread` crate's features, the CLI without its `demo`
+//! feature, and `cargo package` for every publishable crate.
 
 use std::path::Path;
 use std::process::Command;
@@ -38,6 +38,18 @@ pub(crate) fn checks(root: &Path) -> Result<(), String> {
             ],
         )?;
     }
+    // The CLI without `rethread demo` (and the fake app-server it links).
+    util::run(
+        root,
+        "cargo",
+        &[
+            "check",
+            "--locked",
+            "-p",
+            "rethread-cli",
+            "--no-default-features",
+        ],
+    )?;
     let mut args = vec!["package", "--locked", "--no-verify", "--allow-dirty"];
     for name in PUBLISHED {
         args.extend(["-p", name]);

@@ -1,29 +1,41 @@
-//! `cargo xtask restarts [--kills N] [--seed S] [--backend B]... [--slow-turn-ms MS]`: the
-//! restart harness of issue 12 (docs/reliability.md).
+//! `cargo xtask restarts [--kills N] [--app-server-stops N] [--seed S] [--backend B]...
+//! [--hosts chat|app-server]... [--slow-turn-ms MS] [--lease-ttl SECS]`: the restart harness of
+//! issues 12 and 19 (docs/reliability.md).
 //!
-//! For each backend (SQLite, redb, and PostgreSQL when `RETHREAD_TEST_POSTGRES_URL` is set), in
-//! parallel: `rethread chat --json` processes for one session and one turn against
-//! `fake-codex` (threads kept in a `CODEX_HOME` shared by the run), stopped with their codex
-//! at random points of the turn (before the resume, during it, mid-turn, during the commit) by
-//! SIGKILL, or sometimes SIGINT (a terminal's Ctrl-C) or SIGTERM, each stop followed at once by
-//! a new process for the same session. Sometimes the bound
-//! thread is first made unresumable (`no rollout found`), so fallbacks happen. After every
-//! process:
+//! For each backend (SQLite, redb, and PostgreSQL when `RETHREAD_TEST_POSTGRES_URL` is set) and
+//! each kind of host (default both), in parallel, against `fake-codex` (threads kept in a
+//! `CODEX_HOME` shared by the run; sometimes the bound thread is first made unresumable, `no
+//! rollout found`, so fallbacks happen):
 //!
-//! 1. the restart ran without waiting out the dead holder's lease (TTL 30 s);
-//! 2. it resumed the bound thread unless that thread was lost (then it fell back);
-//! 3. every acknowledged turn (exit 0 with a reply) is in the transcript, once;
-//! 4. no retired thread is bound;
-//! 5. each give-up write (the store's retired threads grew) is told by exactly one notice, in
-//!    the first acknowledged turn after it (in its report and on its stderr); the one case
-//!    counted apart is a host killed after committing that first turn and before its report
-//!    (its reply is lost with it), which must have said the notice on stderr before the commit.
-//! 6. a process stopped by SIGINT or SIGTERM that did not finish first exits 130 / 143 with an
-//!    `interrupted` report, and then committed nothing (it said the turn was not committed).
+//! - `chat` (`restarts/run.rs`): `rethread chat --json` processes for one session and one turn, stopped
+//!   with their codex at random points of the turn by SIGKILL, or sometimes SIGINT (a
+//!   terminal's Ctrl-C) or SIGTERM, each stop followed at once by a new process for the same
+//!   session. After every process:
+//!   1. the restart ran without waiting out the dead holder's lease (TTL 30 s);
+//!   2. it resumed the bound thread unless that thread was lost (then it fell back);
+//!   3. every acknowledged turn (exit 0 with a reply) is in the transcript, once;
+//!   4. no retired thread is bound;
+//!   5. each give-up write (the store's retired threads grew) is told by exactly one notice,
+//!      in the first acknowledged turn after it (in its report and on its stderr); the one
+//!      case counted apart is a host killed after committing that first turn and before its
+//!      report (its reply is lost with it), which must have said the notice on stderr before
+//!      the commit.
+//!   6. a process stopped by SIGINT or SIGTERM that did not finish first exits 130 / 143 with
+//!      an `interrupted` report, and then committed nothing (it said the turn was not
+//!      committed).
+//! - `app-server` (`restarts/proxy_run.rs`, `restarts/client.rs`): `rethread app-server`
+//!   processes for the session `RETHREAD_SESSION` names, with `RETHREAD_LEASE_TTL` short
+//!   (`--lease-ttl`, default 1.5 s), driven by a JSON-RPC client, stopped by SIGKILL, SIGTERM
+//!   or SIGSTOP past the TTL (then SIGCONT; half of them with a rival host run meanwhile). The
+//!   checks are in `restarts/proxy_run/checks.rs` and docs/reliability.md; two fail today
+//!   (issue 19 items 2 and 7) and are counted, failing the run at its end: `--hosts chat`
+//!   runs without them.
 //!
-//! `cargo xtask ci` runs 300 kills per backend; the documented local run is `--kills 1000`.
+//! `cargo xtask ci` runs 300 chat stops and 40 app-server stops per backend.
 
+mod client;
 mod host;
+mod proxy_run;
 mod report;
 mod run;
 mod view;
@@ -33,24 +45,33 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::util;
 
+/// The kinds of host a run can drive.
+const HOSTS: [&str; 2] = ["chat", "app-server"];
+
 /// The options of a run.
 #[derive(Debug, Clone)]
 struct Options {
     kills: u32,
+    app_server_stops: u32,
     seed: u64,
     backends: Vec<String>,
+    hosts: Vec<String>,
     slow_turn_ms: u64,
+    lease_ttl: f64,
 }
 
 /// `cargo xtask restarts ARGS`.
 pub(crate) fn command(args: &[String]) -> Result<(), String> {
     let mut options = Options {
         kills: 300,
+        app_server_stops: 40,
         seed: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64),
         backends: Vec::new(),
+        hosts: Vec::new(),
         slow_turn_ms: 40,
+        lease_ttl: 1.5,
     };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -65,21 +86,61 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
         };
         match arg.as_str() {
             "--kills" => options.kills = number(value("--kills")?, "--kills")? as u32,
+            "--app-server-stops" => {
+                options.app_server_stops =
+                    number(value("--app-server-stops")?, "--app-server-stops")? as u32
+            }
             "--seed" => options.seed = number(value("--seed")?, "--seed")?,
             "--slow-turn-ms" => {
                 options.slow_turn_ms = number(value("--slow-turn-ms")?, "--slow-turn-ms")?
             }
+            "--lease-ttl" => {
+                let text = value("--lease-ttl")?;
+                options.lease_ttl = text
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|secs| (0.1..=60.0).contains(secs))
+                    .ok_or_else(|| format!("--lease-ttl: `{text}` is not 0.1 to 60 seconds"))?;
+            }
             "--backend" => options.backends.push(value("--backend")?),
+            "--hosts" => {
+                let hosts = value("--hosts")?;
+                if !HOSTS.contains(&hosts.as_str()) {
+                    return Err(format!("--hosts: `{hosts}` is not chat or app-server"));
+                }
+                options.hosts.push(hosts);
+            }
             other => return Err(format!("restarts: unknown argument `{other}`")),
         }
+    }
+    if options.hosts.is_empty() {
+        options.hosts = HOSTS.iter().map(|h| h.to_string()).collect();
     }
     run_all(&options)
 }
 
-/// The shorter run of `cargo xtask ci`: 300 kills per backend, PostgreSQL included when
-/// `RETHREAD_TEST_POSTGRES_URL` is set.
+/// The bounded run of `cargo xtask ci`: 300 `chat` stops and 40 `app-server` stops per
+/// backend (under a minute on 2 cores), PostgreSQL included when `RETHREAD_TEST_POSTGRES_URL`
+/// is set.
 pub(crate) fn ci() -> Result<(), String> {
-    command(&["--kills".to_string(), "300".to_string()])
+    command(&[
+        "--kills".to_string(),
+        "300".to_string(),
+        "--app-server-stops".to_string(),
+        "40".to_string(),
+    ])
+}
+
+/// One backend's run of one kind of host.
+enum Plan {
+    Chat(run::Plan),
+    AppServer(proxy_run::Plan),
+}
+
+/// What a run counted (and, for `app-server`, the checks that fail today).
+enum Counted {
+    Chat(report::Stats),
+    AppServer(report::ProxyStats, Vec<String>),
 }
 
 fn run_all(options: &Options) -> Result<(), String> {
@@ -99,52 +160,105 @@ fn run_all(options: &Options) -> Result<(), String> {
     };
     let mut plans = Vec::new();
     for (index, backend) in wanted.iter().enumerate() {
-        let dir = target.join("restarts").join(backend);
-        let (name, url) = match *backend {
-            "sqlite" => (
-                "sqlite",
-                format!("sqlite:{}", dir.join("store.sqlite").display()),
-            ),
-            "redb" => ("redb", format!("redb:{}", dir.join("store.redb").display())),
-            "postgres" => match &postgres {
-                Some(url) => ("postgres", url.clone()),
-                None if options.backends.is_empty() => {
-                    println!(
-                        "restarts: PostgreSQL skipped: RETHREAD_TEST_POSTGRES_URL is not set \
-                         (`source .ci/postgres.sh && rethread_start_postgres` sets it)"
-                    );
-                    continue;
+        for hosts in &options.hosts {
+            // Each kind of host has a store of its own (redb admits one process at a time).
+            let dir = match hosts.as_str() {
+                "chat" => target.join("restarts").join(backend),
+                _ => target.join("restarts").join(format!("{backend}-{hosts}")),
+            };
+            let (name, url) = match *backend {
+                "sqlite" => (
+                    "sqlite",
+                    format!("sqlite:{}", dir.join("store.sqlite").display()),
+                ),
+                "redb" => ("redb", format!("redb:{}", dir.join("store.redb").display())),
+                "postgres" => match &postgres {
+                    Some(url) => ("postgres", url.clone()),
+                    None if options.backends.is_empty() => {
+                        if hosts == &options.hosts[0] {
+                            println!(
+                                "restarts: PostgreSQL skipped: RETHREAD_TEST_POSTGRES_URL is \
+                                 not set (`source .ci/postgres.sh && rethread_start_postgres` \
+                                 sets it)"
+                            );
+                        }
+                        continue;
+                    }
+                    None => {
+                        return Err("--backend postgres needs RETHREAD_TEST_POSTGRES_URL".into())
+                    }
+                },
+                other => {
+                    return Err(format!(
+                        "unknown backend `{other}` (sqlite, redb, postgres)"
+                    ))
                 }
-                None => return Err("--backend postgres needs RETHREAD_TEST_POSTGRES_URL".into()),
-            },
-            other => {
-                return Err(format!(
-                    "unknown backend `{other}` (sqlite, redb, postgres)"
-                ))
-            }
-        };
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("codex-home"))
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        plans.push(run::Plan {
-            backend: name,
-            host_store_url: view::host_store_url(&url),
-            store_url: url,
-            dir,
-            session_prefix: format!("restarts-{}-{}-{name}", options.seed, std::process::id()),
-            kills: options.kills,
-            seed: options.seed.wrapping_add(index as u64 * 0x9E37_79B9),
-            slow_turn_ms: options.slow_turn_ms,
-        });
+            };
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(dir.join("codex-home"))
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            let seed = options.seed.wrapping_add(index as u64 * 0x9E37_79B9);
+            let session_prefix = format!(
+                "restarts-{}-{}-{name}-{hosts}",
+                options.seed,
+                std::process::id()
+            );
+            plans.push(match hosts.as_str() {
+                "chat" => Plan::Chat(run::Plan {
+                    backend: name,
+                    host_store_url: view::host_store_url(&url, "chat"),
+                    store_url: url,
+                    dir,
+                    session_prefix,
+                    kills: options.kills,
+                    seed,
+                    slow_turn_ms: options.slow_turn_ms,
+                }),
+                _ => Plan::AppServer(proxy_run::Plan {
+                    backend: name,
+                    host_store_url: view::host_store_url(&url, "app-server"),
+                    store_url: url,
+                    dir,
+                    session_prefix,
+                    stops: options.app_server_stops,
+                    seed: seed ^ 0xA99_5E4E,
+                    slow_turn_ms: options.slow_turn_ms,
+                    lease_ttl: options.lease_ttl,
+                }),
+            });
+        }
     }
     println!(
-        "restarts: {} kills per backend, seed {}, turns of {} ms (replay: --seed {})",
-        options.kills, options.seed, options.slow_turn_ms, options.seed
+        "restarts: {} chat stops and {} app-server stops per backend ({}), seed {}, turns of \
+         {} ms, app-server lease TTL {} s (replay: --seed {})",
+        options.kills,
+        options.app_server_stops,
+        options.hosts.join(", "),
+        options.seed,
+        options.slow_turn_ms,
+        options.lease_ttl,
+        options.seed
     );
-    let results: Vec<(&str, Result<report::Stats, String>)> = std::thread::scope(|scope| {
+    let results: Vec<(String, Result<Counted, String>)> = std::thread::scope(|scope| {
         let handles: Vec<_> = plans
             .iter()
-            .map(|plan| (plan.backend, scope.spawn(|| run::execute(plan, &binaries))))
+            .map(|plan| {
+                let binaries = &binaries;
+                let (name, handle) = match plan {
+                    Plan::Chat(plan) => (
+                        format!("{} chat", plan.backend),
+                        scope.spawn(move || run::execute(plan, binaries).map(Counted::Chat)),
+                    ),
+                    Plan::AppServer(plan) => (
+                        format!("{} app-server", plan.backend),
+                        scope.spawn(move || {
+                            proxy_run::execute(plan, binaries)
+                                .map(|(stats, known)| Counted::AppServer(stats, known))
+                        }),
+                    ),
+                };
+                (name, handle)
+            })
             .collect();
         handles
             .into_iter()
@@ -156,14 +270,43 @@ fn run_all(options: &Options) -> Result<(), String> {
             })
             .collect()
     });
-    let done: Vec<(&str, &report::Stats)> = results
+    let backend = |name: &str| name.split(' ').next().unwrap_or_default().to_string();
+    let chat: Vec<(String, &report::Stats)> = results
         .iter()
-        .filter_map(|(name, result)| result.as_ref().ok().map(|stats| (*name, stats)))
+        .filter_map(|(name, result)| match result {
+            Ok(Counted::Chat(stats)) => Some((backend(name), stats)),
+            _ => None,
+        })
         .collect();
-    println!("\n{}", report::table(&done));
+    let proxy: Vec<(String, &report::ProxyStats)> = results
+        .iter()
+        .filter_map(|(name, result)| match result {
+            Ok(Counted::AppServer(stats, _)) => Some((backend(name), stats)),
+            _ => None,
+        })
+        .collect();
+    if !chat.is_empty() {
+        let rows: Vec<(&str, &report::Stats)> =
+            chat.iter().map(|(b, s)| (b.as_str(), *s)).collect();
+        println!("\nrethread chat hosts:\n{}", report::table(&rows));
+    }
+    if !proxy.is_empty() {
+        let rows: Vec<(&str, &report::ProxyStats)> =
+            proxy.iter().map(|(b, s)| (b.as_str(), *s)).collect();
+        println!(
+            "\nrethread app-server hosts:\n{}",
+            report::proxy_table(&rows)
+        );
+    }
     let failures: Vec<String> = results
         .iter()
-        .filter_map(|(name, result)| result.as_ref().err().map(|e| format!("{name}: {e}")))
+        .flat_map(|(name, result)| match result {
+            Err(error) => vec![format!("{name}: {error}")],
+            Ok(Counted::AppServer(_, known)) => {
+                known.iter().map(|k| format!("{name}: {k}")).collect()
+            }
+            Ok(Counted::Chat(_)) => Vec::new(),
+        })
         .collect();
     if failures.is_empty() {
         Ok(())

@@ -8,8 +8,9 @@
 //! (`--store` / `RETHREAD_STORE`, the CLI's default otherwise) and the session's lease taken
 //! *before* codex starts ([`BindingHooks::open`]): a session another live process holds is
 //! waited for up to `RETHREAD_SESSION_WAIT` seconds (default 2), then refused with exit 75
-//! and one line naming the holder. Without a session key it is the pass-through that says
-//! once, as a `warning` notification, that nothing is kept.
+//! and one line naming the holder. `RETHREAD_LEASE_TTL` (seconds, default 30) sets the lease's
+//! TTL, as for `chat`. Without a session key it is the pass-through that says once, as a
+//! `warning` notification, that nothing is kept.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -101,6 +102,10 @@ pub(crate) fn main(
         Ok(wait) => wait,
         Err(cause) => return crate::output::fail(&cause, crate::output::EXIT_USAGE),
     };
+    let lease_ttl = match crate::lease_ttl() {
+        Ok(ttl) => ttl,
+        Err(cause) => return crate::output::fail(&cause.0, crate::output::EXIT_USAGE),
+    };
     let command = AppServerCommand {
         program: codex.to_path_buf(),
         global_args: globals.codex_global_args(),
@@ -119,7 +124,7 @@ pub(crate) fn main(
             )
         }
     };
-    let result = runtime.block_on(run(&command, store, globals.session(), wait));
+    let result = runtime.block_on(run(&command, store, globals.session(), wait, lease_ttl));
     runtime.shutdown_background();
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
@@ -135,6 +140,7 @@ async fn run(
     store: Option<&str>,
     session: Option<String>,
     wait: Duration,
+    lease_ttl: Option<Duration>,
 ) -> CliResult<i32> {
     let options = ProxyOptions::default();
     let Some(session) = session else {
@@ -143,6 +149,9 @@ async fn run(
     let store = crate::open_store(store, crate::Access::Write(std::time::Duration::ZERO)).await?;
     let mut session_options = SessionOptions::default();
     session_options.binder.lease_wait = wait;
+    if let Some(ttl) = lease_ttl {
+        session_options.binder.lease_ttl = Some(ttl);
+    }
     // The lease first: a session held elsewhere is refused before codex starts.
     let hooks = BindingHooks::open(session, store, session_options).await?;
     let result = run_app_server(command, &hooks, &options).await;

@@ -38,6 +38,8 @@ pub(crate) struct ChatArgs {
     pub(crate) json: bool,
     /// How long to wait for a session another host holds.
     pub(crate) wait: Duration,
+    /// The session lease's TTL (`RETHREAD_LEASE_TTL`); `None`: the library's default.
+    pub(crate) lease_ttl: Option<Duration>,
 }
 
 /// The `MESSAGE` that means "read the message from stdin".
@@ -138,7 +140,10 @@ pub(crate) async fn converse(
     args: &ChatArgs,
     signal: impl Future<Output = Interrupted>,
 ) -> Conversation {
-    let options = BinderOptions::default().lease_wait(args.wait);
+    let mut options = BinderOptions::default().lease_wait(args.wait);
+    if let Some(ttl) = args.lease_ttl {
+        options = options.lease_ttl(Some(ttl));
+    }
     let mut binder =
         SessionBinder::new(args.session.clone(), store, rail.clone()).with_options(options);
     let mut opened = None;
@@ -370,6 +375,7 @@ mod tests {
             images: Vec::new(),
             json: true,
             wait: Duration::ZERO,
+            lease_ttl: None,
         }
     }
 

@@ -7,6 +7,7 @@
 
 mod app_server;
 mod chat;
+#[cfg(feature = "demo")]
 mod demo;
 mod doctor;
 mod logging;
@@ -108,6 +109,7 @@ enum Command {
         json: bool,
     },
     /// Play the restart story on the bundled fake app-server; needs nothing installed.
+    #[cfg(feature = "demo")]
     Demo {
         /// Print the story as one JSON object: `ok`, `steps` (`title`, `lines`, `checks`),
         /// and `error` when a check failed.
@@ -220,6 +222,30 @@ fn completions(shell: clap_complete::Shell) -> ExitCode {
     }
 }
 
+/// The environment variable setting the TTL of the session lease `chat` and `app-server` take.
+const LEASE_TTL_ENV: &str = "RETHREAD_LEASE_TTL";
+
+/// `RETHREAD_LEASE_TTL`: seconds (fractional) from 0.1 to 86400; unset or empty keeps the
+/// library's default (30 s). A holder stalled past it may be taken over.
+pub(crate) fn lease_ttl() -> Result<Option<std::time::Duration>, output::UsageError> {
+    let text = match std::env::var(LEASE_TTL_ENV) {
+        Err(std::env::VarError::NotPresent) => return Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(output::UsageError(format!("{LEASE_TTL_ENV} is not UTF-8")))
+        }
+        Ok(text) if text.is_empty() => return Ok(None),
+        Ok(text) => text,
+    };
+    match text.parse::<f64>() {
+        Ok(secs) if (0.1..=86_400.0).contains(&secs) => {
+            Ok(Some(std::time::Duration::from_secs_f64(secs)))
+        }
+        _ => Err(output::UsageError(format!(
+            "{LEASE_TTL_ENV}: `{text}` is not a number of seconds between 0.1 and 86400"
+        ))),
+    }
+}
+
 /// `--wait SECS`: a finite, non-negative number of seconds.
 fn parse_wait(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
@@ -249,8 +275,10 @@ async fn run(cli: Cli) -> CliResult {
                 images,
                 json,
                 wait: std::time::Duration::from_secs_f64(wait),
+                lease_ttl: None,
             };
             let read = async {
+                args.lease_ttl = lease_ttl()?;
                 args.images = chat::image_paths(&args.images)?;
                 chat::read_message(std::mem::take(&mut args.message)).await
             };
@@ -293,6 +321,7 @@ async fn run(cli: Cli) -> CliResult {
             let store = open_store_url(&url, Access::Read).await?;
             verify::run(store, &redact_url(&url), json).await
         }
+        #[cfg(feature = "demo")]
         Command::Demo { json } => demo::run(json).await,
         Command::AppServer { .. } | Command::Completions { .. } => {
             unreachable!("handled in main, without a runtime")

@@ -644,6 +644,7 @@ fn migrate_redb_to_sqlite_and_back_loses_nothing_and_reruns_cleanly() {
 }
 
 #[test]
+#[cfg(feature = "demo")]
 fn demo_tells_the_whole_story() {
     let out = Command::new(env!("CARGO_BIN_EXE_rethread"))
         .arg("demo")
@@ -660,6 +661,7 @@ fn demo_tells_the_whole_story() {
 }
 
 #[test]
+#[cfg(feature = "demo")]
 fn demo_json_is_one_object_with_every_check() {
     let out = Command::new(env!("CARGO_BIN_EXE_rethread"))
         .args(["demo", "--json"])

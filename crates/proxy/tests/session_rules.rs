@@ -1,7 +1,7 @@
 //! The session rules of issue 19 through the proxy, against the in-process fake: the session
 //! stays on its own thread (a second `thread/start` never moves the binding, and the client is
 //! told; a fork or a resume of another thread takes the same path, pinned in
-//! `runtime/tests/machine.rs`), an ephemeral thread is never bound, a client that floods the
+//! `crates/runtime/tests/machine.rs`), an ephemeral thread is never bound, a client that floods the
 //! bounded tracking never loses the session's own start or its fallback warning, another
 //! session's thread cannot be resumed here, and a stall past the lease's TTL with nobody
 //! competing goes on recording.

@@ -99,3 +99,114 @@ pub(crate) fn table(rows: &[(&str, &Stats)]) -> String {
     }
     out
 }
+
+/// Where a stop of an `app-server` host landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ProxyPhase {
+    /// Codex had not been asked for a thread (start-up, store, lease, codex start, handshake).
+    BeforeOpen = 0,
+    /// A resume or start asked for, no turn yet.
+    Open = 1,
+    /// A turn running in codex.
+    MidTurn = 2,
+    /// A turn done in codex, its `turn/completed` not yet at the client (the commit).
+    Commit = 3,
+    /// Between turns, or after the last one.
+    Idle = 4,
+}
+
+/// The table's phase columns, in [`ProxyPhase`] order.
+const PROXY_PHASES: [&str; 5] = ["pre-open", "open", "mid-turn", "commit", "idle"];
+
+/// The counts of one backend's `app-server` run.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ProxyStats {
+    pub(crate) kills: u32,
+    pub(crate) terms: u32,
+    /// SIGSTOPs with nobody competing, and with a rival meanwhile.
+    pub(crate) pauses_alone: u32,
+    pub(crate) pauses_rival: u32,
+    pub(crate) phases: [u32; 5],
+    /// Rivals that took the session's lease (the others were refused: session or store held).
+    pub(crate) rivals_took: u32,
+    /// Rivals that waited for a lock the stopped host held, so that it was continued first.
+    pub(crate) rivals_waited: u32,
+    /// Stopped hosts that, continued after a rival took the session, said they lost it.
+    pub(crate) lost_to_rival: u32,
+    /// Stopped hosts with nobody competing that said they lost the session (issue 19.2).
+    pub(crate) lost_alone: u32,
+    /// Threads made unresumable; give-up writes; fallback warnings clients got; of them,
+    /// said again after one reached a client (issue 19.7).
+    pub(crate) lost: u32,
+    pub(crate) fallbacks: u32,
+    pub(crate) warnings: u32,
+    pub(crate) repeated: u32,
+    /// `thread/start` outcomes of hosts that were not stopped first.
+    pub(crate) resumed: u32,
+    pub(crate) started: u32,
+    pub(crate) fell_back: u32,
+    /// Turns a client saw completed, found kept.
+    pub(crate) turns_kept: u32,
+    /// From spawn to the lease held (codex started), for hosts right after a stop.
+    pub(crate) restarts: Vec<Duration>,
+    pub(crate) wall: Duration,
+}
+
+impl ProxyStats {
+    /// Every stop sent.
+    pub(crate) fn stops(&self) -> u32 {
+        self.kills + self.terms + self.pauses_alone + self.pauses_rival
+    }
+
+    /// Counts a stop of kind `name` that landed in `phase`.
+    pub(crate) fn count_stop(&mut self, name: &str, phase: ProxyPhase) {
+        match name {
+            "kill" => self.kills += 1,
+            "term" => self.terms += 1,
+            "stop alone" => self.pauses_alone += 1,
+            _ => self.pauses_rival += 1,
+        }
+        self.phases[phase as usize] += 1;
+    }
+}
+
+/// The summary of the `app-server` runs: one row per backend.
+pub(crate) fn proxy_table(rows: &[(&str, &ProxyStats)]) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "| backend | stops | kill | term | stop alone | stop + rival | {} | rival took | \
+         rival waited | lost to rival | lost alone | lost | fallbacks | warnings | repeated | \
+         resumed | started | fell back | turns kept | lease p50 ms | lease max ms | wall s |\n",
+        PROXY_PHASES.join(" | ")
+    ));
+    out.push_str(&format!("|{}\n", "---|".repeat(26)));
+    for (backend, s) in rows {
+        let phases: Vec<String> = s.phases.iter().map(u32::to_string).collect();
+        out.push_str(&format!(
+            "| {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} \
+             | {} | {} | {} | {} | {} | {} | {:.0} |\n",
+            s.stops(),
+            s.kills,
+            s.terms,
+            s.pauses_alone,
+            s.pauses_rival,
+            phases.join(" | "),
+            s.rivals_took,
+            s.rivals_waited,
+            s.lost_to_rival,
+            s.lost_alone,
+            s.lost,
+            s.fallbacks,
+            s.warnings,
+            s.repeated,
+            s.resumed,
+            s.started,
+            s.fell_back,
+            s.turns_kept,
+            ms(percentile(&s.restarts, 0.5)),
+            ms(s.restarts.iter().copied().max().unwrap_or_default()),
+            s.wall.as_secs_f64(),
+        ));
+    }
+    out
+}

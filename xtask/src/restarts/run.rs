@@ -52,7 +52,7 @@ pub(crate) struct Plan {
 
 /// Runs the plan; `Err` names the first check that failed.
 pub(crate) fn execute(plan: &Plan, binaries: &Binaries) -> Result<Stats, String> {
-    let view = StoreView::open(&plan.store_url)?;
+    let view = StoreView::open(&plan.store_url, "chat")?;
     let mut runner = Runner {
         plan,
         binaries,

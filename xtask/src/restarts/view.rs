@@ -20,21 +20,22 @@ use rethread_store::{
 /// server backend needs to finish a `COMMIT` and notice the closed socket.
 const HOSTS_GONE_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The PostgreSQL `application_name` of this harness's host processes: unique to the harness
-/// process, so that runs sharing a server do not wait for each other.
-pub(crate) fn host_application_name() -> String {
-    format!("rethread-restarts-{}", std::process::id())
+/// The PostgreSQL `application_name` of the host processes of one run (`tag`: its kind of
+/// host): unique to the harness process and the run, so that runs sharing a server (the
+/// `chat` and `app-server` runs of one harness included) do not wait for each other.
+pub(crate) fn host_application_name(tag: &str) -> String {
+    format!("rethread-restarts-{}-{tag}", std::process::id())
 }
 
 /// `url` with the hosts' `application_name` added, for a PostgreSQL URL; other URLs unchanged.
-pub(crate) fn host_store_url(url: &str) -> String {
+pub(crate) fn host_store_url(url: &str, tag: &str) -> String {
     if !url.starts_with("postgres") {
         return url.to_string();
     }
     let separator = if url.contains('?') { '&' } else { '?' };
     format!(
         "{url}{separator}application_name={}",
-        host_application_name()
+        host_application_name(tag)
     )
 }
 
@@ -42,6 +43,9 @@ pub(crate) fn host_store_url(url: &str) -> String {
 pub(crate) struct StoreView {
     runtime: tokio::runtime::Runtime,
     url: String,
+    /// The `application_name` of the hosts whose connections [`Self::wait_for_hosts_gone`]
+    /// waits for.
+    hosts: String,
     kind: Kind,
     /// A plain PostgreSQL session for `pg_stat_activity` (PostgreSQL stores only).
     activity: Option<tokio_postgres::Client>,
@@ -59,8 +63,9 @@ enum ReadError {
 }
 
 impl StoreView {
-    /// Opens a view of the store at `url` (`redb:PATH`, `sqlite:PATH` or `postgres://...`).
-    pub(crate) fn open(url: &str) -> Result<Self, String> {
+    /// Opens a view of the store at `url` (`redb:PATH`, `sqlite:PATH` or `postgres://...`)
+    /// for the hosts of the run tagged `tag` ([`host_store_url`]).
+    pub(crate) fn open(url: &str, tag: &str) -> Result<Self, String> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -76,6 +81,7 @@ impl StoreView {
         Ok(StoreView {
             runtime,
             url: url.to_string(),
+            hosts: host_application_name(tag),
             kind,
             activity: None,
         })
@@ -88,7 +94,7 @@ impl StoreView {
         if !self.url.starts_with("postgres") {
             return Ok(());
         }
-        let name = host_application_name();
+        let name = self.hosts.clone();
         let started = Instant::now();
         loop {
             let left = match self.count_host_connections(&name) {
@@ -132,6 +138,11 @@ impl StoreView {
             ))
             .map_err(|e| format!("cannot read pg_stat_activity: {e}"))?;
         Ok(row.get(0))
+    }
+
+    /// Whether the store can be read while a host has it open (redb admits one process).
+    pub(crate) fn reads_beside_a_host(&self) -> bool {
+        !matches!(self.kind, Kind::Redb(_))
     }
 
     /// The session's record, if it exists.
