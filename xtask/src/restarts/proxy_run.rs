@@ -8,7 +8,7 @@
 //! Checks that fail today because of open defects are counted, not stopped at, and fail the
 //! run at its end with their count ([`Known`]); every other check fails the run at once.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,11 +69,11 @@ enum Stop {
 struct Known {
     /// SIGSTOPs judged as with nobody competing.
     alone: u32,
-    /// Issue 19 item 2: a host stopped past its lease TTL with nobody competing says it lost
-    /// the session to another process after SIGCONT and records nothing more.
+    /// Issue 19 item 2: a host stopped past its lease TTL with nobody competing must take its
+    /// lease back after SIGCONT and go on recording, never say it lost the session.
     lost_alone: Vec<String>,
-    /// Issue 19 item 7: a fallback's warning that reached a client is said again by the next
-    /// host (the notice stays pending until a turn on the new thread commits).
+    /// Issue 19 item 7: a fallback's warning that reached a client through a host that ran on
+    /// must never be said again.
     repeated: Vec<String>,
 }
 
@@ -90,7 +90,7 @@ pub(crate) fn execute(
         rng: Rng::new(plan.seed),
         lost: Vec::new(),
         sessions: Vec::new(),
-        told: HashSet::new(),
+        told: HashMap::new(),
         kept: Vec::new(),
         calibration: VecDeque::new(),
         stats: ProxyStats::default(),
@@ -112,16 +112,16 @@ pub(crate) fn execute(
     if let Some(first) = runner.known.lost_alone.first() {
         known.push(format!(
             "{} of {} hosts stopped past the lease TTL with nobody competing lost the session \
-             after SIGCONT (KNOWN: issue 19 item 2, fails until a lease whose fence is still \
-             the newest is taken back); first: {first}",
+             after SIGCONT (issue 19 item 2: a lease whose fence is still the newest is taken \
+             back); first: {first}",
             runner.known.lost_alone.len(),
             runner.known.alone
         ));
     }
     if let Some(first) = runner.known.repeated.first() {
         known.push(format!(
-            "{} fallback warning(s) said again after they reached a client (KNOWN: issue 19 \
-             item 7, fails until a delivered notice is no longer pending); first: {first}",
+            "{} fallback warning(s) said again after they reached a client through a host that \
+             ran on (issue 19 item 7: a delivered notice is never said again); first: {first}",
             runner.known.repeated.len()
         ));
     }
@@ -137,7 +137,8 @@ struct Runner<'a> {
     lost: Vec<String>,
     sessions: Vec<String>,
     /// Retired threads of the current session whose fallback warning reached a client.
-    told: HashSet<String>,
+    /// Fallbacks told to a client, and whether the host that told it was then stopped.
+    told: HashMap<String, (bool, String)>,
     /// Turns a client saw completed and that must be kept: (session, message).
     kept: Vec<(String, String)>,
     /// (open, turn started, turn done, exit) in ms after the spawn, of recent whole hosts.
@@ -206,7 +207,7 @@ impl Runner<'_> {
         let untold: Vec<&String> = record
             .retired_threads
             .iter()
-            .filter(|t| !self.told.contains(*t))
+            .filter(|t| !self.told.contains_key(*t))
             .collect();
         let last = record.retired_threads.last();
         if untold.iter().any(|t| !(pending && Some(*t) == last)) {
@@ -396,7 +397,7 @@ impl Runner<'_> {
                     // Its fallback warning, if it got one, told the give-up of the moment.
                     if let Some(subject) = record.retired_threads.last() {
                         if !rival_ended.seen.warned(NOTICE).is_empty() {
-                            self.told_once(subject, &rival_ended.label);
+                            self.told_once(subject, &rival_ended.label, false);
                         }
                     }
                 }

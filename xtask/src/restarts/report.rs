@@ -141,6 +141,9 @@ pub(crate) struct ProxyStats {
     pub(crate) fallbacks: u32,
     pub(crate) warnings: u32,
     pub(crate) repeated: u32,
+    /// Warnings said again because the host that told them was stopped before it recorded
+    /// the delivery (allowed: at least once, never lost).
+    pub(crate) retold_after_stop: u32,
     /// `thread/start` outcomes of hosts that were not stopped first.
     pub(crate) resumed: u32,
     pub(crate) started: u32,
@@ -176,15 +179,15 @@ pub(crate) fn proxy_table(rows: &[(&str, &ProxyStats)]) -> String {
     out.push_str(&format!(
         "| backend | stops | kill | term | stop alone | stop + rival | {} | rival took | \
          rival waited | lost to rival | lost alone | lost | fallbacks | warnings | repeated | \
-         resumed | started | fell back | turns kept | lease p50 ms | lease max ms | wall s |\n",
+         retold after a stop | resumed | started | fell back | turns kept | lease p50 ms | lease max ms | wall s |\n",
         PROXY_PHASES.join(" | ")
     ));
-    out.push_str(&format!("|{}\n", "---|".repeat(26)));
+    out.push_str(&format!("|{}\n", "---|".repeat(27)));
     for (backend, s) in rows {
         let phases: Vec<String> = s.phases.iter().map(u32::to_string).collect();
         out.push_str(&format!(
             "| {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} \
-             | {} | {} | {} | {} | {} | {} | {:.0} |\n",
+             | {} | {} | {} | {} | {} | {} | {} | {:.0} |\n",
             s.stops(),
             s.kills,
             s.terms,
@@ -199,6 +202,7 @@ pub(crate) fn proxy_table(rows: &[(&str, &ProxyStats)]) -> String {
             s.fallbacks,
             s.warnings,
             s.repeated,
+            s.retold_after_stop,
             s.resumed,
             s.started,
             s.fell_back,

@@ -120,13 +120,22 @@ impl Runner<'_> {
         self.check_turns(run)
     }
 
-    /// Counts a fallback warning about the give-up of `subject` that reached `host`'s client.
-    pub(super) fn told_once(&mut self, subject: &str, host: &str) {
+    /// Counts a fallback warning about the give-up of `subject` that reached `host`'s client
+    /// (`stopped`: that host was then stopped). A warning is said once: again only when the
+    /// host that told it was stopped before it could record the delivery (at least once,
+    /// never lost); a host that ran on must have recorded it.
+    pub(super) fn told_once(&mut self, subject: &str, host: &str, stopped: bool) {
         self.stats.warnings += 1;
-        if !self.told.insert(subject.to_string()) {
-            self.known.repeated.push(format!(
-                "the fallback from {subject} told again, to host {host:?}"
-            ));
+        match self
+            .told
+            .insert(subject.to_string(), (stopped, host.to_string()))
+        {
+            None => {}
+            Some((true, _)) => self.stats.retold_after_stop += 1,
+            Some((false, first)) => self.known.repeated.push(format!(
+                "the fallback from {subject} told again, to host {host:?}, after host {first:?} \
+                 had told it and run on"
+            )),
         }
     }
 
@@ -150,7 +159,7 @@ impl Runner<'_> {
             let Some(subject) = subject else {
                 return Err("a fallback warning without a thread given up".to_string());
             };
-            self.told_once(subject, &run.ended.label);
+            self.told_once(subject, &run.ended.label, run.stop.is_some());
         }
         let Some(start) = &seen.start else {
             // Stopped before the answer, or a rival refused before codex started.
