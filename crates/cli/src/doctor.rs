@@ -205,11 +205,7 @@ mod tests {
         (0..n)
             .rev()
             .map(|i| {
-                let binding = Binding {
-                    thread_id: format!("t{i}"),
-                    codex_home: None,
-                    bound_at_ms: 0,
-                };
+                let binding = Binding::new(format!("t{i}"), None, 0);
                 (format!("s{i}"), binding)
             })
             .collect()

@@ -19,7 +19,31 @@ fn to_json(record: &SessionRecord) -> Value {
         "created_at_ms": record.created_at_ms,
         "updated_at_ms": record.updated_at_ms,
         "model_config": record.model_config,
+        "last_fallback": last_fallback(record),
     })
+}
+
+/// The session's last fallback: the thread lost, why, when, and whether its notice is still
+/// owed (`pending`); `null` when the session never fell back since its binding was made. The
+/// way for a client whose SDK shows no notice (the Python SDK) to learn of it.
+fn last_fallback(record: &SessionRecord) -> Value {
+    if let Some(given_up) = record.given_up() {
+        return json!({
+            "thread_id": given_up.thread_id,
+            "reason": given_up.reason,
+            "at_ms": given_up.at_ms,
+            "pending": !given_up.notice_delivered,
+        });
+    }
+    match record.binding().and_then(|b| b.fell_back_from.as_ref()) {
+        Some(from) => json!({
+            "thread_id": from.thread_id,
+            "reason": from.reason,
+            "at_ms": from.at_ms,
+            "pending": false,
+        }),
+        None => Value::Null,
+    }
 }
 
 /// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS UTC`.

@@ -1071,3 +1071,23 @@ fn a_store_in_use_by_another_process_exits_75() {
     assert_eq!(report["error"]["kind"], "store", "{report}");
     assert!(stderr(&out).contains("in use"), "{}", stderr(&out));
 }
+
+/// Issue 22, "a fallback every SDK user can see": `sessions show --json` reports the session's
+/// last fallback (the lost thread, why, when, and whether its notice is still owed), also
+/// after turns on the replacement thread; a session that never fell back reports `null`.
+#[test]
+fn sessions_show_reports_the_last_fallback() {
+    let sandbox = Sandbox::fake();
+    let first = sandbox.chat_json("s1", "remember PAPAYA");
+    assert_eq!(sandbox.show("s1")["last_fallback"], Value::Null);
+    let lost = first["thread_id"].as_str().unwrap().to_string();
+    sandbox.delete_rollout(&lost);
+    let fell = sandbox.chat_json("s1", "and now?");
+    assert_eq!(fell["outcome"], "fell_back");
+    sandbox.chat_json("s1", "still there?");
+    let last = &sandbox.show("s1")["last_fallback"];
+    assert_eq!(last["thread_id"], serde_json::json!(lost), "{last}");
+    assert_eq!(last["reason"], "gone");
+    assert_eq!(last["pending"], false);
+    assert!(last["at_ms"].as_i64().unwrap() > 0);
+}

@@ -72,11 +72,11 @@ fn session(i: usize, rows: usize) -> SessionExport {
     let id = session_id(i);
     let mut record = SessionRecord::new(id.clone(), 1_700_000_000_000);
     record.model_config.insert("model".into(), json!("gpt-5"));
-    record.set_state(BindingState::Bound(rethread_store::Binding {
-        thread_id: format!("thr-{i}"),
-        codex_home: Some("/home/user/.codex".into()),
-        bound_at_ms: 1_700_000_000_000,
-    }));
+    record.set_state(BindingState::Bound(rethread_store::Binding::new(
+        format!("thr-{i}"),
+        Some("/home/user/.codex".into()),
+        1_700_000_000_000,
+    )));
     record.row_count = rows as u64;
     let rows = (0..rows as u64)
         .map(|seq| TranscriptRow {

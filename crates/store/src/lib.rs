@@ -157,8 +157,9 @@ pub use redact::redact_url;
 pub use sqlite::SqliteStore;
 pub use store::{BindingStore, BindingStoreExt};
 pub use types::{
-    Binding, BindingState, CommitOutcome, Fence, GivenUp, ImportOutcome, Lease, Retirement,
-    SessionExport, SessionPage, SessionRecord, TranscriptRow, TurnCommit, CODEX_THREAD_ID_KEY,
+    Binding, BindingState, CommitOutcome, Fallback, Fence, GivenUp, ImportOutcome, Lease,
+    Retirement, SessionExport, SessionPage, SessionRecord, TranscriptRow, TurnCommit,
+    CODEX_THREAD_ID_KEY,
 };
 pub use verify::{Problem, ProblemKind, VerifyProgress, VerifyReport, MAX_LISTED_PROBLEMS};
 

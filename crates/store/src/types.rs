@@ -14,6 +14,7 @@ pub const CODEX_THREAD_ID_KEY: &str = "codex_thread_id";
 /// [`SessionRecord::model_config`] under [`CODEX_THREAD_ID_KEY`]: the published view, written by
 /// the store in the same transaction as every state change, never read back as truth.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Binding {
     /// The codex thread id.
     pub thread_id: String,
@@ -21,6 +22,34 @@ pub struct Binding {
     pub codex_home: Option<String>,
     /// When the binding to this thread was first made (milliseconds since the Unix epoch).
     pub bound_at_ms: i64,
+    /// The fallback this thread replaced, if it did: kept with the binding so that a client
+    /// whose SDK shows no notice can still learn of it (`rethread sessions show --json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fell_back_from: Option<Fallback>,
+}
+
+impl Binding {
+    /// A binding to `thread_id` made at `bound_at_ms`, replacing no fallback.
+    pub fn new(thread_id: impl Into<String>, codex_home: Option<String>, bound_at_ms: i64) -> Self {
+        Binding {
+            thread_id: thread_id.into(),
+            codex_home,
+            bound_at_ms,
+            fell_back_from: None,
+        }
+    }
+}
+
+/// A fallback, as remembered after its replacement thread was bound.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Fallback {
+    /// The thread that was lost and given up.
+    pub thread_id: String,
+    /// Why (the runtime's reason code: `gone`, `incompatible`, `unreadable`).
+    pub reason: String,
+    /// When it was given up (milliseconds since the Unix epoch).
+    pub at_ms: i64,
 }
 
 /// A session whose thread was lost and given up

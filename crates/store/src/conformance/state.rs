@@ -79,6 +79,31 @@ pub async fn give_up_then_a_new_thread_binds(store: &dyn BindingStore) {
         record.model_config.get(CODEX_THREAD_ID_KEY),
         Some(&json!(th(&s, "t2")))
     );
+    // The binding remembers the fallback it replaced, across its later turns, and a binding
+    // that replaced none says so.
+    let from = record
+        .binding()
+        .unwrap()
+        .fell_back_from
+        .clone()
+        .expect("the fallback");
+    assert_eq!(
+        (from.thread_id.as_str(), from.reason.as_str(), from.at_ms),
+        (th(&s, "t1").as_str(), "gone", g.at_ms)
+    );
+    store
+        .commit_turn(turn(&s, &th(&s, "t2"), vec![json!(4)]))
+        .await
+        .unwrap();
+    let later = store.require_session(&s).await.unwrap();
+    assert_eq!(later.binding().unwrap().fell_back_from, Some(from));
+    let fresh = unique_id("no-fallback");
+    store
+        .commit_turn(turn(&fresh, &th(&fresh, "t1"), vec![json!(1)]))
+        .await
+        .unwrap();
+    let record = store.require_session(&fresh).await.unwrap();
+    assert_eq!(record.binding().unwrap().fell_back_from, None);
 }
 
 /// The give-up is a compare-and-set: a binding to another thread survives (the lost thread is

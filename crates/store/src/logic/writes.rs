@@ -6,8 +6,8 @@ use serde_json::{Map, Value};
 use super::leases::{check_grant, Grant};
 use super::{check_id, check_record, load_session, merge_patch, LeaseOp, WriteTxn};
 use crate::{
-    Binding, BindingState, CommitOutcome, Fence, GivenUp, ImportOutcome, Retirement, SessionExport,
-    SessionRecord, StoreError, TurnCommit, CODEX_THREAD_ID_KEY,
+    Binding, BindingState, CommitOutcome, Fallback, Fence, GivenUp, ImportOutcome, Retirement,
+    SessionExport, SessionRecord, StoreError, TurnCommit, CODEX_THREAD_ID_KEY,
 };
 
 /// One write: the session it concerns, and its rules.
@@ -88,15 +88,26 @@ impl WriteOp for Commit {
                 row_count,
             }
         } else {
-            let bound_at_ms = match record.binding() {
-                Some(b) if b.thread_id == *thread_id => b.bound_at_ms,
-                _ => now,
+            // The same thread keeps when it was bound and the fallback it replaced; a new one
+            // remembers the give-up it replaces.
+            let (bound_at_ms, fell_back_from) = match &record.state {
+                BindingState::Bound(b) if b.thread_id == *thread_id => {
+                    (b.bound_at_ms, b.fell_back_from.clone())
+                }
+                BindingState::GivenUp(given_up) => (
+                    now,
+                    Some(Fallback {
+                        thread_id: given_up.thread_id.clone(),
+                        reason: given_up.reason.clone(),
+                        at_ms: given_up.at_ms,
+                    }),
+                ),
+                _ => (now, None),
             };
-            record.set_state(BindingState::Bound(Binding {
-                thread_id: thread_id.clone(),
-                codex_home: commit.codex_home.clone(),
-                bound_at_ms,
-            }));
+            let mut binding =
+                Binding::new(thread_id.clone(), commit.codex_home.clone(), bound_at_ms);
+            binding.fell_back_from = fell_back_from;
+            record.set_state(BindingState::Bound(binding));
             CommitOutcome::Published {
                 first_seq,
                 row_count,
