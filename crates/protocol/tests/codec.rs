@@ -1,7 +1,8 @@
 //! NDJSON framing: limits, bad lines, continuation.
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
+use rethread_protocol::codec::{Frame, LineFramer, PREFIX_KEPT};
 use rethread_protocol::{FrameError, Message, NdjsonCodec};
 use tokio_util::codec::{Decoder, Encoder, FramedRead};
 
@@ -102,4 +103,92 @@ async fn framed_read_yields_errors_and_keeps_going() {
     assert!(framed.next().await.unwrap().unwrap().is_err());
     assert!(framed.next().await.unwrap().unwrap().is_ok());
     assert!(framed.next().await.is_none());
+}
+
+// The line framer the codec and the proxy share (issue 20, item 4).
+
+fn frames(limit: usize, chunks: &[&[u8]]) -> Vec<Frame> {
+    let mut framer = LineFramer::new(limit);
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    for chunk in chunks {
+        buf.extend_from_slice(chunk);
+        while let Some(frame) = framer.decode(&mut buf).unwrap() {
+            out.push(frame);
+        }
+    }
+    while let Some(frame) = framer.decode_eof(&mut buf).unwrap() {
+        out.push(frame);
+    }
+    out
+}
+
+fn line(text: &str) -> Frame {
+    Frame::Line(Bytes::copy_from_slice(text.as_bytes()))
+}
+
+#[test]
+fn framed_lines_keep_their_terminators_and_the_last_one_may_lack_one() {
+    assert_eq!(
+        frames(100, &[b"{\"a\":1}\n{\"b\"", b":2}\r\n\n", b"tail"]),
+        vec![
+            line("{\"a\":1}\n"),
+            line("{\"b\":2}\r\n"),
+            line("\n"),
+            line("tail")
+        ]
+    );
+}
+
+#[test]
+fn an_oversized_frame_keeps_only_its_prefix_and_the_next_line_survives() {
+    let long = format!(
+        "{{\"id\":1,\"method\":\"m\",\"p\":\"{}\"}}\n",
+        "x".repeat(10_000)
+    );
+    let got = frames(
+        8000,
+        &[
+            long.as_bytes()[..5000].as_ref(),
+            &long.as_bytes()[5000..],
+            b"{}\n",
+        ],
+    );
+    assert_eq!(got.len(), 2);
+    let Frame::TooLong { prefix } = &got[0] else {
+        panic!("{got:?}")
+    };
+    assert_eq!(&prefix[..], &long.as_bytes()[..PREFIX_KEPT]);
+    assert_eq!(got[1], line("{}\n"));
+    // Exactly at the limit (with `\r\n`) is fine.
+    let exact = format!("{}\r\n", "y".repeat(8000));
+    assert_eq!(frames(8000, &[exact.as_bytes()]), vec![line(&exact)]);
+    // A short line over a small limit keeps its content, not its terminator.
+    assert_eq!(
+        frames(4, &[b"abcdefgh\r\nok\n"]),
+        vec![
+            Frame::TooLong {
+                prefix: Bytes::from_static(b"abcdefgh")
+            },
+            line("ok\n")
+        ]
+    );
+    // An endless line is cut without growing the buffer past the limit.
+    let mut framer = LineFramer::new(64);
+    let mut buf = BytesMut::new();
+    buf.extend_from_slice(&[b'z'; 65]);
+    assert!(matches!(
+        framer.decode(&mut buf).unwrap(),
+        Some(Frame::TooLong { .. })
+    ));
+    for _ in 0..10 {
+        buf.extend_from_slice(&[b'z'; 1000]);
+        assert_eq!(framer.decode(&mut buf).unwrap(), None);
+        assert!(buf.is_empty());
+    }
+    buf.extend_from_slice(b"zz\nok\n");
+    assert_eq!(
+        framer.decode(&mut buf).unwrap(),
+        Some(Frame::Line(Bytes::from_static(b"ok\n")))
+    );
 }

@@ -12,12 +12,12 @@
 use std::future::Future;
 
 use futures::StreamExt;
+use rethread_protocol::codec::{Frame, LineFramer};
 use rethread_protocol::{ErrorCode, RpcError};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 
-use crate::framing::{Frame, LineSplitter};
 use crate::hooks::{
     proxy_answer_id, uses_reserved_id, ClientAction, ClientContext, Link, ServerAction,
     ServerContext, SessionHooks, PROXY_ID_PREFIX,
@@ -81,7 +81,7 @@ where
             &link,
             FramedRead::with_capacity(
                 client_in,
-                LineSplitter::new(options.max_line_length),
+                LineFramer::new(options.max_line_length),
                 options.read_buffer,
             ),
             options.max_line_length,
@@ -92,7 +92,7 @@ where
             &link,
             FramedRead::with_capacity(
                 codex_out,
-                LineSplitter::new(options.max_line_length),
+                LineFramer::new(options.max_line_length),
                 options.read_buffer,
             ),
             options.max_line_length,
@@ -189,7 +189,7 @@ impl Peer {
 /// reported). A line over `limit` is answered or dropped here, as its sender's side requires, and
 /// reading goes on; whole lines come back as the `Bytes` split off the read buffer, uncopied.
 async fn next_line<R: AsyncRead + Unpin>(
-    lines: &mut FramedRead<R, LineSplitter>,
+    lines: &mut FramedRead<R, LineFramer>,
     link: &Link,
     peer: Peer,
     limit: usize,
@@ -215,7 +215,7 @@ async fn client_side<H: SessionHooks, R: AsyncRead + Unpin>(
     hooks: &H,
     ctx: &ClientContext,
     link: &Link,
-    mut lines: FramedRead<R, LineSplitter>,
+    mut lines: FramedRead<R, LineFramer>,
     limit: usize,
 ) -> Result<(), ProxyError> {
     while let Some(line) = next_line(&mut lines, link, Peer::Client, limit).await {
@@ -257,7 +257,7 @@ async fn codex_side<H: SessionHooks, R: AsyncRead + Unpin>(
     hooks: &H,
     ctx: &ServerContext,
     link: &Link,
-    mut lines: FramedRead<R, LineSplitter>,
+    mut lines: FramedRead<R, LineFramer>,
     limit: usize,
 ) -> Result<(), ProxyError> {
     while let Some(line) = next_line(&mut lines, link, Peer::Codex, limit).await {

@@ -122,7 +122,6 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 
 mod forward;
-mod framing;
 mod hooks;
 mod line;
 mod passthrough;
@@ -135,7 +134,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use forward::forward;
-pub use framing::PREFIX_KEPT;
 pub use hooks::{
     is_proxy_id, ClientAction, ClientContext, CodexRequester, HookError, RequestError,
     ServerAction, ServerContext, SessionHooks, PROXY_ID_PREFIX,
@@ -143,6 +141,7 @@ pub use hooks::{
 pub use line::{peek, peek_prefix, Line, LineKind, Peek};
 pub use passthrough::{NoSession, NO_SESSION_WARNING};
 pub use process::{exit_code_of, run_app_server, AppServerCommand};
+pub use rethread_protocol::codec::PREFIX_KEPT;
 pub use session::{BindingHooks, SessionOptions, TurnLimits, LEASE_LOST_WARNING};
 
 /// Errors of the proxy.

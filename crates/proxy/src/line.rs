@@ -17,7 +17,7 @@
 //! [`LineKind::Other`]: it is passed on unrouted.
 
 use bytes::Bytes;
-use rethread_protocol::codec::decode_line;
+use rethread_protocol::codec::{decode_line, trim_line};
 use rethread_protocol::{FrameError, Message, RequestId, RpcError};
 use serde_json::Value;
 
@@ -89,7 +89,7 @@ impl std::fmt::Debug for Line {
 impl Line {
     /// A line read from the wire (`bytes` as read, its `\n` or `\r\n` included if any).
     pub fn new(bytes: Bytes) -> Line {
-        let peek = peek(trim_terminator(&bytes));
+        let peek = peek(trim_line(&bytes));
         Line { bytes, peek }
     }
 
@@ -133,7 +133,7 @@ impl Line {
 
     /// The line without its terminator.
     pub fn json(&self) -> &[u8] {
-        trim_terminator(&self.bytes)
+        trim_line(&self.bytes)
     }
 
     /// The routing facts.
@@ -165,11 +165,6 @@ impl Line {
     pub fn value(&self) -> Result<Value, serde_json::Error> {
         serde_json::from_slice(self.json())
     }
-}
-
-fn trim_terminator(line: &[u8]) -> &[u8] {
-    let line = line.strip_suffix(b"\n").unwrap_or(line);
-    line.strip_suffix(b"\r").unwrap_or(line)
 }
 
 /// The routing facts of one line (without its terminator).
