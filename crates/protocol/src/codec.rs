@@ -20,7 +20,7 @@ use std::io;
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
-use crate::jsonrpc::{EnvelopeError, Message};
+use crate::jsonrpc::{Checked, Envelope, EnvelopeError, Members, MembersVisitor, Message};
 
 /// The default maximum line length: 16 MiB (a resumed thread with many turns is large).
 pub const DEFAULT_MAX_LINE_LENGTH: usize = 16 * 1024 * 1024;
@@ -55,16 +55,42 @@ pub enum FrameError {
     InvalidMessage(#[from] EnvelopeError),
 }
 
-/// Decodes one line (without its newline) into a message.
+/// Decodes one line (without its newline) into a message: UTF-8, then one pass of serde_json
+/// over it. A member the envelope reads that comes twice makes the line not a message
+/// ([`EnvelopeError::DuplicateMember`](crate::EnvelopeError::DuplicateMember)).
 pub fn decode_line(line: &[u8]) -> Result<Message, FrameError> {
+    Ok(members::<serde_json::Value>(line)?.into_message()?)
+}
+
+/// The kind, `id` and `method` of one line, by exactly the rules and checks of
+/// [`decode_line`] (it succeeds on the same lines, with the same errors), without keeping the
+/// payload: what a router needs.
+///
+/// ```
+/// use rethread_protocol::codec::decode_envelope;
+/// use rethread_protocol::{MessageKind, RequestId};
+///
+/// let envelope = decode_envelope(br#"{"id":"a","method":"turn/start","params":{}}"#).unwrap();
+/// assert_eq!(envelope.kind, MessageKind::Request);
+/// assert_eq!(envelope.id, Some(RequestId::from("a")));
+/// assert!(decode_envelope(br#"{"id":1,"id":2,"result":{}}"#).is_err());
+/// ```
+pub fn decode_envelope(line: &[u8]) -> Result<Envelope, FrameError> {
+    Ok(members::<Checked>(line)?.into_envelope()?)
+}
+
+fn members<'a, P: serde::Deserialize<'a>>(line: &'a [u8]) -> Result<Members<P>, FrameError> {
     let text = std::str::from_utf8(line).map_err(|e| FrameError::InvalidUtf8 {
         valid_up_to: e.valid_up_to(),
     })?;
-    let value: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| FrameError::InvalidJson {
-            reason: e.to_string(),
-        })?;
-    Ok(Message::from_value(value)?)
+    let invalid_json = |e: serde_json::Error| FrameError::InvalidJson {
+        reason: e.to_string(),
+    };
+    let mut reader = serde_json::Deserializer::from_str(text);
+    let members = serde::Deserializer::deserialize_any(&mut reader, MembersVisitor::new())
+        .map_err(invalid_json)?;
+    reader.end().map_err(invalid_json)?;
+    Ok(members)
 }
 
 /// One item of [`LineFramer`].

@@ -192,3 +192,69 @@ fn an_oversized_frame_keeps_only_its_prefix_and_the_next_line_survives() {
         Some(Frame::Line(Bytes::from_static(b"ok\n")))
     );
 }
+
+/// Issue 19, item 19: serde_json's `Value` keeps the last of two members of one name, so
+/// `{"id":1,"id":2,"method":..}` read as a request with id 2 while codex, whose envelope is
+/// derived structs, refuses the line ("duplicate field `id`") and ignores it. A duplicate of a
+/// member the envelope reads is not a message, in every reader of the line.
+#[test]
+fn a_duplicate_envelope_member_makes_a_line_not_a_message() {
+    for line in [
+        r#"{"id":1,"id":2,"method":"thread/list"}"#,
+        r#"{"id":1,"method":"a","method":"b"}"#,
+        r#"{"id":1,"method":"m","params":{},"params":{}}"#,
+        r#"{"id":1,"result":1,"result":2}"#,
+        r#"{"id":1,"error":{"code":1,"message":"a"},"error":{"code":2,"message":"b"}}"#,
+        r#"{"id":null,"i\u0064":"rethread-proxy:1","result":{}}"#,
+    ] {
+        let decoded = rethread_protocol::codec::decode_line(line.as_bytes());
+        assert!(
+            matches!(&decoded, Err(FrameError::InvalidMessage(e)) if e.to_string().contains("duplicate")),
+            "{line}: {decoded:?}"
+        );
+        assert!(serde_json::from_str::<Message>(line).is_err(), "{line}");
+    }
+    // Other members may repeat, as codex ignores members it does not know.
+    let line = br#"{"jsonrpc":"2.0","jsonrpc":"2.0","method":"m"}"#;
+    assert!(rethread_protocol::codec::decode_line(line).is_ok());
+}
+
+/// The router's reader (`decode_envelope`) and the full decoder refuse and accept the same
+/// lines, for the same reasons, where a lenient skip of the payload would differ from a `Value`
+/// parse: numbers out of range, lone surrogates, the nesting limit, trailing bytes.
+#[test]
+fn the_envelope_reader_agrees_with_the_decoder_on_every_line() {
+    use rethread_protocol::codec::{decode_envelope, decode_line};
+    let deep = format!(
+        r#"{{"id":1,"method":"m","params":{}{}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let lines: Vec<&[u8]> = vec![
+        br#"{"id":1,"method":"m","params":1e999}"#,
+        br#"{"id":1,"method":"m","params":"\ud800"}"#,
+        br#"{"id":1,"method":"m","params":"\ud83d\ude00"}"#,
+        br#"{"id":1,"result":{"a":[1,2,{"b":null}]},"extra":-0.5e-3}"#,
+        br#"{"id":1,"method":"m"} x"#,
+        br#"{"id":1.0,"method":"m"}"#,
+        br#"{"id":18446744073709551615,"result":1}"#,
+        br#"{"error":{"code":"x","message":"m"}}"#,
+        br#"{"id":null,"error":{"code":-1,"message":"m"}}"#,
+        b"[1,{\"id\":2}]",
+        b"\"text\"",
+        b"{\"method\":\"m\",\"params\":{\"a\":\"\xff\"}}",
+        deep.as_bytes(),
+    ];
+    for line in lines {
+        let text = String::from_utf8_lossy(line);
+        match (decode_line(line), decode_envelope(line)) {
+            (Ok(message), Ok(envelope)) => {
+                assert_eq!(envelope.kind, message.kind(), "{text}");
+                assert_eq!(envelope.id.as_ref(), message.id(), "{text}");
+                assert_eq!(envelope.method.as_deref(), message.method(), "{text}");
+            }
+            (Err(full), Err(routed)) => assert_eq!(full, routed, "{text}"),
+            (full, routed) => panic!("{text}: decode_line {full:?}, decode_envelope {routed:?}"),
+        }
+    }
+}
