@@ -309,7 +309,7 @@ struct Scan {
     params: u8,
     result: u8,
     error: u8,
-    /// The `error` members that are not an error object.
+    /// An `error` member is not an error object.
     bad_error: bool,
     /// The closing brace was reached.
     complete: bool,
@@ -321,7 +321,7 @@ struct Scan {
 
 impl Scan {
     fn into_peek(self) -> Option<Peek> {
-        if self.params > 1 || self.result > 1 || self.error > 1 || self.bad_error {
+        if self.params > 1 || self.result > 1 || self.error > 1 {
             return None;
         }
         let id = match self.id {
@@ -337,6 +337,9 @@ impl Scan {
         let kind = match (&method, &id) {
             (Some(_), Some(_)) => LineKind::Request,
             (Some(_), None) => LineKind::Notification,
+            // A `method` wins over an `error`, which is only read (and must be an error
+            // object) when there is none.
+            (None, _) if self.error > 0 && self.bad_error => return None,
             (None, _) if self.error > 0 => LineKind::Error,
             (None, Some(_)) if self.result > 0 => LineKind::Response,
             _ => return None,
@@ -633,6 +636,11 @@ mod tests {
         ] {
             assert_eq!(kind(text), LineKind::Other, "{text}");
         }
+        // A `method` wins: the `error` member of a notification is not read.
+        assert_eq!(
+            kind(r#"{"method":"initialized","error":-0.0}"#),
+            LineKind::Notification
+        );
         // A line cut inside its params is not routed whole; its prefix still names its sender.
         let cut = br#"{"id":1,"method":"m","params":{"huge":"...cut here"#;
         assert_eq!(peek(cut).kind, LineKind::Other);
