@@ -236,7 +236,7 @@ fn parse_wait(text: &str) -> Result<f64, String> {
 
 async fn run(cli: Cli) -> CliResult {
     // Resolved before anything starts; refused if it is rethread itself.
-    let codex = codex_bin::resolve(cli.codex_bin.as_deref(), codex_bin::Pick::First);
+    let codex = || codex_bin::resolve(cli.codex_bin.as_deref(), codex_bin::Pick::First);
     match cli.command {
         Command::Chat {
             session,
@@ -253,7 +253,7 @@ async fn run(cli: Cli) -> CliResult {
                 wait: std::time::Duration::from_secs_f64(wait),
             };
             let read = async {
-                let codex = codex?;
+                let codex = codex()?;
                 args.images = chat::image_paths(&args.images)?;
                 let message = chat::read_message(std::mem::take(&mut args.message)).await?;
                 Ok::<_, Box<dyn std::error::Error + Send + Sync>>((codex, message))
@@ -286,7 +286,7 @@ async fn run(cli: Cli) -> CliResult {
             }
         }
         Command::Doctor { json, jobs } => {
-            let codex = codex?;
+            let codex = codex()?;
             let store = open_store(cli.store.as_deref()).await?;
             let args = doctor::DoctorArgs {
                 json,

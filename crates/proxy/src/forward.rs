@@ -211,7 +211,7 @@ async fn next_line<R: AsyncRead + Unpin>(
             Ok(Frame::Line(bytes)) => return Some(bytes),
             Ok(Frame::TooLong { prefix }) => match peer {
                 Peer::Client => {
-                    let problem = format!("longer than rethread's line limit of {limit} bytes");
+                    let problem = format!("is longer than rethread's line limit of {limit} bytes");
                     let sender = peek_prefix(&prefix);
                     refuse_from_client(link, sender, ErrorCode::INVALID_REQUEST, &problem).await;
                 }
