@@ -172,10 +172,13 @@ fn check_codex_side(line: &[u8]) {
     }
 }
 
+/// A line's kind, `id` and `method`.
+type Routed = (LineKind, Option<RequestId>, Option<String>);
+
 /// What the hooks were given.
 #[derive(Debug, Default)]
 struct Recording {
-    seen: Mutex<Vec<(LineKind, Option<RequestId>, Option<String>)>>,
+    seen: Mutex<Vec<Routed>>,
 }
 
 impl SessionHooks for Recording {
@@ -438,7 +441,7 @@ fn mutated_message(input: &mut Input<'_>) -> Vec<u8> {
             // A member twice (the same or another value).
             0 if !members.is_empty() => {
                 let (name, value) = members[input.below(members.len())].clone();
-                let value = if input.byte() % 2 == 0 {
+                let value = if input.byte().is_multiple_of(2) {
                     value
                 } else {
                     input.pick(&PAYLOADS).to_string()
@@ -474,7 +477,7 @@ fn mutated_message(input: &mut Input<'_>) -> Vec<u8> {
             _ => {}
         }
     }
-    let spaced = input.byte() % 3 == 0;
+    let spaced = input.byte().is_multiple_of(3);
     let separator = if spaced { ", " } else { "," };
     let body: Vec<String> = members
         .iter()
