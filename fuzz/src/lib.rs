@@ -11,5 +11,6 @@ pub mod input;
 pub mod fake_appserver;
 pub mod framing;
 pub mod merge_patch;
+pub mod proxy_routing;
 pub mod runtime_hostile;
 pub mod store_files;

@@ -13,8 +13,9 @@ use std::time::Instant;
 use crate::util;
 
 /// Every target, in the order they run.
-pub(crate) const TARGETS: [&str; 5] = [
+pub(crate) const TARGETS: [&str; 6] = [
     "framing",
+    "proxy_routing",
     "merge_patch",
     "fake_appserver",
     "runtime_hostile",

@@ -9,8 +9,12 @@
 //! *before* codex starts ([`BindingHooks::open`]): a session another live process holds is
 //! waited for up to `RETHREAD_SESSION_WAIT` seconds (default 2), then refused with exit 75
 //! and one line naming the holder. `RETHREAD_LEASE_TTL` (seconds, default 30) sets the lease's
-//! TTL, as for `chat`. Without a session key it is the pass-through that says once, as a
-//! `warning` notification, that nothing is kept.
+//! TTL, as for `chat`. Without a session key (unset or empty) it is the pass-through that says
+//! once, as a `warning` notification, that nothing is kept. A session key that cannot be kept
+//! (`--session ""`, a `RETHREAD_SESSION` or `RETHREAD_SESSION_WAIT` that is not UTF-8) is a
+//! usage error (exit 2) before codex starts.
+//!
+//! The codex it starts was resolved by the CLI (`codex_bin.rs`): never rethread itself.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -38,7 +42,8 @@ const DEFAULT_SESSION_WAIT: Duration = Duration::from_secs(2);
 #[derive(Debug, Default, clap::Args)]
 pub(crate) struct AppServerGlobals {
     /// app-server: the session to keep (default: `RETHREAD_SESSION`).
-    #[arg(long = "session", value_name = "ID")]
+    #[arg(long = "session", value_name = "ID",
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
     session: Option<String>,
     /// app-server: a codex config override, passed to codex before `app-server`.
     #[arg(short = 'c', long = "config", value_name = "key=value")]
@@ -80,12 +85,20 @@ impl AppServerGlobals {
         args
     }
 
-    /// The session key: `--session`, else a non-empty `RETHREAD_SESSION`.
-    fn session(&self) -> Option<String> {
-        self.session
-            .clone()
-            .or_else(|| std::env::var(SESSION_ENV).ok())
-            .filter(|s| !s.is_empty())
+    /// The session key: `--session`, else `RETHREAD_SESSION`; unset or empty names none (the
+    /// documented pass-through). A value that is not UTF-8 cannot be kept: a usage error,
+    /// never read as unset.
+    fn session(&self) -> Result<Option<String>, String> {
+        if let Some(session) = &self.session {
+            return Ok(Some(session.clone()));
+        }
+        match std::env::var(SESSION_ENV) {
+            Ok(session) => Ok(Some(session).filter(|s| !s.is_empty())),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => Err(format!(
+                "{SESSION_ENV} is not UTF-8; a session id must be text"
+            )),
+        }
     }
 }
 
@@ -98,8 +111,8 @@ pub(crate) fn main(
     globals: &AppServerGlobals,
     args: Vec<OsString>,
 ) -> ExitCode {
-    let wait = match session_wait() {
-        Ok(wait) => wait,
+    let (session, wait) = match globals.session().and_then(|s| Ok((s, session_wait()?))) {
+        Ok(named) => named,
         Err(cause) => return crate::output::fail(&cause, crate::output::EXIT_USAGE),
     };
     let lease_ttl = match crate::lease_ttl() {
@@ -124,7 +137,7 @@ pub(crate) fn main(
             )
         }
     };
-    let result = runtime.block_on(run(&command, store, globals.session(), wait, lease_ttl));
+    let result = runtime.block_on(run(&command, store, session, wait, lease_ttl));
     runtime.shutdown_background();
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
@@ -160,10 +173,14 @@ async fn run(
     Ok(result?)
 }
 
-/// `RETHREAD_SESSION_WAIT`: a finite, non-negative number of seconds (default 2).
+/// `RETHREAD_SESSION_WAIT`: a finite, non-negative number of seconds (default 2, also when
+/// empty); one that is not UTF-8 is refused like any other that is not a number.
 fn session_wait() -> Result<Duration, String> {
     match std::env::var(SESSION_WAIT_ENV) {
-        Err(_) => Ok(DEFAULT_SESSION_WAIT),
+        Err(std::env::VarError::NotPresent) => Ok(DEFAULT_SESSION_WAIT),
+        Err(std::env::VarError::NotUnicode(_)) => Err(format!(
+            "{SESSION_WAIT_ENV} is not UTF-8; give a number of seconds between 0 and 86400"
+        )),
         Ok(text) if text.is_empty() => Ok(DEFAULT_SESSION_WAIT),
         Ok(text) => crate::parse_wait(&text)
             .map(Duration::from_secs_f64)

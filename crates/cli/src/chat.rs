@@ -45,24 +45,48 @@ pub(crate) struct ChatArgs {
 /// The `MESSAGE` that means "read the message from stdin".
 pub(crate) const FROM_STDIN: &str = "-";
 
+/// The most a message read from stdin may hold: 1 MiB, codex's own limit on a turn's text
+/// (1,048,576 characters; bytes here, so that stdin is never read further than this plus a
+/// line ending).
+pub(crate) const MAX_STDIN_MESSAGE: usize = 1024 * 1024;
+
 /// The message of `chat`: `message` itself, or for [`FROM_STDIN`] all of stdin (UTF-8,
 /// trailing newlines removed, so `echo hi | rethread chat -` sends `hi`). An empty message on
-/// stdin is a [`UsageError`].
+/// stdin, or one over [`MAX_STDIN_MESSAGE`] bytes, is a [`UsageError`]; stdin is read no
+/// further than the limit and a `\r\n`.
 pub(crate) async fn read_message(message: String) -> Result<String, BoxError> {
     if message != FROM_STDIN {
         return Ok(message);
     }
+    const READ_AT_MOST: usize = MAX_STDIN_MESSAGE + 3;
     // Reading stdin blocks: not on the runtime's threads.
     let bytes = tokio::task::spawn_blocking(|| {
         let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes).map(|_| bytes)
+        let stdin = std::io::stdin().lock();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(stdin, READ_AT_MOST as u64),
+            &mut bytes,
+        )
+        .map(|_| bytes)
     })
     .await
     .map_err(|e| format!("cannot read the message from stdin: {e}"))?
     .map_err(|e| format!("cannot read the message from stdin: {e}"))?;
+    let too_long = || {
+        UsageError(format!(
+            "the message on stdin is longer than 1 MiB ({MAX_STDIN_MESSAGE} bytes), the most \
+             codex takes in one turn"
+        ))
+    };
+    if bytes.len() == READ_AT_MOST {
+        return Err(too_long().into());
+    }
     let text = String::from_utf8(bytes)
         .map_err(|_| UsageError("the message on stdin is not UTF-8".into()))?;
     let text = text.trim_end_matches(['\n', '\r']);
+    if text.len() > MAX_STDIN_MESSAGE {
+        return Err(too_long().into());
+    }
     if text.trim().is_empty() {
         return Err(Box::new(UsageError(
             "no message on stdin (`chat -` reads the message from stdin)".into(),

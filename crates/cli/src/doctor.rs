@@ -177,7 +177,9 @@ fn print_table(rows: &[Row]) {
         };
         println!(
             "{:<24} {:<38} {status:<12} {}",
-            row.session, row.binding.thread_id, row.detail
+            output::for_people(&row.session),
+            output::for_people(&row.binding.thread_id),
+            output::for_people(&row.detail)
         );
     }
     let parts: Vec<String> = ThreadHealth::ALL

@@ -7,6 +7,7 @@
 
 mod app_server;
 mod chat;
+mod codex_bin;
 #[cfg(feature = "demo")]
 mod demo;
 mod doctor;
@@ -57,7 +58,7 @@ enum Command {
     /// Run one turn for a session; resumes the session's codex thread across invocations.
     Chat {
         /// The host session id.
-        #[arg(long, value_name = "ID")]
+        #[arg(long, value_name = "ID", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         session: String,
         /// Print one JSON object instead of the reply (also on failure: `error`, `notices`).
         #[arg(long)]
@@ -172,7 +173,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     logging::init(&cli.logging);
     if let Command::AppServer { args } = cli.command {
-        let codex = cli.codex_bin.unwrap_or_else(|| PathBuf::from("codex"));
+        let codex = match codex_bin::resolve(cli.codex_bin.as_deref(), codex_bin::Pick::First) {
+            Ok(codex) => codex,
+            Err(usage) => return output::fail(&usage.0, output::EXIT_USAGE),
+        };
         return app_server::main(&codex, cli.store.as_deref(), &cli.app_server, args);
     }
     if let Err(cause) = cli.app_server.ensure_unused() {
@@ -257,10 +261,8 @@ fn parse_wait(text: &str) -> Result<f64, String> {
 }
 
 async fn run(cli: Cli) -> CliResult {
-    let codex = cli
-        .codex_bin
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("codex"));
+    // Resolved before anything starts; refused if it is rethread itself.
+    let codex = || codex_bin::resolve(cli.codex_bin.as_deref(), codex_bin::Pick::First);
     match cli.command {
         Command::Chat {
             session,
@@ -279,11 +281,16 @@ async fn run(cli: Cli) -> CliResult {
             };
             let read = async {
                 args.lease_ttl = lease_ttl()?;
+                let codex = codex()?;
                 args.images = chat::image_paths(&args.images)?;
-                chat::read_message(std::mem::take(&mut args.message)).await
+                let message = chat::read_message(std::mem::take(&mut args.message)).await?;
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>((codex, message))
             };
-            args.message = match read.await {
-                Ok(message) => message,
+            let codex = match read.await {
+                Ok((codex, message)) => {
+                    args.message = message;
+                    codex
+                }
                 Err(error) => return Err(chat::report_early_failure(&args, error)),
             };
             let store = match open_store(cli.store.as_deref(), Access::Write(args.wait)).await {
@@ -308,6 +315,7 @@ async fn run(cli: Cli) -> CliResult {
             }
         }
         Command::Doctor { json, jobs } => {
+            let codex = codex()?;
             let store = open_store(cli.store.as_deref(), Access::Read).await?;
             let args = doctor::DoctorArgs {
                 json,

@@ -107,8 +107,30 @@ fn own_exit_code(error: &(dyn Error + 'static)) -> Option<u8> {
 /// Prints `rethread: <cause>` on one line to stderr and returns the exit code `code`.
 pub(crate) fn fail(cause: &str, code: u8) -> ExitCode {
     let one_line = cause.split_whitespace().collect::<Vec<_>>().join(" ");
-    eprintln!("rethread: {one_line}");
+    eprintln!("rethread: {}", for_people(&one_line));
     ExitCode::from(code)
+}
+
+/// `text` safe to print for a person: every character a terminal would act on or hide
+/// (control characters such as ESC or a newline, bidirectional overrides, zero-width and other
+/// invisible format characters) written as its Rust escape (`\u{1b}`, `\n`), the rest as it
+/// is. Ids come from hosts and may hold anything; JSON output is escaped by JSON instead.
+pub(crate) fn for_people(text: &str) -> std::borrow::Cow<'_, str> {
+    // `escape_debug` leaves printable characters alone, but also escapes quotes and
+    // backslashes, which a terminal shows faithfully.
+    let shown_as_is = |c: char| matches!(c, '"' | '\'' | '\\') || c.escape_debug().len() == 1;
+    if text.chars().all(shown_as_is) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut safe = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if shown_as_is(c) {
+            safe.push(c);
+        } else {
+            safe.extend(c.escape_debug());
+        }
+    }
+    std::borrow::Cow::Owned(safe)
 }
 
 fn stderr_is_terminal() -> bool {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use rethread_store::{BindingStore, SessionRecord};
 use serde_json::{json, Value};
 
+use crate::output::for_people;
 use crate::CliResult;
 
 fn to_json(record: &SessionRecord) -> Value {
@@ -109,7 +110,7 @@ pub(crate) async fn list(store: Arc<dyn BindingStore>, json: bool, paging: Pagin
         let limit = paging.limit.unwrap_or(PAGE);
         eprintln!(
             "more sessions may follow: rethread sessions list --limit {limit} --after {}",
-            shell_word(&next)
+            for_people(&shell_word(&next))
         );
     }
     Ok(())
@@ -122,7 +123,9 @@ fn print_row(record: &SessionRecord) {
     };
     println!(
         "{:<24} {:<38} {:>6}  {bound}",
-        record.session_id, thread, record.row_count
+        for_people(&record.session_id),
+        for_people(thread),
+        record.row_count
     );
 }
 
@@ -148,14 +151,14 @@ pub(crate) async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> 
         println!("{}", to_json(&record));
         return Ok(());
     }
-    println!("session:         {}", record.session_id);
+    println!("session:         {}", for_people(&record.session_id));
     match record.binding() {
         Some(b) => {
-            println!("thread:          {}", b.thread_id);
+            println!("thread:          {}", for_people(&b.thread_id));
             println!("bound at:        {}", format_ms(b.bound_at_ms));
             println!(
                 "codex home:      {}",
-                b.codex_home.as_deref().unwrap_or("(not recorded)")
+                for_people(b.codex_home.as_deref().unwrap_or("(not recorded)"))
             );
         }
         None => println!("thread:          (none)"),
@@ -166,7 +169,7 @@ pub(crate) async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> 
     } else {
         record.retired_threads.join(", ")
     };
-    println!("retired threads: {retired}");
+    println!("retired threads: {}", for_people(&retired));
     println!("created:         {}", format_ms(record.created_at_ms));
     println!("updated:         {}", format_ms(record.updated_at_ms));
     Ok(())
@@ -177,7 +180,7 @@ pub(crate) async fn forget(store: Arc<dyn BindingStore>, id: &str, json: bool) -
         if json {
             println!("{}", json!({ "forgot": id }));
         } else {
-            println!("forgot session {id}");
+            println!("forgot session {}", for_people(id));
         }
         Ok(())
     } else {

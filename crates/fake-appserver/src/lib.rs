@@ -3,8 +3,8 @@
 //!
 //! - [`FakeAppServer`]: the fake, in-process over a duplex pipe
 //!   ([`FakeBuilder::spawn_in_process`], observed and scripted through a [`FakeHandle`]) or as
-//!   the `fake-codex` binary (`fake-codex app-server`, threads under `$CODEX_HOME`).
-//!   It behaves like the real codex wherever the parity suite (`tests/parity.rs`) observes
+//!   the `fake-codex` binary (`fake-codex app-server [--listen stdio://]`, threads under
+//!   `$CODEX_HOME`, a temporary home when it is unset). It behaves like the real codex wherever the parity suite (`tests/parity.rs`) observes
 //!   the real one: the same methods, errors (codes and messages), notification sequence,
 //!   paging, `historyMode` rules and writer lock, and the same files on disk. See [`Profile`]
 //!   for the releases it imitates and [`faults`] for what it can be told to do wrong.
@@ -66,9 +66,9 @@
 //!   unrecorded (the fake used to make a `threads` table: `failed to migrate state DB ...
 //!   table threads already exists`), and ignores tables it does not know. So the fake keeps its
 //!   index in a table of its own, `rethread_fake_threads`, reads codex's `threads` table when a
-//!   real codex made one, and never writes codex's tables; an older fake's `threads` table is
-//!   renamed on open. A real codex finds the fake's threads by scanning `sessions/` (it lists
-//!   them once it has resumed them, as it does for any rollout it has not indexed yet).
+//!   real codex made one, and never writes codex's tables. A real codex finds the fake's
+//!   threads by scanning `sessions/` (it lists them once it has resumed them, as it does for
+//!   any rollout it has not indexed yet).
 //! - Writer locks are the same files (`thread-writer-locks/<id>.lock`).
 //!
 //! # Parity rows

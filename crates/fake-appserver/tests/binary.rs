@@ -141,3 +141,92 @@ async fn faults_from_a_file_and_from_the_environment() {
     let started = server.peer.start_thread().await.unwrap();
     assert_eq!(started["result"]["thread"]["historyMode"], "legacy");
 }
+
+fn fake_codex(args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new(binary());
+    command
+        .args(args)
+        .env_remove("FAKE_CODEX_PROFILE")
+        .env_remove("FAKE_CODEX_FAULTS")
+        .stdin(std::process::Stdio::null());
+    command
+}
+
+/// Issue 22, "Offline": the fake is started the way codex is. The Python SDK always passes
+/// `app-server --listen stdio://`; `--help` and `--version` answer on stdout and exit 0; any
+/// other transport is refused clearly (the fake serves stdio only), as a usage error.
+#[tokio::test]
+async fn it_is_started_the_way_codex_is() {
+    for args in [&["--help"][..], &["-h"], &["app-server", "--help"]] {
+        let out = fake_codex(args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        assert!(text.contains("Usage: fake-codex"), "{args:?}: {text}");
+        assert!(text.contains("--listen stdio://"), "{args:?}: {text}");
+    }
+    let out = fake_codex(&["--version"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("codex-cli 0.171.0"));
+
+    let home = tempfile::tempdir().unwrap();
+    let mut server =
+        AppServerProcess::spawn_with(binary(), home.path(), &["--listen", "stdio://"], &[])
+            .await
+            .unwrap();
+    let init = server.peer.initialize(false).await.unwrap();
+    assert!(init["result"]["userAgent"].is_string(), "{init}");
+    server.shutdown(Duration::from_secs(5)).await.unwrap();
+
+    for listen in ["ws://127.0.0.1:4500", "unix://", "off", "stdio"] {
+        let out = fake_codex(&["app-server", "--listen", listen])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{listen}: {err}");
+        assert!(
+            err.contains(listen) && err.contains("stdio://"),
+            "{listen}: {err}"
+        );
+    }
+    let out = fake_codex(&["app-server", "--listen"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// Issue 19, item 20: without `CODEX_HOME` the fake wrote its threads into the user's real
+/// `~/.codex`. It now keeps them in a temporary home, says where on stderr, and removes it
+/// when it exits.
+#[test]
+fn without_codex_home_it_keeps_its_threads_in_a_temporary_home() {
+    use std::io::Write;
+    let user = tempfile::tempdir().unwrap();
+    let mut child = fake_codex(&["app-server"])
+        .env_remove("CODEX_HOME")
+        .env("HOME", user.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    for line in [
+        json!({"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "t", "version": "0"}}}),
+        json!({"method": "initialized"}),
+        json!({"id": 2, "method": "thread/start", "params": {"cwd": "/tmp"}}),
+    ] {
+        writeln!(input, "{line}").unwrap();
+    }
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let answers = String::from_utf8_lossy(&out.stdout);
+    assert!(answers.contains("\"thread\""), "{answers}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let said = err
+        .lines()
+        .find_map(|line| line.split_once("temporary home at ").map(|(_, rest)| rest))
+        .unwrap_or_else(|| panic!("{err}"));
+    let home = std::path::Path::new(said.split_whitespace().next().unwrap());
+    assert!(home.starts_with(std::env::temp_dir()), "{err}");
+    assert!(!home.exists(), "removed at exit: {err}");
+    assert!(!user.path().join(".codex").exists(), "{err}");
+}

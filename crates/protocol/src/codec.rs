@@ -1,19 +1,32 @@
 //! Newline-delimited JSON framing for tokio (`FramedRead` / `FramedWrite`).
 //!
-//! Each item the decoder yields is a `Result<Message, FrameError>`: a bad line (too long, not
-//! UTF-8, not JSON, not a message) is reported as a value and the stream continues with the
-//! next line. Only I/O errors end the stream. Memory is bounded: a line longer than the limit
-//! is reported as soon as the limit is passed and the rest of it is discarded unbuffered.
+//! Two layers, one framer:
+//! - [`LineFramer`] splits a byte stream into lines without copying them: each [`Frame::Line`]
+//!   is the bytes as read (terminator included), split off the read buffer. A line longer than
+//!   the limit is never held whole: once the buffer passes the limit, its first
+//!   [`PREFIX_KEPT`] bytes are kept ([`Frame::TooLong`], so that its `id` may still be read and
+//!   its sender answered) and the rest of the line is discarded as it arrives. The proxy
+//!   forwards these frames as they are.
+//! - [`NdjsonCodec`] decodes each line of that framer into a [`Message`]. Each item is a
+//!   `Result<Message, FrameError>`: a bad line (too long, not UTF-8, not JSON, not a message) is
+//!   reported as a value and the stream continues with the next line; blank lines are skipped.
+//!   Only I/O errors end the stream.
+//!
+//! Memory is bounded either way: while waiting for a newline the framer holds at most the limit
+//! plus one byte (a `\r` that may be the start of the line's `\r\n`).
 
 use std::io;
 
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
-use crate::jsonrpc::{EnvelopeError, Message};
+use crate::jsonrpc::{Checked, Envelope, EnvelopeError, Members, MembersVisitor, Message};
 
 /// The default maximum line length: 16 MiB (a resumed thread with many turns is large).
 pub const DEFAULT_MAX_LINE_LENGTH: usize = 16 * 1024 * 1024;
+
+/// How many bytes of an oversized line [`LineFramer`] keeps to find out who sent it.
+pub const PREFIX_KEPT: usize = 4096;
 
 /// Why a line is not a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,19 +55,179 @@ pub enum FrameError {
     InvalidMessage(#[from] EnvelopeError),
 }
 
-/// Decodes one line (without its newline) into a message.
+/// Decodes one line (without its newline) into a message: UTF-8, then one pass of serde_json
+/// over it. A member the envelope reads that comes twice makes the line not a message
+/// ([`EnvelopeError::DuplicateMember`](crate::EnvelopeError::DuplicateMember)).
 pub fn decode_line(line: &[u8]) -> Result<Message, FrameError> {
+    Ok(members::<serde_json::Value>(line)?.into_message()?)
+}
+
+/// The kind, `id` and `method` of one line, by exactly the rules and checks of
+/// [`decode_line`] (it succeeds on the same lines, with the same errors), without keeping the
+/// payload: what a router needs.
+///
+/// ```
+/// use rethread_protocol::codec::decode_envelope;
+/// use rethread_protocol::{MessageKind, RequestId};
+///
+/// let envelope = decode_envelope(br#"{"id":"a","method":"turn/start","params":{}}"#).unwrap();
+/// assert_eq!(envelope.kind, MessageKind::Request);
+/// assert_eq!(envelope.id, Some(RequestId::from("a")));
+/// assert!(decode_envelope(br#"{"id":1,"id":2,"result":{}}"#).is_err());
+/// ```
+pub fn decode_envelope(line: &[u8]) -> Result<Envelope, FrameError> {
+    Ok(members::<Checked>(line)?.into_envelope()?)
+}
+
+fn members<'a, P: serde::Deserialize<'a>>(line: &'a [u8]) -> Result<Members<P>, FrameError> {
     let text = std::str::from_utf8(line).map_err(|e| FrameError::InvalidUtf8 {
         valid_up_to: e.valid_up_to(),
     })?;
-    let value: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| FrameError::InvalidJson {
-            reason: e.to_string(),
-        })?;
-    Ok(Message::from_value(value)?)
+    let invalid_json = |e: serde_json::Error| FrameError::InvalidJson {
+        reason: e.to_string(),
+    };
+    let mut reader = serde_json::Deserializer::from_str(text);
+    let members = serde::Deserializer::deserialize_any(&mut reader, MembersVisitor::new())
+        .map_err(invalid_json)?;
+    reader.end().map_err(invalid_json)?;
+    Ok(members)
 }
 
-/// The NDJSON codec.
+/// One item of [`LineFramer`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// A line, terminator included (absent only for a last line cut by the end of the stream).
+    Line(Bytes),
+    /// A line longer than the limit: its first bytes; the rest was discarded.
+    TooLong {
+        /// The first [`PREFIX_KEPT`] bytes of the line (fewer if it ended sooner), without its
+        /// terminator.
+        prefix: Bytes,
+    },
+}
+
+/// The line framer (a `tokio_util` decoder of [`Frame`]s), within a length limit.
+///
+/// ```
+/// use bytes::BytesMut;
+/// use tokio_util::codec::Decoder;
+/// use rethread_protocol::codec::{Frame, LineFramer};
+///
+/// let mut framer = LineFramer::new(8);
+/// let mut buf = BytesMut::from(&b"{}\r\nmuch too long\n"[..]);
+/// assert_eq!(framer.decode(&mut buf).unwrap(), Some(Frame::Line("{}\r\n".into())));
+/// assert!(matches!(framer.decode(&mut buf).unwrap(), Some(Frame::TooLong { .. })));
+/// ```
+#[derive(Debug, Clone)]
+pub struct LineFramer {
+    max_line_length: usize,
+    /// Bytes of the buffer already searched for a newline.
+    scanned: usize,
+    /// Inside an oversized line that was already reported.
+    discarding: bool,
+}
+
+impl LineFramer {
+    /// Lines longer than `max_line_length` bytes (terminator excluded) are [`Frame::TooLong`].
+    pub fn new(max_line_length: usize) -> Self {
+        LineFramer {
+            max_line_length,
+            scanned: 0,
+            discarding: false,
+        }
+    }
+
+    /// The configured limit.
+    pub fn max_line_length(&self) -> usize {
+        self.max_line_length
+    }
+
+    /// Splits off the prefix of an oversized line and discards the rest of it (`line_end`: the
+    /// end of the line, terminator included, when it is in the buffer).
+    fn too_long(&mut self, buf: &mut BytesMut, line_end: Option<usize>) -> Frame {
+        let content = match line_end {
+            Some(end) => trim_line(&buf[..end]).len(),
+            None => buf.len(),
+        };
+        let kept = PREFIX_KEPT.min(content);
+        let prefix = buf.split_to(kept).freeze();
+        match line_end {
+            Some(end) => {
+                let _ = buf.split_to(end - kept);
+            }
+            None => {
+                buf.clear();
+                self.discarding = true;
+            }
+        }
+        self.scanned = 0;
+        Frame::TooLong { prefix }
+    }
+}
+
+/// `line` without its `\n` or `\r\n`.
+pub fn trim_line(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+impl Decoder for LineFramer {
+    type Item = Frame;
+    type Error = io::Error;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, io::Error> {
+        loop {
+            match memchr::memchr(b'\n', &buf[self.scanned..]) {
+                Some(offset) => {
+                    let end = self.scanned + offset + 1;
+                    self.scanned = 0;
+                    if std::mem::take(&mut self.discarding) {
+                        // The tail of a line already reported as too long.
+                        let _ = buf.split_to(end);
+                        continue;
+                    }
+                    if trim_line(&buf[..end]).len() > self.max_line_length {
+                        return Ok(Some(self.too_long(buf, Some(end))));
+                    }
+                    return Ok(Some(Frame::Line(buf.split_to(end).freeze())));
+                }
+                None if self.discarding => {
+                    buf.clear();
+                    self.scanned = 0;
+                    return Ok(None);
+                }
+                // A line of exactly the limit may still be waiting for the `\n` of its `\r\n`.
+                None if buf.len()
+                    > self
+                        .max_line_length
+                        .saturating_add(usize::from(buf.last() == Some(&b'\r'))) =>
+                {
+                    // Report now and drop the bytes so an endless line cannot grow the buffer.
+                    return Ok(Some(self.too_long(buf, None)));
+                }
+                None => {
+                    self.scanned = buf.len();
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, io::Error> {
+        if let Some(frame) = self.decode(buf)? {
+            return Ok(Some(frame));
+        }
+        self.scanned = 0;
+        if buf.is_empty() || std::mem::take(&mut self.discarding) {
+            buf.clear();
+            return Ok(None);
+        }
+        // A last line without its newline (a peer that died mid-write is reported, not dropped).
+        Ok(Some(Frame::Line(buf.split().freeze())))
+    }
+}
+
+/// The NDJSON codec: [`LineFramer`]'s lines decoded into messages.
 ///
 /// ```
 /// use bytes::BytesMut;
@@ -68,11 +241,7 @@ pub fn decode_line(line: &[u8]) -> Result<Message, FrameError> {
 /// ```
 #[derive(Debug, Clone)]
 pub struct NdjsonCodec {
-    max_line_length: usize,
-    /// Bytes of the buffer already searched for a newline.
-    scanned: usize,
-    /// Inside an oversized line whose error was already reported.
-    discarding: bool,
+    framer: LineFramer,
 }
 
 impl Default for NdjsonCodec {
@@ -90,21 +259,27 @@ impl NdjsonCodec {
     /// A codec that rejects lines longer than `max_line_length` bytes (newline excluded).
     pub fn with_max_line_length(max_line_length: usize) -> Self {
         NdjsonCodec {
-            max_line_length,
-            scanned: 0,
-            discarding: false,
+            framer: LineFramer::new(max_line_length),
         }
     }
 
     /// The configured limit.
     pub fn max_line_length(&self) -> usize {
-        self.max_line_length
+        self.framer.max_line_length()
     }
-}
 
-fn trim_line(line: &[u8]) -> &[u8] {
-    let line = line.strip_suffix(b"\n").unwrap_or(line);
-    line.strip_suffix(b"\r").unwrap_or(line)
+    /// The item of one frame; `None` for a blank line.
+    fn item(&self, frame: Frame) -> Option<Result<Message, FrameError>> {
+        match frame {
+            Frame::Line(line) => {
+                let line = trim_line(&line);
+                (!line.iter().all(u8::is_ascii_whitespace)).then(|| decode_line(line))
+            }
+            Frame::TooLong { .. } => Some(Err(FrameError::LineTooLong {
+                limit: self.max_line_length(),
+            })),
+        }
+    }
 }
 
 impl Decoder for NdjsonCodec {
@@ -112,72 +287,21 @@ impl Decoder for NdjsonCodec {
     type Error = io::Error;
 
     fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Self::Item>, io::Error> {
-        loop {
-            let newline = buf[self.scanned..].iter().position(|b| *b == b'\n');
-            match newline {
-                Some(offset) => {
-                    let end = self.scanned + offset + 1;
-                    let line = buf.split_to(end);
-                    self.scanned = 0;
-                    if std::mem::take(&mut self.discarding) {
-                        // The tail of a line already reported as too long.
-                        continue;
-                    }
-                    let line = trim_line(&line);
-                    if line.len() > self.max_line_length {
-                        return Ok(Some(Err(FrameError::LineTooLong {
-                            limit: self.max_line_length,
-                        })));
-                    }
-                    if line.iter().all(u8::is_ascii_whitespace) {
-                        continue;
-                    }
-                    return Ok(Some(decode_line(line)));
-                }
-                None if self.discarding => {
-                    buf.clear();
-                    self.scanned = 0;
-                    return Ok(None);
-                }
-                // A line of exactly the limit may be waiting for the `\n` of its `\r\n`.
-                None if buf.len()
-                    > self
-                        .max_line_length
-                        .saturating_add(usize::from(buf.last() == Some(&b'\r'))) =>
-                {
-                    // Report now and drop the bytes so an endless line cannot grow the buffer.
-                    buf.clear();
-                    self.scanned = 0;
-                    self.discarding = true;
-                    return Ok(Some(Err(FrameError::LineTooLong {
-                        limit: self.max_line_length,
-                    })));
-                }
-                None => {
-                    self.scanned = buf.len();
-                    return Ok(None);
-                }
+        while let Some(frame) = self.framer.decode(buf)? {
+            if let Some(item) = self.item(frame) {
+                return Ok(Some(item));
             }
         }
+        Ok(None)
     }
 
     fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Self::Item>, io::Error> {
-        if let Some(item) = self.decode(buf)? {
-            return Ok(Some(item));
+        while let Some(frame) = self.framer.decode_eof(buf)? {
+            if let Some(item) = self.item(frame) {
+                return Ok(Some(item));
+            }
         }
-        if buf.is_empty() || self.discarding {
-            buf.clear();
-            self.discarding = false;
-            return Ok(None);
-        }
-        // A last line without a newline (a peer that died mid-write is reported, not dropped).
-        let line = buf.split();
-        self.scanned = 0;
-        let line = trim_line(&line);
-        if line.iter().all(u8::is_ascii_whitespace) {
-            return Ok(None);
-        }
-        Ok(Some(decode_line(line)))
+        Ok(None)
     }
 }
 

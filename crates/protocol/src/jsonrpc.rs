@@ -3,11 +3,14 @@
 
 use std::fmt;
 
-use serde::de::DeserializeOwned;
+use serde::de::{self, DeserializeOwned};
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::ErrorCode;
+
+mod members;
+pub(crate) use members::{Checked, Members, MembersVisitor};
 
 /// A request id: codex accepts integers and strings.
 ///
@@ -116,7 +119,8 @@ pub struct ErrorResponse {
 ///
 /// Decoding is structural: a `method` with an `id` is a [`Request`], a `method` without one a
 /// [`Notification`], an `error` an [`ErrorResponse`], a `result` with an `id` a [`Response`].
-/// Unknown members (`"jsonrpc"`, codex's `emittedAtMs`, ...) are ignored.
+/// Unknown members (`"jsonrpc"`, codex's `emittedAtMs`, ...) are ignored, even repeated; a
+/// member the envelope reads must come at most once ([`EnvelopeError::DuplicateMember`]).
 ///
 /// ```
 /// use rethread_protocol::Message;
@@ -137,8 +141,9 @@ pub enum Message {
     Error(ErrorResponse),
 }
 
-/// Why a JSON object is not a message of the dialect.
+/// Why a JSON value is not a message of the dialect.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EnvelopeError {
     /// The value was not a JSON object.
     #[error("a message must be a JSON object")]
@@ -149,6 +154,14 @@ pub enum EnvelopeError {
     /// A response (`result`) without an `id`.
     #[error("a response needs an `id`")]
     ResponseWithoutId,
+    /// A member the envelope reads (`id`, `method`, `params`, `result`, `error`) came twice.
+    /// Codex's envelope (serde-derived structs) refuses such a line, where a JSON tree would
+    /// silently keep the last one.
+    #[error("duplicate member `{member}`")]
+    DuplicateMember {
+        /// Which member.
+        member: &'static str,
+    },
     /// A member had the wrong type.
     #[error("invalid `{member}`: {reason}")]
     InvalidMember {
@@ -222,35 +235,53 @@ impl Message {
         serde_json::to_string(self).unwrap_or_else(|_| unreachable!("message serialization"))
     }
 
-    /// Classifies a decoded JSON value.
+    /// Classifies a decoded JSON value. A `Value` has already lost any duplicate member (it
+    /// keeps the last): decode lines with [`codec::decode_line`](crate::codec::decode_line) or
+    /// `serde_json::from_str::<Message>`, which refuse them.
     pub fn from_value(value: Value) -> Result<Message, EnvelopeError> {
-        let Value::Object(mut object) = value else {
+        let Value::Object(object) = value else {
             return Err(EnvelopeError::NotAnObject);
         };
-        let id = take_id(&mut object)?;
-        let params = object.remove("params");
-        if let Some(method) = object.remove("method") {
-            let Value::String(method) = method else {
-                return Err(invalid("method", "not a string"));
-            };
-            return Ok(match id {
-                Some(id) => Message::Request(Request { id, method, params }),
-                None => Message::Notification(Notification { method, params }),
-            });
+        Members::from_object(object).into_message()
+    }
+}
+
+/// What kind of message a line is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MessageKind {
+    /// A `method` and an `id`.
+    Request,
+    /// A `method` and no `id`.
+    Notification,
+    /// A `result` and an `id`.
+    Response,
+    /// An `error` (the `id` may be absent or `null`).
+    Error,
+}
+
+/// The routing facts of a message, read by
+/// [`codec::decode_envelope`](crate::codec::decode_envelope) without keeping its payload: what
+/// [`Message`] decoding would find, by the same rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Envelope {
+    /// The kind.
+    pub kind: MessageKind,
+    /// The `id`, for requests, responses and error responses that carry one.
+    pub id: Option<RequestId>,
+    /// The `method`, for requests and notifications.
+    pub method: Option<String>,
+}
+
+impl Message {
+    /// The kind of this message.
+    pub fn kind(&self) -> MessageKind {
+        match self {
+            Message::Request(_) => MessageKind::Request,
+            Message::Notification(_) => MessageKind::Notification,
+            Message::Response(_) => MessageKind::Response,
+            Message::Error(_) => MessageKind::Error,
         }
-        if let Some(error) = object.remove("error") {
-            let error: RpcError =
-                serde_json::from_value(error).map_err(|e| EnvelopeError::InvalidMember {
-                    member: "error",
-                    reason: e.to_string(),
-                })?;
-            return Ok(Message::Error(ErrorResponse { id, error }));
-        }
-        if let Some(result) = object.remove("result") {
-            let id = id.ok_or(EnvelopeError::ResponseWithoutId)?;
-            return Ok(Message::Response(Response { id, result }));
-        }
-        Err(EnvelopeError::NoKind)
     }
 }
 
@@ -261,8 +292,8 @@ fn invalid(member: &'static str, reason: &str) -> EnvelopeError {
     }
 }
 
-fn take_id(object: &mut Map<String, Value>) -> Result<Option<RequestId>, EnvelopeError> {
-    match object.remove("id") {
+fn request_id(id: Option<Value>) -> Result<Option<RequestId>, EnvelopeError> {
+    match id {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(id)) => Ok(Some(RequestId::String(id))),
         Some(Value::Number(n)) => match n.as_i64() {
@@ -275,8 +306,10 @@ fn take_id(object: &mut Map<String, Value>) -> Result<Option<RequestId>, Envelop
 
 impl<'de> Deserialize<'de> for Message {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = Value::deserialize(deserializer)?;
-        Message::from_value(value).map_err(serde::de::Error::custom)
+        deserializer
+            .deserialize_any(MembersVisitor::<Value>::new())?
+            .into_message()
+            .map_err(de::Error::custom)
     }
 }
 

@@ -36,4 +36,4 @@ pub use classify::{classify_resume_error, ResumeFailure};
 pub use codec::{FrameError, NdjsonCodec};
 pub use error_code::ErrorCode;
 pub use history::HistoryMode;
-pub use jsonrpc::{EnvelopeError, Message, RequestId, RpcError};
+pub use jsonrpc::{Envelope, EnvelopeError, Message, MessageKind, RequestId, RpcError};

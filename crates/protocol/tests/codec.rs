@@ -1,7 +1,8 @@
 //! NDJSON framing: limits, bad lines, continuation.
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
+use rethread_protocol::codec::{Frame, LineFramer, PREFIX_KEPT};
 use rethread_protocol::{FrameError, Message, NdjsonCodec};
 use tokio_util::codec::{Decoder, Encoder, FramedRead};
 
@@ -102,4 +103,158 @@ async fn framed_read_yields_errors_and_keeps_going() {
     assert!(framed.next().await.unwrap().unwrap().is_err());
     assert!(framed.next().await.unwrap().unwrap().is_ok());
     assert!(framed.next().await.is_none());
+}
+
+// The line framer the codec and the proxy share (issue 20, item 4).
+
+fn frames(limit: usize, chunks: &[&[u8]]) -> Vec<Frame> {
+    let mut framer = LineFramer::new(limit);
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    for chunk in chunks {
+        buf.extend_from_slice(chunk);
+        while let Some(frame) = framer.decode(&mut buf).unwrap() {
+            out.push(frame);
+        }
+    }
+    while let Some(frame) = framer.decode_eof(&mut buf).unwrap() {
+        out.push(frame);
+    }
+    out
+}
+
+fn line(text: &str) -> Frame {
+    Frame::Line(Bytes::copy_from_slice(text.as_bytes()))
+}
+
+#[test]
+fn framed_lines_keep_their_terminators_and_the_last_one_may_lack_one() {
+    assert_eq!(
+        frames(100, &[b"{\"a\":1}\n{\"b\"", b":2}\r\n\n", b"tail"]),
+        vec![
+            line("{\"a\":1}\n"),
+            line("{\"b\":2}\r\n"),
+            line("\n"),
+            line("tail")
+        ]
+    );
+}
+
+#[test]
+fn an_oversized_frame_keeps_only_its_prefix_and_the_next_line_survives() {
+    let long = format!(
+        "{{\"id\":1,\"method\":\"m\",\"p\":\"{}\"}}\n",
+        "x".repeat(10_000)
+    );
+    let got = frames(
+        8000,
+        &[
+            long.as_bytes()[..5000].as_ref(),
+            &long.as_bytes()[5000..],
+            b"{}\n",
+        ],
+    );
+    assert_eq!(got.len(), 2);
+    let Frame::TooLong { prefix } = &got[0] else {
+        panic!("{got:?}")
+    };
+    assert_eq!(&prefix[..], &long.as_bytes()[..PREFIX_KEPT]);
+    assert_eq!(got[1], line("{}\n"));
+    // Exactly at the limit (with `\r\n`) is fine.
+    let exact = format!("{}\r\n", "y".repeat(8000));
+    assert_eq!(frames(8000, &[exact.as_bytes()]), vec![line(&exact)]);
+    // A short line over a small limit keeps its content, not its terminator.
+    assert_eq!(
+        frames(4, &[b"abcdefgh\r\nok\n"]),
+        vec![
+            Frame::TooLong {
+                prefix: Bytes::from_static(b"abcdefgh")
+            },
+            line("ok\n")
+        ]
+    );
+    // An endless line is cut without growing the buffer past the limit.
+    let mut framer = LineFramer::new(64);
+    let mut buf = BytesMut::new();
+    buf.extend_from_slice(&[b'z'; 65]);
+    assert!(matches!(
+        framer.decode(&mut buf).unwrap(),
+        Some(Frame::TooLong { .. })
+    ));
+    for _ in 0..10 {
+        buf.extend_from_slice(&[b'z'; 1000]);
+        assert_eq!(framer.decode(&mut buf).unwrap(), None);
+        assert!(buf.is_empty());
+    }
+    buf.extend_from_slice(b"zz\nok\n");
+    assert_eq!(
+        framer.decode(&mut buf).unwrap(),
+        Some(Frame::Line(Bytes::from_static(b"ok\n")))
+    );
+}
+
+/// Issue 19, item 19: serde_json's `Value` keeps the last of two members of one name, so
+/// `{"id":1,"id":2,"method":..}` read as a request with id 2 while codex, whose envelope is
+/// derived structs, refuses the line ("duplicate field `id`") and ignores it. A duplicate of a
+/// member the envelope reads is not a message, in every reader of the line.
+#[test]
+fn a_duplicate_envelope_member_makes_a_line_not_a_message() {
+    for line in [
+        r#"{"id":1,"id":2,"method":"thread/list"}"#,
+        r#"{"id":1,"method":"a","method":"b"}"#,
+        r#"{"id":1,"method":"m","params":{},"params":{}}"#,
+        r#"{"id":1,"result":1,"result":2}"#,
+        r#"{"id":1,"error":{"code":1,"message":"a"},"error":{"code":2,"message":"b"}}"#,
+        r#"{"id":null,"i\u0064":"rethread-proxy:1","result":{}}"#,
+    ] {
+        let decoded = rethread_protocol::codec::decode_line(line.as_bytes());
+        assert!(
+            matches!(&decoded, Err(FrameError::InvalidMessage(e)) if e.to_string().contains("duplicate")),
+            "{line}: {decoded:?}"
+        );
+        assert!(serde_json::from_str::<Message>(line).is_err(), "{line}");
+    }
+    // Other members may repeat, as codex ignores members it does not know.
+    let line = br#"{"jsonrpc":"2.0","jsonrpc":"2.0","method":"m"}"#;
+    assert!(rethread_protocol::codec::decode_line(line).is_ok());
+}
+
+/// The router's reader (`decode_envelope`) and the full decoder refuse and accept the same
+/// lines, for the same reasons, where a lenient skip of the payload would differ from a `Value`
+/// parse: numbers out of range, lone surrogates, the nesting limit, trailing bytes.
+#[test]
+fn the_envelope_reader_agrees_with_the_decoder_on_every_line() {
+    use rethread_protocol::codec::{decode_envelope, decode_line};
+    let deep = format!(
+        r#"{{"id":1,"method":"m","params":{}{}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let lines: Vec<&[u8]> = vec![
+        br#"{"id":1,"method":"m","params":1e999}"#,
+        br#"{"id":1,"method":"m","params":"\ud800"}"#,
+        br#"{"id":1,"method":"m","params":"\ud83d\ude00"}"#,
+        br#"{"id":1,"result":{"a":[1,2,{"b":null}]},"extra":-0.5e-3}"#,
+        br#"{"id":1,"method":"m"} x"#,
+        br#"{"id":1.0,"method":"m"}"#,
+        br#"{"id":18446744073709551615,"result":1}"#,
+        br#"{"error":{"code":"x","message":"m"}}"#,
+        br#"{"id":null,"error":{"code":-1,"message":"m"}}"#,
+        b"[1,{\"id\":2}]",
+        b"\"text\"",
+        b"{\"method\":\"m\",\"params\":{\"a\":\"\xff\"}}",
+        deep.as_bytes(),
+    ];
+    for line in lines {
+        let text = String::from_utf8_lossy(line);
+        match (decode_line(line), decode_envelope(line)) {
+            (Ok(message), Ok(envelope)) => {
+                assert_eq!(envelope.kind, message.kind(), "{text}");
+                assert_eq!(envelope.id.as_ref(), message.id(), "{text}");
+                assert_eq!(envelope.method.as_deref(), message.method(), "{text}");
+            }
+            (Err(full), Err(routed)) => assert_eq!(full, routed, "{text}"),
+            (full, routed) => panic!("{text}: decode_line {full:?}, decode_envelope {routed:?}"),
+        }
+    }
 }

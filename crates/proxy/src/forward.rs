@@ -11,18 +11,19 @@
 
 use std::future::Future;
 
+use bytes::Bytes;
 use futures::StreamExt;
+use rethread_protocol::codec::{Frame, LineFramer};
 use rethread_protocol::{ErrorCode, RpcError};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 
-use crate::framing::{Frame, LineSplitter};
 use crate::hooks::{
     proxy_answer_id, uses_reserved_id, ClientAction, ClientContext, Link, ServerAction,
     ServerContext, SessionHooks, PROXY_ID_PREFIX,
 };
-use crate::line::{peek_prefix, Line, LineKind};
+use crate::line::{peek_prefix, Line, LineKind, Peek, Refusal};
 use crate::queue::{drain, queue};
 use crate::{Ended, ProxyError, ProxyOptions};
 
@@ -34,8 +35,8 @@ use crate::{Ended, ProxyError, ProxyOptions};
 /// - the client's input ends: everything read is forwarded, codex's input is closed, and
 ///   codex's output is still passed on until it ends or `options.shutdown_grace` passes
 ///   ([`Ended::ClientClosed`]);
-/// - codex's output ends: everything it wrote is passed on and flushed to the client
-///   ([`Ended::CodexClosed`]);
+/// - codex's output ends: everything it wrote is passed on and flushed to the client, after a
+///   hook call then running has finished and what it queued with it ([`Ended::CodexClosed`]);
 /// - writing to the client fails ([`Ended::ClientGone`]);
 /// - `stop` resolves ([`Ended::Stopped`]);
 /// - a hook returns an error ([`ProxyError::Hook`]).
@@ -81,7 +82,7 @@ where
             &link,
             FramedRead::with_capacity(
                 client_in,
-                LineSplitter::new(options.max_line_length),
+                LineFramer::new(options.max_line_length),
                 options.read_buffer,
             ),
             options.max_line_length,
@@ -92,7 +93,7 @@ where
             &link,
             FramedRead::with_capacity(
                 codex_out,
-                LineSplitter::new(options.max_line_length),
+                LineFramer::new(options.max_line_length),
                 options.read_buffer,
             ),
             options.max_line_length,
@@ -107,20 +108,31 @@ where
             stop
         );
 
-        let (mut client_ended, mut codex_ended) = (false, false);
+        // `client_read`: the client side stopped reading; `client_ended`: because its input
+        // ended (not because codex's output did).
+        let (mut client_read, mut client_ended, mut codex_ended) = (false, false, false);
         let (mut client_written, mut codex_written) = (false, false);
         let mut deadline: Option<Instant> = None;
         loop {
             tokio::select! {
                 signal = &mut stop => return Ok(Ended::Stopped { signal }),
-                result = &mut client_reader, if !client_ended => {
-                    result?;
-                    client_ended = true;
-                    deadline = Some(Instant::now() + options.shutdown_grace);
+                result = &mut client_reader, if !client_read => {
+                    client_read = true;
+                    match result? {
+                        ClientEnd::InputEnded => {
+                            client_ended = true;
+                            deadline = Some(Instant::now() + options.shutdown_grace);
+                        }
+                        // Everything the hooks queued is in: the client's output can close.
+                        ClientEnd::CodexGone => link.to_client.close().await,
+                    }
                 }
                 result = &mut codex_reader, if !codex_ended => {
                     result?;
                     codex_ended = true;
+                    if client_ended {
+                        link.to_client.close().await;
+                    }
                 }
                 result = &mut client_writer, if !client_written => {
                     client_written = true;
@@ -189,16 +201,20 @@ impl Peer {
 /// reported). A line over `limit` is answered or dropped here, as its sender's side requires, and
 /// reading goes on; whole lines come back as the `Bytes` split off the read buffer, uncopied.
 async fn next_line<R: AsyncRead + Unpin>(
-    lines: &mut FramedRead<R, LineSplitter>,
+    lines: &mut FramedRead<R, LineFramer>,
     link: &Link,
     peer: Peer,
     limit: usize,
-) -> Option<Line> {
+) -> Option<Bytes> {
     loop {
         match lines.next().await? {
-            Ok(Frame::Line(bytes)) => return Some(Line::new(bytes)),
+            Ok(Frame::Line(bytes)) => return Some(bytes),
             Ok(Frame::TooLong { prefix }) => match peer {
-                Peer::Client => oversized_from_client(link, &prefix, limit).await,
+                Peer::Client => {
+                    let problem = format!("is longer than rethread's line limit of {limit} bytes");
+                    let sender = peek_prefix(&prefix);
+                    refuse_from_client(link, sender, ErrorCode::INVALID_REQUEST, &problem).await;
+                }
                 Peer::Codex => oversized_from_codex(link, &prefix, limit).await,
             },
             Err(error) => {
@@ -210,15 +226,41 @@ async fn next_line<R: AsyncRead + Unpin>(
     }
 }
 
-/// Reads the client's lines until its input ends, then closes codex's input.
+/// Reads the client's lines until its input ends (then closes codex's input), or until codex's
+/// output has ended while no hook call was running.
 async fn client_side<H: SessionHooks, R: AsyncRead + Unpin>(
     hooks: &H,
     ctx: &ClientContext,
     link: &Link,
-    mut lines: FramedRead<R, LineSplitter>,
+    mut lines: FramedRead<R, LineFramer>,
     limit: usize,
-) -> Result<(), ProxyError> {
-    while let Some(line) = next_line(&mut lines, link, Peer::Client, limit).await {
+) -> Result<ClientEnd, ProxyError> {
+    loop {
+        // A hook call is never cut short by codex's end: the hook finishes (its requests fail
+        // at once) and what it queued for the client still goes out.
+        let bytes = tokio::select! {
+            biased;
+            () = link.codex_gone() => return Ok(ClientEnd::CodexGone),
+            bytes = next_line(&mut lines, link, Peer::Client, limit) => bytes,
+        };
+        let Some(bytes) = bytes else { break };
+        let line = match Line::from_client(bytes) {
+            Ok(line) => line,
+            Err(refused) => {
+                let (code, problem) = match refused.why {
+                    Refusal::NotUtf8 { valid_up_to } => (
+                        ErrorCode::PARSE_ERROR,
+                        format!("is not UTF-8 (invalid byte at offset {valid_up_to})"),
+                    ),
+                    Refusal::Duplicate { member } => (
+                        ErrorCode::INVALID_REQUEST,
+                        format!("has a duplicate `{member}` member"),
+                    ),
+                };
+                refuse_from_client(link, refused.sender, code, &problem).await;
+                continue;
+            }
+        };
         if line.kind() == LineKind::Other {
             report_unrouted(link, Peer::Client.name(), &line);
             // Codex ignores a line it cannot read, as it would without us in between. A send
@@ -249,7 +291,15 @@ async fn client_side<H: SessionHooks, R: AsyncRead + Unpin>(
         }
     }
     link.to_codex.close().await;
-    Ok(())
+    Ok(ClientEnd::InputEnded)
+}
+
+/// Why the client side stopped reading.
+enum ClientEnd {
+    /// The client's input ended.
+    InputEnded,
+    /// Codex's output ended (and no hook call was running).
+    CodexGone,
 }
 
 /// Reads codex's lines until its output ends, then closes the client's output.
@@ -257,10 +307,11 @@ async fn codex_side<H: SessionHooks, R: AsyncRead + Unpin>(
     hooks: &H,
     ctx: &ServerContext,
     link: &Link,
-    mut lines: FramedRead<R, LineSplitter>,
+    mut lines: FramedRead<R, LineFramer>,
     limit: usize,
 ) -> Result<(), ProxyError> {
-    while let Some(line) = next_line(&mut lines, link, Peer::Codex, limit).await {
+    while let Some(bytes) = next_line(&mut lines, link, Peer::Codex, limit).await {
+        let line = Line::new(bytes);
         if let Some(id) = proxy_answer_id(&line) {
             let id = id.to_string();
             if link.deliver(&id, line).is_err() {
@@ -287,8 +338,8 @@ async fn codex_side<H: SessionHooks, R: AsyncRead + Unpin>(
             ServerAction::Consumed => {}
         }
     }
+    // Waiting requests fail now; the client's output is closed once the client side is idle.
     link.close();
-    link.to_client.close().await;
     Ok(())
 }
 
@@ -306,39 +357,36 @@ fn report_unrouted(link: &Link, from: &str, line: &Line) {
     ));
 }
 
-/// A client line over the limit: its sender is answered when its start names it.
-async fn oversized_from_client(link: &Link, prefix: &[u8], limit: usize) {
-    let error = |what: &str| {
-        RpcError::new(
-            ErrorCode::INVALID_REQUEST,
-            format!("{what} longer than rethread's line limit of {limit} bytes"),
-        )
-    };
-    match peek_prefix(prefix) {
+/// A client line the proxy does not pass on (`problem` says why, e.g. "is not UTF-8"): its
+/// sender, when the line names one, gets an error in its place: the client for a request, codex
+/// for the client's answer to a server request (so that the request does not wait forever).
+/// Otherwise the line is dropped. Either way it is reported.
+async fn refuse_from_client(link: &Link, sender: Option<Peek>, code: ErrorCode, problem: &str) {
+    match sender {
         Some(peek) if peek.kind == LineKind::Request => {
             link.reporter.report(&format!(
-                "refused a request from the client longer than the limit of {limit} bytes \
-                 (id {}, {}); answered it with an error",
+                "refused a request from the client that {problem} (id {}, {}); answered it \
+                 with an error",
                 display_id(&peek.id),
                 peek.method.as_deref().unwrap_or("?")
             ));
-            let answer = Line::error_response(peek.id, error("request line"));
+            let error = RpcError::new(code, format!("the request line {problem}"));
+            let answer = Line::error_response(peek.id, error);
             let _ = link.to_client.send(answer.into_bytes()).await;
         }
         Some(peek) => {
-            // The client's answer to a server request: codex gets an error in its place so the
-            // request does not wait forever.
             link.reporter.report(&format!(
-                "the client's answer to codex's request {} is longer than the limit of {limit} \
-                 bytes; codex gets an error instead",
+                "the client's answer to codex's request {} {problem}; codex gets an error \
+                 instead",
                 display_id(&peek.id)
             ));
-            let answer = Line::error_response(peek.id, error("the client's answer"));
+            let error = RpcError::new(code, format!("the client's answer {problem}"));
+            let answer = Line::error_response(peek.id, error);
             let _ = link.to_codex.send(answer.into_bytes()).await;
         }
-        None => link.reporter.report(&format!(
-            "dropped a line from the client longer than the limit of {limit} bytes"
-        )),
+        None => link
+            .reporter
+            .report(&format!("dropped a line from the client that {problem}")),
     }
 }
 

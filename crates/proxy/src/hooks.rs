@@ -14,7 +14,7 @@ use rethread_protocol::jsonrpc::Request as RawRequest;
 use rethread_protocol::messages::Request;
 use rethread_protocol::{Message, RequestId, RpcError};
 use serde_json::Value;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::line::{Line, LineKind};
 use crate::queue::Queue;
@@ -71,8 +71,8 @@ pub enum ServerAction {
 ///   the answer is the one waiting); it may await other work (a store write), which holds
 ///   codex's output back meanwhile.
 /// - The two run concurrently with each other (from one task, interleaved at await points).
-/// - Lines that are not messages ([`LineKind::Other`]) and lines over the length limit never
-///   reach the hooks.
+/// - Lines that are not messages ([`LineKind::Other`]), client lines the forwarder refuses
+///   (not UTF-8, a duplicate member) and lines over the length limit never reach the hooks.
 /// - A returned error stops the proxy.
 pub trait SessionHooks: Send + Sync {
     /// Called once before any line is read from either side.
@@ -147,6 +147,8 @@ pub(crate) struct Link {
     next_id: AtomicU64,
     request_timeout: Duration,
     pub(crate) reporter: Reporter,
+    /// Set once codex's output ended.
+    codex_gone: watch::Sender<bool>,
 }
 
 #[derive(Debug, Default)]
@@ -170,7 +172,14 @@ impl Link {
             next_id: AtomicU64::new(1),
             request_timeout,
             reporter,
+            codex_gone: watch::Sender::new(false),
         })
+    }
+
+    /// Resolves once codex's output has ended ([`Link::close`]).
+    pub(crate) async fn codex_gone(&self) {
+        let mut gone = self.codex_gone.subscribe();
+        let _ = gone.wait_for(|gone| *gone).await;
     }
 
     /// Queues a hook's line for codex; fails once codex's input is gone.
@@ -211,9 +220,12 @@ impl Link {
 
     /// Codex's output ended: every waiting request fails with `Closed`, and so will new ones.
     pub(crate) fn close(&self) {
-        let mut pending = self.pending();
-        pending.closed = true;
-        pending.waiters.clear();
+        {
+            let mut pending = self.pending();
+            pending.closed = true;
+            pending.waiters.clear();
+        }
+        self.codex_gone.send_replace(true);
     }
 }
 

@@ -19,7 +19,15 @@
 //!   (answered by codex itself), server requests (approvals) and the client's answers to
 //!   them pass untouched.
 //! - A line that is not a JSON-RPC message (not JSON, not an object, no kind) is passed on as
-//!   it is and reported on stderr. A line longer than [`ProxyOptions::max_line_length`] (the
+//!   it is and reported on stderr. The client's lines are read as codex reads them, by
+//!   serde_json: what the hooks route is exactly what codex will see. Two kinds of client line
+//!   are refused, never forwarded: one that is not UTF-8 (codex's line reader fails on it and
+//!   codex exits) and one whose `id`, `method`, `params`, `result` or `error` comes twice
+//!   (codex refuses it, and it has no single reading: its answer could pass for another
+//!   request's). When the line names its sender, the sender gets an error in its place
+//!   (`-32700` for UTF-8, `-32600` for a duplicate: the client for a request, codex for the
+//!   client's answer to a server request); otherwise it is dropped; either way it is reported.
+//!   A line longer than [`ProxyOptions::max_line_length`] (the
 //!   protocol crate's limit by default) is never held whole: when its first 4 KiB name its
 //!   `id`, whoever waits for it gets a JSON-RPC error in its place (the client for a request
 //!   or an answer codex sent it, codex for a server request or the client's answer to one);
@@ -80,10 +88,13 @@
 //! 8. **Shutdown.** `on_shutdown` runs once on every end of [`forward`] (client gone, codex
 //!    gone, a signal, a hook error), before codex is stopped; not when the process is killed.
 //!    A hook future interrupted by a signal is dropped at an await point: durable work must be
-//!    safe to abandon there (the store's commits are).
+//!    safe to abandon there (the store's commits are). Codex's end does not interrupt a hook:
+//!    an `on_client_message` running when codex's output ends finishes (its requests fail with
+//!    [`RequestError::Closed`] at once), and what it queued for the client goes out before the
+//!    client's output is closed.
 //!
-//! Lines that are not messages and oversized lines never reach the hooks; a hook error stops
-//! the proxy (codex is stopped, the process exits 1 with the error as its cause).
+//! Lines that are not messages, refused lines and oversized lines never reach the hooks; a hook
+//! error stops the proxy (codex is stopped, the process exits 1 with the error as its cause).
 //!
 //! # Sessions
 //! [`BindingHooks`] keep one session's codex thread across restarts, with the runtime's rules
@@ -122,7 +133,6 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 
 mod forward;
-mod framing;
 mod hooks;
 mod line;
 mod passthrough;
@@ -135,7 +145,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use forward::forward;
-pub use framing::PREFIX_KEPT;
 pub use hooks::{
     is_proxy_id, ClientAction, ClientContext, CodexRequester, HookError, RequestError,
     ServerAction, ServerContext, SessionHooks, PROXY_ID_PREFIX,
@@ -143,6 +152,7 @@ pub use hooks::{
 pub use line::{peek, peek_prefix, Line, LineKind, Peek};
 pub use passthrough::{NoSession, NO_SESSION_WARNING};
 pub use process::{exit_code_of, run_app_server, AppServerCommand};
+pub use rethread_protocol::codec::PREFIX_KEPT;
 pub use session::{BindingHooks, SessionOptions, TurnLimits};
 
 /// Errors of the proxy.
@@ -182,7 +192,8 @@ pub enum Ended {
     },
     /// Writing to the client failed: it is gone.
     ClientGone,
-    /// Codex's output ended; everything it wrote was passed on and flushed.
+    /// Codex's output ended; everything it wrote, and what a hook call running at that moment
+    /// queued for the client, was passed on and flushed.
     CodexClosed,
     /// The stop future resolved with this signal number.
     Stopped {

@@ -2,23 +2,27 @@
 //! route it.
 //!
 //! Routing needs three facts: is the line a request, a notification or an answer, what is its
-//! `id`, and what is its `method`. [`Line::new`] finds them with a lexical scan of the
-//! top-level members ([`peek`]) instead of a parse into a tree: the contents of strings (most
-//! of a large line) are skipped with `memchr`, nested values are skipped by counting brackets,
-//! and the scan stops as soon as a request's or an answer's `id` and kind are known. Nothing is
-//! allocated for the line itself, and the bytes that go out are the bytes that came in.
-//! Nested values are skipped, not validated: the receiver judges them as it would without the
-//! proxy in between.
+//! `id`, and what is its `method`. Nothing is allocated for the line itself, and the bytes that
+//! go out are the bytes that came in. Two readers find the facts, by the protocol crate's
+//! envelope rules ([`rethread_protocol::Message`]: a `method` with an `id` is a request, a
+//! `method` without one a notification, an `error` an error answer, a `result` with an `id` an
+//! answer; `id`, `method`, `params`, `result` and `error` at most once each):
 //!
-//! The envelope rules are the protocol crate's ([`rethread_protocol::Message`]): a `method`
-//! with an `id` is a request, a `method` without one a notification, an `error` an error
-//! answer, a `result` with an `id` an answer. A line that is none of these (not JSON, not an
-//! object, a duplicate `id`, an `id` that is neither an integer nor a string) is
-//! [`LineKind::Other`]: it is passed on unrouted.
+//! - The client's lines: serde_json itself, in one pass that keeps nothing
+//!   (`rethread_protocol::codec::decode_envelope`), since that is how codex reads them: what
+//!   the proxy routes is exactly what codex and the client's own JSON parser see. A line that
+//!   is not a message by those rules is [`LineKind::Other`] (passed on unrouted; codex ignores
+//!   it); one that is not UTF-8 or has a duplicate member is refused (see the crate docs).
+//! - Codex's lines ([`Line::new`], [`peek`]): a lexical scan of the top-level members instead
+//!   of a parse, at `memchr` speed over the contents of strings (most of a large line); nested
+//!   values are skipped by counting brackets, not validated. On any line that is JSON it reads
+//!   what serde_json reads; codex writes JSON, and its large lines cost a scan, not a parse.
 
 use bytes::Bytes;
-use rethread_protocol::codec::decode_line;
-use rethread_protocol::{FrameError, Message, RequestId, RpcError};
+use rethread_protocol::codec::{decode_envelope, decode_line, trim_line};
+use rethread_protocol::{
+    Envelope, EnvelopeError, FrameError, Message, MessageKind, RequestId, RpcError,
+};
 use serde_json::Value;
 
 /// What a line is, as far as routing goes.
@@ -63,6 +67,47 @@ impl Peek {
     };
 }
 
+impl From<Envelope> for Peek {
+    fn from(envelope: Envelope) -> Peek {
+        let kind = match envelope.kind {
+            MessageKind::Request => LineKind::Request,
+            MessageKind::Notification => LineKind::Notification,
+            MessageKind::Response => LineKind::Response,
+            MessageKind::Error => LineKind::Error,
+        };
+        Peek {
+            kind,
+            id: envelope.id,
+            method: envelope.method,
+        }
+    }
+}
+
+/// Why the forwarder refuses a client line instead of passing it on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Not UTF-8: codex's line reader fails on it and codex exits.
+    NotUtf8 {
+        /// Offset of the first invalid byte.
+        valid_up_to: usize,
+    },
+    /// A member routing reads comes twice: codex refuses the line, and no single reading of
+    /// it is the one codex, the proxy and the client would agree on.
+    Duplicate {
+        /// Which member.
+        member: &'static str,
+    },
+}
+
+/// A refused client line and, when it names one, who to answer in its place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refused {
+    pub(crate) why: Refusal,
+    /// The line's kind (a request, or an answer to codex) and `id`, as far as a lexical scan
+    /// tells them, and its `method` when it has one.
+    pub(crate) sender: Option<Peek>,
+}
+
 /// One line: the bytes as read (terminator included, when there was one) and its [`Peek`].
 ///
 /// Cloning is cheap (a reference count).
@@ -89,8 +134,41 @@ impl std::fmt::Debug for Line {
 impl Line {
     /// A line read from the wire (`bytes` as read, its `\n` or `\r\n` included if any).
     pub fn new(bytes: Bytes) -> Line {
-        let peek = peek(trim_terminator(&bytes));
+        let peek = peek(trim_line(&bytes));
         Line { bytes, peek }
+    }
+
+    /// A line read from the client, by the rules codex reads it with (serde_json, through
+    /// `rethread_protocol::codec::decode_envelope`): its routing facts are exactly serde_json's
+    /// reading, and a line that is not a message by those rules is [`LineKind::Other`]. A line
+    /// codex would die of (not UTF-8) or that has no single reading (a duplicate member) is
+    /// refused.
+    pub(crate) fn from_client(bytes: Bytes) -> Result<Line, Refused> {
+        let json = trim_line(&bytes);
+        let why = match decode_envelope(json) {
+            Ok(envelope) => {
+                let peek = envelope.into();
+                return Ok(Line { bytes, peek });
+            }
+            Err(FrameError::InvalidUtf8 { valid_up_to }) => Refusal::NotUtf8 { valid_up_to },
+            Err(FrameError::InvalidMessage(EnvelopeError::DuplicateMember { member })) => {
+                Refusal::Duplicate { member }
+            }
+            Err(_) => {
+                let peek = Peek::OTHER;
+                return Ok(Line { bytes, peek });
+            }
+        };
+        let scan = scan_members(json);
+        let sender = scan.sender().map(|(kind, id)| Peek {
+            kind,
+            id: Some(id),
+            method: match scan.method {
+                Seen::Once(method) => Some(method),
+                _ => None,
+            },
+        });
+        Err(Refused { why, sender })
     }
 
     /// A line made by the proxy (a message of its own), newline-terminated.
@@ -133,7 +211,7 @@ impl Line {
 
     /// The line without its terminator.
     pub fn json(&self) -> &[u8] {
-        trim_terminator(&self.bytes)
+        trim_line(&self.bytes)
     }
 
     /// The routing facts.
@@ -167,15 +245,14 @@ impl Line {
     }
 }
 
-fn trim_terminator(line: &[u8]) -> &[u8] {
-    let line = line.strip_suffix(b"\n").unwrap_or(line);
-    line.strip_suffix(b"\r").unwrap_or(line)
-}
-
-/// The routing facts of one line (without its terminator).
+/// The routing facts of one line (without its terminator), found by the lexical scan: what
+/// the forwarder reads codex's lines with. On a line that is JSON it agrees with serde_json
+/// (`rethread_protocol::codec::decode_envelope`), duplicates included; nested values are
+/// skipped, not validated, so a line that is not JSON inside a nested value may still be
+/// routed (codex writes JSON; the client's lines are read by serde_json, see the crate docs).
 pub fn peek(line: &[u8]) -> Peek {
     let scan = scan_members(line);
-    if scan.malformed || !scan.complete && !scan.early {
+    if scan.malformed || !scan.complete {
         return Peek::OTHER;
     }
     scan.into_peek().unwrap_or(Peek::OTHER)
@@ -189,25 +266,12 @@ pub fn peek_prefix(prefix: &[u8]) -> Option<Peek> {
     if scan.malformed && !scan.truncated {
         return None;
     }
-    let id = match &scan.id {
-        Seen::Once(Some(id)) => id.clone(),
-        _ => return None,
+    let method = match &scan.method {
+        Seen::Once(method) => Some(method.clone()),
+        Seen::Never => None,
+        Seen::Invalid => return None,
     };
-    let kind = if scan.method.is_some() {
-        LineKind::Request
-    } else if scan.error {
-        LineKind::Error
-    } else if scan.result {
-        LineKind::Response
-    } else {
-        return None;
-    };
-    let method = match scan.method {
-        Some(Seen::Once(method)) => Some(method),
-        Some(_) => return None,
-        None => None,
-    };
-    Some(Peek {
+    scan.sender().map(|(kind, id)| Peek {
         kind,
         id: Some(id),
         method,
@@ -223,16 +287,32 @@ enum Seen<T> {
     Invalid,
 }
 
+impl<T> Seen<T> {
+    /// The next occurrence of the member, whose value reads as `value` (`None`: invalid).
+    fn again(self, value: impl FnOnce() -> Option<T>) -> Seen<T> {
+        match self {
+            Seen::Never => value().map_or(Seen::Invalid, Seen::Once),
+            _ => Seen::Invalid,
+        }
+    }
+
+    fn is_seen(&self) -> bool {
+        !matches!(self, Seen::Never)
+    }
+}
+
 #[derive(Debug, Default)]
 struct Scan {
     id: Seen<Option<RequestId>>,
-    method: Option<Seen<String>>,
-    result: bool,
-    error: bool,
+    method: Seen<String>,
+    /// Counted when the member's name is read, before its value (a prefix may end inside it).
+    params: u8,
+    result: u8,
+    error: u8,
+    /// An `error` member is not an error object.
+    bad_error: bool,
     /// The closing brace was reached.
     complete: bool,
-    /// The scan stopped early: the kind and `id` were known.
-    early: bool,
     /// The bytes are not a JSON object (as far as the scan looked).
     malformed: bool,
     /// The input ended inside the object.
@@ -241,31 +321,48 @@ struct Scan {
 
 impl Scan {
     fn into_peek(self) -> Option<Peek> {
+        if self.params > 1 || self.result > 1 || self.error > 1 {
+            return None;
+        }
         let id = match self.id {
             Seen::Never => None,
             Seen::Once(id) => id,
             Seen::Invalid => return None,
         };
         let method = match self.method {
-            None => None,
-            Some(Seen::Once(method)) => Some(method),
-            Some(_) => return None,
+            Seen::Never => None,
+            Seen::Once(method) => Some(method),
+            Seen::Invalid => return None,
         };
         let kind = match (&method, &id) {
             (Some(_), Some(_)) => LineKind::Request,
             (Some(_), None) => LineKind::Notification,
-            (None, _) if self.error => LineKind::Error,
-            (None, Some(_)) if self.result => LineKind::Response,
+            // A `method` wins over an `error`, which is only read (and must be an error
+            // object) when there is none.
+            (None, _) if self.error > 0 && self.bad_error => return None,
+            (None, _) if self.error > 0 => LineKind::Error,
+            (None, Some(_)) if self.result > 0 => LineKind::Response,
             _ => return None,
         };
         Some(Peek { kind, id, method })
     }
 
-    /// True once more members cannot change the routing of a well-formed message: a request
-    /// (`id` and `method` seen). An answer is scanned to its end, since a `method` after its
-    /// `result` would make it a request.
-    fn routable(&self) -> bool {
-        matches!(self.id, Seen::Once(Some(_))) && matches!(self.method, Some(Seen::Once(_)))
+    /// Who to answer in a line's place: its one `id`, and whether it is a request (it has a
+    /// `method`, however malformed) or an answer.
+    fn sender(&self) -> Option<(LineKind, RequestId)> {
+        let Seen::Once(Some(id)) = &self.id else {
+            return None;
+        };
+        let kind = if self.method.is_seen() {
+            LineKind::Request
+        } else if self.error > 0 {
+            LineKind::Error
+        } else if self.result > 0 {
+            LineKind::Response
+        } else {
+            return None;
+        };
+        Some((kind, id.clone()))
     }
 }
 
@@ -290,34 +387,26 @@ fn scan_members(bytes: &[u8]) -> Scan {
             cursor.expect(b':')?;
             cursor.whitespace();
             let name = member_name(key);
-            // Presence counts before the value is skipped: a prefix may end inside it.
             match name.as_deref() {
-                Some("result") => scan.result = true,
-                Some("error") => scan.error = true,
+                Some("params") => scan.params = scan.params.saturating_add(1),
+                Some("result") => scan.result = scan.result.saturating_add(1),
+                Some("error") => scan.error = scan.error.saturating_add(1),
                 _ => {}
             }
             let value_start = cursor.pos;
             cursor.skip_value()?;
             let value = &bytes[value_start..cursor.pos];
             match name.as_deref() {
-                Some("id") => {
-                    scan.id = match scan.id {
-                        Seen::Never => parse_id(value).map_or(Seen::Invalid, Seen::Once),
-                        _ => Seen::Invalid,
-                    }
-                }
+                Some("id") => scan.id = std::mem::take(&mut scan.id).again(|| parse_id(value)),
                 Some("method") => {
-                    scan.method = Some(match scan.method {
-                        None => serde_json::from_slice::<String>(value)
-                            .map_or(Seen::Invalid, Seen::Once),
-                        Some(_) => Seen::Invalid,
-                    })
+                    scan.method = std::mem::take(&mut scan.method)
+                        .again(|| serde_json::from_slice::<String>(value).ok());
+                }
+                // An error answer must carry an error object, as the protocol crate reads it.
+                Some("error") if serde_json::from_slice::<RpcError>(value).is_err() => {
+                    scan.bad_error = true;
                 }
                 _ => {}
-            }
-            if scan.routable() {
-                scan.early = true;
-                return Ok(());
             }
             cursor.whitespace();
             match cursor.next_byte()? {
@@ -535,10 +624,27 @@ mod tests {
     }
 
     #[test]
-    fn a_request_is_routed_before_its_params_are_read() {
-        // The scan stops once `id` and `method` are known; the tail is the receiver's to judge.
-        let line = br#"{"id":1,"method":"m","params":{"huge":"...never looked at"#;
-        assert_eq!(peek(line).kind, LineKind::Request);
+    fn every_member_counts_up_to_the_end_of_the_line() {
+        // As serde_json reads it (codex refuses such lines): a member routing reads that comes
+        // twice, after the `id` and `method` too, or an `error` that is not an error object.
+        for text in [
+            r#"{"id":1,"method":"a","method":"b"}"#,
+            r#"{"id":1,"method":"m","params":{},"params":{}}"#,
+            r#"{"id":1,"result":{},"result":{}}"#,
+            r#"{"error":{"code":1,"message":"m"},"error":{"code":2,"message":"n"}}"#,
+            r#"{"id":1,"error":"not an error object"}"#,
+        ] {
+            assert_eq!(kind(text), LineKind::Other, "{text}");
+        }
+        // A `method` wins: the `error` member of a notification is not read.
+        assert_eq!(
+            kind(r#"{"method":"initialized","error":-0.0}"#),
+            LineKind::Notification
+        );
+        // A line cut inside its params is not routed whole; its prefix still names its sender.
+        let cut = br#"{"id":1,"method":"m","params":{"huge":"...cut here"#;
+        assert_eq!(peek(cut).kind, LineKind::Other);
+        assert_eq!(peek_prefix(cut).unwrap().kind, LineKind::Request);
     }
 
     #[test]

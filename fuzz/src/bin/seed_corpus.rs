@@ -8,14 +8,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rethread_testkit::real::{codex_or_skip, AppServerProcess, CodexHome, WirePeer};
-use rethread_testkit::CURRENT;
-use rethread_testkit::responses::ResponsesStandIn;
 use rethread_fake_appserver::{FakeAppServer, Profile};
 use rethread_fuzz::input::Encoder;
 use rethread_fuzz::{runtime_hostile, store_files};
-use rethread_runtime::{SessionBinder, AppServerClient, StatusRail};
+use rethread_runtime::{AppServerClient, SessionBinder, StatusRail};
 use rethread_store::{BindingStore, MemoryStore};
+use rethread_testkit::real::{codex_or_skip, AppServerProcess, CodexHome, WirePeer};
+use rethread_testkit::responses::ResponsesStandIn;
+use rethread_testkit::CURRENT;
 use serde_json::{json, Value};
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) {
@@ -179,6 +179,25 @@ fn main() {
         seed.extend_from_slice(transcript.replace("\n", "\r\n").as_bytes());
         if transcript.len() < 64 * 1024 {
             write(&dir, &format!("transcript-{limit}-{chunks}"), &seed);
+        }
+    }
+
+    // proxy_routing: the traffic's lines (up to 160 bytes) as raw client lines (tag 0), a
+    // dozen to an input, under the default limit and a small one.
+    let dir = root.join("proxy_routing");
+    let short: Vec<&String> = client_text
+        .iter()
+        .chain(&server_text)
+        .filter(|line| line.len() <= 160)
+        .collect();
+    for (i, group) in short.chunks(12).enumerate() {
+        for (limit, name) in [(0u8, "default"), (200, "small")] {
+            let mut e = Encoder::default();
+            e.byte(limit);
+            for line in group {
+                e.byte(0).chunk(line.as_bytes(), 160);
+            }
+            write(&dir, &format!("traffic-{i:03}-{name}"), &e.out);
         }
     }
 

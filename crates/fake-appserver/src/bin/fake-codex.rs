@@ -1,14 +1,18 @@
 //! `fake-codex`: the fake app-server as a process, started like codex.
 //!
 //! ```text
-//! fake-codex app-server [--profile current|release-n|pre-history-mode] [--faults FILE]
-//! fake-codex --version
+//! fake-codex app-server [--listen stdio://] [--profile current|release-n|pre-history-mode] [--faults FILE]
+//! fake-codex --version | --help
 //! ```
 //!
 //! It speaks newline-delimited JSON-RPC on stdin/stdout and keeps its threads under
-//! `$CODEX_HOME` (default `~/.codex`), so a restarted process finds them again. The profile can
-//! also come from `FAKE_CODEX_PROFILE`, the fault script (JSON, or TOML for a `.toml` file) from
-//! `FAKE_CODEX_FAULTS` (inline JSON or a path). Every model request is appended to `$CODEX_HOME/fake-model-requests.jsonl`;
+//! `$CODEX_HOME`, so a restarted process finds them again. Without `CODEX_HOME` it keeps them in
+//! a temporary home of its own (it says where on stderr, and removes it when it exits), never in
+//! the user's real `~/.codex`. Like codex it takes `--listen stdio://` (what the Python SDK
+//! passes) and refuses any other transport; `--help` and `--version` print on stdout and exit
+//! 0; a usage error exits 2. The profile can also come from `FAKE_CODEX_PROFILE`, the fault
+//! script (JSON, or TOML for a `.toml` file) from `FAKE_CODEX_FAULTS` (inline JSON or a path).
+//! Every model request is appended to `$CODEX_HOME/fake-model-requests.jsonl`;
 //! `FAKE_CODEX_EVENT_LOG` names a file for the event log (requests and finished turns, with
 //! times: what `cargo xtask restarts` reads to tell where a kill landed).
 
@@ -17,17 +21,51 @@ use std::process::ExitCode;
 
 use rethread_fake_appserver::{Ended, FakeAppServer, FaultScript, Profile};
 
+const USAGE: &str = "\
+Usage: fake-codex app-server [--listen stdio://] [--profile PROFILE] [--faults FILE]
+       fake-codex --version
+       fake-codex --help
+
+A stand-in for `codex app-server` (rethread's fake): newline-delimited JSON-RPC on
+stdin/stdout, threads kept under $CODEX_HOME (a temporary home when it is not set).
+
+Options:
+  --listen stdio://   the transport (stdio is the only one the fake serves)
+  --profile PROFILE   current, release-n or pre-history-mode (or FAKE_CODEX_PROFILE)
+  --faults FILE       a fault script, JSON or TOML (or FAKE_CODEX_FAULTS)
+  -V, --version       print the codex version the profile imitates
+  -h, --help          print this help
+";
+
+/// How a run ends badly.
+enum Failure {
+    /// Arguments the fake does not take: exit 2, like codex's argument parser.
+    Usage(String),
+    /// Anything else: exit 1.
+    Failed(String),
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure::Failed(message)
+    }
+}
+
 fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
+        Err(Failure::Usage(message)) => {
+            eprintln!("fake-codex: {message}\n\n{USAGE}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Failed(message)) => {
             eprintln!("fake-codex: {message}");
             ExitCode::FAILURE
         }
     }
 }
 
-fn run() -> Result<(), String> {
+fn run() -> Result<(), Failure> {
     let mut args = std::env::args().skip(1);
     let mut profile = match std::env::var("FAKE_CODEX_PROFILE") {
         Ok(name) => name.parse::<Profile>()?,
@@ -35,14 +73,30 @@ fn run() -> Result<(), String> {
     };
     let mut faults = FaultScript::from_env()?.unwrap_or_default();
     let mut serve = false;
+    let usage = |message: String| Failure::Usage(message);
     while let Some(arg) = args.next() {
-        match arg.as_str() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => (flag, Some(value.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = |what: &str| {
+            inline
+                .clone()
+                .or_else(|| args.next())
+                .ok_or_else(|| usage(format!("{flag} needs {what}")))
+        };
+        match flag {
             "app-server" => serve = true,
-            "--profile" => profile = args.next().ok_or("--profile needs a value")?.parse()?,
-            "--faults" => {
-                let path = args.next().ok_or("--faults needs a file")?;
-                faults = FaultScript::from_file(&PathBuf::from(path))?;
+            "--listen" => {
+                let listen = value("a URL")?;
+                if listen != "stdio://" {
+                    return Err(usage(format!(
+                        "--listen {listen}: the fake serves stdio:// only"
+                    )));
+                }
             }
+            "--profile" => profile = value("a profile")?.parse().map_err(usage)?,
+            "--faults" => faults = FaultScript::from_file(&PathBuf::from(value("a file")?))?,
             "--version" | "-V" => {
                 println!(
                     "codex-cli {} (rethread fake, {profile})",
@@ -50,17 +104,28 @@ fn run() -> Result<(), String> {
                 );
                 return Ok(());
             }
-            other => return Err(format!("unexpected argument `{other}`")),
+            "--help" | "-h" => {
+                print!("{USAGE}");
+                return Ok(());
+            }
+            _ => return Err(usage(format!("unexpected argument `{arg}`"))),
         }
     }
     if !serve {
-        return Err("usage: fake-codex app-server [--profile P] [--faults FILE]".into());
+        return Err(usage("no command given".into()));
     }
+    let temporary;
     let home = match std::env::var_os("CODEX_HOME") {
         Some(home) => PathBuf::from(home),
-        None => std::env::var_os("HOME")
-            .map(|h| PathBuf::from(h).join(".codex"))
-            .ok_or("neither CODEX_HOME nor HOME is set")?,
+        None => {
+            temporary = TemporaryHome::create()?;
+            eprintln!(
+                "fake-codex: CODEX_HOME is not set; keeping threads in a temporary home at {} \
+                 (removed when fake-codex exits)",
+                temporary.0.display()
+            );
+            temporary.0.clone()
+        }
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -81,6 +146,28 @@ fn run() -> Result<(), String> {
     match served.map_err(|e| e.to_string())? {
         Ended::InputClosed => Ok(()),
         // Like a crash: the caller sees a failed process, not a clean exit.
-        Ended::Fault => Err("exiting as the fault script says".to_string()),
+        Ended::Fault => Err("exiting as the fault script says".to_string().into()),
+    }
+}
+
+/// A home of the process's own under the temporary directory (owner-only), removed on drop.
+struct TemporaryHome(PathBuf);
+
+impl TemporaryHome {
+    fn create() -> Result<TemporaryHome, String> {
+        let path = std::env::temp_dir().join(format!("fake-codex-home-{}", uuid::Uuid::now_v7()));
+        let mut builder = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder
+            .create(&path)
+            .map_err(|e| format!("cannot create a temporary home {}: {e}", path.display()))?;
+        Ok(TemporaryHome(path))
+    }
+}
+
+impl Drop for TemporaryHome {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }

@@ -11,9 +11,7 @@
 //!   its tables beside ours and finds the fake's threads by scanning `sessions/`);
 //! - it reads codex's `threads` table, when a real codex made one, for threads it has no row
 //!   of (a home a real release made is one the fake resumes from); the columns it reads exist
-//!   in every supported release;
-//! - a database an older fake made (its index in a table named `threads`, no migration
-//!   bookkeeping) is moved to the fake's table on open, so such homes start under codex too.
+//!   in every supported release.
 //!
 //! Observed on 0.144.6, 0.169.0 and 0.171.0 (40, 62 and 64 migrations): each starts, lists
 //! and resumes in a home whose `state_5.sqlite` holds only a foreign table, and keeps that
@@ -30,8 +28,6 @@ use super::{sql, Row, ThreadMeta};
 const FAKE_TABLE: &str = "rethread_fake_threads";
 /// Codex's table of threads (read only).
 const CODEX_TABLE: &str = "threads";
-/// Codex's migration bookkeeping table: present once a real codex has opened the database.
-const CODEX_MIGRATIONS: &str = "_sqlx_migrations";
 
 /// The columns of a [`Row`], in the order [`row_of`] reads them; the same names in the fake's
 /// table and in codex's.
@@ -63,11 +59,6 @@ impl Index {
             .map(|n| n > 0)
             .map_err(sql)
         };
-        if has(CODEX_TABLE)? && !has(CODEX_MIGRATIONS)? && !has(FAKE_TABLE)? {
-            // An older fake's index: codex would refuse to start on it.
-            db.execute_batch(&format!("ALTER TABLE {CODEX_TABLE} RENAME TO {FAKE_TABLE}"))
-                .map_err(sql)?;
-        }
         db.execute_batch(&format!(
             "CREATE TABLE IF NOT EXISTS {FAKE_TABLE} (
                 id TEXT PRIMARY KEY,
@@ -223,31 +214,6 @@ mod tests {
             cli_version: "0.171.0".into(),
             developer_instructions: None,
         }
-    }
-
-    /// The table an older fake made (the layout that stopped codex from starting).
-    #[test]
-    fn an_older_fakes_threads_table_is_moved_out_of_codexs_way() {
-        let home = tempfile::tempdir().unwrap();
-        let db = Connection::open(home.path().join("state_5.sqlite")).unwrap();
-        db.execute_batch(
-            "CREATE TABLE threads (id TEXT PRIMARY KEY, rollout_path TEXT NOT NULL, \
-             created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, \
-             source TEXT NOT NULL DEFAULT 'vscode', model_provider TEXT NOT NULL DEFAULT 'mock', \
-             cwd TEXT NOT NULL, title TEXT NOT NULL DEFAULT '', archived INTEGER NOT NULL DEFAULT 0, \
-             cli_version TEXT NOT NULL DEFAULT '', first_user_message TEXT NOT NULL DEFAULT '', \
-             created_at_ms INTEGER, updated_at_ms INTEGER, preview TEXT NOT NULL DEFAULT '', \
-             history_mode TEXT NOT NULL DEFAULT 'legacy'); \
-             INSERT INTO threads (id, rollout_path, created_at, updated_at, cwd, history_mode) \
-             VALUES ('old', '/x.jsonl', 1, 1, '/', 'paginated');",
-        )
-        .unwrap();
-        drop(db);
-        let index = Index::open(home.path()).unwrap();
-        assert_eq!(index.row("old").unwrap().unwrap().history_mode, "paginated");
-        index.upsert(&meta("new")).unwrap();
-        assert_eq!(index.rows().unwrap().len(), 2);
-        assert_eq!(tables(home.path()), [FAKE_TABLE]);
     }
 
     /// A database a real codex made: its `threads` rows are read, never written.

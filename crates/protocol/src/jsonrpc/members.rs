@@ -1,0 +1,310 @@
+//! Reading a message's envelope in one pass of serde_json: each member the envelope reads at
+//! most once (a duplicate is refused, as codex's serde-derived envelope refuses it), the rest
+//! checked as strictly as a [`Value`] parse would check it.
+
+use std::fmt;
+
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use super::{
+    invalid, request_id, Envelope, EnvelopeError, ErrorResponse, Message, MessageKind,
+    Notification, Request, RequestId, Response, RpcError,
+};
+
+/// The top-level members the envelope reads, each at most once, as one pass of serde_json
+/// finds them. `P` is how `params` and `result` are read: [`Value`] to keep them, [`Checked`]
+/// to check them as strictly without keeping anything.
+#[derive(Debug)]
+pub(crate) struct Members<P> {
+    id: Option<Value>,
+    method: Option<Value>,
+    params: Option<P>,
+    result: Option<P>,
+    error: Option<Value>,
+    /// The first member that came twice.
+    duplicate: Option<&'static str>,
+    /// The value was not an object.
+    not_an_object: bool,
+}
+
+/// A message as the dialect's rules read [`Members`]: [`Message`] with payloads of type `P`.
+enum Shape<P> {
+    Request {
+        id: RequestId,
+        method: String,
+        params: Option<P>,
+    },
+    Notification {
+        method: String,
+        params: Option<P>,
+    },
+    Response {
+        id: RequestId,
+        result: P,
+    },
+    Error {
+        id: Option<RequestId>,
+        error: RpcError,
+    },
+}
+
+impl Members<Value> {
+    /// The members of an object already parsed (which kept one of any duplicates).
+    pub(crate) fn from_object(mut object: serde_json::Map<String, Value>) -> Self {
+        Members {
+            id: object.remove("id"),
+            method: object.remove("method"),
+            params: object.remove("params"),
+            result: object.remove("result"),
+            error: object.remove("error"),
+            duplicate: None,
+            not_an_object: false,
+        }
+    }
+}
+
+impl<P> Members<P> {
+    fn shape(self) -> Result<Shape<P>, EnvelopeError> {
+        if self.not_an_object {
+            return Err(EnvelopeError::NotAnObject);
+        }
+        if let Some(member) = self.duplicate {
+            return Err(EnvelopeError::DuplicateMember { member });
+        }
+        let id = request_id(self.id)?;
+        let params = self.params;
+        if let Some(method) = self.method {
+            let Value::String(method) = method else {
+                return Err(invalid("method", "not a string"));
+            };
+            return Ok(match id {
+                Some(id) => Shape::Request { id, method, params },
+                None => Shape::Notification { method, params },
+            });
+        }
+        if let Some(error) = self.error {
+            let error = RpcError::deserialize(error).map_err(|e| EnvelopeError::InvalidMember {
+                member: "error",
+                reason: e.to_string(),
+            })?;
+            return Ok(Shape::Error { id, error });
+        }
+        if let Some(result) = self.result {
+            let id = id.ok_or(EnvelopeError::ResponseWithoutId)?;
+            return Ok(Shape::Response { id, result });
+        }
+        Err(EnvelopeError::NoKind)
+    }
+
+    pub(crate) fn into_envelope(self) -> Result<Envelope, EnvelopeError> {
+        Ok(match self.shape()? {
+            Shape::Request { id, method, .. } => Envelope {
+                kind: MessageKind::Request,
+                id: Some(id),
+                method: Some(method),
+            },
+            Shape::Notification { method, .. } => Envelope {
+                kind: MessageKind::Notification,
+                id: None,
+                method: Some(method),
+            },
+            Shape::Response { id, .. } => Envelope {
+                kind: MessageKind::Response,
+                id: Some(id),
+                method: None,
+            },
+            Shape::Error { id, .. } => Envelope {
+                kind: MessageKind::Error,
+                id,
+                method: None,
+            },
+        })
+    }
+}
+
+impl Members<Value> {
+    pub(crate) fn into_message(self) -> Result<Message, EnvelopeError> {
+        Ok(match self.shape()? {
+            Shape::Request { id, method, params } => {
+                Message::Request(Request { id, method, params })
+            }
+            Shape::Notification { method, params } => {
+                Message::Notification(Notification { method, params })
+            }
+            Shape::Response { id, result } => Message::Response(Response { id, result }),
+            Shape::Error { id, error } => Message::Error(ErrorResponse { id, error }),
+        })
+    }
+}
+
+/// The members serde_json's map visitor names.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "lowercase")]
+enum Member {
+    Id,
+    Method,
+    Params,
+    Result,
+    Error,
+    #[serde(other)]
+    Other,
+}
+
+/// Reads [`Members`] from any JSON value (a value that is not an object is consumed whole and
+/// marked as such, so that it is "not an object", not "not JSON").
+pub(crate) struct MembersVisitor<P>(std::marker::PhantomData<P>);
+
+impl<P> MembersVisitor<P> {
+    pub(crate) fn new() -> Self {
+        MembersVisitor(std::marker::PhantomData)
+    }
+
+    fn not_an_object<E>(self) -> Result<Members<P>, E> {
+        Ok(Members {
+            id: None,
+            method: None,
+            params: None,
+            result: None,
+            error: None,
+            duplicate: None,
+            not_an_object: true,
+        })
+    }
+}
+
+/// Stores the first occurrence of a member; a second one is consumed (so the rest of the line
+/// is still checked) and remembered as the duplicate.
+fn once<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
+    slot: &mut Option<T>,
+    name: &'static str,
+    duplicate: &mut Option<&'static str>,
+    map: &mut A,
+) -> Result<(), A::Error> {
+    if slot.is_some() {
+        map.next_value::<Checked>()?;
+        duplicate.get_or_insert(name);
+    } else {
+        *slot = Some(map.next_value()?);
+    }
+    Ok(())
+}
+
+impl<'de, P: Deserialize<'de>> Visitor<'de> for MembersVisitor<P> {
+    type Value = Members<P>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON-RPC message")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<P>, A::Error> {
+        let mut members = Members {
+            id: None,
+            method: None,
+            params: None,
+            result: None,
+            error: None,
+            duplicate: None,
+            not_an_object: false,
+        };
+        let duplicate = &mut members.duplicate;
+        while let Some(member) = map.next_key::<Member>()? {
+            match member {
+                Member::Id => once(&mut members.id, "id", duplicate, &mut map)?,
+                Member::Method => once(&mut members.method, "method", duplicate, &mut map)?,
+                Member::Params => once(&mut members.params, "params", duplicate, &mut map)?,
+                Member::Result => once(&mut members.result, "result", duplicate, &mut map)?,
+                Member::Error => once(&mut members.error, "error", duplicate, &mut map)?,
+                Member::Other => {
+                    map.next_value::<Checked>()?;
+                }
+            }
+        }
+        Ok(members)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Members<P>, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        self.not_an_object()
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Members<P>, E> {
+        self.not_an_object()
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Members<P>, E> {
+        self.not_an_object()
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Members<P>, E> {
+        self.not_an_object()
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Members<P>, E> {
+        self.not_an_object()
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Members<P>, E> {
+        self.not_an_object()
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Members<P>, E> {
+        self.not_an_object()
+    }
+}
+
+/// Any JSON value, checked exactly as strictly as parsing it into a [`Value`] would (numbers in
+/// range, escapes decoded, the nesting limit) but kept nowhere. serde's `IgnoredAny` skips
+/// more leniently (it accepts `1e999` and lone surrogates), so it would let lines pass that a
+/// `Value` reader, codex's included, refuses.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Checked;
+
+impl<'de> Deserialize<'de> for Checked {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(Checked)
+    }
+}
+
+impl<'de> Visitor<'de> for Checked {
+    type Value = Checked;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_unit<E>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        while map.next_entry::<Checked, Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+}
