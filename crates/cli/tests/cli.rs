@@ -541,24 +541,8 @@ fn forget_while_a_host_holds_the_session_exits_75_naming_it() {
     assert_eq!(sandbox.show("held")["session"], "held", "the session stays");
 }
 
-/// A fresh schema of the test PostgreSQL database, or `None` (skip) outside CI.
 fn postgres_url(test: &str) -> Option<String> {
-    let Ok(base) = std::env::var("RETHREAD_TEST_POSTGRES_URL") else {
-        let required = std::env::var("CI").is_ok_and(|v| v == "true")
-            || std::env::var("RETHREAD_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
-        assert!(!required, "RETHREAD_TEST_POSTGRES_URL is required under CI");
-        eprintln!("skipping {test}: RETHREAD_TEST_POSTGRES_URL is not set");
-        return None;
-    };
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let sep = if base.contains('?') { '&' } else { '?' };
-    Some(format!(
-        "{base}{sep}schema=cli_{test}_{}_{nanos}",
-        std::process::id()
-    ))
+    rethread_testkit::postgres::fresh_url(test)
 }
 
 #[test]

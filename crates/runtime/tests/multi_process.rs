@@ -296,21 +296,8 @@ fn a_stalled_holder_writes_nothing_after_a_takeover(url: &str) {
     });
 }
 
-/// A fresh schema of the test PostgreSQL database, or `None` (skip) outside CI.
 fn postgres_url(name: &str) -> Option<String> {
-    let Ok(base) = std::env::var("RETHREAD_TEST_POSTGRES_URL") else {
-        let required = std::env::var("CI").is_ok_and(|v| v == "true")
-            || std::env::var("RETHREAD_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
-        assert!(!required, "RETHREAD_TEST_POSTGRES_URL is required under CI");
-        eprintln!("skipping: RETHREAD_TEST_POSTGRES_URL is not set");
-        return None;
-    };
-    let sep = if base.contains('?') { '&' } else { '?' };
-    Some(format!(
-        "{base}{sep}schema={name}_{}_{}",
-        std::process::id(),
-        now_us() % 1_000_000
-    ))
+    rethread_testkit::postgres::fresh_url(name)
 }
 
 fn sqlite_url(dir: &tempfile::TempDir) -> String {

@@ -15,30 +15,7 @@ use rethread_store::{
 };
 use serde_json::json;
 
-/// A URL to a fresh schema of the test database, or `None` (skip) outside CI.
-fn fresh_url(test: &str) -> Option<String> {
-    let Ok(base) = std::env::var("RETHREAD_TEST_POSTGRES_URL") else {
-        let required = std::env::var("CI").is_ok_and(|v| v == "true")
-            || std::env::var("RETHREAD_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "RETHREAD_TEST_POSTGRES_URL is not set but PostgreSQL tests are required \
-             (CI=true or RETHREAD_REQUIRE_POSTGRES=1); `.ci/run` starts a server"
-        );
-        eprintln!(
-            "skipping {test}: RETHREAD_TEST_POSTGRES_URL is not set \
-             (run `source .ci/postgres.sh && rethread_start_postgres` first)"
-        );
-        return None;
-    };
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let schema = format!("t_{test}_{}_{nanos}", std::process::id());
-    let sep = if base.contains('?') { '&' } else { '?' };
-    Some(format!("{base}{sep}schema={schema}"))
-}
+use rethread_testkit::postgres::fresh_url;
 
 fn commit(session: &str, thread: &str, rows: usize) -> TurnCommit {
     TurnCommit::new(

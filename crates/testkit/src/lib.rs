@@ -9,6 +9,7 @@
 //! - [`responses`]: a Responses-API stand-in (HTTP/1.1 + server-sent events on 127.0.0.1)
 //!   the real codex talks to as its model; records what the model saw.
 //! - [`strategies`]: proptest strategies for fault scripts and operation sequences.
+//! - [`postgres`]: the test PostgreSQL server's URL, a fresh schema per test ([`postgres::fresh_url`]).
 //! - [`compat`]: the compatibility probe behind `cargo xtask codex-check` and the README's
 //!   compatibility table (binary `codex-probe`).
 #![forbid(unsafe_code)]
@@ -16,6 +17,7 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 
 pub mod compat;
+pub mod postgres;
 pub mod real;
 pub mod releases;
 pub mod responses;
