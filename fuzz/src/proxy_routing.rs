@@ -27,7 +27,7 @@ use rethread_protocol::codec::decode_line;
 use rethread_protocol::{Message, RequestId};
 use rethread_proxy::{
     forward, peek, peek_prefix, ClientAction, ClientContext, Ended, HookError, Line, LineKind,
-    ProxyOptions, Reporter, ServerAction, ServerContext, SessionHooks, PROXY_ID_PREFIX,
+    ProxyOptions, Reporter, SessionHooks, PROXY_ID_PREFIX,
 };
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -197,14 +197,6 @@ impl SessionHooks for Recording {
             .unwrap_or_else(|e| e.into_inner())
             .push(seen);
         Ok(ClientAction::Forward)
-    }
-
-    async fn on_server_message(
-        &self,
-        _line: &Line,
-        _ctx: &ServerContext,
-    ) -> Result<ServerAction, HookError> {
-        Ok(ServerAction::Forward)
     }
 }
 

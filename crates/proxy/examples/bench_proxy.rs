@@ -29,10 +29,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use rethread_proxy::{
-    forward, ClientAction, ClientContext, HookError, Line, ProxyOptions, ServerAction,
-    ServerContext, SessionHooks,
-};
+use rethread_proxy::{forward, ProxyOptions, SessionHooks};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio_util::codec::{Decoder, FramedRead};
@@ -213,22 +210,7 @@ fn row(what: &str, direct: &mut [Duration], proxied: &mut [Duration], session: &
 #[derive(Debug)]
 struct Transparent;
 
-impl SessionHooks for Transparent {
-    async fn on_client_message(
-        &self,
-        _line: &Line,
-        _ctx: &ClientContext,
-    ) -> Result<ClientAction, HookError> {
-        Ok(ClientAction::Forward)
-    }
-    async fn on_server_message(
-        &self,
-        _line: &Line,
-        _ctx: &ServerContext,
-    ) -> Result<ServerAction, HookError> {
-        Ok(ServerAction::Forward)
-    }
-}
+impl SessionHooks for Transparent {}
 
 /// Moves `count` lines of `size` bytes from a producer to a consumer through `relay`, which is
 /// given the reading end of the producer's pipe and the writing end of the consumer's pipe;

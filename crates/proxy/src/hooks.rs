@@ -80,19 +80,23 @@ pub trait SessionHooks: Send + Sync {
         async { Ok(()) }
     }
 
-    /// A message from the client.
+    /// A message from the client. By default it is forwarded.
     fn on_client_message(
         &self,
-        line: &Line,
-        ctx: &ClientContext,
-    ) -> impl Future<Output = Result<ClientAction, HookError>> + Send;
+        _line: &Line,
+        _ctx: &ClientContext,
+    ) -> impl Future<Output = Result<ClientAction, HookError>> + Send {
+        async { Ok(ClientAction::Forward) }
+    }
 
-    /// A message from codex for the client.
+    /// A message from codex for the client. By default it is forwarded.
     fn on_server_message(
         &self,
-        line: &Line,
-        ctx: &ServerContext,
-    ) -> impl Future<Output = Result<ServerAction, HookError>> + Send;
+        _line: &Line,
+        _ctx: &ServerContext,
+    ) -> impl Future<Output = Result<ServerAction, HookError>> + Send {
+        async { Ok(ServerAction::Forward) }
+    }
 
     /// Called once when forwarding has ended, whatever the reason (client gone, codex gone,
     /// a signal, a hook error), before codex is stopped. Not called if the proxy process is

@@ -20,22 +20,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 #[derive(Debug, Default)]
 struct Transparent;
 
-impl SessionHooks for Transparent {
-    async fn on_client_message(
-        &self,
-        _line: &Line,
-        _ctx: &ClientContext,
-    ) -> Result<ClientAction, HookError> {
-        Ok(ClientAction::Forward)
-    }
-    async fn on_server_message(
-        &self,
-        _line: &Line,
-        _ctx: &ServerContext,
-    ) -> Result<ServerAction, HookError> {
-        Ok(ServerAction::Forward)
-    }
-}
+impl SessionHooks for Transparent {}
 
 async fn finish(mut proxied: Proxied) -> (Ended, Proxied) {
     proxied.client.close_writer().await;
@@ -550,13 +535,6 @@ impl SessionHooks for AnswersStart {
             .await?;
         Ok(ClientAction::Consumed)
     }
-    async fn on_server_message(
-        &self,
-        _line: &Line,
-        _ctx: &ServerContext,
-    ) -> Result<ServerAction, HookError> {
-        Ok(ServerAction::Forward)
-    }
 }
 
 #[tokio::test]
@@ -604,13 +582,6 @@ impl SessionHooks for FailsOnTurn {
         }
         Ok(ClientAction::Forward)
     }
-    async fn on_server_message(
-        &self,
-        _line: &Line,
-        _ctx: &ServerContext,
-    ) -> Result<ServerAction, HookError> {
-        Ok(ServerAction::Forward)
-    }
 }
 
 #[tokio::test]
@@ -647,13 +618,6 @@ impl SessionHooks for AsksOnce {
             *self.0.lock().unwrap() = Some(result);
         }
         Ok(ClientAction::Forward)
-    }
-    async fn on_server_message(
-        &self,
-        _line: &Line,
-        _ctx: &ServerContext,
-    ) -> Result<ServerAction, HookError> {
-        Ok(ServerAction::Forward)
     }
 }
 

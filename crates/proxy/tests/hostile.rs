@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use rethread_protocol::{ErrorCode, RequestId, RpcError};
 use rethread_proxy::{
-    ClientAction, ClientContext, Ended, HookError, Line, LineKind, RequestError, ServerAction,
-    ServerContext, SessionHooks,
+    ClientAction, ClientContext, Ended, HookError, Line, LineKind, RequestError, SessionHooks,
 };
 use serde_json::{json, Value};
 use support::*;
@@ -38,13 +37,6 @@ impl SessionHooks for Recording {
             line.method().map(str::to_string),
         ));
         Ok(ClientAction::Forward)
-    }
-    async fn on_server_message(
-        &self,
-        _line: &Line,
-        _ctx: &ServerContext,
-    ) -> Result<ServerAction, HookError> {
-        Ok(ServerAction::Forward)
     }
 }
 
@@ -252,13 +244,6 @@ impl SessionHooks for ResumesOnStart {
             }
         }
         Ok(ClientAction::Consumed)
-    }
-    async fn on_server_message(
-        &self,
-        _line: &Line,
-        _ctx: &ServerContext,
-    ) -> Result<ServerAction, HookError> {
-        Ok(ServerAction::Forward)
     }
 }
 

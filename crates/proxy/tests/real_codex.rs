@@ -12,8 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_proxy::{
-    AppServerCommand, ClientAction, ClientContext, Ended, HookError, Line, LineKind, ServerAction,
-    ServerContext, SessionHooks,
+    AppServerCommand, ClientAction, ClientContext, Ended, HookError, Line, LineKind, SessionHooks,
 };
 use serde_json::json;
 use support::*;
@@ -41,13 +40,6 @@ impl SessionHooks for Interleaves {
             self.answered.fetch_add(1, Ordering::SeqCst);
         }
         Ok(ClientAction::Forward)
-    }
-    async fn on_server_message(
-        &self,
-        _line: &Line,
-        _ctx: &ServerContext,
-    ) -> Result<ServerAction, HookError> {
-        Ok(ServerAction::Forward)
     }
 }
 
