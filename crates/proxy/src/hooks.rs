@@ -202,6 +202,14 @@ impl Link {
             .map_err(|_| ProxyError::ClientClosed)
     }
 
+    /// Resolves once every line queued for the client so far is written and flushed.
+    async fn client_flushed(&self) -> Result<oneshot::Receiver<()>, ProxyError> {
+        self.to_client
+            .flushed()
+            .await
+            .map_err(|_| ProxyError::ClientClosed)
+    }
+
     fn pending(&self) -> MutexGuard<'_, Pending> {
         // Only plain inserts and removes happen under the lock.
         self.pending
@@ -349,6 +357,12 @@ impl ClientContext {
         self.link.send_to_client(line).await
     }
 
+    /// A receiver that resolves once every line queued for the client before this call is
+    /// written to it and flushed (how a hook learns a notice was delivered).
+    pub async fn client_flushed(&self) -> Result<oneshot::Receiver<()>, ProxyError> {
+        self.link.client_flushed().await
+    }
+
     /// A request of the proxy's own to codex (see [`CodexRequester`]).
     pub async fn request(
         &self,
@@ -387,6 +401,12 @@ impl ServerContext {
     /// the line being handled if that one is then forwarded, after everything before it.
     pub async fn send_to_client(&self, line: Line) -> Result<(), ProxyError> {
         self.link.send_to_client(line).await
+    }
+
+    /// A receiver that resolves once every line queued for the client before this call is
+    /// written to it and flushed (how a hook learns a notice was delivered).
+    pub async fn client_flushed(&self) -> Result<oneshot::Receiver<()>, ProxyError> {
+        self.link.client_flushed().await
     }
 
     /// Queues a line for codex (an answer to a server request the hook handles itself).

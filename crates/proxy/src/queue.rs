@@ -12,12 +12,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 /// What a queue carries.
 #[derive(Debug)]
 enum Item {
     Line(Bytes, OwnedSemaphorePermit),
+    /// Flush, then say that everything queued before is written.
+    Flushed(oneshot::Sender<()>),
     /// Flush and close the writer (end of input for codex, end of output for the client).
     Close,
 }
@@ -75,6 +77,16 @@ impl Queue {
             .map_err(|_| QueueClosed)
     }
 
+    /// Resolves once every line queued before this call is written and flushed.
+    pub(crate) async fn flushed(&self) -> Result<oneshot::Receiver<()>, QueueClosed> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Item::Flushed(tx))
+            .await
+            .map_err(|_| QueueClosed)?;
+        Ok(rx)
+    }
+
     /// Asks the writer to flush and close once everything queued before is written.
     pub(crate) async fn close(&self) {
         let _ = self.tx.send(Item::Close).await;
@@ -100,6 +112,10 @@ pub(crate) async fn drain<W: AsyncWrite + Unpin>(
                     Item::Line(bytes, permit) => {
                         writer.write_all(&bytes).await?;
                         drop(permit);
+                    }
+                    Item::Flushed(done) => {
+                        writer.flush().await?;
+                        let _ = done.send(());
                     }
                     Item::Close => {
                         writer.flush().await?;

@@ -252,3 +252,51 @@ async fn a_stall_past_the_lease_ttl_with_nobody_competing_goes_on_recording() {
         warnings(&client.log)
     );
 }
+
+/// Issue 19, item 7: a fallback warning written to the client is delivered, even when the
+/// client reads it and goes away without another line: the next connection says nothing.
+#[tokio::test]
+async fn a_warning_written_to_a_client_that_then_leaves_is_not_said_again() {
+    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let (mut proxied, fake) = proxy_fake(
+        hooks(&store).await,
+        rethread_fake_appserver::FakeAppServer::builder(),
+    );
+    let lost = open_thread(&mut proxied.client).await;
+    proxied.client.run_turn(&lost, "one", None).await.unwrap();
+    proxied.client.close_writer().await;
+    while proxied.client.next_message().await.unwrap().is_some() {}
+    proxied.task.await.unwrap().unwrap();
+    fake.kill().await;
+    fake.corrupt_rollout(&lost, Corruption::Delete).unwrap();
+
+    // The fallback: the client gets the warning and the answer, then leaves at once.
+    let stream = fake.restart().await.unwrap();
+    let (read, write) = tokio::io::split(stream);
+    let mut proxied = proxy(hooks(&store).await, read, write, |o| o);
+    proxied.client.initialize(false).await.unwrap();
+    start_thread(&mut proxied.client).await;
+    assert_eq!(warnings(&proxied.client.log).len(), 1);
+    proxied.client.close_writer().await;
+    while proxied.client.next_message().await.unwrap().is_some() {}
+    proxied.task.await.unwrap().unwrap();
+    let record = store.session(SESSION).await.unwrap().unwrap();
+    assert!(
+        record.given_up().is_some_and(|g| g.notice_delivered),
+        "{record:?}"
+    );
+
+    // The next connection starts the replacement again, and says nothing.
+    let stream = fake.restart().await.unwrap();
+    let (read, write) = tokio::io::split(stream);
+    let mut proxied = proxy(hooks(&store).await, read, write, |o| o);
+    proxied.client.initialize(false).await.unwrap();
+    let new = thread_id(&start_thread(&mut proxied.client).await);
+    proxied.client.run_turn(&new, "two", None).await.unwrap();
+    assert!(
+        warnings(&proxied.client.log).is_empty(),
+        "{:?}",
+        warnings(&proxied.client.log)
+    );
+    assert_eq!(bound_thread(&store).await.as_deref(), Some(new.as_str()));
+}

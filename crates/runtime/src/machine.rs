@@ -612,11 +612,6 @@ impl SessionMachine {
         }
     }
 
-    /// Whether a notice was said and is not yet known delivered.
-    pub fn notice_undelivered(&self) -> bool {
-        self.owed.as_ref().is_some_and(|owed| !owed.delivered)
-    }
-
     /// The newest transcript rows ([`Action::ReadTranscript`]), or why they could not be read
     /// (that only costs the seed).
     pub fn handle_transcript(&mut self, rows: Result<Vec<Value>, String>) {

@@ -77,8 +77,9 @@ struct State {
     /// What the machine said while opening, said to the client right before the start's
     /// answer (the new thread's id is known then).
     said: Vec<Say>,
-    /// The fallback notice went to the client: the client's next line proves it read past it.
-    notice_sent: bool,
+    /// The fallback notice went to the client: resolves once its line is written and flushed
+    /// (then it is delivered, as `chat`'s is once on stderr).
+    notice_written: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 impl BindingHooks {
@@ -112,7 +113,7 @@ impl BindingHooks {
             tracker: Tracker::new(options.limits.clone()),
             session_start: None,
             said: Vec::new(),
-            notice_sent: false,
+            notice_written: None,
         };
         Ok(BindingHooks {
             session_id,
@@ -417,13 +418,13 @@ impl BindingHooks {
             }
             _ => thread_id,
         };
-        let sent = ctx
-            .send_to_client(Line::warning(&say.message(), thread_id))
-            .await;
+        ctx.send_to_client(Line::warning(&say.message(), thread_id))
+            .await?;
         if matches!(say, Say::FallbackNotice { .. }) {
-            self.state().notice_sent = true;
+            let written = ctx.client_flushed().await?;
+            self.state().notice_written = Some(written);
         }
-        sent
+        Ok(())
     }
 
     /// A line for stderr: the message, then its fields.
@@ -440,23 +441,37 @@ impl BindingHooks {
         format!("{} ({})", event.message, fields.join(", "))
     }
 
-    /// A client line after the fallback notice went out: the client read past it.
-    async fn client_read_past_notice(&self) {
-        let delivered = {
+    /// Once the fallback notice's line is written to the client, it is delivered: recorded,
+    /// never said again. Checked whenever the hooks run, and at the end.
+    async fn record_notice_if_written(&self) {
+        let written = {
             let mut state = self.state();
-            if !(state.notice_sent && state.machine.notice_undelivered()) {
-                return;
+            let written = state
+                .notice_written
+                .as_mut()
+                .is_some_and(|written| written.try_recv().is_ok());
+            if written {
+                state.notice_written = None;
             }
-            state.machine.handle_notice_delivered();
-            let mut marks = Vec::new();
-            while let Some(action) = state.machine.poll() {
-                if let Action::MarkNoticeDelivered { thread_id } = action {
-                    marks.push(thread_id);
-                }
-            }
-            marks
+            written
         };
-        for thread_id in delivered {
+        if written {
+            self.notice_delivered().await;
+        }
+    }
+
+    async fn notice_delivered(&self) {
+        let marks: Vec<String> = {
+            let mut state = self.state();
+            state.machine.handle_notice_delivered();
+            std::iter::from_fn(|| state.machine.poll())
+                .filter_map(|action| match action {
+                    Action::MarkNoticeDelivered { thread_id } => Some(thread_id),
+                    _ => None,
+                })
+                .collect()
+        };
+        for thread_id in marks {
             self.mark_delivered(&thread_id).await;
         }
     }
@@ -662,7 +677,7 @@ impl SessionHooks for BindingHooks {
         line: &Line,
         ctx: &ClientContext,
     ) -> Result<ClientAction, HookError> {
-        self.client_read_past_notice().await;
+        self.record_notice_if_written().await;
         if line.kind() != LineKind::Request {
             return Ok(ClientAction::Forward);
         }
@@ -725,6 +740,7 @@ impl SessionHooks for BindingHooks {
         line: &Line,
         ctx: &ServerContext,
     ) -> Result<ServerAction, HookError> {
+        self.record_notice_if_written().await;
         match line.kind() {
             LineKind::Response | LineKind::Error => {
                 let awaited = {
@@ -750,6 +766,15 @@ impl SessionHooks for BindingHooks {
     }
 
     async fn on_shutdown(&self) {
+        // A notice written to the client before the end is recorded now (before the lease
+        // goes, so that the write is fenced).
+        let written = self.state().notice_written.take();
+        if let Some(written) = written {
+            let wait = std::time::Duration::from_millis(500);
+            if let Ok(Ok(())) = tokio::time::timeout(wait, written).await {
+                self.notice_delivered().await;
+            }
+        }
         if let Err(error) = self.close().await {
             if let Some(ctx) = self.reporter.get() {
                 ctx.report(&format!(
@@ -769,11 +794,20 @@ trait Speak: Sync {
         &self,
         line: Line,
     ) -> impl std::future::Future<Output = Result<(), ProxyError>> + Send;
+    fn client_flushed(
+        &self,
+    ) -> impl std::future::Future<Output = Result<tokio::sync::oneshot::Receiver<()>, ProxyError>> + Send;
 }
 
 impl Speak for ClientContext {
     fn report(&self, message: &str) {
         ClientContext::report(self, message);
+    }
+    fn client_flushed(
+        &self,
+    ) -> impl std::future::Future<Output = Result<tokio::sync::oneshot::Receiver<()>, ProxyError>> + Send
+    {
+        ClientContext::client_flushed(self)
     }
     fn send_to_client(
         &self,
@@ -786,6 +820,12 @@ impl Speak for ClientContext {
 impl Speak for ServerContext {
     fn report(&self, message: &str) {
         ServerContext::report(self, message);
+    }
+    fn client_flushed(
+        &self,
+    ) -> impl std::future::Future<Output = Result<tokio::sync::oneshot::Receiver<()>, ProxyError>> + Send
+    {
+        ServerContext::client_flushed(self)
     }
     fn send_to_client(
         &self,

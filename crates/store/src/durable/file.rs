@@ -140,6 +140,7 @@ pub(crate) struct FileId(Option<(u64, u64)>);
 
 impl FileId {
     /// The file `path` names now.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn of_path(path: &Path) -> Result<FileId, StoreError> {
         let meta = std::fs::metadata(path).map_err(|source| StoreError::Io {
             path: path.display().to_string(),

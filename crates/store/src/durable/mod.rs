@@ -13,7 +13,9 @@ use crate::logic::{LocalLeases, ReadOp, ReadTxn, WriteOp};
 use crate::verify::Checker;
 use crate::{BindingStore, StoreError, VerifyProgress, VerifyReport};
 
-pub(crate) use file::{not_writable, prepare_file, FileId};
+#[cfg(feature = "redb")]
+pub(crate) use file::not_writable;
+pub(crate) use file::{prepare_file, FileId};
 pub(crate) use scan::{merge_scan, ScannedRow, ScannedSession};
 pub(crate) use writer::{Engine, Writer};
 

@@ -23,9 +23,10 @@ use serde_json::{Map, Value};
 
 use crate::{BindingState, SessionRecord, StoreError, TranscriptRow, CODEX_THREAD_ID_KEY};
 
-pub(crate) use leases::{
-    Acquire, Grant, GrantState, LeaseOp, LeaseTxn, LocalLeases, Release, Renew,
-};
+// The backends that keep leases in the store (SQLite, PostgreSQL) read the grant's state.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use leases::GrantState;
+pub(crate) use leases::{Acquire, Grant, LeaseOp, LeaseTxn, LocalLeases, Release, Renew};
 pub(crate) use reads::{ExportSession, GetRows, GetSession, ListPage, ReadOp, ThreadSession};
 pub(crate) use writes::{Commit, Delete, Import, InStore, MarkDelivered, Patch, Retire, WriteOp};
 
