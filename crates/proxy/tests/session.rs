@@ -257,11 +257,13 @@ async fn a_lost_rollout_gives_one_warning_and_a_new_bound_thread_seeded_from_the
     resumes_without_a_warning(&store, &fake, &new).await;
 }
 
-/// A process that gave the thread up and ended before a turn on the new thread committed (as
-/// a SIGKILLed one would) leaves the warning pending: the next process warns once, on its
-/// seeded new thread; once a turn commits, the next one resumes without a warning.
+/// A process that gave the thread up, wrote the warning to its client and ended before a turn
+/// on the new thread committed: the warning was delivered, so the next process starts a seeded
+/// replacement and says nothing; once a turn commits, the next one resumes. (A process killed
+/// before the warning was written leaves it pending: `crates/runtime/tests/machine.rs` and
+/// `crates/runtime/tests/pending_notice.rs`.)
 #[tokio::test]
-async fn a_give_up_without_a_committed_turn_warns_again_in_the_next_process() {
+async fn a_delivered_warning_is_not_said_again_by_the_next_process() {
     let store = memory_store();
     let (stream, fake) = FakeAppServer::builder().spawn_in_process().unwrap();
     let first = first_process(&store, stream).await;
@@ -271,17 +273,23 @@ async fn a_give_up_without_a_committed_turn_warns_again_in_the_next_process() {
     let mut proxied = connect(hooks(&store).await, fake.restart().await.unwrap());
     let (abandoned, _) = start_after_a_loss(&mut proxied).await;
     finish(proxied).await;
-    let pending = record(&store).await;
-    assert_eq!(pending.binding(), None);
+    let given_up = record(&store).await;
+    assert_eq!(given_up.binding(), None);
+    let g = given_up.given_up().expect("given up");
     assert_eq!(
-        pending.pending_notice().map(|p| p.thread_id.clone()),
-        Some(first.clone())
+        (g.thread_id.as_str(), g.notice_delivered),
+        (first.as_str(), true)
     );
 
     let before = fake.requests().len();
     let mut proxied = connect(hooks(&store).await, fake.restart().await.unwrap());
-    let (new, _) = start_after_a_loss(&mut proxied).await;
+    proxied.client.initialize(false).await.unwrap();
+    let new = thread_id(&start_thread(&mut proxied.client).await);
     assert_ne!(new, abandoned);
+    assert!(
+        warnings(&proxied.client.log).is_empty(),
+        "said once, already"
+    );
     let start = fake.requests()[before..]
         .iter()
         .find(|r| r.method == "thread/start")
