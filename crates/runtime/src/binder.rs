@@ -17,11 +17,11 @@ use rethread_store::{BindingStore, Lease, LeaseOwner, LocalOwner};
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use crate::binding::{self, apply_seed};
+use crate::binding::{self, apply_seed, StoreSide};
 use crate::client::{AppServerClient, ClientError};
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
-use crate::machine::{Action, SessionMachine};
+use crate::machine::{Action, Say, SessionMachine};
 use crate::options::BinderOptions;
 use crate::rail::StatusRail;
 use crate::session::{CodexSession, OpenOutcome};
@@ -161,36 +161,37 @@ impl SessionBinder {
         })
     }
 
-    /// Carries the machine's actions out until the open has an outcome.
+    /// Carries the machine's actions out until the open has an outcome: the store-side ones
+    /// through [`StoreSide::next_action`], the requests to codex and the rail here.
     async fn drive(
         &self,
-        machine: &mut SessionMachine,
+        mut machine: &mut SessionMachine,
         client: &AppServerClient,
         lease: Option<&SessionLease>,
     ) -> Result<OpenOutcome, RuntimeError> {
-        let store = self.store.as_ref();
-        let session_id = self.session_id.as_str();
+        let side = StoreSide {
+            store: self.store.as_ref(),
+            session_id: &self.session_id,
+            lease,
+            transcript: &self.transcript,
+        };
         let mut resume = ResumeTrace::default();
-        // The `rethread.fallback` span, from the give-up to the replacement's start.
+        // The `rethread.fallback` span, from the notice to the replacement's start.
         let mut fallback: Option<tracing::Span> = None;
         loop {
-            let Some(action) = machine.poll() else {
+            let Some(action) = side.next_action(&mut machine).await else {
                 // The machine always ends an open with `Opened` or `OpenFailed`.
                 return Err(RuntimeError::Internal(
                     "the session machine stopped without an outcome".into(),
                 ));
             };
-            if !matches!(action, Action::Resume(_) | Action::Wait(_)) {
+            if !matches!(action, Action::Resume(_)) {
                 resume.finish(machine);
             }
             match action {
-                Action::ReadSession => match binding::read_stored(store, session_id).await {
-                    Ok(stored) => machine.handle_session(stored),
-                    Err(error) => machine.handle_failed(error),
-                },
                 Action::Resume(params) => {
                     let params = self.resume_params(params);
-                    let span = resume.begin(session_id, &params.thread_id);
+                    let span = resume.begin(&self.session_id, &params.thread_id);
                     match client
                         .request::<ThreadResume>(&params)
                         .instrument(span)
@@ -204,47 +205,28 @@ impl SessionBinder {
                         Err(other) => machine.handle_failed(other.into()),
                     }
                 }
-                Action::Wait(delay) => {
-                    tokio::time::sleep(delay).await;
-                    machine.handle_wait_over();
-                }
-                Action::GiveUp(lost) => {
-                    fallback = Some(tracing::info_span!(
-                        telemetry::SPAN_FALLBACK,
-                        session_id = %session_id,
-                        previous_thread_id = %lost.thread_id,
-                        reason = lost.reason.as_str(),
-                        thread_id = Empty,
-                        seeded = Empty,
-                        outcome = Empty,
-                    ));
-                    let fence = fresh_fence(lease).await;
-                    let given_up = match fence {
-                        Ok(fence) => {
-                            binding::give_up(store, session_id, &lost, fence.as_ref()).await
-                        }
-                        Err(error) => Err(error),
-                    };
-                    match given_up {
-                        Ok(()) => machine.handle_given_up(),
-                        Err(error) => machine.handle_failed(error),
-                    }
-                }
                 Action::Say(say) => {
-                    self.rail.emit(binding::status_event(session_id, &say));
+                    if let Say::FallbackNotice {
+                        previous_thread_id,
+                        reason,
+                        pending: false,
+                        ..
+                    } = &say
+                    {
+                        fallback = Some(tracing::info_span!(
+                            telemetry::SPAN_FALLBACK,
+                            session_id = %self.session_id,
+                            previous_thread_id = %previous_thread_id,
+                            reason = reason.as_str(),
+                            thread_id = Empty,
+                            seeded = Empty,
+                            outcome = Empty,
+                        ));
+                    }
+                    self.rail
+                        .emit(binding::status_event(&self.session_id, &say));
                     // The rail's sinks take an event synchronously: it is delivered.
                     machine.handle_notice_delivered();
-                }
-                Action::MarkNoticeDelivered { thread_id } => {
-                    let fence = fresh_fence(lease).await.ok().flatten();
-                    binding::mark_notice_delivered(store, session_id, &thread_id, fence.as_ref())
-                        .await;
-                }
-                Action::ReadTranscript { max_rows } => {
-                    let rows =
-                        binding::transcript_tail(store, &self.transcript, session_id, max_rows)
-                            .await;
-                    machine.handle_transcript(rows);
                 }
                 Action::Start { seed } => {
                     let mut params = self.options.thread_start.clone();
@@ -269,39 +251,35 @@ impl SessionBinder {
                         span.record("outcome", "started");
                     }
                     // What the machine still asks (a delivered notice's record) is done now.
-                    self.drain(machine, lease).await;
+                    self.drain(&side, machine).await;
                     return Ok(outcome);
                 }
                 Action::OpenFailed(error) => {
                     if let Some(span) = &fallback {
                         span.record("outcome", "failed");
                     }
-                    self.drain(machine, lease).await;
+                    self.drain(&side, machine).await;
                     return Err(error);
                 }
-                Action::Commit { .. } | Action::Retire { .. } => {}
+                // Store-side actions never come back from `next_action`; a commit or a retire
+                // never comes while opening.
+                Action::ReadSession
+                | Action::Wait(_)
+                | Action::GiveUp(_)
+                | Action::MarkNoticeDelivered { .. }
+                | Action::ReadTranscript { .. }
+                | Action::Commit { .. }
+                | Action::Retire { .. } => {}
             }
         }
     }
 
     /// Finishes the bookkeeping actions left after an open's outcome.
-    async fn drain(&self, machine: &mut SessionMachine, lease: Option<&SessionLease>) {
-        while let Some(action) = machine.poll() {
-            match action {
-                Action::Say(say) => self
-                    .rail
-                    .emit(binding::status_event(&self.session_id, &say)),
-                Action::MarkNoticeDelivered { thread_id } => {
-                    let fence = fresh_fence(lease).await.ok().flatten();
-                    binding::mark_notice_delivered(
-                        self.store.as_ref(),
-                        &self.session_id,
-                        &thread_id,
-                        fence.as_ref(),
-                    )
-                    .await;
-                }
-                _ => {}
+    async fn drain(&self, side: &StoreSide<'_>, mut machine: &mut SessionMachine) {
+        while let Some(action) = side.next_action(&mut machine).await {
+            if let Action::Say(say) = action {
+                self.rail
+                    .emit(binding::status_event(&self.session_id, &say));
             }
         }
     }

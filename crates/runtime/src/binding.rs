@@ -12,10 +12,86 @@ use serde_json::Value;
 
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
-use crate::machine::{LostThread, Say, Stored};
+use crate::machine::{Action, LostThread, Say, SessionMachine, Stored};
 use crate::rail::{StatusEvent, StatusKind};
 use crate::sink::{SinkDurability, Transcript};
 use crate::telemetry;
+
+/// A driver's machine, reached one short step at a time: a driver whose machine sits behind a
+/// lock (the proxy's) takes the lock only inside [`with`](MachineAccess::with), never across
+/// an await.
+pub trait MachineAccess: Send {
+    /// Runs `f` on the machine.
+    fn with<R>(&mut self, f: impl FnOnce(&mut SessionMachine) -> R) -> R;
+}
+
+impl MachineAccess for &mut SessionMachine {
+    fn with<R>(&mut self, f: impl FnOnce(&mut SessionMachine) -> R) -> R {
+        f(self)
+    }
+}
+
+/// The store side of a driver's session: what the store-side actions need.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreSide<'a> {
+    /// The store.
+    pub store: &'a dyn BindingStore,
+    /// The session.
+    pub session_id: &'a str,
+    /// The session's lease, whose fence every write carries (`None`: unfenced writes).
+    pub lease: Option<&'a SessionLease>,
+    /// Where the transcript (the seed's source) lives.
+    pub transcript: &'a Transcript,
+}
+
+impl StoreSide<'_> {
+    /// Carries out the machine's store-side actions (read the session, give a lost thread up
+    /// in one fenced write, record a delivered notice, read the transcript's tail for a seed,
+    /// wait before a retry) and returns the first action that is the driver's own (resume,
+    /// start, say, opened, open failed, commit, retire); `None` when the machine has nothing
+    /// more to do. Every driver shares this, so no driver carries a store rule of its own.
+    pub async fn next_action(&self, machine: &mut impl MachineAccess) -> Option<Action> {
+        loop {
+            match machine.with(SessionMachine::poll)? {
+                Action::ReadSession => {
+                    let stored = read_stored(self.store, self.session_id).await;
+                    machine.with(|m| match stored {
+                        Ok(stored) => m.handle_session(stored),
+                        Err(error) => m.handle_failed(error),
+                    });
+                }
+                Action::Wait(delay) => {
+                    tokio::time::sleep(delay).await;
+                    machine.with(SessionMachine::handle_wait_over);
+                }
+                Action::GiveUp(lost) => {
+                    let given_up = match crate::binder::fresh_fence(self.lease).await {
+                        Ok(fence) => {
+                            give_up(self.store, self.session_id, &lost, fence.as_ref()).await
+                        }
+                        Err(error) => Err(error),
+                    };
+                    machine.with(|m| match given_up {
+                        Ok(()) => m.handle_given_up(),
+                        Err(error) => m.handle_failed(error),
+                    });
+                }
+                Action::MarkNoticeDelivered { thread_id } => {
+                    let fence = crate::binder::fresh_fence(self.lease).await.ok().flatten();
+                    mark_notice_delivered(self.store, self.session_id, &thread_id, fence.as_ref())
+                        .await;
+                }
+                Action::ReadTranscript { max_rows } => {
+                    let rows =
+                        transcript_tail(self.store, self.transcript, self.session_id, max_rows)
+                            .await;
+                    machine.with(|m| m.handle_transcript(rows));
+                }
+                own => return Some(own),
+            }
+        }
+    }
+}
 
 /// What the store holds for `session_id`, as the machine reads it.
 pub async fn read_stored(

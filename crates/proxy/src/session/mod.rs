@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use rethread_protocol::messages::{ItemNotification, TurnNotification, TurnStatus};
 use rethread_protocol::{Message, RequestId};
-use rethread_runtime::binding::{self, commit_turn, TurnRows};
+use rethread_runtime::binding::{self, commit_turn, MachineAccess, StoreSide, TurnRows};
 use rethread_runtime::machine::{Action, Say, SessionMachine};
 use rethread_runtime::{BinderOptions, RuntimeError, SessionLease, Transcript};
 use rethread_store::{BindingStore, LocalOwner};
@@ -65,6 +65,19 @@ pub struct BindingHooks {
     state: Mutex<State>,
     /// The context `on_start` was given: where `on_shutdown` reports.
     reporter: OnceLock<ClientContext>,
+}
+
+/// The hooks' machine, reached through their lock one short step at a time.
+struct Locked<'a>(&'a Mutex<State>);
+
+impl MachineAccess for Locked<'_> {
+    fn with<R>(&mut self, f: impl FnOnce(&mut SessionMachine) -> R) -> R {
+        let mut state = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&mut state.machine)
+    }
 }
 
 #[derive(Debug)]
@@ -180,27 +193,21 @@ impl BindingHooks {
     }
 
     /// Carries out the machine's actions for the session's first `thread/start` until the
-    /// start is answered, forwarded or sent seeded.
+    /// start is answered, forwarded or sent seeded: the store-side ones through
+    /// [`StoreSide::next_action`], the requests to codex and what is said here.
     async fn drive_open(
         &self,
         id: RequestId,
         params: Map<String, Value>,
         ctx: &ClientContext,
     ) -> Result<ClientAction, HookError> {
-        let store = self.store.as_ref();
+        let side = self.store_side();
+        let mut machine = Locked(&self.state);
         loop {
-            let Some(action) = self.state().machine.poll() else {
+            let Some(action) = side.next_action(&mut machine).await else {
                 return Ok(ClientAction::Consumed);
             };
             match action {
-                Action::ReadSession => {
-                    let stored = binding::read_stored(store, &self.session_id).await;
-                    let mut state = self.state();
-                    match stored {
-                        Ok(stored) => state.machine.handle_session(stored),
-                        Err(error) => state.machine.handle_failed(error),
-                    }
-                }
                 Action::Resume(attempt) => {
                     let resume = resume_params(attempt, &params);
                     let answer = ctx.request("thread/resume", Some(resume)).await;
@@ -243,37 +250,7 @@ impl BindingHooks {
                         }
                     }
                 }
-                Action::Wait(delay) => {
-                    tokio::time::sleep(delay).await;
-                    self.state().machine.handle_wait_over();
-                }
-                Action::GiveUp(lost) => {
-                    let given_up = match self.fence().await {
-                        Ok(fence) => {
-                            binding::give_up(store, &self.session_id, &lost, fence.as_ref()).await
-                        }
-                        Err(error) => Err(error),
-                    };
-                    let mut state = self.state();
-                    match given_up {
-                        Ok(()) => state.machine.handle_given_up(),
-                        Err(error) => state.machine.handle_failed(error),
-                    }
-                }
                 Action::Say(say) => self.state().said.push(say),
-                Action::MarkNoticeDelivered { thread_id } => {
-                    self.mark_delivered(&thread_id).await;
-                }
-                Action::ReadTranscript { max_rows } => {
-                    let rows = binding::transcript_tail(
-                        store,
-                        &Transcript::Store,
-                        &self.session_id,
-                        max_rows,
-                    )
-                    .await;
-                    self.state().machine.handle_transcript(rows);
-                }
                 Action::Start { seed } => {
                     self.state().session_start = Some(id.clone());
                     return match seed {
@@ -284,13 +261,32 @@ impl BindingHooks {
                         None => Ok(ClientAction::Forward),
                     };
                 }
-                Action::Opened(_) => {}
                 Action::OpenFailed(error) => {
                     self.refuse(ctx, id, &error).await?;
                     return Ok(ClientAction::Consumed);
                 }
-                Action::Commit { .. } | Action::Retire { .. } => {}
+                // Store-side actions never come back from `next_action`; the open ends at the
+                // start (forwarded) or the resume, not at `Opened`; no commit or retire comes
+                // while opening.
+                Action::Opened(_)
+                | Action::ReadSession
+                | Action::Wait(_)
+                | Action::GiveUp(_)
+                | Action::MarkNoticeDelivered { .. }
+                | Action::ReadTranscript { .. }
+                | Action::Commit { .. }
+                | Action::Retire { .. } => {}
             }
+        }
+    }
+
+    /// The store side of this session's actions.
+    fn store_side(&self) -> StoreSide<'_> {
+        StoreSide {
+            store: self.store.as_ref(),
+            session_id: &self.session_id,
+            lease: self.lease.as_ref(),
+            transcript: &Transcript::Store,
         }
     }
 
@@ -348,25 +344,6 @@ impl BindingHooks {
         ));
         ctx.send_to_client(Line::error_response(Some(id), refusal))
             .await
-    }
-
-    /// The fence for a store write (after renewing a stale lease); `None` without a lease.
-    async fn fence(&self) -> Result<Option<rethread_store::Fence>, RuntimeError> {
-        match &self.lease {
-            Some(lease) => Ok(Some(lease.ensure_fresh().await?)),
-            None => Ok(None),
-        }
-    }
-
-    async fn mark_delivered(&self, thread_id: &str) {
-        let fence = self.fence().await.ok().flatten();
-        binding::mark_notice_delivered(
-            self.store.as_ref(),
-            &self.session_id,
-            thread_id,
-            fence.as_ref(),
-        )
-        .await;
     }
 
     /// Remembers a client request whose answer matters; whatever that forgets is said.
@@ -461,19 +438,12 @@ impl BindingHooks {
     }
 
     async fn notice_delivered(&self) {
-        let marks: Vec<String> = {
-            let mut state = self.state();
-            state.machine.handle_notice_delivered();
-            std::iter::from_fn(|| state.machine.poll())
-                .filter_map(|action| match action {
-                    Action::MarkNoticeDelivered { thread_id } => Some(thread_id),
-                    _ => None,
-                })
-                .collect()
-        };
-        for thread_id in marks {
-            self.mark_delivered(&thread_id).await;
-        }
+        self.state().machine.handle_notice_delivered();
+        // The machine asks for the record (a store write); nothing else is queued here.
+        let _ = self
+            .store_side()
+            .next_action(&mut Locked(&self.state))
+            .await;
     }
 
     /// A `thread/resume` of a thread that belongs to another session of the store: refused
