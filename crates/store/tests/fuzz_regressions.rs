@@ -1,16 +1,9 @@
 //! Replays every saved input of the fuzz targets `merge_patch`, `store_files` (`fuzz/regressions/<target>/`:
 //! crashes found so far, and a few seeds) through the same property harness the target runs
-//! (`fuzz/src/<target>.rs`, compiled in here with `#[path]`). See docs/fuzzing.md.
+//! (`crates/testkit/src/fuzz/<target>.rs`). See docs/fuzzing.md.
 
-#[path = "../../../fuzz/src/input.rs"]
-mod input;
-#[path = "../../../fuzz/src/replay.rs"]
-mod replay;
-use replay::replay;
-#[path = "../../../fuzz/src/merge_patch.rs"]
-mod merge_patch;
-#[path = "../../../fuzz/src/store_files.rs"]
-mod store_files;
+use rethread_testkit::fuzz::replay::replay;
+use rethread_testkit::fuzz::{merge_patch, store_files};
 
 #[test]
 fn merge_patch_saved_inputs_hold() {

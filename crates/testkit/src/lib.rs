@@ -10,6 +10,7 @@
 //!   the real codex talks to as its model; records what the model saw.
 //! - [`strategies`]: proptest strategies for fault scripts and operation sequences.
 //! - [`postgres`]: the test PostgreSQL server's URL, a fresh schema per test ([`postgres::fresh_url`]).
+//! - [`fuzz`]: the property harnesses of the fuzz targets, replayed by each crate's tests.
 //! - [`compat`]: the compatibility probe behind `cargo xtask codex-check` and the README's
 //!   compatibility table (binary `codex-probe`).
 #![forbid(unsafe_code)]
@@ -17,6 +18,7 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 
 pub mod compat;
+pub mod fuzz;
 pub mod postgres;
 pub mod real;
 pub mod releases;

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rethread_fake_appserver::{FakeAppServer, Profile};
-use rethread_fuzz::input::Encoder;
-use rethread_fuzz::{runtime_hostile, store_files};
+use rethread_testkit::fuzz::input::Encoder;
+use rethread_testkit::fuzz::{runtime_hostile, store_files};
 use rethread_runtime::{AppServerClient, SessionBinder, StatusRail};
 use rethread_store::{BindingStore, MemoryStore};
 use rethread_testkit::real::{codex_or_skip, AppServerProcess, CodexHome, WirePeer};

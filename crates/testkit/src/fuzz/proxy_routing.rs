@@ -32,7 +32,7 @@ use rethread_proxy::{
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::input::Input;
+use crate::fuzz::input::Input;
 
 /// What a line is, read as codex reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]

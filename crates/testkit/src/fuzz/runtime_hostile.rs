@@ -36,7 +36,7 @@ use rethread_store::{BindingStore, BindingStoreExt, MemoryStore, TurnCommit};
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use crate::input::{panicked, watch_panics, Input};
+use crate::fuzz::input::{panicked, watch_panics, Input};
 
 /// The line limit of the client under test.
 pub const MAX_LINE: usize = 2048;
@@ -600,7 +600,7 @@ pub mod step {
 /// session that is bound (resume) or not, optionally losing the thread (`gone`), running one
 /// turn per opened session with `reply` as the agent's text.
 pub fn honest_script(bound: bool, gone: bool, reply: &[u8]) -> Vec<u8> {
-    use crate::input::Encoder;
+    use crate::fuzz::input::Encoder;
     let mut e = Encoder::default();
     e.byte(if bound { 1 } else { 0 }).byte(1).byte(0);
     // initialize, then the `initialized` notification.

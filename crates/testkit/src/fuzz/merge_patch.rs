@@ -26,7 +26,7 @@ use rethread_store::{
 };
 use serde_json::{json, Map, Number, Value};
 
-use crate::input::Input;
+use crate::fuzz::input::Input;
 
 const SESSIONS: [&str; 2] = ["a", "b"];
 const THREADS: [&str; 3] = ["t0", "t1", "t2"];

@@ -20,7 +20,7 @@ use rethread_protocol::{Message, RequestId};
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use crate::input::{panicked, watch_panics, Input};
+use crate::fuzz::input::{panicked, watch_panics, Input};
 
 const METHODS: [&str; 10] = [
     "initialize",

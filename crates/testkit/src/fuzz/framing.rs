@@ -16,7 +16,7 @@ use rethread_protocol::codec::decode_line;
 use rethread_protocol::{FrameError, Message, NdjsonCodec};
 use tokio_util::codec::Decoder;
 
-use crate::input::Input;
+use crate::fuzz::input::Input;
 
 type Item = Result<Message, FrameError>;
 

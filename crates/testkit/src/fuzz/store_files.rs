@@ -31,7 +31,7 @@ use rethread_store::{
 };
 use serde_json::{json, Map};
 
-use crate::input::{panicked, watch_panics, Input};
+use crate::fuzz::input::{panicked, watch_panics, Input};
 
 /// Panics raised inside redb's own code since the last [`take_redb_panics`].
 static REDB_PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -1,5 +1,4 @@
-//! Replays saved fuzz inputs as plain tests: compiled into each crate's
-//! `tests/fuzz_regressions.rs` with `#[path]` (not part of the fuzz crate itself).
+//! Replays saved fuzz inputs as plain tests (each crate's `tests/fuzz_regressions.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -19,7 +18,7 @@ fn saved_inputs(target: &str) -> Vec<PathBuf> {
 }
 
 /// Runs every saved input of `target` through its property harness `run`.
-pub(crate) fn replay(target: &str, run: fn(&[u8])) {
+pub fn replay(target: &str, run: fn(&[u8])) {
     for path in saved_inputs(target) {
         let bytes = std::fs::read(&path).expect("read a saved input");
         eprintln!("replaying {}", path.display());
