@@ -23,7 +23,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use rethread_proxy::{
-    run_app_server, AppServerCommand, BindingHooks, NoSession, ProxyOptions, SessionOptions,
+    run_app_server, BindingHooks, CodexCommand, NoSession, ProxyOptions, SessionOptions,
 };
 
 use crate::CliResult;
@@ -119,12 +119,9 @@ pub(crate) fn main(
         Ok(ttl) => ttl,
         Err(cause) => return crate::output::fail(&cause.0, crate::output::EXIT_USAGE),
     };
-    let command = AppServerCommand {
-        program: codex.to_path_buf(),
-        global_args: globals.codex_global_args(),
-        args,
-        env: Vec::new(),
-    };
+    let command = CodexCommand::new(codex)
+        .global_args(globals.codex_global_args())
+        .args(args);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -149,7 +146,7 @@ pub(crate) fn main(
 }
 
 async fn run(
-    command: &AppServerCommand,
+    command: &CodexCommand,
     store: Option<&str>,
     session: Option<String>,
     wait: Duration,

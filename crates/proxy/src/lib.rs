@@ -3,7 +3,8 @@
 //! [`SessionHooks`].
 //!
 //! - [`forward`]: the forwarder over any pair of byte streams (an in-process fake, pipes).
-//! - [`run_app_server`]: the process: codex spawned from an [`AppServerCommand`], the client on
+//! - [`run_app_server`]: the process: codex spawned from a [`CodexCommand`] (the runtime's
+//!   one description of a codex process, re-exported here), the client on
 //!   stdin/stdout, SIGINT/SIGTERM, the exit code.
 //! - [`SessionHooks`], [`ClientContext`], [`ServerContext`], [`CodexRequester`]: the seam.
 //! - [`NoSession`]: the hooks without a session (pass-through plus one `warning`).
@@ -121,9 +122,9 @@
 //! (threads codex runs for itself, a sub-agent's say, are not followed).
 //!
 //! ```no_run
-//! use rethread_proxy::{run_app_server, AppServerCommand, NoSession, ProxyOptions};
+//! use rethread_proxy::{run_app_server, CodexCommand, NoSession, ProxyOptions};
 //! # async fn demo() -> Result<(), rethread_proxy::ProxyError> {
-//! let command = AppServerCommand::new("codex").args(["--listen", "stdio://"]);
+//! let command = CodexCommand::new("codex").args(["--listen", "stdio://"]);
 //! let code = run_app_server(&command, &NoSession::new(), &ProxyOptions::default()).await?;
 //! std::process::exit(code);
 //! # }
@@ -151,8 +152,9 @@ pub use hooks::{
 };
 pub use line::{peek, peek_prefix, Line, LineKind, Peek};
 pub use passthrough::{NoSession, NO_SESSION_WARNING};
-pub use process::{exit_code_of, run_app_server, AppServerCommand};
+pub use process::{exit_code_of, run_app_server, spawn_app_server};
 pub use rethread_protocol::codec::PREFIX_KEPT;
+pub use rethread_runtime::CodexCommand;
 pub use session::{BindingHooks, SessionOptions, TurnLimits};
 
 /// Errors of the proxy.

@@ -1,71 +1,28 @@
 //! `rethread app-server` as a process: codex spawned as a child, the client on our stdin and
 //! stdout, signals, and the exit status.
 
-use std::ffi::OsString;
-use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use rethread_runtime::CodexCommand;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 use crate::{forward, Ended, ProxyError, ProxyOptions, SessionHooks};
 
-/// How to start the real codex: `<program> [GLOBAL_ARGS...] app-server [ARGS...]`, with the
-/// proxy's environment (`CODEX_HOME` included) and working directory, plus `env`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AppServerCommand {
-    /// The codex binary.
-    pub program: PathBuf,
-    /// Codex options that go before `app-server` (`-c key=value`, `--enable F`, ...).
-    pub global_args: Vec<OsString>,
-    /// Everything after `app-server`, verbatim.
-    pub args: Vec<OsString>,
-    /// Extra environment variables for codex.
-    pub env: Vec<(OsString, OsString)>,
-}
-
-impl AppServerCommand {
-    /// `<program> app-server`.
-    pub fn new(program: impl Into<PathBuf>) -> Self {
-        AppServerCommand {
-            program: program.into(),
-            global_args: Vec::new(),
-            args: Vec::new(),
-            env: Vec::new(),
-        }
-    }
-
-    /// Appends arguments after `app-server`.
-    pub fn args<I: IntoIterator<Item = S>, S: Into<OsString>>(mut self, args: I) -> Self {
-        self.args.extend(args.into_iter().map(Into::into));
-        self
-    }
-
-    /// Sets an environment variable for codex.
-    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
-        self.env.push((key.into(), value.into()));
-        self
-    }
-
-    /// Spawns codex with stdin and stdout piped and stderr inherited (codex's logs reach the
-    /// client's stderr reader as they would without the proxy). Killed if dropped.
-    pub fn spawn(&self) -> Result<Child, ProxyError> {
-        let mut command = Command::new(&self.program);
-        command
-            .args(&self.global_args)
-            .arg("app-server")
-            .args(&self.args)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
-        command.spawn().map_err(|source| ProxyError::Spawn {
-            program: self.program.display().to_string(),
+/// Spawns `codex app-server` for the proxy: stdin and stdout piped, stderr inherited (codex's
+/// logs reach the client's stderr reader as they would without the proxy); killed if dropped.
+pub fn spawn_app_server(command: &CodexCommand) -> Result<Child, ProxyError> {
+    command
+        .command("app-server")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|source| ProxyError::Spawn {
+            program: command.program.display().to_string(),
             source,
         })
-    }
 }
 
 /// The exit code that reports `status` the way a shell would: the code, or 128 + the signal
@@ -94,11 +51,11 @@ pub fn exit_code_of(status: ExitStatus) -> i32 {
 ///   signal N killed it);
 /// - SIGINT / SIGTERM: codex is stopped the same way; `130` / `143`.
 pub async fn run_app_server<H: SessionHooks>(
-    command: &AppServerCommand,
+    command: &CodexCommand,
     hooks: &H,
     options: &ProxyOptions,
 ) -> Result<i32, ProxyError> {
-    let mut child = command.spawn()?;
+    let mut child = spawn_app_server(command)?;
     let (Some(codex_in), Some(codex_out)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(ProxyError::Spawn {
             program: command.program.display().to_string(),

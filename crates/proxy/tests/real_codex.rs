@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_proxy::{
-    AppServerCommand, ClientAction, ClientContext, Ended, HookError, Line, LineKind, SessionHooks,
+    spawn_app_server, ClientAction, ClientContext, CodexCommand, Ended, HookError, Line, LineKind,
+    SessionHooks,
 };
 use serde_json::json;
 use support::*;
@@ -44,12 +45,13 @@ impl SessionHooks for Interleaves {
 }
 
 fn spawn_codex(codex: &Path, home: &Path) -> tokio::process::Child {
-    AppServerCommand::new(codex)
-        .args(["--listen", "stdio://"])
-        .env("CODEX_HOME", home)
-        .env("RUST_LOG", "error")
-        .spawn()
-        .unwrap()
+    spawn_app_server(
+        &CodexCommand::new(codex)
+            .args(["--listen", "stdio://"])
+            .env("CODEX_HOME", home)
+            .env("RUST_LOG", "error"),
+    )
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

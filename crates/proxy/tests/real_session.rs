@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rethread_proxy::{AppServerCommand, BindingHooks, SessionOptions};
+use rethread_proxy::{spawn_app_server, BindingHooks, CodexCommand, SessionOptions};
 use rethread_runtime::RESUME_FALLBACK_NOTICE;
 use rethread_store::{BindingStore, MemoryStore};
 use serde_json::{json, Value};
@@ -31,12 +31,13 @@ async fn start(codex: &Path, home: &Path, store: &Arc<dyn BindingStore>) -> Proc
     let hooks = BindingHooks::open(SESSION, store.clone(), options)
         .await
         .expect("the session is free");
-    let mut child = AppServerCommand::new(codex)
-        .args(["--listen", "stdio://"])
-        .env("CODEX_HOME", home)
-        .env("RUST_LOG", "error")
-        .spawn()
-        .unwrap();
+    let mut child = spawn_app_server(
+        &CodexCommand::new(codex)
+            .args(["--listen", "stdio://"])
+            .env("CODEX_HOME", home)
+            .env("RUST_LOG", "error"),
+    )
+    .unwrap();
     let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
     let mut proxied = proxy(Arc::new(hooks), stdout, stdin, |o| o);
     proxied.client.initialize(false).await.unwrap();

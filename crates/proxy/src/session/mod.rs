@@ -46,11 +46,11 @@ pub struct SessionOptions {
 ///
 /// ```no_run
 /// # async fn demo(store: std::sync::Arc<dyn rethread_store::BindingStore>) -> Result<(), Box<dyn std::error::Error>> {
-/// use rethread_proxy::{run_app_server, AppServerCommand, BindingHooks, ProxyOptions, SessionOptions};
+/// use rethread_proxy::{run_app_server, BindingHooks, CodexCommand, ProxyOptions, SessionOptions};
 ///
 /// // Takes the session's lease now: a session held elsewhere fails here, before codex starts.
 /// let hooks = BindingHooks::open("chat-42", store, SessionOptions::default()).await?;
-/// let command = AppServerCommand::new("codex");
+/// let command = CodexCommand::new("codex");
 /// let code = run_app_server(&command, &hooks, &ProxyOptions::default()).await?;
 /// hooks.close().await?; // already done when forwarding ended; a no-op then
 /// std::process::exit(code);
