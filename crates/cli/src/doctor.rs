@@ -1,5 +1,7 @@
-//! `rethread doctor`: probe each binding without resuming it ([`probe_thread`]: `thread/read`
-//! only, classified by the same rule as a failed resume).
+//! `rethread doctor`: probe each binding without resuming it ([`probe_thread`]: reads only,
+//! classified by the same rule as a failed resume).
+//!
+//! With no binding to probe it starts no codex (and needs none installed).
 //!
 //! Up to `--jobs` probes run at once on one codex connection. A probe that fails outright (the
 //! connection closed, a timeout) is a row of status `error` and the run goes on to the next
@@ -7,7 +9,7 @@
 //! in. Exit code: [`EXIT_NOT_LIVE`] when any binding is not live, after the whole report was
 //! printed.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -60,11 +62,20 @@ struct Row {
     detail: String,
 }
 
-pub(crate) async fn run(store: Arc<dyn BindingStore>, codex: &Path, args: DoctorArgs) -> CliResult {
+/// Probes every binding of `store` on one codex, resolved by `codex` only when there is one.
+pub(crate) async fn run(
+    store: Arc<dyn BindingStore>,
+    codex: impl FnOnce() -> Result<PathBuf, output::UsageError>,
+    args: DoctorArgs,
+) -> CliResult {
     let bound = bindings(store.as_ref()).await?;
+    if bound.is_empty() {
+        report(&[], args.json);
+        return Ok(());
+    }
     let client = AppServerClient::builder()
         .rail(StatusRail::tracing())
-        .spawn(&CodexCommand::new(codex))
+        .spawn(&CodexCommand::new(codex()?))
         .await?;
     let bar = output::progress(bound.len() as u64, "probing");
     let rows = probe_all(bound, args.jobs, |session, binding| {
@@ -79,11 +90,7 @@ pub(crate) async fn run(store: Arc<dyn BindingStore>, codex: &Path, args: Doctor
     .await;
     bar.finish_and_clear();
     client.shutdown().await;
-    if args.json {
-        print_json(&rows);
-    } else {
-        print_table(&rows);
-    }
+    report(&rows, args.json);
     let not_live = rows
         .iter()
         .filter(|r| r.health != ThreadHealth::Live)
@@ -142,6 +149,14 @@ async fn probe(client: &AppServerClient, session: String, binding: Binding) -> R
         binding,
         health,
         detail,
+    }
+}
+
+fn report(rows: &[Row], json: bool) {
+    if json {
+        print_json(rows);
+    } else {
+        print_table(rows);
     }
 }
 

@@ -315,13 +315,13 @@ async fn run(cli: Cli) -> CliResult {
             }
         }
         Command::Doctor { json, jobs } => {
-            let codex = codex()?;
             let store = open_store(cli.store.as_deref(), Access::Read).await?;
             let args = doctor::DoctorArgs {
                 json,
                 jobs: usize::from(jobs),
             };
-            doctor::run(store, &codex, args).await
+            // Resolved only when there is a binding to probe.
+            doctor::run(store, codex, args).await
         }
         Command::Migrate { from, to, json } => migrate::run(&from, &to, json).await,
         Command::Verify { json } => {
