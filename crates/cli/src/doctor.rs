@@ -12,6 +12,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use comfy_table::{Cell, Color};
 use futures::StreamExt;
 use rethread_runtime::{probe_thread, AppServerClient, CodexCommand, StatusRail, ThreadHealth};
 use rethread_store::{Binding, BindingStore};
@@ -88,7 +89,7 @@ pub(crate) async fn run(
         }
     })
     .await;
-    bar.finish_and_clear();
+    output::finish(&bar);
     client.shutdown().await;
     report(&rows, args.json);
     let not_live = rows
@@ -185,17 +186,22 @@ fn print_json(rows: &[Row]) {
 }
 
 fn print_table(rows: &[Row]) {
-    for row in rows {
-        let status = match row.health {
-            ThreadHealth::Live => output::paint("32", row.health.as_str()),
-            _ => output::paint("31", row.health.as_str()),
-        };
-        println!(
-            "{:<24} {:<38} {status:<12} {}",
-            output::for_people(&row.session),
-            output::for_people(&row.binding.thread_id),
-            output::for_people(&row.detail)
-        );
+    if !rows.is_empty() {
+        let mut table = output::table();
+        table.set_header(["SESSION", "THREAD", "STATUS", "DETAIL"]);
+        for row in rows {
+            let colour = match row.health {
+                ThreadHealth::Live => Color::Green,
+                _ => Color::Red,
+            };
+            table.add_row([
+                Cell::new(output::for_people(&row.session)),
+                Cell::new(output::for_people(&row.binding.thread_id)),
+                Cell::new(row.health.as_str()).fg(colour),
+                Cell::new(output::for_people(&row.detail)),
+            ]);
+        }
+        output::print_table(&mut table);
     }
     let parts: Vec<String> = ThreadHealth::ALL
         .iter()

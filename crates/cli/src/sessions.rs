@@ -2,10 +2,11 @@
 
 use std::sync::Arc;
 
+use comfy_table::{Cell, CellAlignment, ColumnConstraint, Width};
 use rethread_store::{BindingStore, SessionRecord};
 use serde_json::{json, Value};
 
-use crate::output::for_people;
+use crate::output::{self, for_people};
 use crate::CliResult;
 
 fn to_json(record: &SessionRecord) -> Value {
@@ -73,6 +74,8 @@ const PAGE: usize = 256;
 pub(crate) async fn list(store: Arc<dyn BindingStore>, json: bool, paging: Paging) -> CliResult {
     let mut after = paging.after;
     let mut printed = 0usize;
+    // The column widths so far: a page's table is never narrower than the pages before it.
+    let mut widths: Vec<u16> = Vec::new();
     if json {
         print!("{{\"sessions\":[");
     }
@@ -81,17 +84,15 @@ pub(crate) async fn list(store: Arc<dyn BindingStore>, json: bool, paging: Pagin
             .limit
             .map_or(PAGE, |limit| (limit - printed).min(PAGE));
         let page = store.list_sessions(after.as_deref(), want).await?;
-        for record in &page.sessions {
-            if json {
+        if json {
+            for record in &page.sessions {
                 let comma = if printed == 0 { "" } else { "," };
                 print!("{comma}{}", to_json(record));
-            } else {
-                if printed == 0 {
-                    println!("{:<24} {:<38} {:>6}  BOUND AT", "SESSION", "THREAD", "ROWS");
-                }
-                print_row(record);
+                printed += 1;
             }
-            printed += 1;
+        } else if !page.sessions.is_empty() {
+            print_page(&page.sessions, printed == 0, &mut widths);
+            printed += page.sessions.len();
         }
         match page.next_after {
             Some(next) if paging.limit.is_some_and(|limit| printed >= limit) => break Some(next),
@@ -116,17 +117,39 @@ pub(crate) async fn list(store: Arc<dyn BindingStore>, json: bool, paging: Pagin
     Ok(())
 }
 
-fn print_row(record: &SessionRecord) {
-    let (thread, bound) = match record.binding() {
-        Some(b) => (b.thread_id.as_str(), format_ms(b.bound_at_ms)),
-        None => ("-", "-".to_string()),
-    };
-    println!(
-        "{:<24} {:<38} {:>6}  {bound}",
-        for_people(&record.session_id),
-        for_people(thread),
-        record.row_count
+/// One page of `sessions list` as a table (with the header when it is the first), its columns
+/// at least `widths` wide; `widths` becomes this page's.
+fn print_page(records: &[SessionRecord], first: bool, widths: &mut Vec<u16>) {
+    let mut table = output::table();
+    if first {
+        table.set_header(["SESSION", "THREAD", "ROWS", "BOUND AT"]);
+    }
+    for record in records {
+        let (thread, bound) = match record.binding() {
+            Some(b) => (
+                for_people(&b.thread_id).into_owned(),
+                format_ms(b.bound_at_ms),
+            ),
+            None => ("-".to_string(), "-".to_string()),
+        };
+        table.add_row([
+            Cell::new(for_people(&record.session_id)),
+            Cell::new(thread),
+            Cell::new(record.row_count).set_alignment(CellAlignment::Right),
+            Cell::new(bound),
+        ]);
+    }
+    table.set_constraints(
+        widths
+            .iter()
+            .map(|w| ColumnConstraint::LowerBoundary(Width::Fixed(w + output::COLUMN_GAP))),
     );
+    let page_widths = table.column_max_content_widths();
+    widths.resize(page_widths.len(), 0);
+    for (width, page) in widths.iter_mut().zip(page_widths) {
+        *width = (*width).max(page);
+    }
+    output::print_table(&mut table);
 }
 
 /// `word` as one shell word: as is when it is plain, else in single quotes.

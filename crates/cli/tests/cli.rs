@@ -318,7 +318,9 @@ fn doctor_classifies_live_gone_and_paginated_under_the_older_profile_on_the_fake
     let out = sandbox.run(&["doctor"]);
     assert_eq!(out.status.code(), Some(1));
     let table = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(table.lines().count(), 4, "{table}");
+    // The header, a row per binding, the summary.
+    assert_eq!(table.lines().count(), 5, "{table}");
+    assert!(table.starts_with("SESSION"), "{table}");
     assert!(table.ends_with("3 binding(s): 2 live, 1 gone\n"), "{table}");
     assert!(
         stderr(&out).contains("1 of 3 binding(s) not live"),
