@@ -217,6 +217,11 @@ pub(crate) fn notice(message: &str) {
     eprint_line(&paint(Stream::Stderr, AnsiColor::Yellow, message));
 }
 
+/// A line on stderr, as it is.
+pub(crate) fn notice_plain(line: &str) {
+    eprint_line(line);
+}
+
 /// A warning on stderr.
 pub(crate) fn warning(message: &str) {
     let label = paint(Stream::Stderr, AnsiColor::Magenta, "warning:");
