@@ -177,15 +177,27 @@ enum SessionsCommand {
         #[arg(long, value_name = "ID")]
         after: Option<String>,
     },
-    /// Show one session.
+    /// Show one session; with `--rows`, its transcript, page by page.
     Show {
         #[command(flatten)]
         store: StoreArg,
         /// The session id.
         id: String,
-        /// Print JSON.
+        /// Print JSON (with `--rows`: `{"session", "rows": [{"seq", "row"}], "next_after"}`,
+        /// each row as stored).
         #[arg(long)]
         json: bool,
+        /// Print the transcript: each row's role and text (escaped), in order.
+        #[arg(long)]
+        rows: bool,
+        /// With `--rows`: at most N rows (default: all); when more may follow, say the next
+        /// `--after`.
+        #[arg(long, value_name = "N", requires = "rows",
+              value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        limit: Option<u32>,
+        /// With `--rows`: start after this row (the `next_after` of the previous page).
+        #[arg(long, value_name = "SEQ", requires = "rows")]
+        after: Option<u64>,
     },
     /// Delete a session, its transcript and its binding.
     Forget {
@@ -413,6 +425,20 @@ async fn run(command: Command) -> CliResult {
                         after,
                     };
                     sessions::list(store, json, page).await
+                }
+                SessionsCommand::Show {
+                    id,
+                    json,
+                    rows: true,
+                    limit,
+                    after,
+                    ..
+                } => {
+                    let page = sessions::RowPaging {
+                        limit: limit.map(u64::from),
+                        after,
+                    };
+                    sessions::show_rows(store, &id, json, page).await
                 }
                 SessionsCommand::Show { id, json, .. } => sessions::show(store, &id, json).await,
                 SessionsCommand::Forget { id, json, .. } => {
