@@ -1,8 +1,14 @@
-//! `rethread app-server [ARGS...]`: a drop-in `codex app-server` (see the `rethread-proxy`
-//! crate). Everything after `app-server` goes to `<codex> app-server` verbatim; codex's own
-//! options that come before `app-server` (`-c key=value`, `--enable`, `--disable`) are
-//! accepted before it here too and passed on in the same place, since clients such as the
-//! Python SDK put their config overrides there.
+//! `rethread app-server [--session ID] [--store URL] [--codex-bin PATH] [ARGS...]`: a drop-in
+//! `codex app-server` (see the `rethread-proxy` crate). Everything after `app-server` but
+//! rethread's own `--session ID` (or `--session=ID`, taken wherever it stands before a `--`:
+//! codex app-server has no `--session`) and the leading `--store` / `--codex-bin` goes to
+//! `<codex> app-server` verbatim; codex's own options that come before `app-server`
+//! (`-c key=value`, `--enable`, `--disable`) are accepted before it here too and passed on in
+//! the same place, since clients such as the Python SDK put their config overrides there.
+//!
+//! Help: `rethread help app-server` lists rethread's own settings ([`HELP`]);
+//! `rethread app-server --help` is codex's help (a client that treats rethread as codex gets
+//! codex's answer), with a line on stderr pointing at `rethread help app-server`.
 //!
 //! With a session key (`--session ID` or `RETHREAD_SESSION`) the store is opened
 //! (`--store` / `RETHREAD_STORE`, the CLI's default otherwise) and the session's lease taken
@@ -38,7 +44,79 @@ pub(crate) const SESSION_WAIT_ENV: &str = "RETHREAD_SESSION_WAIT";
 /// client that restarts its app-server to outlast the previous one's shutdown.
 const DEFAULT_SESSION_WAIT: Duration = Duration::from_secs(2);
 
-/// Options of `rethread` that only `app-server` uses; they come before the subcommand.
+/// What `rethread help app-server` says after the options: rethread's settings.
+pub(crate) const HELP: &str = "\
+rethread's own settings (everything else goes to `codex app-server` verbatim):
+  --session ID             the session to keep; also taken anywhere among ARGS before `--`
+  RETHREAD_SESSION         the session to keep when --session is not given; unset or empty:
+                           a pass-through that keeps nothing (and says so once)
+  RETHREAD_SESSION_WAIT    seconds to wait for a session another live process holds
+                           (default 2), then exit 75
+  RETHREAD_STORE           the store (--store): sqlite:PATH, redb:PATH, postgres://..., memory:
+  RETHREAD_CODEX_BIN       the real codex (--codex-bin; default `codex` on PATH)
+  RETHREAD_LEASE_TTL       the session lease's time to live in seconds (default 30)
+
+`rethread app-server --help` prints codex's own help.";
+
+/// `app-server`'s own arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct AppServerArgs {
+    /// The session to keep (default: `RETHREAD_SESSION`).
+    #[arg(long = "session", value_name = "ID",
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    session: Option<String>,
+    #[command(flatten)]
+    pub(crate) store: crate::StoreArg,
+    #[command(flatten)]
+    pub(crate) codex_bin: crate::CodexBinArg,
+    /// Arguments for `codex app-server`, verbatim (`--listen stdio://`, `-c k=v`, ...).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    args: Vec<OsString>,
+}
+
+/// Takes rethread's `--session ID` / `--session=ID` out of codex's `args` (only before a
+/// `--`, after which everything is codex's): the session named, if any. Named twice, without
+/// an ID, empty or not UTF-8: a usage error.
+fn take_session(args: &mut Vec<OsString>) -> Result<Option<String>, String> {
+    let mut found: Option<String> = None;
+    let mut kept = Vec::with_capacity(args.len());
+    let mut drained = std::mem::take(args).into_iter();
+    while let Some(arg) = drained.next() {
+        if arg == "--" {
+            kept.push(arg);
+            kept.extend(drained.by_ref());
+            break;
+        }
+        let value = if arg == "--session" {
+            Some(drained.next().ok_or("--session needs a session ID")?)
+        } else {
+            arg.to_str()
+                .and_then(|a| a.strip_prefix("--session="))
+                .map(OsString::from)
+        };
+        let Some(value) = value else {
+            kept.push(arg);
+            continue;
+        };
+        let session = value
+            .into_string()
+            .map_err(|_| "--session is not UTF-8; a session id must be text".to_string())?;
+        if session.is_empty() {
+            return Err("--session is empty; name a session or leave it out".into());
+        }
+        if found.replace(session).is_some() {
+            return Err("--session is given twice".into());
+        }
+    }
+    *args = kept;
+    Ok(found)
+}
+
+/// Options of `rethread` that only `app-server` uses, given before the subcommand.
 #[derive(Debug, Default, clap::Args)]
 pub(crate) struct AppServerGlobals {
     /// app-server: the session to keep (default: `RETHREAD_SESSION`).
@@ -85,12 +163,12 @@ impl AppServerGlobals {
         args
     }
 
-    /// The session key: `--session`, else `RETHREAD_SESSION`; unset or empty names none (the
-    /// documented pass-through). A value that is not UTF-8 cannot be kept: a usage error,
-    /// never read as unset.
-    fn session(&self) -> Result<Option<String>, String> {
-        if let Some(session) = &self.session {
-            return Ok(Some(session.clone()));
+    /// The session key: `named` (`--session`), else `RETHREAD_SESSION`; unset or empty names
+    /// none (the documented pass-through). A value that is not UTF-8 cannot be kept: a usage
+    /// error, never read as unset.
+    fn session(&self, named: Option<String>) -> Result<Option<String>, String> {
+        if named.is_some() {
+            return Ok(named);
         }
         match std::env::var(SESSION_ENV) {
             Ok(session) => Ok(Some(session).filter(|s| !s.is_empty())),
@@ -105,13 +183,18 @@ impl AppServerGlobals {
 /// Runs the proxy on its own single-threaded runtime and returns the process's exit code.
 /// The runtime is shut down without waiting for a blocked read of our stdin (the client may
 /// keep it open after codex exited).
-pub(crate) fn main(
-    codex: &Path,
-    store: Option<&str>,
-    globals: &AppServerGlobals,
-    args: Vec<OsString>,
-) -> ExitCode {
-    let (session, wait) = match globals.session().and_then(|s| Ok((s, session_wait()?))) {
+pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServerArgs) -> ExitCode {
+    let named = take_session(&mut args.args).and_then(|in_args| {
+        match [globals.session.clone(), args.session.take(), in_args] {
+            [None, None, None] => Ok(None),
+            [Some(one), None, None] | [None, Some(one), None] | [None, None, Some(one)] => {
+                Ok(Some(one))
+            }
+            _ => Err("--session is given twice".to_string()),
+        }
+    });
+    let session = named.and_then(|named| globals.session(named));
+    let (session, wait) = match session.and_then(|s| Ok((s, session_wait()?))) {
         Ok(named) => named,
         Err(cause) => return crate::output::fail(&cause, crate::output::EXIT_USAGE),
     };
@@ -119,9 +202,16 @@ pub(crate) fn main(
         Ok(ttl) => ttl,
         Err(cause) => return crate::output::fail(&cause.0, crate::output::EXIT_USAGE),
     };
+    let before_dash = args.args.iter().take_while(|a| *a != "--");
+    if before_dash.into_iter().any(|a| a == "--help" || a == "-h") {
+        crate::output::notice_plain(
+            "rethread: codex's own help follows; rethread's settings: rethread help app-server",
+        );
+    }
     let command = CodexCommand::new(codex)
         .global_args(globals.codex_global_args())
-        .args(args);
+        .args(args.args);
+    let store = args.store.url;
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -134,7 +224,7 @@ pub(crate) fn main(
             )
         }
     };
-    let result = runtime.block_on(run(&command, store, session, wait, lease_ttl));
+    let result = runtime.block_on(run(&command, store.as_deref(), session, wait, lease_ttl));
     runtime.shutdown_background();
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

@@ -43,17 +43,20 @@ impl Narration {
                 .push(json!({"title": title, "lines": [], "checks": []}));
         } else {
             println!();
-            println!("{}", output::paint("1", &format!("== {title}")));
+            println!(
+                "{}",
+                output::bold(output::Stream::Stdout, &format!("== {title}"))
+            );
         }
     }
 
     /// One line of narration (`painted` on a terminal).
-    fn say(&mut self, line: &str, painted: Option<&str>) {
+    fn say(&mut self, line: &str, painted: Option<anstyle::AnsiColor>) {
         if self.json {
             self.current("lines").push(json!(line));
         } else {
             match painted {
-                Some(code) => println!("{}", output::paint(code, line)),
+                Some(colour) => println!("{}", output::paint(output::Stream::Stdout, colour, line)),
                 None => println!("{line}"),
             }
         }
@@ -111,7 +114,10 @@ async fn turn(
     let notices = recorded.messages(StatusKind::Lifecycle);
     for notice in &notices {
         // Narration goes to stdout in order with the rest of the story.
-        story.say(&format!("   notice: {notice}"), Some("33"));
+        story.say(
+            &format!("   notice: {notice}"),
+            Some(anstyle::AnsiColor::Yellow),
+        );
     }
     let outcome = session.outcome().clone();
     drop(session);

@@ -1,5 +1,7 @@
-//! `rethread doctor`: probe each binding without resuming it ([`probe_thread`]: `thread/read`
-//! only, classified by the same rule as a failed resume).
+//! `rethread doctor`: probe each binding without resuming it ([`probe_thread`]: reads only,
+//! classified by the same rule as a failed resume).
+//!
+//! With no binding to probe it starts no codex (and needs none installed).
 //!
 //! Up to `--jobs` probes run at once on one codex connection. A probe that fails outright (the
 //! connection closed, a timeout) is a row of status `error` and the run goes on to the next
@@ -7,9 +9,10 @@
 //! in. Exit code: [`EXIT_NOT_LIVE`] when any binding is not live, after the whole report was
 //! printed.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use comfy_table::{Cell, Color};
 use futures::StreamExt;
 use rethread_runtime::{probe_thread, AppServerClient, CodexCommand, StatusRail, ThreadHealth};
 use rethread_store::{Binding, BindingStore};
@@ -60,11 +63,20 @@ struct Row {
     detail: String,
 }
 
-pub(crate) async fn run(store: Arc<dyn BindingStore>, codex: &Path, args: DoctorArgs) -> CliResult {
+/// Probes every binding of `store` on one codex, resolved by `codex` only when there is one.
+pub(crate) async fn run(
+    store: Arc<dyn BindingStore>,
+    codex: impl FnOnce() -> Result<PathBuf, output::UsageError>,
+    args: DoctorArgs,
+) -> CliResult {
     let bound = bindings(store.as_ref()).await?;
+    if bound.is_empty() {
+        report(&[], args.json);
+        return Ok(());
+    }
     let client = AppServerClient::builder()
         .rail(StatusRail::tracing())
-        .spawn(&CodexCommand::new(codex))
+        .spawn(&CodexCommand::new(codex()?))
         .await?;
     let bar = output::progress(bound.len() as u64, "probing");
     let rows = probe_all(bound, args.jobs, |session, binding| {
@@ -77,13 +89,9 @@ pub(crate) async fn run(store: Arc<dyn BindingStore>, codex: &Path, args: Doctor
         }
     })
     .await;
-    bar.finish_and_clear();
+    output::finish(&bar);
     client.shutdown().await;
-    if args.json {
-        print_json(&rows);
-    } else {
-        print_table(&rows);
-    }
+    report(&rows, args.json);
     let not_live = rows
         .iter()
         .filter(|r| r.health != ThreadHealth::Live)
@@ -145,6 +153,14 @@ async fn probe(client: &AppServerClient, session: String, binding: Binding) -> R
     }
 }
 
+fn report(rows: &[Row], json: bool) {
+    if json {
+        print_json(rows);
+    } else {
+        print_table(rows);
+    }
+}
+
 fn count(rows: &[Row], health: ThreadHealth) -> usize {
     rows.iter().filter(|r| r.health == health).count()
 }
@@ -170,17 +186,22 @@ fn print_json(rows: &[Row]) {
 }
 
 fn print_table(rows: &[Row]) {
-    for row in rows {
-        let status = match row.health {
-            ThreadHealth::Live => output::paint("32", row.health.as_str()),
-            _ => output::paint("31", row.health.as_str()),
-        };
-        println!(
-            "{:<24} {:<38} {status:<12} {}",
-            output::for_people(&row.session),
-            output::for_people(&row.binding.thread_id),
-            output::for_people(&row.detail)
-        );
+    if !rows.is_empty() {
+        let mut table = output::table();
+        table.set_header(["SESSION", "THREAD", "STATUS", "DETAIL"]);
+        for row in rows {
+            let colour = match row.health {
+                ThreadHealth::Live => Color::Green,
+                _ => Color::Red,
+            };
+            table.add_row([
+                Cell::new(output::for_people(&row.session)),
+                Cell::new(output::for_people(&row.binding.thread_id)),
+                Cell::new(row.health.as_str()).fg(colour),
+                Cell::new(output::for_people(&row.detail)),
+            ]);
+        }
+        output::print_table(&mut table);
     }
     let parts: Vec<String> = ThreadHealth::ALL
         .iter()

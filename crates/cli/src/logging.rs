@@ -1,5 +1,6 @@
 //! Log output: a `tracing-subscriber` on stderr, never on stdout (stdout carries the reply and
-//! the `--json` objects).
+//! the `--json` objects), written above a progress bar or spinner being shown, never over it
+//! ([`crate::output::StderrAboveBars`]), in colour only when stderr takes it.
 //!
 //! How much: warnings by default, `-v` info (each runtime span as it closes: open, resume,
 //! fallback, lease, turn, commit, with their session and thread ids and outcome), `-vv` debug,
@@ -8,8 +9,6 @@
 //! `-v`'s level is used. `--log-format json` writes one JSON object per line (with the span
 //! and its parents) instead of text. Nothing logged carries a secret: store URLs are logged
 //! redacted only.
-
-use std::io::IsTerminal;
 
 use clap::{ArgAction, Args, ValueEnum};
 use tracing_subscriber::filter::{EnvFilter, LevelFilter};
@@ -79,10 +78,11 @@ fn filter(verbose: u8, rust_log: Option<&str>) -> (EnvFilter, Option<String>) {
 pub(crate) fn init(args: &LogArgs) {
     let rust_log = std::env::var("RUST_LOG").ok();
     let (filter, complaint) = filter(args.verbose, rust_log.as_deref());
-    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    // Colour as stderr decides (crate::output::Stream); lines written above a progress bar.
+    let ansi = crate::output::Stream::Stderr.colour();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| crate::output::StderrAboveBars)
         // A span is shown once, when it closes: by then its outcome is recorded.
         .with_span_events(FmtSpan::CLOSE);
     let installed = match args.log_format {

@@ -38,12 +38,13 @@ type CliResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
                   SIGINT/SIGTERM."
 )]
 struct Cli {
-    /// Store URL: `sqlite:PATH` (default: `rethread/rethread.sqlite` under the user's data
-    /// directory), `redb:PATH` (one process at a time), `postgres://USER@HOST/DB` or `memory:`.
-    #[arg(long, env = "RETHREAD_STORE", global = true, value_name = "URL")]
+    /// Store URL for the command that follows (as its own `--store`; the commands that keep
+    /// sessions take it).
+    #[arg(long, value_name = "URL")]
     store: Option<String>,
-    /// The codex binary (default: `codex` on PATH).
-    #[arg(long, env = "RETHREAD_CODEX_BIN", global = true, value_name = "PATH")]
+    /// The codex binary for the command that follows (as its own `--codex-bin`; the commands
+    /// that start codex take it).
+    #[arg(long, value_name = "PATH")]
     codex_bin: Option<PathBuf>,
     #[command(flatten)]
     app_server: app_server::AppServerGlobals,
@@ -53,10 +54,31 @@ struct Cli {
     command: Command,
 }
 
+/// `--store URL`, on the commands that keep sessions.
+#[derive(Debug, Clone, Default, clap::Args)]
+struct StoreArg {
+    /// Store URL: `sqlite:PATH` (default: `rethread/rethread.sqlite` under the user's data
+    /// directory), `redb:PATH` (one process at a time), `postgres://USER@HOST/DB` or `memory:`.
+    #[arg(long = "store", env = "RETHREAD_STORE", value_name = "URL")]
+    url: Option<String>,
+}
+
+/// `--codex-bin PATH`, on the commands that start codex.
+#[derive(Debug, Clone, Default, clap::Args)]
+struct CodexBinArg {
+    /// The codex binary (default: `codex` on PATH).
+    #[arg(long = "codex-bin", env = "RETHREAD_CODEX_BIN", value_name = "PATH")]
+    path: Option<PathBuf>,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run one turn for a session; resumes the session's codex thread across invocations.
     Chat {
+        #[command(flatten)]
+        store: StoreArg,
+        #[command(flatten)]
+        codex_bin: CodexBinArg,
         /// The host session id.
         #[arg(long, value_name = "ID", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         session: String,
@@ -78,9 +100,13 @@ enum Command {
         #[command(subcommand)]
         command: SessionsCommand,
     },
-    /// Probe every binding with a side-effect-free `thread/read`; exits 1 when any binding is
-    /// not live (after the whole report).
+    /// Probe every binding with side-effect-free reads (never a resume); exits 1 when any
+    /// binding is not live (after the whole report).
     Doctor {
+        #[command(flatten)]
+        store: StoreArg,
+        #[command(flatten)]
+        codex_bin: CodexBinArg,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -104,6 +130,8 @@ enum Command {
     },
     /// Check every record of the store; exit 1 when damage is found.
     Verify {
+        #[command(flatten)]
+        store: StoreArg,
         /// Print one JSON object: `store`, `ok`, `complete`, `sessions`, `rows`, `leases`,
         /// `problems`, `unlisted_problems` (also when damage is found).
         #[arg(long)]
@@ -125,22 +153,20 @@ enum Command {
         shell: clap_complete::Shell,
     },
     /// A drop-in `codex app-server` for any client: ARGS go to `<codex> app-server` verbatim.
-    #[command(disable_help_flag = true)]
-    AppServer {
-        /// Arguments for `codex app-server`, verbatim (`--listen stdio://`, `-c k=v`, ...).
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "ARGS"
-        )]
-        args: Vec<std::ffi::OsString>,
-    },
+    #[command(
+        disable_help_flag = true,
+        after_help = app_server::HELP,
+        after_long_help = app_server::HELP
+    )]
+    AppServer(app_server::AppServerArgs),
 }
 
 #[derive(Debug, Subcommand)]
 enum SessionsCommand {
     /// List sessions in session-id order, page by page (the store is never loaded whole).
     List {
+        #[command(flatten)]
+        store: StoreArg,
         /// Print one JSON object: `{"sessions": [...], "next_after": ID or null}`.
         #[arg(long)]
         json: bool,
@@ -151,16 +177,32 @@ enum SessionsCommand {
         #[arg(long, value_name = "ID")]
         after: Option<String>,
     },
-    /// Show one session.
+    /// Show one session; with `--rows`, its transcript, page by page.
     Show {
+        #[command(flatten)]
+        store: StoreArg,
         /// The session id.
         id: String,
-        /// Print JSON.
+        /// Print JSON (with `--rows`: `{"session", "rows": [{"seq", "row"}], "next_after"}`,
+        /// each row as stored).
         #[arg(long)]
         json: bool,
+        /// Print the transcript: each row's role and text (escaped), in order.
+        #[arg(long)]
+        rows: bool,
+        /// With `--rows`: at most N rows (default: all); when more may follow, say the next
+        /// `--after`.
+        #[arg(long, value_name = "N", requires = "rows",
+              value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        limit: Option<u32>,
+        /// With `--rows`: start after this row (the `next_after` of the previous page).
+        #[arg(long, value_name = "SEQ", requires = "rows")]
+        after: Option<u64>,
     },
     /// Delete a session, its transcript and its binding.
     Forget {
+        #[command(flatten)]
+        store: StoreArg,
         /// The session id.
         id: String,
         /// Print one JSON object: `{"forgot": ID}`.
@@ -170,14 +212,18 @@ enum SessionsCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     logging::init(&cli.logging);
-    if let Command::AppServer { args } = cli.command {
-        let codex = match codex_bin::resolve(cli.codex_bin.as_deref(), codex_bin::Pick::First) {
+    if let Err(cause) = cli.take_top_level_flags() {
+        return output::fail(&cause, output::EXIT_USAGE);
+    }
+    if let Command::AppServer(args) = cli.command {
+        let codex = match codex_bin::resolve(args.codex_bin.path.as_deref(), codex_bin::Pick::First)
+        {
             Ok(codex) => codex,
             Err(usage) => return output::fail(&usage.0, output::EXIT_USAGE),
         };
-        return app_server::main(&codex, cli.store.as_deref(), &cli.app_server, args);
+        return app_server::main(&codex, &cli.app_server, args);
     }
     if let Err(cause) = cli.app_server.ensure_unused() {
         return output::fail(&cause, output::EXIT_USAGE);
@@ -197,13 +243,76 @@ fn main() -> ExitCode {
             )
         }
     };
-    let result = runtime.block_on(run(cli));
+    let result = runtime.block_on(run(cli.command));
     // Background work (a lease release of a dropped binder) gets a moment; the process exit
     // must not wait on a wedged store.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(()) => ExitCode::from(output::EXIT_OK),
         Err(error) => output::fail(&error.to_string(), output::exit_code(&*error)),
+    }
+}
+
+impl Cli {
+    /// Moves `--store` and `--codex-bin` given before the command into the command, which
+    /// takes them as its own (given there too, the one before the command wins); a command
+    /// that does not use one refuses it (a usage error), as the app-server flags are refused.
+    fn take_top_level_flags(&mut self) -> Result<(), String> {
+        let name = self.command.name();
+        let (store, codex_bin) = match &mut self.command {
+            Command::Chat {
+                store, codex_bin, ..
+            }
+            | Command::Doctor {
+                store, codex_bin, ..
+            } => (Some(store), Some(codex_bin)),
+            Command::AppServer(args) => (Some(&mut args.store), Some(&mut args.codex_bin)),
+            Command::Sessions { command } => (Some(command.store()), None),
+            Command::Verify { store, .. } => (Some(store), None),
+            Command::Migrate { .. } | Command::Completions { .. } => (None, None),
+            #[cfg(feature = "demo")]
+            Command::Demo { .. } => (None, None),
+        };
+        match (self.store.take(), store) {
+            (Some(url), Some(store)) => store.url = Some(url),
+            (Some(_), None) => return Err(format!("--store does not apply to {name}")),
+            (None, _) => {}
+        }
+        match (self.codex_bin.take(), codex_bin) {
+            (Some(path), Some(codex_bin)) => codex_bin.path = Some(path),
+            (Some(_), None) => return Err(format!("--codex-bin does not apply to {name}")),
+            (None, _) => {}
+        }
+        Ok(())
+    }
+}
+
+impl SessionsCommand {
+    /// Its `--store`.
+    fn store(&mut self) -> &mut StoreArg {
+        match self {
+            SessionsCommand::List { store, .. }
+            | SessionsCommand::Show { store, .. }
+            | SessionsCommand::Forget { store, .. } => store,
+        }
+    }
+}
+
+impl Command {
+    /// The command's name, as typed.
+    fn name(&self) -> String {
+        let name = match self {
+            Command::Chat { .. } => "chat",
+            Command::Sessions { .. } => "sessions",
+            Command::Doctor { .. } => "doctor",
+            Command::Migrate { .. } => "migrate",
+            Command::Verify { .. } => "verify",
+            #[cfg(feature = "demo")]
+            Command::Demo { .. } => "demo",
+            Command::Completions { .. } => "completions",
+            Command::AppServer(_) => "app-server",
+        };
+        name.to_string()
     }
 }
 
@@ -260,11 +369,15 @@ fn parse_wait(text: &str) -> Result<f64, String> {
     }
 }
 
-async fn run(cli: Cli) -> CliResult {
+async fn run(command: Command) -> CliResult {
     // Resolved before anything starts; refused if it is rethread itself.
-    let codex = || codex_bin::resolve(cli.codex_bin.as_deref(), codex_bin::Pick::First);
-    match cli.command {
+    let resolve = |codex_bin: &CodexBinArg| {
+        codex_bin::resolve(codex_bin.path.as_deref(), codex_bin::Pick::First)
+    };
+    match command {
         Command::Chat {
+            store,
+            codex_bin,
             session,
             json,
             wait,
@@ -281,7 +394,7 @@ async fn run(cli: Cli) -> CliResult {
             };
             let read = async {
                 args.lease_ttl = lease_ttl()?;
-                let codex = codex()?;
+                let codex = resolve(&codex_bin)?;
                 args.images = chat::image_paths(&args.images)?;
                 let message = chat::read_message(std::mem::take(&mut args.message)).await?;
                 Ok::<_, Box<dyn std::error::Error + Send + Sync>>((codex, message))
@@ -293,45 +406,69 @@ async fn run(cli: Cli) -> CliResult {
                 }
                 Err(error) => return Err(chat::report_early_failure(&args, error)),
             };
-            let store = match open_store(cli.store.as_deref(), Access::Write(args.wait)).await {
+            let store = match open_store(store.url.as_deref(), Access::Write(args.wait)).await {
                 Ok(store) => store,
                 Err(error) => return Err(chat::report_early_failure(&args, error)),
             };
             chat::run(store, &codex, &args).await
         }
-        Command::Sessions { command } => {
+        Command::Sessions { mut command } => {
             // Only reads, or deletes what exists: a missing store is not created.
-            let store = open_store(cli.store.as_deref(), Access::Read).await?;
+            let url = command.store().url.take();
+            let store = open_store(url.as_deref(), Access::Read).await?;
             match command {
-                SessionsCommand::List { json, limit, after } => {
+                SessionsCommand::List {
+                    json, limit, after, ..
+                } => {
                     let page = sessions::Paging {
                         limit: limit.map(|n| n as usize),
                         after,
                     };
                     sessions::list(store, json, page).await
                 }
-                SessionsCommand::Show { id, json } => sessions::show(store, &id, json).await,
-                SessionsCommand::Forget { id, json } => sessions::forget(store, &id, json).await,
+                SessionsCommand::Show {
+                    id,
+                    json,
+                    rows: true,
+                    limit,
+                    after,
+                    ..
+                } => {
+                    let page = sessions::RowPaging {
+                        limit: limit.map(u64::from),
+                        after,
+                    };
+                    sessions::show_rows(store, &id, json, page).await
+                }
+                SessionsCommand::Show { id, json, .. } => sessions::show(store, &id, json).await,
+                SessionsCommand::Forget { id, json, .. } => {
+                    sessions::forget(store, &id, json).await
+                }
             }
         }
-        Command::Doctor { json, jobs } => {
-            let codex = codex()?;
-            let store = open_store(cli.store.as_deref(), Access::Read).await?;
+        Command::Doctor {
+            store,
+            codex_bin,
+            json,
+            jobs,
+        } => {
+            let store = open_store(store.url.as_deref(), Access::Read).await?;
             let args = doctor::DoctorArgs {
                 json,
                 jobs: usize::from(jobs),
             };
-            doctor::run(store, &codex, args).await
+            // Resolved only when there is a binding to probe.
+            doctor::run(store, || resolve(&codex_bin), args).await
         }
         Command::Migrate { from, to, json } => migrate::run(&from, &to, json).await,
-        Command::Verify { json } => {
-            let url = store_url(cli.store.as_deref())?;
+        Command::Verify { store, json } => {
+            let url = store_url(store.url.as_deref())?;
             let store = open_store_url(&url, Access::Read).await?;
             verify::run(store, &redact_url(&url), json).await
         }
         #[cfg(feature = "demo")]
         Command::Demo { json } => demo::run(json).await,
-        Command::AppServer { .. } | Command::Completions { .. } => {
+        Command::AppServer(_) | Command::Completions { .. } => {
             unreachable!("handled in main, without a runtime")
         }
     }

@@ -24,7 +24,7 @@ pub(crate) async fn run(from: &str, to: &str, json: bool) -> CliResult {
     let report = copy_sessions(source.as_ref(), target.as_ref(), &mut |_| bar.inc(1))
         .await
         .map_err(|e| format!("migrating from {from} to {to}: {e}"))?;
-    bar.finish_and_clear();
+    output::finish(&bar);
     if json {
         println!(
             "{}",

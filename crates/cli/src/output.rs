@@ -1,4 +1,12 @@
-//! Terminal-aware output (colours and progress bars only on a terminal), and the exit codes.
+//! Terminal-aware output, and the exit codes.
+//!
+//! Colour is decided by the stream written, each for itself ([`Stream::colour`]): `doctor >
+//! report.txt` on a terminal writes no escape codes into the file, while its warnings on the
+//! terminal keep theirs. `NO_COLOR` turns colour off, `CLICOLOR_FORCE` on, `CLICOLOR=0` off
+//! (anstream's rules, the ones clap's own help follows). Progress bars and spinners are drawn
+//! on stderr, only when it is a terminal, all through one [`MultiProgress`]; everything else
+//! written to stderr while one is shown (log lines, notices, warnings) goes through
+//! [`StderrAboveBars`], which writes it above the bar instead of over it.
 //!
 //! Exit codes: [`EXIT_OK`] 0, [`EXIT_FAILED`] 1, 2 for usage errors (clap's own), [`EXIT_TEMPORARY`]
 //! 75 (busy or temporary: retry later), [`EXIT_SIGINT`] 130 and [`EXIT_SIGTERM`] 143
@@ -7,11 +15,12 @@
 
 use std::error::Error;
 use std::fmt;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use anstyle::AnsiColor;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rethread_runtime::{RuntimeError, StatusEvent, StatusKind, StatusSink};
 use rethread_store::StoreError;
 
@@ -107,7 +116,7 @@ fn own_exit_code(error: &(dyn Error + 'static)) -> Option<u8> {
 /// Prints `rethread: <cause>` on one line to stderr and returns the exit code `code`.
 pub(crate) fn fail(cause: &str, code: u8) -> ExitCode {
     let one_line = cause.split_whitespace().collect::<Vec<_>>().join(" ");
-    eprintln!("rethread: {}", for_people(&one_line));
+    eprint_line(&format!("rethread: {}", for_people(&one_line)));
     ExitCode::from(code)
 }
 
@@ -133,44 +142,144 @@ pub(crate) fn for_people(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(safe)
 }
 
-fn stderr_is_terminal() -> bool {
-    std::io::stderr().is_terminal()
+/// Where a piece of output goes; each stream decides its own colour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stream {
+    /// The reply, reports and tables.
+    Stdout,
+    /// Notices, warnings, logs, progress.
+    Stderr,
 }
 
-/// Paints `text` with an ANSI colour code when stderr is a terminal (and `NO_COLOR` unset).
-pub(crate) fn paint(code: &str, text: &str) -> String {
-    if stderr_is_terminal() && std::env::var_os("NO_COLOR").is_none() {
-        format!("\x1b[{code}m{text}\x1b[0m")
+impl Stream {
+    /// Whether text written to this stream may carry colour: a terminal whose `TERM` has
+    /// colours, unless `NO_COLOR` is set (non-empty) or `CLICOLOR=0`; `CLICOLOR_FORCE` forces
+    /// it on a file or pipe too.
+    pub(crate) fn colour(self) -> bool {
+        let choice = match self {
+            Stream::Stdout => anstream::AutoStream::choice(&std::io::stdout()),
+            Stream::Stderr => anstream::AutoStream::choice(&std::io::stderr()),
+        };
+        choice != anstream::ColorChoice::Never
+    }
+}
+
+/// `text` in `colour` when `stream` takes colour, else as it is.
+pub(crate) fn paint(stream: Stream, colour: AnsiColor, text: &str) -> String {
+    if stream.colour() {
+        let style = colour.on_default();
+        format!("{style}{text}{style:#}")
     } else {
         text.to_string()
     }
 }
 
+/// `text` in bold when `stream` takes colour.
+pub(crate) fn bold(stream: Stream, text: &str) -> String {
+    if stream.colour() {
+        let style = anstyle::Style::new().bold();
+        format!("{style}{text}{style:#}")
+    } else {
+        text.to_string()
+    }
+}
+
+/// A table for people, printed on stdout with [`print_table`]: no borders, each column as
+/// wide as its widest cell (ids of any length keep the columns straight), cell colours only
+/// when stdout takes colour.
+pub(crate) fn table() -> comfy_table::Table {
+    let mut table = comfy_table::Table::new();
+    table.load_style(comfy_table::presets::NOTHING);
+    // comfy-table would ask whether stdout is a terminal itself; Stream::colour decides.
+    table.force_no_tty();
+    if Stream::Stdout.colour() {
+        table.enforce_styling();
+    }
+    table
+}
+
+/// The spaces between two columns of a [`table`] (a column's width includes them).
+pub(crate) const COLUMN_GAP: u16 = 2;
+
+/// Prints `table` on stdout: [`COLUMN_GAP`] spaces between columns, none before the first or
+/// after the last.
+pub(crate) fn print_table(table: &mut comfy_table::Table) {
+    for column in table.column_iter_mut() {
+        column.set_padding((0, COLUMN_GAP));
+    }
+    for line in table.lines() {
+        println!("{}", line.trim_end());
+    }
+}
+
 /// A lifecycle notice on stderr.
 pub(crate) fn notice(message: &str) {
-    eprintln!("{}", paint("33", message));
+    eprint_line(&paint(Stream::Stderr, AnsiColor::Yellow, message));
+}
+
+/// A line on stderr, as it is.
+pub(crate) fn notice_plain(line: &str) {
+    eprint_line(line);
 }
 
 /// A warning on stderr.
 pub(crate) fn warning(message: &str) {
-    eprintln!("{} {message}", paint("35", "warning:"));
+    let label = paint(Stream::Stderr, AnsiColor::Magenta, "warning:");
+    eprint_line(&format!("{label} {message}"));
+}
+
+/// The bars and spinners being shown: drawn on stderr when it is a terminal, hidden otherwise.
+fn bars() -> &'static MultiProgress {
+    static BARS: OnceLock<MultiProgress> = OnceLock::new();
+    BARS.get_or_init(|| {
+        MultiProgress::with_draw_target(if std::io::stderr().is_terminal() {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        })
+    })
+}
+
+/// `line` and a newline on stderr, above any bar being shown (a closed stderr is not an error
+/// worth failing for: there is nowhere left to say it).
+fn eprint_line(line: &str) {
+    let _ = StderrAboveBars.write_all(format!("{line}\n").as_bytes());
+}
+
+/// stderr, written above the progress bars and spinners being shown ([`MultiProgress::suspend`]:
+/// they are cleared, the bytes written, and they are drawn again below). The log output's
+/// writer, and every line the CLI itself prints on stderr.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct StderrAboveBars;
+
+impl Write for StderrAboveBars {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        bars().suspend(|| std::io::stderr().write(bytes))
+    }
+
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        bars().suspend(|| std::io::stderr().write_all(bytes))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
 }
 
 /// A progress bar on stderr, hidden when stderr is not a terminal.
 pub(crate) fn progress(len: u64, what: &str) -> ProgressBar {
-    let bar = ProgressBar::with_draw_target(
-        Some(len),
-        if stderr_is_terminal() {
-            ProgressDrawTarget::stderr()
-        } else {
-            ProgressDrawTarget::hidden()
-        },
-    );
+    let bar = bars().add(ProgressBar::new(len));
     if let Ok(style) = ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len}") {
         bar.set_style(style.progress_chars("=> "));
     }
     bar.set_message(what.to_string());
     bar
+}
+
+/// Clears `bar` from the terminal for good.
+pub(crate) fn finish(bar: &ProgressBar) {
+    bar.finish_and_clear();
+    bars().remove(bar);
 }
 
 /// What [`spinner`] says while it turns.
@@ -186,6 +295,7 @@ impl Spinner {
     pub(crate) fn clear(&self) {
         if !self.0.is_finished() {
             self.0.finish_and_clear();
+            bars().remove(&self.0);
         }
     }
 }
@@ -198,10 +308,10 @@ impl Drop for Spinner {
 
 /// Starts a [`Spinner`] saying `message`.
 pub(crate) fn spinner(message: &str) -> Spinner {
-    if !stderr_is_terminal() {
+    if !std::io::stderr().is_terminal() {
         return Spinner(ProgressBar::hidden());
     }
-    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    let bar = bars().add(ProgressBar::no_length());
     if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
         bar.set_style(style);
     }

@@ -1,11 +1,12 @@
-//! `rethread sessions list | show | forget`.
+//! `rethread sessions list | show [--rows] | forget`.
 
 use std::sync::Arc;
 
+use comfy_table::{Cell, CellAlignment, ColumnConstraint, Width};
 use rethread_store::{BindingStore, SessionRecord};
 use serde_json::{json, Value};
 
-use crate::output::for_people;
+use crate::output::{self, for_people};
 use crate::CliResult;
 
 fn to_json(record: &SessionRecord) -> Value {
@@ -73,6 +74,8 @@ const PAGE: usize = 256;
 pub(crate) async fn list(store: Arc<dyn BindingStore>, json: bool, paging: Paging) -> CliResult {
     let mut after = paging.after;
     let mut printed = 0usize;
+    // The column widths so far: a page's table is never narrower than the pages before it.
+    let mut widths: Vec<u16> = Vec::new();
     if json {
         print!("{{\"sessions\":[");
     }
@@ -81,17 +84,15 @@ pub(crate) async fn list(store: Arc<dyn BindingStore>, json: bool, paging: Pagin
             .limit
             .map_or(PAGE, |limit| (limit - printed).min(PAGE));
         let page = store.list_sessions(after.as_deref(), want).await?;
-        for record in &page.sessions {
-            if json {
+        if json {
+            for record in &page.sessions {
                 let comma = if printed == 0 { "" } else { "," };
                 print!("{comma}{}", to_json(record));
-            } else {
-                if printed == 0 {
-                    println!("{:<24} {:<38} {:>6}  BOUND AT", "SESSION", "THREAD", "ROWS");
-                }
-                print_row(record);
+                printed += 1;
             }
-            printed += 1;
+        } else if !page.sessions.is_empty() {
+            print_page(&page.sessions, printed == 0, &mut widths);
+            printed += page.sessions.len();
         }
         match page.next_after {
             Some(next) if paging.limit.is_some_and(|limit| printed >= limit) => break Some(next),
@@ -116,17 +117,29 @@ pub(crate) async fn list(store: Arc<dyn BindingStore>, json: bool, paging: Pagin
     Ok(())
 }
 
-fn print_row(record: &SessionRecord) {
-    let (thread, bound) = match record.binding() {
-        Some(b) => (b.thread_id.as_str(), format_ms(b.bound_at_ms)),
-        None => ("-", "-".to_string()),
-    };
-    println!(
-        "{:<24} {:<38} {:>6}  {bound}",
-        for_people(&record.session_id),
-        for_people(thread),
-        record.row_count
-    );
+/// One page of `sessions list` as a table (with the header when it is the first), its columns
+/// at least `widths` wide; `widths` becomes this page's.
+fn print_page(records: &[SessionRecord], first: bool, widths: &mut Vec<u16>) {
+    let mut table = output::table();
+    if first {
+        table.set_header(["SESSION", "THREAD", "ROWS", "BOUND AT"]);
+    }
+    for record in records {
+        let (thread, bound) = match record.binding() {
+            Some(b) => (
+                for_people(&b.thread_id).into_owned(),
+                format_ms(b.bound_at_ms),
+            ),
+            None => ("-".to_string(), "-".to_string()),
+        };
+        table.add_row([
+            Cell::new(for_people(&record.session_id)),
+            Cell::new(thread),
+            Cell::new(record.row_count).set_alignment(CellAlignment::Right),
+            Cell::new(bound),
+        ]);
+    }
+    print_keeping(&mut table, widths);
 }
 
 /// `word` as one shell word: as is when it is plain, else in single quotes.
@@ -173,6 +186,111 @@ pub(crate) async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> 
     println!("created:         {}", format_ms(record.created_at_ms));
     println!("updated:         {}", format_ms(record.updated_at_ms));
     Ok(())
+}
+
+/// Which rows `sessions show --rows` prints.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RowPaging {
+    /// At most this many (`None`: all, still read page by page).
+    pub(crate) limit: Option<u64>,
+    /// Only rows after this `seq`.
+    pub(crate) after: Option<u64>,
+}
+
+/// Prints the transcript of `id` page by page, as `sessions list` pages sessions: memory does
+/// not grow with the transcript. For people a table of `SEQ`, `ROLE` and `TEXT` (escaped; a
+/// row without a role or text, as a host may write, shows its JSON); with `json` one object
+/// whose `rows` are the rows as stored. With a limit, when more may follow, a hint on stderr
+/// names the next `--after` (in JSON: `next_after`).
+pub(crate) async fn show_rows(
+    store: Arc<dyn BindingStore>,
+    id: &str,
+    json: bool,
+    paging: RowPaging,
+) -> CliResult {
+    let record = store
+        .session(id)
+        .await?
+        .ok_or_else(|| format!("no session {id}"))?;
+    let mut next = paging.after.map_or(0, |after| after.saturating_add(1));
+    let end = match paging.limit {
+        Some(limit) => record.row_count.min(next.saturating_add(limit)),
+        None => record.row_count,
+    };
+    let mut widths: Vec<u16> = Vec::new();
+    let mut printed = 0usize;
+    if json {
+        print!("{{\"session\":{},\"rows\":[", json!(id));
+    }
+    while next < end {
+        let rows = store.rows(id, next..end.min(next + PAGE as u64)).await?;
+        let Some(last) = rows.last().map(|r| r.seq) else {
+            break;
+        };
+        if json {
+            for row in &rows {
+                let comma = if printed == 0 { "" } else { "," };
+                print!("{comma}{}", json!({"seq": row.seq, "row": row.body}));
+                printed += 1;
+            }
+        } else {
+            print_rows(&rows, printed == 0, &mut widths);
+            printed += rows.len();
+        }
+        next = last + 1;
+    }
+    let next_after = (next < record.row_count && next > 0).then(|| next - 1);
+    if json {
+        println!("],\"next_after\":{}}}", json!(next_after));
+        return Ok(());
+    }
+    if printed == 0 {
+        println!("no rows");
+    }
+    if let (Some(after), Some(limit)) = (next_after, paging.limit) {
+        eprintln!(
+            "more rows may follow: rethread sessions show {} --rows --limit {limit} --after {after}",
+            for_people(&shell_word(id))
+        );
+    }
+    Ok(())
+}
+
+/// One page of a transcript as a table (with the header when it is the first), its columns at
+/// least `widths` wide; `widths` becomes this page's.
+fn print_rows(rows: &[rethread_store::TranscriptRow], first: bool, widths: &mut Vec<u16>) {
+    let mut table = output::table();
+    if first {
+        table.set_header(["SEQ", "ROLE", "TEXT"]);
+    }
+    for row in rows {
+        let role = row.body.get("role").and_then(Value::as_str).unwrap_or("-");
+        let text = ["text", "summary"]
+            .iter()
+            .find_map(|key| row.body.get(*key).and_then(Value::as_str))
+            .map_or_else(|| row.body.to_string(), str::to_string);
+        table.add_row([
+            Cell::new(row.seq).set_alignment(CellAlignment::Right),
+            Cell::new(for_people(role)),
+            Cell::new(for_people(&text)),
+        ]);
+    }
+    print_keeping(&mut table, widths);
+}
+
+/// Prints `table` with its columns at least `widths` wide, and widens `widths` to its own.
+fn print_keeping(table: &mut comfy_table::Table, widths: &mut Vec<u16>) {
+    table.set_constraints(
+        widths
+            .iter()
+            .map(|w| ColumnConstraint::LowerBoundary(Width::Fixed(w + output::COLUMN_GAP))),
+    );
+    let page_widths = table.column_max_content_widths();
+    widths.resize(page_widths.len(), 0);
+    for (width, page) in widths.iter_mut().zip(page_widths) {
+        *width = (*width).max(page);
+    }
+    output::print_table(table);
 }
 
 pub(crate) async fn forget(store: Arc<dyn BindingStore>, id: &str, json: bool) -> CliResult {

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use anstyle::AnsiColor;
 use rethread_store::{BindingStore, Problem, VerifyReport};
 use serde_json::{json, Value};
 
@@ -54,7 +55,7 @@ pub(crate) async fn run(store: Arc<dyn BindingStore>, label: &str, json: bool) -
             bar.set_position(progress.sessions);
         })
         .await?;
-    bar.finish_and_clear();
+    output::finish(&bar);
     if json {
         println!("{}", report_json(label, &report));
     } else {
@@ -87,8 +88,13 @@ fn report_json(label: &str, report: &VerifyReport) -> Value {
 }
 
 fn print_human(label: &str, report: &VerifyReport) {
-    for problem in &report.problems {
-        println!("{}", describe(problem));
+    if !report.problems.is_empty() {
+        let mut table = output::table();
+        table.set_header(["PROBLEM", "SESSION", "DETAIL"]);
+        for problem in &report.problems {
+            table.add_row(describe(problem));
+        }
+        output::print_table(&mut table);
     }
     if report.unlisted_problems > 0 {
         println!("... and {} more problem(s)", report.unlisted_problems);
@@ -100,12 +106,12 @@ fn print_human(label: &str, report: &VerifyReport) {
     if report.is_ok() {
         println!(
             "{} {label}: {counts}, no problems",
-            output::paint("32", "verified")
+            output::paint(output::Stream::Stdout, AnsiColor::Green, "verified")
         );
     } else {
         println!(
             "{} {label}: {counts} checked, {} problem(s){}",
-            output::paint("31", "damaged"),
+            output::paint(output::Stream::Stdout, AnsiColor::Red, "damaged"),
             report.problem_count(),
             if report.complete {
                 ""
@@ -116,21 +122,22 @@ fn print_human(label: &str, report: &VerifyReport) {
     }
 }
 
-/// One problem on one line: `problem: <kind> [session <id>]: <detail>`.
-fn describe(problem: &Problem) -> String {
+/// One problem as a row: its kind, its session (`-` for none) and its detail on one line, the
+/// text for people.
+fn describe(problem: &Problem) -> [String; 3] {
     let kind = serde_json::to_value(problem.kind)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_else(|| format!("{:?}", problem.kind));
-    let session = problem
-        .session_id
-        .as_deref()
-        .map(|id| format!(" session {id}"))
-        .unwrap_or_default();
+    let session = problem.session_id.as_deref().unwrap_or("-");
     let detail = problem
         .detail
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ");
-    format!("problem: {kind}{session}: {detail}")
+    [
+        kind,
+        output::for_people(session).into_owned(),
+        output::for_people(&detail).into_owned(),
+    ]
 }

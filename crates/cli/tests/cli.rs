@@ -318,7 +318,9 @@ fn doctor_classifies_live_gone_and_paginated_under_the_older_profile_on_the_fake
     let out = sandbox.run(&["doctor"]);
     assert_eq!(out.status.code(), Some(1));
     let table = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(table.lines().count(), 4, "{table}");
+    // The header, a row per binding, the summary.
+    assert_eq!(table.lines().count(), 5, "{table}");
+    assert!(table.starts_with("SESSION"), "{table}");
     assert!(table.ends_with("3 binding(s): 2 live, 1 gone\n"), "{table}");
     assert!(
         stderr(&out).contains("1 of 3 binding(s) not live"),
@@ -339,7 +341,8 @@ fn doctor_exits_0_only_when_all_live_and_reports_a_failed_probe_as_a_row() {
         (empty["total"].clone(), empty["all_live"].clone()),
         (0.into(), true.into())
     );
-    // The older profile: threads are legacy, so each probe is one `thread/read`.
+    // The older profile: threads are legacy; each probe is `thread/read` and
+    // `thread/turns/list`.
     sandbox
         .env
         .push(("FAKE_CODEX_PROFILE".into(), "release-n".into()));
@@ -365,10 +368,10 @@ fn doctor_exits_0_only_when_all_live_and_reports_a_failed_probe_as_a_row() {
     let table = sandbox.ok(&["doctor", "--jobs", "2"]);
     assert!(String::from_utf8_lossy(&table.stdout).ends_with("5 binding(s): 5 live\n"));
 
-    // Request 1 is `initialize`, 2 probes a, 3 probes b: codex exits there.
+    // Request 1 is `initialize`, 2 and 3 probe a, 4 probes b: codex exits there.
     sandbox.env.push((
         "FAKE_CODEX_FAULTS".into(),
-        r#"{"faults": [{"kind": "exit_at_request", "n": 3}]}"#.into(),
+        r#"{"faults": [{"kind": "exit_at_request", "n": 4}]}"#.into(),
     ));
     let report = sandbox.doctor(&["--jobs", "1"]);
     let rows = report["bindings"].as_array().unwrap();
@@ -701,7 +704,10 @@ fn chat_against_real_codex_remembers_and_fails_closed() {
     }
 }
 
-/// `doctor` against real codex: live, gone, and paginated under 0.144.6.
+/// `doctor` against real codex: live, gone, unreadable, and paginated under 0.144.6; a legacy
+/// thread whose rollout was deleted is gone (0.169+ still answer its metadata read from their
+/// index); and the probe makes codex warn of nothing (0.171.0 warns that full-history reads of
+/// paginated threads are deprecated).
 #[test]
 fn doctor_against_real_codex() {
     for version in recent_releases() {
@@ -716,8 +722,19 @@ fn doctor_against_real_codex() {
         sandbox.chat_json("paginated", "p");
         let gone = sandbox.chat_json("gone", "g");
         sandbox.delete_rollout(gone["thread_id"].as_str().unwrap());
+        let unreadable = sandbox.chat_json("unreadable", "u");
+        let rollout = rollout_files(&sandbox.home)
+            .into_iter()
+            .find(|p| {
+                p.to_string_lossy()
+                    .contains(unreadable["thread_id"].as_str().unwrap())
+            })
+            .unwrap();
+        std::fs::write(rollout, b"not json\n").unwrap();
         sandbox.codex = older;
         sandbox.chat_json("legacy", "l");
+        let legacy_gone = sandbox.chat_json("legacy-gone", "lg");
+        sandbox.delete_rollout(legacy_gone["thread_id"].as_str().unwrap());
         let report: Value = sandbox.doctor(&[]);
         let status = |report: &Value, session: &str| {
             report["bindings"]
@@ -731,11 +748,20 @@ fn doctor_against_real_codex() {
         assert_eq!(status(&report, "paginated"), "incompatible", "{report}");
         assert_eq!(status(&report, "gone"), "gone", "{report}");
         assert_eq!(status(&report, "legacy"), "live", "{report}");
+        assert_eq!(status(&report, "unreadable"), "unreadable", "{report}");
         sandbox.codex = current;
         let report: Value = sandbox.doctor(&[]);
         assert_eq!(status(&report, "paginated"), "live", "{report}");
         assert_eq!(status(&report, "gone"), "gone", "{report}");
         assert_eq!(status(&report, "legacy"), "live", "{report}");
+        assert_eq!(status(&report, "unreadable"), "unreadable", "{report}");
+        assert_eq!(status(&report, "legacy-gone"), "gone", "{report}");
+        let out = sandbox.run(&["doctor"]);
+        let warned = stderr(&out);
+        assert!(
+            !warned.to_lowercase().contains("deprecat"),
+            "{version}: {warned}"
+        );
     }
 }
 

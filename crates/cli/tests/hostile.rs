@@ -139,7 +139,29 @@ fn rethread_as_its_own_codex_is_refused_with_how_to_name_the_real_one() {
             "codex on PATH, chat",
             on_path(&["chat", "--session", "s", "hi"]),
         ),
-        ("RETHREAD_CODEX_BIN, doctor", by_name(&["doctor"])),
+        ("RETHREAD_CODEX_BIN, doctor", {
+            // doctor starts codex only with a binding to probe: one, in a store of its own.
+            let store = format!(
+                "sqlite:{}",
+                sandbox.dir.path().join("bound.sqlite").display()
+            );
+            let runtime = tokio::runtime::Runtime::new().unwrap();
+            runtime.block_on(async {
+                let bound = rethread_store::open_url(&store, Default::default())
+                    .await
+                    .unwrap();
+                let rows = vec![serde_json::json!({"role": "user", "text": "hi"})];
+                let commit = rethread_store::TurnCommit::new(
+                    "s",
+                    "0199aaaa-0000-7000-8000-000000000001",
+                    rows,
+                );
+                bound.commit_turn(commit).await.unwrap();
+            });
+            let mut command = by_name(&["doctor"]);
+            command.env("RETHREAD_STORE", store);
+            command
+        }),
     ];
     for (case, mut command) in cases {
         let child = command.process_group(0).spawn().unwrap();

@@ -151,11 +151,15 @@ fn verify_reports_every_damage_and_exits_1() {
     let out = rethread(&url, &["verify"]);
     assert_eq!(code(&out), Some(1));
     let human = text(&out.stdout);
-    assert!(human.contains("problem: session session a:"), "{human}");
-    assert!(
-        human.contains("problem: missing_rows session b:"),
-        "{human}"
-    );
+    let row_of = |kind: &str, session: &str| {
+        human.lines().any(|line| {
+            let mut columns = line.split_whitespace();
+            columns.next() == Some(kind) && columns.next() == Some(session)
+        })
+    };
+    assert!(human.starts_with("PROBLEM"), "{human}");
+    assert!(row_of("session", "a"), "{human}");
+    assert!(row_of("missing_rows", "b"), "{human}");
     assert!(human.contains("damaged"), "{human}");
 }
 

@@ -67,6 +67,11 @@ impl Profile {
         self != Profile::Current
     }
 
+    /// Whether `thread/turns/list` needs the `experimentalApi` capability.
+    pub fn turns_list_is_experimental(self) -> bool {
+        self != Profile::Current
+    }
+
     /// Whether one process holding a thread locks other processes out of resuming it.
     pub fn has_writer_lock(self) -> bool {
         self == Profile::Current

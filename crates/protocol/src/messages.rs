@@ -51,6 +51,12 @@ request!(
     ThreadRead, "thread/read", ThreadReadParams, ThreadReadResponse
 );
 request!(
+    /// `thread/turns/list`: a page of a stored thread's turns, read without resuming it (the
+    /// read codex asks for instead of a full-history `thread/read` of a paginated thread;
+    /// 0.144.6 serves it only under `experimentalApi`).
+    ThreadTurnsList, "thread/turns/list", ThreadTurnsListParams, ThreadTurnsListResponse
+);
+request!(
     /// `thread/list`: page through stored threads.
     ThreadList, "thread/list", ThreadListParams, ThreadListResponse
 );
@@ -294,6 +300,28 @@ pub struct ThreadReadParams {
 pub struct ThreadReadResponse {
     /// The thread.
     pub thread: Thread,
+}
+
+/// `thread/turns/list` params.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadTurnsListParams {
+    /// The thread whose turns to list.
+    pub thread_id: String,
+    /// Page size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// `thread/turns/list` result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadTurnsListResponse {
+    /// The turns of this page (newest first by default).
+    pub data: Vec<Turn>,
+    /// Cursor of the next page, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// `thread/list` params.

@@ -60,6 +60,14 @@ fn thread_requests_are_pinned() {
         line(5, ThreadList::METHOD, &list),
         r#"{"id":5,"method":"thread/list","params":{"cursor":"c","limit":10}}"#
     );
+    let turns = ThreadTurnsListParams {
+        thread_id: "t1".into(),
+        limit: Some(1),
+    };
+    assert_eq!(
+        line(7, ThreadTurnsList::METHOD, &turns),
+        r#"{"id":7,"method":"thread/turns/list","params":{"threadId":"t1","limit":1}}"#
+    );
 }
 
 #[test]

@@ -141,6 +141,49 @@ fn client_requests() -> Vec<Message> {
     out
 }
 
+/// `doctor`'s probe lists a thread's turns (`thread/turns/list`), a method 0.144.6 lists only
+/// in its experimental schema (the probe's client declares `experimentalApi`).
+#[test]
+fn the_probe_request_validates_against_each_supported_experimental_schema() {
+    for version in supported_releases() {
+        let Some(codex) = codex_or_skip(&version) else {
+            continue;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new(&codex)
+            .args([
+                "app-server",
+                "generate-json-schema",
+                "--experimental",
+                "--out",
+            ])
+            .arg(dir.path())
+            .env("CODEX_HOME", home.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "{version}: {status}");
+        let requests = schema(dir.path(), "ClientRequest.json");
+        let message = Message::request(
+            1,
+            ThreadTurnsList::METHOD,
+            &ThreadTurnsListParams {
+                thread_id: "t".into(),
+                limit: Some(1),
+            },
+        )
+        .unwrap();
+        let value = serde_json::to_value(&message).unwrap();
+        assert_valid(
+            &requests,
+            &value,
+            &format!("{version}: {}", message.to_line()),
+        );
+    }
+}
+
 #[test]
 fn every_message_we_produce_validates_against_each_supported_schema() {
     for version in supported_releases() {
@@ -245,6 +288,9 @@ fn decode_all(log: &[Value], sent: &[Value]) -> usize {
                     "thread/resume" => response.result_as::<ThreadResumeResponse>().map(drop),
                     "thread/read" => response.result_as::<ThreadReadResponse>().map(drop),
                     "thread/list" => response.result_as::<ThreadListResponse>().map(drop),
+                    "thread/turns/list" => {
+                        response.result_as::<ThreadTurnsListResponse>().map(drop)
+                    }
                     "turn/start" => response.result_as::<TurnStartResponse>().map(drop),
                     "turn/interrupt" => response.result_as::<TurnInterruptResponse>().map(drop),
                     _ => Ok(()),
@@ -305,6 +351,19 @@ async fn real_turns_decode(version: &str) {
         .request("thread/list", Some(json!({"limit": 5})))
         .await
         .unwrap();
+    let listed = server
+        .peer
+        .request(
+            "thread/turns/list",
+            Some(json!({"threadId": thread_id, "limit": 1})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["result"]["data"].as_array().map(Vec::len),
+        Some(1),
+        "{version}: {listed}"
+    );
     let mut typed = decode_all(&server.peer.log, &server.peer.sent);
     server.kill().await.unwrap();
 

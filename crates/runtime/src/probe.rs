@@ -1,14 +1,19 @@
 //! [`probe_thread`]: how a bound thread would fare on resume, asked without resuming it.
 //!
-//! A probe is `thread/read` without turns: side-effect free, and it succeeds for a paginated
-//! thread even on a codex that cannot resume it. So a thread whose history is not legacy gets
-//! one more read with turns, which such a codex refuses the same way it refuses resume
-//! (`paginated_threads is not supported yet`): that is how "incompatible" is told from "live"
-//! without resuming anything. Errors are classified by the same rule as a failed resume
-//! ([`classify_resume_error`]).
+//! A probe is two reads, neither of which resumes or changes the thread: `thread/read`
+//! without turns (its history mode, and whether codex knows the thread at all), then
+//! `thread/turns/list` for one turn, which needs the rollout itself. The second tells
+//! "incompatible" from "live" (a codex that cannot serve a paginated thread refuses the list
+//! as it refuses resume: `paginated_threads is not supported yet`) and "gone" from "live"
+//! (0.169+ answer the metadata read of a thread whose rollout was deleted from their index).
+//! It replaces a full-history `thread/read {"includeTurns": true}`, which codex 0.171.0
+//! answers with a `deprecationNotice` for paginated threads. Errors are classified by the same
+//! rule as a failed resume ([`classify_resume_error`]).
 
-use rethread_protocol::messages::{ThreadRead, ThreadReadParams};
-use rethread_protocol::{classify_resume_error, HistoryMode, ResumeFailure};
+use rethread_protocol::messages::{
+    ThreadRead, ThreadReadParams, ThreadTurnsList, ThreadTurnsListParams,
+};
+use rethread_protocol::{classify_resume_error, ErrorCode, ResumeFailure, RpcError};
 use serde::{Deserialize, Serialize};
 
 use crate::client::{AppServerClient, ClientError};
@@ -78,8 +83,9 @@ pub struct ThreadProbe {
     pub failure: Option<ResumeFailure>,
 }
 
-/// Probes `thread_id` on `client` with `thread/read` only (never `thread/resume`): nothing
-/// changes in codex or in any store.
+/// Probes `thread_id` on `client` with reads only (`thread/read` without turns, then
+/// `thread/turns/list` for one turn; never `thread/resume`): nothing changes in codex or in
+/// any store, and codex warns of nothing.
 ///
 /// # Contract
 /// An error answer is a [`ThreadProbe`] (classified); a connection failure or timeout is the
@@ -98,14 +104,34 @@ pub async fn probe_thread(
     client: &AppServerClient,
     thread_id: &str,
 ) -> Result<ThreadProbe, ClientError> {
-    let mode = match read(client, thread_id, false).await {
-        Ok(mode) => mode,
+    let read = ThreadReadParams {
+        thread_id: thread_id.to_string(),
+        include_turns: false,
+    };
+    let mode = match client.request::<ThreadRead>(&read).await {
+        Ok(read) => read.thread.history_mode,
         Err(error) => return classify(error),
     };
-    if !mode.is_legacy() {
-        if let Err(error) = read(client, thread_id, true).await {
-            return classify(error);
+    let list = ThreadTurnsListParams {
+        thread_id: thread_id.to_string(),
+        limit: Some(1),
+    };
+    match client.request::<ThreadTurnsList>(&list).await {
+        Ok(_) => {}
+        // A codex that does not serve the list (0.144.6 to a client without `experimentalApi`,
+        // older releases): the full read it replaces, needed for non-legacy threads only.
+        Err(error) if error.rpc_error().is_some_and(list_unavailable) => {
+            if !mode.is_legacy() {
+                let full = ThreadReadParams {
+                    include_turns: true,
+                    ..read
+                };
+                if let Err(error) = client.request::<ThreadRead>(&full).await {
+                    return classify(error);
+                }
+            }
         }
+        Err(error) => return classify(error),
     }
     Ok(ThreadProbe {
         health: ThreadHealth::Live,
@@ -114,20 +140,13 @@ pub async fn probe_thread(
     })
 }
 
-async fn read(
-    client: &AppServerClient,
-    thread_id: &str,
-    include_turns: bool,
-) -> Result<HistoryMode, ClientError> {
-    let params = ThreadReadParams {
-        thread_id: thread_id.to_string(),
-        include_turns,
-    };
-    Ok(client
-        .request::<ThreadRead>(&params)
-        .await?
-        .thread
-        .history_mode)
+/// Whether `rpc` refuses `thread/turns/list` itself, not the thread.
+fn list_unavailable(rpc: &RpcError) -> bool {
+    match classify_resume_error(rpc) {
+        ResumeFailure::CapabilityRequired => true,
+        ResumeFailure::Incompatible => false,
+        _ => rpc.code == ErrorCode::METHOD_NOT_FOUND,
+    }
 }
 
 fn classify(error: ClientError) -> Result<ThreadProbe, ClientError> {

@@ -9,17 +9,29 @@ use crate::{redact_url, BindingStore, MemoryStore, OpenOptions, StoreError};
 ///
 /// | URL | store | feature |
 /// |---|---|---|
-/// | `redb:PATH`, `redb://PATH` | [`RedbStore`](crate::RedbStore) | `redb` |
-/// | `sqlite:PATH`, `sqlite://PATH` | [`SqliteStore`](crate::SqliteStore) | `sqlite` |
+/// | `redb:PATH`, `redb:///PATH` | [`RedbStore`](crate::RedbStore) | `redb` |
+/// | `sqlite:PATH`, `sqlite:///PATH` | [`SqliteStore`](crate::SqliteStore) | `sqlite` |
 /// | `postgres://...`, `postgresql://...` | `PostgresStore` | `postgres` |
 /// | `memory:` | [`MemoryStore`] | always |
 ///
-/// The scheme is case-insensitive. A file `PATH` is taken verbatim after an optional `//`
-/// (file names are not URL-encoded: `%`, `?`, `#` and spaces are part of the name), so
-/// `sqlite:/var/x.db` and `sqlite:///var/x.db` are one file and `sqlite://x.db` is `x.db` in
-/// the current directory; a leading `~/` is the home directory (`sqlite:~/x.db`). A PostgreSQL URL is parsed whole with the `url` crate (one host;
-/// libpq-style query parameters); its parameter `schema=NAME` is rethread's (the schema of the
-/// tables, created if missing) and is not passed to the server.
+/// The scheme is case-insensitive. A file store is named one of two ways:
+/// - `sqlite:PATH` (and `redb:PATH`): the path verbatim, relative or absolute (file names are
+///   not URL-encoded: `%`, `?`, `#` and spaces are part of the name); a leading `~/` is the
+///   home directory (`sqlite:~/x.db`).
+/// - `sqlite://AUTHORITY/PATH`: a URI read the way SQLite reads its own `file:` URIs. The
+///   authority is empty or `localhost` (`sqlite:///var/x.db`, `sqlite://localhost/var/x.db`);
+///   any other host is refused (a store file is local), as SQLite refuses it. The path is
+///   absolute and percent-decoded (`%20` is a space). Query parameters and fragments are
+///   refused rather than passed to SQLite: the store sets the connection's own options (WAL,
+///   read-write, create or not), and `mode=ro`, `immutable=1` or a `vfs` would undo its
+///   guarantees.
+///
+/// So `sqlite:/var/x.db` and `sqlite:///var/x.db` are one file; `sqlite://x.db` is refused
+/// (`x.db` would be a host). A bare path (`/tmp/x.redb`) is not a URL: the error suggests the
+/// URL its extension points to (`redb:` for `.redb`, `sqlite:` for `.sqlite`, `.sqlite3` and
+/// `.db`), or lists the forms. A PostgreSQL URL is parsed whole with the `url` crate (one
+/// host; libpq-style query parameters); its parameter `schema=NAME` is rethread's (the schema
+/// of the tables, created if missing) and is not passed to the server.
 ///
 /// `Display` and `Debug` never show a password ([`redact_url`]).
 ///
@@ -29,6 +41,7 @@ use crate::{redact_url, BindingStore, MemoryStore, OpenOptions, StoreError};
 /// assert_eq!(url.path().unwrap().to_str(), Some("/var/lib/app/rethread.db"));
 /// assert_eq!(url.to_string(), "sqlite:/var/lib/app/rethread.db");
 /// assert!(StoreUrl::parse("mysql://db/x").is_err());
+/// assert!(StoreUrl::parse("sqlite://db-host/x.db").is_err());
 /// ```
 #[non_exhaustive]
 #[derive(Clone, PartialEq, Eq)]
@@ -54,21 +67,10 @@ impl StoreUrl {
             url: redact_url(url),
             reason: reason.to_string(),
         };
-        let (scheme, rest) = url.split_once(':').ok_or_else(|| unsupported(EXPECTED))?;
-        let file = || {
-            let path = rest.strip_prefix("//").unwrap_or(rest);
-            if path.is_empty() {
-                return Err(unsupported("the URL has no path"));
-            }
-            // `~/...` is under the home directory, as a shell would have it (no shell expands
-            // it inside a URL).
-            match path.strip_prefix("~/") {
-                Some(under_home) => std::env::home_dir()
-                    .map(|home| home.join(under_home))
-                    .ok_or_else(|| unsupported("`~` but no home directory")),
-                None => Ok(PathBuf::from(path)),
-            }
+        let Some((scheme, rest)) = url.split_once(':').filter(|(s, _)| is_scheme(s)) else {
+            return Err(unsupported(&bare_path_hint(url)));
         };
+        let file = || file_path(rest).map_err(|reason| unsupported(&reason));
         match scheme.to_ascii_lowercase().as_str() {
             "redb" => file().map(StoreUrl::Redb),
             "sqlite" => file().map(StoreUrl::Sqlite),
@@ -121,6 +123,69 @@ impl StoreUrl {
             reason: format!("this build has no {feature} backend (feature `{feature}`)"),
         }
     }
+}
+
+/// Whether `text` is a URL scheme (RFC 3986: a letter, then letters, digits, `+`, `-`, `.`):
+/// what comes before the first `:` of `/tmp/a:b.db` is not.
+fn is_scheme(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+}
+
+/// What to say about `text`, which has no scheme: the URL its extension points to, or the forms
+/// a store URL takes.
+fn bare_path_hint(text: &str) -> String {
+    let extension = Path::new(text)
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let scheme = match extension.as_deref() {
+        Some("redb") => "redb",
+        Some("sqlite" | "sqlite3" | "db") => "sqlite",
+        _ => return format!("not a store URL (a bare path?); {EXPECTED}"),
+    };
+    format!("a bare path is not a store URL; did you mean `{scheme}:{text}`?")
+}
+
+/// The file `rest` (what follows `redb:` or `sqlite:`) names: a path verbatim, or after `//`
+/// a URI read as SQLite reads its `file:` URIs (see [`StoreUrl`]). The error is the reason.
+fn file_path(rest: &str) -> Result<PathBuf, String> {
+    let Some(uri) = rest.strip_prefix("//") else {
+        if rest.is_empty() {
+            return Err("the URL has no path".into());
+        }
+        // `~/...` is under the home directory, as a shell would have it (no shell expands it
+        // inside a URL).
+        return match rest.strip_prefix("~/") {
+            Some(under_home) => std::env::home_dir()
+                .map(|home| home.join(under_home))
+                .ok_or_else(|| "`~` but no home directory".into()),
+            None => Ok(PathBuf::from(rest)),
+        };
+    };
+    let (authority, path) = uri.split_at(uri.find('/').unwrap_or(uri.len()));
+    if !(authority.is_empty() || authority.eq_ignore_ascii_case("localhost")) {
+        return Err(format!(
+            "`//{authority}` names a host, and a store file is local: write `///` and an \
+             absolute path (`sqlite:///var/x.db`), or no `//` for a relative one (`sqlite:x.db`)"
+        ));
+    }
+    if path.contains(['?', '#']) {
+        return Err(
+            "query parameters and fragments are not taken (the store sets the \
+                    connection's options itself); percent-encode a `?` or `#` of the file \
+                    name (`%3F`, `%23`)"
+                .into(),
+        );
+    }
+    if path.is_empty() {
+        return Err("the URL has no path".into());
+    }
+    percent_encoding::percent_decode_str(path)
+        .decode_utf8()
+        .map(|path| PathBuf::from(path.as_ref()))
+        .map_err(|_| "the path is not UTF-8 once percent-decoded".into())
 }
 
 impl std::fmt::Display for StoreUrl {
@@ -202,7 +267,6 @@ mod tests {
             ("redb:/tmp/a.redb", "/tmp/a.redb"),
             ("redb:///tmp/a.redb", "/tmp/a.redb"),
             ("sqlite:rel/a.db", "rel/a.db"),
-            ("sqlite://rel/a.db", "rel/a.db"),
             ("SQLITE:/tmp/my store?#%20.db", "/tmp/my store?#%20.db"),
         ] {
             let parsed = StoreUrl::parse(url).unwrap();
@@ -229,6 +293,69 @@ mod tests {
                     assert!(!url.contains("s3cret"), "{url}")
                 }
                 other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
+    /// Issue 22: `sqlite://` is SQLite's own URI form: the authority empty or `localhost`, the
+    /// path absolute and percent-decoded, no query parameters (refused, not passed on).
+    #[test]
+    fn sqlite_uris_read_as_sqlite_reads_them() {
+        for (url, path) in [
+            ("sqlite:///tmp/a.db", "/tmp/a.db"),
+            ("sqlite://localhost/tmp/a.db", "/tmp/a.db"),
+            ("sqlite://LOCALHOST/tmp/a.db", "/tmp/a.db"),
+            ("sqlite:///tmp/my%20store%3F.db", "/tmp/my store?.db"),
+            ("redb:///tmp/a%23b.redb", "/tmp/a#b.redb"),
+        ] {
+            let parsed = StoreUrl::parse(url).unwrap();
+            assert_eq!(parsed.path(), Some(Path::new(path)), "{url}");
+        }
+        for (url, says) in [
+            ("sqlite://rel/a.db", "`//rel` names a host"),
+            (
+                "sqlite://db.example.com/var/x.db",
+                "`//db.example.com` names a host",
+            ),
+            ("sqlite://~/x.db", "`//~` names a host"),
+            ("redb://x.redb", "`//x.redb` names a host"),
+            ("sqlite:///tmp/a.db?mode=ro", "query parameters"),
+            ("sqlite:///tmp/a.db#frag", "query parameters"),
+            ("sqlite://localhost", "no path"),
+            ("sqlite:///tmp/%FF.db", "not UTF-8"),
+        ] {
+            match StoreUrl::parse(url) {
+                Err(StoreError::UnsupportedUrl { reason, .. }) => {
+                    assert!(reason.contains(says), "{url}: {reason}")
+                }
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+    }
+
+    /// Issue 22: `--store /tmp/x.redb` says which URL was meant.
+    #[test]
+    fn a_bare_path_suggests_the_url_its_extension_points_to() {
+        for (bare, says) in [
+            ("/tmp/x.redb", "did you mean `redb:/tmp/x.redb`?"),
+            ("x.REDB", "did you mean `redb:x.REDB`?"),
+            ("/tmp/x.sqlite", "did you mean `sqlite:/tmp/x.sqlite`?"),
+            ("data/x.sqlite3", "did you mean `sqlite:data/x.sqlite3`?"),
+            ("/tmp/a:b/x.db", "did you mean `sqlite:/tmp/a:b/x.db`?"),
+            (
+                "/tmp/store",
+                "`redb:PATH`, `sqlite:PATH`, `postgres://...` or `memory:`",
+            ),
+            (
+                "./x.json",
+                "`redb:PATH`, `sqlite:PATH`, `postgres://...` or `memory:`",
+            ),
+        ] {
+            match StoreUrl::parse(bare) {
+                Err(StoreError::UnsupportedUrl { reason, .. }) => {
+                    assert!(reason.contains(says), "{bare}: {reason}")
+                }
+                other => panic!("{bare}: {other:?}"),
             }
         }
     }

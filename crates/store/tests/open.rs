@@ -321,7 +321,7 @@ async fn store_urls_name_their_store_without_a_password() {
     assert!(matches!(url, StoreUrl::Postgres(_)));
     assert!(!url.to_string().contains("s3cret"));
     assert_eq!(url.path(), None);
-    let url: StoreUrl = "redb://relative/dir/s.redb".parse().unwrap();
+    let url: StoreUrl = "redb:relative/dir/s.redb".parse().unwrap();
     assert_eq!(
         url.path(),
         Some(std::path::Path::new("relative/dir/s.redb"))

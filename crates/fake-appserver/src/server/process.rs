@@ -23,11 +23,12 @@ use crate::store::{Store, ThreadMeta, TurnRecord};
 use crate::util::now_ms;
 
 /// The methods the fake serves, in the order its "unknown variant" error lists them.
-const METHODS: [&str; 7] = [
+const METHODS: [&str; 8] = [
     "initialize",
     "thread/start",
     "thread/resume",
     "thread/read",
+    "thread/turns/list",
     "thread/list",
     "turn/start",
     "turn/interrupt",
@@ -360,6 +361,7 @@ fn dispatch(
         "thread/start" => threads::thread_start(&mut lock(proc), emitter, id, &params),
         "thread/resume" => threads::thread_resume(&mut lock(proc), emitter, id, &params, faults),
         "thread/read" => threads::thread_read(&mut lock(proc), emitter, &params),
+        "thread/turns/list" => threads::thread_turns_list(&mut lock(proc), emitter, &params),
         "thread/list" => list::thread_list(&mut lock(proc), &params),
         "turn/start" => turns::turn_start(proc, emitter, tasks, id, &params, faults),
         "turn/interrupt" => turns::turn_interrupt(&mut lock(proc), &params),

@@ -330,9 +330,43 @@ pub(super) fn internal(e: io::Error) -> Failure {
     (ErrorCode::INTERNAL_ERROR, e.to_string())
 }
 
+/// What a read of a stored thread returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// `thread/read`: the thread, with its turns when asked (`includeTurns`).
+    Thread { include_turns: bool },
+    /// `thread/turns/list`: a page of its turns, newest first.
+    Turns { limit: Option<usize> },
+}
+
 pub(super) fn thread_read(proc: &mut Proc, emitter: &Emitter, params: &Value) -> Handled {
-    let thread_id = field_str(params, "threadId")?;
     let include_turns = field_bool(params, "includeTurns")?.unwrap_or(false);
+    read_thread(proc, emitter, params, Read::Thread { include_turns })
+}
+
+/// `thread/turns/list {threadId, limit?}`: one page (no cursors: the fake's threads are short),
+/// read the way a full `thread/read` reads the rollout, without its deprecation notice; 0.144.6
+/// serves it only under `experimentalApi`.
+pub(super) fn thread_turns_list(proc: &mut Proc, emitter: &Emitter, params: &Value) -> Handled {
+    if proc.profile.turns_list_is_experimental() && !proc.experimental {
+        return Err((
+            ErrorCode::INVALID_REQUEST,
+            "thread/turns/list requires experimentalApi capability".into(),
+        ));
+    }
+    let limit = params
+        .get("limit")
+        .and_then(Value::as_u64)
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    read_thread(proc, emitter, params, Read::Turns { limit })
+}
+
+fn read_thread(proc: &mut Proc, emitter: &Emitter, params: &Value, what: Read) -> Handled {
+    let thread_id = field_str(params, "threadId")?;
+    let include_turns = what
+        != Read::Thread {
+            include_turns: false,
+        };
     check_uuid(&thread_id).map_err(|e| {
         (
             ErrorCode::INVALID_REQUEST,
@@ -361,13 +395,16 @@ pub(super) fn thread_read(proc: &mut Proc, emitter: &Emitter, params: &Value) ->
     };
     if let Some(loaded) = proc.threads.get(&thread_id) {
         paginated_check(&loaded.meta.history_mode, loaded.materialized)?;
-        if include_turns && loaded.meta.history_mode == HistoryMode::Paginated {
-            deprecation_notice(emitter);
-        }
-        let turns = include_turns.then_some(loaded.turns.as_slice());
-        return Ok(Answer::Reply(
-            json!({"thread": proc.thread_json(&loaded.meta, turns, true)}),
-        ));
+        let paginated = loaded.meta.history_mode == HistoryMode::Paginated;
+        return Ok(Answer::Reply(read_answer(
+            proc,
+            emitter,
+            what,
+            paginated,
+            &loaded.meta,
+            &loaded.turns,
+            true,
+        )));
     }
     let row = proc.store.row(&thread_id).map_err(internal)?;
     // 0.169.0 reads an indexed thread at its indexed path; 0.144.6 also finds a moved rollout.
@@ -390,22 +427,35 @@ pub(super) fn thread_read(proc: &mut Proc, emitter: &Emitter, params: &Value) ->
                 .store
                 .reconcile_mode(&thread_id, &rollout.meta.history_mode);
             paginated_check(&rollout.meta.history_mode, true)?;
-            if include_turns && rollout.meta.history_mode == HistoryMode::Paginated {
-                deprecation_notice(emitter);
-            }
+            let paginated = rollout.meta.history_mode == HistoryMode::Paginated;
             let mut meta = rollout.meta;
             if let Some(row) = &row {
                 meta.created_ms = row.created_ms;
                 meta.updated_ms = row.updated_ms;
             }
-            let turns = include_turns.then_some(rollout.turns.as_slice());
-            Ok(Answer::Reply(
-                json!({"thread": proc.thread_json(&meta, turns, false)}),
-            ))
+            Ok(Answer::Reply(read_answer(
+                proc,
+                emitter,
+                what,
+                paginated,
+                &meta,
+                &rollout.turns,
+                false,
+            )))
         }
         // 0.169.0 answers a metadata-only read from its index when the rollout is gone;
         // 0.144.6 treats the thread as unknown.
         Err(ReadError::Missing) => match row {
+            // The list of a legacy thread's turns needs the rollout: not loaded.
+            Some(row)
+                if what
+                    != Read::Thread {
+                        include_turns: false,
+                    }
+                    && HistoryMode::parse(&row.history_mode).is_legacy() =>
+            {
+                Err(not_loaded())
+            }
             Some(row) if proc.profile == Profile::Current => {
                 if include_turns {
                     return Err((
@@ -434,6 +484,37 @@ pub(super) fn thread_read(proc: &mut Proc, emitter: &Emitter, params: &Value) ->
             ErrorCode::INTERNAL_ERROR,
             e.message(&path, proc.profile, false),
         )),
+    }
+}
+
+/// The answer to a read that found the thread: a full `thread/read` of a paginated thread also
+/// says that such reads are deprecated (as 0.171.0 does); a list of turns does not.
+fn read_answer(
+    proc: &Proc,
+    emitter: &Emitter,
+    what: Read,
+    paginated: bool,
+    meta: &ThreadMeta,
+    turns: &[TurnRecord],
+    loaded: bool,
+) -> Value {
+    match what {
+        Read::Thread { include_turns } => {
+            if include_turns && paginated {
+                deprecation_notice(emitter);
+            }
+            let turns = include_turns.then_some(turns);
+            json!({"thread": proc.thread_json(meta, turns, loaded)})
+        }
+        Read::Turns { limit } => {
+            let page: Vec<Value> = turns
+                .iter()
+                .rev()
+                .take(limit.unwrap_or(usize::MAX))
+                .map(turn_json)
+                .collect();
+            json!({"data": page, "nextCursor": null, "backwardsCursor": null})
+        }
     }
 }
 

@@ -1,0 +1,254 @@
+//! Issue 22, the CLI's flags: `--store` and `--codex-bin` show only on the commands that use
+//! them and are a usage error (exit 2) elsewhere, before the command or after it;
+//! `rethread app-server --session ID` works after `app-server` too (the other arguments still
+//! go to codex verbatim); `rethread help app-server` lists rethread's own settings, while
+//! `rethread app-server --help` stays codex's.
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use rethread_testkit::real::{thread_id, AppServerProcess};
+use serde_json::Value;
+use support::{fake_codex, rethread};
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(rethread());
+    command
+        .args(args)
+        .env_remove("RETHREAD_STORE")
+        .env_remove("RETHREAD_CODEX_BIN")
+        .env_remove("RETHREAD_SESSION")
+        .env("RUST_LOG", "off");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Each command's `--help` lists `--store` exactly when the command keeps sessions, and
+/// `--codex-bin` exactly when it starts codex.
+#[test]
+fn global_flags_show_only_on_commands_that_use_them() {
+    let commands: [(&[&str], bool, bool); 10] = [
+        (&["chat"], true, true),
+        (&["sessions", "list"], true, false),
+        (&["sessions", "show"], true, false),
+        (&["sessions", "forget"], true, false),
+        (&["doctor"], true, true),
+        (&["verify"], true, false),
+        (&["migrate"], false, false),
+        (&["completions"], false, false),
+        (&["demo"], false, false),
+        (&["app-server"], true, true),
+    ];
+    for (command, store, codex_bin) in commands {
+        let mut args = vec!["help"];
+        args.extend_from_slice(command);
+        let out = run(&args, &[]);
+        let help = text(&out.stdout);
+        assert!(out.status.success(), "{command:?}: {}", text(&out.stderr));
+        assert_eq!(help.contains("--store"), store, "{command:?}:\n{help}");
+        assert_eq!(
+            help.contains("--codex-bin"),
+            codex_bin,
+            "{command:?}:\n{help}"
+        );
+    }
+}
+
+#[test]
+fn a_flag_where_it_does_not_apply_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.sqlite").display());
+    let other = format!("sqlite:{}", dir.path().join("t.sqlite").display());
+    let misplaced: [&[&str]; 7] = [
+        &[
+            "--store", "memory:", "migrate", "--from", &store, "--to", &other,
+        ],
+        &[
+            "migrate", "--store", "memory:", "--from", &store, "--to", &other,
+        ],
+        &["--codex-bin", "/bin/true", "sessions", "list"],
+        &["sessions", "list", "--codex-bin", "/bin/true"],
+        &["--codex-bin", "/bin/true", "verify"],
+        &["--store", "memory:", "completions", "bash"],
+        &["completions", "bash", "--store", "memory:"],
+    ];
+    for args in misplaced {
+        let out = run(args, &[]);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    assert!(!dir.path().join("t.sqlite").exists(), "nothing was written");
+    // Where they apply, before or after the command, and from the environment.
+    let out = run(&["migrate", "--from", "memory:", "--to", &store], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for (args, env) in [
+        (vec!["--store", store.as_str(), "sessions", "list"], vec![]),
+        (vec!["sessions", "list", "--store", store.as_str()], vec![]),
+        (
+            vec!["sessions", "list"],
+            vec![("RETHREAD_STORE", store.as_str())],
+        ),
+        (vec!["verify", "--store", store.as_str()], vec![]),
+    ] {
+        let out = run(&args, &env);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    // The variable is ambient: a command that keeps no sessions ignores it.
+    let out = run(
+        &["completions", "bash"],
+        &[
+            ("RETHREAD_STORE", "memory:"),
+            ("RETHREAD_CODEX_BIN", "/bin/true"),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn help_app_server_lists_rethreads_own_settings_and_its_help_flag_stays_codexs() {
+    let out = run(&["help", "app-server"], &[]);
+    let help = text(&out.stdout);
+    assert!(out.status.success());
+    for setting in [
+        "--session",
+        "RETHREAD_SESSION",
+        "RETHREAD_SESSION_WAIT",
+        "RETHREAD_STORE",
+        "RETHREAD_CODEX_BIN",
+        "RETHREAD_LEASE_TTL",
+    ] {
+        assert!(help.contains(setting), "{setting}:\n{help}");
+    }
+    // `--help` after `app-server` is codex's: the fake answers it, rethread points the way.
+    let fake = fake_codex();
+    let out = run(
+        &["app-server", "--help"],
+        &[("RETHREAD_CODEX_BIN", fake.to_str().unwrap())],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("fake-codex"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(!text(&out.stdout).contains("RETHREAD_LEASE_TTL"));
+    assert!(
+        text(&out.stderr).contains("rethread help app-server"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// A codex that writes the arguments it was given to `seen`, then is the fake.
+fn recording_codex(dir: &Path, seen: &Path) -> PathBuf {
+    let path = dir.join("codex");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\nexec '{}' app-server\n",
+            seen.display(),
+            fake_codex().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn app_server_takes_its_session_after_app_server_too() {
+    let home = tempfile::tempdir().unwrap();
+    let seen = home.path().join("args");
+    let codex = recording_codex(home.path(), &seen);
+    let store = format!("sqlite:{}", home.path().join("rethread.sqlite").display());
+    let cases: [(&str, &[&str], &[&str]); 3] = [
+        (
+            "leading",
+            &["--session", "s1", "--listen", "stdio://"],
+            &["--listen", "stdio://"],
+        ),
+        (
+            "among codex's arguments",
+            &["--listen", "stdio://", "--session", "s2", "-c", "k=v"],
+            &["--listen", "stdio://", "-c", "k=v"],
+        ),
+        ("=", &["--session=s3"], &[]),
+    ];
+    for (case, args, to_codex) in cases {
+        let session = match args.iter().position(|a| *a == "--session") {
+            Some(i) => args[i + 1].to_string(),
+            None => args[0].trim_start_matches("--session=").to_string(),
+        };
+        let env = [
+            ("RETHREAD_CODEX_BIN", codex.to_str().unwrap()),
+            ("RETHREAD_STORE", store.as_str()),
+        ];
+        let mut server = AppServerProcess::spawn_with(&rethread(), home.path(), args, &env)
+            .await
+            .unwrap();
+        server.peer.initialize(false).await.unwrap();
+        let started = server.peer.start_thread().await.unwrap();
+        let thread = thread_id(&started);
+        server.peer.run_turn(&thread, "hello", None).await.unwrap();
+        server.peer.close_writer().await;
+        let status = tokio::time::timeout(Duration::from_secs(20), server.wait())
+            .await
+            .expect("rethread exits")
+            .unwrap();
+        assert_eq!(status.code(), Some(0), "{case}");
+        // codex got everything but rethread's own option.
+        let got = std::fs::read_to_string(&seen).unwrap();
+        let mut expected = vec!["app-server"];
+        expected.extend_from_slice(to_codex);
+        assert_eq!(got.lines().collect::<Vec<_>>(), expected, "{case}");
+        // ... and the session was kept.
+        let out = run(
+            &["sessions", "show", &session, "--json", "--store", &store],
+            &[],
+        );
+        assert!(out.status.success(), "{case}: {}", text(&out.stderr));
+        let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(shown["thread_id"], thread.as_str(), "{case}");
+    }
+    // Named twice, or without an id: a usage error before codex starts.
+    let codex_bin = codex.display().to_string();
+    for args in [
+        &["--session", "a", "app-server", "--session", "b"][..],
+        &[
+            "app-server",
+            "--session",
+            "a",
+            "--listen",
+            "stdio://",
+            "--session",
+            "b",
+        ],
+        &["app-server", "--listen", "stdio://", "--session"],
+        &["app-server", "--session="],
+    ] {
+        let _ = std::fs::remove_file(&seen);
+        let out = run(args, &[("RETHREAD_CODEX_BIN", &codex_bin)]);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(!seen.exists(), "{args:?} started codex");
+    }
+}

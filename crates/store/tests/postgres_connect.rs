@@ -1,0 +1,69 @@
+//! Issue 22: a PostgreSQL store that cannot be opened says why (refused, a role or database
+//! that does not exist, ...), never a bare "error connecting to server" or "db error", and never
+//! the URL's password.
+//!
+//! The refused case needs no server; the others are keyed on `RETHREAD_TEST_POSTGRES_URL`
+//! (`.ci/run` starts a server and sets it) and skip without it, except under `CI=true` or
+//! `RETHREAD_REQUIRE_POSTGRES=1`, where they fail.
+#![cfg(feature = "postgres")]
+
+use rethread_store::{OpenOptions, PostgresStore};
+
+/// Opens `url` and returns the error as a person reads it.
+async fn open_error(url: &str) -> String {
+    match PostgresStore::open(url, OpenOptions::new().create(false)).await {
+        Ok(_) => panic!("{url} opened"),
+        Err(error) => error.to_string(),
+    }
+}
+
+fn server_url() -> Option<url::Url> {
+    let Ok(base) = std::env::var("RETHREAD_TEST_POSTGRES_URL") else {
+        let required = std::env::var("CI").is_ok_and(|v| v == "true")
+            || std::env::var("RETHREAD_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+        assert!(!required, "RETHREAD_TEST_POSTGRES_URL is required");
+        eprintln!("skipping: RETHREAD_TEST_POSTGRES_URL is not set");
+        return None;
+    };
+    Some(url::Url::parse(&base).unwrap())
+}
+
+#[tokio::test]
+async fn a_refused_connection_says_refused_and_never_the_password() {
+    // A port nothing listens on: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let shown = open_error(&format!("postgres://alice:s3cret@127.0.0.1:{port}/db")).await;
+    assert!(shown.contains("connection refused"), "{shown}");
+    assert!(!shown.ends_with("error connecting to server"), "{shown}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+}
+
+#[tokio::test]
+async fn a_role_or_database_that_does_not_exist_says_so() {
+    let Some(base) = server_url() else {
+        return;
+    };
+    let mut no_role = base.clone();
+    no_role.set_username("no_such_role_22").unwrap();
+    no_role.set_password(Some("s3cret")).unwrap();
+    let shown = open_error(no_role.as_str()).await;
+    assert!(
+        shown.contains(r#"authentication failed: role "no_such_role_22" does not exist"#),
+        "{shown}"
+    );
+    assert!(!shown.contains("db error"), "{shown}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+
+    let mut no_database = base;
+    no_database.set_path("/no_such_database_22");
+    let shown = open_error(no_database.as_str()).await;
+    assert!(
+        shown.contains(r#"database "no_such_database_22" does not exist"#),
+        "{shown}"
+    );
+    assert!(!shown.contains("db error"), "{shown}");
+}
