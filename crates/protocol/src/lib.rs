@@ -32,7 +32,7 @@ mod history;
 pub mod jsonrpc;
 pub mod messages;
 
-pub use classify::{classify_resume_error, ResumeFailure};
+pub use classify::{classify_resume_error, exec_resume_error, ResumeFailure};
 pub use codec::{FrameError, NdjsonCodec};
 pub use error_code::ErrorCode;
 pub use history::HistoryMode;
