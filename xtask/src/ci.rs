@@ -24,11 +24,12 @@ use crate::{codex, docs, fuzz, packaging, proxy, restarts, util};
 /// Tests that need a real codex release: (test target, `None` for all of its tests or the
 /// names of those that do). Targets are named across the workspace (`--workspace --test T`),
 /// so the build's features stay those of the offline stage and nothing is rebuilt.
-const REAL_CODEX: [(&str, Option<&[&str]>); 11] = [
+const REAL_CODEX: [(&str, Option<&[&str]>); 12] = [
     ("real_schema", None),  // rethread-protocol
     ("real_codex", None),   // rethread-runtime and rethread-proxy
     ("real_session", None), // rethread-proxy
-    ("parity", None),       // rethread-fake-appserver, and the three below
+    ("parity", None),       // rethread-fake-appserver, and the four below
+    ("exec_parity", None),
     ("shared_home", None),
     ("real_smoke", None),
     ("schema", None),

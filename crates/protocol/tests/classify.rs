@@ -90,7 +90,8 @@ fn the_same_code_means_different_things_by_message() {
 #[test]
 fn codex_exec_resume_failures_are_read_from_its_stderr() {
     let preamble = "WARNING: proceeding, even though we could not create PATH aliases\nReading prompt from stdin...\n";
-    let rows: &[(&str, Option<(i64, &str, ResumeFailure)>)] = &[
+    type Expected = Option<(i64, &'static str, ResumeFailure)>;
+    let rows: &[(&str, Expected)] = &[
         (
             "Error: thread/resume: thread/resume failed: no rollout found for thread id 01a2 (code -32600)\n\nStack backtrace:\n   0: <unknown>\n",
             Some((-32600, "no rollout found for thread id 01a2", ResumeFailure::Gone)),
