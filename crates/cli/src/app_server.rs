@@ -89,16 +89,22 @@ impl AppServerGlobals {
     /// documented pass-through). A value that is not UTF-8 cannot be kept: a usage error,
     /// never read as unset.
     fn session(&self) -> Result<Option<String>, String> {
-        if let Some(session) = &self.session {
-            return Ok(Some(session.clone()));
+        match &self.session {
+            Some(session) => Ok(Some(session.clone())),
+            None => session_env(),
         }
-        match std::env::var(SESSION_ENV) {
-            Ok(session) => Ok(Some(session).filter(|s| !s.is_empty())),
-            Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => Err(format!(
-                "{SESSION_ENV} is not UTF-8; a session id must be text"
-            )),
-        }
+    }
+}
+
+/// `RETHREAD_SESSION`: unset or empty names no session (the documented pass-through); a value
+/// that is not UTF-8 cannot be kept: a usage error, never read as unset.
+pub(crate) fn session_env() -> Result<Option<String>, String> {
+    match std::env::var(SESSION_ENV) {
+        Ok(session) => Ok(Some(session).filter(|s| !s.is_empty())),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(format!(
+            "{SESSION_ENV} is not UTF-8; a session id must be text"
+        )),
     }
 }
 
@@ -175,7 +181,7 @@ async fn run(
 
 /// `RETHREAD_SESSION_WAIT`: a finite, non-negative number of seconds (default 2, also when
 /// empty); one that is not UTF-8 is refused like any other that is not a number.
-fn session_wait() -> Result<Duration, String> {
+pub(crate) fn session_wait() -> Result<Duration, String> {
     match std::env::var(SESSION_WAIT_ENV) {
         Err(std::env::VarError::NotPresent) => Ok(DEFAULT_SESSION_WAIT),
         Err(std::env::VarError::NotUnicode(_)) => Err(format!(

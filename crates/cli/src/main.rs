@@ -6,11 +6,13 @@
 #![allow(clippy::result_large_err)]
 
 mod app_server;
+mod as_codex;
 mod chat;
 mod codex_bin;
 #[cfg(feature = "demo")]
 mod demo;
 mod doctor;
+mod exec;
 mod logging;
 mod migrate;
 mod output;
@@ -124,6 +126,18 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// A drop-in `codex exec` (the TypeScript SDK's interface): ARGS go to `<codex> exec`;
+    /// with RETHREAD_SESSION set, the run goes on the session's codex thread.
+    #[command(disable_help_flag = true)]
+    Exec {
+        /// Arguments for `codex exec` (`--experimental-json`, `--cd DIR`, `resume ID`, ...).
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<std::ffi::OsString>,
+    },
     /// A drop-in `codex app-server` for any client: ARGS go to `<codex> app-server` verbatim.
     #[command(disable_help_flag = true)]
     AppServer {
@@ -170,6 +184,10 @@ enum SessionsCommand {
 }
 
 fn main() -> ExitCode {
+    // Installed as `codex` (a link named so): every argument is codex's.
+    if let Some(code) = as_codex::main_if_named_codex() {
+        return code;
+    }
     let cli = Cli::parse();
     logging::init(&cli.logging);
     if let Command::AppServer { args } = cli.command {
@@ -181,6 +199,12 @@ fn main() -> ExitCode {
     }
     if let Err(cause) = cli.app_server.ensure_unused() {
         return output::fail(&cause, output::EXIT_USAGE);
+    }
+    if let Command::Exec { args } = cli.command {
+        return match codex_bin::resolve(cli.codex_bin.as_deref(), codex_bin::Pick::First) {
+            Ok(codex) => exec::main(&codex, cli.store.as_deref(), Vec::new(), args),
+            Err(usage) => output::fail(&usage.0, output::EXIT_USAGE),
+        };
     }
     if let Command::Completions { shell } = cli.command {
         return completions(shell);
@@ -331,7 +355,7 @@ async fn run(cli: Cli) -> CliResult {
         }
         #[cfg(feature = "demo")]
         Command::Demo { json } => demo::run(json).await,
-        Command::AppServer { .. } | Command::Completions { .. } => {
+        Command::AppServer { .. } | Command::Exec { .. } | Command::Completions { .. } => {
             unreachable!("handled in main, without a runtime")
         }
     }

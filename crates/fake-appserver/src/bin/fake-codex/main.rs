@@ -28,7 +28,7 @@ use rethread_fake_appserver::{Ended, FakeAppServer, FakeBuilder, FaultScript, Pr
 mod exec;
 
 const USAGE: &str = "\
-Usage: fake-codex app-server [--listen stdio://] [--profile PROFILE] [--faults FILE]
+Usage: fake-codex [-c key=value]... app-server [--listen stdio://] [--profile PROFILE] [--faults FILE]
        fake-codex exec --experimental-json [OPTIONS] [resume <ID>] [PROMPT]
        fake-codex --version
        fake-codex --help
@@ -38,6 +38,7 @@ stdin/stdout, threads kept under $CODEX_HOME (a temporary home when it is not se
 `exec` runs one turn and prints codex exec's JSONL events.
 
 Options:
+  -c, --config k=v    a codex config override (--enable F, --disable F too): taken, no effect
   --listen stdio://   the transport (stdio is the only one the fake serves)
   --profile PROFILE   current, release-n or pre-history-mode (or FAKE_CODEX_PROFILE)
   --faults FILE       a fault script, JSON or TOML (or FAKE_CODEX_FAULTS)
@@ -106,6 +107,11 @@ fn run() -> Result<u8, Failure> {
                         "--listen {listen}: the fake serves stdio:// only"
                     )));
                 }
+            }
+            // codex's config overrides (what the Python SDK passes before `app-server`):
+            // taken, and without effect on the fake.
+            "-c" | "--config" | "--enable" | "--disable" => {
+                value("a value")?;
             }
             "--profile" => profile = value("a profile")?.parse().map_err(usage)?,
             "--faults" => faults = FaultScript::from_file(&PathBuf::from(value("a file")?))?,
