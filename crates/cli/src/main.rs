@@ -1,5 +1,7 @@
 //! `rethread`: one turn at a time against `codex app-server`, with the codex thread kept
-//! bound to the session across invocations. See `rethread --help` and the README.
+//! bound to the session across invocations; drop-ins for `codex app-server` and `codex exec`;
+//! and, run under the name `codex`, a stand-in for codex itself (`as_codex.rs`). See
+//! `rethread --help` and the README.
 
 #![forbid(unsafe_code)]
 // Runtime errors carry codex's whole error for the one-line cause; they are the cold path.

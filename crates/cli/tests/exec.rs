@@ -607,3 +607,105 @@ fn a_session_another_live_process_holds_is_refused_before_codex_starts() {
     holder.kill().unwrap();
     holder.wait().unwrap();
 }
+
+/// The TypeScript SDK's `run()` returns a run's items only when its turn completes: a run that
+/// said the notice and then failed has not told the user. The notice stays owed until the turn
+/// on the new thread commits, and the next run says it again.
+#[test]
+fn a_notice_said_by_a_run_whose_turn_never_completed_is_said_again() {
+    let world = World::new();
+    let first = world.exec(&fake_codex(), Some("s1"), &[], b"remember zebra");
+    let lost = thread_of(&first);
+    std::fs::remove_dir_all(world.home().join("sessions")).unwrap();
+    let dying = {
+        let mut command = world.command(&fake_codex(), Some("s1"));
+        command
+            .env(
+                "FAKE_CODEX_FAULTS",
+                r#"{"faults":[{"kind":"exit_mid_turn","turn":1}]}"#,
+            )
+            .args(["exec", "--experimental-json", "--skip-git-repo-check"]);
+        run(command, b"still there?")
+    };
+    assert_ne!(dying.status.code(), Some(0), "{}", describe(&dying));
+    assert_eq!(notices(&dying), 1, "{}", describe(&dying));
+    let owed = world.session("s1").unwrap();
+    assert_eq!(owed["last_fallback"]["thread_id"], lost.as_str());
+    assert_eq!(owed["last_fallback"]["pending"], true, "{owed}");
+
+    let next = world.exec(&fake_codex(), Some("s1"), &[], b"and now?");
+    assert!(next.status.success(), "{}", describe(&next));
+    assert_eq!(notices(&next), 1, "said again: {}", describe(&next));
+    let told = world.session("s1").unwrap();
+    assert_eq!(told["last_fallback"]["pending"], false);
+    let after = world.exec(&fake_codex(), Some("s1"), &[], b"and then?");
+    assert_eq!(notices(&after), 0);
+}
+
+/// A signal after a turn was committed and reported (codex still running, or dying of the
+/// same Ctrl-C) ends the run with exit 0: the turn is durable, and a non-zero exit would make
+/// the SDK throw and its user retry the turn (twice in the transcript). It used to end with
+/// 143 and "the turn was not committed" (found by `cargo xtask restarts --hosts exec`).
+#[test]
+fn a_signal_after_the_turn_was_committed_ends_the_run_as_done() {
+    let world = World::new();
+    let lingering = world.script(
+        "lingering-codex",
+        "cat > /dev/null\n\
+         echo '{\"type\":\"thread.started\",\"thread_id\":\"t-linger\"}'\n\
+         echo '{\"type\":\"turn.started\"}'\n\
+         echo '{\"type\":\"item.completed\",\"item\":{\"id\":\"item_0\",\"type\":\"agent_message\",\"text\":\"done\"}}'\n\
+         echo '{\"type\":\"turn.completed\",\"usage\":{}}'\n\
+         exec sleep 30",
+    );
+    let mut command = world.command(&lingering, Some("s1"));
+    command.args(["exec", "--experimental-json"]);
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello").unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while !lines.next().unwrap().unwrap().contains("turn.completed") {}
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("not committed"), "{stderr}");
+    assert_eq!(world.session("s1").unwrap()["row_count"], 2);
+}
+
+/// A terminal's Ctrl-C reaches the whole process group: codex may die of it before its
+/// `thread.started`, and before rethread sees the signal. That is the user's interrupt (130,
+/// said so), not codex failing. It used to pass codex's silent exit on (130, nothing said;
+/// found by `cargo xtask restarts --hosts exec`).
+#[test]
+fn a_ctrl_c_that_ends_codex_before_its_thread_started_is_an_interrupt() {
+    use std::os::unix::process::CommandExt;
+    let world = World::new();
+    let first = world.exec(&fake_codex(), Some("s1"), &[], b"one");
+    let thread = thread_of(&first);
+    // Dies as codex does of a Ctrl-C (exit 130, nothing said), and the same Ctrl-C reaches
+    // rethread a moment later.
+    let interrupting = world.script(
+        "interrupting-codex",
+        "(sleep 0.2; kill -INT $PPID) </dev/null >/dev/null 2>&1 &\nexit 130",
+    );
+    let mut command = world.command(&interrupting, Some("s1"));
+    command
+        .args(["exec", "--experimental-json"])
+        .process_group(0);
+    let output = run(command, b"two");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted by SIGINT"), "{stderr}");
+    let stored = world.session("s1").unwrap();
+    assert_eq!(stored["thread_id"], thread.as_str(), "the binding is kept");
+    assert_eq!(stored["row_count"], 2);
+}

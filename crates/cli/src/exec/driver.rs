@@ -285,12 +285,26 @@ impl Driver<'_> {
             }
         };
         match (first, stopped) {
-            (Some(first), _) => Ok(match first? {
+            (Some(first), _) => match first? {
                 First::Started { thread_id, lines } => {
-                    Began::Started(Box::new(process), thread_id, lines)
+                    Ok(Began::Started(Box::new(process), thread_id, lines))
                 }
-                First::Exited(exit) => Began::Exited(exit),
-            }),
+                First::Exited(exit) => {
+                    // A terminal's Ctrl-C reaches codex too and may end it before this
+                    // process sees it: an exit that names no resume error waits briefly for
+                    // the signal, so the user's interrupt is reported as such.
+                    let unexplained = exit.code != 0
+                        && rethread_protocol::exec_resume_error(&exit.stderr_text()).is_none();
+                    if unexplained {
+                        if let Ok(interrupted) =
+                            tokio::time::timeout(crate::chat::SIGNAL_GRACE, signal.as_mut()).await
+                        {
+                            return Err(interrupted.into());
+                        }
+                    }
+                    Ok(Began::Exited(exit))
+                }
+            },
             (None, stopped) => {
                 process.kill().await;
                 Err(stopped.map_or_else(|| "stopped".into(), |i| i.into()))
@@ -323,6 +337,12 @@ impl Driver<'_> {
                 (Some(line), _) => line?,
                 (None, stopped) => {
                     process.kill().await;
+                    if completed_turns > 0 {
+                        // The turn is durable and reported: done (a failure would make the
+                        // SDK throw, and its user retry a committed turn).
+                        tracing::info!("{stopped:?} after the turn was committed");
+                        return Ok(crate::output::EXIT_OK);
+                    }
                     return Err(stopped.map_or_else(|| "stopped".into(), |i| i.into()));
                 }
             };
@@ -350,11 +370,16 @@ impl Driver<'_> {
             self.write(&line).await?;
         }
         let code = process.wait().await?;
-        if code != 0 && completed_turns == 0 {
-            // A Ctrl-C reaches codex too and may end it first: reported as the interrupt.
+        if code != 0 {
+            // A Ctrl-C reaches codex too and may end it first: reported as the interrupt, or,
+            // after a committed turn, as done.
             if let Ok(interrupted) =
                 tokio::time::timeout(crate::chat::SIGNAL_GRACE, signal.as_mut()).await
             {
+                if completed_turns > 0 {
+                    tracing::info!("{interrupted} after the turn was committed");
+                    return Ok(crate::output::EXIT_OK);
+                }
                 return Err(interrupted.into());
             }
         }
@@ -406,7 +431,13 @@ impl Driver<'_> {
 
     /// Says `say`: on stderr for people, and on stdout as codex reports a non-fatal problem
     /// (an `error` item), except a thread not recorded (the run is the client's own: its
-    /// bytes stay as they are). The fallback notice, once written, is delivered.
+    /// bytes stay as they are).
+    ///
+    /// The fallback notice is not marked delivered when written: the SDK's `run()` returns the
+    /// run's items only when its turn completes (a run that fails or is stopped throws them
+    /// away), so the user has it only once the turn on the new thread is committed, and that
+    /// commit is what clears it in the store. A run that ends before says nothing delivered,
+    /// and the next run says it again (at least once, never lost).
     async fn say(&mut self, say: &Say) -> Result<(), BoxError> {
         let event = binding::status_event(&self.setup.session, say);
         let fields: Vec<String> = event
@@ -429,9 +460,6 @@ impl Driver<'_> {
         }});
         self.items += 1;
         self.write(format!("{item}\n").as_bytes()).await?;
-        if matches!(say, Say::FallbackNotice { .. }) {
-            self.machine.handle_notice_delivered();
-        }
         Ok(())
     }
 
