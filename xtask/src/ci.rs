@@ -19,16 +19,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::{codex, docs, fuzz, packaging, proxy, restarts, util};
+use crate::{codex, docs, examples, fuzz, node, packaging, proxy, restarts, util};
 
 /// Tests that need a real codex release: (test target, `None` for all of its tests or the
 /// names of those that do). Targets are named across the workspace (`--workspace --test T`),
 /// so the build's features stay those of the offline stage and nothing is rebuilt.
-const REAL_CODEX: [(&str, Option<&[&str]>); 11] = [
+const REAL_CODEX: [(&str, Option<&[&str]>); 12] = [
     ("real_schema", None),  // rethread-protocol
     ("real_codex", None),   // rethread-runtime and rethread-proxy
     ("real_session", None), // rethread-proxy
-    ("parity", None),       // rethread-fake-appserver, and the three below
+    ("parity", None),       // rethread-fake-appserver, and the four below
+    ("exec_parity", None),
     ("shared_home", None),
     ("real_smoke", None),
     ("schema", None),
@@ -134,10 +135,16 @@ fn run_stages(root: &Path, stages: &mut Stages) -> Result<(), String> {
     // Hosts stopped at random points (`rethread chat` and `rethread app-server`), restarted
     // at once, on every backend (PostgreSQL when RETHREAD_TEST_POSTGRES_URL is set).
     stages.run("restarts", restarts::ci);
+    // The offline example of each language, on fake-codex, as a user who installed only
+    // rethread and fake-codex runs it.
+    stages.run("example rust", examples::rust);
+    stages.run("example python", examples::python);
+    stages.run("example typescript", examples::typescript);
     if installed {
-        // A real, unmodified client (the openai-codex Python SDK) through `rethread
-        // app-server`.
+        // Real, unmodified clients against the current codex: the openai-codex Python SDK
+        // through `rethread app-server`, the TypeScript SDK through `rethread exec`.
         stages.run("python sdk", proxy::python_tests);
+        stages.run("typescript sdk", node::typescript_tests);
     }
     // What publishing needs: the docs build without warnings, each backend builds alone, and
     // every publishable crate packages.

@@ -4,7 +4,8 @@
 //! - `ci`: the whole gate, fast stages first (`xtask/src/ci.rs`): formatting, the docs' paths,
 //!   clippy with warnings denied and the offline tests; then the PostgreSQL tests, the supported
 //!   codex releases (`codex-releases.txt`) installed and the real-codex tests, the restart
-//!   harness, the Python SDK tests, docs, features and packaging, and a 20-second smoke of each
+//!   harness, the offline examples, the Python and TypeScript SDK tests, docs, features and
+//!   packaging, and a 20-second smoke of each
 //!   fuzz target; each stage's wall time at the end. This is what `.ci/run` calls.
 //! - `docs`: fail naming each repository path a doc names that does not exist.
 //! - `loc`: the shipped lines of each crate.
@@ -14,6 +15,8 @@
 //!   it and print its row of the README's compatibility table.
 //! - `bench <what>`: benchmarks (see `docs/benchmarks.md`).
 //! - `python`: the Python SDK tests of `rethread app-server` (also a step of `ci`).
+//! - `node`: the TypeScript SDK tests of `rethread exec` (also a step of `ci`).
+//! - `examples`: the offline example of each language on `fake-codex` (steps of `ci`).
 //! - `restarts [--kills N] [--seed S] [--backend B]... [--hosts chat|app-server]...`: host
 //!   processes stopped at random points of a turn, each followed at once by a new one
 //!   (docs/reliability.md); a bounded run is a stage of `ci`.
@@ -25,8 +28,10 @@ mod ci;
 mod codex;
 mod codex_check;
 mod docs;
+mod examples;
 mod fuzz;
 mod loc;
+mod node;
 mod packaging;
 mod proxy;
 mod restarts;
@@ -45,6 +50,8 @@ fn main() -> ExitCode {
         Some("fuzz") => fuzz::command(&args[1..]),
         Some("bench") => bench::command(&args[1..]),
         Some("python") => proxy::python_tests(),
+        Some("node") => node::typescript_tests(),
+        Some("examples") => examples::command(),
         Some("restarts") => restarts::command(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             print_help();
@@ -75,6 +82,8 @@ fn print_help() {
          bench open [--sizes N,N,N] [--verify]  store open time by store size (docs/benchmarks.md)\n\
          bench proxy [--rounds N]   rethread app-server vs codex direct (fake-codex), p50/p99\n\
          python                the openai-codex Python SDK driving rethread app-server (pytest)\n\
+         node                  the @openai/codex-sdk TypeScript SDK driving rethread exec (node --test)\n\
+         examples              the offline Rust, Python and TypeScript examples on fake-codex\n\
          restarts [--kills N] [--seed S] [--backend B]... [--hosts H]...  stopped hosts restart at once (docs/reliability.md)",
         codex::current()
     );

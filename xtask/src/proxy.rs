@@ -8,7 +8,7 @@
 //! - [`bench`] (`cargo xtask bench proxy`): the `bench_proxy` example of `rethread-proxy` in
 //!   release mode, with release builds of `rethread` and `fake-codex`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::util;
 
@@ -16,15 +16,10 @@ use crate::util;
 const SDK: &str = "openai-codex==0.163.0";
 /// Its dependencies (installed by hand: `--no-deps` keeps its bundled codex out) and pytest.
 const SDK_DEPENDENCIES: [&str; 3] = ["pydantic>=2.12", "packaging>=26.2", "pytest>=8"];
-fn target_dir(root: &Path) -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
-}
-
-/// Creates (once) the venv with the SDK, builds the binaries and runs pytest.
-pub(crate) fn python_tests() -> Result<(), String> {
+/// Creates (once) the venv with the SDK under `<target>/python-sdk`; returns its python.
+pub(crate) fn python_venv() -> Result<PathBuf, String> {
     let root = util::project_root();
-    let target = target_dir(&root);
-    let venv = target.join("python-sdk");
+    let venv = util::target_dir(&root).join("python-sdk");
     let python = venv.join("bin").join("python");
     let stamp = venv.join("rethread-installed");
     let wanted = format!("{SDK} {}", SDK_DEPENDENCIES.join(" "));
@@ -47,6 +42,14 @@ pub(crate) fn python_tests() -> Result<(), String> {
         pip(&SDK_DEPENDENCIES)?;
         std::fs::write(&stamp, &wanted).map_err(|e| format!("write {}: {e}", stamp.display()))?;
     }
+    Ok(python)
+}
+
+/// Creates (once) the venv with the SDK, builds the binaries and runs pytest.
+pub(crate) fn python_tests() -> Result<(), String> {
+    let root = util::project_root();
+    let target = util::target_dir(&root);
+    let python = python_venv()?;
     util::build_rethread_and(&["-p", "rethread-proxy", "--example", "responses_stand_in"])?;
     let codex = crate::codex::install(crate::codex::current())?;
     let debug = target.join("debug");
@@ -91,7 +94,7 @@ pub(crate) fn bench(extra: &[String]) -> Result<(), String> {
             "fake-codex",
         ],
     )?;
-    let release = target_dir(&root).join("release");
+    let release = util::target_dir(&root).join("release");
     let rethread = release.join("rethread").to_string_lossy().into_owned();
     let fake = release.join("fake-codex").to_string_lossy().into_owned();
     let mut args = vec![

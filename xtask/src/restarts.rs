@@ -1,6 +1,6 @@
-//! `cargo xtask restarts [--kills N] [--app-server-stops N] [--seed S] [--backend B]...
-//! [--hosts chat|app-server]... [--slow-turn-ms MS] [--lease-ttl SECS]`: the restart harness of
-//! issues 12 and 19 (docs/reliability.md).
+//! `cargo xtask restarts [--kills N] [--exec-stops N] [--app-server-stops N] [--seed S]
+//! [--backend B]... [--hosts chat|exec|app-server]... [--slow-turn-ms MS] [--lease-ttl SECS]`:
+//! the restart harness of issues 12, 19 and 22 (docs/reliability.md).
 //!
 //! For each backend (SQLite, redb, and PostgreSQL when `RETHREAD_TEST_POSTGRES_URL` is set) and
 //! each kind of host (default both), in parallel, against `fake-codex` (threads kept in a
@@ -16,13 +16,18 @@
 //!   3. every acknowledged turn (exit 0 with a reply) is in the transcript, once;
 //!   4. no retired thread is bound;
 //!   5. each give-up write (the store's retired threads grew) is told by exactly one notice,
-//!      in the first acknowledged turn after it (in its report and on its stderr); the one
-//!      case counted apart is a host killed after committing that first turn and before its
-//!      report (its reply is lost with it), which must have said the notice on stderr before
-//!      the commit.
+//!      in the first acknowledged turn after it (in its report and on its stderr); the cases
+//!      counted apart (`unacked`) are a host killed after committing that first turn and
+//!      before its report (its reply is lost with it), which must have said the notice on
+//!      stderr before the commit, and a host stopped after it said the notice and recorded
+//!      it delivered (never said again, design rule 4).
 //!   6. a process stopped by SIGINT or SIGTERM that did not finish first exits 130 / 143 with
 //!      an `interrupted` report, and then committed nothing (it said the turn was not
 //!      committed).
+//! - `exec` (`restarts/run.rs` too): `rethread exec --experimental-json` processes, one turn
+//!   each with the prompt on stdin (the TypeScript SDK's way), stopped and checked as the
+//!   `chat` hosts are: its JSONL is read as `chat`'s report would be (`thread.started`, the
+//!   agent message, the notice as an `error` item; an interrupted host says so on stderr).
 //! - `app-server` (`restarts/proxy_run.rs`, `restarts/client.rs`): `rethread app-server`
 //!   processes for the session `RETHREAD_SESSION` names, with `RETHREAD_LEASE_TTL` short
 //!   (`--lease-ttl`, default 1.5 s), driven by a JSON-RPC client, stopped by SIGKILL, SIGTERM
@@ -31,7 +36,7 @@
 //!   (issue 19 items 2 and 7) and are counted, failing the run at its end: `--hosts chat`
 //!   runs without them.
 //!
-//! `cargo xtask ci` runs 300 chat stops and 40 app-server stops per backend.
+//! `cargo xtask ci` runs 300 chat stops, 150 exec stops and 40 app-server stops per backend.
 
 mod client;
 mod host;
@@ -46,12 +51,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::util;
 
 /// The kinds of host a run can drive.
-const HOSTS: [&str; 2] = ["chat", "app-server"];
+const HOSTS: [&str; 3] = ["chat", "exec", "app-server"];
 
 /// The options of a run.
 #[derive(Debug, Clone)]
 struct Options {
     kills: u32,
+    exec_stops: u32,
     app_server_stops: u32,
     seed: u64,
     backends: Vec<String>,
@@ -64,6 +70,7 @@ struct Options {
 pub(crate) fn command(args: &[String]) -> Result<(), String> {
     let mut options = Options {
         kills: 300,
+        exec_stops: 300,
         app_server_stops: 40,
         seed: SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -86,6 +93,9 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
         };
         match arg.as_str() {
             "--kills" => options.kills = number(value("--kills")?, "--kills")? as u32,
+            "--exec-stops" => {
+                options.exec_stops = number(value("--exec-stops")?, "--exec-stops")? as u32
+            }
             "--app-server-stops" => {
                 options.app_server_stops =
                     number(value("--app-server-stops")?, "--app-server-stops")? as u32
@@ -106,7 +116,9 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
             "--hosts" => {
                 let hosts = value("--hosts")?;
                 if !HOSTS.contains(&hosts.as_str()) {
-                    return Err(format!("--hosts: `{hosts}` is not chat or app-server"));
+                    return Err(format!(
+                        "--hosts: `{hosts}` is not chat, exec or app-server"
+                    ));
                 }
                 options.hosts.push(hosts);
             }
@@ -119,13 +131,15 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
     run_all(&options)
 }
 
-/// The bounded run of `cargo xtask ci`: 300 `chat` stops and 40 `app-server` stops per
-/// backend (under a minute on 2 cores), PostgreSQL included when `RETHREAD_TEST_POSTGRES_URL`
-/// is set.
+/// The bounded run of `cargo xtask ci`: 300 `chat` stops, 150 `exec` stops and 40
+/// `app-server` stops per backend, PostgreSQL included when `RETHREAD_TEST_POSTGRES_URL` is
+/// set.
 pub(crate) fn ci() -> Result<(), String> {
     command(&[
         "--kills".to_string(),
         "300".to_string(),
+        "--exec-stops".to_string(),
+        "150".to_string(),
         "--app-server-stops".to_string(),
         "40".to_string(),
     ])
@@ -204,14 +218,23 @@ fn run_all(options: &Options) -> Result<(), String> {
                 std::process::id()
             );
             plans.push(match hosts.as_str() {
-                "chat" => Plan::Chat(run::Plan {
+                kind @ ("chat" | "exec") => Plan::Chat(run::Plan {
+                    kind: if kind == "chat" {
+                        host::Kind::Chat
+                    } else {
+                        host::Kind::Exec
+                    },
                     backend: name,
-                    host_store_url: view::host_store_url(&url, "chat"),
+                    host_store_url: view::host_store_url(&url, kind),
                     store_url: url,
                     dir,
                     session_prefix,
-                    kills: options.kills,
-                    seed,
+                    kills: if kind == "chat" {
+                        options.kills
+                    } else {
+                        options.exec_stops
+                    },
+                    seed: if kind == "chat" { seed } else { seed ^ 0xE8EC },
                     slow_turn_ms: options.slow_turn_ms,
                 }),
                 _ => Plan::AppServer(proxy_run::Plan {
@@ -229,9 +252,10 @@ fn run_all(options: &Options) -> Result<(), String> {
         }
     }
     println!(
-        "restarts: {} chat stops and {} app-server stops per backend ({}), seed {}, turns of \
-         {} ms, app-server lease TTL {} s (replay: --seed {})",
+        "restarts: {} chat stops, {} exec stops and {} app-server stops per backend ({}), seed \
+         {}, turns of {} ms, app-server lease TTL {} s (replay: --seed {})",
         options.kills,
+        options.exec_stops,
         options.app_server_stops,
         options.hosts.join(", "),
         options.seed,
@@ -246,7 +270,15 @@ fn run_all(options: &Options) -> Result<(), String> {
                 let binaries = &binaries;
                 let (name, handle) = match plan {
                     Plan::Chat(plan) => (
-                        format!("{} chat", plan.backend),
+                        format!(
+                            "{} {}",
+                            plan.backend,
+                            if plan.kind == host::Kind::Chat {
+                                "chat"
+                            } else {
+                                "exec"
+                            }
+                        ),
                         scope.spawn(move || run::execute(plan, binaries).map(Counted::Chat)),
                     ),
                     Plan::AppServer(plan) => (
@@ -271,13 +303,17 @@ fn run_all(options: &Options) -> Result<(), String> {
             .collect()
     });
     let backend = |name: &str| name.split(' ').next().unwrap_or_default().to_string();
-    let chat: Vec<(String, &report::Stats)> = results
-        .iter()
-        .filter_map(|(name, result)| match result {
-            Ok(Counted::Chat(stats)) => Some((backend(name), stats)),
-            _ => None,
-        })
-        .collect();
+    let one_turn_hosts = |kind: &str| -> Vec<(String, &report::Stats)> {
+        results
+            .iter()
+            .filter(|(name, _)| name.ends_with(kind))
+            .filter_map(|(name, result)| match result {
+                Ok(Counted::Chat(stats)) => Some((backend(name), stats)),
+                _ => None,
+            })
+            .collect()
+    };
+    let (chat, exec) = (one_turn_hosts(" chat"), one_turn_hosts(" exec"));
     let proxy: Vec<(String, &report::ProxyStats)> = results
         .iter()
         .filter_map(|(name, result)| match result {
@@ -289,6 +325,11 @@ fn run_all(options: &Options) -> Result<(), String> {
         let rows: Vec<(&str, &report::Stats)> =
             chat.iter().map(|(b, s)| (b.as_str(), *s)).collect();
         println!("\nrethread chat hosts:\n{}", report::table(&rows));
+    }
+    if !exec.is_empty() {
+        let rows: Vec<(&str, &report::Stats)> =
+            exec.iter().map(|(b, s)| (b.as_str(), *s)).collect();
+        println!("\nrethread exec hosts:\n{}", report::table(&rows));
     }
     if !proxy.is_empty() {
         let rows: Vec<(&str, &report::ProxyStats)> =

@@ -31,6 +31,11 @@ pub(crate) fn build_rethread_and(extra: &[&str]) -> Result<(), String> {
     run(&project_root(), "cargo", &args)
 }
 
+/// The target directory: `CARGO_TARGET_DIR`, else `<root>/target`.
+pub(crate) fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
+}
+
 /// Runs `example` of `package` in release mode, with `features` on, passing it `extra`.
 pub(crate) fn run_example(
     package: &str,

@@ -78,6 +78,19 @@ pub(crate) struct AppServerArgs {
     args: Vec<OsString>,
 }
 
+impl AppServerArgs {
+    /// `codex app-server ARGS` as rethread installed as `codex` receives it: every argument is
+    /// codex's but rethread's `--session`, and the store comes from `RETHREAD_STORE`.
+    pub(crate) fn verbatim(store: Option<String>, args: Vec<OsString>) -> Self {
+        AppServerArgs {
+            session: None,
+            store: crate::StoreArg { url: store },
+            codex_bin: crate::CodexBinArg::default(),
+            args,
+        }
+    }
+}
+
 /// Takes rethread's `--session ID` / `--session=ID` out of codex's `args` (only before a
 /// `--`, after which everything is codex's): the session named, if any. Named twice, without
 /// an ID, empty or not UTF-8: a usage error.
@@ -170,13 +183,19 @@ impl AppServerGlobals {
         if named.is_some() {
             return Ok(named);
         }
-        match std::env::var(SESSION_ENV) {
-            Ok(session) => Ok(Some(session).filter(|s| !s.is_empty())),
-            Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => Err(format!(
-                "{SESSION_ENV} is not UTF-8; a session id must be text"
-            )),
-        }
+        session_env()
+    }
+}
+
+/// `RETHREAD_SESSION`: unset or empty names no session (the documented pass-through); a value
+/// that is not UTF-8 cannot be kept: a usage error, never read as unset.
+pub(crate) fn session_env() -> Result<Option<String>, String> {
+    match std::env::var(SESSION_ENV) {
+        Ok(session) => Ok(Some(session).filter(|s| !s.is_empty())),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(format!(
+            "{SESSION_ENV} is not UTF-8; a session id must be text"
+        )),
     }
 }
 
@@ -262,7 +281,7 @@ async fn run(
 
 /// `RETHREAD_SESSION_WAIT`: a finite, non-negative number of seconds (default 2, also when
 /// empty); one that is not UTF-8 is refused like any other that is not a number.
-fn session_wait() -> Result<Duration, String> {
+pub(crate) fn session_wait() -> Result<Duration, String> {
     match std::env::var(SESSION_WAIT_ENV) {
         Err(std::env::VarError::NotPresent) => Ok(DEFAULT_SESSION_WAIT),
         Err(std::env::VarError::NotUnicode(_)) => Err(format!(

@@ -256,11 +256,11 @@ async fn turn(
 
 /// How long a turn ended by codex closing waits for the SIGINT or SIGTERM that may have ended
 /// codex (the same signal, sent to the whole process group, reaching this process later).
-const SIGNAL_GRACE: Duration = Duration::from_millis(500);
+pub(crate) const SIGNAL_GRACE: Duration = Duration::from_millis(500);
 
 /// Installs the SIGINT and SIGTERM handlers now, and returns what resolves when either arrives
 /// (never, if they cannot be installed).
-fn interrupted() -> impl Future<Output = Interrupted> {
+pub(crate) fn interrupted() -> impl Future<Output = Interrupted> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

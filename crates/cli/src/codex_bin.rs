@@ -19,7 +19,6 @@ pub(crate) enum Pick {
     /// The first, as a shell would run it; refused if it is rethread itself.
     First,
     /// The first that is not rethread itself (rethread standing in for `codex`).
-    #[allow(dead_code)] // Issue 22: rethread installed as `codex` hands other commands on.
     NotSelf,
 }
 

@@ -1,16 +1,20 @@
 //! `rethread`: one turn at a time against `codex app-server`, with the codex thread kept
-//! bound to the session across invocations. See `rethread --help` and the README.
+//! bound to the session across invocations; drop-ins for `codex app-server` and `codex exec`;
+//! and, run under the name `codex`, a stand-in for codex itself (`as_codex.rs`). See
+//! `rethread --help` and the README.
 
 #![forbid(unsafe_code)]
 // Runtime errors carry codex's whole error for the one-line cause; they are the cold path.
 #![allow(clippy::result_large_err)]
 
 mod app_server;
+mod as_codex;
 mod chat;
 mod codex_bin;
 #[cfg(feature = "demo")]
 mod demo;
 mod doctor;
+mod exec;
 mod logging;
 mod migrate;
 mod output;
@@ -152,6 +156,22 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// A drop-in `codex exec` (the TypeScript SDK's interface): ARGS go to `<codex> exec`;
+    /// with RETHREAD_SESSION set, the run goes on the session's codex thread.
+    #[command(disable_help_flag = true)]
+    Exec {
+        #[command(flatten)]
+        store: StoreArg,
+        #[command(flatten)]
+        codex_bin: CodexBinArg,
+        /// Arguments for `codex exec` (`--experimental-json`, `--cd DIR`, `resume ID`, ...).
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<std::ffi::OsString>,
+    },
     /// A drop-in `codex app-server` for any client: ARGS go to `<codex> app-server` verbatim.
     #[command(
         disable_help_flag = true,
@@ -212,6 +232,10 @@ enum SessionsCommand {
 }
 
 fn main() -> ExitCode {
+    // Installed as `codex` (a link named so): every argument is codex's.
+    if let Some(code) = as_codex::main_if_named_codex() {
+        return code;
+    }
     let mut cli = Cli::parse();
     logging::init(&cli.logging);
     if let Err(cause) = cli.take_top_level_flags() {
@@ -227,6 +251,17 @@ fn main() -> ExitCode {
     }
     if let Err(cause) = cli.app_server.ensure_unused() {
         return output::fail(&cause, output::EXIT_USAGE);
+    }
+    if let Command::Exec {
+        store,
+        codex_bin,
+        args,
+    } = cli.command
+    {
+        return match codex_bin::resolve(codex_bin.path.as_deref(), codex_bin::Pick::First) {
+            Ok(codex) => exec::main(&codex, store.url.as_deref(), Vec::new(), args),
+            Err(usage) => output::fail(&usage.0, output::EXIT_USAGE),
+        };
     }
     if let Command::Completions { shell } = cli.command {
         return completions(shell);
@@ -267,6 +302,9 @@ impl Cli {
                 store, codex_bin, ..
             } => (Some(store), Some(codex_bin)),
             Command::AppServer(args) => (Some(&mut args.store), Some(&mut args.codex_bin)),
+            Command::Exec {
+                store, codex_bin, ..
+            } => (Some(store), Some(codex_bin)),
             Command::Sessions { command } => (Some(command.store()), None),
             Command::Verify { store, .. } => (Some(store), None),
             Command::Migrate { .. } | Command::Completions { .. } => (None, None),
@@ -311,6 +349,7 @@ impl Command {
             Command::Demo { .. } => "demo",
             Command::Completions { .. } => "completions",
             Command::AppServer(_) => "app-server",
+            Command::Exec { .. } => "exec",
         };
         name.to_string()
     }
@@ -468,7 +507,7 @@ async fn run(command: Command) -> CliResult {
         }
         #[cfg(feature = "demo")]
         Command::Demo { json } => demo::run(json).await,
-        Command::AppServer(_) | Command::Completions { .. } => {
+        Command::AppServer { .. } | Command::Exec { .. } | Command::Completions { .. } => {
             unreachable!("handled in main, without a runtime")
         }
     }

@@ -4,7 +4,8 @@
 //! - [`FakeAppServer`]: the fake, in-process over a duplex pipe
 //!   ([`FakeBuilder::spawn_in_process`], observed and scripted through a [`FakeHandle`]) or as
 //!   the `fake-codex` binary (`fake-codex app-server [--listen stdio://]`, threads under
-//!   `$CODEX_HOME`, a temporary home when it is unset). It behaves like the real codex wherever the parity suite (`tests/parity.rs`) observes
+//!   `$CODEX_HOME`, a temporary home when it is unset; `fake-codex exec --experimental-json`
+//!   for `codex exec`'s JSONL interface, one turn on a fake of its own). It behaves like the real codex wherever the parity suite (`tests/parity.rs`) observes
 //!   the real one: the same methods, errors (codes and messages), notification sequence,
 //!   paging, `historyMode` rules and writer lock, and the same files on disk. See [`Profile`]
 //!   for the releases it imitates and [`faults`] for what it can be told to do wrong.
@@ -88,6 +89,14 @@
 //! | interrupted turn | same | same | same |
 //! | `thread/list` paging (order, `limit`, cursors, errors, `sortKey`) | same | same | same |
 //! | paginated thread written by the release, read by 0.144.6 | same | same | - |
+//!
+//! `tests/exec_parity.rs` compares `fake-codex exec --experimental-json` with the real
+//! `codex exec` (0.171.0 and 0.169.0; all identical): a new thread and its resume in a second
+//! process (the model sees the first turn), a resume of a thread the home never had or whose
+//! rollout was deleted (exit 1, `Error: thread/resume: thread/resume failed: no rollout found
+//! for thread id <id> (code -32600)` on stderr), an `--image` list before `resume <id>` that
+//! swallows it (a new thread), a prompt argument with a piped stdin (a `<stdin>` block), an
+//! empty stdin (exit 1), and `-c developer_instructions=...` reaching the model.
 //!
 //! `tests/shared_home.rs` (each supported release): a thread the fake wrote resumes in the
 //! release with its memory and back in the fake; one the release wrote resumes in the fake

@@ -230,3 +230,48 @@ fn without_codex_home_it_keeps_its_threads_in_a_temporary_home() {
     assert!(!home.exists(), "removed at exit: {err}");
     assert!(!user.path().join(".codex").exists(), "{err}");
 }
+
+/// Issue 22, "Offline": codex takes its config overrides before the command (the Python SDK
+/// passes `--config k=v` pairs there, and `rethread app-server` passes them on in the same
+/// place); the fake refused them (`unexpected argument --config`), so no SDK could drive it
+/// with a config. It takes them now, without effect.
+#[test]
+fn codex_config_overrides_before_the_command_are_taken() {
+    use std::io::Write;
+    let home = tempfile::tempdir().unwrap();
+    let mut child = fake_codex(&[
+        "--config",
+        "model=\"x\"",
+        "-c",
+        "a.b=1",
+        "--enable",
+        "f",
+        "--disable",
+        "g",
+        "app-server",
+        "--listen",
+        "stdio://",
+    ])
+    .env("CODEX_HOME", home.path())
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let init = json!({"id": 1, "method": "initialize",
+                      "params": {"clientInfo": {"name": "t", "version": "1"}}});
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{init}\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("userAgent"),
+        "{out:?}"
+    );
+    let version = fake_codex(&["-c", "x=1", "--version"]).output().unwrap();
+    assert!(version.status.success(), "{version:?}");
+}

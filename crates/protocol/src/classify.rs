@@ -164,6 +164,33 @@ pub fn classify_resume_error(error: &RpcError) -> ResumeFailure {
     }
 }
 
+/// The JSON-RPC error of a failed resume as `codex exec ... resume <id>` reports it on stderr
+/// before it exits 1 (`codex exec` drives an app-server of its own and prints the error it
+/// got): `Error: thread/resume: thread/resume failed: <message> (code <code>)`. `None` when
+/// `stderr` holds no such line (codex failed for another reason). Judge the error with
+/// [`classify_resume_error`], as an answer on the wire would be.
+///
+/// ```
+/// use rethread_protocol::{classify_resume_error, exec_resume_error, ResumeFailure};
+/// let stderr = "Reading prompt from stdin...\nError: thread/resume: thread/resume failed: \
+///               no rollout found for thread id 0199 (code -32600)\n\nStack backtrace:\n";
+/// let error = exec_resume_error(stderr).unwrap();
+/// assert_eq!((error.code.code(), error.message.as_str()), (-32600, "no rollout found for thread id 0199"));
+/// assert_eq!(classify_resume_error(&error), ResumeFailure::Gone);
+/// assert!(exec_resume_error("No prompt provided via stdin.").is_none());
+/// ```
+pub fn exec_resume_error(stderr: &str) -> Option<RpcError> {
+    const PREFIX: &str = "Error: thread/resume: thread/resume failed: ";
+    // The last report wins: codex prints one, then a backtrace.
+    let line = stderr
+        .lines()
+        .rev()
+        .find_map(|line| line.trim_end().strip_prefix(PREFIX))?;
+    let (message, code) = line.strip_suffix(')')?.rsplit_once(" (code ")?;
+    let code: i64 = code.parse().ok()?;
+    Some(RpcError::new(code, message))
+}
+
 /// Whether `message` carries an operating-system error as Rust prints one: `(os error N)`.
 fn mentions_os_error(message: &str) -> bool {
     message.match_indices("(os error ").any(|(at, marker)| {

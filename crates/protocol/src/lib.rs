@@ -9,6 +9,8 @@
 //!   kept verbatim and is never read as legacy.
 //! - [`ErrorCode`] and [`classify_resume_error`]: what a failed `thread/resume` means, judged
 //!   from code **and** message (codex uses -32600 for both "gone" and "busy").
+//! - [`exec`]: `codex exec`'s command line read as codex reads it, and
+//!   [`exec_resume_error`], its report of a failed resume (for a stand-in of `codex exec`).
 //! - [`codec`]: newline-delimited framing with a bounded line length; a bad line is a typed
 //!   error and the stream continues past it.
 //!
@@ -28,11 +30,12 @@
 mod classify;
 pub mod codec;
 mod error_code;
+pub mod exec;
 mod history;
 pub mod jsonrpc;
 pub mod messages;
 
-pub use classify::{classify_resume_error, ResumeFailure};
+pub use classify::{classify_resume_error, exec_resume_error, ResumeFailure};
 pub use codec::{FrameError, NdjsonCodec};
 pub use error_code::ErrorCode;
 pub use history::HistoryMode;

@@ -1,6 +1,6 @@
 //! Every row of the error table in `docs/architecture.md` ("Fault model"), classified.
 
-use rethread_protocol::{classify_resume_error, ResumeFailure, RpcError};
+use rethread_protocol::{classify_resume_error, exec_resume_error, ResumeFailure, RpcError};
 
 #[test]
 fn every_row_of_the_notes_table_is_classified() {
@@ -82,4 +82,42 @@ fn the_same_code_means_different_things_by_message() {
     let gone = RpcError::new(-32600, "no rollout found for thread id a");
     let busy = RpcError::new(-32600, "thread a already has an active writer");
     assert_ne!(classify_resume_error(&gone), classify_resume_error(&busy));
+}
+
+/// `codex exec ... resume <id>` reports a failed resume on stderr and exits 1; these are its
+/// words as codex-cli 0.171.0 printed them (paths and ids shortened), read back as the error
+/// codex got and judged like one on the wire.
+#[test]
+fn codex_exec_resume_failures_are_read_from_its_stderr() {
+    let preamble = "WARNING: proceeding, even though we could not create PATH aliases\nReading prompt from stdin...\n";
+    type Expected = Option<(i64, &'static str, ResumeFailure)>;
+    let rows: &[(&str, Expected)] = &[
+        (
+            "Error: thread/resume: thread/resume failed: no rollout found for thread id 01a2 (code -32600)\n\nStack backtrace:\n   0: <unknown>\n",
+            Some((-32600, "no rollout found for thread id 01a2", ResumeFailure::Gone)),
+        ),
+        (
+            "Error: thread/resume: thread/resume failed: failed to read thread: thread-store internal error: failed to read session metadata /h/r.jsonl: rollout at /h/r.jsonl is empty (code -32603)\n",
+            Some((-32603, "failed to read thread: thread-store internal error: failed to read session metadata /h/r.jsonl: rollout at /h/r.jsonl is empty", ResumeFailure::Unreadable)),
+        ),
+        // A message that holds parentheses of its own keeps them.
+        (
+            "Error: thread/resume: thread/resume failed: failed to read thread: Permission denied (os error 13) (code -32603)",
+            Some((-32603, "failed to read thread: Permission denied (os error 13)", ResumeFailure::Io)),
+        ),
+        ("No prompt provided via stdin.\n", None),
+        ("Error: thread/start: thread/start failed: boom (code -32603)\n", None),
+        ("Error: thread/resume: thread/resume failed: no code here\n", None),
+        ("Error: thread/resume: thread/resume failed: x (code minus one)\n", None),
+        ("", None),
+    ];
+    for (stderr, expected) in rows {
+        let got = exec_resume_error(&format!("{preamble}{stderr}"));
+        let got = got.map(|e| {
+            let failure = classify_resume_error(&e);
+            (e.code.code(), e.message, failure)
+        });
+        let expected = expected.map(|(c, m, f)| (c, m.to_string(), f));
+        assert_eq!(got, expected, "{stderr:?}");
+    }
 }

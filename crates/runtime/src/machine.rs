@@ -35,7 +35,9 @@ use std::fmt;
 use std::time::Duration;
 
 use rethread_protocol::messages::ThreadResumeParams;
-use rethread_protocol::{classify_resume_error, ErrorCode, ResumeFailure, RpcError};
+use rethread_protocol::{
+    classify_resume_error, exec_resume_error, ErrorCode, ResumeFailure, RpcError,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -244,7 +246,8 @@ pub enum Action {
     ReadSession,
     /// Send `thread/resume` with these params (a driver may add the thread settings its host
     /// gave): [`SessionMachine::handle_resumed`], [`SessionMachine::handle_resume_error`],
-    /// [`SessionMachine::handle_resume_timeout`] (or `handle_failed` when the connection
+    /// [`SessionMachine::handle_resume_timeout`], [`SessionMachine::handle_resume_exited`]
+    /// (a driver that resumes by starting a process), or `handle_failed` when the connection
     /// itself failed).
     Resume(ThreadResumeParams),
     /// Wait this long, then [`SessionMachine::handle_wait_over`].
@@ -538,7 +541,8 @@ impl SessionMachine {
 
     /// `thread/resume` answered: the bound thread is back.
     pub fn handle_resumed(&mut self) {
-        let Phase::Resuming(attempts) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+        let Some(Phase::Resuming(attempts)) = self.take_phase(|p| matches!(p, Phase::Resuming(_)))
+        else {
             return;
         };
         self.opened(OpenOutcome::Resumed {
@@ -551,6 +555,29 @@ impl SessionMachine {
         self.judge(classify_resume_error(error), error);
     }
 
+    /// The process that was to answer the resume exited before it did: a `codex exec ...
+    /// resume <id>` that failed before its `thread.started`, `stderr` being what it wrote
+    /// there. Codex's report of a failed resume in it ([`exec_resume_error`]) is judged as
+    /// that error on the wire would be ([`SessionMachine::handle_resume_error`]: retried,
+    /// given up, or stopped); an exit that carries none (bad arguments, a crash) stops the
+    /// open with [`RuntimeError::Resume`] (`other`) and the binding kept: nothing says the
+    /// thread is lost.
+    pub fn handle_resume_exited(&mut self, stderr: &str) {
+        if let Some(error) = exec_resume_error(stderr) {
+            self.handle_resume_error(&error);
+            return;
+        }
+        let last = stderr.lines().rev().find(|line| !line.trim().is_empty());
+        let error = RpcError::new(
+            ErrorCode::INTERNAL_ERROR,
+            format!(
+                "codex exited before the resume was answered: {}",
+                last.unwrap_or("(nothing on stderr)").trim()
+            ),
+        );
+        self.judge(ResumeFailure::Other, &error);
+    }
+
     /// `thread/resume` got no answer within `after` (a temporary failure).
     pub fn handle_resume_timeout(&mut self, after: Duration) {
         let error = RpcError::new(
@@ -561,7 +588,9 @@ impl SessionMachine {
     }
 
     fn judge(&mut self, failure: ResumeFailure, error: &RpcError) {
-        let Phase::Resuming(mut attempts) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+        let Some(Phase::Resuming(mut attempts)) =
+            self.take_phase(|p| matches!(p, Phase::Resuming(_)))
+        else {
             return;
         };
         match attempts.judge(failure, error) {
@@ -583,7 +612,8 @@ impl SessionMachine {
 
     /// The pause of an [`Action::Wait`] is over.
     pub fn handle_wait_over(&mut self) {
-        let Phase::Backoff(attempts) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+        let Some(Phase::Backoff(attempts)) = self.take_phase(|p| matches!(p, Phase::Backoff(_)))
+        else {
             return;
         };
         self.actions.push_back(Action::Resume(attempts.params()));
@@ -594,7 +624,8 @@ impl SessionMachine {
     /// keeps the binding, and the thread is judged again next time), then the replacement
     /// starts.
     pub fn handle_given_up(&mut self) {
-        let Phase::GivingUp(lost) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+        let Some(Phase::GivingUp(lost)) = self.take_phase(|p| matches!(p, Phase::GivingUp(_)))
+        else {
             return;
         };
         self.say_notice(&lost, false);
@@ -615,7 +646,7 @@ impl SessionMachine {
     /// The newest transcript rows ([`Action::ReadTranscript`]), or why they could not be read
     /// (that only costs the seed).
     pub fn handle_transcript(&mut self, rows: Result<Vec<Value>, String>) {
-        let Phase::Seeding(lost) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+        let Some(Phase::Seeding(lost)) = self.take_phase(|p| matches!(p, Phase::Seeding(_))) else {
             return;
         };
         let max_chars = self.options.seed.as_ref().map_or(0, |s| s.max_chars);
@@ -632,7 +663,8 @@ impl SessionMachine {
 
     /// The thread of an [`Action::Start`] started.
     pub fn handle_started(&mut self, thread_id: impl Into<String>) {
-        let Phase::Starting { lost, seeded } = std::mem::replace(&mut self.phase, Phase::Idle)
+        let Some(Phase::Starting { lost, seeded }) =
+            self.take_phase(|p| matches!(p, Phase::Starting { .. }))
         else {
             return;
         };
@@ -776,6 +808,16 @@ impl SessionMachine {
     pub fn handle_retire(&mut self) {
         if let Some(thread_id) = self.thread.take() {
             self.actions.push_back(Action::Retire { thread_id });
+        }
+    }
+
+    /// The phase, taken (leaving `Idle`) only when it is the one an answer is for: an answer
+    /// out of turn (late, stray) leaves the open under way as it was.
+    fn take_phase(&mut self, awaited: impl Fn(&Phase) -> bool) -> Option<Phase> {
+        if awaited(&self.phase) {
+            Some(std::mem::replace(&mut self.phase, Phase::Idle))
+        } else {
+            None
         }
     }
 

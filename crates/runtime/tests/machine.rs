@@ -15,6 +15,7 @@ enum Event {
     Resumed,
     ResumeError(i64, &'static str),
     ResumeTimeout,
+    ResumeExited(&'static str),
     WaitOver,
     GivenUp,
     Delivered,
@@ -36,6 +37,7 @@ fn apply(machine: &mut SessionMachine, event: Event) -> Vec<String> {
         Resumed => machine.handle_resumed(),
         ResumeError(code, message) => machine.handle_resume_error(&RpcError::new(code, message)),
         ResumeTimeout => machine.handle_resume_timeout(Duration::from_secs(60)),
+        ResumeExited(stderr) => machine.handle_resume_exited(stderr),
         WaitOver => machine.handle_wait_over(),
         GivenUp => machine.handle_given_up(),
         Delivered => machine.handle_notice_delivered(),
@@ -250,6 +252,97 @@ fn an_unknown_resume_error_stops_at_once() {
             (
                 ResumeError(-32000, "something new"),
                 &["open_failed resume_failed"],
+            ),
+        ],
+    );
+}
+
+/// `rethread exec` resumes by starting `codex exec ... resume <id>`; a process that exits
+/// before `thread.started` answers the resume. What codex wrote on stderr is judged as the
+/// same error on the wire: lost, temporary (retried, then the binding kept), or anything else
+/// (stopped, the binding kept). An exit that names no resume error never loses the thread.
+#[test]
+fn a_resume_answered_by_a_process_exiting_is_judged_by_what_codex_wrote() {
+    const GONE_EXIT: &str = "Reading prompt from stdin...\nError: thread/resume: thread/resume \
+        failed: no rollout found for thread id t1 (code -32600)\n\nStack backtrace:\n  0: <unknown>\n";
+    const BUSY_EXIT: &str = "Error: thread/resume: thread/resume failed: thread t1 already has \
+        an active writer (code -32600)\n";
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (ResumeExited(GONE_EXIT), &["give_up t1 gone"]),
+            (GivenUp, &["notice t1 gone", "read_transcript 40"]),
+        ],
+    );
+    let mut options = MachineOptions::default();
+    options.transient_retries = 1;
+    table(
+        options,
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (ResumeExited(BUSY_EXIT), &["wait 200ms"]),
+            (WaitOver, &[RESUME_T1]),
+            (ResumeExited(BUSY_EXIT), &["open_failed thread_busy"]),
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            // Bad arguments, a crash, no stderr: not evidence of a lost thread.
+            (
+                ResumeExited("error: unexpected argument '--bogus' found\n"),
+                &["open_failed resume_failed"],
+            ),
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (ResumeExited(""), &["open_failed resume_failed"]),
+        ],
+    );
+}
+
+/// An answer that comes when the machine waits for another one (a late or stray answer)
+/// changes nothing.
+#[test]
+fn an_answer_out_of_turn_changes_nothing() {
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (Started("t9"), &[]),
+            (GivenUp, &[]),
+            (Transcript(Ok(Vec::new())), &[]),
+            (WaitOver, &[]),
+            (
+                Resumed,
+                &[r#"opened {"outcome":"resumed","thread_id":"t1"}"#],
+            ),
+        ],
+    );
+}
+
+/// A resume's answer that comes when no resume is in flight (a late or stray one) changes
+/// nothing: the open under way goes on. (It used to reset the machine to idle, so the start's
+/// answer that followed was dropped and the open never ended.)
+#[test]
+fn a_resume_answer_outside_a_resume_changes_nothing() {
+    const GONE_EXIT: &str = "Error: thread/resume: thread/resume failed: no rollout found for \
+        thread id t1 (code -32600)\n";
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(Stored::Unbound), &["start"]),
+            (ResumeExited(GONE_EXIT), &[]),
+            (ResumeError(-32600, GONE), &[]),
+            (ResumeTimeout, &[]),
+            (Resumed, &[]),
+            (WaitOver, &[]),
+            (GivenUp, &[]),
+            (Transcript(Ok(Vec::new())), &[]),
+            (
+                Started("t2"),
+                &[r#"opened {"outcome":"started","thread_id":"t2"}"#],
             ),
         ],
     );

@@ -1,8 +1,9 @@
-//! One host process of the restart harness: `rethread chat --json` for one session and one
-//! turn against `fake-codex`, in a process group of its own so that a SIGKILL takes the host
-//! and its codex down together, as a crash of the machine's container would.
+//! One host process of the restart harness: `rethread chat --json`, or `rethread exec
+//! --experimental-json` (the prompt on stdin, as the TypeScript SDK runs it), for one session
+//! and one turn against `fake-codex`, in a process group of its own so that a SIGKILL takes
+//! the host and its codex down together, as a crash of the machine's container would.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -27,9 +28,22 @@ pub(crate) struct Binaries {
     pub(crate) fake_codex: PathBuf,
 }
 
+/// The kind of one-turn host process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `rethread chat --json --session S MESSAGE`.
+    Chat,
+    /// `RETHREAD_SESSION=S rethread exec --experimental-json`, the message on stdin.
+    Exec,
+}
+
+/// The notice, as `rethread exec` says it (the TypeScript SDK returns it in `items`).
+const NOTICE: &str = "Codex thread could not be resumed; starting a new one.";
+
 /// What one host process is asked to do.
 #[derive(Debug)]
 pub(crate) struct HostSpec<'a> {
+    pub(crate) kind: Kind,
     pub(crate) store_url: &'a str,
     pub(crate) session: &'a str,
     pub(crate) message: &'a str,
@@ -120,16 +134,29 @@ pub(crate) fn run(
         .arg("--store")
         .arg(spec.store_url)
         .arg("--codex-bin")
-        .arg(&binaries.fake_codex)
-        .args(["chat", "--json", "--wait", WAIT_SECS, "--session"])
-        .arg(spec.session)
-        .arg(spec.message)
+        .arg(&binaries.fake_codex);
+    match spec.kind {
+        Kind::Chat => {
+            command
+                .args(["chat", "--json", "--wait", WAIT_SECS, "--session"])
+                .arg(spec.session)
+                .arg(spec.message)
+                .stdin(Stdio::null());
+        }
+        Kind::Exec => {
+            command
+                .args(["exec", "--experimental-json", "--skip-git-repo-check"])
+                .env("RETHREAD_SESSION", spec.session)
+                .env("RETHREAD_SESSION_WAIT", WAIT_SECS)
+                .stdin(Stdio::piped());
+        }
+    }
+    command
         .env("CODEX_HOME", spec.codex_home)
         .env("FAKE_CODEX_EVENT_LOG", spec.event_log)
         .env("FAKE_CODEX_FAULTS", spec.faults)
         .env_remove("RETHREAD_STORE")
         .env_remove("RETHREAD_CODEX_BIN")
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Its own group, led by the host: one signal reaches the host and its codex.
@@ -139,6 +166,10 @@ pub(crate) fn run(
     let mut child = command
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", binaries.rethread.display()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A host stopped before it read its prompt is not a failure of the harness.
+        let _ = stdin.write_all(spec.message.as_bytes());
+    }
     let mut sent = None;
     if let Some((delay, stop)) = stop {
         std::thread::sleep(delay);
@@ -172,23 +203,62 @@ pub(crate) fn run(
     let interrupted = sent
         .and_then(Stop::exit_code)
         .is_some_and(|code| status.code() == Some(code));
+    let output = match spec.kind {
+        Kind::Chat => serde_json::from_str(stdout.trim()).ok(),
+        Kind::Exec => exec_report(&stdout, &stderr, interrupted),
+    };
     let ended = if status.signal().is_some() {
         Ended::Killed { stderr }
     } else if interrupted {
-        Ended::Interrupted {
-            output: serde_json::from_str(stdout.trim()).ok(),
-            stderr,
-        }
+        Ended::Interrupted { output, stderr }
     } else {
         Ended::Exited {
             status,
-            output: serde_json::from_str(stdout.trim()).ok(),
+            output,
             stdout,
             stderr,
             elapsed,
         }
     };
     Ok((ended, progress))
+}
+
+/// What an exec host's JSONL says, in the shape of `chat --json`'s report, so that one set of
+/// checks judges both: `thread_id` (its `thread.started`), `reply` (its agent message),
+/// `notices` (its `error` items that are the notice), `outcome` (`fell_back` when it said
+/// the notice, else `resumed` or `started`: the checks compare the thread with the binding
+/// before), and for an interrupted host `error.kind` `interrupted` (what it said on stderr).
+fn exec_report(stdout: &str, stderr: &str, interrupted: bool) -> Option<Value> {
+    let events: Vec<Value> = stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let notices: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "item.completed" && e["item"]["type"] == "error")
+        .filter_map(|e| e["item"]["message"].as_str())
+        .filter(|m| *m == NOTICE)
+        .collect();
+    if interrupted {
+        return stderr
+            .contains("interrupted by")
+            .then(|| serde_json::json!({"error": {"kind": "interrupted"}, "notices": notices}));
+    }
+    let thread = events.iter().find(|e| e["type"] == "thread.started")?["thread_id"].clone();
+    let reply = events
+        .iter()
+        .rev()
+        .filter(|e| e["type"] == "item.completed" && e["item"]["type"] == "agent_message")
+        .find_map(|e| e["item"]["text"].as_str())?;
+    events.iter().find(|e| e["type"] == "turn.completed")?;
+    let outcome = if notices.is_empty() {
+        "resumed_or_started"
+    } else {
+        "fell_back"
+    };
+    Some(serde_json::json!({
+        "thread_id": thread, "reply": reply, "notices": notices, "outcome": outcome,
+    }))
 }
 
 /// Reads the fake's event log (`<unix ms> <event>` lines) relative to the host's spawn.

@@ -33,7 +33,8 @@ pub(crate) struct Stats {
     pub(crate) fallbacks: u32,
     /// Fallback notices in acknowledged turns.
     pub(crate) notices: u32,
-    /// Notices said only on stderr by a host killed after its commit and before its report.
+    /// Notices said only by a stopped host: one killed after its commit and before its
+    /// report, or one that recorded the notice delivered and was stopped before its turn.
     pub(crate) notices_unacked: u32,
     /// Acknowledged turns by outcome.
     pub(crate) resumes: u32,

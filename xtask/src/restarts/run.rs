@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rethread_store::SessionRecord;
 use serde_json::{json, Value};
 
-use super::host::{self, Binaries, Ended, HostSpec, Progress, Rng, Stop, LEASE_TTL};
+use super::host::{self, Binaries, Ended, HostSpec, Kind, Progress, Rng, Stop, LEASE_TTL};
 use super::report::{Phase, Stats};
 use super::view::StoreView;
 
@@ -32,6 +32,8 @@ const TERMINATE_CHANCE: f64 = 0.15;
 /// What one backend run does.
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
+    /// `chat` or `exec` hosts.
+    pub(crate) kind: Kind,
     /// The backend's name (`sqlite`, `redb`, `postgres`).
     pub(crate) backend: &'static str,
     /// Its store URL.
@@ -52,7 +54,11 @@ pub(crate) struct Plan {
 
 /// Runs the plan; `Err` names the first check that failed.
 pub(crate) fn execute(plan: &Plan, binaries: &Binaries) -> Result<Stats, String> {
-    let view = StoreView::open(&plan.store_url, "chat")?;
+    let tag = match plan.kind {
+        Kind::Chat => "chat",
+        Kind::Exec => "exec",
+    };
+    let view = StoreView::open(&plan.store_url, tag)?;
     let mut runner = Runner {
         plan,
         binaries,
@@ -239,6 +245,7 @@ impl Runner<'_> {
         let faults = self.faults();
         let event_log = self.plan.dir.join("events.log");
         let spec = HostSpec {
+            kind: self.plan.kind,
             store_url: &self.plan.host_store_url,
             session: &session,
             message: &message,
@@ -380,6 +387,17 @@ impl Runner<'_> {
             Phase::BeforeOpen
         };
         self.stats.kills_by_phase[phase as usize] += 1;
+        // The host said the notice and recorded it delivered before it was stopped: told (the
+        // user had it), and never said again (design rule 4). Stopped between saying it and
+        // that record, it stays pending and the next host says it once more.
+        let delivered = o
+            .after
+            .given_up()
+            .is_some_and(|given_up| given_up.notice_delivered);
+        if new_rows == 0 && self.owed > 0 && said_on(stderr) > 0 && delivered {
+            self.stats.notices_unacked += self.owed;
+            self.owed = 0;
+        }
         if new_rows > 0 && self.owed > 0 {
             // The commit that published the new thread cleared the pending notice and the host
             // stopped before its report: the notice must have been said on stderr when the
@@ -408,7 +426,21 @@ impl Runner<'_> {
         gave_up: u32,
     ) -> Result<(), String> {
         let text = |key: &str| output[key].as_str().unwrap_or_default().to_string();
-        let (thread, outcome, reply) = (text("thread_id"), text("outcome"), text("reply"));
+        let (thread, mut outcome, reply) = (text("thread_id"), text("outcome"), text("reply"));
+        if outcome == "resumed_or_started" {
+            // An exec host prints no outcome: it resumed when it ran on the bound thread.
+            let bound = o
+                .before
+                .as_ref()
+                .and_then(|r| r.binding())
+                .map(|b| &b.thread_id);
+            outcome = if bound == Some(&thread) {
+                "resumed"
+            } else {
+                "started"
+            }
+            .to_string();
+        }
         let notices = notices_in(output);
         // The report's notices were said on stderr too, as they happened.
         if said_on(stderr) != notices {

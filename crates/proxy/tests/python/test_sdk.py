@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import queue
+import subprocess
 from pathlib import Path
 
 from openai_codex import Codex, CodexConfig
@@ -92,12 +94,30 @@ def test_three_processes_keep_one_conversation(binaries, model, tmp_path):
     with Codex(config(binaries, model, tmp_path, **session)) as codex:
         third = codex.thread_start()
         assert third.id != first.id
+        result = third.run("still there?")
+        assert result.final_response == "echo: still there?"
+        # Nothing the SDK makes public carries the notice: `run()`'s items are the turn's
+        # typed items only (none of them is a notice), and the `warning` went to the
+        # SDK's private global queue (read here through `_client`).
+        assert [i for i in result.items if FALLBACK_NOTICE in i.model_dump_json()] == []
         fallbacks = [w for w in warnings(codex) if w["message"] == FALLBACK_NOTICE]
         assert fallbacks == [{"message": FALLBACK_NOTICE, "threadId": third.id}]
-        assert third.run("still there?").final_response == "echo: still there?"
-    # The new thread was seeded from the session's transcript.
+    # The way out for a Python host: `rethread sessions show --json` names the last fallback.
+    shown = subprocess.run(
+        [binaries["RETHREAD_BIN"], "--store", session["RETHREAD_STORE"], "sessions", "show",
+         "python-chat-1", "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    fallback = json.loads(shown.stdout)["last_fallback"]
+    assert fallback["thread_id"] == first.id
+    assert fallback["reason"] == "gone"
+    assert fallback["pending"] is False
+    assert isinstance(fallback["at_ms"], int)
+    # The new thread was seeded from the session's transcript (quoted: one JSON row a line).
     seen = model.conversations(at_least=3)[2]
-    assert any("user: remember zebra" in m["text"] for m in seen)
+    assert any('{"role":"user","text":"remember zebra"}' in m["text"] for m in seen)
     # Process 4 resumes the new thread, with no warning.
     with Codex(config(binaries, model, tmp_path, **session)) as codex:
         fourth = codex.thread_start()

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! fake-codex app-server [--listen stdio://] [--profile current|release-n|pre-history-mode] [--faults FILE]
+//! fake-codex exec --experimental-json [OPTIONS] [resume <ID>] [PROMPT]
 //! fake-codex --version | --help
 //! ```
 //!
@@ -15,21 +16,29 @@
 //! Every model request is appended to `$CODEX_HOME/fake-model-requests.jsonl`;
 //! `FAKE_CODEX_EVENT_LOG` names a file for the event log (requests and finished turns, with
 //! times: what `cargo xtask restarts` reads to tell where a kill landed).
+//!
+//! `exec` stands in for `codex exec`'s JSONL mode (the TypeScript SDK's interface): one turn
+//! on a fake of its own, under the same home, printed as codex prints it (see `exec.rs`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rethread_fake_appserver::{Ended, FakeAppServer, FaultScript, Profile};
+use rethread_fake_appserver::{Ended, FakeAppServer, FakeBuilder, FaultScript, Profile};
+
+mod exec;
 
 const USAGE: &str = "\
-Usage: fake-codex app-server [--listen stdio://] [--profile PROFILE] [--faults FILE]
+Usage: fake-codex [-c key=value]... app-server [--listen stdio://] [--profile PROFILE] [--faults FILE]
+       fake-codex exec --experimental-json [OPTIONS] [resume <ID>] [PROMPT]
        fake-codex --version
        fake-codex --help
 
 A stand-in for `codex app-server` (rethread's fake): newline-delimited JSON-RPC on
 stdin/stdout, threads kept under $CODEX_HOME (a temporary home when it is not set).
+`exec` runs one turn and prints codex exec's JSONL events.
 
 Options:
+  -c, --config k=v    a codex config override (--enable F, --disable F too): taken, no effect
   --listen stdio://   the transport (stdio is the only one the fake serves)
   --profile PROFILE   current, release-n or pre-history-mode (or FAKE_CODEX_PROFILE)
   --faults FILE       a fault script, JSON or TOML (or FAKE_CODEX_FAULTS)
@@ -38,7 +47,7 @@ Options:
 ";
 
 /// How a run ends badly.
-enum Failure {
+pub(crate) enum Failure {
     /// Arguments the fake does not take: exit 2, like codex's argument parser.
     Usage(String),
     /// Anything else: exit 1.
@@ -53,7 +62,7 @@ impl From<String> for Failure {
 
 fn main() -> ExitCode {
     match run() {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(Failure::Usage(message)) => {
             eprintln!("fake-codex: {message}\n\n{USAGE}");
             ExitCode::from(2)
@@ -65,7 +74,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<(), Failure> {
+fn run() -> Result<u8, Failure> {
     let mut args = std::env::args().skip(1);
     let mut profile = match std::env::var("FAKE_CODEX_PROFILE") {
         Ok(name) => name.parse::<Profile>()?,
@@ -86,6 +95,10 @@ fn run() -> Result<(), Failure> {
                 .ok_or_else(|| usage(format!("{flag} needs {what}")))
         };
         match flag {
+            "exec" | "e" if !serve => {
+                let (builder, _home) = builder(profile, faults)?;
+                return exec::run(args.collect(), builder);
+            }
             "app-server" => serve = true,
             "--listen" => {
                 let listen = value("a URL")?;
@@ -95,6 +108,11 @@ fn run() -> Result<(), Failure> {
                     )));
                 }
             }
+            // codex's config overrides (what the Python SDK passes before `app-server`):
+            // taken, and without effect on the fake.
+            "-c" | "--config" | "--enable" | "--disable" => {
+                value("a value")?;
+            }
             "--profile" => profile = value("a profile")?.parse().map_err(usage)?,
             "--faults" => faults = FaultScript::from_file(&PathBuf::from(value("a file")?))?,
             "--version" | "-V" => {
@@ -102,11 +120,11 @@ fn run() -> Result<(), Failure> {
                     "codex-cli {} (rethread fake, {profile})",
                     profile.cli_version()
                 );
-                return Ok(());
+                return Ok(0);
             }
             "--help" | "-h" => {
                 print!("{USAGE}");
-                return Ok(());
+                return Ok(0);
             }
             _ => return Err(usage(format!("unexpected argument `{arg}`"))),
         }
@@ -114,23 +132,39 @@ fn run() -> Result<(), Failure> {
     if !serve {
         return Err(usage("no command given".into()));
     }
-    let temporary;
-    let home = match std::env::var_os("CODEX_HOME") {
-        Some(home) => PathBuf::from(home),
+    let (builder, _home) = builder(profile, faults)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let served = runtime.block_on(builder.serve(tokio::io::stdin(), tokio::io::stdout()));
+    // The stdin reader may sit in a blocking read; do not wait for it.
+    runtime.shutdown_background();
+    match served.map_err(|e| e.to_string())? {
+        Ended::InputClosed => Ok(0),
+        // Like a crash: the caller sees a failed process, not a clean exit.
+        Ended::Fault => Err("exiting as the fault script says".to_string().into()),
+    }
+}
+
+/// The fake for this process: `CODEX_HOME`, or a temporary home of its own (said on stderr,
+/// removed when the returned guard drops), its model log there, the event log if asked for.
+fn builder(
+    profile: Profile,
+    faults: FaultScript,
+) -> Result<(FakeBuilder, Option<TemporaryHome>), Failure> {
+    let (home, temporary) = match std::env::var_os("CODEX_HOME") {
+        Some(home) => (PathBuf::from(home), None),
         None => {
-            temporary = TemporaryHome::create()?;
+            let temporary = TemporaryHome::create()?;
             eprintln!(
                 "fake-codex: CODEX_HOME is not set; keeping threads in a temporary home at {} \
                  (removed when fake-codex exits)",
                 temporary.0.display()
             );
-            temporary.0.clone()
+            (temporary.0.clone(), Some(temporary))
         }
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let builder = FakeAppServer::builder()
         .profile(profile)
         .faults(faults)
@@ -140,14 +174,7 @@ fn run() -> Result<(), Failure> {
         Some(path) => builder.event_log(PathBuf::from(path)),
         None => builder,
     };
-    let served = runtime.block_on(builder.serve(tokio::io::stdin(), tokio::io::stdout()));
-    // The stdin reader may sit in a blocking read; do not wait for it.
-    runtime.shutdown_background();
-    match served.map_err(|e| e.to_string())? {
-        Ended::InputClosed => Ok(()),
-        // Like a crash: the caller sees a failed process, not a clean exit.
-        Ended::Fault => Err("exiting as the fault script says".to_string().into()),
-    }
+    Ok((builder, temporary))
 }
 
 /// A home of the process's own under the temporary directory (owner-only), removed on drop.

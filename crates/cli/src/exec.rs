@@ -1,0 +1,281 @@
+//! `rethread exec [ARGS...]`: a drop-in `codex exec` (the TypeScript SDK's interface: one
+//! `codex exec --experimental-json [options] [resume <id>]` process per turn, the prompt on
+//! stdin, JSONL events on stdout), the third driver of the runtime's session machine: the
+//! machine decides every rule, this module carries its actions out with `codex exec`
+//! processes and store writes (`exec/driver.rs`).
+//!
+//! With a session named (`RETHREAD_SESSION`: non-empty UTF-8, as for `app-server`):
+//! - the prompt is read from stdin (1 MiB at most, as `chat -`; an argument prompt with a
+//!   piped stdin as codex composes it), the store opened and the session's lease taken
+//!   **before** codex starts (`RETHREAD_SESSION_WAIT`, `RETHREAD_LEASE_TTL`);
+//! - a run that names no subcommand runs on the session's thread: `codex exec ... resume
+//!   <bound id>`; a lost thread (the process exits before `thread.started` with codex's resume
+//!   error on stderr) is given up, the notice said once as an `error` item right after the
+//!   new thread's `thread.started`, and a fresh `codex exec` started, seeded from the
+//!   transcript through `-c developer_instructions=...` (after the host's own);
+//! - a run that names its own `resume <id>` or `fork` keeps its bytes as they are; its turns
+//!   are recorded when the machine adopts the thread (the session's own, or a session with
+//!   none bound), otherwise they run unrecorded (said on stderr);
+//! - each completed turn is committed (the prompt and the agent messages as rows) before
+//!   `turn.completed` reaches the client; `turn.failed` commits nothing;
+//! - temporary resume failures are retried as the machine says, then exit 75; SIGINT/SIGTERM
+//!   stop codex and release the lease (130/143), a turn being committed is finished first.
+//!
+//! Without a session, and for `--help`, `--version`, `--ephemeral`, `review` and `help`, the
+//! run is codex's own: rethread replaces itself with codex (same bytes both ways, same exit
+//! code, same signals).
+
+mod driver;
+mod process;
+
+use std::ffi::{OsStr, OsString};
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use rethread_protocol::exec::ExecArgs;
+
+use crate::output::{self, UsageError};
+
+/// How a run is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// codex's own run, untouched.
+    PassThrough,
+    /// The session's thread: resumed, or started (seeded after a loss).
+    Session,
+    /// A thread the client names itself (`resume <id>`, `fork`).
+    Own,
+}
+
+fn kind_of(run: &ExecArgs) -> Kind {
+    let own_run = ["help", "h", "version", "V", "ephemeral"]
+        .iter()
+        .any(|flag| run.has_flag(flag));
+    match run.subcommand() {
+        _ if own_run => Kind::PassThrough,
+        None => Kind::Session,
+        Some("resume" | "fork") => Kind::Own,
+        Some(_) => Kind::PassThrough,
+    }
+}
+
+/// The prompt of a run: what codex gets on stdin, and the text codex composes from it.
+#[derive(Debug, Clone)]
+struct Input {
+    /// The bytes for codex's stdin; `None`: codex reads this process's stdin (a terminal, with
+    /// the prompt given as an argument).
+    stdin: Option<Vec<u8>>,
+    /// The prompt as the model gets it, trailing newlines removed (the user row's text).
+    text: String,
+    /// `--image` files, for the user row.
+    images: Vec<String>,
+}
+
+/// What a run needs besides its arguments.
+#[derive(Debug)]
+pub(crate) struct Setup {
+    /// The real codex.
+    codex: PathBuf,
+    /// codex's own options before `exec` (`-c`, `--enable`, `--disable` when rethread stands
+    /// in for `codex`).
+    globals: Vec<OsString>,
+    run: ExecArgs,
+    input: Input,
+    session: String,
+    store: Option<String>,
+    wait: Duration,
+    lease_ttl: Option<Duration>,
+    kind: Kind,
+}
+
+impl Setup {
+    /// `[globals...] exec ARGS...`.
+    fn command_args(&self, args: &[OsString]) -> Vec<OsString> {
+        let mut all = self.globals.clone();
+        all.push(OsString::from("exec"));
+        all.extend(args.iter().cloned());
+        all
+    }
+}
+
+/// `rethread exec ARGS...` (and `codex [globals] exec ARGS...` when rethread stands in for
+/// codex): returns the process's exit code.
+pub(crate) fn main(
+    codex: &Path,
+    store: Option<&str>,
+    globals: Vec<OsString>,
+    args: Vec<OsString>,
+) -> ExitCode {
+    let run = ExecArgs::parse(args);
+    let session = match crate::app_server::session_env() {
+        Ok(session) => session,
+        Err(cause) => return output::fail(&cause, output::EXIT_USAGE),
+    };
+    let kind = kind_of(&run);
+    let Some(session) = session.filter(|_| kind != Kind::PassThrough) else {
+        let mut args = globals;
+        args.push(OsString::from("exec"));
+        args.extend(run.args().iter().cloned());
+        return hand_over(codex, &args);
+    };
+    let settings = crate::app_server::session_wait()
+        .map_err(UsageError)
+        .and_then(|wait| Ok((wait, crate::lease_ttl()?)))
+        .and_then(|settings| Ok((settings, read_input(&run)?)));
+    let ((wait, lease_ttl), input) = match settings {
+        Ok(settings) => settings,
+        Err(usage) => return output::fail(&usage.0, output::EXIT_USAGE),
+    };
+    let setup = Setup {
+        codex: codex.to_path_buf(),
+        globals,
+        run,
+        input,
+        session,
+        store: store.map(str::to_string),
+        wait,
+        lease_ttl,
+        kind,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            return output::fail(
+                &format!("could not start the async runtime: {error}"),
+                output::EXIT_FAILED,
+            )
+        }
+    };
+    let result = runtime.block_on(driver::run(&setup));
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => output::fail(&format!("exec: {error}"), output::exit_code(&*error)),
+    }
+}
+
+/// Runs `codex ARGS...` in this process's place (Unix: the same process, so every byte,
+/// signal and exit code is codex's); elsewhere as a child whose exit code is passed on.
+pub(crate) fn hand_over(codex: &Path, args: &[OsString]) -> ExitCode {
+    let mut command = std::process::Command::new(codex);
+    command.args(args);
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        let error = command.exec();
+        output::fail(
+            &format!("could not start `{}`: {error}", codex.display()),
+            output::EXIT_FAILED,
+        )
+    }
+    #[cfg(not(unix))]
+    match command.status() {
+        Ok(status) => ExitCode::from(status.code().map_or(1, |c| c as u8)),
+        Err(error) => output::fail(
+            &format!("could not start `{}`: {error}", codex.display()),
+            output::EXIT_FAILED,
+        ),
+    }
+}
+
+/// Reads the run's prompt: stdin (at most 1 MiB, UTF-8, not empty), or the argument with a
+/// piped stdin appended as codex appends it (`\n\n<stdin>\n...\n</stdin>`).
+fn read_input(run: &ExecArgs) -> Result<Input, UsageError> {
+    let images = run.option_values("image").collect();
+    let given = match run.prompt() {
+        Some(prompt) if prompt != OsStr::new("-") => Some(
+            prompt
+                .to_str()
+                .ok_or_else(|| UsageError("the prompt argument is not UTF-8".into()))?
+                .to_string(),
+        ),
+        _ => None,
+    };
+    if let Some(given) = &given {
+        if std::io::stdin().is_terminal() {
+            return Ok(Input {
+                stdin: None,
+                text: trimmed(given),
+                images,
+            });
+        }
+    }
+    let bytes = read_stdin()?;
+    let piped = std::str::from_utf8(&bytes)
+        .map_err(|_| UsageError("the prompt on stdin is not UTF-8".into()))?;
+    let text = match &given {
+        Some(given) if piped.trim_end().is_empty() => given.clone(),
+        Some(given) => format!("{given}\n\n<stdin>\n{}\n</stdin>", piped.trim_end()),
+        None if piped.trim().is_empty() => {
+            return Err(UsageError(
+                "no prompt on stdin (`exec` reads the prompt from stdin, as codex exec does)"
+                    .into(),
+            ))
+        }
+        None => piped.to_string(),
+    };
+    Ok(Input {
+        text: trimmed(&text),
+        stdin: Some(bytes),
+        images,
+    })
+}
+
+fn trimmed(text: &str) -> String {
+    text.trim_end_matches(['\n', '\r']).to_string()
+}
+
+/// All of stdin, refused past 1 MiB (codex's limit on a turn's text, as for `chat -`): read
+/// no further than the limit and a line ending.
+fn read_stdin() -> Result<Vec<u8>, UsageError> {
+    let limit = crate::chat::MAX_STDIN_MESSAGE;
+    let read_at_most = limit + 3;
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .lock()
+        .take(read_at_most as u64)
+        .read_to_end(&mut bytes)
+        .map_err(|e| UsageError(format!("cannot read the prompt from stdin: {e}")))?;
+    let text_len = bytes.len()
+        - bytes
+            .iter()
+            .rev()
+            .take_while(|b| matches!(b, b'\n' | b'\r'))
+            .count();
+    if bytes.len() == read_at_most || text_len > limit {
+        return Err(UsageError(format!(
+            "the prompt on stdin is longer than 1 MiB ({limit} bytes), the most codex takes \
+             in one turn"
+        )));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_are_served_by_what_they_name() {
+        let kind = |args: &[&str]| kind_of(&ExecArgs::parse(args));
+        assert_eq!(kind(&["--experimental-json", "--cd", "/w"]), Kind::Session);
+        assert_eq!(kind(&["--experimental-json", "resume", "t1"]), Kind::Own);
+        assert_eq!(kind(&["fork", "t1"]), Kind::Own);
+        for passed in [
+            &["--help"][..],
+            &["-V"],
+            &["--experimental-json", "--ephemeral"],
+            &["review"],
+            &["resume", "t1", "--ephemeral"],
+        ] {
+            assert_eq!(kind(passed), Kind::PassThrough, "{passed:?}");
+        }
+        // An image list swallows what codex would take as `resume <id>`: a session run.
+        assert_eq!(kind(&["--image", "a.png", "resume", "t1"]), Kind::Session);
+    }
+}

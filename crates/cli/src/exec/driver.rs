@@ -1,0 +1,590 @@
+//! The session machine driven with `codex exec` processes: a resume is a process started with
+//! `resume <id>` (answered by its `thread.started`, or by its exit with codex's error on
+//! stderr), a start is a process started with the run's own arguments (seeded through
+//! `-c developer_instructions=...`), a commit is awaited before the `turn.completed` line
+//! goes on, and what the machine says is an `error` item on stdout (the notice, a failed
+//! commit, a lost lease) or a line on stderr (a thread not recorded).
+
+use std::ffi::OsString;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::Arc;
+
+use futures::FutureExt;
+use rethread_protocol::messages::{ThreadItem, ThreadStartParams, UserInput};
+use rethread_runtime::binding::{self, apply_seed, commit_turn, TurnRows};
+use rethread_runtime::machine::{Action, Say, SessionMachine};
+use rethread_runtime::projection::project_turn_input;
+use rethread_runtime::{BinderOptions, ClientError, RuntimeError, SessionLease, Transcript};
+use rethread_store::{BindingStore, LocalOwner};
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+
+use super::process::{event_type, Exit, First, Process};
+use super::{Kind, Setup};
+use crate::output::{Interrupted, UsageError};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Runs the session's turn: the store and the lease first, then codex; the lease is released
+/// however it ends. Returns the exit code.
+pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
+    // Before codex starts: a signal from here on is this process's to handle.
+    let mut signal = pin!(crate::chat::interrupted());
+    let store = crate::open_store(
+        setup.store.as_deref(),
+        crate::Access::Write(std::time::Duration::ZERO),
+    )
+    .await?;
+    let options = BinderOptions::default();
+    let ttl = setup
+        .lease_ttl
+        .or(options.lease_ttl)
+        .unwrap_or(std::time::Duration::from_secs(30));
+    let lease = tokio::select! {
+        lease = SessionLease::acquire(
+            store.clone(),
+            &setup.session,
+            Arc::new(LocalOwner::new()),
+            ttl,
+            setup.wait,
+        ) => lease?,
+        interrupted = signal.as_mut() => return Err(interrupted.into()),
+    };
+    let mut driver = Driver {
+        setup,
+        machine: SessionMachine::new(&setup.session, options.machine_options()),
+        codex_home: options.codex_home.clone(),
+        store,
+        lease,
+        said: Vec::new(),
+        items: 0,
+        stdout: tokio::io::stdout(),
+    };
+    let result = match setup.kind {
+        Kind::Own => driver.own_thread(signal.as_mut()).await,
+        _ => driver.session_thread(signal.as_mut()).await,
+    };
+    if let Err(error) = driver.lease.release().await {
+        crate::output::warning(&format!(
+            "could not release the session's lease (it expires on its own): {error}"
+        ));
+    }
+    result
+}
+
+struct Driver<'a> {
+    setup: &'a Setup,
+    store: Arc<dyn BindingStore>,
+    lease: SessionLease,
+    machine: SessionMachine,
+    codex_home: Option<String>,
+    /// What the machine said while opening, said once the new thread is known.
+    said: Vec<Say>,
+    /// The `error` items said so far (their ids: `rethread_0`, ...).
+    items: u64,
+    stdout: tokio::io::Stdout,
+}
+
+type Signal<'s> = Pin<&'s mut dyn Future<Output = Interrupted>>;
+
+impl Driver<'_> {
+    /// A run with no subcommand: the session's thread, opened as the machine says.
+    async fn session_thread(&mut self, mut signal: Signal<'_>) -> Result<u8, BoxError> {
+        self.machine.open();
+        // The last process that exited before its thread started.
+        let mut exited: Option<Exit> = None;
+        let mut opened: Option<(Box<Process>, String, Vec<u8>)> = None;
+        loop {
+            let Some(action) = self.machine.poll() else {
+                return Err(RuntimeError::Internal(
+                    "the session machine stopped without an outcome".into(),
+                )
+                .into());
+            };
+            match action {
+                Action::ReadSession => {
+                    match binding::read_stored(self.store.as_ref(), &self.setup.session).await {
+                        Ok(stored) => self.machine.handle_session(stored),
+                        Err(error) => self.machine.handle_failed(error),
+                    }
+                }
+                Action::Resume(params) => {
+                    let args = self.setup.run.with_resume(&params.thread_id);
+                    match self.start_process(&args, signal.as_mut()).await? {
+                        Began::Started(process, thread_id, lines) => {
+                            if thread_id != params.thread_id {
+                                tracing::warn!(bound = %params.thread_id, %thread_id, "codex resumed the session's thread under another id");
+                            }
+                            opened = Some((process, thread_id, lines));
+                            self.machine.handle_resumed();
+                        }
+                        Began::Exited(exit) => {
+                            self.machine.handle_resume_exited(&exit.stderr_text());
+                            exited = Some(exit);
+                        }
+                    }
+                }
+                Action::Wait(delay) => {
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => self.machine.handle_wait_over(),
+                        interrupted = signal.as_mut() => return Err(interrupted.into()),
+                    }
+                }
+                Action::GiveUp(lost) => {
+                    let given_up = match self.lease.ensure_fresh().await {
+                        Ok(fence) => {
+                            binding::give_up(
+                                self.store.as_ref(),
+                                &self.setup.session,
+                                &lost,
+                                Some(&fence),
+                            )
+                            .await
+                        }
+                        Err(error) => Err(error),
+                    };
+                    match given_up {
+                        Ok(()) => self.machine.handle_given_up(),
+                        Err(error) => self.machine.handle_failed(error),
+                    }
+                }
+                Action::Say(say) => self.said.push(say),
+                Action::MarkNoticeDelivered { thread_id } => self.mark_delivered(&thread_id).await,
+                Action::ReadTranscript { max_rows } => {
+                    let rows = binding::transcript_tail(
+                        self.store.as_ref(),
+                        &Transcript::Store,
+                        &self.setup.session,
+                        max_rows,
+                    )
+                    .await;
+                    self.machine.handle_transcript(rows);
+                }
+                Action::Start { seed } => {
+                    let args = match seed {
+                        Some(seed) => seeded_args(&self.setup.run, seed),
+                        None => self.setup.run.args().to_vec(),
+                    };
+                    match self.start_process(&args, signal.as_mut()).await? {
+                        Began::Started(process, thread_id, lines) => {
+                            opened = Some((process, thread_id.clone(), lines));
+                            self.machine.handle_started(thread_id);
+                        }
+                        Began::Exited(exit) => {
+                            let closed = ClientError::Closed {
+                                reason: format!(
+                                    "codex exec exited with {} before its thread started",
+                                    exit.code
+                                ),
+                                stderr: exit.stderr_text(),
+                            };
+                            exited = Some(exit);
+                            self.machine.handle_failed(closed.into());
+                        }
+                    }
+                }
+                Action::Opened(_) => {
+                    let Some((process, thread_id, lines)) = opened.take() else {
+                        return Err(
+                            RuntimeError::Internal("opened without a process".into()).into()
+                        );
+                    };
+                    self.write(&lines).await?;
+                    let said = std::mem::take(&mut self.said);
+                    for say in &said {
+                        self.say(say).await?;
+                    }
+                    self.settle().await?;
+                    process.relay_stderr();
+                    return self.forward(process, &thread_id, signal).await;
+                }
+                Action::OpenFailed(error) => {
+                    // A give-up was written: its notice is said even so (the next run starts
+                    // fresh and says nothing).
+                    let said = std::mem::take(&mut self.said);
+                    for say in &said {
+                        self.say(say).await?;
+                    }
+                    self.settle().await?;
+                    let codex_failed =
+                        matches!(error, RuntimeError::Resume { .. } | RuntimeError::Client(_));
+                    return match exited.take() {
+                        // codex refused the run itself (arguments, a crash): its output and
+                        // its exit code, as they were.
+                        Some(exit) if codex_failed => {
+                            self.write(&exit.stdout).await?;
+                            write_stderr(&exit.stderr);
+                            Ok(exit.code)
+                        }
+                        _ => Err(error.into()),
+                    };
+                }
+                Action::Commit { .. } | Action::Retire { .. } => {}
+            }
+        }
+    }
+
+    /// A run that names its own thread (`resume <id>`, `fork`): its arguments as given; the
+    /// machine decides on `thread.started` whether the thread is the session's.
+    async fn own_thread(&mut self, mut signal: Signal<'_>) -> Result<u8, BoxError> {
+        if let Some(thread_id) = self.setup.run.thread_id() {
+            if let Some(owner) = self.store.thread_session(thread_id).await? {
+                if owner != self.setup.session {
+                    return Err(Box::new(UsageError(format!(
+                        "thread {thread_id} belongs to rethread session {owner}; it cannot be \
+                         resumed in session {}",
+                        self.setup.session
+                    ))));
+                }
+            }
+        }
+        let stored = binding::read_stored(self.store.as_ref(), &self.setup.session).await?;
+        let args = self.setup.run.args().to_vec();
+        match self.start_process(&args, signal.as_mut()).await? {
+            Began::Started(process, thread_id, lines) => {
+                self.write(&lines).await?;
+                self.machine
+                    .handle_client_thread(&thread_id, false, Some(&stored));
+                self.settle().await?;
+                process.relay_stderr();
+                self.forward(process, &thread_id, signal).await
+            }
+            Began::Exited(exit) => {
+                self.write(&exit.stdout).await?;
+                write_stderr(&exit.stderr);
+                Ok(exit.code)
+            }
+        }
+    }
+
+    /// Starts `codex [globals] exec ARGS` with the prompt and reads up to its
+    /// `thread.started` (or its exit). A signal meanwhile stops it.
+    async fn start_process(
+        &mut self,
+        args: &[OsString],
+        mut signal: Signal<'_>,
+    ) -> Result<Began, BoxError> {
+        let program = &self.setup.codex;
+        let mut process = Process::spawn(
+            program,
+            &self.setup.command_args(args),
+            self.setup.input.stdin.as_deref(),
+        )
+        .map_err(|source| ClientError::Spawn {
+            program: program.display().to_string(),
+            source,
+        })
+        .map_err(RuntimeError::from)?;
+        let mut stopped = None;
+        let first = tokio::select! {
+            first = process.first() => Some(first),
+            interrupted = signal.as_mut() => {
+                stopped = Some(interrupted);
+                None
+            }
+        };
+        match (first, stopped) {
+            (Some(first), _) => match first? {
+                First::Started { thread_id, lines } => {
+                    Ok(Began::Started(Box::new(process), thread_id, lines))
+                }
+                First::Exited(exit) => {
+                    // A terminal's Ctrl-C reaches codex too and may end it before this
+                    // process sees it: an exit that names no resume error waits briefly for
+                    // the signal, so the user's interrupt is reported as such.
+                    let unexplained = exit.code != 0
+                        && rethread_protocol::exec_resume_error(&exit.stderr_text()).is_none();
+                    if unexplained {
+                        if let Ok(interrupted) =
+                            tokio::time::timeout(crate::chat::SIGNAL_GRACE, signal.as_mut()).await
+                        {
+                            return Err(interrupted.into());
+                        }
+                    }
+                    Ok(Began::Exited(exit))
+                }
+            },
+            (None, stopped) => {
+                process.kill().await;
+                Err(stopped.map_or_else(|| "stopped".into(), |i| i.into()))
+            }
+        }
+    }
+
+    /// Passes the process's output on, line by line, until it ends: each `turn.completed`
+    /// only once the machine's commit is done (or its failure said). A signal before a commit
+    /// began stops codex (the turn is not committed); one during a commit lets it finish, the
+    /// turn is reported, and the run ends with exit 0.
+    async fn forward(
+        &mut self,
+        mut process: Box<Process>,
+        thread_id: &str,
+        mut signal: Signal<'_>,
+    ) -> Result<u8, BoxError> {
+        let mut replies: Vec<ThreadItem> = Vec::new();
+        let mut completed_turns = 0u32;
+        loop {
+            let mut stopped = None;
+            let line = tokio::select! {
+                line = process.next_line() => Some(line),
+                interrupted = signal.as_mut() => {
+                    stopped = Some(interrupted);
+                    None
+                }
+            };
+            let line = match (line, stopped) {
+                (Some(line), _) => line?,
+                (None, stopped) => {
+                    process.kill().await;
+                    if completed_turns > 0 {
+                        // The turn is durable and reported: done (a failure would make the
+                        // SDK throw, and its user retry a committed turn).
+                        tracing::info!("{stopped:?} after the turn was committed");
+                        return Ok(crate::output::EXIT_OK);
+                    }
+                    return Err(stopped.map_or_else(|| "stopped".into(), |i| i.into()));
+                }
+            };
+            let Some(line) = line else { break };
+            match event_type(&line).as_deref() {
+                Some("turn.started") => replies.clear(),
+                Some("item.completed") => replies.extend(agent_message(&line)),
+                Some("turn.completed") => {
+                    let rows = self.rows(thread_id, &replies);
+                    replies.clear();
+                    self.machine.handle_turn_completed(thread_id, rows);
+                    self.settle().await?;
+                    self.write(&line).await?;
+                    completed_turns += 1;
+                    if let Some(interrupted) = signal.as_mut().now_or_never() {
+                        // The turn is durable and reported: done, whatever codex does next.
+                        tracing::info!("{interrupted} after the turn was committed");
+                        process.kill().await;
+                        return Ok(crate::output::EXIT_OK);
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            self.write(&line).await?;
+        }
+        let code = process.wait().await?;
+        if code != 0 {
+            // A Ctrl-C reaches codex too and may end it first: reported as the interrupt, or,
+            // after a committed turn, as done.
+            if let Ok(interrupted) =
+                tokio::time::timeout(crate::chat::SIGNAL_GRACE, signal.as_mut()).await
+            {
+                if completed_turns > 0 {
+                    tracing::info!("{interrupted} after the turn was committed");
+                    return Ok(crate::output::EXIT_OK);
+                }
+                return Err(interrupted.into());
+            }
+        }
+        Ok(code)
+    }
+
+    /// The rows of a completed turn: the prompt, then the agent messages.
+    fn rows(&self, thread_id: &str, replies: &[ThreadItem]) -> Vec<Value> {
+        let turn_id = format!("exec-{}", uuid::Uuid::now_v7());
+        let mut input = vec![UserInput::text(&self.setup.input.text)];
+        input.extend(
+            self.setup
+                .input
+                .images
+                .iter()
+                .map(|path| UserInput::LocalImage { path: path.clone() }),
+        );
+        project_turn_input(thread_id, &turn_id, &input, replies)
+    }
+
+    /// Carries out what the machine asks after an event: commits, what it says, delivered
+    /// notices.
+    async fn settle(&mut self) -> Result<(), BoxError> {
+        while let Some(action) = self.machine.poll() {
+            match action {
+                Action::Commit { thread_id, rows } => {
+                    let committed = commit_turn(
+                        self.store.as_ref(),
+                        &Transcript::Store,
+                        Some(&self.lease),
+                        TurnRows {
+                            session_id: &self.setup.session,
+                            thread_id: &thread_id,
+                            codex_home: self.codex_home.as_deref(),
+                            rows: &rows,
+                        },
+                    )
+                    .await;
+                    self.machine
+                        .handle_committed(&thread_id, committed.as_ref().map(|_| ()));
+                }
+                Action::Say(say) => self.say(&say).await?,
+                Action::MarkNoticeDelivered { thread_id } => self.mark_delivered(&thread_id).await,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Says `say`: on stderr for people, and on stdout as codex reports a non-fatal problem
+    /// (an `error` item), except a thread not recorded (the run is the client's own: its
+    /// bytes stay as they are).
+    ///
+    /// The fallback notice is not marked delivered when written: the SDK's `run()` returns the
+    /// run's items only when its turn completes (a run that fails or is stopped throws them
+    /// away), so the user has it only once the turn on the new thread is committed, and that
+    /// commit is what clears it in the store. A run that ends before says nothing delivered,
+    /// and the next run says it again (at least once, never lost).
+    async fn say(&mut self, say: &Say) -> Result<(), BoxError> {
+        let event = binding::status_event(&self.setup.session, say);
+        let fields: Vec<String> = event
+            .fields
+            .iter()
+            .map(|(key, value)| match value {
+                Value::String(text) => format!("{key}: {text}"),
+                other => format!("{key}: {other}"),
+            })
+            .collect();
+        let described = format!("{} ({})", event.message, fields.join(", "));
+        eprintln!("rethread: {}", crate::output::for_people(&described));
+        if matches!(say, Say::NotRecorded { .. }) {
+            return Ok(());
+        }
+        let item = json!({"type": "item.completed", "item": {
+            "id": format!("rethread_{}", self.items),
+            "type": "error",
+            "message": say.message(),
+        }});
+        self.items += 1;
+        self.write(format!("{item}\n").as_bytes()).await?;
+        Ok(())
+    }
+
+    async fn mark_delivered(&self, thread_id: &str) {
+        let fence = self.lease.ensure_fresh().await.ok();
+        binding::mark_notice_delivered(
+            self.store.as_ref(),
+            &self.setup.session,
+            thread_id,
+            fence.as_ref(),
+        )
+        .await;
+    }
+
+    /// Writes bytes to stdout and flushes them (the client reads each line as it comes).
+    async fn write(&mut self, bytes: &[u8]) -> Result<(), BoxError> {
+        self.stdout.write_all(bytes).await?;
+        self.stdout.flush().await?;
+        Ok(())
+    }
+}
+
+/// How a process began (see [`First`]), the process kept when it goes on.
+enum Began {
+    Started(Box<Process>, String, Vec<u8>),
+    Exited(Exit),
+}
+
+/// The agent message an `item.completed` line carries, as the projection reads one.
+fn agent_message(line: &[u8]) -> Option<ThreadItem> {
+    let event: Value = serde_json::from_slice(line).ok()?;
+    let item = event.get("item")?;
+    if item.get("type")?.as_str()? != "agent_message" {
+        return None;
+    }
+    serde_json::from_value(json!({
+        "type": "agentMessage",
+        "id": item.get("id").cloned().unwrap_or_default(),
+        "text": item.get("text")?.as_str()?,
+    }))
+    .ok()
+}
+
+/// The run's arguments with the seed in its developer instructions: after the host's own
+/// (`-c developer_instructions=...` among them), as a `-c` override of its own, last (codex
+/// takes the last value of a key).
+fn seeded_args(run: &rethread_protocol::exec::ExecArgs, seed: String) -> Vec<OsString> {
+    let mut params = ThreadStartParams::default();
+    params.developer_instructions = run
+        .config("developer_instructions")
+        .map(|text| toml_value_text(&text));
+    apply_seed(&mut params, seed);
+    let instructions = params.developer_instructions.unwrap_or_default();
+    let mut args = run.args().to_vec();
+    args.push(OsString::from("-c"));
+    args.push(OsString::from(format!(
+        "developer_instructions={}",
+        toml::Value::String(instructions)
+    )));
+    args
+}
+
+/// A `-c` value as codex reads it: TOML when it parses as TOML, the text itself otherwise.
+fn toml_value_text(text: &str) -> String {
+    match toml::from_str::<toml::Table>(&format!("value = {text}")) {
+        Ok(table) => match table.get("value") {
+            Some(toml::Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => text.to_string(),
+        },
+        Err(_) => text.to_string(),
+    }
+}
+
+fn write_stderr(bytes: &[u8]) {
+    use std::io::Write;
+    let mut stderr = std::io::stderr().lock();
+    let _ = stderr.write_all(bytes).and_then(|()| stderr.flush());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rethread_protocol::exec::ExecArgs;
+
+    #[test]
+    fn the_seed_follows_the_hosts_own_instructions_as_a_toml_string() {
+        let run = ExecArgs::parse([
+            "-c",
+            "developer_instructions=\"be brief\"",
+            "--image",
+            "a.png",
+        ]);
+        let args = seeded_args(
+            &run,
+            "<transcript>\n{\"role\":\"user\"}\n</transcript>".into(),
+        );
+        let last = args.last().unwrap().to_str().unwrap();
+        let value = last.strip_prefix("developer_instructions=").unwrap();
+        assert_eq!(
+            toml_value_text(value),
+            "be brief\n\n<transcript>\n{\"role\":\"user\"}\n</transcript>"
+        );
+        // Behind the image list, whose greed an option ends.
+        assert_eq!(args[args.len() - 2], "-c");
+        assert_eq!(args[3], "a.png");
+        let plain = seeded_args(&ExecArgs::parse(["hi"]), "seed \u{7f} \"q\"".into());
+        let value = plain[2]
+            .to_str()
+            .unwrap()
+            .strip_prefix("developer_instructions=")
+            .unwrap();
+        assert_eq!(toml_value_text(value), "seed \u{7f} \"q\"");
+    }
+
+    #[test]
+    fn agent_messages_are_read_from_item_lines() {
+        let line = br#"{"type":"item.completed","item":{"id":"item_1","type":"agent_message","text":"hi"}}"#;
+        let item = agent_message(line).expect("an agent message");
+        let rows = project_turn_input("t", "u", &[UserInput::text("q")], &[item]);
+        assert_eq!(rows[1]["role"], "assistant");
+        assert_eq!(rows[1]["text"], "hi");
+        let error =
+            br#"{"type":"item.completed","item":{"id":"item_0","type":"error","message":"m"}}"#;
+        assert!(agent_message(error).is_none());
+        assert!(agent_message(b"not json").is_none());
+    }
+}

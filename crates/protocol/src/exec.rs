@@ -1,0 +1,459 @@
+//! `codex exec`'s command line, read the way codex's own parser reads it, for a program that
+//! stands in for `codex exec` (`rethread exec`, the fake's `exec` mode): which subcommand a
+//! run names (`resume <id>`, `fork`, ...), its prompt, its flags and config overrides, and the
+//! same run turned into a `resume <id>` of a given thread.
+//!
+//! The grammar is codex-cli's (0.171.0, `codex exec --help`): exec's own options, then either
+//! a `PROMPT` or a subcommand with options of its own. Two rules matter for a stand-in:
+//!
+//! - exec's `--image` takes **every** value that follows until the next option, a subcommand
+//!   name included (`exec --image a.png resume <id>` attaches three images and starts a new
+//!   thread), so `resume <id>` is never put after it: [`ExecArgs::with_resume`] moves the
+//!   images behind the resume, where `--image` takes one value each (what the TypeScript SDK
+//!   sends).
+//! - options `resume` does not take (`--sandbox`, `--cd`, `--add-dir`, `--color`, ...) stay
+//!   before it, where exec reads them.
+//!
+//! An option this module does not know is read as a flag (no value), or with its value
+//! inline (`--name=value`).
+//!
+//! ```
+//! use rethread_protocol::exec::ExecArgs;
+//!
+//! let run = ExecArgs::parse(["--experimental-json", "--cd", "/w", "--image", "a.png", "b.png"]);
+//! assert_eq!(run.subcommand(), None);
+//! assert_eq!(
+//!     run.with_resume("0199"),
+//!     ["--experimental-json", "--cd", "/w", "resume", "0199", "--image", "a.png", "--image", "b.png"]
+//! );
+//! let resumed = ExecArgs::parse(["--experimental-json", "resume", "0199", "--image", "a.png"]);
+//! assert_eq!((resumed.subcommand(), resumed.thread_id()), (Some("resume"), Some("0199")));
+//! ```
+
+use std::ffi::{OsStr, OsString};
+
+/// exec's options that take one value (long name, short letter).
+const EXEC_VALUED: [(&str, Option<char>); 16] = [
+    ("config", Some('c')),
+    ("enable", None),
+    ("disable", None),
+    ("remote", None),
+    ("remote-auth-token-env", None),
+    ("model", Some('m')),
+    ("local-provider", None),
+    ("profile", Some('p')),
+    ("sandbox", Some('s')),
+    ("cd", Some('C')),
+    ("add-dir", None),
+    ("thread-source", None),
+    ("cyber-access-program", None),
+    ("output-schema", None),
+    ("color", None),
+    ("output-last-message", Some('o')),
+];
+
+/// The options of exec's subcommands (`resume`, `fork`) that take one value; `--image` among
+/// them takes one value there.
+const SUBCOMMAND_VALUED: [(&str, Option<char>); 11] = [
+    ("config", Some('c')),
+    ("enable", None),
+    ("disable", None),
+    ("image", Some('i')),
+    ("remote", None),
+    ("remote-auth-token-env", None),
+    ("model", Some('m')),
+    ("thread-source", None),
+    ("cyber-access-program", None),
+    ("output-schema", None),
+    ("output-last-message", Some('o')),
+];
+
+/// exec's subcommands.
+const SUBCOMMANDS: [&str; 4] = ["resume", "fork", "review", "help"];
+
+/// One argument as the parser read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    /// An option: its name (long, or the short letter as a string), and the indexes of its
+    /// value arguments (inline values have none: they are in the same argument).
+    Option {
+        name: String,
+        inline: Option<String>,
+        values: Vec<usize>,
+    },
+    /// A positional argument.
+    Positional,
+}
+
+/// A `codex exec` command line (the arguments after `exec`), read (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecArgs {
+    args: Vec<OsString>,
+    /// Where each token starts, and what it is; option values are not tokens of their own.
+    tokens: Vec<(usize, Token)>,
+    /// The index of the subcommand's name in `args`.
+    subcommand: Option<usize>,
+}
+
+impl ExecArgs {
+    /// Reads `args` (those after `exec`). Never fails: what codex would refuse is left for
+    /// codex to refuse.
+    pub fn parse<I, S>(args: I) -> ExecArgs
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+        let mut tokens = Vec::new();
+        let mut subcommand = None;
+        let mut i = 0;
+        let mut only_positionals = false;
+        while i < args.len() {
+            let at = i;
+            let text = args[i].to_string_lossy();
+            i += 1;
+            if only_positionals || text == "-" || !text.starts_with('-') {
+                if subcommand.is_none()
+                    && !only_positionals
+                    && !tokens.iter().any(|(_, t)| *t == Token::Positional)
+                    && SUBCOMMANDS.contains(&text.as_ref())
+                {
+                    subcommand = Some(at);
+                    continue;
+                }
+                tokens.push((at, Token::Positional));
+                continue;
+            }
+            if text == "--" {
+                only_positionals = true;
+                continue;
+            }
+            let table: &[(&str, Option<char>)] = if subcommand.is_some() {
+                &SUBCOMMAND_VALUED
+            } else {
+                &EXEC_VALUED
+            };
+            let (name, inline, takes_value) = match text.strip_prefix("--") {
+                Some(long) => {
+                    let (name, inline) = match long.split_once('=') {
+                        Some((name, value)) => (name.to_string(), Some(value.to_string())),
+                        None => (long.to_string(), None),
+                    };
+                    let takes = table.iter().any(|(l, _)| *l == name) || name == "image";
+                    (name, inline, takes)
+                }
+                None => {
+                    let mut chars = text[1..].chars();
+                    let letter = chars.next().unwrap_or('-');
+                    let rest: String = chars.collect();
+                    let long = table
+                        .iter()
+                        .find(|(_, short)| *short == Some(letter))
+                        .map(|(long, _)| long.to_string())
+                        .or_else(|| (letter == 'i').then(|| "image".to_string()));
+                    match long {
+                        Some(long) => {
+                            let inline = (!rest.is_empty())
+                                .then(|| rest.strip_prefix('=').unwrap_or(&rest).to_string());
+                            (long, inline, true)
+                        }
+                        None => (letter.to_string(), None, false),
+                    }
+                }
+            };
+            let mut values = Vec::new();
+            if takes_value && inline.is_none() {
+                // exec's `--image` takes every value up to the next option.
+                let greedy = name == "image" && subcommand.is_none();
+                while i < args.len() {
+                    let next = args[i].to_string_lossy();
+                    if next.starts_with('-') && next != "-" && !values.is_empty() {
+                        break;
+                    }
+                    values.push(i);
+                    i += 1;
+                    if !greedy {
+                        break;
+                    }
+                }
+            }
+            tokens.push((
+                at,
+                Token::Option {
+                    name,
+                    inline,
+                    values,
+                },
+            ));
+        }
+        ExecArgs {
+            args,
+            tokens,
+            subcommand,
+        }
+    }
+
+    /// The arguments, as given.
+    pub fn args(&self) -> &[OsString] {
+        &self.args
+    }
+
+    /// The subcommand the run names (`resume`, `fork`, `review`, `help`), if any.
+    pub fn subcommand(&self) -> Option<&str> {
+        self.subcommand.and_then(|at| self.args[at].to_str())
+    }
+
+    /// The thread a `resume` names (its first positional; `None` with `--last`, without an
+    /// id, or when it is not UTF-8).
+    pub fn thread_id(&self) -> Option<&str> {
+        if self.subcommand() != Some("resume") || self.has_flag("last") {
+            return None;
+        }
+        self.positionals().next().and_then(OsStr::to_str)
+    }
+
+    /// The prompt given as an argument (`-` means stdin, as for codex): exec's positional, or
+    /// a `resume`'s second one. `None`: the prompt comes from stdin.
+    pub fn prompt(&self) -> Option<&OsStr> {
+        let mut positionals = self.positionals();
+        match self.subcommand() {
+            None => positionals.next(),
+            Some("resume") if !self.has_flag("last") => positionals.nth(1),
+            Some(_) => positionals.next(),
+        }
+    }
+
+    /// Whether the flag `name` (a long name without `--`, or a short letter) is given.
+    pub fn has_flag(&self, name: &str) -> bool {
+        self.options().any(|(option, _)| option == name)
+    }
+
+    /// The value of the last `-c`/`--config key=value` for `key`, as written (TOML text).
+    pub fn config(&self, key: &str) -> Option<String> {
+        self.option_values("config")
+            .filter_map(|value| {
+                let (k, v) = value.split_once('=')?;
+                (k.trim() == key).then(|| v.to_string())
+            })
+            .last()
+    }
+
+    /// The values of every `--name` option (long name), in order (`--image a b` gives both).
+    pub fn option_values(&self, name: &str) -> impl Iterator<Item = String> + '_ {
+        let name = name.to_string();
+        self.options()
+            .filter(move |(option, _)| *option == name)
+            .flat_map(|(_, values)| values)
+    }
+
+    /// The names of the options given (long names, or short letters of flags this module
+    /// does not know), in order.
+    pub fn option_names(&self) -> impl Iterator<Item = String> + '_ {
+        self.options().map(|(name, _)| name)
+    }
+
+    /// The same run as a `resume` of `thread_id` (see the module docs); the arguments as given
+    /// when the run already names a subcommand.
+    pub fn with_resume(&self, thread_id: &str) -> Vec<OsString> {
+        if self.subcommand.is_some() {
+            return self.args.clone();
+        }
+        let mut before = Vec::new();
+        let mut images = Vec::new();
+        let mut prompt = Vec::new();
+        for (at, token) in &self.tokens {
+            match token {
+                Token::Positional => prompt.push(self.args[*at].clone()),
+                Token::Option {
+                    name,
+                    inline,
+                    values,
+                } if name == "image" => {
+                    let values = inline
+                        .iter()
+                        .map(OsString::from)
+                        .chain(values.iter().map(|i| self.args[*i].clone()));
+                    for value in values {
+                        images.push(OsString::from("--image"));
+                        images.push(value);
+                    }
+                }
+                Token::Option { values, .. } => {
+                    before.push(self.args[*at].clone());
+                    before.extend(values.iter().map(|i| self.args[*i].clone()));
+                }
+            }
+        }
+        before.push(OsString::from("resume"));
+        before.push(OsString::from(thread_id));
+        before.extend(prompt);
+        before.extend(images);
+        before
+    }
+
+    /// Every option, by name, with its values as text.
+    fn options(&self) -> impl Iterator<Item = (String, Vec<String>)> + '_ {
+        self.tokens.iter().filter_map(|(_, token)| match token {
+            Token::Option {
+                name,
+                inline,
+                values,
+            } => {
+                let values = inline
+                    .iter()
+                    .cloned()
+                    .chain(
+                        values
+                            .iter()
+                            .map(|i| self.args[*i].to_string_lossy().into_owned()),
+                    )
+                    .collect();
+                Some((name.clone(), values))
+            }
+            Token::Positional => None,
+        })
+    }
+
+    /// The positionals after the subcommand's name (or exec's, without one).
+    fn positionals(&self) -> impl Iterator<Item = &OsStr> + '_ {
+        let after = self.subcommand;
+        self.tokens
+            .iter()
+            .filter(move |(at, token)| {
+                *token == Token::Positional && after.is_none_or(|sub| *at > sub)
+            })
+            .map(|(at, _)| self.args[*at].as_os_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: Vec<OsString>) -> Vec<String> {
+        args.into_iter().map(|a| a.into_string().unwrap()).collect()
+    }
+
+    /// What the TypeScript SDK (0.163.0) sends, first without a thread, then with one.
+    #[test]
+    fn the_typescript_sdks_runs_are_read_as_codex_reads_them() {
+        let first = ExecArgs::parse([
+            "--experimental-json",
+            "--config",
+            "approval_policy=\"never\"",
+            "--model",
+            "m",
+            "--sandbox",
+            "read-only",
+            "--cd",
+            "/w",
+            "--skip-git-repo-check",
+            "--image",
+            "a.png",
+        ]);
+        assert_eq!(first.subcommand(), None);
+        assert_eq!(first.thread_id(), None);
+        assert_eq!(first.prompt(), None);
+        assert_eq!(
+            first.config("approval_policy").as_deref(),
+            Some("\"never\"")
+        );
+        assert_eq!(
+            strings(first.with_resume("t1")),
+            [
+                "--experimental-json",
+                "--config",
+                "approval_policy=\"never\"",
+                "--model",
+                "m",
+                "--sandbox",
+                "read-only",
+                "--cd",
+                "/w",
+                "--skip-git-repo-check",
+                "resume",
+                "t1",
+                "--image",
+                "a.png",
+            ]
+        );
+        let next = ExecArgs::parse([
+            "--experimental-json",
+            "--cd",
+            "/w",
+            "resume",
+            "t1",
+            "--image",
+            "a.png",
+        ]);
+        assert_eq!(next.subcommand(), Some("resume"));
+        assert_eq!(next.thread_id(), Some("t1"));
+        assert_eq!(next.prompt(), None);
+        assert_eq!(next.option_values("image").collect::<Vec<_>>(), ["a.png"]);
+        assert_eq!(next.with_resume("t2"), next.args());
+    }
+
+    #[test]
+    fn a_greedy_image_list_swallows_what_follows_until_an_option() {
+        // codex attaches `resume` and the id as images here and starts a new thread.
+        let run = ExecArgs::parse(["--image", "a.png", "resume", "t1", "--json"]);
+        assert_eq!(run.subcommand(), None);
+        assert_eq!(
+            run.option_values("image").collect::<Vec<_>>(),
+            ["a.png", "resume", "t1"]
+        );
+        assert!(run.has_flag("json"));
+        let inline = ExecArgs::parse(["-ia.png", "hello"]);
+        assert_eq!(inline.prompt(), Some(OsStr::new("hello")));
+        assert_eq!(
+            strings(inline.with_resume("t")),
+            ["resume", "t", "hello", "--image", "a.png"]
+        );
+    }
+
+    #[test]
+    fn prompts_flags_and_config_values_are_found_where_codex_finds_them() {
+        let run = ExecArgs::parse([
+            "-c",
+            "developer_instructions=\"mine\"",
+            "--config=model=\"x\"",
+            "--ephemeral",
+            "do it",
+        ]);
+        assert_eq!(run.prompt(), Some(OsStr::new("do it")));
+        assert!(run.has_flag("ephemeral"));
+        assert_eq!(
+            run.config("developer_instructions").as_deref(),
+            Some("\"mine\"")
+        );
+        assert_eq!(run.config("model").as_deref(), Some("\"x\""));
+        assert_eq!(
+            strings(run.with_resume("t")),
+            [
+                "-c",
+                "developer_instructions=\"mine\"",
+                "--config=model=\"x\"",
+                "--ephemeral",
+                "resume",
+                "t",
+                "do it",
+            ]
+        );
+        let resumed = ExecArgs::parse(["resume", "t1", "next", "-m", "x"]);
+        assert_eq!(resumed.prompt(), Some(OsStr::new("next")));
+        let last = ExecArgs::parse(["resume", "--last", "next"]);
+        assert_eq!(
+            (last.thread_id(), last.prompt()),
+            (None, Some(OsStr::new("next")))
+        );
+        // A prompt that reads like a subcommand, after another positional, is a prompt.
+        let words = ExecArgs::parse(["--", "resume"]);
+        assert_eq!(
+            (words.subcommand(), words.prompt()),
+            (None, Some(OsStr::new("resume")))
+        );
+        let help = ExecArgs::parse(["-h"]);
+        assert!(help.has_flag("h"));
+        assert_eq!(ExecArgs::parse(["review"]).subcommand(), Some("review"));
+    }
+}
