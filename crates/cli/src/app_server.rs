@@ -9,8 +9,10 @@
 //! *before* codex starts ([`BindingHooks::open`]): a session another live process holds is
 //! waited for up to `RETHREAD_SESSION_WAIT` seconds (default 2), then refused with exit 75
 //! and one line naming the holder. `RETHREAD_LEASE_TTL` (seconds, default 30) sets the lease's
-//! TTL, as for `chat`. Without a session key it is the pass-through that says once, as a
-//! `warning` notification, that nothing is kept.
+//! TTL, as for `chat`. The session's rollout is mirrored into the store and restored from it
+//! (so the session can move to another machine) unless `--no-mirror` or `RETHREAD_MIRROR=off`.
+//! Without a session key it is the pass-through that says once, as a `warning` notification,
+//! that nothing is kept.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -49,6 +51,10 @@ pub(crate) struct AppServerGlobals {
     /// app-server: a codex feature to disable, passed to codex before `app-server`.
     #[arg(long = "disable", value_name = "FEATURE")]
     disable: Vec<String>,
+    /// app-server: do not mirror the session's rollout into the store (nor restore it from
+    /// there); also `RETHREAD_MIRROR=off`.
+    #[arg(long = "no-mirror")]
+    no_mirror: bool,
 }
 
 impl AppServerGlobals {
@@ -57,9 +63,14 @@ impl AppServerGlobals {
         let used = self.session.is_some()
             || !self.config.is_empty()
             || !self.enable.is_empty()
-            || !self.disable.is_empty();
+            || !self.disable.is_empty()
+            || self.no_mirror;
         if used {
-            Err("--session, -c/--config, --enable and --disable apply to app-server only".into())
+            Err(
+                "--session, -c/--config, --enable, --disable and --no-mirror (before the \
+                 command) apply to app-server only"
+                    .into(),
+            )
         } else {
             Ok(())
         }
@@ -106,6 +117,10 @@ pub(crate) fn main(
         Ok(ttl) => ttl,
         Err(cause) => return crate::output::fail(&cause.0, crate::output::EXIT_USAGE),
     };
+    let mirror = match crate::mirror(globals.no_mirror) {
+        Ok(mirror) => mirror,
+        Err(cause) => return crate::output::fail(&cause.0, crate::output::EXIT_USAGE),
+    };
     let command = AppServerCommand {
         program: codex.to_path_buf(),
         global_args: globals.codex_global_args(),
@@ -124,7 +139,12 @@ pub(crate) fn main(
             )
         }
     };
-    let result = runtime.block_on(run(&command, store, globals.session(), wait, lease_ttl));
+    let settings = Settings {
+        wait,
+        lease_ttl,
+        mirror,
+    };
+    let result = runtime.block_on(run(&command, store, globals.session(), settings));
     runtime.shutdown_background();
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
@@ -135,12 +155,18 @@ pub(crate) fn main(
     }
 }
 
+/// What the environment and the options before `app-server` set for the session.
+struct Settings {
+    wait: Duration,
+    lease_ttl: Option<Duration>,
+    mirror: bool,
+}
+
 async fn run(
     command: &AppServerCommand,
     store: Option<&str>,
     session: Option<String>,
-    wait: Duration,
-    lease_ttl: Option<Duration>,
+    settings: Settings,
 ) -> CliResult<i32> {
     let options = ProxyOptions::default();
     let Some(session) = session else {
@@ -148,8 +174,9 @@ async fn run(
     };
     let store = crate::open_store(store, crate::Access::Write(std::time::Duration::ZERO)).await?;
     let mut session_options = SessionOptions::default();
-    session_options.binder.lease_wait = wait;
-    if let Some(ttl) = lease_ttl {
+    session_options.binder.lease_wait = settings.wait;
+    session_options.binder.mirror = settings.mirror;
+    if let Some(ttl) = settings.lease_ttl {
         session_options.binder.lease_ttl = Some(ttl);
     }
     // The lease first: a session held elsewhere is refused before codex starts.

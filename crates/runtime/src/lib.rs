@@ -96,6 +96,7 @@ mod client;
 mod error;
 mod lease;
 pub mod machine;
+pub mod mirror;
 mod options;
 mod probe;
 pub mod projection;
@@ -114,7 +115,8 @@ pub use client::{
 pub use error::{BoxError, RuntimeError};
 pub use lease::SessionLease;
 pub use machine::RESUME_FALLBACK_NOTICE;
-pub use options::{BinderOptions, SeedOptions};
+pub use mirror::{MirrorError, MirrorReport, Restored, RolloutMirror};
+pub use options::{mirror_setting, BinderOptions, SeedOptions, MIRROR_ENV};
 pub use probe::{probe_thread, ThreadHealth, ThreadProbe};
 pub use rail::{RecordedEvents, StatusEvent, StatusKind, StatusRail, StatusSink};
 pub use session::{CodexSession, OpenOutcome};

@@ -131,6 +131,13 @@ pub struct MirrorUpdate {
     pub cap: u64,
 }
 
+impl Default for MirrorUpdate {
+    /// No appends, the default cap.
+    fn default() -> Self {
+        MirrorUpdate::new(Vec::new())
+    }
+}
+
 impl MirrorUpdate {
     /// These appends under the default cap ([`DEFAULT_MIRROR_CAP`]).
     pub fn new(appends: Vec<MirrorAppend>) -> Self {
