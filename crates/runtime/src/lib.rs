@@ -8,7 +8,12 @@
 //! - [`SessionBinder`] / [`CodexSession`]: the resume-or-fallback state machine and turn
 //!   commits, under the session's lease ([`SessionLease`]).
 //! - [`binding`]: the same rules as pieces for a host that sends its own requests (a proxy):
-//!   the resume verdict, giving a lost thread up, seeding, committing a turn.
+//!   the resume verdict, giving a lost thread up, seeding, restoring a rollout, committing a
+//!   turn.
+//! - [`RolloutMirror`] ([`mirror`]): the thread's rollout files under `CODEX_HOME`, mirrored
+//!   into the store with each commit and restored from it before a resume, so a session keeps
+//!   its thread on any machine on the same store ([`BinderOptions::mirror`], on by default;
+//!   `RETHREAD_MIRROR=off`).
 //! - [`probe_thread`]: a thread's health without resuming it.
 //! - [`StatusRail`]: typed status events for any surface.
 //! - [`telemetry`]: the `tracing` spans (`rethread.open`, `rethread.resume`,

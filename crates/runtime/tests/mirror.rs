@@ -102,10 +102,11 @@ async fn a_commit_takes_what_the_rollout_grew_by_in_whole_lines() {
     );
     let record = store.require_session("s").await.unwrap();
     let file = record.mirror.files_of(THREAD).next().unwrap();
-    assert_eq!(
-        file.chunks, 3,
-        "one chunk per commit: only the growth was sent"
-    );
+    // Only the growth was sent: the first line, then each addition (the longer first chunk is
+    // not merged with the shorter ones after it).
+    let meta = line("session_meta", "meta").len() as u64;
+    let one = line("turn", "one").len() as u64;
+    assert_eq!(file.chunk_lens, [meta, one, file.len - meta - one]);
 }
 
 #[tokio::test]

@@ -227,13 +227,19 @@ impl WriteTxn for State {
         session_id: &str,
         thread_id: &str,
         path: &str,
+        from: u64,
     ) -> Result<(), StoreError> {
         let key = (
             session_id.to_string(),
             thread_id.to_string(),
             path.to_string(),
         );
-        self.chunks.remove(&key);
+        if let Some(chunks) = self.chunks.get_mut(&key) {
+            chunks.truncate(from.min(chunks.len() as u64) as usize);
+            if chunks.is_empty() {
+                self.chunks.remove(&key);
+            }
+        }
         Ok(())
     }
 

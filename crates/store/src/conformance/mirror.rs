@@ -334,7 +334,9 @@ pub async fn mirror_of_a_refused_commit_is_not_written(store: &dyn BindingStore)
 pub async fn mirror_travels_with_the_session(store: &dyn BindingStore) {
     let s = unique_id("mirror-travel");
     let t = th(&s, "t1");
-    let (a, b) = (b"first\n".to_vec(), b"second\n".to_vec());
+    // The first append is the longer: two chunks (the newest are merged only while the one
+    // before is no longer than the last).
+    let (a, b) = (b"the first line\n".to_vec(), b"second\n".to_vec());
     store
         .commit_turn(mirrored(
             turn(&s, &t, vec![json!(1)]),
@@ -355,7 +357,7 @@ pub async fn mirror_travels_with_the_session(store: &dyn BindingStore) {
         .await
         .unwrap();
     let export = store.export_session(&s).await.unwrap().unwrap();
-    assert_eq!(export.mirror.len(), 2, "one chunk per append");
+    assert_eq!(export.mirror.len(), 2, "a chunk per append, none merged");
     assert_eq!(
         export
             .mirror
@@ -418,4 +420,83 @@ pub async fn mirror_travels_with_the_session(store: &dyn BindingStore) {
         store.session(&missing.record.session_id).await.unwrap(),
         None
     );
+}
+
+/// The newest chunks are merged while the one before the last is no longer than the last, up
+/// to 1 MiB a chunk: many small appends stay a few chunks (a restore reads few rows), a big
+/// file is split, and the bytes are the file's either way.
+pub async fn mirror_merges_its_newest_chunks(store: &dyn BindingStore) {
+    let s = unique_id("mirror-merge");
+    let t = th(&s, "t1");
+    let line = [b'x'; 99]
+        .iter()
+        .copied()
+        .chain([b'\n'])
+        .collect::<Vec<u8>>();
+    let mut whole: Vec<u8> = Vec::new();
+    for n in 0..10u64 {
+        let append = MirrorAppend::extend(
+            ROLLOUT,
+            whole.len() as u64,
+            crc32fast::hash(&whole),
+            line.clone(),
+        );
+        let append = if n == 0 {
+            MirrorAppend::whole(ROLLOUT, line.clone())
+        } else {
+            append
+        };
+        store
+            .commit_turn(mirrored(turn(&s, &t, vec![json!(n)]), vec![append]))
+            .await
+            .unwrap();
+        whole.extend_from_slice(&line);
+    }
+    let record = store.require_session(&s).await.unwrap();
+    let file = record.mirror.files_of(&t).next().unwrap();
+    // Ten appends of 100 bytes: 8 + 2, as a binary counter.
+    assert_eq!(file.chunk_lens, [800, 200]);
+    assert_eq!(
+        store.mirror_file(&s, &t, ROLLOUT).await.unwrap(),
+        Some(whole.clone())
+    );
+
+    // A file past 1 MiB is split, and halves of a chunk merge up to it, not past it.
+    let big = vec![b'y'; 2 * 1024 * 1024 + 512 * 1024 - 1]
+        .into_iter()
+        .chain([b'\n'])
+        .collect::<Vec<u8>>();
+    store
+        .commit_turn(mirrored(
+            turn(&s, &t, vec![json!("big")]),
+            vec![MirrorAppend::whole(HEAD, big.clone())],
+        ))
+        .await
+        .unwrap();
+    let half = vec![b'z'; 512 * 1024 - 1]
+        .into_iter()
+        .chain([b'\n'])
+        .collect::<Vec<u8>>();
+    store
+        .commit_turn(mirrored(
+            turn(&s, &t, vec![json!("half")]),
+            vec![MirrorAppend::extend(
+                HEAD,
+                big.len() as u64,
+                crc32fast::hash(&big),
+                half.clone(),
+            )],
+        ))
+        .await
+        .unwrap();
+    let record = store.require_session(&s).await.unwrap();
+    let head = record.mirror.files_of(&t).find(|f| f.path == HEAD).unwrap();
+    let mib = 1024 * 1024;
+    assert_eq!(head.chunk_lens, [mib, mib, mib]);
+    assert_eq!(
+        store.mirror_file(&s, &t, HEAD).await.unwrap(),
+        Some([big, half].concat())
+    );
+    let export = store.export_session(&s).await.unwrap().unwrap();
+    assert_eq!(export.mirror.len(), 5);
 }

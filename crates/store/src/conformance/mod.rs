@@ -44,8 +44,9 @@ pub use leases::{
 };
 pub use mirror::{
     mirror_appends_with_the_turn, mirror_is_dropped_when_stale_or_retired,
-    mirror_of_a_refused_commit_is_not_written, mirror_refuses_an_append_that_does_not_extend,
-    mirror_stops_past_the_cap, mirror_travels_with_the_session,
+    mirror_merges_its_newest_chunks, mirror_of_a_refused_commit_is_not_written,
+    mirror_refuses_an_append_that_does_not_extend, mirror_stops_past_the_cap,
+    mirror_travels_with_the_session,
 };
 pub use model::{op_strategy, random_ops_match_model, Op};
 pub use sessions::{
@@ -137,6 +138,7 @@ pub async fn run_mirror(store: &dyn BindingStore) {
     mirror_is_dropped_when_stale_or_retired(store).await;
     mirror_of_a_refused_commit_is_not_written(store).await;
     mirror_travels_with_the_session(store).await;
+    mirror_merges_its_newest_chunks(store).await;
 }
 
 /// Runs every lease scenario, in order, on `store`.

@@ -132,7 +132,7 @@ pub(crate) fn write(
         Plan::Stopped => Ok(MirrorOutcome::Stopped),
         Plan::Stop { bytes, cap } => {
             for file in std::mem::take(&mut record.mirror.files) {
-                txn.remove_chunks(&session_id, &file.thread_id, &file.path)?;
+                txn.remove_chunks(&session_id, &file.thread_id, &file.path, 0)?;
             }
             record.mirror.stopped = true;
             Ok(MirrorOutcome::StoppedNow { bytes, cap })
@@ -144,25 +144,25 @@ pub(crate) fn write(
                     .files
                     .iter()
                     .position(|f| f.thread_id == thread_id && f.path == w.path);
-                let first = match (at, w.replace) {
-                    (Some(at), false) => record.mirror.files[at].chunks,
+                let mut lens = match (at, w.replace) {
+                    (Some(at), false) => record.mirror.files[at].chunk_lens.clone(),
                     (Some(_), true) => {
-                        txn.remove_chunks(&session_id, thread_id, w.path)?;
-                        0
+                        txn.remove_chunks(&session_id, thread_id, w.path, 0)?;
+                        Vec::new()
                     }
-                    (None, _) => 0,
+                    (None, _) => Vec::new(),
                 };
-                let mut chunks = first;
                 for piece in w.bytes.chunks(MAX_CHUNK) {
-                    txn.put_chunk(&session_id, thread_id, w.path, chunks, piece)?;
-                    chunks += 1;
+                    txn.put_chunk(&session_id, thread_id, w.path, lens.len() as u64, piece)?;
+                    lens.push(piece.len() as u64);
                 }
+                merge_tail(txn, &session_id, thread_id, w.path, &mut lens)?;
                 let file = MirroredFile {
                     thread_id: thread_id.to_string(),
                     path: w.path.to_string(),
                     len: w.len,
                     crc32: w.crc32,
-                    chunks,
+                    chunk_lens: lens,
                 };
                 match at {
                     Some(at) => record.mirror.files[at] = file,
@@ -178,6 +178,42 @@ pub(crate) fn write(
     }
 }
 
+/// Merges a file's newest chunks while the one before the last is no longer than the last and
+/// both fit in one chunk (see `crate::mirror`): the file stays a few dozen chunks, whatever
+/// its number of appends.
+fn merge_tail(
+    txn: &mut dyn WriteTxn,
+    session_id: &str,
+    thread_id: &str,
+    path: &str,
+    lens: &mut Vec<u64>,
+) -> Result<(), StoreError> {
+    while let [.., before, last] = lens[..] {
+        if before > last || before + last > MAX_CHUNK as u64 {
+            return Ok(());
+        }
+        let at = lens.len() as u64 - 2;
+        let mut merged = Vec::with_capacity((before + last) as usize);
+        for (_, bytes) in txn.load_chunks(session_id, thread_id, path, at..at + 2)? {
+            merged.extend_from_slice(&bytes);
+        }
+        if merged.len() as u64 != before + last {
+            return Err(StoreError::corrupt(
+                txn.label(),
+                format!(
+                    "chunks {at} and {} of the mirror of {path} are not what their session records",
+                    at + 1
+                ),
+            ));
+        }
+        txn.remove_chunks(session_id, thread_id, path, at)?;
+        txn.put_chunk(session_id, thread_id, path, at, &merged)?;
+        lens.pop();
+        *lens.last_mut().expect("two chunks") = before + last;
+    }
+    Ok(())
+}
+
 /// Removes the mirror of `thread_id` from `record` and its chunks from the store.
 pub(crate) fn drop_thread(
     txn: &mut dyn WriteTxn,
@@ -190,7 +226,7 @@ pub(crate) fn drop_thread(
     record.mirror.files = kept;
     let gone: Vec<MirroredFile> = gone;
     for file in gone {
-        txn.remove_chunks(&record.session_id, thread_id, &file.path)?;
+        txn.remove_chunks(&record.session_id, thread_id, &file.path, 0)?;
     }
     Ok(())
 }
@@ -202,7 +238,7 @@ pub(crate) fn read_file(
     session_id: &str,
     file: &MirroredFile,
 ) -> Result<Vec<u8>, StoreError> {
-    let chunks = txn.load_chunks(session_id, &file.thread_id, &file.path, 0..file.chunks)?;
+    let chunks = txn.load_chunks(session_id, &file.thread_id, &file.path, 0..file.chunks())?;
     let label = txn.label().to_string();
     let damaged = |detail: String| {
         StoreError::corrupt(
@@ -219,14 +255,21 @@ pub(crate) fn read_file(
         if seq != i as u64 {
             return Err(damaged(format!("chunk {i} reads as chunk {seq}")));
         }
+        if file.chunk_lens.get(i) != Some(&(chunk.len() as u64)) {
+            return Err(damaged(format!(
+                "chunk {i} holds {} bytes, {:?} recorded",
+                chunk.len(),
+                file.chunk_lens.get(i)
+            )));
+        }
         bytes.extend_from_slice(&chunk);
     }
-    if found as u64 != file.chunks || bytes.len() as u64 != file.len {
+    if found as u64 != file.chunks() || bytes.len() as u64 != file.len {
         return Err(damaged(format!(
             "{} bytes in {found} chunks stored; {} bytes in {} chunks recorded",
             bytes.len(),
             file.len,
-            file.chunks
+            file.chunks()
         )));
     }
     let crc = crc32fast::hash(&bytes);
@@ -247,7 +290,7 @@ pub(crate) fn export(
     let mut out = Vec::new();
     for file in &record.mirror.files {
         read_file(txn, &record.session_id, file)?;
-        let range: Range<u64> = 0..file.chunks;
+        let range: Range<u64> = 0..file.chunks();
         for (seq, bytes) in
             txn.load_chunks(&record.session_id, &file.thread_id, &file.path, range)?
         {
@@ -263,9 +306,14 @@ pub(crate) fn check_export(record: &SessionRecord, chunks: &[MirrorChunk]) -> Re
     for file in &record.mirror.files {
         check_mirror_path(&file.path)?;
         let mut bytes = Vec::new();
-        for seq in 0..file.chunks {
+        for (seq, len) in (0..).zip(&file.chunk_lens) {
             match chunks.get(at) {
-                Some(c) if c.thread_id == file.thread_id && c.path == file.path && c.seq == seq => {
+                Some(c)
+                    if c.thread_id == file.thread_id
+                        && c.path == file.path
+                        && c.seq == seq
+                        && c.bytes.len() as u64 == *len =>
+                {
                     bytes.extend_from_slice(&c.bytes);
                     at += 1;
                 }

@@ -87,12 +87,13 @@ pub(crate) trait WriteTxn: ReadTxn {
         seq: u64,
         bytes: &[u8],
     ) -> Result<(), StoreError>;
-    /// Removes every chunk of a mirrored file.
+    /// Removes the chunks of a mirrored file from `from` on (0: every chunk).
     fn remove_chunks(
         &mut self,
         session_id: &str,
         thread_id: &str,
         path: &str,
+        from: u64,
     ) -> Result<(), StoreError>;
     /// Removes the session record, all its rows and mirror chunks, and its threads'
     /// ownership; `true` if the record existed.

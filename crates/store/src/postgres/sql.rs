@@ -124,7 +124,8 @@ impl Sql {
                  VALUES ($1, $2, $3, $4, $5)"
             ),
             remove_chunks: format!(
-                "DELETE FROM {p}mirror_chunks WHERE session_id = $1 AND thread_id = $2 AND path = $3"
+                "DELETE FROM {p}mirror_chunks WHERE session_id = $1 AND thread_id = $2 AND path = $3 \
+                 AND seq >= $4"
             ),
             remove_session_chunks: format!(
                 "DELETE FROM {p}mirror_chunks WHERE session_id = $1"
@@ -209,6 +210,9 @@ pub(super) fn schema(p: &str) -> String {
             seq BIGINT NOT NULL,
             bytes BYTEA NOT NULL,
             PRIMARY KEY (session_id, thread_id, path, seq)
-        );"
+        );
+        -- Out of line, uncompressed: pglz would spend a commit's budget on every chunk and a
+        -- restore's on reading it back (`cargo xtask bench mirror`).
+        ALTER TABLE {p}mirror_chunks ALTER COLUMN bytes SET STORAGE EXTERNAL;"
     )
 }

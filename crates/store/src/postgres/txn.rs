@@ -238,9 +238,13 @@ impl WriteTxn for Txn<'_, '_> {
         session_id: &str,
         thread_id: &str,
         path: &str,
+        from: u64,
     ) -> Result<(), StoreError> {
         self.txn
-            .execute(&self.sql.remove_chunks, &[&session_id, &thread_id, &path])
+            .execute(
+                &self.sql.remove_chunks,
+                &[&session_id, &thread_id, &path, &clamp(from)],
+            )
             .map_err(|e| self.map(e))?;
         Ok(())
     }

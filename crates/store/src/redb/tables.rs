@@ -394,10 +394,11 @@ impl WriteTxn
         session_id: &str,
         thread_id: &str,
         path: &str,
+        from: u64,
     ) -> Result<(), StoreError> {
         self.chunks
             .retain_in(
-                (session_id, thread_id, path, 0)..=(session_id, thread_id, path, u64::MAX),
+                (session_id, thread_id, path, from)..=(session_id, thread_id, path, u64::MAX),
                 |_, _| false,
             )
             .map_err(|e| map_redb_error(&self.label, e))
@@ -425,7 +426,7 @@ impl WriteTxn
             }
         }
         for (thread, path) in &files {
-            self.remove_chunks(session_id, thread, path)?;
+            self.remove_chunks(session_id, thread, path, 0)?;
         }
         let mut threads = Vec::new();
         for item in self

@@ -285,12 +285,15 @@ impl WriteTxn for Txn<'_> {
         session_id: &str,
         thread_id: &str,
         path: &str,
+        from: u64,
     ) -> Result<(), StoreError> {
+        let from = from.min(i64::MAX as u64) as i64;
         self.conn
             .prepare_cached(
-                "DELETE FROM mirror_chunks WHERE session_id = ?1 AND thread_id = ?2 AND path = ?3",
+                "DELETE FROM mirror_chunks WHERE session_id = ?1 AND thread_id = ?2 AND path = ?3 \
+                 AND seq >= ?4",
             )
-            .and_then(|mut s| s.execute(params![session_id, thread_id, path]))
+            .and_then(|mut s| s.execute(params![session_id, thread_id, path, from]))
             .map_err(|e| self.map(e))?;
         Ok(())
     }
