@@ -45,13 +45,13 @@ impl SessionMachine {
                 }));
             }
             MirrorReport::Stopped => self.mirroring = false,
-            MirrorReport::Failed(message) => {
-                if !std::mem::replace(&mut self.mirror_failure_said, true) {
-                    self.actions.push_back(Action::Say(Say::MirrorFailed {
-                        thread_id: thread_id.to_string(),
-                        message: message.clone(),
-                    }));
-                }
+            MirrorReport::Failed(message)
+                if !std::mem::replace(&mut self.mirror_failure_said, true) =>
+            {
+                self.actions.push_back(Action::Say(Say::MirrorFailed {
+                    thread_id: thread_id.to_string(),
+                    message: message.clone(),
+                }));
             }
             _ => {}
         }
