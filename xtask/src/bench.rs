@@ -11,6 +11,11 @@
 //!   latency on the real codex by history length, with and without `excludeTurns`.
 //! - `proxy [--rounds N] [--turns N] [--large-kib K]`: `rethread app-server` in front of
 //!   `fake-codex` against `fake-codex` alone, in one run (see `xtask/src/proxy.rs`).
+//! - `mirror [--commits N] [--samples N] [--turns 100,1000,5000] [--dir PATH] [--postgres URL]`:
+//!   what the rollout mirror adds to a turn's commit (5 KB, 100 KB, 1 MB of rollout growth)
+//!   beside the same commits without it, and restoring rollouts of 100 to 5,000 turns beside a
+//!   plain copy, on SQLite, redb and PostgreSQL (with a URL). Runs the `bench_mirror` example
+//!   of `rethread-runtime` in release mode.
 
 use crate::util;
 
@@ -21,11 +26,12 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
         Some("open") => crate::bench_open::run(&args[1..]),
         Some("runtime") => util::run_example("rethread-runtime", &[], "bench_runtime", &args[1..]),
         Some("proxy") => crate::proxy::bench(&args[1..]),
+        Some("mirror") => util::run_example("rethread-runtime", &[], "bench_mirror", &args[1..]),
         Some(other) => Err(format!(
-            "unknown benchmark `{other}`; available: store, fake, runtime, proxy, open"
+            "unknown benchmark `{other}`; available: store, fake, runtime, proxy, open, mirror"
         )),
         None => Err(
-            "usage: cargo xtask bench <what>; available: store, fake, runtime, proxy, open"
+            "usage: cargo xtask bench <what>; available: store, fake, runtime, proxy, open, mirror"
                 .to_string(),
         ),
     }

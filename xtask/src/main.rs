@@ -81,6 +81,7 @@ fn print_help() {
          bench fake [--seconds S]   in-process fake app-server requests per second\n\
          bench open [--sizes N,N,N] [--verify]  store open time by store size (docs/benchmarks.md)\n\
          bench proxy [--rounds N]   rethread app-server vs codex direct (fake-codex), p50/p99\n\
+         bench mirror [--commits N] what the rollout mirror adds to a commit; restore vs plain copy\n\
          python                the openai-codex Python SDK driving rethread app-server (pytest)\n\
          node                  the @openai/codex-sdk TypeScript SDK driving rethread exec (node --test)\n\
          examples              the offline Rust, Python and TypeScript examples on fake-codex\n\

@@ -15,8 +15,10 @@
 //! *before* codex starts ([`BindingHooks::open`]): a session another live process holds is
 //! waited for up to `RETHREAD_SESSION_WAIT` seconds (default 2), then refused with exit 75
 //! and one line naming the holder. `RETHREAD_LEASE_TTL` (seconds, default 30) sets the lease's
-//! TTL, as for `chat`. Without a session key (unset or empty) it is the pass-through that says
-//! once, as a `warning` notification, that nothing is kept. A session key that cannot be kept
+//! TTL, as for `chat`. The session's rollout is mirrored into the store and restored from it
+//! (so the session can move to another machine) unless `--no-mirror` or `RETHREAD_MIRROR=off`.
+//! Without a session key (unset or empty) it is the pass-through that says once, as a
+//! `warning` notification, that nothing is kept. A session key that cannot be kept
 //! (`--session ""`, a `RETHREAD_SESSION` or `RETHREAD_SESSION_WAIT` that is not UTF-8) is a
 //! usage error (exit 2) before codex starts.
 //!
@@ -145,6 +147,10 @@ pub(crate) struct AppServerGlobals {
     /// app-server: a codex feature to disable, passed to codex before `app-server`.
     #[arg(long = "disable", value_name = "FEATURE")]
     disable: Vec<String>,
+    /// app-server: do not mirror the session's rollout into the store (nor restore it from
+    /// there); also `RETHREAD_MIRROR=off`.
+    #[arg(long = "no-mirror")]
+    no_mirror: bool,
 }
 
 impl AppServerGlobals {
@@ -153,9 +159,14 @@ impl AppServerGlobals {
         let used = self.session.is_some()
             || !self.config.is_empty()
             || !self.enable.is_empty()
-            || !self.disable.is_empty();
+            || !self.disable.is_empty()
+            || self.no_mirror;
         if used {
-            Err("--session, -c/--config, --enable and --disable apply to app-server only".into())
+            Err(
+                "--session, -c/--config, --enable, --disable and --no-mirror (before the \
+                 command) apply to app-server only"
+                    .into(),
+            )
         } else {
             Ok(())
         }
@@ -227,6 +238,10 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServer
             "rethread: codex's own help follows; rethread's settings: rethread help app-server",
         );
     }
+    let mirror = match crate::mirror(globals.no_mirror) {
+        Ok(mirror) => mirror,
+        Err(cause) => return crate::output::fail(&cause.0, crate::output::EXIT_USAGE),
+    };
     let command = CodexCommand::new(codex)
         .global_args(globals.codex_global_args())
         .args(args.args);
@@ -243,7 +258,12 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServer
             )
         }
     };
-    let result = runtime.block_on(run(&command, store.as_deref(), session, wait, lease_ttl));
+    let settings = Settings {
+        wait,
+        lease_ttl,
+        mirror,
+    };
+    let result = runtime.block_on(run(&command, store.as_deref(), session, settings));
     runtime.shutdown_background();
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
@@ -254,12 +274,18 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServer
     }
 }
 
+/// What the environment and the options before `app-server` set for the session.
+struct Settings {
+    wait: Duration,
+    lease_ttl: Option<Duration>,
+    mirror: bool,
+}
+
 async fn run(
     command: &CodexCommand,
     store: Option<&str>,
     session: Option<String>,
-    wait: Duration,
-    lease_ttl: Option<Duration>,
+    settings: Settings,
 ) -> CliResult<i32> {
     let options = ProxyOptions::default();
     let Some(session) = session else {
@@ -267,8 +293,9 @@ async fn run(
     };
     let store = crate::open_store(store, crate::Access::Write(std::time::Duration::ZERO)).await?;
     let mut session_options = SessionOptions::default();
-    session_options.binder.lease_wait = wait;
-    if let Some(ttl) = lease_ttl {
+    session_options.binder.lease_wait = settings.wait;
+    session_options.binder.mirror = settings.mirror;
+    if let Some(ttl) = settings.lease_ttl {
         session_options.binder.lease_ttl = Some(ttl);
     }
     // The lease first: a session held elsewhere is refused before codex starts.

@@ -40,6 +40,8 @@ pub(crate) struct ChatArgs {
     pub(crate) wait: Duration,
     /// The session lease's TTL (`RETHREAD_LEASE_TTL`); `None`: the library's default.
     pub(crate) lease_ttl: Option<Duration>,
+    /// Mirror the thread's rollout into the store (`--no-mirror`, `RETHREAD_MIRROR`).
+    pub(crate) mirror: bool,
 }
 
 /// The `MESSAGE` that means "read the message from stdin".
@@ -164,7 +166,9 @@ pub(crate) async fn converse(
     args: &ChatArgs,
     signal: impl Future<Output = Interrupted>,
 ) -> Conversation {
-    let mut options = BinderOptions::default().lease_wait(args.wait);
+    let mut options = BinderOptions::default()
+        .lease_wait(args.wait)
+        .mirror(args.mirror);
     if let Some(ttl) = args.lease_ttl {
         options = options.lease_ttl(Some(ttl));
     }
@@ -400,6 +404,8 @@ mod tests {
             json: true,
             wait: Duration::ZERO,
             lease_ttl: None,
+            // The binder's CODEX_HOME is not the fake's: nothing to mirror.
+            mirror: false,
         }
     }
 

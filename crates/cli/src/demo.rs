@@ -95,17 +95,20 @@ async fn connect(stream: DuplexStream, rail: StatusRail) -> CliResult<AppServerC
         .await?)
 }
 
-/// One "process": a fresh client on the fake and a fresh binder, one turn.
+/// One "process": a fresh client on the fake and a fresh binder (with the rollout mirror on or
+/// off), one turn.
 async fn turn(
     story: &mut Narration,
     store: &Arc<dyn BindingStore>,
     stream: DuplexStream,
-    home: &str,
+    (home, mirror): (&str, bool),
     message: &str,
 ) -> CliResult<(OpenOutcome, String, Vec<String>)> {
     let (rail, recorded) = StatusRail::recording();
     let client = connect(stream, rail.clone()).await?;
-    let options = BinderOptions::default().codex_home(Some(home.to_string()));
+    let options = BinderOptions::default()
+        .codex_home(Some(home.to_string()))
+        .mirror(mirror);
     let mut binder = SessionBinder::new(SESSION, store.clone(), rail).with_options(options);
     let mut session = binder.open(&client).await?;
     story.say(&format!("   user: {message}"), None);
@@ -167,7 +170,7 @@ async fn play(story: &mut Narration) -> CliResult {
         story,
         &store,
         stream,
-        &home_text,
+        (&home_text, true),
         "My favourite fruit is papaya. Remember it.",
     )
     .await?;
@@ -185,8 +188,14 @@ async fn play(story: &mut Narration) -> CliResult {
 
     story.step("2. The app-server restarts; a rebuilt binder resumes the bound thread");
     let stream = fake.restart().await?;
-    let (outcome, _, notices) =
-        turn(story, &store, stream, &home_text, "Which fruit did I name?").await?;
+    let (outcome, _, notices) = turn(
+        story,
+        &store,
+        stream,
+        (&home_text, true),
+        "Which fruit did I name?",
+    )
+    .await?;
     story.check(
         outcome
             == OpenOutcome::Resumed {
@@ -200,7 +209,37 @@ async fn play(story: &mut Narration) -> CliResult {
         "the model's request holds turn 1: it remembers",
     )?;
 
-    story.step("3. The rollout is lost; the next agent fails closed");
+    story.step("3. The rollout is lost; the store's mirror of it restores the same thread");
+    fake.corrupt_rollout(&first, Corruption::Delete)?;
+    story.say(
+        &format!(
+            "   (deleted the rollout of {first}, as a pruned ~/.codex or a new container would)"
+        ),
+        None,
+    );
+    let stream = fake.restart().await?;
+    let (outcome, _, notices) = turn(
+        story,
+        &store,
+        stream,
+        (&home_text, true),
+        "Do you still know my fruit?",
+    )
+    .await?;
+    story.check(
+        outcome
+            == OpenOutcome::Resumed {
+                thread_id: first.clone(),
+            },
+        "restored from the store, then thread/resume: the same thread",
+    )?;
+    story.check(notices.is_empty(), "no notice")?;
+    story.check(
+        model_saw(&fake, "papaya"),
+        "the model's request holds turn 1 again",
+    )?;
+
+    story.step("4. Lost again, with the mirror off (RETHREAD_MIRROR=off): it fails closed");
     fake.corrupt_rollout(&first, Corruption::Delete)?;
     story.say(&format!("   (deleted the rollout of {first})"), None);
     let stream = fake.restart().await?;
@@ -208,8 +247,8 @@ async fn play(story: &mut Narration) -> CliResult {
         story,
         &store,
         stream,
-        &home_text,
-        "Do you still know my fruit?",
+        (&home_text, false),
+        "Do you still know my fruit now?",
     )
     .await?;
     let OpenOutcome::FellBack {
@@ -231,13 +270,14 @@ async fn play(story: &mut Narration) -> CliResult {
         record.thread_id() == Some(second.as_str()) && record.is_retired(&first),
         &format!("binding moved {first} -> {second} ({reason}); the lost thread is retired"),
     )?;
-    story.check(record.row_count == 6, "all 6 transcript rows kept")?;
+    story.check(record.row_count == 8, "all 8 transcript rows kept")?;
     fake.kill().await;
     if !story.json {
         println!();
     }
     story.say(
-        "done: the conversation survived a restart, and a lost thread failed closed with one notice.",
+        "done: the conversation survived a restart and a lost rollout, and a lost thread failed \
+         closed with one notice.",
         None,
     );
     Ok(())

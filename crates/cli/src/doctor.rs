@@ -6,8 +6,10 @@
 //! Up to `--jobs` probes run at once on one codex connection. A probe that fails outright (the
 //! connection closed, a timeout) is a row of status `error` and the run goes on to the next
 //! binding. The report lists the bindings in session order whatever order the probes ended
-//! in. Exit code: [`EXIT_NOT_LIVE`] when any binding is not live, after the whole report was
-//! printed.
+//! in. A thread gone from this `CODEX_HOME` whose rollout the store mirrors is `restorable`:
+//! its next open restores it and resumes it. Exit code: [`EXIT_NOT_LIVE`] when any binding's
+//! next turn would start a new thread (neither live nor restorable), after the whole report
+//! was printed.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -63,6 +65,10 @@ struct Row {
     detail: String,
 }
 
+/// A binding to probe: the session, its binding, and whether the store mirrors its thread's
+/// rollout.
+type Bound = (String, Binding, bool);
+
 /// Probes every binding of `store` on one codex, resolved by `codex` only when there is one.
 pub(crate) async fn run(
     store: Arc<dyn BindingStore>,
@@ -79,11 +85,11 @@ pub(crate) async fn run(
         .spawn(&CodexCommand::new(codex()?))
         .await?;
     let bar = output::progress(bound.len() as u64, "probing");
-    let rows = probe_all(bound, args.jobs, |session, binding| {
+    let rows = probe_all(bound, args.jobs, |session, binding, mirrored| {
         let client = client.clone();
         let bar = bar.clone();
         async move {
-            let row = probe(&client, session, binding).await;
+            let row = probe(&client, session, binding, mirrored).await;
             bar.inc(1);
             row
         }
@@ -92,10 +98,7 @@ pub(crate) async fn run(
     output::finish(&bar);
     client.shutdown().await;
     report(&rows, args.json);
-    let not_live = rows
-        .iter()
-        .filter(|r| r.health != ThreadHealth::Live)
-        .count();
+    let not_live = rows.iter().filter(|r| !r.health.resumes()).count();
     if not_live > 0 {
         return Err(Box::new(NotAllLive {
             not_live,
@@ -106,16 +109,16 @@ pub(crate) async fn run(
 }
 
 /// Every published binding, read a page at a time (only the bindings are kept).
-async fn bindings(store: &dyn BindingStore) -> CliResult<Vec<(String, Binding)>> {
+async fn bindings(store: &dyn BindingStore) -> CliResult<Vec<Bound>> {
     let mut out = Vec::new();
     let mut after: Option<String> = None;
     loop {
         let page = store.list_sessions(after.as_deref(), PAGE).await?;
-        out.extend(
-            page.sessions
-                .into_iter()
-                .filter_map(|s| s.binding().cloned().map(|b| (s.session_id, b))),
-        );
+        out.extend(page.sessions.into_iter().filter_map(|s| {
+            let binding = s.binding().cloned()?;
+            let mirrored = !s.mirror.stopped && s.mirror.has_thread(&binding.thread_id);
+            Some((s.session_id, binding, mirrored))
+        }));
         match page.next_after {
             Some(next) => after = Some(next),
             None => return Ok(out),
@@ -124,14 +127,14 @@ async fn bindings(store: &dyn BindingStore) -> CliResult<Vec<(String, Binding)>>
 }
 
 /// Runs `probe` on every binding, at most `jobs` at once; the rows in session order.
-async fn probe_all<F, Fut>(bound: Vec<(String, Binding)>, jobs: usize, probe: F) -> Vec<Row>
+async fn probe_all<F, Fut>(bound: Vec<Bound>, jobs: usize, probe: F) -> Vec<Row>
 where
-    F: FnMut(String, Binding) -> Fut,
+    F: FnMut(String, Binding, bool) -> Fut,
     Fut: std::future::Future<Output = Row>,
 {
     let mut probe = probe;
     let mut rows: Vec<Row> = futures::stream::iter(bound)
-        .map(|(session, binding)| probe(session, binding))
+        .map(|(session, binding, mirrored)| probe(session, binding, mirrored))
         .buffer_unordered(jobs.max(1))
         .collect()
         .await;
@@ -140,9 +143,15 @@ where
 }
 
 /// Probes one binding; a probe that could not be made is an `error` row.
-async fn probe(client: &AppServerClient, session: String, binding: Binding) -> Row {
+async fn probe(client: &AppServerClient, session: String, binding: Binding, mirrored: bool) -> Row {
     let (health, detail) = match probe_thread(client, &binding.thread_id).await {
-        Ok(probe) => (probe.health, probe.detail),
+        Ok(probe) => match probe.health.with_mirror(mirrored) {
+            ThreadHealth::Restorable => (
+                ThreadHealth::Restorable,
+                format!("{}; the store mirrors its rollout", probe.detail),
+            ),
+            health => (health, probe.detail),
+        },
         Err(error) => (ThreadHealth::Error, format!("probe failed: {error}")),
     };
     Row {
@@ -178,7 +187,8 @@ fn print_json(rows: &[Row]) {
         .iter()
         .map(|h| (h.as_str().to_string(), json!(count(rows, *h))))
         .collect();
-    let all_live = rows.iter().all(|r| r.health == ThreadHealth::Live);
+    // Every binding resumes on its next turn (live here, or restorable from the mirror).
+    let all_live = rows.iter().all(|r| r.health.resumes());
     println!(
         "{}",
         json!({"bindings": bindings, "total": rows.len(), "summary": summary, "all_live": all_live})
@@ -192,6 +202,7 @@ fn print_table(rows: &[Row]) {
         for row in rows {
             let colour = match row.health {
                 ThreadHealth::Live => Color::Green,
+                ThreadHealth::Restorable => Color::Yellow,
                 _ => Color::Red,
             };
             table.add_row([
@@ -224,12 +235,12 @@ mod tests {
 
     use super::*;
 
-    fn bound(n: usize) -> Vec<(String, Binding)> {
+    fn bound(n: usize) -> Vec<Bound> {
         (0..n)
             .rev()
             .map(|i| {
                 let binding = Binding::new(format!("t{i}"), None, 0);
-                (format!("s{i}"), binding)
+                (format!("s{i}"), binding, false)
             })
             .collect()
     }
@@ -242,7 +253,7 @@ mod tests {
             let barrier = Arc::new(Barrier::new(jobs));
             let in_flight = Arc::new(AtomicUsize::new(0));
             let most = Arc::new(AtomicUsize::new(0));
-            let probed = probe_all(bound(jobs * 4), jobs, |session, binding| {
+            let probed = probe_all(bound(jobs * 4), jobs, |session, binding, _| {
                 let (barrier, in_flight, most) = (barrier.clone(), in_flight.clone(), most.clone());
                 async move {
                     let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;

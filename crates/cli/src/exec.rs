@@ -87,6 +87,8 @@ pub(crate) struct Setup {
     store: Option<String>,
     wait: Duration,
     lease_ttl: Option<Duration>,
+    /// Whether the session's rollout is mirrored (`RETHREAD_MIRROR`, default on).
+    mirror: bool,
     kind: Kind,
 }
 
@@ -122,9 +124,9 @@ pub(crate) fn main(
     };
     let settings = crate::app_server::session_wait()
         .map_err(UsageError)
-        .and_then(|wait| Ok((wait, crate::lease_ttl()?)))
+        .and_then(|wait| Ok((wait, crate::lease_ttl()?, crate::mirror(false)?)))
         .and_then(|settings| Ok((settings, read_input(&run)?)));
-    let ((wait, lease_ttl), input) = match settings {
+    let ((wait, lease_ttl, mirror), input) = match settings {
         Ok(settings) => settings,
         Err(usage) => return output::fail(&usage.0, output::EXIT_USAGE),
     };
@@ -137,6 +139,7 @@ pub(crate) fn main(
         store: store.map(str::to_string),
         wait,
         lease_ttl,
+        mirror,
         kind,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -96,6 +96,10 @@ enum Command {
         /// model its bytes.
         #[arg(long = "image", value_name = "PATH")]
         images: Vec<PathBuf>,
+        /// Do not mirror the thread's rollout into the store (nor restore it from there):
+        /// the thread then resumes only where codex keeps it. Also `RETHREAD_MIRROR=off`.
+        #[arg(long)]
+        no_mirror: bool,
         /// The message; `-` reads it from stdin.
         message: String,
     },
@@ -398,6 +402,14 @@ pub(crate) fn lease_ttl() -> Result<Option<std::time::Duration>, output::UsageEr
     }
 }
 
+/// Whether to mirror the session's rollout: on unless `--no-mirror` or `RETHREAD_MIRROR=off`;
+/// a `RETHREAD_MIRROR` that is neither `on` nor `off` is a usage error (exit 2).
+pub(crate) fn mirror(no_mirror: bool) -> Result<bool, output::UsageError> {
+    let env = std::env::var_os(rethread_runtime::MIRROR_ENV);
+    let on = rethread_runtime::mirror_setting(env.as_deref()).map_err(output::UsageError)?;
+    Ok(on && !no_mirror)
+}
+
 /// `--wait SECS`: a finite, non-negative number of seconds.
 fn parse_wait(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
@@ -421,6 +433,7 @@ async fn run(command: Command) -> CliResult {
             json,
             wait,
             images,
+            no_mirror,
             message,
         } => {
             let mut args = chat::ChatArgs {
@@ -430,10 +443,12 @@ async fn run(command: Command) -> CliResult {
                 json,
                 wait: std::time::Duration::from_secs_f64(wait),
                 lease_ttl: None,
+                mirror: true,
             };
             let read = async {
                 args.lease_ttl = lease_ttl()?;
                 let codex = resolve(&codex_bin)?;
+                args.mirror = mirror(no_mirror)?;
                 args.images = chat::image_paths(&args.images)?;
                 let message = chat::read_message(std::mem::take(&mut args.message)).await?;
                 Ok::<_, Box<dyn std::error::Error + Send + Sync>>((codex, message))

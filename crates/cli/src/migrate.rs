@@ -10,7 +10,8 @@ use serde_json::json;
 use crate::{open_store_url, output, Access, CliResult};
 
 /// Copies every session of `from` into `to`. With `json`, one object on stdout: `from` and `to`
-/// (passwords redacted), `sessions`, `copied`, `already_present`, `rows_copied`, `verified`.
+/// (passwords redacted), `sessions`, `copied`, `already_present`, `rows_copied`,
+/// `mirror_bytes_copied` (the sessions' mirrored rollouts go with them), `verified`.
 pub(crate) async fn run(from: &str, to: &str, json: bool) -> CliResult {
     if from == to {
         return Err("--from and --to name the same store".into());
@@ -35,6 +36,7 @@ pub(crate) async fn run(from: &str, to: &str, json: bool) -> CliResult {
                 "copied": report.copied,
                 "already_present": report.already_present,
                 "rows_copied": report.rows_copied,
+                "mirror_bytes_copied": report.mirror_bytes_copied,
                 // copy_sessions returns only once every copy read back identical.
                 "verified": true,
             })

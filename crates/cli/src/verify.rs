@@ -72,8 +72,8 @@ pub(crate) async fn run(store: Arc<dyn BindingStore>, label: &str, json: bool) -
     }
 }
 
-/// `{"store", "ok", "complete", "sessions", "rows", "leases", "problems": [{"kind",
-/// "session_id", "detail"}], "unlisted_problems"}`.
+/// `{"store", "ok", "complete", "sessions", "rows", "leases", "mirror_files", "mirror_bytes",
+/// "problems": [{"kind", "session_id", "detail"}], "unlisted_problems"}`.
 fn report_json(label: &str, report: &VerifyReport) -> Value {
     json!({
         "store": label,
@@ -82,6 +82,8 @@ fn report_json(label: &str, report: &VerifyReport) -> Value {
         "sessions": report.sessions,
         "rows": report.rows,
         "leases": report.leases,
+        "mirror_files": report.mirror_files,
+        "mirror_bytes": report.mirror_bytes,
         "problems": report.problems,
         "unlisted_problems": report.unlisted_problems,
     })

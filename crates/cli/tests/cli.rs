@@ -42,6 +42,13 @@ impl Sandbox {
         sandbox
     }
 
+    /// Without the rollout mirror (`RETHREAD_MIRROR=off`): a deleted rollout is a lost
+    /// thread (`tests/mirror.rs` has the mirror).
+    fn without_mirror(mut self) -> Sandbox {
+        self.env.push(("RETHREAD_MIRROR".into(), "off".into()));
+        self
+    }
+
     fn store(&self) -> String {
         format!("redb:{}", self.dir.path().join("store.redb").display())
     }
@@ -143,7 +150,7 @@ fn chat_resumes_across_invocations_on_the_fake() {
 
 #[test]
 fn human_output_puts_the_reply_on_stdout_and_the_notice_once_on_stderr() {
-    let sandbox = Sandbox::fake();
+    let sandbox = Sandbox::fake().without_mirror();
     let first = sandbox.chat_json("s1", "hello");
     sandbox.delete_rollout(first["thread_id"].as_str().unwrap());
     let out = sandbox.ok(&["chat", "--session", "s1", "again"]);
@@ -159,7 +166,7 @@ fn human_output_puts_the_reply_on_stdout_and_the_notice_once_on_stderr() {
 
 #[test]
 fn a_deleted_rollout_falls_back_with_one_notice_and_a_new_binding_on_the_fake() {
-    let sandbox = Sandbox::fake();
+    let sandbox = Sandbox::fake().without_mirror();
     let first = sandbox.chat_json("s1", "hello");
     sandbox.delete_rollout(first["thread_id"].as_str().unwrap());
     let second = sandbox.chat_json("s1", "again");
@@ -281,7 +288,7 @@ fn sessions_list_show_and_forget() {
 
 #[test]
 fn doctor_classifies_live_gone_and_paginated_under_the_older_profile_on_the_fake() {
-    let mut sandbox = Sandbox::fake();
+    let mut sandbox = Sandbox::fake().without_mirror();
     // Under the current profile threads are paginated by default.
     let paginated = sandbox.chat_json("paginated", "p");
     let gone = sandbox.chat_json("gone", "g");
@@ -659,7 +666,7 @@ fn demo_json_is_one_object_with_every_check() {
     assert_eq!(story["ok"], true);
     assert!(story.get("error").is_none(), "{story}");
     let steps = story["steps"].as_array().unwrap();
-    assert_eq!(steps.len(), 4, "setup and three steps: {story}");
+    assert_eq!(steps.len(), 5, "setup and four steps: {story}");
     let checks: Vec<&str> = steps
         .iter()
         .flat_map(|s| s["checks"].as_array().unwrap())
@@ -670,6 +677,10 @@ fn demo_json_is_one_object_with_every_check() {
         "{checks:?}"
     );
     assert!(checks.contains(&"exactly one notice"), "{checks:?}");
+    assert!(
+        checks.contains(&"restored from the store, then thread/resume: the same thread"),
+        "{checks:?}"
+    );
     let text = out.stdout.escape_ascii().to_string();
     assert_eq!(text.matches(NOTICE).count(), 1, "{story}");
 }
@@ -685,7 +696,7 @@ fn chat_against_real_codex_remembers_and_fails_closed() {
         let _guard = runtime.enter();
         let model = ResponsesStandIn::start().unwrap();
         let home = CodexHome::new(&model).unwrap();
-        let sandbox = Sandbox::new(codex, home.path().to_path_buf());
+        let sandbox = Sandbox::new(codex, home.path().to_path_buf()).without_mirror();
         let first = sandbox.chat_json("s1", "Please remember the word PAPAYA.");
         assert_eq!(first["outcome"], "started");
         assert_eq!(first["reply"], "echo: Please remember the word PAPAYA.");
@@ -718,7 +729,7 @@ fn doctor_against_real_codex() {
         let _guard = runtime.enter();
         let model = ResponsesStandIn::start().unwrap();
         let home = CodexHome::new(&model).unwrap();
-        let mut sandbox = Sandbox::new(current.clone(), home.path().to_path_buf());
+        let mut sandbox = Sandbox::new(current.clone(), home.path().to_path_buf()).without_mirror();
         sandbox.chat_json("paginated", "p");
         let gone = sandbox.chat_json("gone", "g");
         sandbox.delete_rollout(gone["thread_id"].as_str().unwrap());
@@ -966,7 +977,7 @@ fn usage_errors_exit_2() {
 #[test]
 fn a_fallback_whose_turn_fails_still_says_the_notice() {
     for json in [true, false] {
-        let mut sandbox = Sandbox::fake();
+        let mut sandbox = Sandbox::fake().without_mirror();
         let first = sandbox.chat_json("s1", "hello");
         sandbox.delete_rollout(first["thread_id"].as_str().unwrap());
         // The fake exits during this process's first turn.
@@ -1087,7 +1098,7 @@ fn a_store_in_use_by_another_process_exits_75() {
 /// after turns on the replacement thread; a session that never fell back reports `null`.
 #[test]
 fn sessions_show_reports_the_last_fallback() {
-    let sandbox = Sandbox::fake();
+    let sandbox = Sandbox::fake().without_mirror();
     let first = sandbox.chat_json("s1", "remember PAPAYA");
     assert_eq!(sandbox.show("s1")["last_fallback"], Value::Null);
     let lost = first["thread_id"].as_str().unwrap().to_string();

@@ -45,15 +45,16 @@
 //! # Public API
 //!
 //! - [`FakeAppServer::builder`] -> [`FakeBuilder`]: `profile`, `faults`, `codex_home`, `reply`,
-//!   `model_log`; then `spawn_in_process` (a [`tokio::io::DuplexStream`] and a [`FakeHandle`])
+//!   `answer` ([`AnswerShape`]: streamed in deltas or only completed), `model_log`; then `spawn_in_process` (a [`tokio::io::DuplexStream`] and a [`FakeHandle`])
 //!   or `serve(reader, writer)` (what `fake-codex` runs), which ends with [`Ended`].
 //! - [`FakeHandle`]: `codex_home`, `requests` / `methods` ([`LoggedRequest`]),
 //!   `model_requests` ([`ModelRequest`]), `clear_logs`, `profile` / `set_profile`,
-//!   `set_faults`, `set_reply`, `is_running`, `kill`, `restart`, `rollout_path`,
+//!   `set_faults`, `set_reply`, `set_answer`, `is_running`, `kill`, `restart`, `rollout_path`,
 //!   `corrupt_rollout`, `set_rollout_history_mode`, `set_indexed_history_mode`.
 //! - [`Profile`]: `current` (0.171.0, and 0.169.0), `release-n` (0.144.6), `pre-history-mode`.
 //! - [`faults`]: [`FaultScript`], [`Fault`], [`Corruption`] (JSON or TOML).
-//! - [`model`]: [`Reply`], [`ConversationMessage`], [`model::echo_reply`].
+//! - [`model`]: [`Reply`], [`AnswerShape`], [`ConversationMessage`], [`model::echo_reply`],
+//!   [`model::stream_pieces`].
 //!
 //! # The home on disk is codex's
 //!
@@ -89,6 +90,8 @@
 //! | interrupted turn | same | same | same |
 //! | `thread/list` paging (order, `limit`, cursors, errors, `sortKey`) | same | same | same |
 //! | paginated thread written by the release, read by 0.144.6 | same | same | - |
+//! | the turn's notifications per answer shape (streamed in deltas, only completed) | same | same | same |
+//! | a thread restored in another home by its rollout file alone (found, resumed, remembers) | same | same | same |
 //!
 //! `tests/exec_parity.rs` compares `fake-codex exec --experimental-json` with the real
 //! `codex exec` (0.171.0 and 0.169.0; all identical): a new thread and its resume in a second
@@ -105,6 +108,9 @@
 //!
 //! The parity rows find no difference between 0.171.0 and 0.169.0, so `current` stands for
 //! both (reporting 0.171.0); there is no `previous` profile.
+//!
+//! A paginated `thread/revert` (0.169+: a head file beside the source rollout) is not
+//! served by the fake; the runtime's mirror tests and the real-codex tests cover it.
 //!
 //! # What the parity suite found beyond the wire notes
 //!
@@ -127,6 +133,12 @@
 //! - Unknown methods: ``-32600 Invalid request: unknown variant `<m>`, expected one of ...``,
 //!   even before `initialize`; missing params: ``-32600 Invalid request: missing field
 //!   `params` ``. Lines that are not JSON are ignored without an answer.
+//! - A model that streams its answer gets one `item/agentMessage/delta` per piece it streamed,
+//!   between the agent message's `item/started` and `item/completed`; a model that sends only
+//!   the completed message gets no delta (every release). The fake's model streams by default
+//!   ([`AnswerShape`]; `FAKE_CODEX_ANSWER` for the binary).
+//! - A rollout copied to the same path under another home's `sessions/` is found by the scan,
+//!   resumed, and its model sees the earlier turns; the copy grows in place.
 //! - A successful `thread/resume` is followed by `thread/status/changed` (when newly loaded)
 //!   and `thread/tokenUsage/updated` (when it has turns).
 //! - After an interrupt, 0.144.6 treats the interrupted turn as still active: interrupting it
@@ -159,6 +171,6 @@ mod store;
 mod util;
 
 pub use faults::{Corruption, Fault, FaultScript};
-pub use model::{ConversationMessage, Reply};
+pub use model::{AnswerShape, ConversationMessage, Reply};
 pub use profile::Profile;
 pub use server::{Ended, FakeAppServer, FakeBuilder, FakeHandle, LoggedRequest, ModelRequest};

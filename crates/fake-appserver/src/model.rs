@@ -29,6 +29,46 @@ impl Reply {
     }
 }
 
+/// How the model delivers its answer, which decides the notifications codex sends for it
+/// (measured on 0.171.0, 0.169.0 and 0.144.6): text streamed in pieces (`item/agentMessage/delta`
+/// per piece, between the agent message's `item/started` and `item/completed`), or only the
+/// completed message (no delta at all). The fake's model and the Responses-API stand-in stream
+/// the same pieces ([`stream_pieces`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AnswerShape {
+    /// The text in two deltas, then the completed message (the default: models stream).
+    #[default]
+    Streamed,
+    /// Only the completed message.
+    Whole,
+}
+
+impl std::str::FromStr for AnswerShape {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        match name {
+            "streamed" => Ok(AnswerShape::Streamed),
+            "whole" => Ok(AnswerShape::Whole),
+            other => Err(format!(
+                "unknown answer shape `{other}` (streamed or whole)"
+            )),
+        }
+    }
+}
+
+/// The pieces a streamed answer comes in: `text` cut in two on the character boundary at its
+/// middle (what the stand-in streams, and so what codex sends as deltas).
+pub fn stream_pieces(text: &str) -> [&str; 2] {
+    let cut = text
+        .char_indices()
+        .map(|(at, _)| at)
+        .nth(text.chars().count() / 2)
+        .unwrap_or(text.len());
+    let (first, second) = text.split_at(cut);
+    [first, second]
+}
+
 /// The deterministic echo reply both the stand-in and the fake app-server's model give:
 /// `echo: <last user text>` (or `echo:` when there is none).
 pub fn echo_reply(conversation: &[ConversationMessage]) -> String {

@@ -13,7 +13,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use rethread_fake_appserver::{
-    FakeAppServer, FakeHandle, Fault, FaultScript, ModelRequest, Profile,
+    AnswerShape, FakeAppServer, FakeHandle, Fault, FaultScript, ModelRequest, Profile,
 };
 use rethread_testkit::real::{
     ask_for_approvals, codex_or_skip, error_of, thread_id, CodexHome, WirePeer,
@@ -73,6 +73,8 @@ struct Lab {
     slow_model_ms: u64,
     /// The first turn asks for an approval.
     approval: bool,
+    /// How the model delivers its answers (the stand-in for the real codex, the fake's model).
+    answer: AnswerShape,
 }
 
 struct Proc {
@@ -132,7 +134,14 @@ impl Lab {
             last_home: None,
             slow_model_ms: 0,
             approval: false,
+            answer: AnswerShape::Whole,
         }
+    }
+
+    /// Sets how the model delivers its answers, for every target.
+    fn answer(&mut self, shape: AnswerShape) {
+        self.answer = shape;
+        self.model.set_stream_deltas(shape == AnswerShape::Streamed);
     }
 
     fn new_home(&mut self) -> PathBuf {
@@ -178,6 +187,7 @@ impl Lab {
                 let (client, handle) = FakeAppServer::builder()
                     .profile(*profile)
                     .faults(faults)
+                    .answer(self.answer)
                     .codex_home(home)
                     .spawn_in_process()
                     .unwrap();
@@ -201,6 +211,13 @@ impl Lab {
                     .args(args)
                     .env("CODEX_HOME", home)
                     .env("FAKE_CODEX_FAULTS", serde_json::to_string(&faults).unwrap())
+                    .env(
+                        "FAKE_CODEX_ANSWER",
+                        match self.answer {
+                            AnswerShape::Whole => "whole",
+                            _ => "streamed",
+                        },
+                    )
                     .stdin(Stdio::piped())
                     .stdout(Stdio::piped())
                     .stderr(Stdio::from(stderr))
@@ -1104,6 +1121,98 @@ async fn paging(target: Target) -> Vec<String> {
     lab.log
 }
 
+/// The turn's notifications for each shape of model answer: text streamed in deltas (one per
+/// piece the model streamed) or only the completed message (no delta).
+async fn answer_shapes(target: Target) -> Vec<String> {
+    let mut lab = Lab::new();
+    for (label, shape) in [
+        ("whole", AnswerShape::Whole),
+        ("streamed", AnswerShape::Streamed),
+    ] {
+        lab.answer(shape);
+        let home = lab.new_home();
+        let mut p = lab.spawn(&target, &home, false).await;
+        let id = thread_id(&p.req("thread/start", json!({"cwd": "/tmp"})).await);
+        let run = p
+            .peer
+            .run_turn(&id, "hello there", None)
+            .await
+            .expect("turn");
+        let methods: Vec<String> = run
+            .methods()
+            .into_iter()
+            .filter(|m| COMPARED_METHODS.contains(&m.as_str()) || m == "item/agentMessage/delta")
+            .collect();
+        lab.note(&format!("{label} methods"), methods.join(","));
+        let deltas: Vec<String> = run
+            .messages
+            .iter()
+            .filter(|m| m["method"] == "item/agentMessage/delta")
+            .map(|m| {
+                m["params"]["delta"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect();
+        lab.note(&format!("{label} deltas"), format!("{deltas:?}"));
+        lab.note(
+            &format!("{label} status"),
+            format!("{:?} {:?}", run.status(), run.agent_text()),
+        );
+        p.close().await;
+    }
+    lab.log
+}
+
+/// A thread moved to another home by its rollout file alone, at the same path under
+/// `sessions/` (what rethread's restore writes): the home finds it, resumes it and the model
+/// sees the earlier turn; `thread/read` shows its turns; nothing else of the first home goes.
+async fn restored_thread(target: Target) -> Vec<String> {
+    let mut lab = Lab::new();
+    let home = lab.new_home();
+    let elsewhere = lab.new_home();
+    let mut p = lab.spawn(&target, &home, false).await;
+    let id = thread_id(&p.req("thread/start", json!({"cwd": "/tmp"})).await);
+    turn(&mut lab, &mut p, "first", &id, "remember the word zebra").await;
+    p.close().await;
+    let rollout = rollout_of(&home, &id);
+    let relative = rollout.strip_prefix(&home).unwrap().to_path_buf();
+    let target_path = elsewhere.join(&relative);
+    std::fs::create_dir_all(target_path.parent().unwrap()).unwrap();
+    std::fs::copy(&rollout, &target_path).unwrap();
+
+    let mut p = lab.spawn(&target, &elsewhere, false).await;
+    let listed = p.req("thread/list", json!({})).await;
+    lab.note(
+        "thread/list before the resume",
+        listed["result"]["data"]
+            .as_array()
+            .map_or(0, Vec::len)
+            .to_string(),
+    );
+    let resumed = p.req("thread/resume", json!({"threadId": id})).await;
+    lab.note_response("thread/resume of the restored thread", &resumed);
+    turn(&mut lab, &mut p, "second", &id, "which word?").await;
+    lab.note_model_saw(
+        "model saw the first turn in the other home",
+        &target,
+        "remember the word zebra",
+    );
+    let read = p
+        .req("thread/read", json!({"threadId": id, "includeTurns": true}))
+        .await;
+    lab.note_response("thread/read includeTurns", &read);
+    p.close().await;
+    lab.note(
+        "the restored file grew in place",
+        (std::fs::metadata(&target_path).unwrap().len()
+            > std::fs::metadata(&rollout).unwrap().len())
+        .to_string(),
+    );
+    lab.log
+}
+
 // ---------------------------------------------------------------------------------------------
 // Comparison.
 
@@ -1239,6 +1348,30 @@ parity!(
 parity!(
     writer_release_n,
     active_writer,
+    Profile::ReleaseN,
+    floor_releases()
+);
+parity!(
+    answer_shapes_current,
+    answer_shapes,
+    Profile::Current,
+    current_releases()
+);
+parity!(
+    answer_shapes_release_n,
+    answer_shapes,
+    Profile::ReleaseN,
+    floor_releases()
+);
+parity!(
+    restored_current,
+    restored_thread,
+    Profile::Current,
+    current_releases()
+);
+parity!(
+    restored_release_n,
+    restored_thread,
     Profile::ReleaseN,
     floor_releases()
 );

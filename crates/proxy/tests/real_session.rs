@@ -28,6 +28,9 @@ struct Process {
 async fn start(codex: &Path, home: &Path, store: &Arc<dyn BindingStore>) -> Process {
     let mut options = SessionOptions::default();
     options.binder.retry_backoff = Duration::from_millis(50);
+    options.binder.codex_home = Some(home.display().to_string());
+    // Without the rollout mirror: a lost rollout stays lost (the fleet test has the mirror).
+    options.binder.mirror = false;
     let hooks = BindingHooks::open(SESSION, store.clone(), options)
         .await
         .expect("the session is free");

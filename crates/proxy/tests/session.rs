@@ -23,6 +23,8 @@ fn options() -> SessionOptions {
     let mut options = SessionOptions::default();
     options.binder.retry_backoff = Duration::from_millis(5);
     options.binder.codex_home = Some("/test/codex-home".into());
+    // The rollout mirror is `tests/session_mirror.rs`'s; here a lost rollout stays lost.
+    options.binder.mirror = false;
     options
 }
 

@@ -21,8 +21,15 @@ use support::*;
 
 const SESSION: &str = "rules";
 
-async fn hooks(store: &Arc<dyn BindingStore>) -> Arc<BindingHooks> {
+/// The rules without the rollout mirror (`tests/session_mirror.rs` has it).
+fn no_mirror() -> SessionOptions {
     let mut options = SessionOptions::default();
+    options.binder.mirror = false;
+    options
+}
+
+async fn hooks(store: &Arc<dyn BindingStore>) -> Arc<BindingHooks> {
+    let mut options = no_mirror();
     options.binder.retry_backoff = Duration::from_millis(5);
     Arc::new(
         BindingHooks::open(SESSION, store.clone(), options)
@@ -177,7 +184,7 @@ async fn a_thread_of_another_session_cannot_be_resumed_in_this_one() {
     let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
     // Session B has a thread with a committed turn.
     let b = Arc::new(
-        BindingHooks::open("b", store.clone(), SessionOptions::default())
+        BindingHooks::open("b", store.clone(), no_mirror())
             .await
             .unwrap(),
     );
@@ -222,7 +229,7 @@ async fn a_thread_of_another_session_cannot_be_resumed_in_this_one() {
 #[tokio::test]
 async fn a_stall_past_the_lease_ttl_with_nobody_competing_goes_on_recording() {
     let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
-    let mut options = SessionOptions::default();
+    let mut options = no_mirror();
     options.binder.lease_ttl = Some(Duration::from_millis(150));
     let hooks = Arc::new(
         BindingHooks::open(SESSION, store.clone(), options)

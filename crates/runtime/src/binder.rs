@@ -8,7 +8,10 @@
 //! the next open start fresh. Before it resumes or starts a thread, a binder takes the
 //! session's lease ([`SessionLease`]) and keeps it until [`SessionBinder::close`] (or, in the
 //! background, until it and its sessions are dropped). A session held elsewhere is
-//! [`RuntimeError::SessionBusy`]: no thread is resumed or started.
+//! [`RuntimeError::SessionBusy`]: no thread is resumed or started. With the rollout mirror on
+//! ([`BinderOptions::mirror`], the default) a bound thread's rollout is restored from the
+//! store before its resume and every turn's commit carries what the rollout grew by, so the
+//! session can move to a machine whose `CODEX_HOME` never saw the thread.
 
 use std::sync::Arc;
 
@@ -22,6 +25,7 @@ use crate::client::{AppServerClient, ClientError};
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
 use crate::machine::{Action, Say, SessionMachine};
+use crate::mirror::RolloutMirror;
 use crate::options::BinderOptions;
 use crate::rail::StatusRail;
 use crate::session::{CodexSession, OpenOutcome};
@@ -57,6 +61,8 @@ pub struct SessionBinder {
     owner: Arc<LocalOwner>,
     /// The lease this binder holds, shared with its live codex sessions.
     lease: Option<Arc<SessionLease>>,
+    /// The rollout mirror (what this process knows of the thread's files), when on.
+    mirror: Option<RolloutMirror>,
 }
 
 impl SessionBinder {
@@ -66,11 +72,13 @@ impl SessionBinder {
         store: Arc<dyn BindingStore>,
         rail: StatusRail,
     ) -> Self {
+        let options = BinderOptions::default();
         SessionBinder {
             session_id: session_id.into(),
             store,
             rail,
-            options: BinderOptions::default(),
+            mirror: options.rollout_mirror(),
+            options,
             transcript: Transcript::Store,
             owner: Arc::new(LocalOwner::new()),
             lease: None,
@@ -79,6 +87,7 @@ impl SessionBinder {
 
     /// Replaces the options.
     pub fn with_options(mut self, options: BinderOptions) -> Self {
+        self.mirror = options.rollout_mirror();
         self.options = options;
         self
     }
@@ -158,6 +167,7 @@ impl SessionBinder {
             outcome,
             lease,
             machine,
+            mirror: self.mirror.clone(),
         })
     }
 
@@ -174,6 +184,7 @@ impl SessionBinder {
             session_id: &self.session_id,
             lease,
             transcript: &self.transcript,
+            mirror: self.mirror.as_ref(),
         };
         let mut resume = ResumeTrace::default();
         // The `rethread.fallback` span, from the notice to the replacement's start.
@@ -264,6 +275,7 @@ impl SessionBinder {
                 // Store-side actions never come back from `next_action`; a commit or a retire
                 // never comes while opening.
                 Action::ReadSession
+                | Action::Restore { .. }
                 | Action::Wait(_)
                 | Action::GiveUp(_)
                 | Action::MarkNoticeDelivered { .. }

@@ -1,18 +1,22 @@
 //! The store side of the [`SessionMachine`](crate::machine::SessionMachine)'s actions, shared
 //! by every driver (the library's binder, `rethread app-server`, `rethread exec`): read what
 //! the store holds for a session, give a lost thread up, record a delivered notice, read the
-//! transcript's tail for a seed, commit a completed turn, and render what the machine says as
-//! a status-rail event. None of them sends a request to codex; none decides a rule.
+//! transcript's tail for a seed, restore a thread's rollout, commit a completed turn (with its
+//! rollout's growth), and render what the machine says as a status-rail event. None of them
+//! sends a request to codex; none decides a rule.
 
 use rethread_protocol::messages::ThreadStartParams;
 use rethread_protocol::ResumeFailure;
-use rethread_store::{BindingState, BindingStore, CommitOutcome, Fence, Retirement, TurnCommit};
+use rethread_store::{
+    BindingState, BindingStore, CommitOutcome, Fence, Retirement, StoreError, TurnCommit,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
 use crate::machine::{Action, LostThread, Say, SessionMachine, Stored};
+use crate::mirror::{MirrorReport, Restored, RolloutMirror};
 use crate::rail::{StatusEvent, StatusKind};
 use crate::sink::{SinkDurability, Transcript};
 use crate::telemetry;
@@ -42,11 +46,13 @@ pub struct StoreSide<'a> {
     pub lease: Option<&'a SessionLease>,
     /// Where the transcript (the seed's source) lives.
     pub transcript: &'a Transcript,
+    /// The rollout mirror, when on: a thread this home lacks is restored from the store.
+    pub mirror: Option<&'a RolloutMirror>,
 }
 
 impl StoreSide<'_> {
-    /// Carries out the machine's store-side actions (read the session, give a lost thread up
-    /// in one fenced write, record a delivered notice, read the transcript's tail for a seed,
+    /// Carries out the machine's store-side actions (read the session, restore a thread's rollout
+    /// from the mirror, give a lost thread up in one fenced write, record a delivered notice, read the transcript's tail for a seed,
     /// wait before a retry) and returns the first action that is the driver's own (resume,
     /// start, say, opened, open failed, commit, retire); `None` when the machine has nothing
     /// more to do. Every driver shares this, so no driver carries a store rule of its own.
@@ -59,6 +65,11 @@ impl StoreSide<'_> {
                         Ok(stored) => m.handle_session(stored),
                         Err(error) => m.handle_failed(error),
                     });
+                }
+                Action::Restore { thread_id } => {
+                    let restored =
+                        restore(self.store, self.mirror, self.session_id, &thread_id).await;
+                    machine.with(|m| m.handle_restored(restored));
                 }
                 Action::Wait(delay) => {
                     tokio::time::sleep(delay).await;
@@ -196,6 +207,32 @@ pub async fn transcript_tail(
     Ok(rows.into_iter().map(|row| row.body).collect())
 }
 
+/// The answer to [`Action::Restore`](crate::machine::Action::Restore): the thread's rollout
+/// restored from the store's mirror ([`RolloutMirror::restore`]), or why not, as
+/// [`SessionMachine::handle_restored`](crate::machine::SessionMachine::handle_restored) takes
+/// it. Without a mirror (mirroring off, or no `CODEX_HOME`) nothing is restored.
+pub async fn restore(
+    store: &dyn BindingStore,
+    mirror: Option<&RolloutMirror>,
+    session_id: &str,
+    thread_id: &str,
+) -> Result<Restored, String> {
+    let Some(mirror) = mirror else {
+        return Ok(Restored::default());
+    };
+    let restored = mirror
+        .restore(store, session_id, thread_id)
+        .await
+        .map_err(|error| error.to_string())?;
+    if !restored.written.is_empty() {
+        tracing::info!(%session_id, %thread_id, files = ?restored.written, diverged = restored.diverged, "restored the thread's rollout from the store");
+    }
+    if let Some(error) = &restored.index_error {
+        tracing::warn!(%session_id, %thread_id, %error, "could not clear codex's history index after replacing a diverged rollout; thread/read may show the replaced turns");
+    }
+    Ok(restored)
+}
+
 /// Puts `seed` into the developer instructions of a `thread/start`, after the host's own.
 pub fn apply_seed(params: &mut ThreadStartParams, seed: String) {
     params.developer_instructions = Some(match params.developer_instructions.take() {
@@ -250,6 +287,7 @@ pub enum Publication {
 
 /// A completed turn's projected rows, ready to commit.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct TurnRows<'a> {
     /// The host session.
     pub session_id: &'a str,
@@ -259,6 +297,45 @@ pub struct TurnRows<'a> {
     pub codex_home: Option<&'a str>,
     /// The rows.
     pub rows: &'a [Value],
+    /// The rollout mirror, when the commit takes it (the machine's `Action::Commit` says).
+    pub mirror: Option<&'a RolloutMirror>,
+}
+
+impl<'a> TurnRows<'a> {
+    /// The rows of a turn of `session_id` on `thread_id`, committed without a mirror and
+    /// without a `CODEX_HOME`.
+    pub fn new(session_id: &'a str, thread_id: &'a str, rows: &'a [Value]) -> Self {
+        TurnRows {
+            session_id,
+            thread_id,
+            codex_home: None,
+            rows,
+            mirror: None,
+        }
+    }
+
+    /// Records `codex_home` with the binding.
+    pub fn codex_home(mut self, codex_home: Option<&'a str>) -> Self {
+        self.codex_home = codex_home;
+        self
+    }
+
+    /// Commits what the thread's rollout grew by, through `mirror`.
+    pub fn mirror(mut self, mirror: Option<&'a RolloutMirror>) -> Self {
+        self.mirror = mirror;
+        self
+    }
+}
+
+/// What [`commit_turn`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Committed {
+    /// What happened to the binding.
+    pub publication: Publication,
+    /// What happened to the mirror (for
+    /// [`SessionMachine::handle_mirrored`](crate::machine::SessionMachine::handle_mirrored)).
+    pub mirror: MirrorReport,
 }
 
 /// Makes a completed turn's rows durable and then publishes its thread as the session's
@@ -274,12 +351,17 @@ pub struct TurnRows<'a> {
 ///   [`Publication::NotDurable`] otherwise. A sink error is [`RuntimeError::Sink`].
 /// - A thread retired meanwhile commits its rows but is not published
 ///   ([`Publication::RetiredNotPublished`]).
+/// - With a mirror ([`TurnRows::mirror`]) the commit carries what the thread's rollout files
+///   grew by ([`RolloutMirror::prepare`]), in the same transaction. A refusal because the
+///   store's file is not what this process knew ([`StoreError::MirrorMismatch`]) is retried
+///   once with the files whole. A rollout that cannot be read does not stop the turn: it
+///   commits without its mirror ([`MirrorReport::Failed`]).
 pub async fn commit_turn(
     store: &dyn BindingStore,
     transcript: &Transcript,
     lease: Option<&SessionLease>,
     turn: TurnRows<'_>,
-) -> Result<Publication, RuntimeError> {
+) -> Result<Committed, RuntimeError> {
     use tracing::Instrument;
     let span = tracing::info_span!(
         telemetry::SPAN_COMMIT,
@@ -292,7 +374,7 @@ pub async fn commit_turn(
     let committed = write_turn(store, transcript, lease, turn)
         .instrument(span.clone())
         .await;
-    let outcome = match &committed {
+    let outcome = match committed.as_ref().map(|c| c.publication) {
         Ok(Publication::Published) => "published",
         Ok(Publication::RetiredNotPublished) => "retired_not_published",
         Ok(Publication::NotDurable) => "not_durable",
@@ -310,7 +392,7 @@ async fn write_turn(
     transcript: &Transcript,
     lease: Option<&SessionLease>,
     turn: TurnRows<'_>,
-) -> Result<Publication, RuntimeError> {
+) -> Result<Committed, RuntimeError> {
     let fence = crate::binder::fresh_fence(lease).await?;
     let rows = match transcript {
         Transcript::Store => turn.rows.to_vec(),
@@ -320,18 +402,69 @@ async fn write_turn(
             .map_err(RuntimeError::Sink)?
         {
             SinkDurability::Durable => Vec::new(),
-            SinkDurability::NotDurable => return Ok(Publication::NotDurable),
+            SinkDurability::NotDurable => {
+                return Ok(Committed {
+                    publication: Publication::NotDurable,
+                    mirror: MirrorReport::Off,
+                })
+            }
         },
     };
-    let commit = TurnCommit::new(
-        turn.session_id.to_string(),
-        turn.thread_id.to_string(),
-        rows,
-    )
-    .codex_home(turn.codex_home.map(str::to_string))
-    .fence(fence);
-    Ok(match store.commit_turn(commit).await? {
-        CommitOutcome::Published { .. } => Publication::Published,
-        CommitOutcome::RetiredNotPublished { .. } => Publication::RetiredNotPublished,
-    })
+    let commit = |mirror| {
+        TurnCommit::new(turn.session_id, turn.thread_id, rows.clone())
+            .codex_home(turn.codex_home.map(str::to_string))
+            .fence(fence.clone())
+            .mirror(mirror)
+    };
+    let Some(mirror) = turn.mirror else {
+        let outcome = store.commit_turn(commit(None)).await?;
+        return Ok(committed(&outcome, MirrorReport::Off));
+    };
+    let mut failed = None;
+    let mut prepared = match mirror.prepare(turn.thread_id).await {
+        Ok(prepared) => Some(prepared),
+        Err(error) => {
+            failed = Some(error.to_string());
+            None
+        }
+    };
+    let take = |prepared: &mut Option<crate::mirror::PreparedMirror>| {
+        prepared.as_mut().map(|p| std::mem::take(&mut p.update))
+    };
+    let outcome = match store.commit_turn(commit(take(&mut prepared))).await {
+        Err(StoreError::MirrorMismatch { .. }) => {
+            // The store's file is not what this process knew (another process mirrored it
+            // since, or a restore was skipped): send the files whole, once.
+            mirror.forget(turn.thread_id);
+            prepared = match mirror.prepare(turn.thread_id).await {
+                Ok(prepared) => Some(prepared),
+                Err(error) => {
+                    failed = Some(error.to_string());
+                    None
+                }
+            };
+            store.commit_turn(commit(take(&mut prepared))).await?
+        }
+        other => other?,
+    };
+    let report = match failed {
+        Some(message) => MirrorReport::Failed(message),
+        None => MirrorReport::of(outcome.mirror()),
+    };
+    if report == MirrorReport::Written {
+        if let Some(prepared) = prepared {
+            mirror.committed(prepared);
+        }
+    }
+    Ok(committed(&outcome, report))
+}
+
+fn committed(outcome: &CommitOutcome, mirror: MirrorReport) -> Committed {
+    Committed {
+        publication: match outcome {
+            CommitOutcome::Published { .. } => Publication::Published,
+            CommitOutcome::RetiredNotPublished { .. } => Publication::RetiredNotPublished,
+        },
+        mirror,
+    }
 }

@@ -8,7 +8,12 @@
 //! - [`SessionBinder`] / [`CodexSession`]: the resume-or-fallback state machine and turn
 //!   commits, under the session's lease ([`SessionLease`]).
 //! - [`binding`]: the same rules as pieces for a host that sends its own requests (a proxy):
-//!   the resume verdict, giving a lost thread up, seeding, committing a turn.
+//!   the resume verdict, giving a lost thread up, seeding, restoring a rollout, committing a
+//!   turn.
+//! - [`RolloutMirror`] ([`mirror`]): the thread's rollout files under `CODEX_HOME`, mirrored
+//!   into the store with each commit and restored from it before a resume, so a session keeps
+//!   its thread on any machine on the same store ([`BinderOptions::mirror`], on by default;
+//!   `RETHREAD_MIRROR=off`).
 //! - [`probe_thread`]: a thread's health without resuming it.
 //! - [`StatusRail`]: typed status events for any surface.
 //! - [`telemetry`]: the `tracing` spans (`rethread.open`, `rethread.resume`,
@@ -96,6 +101,7 @@ mod client;
 mod error;
 mod lease;
 pub mod machine;
+pub mod mirror;
 mod options;
 mod probe;
 pub mod projection;
@@ -114,7 +120,8 @@ pub use client::{
 pub use error::{BoxError, RuntimeError};
 pub use lease::SessionLease;
 pub use machine::RESUME_FALLBACK_NOTICE;
-pub use options::{BinderOptions, SeedOptions};
+pub use mirror::{MirrorError, MirrorReport, Restored, RolloutMirror};
+pub use options::{mirror_setting, BinderOptions, SeedOptions, MIRROR_ENV};
 pub use probe::{probe_thread, ThreadHealth, ThreadProbe};
 pub use rail::{RecordedEvents, StatusEvent, StatusKind, StatusRail, StatusSink};
 pub use session::{CodexSession, OpenOutcome};

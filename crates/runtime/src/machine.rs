@@ -14,16 +14,23 @@
 //!   its reason) when the process died before delivering it;
 //! - that the thread replacing a lost one is seeded from the transcript;
 //! - which completed turns are committed: only the session's own thread's, never an
-//!   ephemeral one's, never after the lease was lost.
+//!   ephemeral one's, never after the lease was lost;
+//! - the rollout mirror's steps (`mirroring.rs`): a bound thread is restored from the store
+//!   before its first resume, each commit takes the rollout's growth, and what the mirror
+//!   could not do is said (once), never hiding codex's own answer to the resume.
 //!
 //! ```
 //! use rethread_protocol::RpcError;
 //! use rethread_runtime::machine::{Action, MachineOptions, SessionMachine, Stored};
+//! use rethread_runtime::Restored;
 //!
 //! let mut machine = SessionMachine::new("chat-42", MachineOptions::default());
 //! machine.open();
 //! assert!(matches!(machine.poll(), Some(Action::ReadSession)));
 //! machine.handle_session(Stored::Bound { thread_id: "thr_1".into() });
+//! // The rollout mirror first puts the thread's files where codex looks for them.
+//! assert!(matches!(machine.poll(), Some(Action::Restore { thread_id }) if thread_id == "thr_1"));
+//! machine.handle_restored(Ok(Restored::default()));
 //! let Some(Action::Resume(params)) = machine.poll() else { panic!() };
 //! assert_eq!(params.thread_id, "thr_1");
 //! machine.handle_resume_error(&RpcError::new(-32600, "no rollout found for thread id thr_1"));
@@ -46,6 +53,8 @@ use crate::options::SeedOptions;
 use crate::projection::render_seed;
 use crate::session::OpenOutcome;
 
+mod mirroring;
+
 /// The one lifecycle notice of a fallback.
 pub const RESUME_FALLBACK_NOTICE: &str = "Codex thread could not be resumed; starting a new one.";
 
@@ -66,6 +75,9 @@ pub struct MachineOptions {
     pub retry_backoff: Duration,
     /// Seed a thread that replaces a lost one; `None` disables seeding.
     pub seed: Option<SeedOptions>,
+    /// Mirror the thread's rollout with every commit and restore it before a resume
+    /// ([`Action::Restore`], [`Action::Commit`]'s `mirror`).
+    pub mirror: bool,
 }
 
 impl Default for MachineOptions {
@@ -75,6 +87,7 @@ impl Default for MachineOptions {
             transient_retries: 3,
             retry_backoff: Duration::from_millis(200),
             seed: Some(SeedOptions::default()),
+            mirror: true,
         }
     }
 }
@@ -186,6 +199,28 @@ pub enum Say {
         /// What failed.
         message: String,
     },
+    /// The thread's rollout could not be restored from the store; the resume goes ahead and
+    /// codex's answer decides.
+    RestoreFailed {
+        /// The thread.
+        thread_id: String,
+        /// What failed.
+        message: String,
+    },
+    /// The session's mirror passed its cap: mirroring stopped for the session (said once).
+    MirrorStopped {
+        /// The bytes it would have held.
+        bytes: u64,
+        /// The cap.
+        cap: u64,
+    },
+    /// A turn was committed without its rollout (said once per connection).
+    MirrorFailed {
+        /// The thread.
+        thread_id: String,
+        /// What failed.
+        message: String,
+    },
 }
 
 impl Say {
@@ -231,6 +266,9 @@ impl Say {
             Say::SeedUnavailable { message } => {
                 format!("Could not read the transcript to seed the new thread: {message}")
             }
+            Say::RestoreFailed { .. } | Say::MirrorStopped { .. } | Say::MirrorFailed { .. } => {
+                self.mirror_message()
+            }
         }
     }
 }
@@ -244,6 +282,13 @@ pub enum Action {
     /// Read the session from the store: [`SessionMachine::handle_session`] (or
     /// [`SessionMachine::handle_failed`]).
     ReadSession,
+    /// Restore the thread's rollout files from the store's mirror where this `CODEX_HOME`
+    /// lacks them ([`RolloutMirror::restore`](crate::RolloutMirror::restore)), before its
+    /// first resume: [`SessionMachine::handle_restored`].
+    Restore {
+        /// The bound thread.
+        thread_id: String,
+    },
     /// Send `thread/resume` with these params (a driver may add the thread settings its host
     /// gave): [`SessionMachine::handle_resumed`], [`SessionMachine::handle_resume_error`],
     /// [`SessionMachine::handle_resume_timeout`], [`SessionMachine::handle_resume_exited`]
@@ -283,12 +328,16 @@ pub enum Action {
     /// reports).
     OpenFailed(RuntimeError),
     /// Commit a completed turn's rows with the binding to its thread (one fenced store write):
-    /// [`SessionMachine::handle_committed`] (or `handle_failed`).
+    /// [`SessionMachine::handle_committed`] (or `handle_failed`), then, when it took the
+    /// mirror, [`SessionMachine::handle_mirrored`].
     Commit {
         /// The thread.
         thread_id: String,
         /// The projected rows.
         rows: Vec<Value>,
+        /// Whether the commit takes what the thread's rollout grew by
+        /// ([`RolloutMirror::prepare`](crate::RolloutMirror::prepare)).
+        mirror: bool,
     },
     /// The host ends the session's thread: retire it without a notice
     /// ([`SessionMachine::handle_retired`] or `handle_failed`).
@@ -303,6 +352,7 @@ impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Action::ReadSession => f.write_str("read_session"),
+            Action::Restore { thread_id } => write!(f, "restore {thread_id}"),
             Action::Resume(params) => write!(f, "resume {}", json(params)),
             Action::Wait(delay) => write!(f, "wait {}ms", delay.as_millis()),
             Action::GiveUp(lost) => write!(f, "give_up {} {}", lost.thread_id, lost.reason),
@@ -323,7 +373,16 @@ impl fmt::Display for Action {
             Action::Start { seed: Some(_) } => f.write_str("start seeded"),
             Action::Opened(outcome) => write!(f, "opened {}", json(outcome)),
             Action::OpenFailed(error) => write!(f, "open_failed {}", error.kind()),
-            Action::Commit { thread_id, rows } => write!(f, "commit {thread_id} {}", rows.len()),
+            Action::Commit {
+                thread_id,
+                rows,
+                mirror,
+            } => write!(
+                f,
+                "commit {thread_id} {}{}",
+                rows.len(),
+                if *mirror { " +mirror" } else { "" }
+            ),
             Action::Retire { thread_id } => write!(f, "retire {thread_id}"),
         }
     }
@@ -340,6 +399,7 @@ enum Phase {
     /// Not opening: before [`SessionMachine::open`], after a failure, or open.
     Idle,
     Reading,
+    Restoring(Attempts),
     Resuming(Attempts),
     Backoff(Attempts),
     GivingUp(LostThread),
@@ -445,6 +505,10 @@ pub struct SessionMachine {
     /// Threads already said to be not recorded (bounded), and ephemeral ones (never said).
     warned: VecDeque<String>,
     ephemeral: VecDeque<String>,
+    /// Whether commits take the mirror (off once it stopped at the session's cap).
+    mirroring: bool,
+    /// Whether a failed mirror was said on this connection.
+    mirror_failure_said: bool,
 }
 
 impl SessionMachine {
@@ -452,7 +516,6 @@ impl SessionMachine {
     pub fn new(session_id: impl Into<String>, options: MachineOptions) -> Self {
         SessionMachine {
             session_id: session_id.into(),
-            options,
             phase: Phase::Idle,
             actions: VecDeque::new(),
             thread: None,
@@ -460,6 +523,9 @@ impl SessionMachine {
             lease_lost: false,
             warned: VecDeque::new(),
             ephemeral: VecDeque::new(),
+            mirroring: options.mirror,
+            mirror_failure_said: false,
+            options,
         }
     }
 
@@ -510,8 +576,15 @@ impl SessionMachine {
                     backoff: self.options.retry_backoff,
                     sent: 0,
                 };
-                self.actions.push_back(Action::Resume(attempts.params()));
-                self.phase = Phase::Resuming(attempts);
+                if self.mirroring {
+                    self.actions.push_back(Action::Restore {
+                        thread_id: attempts.thread_id.clone(),
+                    });
+                    self.phase = Phase::Restoring(attempts);
+                } else {
+                    self.actions.push_back(Action::Resume(attempts.params()));
+                    self.phase = Phase::Resuming(attempts);
+                }
             }
             Stored::GivenUp {
                 thread_id,
@@ -778,6 +851,7 @@ impl SessionMachine {
         self.actions.push_back(Action::Commit {
             thread_id: thread_id.to_string(),
             rows,
+            mirror: self.mirroring,
         });
     }
 

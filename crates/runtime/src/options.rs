@@ -3,8 +3,27 @@
 use std::time::Duration;
 
 use rethread_protocol::messages::ThreadStartParams;
+use rethread_store::DEFAULT_MIRROR_CAP;
 
 use crate::machine::MachineOptions;
+use crate::mirror::RolloutMirror;
+
+/// The environment variable that turns the rollout mirror off (`off`) for every host that
+/// builds its options from the defaults: the library, `rethread chat`, `rethread app-server`.
+pub const MIRROR_ENV: &str = "RETHREAD_MIRROR";
+
+/// Reads a [`MIRROR_ENV`] value: unset, empty, `on`, `1` or `true` mirror; `off`, `0` or
+/// `false` do not; anything else is an error naming the value (the CLI refuses it, exit 2).
+pub fn mirror_setting(value: Option<&std::ffi::OsStr>) -> Result<bool, String> {
+    let Some(value) = value else {
+        return Ok(true);
+    };
+    match value.to_str().map(str::to_ascii_lowercase).as_deref() {
+        Some("" | "on" | "1" | "true") => Ok(true),
+        Some("off" | "0" | "false") => Ok(false),
+        _ => Err(format!("{MIRROR_ENV} must be `on` or `off`, not {value:?}")),
+    }
+}
 
 /// Builder-style setters, one per field: `fn field(self, value) -> Self`.
 macro_rules! setters {
@@ -54,9 +73,10 @@ impl Default for SeedOptions {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct BinderOptions {
-    /// The `CODEX_HOME` recorded with each binding (diagnostics). Defaults to the
+    /// The `CODEX_HOME` codex runs with: recorded with each binding (diagnostics), and where
+    /// the rollout mirror reads and restores the thread's files. Defaults to the
     /// environment's `CODEX_HOME` when the options are built, else codex's own default
-    /// `$HOME/.codex`.
+    /// `$HOME/.codex`; a host that starts codex with another home sets it here.
     pub codex_home: Option<String>,
     /// Ask for `excludeTurns: true` on resume (the host keeps its own transcript). If the
     /// server refuses the field for lack of a capability, the resume is retried without it.
@@ -84,6 +104,15 @@ pub struct BinderOptions {
     /// [`RuntimeError::SessionBusy`](crate::RuntimeError::SessionBusy). Zero (the default)
     /// fails at once.
     pub lease_wait: Duration,
+    /// Mirror the thread's rollout into the store with every turn's commit, and restore it
+    /// from there before a resume on a `CODEX_HOME` that lacks it (a session that moves
+    /// between machines keeps its thread). On by default; off when [`MIRROR_ENV`] is `off`
+    /// when the options are built (a value it cannot read leaves it on), and without a
+    /// `codex_home`.
+    pub mirror: bool,
+    /// The session's cap of mirrored bytes: past it mirroring stops for the session (said
+    /// once). Default 64 MiB.
+    pub mirror_cap: u64,
 }
 
 impl Default for BinderOptions {
@@ -98,6 +127,8 @@ impl Default for BinderOptions {
             thread_start: ThreadStartParams::default(),
             lease_ttl: Some(Duration::from_secs(30)),
             lease_wait: Duration::ZERO,
+            mirror: mirror_setting(std::env::var_os(MIRROR_ENV).as_deref()).unwrap_or(true),
+            mirror_cap: DEFAULT_MIRROR_CAP,
         }
     }
 }
@@ -116,6 +147,8 @@ setters!(BinderOptions {
     thread_start: ThreadStartParams,
     lease_ttl: Option<Duration>,
     lease_wait: Duration,
+    mirror: bool,
+    mirror_cap: u64,
 });
 
 impl BinderOptions {
@@ -126,7 +159,15 @@ impl BinderOptions {
             transient_retries: self.transient_retries,
             retry_backoff: self.retry_backoff,
             seed: self.seed.clone(),
+            mirror: self.mirror && self.codex_home.is_some(),
         }
+    }
+
+    /// The rollout mirror these options ask for: `None` when mirroring is off or there is no
+    /// `codex_home`.
+    pub fn rollout_mirror(&self) -> Option<RolloutMirror> {
+        let home = self.codex_home.as_ref().filter(|_| self.mirror)?;
+        Some(RolloutMirror::with_cap(home, self.mirror_cap))
     }
 }
 

@@ -36,6 +36,9 @@ pub enum ThreadHealth {
     Busy,
     /// Anything else (an I/O error on codex's side, an unknown error).
     Error,
+    /// Gone from this `CODEX_HOME`, but the store mirrors its rollout: the next open
+    /// restores it here and resumes it ([`ThreadHealth::with_mirror`]).
+    Restorable,
 }
 
 impl ThreadHealth {
@@ -48,12 +51,28 @@ impl ThreadHealth {
             ThreadHealth::Unreadable => "unreadable",
             ThreadHealth::Busy => "busy",
             ThreadHealth::Error => "error",
+            ThreadHealth::Restorable => "restorable",
         }
     }
 
+    /// The health of a thread whose probe said `self`, given whether the store mirrors its
+    /// rollout: a gone thread that is mirrored is [`ThreadHealth::Restorable`].
+    pub fn with_mirror(self, mirrored: bool) -> Self {
+        match self {
+            ThreadHealth::Gone if mirrored => ThreadHealth::Restorable,
+            other => other,
+        }
+    }
+
+    /// Whether the thread's next open resumes it (live here, or restorable from the mirror).
+    pub fn resumes(self) -> bool {
+        matches!(self, ThreadHealth::Live | ThreadHealth::Restorable)
+    }
+
     /// Every health, in report order.
-    pub const ALL: [ThreadHealth; 6] = [
+    pub const ALL: [ThreadHealth; 7] = [
         ThreadHealth::Live,
+        ThreadHealth::Restorable,
         ThreadHealth::Gone,
         ThreadHealth::Incompatible,
         ThreadHealth::Unreadable,

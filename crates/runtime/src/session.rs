@@ -85,6 +85,8 @@ pub struct CodexSession {
     pub(crate) lease: Option<Arc<SessionLease>>,
     /// The rules of this session's thread (which turns are committed).
     pub(crate) machine: SessionMachine,
+    /// The rollout mirror, when on.
+    pub(crate) mirror: Option<crate::mirror::RolloutMirror>,
 }
 
 impl CodexSession {
@@ -154,6 +156,7 @@ impl CodexSession {
             transcript: &self.transcript,
             lease: self.lease.as_deref(),
             machine: &mut self.machine,
+            mirror: self.mirror.as_ref(),
         };
         start_turn(context, input.into()).await
     }

@@ -329,6 +329,7 @@ pub(crate) struct TurnContext<'a> {
     pub(crate) transcript: &'a Transcript,
     pub(crate) lease: Option<&'a SessionLease>,
     pub(crate) machine: &'a mut SessionMachine,
+    pub(crate) mirror: Option<&'a crate::mirror::RolloutMirror>,
 }
 
 /// Starts a turn on the session's thread: subscribes (before `turn/start`, so nothing is
@@ -597,24 +598,26 @@ impl TurnRun<'_> {
         let mut failure = None;
         while let Some(action) = session.machine.poll() {
             match action {
-                Action::Commit { thread_id, rows } => {
-                    let committed = commit_turn(
-                        session.store,
-                        session.transcript,
-                        session.lease,
-                        TurnRows {
-                            session_id: session.session_id,
-                            thread_id: &thread_id,
-                            codex_home: session.codex_home,
-                            rows: &rows,
-                        },
-                    )
-                    .await;
+                Action::Commit {
+                    thread_id,
+                    rows,
+                    mirror,
+                } => {
+                    let turn = TurnRows::new(session.session_id, &thread_id, &rows)
+                        .codex_home(session.codex_home)
+                        .mirror(session.mirror.filter(|_| mirror));
+                    let committed =
+                        commit_turn(session.store, session.transcript, session.lease, turn).await;
                     session
                         .machine
                         .handle_committed(&thread_id, committed.as_ref().map(|_| ()));
                     match committed {
-                        Ok(publication) => published = Some(publication),
+                        Ok(committed) => {
+                            session
+                                .machine
+                                .handle_mirrored(&thread_id, &committed.mirror);
+                            published = Some(committed.publication);
+                        }
                         Err(error) => failure = Some(error),
                     }
                 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rethread_protocol::{ResumeFailure, RpcError};
 use rethread_runtime::machine::{LeaseLostTo, MachineOptions, SessionMachine, Stored};
-use rethread_runtime::RuntimeError;
+use rethread_runtime::{MirrorReport, Restored, RuntimeError};
 use serde_json::json;
 
 /// One event fed to the machine.
@@ -27,6 +27,8 @@ enum Event {
     Committed(&'static str, Option<RuntimeError>),
     LeaseLost(LeaseLostTo),
     Retire,
+    Restore(Result<Restored, &'static str>),
+    Mirrored(&'static str, MirrorReport),
 }
 use Event::*;
 
@@ -53,6 +55,8 @@ fn apply(machine: &mut SessionMachine, event: Event) -> Vec<String> {
         }
         LeaseLost(to) => machine.handle_lease_lost(to),
         Retire => machine.handle_retire(),
+        Restore(restored) => machine.handle_restored(restored.map_err(str::to_string)),
+        Mirrored(thread, report) => machine.handle_mirrored(thread, &report),
     }
     std::iter::from_fn(|| machine.poll())
         .map(|action| action.to_string())
@@ -84,8 +88,15 @@ fn given_up(thread: &str, reason: ResumeFailure, notice_delivered: bool) -> Stor
     }
 }
 
-fn no_seed() -> MachineOptions {
+/// The rules without the rollout mirror: the rows below that are not about it.
+fn rules() -> MachineOptions {
     let mut options = MachineOptions::default();
+    options.mirror = false;
+    options
+}
+
+fn no_seed() -> MachineOptions {
+    let mut options = rules();
     options.seed = None;
     options
 }
@@ -96,7 +107,7 @@ const RESUME_T1: &str = r#"resume {"threadId":"t1","excludeTurns":true}"#;
 #[test]
 fn a_session_without_a_thread_starts_one() {
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (Open, &["read_session"]),
             (Session(Stored::Unbound), &["start"]),
@@ -113,7 +124,7 @@ fn a_session_without_a_thread_starts_one() {
 #[test]
 fn a_bound_thread_is_resumed_before_any_turn_and_nothing_is_said() {
     let machine = table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (Open, &["read_session"]),
             (Session(bound("t1")), &[RESUME_T1]),
@@ -130,7 +141,7 @@ fn a_bound_thread_is_resumed_before_any_turn_and_nothing_is_said() {
 #[test]
 fn a_lost_thread_is_given_up_then_said_once_then_replaced_seeded() {
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (Open, &["read_session"]),
             (Session(bound("t1")), &[RESUME_T1]),
@@ -171,7 +182,7 @@ fn every_loss_reason_gives_up_and_nothing_else_does() {
         (-32000, "something new", None),
     ];
     for (code, message, lost) in cases {
-        let mut machine = SessionMachine::new("s", MachineOptions::default());
+        let mut machine = SessionMachine::new("s", rules());
         apply(&mut machine, Open);
         apply(&mut machine, Session(bound("t1")));
         let got = apply(&mut machine, ResumeError(code, message));
@@ -185,7 +196,7 @@ fn every_loss_reason_gives_up_and_nothing_else_does() {
 #[test]
 fn a_capability_refusal_resends_without_exclude_turns_and_is_never_a_loss() {
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (Open, &["read_session"]),
             (Session(bound("t1")), &[RESUME_T1]),
@@ -208,7 +219,7 @@ fn a_capability_refusal_resends_without_exclude_turns_and_is_never_a_loss() {
 fn temporary_failures_back_off_then_fail_with_the_binding_kept() {
     let overloaded = "Server overloaded; retry later.";
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (Open, &["read_session"]),
             (Session(bound("t1")), &[RESUME_T1]),
@@ -227,7 +238,7 @@ fn temporary_failures_back_off_then_fail_with_the_binding_kept() {
             (Session(bound("t1")), &[RESUME_T1]),
         ],
     );
-    let mut options = MachineOptions::default();
+    let mut options = rules();
     options.transient_retries = 0;
     table(
         options,
@@ -245,7 +256,7 @@ fn temporary_failures_back_off_then_fail_with_the_binding_kept() {
 #[test]
 fn an_unknown_resume_error_stops_at_once() {
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (Open, &["read_session"]),
             (Session(bound("t1")), &[RESUME_T1]),
@@ -355,7 +366,7 @@ fn a_failed_give_up_says_nothing_and_keeps_the_binding() {
         to: LeaseLostTo::Unknown,
     };
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (Open, &["read_session"]),
             (Session(bound("t1")), &[RESUME_T1]),
@@ -391,7 +402,7 @@ fn a_delivered_notice_is_never_said_again() {
     // The fallback's turn failed (or its process died) after the user had the notice: the
     // next open starts another seeded replacement and says nothing.
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (Open, &["read_session"]),
             (
@@ -413,7 +424,7 @@ fn a_delivered_notice_is_never_said_again() {
 #[test]
 fn an_unreadable_transcript_costs_only_the_seed() {
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (Open, &["read_session"]),
             (
@@ -434,7 +445,7 @@ fn an_unreadable_transcript_costs_only_the_seed() {
 #[test]
 fn only_the_sessions_own_thread_is_committed() {
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (Open, &["read_session"]),
             (Session(bound("t1")), &[RESUME_T1]),
@@ -457,7 +468,7 @@ fn only_the_sessions_own_thread_is_committed() {
 fn a_thread_the_client_opens_first_is_the_sessions_only_when_it_may_be() {
     // Unbound: the client's own thread becomes the session's.
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (ClientThread("c1", false, Stored::Unbound), &[]),
             (TurnCompleted("c1"), &["commit c1 2"]),
@@ -465,7 +476,7 @@ fn a_thread_the_client_opens_first_is_the_sessions_only_when_it_may_be() {
     );
     // Bound to another thread: the binding stays; the client's thread is not recorded.
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (
                 ClientThread("c1", false, bound("t1")),
@@ -476,14 +487,14 @@ fn a_thread_the_client_opens_first_is_the_sessions_only_when_it_may_be() {
     );
     // The bound thread itself: it is the session's; a pending notice is said with it.
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (ClientThread("t1", false, bound("t1")), &[]),
             (TurnCompleted("t1"), &["commit t1 2"]),
         ],
     );
     table(
-        MachineOptions::default(),
+        rules(),
         vec![(
             ClientThread("c2", false, given_up("t1", ResumeFailure::Gone, false)),
             &["notice t1 gone pending"],
@@ -500,7 +511,7 @@ fn a_lost_lease_stops_recording_and_is_said_once_with_its_cause() {
         },
     };
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (Open, &["read_session"]),
             (Session(Stored::Unbound), &["start"]),
@@ -515,7 +526,7 @@ fn a_lost_lease_stops_recording_and_is_said_once_with_its_cause() {
         ],
     );
     table(
-        MachineOptions::default(),
+        rules(),
         vec![(
             LeaseLost(LeaseLostTo::Forgotten),
             &["say rethread: this session was forgotten (deleted from the store): turns on this connection are no longer recorded."],
@@ -530,7 +541,7 @@ fn a_thread_of_another_session_is_refused_at_commit() {
         session_id: "other".into(),
     };
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (ClientThread("t1", false, Stored::Unbound), &[]),
             (TurnCompleted("t1"), &["commit t1 2"]),
@@ -545,7 +556,7 @@ fn a_thread_of_another_session_is_refused_at_commit() {
 #[test]
 fn the_hosts_own_retire_ends_the_thread_without_a_notice_and_the_next_open_reads_again() {
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (Open, &["read_session"]),
             (Session(bound("t1")), &[RESUME_T1]),
@@ -565,7 +576,7 @@ fn the_hosts_own_retire_ends_the_thread_without_a_notice_and_the_next_open_reads
 fn reopening_on_a_new_connection_resumes_the_same_thread() {
     // A host whose codex died opens again: the machine reads the store as the first time.
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (Open, &["read_session"]),
             (Session(Stored::Unbound), &["start"]),
@@ -588,7 +599,7 @@ fn reopening_on_a_new_connection_resumes_the_same_thread() {
 #[test]
 fn events_out_of_place_do_nothing() {
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (Resumed, &[]),
             (GivenUp, &[]),
@@ -598,6 +609,248 @@ fn events_out_of_place_do_nothing() {
             (Session(bound("t1")), &[]),
             (Open, &["read_session"]),
             (Open, &[]),
+        ],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rollout mirror's rows (MachineOptions::default(): mirroring on).
+
+fn restored() -> Result<Restored, &'static str> {
+    Ok(Restored::default())
+}
+
+#[test]
+fn a_bound_thread_is_restored_before_its_first_resume_and_every_commit_takes_the_mirror() {
+    let machine = table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &["restore t1"]),
+            (Restore(restored()), &[RESUME_T1]),
+            (
+                Resumed,
+                &[r#"opened {"outcome":"resumed","thread_id":"t1"}"#],
+            ),
+            (TurnCompleted("t1"), &["commit t1 2 +mirror"]),
+            (Committed("t1", None), &[]),
+            (Mirrored("t1", MirrorReport::Written), &[]),
+            (TurnCompleted("t1"), &["commit t1 2 +mirror"]),
+        ],
+    );
+    assert!(machine.is_mirroring());
+}
+
+#[test]
+fn a_failed_restore_is_said_and_codexs_answer_to_the_resume_decides() {
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &["restore t1"]),
+            (
+                Restore(Err("store: disk on fire")),
+                &[
+                    "say rethread could not restore thread t1's rollout from the store (store: disk on fire); resuming it as codex has it.",
+                    RESUME_T1,
+                ],
+            ),
+            // Codex has it after all (an earlier copy on this machine): resumed, nothing more.
+            (
+                Resumed,
+                &[r#"opened {"outcome":"resumed","thread_id":"t1"}"#],
+            ),
+        ],
+    );
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &["restore t1"]),
+            (Restore(Err("store: disk on fire")), &[
+                "say rethread could not restore thread t1's rollout from the store (store: disk on fire); resuming it as codex has it.",
+                RESUME_T1,
+            ]),
+            // Codex does not: the usual loss, the usual notice.
+            (ResumeError(-32600, GONE), &["give_up t1 gone"]),
+        ],
+    );
+}
+
+#[test]
+fn a_restored_thread_codex_still_refuses_falls_back_as_ever() {
+    // The floor: a paginated thread restored under 0.144.6 is still refused; the restore hides
+    // nothing.
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &["restore t1"]),
+            (Restore(restored()), &[RESUME_T1]),
+            (
+                ResumeError(-32601, "paginated_threads is not supported yet"),
+                &["give_up t1 incompatible"],
+            ),
+        ],
+    );
+}
+
+#[test]
+fn only_the_first_resume_of_an_open_is_restored() {
+    let overloaded = "Server overloaded; retry later.";
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &["restore t1"]),
+            (Restore(restored()), &[RESUME_T1]),
+            (ResumeError(-32001, overloaded), &["wait 200ms"]),
+            (WaitOver, &[RESUME_T1]),
+            (
+                ResumeError(
+                    -32600,
+                    "thread/resume.excludeTurns requires experimentalApi capability",
+                ),
+                &[r#"resume {"threadId":"t1"}"#],
+            ),
+            // An open on a new connection restores again (that home may lack the file).
+            (Open, &[]),
+            (
+                Resumed,
+                &[r#"opened {"outcome":"resumed","thread_id":"t1"}"#],
+            ),
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &["restore t1"]),
+        ],
+    );
+}
+
+#[test]
+fn a_thread_that_is_not_resumed_is_not_restored_but_is_mirrored() {
+    // A new session, a fallback's replacement, the client's own thread: nothing to restore;
+    // their commits take the mirror.
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(Stored::Unbound), &["start"]),
+            (
+                Started("t1"),
+                &[r#"opened {"outcome":"started","thread_id":"t1"}"#],
+            ),
+            (TurnCompleted("t1"), &["commit t1 2 +mirror"]),
+        ],
+    );
+    let mut options = MachineOptions::default();
+    options.seed = None;
+    table(
+        options,
+        vec![
+            (Open, &["read_session"]),
+            (
+                Session(given_up("t1", ResumeFailure::Gone, true)),
+                &["start"],
+            ),
+            (
+                Started("t2"),
+                &[r#"opened {"outcome":"started","thread_id":"t2"}"#],
+            ),
+            (TurnCompleted("t2"), &["commit t2 2 +mirror"]),
+        ],
+    );
+    table(
+        MachineOptions::default(),
+        vec![
+            (ClientThread("c1", false, Stored::Unbound), &[]),
+            (TurnCompleted("c1"), &["commit c1 2 +mirror"]),
+        ],
+    );
+}
+
+#[test]
+fn past_the_cap_mirroring_stops_and_is_said_once() {
+    let stopped = MirrorReport::StoppedNow {
+        bytes: 67_108_900,
+        cap: 67_108_864,
+    };
+    let machine = table(
+        MachineOptions::default(),
+        vec![
+            (ClientThread("t1", false, bound("t1")), &[]),
+            (TurnCompleted("t1"), &["commit t1 2 +mirror"]),
+            (Committed("t1", None), &[]),
+            (
+                Mirrored("t1", stopped),
+                &["say rethread stopped mirroring this session's codex rollout: it would hold 67108900 bytes, past the cap of 67108864. Its thread resumes only where codex keeps its rollout."],
+            ),
+            (TurnCompleted("t1"), &["commit t1 2"]),
+            (Mirrored("t1", MirrorReport::Stopped), &[]),
+        ],
+    );
+    assert!(!machine.is_mirroring());
+}
+
+#[test]
+fn a_session_whose_mirroring_stopped_earlier_mirrors_nothing_and_says_nothing() {
+    let mut stopped = Restored::default();
+    stopped.stopped = true;
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &["restore t1"]),
+            (Restore(Ok(stopped)), &[RESUME_T1]),
+            (
+                Resumed,
+                &[r#"opened {"outcome":"resumed","thread_id":"t1"}"#],
+            ),
+            (TurnCompleted("t1"), &["commit t1 2"]),
+        ],
+    );
+    // Found stopped at a commit instead (no restore ran): silent too.
+    table(
+        MachineOptions::default(),
+        vec![
+            (ClientThread("t1", false, bound("t1")), &[]),
+            (TurnCompleted("t1"), &["commit t1 2 +mirror"]),
+            (Mirrored("t1", MirrorReport::Stopped), &[]),
+            (TurnCompleted("t1"), &["commit t1 2"]),
+        ],
+    );
+}
+
+#[test]
+fn a_turn_committed_without_its_rollout_is_said_once_and_mirroring_goes_on() {
+    let failed =
+        || MirrorReport::Failed("no rollout of thread t1 under /home/x/.codex/sessions".into());
+    table(
+        MachineOptions::default(),
+        vec![
+            (ClientThread("t1", false, bound("t1")), &[]),
+            (TurnCompleted("t1"), &["commit t1 2 +mirror"]),
+            (
+                Mirrored("t1", failed()),
+                &["say rethread could not mirror thread t1's rollout (no rollout of thread t1 under /home/x/.codex/sessions): it resumes only where codex keeps it."],
+            ),
+            (TurnCompleted("t1"), &["commit t1 2 +mirror"]),
+            (Mirrored("t1", failed()), &[]),
+        ],
+    );
+}
+
+#[test]
+fn with_the_mirror_off_nothing_is_restored_or_mirrored() {
+    table(
+        rules(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (Restore(restored()), &[]),
+            (
+                Resumed,
+                &[r#"opened {"outcome":"resumed","thread_id":"t1"}"#],
+            ),
+            (TurnCompleted("t1"), &["commit t1 2"]),
         ],
     );
 }

@@ -2,7 +2,9 @@
 //! app-server restarts and kills, damaged rollouts, a changed `CODEX_HOME`, retires, a codex
 //! downgrade to the compatibility floor (paginated threads become unresumable), overloaded and
 //! busy answers, run against the in-process fake and a plain model of what must hold.
-//! I1-I7 are asserted after every step.
+//! I1-I7 are asserted after every step. Each history runs with the rollout mirror on or off:
+//! with it, the bound thread survives a damaged or deleted rollout and a move to the other
+//! `CODEX_HOME` (restored from the store), never the compatibility floor.
 //!
 //! `RETHREAD_MODEL_CASES` sets the number of cases (default 256; `cargo xtask ci` runs 2000).
 
@@ -113,10 +115,13 @@ struct World {
     overloaded_pending: u32,
     /// Overloaded answers each home's fake has given so far.
     overloaded_used: [u32; 2],
+    /// The rollout mirror is on.
+    mirror: bool,
 }
 
-fn agent_options(home: &Home) -> BinderOptions {
+fn agent_options(home: &Home, mirror: bool) -> BinderOptions {
     BinderOptions::default()
+        .mirror(mirror)
         .codex_home(Some(home.fake.codex_home().display().to_string()))
         .transient_retries(RETRIES)
         .retry_backoff(Duration::from_millis(0))
@@ -135,7 +140,7 @@ async fn connect(stream: tokio::io::DuplexStream, rail: &StatusRail) -> AppServe
 }
 
 impl World {
-    async fn new() -> World {
+    async fn new(mirror: bool) -> World {
         let store = Arc::new(MemoryStore::new());
         // A host key that must survive everything (I5).
         let mut patch = Map::new();
@@ -163,7 +168,7 @@ impl World {
         let (rail, recorded) = StatusRail::recording();
         let client = connect(first_stream.unwrap(), &rail).await;
         let agent = SessionBinder::new(SESSION, store.clone(), rail.clone())
-            .with_options(agent_options(&homes[0]));
+            .with_options(agent_options(&homes[0], mirror));
         World {
             store,
             homes,
@@ -176,6 +181,7 @@ impl World {
             model: Model::default(),
             overloaded_pending: 0,
             overloaded_used: [0; 2],
+            mirror,
         }
     }
 
@@ -186,7 +192,7 @@ impl World {
     fn rebuild_agent(&mut self) {
         self.session = None;
         self.agent = SessionBinder::new(SESSION, self.store.clone(), self.rail.clone())
-            .with_options(agent_options(self.home()));
+            .with_options(agent_options(self.home(), self.mirror));
     }
 
     async fn restart(&mut self) {
@@ -197,13 +203,28 @@ impl World {
         self.rebuild_agent();
     }
 
-    /// Whether the bound thread can be resumed by the current server, per the model.
+    /// Whether the bound thread can be resumed by the current server, per the model: its
+    /// rollout is intact in this home, or (mirror on) the store's mirror restores it here;
+    /// either way not a paginated thread under the floor.
     fn resumable(&self, thread: &str) -> bool {
-        self.model.threads.get(thread).is_some_and(|facts| {
-            facts.resumable
-                && facts.home == self.current
-                && !(facts.paginated && self.home().profile == Profile::ReleaseN)
-        })
+        let restored = self.mirror && self.model.binding.as_deref() == Some(thread);
+        (restored || self.on_this_home(thread)) && self.served(thread)
+    }
+
+    /// Whether this home holds the thread's rollout intact (without any restore).
+    fn on_this_home(&self, thread: &str) -> bool {
+        self.model
+            .threads
+            .get(thread)
+            .is_some_and(|facts| facts.resumable && facts.home == self.current)
+    }
+
+    /// Whether the current binary serves the thread's history mode.
+    fn served(&self, thread: &str) -> bool {
+        self.model
+            .threads
+            .get(thread)
+            .is_some_and(|facts| !(facts.paginated && self.home().profile == Profile::ReleaseN))
     }
 
     async fn open(&mut self) -> Result<(), TestCaseError> {
@@ -268,6 +289,13 @@ impl World {
                 let resumes = vec!["thread/resume".to_string(); overloaded as usize + 1];
                 prop_assert_eq!(methods, resumes, "I3: only thread/resume before the turn");
                 prop_assert!(notices.is_empty(), "I6: no notice on a successful resume");
+                if self.mirror {
+                    // Restored here whole: this home now holds the thread.
+                    let current = self.current;
+                    let facts = self.model.threads.get_mut(thread).unwrap();
+                    facts.resumable = true;
+                    facts.home = current;
+                }
             }
             (
                 Some(thread),
@@ -444,7 +472,12 @@ impl World {
                 }
             }
             Op::Contended => {
-                let Some(thread) = self.model.binding.clone().filter(|t| self.resumable(t)) else {
+                let Some(thread) = self
+                    .model
+                    .binding
+                    .clone()
+                    .filter(|t| self.on_this_home(t) && self.served(t))
+                else {
                     return Ok(());
                 };
                 // Another process on the same home resumes the thread and keeps it.
@@ -522,6 +555,12 @@ impl World {
                 "I1: the bound thread has a committed turn"
             );
         }
+        if let (true, Some(bound)) = (self.mirror, record.thread_id()) {
+            prop_assert!(
+                record.mirror.has_thread(bound),
+                "I1: the bound thread's rollout is in the store with its last turn"
+            );
+        }
         let rows = self.store.all_rows(SESSION).await.unwrap();
         let got: Vec<(String, String, String)> = rows
             .iter()
@@ -536,13 +575,13 @@ impl World {
     }
 }
 
-fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
+fn run_case(ops: Vec<Op>, mirror: bool) -> Result<(), TestCaseError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async move {
-        let mut world = World::new().await;
+        let mut world = World::new(mirror).await;
         for op in &ops {
             world.apply(op).await?;
             world.check().await?;
@@ -570,8 +609,11 @@ proptest! {
     })]
 
     #[test]
-    fn invariants_hold_over_random_histories(ops in proptest::collection::vec(op(), 1..14)) {
-        run_case(ops)?;
+    fn invariants_hold_over_random_histories(
+        ops in proptest::collection::vec(op(), 1..14),
+        mirror in any::<bool>(),
+    ) {
+        run_case(ops, mirror)?;
     }
 }
 
@@ -579,7 +621,7 @@ proptest! {
 #[test]
 fn a_history_through_every_operation() {
     use Op::*;
-    run_case(vec![
+    let history = vec![
         Turn(1),
         RebuildAgent,
         Turn(2),
@@ -605,6 +647,8 @@ fn a_history_through_every_operation() {
         Turn(12),
         SwitchProfile(Profile::Current),
         Turn(13),
-    ])
-    .unwrap();
+    ];
+    for mirror in [false, true] {
+        run_case(history.clone(), mirror).unwrap();
+    }
 }

@@ -109,10 +109,21 @@ struct World {
     model: ResponsesStandIn,
     home: CodexHome,
     store: Arc<dyn BindingStore>,
+    /// The rollout mirror is on (`tests/real_mirror.rs` covers it; the fallbacks here are
+    /// those of a thread codex has lost and the store has not mirrored).
+    mirror: bool,
     _dir: tempfile::TempDir,
 }
 
 impl World {
+    /// A world without the rollout mirror: a lost rollout stays lost.
+    async fn without_mirror() -> World {
+        World {
+            mirror: false,
+            ..World::new().await
+        }
+    }
+
     async fn new() -> World {
         let model = ResponsesStandIn::start().unwrap();
         let home = CodexHome::new(&model).unwrap();
@@ -124,6 +135,7 @@ impl World {
             model,
             home,
             store: Arc::new(store),
+            mirror: true,
             _dir: dir,
         }
     }
@@ -131,6 +143,7 @@ impl World {
     fn agent(&self, rail: StatusRail, home: &Path) -> SessionBinder {
         let options = BinderOptions::default()
             .codex_home(Some(home.display().to_string()))
+            .mirror(self.mirror)
             .retry_backoff(Duration::from_millis(50))
             .transient_retries(1);
         SessionBinder::new("session-1", self.store.clone(), rail).with_options(options)
@@ -142,6 +155,7 @@ impl World {
         let agent = self.agent(rail, home);
         let options = BinderOptions::default()
             .codex_home(Some(home.display().to_string()))
+            .mirror(self.mirror)
             .retry_backoff(Duration::from_millis(50))
             .transient_retries(1)
             .lease_ttl(None);
@@ -290,7 +304,7 @@ async fn a_deleted_rollout_falls_back_with_one_notice() {
         let Some(codex) = codex_or_skip(&version) else {
             continue;
         };
-        let world = World::new().await;
+        let world = World::without_mirror().await;
         let thread = world.first_turn(&codex).await;
         let files = rollout_files(world.home.path());
         assert_eq!(files.len(), 1, "{files:?}");
@@ -306,7 +320,7 @@ async fn a_different_codex_home_falls_back_with_one_notice() {
         let Some(codex) = codex_or_skip(&version) else {
             continue;
         };
-        let world = World::new().await;
+        let world = World::without_mirror().await;
         let thread = world.first_turn(&codex).await;
         let other_home = CodexHome::new(&world.model).unwrap();
         let second = world.second_turn(&codex, other_home.path()).await;

@@ -87,7 +87,7 @@ fn session(i: usize, rows: usize) -> SessionExport {
             }),
         })
         .collect();
-    SessionExport { record, rows }
+    SessionExport::new(record, rows)
 }
 
 /// Builds the store at `path` unless a finished build is there.

@@ -135,6 +135,20 @@ impl<B: Backend> BindingStore for Adapter<B> {
             .await
     }
 
+    async fn mirror_file(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let op = logic::GetMirrorFile {
+            session_id: session_id.to_string(),
+            thread_id: thread_id.to_string(),
+            path: path.to_string(),
+        };
+        self.0.read(op).await
+    }
+
     async fn list_sessions(
         &self,
         after: Option<&str>,

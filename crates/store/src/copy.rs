@@ -19,6 +19,8 @@ pub struct CopyReport {
     pub already_present: u64,
     /// Transcript rows of the sessions written (not of those already present).
     pub rows_copied: u64,
+    /// Mirrored rollout bytes of the sessions written.
+    pub mirror_bytes_copied: u64,
 }
 
 /// Where [`copy_sessions`] is: passed to its progress callback after each session.
@@ -34,7 +36,7 @@ pub struct CopyProgress<'a> {
 }
 
 /// Copies every session of `from` into `to` (whole sessions: record, binding, retired threads,
-/// config and rows), verifies each copy, and reports what it did.
+/// config, rows and rollout mirror), verifies each copy, and reports what it did.
 ///
 /// - It streams: sessions are listed page by page ([`BindingStore::list_sessions`]) and copied
 ///   one at a time ([`BindingStore::export_session`] then
@@ -71,6 +73,7 @@ pub async fn copy_sessions(
                     what: format!("session {id} (deleted from the source during the copy)"),
                 })?;
             let rows = export.rows.len() as u64;
+            let mirror_bytes: u64 = export.mirror.iter().map(|c| c.bytes.len() as u64).sum();
             let outcome = to.import_session(export.clone()).await?;
             if to.export_session(id).await?.as_ref() != Some(&export) {
                 return Err(StoreError::Conflict {
@@ -83,6 +86,7 @@ pub async fn copy_sessions(
                 ImportOutcome::Imported => {
                     report.copied += 1;
                     report.rows_copied += rows;
+                    report.mirror_bytes_copied += mirror_bytes;
                 }
                 ImportOutcome::AlreadyPresent => report.already_present += 1,
             }

@@ -163,6 +163,22 @@ pub enum StoreError {
         /// The session it belongs to.
         session_id: String,
     },
+    /// A mirror append does not extend the stored file (its base length or CRC-32 is not
+    /// the stored file's): refused, never spliced; nothing was written. A writer whose idea
+    /// of the file is stale sends the whole file instead (base length 0).
+    #[error(
+        "the mirror of {path} (thread {thread_id}, session {session_id}) does not extend: {detail}"
+    )]
+    MirrorMismatch {
+        /// The session.
+        session_id: String,
+        /// The thread.
+        thread_id: String,
+        /// The file, relative to `CODEX_HOME`.
+        path: String,
+        /// What the append named and what is stored.
+        detail: String,
+    },
     /// The store URL names a scheme this build does not support.
     #[error("unsupported store URL `{url}`: {reason}")]
     UnsupportedUrl {
@@ -189,6 +205,7 @@ impl StoreError {
                 | StoreError::Busy { .. }
                 | StoreError::LeaseLost { .. }
                 | StoreError::ThreadTaken { .. }
+                | StoreError::MirrorMismatch { .. }
         )
     }
 

@@ -32,6 +32,10 @@
 //! - Data: [`SessionRecord`], [`BindingState`], [`Binding`], [`GivenUp`], [`Retirement`],
 //!   [`TranscriptRow`], [`TurnCommit`], [`CommitOutcome`], [`SessionPage`], [`SessionExport`],
 //!   [`ImportOutcome`], [`CODEX_THREAD_ID_KEY`], [`SCHEMA_VERSION`].
+//! - The rollout mirror: [`MirrorState`] and [`MirroredFile`] (in each record),
+//!   [`MirrorUpdate`] and [`MirrorAppend`] (what a commit appends), [`MirrorOutcome`],
+//!   [`MirrorChunk`] (in exports), [`BindingStore::mirror_file`] (a file's bytes, to restore
+//!   it), [`DEFAULT_MIRROR_CAP`], [`crc32_extend`], [`check_mirror_path`].
 //! - Leases: [`Lease`], [`Fence`], [`LeaseOwner`], [`LocalOwner`], [`ProcessIdentity`].
 //! - Copying: [`copy_sessions`], [`CopyReport`], [`CopyProgress`].
 //! - Checking a whole store: [`BindingStore::verify`], [`VerifyReport`], [`Problem`],
@@ -61,6 +65,12 @@
 //! - Every `model_config` write is an atomic merge-patch; keys a write does not name are never
 //!   lost, also under concurrent writers.
 //! - Transcript rows are never lost or duplicated: `seq` is `0..row_count`, contiguous.
+//! - A thread's rollout mirror is written in the same transaction as the turn it holds: a
+//!   mirror, when present, holds the thread's rollout as of its last committed turn. An append
+//!   that does not extend the stored file is refused ([`StoreError::MirrorMismatch`]), never
+//!   spliced; a commit without a mirror drops the thread's (it would be stale), a retired
+//!   thread's is dropped, and past the per-session cap mirroring stops for the session with
+//!   its mirror dropped, the turn still committed.
 //! - A corrupt, foreign, newer or locked store is a typed [`StoreError`], never an empty store;
 //!   a damaged record (every SQLite row and redb value carries a checksum) is `Corrupt` when
 //!   it is read, never served; a session record missing beside its rows and a gap in a
@@ -84,7 +94,7 @@
 //! # Example
 //! ```
 //! use rethread_store::{
-//!     BindingStore, BindingStoreExt, CommitOutcome, MemoryStore, Retirement, TurnCommit,
+//!     BindingStore, BindingStoreExt, MemoryStore, Retirement, TurnCommit,
 //! };
 //! use serde_json::json;
 //!
@@ -97,7 +107,8 @@
 //!             .codex_home(Some("/home/me/.codex".into())),
 //!     )
 //!     .await?;
-//! assert_eq!(outcome, CommitOutcome::Published { first_seq: 0, row_count: 2 });
+//! assert!(outcome.is_published());
+//! assert_eq!((outcome.first_seq(), outcome.row_count()), (0, 2));
 //! assert_eq!(store.thread_id("chat-42").await?.as_deref(), Some("thr_1"));
 //!
 //! // The codex thread could not be resumed: give it up (compare-and-set, one write).
@@ -120,6 +131,7 @@ mod copy;
 mod error;
 mod logic;
 mod memory;
+mod mirror;
 mod open;
 mod options;
 mod owner;
@@ -147,6 +159,10 @@ pub use crate::redb::RedbStore;
 pub use copy::{copy_sessions, CopyProgress, CopyReport};
 pub use error::{BoxError, LeaseLoss, StoreError};
 pub use memory::MemoryStore;
+pub use mirror::{
+    check_mirror_path, crc32_extend, MirrorAppend, MirrorChunk, MirrorOutcome, MirrorState,
+    MirrorUpdate, MirroredFile, DEFAULT_MIRROR_CAP,
+};
 pub use open::{open_url, StoreUrl};
 pub use options::{Durability, OpenOptions};
 pub use owner::{LeaseOwner, LocalOwner, ProcessIdentity};

@@ -17,6 +17,8 @@ pub(crate) struct State {
     rows: HashMap<String, Vec<Value>>,
     /// Which session each thread belongs to.
     threads: HashMap<String, String>,
+    /// Mirrored files' chunks by (session, thread, path), in order.
+    chunks: BTreeMap<(String, String, String), Vec<Vec<u8>>>,
     /// Under the same lock as the records, so a fenced write checks its lease and writes in
     /// one step.
     leases: HashMap<String, Grant>,
@@ -122,6 +124,27 @@ impl ReadTxn for State {
         Ok(self.threads.get(thread_id).cloned())
     }
 
+    fn load_chunks(
+        &mut self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        range: Range<u64>,
+    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        let key = (
+            session_id.to_string(),
+            thread_id.to_string(),
+            path.to_string(),
+        );
+        let Some(chunks) = self.chunks.get(&key) else {
+            return Ok(Vec::new());
+        };
+        let end = range.end.min(chunks.len() as u64);
+        Ok((range.start..end)
+            .map(|seq| (seq, chunks[seq as usize].clone()))
+            .collect())
+    }
+
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
         let with_rows = self.rows.iter().filter(|(_, rows)| !rows.is_empty());
         let (first, last) = with_rows.fold(
@@ -175,8 +198,55 @@ impl WriteTxn for State {
         Ok(())
     }
 
+    fn put_chunk(
+        &mut self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        seq: u64,
+        bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        let key = (
+            session_id.to_string(),
+            thread_id.to_string(),
+            path.to_string(),
+        );
+        let chunks = self.chunks.entry(key).or_default();
+        if chunks.len() as u64 != seq {
+            return Err(StoreError::Internal(format!(
+                "chunk {seq} of {path} written, {} stored",
+                chunks.len()
+            )));
+        }
+        chunks.push(bytes.to_vec());
+        Ok(())
+    }
+
+    fn remove_chunks(
+        &mut self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        from: u64,
+    ) -> Result<(), StoreError> {
+        let key = (
+            session_id.to_string(),
+            thread_id.to_string(),
+            path.to_string(),
+        );
+        if let Some(chunks) = self.chunks.get_mut(&key) {
+            chunks.truncate(from.min(chunks.len() as u64) as usize);
+            if chunks.is_empty() {
+                self.chunks.remove(&key);
+            }
+        }
+        Ok(())
+    }
+
     fn remove(&mut self, session_id: &str) -> Result<bool, StoreError> {
         self.rows.remove(session_id);
+        self.chunks
+            .retain(|(session, _, _), _| session != session_id);
         self.threads.retain(|_, owner| owner != session_id);
         Ok(self.records.remove(session_id).is_some())
     }

@@ -46,11 +46,20 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
         range: Range<u64>,
     ) -> Result<Vec<TranscriptRow>, StoreError>;
 
-    /// Appends the turn's rows and binds the session to its thread, in **one** transaction.
+    /// Appends the turn's rows and binds the session to its thread, in **one** transaction,
+    /// with what the thread's rollout files grew by ([`TurnCommit::mirror`]).
     ///
     /// # Contract
     /// - Creates the session if absent. `rows` may be empty: the call then only publishes
     ///   (used when the host keeps its own transcript and has reported it durable).
+    /// - The mirror ([`MirrorUpdate`](crate::MirrorUpdate)) is written in the same
+    ///   transaction: each append extends the stored file it names (same length and CRC-32)
+    ///   or, with base length 0, replaces it; an append that does not extend is
+    ///   [`StoreError::MirrorMismatch`] and nothing is written. Past the update's cap the
+    ///   session's mirror is dropped and mirroring stops for the session (recorded;
+    ///   [`MirrorOutcome::StoppedNow`](crate::MirrorOutcome::StoppedNow) once, then
+    ///   `Stopped`), and the turn still commits. A commit without a mirror, or of a retired
+    ///   thread, drops the thread's mirror.
     /// - The rows get `seq` `first_seq..row_count` of the returned outcome.
     /// - The state becomes [`BindingState::Bound`](crate::BindingState::Bound) to the thread
     ///   (from `GivenUp` too: the owed notice is settled by the new thread), and
@@ -122,6 +131,20 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// retired for a session belongs to it until the session is deleted.
     async fn thread_session(&self, thread_id: &str) -> Result<Option<String>, StoreError>;
 
+    /// The bytes of the mirrored file `path` of `thread_id` in `session_id`, checked against
+    /// the record's length and CRC-32 (the state itself, cheap, is in
+    /// [`SessionRecord::mirror`]).
+    ///
+    /// # Contract
+    /// `Ok(None)` when the session or the file is not mirrored; a file whose chunks do not
+    /// give its recorded length and CRC-32 is [`StoreError::Corrupt`], never served.
+    async fn mirror_file(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError>;
+
     /// Lists sessions in ascending session-id order, starting after `after`.
     ///
     /// # Contract
@@ -133,8 +156,8 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
         limit: usize,
     ) -> Result<SessionPage, StoreError>;
 
-    /// Deletes a session: its record, rows and retirements, and frees its threads. Returns
-    /// `true` if it existed.
+    /// Deletes a session: its record, rows, mirror and retirements, and frees its threads.
+    /// Returns `true` if it existed.
     ///
     /// # Contract
     /// - While the session's lease is live and its holder not known gone
@@ -290,6 +313,15 @@ macro_rules! forward_binding_store {
             ) -> Result<Option<String>, $crate::StoreError> {
                 let $this = self;
                 $target.thread_session(thread_id).await
+            }
+            async fn mirror_file(
+                &self,
+                session_id: &str,
+                thread_id: &str,
+                path: &str,
+            ) -> Result<Option<Vec<u8>>, $crate::StoreError> {
+                let $this = self;
+                $target.mirror_file(session_id, thread_id, path).await
             }
             async fn list_sessions(
                 &self,

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::LeaseOwner;
+use crate::{LeaseOwner, MirrorChunk, MirrorOutcome, MirrorState, MirrorUpdate};
 
 /// The `model_config` key that holds the bound codex thread id.
 pub const CODEX_THREAD_ID_KEY: &str = "codex_thread_id";
@@ -106,6 +106,9 @@ pub struct SessionRecord {
     pub created_at_ms: i64,
     /// When the session was last written (milliseconds since the Unix epoch).
     pub updated_at_ms: i64,
+    /// The rollout files mirrored for the session's threads (see [`MirrorState`]).
+    #[serde(default, skip_serializing_if = "MirrorState::is_empty")]
+    pub mirror: MirrorState,
 }
 
 impl SessionRecord {
@@ -119,6 +122,7 @@ impl SessionRecord {
             retired_threads: Vec::new(),
             created_at_ms: now_ms,
             updated_at_ms: now_ms,
+            mirror: MirrorState::default(),
         }
     }
 
@@ -235,6 +239,10 @@ pub struct TurnCommit {
     /// grant is still the session's newest ([`Fence`]). `None`: an unfenced write, for a host that
     /// keeps one writer per session by its own means.
     pub fence: Option<Fence>,
+    /// What the thread's rollout files grew by, mirrored in the same transaction (see
+    /// [`MirrorUpdate`]). `None`: the turn is committed without its rollout, and the thread's
+    /// mirror, if any, is dropped (it would no longer hold the last committed turn).
+    pub mirror: Option<MirrorUpdate>,
 }
 
 impl TurnCommit {
@@ -250,6 +258,7 @@ impl TurnCommit {
             codex_home: None,
             rows,
             fence: None,
+            mirror: None,
         }
     }
 
@@ -262,6 +271,12 @@ impl TurnCommit {
     /// Sets the fence of the lease the turn ran under.
     pub fn fence(mut self, fence: Option<Fence>) -> Self {
         self.fence = fence;
+        self
+    }
+
+    /// Sets what the thread's rollout files grew by.
+    pub fn mirror(mut self, mirror: Option<MirrorUpdate>) -> Self {
+        self.mirror = mirror;
         self
     }
 }
@@ -278,6 +293,8 @@ pub enum CommitOutcome {
         first_seq: u64,
         /// The session's row count after the commit.
         row_count: u64,
+        /// What became of the mirror.
+        mirror: MirrorOutcome,
     },
     /// The rows were appended, but the thread is retired so the state was left as it was.
     RetiredNotPublished {
@@ -285,6 +302,8 @@ pub enum CommitOutcome {
         first_seq: u64,
         /// The session's row count after the commit.
         row_count: u64,
+        /// What became of the mirror (a retired thread's is dropped: [`MirrorOutcome::None`]).
+        mirror: MirrorOutcome,
     },
 }
 
@@ -309,6 +328,14 @@ impl CommitOutcome {
     pub fn is_published(&self) -> bool {
         matches!(self, CommitOutcome::Published { .. })
     }
+
+    /// What became of the mirror.
+    pub fn mirror(&self) -> MirrorOutcome {
+        match self {
+            CommitOutcome::Published { mirror, .. }
+            | CommitOutcome::RetiredNotPublished { mirror, .. } => *mirror,
+        }
+    }
 }
 
 /// One page of [`list_sessions`](crate::BindingStore::list_sessions).
@@ -327,6 +354,20 @@ pub struct SessionExport {
     pub record: SessionRecord,
     /// All its rows, `0..record.row_count`.
     pub rows: Vec<TranscriptRow>,
+    /// Every chunk of its mirrored files (`record.mirror`), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirror: Vec<MirrorChunk>,
+}
+
+impl SessionExport {
+    /// The export of `record` with these rows and no mirror.
+    pub fn new(record: SessionRecord, rows: Vec<TranscriptRow>) -> Self {
+        SessionExport {
+            record,
+            rows,
+            mirror: Vec::new(),
+        }
+    }
 }
 
 /// What [`import_session`](crate::BindingStore::import_session) did.

@@ -24,6 +24,10 @@ pub struct VerifyReport {
     pub rows: u64,
     /// Lease records read (stores that keep leases in the store).
     pub leases: u64,
+    /// Mirrored rollout files read, each checked against its length and CRC-32.
+    pub mirror_files: u64,
+    /// Their bytes.
+    pub mirror_bytes: u64,
     /// Each problem found, in the order found (at most [`MAX_LISTED_PROBLEMS`]).
     pub problems: Vec<Problem>,
     /// Problems found past the listed ones.
@@ -78,6 +82,9 @@ pub enum ProblemKind {
     Lease,
     /// A record of which session a thread belongs to is damaged.
     Thread,
+    /// A mirrored rollout file is damaged: a chunk's checksum fails, chunks are missing, or
+    /// its bytes do not give the length and CRC-32 its session records.
+    Mirror,
 }
 
 /// Where [`BindingStore::verify`] is, passed to its progress callback now and then.
@@ -158,6 +165,11 @@ impl<'a> Checker<'a> {
         self.report.rows += rows;
     }
 
+    pub(crate) fn mirror_checked(&mut self, bytes: u64) {
+        self.report.mirror_files += 1;
+        self.report.mirror_bytes += bytes;
+    }
+
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn lease_checked(&mut self) {
         self.report.leases += 1;
@@ -188,8 +200,9 @@ impl<'a> Checker<'a> {
 }
 
 /// The check any store can run through its public methods: every session listed and
-/// exported (an export checks the record and that its rows are exactly `0..row_count`). It
-/// cannot see rows that belong to no session; backends that can, check more.
+/// exported (an export checks the record, that its rows are exactly `0..row_count` and that
+/// each mirrored file gives its length and CRC-32). It cannot see rows that belong to no
+/// session; backends that can, check more.
 pub(crate) async fn by_export<S: BindingStore + ?Sized>(
     store: &S,
     progress: &mut (dyn FnMut(&VerifyProgress) + Send),
@@ -207,7 +220,12 @@ pub(crate) async fn by_export<S: BindingStore + ?Sized>(
         for listed in &page.sessions {
             let id = listed.session_id.as_str();
             match store.export_session(id).await {
-                Ok(Some(export)) => checker.rows_checked(export.rows.len() as u64),
+                Ok(Some(export)) => {
+                    checker.rows_checked(export.rows.len() as u64);
+                    for file in &export.record.mirror.files {
+                        checker.mirror_checked(file.len);
+                    }
+                }
                 // Deleted since it was listed.
                 Ok(None) => continue,
                 Err(error) => checker.damage(ProblemKind::Session, Some(id), error)?,

@@ -360,12 +360,7 @@ pub fn sse_body(text: &str) -> Vec<u8> {
 /// The server-sent events of one model reply carrying `text` streamed in two deltas (split
 /// on a character boundary), as a real model streams it.
 pub fn sse_streamed_body(text: &str) -> Vec<u8> {
-    let cut = text
-        .char_indices()
-        .map(|(at, _)| at)
-        .nth(text.chars().count() / 2)
-        .unwrap_or(text.len());
-    let (first, second) = text.split_at(cut);
+    let [first, second] = rethread_fake_appserver::model::stream_pieces(text);
     let done = json!({"type": "message", "role": "assistant", "id": "m1",
                       "content": [{"type": "output_text", "text": text}]});
     let mut events = vec![

@@ -12,10 +12,12 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use rethread_protocol::messages::{ThreadItem, ThreadStartParams, UserInput};
-use rethread_runtime::binding::{self, apply_seed, commit_turn, TurnRows};
+use rethread_runtime::binding::{self, apply_seed, commit_turn, StoreSide, TurnRows};
 use rethread_runtime::machine::{Action, Say, SessionMachine};
 use rethread_runtime::projection::project_turn_input;
-use rethread_runtime::{BinderOptions, ClientError, RuntimeError, SessionLease, Transcript};
+use rethread_runtime::{
+    BinderOptions, ClientError, RolloutMirror, RuntimeError, SessionLease, Transcript,
+};
 use rethread_store::{BindingStore, LocalOwner};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
@@ -55,8 +57,9 @@ pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
         setup,
         machine: SessionMachine::new(&setup.session, options.machine_options()),
         codex_home: options.codex_home.clone(),
+        mirror: setup.mirror.then(|| options.rollout_mirror()).flatten(),
         store,
-        lease,
+        lease: Arc::new(lease),
         said: Vec::new(),
         items: 0,
         stdout: tokio::io::stdout(),
@@ -76,9 +79,11 @@ pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
 struct Driver<'a> {
     setup: &'a Setup,
     store: Arc<dyn BindingStore>,
-    lease: SessionLease,
+    lease: Arc<SessionLease>,
     machine: SessionMachine,
     codex_home: Option<String>,
+    /// The rollout mirror (`RETHREAD_MIRROR`): restored before the resume, grown by each commit.
+    mirror: Option<RolloutMirror>,
     /// What the machine said while opening, said once the new thread is known.
     said: Vec<Say>,
     /// The `error` items said so far (their ids: `rethread_0`, ...).
@@ -95,20 +100,32 @@ impl Driver<'_> {
         // The last process that exited before its thread started.
         let mut exited: Option<Exit> = None;
         let mut opened: Option<(Box<Process>, String, Vec<u8>)> = None;
+        let store = self.store.clone();
+        let setup = self.setup;
+        let lease = self.lease.clone();
+        let mirror = self.mirror.clone();
+        let side = StoreSide {
+            store: store.as_ref(),
+            session_id: &setup.session,
+            lease: Some(&lease),
+            transcript: &Transcript::Store,
+            mirror: mirror.as_ref(),
+        };
         loop {
-            let Some(action) = self.machine.poll() else {
+            // The store side (reads, restore, give-up, waits) is every driver's; a signal
+            // while it runs ends the run (a wait is cut short).
+            let mut machine = &mut self.machine;
+            let next = tokio::select! {
+                next = side.next_action(&mut machine) => next,
+                interrupted = signal.as_mut() => return Err(interrupted.into()),
+            };
+            let Some(action) = next else {
                 return Err(RuntimeError::Internal(
                     "the session machine stopped without an outcome".into(),
                 )
                 .into());
             };
             match action {
-                Action::ReadSession => {
-                    match binding::read_stored(self.store.as_ref(), &self.setup.session).await {
-                        Ok(stored) => self.machine.handle_session(stored),
-                        Err(error) => self.machine.handle_failed(error),
-                    }
-                }
                 Action::Resume(params) => {
                     let args = self.setup.run.with_resume(&params.thread_id);
                     match self.start_process(&args, signal.as_mut()).await? {
@@ -125,42 +142,7 @@ impl Driver<'_> {
                         }
                     }
                 }
-                Action::Wait(delay) => {
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => self.machine.handle_wait_over(),
-                        interrupted = signal.as_mut() => return Err(interrupted.into()),
-                    }
-                }
-                Action::GiveUp(lost) => {
-                    let given_up = match self.lease.ensure_fresh().await {
-                        Ok(fence) => {
-                            binding::give_up(
-                                self.store.as_ref(),
-                                &self.setup.session,
-                                &lost,
-                                Some(&fence),
-                            )
-                            .await
-                        }
-                        Err(error) => Err(error),
-                    };
-                    match given_up {
-                        Ok(()) => self.machine.handle_given_up(),
-                        Err(error) => self.machine.handle_failed(error),
-                    }
-                }
                 Action::Say(say) => self.said.push(say),
-                Action::MarkNoticeDelivered { thread_id } => self.mark_delivered(&thread_id).await,
-                Action::ReadTranscript { max_rows } => {
-                    let rows = binding::transcript_tail(
-                        self.store.as_ref(),
-                        &Transcript::Store,
-                        &self.setup.session,
-                        max_rows,
-                    )
-                    .await;
-                    self.machine.handle_transcript(rows);
-                }
                 Action::Start { seed } => {
                     let args = match seed {
                         Some(seed) => seeded_args(&self.setup.run, seed),
@@ -220,7 +202,16 @@ impl Driver<'_> {
                         _ => Err(error.into()),
                     };
                 }
-                Action::Commit { .. } | Action::Retire { .. } => {}
+                // Store-side actions never come back from `next_action`; a commit or a retire
+                // never comes while opening.
+                Action::ReadSession
+                | Action::Restore { .. }
+                | Action::Wait(_)
+                | Action::GiveUp(_)
+                | Action::MarkNoticeDelivered { .. }
+                | Action::ReadTranscript { .. }
+                | Action::Commit { .. }
+                | Action::Retire { .. } => {}
             }
         }
     }
@@ -405,21 +396,26 @@ impl Driver<'_> {
     async fn settle(&mut self) -> Result<(), BoxError> {
         while let Some(action) = self.machine.poll() {
             match action {
-                Action::Commit { thread_id, rows } => {
+                Action::Commit {
+                    thread_id,
+                    rows,
+                    mirror,
+                } => {
+                    let turn = TurnRows::new(&self.setup.session, &thread_id, &rows)
+                        .codex_home(self.codex_home.as_deref())
+                        .mirror(self.mirror.as_ref().filter(|_| mirror));
                     let committed = commit_turn(
                         self.store.as_ref(),
                         &Transcript::Store,
                         Some(&self.lease),
-                        TurnRows {
-                            session_id: &self.setup.session,
-                            thread_id: &thread_id,
-                            codex_home: self.codex_home.as_deref(),
-                            rows: &rows,
-                        },
+                        turn,
                     )
                     .await;
                     self.machine
                         .handle_committed(&thread_id, committed.as_ref().map(|_| ()));
+                    if let Ok(committed) = &committed {
+                        self.machine.handle_mirrored(&thread_id, &committed.mirror);
+                    }
                 }
                 Action::Say(say) => self.say(&say).await?,
                 Action::MarkNoticeDelivered { thread_id } => self.mark_delivered(&thread_id).await,

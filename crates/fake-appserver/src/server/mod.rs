@@ -28,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncWrite, DuplexStream};
 use tokio::task::JoinHandle;
 
 use crate::faults::{Corruption, FaultScript};
-use crate::model::{ConversationMessage, Reply};
+use crate::model::{AnswerShape, ConversationMessage, Reply};
 use crate::profile::Profile;
 use crate::store::Store;
 use crate::util::TempHome;
@@ -55,6 +55,7 @@ pub struct FakeBuilder {
     faults: FaultScript,
     codex_home: Option<PathBuf>,
     reply: Option<Reply>,
+    answer: AnswerShape,
     model_log: Option<PathBuf>,
     event_log: Option<PathBuf>,
 }
@@ -81,6 +82,13 @@ impl FakeBuilder {
     /// What the model answers (default [`Reply::Echo`]).
     pub fn reply(mut self, reply: Reply) -> Self {
         self.reply = Some(reply);
+        self
+    }
+
+    /// How the model delivers its answer (default [`AnswerShape::Streamed`]); the turn's
+    /// notifications follow it as codex's do.
+    pub fn answer(mut self, shape: AnswerShape) -> Self {
+        self.answer = shape;
         self
     }
 
@@ -117,6 +125,7 @@ impl FakeBuilder {
             profile: Mutex::new(self.profile),
             faults: Mutex::new(self.faults),
             reply: Mutex::new(self.reply.unwrap_or(Reply::Echo)),
+            answer: Mutex::new(self.answer),
             counters: Mutex::new(Counters::default()),
             requests: Mutex::new(Vec::new()),
             model: Mutex::new(Vec::new()),
@@ -207,6 +216,7 @@ struct Shared {
     profile: Mutex<Profile>,
     faults: Mutex<FaultScript>,
     reply: Mutex<Reply>,
+    answer: Mutex<AnswerShape>,
     counters: Mutex<Counters>,
     requests: Mutex<Vec<LoggedRequest>>,
     model: Mutex<Vec<ModelRequest>>,
@@ -314,6 +324,11 @@ impl FakeHandle {
     /// Replaces what the model answers.
     pub fn set_reply(&self, reply: Reply) {
         *lock(&self.shared.reply) = reply;
+    }
+
+    /// Changes how the model delivers its answers, from the next turn on.
+    pub fn set_answer(&self, shape: AnswerShape) {
+        *lock(&self.shared.answer) = shape;
     }
 
     /// Whether the server is running (not killed and not exited by a fault).

@@ -12,7 +12,7 @@ use super::params::{field_str, invalid, Answer, Failure, Handled};
 use super::process::{ActiveTurn, Emitter, Proc, ProcRef};
 use super::{lock, ModelRequest};
 use crate::faults::Fault;
-use crate::model::ConversationMessage;
+use crate::model::{stream_pieces, AnswerShape, ConversationMessage};
 use crate::profile::Profile;
 use crate::store::TurnRecord;
 use crate::util::{new_id, now_ms};
@@ -272,11 +272,15 @@ impl TurnRun {
                 "item/started",
                 json!({"item": item, "threadId": thread, "turnId": turn, "startedAtMs": now_ms()}),
             );
-            // Like codex with a model that streams its text: the message as a delta first.
-            e.notify(
-                "item/agentMessage/delta",
-                json!({"threadId": thread, "turnId": turn, "itemId": item["id"], "delta": text}),
-            );
+            // Like codex: a delta per piece the model streamed, none for a completed message.
+            if *lock(&lock(&self.proc).shared.answer) == AnswerShape::Streamed {
+                for piece in stream_pieces(text) {
+                    e.notify(
+                        "item/agentMessage/delta",
+                        json!({"threadId": thread, "turnId": turn, "itemId": item["id"], "delta": piece}),
+                    );
+                }
+            }
             e.notify(
                 "item/completed",
                 json!({"item": item, "threadId": thread, "turnId": turn, "completedAtMs": now_ms()}),

@@ -13,7 +13,7 @@ use rethread_protocol::messages::{ItemNotification, TurnNotification, TurnStatus
 use rethread_protocol::{Message, RequestId};
 use rethread_runtime::binding::{self, commit_turn, MachineAccess, StoreSide, TurnRows};
 use rethread_runtime::machine::{Action, Say, SessionMachine};
-use rethread_runtime::{BinderOptions, RuntimeError, SessionLease, Transcript};
+use rethread_runtime::{BinderOptions, RolloutMirror, RuntimeError, SessionLease, Transcript};
 use rethread_store::{BindingStore, LocalOwner};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -65,6 +65,9 @@ pub struct BindingHooks {
     state: Mutex<State>,
     /// The context `on_start` was given: where `on_shutdown` reports.
     reporter: OnceLock<ClientContext>,
+    /// The rollout mirror (`options.binder.mirror`), restored before the session's resume and
+    /// taken by every commit.
+    mirror: Option<RolloutMirror>,
 }
 
 /// The hooks' machine, reached through their lock one short step at a time.
@@ -131,6 +134,7 @@ impl BindingHooks {
         Ok(BindingHooks {
             session_id,
             store,
+            mirror: options.binder.rollout_mirror(),
             options,
             lease,
             state: Mutex::new(state),
@@ -270,6 +274,7 @@ impl BindingHooks {
                 // while opening.
                 Action::Opened(_)
                 | Action::ReadSession
+                | Action::Restore { .. }
                 | Action::Wait(_)
                 | Action::GiveUp(_)
                 | Action::MarkNoticeDelivered { .. }
@@ -287,6 +292,7 @@ impl BindingHooks {
             session_id: &self.session_id,
             lease: self.lease.as_ref(),
             transcript: &Transcript::Store,
+            mirror: self.mirror.as_ref(),
         }
     }
 
@@ -581,7 +587,11 @@ impl BindingHooks {
             match action {
                 None => break,
                 Some(Action::Say(say)) => self.say(ctx, &say, Some(&thread_id)).await?,
-                Some(Action::Commit { thread_id, rows }) => {
+                Some(Action::Commit {
+                    thread_id,
+                    rows,
+                    mirror,
+                }) => {
                     if dropped > 0 {
                         let message = format!(
                             "rethread recorded turn {} without {dropped} of its rows: past the \
@@ -594,20 +604,19 @@ impl BindingHooks {
                     }
                     // Awaited before the line goes on: the client sees `turn/completed` only
                     // once the rows and the binding are durable (or the failure was said).
+                    let turn_rows = TurnRows::new(&self.session_id, &thread_id, &rows)
+                        .codex_home(self.options.binder.codex_home.as_deref())
+                        .mirror(self.mirror.as_ref().filter(|_| mirror));
                     let committed = commit_turn(
                         self.store.as_ref(),
                         &Transcript::Store,
                         self.lease.as_ref(),
-                        TurnRows {
-                            session_id: &self.session_id,
-                            thread_id: &thread_id,
-                            codex_home: self.options.binder.codex_home.as_deref(),
-                            rows: &rows,
-                        },
+                        turn_rows,
                     )
                     .await;
-                    if let Ok(publication) = &committed {
-                        if *publication != rethread_runtime::Publication::Published {
+                    if let Ok(done) = &committed {
+                        let publication = done.publication;
+                        if publication != rethread_runtime::Publication::Published {
                             ctx.report(&format!(
                                 "session {}: turn {} recorded; thread {thread_id} was given up \
                                  for this session, so it is not its binding ({publication:?})",
@@ -615,9 +624,13 @@ impl BindingHooks {
                             ));
                         }
                     }
-                    self.state()
+                    let mut state = self.state();
+                    state
                         .machine
                         .handle_committed(&thread_id, committed.as_ref().map(|_| ()));
+                    if let Ok(done) = &committed {
+                        state.machine.handle_mirrored(&thread_id, &done.mirror);
+                    }
                 }
                 Some(_) => {}
             }

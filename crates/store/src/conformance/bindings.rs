@@ -4,7 +4,9 @@ use futures::future::join_all;
 use serde_json::{json, Map, Value};
 
 use super::{lost, obj, th, turn, unique_id};
-use crate::{BindingStore, BindingStoreExt, CommitOutcome, StoreError, CODEX_THREAD_ID_KEY};
+use crate::{
+    BindingStore, BindingStoreExt, CommitOutcome, MirrorOutcome, StoreError, CODEX_THREAD_ID_KEY,
+};
 
 /// `commit_turn` appends the rows and publishes the binding with its metadata; re-committing on
 /// the same thread keeps `bound_at_ms`.
@@ -19,7 +21,8 @@ pub async fn commit_publishes_binding(store: &dyn BindingStore) {
         out,
         CommitOutcome::Published {
             first_seq: 0,
-            row_count: 2
+            row_count: 2,
+            mirror: MirrorOutcome::None,
         }
     );
     let rec = store
@@ -47,7 +50,8 @@ pub async fn commit_publishes_binding(store: &dyn BindingStore) {
         out,
         CommitOutcome::Published {
             first_seq: 2,
-            row_count: 2
+            row_count: 2,
+            mirror: MirrorOutcome::None,
         }
     );
     let again = store.binding(&s).await.unwrap().unwrap();
@@ -64,7 +68,8 @@ pub async fn commit_publishes_binding(store: &dyn BindingStore) {
         out,
         CommitOutcome::Published {
             first_seq: 2,
-            row_count: 3
+            row_count: 3,
+            mirror: MirrorOutcome::None,
         }
     );
     assert_eq!(store.thread_id(&s).await.unwrap(), Some(th(&s, "t2")));
@@ -153,7 +158,8 @@ pub async fn retired_thread_is_never_published(store: &dyn BindingStore) {
         out,
         CommitOutcome::RetiredNotPublished {
             first_seq: 1,
-            row_count: 3
+            row_count: 3,
+            mirror: MirrorOutcome::None,
         }
     );
     assert!(!out.is_published());
@@ -210,7 +216,8 @@ pub async fn retired_thread_is_never_published(store: &dyn BindingStore) {
         out,
         CommitOutcome::RetiredNotPublished {
             first_seq: 0,
-            row_count: 1
+            row_count: 1,
+            mirror: MirrorOutcome::None,
         }
     );
     assert_eq!(store.binding(&fresh).await.unwrap(), None);
@@ -310,7 +317,8 @@ pub async fn many_sessions_commit_at_once(store: &dyn BindingStore) {
                     out,
                     CommitOutcome::Published {
                         first_seq: 2 * t,
-                        row_count: 2 * t + 2
+                        row_count: 2 * t + 2,
+                        mirror: MirrorOutcome::None,
                     }
                 );
             }

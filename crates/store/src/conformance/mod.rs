@@ -18,6 +18,7 @@
 
 mod bindings;
 mod leases;
+mod mirror;
 mod model;
 mod sessions;
 mod state;
@@ -40,6 +41,12 @@ pub use leases::{
     lease_expiry_frees_a_crashed_holder, lease_is_exclusive,
     lease_owner_mismatch_cannot_renew_or_release, lease_release_frees, lease_renew_extends,
     stall_past_the_ttl_with_nobody_competing_goes_on,
+};
+pub use mirror::{
+    mirror_appends_with_the_turn, mirror_is_dropped_when_stale_or_retired,
+    mirror_merges_its_newest_chunks, mirror_of_a_refused_commit_is_not_written,
+    mirror_refuses_an_append_that_does_not_extend, mirror_stops_past_the_cap,
+    mirror_travels_with_the_session,
 };
 pub use model::{op_strategy, random_ops_match_model, Op};
 pub use sessions::{
@@ -84,6 +91,7 @@ pub(crate) fn turn(session: &str, thread: &str, rows: Vec<Value>) -> TurnCommit 
         codex_home: Some(format!("/codex-home/{thread}")),
         rows,
         fence: None,
+        mirror: None,
     }
 }
 
@@ -117,8 +125,20 @@ pub async fn run_all(store: &dyn BindingStore) {
     copy_sessions_roundtrip(store).await;
     verify_finds_nothing_on_a_healthy_store(store).await;
     invalid_input(store).await;
+    run_mirror(store).await;
     random_ops_match_model(store).await;
     run_leases(store).await;
+}
+
+/// Runs every mirror scenario, in order, on `store`.
+pub async fn run_mirror(store: &dyn BindingStore) {
+    mirror_appends_with_the_turn(store).await;
+    mirror_refuses_an_append_that_does_not_extend(store).await;
+    mirror_stops_past_the_cap(store).await;
+    mirror_is_dropped_when_stale_or_retired(store).await;
+    mirror_of_a_refused_commit_is_not_written(store).await;
+    mirror_travels_with_the_session(store).await;
+    mirror_merges_its_newest_chunks(store).await;
 }
 
 /// Runs every lease scenario, in order, on `store`.

@@ -4,8 +4,8 @@ use serde_json::{json, Map};
 
 use super::{lost, obj, th, turn, unique_id};
 use crate::{
-    BindingStore, BindingStoreExt, CommitOutcome, ImportOutcome, SessionExport, StoreError,
-    CODEX_THREAD_ID_KEY,
+    BindingStore, BindingStoreExt, CommitOutcome, ImportOutcome, MirrorOutcome, SessionExport,
+    StoreError, CODEX_THREAD_ID_KEY,
 };
 
 /// `list_sessions` pages in session-id order without gaps or repeats.
@@ -63,7 +63,8 @@ pub async fn delete_session(store: &dyn BindingStore) {
         out,
         CommitOutcome::Published {
             first_seq: 0,
-            row_count: 1
+            row_count: 1,
+            mirror: MirrorOutcome::None,
         }
     );
     assert_eq!(store.all_rows(&s).await.unwrap()[0].body, json!(3));

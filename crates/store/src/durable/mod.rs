@@ -16,7 +16,7 @@ use crate::{BindingStore, StoreError, VerifyProgress, VerifyReport};
 #[cfg(feature = "redb")]
 pub(crate) use file::not_writable;
 pub(crate) use file::{prepare_file, FileId};
-pub(crate) use scan::{merge_scan, ScannedRow, ScannedSession};
+pub(crate) use scan::{check_mirrors, merge_scan, ScannedRow, ScannedSession};
 pub(crate) use writer::{Engine, Writer};
 
 /// How a backend runs one read snapshot (a redb read transaction, a SQLite deferred

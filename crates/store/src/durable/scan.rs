@@ -1,15 +1,51 @@
 //! The whole-store scan of the file backends: the merge of their session and row tables,
 //! both read in key order.
 
+use crate::logic::{mirror, ReadTxn};
 use crate::verify::{Checker, ProblemKind};
-use crate::StoreError;
+use crate::{MirroredFile, SessionRecord, StoreError};
 
 /// A session record as a scan reads it, in key order.
 pub(crate) struct ScannedSession {
     /// Its key.
     pub(crate) id: String,
-    /// Its row count, or the damage that makes the record unreadable.
-    pub(crate) row_count: Result<u64, StoreError>,
+    /// Its row count and mirrored files, or the damage that makes the record unreadable.
+    pub(crate) record: Result<(u64, Vec<MirroredFile>), StoreError>,
+}
+
+impl ScannedSession {
+    /// The scan's view of a decoded record (or its damage).
+    pub(crate) fn of(id: &str, record: Result<SessionRecord, StoreError>) -> Self {
+        ScannedSession {
+            id: id.to_string(),
+            record: record.map(|r| (r.row_count, r.mirror.files)),
+        }
+    }
+}
+
+/// What the merge found besides problems: whether it reached the end, and the mirrored files
+/// of each readable session, to check next on the same snapshot ([`check_mirrors`]).
+pub(crate) struct Scanned {
+    pub(crate) complete: bool,
+    pub(crate) mirrors: Vec<(String, Vec<MirroredFile>)>,
+}
+
+/// Reads every mirrored file the scan found and checks its chunks, length and CRC-32
+/// (`logic::mirror::read_file`); damage is a `Mirror` problem.
+pub(crate) fn check_mirrors(
+    txn: &mut dyn ReadTxn,
+    checker: &mut Checker<'_>,
+    mirrors: Vec<(String, Vec<MirroredFile>)>,
+) -> Result<(), StoreError> {
+    for (session_id, files) in mirrors {
+        for file in files {
+            match mirror::read_file(txn, &session_id, &file) {
+                Ok(_) => checker.mirror_checked(file.len),
+                Err(error) => checker.damage(ProblemKind::Mirror, Some(&session_id), error)?,
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A row as a scan reads it, in key order (`session_id`, then `seq`).
@@ -31,13 +67,12 @@ struct StrayRun {
 
 /// The merge of the two key-ordered scans: each session has exactly the rows
 /// `0..row_count`, no row belongs to no session, keys come in order. An `Err` item stops the
-/// scan (recorded as a `Structure` problem when it is damage). Returns whether the scan
-/// reached the end.
+/// scan (recorded as a `Structure` problem when it is damage).
 pub(crate) fn merge_scan(
     checker: &mut Checker<'_>,
     sessions: &mut dyn Iterator<Item = Result<ScannedSession, StoreError>>,
     rows: &mut dyn Iterator<Item = Result<ScannedRow, StoreError>>,
-) -> Result<bool, StoreError> {
+) -> Result<Scanned, StoreError> {
     let mut scan = Merge {
         checker,
         rows,
@@ -45,6 +80,7 @@ pub(crate) fn merge_scan(
         last_row: None,
         stray: None,
         stopped: false,
+        mirrors: Vec::new(),
     };
     scan.advance()?;
     let mut previous: Option<String> = None;
@@ -84,7 +120,10 @@ pub(crate) fn merge_scan(
         }
     }
     scan.flush_stray();
-    Ok(!scan.stopped)
+    Ok(Scanned {
+        complete: !scan.stopped,
+        mirrors: scan.mirrors,
+    })
 }
 
 struct Merge<'c, 'p, 'r> {
@@ -94,6 +133,7 @@ struct Merge<'c, 'p, 'r> {
     last_row: Option<(String, u64)>,
     stray: Option<StrayRun>,
     stopped: bool,
+    mirrors: Vec<(String, Vec<MirroredFile>)>,
 }
 
 impl Merge<'_, '_, '_> {
@@ -144,8 +184,13 @@ impl Merge<'_, '_, '_> {
             self.stray_row(row, "belong to no session record");
             self.advance()?;
         }
-        let row_count = match session.row_count {
-            Ok(count) => Some(count),
+        let row_count = match session.record {
+            Ok((count, files)) => {
+                if !files.is_empty() {
+                    self.mirrors.push((session.id.clone(), files));
+                }
+                Some(count)
+            }
             Err(error) => {
                 self.checker
                     .damage(ProblemKind::Session, Some(&session.id), error)?;

@@ -278,6 +278,7 @@ mod tests {
             codex_home: None,
             rows: vec![serde_json::json!({"text": session})],
             fence: None,
+            mirror: None,
         })
     }
 

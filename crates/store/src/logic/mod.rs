@@ -13,6 +13,7 @@
 //! commit can still commit.
 
 mod leases;
+pub(crate) mod mirror;
 mod reads;
 mod writes;
 
@@ -27,7 +28,9 @@ use crate::{BindingState, SessionRecord, StoreError, TranscriptRow, CODEX_THREAD
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use leases::GrantState;
 pub(crate) use leases::{Acquire, Grant, LeaseOp, LeaseTxn, LocalLeases, Release, Renew};
-pub(crate) use reads::{ExportSession, GetRows, GetSession, ListPage, ReadOp, ThreadSession};
+pub(crate) use reads::{
+    ExportSession, GetMirrorFile, GetRows, GetSession, ListPage, ReadOp, ThreadSession,
+};
 pub(crate) use writes::{Commit, Delete, Import, InStore, MarkDelivered, Patch, Retire, WriteOp};
 
 /// A read view of one transaction (or snapshot).
@@ -52,6 +55,15 @@ pub(crate) trait ReadTxn {
     /// The sessions of the first and of the last stored row (by key), each with whether its
     /// record exists; empty when there are no rows.
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError>;
+    /// The stored chunks of a mirrored file whose `seq` is in `range`, in order, as
+    /// `(seq, bytes)` (a backend with checksums verifies each).
+    fn load_chunks(
+        &mut self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        range: Range<u64>,
+    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError>;
 }
 
 /// A write transaction.
@@ -67,8 +79,25 @@ pub(crate) trait WriteTxn: ReadTxn {
     ) -> Result<(), StoreError>;
     /// Records that `thread_id` belongs to `session_id`.
     fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<(), StoreError>;
-    /// Removes the session record, all its rows and its threads' ownership; `true` if the
-    /// record existed.
+    /// Writes chunk `seq` of a mirrored file (never over an existing chunk).
+    fn put_chunk(
+        &mut self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        seq: u64,
+        bytes: &[u8],
+    ) -> Result<(), StoreError>;
+    /// Removes the chunks of a mirrored file from `from` on (0: every chunk).
+    fn remove_chunks(
+        &mut self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        from: u64,
+    ) -> Result<(), StoreError>;
+    /// Removes the session record, all its rows and mirror chunks, and its threads'
+    /// ownership; `true` if the record existed.
     fn remove(&mut self, session_id: &str) -> Result<bool, StoreError>;
     /// The leases, as this transaction sees them: a table of the store (several processes) or
     /// the process's own (redb).

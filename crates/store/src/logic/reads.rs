@@ -2,7 +2,7 @@
 
 use std::ops::Range;
 
-use super::{check_row_ends, check_rows, load_session, ReadTxn};
+use super::{check_row_ends, check_rows, load_session, mirror, ReadTxn};
 use crate::{SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow};
 
 /// One read: how it runs on a snapshot.
@@ -101,7 +101,8 @@ impl ReadOp for ExportSession {
     }
 }
 
-/// Reads one whole session and checks that its rows are exactly `0..row_count`.
+/// Reads one whole session and checks that its rows are exactly `0..row_count` and its
+/// mirrored files what its record says.
 pub(crate) fn export(
     txn: &mut dyn ReadTxn,
     session_id: &str,
@@ -111,7 +112,39 @@ pub(crate) fn export(
     };
     let rows = txn.load_rows(session_id, 0..record.row_count)?;
     check_rows(txn.label(), session_id, 0, record.row_count, &rows)?;
-    Ok(Some(SessionExport { record, rows }))
+    let mirror = mirror::export(txn, &record)?;
+    Ok(Some(SessionExport {
+        record,
+        rows,
+        mirror,
+    }))
+}
+
+/// [`BindingStore::mirror_file`](crate::BindingStore::mirror_file): the bytes of one mirrored
+/// file, checked against its record.
+#[derive(Debug)]
+pub(crate) struct GetMirrorFile {
+    pub(crate) session_id: String,
+    pub(crate) thread_id: String,
+    pub(crate) path: String,
+}
+
+impl ReadOp for GetMirrorFile {
+    type Output = Option<Vec<u8>>;
+
+    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError> {
+        let Some(record) = load_session(txn, &self.session_id)? else {
+            return Ok(None);
+        };
+        let Some(file) = record
+            .mirror
+            .files_of(&self.thread_id)
+            .find(|f| f.path == self.path)
+        else {
+            return Ok(None);
+        };
+        mirror::read_file(txn, &self.session_id, file).map(Some)
+    }
 }
 
 /// [`BindingStore::thread_session`](crate::BindingStore::thread_session).

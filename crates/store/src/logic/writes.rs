@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::leases::{check_grant, Grant};
-use super::{check_id, check_record, load_session, merge_patch, LeaseOp, WriteTxn};
+use super::{check_id, check_record, load_session, merge_patch, mirror, LeaseOp, WriteTxn};
 use crate::{
     Binding, BindingState, CommitOutcome, Fallback, Fence, GivenUp, ImportOutcome, Retirement,
     SessionExport, SessionRecord, StoreError, TurnCommit, CODEX_THREAD_ID_KEY,
@@ -77,15 +77,19 @@ impl WriteOp for Commit {
         let mut record =
             load_session(txn, session_id)?.unwrap_or_else(|| SessionRecord::new(session_id, now));
         let claim = claim_thread(txn, &record, thread_id)?;
+        let retired = record.is_retired(thread_id);
+        let plan = mirror::plan(&record, thread_id, commit.mirror.as_ref(), retired)?;
         let first_seq = record.row_count;
         txn.put_rows(session_id, first_seq, &commit.rows)?;
         record.row_count = first_seq + commit.rows.len() as u64;
         record.updated_at_ms = now;
         let row_count = record.row_count;
-        let outcome = if record.is_retired(thread_id) {
+        let mirror = mirror::write(txn, &mut record, thread_id, plan)?;
+        let outcome = if retired {
             CommitOutcome::RetiredNotPublished {
                 first_seq,
                 row_count,
+                mirror,
             }
         } else {
             // The same thread keeps when it was bound and the fallback it replaced; a new one
@@ -111,6 +115,7 @@ impl WriteOp for Commit {
             CommitOutcome::Published {
                 first_seq,
                 row_count,
+                mirror,
             }
         };
         if claim {
@@ -185,6 +190,8 @@ impl WriteOp for Retire {
         if !record.is_retired(thread_id) {
             record.retired_threads.push(thread_id.clone());
         }
+        // A retired thread is never resumed again: its mirror has no use.
+        mirror::drop_thread(txn, &mut record, thread_id)?;
         // Compare-and-set: only a binding to this very thread changes.
         if record.thread_id() == Some(thread_id.as_str()) {
             record.set_state(match &self.retirement {
@@ -297,9 +304,13 @@ impl WriteOp for Import {
                 record.row_count
             )));
         }
+        mirror::check_export(record, &export.mirror).map_err(|detail| {
+            StoreError::InvalidInput(format!("export of {session_id}: {detail}"))
+        })?;
         if let Some(existing) = load_session(txn, session_id)? {
             let same = existing == *record
-                && txn.load_rows(session_id, 0..existing.row_count)? == export.rows;
+                && txn.load_rows(session_id, 0..existing.row_count)? == export.rows
+                && mirror::export(txn, &existing)? == export.mirror;
             return if same {
                 Ok(ImportOutcome::AlreadyPresent)
             } else {
@@ -324,6 +335,15 @@ impl WriteOp for Import {
         }
         let bodies: Vec<Value> = export.rows.iter().map(|r| r.body.clone()).collect();
         txn.put_rows(session_id, 0, &bodies)?;
+        for chunk in &export.mirror {
+            txn.put_chunk(
+                session_id,
+                &chunk.thread_id,
+                &chunk.path,
+                chunk.seq,
+                &chunk.bytes,
+            )?;
+        }
         for thread in claims {
             txn.put_thread_owner(thread, session_id)?;
         }

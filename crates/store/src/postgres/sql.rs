@@ -43,13 +43,17 @@ statements!(
     remove_rows,
     remove_threads,
     remove,
+    chunks,
+    put_chunk,
+    remove_chunks,
+    remove_session_chunks,
     load_lease,
     put_lease,
 );
 
 /// The `sessions` columns, in the order `txn::decode_record` reads them.
-pub(super) const RECORD_COLUMNS: &str =
-    "session_id, model_config, state, row_count, retired_threads, created_at_ms, updated_at_ms";
+pub(super) const RECORD_COLUMNS: &str = "session_id, model_config, state, row_count, \
+     retired_threads, created_at_ms, updated_at_ms, mirror";
 
 /// The `leases` columns, in the order `txn::decode_grant` reads them.
 const LEASE_COLUMNS: &str = "session_id, host, pid, started_at_ms, instance, acquired_at_ms, \
@@ -91,11 +95,12 @@ impl Sql {
             ),
             thread_owner: format!("SELECT session_id FROM {p}threads WHERE thread_id = $1"),
             put: format!(
-                "INSERT INTO {p}sessions ({RECORD_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                "INSERT INTO {p}sessions ({RECORD_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
                  ON CONFLICT (session_id) DO UPDATE SET model_config = excluded.model_config, \
                  state = excluded.state, row_count = excluded.row_count, \
                  retired_threads = excluded.retired_threads, \
-                 created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms"
+                 created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms, \
+                 mirror = excluded.mirror"
             ),
             // A plain INSERT: rows are append-only; a duplicate key fails loudly.
             put_rows: format!(
@@ -109,6 +114,22 @@ impl Sql {
             remove_rows: format!("DELETE FROM {p}transcript_rows WHERE session_id = $1"),
             remove_threads: format!("DELETE FROM {p}threads WHERE session_id = $1"),
             remove: format!("DELETE FROM {p}sessions WHERE session_id = $1"),
+            chunks: format!(
+                "SELECT seq, bytes FROM {p}mirror_chunks WHERE session_id = $1 AND thread_id = $2 \
+                 AND path = $3 AND seq >= $4 AND seq < $5 ORDER BY seq"
+            ),
+            // A plain INSERT: chunks are append-only; a duplicate key fails loudly.
+            put_chunk: format!(
+                "INSERT INTO {p}mirror_chunks (session_id, thread_id, path, seq, bytes) \
+                 VALUES ($1, $2, $3, $4, $5)"
+            ),
+            remove_chunks: format!(
+                "DELETE FROM {p}mirror_chunks WHERE session_id = $1 AND thread_id = $2 AND path = $3 \
+                 AND seq >= $4"
+            ),
+            remove_session_chunks: format!(
+                "DELETE FROM {p}mirror_chunks WHERE session_id = $1"
+            ),
             load_lease: format!("SELECT {LEASE_COLUMNS} FROM {p}leases WHERE session_id = $1"),
             put_lease: format!(
                 "INSERT INTO {p}leases ({LEASE_COLUMNS}) \
@@ -155,7 +176,8 @@ pub(super) fn schema(p: &str) -> String {
             row_count BIGINT NOT NULL,
             retired_threads TEXT NOT NULL,
             created_at_ms BIGINT NOT NULL,
-            updated_at_ms BIGINT NOT NULL
+            updated_at_ms BIGINT NOT NULL,
+            mirror TEXT NOT NULL
         );
         CREATE TABLE {p}transcript_rows (
             session_id TEXT NOT NULL,
@@ -180,6 +202,17 @@ pub(super) fn schema(p: &str) -> String {
             thread_id TEXT PRIMARY KEY NOT NULL,
             session_id TEXT NOT NULL
         );
-        CREATE INDEX ON {p}threads (session_id);"
+        CREATE INDEX ON {p}threads (session_id);
+        CREATE TABLE {p}mirror_chunks (
+            session_id TEXT NOT NULL,
+            thread_id TEXT NOT NULL,
+            path TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            bytes BYTEA NOT NULL,
+            PRIMARY KEY (session_id, thread_id, path, seq)
+        );
+        -- Out of line, uncompressed: pglz would spend a commit's budget on every chunk and a
+        -- restore's on reading it back (`cargo xtask bench mirror`).
+        ALTER TABLE {p}mirror_chunks ALTER COLUMN bytes SET STORAGE EXTERNAL;"
     )
 }

@@ -10,7 +10,8 @@ use super::error::map_postgres_error;
 use super::sql::Statements;
 use crate::logic::{check_record, Grant, GrantState, LeaseTxn, ReadTxn, WriteTxn};
 use crate::{
-    BindingState, Lease, LeaseOwner, ProcessIdentity, SessionRecord, StoreError, TranscriptRow,
+    BindingState, Lease, LeaseOwner, MirrorState, ProcessIdentity, SessionRecord, StoreError,
+    TranscriptRow,
 };
 
 /// A transaction on a connection and that connection's statements.
@@ -41,6 +42,8 @@ impl Txn<'_, '_> {
             .map_err(|e| self.corrupt_json(format!("state of {id}"), e))?;
         let retired_threads: Vec<String> = serde_json::from_str(row.get(4))
             .map_err(|e| self.corrupt_json(format!("retired_threads of {id}"), e))?;
+        let mirror: MirrorState = serde_json::from_str(row.get(7))
+            .map_err(|e| self.corrupt_json(format!("mirror of {id}"), e))?;
         let record = SessionRecord {
             session_id: id.clone(),
             model_config,
@@ -49,6 +52,7 @@ impl Txn<'_, '_> {
             retired_threads,
             created_at_ms: row.get(5),
             updated_at_ms: row.get(6),
+            mirror,
         };
         check_record(&record)
             .map_err(|d| StoreError::corrupt(self.label, format!("session {id}: {d}")))?;
@@ -130,6 +134,27 @@ impl ReadTxn for Txn<'_, '_> {
         Ok(row.map(|r| r.get(0)))
     }
 
+    fn load_chunks(
+        &mut self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        range: Range<u64>,
+    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        let (start, end) = (clamp(range.start), clamp(range.end));
+        let rows = self
+            .txn
+            .query(
+                &self.sql.chunks,
+                &[&session_id, &thread_id, &path, &start, &end],
+            )
+            .map_err(|e| self.map(e))?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, Vec<u8>>(1)))
+            .collect())
+    }
+
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
         let rows = self
             .txn
@@ -146,6 +171,7 @@ impl WriteTxn for Txn<'_, '_> {
         let config = encode(&record.model_config)?;
         let state = encode(&record.state)?;
         let retired = encode(&record.retired_threads)?;
+        let mirror = encode(&record.mirror)?;
         self.txn
             .execute(
                 &self.sql.put,
@@ -157,6 +183,7 @@ impl WriteTxn for Txn<'_, '_> {
                     &retired,
                     &record.created_at_ms,
                     &record.updated_at_ms,
+                    &mirror,
                 ],
             )
             .map_err(|e| self.map(e))?;
@@ -189,8 +216,45 @@ impl WriteTxn for Txn<'_, '_> {
         Ok(())
     }
 
+    fn put_chunk(
+        &mut self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        seq: u64,
+        bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        self.txn
+            .execute(
+                &self.sql.put_chunk,
+                &[&session_id, &thread_id, &path, &clamp(seq), &bytes],
+            )
+            .map_err(|e| self.map(e))?;
+        Ok(())
+    }
+
+    fn remove_chunks(
+        &mut self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        from: u64,
+    ) -> Result<(), StoreError> {
+        self.txn
+            .execute(
+                &self.sql.remove_chunks,
+                &[&session_id, &thread_id, &path, &clamp(from)],
+            )
+            .map_err(|e| self.map(e))?;
+        Ok(())
+    }
+
     fn remove(&mut self, session_id: &str) -> Result<bool, StoreError> {
-        for statement in [&self.sql.remove_rows, &self.sql.remove_threads] {
+        for statement in [
+            &self.sql.remove_rows,
+            &self.sql.remove_threads,
+            &self.sql.remove_session_chunks,
+        ] {
             self.txn
                 .execute(statement, &[&session_id])
                 .map_err(|e| map_postgres_error(self.label, e))?;

@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 use ::redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use super::map_redb_error;
-use super::schema::{ensure_schema, ROWS, SESSIONS, SESSION_THREADS, THREADS};
+use super::schema::{ensure_schema, MIRROR_CHUNKS, ROWS, SESSIONS, SESSION_THREADS, THREADS};
 use super::tables::{decode_body, decode_record, Tables};
 use crate::durable::{
-    merge_scan, not_writable, prepare_file, Engine, FileId, Readers, ScannedRow, ScannedSession,
+    check_mirrors, merge_scan, not_writable, prepare_file, Engine, FileId, Readers, ScannedRow,
+    ScannedSession,
 };
 use crate::logic::{LocalLeases, ReadTxn, WriteTxn};
 use crate::verify::{Checker, ProblemKind};
@@ -328,6 +329,7 @@ impl Engine for RedbEngine {
                     rows: txn.open_table(ROWS).map_err(map)?,
                     threads: txn.open_table(THREADS).map_err(map)?,
                     session_threads: txn.open_table(SESSION_THREADS).map_err(map)?,
+                    chunks: txn.open_table(MIRROR_CHUNKS).map_err(map)?,
                     leases: Arc::clone(leases),
                 };
                 f(&mut tables)?;
@@ -392,6 +394,7 @@ impl Readers for RedbReaders {
                 rows: txn.open_table(ROWS).map_err(map)?,
                 threads: txn.open_table(THREADS).map_err(map)?,
                 session_threads: (),
+                chunks: txn.open_table(MIRROR_CHUNKS).map_err(map)?,
                 leases: Arc::clone(&self.leases),
             })
         })
@@ -410,13 +413,13 @@ impl Readers for RedbReaders {
                 .map_err(|e| map_redb_error(label, e))?;
             let rows = txn.open_table(ROWS).map_err(|e| map_redb_error(label, e))?;
             checker.expect_sessions(sessions.len().map_err(map)?);
-            let mut sessions = sessions.iter().map_err(map)?.map(|item| {
+            let mut scanned_sessions = sessions.iter().map_err(map)?.map(|item| {
                 let (key, value) = item.map_err(map)?;
                 let id = key.value();
-                Ok(ScannedSession {
-                    id: id.to_string(),
-                    row_count: decode_record(label, id, value.value()).map(|r| r.row_count),
-                })
+                Ok(ScannedSession::of(
+                    id,
+                    decode_record(label, id, value.value()),
+                ))
             });
             let mut rows = rows.iter().map_err(map)?.map(|item| {
                 let (key, value) = item.map_err(map)?;
@@ -427,7 +430,23 @@ impl Readers for RedbReaders {
                     seq,
                 })
             });
-            merge_scan(checker, &mut sessions, &mut rows)
+            let scanned = merge_scan(checker, &mut scanned_sessions, &mut rows)?;
+            drop(scanned_sessions);
+            let mut tables = Tables {
+                label: label.to_string(),
+                sessions,
+                rows: txn.open_table(ROWS).map_err(|e| map_redb_error(label, e))?,
+                threads: txn
+                    .open_table(THREADS)
+                    .map_err(|e| map_redb_error(label, e))?,
+                session_threads: (),
+                chunks: txn
+                    .open_table(MIRROR_CHUNKS)
+                    .map_err(|e| map_redb_error(label, e))?,
+                leases: Arc::clone(&self.leases),
+            };
+            check_mirrors(&mut tables, checker, scanned.mirrors)?;
+            Ok(scanned.complete)
         });
         match scanned {
             Ok(complete) => Ok(complete),

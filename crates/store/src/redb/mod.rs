@@ -234,6 +234,7 @@ mod tests {
             codex_home: None,
             rows: vec![serde_json::json!({ "n": n })],
             fence: None,
+            mirror: None,
         }
     }
 

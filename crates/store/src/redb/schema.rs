@@ -9,6 +9,7 @@ pub(super) const SESSIONS_NAME: &str = "sessions";
 pub(super) const ROWS_NAME: &str = "rows";
 pub(super) const THREADS_NAME: &str = "threads";
 pub(super) const SESSION_THREADS_NAME: &str = "session_threads";
+pub(super) const MIRROR_CHUNKS_NAME: &str = "mirror_chunks";
 pub(super) const META_NAME: &str = "rethread_meta";
 /// `session id -> JSON SessionRecord + checksum`.
 pub(super) const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new(SESSIONS_NAME);
@@ -20,6 +21,9 @@ pub(super) const THREADS: TableDefinition<&str, &[u8]> = TableDefinition::new(TH
 /// without a scan.
 pub(super) const SESSION_THREADS: TableDefinition<(&str, &str), &[u8]> =
     TableDefinition::new(SESSION_THREADS_NAME);
+/// `(session id, thread id, path, seq) -> bytes + checksum`: the mirrored rollout files.
+pub(super) const MIRROR_CHUNKS: TableDefinition<(&str, &str, &str, u64), &[u8]> =
+    TableDefinition::new(MIRROR_CHUNKS_NAME);
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new(META_NAME);
 pub(super) const SCHEMA_KEY: &str = "schema_version";
 
@@ -51,6 +55,7 @@ pub(super) fn ensure_schema(db: &Database, label: &str, create: bool) -> Result<
             txn.open_table(ROWS).map_err(|e| map(e.into()))?;
             txn.open_table(THREADS).map_err(|e| map(e.into()))?;
             txn.open_table(SESSION_THREADS).map_err(|e| map(e.into()))?;
+            txn.open_table(MIRROR_CHUNKS).map_err(|e| map(e.into()))?;
             txn.open_table(META)
                 .map_err(|e| map(e.into()))?
                 .insert(SCHEMA_KEY, SCHEMA_VERSION)
@@ -71,7 +76,13 @@ pub(super) fn ensure_schema(db: &Database, label: &str, create: bool) -> Result<
             format!("unknown schema version {v}"),
         )),
         Some(_) => {
-            for needed in [SESSIONS_NAME, ROWS_NAME, THREADS_NAME, SESSION_THREADS_NAME] {
+            for needed in [
+                SESSIONS_NAME,
+                ROWS_NAME,
+                THREADS_NAME,
+                SESSION_THREADS_NAME,
+                MIRROR_CHUNKS_NAME,
+            ] {
                 if !tables.iter().any(|t| t == needed) {
                     return Err(StoreError::corrupt(
                         label,

@@ -47,6 +47,17 @@ pub(super) fn row_sum(session_id: &str, seq: u64, json: &[u8]) -> i64 {
         .finish()
 }
 
+/// The checksum of a `mirror_chunks` value.
+fn chunk_sum(session_id: &str, thread_id: &str, path: &str, seq: u64, bytes: &[u8]) -> i64 {
+    Checksum::of("mirror_chunks")
+        .text(session_id)
+        .text(thread_id)
+        .text(path)
+        .int(seq as i64)
+        .bytes(bytes)
+        .finish()
+}
+
 /// `json` followed by its checksum, as stored.
 pub(super) fn seal(mut json: Vec<u8>, sum: i64) -> Vec<u8> {
     json.extend_from_slice(&(sum as u32).to_le_bytes());
@@ -118,22 +129,27 @@ fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
     serde_json::to_vec(value).map_err(|e| StoreError::Internal(format!("encoding JSON: {e}")))
 }
 
+/// The key of a `mirror_chunks` value.
+type ChunkKey = (&'static str, &'static str, &'static str, u64);
+
 /// The tables of one transaction, read-only or write.
-pub(super) struct Tables<S, R, T, ST> {
+pub(super) struct Tables<S, R, T, ST, C> {
     pub(super) label: String,
     pub(super) sessions: S,
     pub(super) rows: R,
     pub(super) threads: T,
     pub(super) session_threads: ST,
+    pub(super) chunks: C,
     /// The process's leases (for fence checks; read transactions never use them).
     pub(super) leases: Arc<LocalLeases>,
 }
 
-impl<S, R, T, ST> ReadTxn for Tables<S, R, T, ST>
+impl<S, R, T, ST, C> ReadTxn for Tables<S, R, T, ST, C>
 where
     S: ReadableTable<&'static str, &'static [u8]>,
     R: ReadableTable<(&'static str, u64), &'static [u8]>,
     T: ReadableTable<&'static str, &'static [u8]>,
+    C: ReadableTable<ChunkKey, &'static [u8]>,
 {
     fn label(&self) -> &str {
         &self.label
@@ -233,6 +249,43 @@ where
             .map_err(|_| StoreError::corrupt(label, format!("{}: not UTF-8", what())))
     }
 
+    fn load_chunks(
+        &mut self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        range: Range<u64>,
+    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        let label = &self.label;
+        let mut out = Vec::new();
+        if range.start >= range.end {
+            return Ok(out);
+        }
+        let iter = self
+            .chunks
+            .range(
+                (session_id, thread_id, path, range.start)
+                    ..(session_id, thread_id, path, range.end),
+            )
+            .map_err(|e| map_redb_error(label, e))?;
+        for item in iter {
+            let (key, value) = item.map_err(|e| map_redb_error(label, e))?;
+            let (s, t, p, seq) = key.value();
+            if (s, t, p) != (session_id, thread_id, path) {
+                return Err(StoreError::corrupt(
+                    label,
+                    format!("a range of the mirror of {path} yields a chunk of {p}"),
+                ));
+            }
+            let what = || format!("chunk {seq} of the mirror of {path} (session {session_id})");
+            let bytes = unseal(label, &what, value.value(), |b| {
+                chunk_sum(session_id, thread_id, path, seq, b)
+            })?;
+            out.push((seq, bytes.to_vec()));
+        }
+        Ok(out)
+    }
+
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
         let label = self.label.clone();
         let map = |e| map_redb_error(&label, e);
@@ -259,6 +312,7 @@ impl WriteTxn
         ::redb::Table<'_, (&'static str, u64), &'static [u8]>,
         ::redb::Table<'_, &'static str, &'static [u8]>,
         ::redb::Table<'_, (&'static str, &'static str), &'static [u8]>,
+        ::redb::Table<'_, ChunkKey, &'static [u8]>,
     >
 {
     fn put(&mut self, record: &SessionRecord) -> Result<(), StoreError> {
@@ -309,6 +363,47 @@ impl WriteTxn
         Ok(())
     }
 
+    fn put_chunk(
+        &mut self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        seq: u64,
+        bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        let sum = chunk_sum(session_id, thread_id, path, seq, bytes);
+        let previous = self
+            .chunks
+            .insert(
+                (session_id, thread_id, path, seq),
+                seal(bytes.to_vec(), sum).as_slice(),
+            )
+            .map_err(|e| map_redb_error(&self.label, e))?;
+        if previous.is_some() {
+            // Chunks are append-only; finding one here means the record's count is wrong.
+            return Err(StoreError::corrupt(
+                &self.label,
+                format!("chunk {seq} of the mirror of {path} already exists"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn remove_chunks(
+        &mut self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        from: u64,
+    ) -> Result<(), StoreError> {
+        self.chunks
+            .retain_in(
+                (session_id, thread_id, path, from)..=(session_id, thread_id, path, u64::MAX),
+                |_, _| false,
+            )
+            .map_err(|e| map_redb_error(&self.label, e))
+    }
+
     fn remove(&mut self, session_id: &str) -> Result<bool, StoreError> {
         let label = self.label.clone();
         let map = |e| map_redb_error(&label, e);
@@ -316,6 +411,23 @@ impl WriteTxn
         self.rows
             .retain_in((session_id, 0)..=(session_id, u64::MAX), |_, _| false)
             .map_err(map)?;
+        let mut files: Vec<(String, String)> = Vec::new();
+        for item in self.chunks.range((session_id, "", "", 0)..).map_err(map)? {
+            let (key, _) = item.map_err(map)?;
+            let (owner, thread, path, _) = key.value();
+            if owner != session_id {
+                break;
+            }
+            if files
+                .last()
+                .is_none_or(|(t, p)| (t.as_str(), p.as_str()) != (thread, path))
+            {
+                files.push((thread.to_string(), path.to_string()));
+            }
+        }
+        for (thread, path) in &files {
+            self.remove_chunks(session_id, thread, path, 0)?;
+        }
         let mut threads = Vec::new();
         for item in self
             .session_threads

@@ -10,7 +10,9 @@ use serde_json::{Map, Value};
 
 use crate::checksum::{verify, Checksum};
 use crate::logic::{check_record, Grant, GrantState};
-use crate::{BindingState, Lease, LeaseOwner, ProcessIdentity, SessionRecord, StoreError};
+use crate::{
+    BindingState, Lease, LeaseOwner, MirrorState, ProcessIdentity, SessionRecord, StoreError,
+};
 
 /// The checksum of a `threads` row.
 pub(super) fn thread_checksum(thread_id: &str, session_id: &str) -> i64 {
@@ -26,6 +28,23 @@ pub(super) fn row_checksum(session_id: &str, seq: i64, body: &str) -> i64 {
         .text(session_id)
         .int(seq)
         .text(body)
+        .finish()
+}
+
+/// The checksum of a `mirror_chunks` row.
+pub(super) fn chunk_checksum(
+    session_id: &str,
+    thread_id: &str,
+    path: &str,
+    seq: i64,
+    bytes: &[u8],
+) -> i64 {
+    Checksum::of("mirror_chunks")
+        .text(session_id)
+        .text(thread_id)
+        .text(path)
+        .int(seq)
+        .bytes(bytes)
         .finish()
 }
 
@@ -86,6 +105,8 @@ pub(super) fn decode_record(label: &str, raw: RawRecord) -> Result<SessionRecord
         .map_err(|e| corrupt_json(label, format!("retired_threads of {id}"), e))?;
     let row_count = u64::try_from(raw.row_count)
         .map_err(|_| StoreError::corrupt(label, format!("session {id}: negative row count")))?;
+    let mirror: MirrorState = serde_json::from_str(&raw.mirror)
+        .map_err(|e| corrupt_json(label, format!("mirror of {id}"), e))?;
     let record = SessionRecord {
         session_id: id,
         model_config,
@@ -94,6 +115,7 @@ pub(super) fn decode_record(label: &str, raw: RawRecord) -> Result<SessionRecord
         retired_threads,
         created_at_ms: raw.created_at_ms,
         updated_at_ms: raw.updated_at_ms,
+        mirror,
     };
     check_record(&record)
         .map_err(|d| StoreError::corrupt(label, format!("session {}: {d}", record.session_id)))?;
@@ -109,6 +131,7 @@ pub(super) struct RawRecord {
     pub(super) retired_threads: String,
     pub(super) created_at_ms: i64,
     pub(super) updated_at_ms: i64,
+    pub(super) mirror: String,
     pub(super) checksum: i64,
 }
 
@@ -123,6 +146,7 @@ impl RawRecord {
             retired_threads: serde_json::to_string(&record.retired_threads).map_err(json)?,
             created_at_ms: record.created_at_ms,
             updated_at_ms: record.updated_at_ms,
+            mirror: serde_json::to_string(&record.mirror).map_err(json)?,
             checksum: 0,
         };
         raw.checksum = raw.fields_checksum();
@@ -139,13 +163,14 @@ impl RawRecord {
             .text(&self.retired_threads)
             .int(self.created_at_ms)
             .int(self.updated_at_ms)
+            .text(&self.mirror)
             .finish()
     }
 }
 
 /// The `sessions` columns, in the order `raw_record` expects them, `checksum` last.
 pub(super) const RECORD_COLUMNS: &str = "session_id, model_config, state, row_count, \
-     retired_threads, created_at_ms, updated_at_ms, checksum";
+     retired_threads, created_at_ms, updated_at_ms, mirror, checksum";
 
 pub(super) fn raw_record(row: &Row<'_>) -> rusqlite::Result<RawRecord> {
     Ok(RawRecord {
@@ -156,7 +181,8 @@ pub(super) fn raw_record(row: &Row<'_>) -> rusqlite::Result<RawRecord> {
         retired_threads: row.get(4)?,
         created_at_ms: row.get(5)?,
         updated_at_ms: row.get(6)?,
-        checksum: row.get(7)?,
+        mirror: row.get(7)?,
+        checksum: row.get(8)?,
     })
 }
 

@@ -10,8 +10,9 @@ use super::codec::{
     decode_record, raw_record, thread_checksum, RawLease, RawRow, LEASE_COLUMNS, RECORD_COLUMNS,
 };
 use super::error::map_sqlite_error;
+use super::txn::Txn;
 use crate::checksum::verify as verify_sum;
-use crate::durable::{merge_scan, ScannedRow, ScannedSession};
+use crate::durable::{check_mirrors, merge_scan, ScannedRow, ScannedSession};
 use crate::verify::{Checker, ProblemKind};
 use crate::StoreError;
 
@@ -44,7 +45,7 @@ pub(super) fn verify(
             return Ok(false);
         }
     }
-    let complete = {
+    let scanned = {
         let mut sessions_stmt = txn
             .prepare(&format!(
                 "SELECT {RECORD_COLUMNS} FROM sessions ORDER BY session_id"
@@ -59,8 +60,7 @@ pub(super) fn verify(
         let mut sessions = scan(&mut sessions_stmt, label, |row| {
             let raw = raw_record(row).map_err(map)?;
             let id = raw.session_id.clone();
-            let row_count = decode_record(label, raw).map(|record| record.row_count);
-            Ok(ScannedSession { id, row_count })
+            Ok(ScannedSession::of(&id, decode_record(label, raw)))
         })?;
         let mut rows = scan(&mut rows_stmt, label, |row| {
             let raw = RawRow::from_row(row).map_err(map)?;
@@ -72,7 +72,10 @@ pub(super) fn verify(
         })?;
         merge_scan(checker, &mut sessions, &mut rows)?
     };
-    if !complete || !verify_leases(&txn, label, checker)? || !verify_threads(&txn, label, checker)?
+    check_mirrors(&mut Txn { conn: &txn, label }, checker, scanned.mirrors)?;
+    if !scanned.complete
+        || !verify_leases(&txn, label, checker)?
+        || !verify_threads(&txn, label, checker)?
     {
         return Ok(false);
     }

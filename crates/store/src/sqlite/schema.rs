@@ -10,7 +10,9 @@ const APPLICATION_ID: i64 = 0x7274_6864;
 
 /// Every row carries a CRC-32 of its fields (`codec.rs`). A free lease keeps its row so that
 /// `fence` keeps growing; expiry is judged by the clock of the machine the processes share.
-/// `threads` says which session each thread belongs to.
+/// `threads` says which session each thread belongs to. `mirror_chunks` holds the mirrored
+/// rollout files (their state is the session's `mirror` column); a rowid table, as SQLite
+/// advises for rows of kilobytes.
 const SCHEMA: &str = "
 CREATE TABLE sessions (
     session_id TEXT PRIMARY KEY NOT NULL,
@@ -20,6 +22,7 @@ CREATE TABLE sessions (
     retired_threads TEXT NOT NULL,
     created_at_ms INTEGER NOT NULL,
     updated_at_ms INTEGER NOT NULL,
+    mirror TEXT NOT NULL,
     checksum INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE transcript_rows (
@@ -49,10 +52,25 @@ CREATE TABLE threads (
     checksum INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX threads_by_session ON threads (session_id);
+CREATE TABLE mirror_chunks (
+    session_id TEXT NOT NULL,
+    thread_id TEXT NOT NULL,
+    path TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    bytes BLOB NOT NULL,
+    checksum INTEGER NOT NULL,
+    PRIMARY KEY (session_id, thread_id, path, seq)
+);
 ";
 
 /// The tables a store has.
-const TABLES: [&str; 4] = ["sessions", "transcript_rows", "leases", "threads"];
+const TABLES: [&str; 5] = [
+    "sessions",
+    "transcript_rows",
+    "leases",
+    "threads",
+    "mirror_chunks",
+];
 
 /// Checks the schema version, initialising a new file when `create` allows, all in one
 /// immediate transaction (two processes opening a new file at once are serialised).

@@ -6,8 +6,8 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 
 use super::codec::{
-    corrupt_json, decode_record, raw_record, row_checksum, thread_checksum, RawLease, RawRecord,
-    RawRow, LEASE_COLUMNS, RECORD_COLUMNS,
+    chunk_checksum, corrupt_json, decode_record, raw_record, row_checksum, thread_checksum,
+    RawLease, RawRecord, RawRow, LEASE_COLUMNS, RECORD_COLUMNS,
 };
 use super::error::map_sqlite_error;
 use crate::checksum::verify;
@@ -130,6 +130,41 @@ impl ReadTxn for Txn<'_> {
         Ok(Some(session_id))
     }
 
+    fn load_chunks(
+        &mut self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        range: Range<u64>,
+    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        let start = range.start.min(i64::MAX as u64) as i64;
+        let end = range.end.min(i64::MAX as u64) as i64;
+        let raw: Vec<(i64, Vec<u8>, i64)> = self
+            .conn
+            .prepare_cached(
+                "SELECT seq, bytes, checksum FROM mirror_chunks WHERE session_id = ?1 \
+                 AND thread_id = ?2 AND path = ?3 AND seq >= ?4 AND seq < ?5 ORDER BY seq",
+            )
+            .and_then(|mut s| {
+                s.query_map(params![session_id, thread_id, path, start, end], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?
+                .collect()
+            })
+            .map_err(|e| self.map(e))?;
+        raw.into_iter()
+            .map(|(seq, bytes, checksum)| {
+                verify(
+                    self.label,
+                    || format!("chunk {seq} of the mirror of {path} (session {session_id})"),
+                    checksum,
+                    chunk_checksum(session_id, thread_id, path, seq, &bytes),
+                )?;
+                Ok((seq as u64, bytes))
+            })
+            .collect()
+    }
+
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
         let mut ends: Vec<String> = Vec::new();
         for order in ["ASC", "DESC"] {
@@ -161,12 +196,13 @@ impl WriteTxn for Txn<'_> {
         let raw = RawRecord::encode(record)?;
         self.conn
             .prepare_cached(&format!(
-                "INSERT INTO sessions ({RECORD_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+                "INSERT INTO sessions ({RECORD_COLUMNS}) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
                  ON CONFLICT (session_id) DO UPDATE SET model_config = excluded.model_config, \
                  state = excluded.state, row_count = excluded.row_count, \
                  retired_threads = excluded.retired_threads, \
                  created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms, \
-                 checksum = excluded.checksum"
+                 mirror = excluded.mirror, checksum = excluded.checksum"
             ))
             .and_then(|mut s| {
                 s.execute(params![
@@ -177,6 +213,7 @@ impl WriteTxn for Txn<'_> {
                     raw.retired_threads,
                     raw.created_at_ms,
                     raw.updated_at_ms,
+                    raw.mirror,
                     raw.checksum,
                 ])
             })
@@ -222,8 +259,47 @@ impl WriteTxn for Txn<'_> {
         Ok(())
     }
 
+    fn put_chunk(
+        &mut self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        seq: u64,
+        bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        let seq = seq.min(i64::MAX as u64) as i64;
+        let checksum = chunk_checksum(session_id, thread_id, path, seq, bytes);
+        // A plain INSERT: chunks are append-only; a duplicate key fails loudly.
+        self.conn
+            .prepare_cached(
+                "INSERT INTO mirror_chunks (session_id, thread_id, path, seq, bytes, checksum) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .and_then(|mut s| s.execute(params![session_id, thread_id, path, seq, bytes, checksum]))
+            .map_err(|e| self.map(e))?;
+        Ok(())
+    }
+
+    fn remove_chunks(
+        &mut self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        from: u64,
+    ) -> Result<(), StoreError> {
+        let from = from.min(i64::MAX as u64) as i64;
+        self.conn
+            .prepare_cached(
+                "DELETE FROM mirror_chunks WHERE session_id = ?1 AND thread_id = ?2 AND path = ?3 \
+                 AND seq >= ?4",
+            )
+            .and_then(|mut s| s.execute(params![session_id, thread_id, path, from]))
+            .map_err(|e| self.map(e))?;
+        Ok(())
+    }
+
     fn remove(&mut self, session_id: &str) -> Result<bool, StoreError> {
-        for table in ["transcript_rows", "threads"] {
+        for table in ["transcript_rows", "threads", "mirror_chunks"] {
             self.conn
                 .prepare_cached(&format!("DELETE FROM {table} WHERE session_id = ?1"))
                 .and_then(|mut s| s.execute([session_id]))

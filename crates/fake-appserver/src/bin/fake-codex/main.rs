@@ -14,6 +14,7 @@
 //! 0; a usage error exits 2. The profile can also come from `FAKE_CODEX_PROFILE`, the fault
 //! script (JSON, or TOML for a `.toml` file) from `FAKE_CODEX_FAULTS` (inline JSON or a path).
 //! Every model request is appended to `$CODEX_HOME/fake-model-requests.jsonl`;
+//! `FAKE_CODEX_ANSWER` (`streamed`, the default, or `whole`) how the model delivers its answer;
 //! `FAKE_CODEX_EVENT_LOG` names a file for the event log (requests and finished turns, with
 //! times: what `cargo xtask restarts` reads to tell where a kill landed).
 //!
@@ -170,6 +171,10 @@ fn builder(
         .faults(faults)
         .model_log(home.join("fake-model-requests.jsonl"))
         .codex_home(home);
+    let builder = match std::env::var("FAKE_CODEX_ANSWER") {
+        Ok(shape) => builder.answer(shape.parse()?),
+        Err(_) => builder,
+    };
     let builder = match std::env::var_os("FAKE_CODEX_EVENT_LOG") {
         Some(path) => builder.event_log(PathBuf::from(path)),
         None => builder,

@@ -1,0 +1,145 @@
+//! `BindingHooks` with the rollout mirror, in front of in-process fakes on two `CODEX_HOME`s
+//! (two machines) and one store: the session moves between them and keeps its thread and
+//! its memory, with no warning; a home where the rollout cannot be found is said once and the
+//! turn still commits.
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rethread_proxy::{BindingHooks, SessionOptions};
+use rethread_store::{BindingStore, MemoryStore};
+use serde_json::Value;
+use support::*;
+
+const SESSION: &str = "fleet";
+
+async fn hooks(store: &Arc<dyn BindingStore>, home: &Path) -> Arc<BindingHooks> {
+    let mut options = SessionOptions::default();
+    options.binder.retry_backoff = Duration::from_millis(5);
+    options.binder.codex_home = Some(home.display().to_string());
+    options.binder.mirror = true;
+    Arc::new(
+        BindingHooks::open(SESSION, store.clone(), options)
+            .await
+            .unwrap(),
+    )
+}
+
+fn warnings(log: &[Value]) -> Vec<String> {
+    log.iter()
+        .filter(|m| m["method"] == "warning")
+        .map(|m| {
+            m["params"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
+/// One process on `fake`'s home: the client's `thread/start` and one turn saying `text`.
+/// Returns the thread and what the client was warned of.
+async fn process(
+    store: &Arc<dyn BindingStore>,
+    fake: &FakeHandle,
+    home: &Path,
+    text: &str,
+) -> (String, Vec<String>) {
+    let stream = fake.restart().await.unwrap();
+    let (read, write) = tokio::io::split(stream);
+    let mut proxied = proxy(hooks(store, home).await, read, write, |o| o);
+    let thread = open_thread(&mut proxied.client).await;
+    let turn = proxied.client.run_turn(&thread, text, None).await.unwrap();
+    assert_eq!(turn.agent_text(), [format!("echo: {text}")]);
+    proxied.client.close_writer().await;
+    while proxied.client.next_message().await.unwrap().is_some() {}
+    proxied.task.await.unwrap().unwrap();
+    (thread, warnings(&proxied.client.log))
+}
+
+#[tokio::test]
+async fn a_session_that_moves_between_homes_keeps_its_thread_and_its_memory() {
+    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (_, a) = FakeAppServer::builder()
+        .codex_home(dir_a.path())
+        .spawn_in_process()
+        .unwrap();
+    let (_, b) = FakeAppServer::builder()
+        .codex_home(dir_b.path())
+        .spawn_in_process()
+        .unwrap();
+
+    let (thread, warned) = process(&store, &a, dir_a.path(), "remember zebra").await;
+    assert!(warned.is_empty(), "{warned:?}");
+    let rollouts = rollout_files(dir_a.path());
+    assert_eq!(rollouts.len(), 1);
+    let relative = rollouts[0]
+        .strip_prefix(dir_a.path())
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(
+        store
+            .mirror_file(SESSION, &thread, &relative)
+            .await
+            .unwrap(),
+        Some(std::fs::read(&rollouts[0]).unwrap()),
+        "turn/completed reached the client with the rollout in the store"
+    );
+
+    // Machine B never saw the thread: it is restored there, resumed, and remembers.
+    let (again, warned) = process(&store, &b, dir_b.path(), "which animal?").await;
+    assert_eq!(again, thread);
+    assert!(warned.is_empty(), "{warned:?}");
+    assert!(
+        dir_b.path().join(&relative).is_file(),
+        "restored at the same path"
+    );
+    assert!(b.model_requests().last().unwrap().saw("remember zebra"));
+
+    // Back on A, which holds only the first turn: completed from the store.
+    let (again, warned) = process(&store, &a, dir_a.path(), "and before that?").await;
+    assert_eq!(again, thread);
+    assert!(warned.is_empty(), "{warned:?}");
+    let seen = a.model_requests();
+    let last = seen.last().unwrap();
+    assert!(last.saw("remember zebra") && last.saw("which animal?"));
+    a.kill().await;
+    b.kill().await;
+}
+
+#[tokio::test]
+async fn a_rollout_the_proxy_cannot_find_is_said_once_and_the_turns_still_commit() {
+    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let (dir, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (stream, fake) = FakeAppServer::builder()
+        .codex_home(dir.path())
+        .spawn_in_process()
+        .unwrap();
+    drop(stream);
+    // The hooks look in another home than codex writes to (a misconfigured CODEX_HOME).
+    let stream = fake.restart().await.unwrap();
+    let (read, write) = tokio::io::split(stream);
+    let mut proxied = proxy(hooks(&store, elsewhere.path()).await, read, write, |o| o);
+    let thread = open_thread(&mut proxied.client).await;
+    for text in ["one", "two"] {
+        proxied.client.run_turn(&thread, text, None).await.unwrap();
+    }
+    let said = warnings(&proxied.client.log);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].starts_with(&format!(
+            "rethread could not mirror thread {thread}'s rollout"
+        )),
+        "{said:?}"
+    );
+    let record = store.session(SESSION).await.unwrap().unwrap();
+    assert_eq!(record.row_count, 4);
+    assert_eq!(record.thread_id(), Some(thread.as_str()));
+    assert!(record.mirror.files.is_empty());
+    fake.kill().await;
+}

@@ -1,0 +1,309 @@
+//! `cargo xtask bench mirror`: what the rollout mirror costs, in one run (`docs/benchmarks.md`).
+//!
+//! 1. A turn's commit (`binding::commit_turn`, durable) with and without the mirror, by what
+//!    the rollout grew by (5 KB, 100 KB, 1 MB): each commit first appends that many bytes of
+//!    JSON lines to a real rollout file, then commits two rows; with the mirror the commit also
+//!    reads the new bytes and stores them in the same transaction. The two kinds alternate
+//!    commit by commit so that noise falls on both; p50 and p99 of each, and what the mirror
+//!    adds.
+//! 2. Restoring a rollout of 100, 1,000 and 5,000 turns (a 21 KB first line, then 5.3 KB per
+//!    turn, as 0.171.0 writes a paginated thread's short turns) into a home that lacks it
+//!    (`RolloutMirror::restore`: the record, every chunk, a temp file and a rename), beside a
+//!    plain copy of the same file (`std::fs::copy`), median of the samples.
+//!
+//! Backends: SQLite and redb in a temp dir (`--dir PATH` to measure another filesystem), and
+//! PostgreSQL with `--postgres URL` (or `RETHREAD_BENCH_POSTGRES_URL`,
+//! `RETHREAD_TEST_POSTGRES_URL`). Flags: `--commits N` (per kind and size, default 200),
+//! `--samples N` (restores, default 7), `--turns 100,1000,5000`, `--restores-only`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rethread_runtime::binding::{commit_turn, TurnRows};
+use rethread_runtime::{RolloutMirror, Transcript};
+use rethread_store::{open_url, BindingStore, Durability, OpenOptions};
+use serde_json::json;
+
+struct Args {
+    commits: usize,
+    samples: usize,
+    turns: Vec<usize>,
+    dir: Option<PathBuf>,
+    postgres: Option<String>,
+    restores_only: bool,
+}
+
+fn parse_args() -> Args {
+    let mut args = Args {
+        commits: 200,
+        samples: 7,
+        turns: vec![100, 1000, 5000],
+        dir: None,
+        restores_only: false,
+        postgres: std::env::var("RETHREAD_BENCH_POSTGRES_URL")
+            .or_else(|_| std::env::var("RETHREAD_TEST_POSTGRES_URL"))
+            .ok(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--commits" => args.commits = value().parse().expect("--commits N"),
+            "--samples" => args.samples = value().parse().expect("--samples N"),
+            "--turns" => {
+                args.turns = value()
+                    .split(',')
+                    .map(|t| t.parse().expect("a number of turns"))
+                    .collect()
+            }
+            "--dir" => args.dir = Some(PathBuf::from(value())),
+            "--postgres" => args.postgres = Some(value()),
+            "--restores-only" => args.restores_only = true,
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    args
+}
+
+/// JSON lines of about `bytes` bytes in all (the shape of a rollout's records).
+fn lines(bytes: usize, tag: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes + 200);
+    let mut n = 0;
+    while out.len() < bytes {
+        let filler = "x".repeat(400);
+        let record = json!({"timestamp": "2026-12-01T10:00:00.000Z", "type": "response_item",
+                            "payload": {"type": "message", "tag": tag, "n": n, "text": filler}});
+        writeln!(out, "{record}").unwrap();
+        n += 1;
+    }
+    out
+}
+
+fn append(path: &Path, bytes: &[u8]) {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    file.write_all(bytes).unwrap();
+}
+
+/// Where codex keeps `thread`'s rollout under `home`.
+fn rollout_path(home: &Path, thread: &str) -> PathBuf {
+    home.join("sessions/2026/12/01")
+        .join(format!("rollout-2026-12-01T10-00-00-{thread}.jsonl"))
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[at.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+async fn open(url: &str, durability: Durability) -> Arc<dyn BindingStore> {
+    open_url(url, OpenOptions::default().durability(durability))
+        .await
+        .unwrap_or_else(|e| panic!("{url}: {e}"))
+}
+
+/// Part 1 on one backend: the commit with and without the mirror, per delta size.
+async fn commits(name: &str, url: &str, args: &Args) {
+    let store = open(url, Durability::Durable).await;
+    println!(
+        "\n### {name}: a turn's commit, with and without the mirror ({} commits each)\n",
+        args.commits
+    );
+    println!("| rollout grew by | without p50 | without p99 | with p50 | with p99 | added p50 | added p99 |");
+    println!("|---|---|---|---|---|---|---|");
+    for (label, size) in [("5 KB", 5_000), ("100 KB", 100_000), ("1 MB", 1_000_000)] {
+        let home = tempfile::tempdir().unwrap();
+        let session = format!("bench-{name}-{size}-{}", std::process::id());
+        let thread = format!("{session}-thread");
+        let path = rollout_path(home.path(), &thread);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        append(&path, &lines(21_000, "meta"));
+        // The unmirrored session's thread writes its rollout too (codex does either way).
+        let plain_path = home.path().join("sessions/plain-rollout.jsonl");
+        let mirror = RolloutMirror::with_cap(home.path(), u64::MAX);
+        let delta = lines(size, "turn");
+        let rows = [
+            json!({"role": "user", "text": "hello"}),
+            json!({"role": "assistant", "text": "hi"}),
+        ];
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        // A first commit mirrors the whole file; the measured ones mirror what it grew by.
+        commit_turn(
+            store.as_ref(),
+            &Transcript::Store,
+            None,
+            TurnRows::new(&session, &thread, &rows).mirror(Some(&mirror)),
+        )
+        .await
+        .unwrap();
+        let other = format!("{session}-plain");
+        let other_thread = format!("{other}-thread");
+        // The two kinds alternate commit by commit (each goes first half the time), so that
+        // the machine's noise falls on both alike.
+        for i in 0..args.commits * 2 {
+            let mirrored = (i % 2 == 0) == (i % 4 < 2);
+            append(if mirrored { &path } else { &plain_path }, &delta);
+            let (turn, out) = if mirrored {
+                (
+                    TurnRows::new(&session, &thread, &rows).mirror(Some(&mirror)),
+                    &mut with,
+                )
+            } else {
+                (TurnRows::new(&other, &other_thread, &rows), &mut without)
+            };
+            let started = Instant::now();
+            let committed = commit_turn(store.as_ref(), &Transcript::Store, None, turn)
+                .await
+                .unwrap();
+            out.push(started.elapsed());
+            if mirrored {
+                assert_eq!(committed.mirror, rethread_runtime::MirrorReport::Written);
+            }
+        }
+        with.sort();
+        without.sort();
+        let (w50, w99) = (percentile(&with, 0.5), percentile(&with, 0.99));
+        let (o50, o99) = (percentile(&without, 0.5), percentile(&without, 0.99));
+        println!(
+            "| {label} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:+.2} ms | {:+.2} ms |",
+            ms(o50),
+            ms(o99),
+            ms(w50),
+            ms(w99),
+            ms(w50) - ms(o50),
+            ms(w99) - ms(o99)
+        );
+    }
+}
+
+/// Part 2 on one backend: restoring rollouts of each length, beside a plain copy.
+async fn restores(name: &str, url: &str, args: &Args) {
+    // Built relaxed (the commits themselves are part 1's); read back as any store is.
+    let store = open(url, Durability::Relaxed).await;
+    println!(
+        "\n### {name}: restoring a rollout into a home that lacks it (median of {})\n",
+        args.samples
+    );
+    println!("| turns | bytes | chunks | restore | of which reading the store | plain copy | restore / copy |");
+    println!("|---|---|---|---|---|---|---|");
+    let meta = lines(21_000, "meta");
+    let turn = lines(5_300, "turn");
+    for &turns in &args.turns {
+        let home = tempfile::tempdir().unwrap();
+        let session = format!("restore-{name}-{turns}-{}", std::process::id());
+        let thread = format!("{session}-thread");
+        let path = rollout_path(home.path(), &thread);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mirror = RolloutMirror::with_cap(home.path(), u64::MAX);
+        let rows = [json!({"role": "user", "text": "hello"})];
+        append(&path, &meta);
+        for _ in 0..turns {
+            append(&path, &turn);
+            commit_turn(
+                store.as_ref(),
+                &Transcript::Store,
+                None,
+                TurnRows::new(&session, &thread, &rows).mirror(Some(&mirror)),
+            )
+            .await
+            .unwrap();
+        }
+        let bytes = std::fs::metadata(&path).unwrap().len();
+        let record = store.session(&session).await.unwrap().unwrap();
+        let chunks: u64 = record.mirror.files.iter().map(|f| f.chunks()).sum();
+        let (mut restore, mut copy, mut read) = (Vec::new(), Vec::new(), Vec::new());
+        let file_path = record.mirror.files[0].path.clone();
+        for _ in 0..args.samples {
+            let target = tempfile::tempdir().unwrap();
+            let started = Instant::now();
+            let restored = RolloutMirror::new(target.path())
+                .restore(store.as_ref(), &session, &thread)
+                .await
+                .unwrap();
+            restore.push(started.elapsed());
+            assert_eq!(restored.written.len(), 1);
+            let started = Instant::now();
+            let held = store
+                .mirror_file(&session, &thread, &file_path)
+                .await
+                .unwrap();
+            read.push(started.elapsed());
+            assert_eq!(held.map(|b| b.len() as u64), Some(bytes));
+            let plain = tempfile::tempdir().unwrap();
+            let to = rollout_path(plain.path(), &thread);
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            let started = Instant::now();
+            std::fs::copy(&path, &to).unwrap();
+            copy.push(started.elapsed());
+            assert_eq!(
+                std::fs::read(rollout_path(target.path(), &thread)).unwrap(),
+                std::fs::read(&to).unwrap()
+            );
+        }
+        restore.sort();
+        copy.sort();
+        read.sort();
+        let (r, c) = (percentile(&restore, 0.5), percentile(&copy, 0.5));
+        println!(
+            "| {turns} | {:.1} MB | {chunks} | {:.1} ms | {:.1} ms | {:.1} ms | {:.2}x |",
+            bytes as f64 / 1e6,
+            ms(r),
+            ms(percentile(&read, 0.5)),
+            ms(c),
+            r.as_secs_f64() / c.as_secs_f64()
+        );
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args = parse_args();
+    let dir = match &args.dir {
+        Some(dir) => tempfile::tempdir_in(dir).unwrap(),
+        None => tempfile::tempdir().unwrap(),
+    };
+    let mut backends = vec![
+        (
+            "SQLite".to_string(),
+            format!("sqlite:{}", dir.path().join("bench.sqlite").display()),
+        ),
+        (
+            "redb".to_string(),
+            format!("redb:{}", dir.path().join("bench.redb").display()),
+        ),
+    ];
+    if let Some(url) = &args.postgres {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        backends.push((
+            "PostgreSQL".to_string(),
+            format!("{url}{sep}schema=bench_mirror_{}", std::process::id()),
+        ));
+    }
+    println!(
+        "rethread bench mirror: durable commits; stores under {}",
+        dir.path().display()
+    );
+    if !args.restores_only {
+        for (name, url) in &backends {
+            commits(name, url, &args).await;
+        }
+    }
+    for (name, url) in &backends {
+        let restore_url = url.replace("bench.", "restore.");
+        let restore_url = if name == "PostgreSQL" {
+            format!("{restore_url}_restore")
+        } else {
+            restore_url
+        };
+        restores(name, &restore_url, &args).await;
+    }
+}

@@ -1,0 +1,86 @@
+//! The machine's rollout-mirror steps: the answer to [`Action::Restore`] and what a commit
+//! did with the mirror. Neither can hide codex's own answer: a failed restore is said and the
+//! resume goes ahead (codex then resumes the thread as it has it, or says it is lost, and the
+//! usual rules decide); a turn committed without its mirror is said once.
+
+use super::{Action, Phase, Say, SessionMachine};
+use crate::mirror::{MirrorReport, Restored};
+
+impl SessionMachine {
+    /// The answer to [`Action::Restore`]: the files written (or why not). Either way the
+    /// resume follows; a failure is said first. A session whose mirroring stopped at its cap
+    /// mirrors no more on this connection (that was said when it stopped).
+    pub fn handle_restored(&mut self, restored: Result<Restored, String>) {
+        if !matches!(self.phase, Phase::Restoring(_)) {
+            return;
+        }
+        let Phase::Restoring(attempts) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            return;
+        };
+        match restored {
+            Ok(restored) => {
+                if restored.stopped {
+                    self.mirroring = false;
+                }
+            }
+            Err(message) => self.actions.push_back(Action::Say(Say::RestoreFailed {
+                thread_id: attempts.thread_id.clone(),
+                message,
+            })),
+        }
+        self.actions.push_back(Action::Resume(attempts.params()));
+        self.phase = Phase::Resuming(attempts);
+    }
+
+    /// What a commit that took the mirror did with it ([`Action::Commit`]'s `mirror`): past
+    /// the session's cap mirroring stops, said once (by the commit that stopped it); a turn
+    /// committed without its rollout is said once per connection.
+    pub fn handle_mirrored(&mut self, thread_id: &str, report: &MirrorReport) {
+        match report {
+            MirrorReport::StoppedNow { bytes, cap } => {
+                self.mirroring = false;
+                self.actions.push_back(Action::Say(Say::MirrorStopped {
+                    bytes: *bytes,
+                    cap: *cap,
+                }));
+            }
+            MirrorReport::Stopped => self.mirroring = false,
+            MirrorReport::Failed(message)
+                if !std::mem::replace(&mut self.mirror_failure_said, true) =>
+            {
+                self.actions.push_back(Action::Say(Say::MirrorFailed {
+                    thread_id: thread_id.to_string(),
+                    message: message.clone(),
+                }));
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether commits take the mirror.
+    pub fn is_mirroring(&self) -> bool {
+        self.mirroring
+    }
+}
+
+impl Say {
+    /// The text of the mirror's sayings.
+    pub(super) fn mirror_message(&self) -> String {
+        match self {
+            Say::RestoreFailed { thread_id, message } => format!(
+                "rethread could not restore thread {thread_id}'s rollout from the store \
+                 ({message}); resuming it as codex has it."
+            ),
+            Say::MirrorStopped { bytes, cap } => format!(
+                "rethread stopped mirroring this session's codex rollout: it would hold {bytes} \
+                 bytes, past the cap of {cap}. Its thread resumes only where codex keeps its \
+                 rollout."
+            ),
+            Say::MirrorFailed { thread_id, message } => format!(
+                "rethread could not mirror thread {thread_id}'s rollout ({message}): it resumes \
+                 only where codex keeps it."
+            ),
+            other => other.message(),
+        }
+    }
+}

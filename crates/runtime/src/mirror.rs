@@ -1,0 +1,649 @@
+//! [`RolloutMirror`]: the file side of the rollout mirror, used by every driver of the
+//! [`SessionMachine`](crate::machine::SessionMachine): finding a thread's rollout files under
+//! `CODEX_HOME`, computing what they grew by for the turn's commit, and restoring them from the
+//! store before a resume. The rules (when to restore, which commits take the mirror, what is
+//! said) are the machine's; the store's side is `rethread_store`'s mirror.
+//!
+//! What codex does, measured on 0.144.6, 0.169.0 and 0.171.0 (`docs/design.md`, "Moving a
+//! thread between homes"): a thread moves by its rollout file alone, at the same path relative
+//! to `CODEX_HOME` (`sessions/YYYY/MM/DD/rollout-<ts>-<id>.jsonl`): codex finds it by scanning
+//! `sessions/` and indexes it itself. The file grows append-only between completed turns and
+//! is complete when `turn/completed` arrives; a paginated `thread/revert` starts a head file
+//! beside it (`rollout-<ts>-<id>_<rolloutId>.jsonl`) that needs its source. Codex's
+//! `state_5.sqlite` holds absolute paths and is never touched here.
+//!
+//! All file work runs on blocking threads (`spawn_blocking`), never on the runtime's.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rethread_store::{
+    check_mirror_path, crc32_extend, BindingStore, MirrorAppend, MirrorOutcome, MirrorUpdate,
+    MirroredFile, StoreError, DEFAULT_MIRROR_CAP,
+};
+
+/// Codex's index of paginated threads, rebuilt from the rollout when a thread's rows are gone.
+pub const HISTORY_INDEX: &str = "thread_history_1.sqlite";
+
+/// The tables of [`HISTORY_INDEX`] that hold a thread's projected history (each keyed by
+/// `thread_id`; deleting the projection state also deletes the realtime items, by trigger).
+const HISTORY_TABLES: [&str; 4] = [
+    "thread_turns",
+    "thread_items",
+    "thread_realtime_items",
+    "thread_history_projection_state",
+];
+
+/// Why the mirror could not do its part.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MirrorError {
+    /// No rollout file of the thread under `CODEX_HOME/sessions`.
+    #[error("no rollout of thread {thread_id} under {}", home.join("sessions").display())]
+    NoRollout {
+        /// The thread.
+        thread_id: String,
+        /// The `CODEX_HOME` searched.
+        home: PathBuf,
+    },
+    /// Reading or writing a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// The store failed, or holds a file it cannot give back.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// The store names a path outside `CODEX_HOME`: nothing is written.
+    #[error("{0}")]
+    BadPath(String),
+    /// The blocking task running the file work was lost.
+    #[error("the mirror's file work stopped: {0}")]
+    Task(String),
+}
+
+/// What a restore did ([`RolloutMirror::restore`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Restored {
+    /// The files written from the store (paths relative to `CODEX_HOME`); empty when the
+    /// home already held them (or a longer copy) or the store has no mirror of the thread.
+    pub written: Vec<String>,
+    /// A local copy diverged from the mirror and was replaced (the mirror wins).
+    pub diverged: bool,
+    /// Mirroring had stopped for the session (its cap): nothing to restore, nothing to mirror.
+    pub stopped: bool,
+    /// The local history index could not be cleared after a divergence: the model sees the
+    /// restored history, `thread/read` may show the replaced one.
+    pub index_error: Option<String>,
+}
+
+/// How a turn's commit went for the mirror, as the machine hears it
+/// ([`SessionMachine::handle_mirrored`](crate::machine::SessionMachine::handle_mirrored)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MirrorReport {
+    /// The commit took no mirror.
+    Off,
+    /// The rollout's growth was committed with the turn.
+    Written,
+    /// This commit passed the session's cap: mirroring stopped for the session.
+    StoppedNow {
+        /// The bytes the session's mirror would have held.
+        bytes: u64,
+        /// The cap.
+        cap: u64,
+    },
+    /// Mirroring had stopped for the session before.
+    Stopped,
+    /// The rollout could not be read: the turn committed without its mirror.
+    Failed(String),
+}
+
+impl MirrorReport {
+    /// The report of a commit the store answered with `outcome`.
+    pub fn of(outcome: MirrorOutcome) -> Self {
+        match outcome {
+            MirrorOutcome::Mirrored => MirrorReport::Written,
+            MirrorOutcome::StoppedNow { bytes, cap } => MirrorReport::StoppedNow { bytes, cap },
+            MirrorOutcome::Stopped => MirrorReport::Stopped,
+            _ => MirrorReport::Off,
+        }
+    }
+}
+
+/// A file's identity on its device: a file replaced since (a restore, another copy) is
+/// another file, and what was known of the old one no longer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId(u64, u64);
+
+fn file_id(meta: &std::fs::Metadata) -> Option<FileId> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Some(FileId(meta.dev(), meta.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        None
+    }
+}
+
+/// What the store holds of one local file: its first `len` bytes, CRC-32 `crc32`, are what
+/// the store holds, in the file `id` (codex only appends to it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct KnownFile {
+    len: u64,
+    crc32: u32,
+    id: Option<FileId>,
+}
+
+/// What this process knows of one thread's files.
+#[derive(Debug, Clone, Default)]
+struct Known {
+    /// The directory of the thread's files, relative to the home.
+    dir: Option<String>,
+    files: HashMap<String, KnownFile>,
+}
+
+/// The rollout files of the threads of one `CODEX_HOME`, as one process mirrors them: it
+/// remembers what the store holds of each file it mirrored or restored, so a turn's commit
+/// reads only what the file grew by. Clones share what they know.
+#[derive(Debug, Clone)]
+pub struct RolloutMirror {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    home: PathBuf,
+    cap: u64,
+    known: Mutex<HashMap<String, Known>>,
+}
+
+/// A turn's mirror update and what the store will hold once it commits
+/// ([`RolloutMirror::committed`]).
+#[derive(Debug)]
+pub struct PreparedMirror {
+    /// What to commit with the turn.
+    pub update: MirrorUpdate,
+    thread_id: String,
+    known: Known,
+}
+
+impl RolloutMirror {
+    /// The mirror of the threads under `codex_home`, with the default cap.
+    pub fn new(codex_home: impl Into<PathBuf>) -> Self {
+        Self::with_cap(codex_home, DEFAULT_MIRROR_CAP)
+    }
+
+    /// The mirror of the threads under `codex_home`, capped at `cap` mirrored bytes per
+    /// session.
+    pub fn with_cap(codex_home: impl Into<PathBuf>, cap: u64) -> Self {
+        RolloutMirror {
+            inner: Arc::new(Inner {
+                home: codex_home.into(),
+                cap,
+                known: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The `CODEX_HOME` it mirrors.
+    pub fn home(&self) -> &Path {
+        &self.inner.home
+    }
+
+    fn known(&self) -> MutexGuard<'_, HashMap<String, Known>> {
+        // Every critical section is a plain map update.
+        self.inner
+            .known
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// What the thread's rollout files grew by since the store last got them, for the commit
+    /// of a completed turn: only the new bytes of a file this process mirrored or restored
+    /// (cut at the last newline), the whole file otherwise (base length 0).
+    pub async fn prepare(&self, thread_id: &str) -> Result<PreparedMirror, MirrorError> {
+        let known = self.known().get(thread_id).cloned().unwrap_or_default();
+        let (home, thread, cap) = (
+            self.inner.home.clone(),
+            thread_id.to_string(),
+            self.inner.cap,
+        );
+        blocking(move || {
+            let (appends, known) = grown(&home, &thread, &known)?;
+            Ok(PreparedMirror {
+                update: MirrorUpdate::new(appends).cap(cap),
+                thread_id: thread,
+                known,
+            })
+        })
+        .await
+    }
+
+    /// The store committed `prepared`: it now holds what the local files held.
+    pub fn committed(&self, prepared: PreparedMirror) {
+        self.known().insert(prepared.thread_id, prepared.known);
+    }
+
+    /// Forgets what this process knew of the thread's files (the store refused an append:
+    /// its idea of them was stale); the next [`RolloutMirror::prepare`] sends them whole.
+    pub fn forget(&self, thread_id: &str) {
+        if let Some(known) = self.known().get_mut(thread_id) {
+            known.files.clear();
+        }
+    }
+
+    /// Restores `thread_id`'s rollout files from the store's mirror of `session_id` before a
+    /// resume: each file the home lacks, or holds a strict prefix of, is written from the
+    /// mirror at its path (temp file and rename, cut at the last newline). A local file the
+    /// mirror is a prefix of (a turn codex ran that was never committed) is left as it is.
+    /// A local file that diverged is replaced (the mirror holds what was committed), and the
+    /// thread's rows are removed from codex's history index ([`HISTORY_INDEX`]): codex
+    /// rebuilds them from the rollout on resume, else `thread/read` would show the replaced
+    /// history while the model sees the restored one.
+    pub async fn restore(
+        &self,
+        store: &dyn BindingStore,
+        session_id: &str,
+        thread_id: &str,
+    ) -> Result<Restored, MirrorError> {
+        let Some(record) = store.session(session_id).await? else {
+            return Ok(Restored::default());
+        };
+        if record.mirror.stopped {
+            return Ok(Restored {
+                stopped: true,
+                ..Restored::default()
+            });
+        }
+        let files: Vec<MirroredFile> = record.mirror.files_of(thread_id).cloned().collect();
+        if files.is_empty() {
+            return Ok(Restored::default());
+        }
+        let home = self.inner.home.clone();
+        let checked = {
+            let (home, files) = (home.clone(), files.clone());
+            blocking(move || {
+                files
+                    .iter()
+                    .map(|file| check_local(&home, file))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .await?
+        };
+        let mut known = Known {
+            dir: files.first().and_then(|f| parent_of(&f.path)),
+            files: HashMap::new(),
+        };
+        let mut restored = Restored::default();
+        for (file, local) in files.iter().zip(checked) {
+            let existing = match local {
+                Local::Holds(held) => {
+                    known.files.insert(file.path.clone(), held);
+                    continue;
+                }
+                Local::Needs(existing) => existing,
+            };
+            let Some(bytes) = store.mirror_file(session_id, thread_id, &file.path).await? else {
+                // Dropped since the record was read (a concurrent forget): nothing to restore.
+                continue;
+            };
+            let (home, path) = (home.clone(), file.path.clone());
+            let (diverged, held) =
+                blocking(move || write_restored(&home, &path, &bytes, existing.as_deref())).await?;
+            restored.diverged |= diverged;
+            restored.written.push(file.path.clone());
+            if let Some(held) = held {
+                known.files.insert(file.path.clone(), held);
+            }
+        }
+        if restored.diverged {
+            let (home, thread) = (home.clone(), thread_id.to_string());
+            restored.index_error = blocking(move || Ok(clear_history_index(&home, &thread)))
+                .await?
+                .err();
+        }
+        self.known().insert(thread_id.to_string(), known);
+        Ok(restored)
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, MirrorError> + Send + 'static,
+) -> Result<T, MirrorError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|error| MirrorError::Task(error.to_string()))?
+}
+
+fn io_error(path: &Path) -> impl FnOnce(io::Error) -> MirrorError + '_ {
+    move |source| MirrorError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// `bytes` up to and including their last newline (a record being written is not mirrored,
+/// and 0.144.6 glues the next record onto a partial line).
+fn whole_lines(bytes: &[u8]) -> &[u8] {
+    match bytes.iter().rposition(|b| *b == b'\n') {
+        Some(at) => &bytes[..=at],
+        None => &[],
+    }
+}
+
+fn parent_of(path: &str) -> Option<String> {
+    path.rsplit_once('/').map(|(dir, _)| dir.to_string())
+}
+
+/// Whether `name` is a rollout file of `thread_id`: its source (`rollout-<ts>-<id>.jsonl`)
+/// or a head file a paginated revert started (`rollout-<ts>-<id>_<rolloutId>.jsonl`).
+fn is_thread_file(name: &str, thread_id: &str) -> bool {
+    let Some(stem) = name
+        .strip_prefix("rollout-")
+        .and_then(|n| n.strip_suffix(".jsonl"))
+    else {
+        return false;
+    };
+    stem.ends_with(&format!("-{thread_id}")) || stem.contains(&format!("-{thread_id}_"))
+}
+
+/// The thread's files (paths relative to the home, sorted) and their directory: in `hint`
+/// when it still holds them, else found by walking `sessions/`, newest folders first (a
+/// head file keeps its source's folder).
+fn thread_files(
+    home: &Path,
+    thread_id: &str,
+    hint: Option<&str>,
+) -> Result<Option<(String, Vec<String>)>, MirrorError> {
+    if let Some(dir) = hint {
+        let files = files_in(home, dir, thread_id)?;
+        if !files.is_empty() {
+            return Ok(Some((dir.to_string(), files)));
+        }
+    }
+    let Some(dir) = find_dir(home, "sessions", thread_id)? else {
+        return Ok(None);
+    };
+    let files = files_in(home, &dir, thread_id)?;
+    Ok(Some((dir, files)))
+}
+
+fn files_in(home: &Path, dir: &str, thread_id: &str) -> Result<Vec<String>, MirrorError> {
+    let abs = home.join(dir);
+    let entries = match std::fs::read_dir(&abs) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_error(&abs)(e)),
+    };
+    let mut files: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|name| is_thread_file(name, thread_id))
+        .map(|name| format!("{dir}/{name}"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// The first folder under `dir` (depth first, newest name first) holding a file of the thread.
+fn find_dir(home: &Path, dir: &str, thread_id: &str) -> Result<Option<String>, MirrorError> {
+    let abs = home.join(dir);
+    let entries = match std::fs::read_dir(&abs) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error(&abs)(e)),
+    };
+    let mut dirs = Vec::new();
+    for entry in entries.flatten() {
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => dirs.push(name),
+            Ok(t) if t.is_file() && is_thread_file(&name, thread_id) => {
+                return Ok(Some(dir.to_string()))
+            }
+            _ => {}
+        }
+    }
+    dirs.sort_unstable_by(|a, b| b.cmp(a));
+    for sub in dirs {
+        if let Some(found) = find_dir(home, &format!("{dir}/{sub}"), thread_id)? {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
+}
+
+/// The appends that bring the store from `known` to the thread's files as they are now, and
+/// what the store then holds.
+fn grown(
+    home: &Path,
+    thread_id: &str,
+    known: &Known,
+) -> Result<(Vec<MirrorAppend>, Known), MirrorError> {
+    let Some((dir, files)) = thread_files(home, thread_id, known.dir.as_deref())? else {
+        return Err(MirrorError::NoRollout {
+            thread_id: thread_id.to_string(),
+            home: home.to_path_buf(),
+        });
+    };
+    let mut next = Known {
+        dir: Some(dir),
+        files: HashMap::new(),
+    };
+    let mut appends = Vec::new();
+    for path in files {
+        let abs = home.join(&path);
+        let mut file = File::open(&abs).map_err(io_error(&abs))?;
+        let meta = file.metadata().map_err(io_error(&abs))?;
+        let id = file_id(&meta);
+        let before = known.files.get(&path).copied();
+        let (append, held) = match before {
+            // The same file, only grown: read the new bytes only.
+            Some(k) if k.id.is_some() && k.id == id && meta.len() >= k.len => {
+                file.seek(SeekFrom::Start(k.len)).map_err(io_error(&abs))?;
+                let mut tail = Vec::new();
+                file.read_to_end(&mut tail).map_err(io_error(&abs))?;
+                tail.truncate(whole_lines(&tail).len());
+                let held = KnownFile {
+                    len: k.len + tail.len() as u64,
+                    crc32: crc32_extend(k.crc32, k.len, &tail),
+                    id,
+                };
+                let append =
+                    (!tail.is_empty()).then(|| MirrorAppend::extend(&path, k.len, k.crc32, tail));
+                (append, held)
+            }
+            _ => {
+                let mut bytes = Vec::new();
+                file.read_to_end(&mut bytes).map_err(io_error(&abs))?;
+                bytes.truncate(whole_lines(&bytes).len());
+                let held = KnownFile {
+                    len: bytes.len() as u64,
+                    crc32: crc32fast::hash(&bytes),
+                    id,
+                };
+                // What the store holds may still be a prefix of the file (another identity,
+                // the same bytes): then only the rest goes.
+                let append = match before {
+                    Some(k)
+                        if bytes.len() as u64 >= k.len
+                            && crc32fast::hash(&bytes[..k.len as usize]) == k.crc32 =>
+                    {
+                        let tail = bytes[k.len as usize..].to_vec();
+                        (!tail.is_empty())
+                            .then(|| MirrorAppend::extend(&path, k.len, k.crc32, tail))
+                    }
+                    _ => Some(MirrorAppend::whole(&path, bytes)),
+                };
+                (append, held)
+            }
+        };
+        appends.extend(append);
+        next.files.insert(path, held);
+    }
+    Ok((appends, next))
+}
+
+/// What the home holds of one mirrored file.
+enum Local {
+    /// The mirror's bytes, maybe followed by more (left as they are).
+    Holds(KnownFile),
+    /// Less, or other bytes: the file's current bytes, if it exists.
+    Needs(Option<Vec<u8>>),
+}
+
+fn checked_path(home: &Path, path: &str) -> Result<PathBuf, MirrorError> {
+    check_mirror_path(path).map_err(MirrorError::BadPath)?;
+    Ok(home.join(path))
+}
+
+fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
+    let abs = checked_path(home, &file.path)?;
+    let mut handle = match File::open(&abs) {
+        Ok(handle) => handle,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Local::Needs(None)),
+        Err(e) => return Err(io_error(&abs)(e)),
+    };
+    let id = file_id(&handle.metadata().map_err(io_error(&abs))?);
+    let mut bytes = Vec::new();
+    handle.read_to_end(&mut bytes).map_err(io_error(&abs))?;
+    let holds = bytes.len() as u64 >= file.len
+        && crc32fast::hash(&bytes[..file.len as usize]) == file.crc32;
+    Ok(if holds {
+        Local::Holds(KnownFile {
+            len: file.len,
+            crc32: file.crc32,
+            id,
+        })
+    } else {
+        Local::Needs(Some(bytes))
+    })
+}
+
+/// Writes the mirror's `bytes` (cut at the last newline) at `path` through a temp file in the
+/// same folder and a rename, so codex never sees a partial file. No fsync: the store holds the
+/// truth, and a torn write after a crash is a strict prefix that the next restore rewrites.
+/// Returns whether a local copy diverged, and what the store holds of the new file.
+fn write_restored(
+    home: &Path,
+    path: &str,
+    bytes: &[u8],
+    existing: Option<&[u8]>,
+) -> Result<(bool, Option<KnownFile>), MirrorError> {
+    let abs = checked_path(home, path)?;
+    let lines = whole_lines(bytes);
+    let diverged = existing.is_some_and(|local| !lines.starts_with(local));
+    let dir = abs.parent().unwrap_or(home);
+    std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+    let name = abs
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // Not `rollout-*.jsonl`: codex's scan never takes the temp file for a rollout.
+    let temp = dir.join(format!(
+        ".rethread-restore-{}-{name}.tmp",
+        std::process::id()
+    ));
+    let written = (|| {
+        let mut out = File::create(&temp)?;
+        out.write_all(lines)?;
+        drop(out);
+        std::fs::rename(&temp, &abs)
+    })();
+    if let Err(error) = written {
+        let _ = std::fs::remove_file(&temp);
+        return Err(io_error(&abs)(error));
+    }
+    let id = std::fs::metadata(&abs).ok().and_then(|m| file_id(&m));
+    // A mirror cut at its last newline is not what the store holds: the next commit sends
+    // the file whole.
+    let held = (lines.len() == bytes.len()).then(|| KnownFile {
+        len: bytes.len() as u64,
+        crc32: crc32fast::hash(bytes),
+        id,
+    });
+    Ok((diverged, held))
+}
+
+/// Removes `thread_id`'s rows from codex's history index, if the home has one; codex rebuilds
+/// them from the rollout when it resumes the thread. One transaction; the tables a release
+/// does not have are skipped.
+fn clear_history_index(home: &Path, thread_id: &str) -> Result<(), String> {
+    let path = home.join(HISTORY_INDEX);
+    if !path.is_file() {
+        return Ok(());
+    }
+    let fail = |e: rusqlite::Error| format!("{}: {e}", path.display());
+    let mut db = rusqlite::Connection::open(&path).map_err(fail)?;
+    db.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(fail)?;
+    let txn = db
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(fail)?;
+    for table in HISTORY_TABLES {
+        let exists: bool = txn
+            .query_row(
+                "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [table],
+                |row| row.get(0),
+            )
+            .map_err(fail)?;
+        if exists {
+            txn.execute(
+                &format!("DELETE FROM {table} WHERE thread_id = ?1"),
+                [thread_id],
+            )
+            .map_err(fail)?;
+        }
+    }
+    txn.commit().map_err(fail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_threads_files_are_its_source_and_its_head_files() {
+        let t = "01a2329f-e3f7-7240-889a-d40328142d21";
+        assert!(is_thread_file(
+            &format!("rollout-2026-12-01T17-21-09-{t}.jsonl"),
+            t
+        ));
+        assert!(is_thread_file(
+            &format!("rollout-2026-12-01T17-21-09-{t}_01a2329f-e5b6-7042-9394-7a57204ad2b7.jsonl"),
+            t
+        ));
+        assert!(!is_thread_file(&format!("rollout-x-{t}.jsonl.tmp"), t));
+        assert!(!is_thread_file(
+            &format!(".rethread-restore-1-rollout-x-{t}.jsonl.tmp"),
+            t
+        ));
+        assert!(!is_thread_file(
+            "rollout-2026-12-01T17-21-09-other.jsonl",
+            t
+        ));
+    }
+
+    #[test]
+    fn only_whole_lines_are_mirrored() {
+        assert_eq!(whole_lines(b"a\nb\nc"), b"a\nb\n");
+        assert_eq!(whole_lines(b"a\n"), b"a\n");
+        assert_eq!(whole_lines(b"abc"), b"");
+    }
+}

@@ -1,0 +1,385 @@
+//! The rollout mirror's file side ([`RolloutMirror`]) on real files: what a commit takes of a
+//! thread's rollout, and what a restore does to a home that lacks it, holds a strict prefix,
+//! holds more, diverged, has a torn tail, or holds a paginated thread's head file beside its
+//! source. Codex's `state_5.sqlite` is never touched; its history index loses the thread's
+//! rows only when a diverged copy was replaced.
+
+use std::path::{Path, PathBuf};
+
+use rethread_runtime::binding::{commit_turn, Committed, TurnRows};
+use rethread_runtime::{MirrorReport, Publication, RolloutMirror, Transcript};
+use rethread_store::{BindingStore, BindingStoreExt, MemoryStore};
+use serde_json::json;
+
+const THREAD: &str = "01a2329f-e3f7-7240-889a-d40328142d21";
+const DIR: &str = "sessions/2026/12/01";
+
+fn source() -> String {
+    format!("{DIR}/rollout-2026-12-01T17-21-09-{THREAD}.jsonl")
+}
+
+fn head() -> String {
+    format!("{DIR}/rollout-2026-12-01T17-21-09-{THREAD}_01a2329f-e5b6-7042-9394-7a57204ad2b7.jsonl")
+}
+
+fn line(kind: &str, text: &str) -> String {
+    format!("{}\n", json!({"type": kind, "payload": {"text": text}}))
+}
+
+fn write(home: &Path, rel: &str, text: &str) {
+    let path = home.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn append(home: &Path, rel: &str, text: &str) {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(home.join(rel))
+        .unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+}
+
+fn read(home: &Path, rel: &str) -> String {
+    std::fs::read_to_string(home.join(rel)).unwrap()
+}
+
+async fn commit(store: &dyn BindingStore, mirror: &RolloutMirror) -> Committed {
+    let rows = [json!({"role": "user", "text": "turn"})];
+    let turn = TurnRows::new("s", THREAD, &rows).mirror(Some(mirror));
+    commit_turn(store, &Transcript::Store, None, turn)
+        .await
+        .unwrap()
+}
+
+async fn stored(store: &dyn BindingStore, rel: &str) -> Option<String> {
+    store
+        .mirror_file("s", THREAD, rel)
+        .await
+        .unwrap()
+        .map(|bytes| String::from_utf8(bytes).unwrap())
+}
+
+/// Home A ran two turns of the thread and committed each with its mirror.
+async fn two_turns_on_a(store: &dyn BindingStore) -> (tempfile::TempDir, String) {
+    let a = tempfile::tempdir().unwrap();
+    let mirror = RolloutMirror::new(a.path());
+    write(a.path(), &source(), &line("session_meta", "meta"));
+    append(a.path(), &source(), &line("turn", "one"));
+    assert_eq!(commit(store, &mirror).await.mirror, MirrorReport::Written);
+    append(a.path(), &source(), &line("turn", "two"));
+    assert_eq!(commit(store, &mirror).await.mirror, MirrorReport::Written);
+    let text = read(a.path(), &source());
+    assert_eq!(
+        stored(store, &source()).await.as_deref(),
+        Some(text.as_str())
+    );
+    (a, text)
+}
+
+#[tokio::test]
+async fn a_commit_takes_what_the_rollout_grew_by_in_whole_lines() {
+    let store = MemoryStore::new();
+    let home = tempfile::tempdir().unwrap();
+    let mirror = RolloutMirror::new(home.path());
+    write(home.path(), &source(), &line("session_meta", "meta"));
+    let committed = commit(&store, &mirror).await;
+    assert_eq!(committed.publication, Publication::Published);
+    assert_eq!(committed.mirror, MirrorReport::Written);
+    // A record still being written (no newline yet) is not mirrored.
+    append(home.path(), &source(), &line("turn", "one"));
+    append(home.path(), &source(), "{\"type\":\"turn\",\"pay");
+    commit(&store, &mirror).await;
+    let whole = line("session_meta", "meta") + &line("turn", "one");
+    assert_eq!(stored(&store, &source()).await, Some(whole.clone()));
+    // Once the line is complete the rest goes, appended to what the store holds.
+    append(home.path(), &source(), "load\":{}}\n");
+    commit(&store, &mirror).await;
+    assert_eq!(
+        stored(&store, &source()).await,
+        Some(read(home.path(), &source()))
+    );
+    let record = store.require_session("s").await.unwrap();
+    let file = record.mirror.files_of(THREAD).next().unwrap();
+    // Only the growth was sent: the first line, then each addition (the longer first chunk is
+    // not merged with the shorter ones after it).
+    let meta = line("session_meta", "meta").len() as u64;
+    let one = line("turn", "one").len() as u64;
+    assert_eq!(file.chunk_lens, [meta, one, file.len - meta - one]);
+}
+
+#[tokio::test]
+async fn a_thread_whose_rollout_is_not_under_the_home_commits_without_a_mirror() {
+    let store = MemoryStore::new();
+    let home = tempfile::tempdir().unwrap();
+    let mirror = RolloutMirror::new(home.path());
+    let committed = commit(&store, &mirror).await;
+    assert_eq!(committed.publication, Publication::Published);
+    assert!(
+        matches!(&committed.mirror, MirrorReport::Failed(m) if m.contains("no rollout of thread")),
+        "{committed:?}"
+    );
+    assert!(store
+        .require_session("s")
+        .await
+        .unwrap()
+        .mirror
+        .files
+        .is_empty());
+}
+
+#[tokio::test]
+async fn a_home_that_lacks_the_rollout_gets_it_at_the_same_path() {
+    let store = MemoryStore::new();
+    let (_a, text) = two_turns_on_a(&store).await;
+    let b = tempfile::tempdir().unwrap();
+    let restored = RolloutMirror::new(b.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert_eq!(restored.written, [source()]);
+    assert!(!restored.diverged);
+    assert_eq!(read(b.path(), &source()), text);
+    // Nothing else: no temp file left, codex's own files untouched (there are none).
+    let names: Vec<_> = std::fs::read_dir(b.path().join(DIR))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(!b.path().join("state_5.sqlite").exists());
+}
+
+#[tokio::test]
+async fn a_strict_prefix_is_completed_and_a_longer_copy_is_left_as_it_is() {
+    let store = MemoryStore::new();
+    let (_a, text) = two_turns_on_a(&store).await;
+    let b = tempfile::tempdir().unwrap();
+    write(b.path(), &source(), &line("session_meta", "meta"));
+    let restored = RolloutMirror::new(b.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert_eq!(restored.written, [source()]);
+    assert!(!restored.diverged);
+    assert_eq!(read(b.path(), &source()), text);
+
+    // A copy the mirror is a prefix of: a turn codex ran there that was never committed.
+    let c = tempfile::tempdir().unwrap();
+    let longer = text.clone() + &line("turn", "uncommitted");
+    write(c.path(), &source(), &longer);
+    let mirror = RolloutMirror::new(c.path());
+    let restored = mirror.restore(&store, "s", THREAD).await.unwrap();
+    assert!(restored.written.is_empty());
+    assert_eq!(read(c.path(), &source()), longer);
+    // The next commit there sends what the store lacks: the uncommitted turn and the new one.
+    append(c.path(), &source(), &line("turn", "three"));
+    commit(&store, &mirror).await;
+    assert_eq!(
+        stored(&store, &source()).await,
+        Some(read(c.path(), &source()))
+    );
+}
+
+/// A history index as a paginated codex keeps it: rows of the thread and of another.
+fn history_index(home: &Path) -> PathBuf {
+    let path = home.join("thread_history_1.sqlite");
+    let db = rusqlite::Connection::open(&path).unwrap();
+    db.execute_batch(
+        "CREATE TABLE thread_turns (thread_id TEXT, turn_id TEXT);
+         CREATE TABLE thread_items (thread_id TEXT, item_id TEXT);
+         CREATE TABLE thread_history_projection_state (thread_id TEXT PRIMARY KEY, next_rollout_byte_offset INTEGER);",
+    )
+    .unwrap();
+    for thread in [THREAD, "other-thread"] {
+        db.execute("INSERT INTO thread_turns VALUES (?1, 'turn')", [thread])
+            .unwrap();
+        db.execute("INSERT INTO thread_items VALUES (?1, 'item')", [thread])
+            .unwrap();
+        db.execute(
+            "INSERT INTO thread_history_projection_state VALUES (?1, 10)",
+            [thread],
+        )
+        .unwrap();
+    }
+    path
+}
+
+fn rows_of(index: &Path, thread: &str) -> i64 {
+    let db = rusqlite::Connection::open(index).unwrap();
+    [
+        "thread_turns",
+        "thread_items",
+        "thread_history_projection_state",
+    ]
+    .iter()
+    .map(|table| {
+        db.query_row(
+            &format!("SELECT count(*) FROM {table} WHERE thread_id = ?1"),
+            [thread],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+    })
+    .sum()
+}
+
+#[tokio::test]
+async fn a_diverged_copy_is_replaced_and_the_threads_history_index_rows_go() {
+    let store = MemoryStore::new();
+    let (_a, text) = two_turns_on_a(&store).await;
+    let b = tempfile::tempdir().unwrap();
+    let diverged = line("session_meta", "meta") + &line("turn", "one") + &line("turn", "elsewhere");
+    write(b.path(), &source(), &diverged);
+    let index = history_index(b.path());
+    let state = b.path().join("state_5.sqlite");
+    std::fs::write(&state, b"codex's own index, never touched").unwrap();
+    let restored = RolloutMirror::new(b.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert!(restored.diverged);
+    assert_eq!(restored.index_error, None);
+    assert_eq!(read(b.path(), &source()), text, "the mirror wins");
+    assert_eq!(rows_of(&index, THREAD), 0);
+    assert_eq!(
+        rows_of(&index, "other-thread"),
+        3,
+        "other threads keep theirs"
+    );
+    assert_eq!(
+        std::fs::read(&state).unwrap(),
+        b"codex's own index, never touched"
+    );
+
+    // A strict prefix is no divergence: the index is left alone.
+    let c = tempfile::tempdir().unwrap();
+    write(c.path(), &source(), &line("session_meta", "meta"));
+    let index = history_index(c.path());
+    let restored = RolloutMirror::new(c.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert!(!restored.diverged);
+    assert_eq!(rows_of(&index, THREAD), 3);
+}
+
+#[tokio::test]
+async fn a_torn_tail_is_completed_from_the_mirror_or_left_for_codex() {
+    let store = MemoryStore::new();
+    let (_a, text) = two_turns_on_a(&store).await;
+    // A writer killed mid-append left a partial line that the mirror goes on past: the home
+    // holds a strict prefix, and the mirror completes it.
+    let b = tempfile::tempdir().unwrap();
+    let cut = text.len() - 5;
+    write(b.path(), &source(), &text[..cut]);
+    let restored = RolloutMirror::new(b.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert!(!restored.diverged);
+    assert_eq!(read(b.path(), &source()), text);
+    // A partial line after everything the mirror holds: left (codex closes it on resume).
+    let c = tempfile::tempdir().unwrap();
+    let torn = text.clone() + "{\"type\":\"tu";
+    write(c.path(), &source(), &torn);
+    let restored = RolloutMirror::new(c.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert!(restored.written.is_empty());
+    assert_eq!(read(c.path(), &source()), torn);
+    // Garbage in place of the last line: diverged, replaced.
+    let d = tempfile::tempdir().unwrap();
+    write(
+        d.path(),
+        &source(),
+        &(line("session_meta", "meta") + "\0\0\0garbage"),
+    );
+    let restored = RolloutMirror::new(d.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert!(restored.diverged);
+    assert_eq!(read(d.path(), &source()), text);
+}
+
+#[tokio::test]
+async fn a_paginated_head_file_is_mirrored_and_restored_with_its_source() {
+    let store = MemoryStore::new();
+    let (a, text) = two_turns_on_a(&store).await;
+    // A paginated `thread/revert`: the source stays, a head file starts beside it.
+    let mirror = RolloutMirror::new(a.path());
+    mirror.restore(&store, "s", THREAD).await.unwrap();
+    write(a.path(), &head(), &line("session_meta", "history_base"));
+    append(a.path(), &head(), &line("turn", "after the revert"));
+    assert_eq!(commit(&store, &mirror).await.mirror, MirrorReport::Written);
+    let head_text = read(a.path(), &head());
+    assert_eq!(stored(&store, &head()).await, Some(head_text.clone()));
+    assert_eq!(stored(&store, &source()).await, Some(text.clone()));
+
+    let b = tempfile::tempdir().unwrap();
+    let restored = RolloutMirror::new(b.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    let mut written = restored.written.clone();
+    written.sort();
+    assert_eq!(written, [source(), head()]);
+    assert_eq!(read(b.path(), &source()), text);
+    assert_eq!(read(b.path(), &head()), head_text);
+}
+
+#[tokio::test]
+async fn a_stale_idea_of_the_stored_file_is_refused_then_sent_whole() {
+    let store = MemoryStore::new();
+    let (a, _) = two_turns_on_a(&store).await;
+    let mirror_a = RolloutMirror::new(a.path());
+    mirror_a.restore(&store, "s", THREAD).await.unwrap();
+    // Another home mirrored the thread meanwhile (the store's file is not what A knows).
+    let b = tempfile::tempdir().unwrap();
+    write(
+        b.path(),
+        &source(),
+        &(line("session_meta", "meta") + &line("turn", "on b")),
+    );
+    commit(&store, &RolloutMirror::new(b.path())).await;
+    append(a.path(), &source(), &line("turn", "three"));
+    let committed = commit(&store, &mirror_a).await;
+    assert_eq!(committed.mirror, MirrorReport::Written);
+    assert_eq!(
+        stored(&store, &source()).await,
+        Some(read(a.path(), &source()))
+    );
+}
+
+#[tokio::test]
+async fn nothing_is_restored_without_a_mirror_or_once_mirroring_stopped() {
+    let store = MemoryStore::new();
+    let home = tempfile::tempdir().unwrap();
+    let restored = RolloutMirror::new(home.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert!(restored.written.is_empty() && !restored.stopped);
+
+    let a = tempfile::tempdir().unwrap();
+    let small = RolloutMirror::with_cap(a.path(), 10);
+    write(
+        a.path(),
+        &source(),
+        &line("session_meta", "longer than ten bytes"),
+    );
+    let committed = commit(&store, &small).await;
+    assert!(
+        matches!(committed.mirror, MirrorReport::StoppedNow { cap: 10, .. }),
+        "{committed:?}"
+    );
+    assert_eq!(commit(&store, &small).await.mirror, MirrorReport::Stopped);
+    let restored = RolloutMirror::new(home.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert!(restored.stopped);
+    assert!(!home.path().join(source()).exists());
+}

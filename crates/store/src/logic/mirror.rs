@@ -1,0 +1,339 @@
+//! The rules of the rollout mirror (see `crate::mirror`): what a commit does with its
+//! [`MirrorUpdate`], decided before anything is written, and the checks of a stored file.
+
+use std::ops::Range;
+
+use super::{ReadTxn, WriteTxn};
+use crate::mirror::MAX_CHUNK;
+use crate::{
+    check_mirror_path, crc32_extend, MirrorChunk, MirrorOutcome, MirrorUpdate, MirroredFile,
+    SessionRecord, StoreError,
+};
+
+/// What a commit will do with the mirror, decided before its first write.
+#[derive(Debug)]
+pub(crate) enum Plan<'a> {
+    /// No mirror in the commit, or a retired thread: the thread's files go.
+    Drop,
+    /// The commit would pass the cap: every file of the session goes, mirroring stops.
+    Stop { bytes: u64, cap: u64 },
+    /// Mirroring stopped before: nothing happens.
+    Stopped,
+    /// These files are written.
+    Write(Vec<FileWrite<'a>>),
+}
+
+/// One file's write.
+#[derive(Debug)]
+pub(crate) struct FileWrite<'a> {
+    path: &'a str,
+    /// Replace the stored file (base length 0) rather than append to it.
+    replace: bool,
+    bytes: &'a [u8],
+    len: u64,
+    crc32: u32,
+}
+
+/// Decides what `update` does to `record`'s mirror of `thread_id`, refusing an append that
+/// does not extend the stored file ([`StoreError::MirrorMismatch`]) and malformed input.
+pub(crate) fn plan<'a>(
+    record: &SessionRecord,
+    thread_id: &str,
+    update: Option<&'a MirrorUpdate>,
+    retired: bool,
+) -> Result<Plan<'a>, StoreError> {
+    let Some(update) = update.filter(|_| !retired) else {
+        return Ok(Plan::Drop);
+    };
+    if record.mirror.stopped {
+        return Ok(Plan::Stopped);
+    }
+    let mut writes: Vec<FileWrite<'a>> = Vec::new();
+    for append in &update.appends {
+        check_mirror_path(&append.path).map_err(StoreError::InvalidInput)?;
+        if writes.iter().any(|w| w.path == append.path) {
+            return Err(StoreError::InvalidInput(format!(
+                "the mirror update names {} twice",
+                append.path
+            )));
+        }
+        let stored = record
+            .mirror
+            .files_of(thread_id)
+            .find(|f| f.path == append.path);
+        let write = if append.base_len == 0 {
+            FileWrite {
+                path: &append.path,
+                replace: true,
+                bytes: &append.bytes,
+                len: append.bytes.len() as u64,
+                crc32: crc32fast::hash(&append.bytes),
+            }
+        } else {
+            let extends =
+                stored.is_some_and(|f| f.len == append.base_len && f.crc32 == append.base_crc32);
+            if !extends {
+                let held = match stored {
+                    Some(f) => format!("{} bytes, CRC-32 {:08x}", f.len, f.crc32),
+                    None => "nothing".to_string(),
+                };
+                return Err(StoreError::MirrorMismatch {
+                    session_id: record.session_id.clone(),
+                    thread_id: thread_id.to_string(),
+                    path: append.path.clone(),
+                    detail: format!(
+                        "the append extends {} bytes with CRC-32 {:08x}; the store holds {held}",
+                        append.base_len, append.base_crc32
+                    ),
+                });
+            }
+            FileWrite {
+                path: &append.path,
+                replace: false,
+                bytes: &append.bytes,
+                len: append.base_len + append.bytes.len() as u64,
+                crc32: crc32_extend(append.base_crc32, append.base_len, &append.bytes),
+            }
+        };
+        if !(write.replace && write.bytes.is_empty() && stored.is_none()) {
+            writes.push(write);
+        }
+    }
+    let bytes: u64 = record
+        .mirror
+        .files
+        .iter()
+        .filter(|f| !(f.thread_id == thread_id && writes.iter().any(|w| w.path == f.path)))
+        .map(|f| f.len)
+        .chain(writes.iter().map(|w| w.len))
+        .sum();
+    if bytes > update.cap {
+        return Ok(Plan::Stop {
+            bytes,
+            cap: update.cap,
+        });
+    }
+    Ok(Plan::Write(writes))
+}
+
+/// Carries `plan` out on `record` (which the caller then puts).
+pub(crate) fn write(
+    txn: &mut dyn WriteTxn,
+    record: &mut SessionRecord,
+    thread_id: &str,
+    plan: Plan<'_>,
+) -> Result<MirrorOutcome, StoreError> {
+    let session_id = record.session_id.clone();
+    match plan {
+        Plan::Drop => {
+            drop_thread(txn, record, thread_id)?;
+            Ok(MirrorOutcome::None)
+        }
+        Plan::Stopped => Ok(MirrorOutcome::Stopped),
+        Plan::Stop { bytes, cap } => {
+            for file in std::mem::take(&mut record.mirror.files) {
+                txn.remove_chunks(&session_id, &file.thread_id, &file.path, 0)?;
+            }
+            record.mirror.stopped = true;
+            Ok(MirrorOutcome::StoppedNow { bytes, cap })
+        }
+        Plan::Write(writes) => {
+            for w in writes {
+                let at = record
+                    .mirror
+                    .files
+                    .iter()
+                    .position(|f| f.thread_id == thread_id && f.path == w.path);
+                let mut lens = match (at, w.replace) {
+                    (Some(at), false) => record.mirror.files[at].chunk_lens.clone(),
+                    (Some(_), true) => {
+                        txn.remove_chunks(&session_id, thread_id, w.path, 0)?;
+                        Vec::new()
+                    }
+                    (None, _) => Vec::new(),
+                };
+                for piece in w.bytes.chunks(MAX_CHUNK) {
+                    txn.put_chunk(&session_id, thread_id, w.path, lens.len() as u64, piece)?;
+                    lens.push(piece.len() as u64);
+                }
+                merge_tail(txn, &session_id, thread_id, w.path, &mut lens)?;
+                let file = MirroredFile {
+                    thread_id: thread_id.to_string(),
+                    path: w.path.to_string(),
+                    len: w.len,
+                    crc32: w.crc32,
+                    chunk_lens: lens,
+                };
+                match at {
+                    Some(at) => record.mirror.files[at] = file,
+                    None => record.mirror.files.push(file),
+                }
+            }
+            record
+                .mirror
+                .files
+                .sort_by(|a, b| (&a.thread_id, &a.path).cmp(&(&b.thread_id, &b.path)));
+            Ok(MirrorOutcome::Mirrored)
+        }
+    }
+}
+
+/// Merges a file's newest chunks while the one before the last is no longer than the last and
+/// both fit in one chunk (see `crate::mirror`): the file stays a few dozen chunks, whatever
+/// its number of appends.
+fn merge_tail(
+    txn: &mut dyn WriteTxn,
+    session_id: &str,
+    thread_id: &str,
+    path: &str,
+    lens: &mut Vec<u64>,
+) -> Result<(), StoreError> {
+    while let [.., before, last] = lens[..] {
+        if before > last || before + last > MAX_CHUNK as u64 {
+            return Ok(());
+        }
+        let at = lens.len() as u64 - 2;
+        let mut merged = Vec::with_capacity((before + last) as usize);
+        for (_, bytes) in txn.load_chunks(session_id, thread_id, path, at..at + 2)? {
+            merged.extend_from_slice(&bytes);
+        }
+        if merged.len() as u64 != before + last {
+            return Err(StoreError::corrupt(
+                txn.label(),
+                format!(
+                    "chunks {at} and {} of the mirror of {path} are not what their session records",
+                    at + 1
+                ),
+            ));
+        }
+        txn.remove_chunks(session_id, thread_id, path, at)?;
+        txn.put_chunk(session_id, thread_id, path, at, &merged)?;
+        lens.pop();
+        *lens.last_mut().expect("two chunks") = before + last;
+    }
+    Ok(())
+}
+
+/// Removes the mirror of `thread_id` from `record` and its chunks from the store.
+pub(crate) fn drop_thread(
+    txn: &mut dyn WriteTxn,
+    record: &mut SessionRecord,
+    thread_id: &str,
+) -> Result<(), StoreError> {
+    let (gone, kept) = std::mem::take(&mut record.mirror.files)
+        .into_iter()
+        .partition(|f| f.thread_id == thread_id);
+    record.mirror.files = kept;
+    let gone: Vec<MirroredFile> = gone;
+    for file in gone {
+        txn.remove_chunks(&record.session_id, thread_id, &file.path, 0)?;
+    }
+    Ok(())
+}
+
+/// The bytes of a stored file, checked: its chunks are exactly `0..chunks`, and their length
+/// and CRC-32 are what the record says. Anything else is damage (`Corrupt`).
+pub(crate) fn read_file(
+    txn: &mut dyn ReadTxn,
+    session_id: &str,
+    file: &MirroredFile,
+) -> Result<Vec<u8>, StoreError> {
+    let chunks = txn.load_chunks(session_id, &file.thread_id, &file.path, 0..file.chunks())?;
+    let label = txn.label().to_string();
+    let damaged = |detail: String| {
+        StoreError::corrupt(
+            &label,
+            format!(
+                "mirror of {} (thread {}, session {session_id}): {detail}",
+                file.path, file.thread_id
+            ),
+        )
+    };
+    let mut bytes = Vec::with_capacity(file.len.min(1 << 30) as usize);
+    let found = chunks.len();
+    for (i, (seq, chunk)) in chunks.into_iter().enumerate() {
+        if seq != i as u64 {
+            return Err(damaged(format!("chunk {i} reads as chunk {seq}")));
+        }
+        if file.chunk_lens.get(i) != Some(&(chunk.len() as u64)) {
+            return Err(damaged(format!(
+                "chunk {i} holds {} bytes, {:?} recorded",
+                chunk.len(),
+                file.chunk_lens.get(i)
+            )));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    if found as u64 != file.chunks() || bytes.len() as u64 != file.len {
+        return Err(damaged(format!(
+            "{} bytes in {found} chunks stored; {} bytes in {} chunks recorded",
+            bytes.len(),
+            file.len,
+            file.chunks()
+        )));
+    }
+    let crc = crc32fast::hash(&bytes);
+    if crc != file.crc32 {
+        return Err(damaged(format!(
+            "CRC-32 {crc:08x}, {:08x} recorded",
+            file.crc32
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Every chunk of `record`'s mirror, checked file by file: what an export carries.
+pub(crate) fn export(
+    txn: &mut dyn ReadTxn,
+    record: &SessionRecord,
+) -> Result<Vec<MirrorChunk>, StoreError> {
+    let mut out = Vec::new();
+    for file in &record.mirror.files {
+        read_file(txn, &record.session_id, file)?;
+        let range: Range<u64> = 0..file.chunks();
+        for (seq, bytes) in
+            txn.load_chunks(&record.session_id, &file.thread_id, &file.path, range)?
+        {
+            out.push(MirrorChunk::new(&file.thread_id, &file.path, seq, bytes));
+        }
+    }
+    Ok(out)
+}
+
+/// Checks that an export's chunks are exactly its record's files, each consistent.
+pub(crate) fn check_export(record: &SessionRecord, chunks: &[MirrorChunk]) -> Result<(), String> {
+    let mut at = 0;
+    for file in &record.mirror.files {
+        check_mirror_path(&file.path)?;
+        let mut bytes = Vec::new();
+        for (seq, len) in (0..).zip(&file.chunk_lens) {
+            match chunks.get(at) {
+                Some(c)
+                    if c.thread_id == file.thread_id
+                        && c.path == file.path
+                        && c.seq == seq
+                        && c.bytes.len() as u64 == *len =>
+                {
+                    bytes.extend_from_slice(&c.bytes);
+                    at += 1;
+                }
+                _ => {
+                    return Err(format!(
+                        "chunk {seq} of the mirror of {} is missing or out of order",
+                        file.path
+                    ))
+                }
+            }
+        }
+        if bytes.len() as u64 != file.len || crc32fast::hash(&bytes) != file.crc32 {
+            return Err(format!(
+                "the mirror of {} is not what its record says",
+                file.path
+            ));
+        }
+    }
+    if at != chunks.len() {
+        return Err("the export carries mirror chunks its record does not name".to_string());
+    }
+    Ok(())
+}
