@@ -51,11 +51,14 @@ impl Sandbox {
         command.output().unwrap()
     }
 
-    /// `chat` one turn for `session` under the fake's `profile`; its thread id.
+    /// `chat` one turn for `session` under the fake's `profile`, without the rollout mirror
+    /// (a deleted rollout is then gone, not restorable: `tests/mirror.rs` has the mirror);
+    /// its thread id.
     fn chat(&self, session: &str, profile: &str) -> String {
         let mut command = Command::new(rethread());
         command
             .args(["chat", "--json", "--session", session, "hello"])
+            .env("RETHREAD_MIRROR", "off")
             .env("RETHREAD_STORE", self.store())
             .env("RETHREAD_CODEX_BIN", fake_codex())
             .env("CODEX_HOME", self.home())

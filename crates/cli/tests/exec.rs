@@ -62,9 +62,12 @@ impl World {
         run(command, stdin)
     }
 
+    /// `rethread` for `session`, without the rollout mirror: a deleted rollout is a lost
+    /// thread (`a_deleted_rollout_is_restored_from_the_mirror` has the mirror).
     fn command(&self, codex: &Path, session: Option<&str>) -> Command {
         let mut command = Command::new(rethread());
         command
+            .env("RETHREAD_MIRROR", "off")
             .env("CODEX_HOME", self.home())
             .env("RETHREAD_STORE", self.store())
             .env("RETHREAD_CODEX_BIN", codex)
@@ -214,6 +217,38 @@ fn a_session_resumes_its_thread_across_processes_and_each_turn_is_committed() {
             r#""item.completed""#,
             r#""turn.completed""#
         ]
+    );
+}
+
+/// With the mirror on (the default), a run on a home that lost the thread's rollout gets it
+/// back from the store and resumes the same thread with its memory: nothing is said.
+#[test]
+fn a_deleted_rollout_is_restored_from_the_mirror() {
+    let world = World::new();
+    let mirrored = |session| {
+        let mut command = world.command(&fake_codex(), Some(session));
+        command.env_remove("RETHREAD_MIRROR").args([
+            "exec",
+            "--experimental-json",
+            "--skip-git-repo-check",
+            "--cd",
+        ]);
+        command.arg(world.work());
+        command
+    };
+    let first = run(mirrored("s1"), b"remember zebra");
+    assert!(first.status.success(), "{}", describe(&first));
+    std::fs::remove_dir_all(world.home().join("sessions")).unwrap();
+    let again = run(mirrored("s1"), b"what animal?");
+    assert!(again.status.success(), "{}", describe(&again));
+    assert_eq!(thread_of(&again), thread_of(&first));
+    assert_eq!(notices(&again), 0, "{}", describe(&again));
+    assert!(
+        world
+            .last_model_request()
+            .contains(&"user: remember zebra".to_string()),
+        "{:?}",
+        world.last_model_request()
     );
 }
 

@@ -247,7 +247,7 @@ fn forget_and_migrate_print_one_json_object() {
     assert_eq!(code(&out), Some(0), "{}", text(&out.stderr));
     let expected = json!({
         "from": from, "to": to, "sessions": 3, "copied": 3, "already_present": 0,
-        "rows_copied": 6, "verified": true,
+        "rows_copied": 6, "mirror_bytes_copied": 0, "verified": true,
     });
     assert_eq!(stdout_json(&out), expected);
     // A rerun copies nothing and says so.

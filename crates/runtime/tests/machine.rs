@@ -279,7 +279,7 @@ fn a_resume_answered_by_a_process_exiting_is_judged_by_what_codex_wrote() {
     const BUSY_EXIT: &str = "Error: thread/resume: thread/resume failed: thread t1 already has \
         an active writer (code -32600)\n";
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (Open, &["read_session"]),
             (Session(bound("t1")), &[RESUME_T1]),
@@ -287,7 +287,7 @@ fn a_resume_answered_by_a_process_exiting_is_judged_by_what_codex_wrote() {
             (GivenUp, &["notice t1 gone", "read_transcript 40"]),
         ],
     );
-    let mut options = MachineOptions::default();
+    let mut options = rules();
     options.transient_retries = 1;
     table(
         options,
@@ -316,7 +316,7 @@ fn a_resume_answered_by_a_process_exiting_is_judged_by_what_codex_wrote() {
 #[test]
 fn an_answer_out_of_turn_changes_nothing() {
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (Open, &["read_session"]),
             (Session(bound("t1")), &[RESUME_T1]),
@@ -340,7 +340,7 @@ fn a_resume_answer_outside_a_resume_changes_nothing() {
     const GONE_EXIT: &str = "Error: thread/resume: thread/resume failed: no rollout found for \
         thread id t1 (code -32600)\n";
     table(
-        MachineOptions::default(),
+        rules(),
         vec![
             (Open, &["read_session"]),
             (Session(Stored::Unbound), &["start"]),
