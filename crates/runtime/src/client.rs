@@ -12,9 +12,7 @@
 //! the tail of the server's stderr.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::fmt;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,13 +29,18 @@ use rethread_protocol::{ErrorCode, Message, NdjsonCodec, RequestId, RpcError};
 use serde::Deserialize as _;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_util::codec::FramedRead;
 
 use crate::rail::{StatusEvent, StatusKind, StatusRail};
 
+mod command;
 mod connection;
+mod error;
+
+pub use command::CodexCommand;
+pub use error::ClientError;
 
 use connection::{lock, read_stderr, write_loop, Delivery, ReaderTask, Route, Shared, StderrTail};
 
@@ -98,88 +101,6 @@ crate::options::setters!(ClientOptions {
     max_bad_lines: usize,
     stderr_capacity: usize,
 });
-
-/// Errors of the client.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ClientError {
-    /// The codex binary could not be started.
-    #[error("could not start `{program}`: {source}")]
-    Spawn {
-        /// The program.
-        program: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The server answered with an error.
-    #[error("{method} failed: {error}")]
-    Rpc {
-        /// The method called.
-        method: String,
-        /// The server's error.
-        error: RpcError,
-    },
-    /// No response in time.
-    #[error("{method} got no response within {after:?}")]
-    Timeout {
-        /// The method called.
-        method: String,
-        /// The timeout.
-        after: Duration,
-    },
-    /// The connection is gone: the process died, the stream ended or turned to garbage.
-    #[error("codex app-server connection closed: {reason}{}", stderr_suffix(.stderr))]
-    Closed {
-        /// Why.
-        reason: String,
-        /// The tail of the server's stderr, if any.
-        stderr: String,
-    },
-    /// Too many requests in flight.
-    #[error("too many pending requests (limit {limit})")]
-    TooManyPending {
-        /// The limit.
-        limit: usize,
-    },
-    /// A subscription fell a whole buffer ([`ClientOptions::notification_buffer`]) behind and
-    /// was cut off, so that it neither stalls the connection nor grows memory. Its events up to
-    /// the cut were delivered; later ones were not. Subscribe again to go on.
-    #[error("the subscription to thread {thread_id} fell {buffer} events behind and was cut off")]
-    Lagged {
-        /// The thread.
-        thread_id: String,
-        /// The buffer it filled.
-        buffer: usize,
-    },
-    /// A response did not decode as the method's result type.
-    #[error("{method} returned an unexpected result: {source}")]
-    Decode {
-        /// The method called.
-        method: String,
-        /// The decoding error.
-        #[source]
-        source: serde_json::Error,
-    },
-}
-
-fn stderr_suffix(stderr: &str) -> String {
-    if stderr.trim().is_empty() {
-        String::new()
-    } else {
-        format!("; server stderr: {}", stderr.trim())
-    }
-}
-
-impl ClientError {
-    /// The server's error, when the server answered with one.
-    pub fn rpc_error(&self) -> Option<&RpcError> {
-        match self {
-            ClientError::Rpc { error, .. } => Some(error),
-            _ => None,
-        }
-    }
-}
 
 /// Answers the requests the server sends (approvals, tool calls, ...). A request left
 /// unanswered makes its turn wait forever, so every request gets an answer.
@@ -271,89 +192,6 @@ impl fmt::Debug for AppServerClient {
             .field("server", &self.inner.server)
             .field("closed", &*lock(&self.inner.shared.closed))
             .finish_non_exhaustive()
-    }
-}
-
-/// How to start codex: `<program> [GLOBAL_ARGS...] <subcommand> [ARGS...]` (the subcommand is
-/// `app-server` for the client and the proxy, `exec` for `rethread exec`), inheriting the
-/// environment (so `CODEX_HOME` reaches it) plus `env`, in `cwd` when set. The one description
-/// of a codex process every part of rethread starts.
-///
-/// ```
-/// use rethread_runtime::CodexCommand;
-/// let codex = CodexCommand::new("codex")
-///     .global_args(["-c", "model=o3"])
-///     .args(["--listen", "stdio://"])
-///     .env("CODEX_HOME", "/srv/codex")
-///     .cwd("/srv/work");
-/// let command = codex.command("app-server");
-/// let args: Vec<_> = command.as_std().get_args().collect();
-/// assert_eq!(args, ["-c", "model=o3", "app-server", "--listen", "stdio://"]);
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct CodexCommand {
-    /// The codex binary.
-    pub program: PathBuf,
-    /// Codex options before the subcommand (`-c key=value`, `--enable F`, ...).
-    pub global_args: Vec<OsString>,
-    /// Everything after the subcommand, verbatim.
-    pub args: Vec<OsString>,
-    /// Environment overrides (e.g. `CODEX_HOME`).
-    pub env: Vec<(OsString, OsString)>,
-    /// Working directory of the process (default: this process's).
-    pub cwd: Option<PathBuf>,
-}
-
-impl CodexCommand {
-    /// `<program>` with the inherited environment and nothing else set.
-    pub fn new(program: impl Into<PathBuf>) -> Self {
-        CodexCommand {
-            program: program.into(),
-            global_args: Vec::new(),
-            args: Vec::new(),
-            env: Vec::new(),
-            cwd: None,
-        }
-    }
-
-    /// Appends codex options that go before the subcommand.
-    pub fn global_args<I: IntoIterator<Item = S>, S: Into<OsString>>(mut self, args: I) -> Self {
-        self.global_args.extend(args.into_iter().map(Into::into));
-        self
-    }
-
-    /// Appends arguments after the subcommand.
-    pub fn args<I: IntoIterator<Item = S>, S: Into<OsString>>(mut self, args: I) -> Self {
-        self.args.extend(args.into_iter().map(Into::into));
-        self
-    }
-
-    /// Sets an environment variable for the process.
-    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
-        self.env.push((key.into(), value.into()));
-        self
-    }
-
-    /// Sets the working directory of the process.
-    pub fn cwd(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.cwd = Some(dir.into());
-        self
-    }
-
-    /// The process for `subcommand`, killed if dropped; stdio is the caller's to set.
-    pub fn command(&self, subcommand: &str) -> Command {
-        let mut command = Command::new(&self.program);
-        command
-            .args(&self.global_args)
-            .arg(subcommand)
-            .args(&self.args)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .kill_on_drop(true);
-        if let Some(cwd) = &self.cwd {
-            command.current_dir(cwd);
-        }
-        command
     }
 }
 

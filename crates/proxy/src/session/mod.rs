@@ -4,8 +4,10 @@
 //! what the client and codex did. What the client sees in each case is tabled in the crate
 //! docs ("Sessions").
 
+mod speak;
 mod start;
 mod turns;
+mod wire;
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -15,7 +17,6 @@ use rethread_runtime::binding::{self, commit_turn, MachineAccess, StoreSide, Tur
 use rethread_runtime::machine::{Action, Say, SessionMachine};
 use rethread_runtime::{BinderOptions, RolloutMirror, RuntimeError, SessionLease, Transcript};
 use rethread_store::{BindingStore, LocalOwner};
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::hooks::{
@@ -26,7 +27,8 @@ use crate::{ProxyError, SessionHooks};
 
 use start::{as_start_result, resume_params, seeded_start, start_params, start_refused};
 pub use turns::TurnLimits;
-use turns::{turn_rows, Forgot, Pending, Tracker};
+use turns::{turn_rows, Pending, Tracker};
+use wire::{answered_thread, answered_turn, Params, ThreadIdOf, TurnStartInput};
 
 /// How [`BindingHooks`] behave.
 #[derive(Debug, Clone, Default)]
@@ -363,95 +365,6 @@ impl BindingHooks {
         self.say_forgot(ctx, forgot).await
     }
 
-    async fn say_forgot(&self, ctx: &impl Speak, forgot: Option<Forgot>) -> Result<(), ProxyError> {
-        let Some(forgot) = forgot else {
-            return Ok(());
-        };
-        let message = forgot.message();
-        ctx.report(&format!("session {}: {message}", self.session_id));
-        ctx.send_to_client(Line::warning(&message, None)).await
-    }
-
-    /// Says to the client (and on stderr) what the machine queued outside an open: a thread
-    /// not recorded, a lost lease, a failed commit. Commits are carried out by the caller.
-    async fn say_queued(
-        &self,
-        ctx: &impl Speak,
-        thread_id: Option<&str>,
-    ) -> Result<(), ProxyError> {
-        loop {
-            let action = self.state().machine.poll();
-            let Some(action) = action else { return Ok(()) };
-            if let Action::Say(say) = action {
-                self.say(ctx, &say, thread_id).await?;
-            }
-        }
-    }
-
-    async fn say(
-        &self,
-        ctx: &impl Speak,
-        say: &Say,
-        thread_id: Option<&str>,
-    ) -> Result<(), ProxyError> {
-        ctx.report(&self.described(say));
-        let thread_id = match say {
-            Say::NotRecorded { thread_id, .. } | Say::CommitFailed { thread_id, .. } => {
-                Some(thread_id.as_str())
-            }
-            _ => thread_id,
-        };
-        ctx.send_to_client(Line::warning(&say.message(), thread_id))
-            .await?;
-        if matches!(say, Say::FallbackNotice { .. }) {
-            let written = ctx.client_flushed().await?;
-            self.state().notice_written = Some(written);
-        }
-        Ok(())
-    }
-
-    /// A line for stderr: the message, then its fields.
-    fn described(&self, say: &Say) -> String {
-        let event = binding::status_event(&self.session_id, say);
-        let fields: Vec<String> = event
-            .fields
-            .iter()
-            .map(|(key, value)| match value {
-                Value::String(text) => format!("{key}: {text}"),
-                other => format!("{key}: {other}"),
-            })
-            .collect();
-        format!("{} ({})", event.message, fields.join(", "))
-    }
-
-    /// Once the fallback notice's line is written to the client, it is delivered: recorded,
-    /// never said again. Checked whenever the hooks run, and at the end.
-    async fn record_notice_if_written(&self) {
-        let written = {
-            let mut state = self.state();
-            let written = state
-                .notice_written
-                .as_mut()
-                .is_some_and(|written| written.try_recv().is_ok());
-            if written {
-                state.notice_written = None;
-            }
-            written
-        };
-        if written {
-            self.notice_delivered().await;
-        }
-    }
-
-    async fn notice_delivered(&self) {
-        self.state().machine.handle_notice_delivered();
-        // The machine asks for the record (a store write); nothing else is queued here.
-        let _ = self
-            .store_side()
-            .next_action(&mut Locked(&self.state))
-            .await;
-    }
-
     /// A `thread/resume` of a thread that belongs to another session of the store: refused
     /// (a thread belongs to at most one session; two sessions on one thread would lock each
     /// other out and fork both conversations). `None` lets it through.
@@ -768,107 +681,4 @@ impl SessionHooks for BindingHooks {
             }
         }
     }
-}
-
-/// The two contexts, as far as saying things goes.
-trait Speak: Sync {
-    fn report(&self, message: &str);
-    fn send_to_client(
-        &self,
-        line: Line,
-    ) -> impl std::future::Future<Output = Result<(), ProxyError>> + Send;
-    fn client_flushed(
-        &self,
-    ) -> impl std::future::Future<Output = Result<tokio::sync::oneshot::Receiver<()>, ProxyError>> + Send;
-}
-
-impl Speak for ClientContext {
-    fn report(&self, message: &str) {
-        ClientContext::report(self, message);
-    }
-    fn client_flushed(
-        &self,
-    ) -> impl std::future::Future<Output = Result<tokio::sync::oneshot::Receiver<()>, ProxyError>> + Send
-    {
-        ClientContext::client_flushed(self)
-    }
-    fn send_to_client(
-        &self,
-        line: Line,
-    ) -> impl std::future::Future<Output = Result<(), ProxyError>> + Send {
-        ClientContext::send_to_client(self, line)
-    }
-}
-
-impl Speak for ServerContext {
-    fn report(&self, message: &str) {
-        ServerContext::report(self, message);
-    }
-    fn client_flushed(
-        &self,
-    ) -> impl std::future::Future<Output = Result<tokio::sync::oneshot::Receiver<()>, ProxyError>> + Send
-    {
-        ServerContext::client_flushed(self)
-    }
-    fn send_to_client(
-        &self,
-        line: Line,
-    ) -> impl std::future::Future<Output = Result<(), ProxyError>> + Send {
-        ServerContext::send_to_client(self, line)
-    }
-}
-
-/// The `params` of a message.
-#[derive(Deserialize)]
-struct Params<P> {
-    params: P,
-}
-
-/// What the hooks read of `turn/start` params.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct TurnStartInput {
-    thread_id: String,
-    #[serde(default)]
-    input: Vec<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ThreadIdOf {
-    thread_id: String,
-}
-
-#[derive(Deserialize)]
-struct Answer<R> {
-    result: R,
-}
-
-#[derive(Deserialize)]
-struct ThreadOf {
-    thread: IdOf,
-}
-
-#[derive(Deserialize)]
-struct TurnOf {
-    turn: IdOf,
-}
-
-#[derive(Deserialize)]
-struct IdOf {
-    id: String,
-}
-
-/// The thread an answer (`thread/start`, `thread/resume`, `thread/fork`) names.
-fn answered_thread(line: &Line) -> Option<String> {
-    serde_json::from_slice::<Answer<ThreadOf>>(line.json())
-        .ok()
-        .map(|answer| answer.result.thread.id)
-}
-
-/// The turn a `turn/start` answer names.
-fn answered_turn(line: &Line) -> Option<String> {
-    serde_json::from_slice::<Answer<TurnOf>>(line.json())
-        .ok()
-        .map(|answer| answer.result.turn.id)
 }

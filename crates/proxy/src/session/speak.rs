@@ -1,0 +1,156 @@
+//! What the session says to the client: the machine's notices and warnings (as `warning`
+//! notifications and reports), what the request tracker forgot, and when a fallback notice
+//! counts as delivered (its line flushed to the client).
+
+use rethread_runtime::binding;
+use rethread_runtime::machine::{Action, Say};
+use serde_json::Value;
+
+use super::turns::Forgot;
+use super::{BindingHooks, Locked};
+use crate::hooks::{ClientContext, ServerContext};
+use crate::line::Line;
+use crate::ProxyError;
+
+impl BindingHooks {
+    pub(super) async fn say_forgot(
+        &self,
+        ctx: &impl Speak,
+        forgot: Option<Forgot>,
+    ) -> Result<(), ProxyError> {
+        let Some(forgot) = forgot else {
+            return Ok(());
+        };
+        let message = forgot.message();
+        ctx.report(&format!("session {}: {message}", self.session_id));
+        ctx.send_to_client(Line::warning(&message, None)).await
+    }
+
+    /// Says to the client (and on stderr) what the machine queued outside an open: a thread
+    /// not recorded, a lost lease, a failed commit. Commits are carried out by the caller.
+    pub(super) async fn say_queued(
+        &self,
+        ctx: &impl Speak,
+        thread_id: Option<&str>,
+    ) -> Result<(), ProxyError> {
+        loop {
+            let action = self.state().machine.poll();
+            let Some(action) = action else { return Ok(()) };
+            if let Action::Say(say) = action {
+                self.say(ctx, &say, thread_id).await?;
+            }
+        }
+    }
+
+    pub(super) async fn say(
+        &self,
+        ctx: &impl Speak,
+        say: &Say,
+        thread_id: Option<&str>,
+    ) -> Result<(), ProxyError> {
+        ctx.report(&self.described(say));
+        let thread_id = match say {
+            Say::NotRecorded { thread_id, .. } | Say::CommitFailed { thread_id, .. } => {
+                Some(thread_id.as_str())
+            }
+            _ => thread_id,
+        };
+        ctx.send_to_client(Line::warning(&say.message(), thread_id))
+            .await?;
+        if matches!(say, Say::FallbackNotice { .. }) {
+            let written = ctx.client_flushed().await?;
+            self.state().notice_written = Some(written);
+        }
+        Ok(())
+    }
+
+    /// A line for stderr: the message, then its fields.
+    pub(super) fn described(&self, say: &Say) -> String {
+        let event = binding::status_event(&self.session_id, say);
+        let fields: Vec<String> = event
+            .fields
+            .iter()
+            .map(|(key, value)| match value {
+                Value::String(text) => format!("{key}: {text}"),
+                other => format!("{key}: {other}"),
+            })
+            .collect();
+        format!("{} ({})", event.message, fields.join(", "))
+    }
+
+    /// Once the fallback notice's line is written to the client, it is delivered: recorded,
+    /// never said again. Checked whenever the hooks run, and at the end.
+    pub(super) async fn record_notice_if_written(&self) {
+        let written = {
+            let mut state = self.state();
+            let written = state
+                .notice_written
+                .as_mut()
+                .is_some_and(|written| written.try_recv().is_ok());
+            if written {
+                state.notice_written = None;
+            }
+            written
+        };
+        if written {
+            self.notice_delivered().await;
+        }
+    }
+
+    pub(super) async fn notice_delivered(&self) {
+        self.state().machine.handle_notice_delivered();
+        // The machine asks for the record (a store write); nothing else is queued here.
+        let _ = self
+            .store_side()
+            .next_action(&mut Locked(&self.state))
+            .await;
+    }
+}
+
+/// The two contexts, as far as saying things goes.
+pub(super) trait Speak: Sync {
+    fn report(&self, message: &str);
+    fn send_to_client(
+        &self,
+        line: Line,
+    ) -> impl std::future::Future<Output = Result<(), ProxyError>> + Send;
+    fn client_flushed(
+        &self,
+    ) -> impl std::future::Future<Output = Result<tokio::sync::oneshot::Receiver<()>, ProxyError>> + Send;
+}
+
+impl Speak for ClientContext {
+    fn report(&self, message: &str) {
+        ClientContext::report(self, message);
+    }
+    fn client_flushed(
+        &self,
+    ) -> impl std::future::Future<Output = Result<tokio::sync::oneshot::Receiver<()>, ProxyError>> + Send
+    {
+        ClientContext::client_flushed(self)
+    }
+    fn send_to_client(
+        &self,
+        line: Line,
+    ) -> impl std::future::Future<Output = Result<(), ProxyError>> + Send {
+        ClientContext::send_to_client(self, line)
+    }
+}
+
+impl Speak for ServerContext {
+    fn report(&self, message: &str) {
+        ServerContext::report(self, message);
+    }
+    fn client_flushed(
+        &self,
+    ) -> impl std::future::Future<Output = Result<tokio::sync::oneshot::Receiver<()>, ProxyError>> + Send
+    {
+        ServerContext::client_flushed(self)
+    }
+    fn send_to_client(
+        &self,
+        line: Line,
+    ) -> impl std::future::Future<Output = Result<(), ProxyError>> + Send {
+        ServerContext::send_to_client(self, line)
+    }
+}

@@ -1,0 +1,89 @@
+//! [`CodexCommand`]: the one description of a codex process.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use tokio::process::Command;
+
+/// How to start codex: `<program> [GLOBAL_ARGS...] <subcommand> [ARGS...]` (the subcommand is
+/// `app-server` for the client and the proxy, `exec` for `rethread exec`), inheriting the
+/// environment (so `CODEX_HOME` reaches it) plus `env`, in `cwd` when set. The one description
+/// of a codex process every part of rethread starts.
+///
+/// ```
+/// use rethread_runtime::CodexCommand;
+/// let codex = CodexCommand::new("codex")
+///     .global_args(["-c", "model=o3"])
+///     .args(["--listen", "stdio://"])
+///     .env("CODEX_HOME", "/srv/codex")
+///     .cwd("/srv/work");
+/// let command = codex.command("app-server");
+/// let args: Vec<_> = command.as_std().get_args().collect();
+/// assert_eq!(args, ["-c", "model=o3", "app-server", "--listen", "stdio://"]);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CodexCommand {
+    /// The codex binary.
+    pub program: PathBuf,
+    /// Codex options before the subcommand (`-c key=value`, `--enable F`, ...).
+    pub global_args: Vec<OsString>,
+    /// Everything after the subcommand, verbatim.
+    pub args: Vec<OsString>,
+    /// Environment overrides (e.g. `CODEX_HOME`).
+    pub env: Vec<(OsString, OsString)>,
+    /// Working directory of the process (default: this process's).
+    pub cwd: Option<PathBuf>,
+}
+
+impl CodexCommand {
+    /// `<program>` with the inherited environment and nothing else set.
+    pub fn new(program: impl Into<PathBuf>) -> Self {
+        CodexCommand {
+            program: program.into(),
+            global_args: Vec::new(),
+            args: Vec::new(),
+            env: Vec::new(),
+            cwd: None,
+        }
+    }
+
+    /// Appends codex options that go before the subcommand.
+    pub fn global_args<I: IntoIterator<Item = S>, S: Into<OsString>>(mut self, args: I) -> Self {
+        self.global_args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Appends arguments after the subcommand.
+    pub fn args<I: IntoIterator<Item = S>, S: Into<OsString>>(mut self, args: I) -> Self {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets an environment variable for the process.
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets the working directory of the process.
+    pub fn cwd(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(dir.into());
+        self
+    }
+
+    /// The process for `subcommand`, killed if dropped; stdio is the caller's to set.
+    pub fn command(&self, subcommand: &str) -> Command {
+        let mut command = Command::new(&self.program);
+        command
+            .args(&self.global_args)
+            .arg(subcommand)
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .kill_on_drop(true);
+        if let Some(cwd) = &self.cwd {
+            command.current_dir(cwd);
+        }
+        command
+    }
+}

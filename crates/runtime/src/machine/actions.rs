@@ -1,0 +1,317 @@
+//! What goes into the machine from the store ([`Stored`]) and what comes out of it: the
+//! [`Action`]s a driver carries out and what it [`Say`]s. Each action's `Display` is the line
+//! the machine's tables in `tests/machine.rs` are written in.
+
+use std::fmt;
+use std::time::Duration;
+
+use rethread_protocol::messages::ThreadResumeParams;
+use rethread_protocol::ResumeFailure;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::RuntimeError;
+use crate::session::OpenOutcome;
+
+use super::RESUME_FALLBACK_NOTICE;
+
+/// What the store holds for a session, as the machine reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Stored {
+    /// No thread: a new session, or one whose thread its host ended.
+    Unbound,
+    /// Bound to a thread whose last committed turn is durable.
+    Bound {
+        /// The thread.
+        thread_id: String,
+    },
+    /// The bound thread was lost and given up; no turn on a new thread committed since.
+    GivenUp {
+        /// The lost (retired) thread.
+        thread_id: String,
+        /// Why it was lost.
+        reason: ResumeFailure,
+        /// Codex's error message.
+        message: String,
+        /// Whether the fallback notice reached the user.
+        notice_delivered: bool,
+    },
+}
+
+/// A bound thread codex cannot hand back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostThread {
+    /// The thread.
+    pub thread_id: String,
+    /// Why it is lost (`gone`, `incompatible` or `unreadable`).
+    pub reason: ResumeFailure,
+    /// Codex's error message.
+    pub message: String,
+}
+
+/// Why a thread's turns are not recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotRecorded {
+    /// The session stays on its own thread; this one was opened beside it.
+    OtherThread {
+        /// The session's thread, if it has one on this connection.
+        session_thread: Option<String>,
+    },
+    /// The thread belongs to another session of the store.
+    OtherSession {
+        /// That session.
+        session_id: String,
+    },
+}
+
+/// To whom a lease went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseLostTo {
+    /// Another process took the session over (after this one stalled past the lease's TTL).
+    Another {
+        /// The new holder, for people.
+        holder: String,
+    },
+    /// The session was deleted (`rethread sessions forget`).
+    Forgotten,
+    /// Released, or lost for a reason the store did not say.
+    Unknown,
+}
+
+/// Something to tell the user. Drivers render it on their surface: the status rail, a
+/// JSON-RPC `warning`, a `codex exec` error item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Say {
+    /// [`RESUME_FALLBACK_NOTICE`]: the session's thread was lost and a new one starts. Once
+    /// the user has it, the driver calls [`SessionMachine::handle_notice_delivered`].
+    FallbackNotice {
+        /// The lost thread.
+        previous_thread_id: String,
+        /// Why.
+        reason: ResumeFailure,
+        /// Codex's error message.
+        message: String,
+        /// An earlier process gave the thread up and died before delivering the notice.
+        pending: bool,
+    },
+    /// A thread's turns are not recorded for the session (said once per thread).
+    NotRecorded {
+        /// The thread.
+        thread_id: String,
+        /// Why.
+        why: NotRecorded,
+    },
+    /// The session's lease is gone: nothing more is recorded on this connection.
+    LeaseLost {
+        /// To whom.
+        to: LeaseLostTo,
+    },
+    /// A completed turn could not be recorded.
+    CommitFailed {
+        /// The thread.
+        thread_id: String,
+        /// What failed.
+        message: String,
+    },
+    /// The transcript could not be read to seed the replacement thread.
+    SeedUnavailable {
+        /// What failed.
+        message: String,
+    },
+    /// The thread's rollout could not be restored from the store; the resume goes ahead and
+    /// codex's answer decides.
+    RestoreFailed {
+        /// The thread.
+        thread_id: String,
+        /// What failed.
+        message: String,
+    },
+    /// The session's mirror passed its cap: mirroring stopped for the session (said once).
+    MirrorStopped {
+        /// The bytes it would have held.
+        bytes: u64,
+        /// The cap.
+        cap: u64,
+    },
+    /// A turn was committed without its rollout (said once per connection).
+    MirrorFailed {
+        /// The thread.
+        thread_id: String,
+        /// What failed.
+        message: String,
+    },
+}
+
+impl Say {
+    /// The user-facing text.
+    pub fn message(&self) -> String {
+        match self {
+            Say::FallbackNotice { .. } => RESUME_FALLBACK_NOTICE.to_string(),
+            Say::NotRecorded {
+                thread_id,
+                why: NotRecorded::OtherThread { session_thread },
+            } => match session_thread {
+                Some(own) => format!(
+                    "rethread keeps this session on thread {own}; thread {thread_id} is not \
+                     recorded and will not be resumed after a restart."
+                ),
+                None => format!(
+                    "rethread does not record thread {thread_id} for this session: the \
+                     session is bound to another thread, which a thread/start resumes."
+                ),
+            },
+            Say::NotRecorded {
+                thread_id,
+                why: NotRecorded::OtherSession { session_id },
+            } => format!(
+                "thread {thread_id} belongs to rethread session {session_id}; it is not \
+                 recorded for this session."
+            ),
+            Say::LeaseLost { to } => match to {
+                LeaseLostTo::Another { holder } => format!(
+                    "rethread lost this session to another process ({holder}): turns on this \
+                     connection are no longer recorded."
+                ),
+                LeaseLostTo::Forgotten => "rethread: this session was forgotten (deleted from \
+                     the store): turns on this connection are no longer recorded."
+                    .to_string(),
+                LeaseLostTo::Unknown => "rethread no longer holds this session's lease: turns \
+                     on this connection are no longer recorded."
+                    .to_string(),
+            },
+            Say::CommitFailed { message, .. } => {
+                format!("rethread could not record this turn of the session: {message}")
+            }
+            Say::SeedUnavailable { message } => {
+                format!("Could not read the transcript to seed the new thread: {message}")
+            }
+            Say::RestoreFailed { .. } | Say::MirrorStopped { .. } | Say::MirrorFailed { .. } => {
+                self.mirror_message()
+            }
+        }
+    }
+}
+
+/// What a driver must do next. Each action that asks for something names the `handle_*`
+/// method that takes its answer.
+///
+/// Not `#[non_exhaustive]` on purpose: every driver must decide what a new action means.
+#[derive(Debug)]
+pub enum Action {
+    /// Read the session from the store: [`SessionMachine::handle_session`] (or
+    /// [`SessionMachine::handle_failed`]).
+    ReadSession,
+    /// Restore the thread's rollout files from the store's mirror where this `CODEX_HOME`
+    /// lacks them ([`RolloutMirror::restore`](crate::RolloutMirror::restore)), before its
+    /// first resume: [`SessionMachine::handle_restored`].
+    Restore {
+        /// The bound thread.
+        thread_id: String,
+    },
+    /// Send `thread/resume` with these params (a driver may add the thread settings its host
+    /// gave): [`SessionMachine::handle_resumed`], [`SessionMachine::handle_resume_error`],
+    /// [`SessionMachine::handle_resume_timeout`], [`SessionMachine::handle_resume_exited`]
+    /// (a driver that resumes by starting a process), or `handle_failed` when the connection
+    /// itself failed).
+    Resume(ThreadResumeParams),
+    /// Wait this long, then [`SessionMachine::handle_wait_over`].
+    Wait(Duration),
+    /// Give the thread up in one store write (retire it, drop the binding if it still names
+    /// it, record the pending notice): [`SessionMachine::handle_given_up`] (or `handle_failed`:
+    /// then nothing was written and the binding is kept).
+    GiveUp(LostThread),
+    /// Say this to the user.
+    Say(Say),
+    /// Record in the store that the fallback notice for this lost thread was delivered.
+    /// Nothing is handed back (a failure only means the notice may be said once more).
+    MarkNoticeDelivered {
+        /// The lost thread.
+        thread_id: String,
+    },
+    /// Read the newest rows of the transcript, at most this many:
+    /// [`SessionMachine::handle_transcript`].
+    ReadTranscript {
+        /// How many.
+        max_rows: u64,
+    },
+    /// Start a thread (with the host's own settings), with this seed appended to its
+    /// developer instructions: [`SessionMachine::handle_started`] (or `handle_failed`).
+    Start {
+        /// The seed, already rendered and quoted ([`render_seed`]).
+        seed: Option<String>,
+    },
+    /// The session's thread is open; turns may run.
+    Opened(OpenOutcome),
+    /// Opening failed; nothing more happens until [`SessionMachine::open`] is called again.
+    /// The binding is kept unless a give-up was written (which the outcome of the next open
+    /// reports).
+    OpenFailed(RuntimeError),
+    /// Commit a completed turn's rows with the binding to its thread (one fenced store write):
+    /// [`SessionMachine::handle_committed`] (or `handle_failed`), then, when it took the
+    /// mirror, [`SessionMachine::handle_mirrored`].
+    Commit {
+        /// The thread.
+        thread_id: String,
+        /// The projected rows.
+        rows: Vec<Value>,
+        /// Whether the commit takes what the thread's rollout grew by
+        /// ([`RolloutMirror::prepare`](crate::RolloutMirror::prepare)).
+        mirror: bool,
+    },
+    /// The host ends the session's thread: retire it without a notice
+    /// ([`SessionMachine::handle_retired`] or `handle_failed`).
+    Retire {
+        /// The thread.
+        thread_id: String,
+    },
+}
+
+impl fmt::Display for Action {
+    /// One line per action, wire params as literal JSON: what the machine's tables pin.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::ReadSession => f.write_str("read_session"),
+            Action::Restore { thread_id } => write!(f, "restore {thread_id}"),
+            Action::Resume(params) => write!(f, "resume {}", json(params)),
+            Action::Wait(delay) => write!(f, "wait {}ms", delay.as_millis()),
+            Action::GiveUp(lost) => write!(f, "give_up {} {}", lost.thread_id, lost.reason),
+            Action::Say(Say::FallbackNotice {
+                previous_thread_id,
+                reason,
+                pending,
+                ..
+            }) => write!(
+                f,
+                "notice {previous_thread_id} {reason}{}",
+                if *pending { " pending" } else { "" }
+            ),
+            Action::Say(say) => write!(f, "say {}", say.message()),
+            Action::MarkNoticeDelivered { thread_id } => write!(f, "mark_delivered {thread_id}"),
+            Action::ReadTranscript { max_rows } => write!(f, "read_transcript {max_rows}"),
+            Action::Start { seed: None } => f.write_str("start"),
+            Action::Start { seed: Some(_) } => f.write_str("start seeded"),
+            Action::Opened(outcome) => write!(f, "opened {}", json(outcome)),
+            Action::OpenFailed(error) => write!(f, "open_failed {}", error.kind()),
+            Action::Commit {
+                thread_id,
+                rows,
+                mirror,
+            } => write!(
+                f,
+                "commit {thread_id} {}{}",
+                rows.len(),
+                if *mirror { " +mirror" } else { "" }
+            ),
+            Action::Retire { thread_id } => write!(f, "retire {thread_id}"),
+        }
+    }
+}
+
+/// A wire shape as literal JSON, for [`Action`]'s `Display`.
+fn json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|error| format!("<{error}>"))
+}

@@ -1,0 +1,82 @@
+//! The attempts to resume one bound thread and the rules of a failed resume: what each
+//! failure means (retry after a pause, a lost thread, or stop with the binding kept).
+
+use std::time::Duration;
+
+use rethread_protocol::messages::ThreadResumeParams;
+use rethread_protocol::{ResumeFailure, RpcError};
+
+use crate::error::RuntimeError;
+
+use super::LostThread;
+
+/// The attempts to resume one bound thread.
+#[derive(Debug, Clone)]
+pub(super) struct Attempts {
+    pub(super) thread_id: String,
+    pub(super) exclude_turns: bool,
+    pub(super) transient_left: u32,
+    pub(super) backoff: Duration,
+    pub(super) sent: u32,
+}
+
+/// What a failed `thread/resume` means.
+pub(super) enum Verdict {
+    Retry(Duration),
+    Lost(LostThread),
+    Stop(RuntimeError),
+}
+
+impl Attempts {
+    pub(super) fn params(&self) -> ThreadResumeParams {
+        let mut params = ThreadResumeParams::new(self.thread_id.clone());
+        if self.exclude_turns {
+            params.exclude_turns = Some(true);
+        }
+        params
+    }
+
+    /// The rules of a failed resume: a capability refusal of `excludeTurns` is retried at
+    /// once without it (never a dead thread); `gone`, `incompatible` and `unreadable` are a
+    /// loss at once; a temporary failure is retried after a growing pause, within the
+    /// budget, then stops with the binding kept; anything else stops at once.
+    pub(super) fn judge(&mut self, failure: ResumeFailure, error: &RpcError) -> Verdict {
+        self.sent += 1;
+        if failure == ResumeFailure::CapabilityRequired && self.exclude_turns {
+            self.exclude_turns = false;
+            return Verdict::Retry(Duration::ZERO);
+        }
+        if failure.thread_is_lost() {
+            return Verdict::Lost(LostThread {
+                thread_id: self.thread_id.clone(),
+                reason: failure,
+                message: error.message.clone(),
+            });
+        }
+        if !failure.is_transient() {
+            return Verdict::Stop(RuntimeError::Resume {
+                thread_id: self.thread_id.clone(),
+                failure,
+                error: error.clone(),
+            });
+        }
+        if self.transient_left > 0 {
+            self.transient_left -= 1;
+            let delay = self.backoff;
+            self.backoff = self.backoff.saturating_mul(2);
+            return Verdict::Retry(delay);
+        }
+        Verdict::Stop(match failure {
+            ResumeFailure::Busy => RuntimeError::ThreadBusy {
+                thread_id: self.thread_id.clone(),
+                message: error.message.clone(),
+            },
+            _ => RuntimeError::ResumeUnavailable {
+                thread_id: self.thread_id.clone(),
+                failure,
+                message: error.message.clone(),
+                attempts: self.sent,
+            },
+        })
+    }
+}
