@@ -246,17 +246,9 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServer
         .global_args(globals.codex_global_args())
         .args(args.args);
     let store = args.store.url;
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::output::runtime(tokio::runtime::Builder::new_current_thread()) {
         Ok(runtime) => runtime,
-        Err(error) => {
-            return crate::output::fail(
-                &format!("could not start the async runtime: {error}"),
-                crate::output::EXIT_FAILED,
-            )
-        }
+        Err(code) => return code,
     };
     let settings = Settings {
         wait,

@@ -142,17 +142,9 @@ pub(crate) fn main(
         mirror,
         kind,
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match output::runtime(tokio::runtime::Builder::new_current_thread()) {
         Ok(runtime) => runtime,
-        Err(error) => {
-            return output::fail(
-                &format!("could not start the async runtime: {error}"),
-                output::EXIT_FAILED,
-            )
-        }
+        Err(code) => return code,
     };
     let result = runtime.block_on(driver::run(&setup));
     runtime.shutdown_timeout(Duration::from_secs(1));

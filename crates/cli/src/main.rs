@@ -270,17 +270,9 @@ fn main() -> ExitCode {
     if let Command::Completions { shell } = cli.command {
         return completions(shell);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match output::runtime(tokio::runtime::Builder::new_multi_thread()) {
         Ok(runtime) => runtime,
-        Err(error) => {
-            return output::fail(
-                &format!("could not start the async runtime: {error}"),
-                output::EXIT_FAILED,
-            )
-        }
+        Err(code) => return code,
     };
     let result = runtime.block_on(run(cli.command));
     // Background work (a lease release of a dropped binder) gets a moment; the process exit

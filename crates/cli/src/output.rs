@@ -359,3 +359,16 @@ impl StatusSink for LiveRail {
         }
     }
 }
+
+/// Builds the process's async runtime (every driver enables I/O and time); one that cannot be
+/// started is reported, and its exit code returned.
+pub(crate) fn runtime(
+    mut builder: tokio::runtime::Builder,
+) -> Result<tokio::runtime::Runtime, ExitCode> {
+    builder.enable_all().build().map_err(|error| {
+        fail(
+            &format!("could not start the async runtime: {error}"),
+            EXIT_FAILED,
+        )
+    })
+}

@@ -185,6 +185,7 @@ impl SessionBinder {
             lease,
             transcript: &self.transcript,
             mirror: self.mirror.as_ref(),
+            codex_home: self.options.codex_home.as_deref(),
         };
         let mut resume = ResumeTrace::default();
         // The `rethread.fallback` span, from the notice to the replacement's start.

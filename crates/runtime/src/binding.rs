@@ -48,6 +48,8 @@ pub struct StoreSide<'a> {
     pub transcript: &'a Transcript,
     /// The rollout mirror, when on: a thread this home lacks is restored from the store.
     pub mirror: Option<&'a RolloutMirror>,
+    /// The `CODEX_HOME` recorded with a published binding.
+    pub codex_home: Option<&'a str>,
 }
 
 impl StoreSide<'_> {
@@ -101,6 +103,29 @@ impl StoreSide<'_> {
                 own => return Some(own),
             }
         }
+    }
+
+    /// Carries out [`Action::Commit`]: the turn's rows (and, when `mirror`, the rollout's
+    /// growth) with the binding in one fenced write, then tells the machine what happened
+    /// (the commit, and what the mirror did). Every driver commits through this.
+    pub async fn commit(
+        &self,
+        machine: &mut impl MachineAccess,
+        thread_id: &str,
+        rows: &[Value],
+        mirror: bool,
+    ) -> Result<Committed, RuntimeError> {
+        let turn = TurnRows::new(self.session_id, thread_id, rows)
+            .codex_home(self.codex_home)
+            .mirror(self.mirror.filter(|_| mirror));
+        let committed = commit_turn(self.store, self.transcript, self.lease, turn).await;
+        machine.with(|m| {
+            m.handle_committed(thread_id, committed.as_ref().map(|_| ()));
+            if let Ok(done) = &committed {
+                m.handle_mirrored(thread_id, &done.mirror);
+            }
+        });
+        committed
     }
 }
 

@@ -24,7 +24,7 @@ use rethread_store::BindingStore;
 use serde_json::Value;
 use tracing::Instrument;
 
-use crate::binding::{commit_turn, Publication, TurnRows};
+use crate::binding::{Publication, StoreSide};
 use crate::client::{AnsweredRequest, AppServerClient, ClientError, ThreadEvent, ThreadEvents};
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
@@ -603,21 +603,19 @@ impl TurnRun<'_> {
                     rows,
                     mirror,
                 } => {
-                    let turn = TurnRows::new(session.session_id, &thread_id, &rows)
-                        .codex_home(session.codex_home)
-                        .mirror(session.mirror.filter(|_| mirror));
-                    let committed =
-                        commit_turn(session.store, session.transcript, session.lease, turn).await;
-                    session
-                        .machine
-                        .handle_committed(&thread_id, committed.as_ref().map(|_| ()));
-                    match committed {
-                        Ok(committed) => {
-                            session
-                                .machine
-                                .handle_mirrored(&thread_id, &committed.mirror);
-                            published = Some(committed.publication);
-                        }
+                    let side = StoreSide {
+                        store: session.store,
+                        session_id: session.session_id,
+                        lease: session.lease,
+                        transcript: session.transcript,
+                        mirror: session.mirror,
+                        codex_home: session.codex_home,
+                    };
+                    match side
+                        .commit(&mut &mut *session.machine, &thread_id, &rows, mirror)
+                        .await
+                    {
+                        Ok(committed) => published = Some(committed.publication),
                         Err(error) => failure = Some(error),
                     }
                 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use rethread_protocol::messages::{ThreadItem, ThreadStartParams, UserInput};
-use rethread_runtime::binding::{self, apply_seed, commit_turn, StoreSide, TurnRows};
+use rethread_runtime::binding::{self, apply_seed, StoreSide};
 use rethread_runtime::machine::{Action, Say, SessionMachine};
 use rethread_runtime::projection::project_turn_input;
 use rethread_runtime::{
@@ -104,12 +104,14 @@ impl Driver<'_> {
         let setup = self.setup;
         let lease = self.lease.clone();
         let mirror = self.mirror.clone();
+        let codex_home = self.codex_home.clone();
         let side = StoreSide {
             store: store.as_ref(),
             session_id: &setup.session,
             lease: Some(&lease),
             transcript: &Transcript::Store,
             mirror: mirror.as_ref(),
+            codex_home: codex_home.as_deref(),
         };
         loop {
             // The store side (reads, restore, give-up, waits) is every driver's; a signal
@@ -394,35 +396,37 @@ impl Driver<'_> {
     /// Carries out what the machine asks after an event: commits, what it says, delivered
     /// notices.
     async fn settle(&mut self) -> Result<(), BoxError> {
-        while let Some(action) = self.machine.poll() {
-            match action {
-                Action::Commit {
-                    thread_id,
-                    rows,
-                    mirror,
-                } => {
-                    let turn = TurnRows::new(&self.setup.session, &thread_id, &rows)
-                        .codex_home(self.codex_home.as_deref())
-                        .mirror(self.mirror.as_ref().filter(|_| mirror));
-                    let committed = commit_turn(
-                        self.store.as_ref(),
-                        &Transcript::Store,
-                        Some(&self.lease),
-                        turn,
-                    )
-                    .await;
-                    self.machine
-                        .handle_committed(&thread_id, committed.as_ref().map(|_| ()));
-                    if let Ok(committed) = &committed {
-                        self.machine.handle_mirrored(&thread_id, &committed.mirror);
+        loop {
+            let action = {
+                let side = StoreSide {
+                    store: self.store.as_ref(),
+                    session_id: &self.setup.session,
+                    lease: Some(&self.lease),
+                    transcript: &Transcript::Store,
+                    mirror: self.mirror.as_ref(),
+                    codex_home: self.codex_home.as_deref(),
+                };
+                match side.next_action(&mut &mut self.machine).await {
+                    Some(Action::Commit {
+                        thread_id,
+                        rows,
+                        mirror,
+                    }) => {
+                        // A failed commit is said by the machine (an error item).
+                        let _ = side
+                            .commit(&mut &mut self.machine, &thread_id, &rows, mirror)
+                            .await;
+                        continue;
                     }
+                    other => other,
                 }
-                Action::Say(say) => self.say(&say).await?,
-                Action::MarkNoticeDelivered { thread_id } => self.mark_delivered(&thread_id).await,
-                _ => {}
+            };
+            match action {
+                None => return Ok(()),
+                Some(Action::Say(say)) => self.say(&say).await?,
+                Some(_) => {}
             }
         }
-        Ok(())
     }
 
     /// Says `say`: on stderr for people, and on stdout as codex reports a non-fatal problem
@@ -457,17 +461,6 @@ impl Driver<'_> {
         self.items += 1;
         self.write(format!("{item}\n").as_bytes()).await?;
         Ok(())
-    }
-
-    async fn mark_delivered(&self, thread_id: &str) {
-        let fence = self.lease.ensure_fresh().await.ok();
-        binding::mark_notice_delivered(
-            self.store.as_ref(),
-            &self.setup.session,
-            thread_id,
-            fence.as_ref(),
-        )
-        .await;
     }
 
     /// Writes bytes to stdout and flushes them (the client reads each line as it comes).

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use rethread_protocol::messages::{ItemNotification, TurnNotification, TurnStatus};
 use rethread_protocol::{Message, RequestId};
-use rethread_runtime::binding::{self, commit_turn, MachineAccess, StoreSide, TurnRows};
+use rethread_runtime::binding::{self, MachineAccess, StoreSide};
 use rethread_runtime::machine::{Action, Say, SessionMachine};
 use rethread_runtime::{BinderOptions, RolloutMirror, RuntimeError, SessionLease, Transcript};
 use rethread_store::{BindingStore, LocalOwner};
@@ -295,6 +295,7 @@ impl BindingHooks {
             lease: self.lease.as_ref(),
             transcript: &Transcript::Store,
             mirror: self.mirror.as_ref(),
+            codex_home: self.options.binder.codex_home.as_deref(),
         }
     }
 
@@ -517,16 +518,10 @@ impl BindingHooks {
                     }
                     // Awaited before the line goes on: the client sees `turn/completed` only
                     // once the rows and the binding are durable (or the failure was said).
-                    let turn_rows = TurnRows::new(&self.session_id, &thread_id, &rows)
-                        .codex_home(self.options.binder.codex_home.as_deref())
-                        .mirror(self.mirror.as_ref().filter(|_| mirror));
-                    let committed = commit_turn(
-                        self.store.as_ref(),
-                        &Transcript::Store,
-                        self.lease.as_ref(),
-                        turn_rows,
-                    )
-                    .await;
+                    let committed = self
+                        .store_side()
+                        .commit(&mut Locked(&self.state), &thread_id, &rows, mirror)
+                        .await;
                     if let Ok(done) = &committed {
                         let publication = done.publication;
                         if publication != rethread_runtime::Publication::Published {
@@ -536,13 +531,6 @@ impl BindingHooks {
                                 self.session_id, turn.id
                             ));
                         }
-                    }
-                    let mut state = self.state();
-                    state
-                        .machine
-                        .handle_committed(&thread_id, committed.as_ref().map(|_| ()));
-                    if let Ok(done) = &committed {
-                        state.machine.handle_mirrored(&thread_id, &done.mirror);
                     }
                 }
                 Some(_) => {}
