@@ -383,13 +383,6 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// A `BindingStore` that fails at a chosen call (shared with the runtime's
-/// tests).
-#[cfg(test)]
-#[path = "../../runtime/tests/support/faulty_store.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod faulty_store;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,9 +407,12 @@ mod tests {
     #[tokio::test]
     async fn a_release_failure_after_the_commit_is_a_warning_and_the_turn_stands() {
         let memory = Arc::new(MemoryStore::new());
-        let faults = faulty_store::Faults::default();
+        let faults = rethread_testkit::faulty_store::Faults::default();
         faults.fail("release_lease", 1);
-        let store = Arc::new(faulty_store::over(memory.clone(), faults.clone()));
+        let store = Arc::new(rethread_testkit::faulty_store::over(
+            memory.clone(),
+            faults.clone(),
+        ));
         let home = tempfile::tempdir().unwrap();
         let (stream, _fake) = FakeAppServer::builder()
             .codex_home(home.path())

@@ -309,10 +309,8 @@ async fn in_process(large_kib: usize) {
         let forwarded = relay_time(count, size, |from, to| async move {
             // codex -> client direction: the producer plays codex, the consumer the client.
             let (idle_client_in, _keep) = tokio::io::duplex(64);
-            let options = ProxyOptions {
-                max_line_length: 64 * 1024 * 1024,
-                ..ProxyOptions::default()
-            };
+            let mut options = ProxyOptions::default();
+            options.max_line_length = 64 * 1024 * 1024;
             let _ = forward(
                 &Transparent,
                 &options,

@@ -238,8 +238,10 @@ impl fmt::Debug for Reporter {
     }
 }
 
-/// Bounds and timeouts of the proxy.
+/// Bounds and timeouts of the proxy: [`ProxyOptions::default`], then set the fields to
+/// change.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ProxyOptions {
     /// The longest line passed on (terminator excluded); longer ones are answered or dropped.
     pub max_line_length: usize,

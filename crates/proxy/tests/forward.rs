@@ -380,9 +380,9 @@ async fn garbage_passes_through_unchanged_and_is_reported_unless_codex_would_die
 #[tokio::test]
 async fn oversized_lines_are_answered_in_their_senders_place_or_dropped() {
     let limit = 10_000;
-    let mut s = scripted(Transparent, 64 * 1024, |o| rethread_proxy::ProxyOptions {
-        max_line_length: limit,
-        ..o
+    let mut s = scripted(Transparent, 64 * 1024, |mut o| {
+        o.max_line_length = limit;
+        o
     });
     let big = "x".repeat(3 * limit);
     // A client request: answered with an error, never reaches codex.
@@ -427,11 +427,11 @@ async fn oversized_lines_are_answered_in_their_senders_place_or_dropped() {
 #[tokio::test]
 async fn a_client_that_does_not_read_slows_codex_down_and_loses_nothing() {
     let total = 20_000usize;
-    let mut s = scripted(Transparent, 4096, |o| rethread_proxy::ProxyOptions {
-        queue_lines: 8,
-        queue_bytes: 4096,
-        write_buffer: 4096,
-        ..o
+    let mut s = scripted(Transparent, 4096, |mut o| {
+        o.queue_lines = 8;
+        o.queue_bytes = 4096;
+        o.write_buffer = 4096;
+        o
     });
     let written = Arc::new(AtomicUsize::new(0));
     let counter = written.clone();
@@ -486,9 +486,9 @@ async fn when_codex_closes_its_output_everything_it_said_reaches_the_client() {
 
 #[tokio::test]
 async fn a_codex_that_ignores_the_end_of_its_input_is_given_up_on_after_the_grace() {
-    let mut s = scripted(Transparent, 64 * 1024, |o| rethread_proxy::ProxyOptions {
-        shutdown_grace: Duration::from_millis(200),
-        ..o
+    let mut s = scripted(Transparent, 64 * 1024, |mut o| {
+        o.shutdown_grace = Duration::from_millis(200);
+        o
     });
     s.proxied.client.close_writer().await;
     // Codex's input is closed ...
@@ -626,11 +626,9 @@ async fn a_proxy_request_times_out_and_its_late_answer_reaches_nobody() {
     let hooks = Arc::new(AsksOnce::default());
     let (codex_end, proxy_end) = tokio::io::duplex(64 * 1024);
     let (read, write) = tokio::io::split(proxy_end);
-    let mut proxied = proxy(hooks.clone(), read, write, |o| {
-        rethread_proxy::ProxyOptions {
-            request_timeout: Duration::from_millis(100),
-            ..o
-        }
+    let mut proxied = proxy(hooks.clone(), read, write, |mut o| {
+        o.request_timeout = Duration::from_millis(100);
+        o
     });
     let (codex_read, mut codex_write) = tokio::io::split(codex_end);
     let mut codex_lines = BufReader::new(codex_read).lines();

@@ -50,9 +50,9 @@ struct Scripted {
 fn scripted(hooks: Arc<impl SessionHooks + 'static>) -> Scripted {
     let (codex_end, proxy_end) = tokio::io::duplex(64 * 1024);
     let (read, write) = tokio::io::split(proxy_end);
-    let proxied = proxy(hooks, read, write, |o| rethread_proxy::ProxyOptions {
-        request_timeout: Duration::from_secs(30),
-        ..o
+    let proxied = proxy(hooks, read, write, |mut o| {
+        o.request_timeout = Duration::from_secs(30);
+        o
     });
     let (codex_read, codex_write) = tokio::io::split(codex_end);
     Scripted {

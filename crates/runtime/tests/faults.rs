@@ -1,10 +1,8 @@
 //! The fault model (docs/architecture.md, "Fault model"): each fault, what it does to the
 //! binding and what the host sees. Against a scripted peer, and over a store that fails at a
-//! chosen call (`support/faulty_store.rs`).
+//! chosen call (`rethread_testkit::faulty_store`).
 
-#[path = "support/faulty_store.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod faulty_store;
+use rethread_testkit::faulty_store;
 mod support;
 
 use std::sync::Arc;

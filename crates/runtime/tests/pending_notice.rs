@@ -4,9 +4,7 @@
 //! died in between leaves it pending, and the next open says it, with the recorded reason,
 //! once.
 
-#[path = "support/faulty_store.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod faulty_store;
+use rethread_testkit::faulty_store;
 
 use std::sync::Arc;
 use std::time::Duration;

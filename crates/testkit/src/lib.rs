@@ -18,6 +18,7 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 
 pub mod compat;
+pub mod faulty_store;
 pub mod fuzz;
 pub mod postgres;
 pub mod real;

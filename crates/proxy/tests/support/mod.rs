@@ -120,10 +120,9 @@ pub struct Proxied {
 /// Options whose reporter records into `reports`.
 pub fn recording_options(reports: &Arc<Mutex<Vec<String>>>) -> ProxyOptions {
     let sink = reports.clone();
-    ProxyOptions {
-        reporter: Reporter::new(move |m| sink.lock().unwrap().push(m.to_string())),
-        ..ProxyOptions::default()
-    }
+    let mut options = ProxyOptions::default();
+    options.reporter = Reporter::new(move |m| sink.lock().unwrap().push(m.to_string()));
+    options
 }
 
 /// Starts `forward` with `hooks` between a new test client and codex's `codex_out` /

@@ -292,12 +292,10 @@ fn drive(
         let (mut codex, proxy_codex) = tokio::io::duplex(64 * 1024);
         let (client_in, client_out) = tokio::io::split(proxy_client);
         let (codex_out, codex_in) = tokio::io::split(proxy_codex);
-        let options = ProxyOptions {
-            max_line_length: limit,
-            reporter: Reporter::new(|_| {}),
-            shutdown_grace: Duration::from_secs(30),
-            ..ProxyOptions::default()
-        };
+        let mut options = ProxyOptions::default();
+        options.max_line_length = limit;
+        options.reporter = Reporter::new(|_| {});
+        options.shutdown_grace = Duration::from_secs(30);
         let proxy = forward(
             hooks,
             &options,

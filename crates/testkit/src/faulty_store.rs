@@ -1,7 +1,7 @@
 //! A `BindingStore` that fails at a chosen call: every method delegates to a `MemoryStore`
 //! unless [`Faults`] says that call fails (it then writes nothing). It also records the fence
 //! every write carried, and can have another host take the lease over right before a chosen
-//! call. (Shared with the CLI's unit tests through `#[path]`.)
+//! call.
 //!
 //! Hand-written rather than a mockall mock: mockall cannot mock `BindingStore` (methods that
 //! take `Option<&Fence>` under `async_trait`; mockall issue 571).
