@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::{codex, docs, examples, fuzz, node, packaging, proxy, restarts, util};
+use crate::{codex, docs, examples, fuzz, modules, node, packaging, proxy, restarts, util};
 
 /// Tests that need a real codex release: (test target, `None` for all of its tests or the
 /// names of those that do). Targets are named across the workspace (`--workspace --test T`),
@@ -102,6 +102,7 @@ fn run_stages(root: &Path, stages: &mut Stages) -> Result<(), String> {
         util::run(root, "cargo", &["fmt", "--all", "--", "--check"])
     });
     stages.run("doc paths", || docs::command(&[]));
+    stages.run("module cycles", || modules::command(&[]));
     stages.run("clippy", || {
         util::run(
             root,

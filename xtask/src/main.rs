@@ -9,6 +9,7 @@
 //!   fuzz target; each stage's wall time at the end. This is what `.ci/run` calls.
 //! - `docs`: fail naming each repository path a doc names that does not exist.
 //! - `loc`: the shipped lines of each crate.
+//! - `modules`: fails on a module import cycle in any crate.
 //! - `codex [--version V]`: install `@openai/codex@V` into `target/codex/V`
 //!   (idempotent) and print the binary's path.
 //! - `codex-check --version V`: install any codex release, run the real-binary suites against
@@ -31,6 +32,7 @@ mod docs;
 mod examples;
 mod fuzz;
 mod loc;
+mod modules;
 mod node;
 mod packaging;
 mod proxy;
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         Some("ci") => ci::command(),
         Some("docs") => docs::command(&args[1..]),
         Some("loc") => loc::command(&args[1..]),
+        Some("modules") => modules::command(&args[1..]),
         Some("codex") => codex::command(&args[1..]),
         Some("codex-check") => codex_check::command(&args[1..]),
         Some("fuzz") => fuzz::command(&args[1..]),
@@ -74,6 +77,7 @@ fn print_help() {
          ci                    the whole gate, fast stages first; each stage's wall time at the end\n\
          docs                  fail naming each repository path a doc names that does not exist\n\
          loc                   shipped lines per crate (src/ without tests, comments, blank lines)\n\
+         modules               fails on a module import cycle in any crate\n\
          codex [--version V]   install @openai/codex@V (default {}) and print its path\n\
          codex-check --version V  run the real-codex suites against V, print its compatibility row\n\
          fuzz [--seconds N] [TARGET...]  build, seed and run the fuzz targets (docs/fuzzing.md)\n\

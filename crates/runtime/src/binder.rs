@@ -24,11 +24,11 @@ use crate::binding::{self, apply_seed, StoreSide};
 use crate::client::{AppServerClient, ClientError};
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
-use crate::machine::{Action, Say, SessionMachine};
+use crate::machine::{Action, OpenOutcome, Say, SessionMachine};
 use crate::mirror::RolloutMirror;
 use crate::options::BinderOptions;
 use crate::rail::StatusRail;
-use crate::session::{CodexSession, OpenOutcome};
+use crate::session::CodexSession;
 use crate::sink::{Transcript, TranscriptSink};
 use crate::telemetry;
 
@@ -339,16 +339,6 @@ impl SessionBinder {
         );
         self.lease = Some(Arc::clone(&lease));
         Ok(Some(lease))
-    }
-}
-
-/// The fence for a write, after making sure the lease is fresh (`None` without a lease).
-pub(crate) async fn fresh_fence(
-    lease: Option<&SessionLease>,
-) -> Result<Option<rethread_store::Fence>, RuntimeError> {
-    match lease {
-        Some(lease) => Ok(Some(lease.ensure_fresh().await?)),
-        None => Ok(None),
     }
 }
 

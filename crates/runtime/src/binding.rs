@@ -78,7 +78,7 @@ impl StoreSide<'_> {
                     machine.with(SessionMachine::handle_wait_over);
                 }
                 Action::GiveUp(lost) => {
-                    let given_up = match crate::binder::fresh_fence(self.lease).await {
+                    let given_up = match crate::lease::fresh_fence(self.lease).await {
                         Ok(fence) => {
                             give_up(self.store, self.session_id, &lost, fence.as_ref()).await
                         }
@@ -90,7 +90,7 @@ impl StoreSide<'_> {
                     });
                 }
                 Action::MarkNoticeDelivered { thread_id } => {
-                    let fence = crate::binder::fresh_fence(self.lease).await.ok().flatten();
+                    let fence = crate::lease::fresh_fence(self.lease).await.ok().flatten();
                     mark_notice_delivered(self.store, self.session_id, &thread_id, fence.as_ref())
                         .await;
                 }
@@ -418,7 +418,7 @@ async fn write_turn(
     lease: Option<&SessionLease>,
     turn: TurnRows<'_>,
 ) -> Result<Committed, RuntimeError> {
-    let fence = crate::binder::fresh_fence(lease).await?;
+    let fence = crate::lease::fresh_fence(lease).await?;
     let rows = match transcript {
         Transcript::Store => turn.rows.to_vec(),
         Transcript::Sink(sink) => match sink

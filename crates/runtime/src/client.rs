@@ -90,7 +90,7 @@ impl Default for ClientOptions {
     }
 }
 
-crate::options::setters!(ClientOptions {
+crate::setters::setters!(ClientOptions {
     client_name: String,
     client_version: String,
     experimental_api: bool,

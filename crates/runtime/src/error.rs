@@ -4,7 +4,6 @@ use rethread_protocol::{ResumeFailure, RpcError};
 use rethread_store::{LeaseLoss, LeaseOwner, StoreError};
 
 use crate::client::ClientError;
-use crate::machine::LeaseLostTo;
 
 /// A boxed error from host code (a [`TranscriptSink`](crate::TranscriptSink)), kept as the
 /// source of [`RuntimeError::Sink`].
@@ -242,4 +241,19 @@ mod tests {
         assert_eq!(closed.kind(), "store");
         assert!(!closed.is_retryable());
     }
+}
+
+/// To whom a lease went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseLostTo {
+    /// Another process took the session over (after this one stalled past the lease's TTL).
+    Another {
+        /// The new holder, for people.
+        holder: String,
+    },
+    /// The session was deleted (`rethread sessions forget`).
+    Forgotten,
+    /// Released, or lost for a reason the store did not say.
+    Unknown,
 }

@@ -303,3 +303,13 @@ async fn renew_loop(store: Arc<dyn BindingStore>, state: Arc<Mutex<State>>, ttl:
         }
     }
 }
+
+/// The fence for a write, after making sure the lease is fresh (`None` without a lease).
+pub(crate) async fn fresh_fence(
+    lease: Option<&SessionLease>,
+) -> Result<Option<rethread_store::Fence>, RuntimeError> {
+    match lease {
+        Some(lease) => Ok(Some(lease.ensure_fresh().await?)),
+        None => Ok(None),
+    }
+}

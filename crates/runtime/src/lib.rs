@@ -95,6 +95,8 @@
 // Errors carry codex's error (message and data) whole for the host to show; they are the cold path.
 #![allow(clippy::result_large_err)]
 
+mod setters;
+
 mod binder;
 pub mod binding;
 mod client;
@@ -119,11 +121,11 @@ pub use client::{
 };
 pub use error::{BoxError, RuntimeError};
 pub use lease::SessionLease;
-pub use machine::RESUME_FALLBACK_NOTICE;
+pub use machine::{OpenOutcome, SeedOptions, RESUME_FALLBACK_NOTICE};
 pub use mirror::{MirrorError, MirrorReport, Restored, RolloutMirror};
-pub use options::{mirror_setting, BinderOptions, SeedOptions, MIRROR_ENV};
+pub use options::{mirror_setting, BinderOptions, MIRROR_ENV};
 pub use probe::{probe_thread, ThreadHealth, ThreadProbe};
 pub use rail::{RecordedEvents, StatusEvent, StatusKind, StatusRail, StatusSink};
-pub use session::{CodexSession, OpenOutcome};
+pub use session::CodexSession;
 pub use sink::{SinkDurability, Transcript, TranscriptSink};
 pub use turn::{TurnEnd, TurnEvent, TurnInput, TurnReport, TurnStream};

@@ -46,15 +46,14 @@ use rethread_protocol::{
 use serde_json::Value;
 
 use crate::error::RuntimeError;
-use crate::options::SeedOptions;
 use crate::projection::render_seed;
-use crate::session::OpenOutcome;
 
 mod actions;
 mod attempts;
 mod mirroring;
 
-pub use actions::{Action, LeaseLostTo, LostThread, NotRecorded, Say, Stored};
+pub use crate::error::LeaseLostTo;
+pub use actions::{Action, LostThread, NotRecorded, OpenOutcome, Say, Stored};
 use attempts::{Attempts, Verdict};
 
 /// The one lifecycle notice of a fallback.
@@ -63,6 +62,30 @@ pub const RESUME_FALLBACK_NOTICE: &str = "Codex thread could not be resumed; sta
 /// How many other threads a machine remembers having warned about (a client that opens
 /// threads without end is warned again about old ones rather than growing memory).
 const REMEMBERED_THREADS: usize = 256;
+
+/// Seeding a fresh thread that replaces a lost one with the tail of the host transcript.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SeedOptions {
+    /// At most this many of the newest rows are considered.
+    pub max_rows: u64,
+    /// The rendering is cut to at most this many bytes (whole rows only).
+    pub max_chars: usize,
+}
+
+impl Default for SeedOptions {
+    fn default() -> Self {
+        SeedOptions {
+            max_rows: 40,
+            max_chars: 8 * 1024,
+        }
+    }
+}
+
+crate::setters::setters!(SeedOptions {
+    max_rows: u64,
+    max_chars: usize
+});
 
 /// The rules' settings.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,7 @@ use std::time::Duration;
 use rethread_protocol::messages::ThreadStartParams;
 use rethread_store::DEFAULT_MIRROR_CAP;
 
-use crate::machine::MachineOptions;
+use crate::machine::{MachineOptions, SeedOptions};
 use crate::mirror::RolloutMirror;
 
 /// The environment variable that turns the rollout mirror off (`off`) for every host that
@@ -22,41 +22,6 @@ pub fn mirror_setting(value: Option<&std::ffi::OsStr>) -> Result<bool, String> {
         Some("" | "on" | "1" | "true") => Ok(true),
         Some("off" | "0" | "false") => Ok(false),
         _ => Err(format!("{MIRROR_ENV} must be `on` or `off`, not {value:?}")),
-    }
-}
-
-/// Builder-style setters, one per field: `fn field(self, value) -> Self`.
-macro_rules! setters {
-    ($ty:ty { $($field:ident: $t:ty),* $(,)? }) => {
-        impl $ty {
-            $(
-                #[doc = concat!("Sets `", stringify!($field), "`.")]
-                pub fn $field(mut self, $field: $t) -> Self {
-                    self.$field = $field;
-                    self
-                }
-            )*
-        }
-    };
-}
-pub(crate) use setters;
-
-/// Seeding a fresh thread that replaces a lost one with the tail of the host transcript.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SeedOptions {
-    /// At most this many of the newest rows are considered.
-    pub max_rows: u64,
-    /// The rendering is cut to at most this many bytes (whole rows only).
-    pub max_chars: usize,
-}
-
-impl Default for SeedOptions {
-    fn default() -> Self {
-        SeedOptions {
-            max_rows: 40,
-            max_chars: 8 * 1024,
-        }
     }
 }
 
@@ -133,11 +98,7 @@ impl Default for BinderOptions {
     }
 }
 
-setters!(SeedOptions {
-    max_rows: u64,
-    max_chars: usize
-});
-setters!(BinderOptions {
+crate::setters::setters!(BinderOptions {
     codex_home: Option<String>,
     exclude_turns: bool,
     transient_retries: u32,

@@ -4,68 +4,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rethread_protocol::ResumeFailure;
 use rethread_store::{BindingStore, Lease};
-use serde::{Deserialize, Serialize};
 
 use crate::client::AppServerClient;
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
-use crate::machine::{Action, SessionMachine};
+use crate::machine::{Action, OpenOutcome, SessionMachine};
 use crate::rail::StatusRail;
 use crate::sink::Transcript;
 use crate::turn::{start_turn, TurnContext, TurnInput, TurnReport, TurnStream};
-
-/// How a codex session was opened.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum OpenOutcome {
-    /// The stored thread was resumed.
-    Resumed {
-        /// The thread.
-        thread_id: String,
-    },
-    /// A new thread was started (no binding, or a later session of the binder).
-    Started {
-        /// The thread.
-        thread_id: String,
-    },
-    /// The stored thread could not be resumed; a new one was started on the same client. Also
-    /// reported when an earlier process gave the thread up and died before the user had the
-    /// notice: the notice is said then, with the recorded reason.
-    FellBack {
-        /// The new thread.
-        thread_id: String,
-        /// The thread that was lost.
-        previous_thread_id: String,
-        /// Why it was lost.
-        reason: ResumeFailure,
-        /// Codex's error message.
-        message: String,
-        /// Whether the new thread was seeded from the transcript.
-        seeded: bool,
-    },
-}
-
-impl OpenOutcome {
-    /// The thread the session runs on.
-    pub fn thread_id(&self) -> &str {
-        match self {
-            OpenOutcome::Resumed { thread_id }
-            | OpenOutcome::Started { thread_id }
-            | OpenOutcome::FellBack { thread_id, .. } => thread_id,
-        }
-    }
-
-    /// `resumed`, `started` or `fell_back`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            OpenOutcome::Resumed { .. } => "resumed",
-            OpenOutcome::Started { .. } => "started",
-            OpenOutcome::FellBack { .. } => "fell_back",
-        }
-    }
-}
 
 /// A codex thread opened for a session by [`SessionBinder::open`](crate::SessionBinder::open):
 /// runs turns and publishes the binding once a turn's rows are durable.
@@ -169,7 +116,7 @@ impl CodexSession {
         self.machine.handle_retire();
         while let Some(action) = self.machine.poll() {
             if let Action::Retire { thread_id } = action {
-                let fence = crate::binder::fresh_fence(self.lease.as_deref()).await?;
+                let fence = crate::lease::fresh_fence(self.lease.as_deref()).await?;
                 crate::binding::end_thread(
                     self.store.as_ref(),
                     &self.session_id,

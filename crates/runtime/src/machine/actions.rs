@@ -10,8 +10,7 @@ use rethread_protocol::ResumeFailure;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::RuntimeError;
-use crate::session::OpenOutcome;
+use crate::error::{LeaseLostTo, RuntimeError};
 
 use super::RESUME_FALLBACK_NOTICE;
 
@@ -64,21 +63,6 @@ pub enum NotRecorded {
         /// That session.
         session_id: String,
     },
-}
-
-/// To whom a lease went.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LeaseLostTo {
-    /// Another process took the session over (after this one stalled past the lease's TTL).
-    Another {
-        /// The new holder, for people.
-        holder: String,
-    },
-    /// The session was deleted (`rethread sessions forget`).
-    Forgotten,
-    /// Released, or lost for a reason the store did not say.
-    Unknown,
 }
 
 /// Something to tell the user. Drivers render it on their surface: the status rail, a
@@ -314,4 +298,55 @@ impl fmt::Display for Action {
 /// A wire shape as literal JSON, for [`Action`]'s `Display`.
 fn json<T: Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|error| format!("<{error}>"))
+}
+
+/// How a codex session was opened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum OpenOutcome {
+    /// The stored thread was resumed.
+    Resumed {
+        /// The thread.
+        thread_id: String,
+    },
+    /// A new thread was started (no binding, or a later session of the binder).
+    Started {
+        /// The thread.
+        thread_id: String,
+    },
+    /// The stored thread could not be resumed; a new one was started on the same client. Also
+    /// reported when an earlier process gave the thread up and died before the user had the
+    /// notice: the notice is said then, with the recorded reason.
+    FellBack {
+        /// The new thread.
+        thread_id: String,
+        /// The thread that was lost.
+        previous_thread_id: String,
+        /// Why it was lost.
+        reason: ResumeFailure,
+        /// Codex's error message.
+        message: String,
+        /// Whether the new thread was seeded from the transcript.
+        seeded: bool,
+    },
+}
+
+impl OpenOutcome {
+    /// The thread the session runs on.
+    pub fn thread_id(&self) -> &str {
+        match self {
+            OpenOutcome::Resumed { thread_id }
+            | OpenOutcome::Started { thread_id }
+            | OpenOutcome::FellBack { thread_id, .. } => thread_id,
+        }
+    }
+
+    /// `resumed`, `started` or `fell_back`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            OpenOutcome::Resumed { .. } => "resumed",
+            OpenOutcome::Started { .. } => "started",
+            OpenOutcome::FellBack { .. } => "fell_back",
+        }
+    }
 }
