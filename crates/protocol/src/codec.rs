@@ -57,7 +57,7 @@ pub enum FrameError {
 
 /// Decodes one line (without its newline) into a message: UTF-8, then one pass of serde_json
 /// over it. A member the envelope reads that comes twice makes the line not a message
-/// ([`EnvelopeError::DuplicateMember`](crate::EnvelopeError::DuplicateMember)).
+/// ([`crate::EnvelopeError::DuplicateMember`]).
 pub fn decode_line(line: &[u8]) -> Result<Message, FrameError> {
     Ok(members::<serde_json::Value>(line)?.into_message()?)
 }

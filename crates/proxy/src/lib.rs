@@ -111,15 +111,15 @@
 //! | ... codex lost it (gone, incompatible, unreadable) | give it up (one fenced write: binding dropped, thread retired), forward the client's start with the transcript's tail appended to its developer instructions | codex's `thread/started`, then exactly one `warning` `{"message": RESUME_FALLBACK_NOTICE, "threadId": <new>}`, then the answer (`threadId` is `null` if codex refused the start) |
 //! | ... busy or temporary past the retries | nothing written, binding kept; the next `thread/start` tries again | a JSON-RPC error: `-32001`, `data.codexErrorInfo: "server_overloaded"`, `data.rethread: {kind, sessionId, threadId, retryable: true}` |
 //! | ... another failure (an answer codex is not known to give, the store failing) | nothing written, binding kept | a JSON-RPC error: `-32603`, `data.rethread` with `retryable: false` (`-32001` for a locked store) |
-//! | `thread/resume`, `thread/fork`, a later `thread/start` | forward; follow the thread (a `thread/resume` or `thread/fork` first: no interception at all) | codex's answer |
+//! | `thread/resume`, `thread/fork`, a later `thread/start` | forward; the session stays on its own thread: another thread's turns are not recorded and the client is told so once (a `warning`); a `thread/resume` of another session's thread is refused; an ephemeral thread is never bound | codex's answer (a refusal: `-32600`, `data.rethread.kind: "thread_taken"`) |
 //! | `item/completed` on a followed thread | project the item into its row (kept within [`TurnLimits`]) | the line |
 //! | `turn/completed`, completed, on a followed thread | the rows and the binding to that thread in one fenced store commit, with what its rollout grew by (the mirror), awaited before the line goes on | `turn/completed` once the commit is durable; a failed commit: a `warning` first; a rollout that could not be read or the mirror's cap passed: one `warning` |
 //! | `turn/completed`, failed or interrupted | nothing written | the line |
-//! | the lease found lost (taken over after a stall past its TTL) | nothing more written by this process | one `warning` [`LEASE_LOST_WARNING`] |
+//! | the lease found lost (another process took it over after a stall past its TTL, or the session was forgotten) | nothing more written by this process | one `warning` saying which |
 //!
-//! Every notice also goes to stderr through [`ProxyOptions::reporter`]. The binding follows
-//! the thread whose turns complete, among the threads the client opened on this connection
-//! (threads codex runs for itself, a sub-agent's say, are not followed).
+//! Every notice also goes to stderr through [`ProxyOptions::reporter`]. The binding never
+//! moves: it stays on the session's thread (the one resumed or started for the client's first
+//! `thread/start`); threads codex runs for itself (a sub-agent's, say) are not followed.
 //!
 //! ```no_run
 //! use rethread_proxy::{run_app_server, CodexCommand, NoSession, ProxyOptions};

@@ -1,4 +1,4 @@
-//! The store side of the [`SessionMachine`](crate::machine::SessionMachine)'s actions, shared
+//! The store side of the [`SessionMachine`]'s actions, shared
 //! by every driver (the library's binder, `rethread app-server`, `rethread exec`): read what
 //! the store holds for a session, give a lost thread up, record a delivered notice, read the
 //! transcript's tail for a seed, restore a thread's rollout, commit a completed turn (with its
@@ -232,7 +232,7 @@ pub async fn transcript_tail(
     Ok(rows.into_iter().map(|row| row.body).collect())
 }
 
-/// The answer to [`Action::Restore`](crate::machine::Action::Restore): the thread's rollout
+/// The answer to [`Action::Restore`]: the thread's rollout
 /// restored from the store's mirror ([`RolloutMirror::restore`]), or why not, as
 /// [`SessionMachine::handle_restored`](crate::machine::SessionMachine::handle_restored) takes
 /// it. Without a mirror (mirroring off, or no `CODEX_HOME`) nothing is restored.

@@ -1,5 +1,4 @@
-//! Record checksums of the file backends (SQLite rows since schema 2, redb records since
-//! schema 4): neither engine checks what a record holds when it reads it, so a flipped byte
+//! Record checksums of the file backends (every SQLite row and redb record): neither engine checks what a record holds when it reads it, so a flipped byte
 //! inside a key or a value would read back as another key or value (found by the
 //! `store_files` fuzz target). Every record carries a CRC-32 of its fields, written with it
 //! and verified whenever it is read.

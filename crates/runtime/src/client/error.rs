@@ -4,6 +4,9 @@ use std::time::Duration;
 
 use rethread_protocol::RpcError;
 
+#[cfg(doc)]
+use super::ClientOptions;
+
 /// Errors of the client.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

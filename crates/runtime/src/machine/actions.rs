@@ -12,6 +12,8 @@ use serde_json::Value;
 
 use crate::error::{LeaseLostTo, RuntimeError};
 
+#[cfg(doc)]
+use super::SessionMachine;
 use super::RESUME_FALLBACK_NOTICE;
 
 /// What the store holds for a session, as the machine reads it.
@@ -225,7 +227,7 @@ pub enum Action {
     /// Start a thread (with the host's own settings), with this seed appended to its
     /// developer instructions: [`SessionMachine::handle_started`] (or `handle_failed`).
     Start {
-        /// The seed, already rendered and quoted ([`render_seed`]).
+        /// The seed, already rendered and quoted ([`render_seed`](crate::projection::render_seed)).
         seed: Option<String>,
     },
     /// The session's thread is open; turns may run.
@@ -246,8 +248,8 @@ pub enum Action {
         /// ([`RolloutMirror::prepare`](crate::RolloutMirror::prepare)).
         mirror: bool,
     },
-    /// The host ends the session's thread: retire it without a notice
-    /// ([`SessionMachine::handle_retired`] or `handle_failed`).
+    /// The host ends the session's thread ([`SessionMachine::handle_retire`]): retire it in
+    /// the store, without a notice.
     Retire {
         /// The thread.
         thread_id: String,
