@@ -59,8 +59,12 @@ const REAL_CODEX: [(&str, Option<&[&str]>); 14] = [
 ];
 
 /// Tests that need `RETHREAD_TEST_POSTGRES_URL`, in the same form.
-const POSTGRES: [(&str, Option<&[&str]>); 3] = [
+const POSTGRES: [(&str, Option<&[&str]>); 4] = [
     ("postgres", None), // rethread-store
+    (
+        "postgres_connect",
+        Some(&["a_role_or_database_that_does_not_exist_says_so"]),
+    ),
     (
         "multi_process",
         Some(&[

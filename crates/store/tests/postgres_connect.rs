@@ -3,8 +3,8 @@
 //! the URL's password.
 //!
 //! The refused case needs no server; the others are keyed on `RETHREAD_TEST_POSTGRES_URL`
-//! (`.ci/run` starts a server and sets it) and skip without it, except under `CI=true` or
-//! `RETHREAD_REQUIRE_POSTGRES=1`, where they fail.
+//! (`rethread_testkit::postgres::server_url`: they skip without it, except in CI) and run in
+//! the PostgreSQL stage of `cargo xtask ci`.
 #![cfg(feature = "postgres")]
 
 use rethread_store::{OpenOptions, PostgresStore};
@@ -18,14 +18,8 @@ async fn open_error(url: &str) -> String {
 }
 
 fn server_url() -> Option<url::Url> {
-    let Ok(base) = std::env::var("RETHREAD_TEST_POSTGRES_URL") else {
-        let required = std::env::var("CI").is_ok_and(|v| v == "true")
-            || std::env::var("RETHREAD_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
-        assert!(!required, "RETHREAD_TEST_POSTGRES_URL is required");
-        eprintln!("skipping: RETHREAD_TEST_POSTGRES_URL is not set");
-        return None;
-    };
-    Some(url::Url::parse(&base).unwrap())
+    rethread_testkit::postgres::server_url("postgres_connect")
+        .map(|base| url::Url::parse(&base).unwrap())
 }
 
 #[tokio::test]
