@@ -36,16 +36,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "codex-home"
         store = f"sqlite:{Path(tmp) / 'rethread.sqlite'}"
-        config = CodexConfig(
-            codex_bin=rethread,  # instead of codex
-            cwd=tmp,
-            env={
-                "RETHREAD_SESSION": SESSION,  # the conversation to keep
-                "RETHREAD_STORE": store,
-                "RETHREAD_CODEX_BIN": fake_codex,  # the codex behind rethread
-                "CODEX_HOME": str(home),
-            },
-        )
+        env = {
+            "RETHREAD_SESSION": SESSION,  # the conversation to keep
+            "RETHREAD_STORE": store,
+            "RETHREAD_CODEX_BIN": fake_codex,  # the codex behind rethread
+            "CODEX_HOME": str(home),
+        }
+        config = CodexConfig(codex_bin=rethread, cwd=tmp, env=env)  # rethread instead of codex
 
         # A host process runs a turn, then exits.
         with Codex(config) as codex:
@@ -62,12 +59,22 @@ def main() -> None:
         assert "My order number is 4711." in seen
         print(f"after a restart: thread {again.id}, and the model remembered the order number")
 
-        # codex loses the thread (its rollout is gone): rethread starts a new one, seeded from
-        # the transcript it kept, and records the fallback.
+        # A new container (or a pruned ~/.codex): codex's rollout is gone, but the store
+        # mirrors it with every turn, so rethread puts it back and the thread goes on.
         shutil.rmtree(home / "sessions")
         with Codex(config) as codex:
+            moved = codex.thread_start()
+            assert moved.id == first.id, (moved.id, first.id)
+            print("turn 3:", moved.run("Still my order?").final_response)
+        print(f"a home without the rollout: thread {moved.id} restored from the store")
+
+        # Without the mirror (RETHREAD_MIRROR=off) a lost rollout is a lost thread: rethread
+        # starts a new one, seeded from the transcript it kept, and records the fallback.
+        shutil.rmtree(home / "sessions")
+        off = CodexConfig(codex_bin=rethread, cwd=tmp, env={**env, "RETHREAD_MIRROR": "off"})
+        with Codex(off) as codex:
             third = codex.thread_start()
-            print("turn 3:", third.run("Are you still there?").final_response)
+            print("turn 4:", third.run("Are you still there?").final_response)
         assert third.id != first.id
 
         # The way out for Python hosts: ask rethread what happened to the session.

@@ -36,16 +36,14 @@ function which(name) {
 
 const dir = mkdtempSync(join(tmpdir(), "keep-a-session-"));
 const home = join(dir, "codex-home");
-const codex = new Codex({
-  codexPathOverride: which("rethread"), // instead of codex
-  env: {
-    ...process.env,
-    RETHREAD_SESSION: "support-ticket-7", // the conversation to keep
-    RETHREAD_STORE: `sqlite:${join(dir, "rethread.sqlite")}`,
-    RETHREAD_CODEX_BIN: which("fake-codex"), // the codex behind rethread
-    CODEX_HOME: home,
-  },
-});
+const env = {
+  ...process.env,
+  RETHREAD_SESSION: "support-ticket-7", // the conversation to keep
+  RETHREAD_STORE: `sqlite:${join(dir, "rethread.sqlite")}`,
+  RETHREAD_CODEX_BIN: which("fake-codex"), // the codex behind rethread
+  CODEX_HOME: home,
+};
+const codex = new Codex({ codexPathOverride: which("rethread"), env }); // rethread instead of codex
 const options = { workingDirectory: dir, skipGitRepoCheck: true };
 
 try {
@@ -62,15 +60,25 @@ try {
   assert.ok(seen.includes("My order number is 4711."));
   console.log(`after a restart: thread ${again.id}, and the model remembered the order number`);
 
-  // codex loses the thread (its rollout is gone): a new thread, seeded from the transcript
-  // rethread kept, and the notice once, in `items`.
+  // A new container (or a pruned ~/.codex): codex's rollout is gone, but the store mirrors it
+  // with every turn, so rethread puts it back and the thread goes on, nothing said.
   rmSync(join(home, "sessions"), { recursive: true });
-  const third = codex.startThread(options);
+  const moved = codex.startThread(options);
+  const restored = await moved.run("Still my order?");
+  assert.equal(moved.id, first.id);
+  assert.equal(restored.items.filter((item) => item.type === "error").length, 0);
+  console.log(`turn 3: ${restored.finalResponse}\na home without the rollout: thread ${moved.id} restored from the store`);
+
+  // Without the mirror (RETHREAD_MIRROR=off) a lost rollout is a lost thread: a new thread,
+  // seeded from the transcript rethread kept, and the notice once, in `items`.
+  rmSync(join(home, "sessions"), { recursive: true });
+  const off = new Codex({ codexPathOverride: which("rethread"), env: { ...env, RETHREAD_MIRROR: "off" } });
+  const third = off.startThread(options);
   const result = await third.run("Are you still there?");
   const notices = result.items.filter((item) => item.type === "error" && item.message === NOTICE);
   assert.equal(notices.length, 1);
   assert.notEqual(third.id, first.id);
-  console.log(`turn 3: ${result.finalResponse}\nfell back: "${notices[0].message}" (now thread ${third.id})`);
+  console.log(`turn 4: ${result.finalResponse}\nfell back: "${notices[0].message}" (now thread ${third.id})`);
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }

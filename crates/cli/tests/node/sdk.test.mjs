@@ -55,7 +55,7 @@ async function world() {
   mkdirSync(work);
   const m = await model(dir);
   const store = `sqlite:${join(dir, "rethread.sqlite")}`;
-  const env = (session) => ({
+  const env = (session, extra) => ({
     PATH: process.env.PATH,
     HOME: process.env.HOME ?? dir,
     CODEX_HOME: m.home,
@@ -63,13 +63,14 @@ async function world() {
     RETHREAD_STORE: store,
     RUST_LOG: "error",
     ...(session ? { RETHREAD_SESSION: session } : {}),
+    ...extra,
   });
   return {
     dir,
     model: m,
     /** Runs `prompts` in a new host process; returns what the SDK returned for each. */
-    host(session, prompts, resume) {
-      const step = { sdk: process.env.RETHREAD_CODEX_SDK, rethread: process.env.RETHREAD_BIN, env: env(session), work, prompts, resume };
+    host(session, prompts, resume, extra = {}) {
+      const step = { sdk: process.env.RETHREAD_CODEX_SDK, rethread: process.env.RETHREAD_BIN, env: env(session, extra), work, prompts, resume };
       const out = execFileSync(process.execPath, [join(here, "turn.mjs"), JSON.stringify(step)], { encoding: "utf8" });
       return JSON.parse(out.trim().split("\n").pop());
     },
@@ -116,9 +117,18 @@ test("host processes keep one conversation; a lost thread falls back with its no
     assert.ok(saw(seen[1], "remember zebra"), JSON.stringify(seen[1]));
     assert.equal(w.session("node-chat-1").row_count, 6);
 
-    // The rollout is lost: a new thread, the notice once in `items`, seeded from the transcript.
+    // The rollout is gone from this home (a new container): the store's mirror puts it back
+    // and the same thread goes on, with its memory, nothing said.
     w.loseRollouts();
-    const [third] = w.host("node-chat-1", ["still there?"]);
+    const [moved] = w.host("node-chat-1", ["where were we?"]);
+    assert.equal(moved.thread_id, first.thread_id);
+    assert.deepEqual(notices(moved), []);
+    assert.ok(saw(w.model.conversations().pop(), "remember zebra"));
+
+    // Without the mirror the rollout is lost: a new thread, the notice once in `items`,
+    // seeded from the transcript.
+    w.loseRollouts();
+    const [third] = w.host("node-chat-1", ["still there?"], undefined, { RETHREAD_MIRROR: "off" });
     assert.notEqual(third.thread_id, first.thread_id);
     assert.equal(notices(third).length, 1, JSON.stringify(third.items));
     assert.equal(third.final, "echo: still there?");

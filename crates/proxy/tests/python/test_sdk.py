@@ -86,12 +86,25 @@ def test_three_processes_keep_one_conversation(binaries, model, tmp_path):
         assert [w for w in warnings(codex) if w["message"] == FALLBACK_NOTICE] == []
     seen = model.conversations(at_least=2)[1]
     assert any(m["text"] == "remember zebra" for m in seen)
-    # The rollout is lost: process 3 gets a new thread and exactly one warning naming it.
-    rollouts = list((model.homes[0] / "sessions").rglob("rollout-*.jsonl"))
-    assert rollouts
-    for rollout in rollouts:
-        rollout.unlink()
+    # The rollout is gone from this home (a new container): the store's mirror puts it back
+    # and process 3 gets the same thread, with its memory, and no notice.
+    def lose_rollouts():
+        rollouts = list((model.homes[0] / "sessions").rglob("rollout-*.jsonl"))
+        assert rollouts
+        for rollout in rollouts:
+            rollout.unlink()
+
+    lose_rollouts()
     with Codex(config(binaries, model, tmp_path, **session)) as codex:
+        moved = codex.thread_start()
+        assert moved.id == first.id
+        assert moved.run("where were we?").final_response == "echo: where were we?"
+        assert [w for w in warnings(codex) if w["message"] == FALLBACK_NOTICE] == []
+    assert any(m["text"] == "remember zebra" for m in model.conversations(at_least=3)[2])
+    # Without the mirror the rollout is lost: process 4 gets a new thread and exactly one
+    # warning naming it.
+    lose_rollouts()
+    with Codex(config(binaries, model, tmp_path, RETHREAD_MIRROR="off", **session)) as codex:
         third = codex.thread_start()
         assert third.id != first.id
         result = third.run("still there?")
@@ -116,9 +129,9 @@ def test_three_processes_keep_one_conversation(binaries, model, tmp_path):
     assert fallback["pending"] is False
     assert isinstance(fallback["at_ms"], int)
     # The new thread was seeded from the session's transcript (quoted: one JSON row a line).
-    seen = model.conversations(at_least=3)[2]
+    seen = model.conversations(at_least=4)[3]
     assert any('{"role":"user","text":"remember zebra"}' in m["text"] for m in seen)
-    # Process 4 resumes the new thread, with no warning.
+    # Process 5 resumes the new thread, with no warning.
     with Codex(config(binaries, model, tmp_path, **session)) as codex:
         fourth = codex.thread_start()
         assert fourth.id == third.id
