@@ -395,6 +395,17 @@ impl SessionMachine {
             return;
         };
         let thread_id = thread_id.into();
+        if lost
+            .as_ref()
+            .is_some_and(|lost| lost.thread_id == thread_id)
+        {
+            // Not a new thread: the one just given up, whose binding is never published again.
+            self.fail(RuntimeError::Internal(format!(
+                "codex answered thread/start with thread {thread_id}, the thread it could not \
+                 resume; no new thread was started"
+            )));
+            return;
+        }
         let outcome = match lost {
             Some(lost) => OpenOutcome::FellBack {
                 thread_id,

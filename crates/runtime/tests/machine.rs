@@ -164,6 +164,23 @@ fn a_lost_thread_is_given_up_then_said_once_then_replaced_seeded() {
     );
 }
 
+/// A codex that answers the replacement's `thread/start` with the thread just given up (found
+/// by the `runtime_hostile` fuzz target) has not started a new thread: the open fails, and no
+/// turn runs on a thread whose binding can never be published again.
+#[test]
+fn a_replacement_that_is_the_lost_thread_fails_the_open() {
+    table(
+        no_seed(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (ResumeError(-32600, GONE), &["give_up t1 gone"]),
+            (GivenUp, &["notice t1 gone", "start"]),
+            (Started("t1"), &["open_failed internal"]),
+        ],
+    );
+}
+
 #[test]
 fn every_loss_reason_gives_up_and_nothing_else_does() {
     let cases: [(i64, &str, Option<&str>); 5] = [

@@ -535,7 +535,11 @@ pub fn run_outcome(data: &[u8]) -> Outcome {
             .any(|o| matches!(o, OpenOutcome::FellBack { .. }));
         match (&last_published, &binding) {
             (Some(p), Some(b)) => assert_eq!(p, b, "the binding is not the last published thread"),
-            (Some(p), None) => panic!("thread {p} was published but the binding is gone"),
+            // Published, then lost at a later open (the server said it was gone): given up.
+            (Some(p), None) => assert!(
+                record.retired_threads.contains(p),
+                "thread {p} was published but the binding is gone"
+            ),
             (None, Some(b)) => assert!(
                 bound && b == OLD_THREAD,
                 "binding {b} appeared without a published turn"
