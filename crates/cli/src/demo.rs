@@ -1,4 +1,4 @@
-//! `rethread demo`: the whole story on an embedded redb store and the bundled fake
+//! `rethread demo`: the whole story on an embedded SQLite store (the default) and the bundled fake
 //! app-server, narrated. Needs nothing installed; every claim it narrates is checked, and a
 //! failed check fails the demo. With `--json` the story is one object on stdout instead:
 //! `{"ok", "steps": [{"title", "lines", "checks"}], "error"?}` (also when a check fails).
@@ -10,7 +10,7 @@ use rethread_fake_appserver::{FakeAppServer, FakeHandle};
 use rethread_runtime::{
     AppServerClient, BinderOptions, OpenOutcome, SessionBinder, StatusKind, StatusRail,
 };
-use rethread_store::{BindingStore, BindingStoreExt, OpenOptions, RedbStore};
+use rethread_store::{BindingStore, BindingStoreExt, OpenOptions, SqliteStore};
 use serde_json::{json, Value};
 use tokio::io::DuplexStream;
 
@@ -145,14 +145,14 @@ pub(crate) async fn run(json: bool) -> CliResult {
 
 async fn play(story: &mut Narration) -> CliResult {
     let dir = tempfile::Builder::new().prefix("rethread-demo").tempdir()?;
-    let store_path = dir.path().join("rethread.redb");
+    let store_path = dir.path().join("rethread.sqlite");
     let home = dir.path().join("codex-home");
     let home_text = home.display().to_string();
     let store: Arc<dyn BindingStore> =
-        Arc::new(RedbStore::open(&store_path, OpenOptions::default()).await?);
+        Arc::new(SqliteStore::open(&store_path, OpenOptions::default()).await?);
     story.say(
         &format!(
-            "rethread demo: an embedded redb store at {}",
+            "rethread demo: an embedded SQLite store (the default) at {}",
             store_path.display()
         ),
         None,
