@@ -56,10 +56,12 @@ pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
     let mut driver = Driver {
         setup,
         machine: SessionMachine::new(&setup.session, options.machine_options()),
-        codex_home: options.codex_home.clone(),
-        mirror: setup.mirror.then(|| options.rollout_mirror()).flatten(),
-        store,
-        lease: Arc::new(lease),
+        parts: StoreParts {
+            codex_home: options.codex_home.clone(),
+            mirror: setup.mirror.then(|| options.rollout_mirror()).flatten(),
+            store,
+            lease: Arc::new(lease),
+        },
         said: Vec::new(),
         items: 0,
         stdout: tokio::io::stdout(),
@@ -68,7 +70,7 @@ pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
         Kind::Own => driver.own_thread(signal.as_mut()).await,
         _ => driver.session_thread(signal.as_mut()).await,
     };
-    if let Err(error) = driver.lease.release().await {
+    if let Err(error) = driver.parts.lease.release().await {
         crate::output::warning(&format!(
             "could not release the session's lease (it expires on its own): {error}"
         ));
@@ -78,17 +80,37 @@ pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
 
 struct Driver<'a> {
     setup: &'a Setup,
-    store: Arc<dyn BindingStore>,
-    lease: Arc<SessionLease>,
+    parts: StoreParts,
     machine: SessionMachine,
-    codex_home: Option<String>,
-    /// The rollout mirror (`RETHREAD_MIRROR`): restored before the resume, grown by each commit.
-    mirror: Option<RolloutMirror>,
     /// What the machine said while opening, said once the new thread is known.
     said: Vec<Say>,
     /// The `error` items said so far (their ids: `rethread_0`, ...).
     items: u64,
     stdout: tokio::io::Stdout,
+}
+
+/// What the session's store side is made of (see [`StoreParts::side`]).
+#[derive(Clone)]
+struct StoreParts {
+    store: Arc<dyn BindingStore>,
+    lease: Arc<SessionLease>,
+    codex_home: Option<String>,
+    /// The rollout mirror (`RETHREAD_MIRROR`): restored before the resume, grown by each commit.
+    mirror: Option<RolloutMirror>,
+}
+
+impl StoreParts {
+    /// The shared store side of the machine's actions, for `session_id`.
+    fn side<'a>(&'a self, session_id: &'a str) -> StoreSide<'a> {
+        StoreSide {
+            store: self.store.as_ref(),
+            session_id,
+            lease: Some(&self.lease),
+            transcript: &Transcript::Store,
+            mirror: self.mirror.as_ref(),
+            codex_home: self.codex_home.as_deref(),
+        }
+    }
 }
 
 type Signal<'s> = Pin<&'s mut dyn Future<Output = Interrupted>>;
@@ -100,19 +122,9 @@ impl Driver<'_> {
         // The last process that exited before its thread started.
         let mut exited: Option<Exit> = None;
         let mut opened: Option<(Box<Process>, String, Vec<u8>)> = None;
-        let store = self.store.clone();
-        let setup = self.setup;
-        let lease = self.lease.clone();
-        let mirror = self.mirror.clone();
-        let codex_home = self.codex_home.clone();
-        let side = StoreSide {
-            store: store.as_ref(),
-            session_id: &setup.session,
-            lease: Some(&lease),
-            transcript: &Transcript::Store,
-            mirror: mirror.as_ref(),
-            codex_home: codex_home.as_deref(),
-        };
+        // A copy, so that the loop can borrow `self` mutably while the store side runs.
+        let (setup, parts) = (self.setup, self.parts.clone());
+        let side = parts.side(&setup.session);
         loop {
             // The store side (reads, restore, give-up, waits) is every driver's; a signal
             // while it runs ends the run (a wait is cut short).
@@ -222,7 +234,7 @@ impl Driver<'_> {
     /// machine decides on `thread.started` whether the thread is the session's.
     async fn own_thread(&mut self, mut signal: Signal<'_>) -> Result<u8, BoxError> {
         if let Some(thread_id) = self.setup.run.thread_id() {
-            if let Some(owner) = self.store.thread_session(thread_id).await? {
+            if let Some(owner) = self.parts.store.thread_session(thread_id).await? {
                 if owner != self.setup.session {
                     return Err(Box::new(UsageError(format!(
                         "thread {thread_id} belongs to rethread session {owner}; it cannot be \
@@ -232,7 +244,7 @@ impl Driver<'_> {
                 }
             }
         }
-        let stored = binding::read_stored(self.store.as_ref(), &self.setup.session).await?;
+        let stored = binding::read_stored(self.parts.store.as_ref(), &self.setup.session).await?;
         let args = self.setup.run.args().to_vec();
         match self.start_process(&args, signal.as_mut()).await? {
             Began::Started(process, thread_id, lines) => {
@@ -398,14 +410,7 @@ impl Driver<'_> {
     async fn settle(&mut self) -> Result<(), BoxError> {
         loop {
             let action = {
-                let side = StoreSide {
-                    store: self.store.as_ref(),
-                    session_id: &self.setup.session,
-                    lease: Some(&self.lease),
-                    transcript: &Transcript::Store,
-                    mirror: self.mirror.as_ref(),
-                    codex_home: self.codex_home.as_deref(),
-                };
+                let side = self.parts.side(&self.setup.session);
                 match side.next_action(&mut &mut self.machine).await {
                     Some(Action::Commit {
                         thread_id,
