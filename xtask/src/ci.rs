@@ -96,6 +96,11 @@ pub(crate) fn command() -> Result<(), String> {
 fn run_stages(root: &Path, stages: &mut Stages) -> Result<(), String> {
     // The gate tests the supported releases, never a list left over from `codex-check`.
     std::env::remove_var("RETHREAD_CODEX_RELEASES");
+    // A build from scratch gains nothing from incremental caches, and they would take
+    // gigabytes of a CI machine's disk beside ~50 test binaries.
+    if std::env::var_os("CARGO_INCREMENTAL").is_none() {
+        std::env::set_var("CARGO_INCREMENTAL", "0");
+    }
     // The runtime's model-based proptest runs more histories in CI than locally.
     if std::env::var_os("RETHREAD_MODEL_CASES").is_none() {
         std::env::set_var("RETHREAD_MODEL_CASES", "2000");
@@ -309,10 +314,19 @@ fn test_args<'a>(targets: &[&'a str], names: &[&'a str]) -> Vec<&'a str> {
     args
 }
 
-/// The stages run so far, with their wall times and failures.
+/// The stages run so far, with their wall times, the disk left free after each (a run that
+/// fills the disk then says which stage took it) and failures.
 #[derive(Debug, Default)]
 struct Stages {
-    done: Vec<(&'static str, Duration, Option<String>)>,
+    done: Vec<Stage>,
+}
+
+#[derive(Debug)]
+struct Stage {
+    name: &'static str,
+    took: Duration,
+    free_after: Option<u64>,
+    error: Option<String>,
 }
 
 impl Stages {
@@ -324,10 +338,14 @@ impl Stages {
         if let Err(error) = &result {
             eprintln!("== cargo xtask ci: {name} FAILED: {error}");
         }
-        self.done.push((name, started.elapsed(), result.err()));
-        self.done
-            .last()
-            .is_some_and(|(_, _, error)| error.is_none())
+        let passed = result.is_ok();
+        self.done.push(Stage {
+            name,
+            took: started.elapsed(),
+            free_after: free_disk(&util::project_root()),
+            error: result.err(),
+        });
+        passed
     }
 
     /// `Err` naming every stage that failed so far.
@@ -335,7 +353,10 @@ impl Stages {
         let failed: Vec<String> = self
             .done
             .iter()
-            .filter_map(|(name, _, error)| error.as_ref().map(|e| format!("{name}: {e}")))
+            .filter_map(|stage| {
+                let error = stage.error.as_ref()?;
+                Some(format!("{}: {error}", stage.name))
+            })
             .collect();
         if failed.is_empty() {
             Ok(())
@@ -346,16 +367,24 @@ impl Stages {
 
     fn table(&self) -> String {
         let mut out = String::new();
-        for (name, took, error) in &self.done {
-            let secs = took.as_secs();
+        for stage in &self.done {
+            let secs = stage.took.as_secs();
+            let free = stage.free_after.map_or_else(String::new, |kib| {
+                format!("  {:>6.1} GiB free", kib as f64 / (1024.0 * 1024.0))
+            });
             out.push_str(&format!(
-                "  {name:<18} {:>3} min {:>2} s{}\n",
+                "  {:<18} {:>3} min {:>2} s{free}{}\n",
+                stage.name,
                 secs / 60,
                 secs % 60,
-                if error.is_some() { "  FAILED" } else { "" }
+                if stage.error.is_some() {
+                    "  FAILED"
+                } else {
+                    ""
+                }
             ));
         }
-        let total: Duration = self.done.iter().map(|(_, took, _)| *took).sum();
+        let total: Duration = self.done.iter().map(|stage| stage.took).sum();
         out.push_str(&format!(
             "  {:<18} {:>3} min {:>2} s\n",
             "total",
@@ -364,4 +393,12 @@ impl Stages {
         ));
         out
     }
+}
+
+/// KiB free on the file system holding `dir`, as `df -Pk` reports it; `None` when `df` is
+/// missing or prints something else.
+fn free_disk(dir: &Path) -> Option<u64> {
+    let output = Command::new("df").arg("-Pk").arg(dir).output().ok()?;
+    let text = String::from_utf8(output.stdout).ok()?;
+    text.lines().nth(1)?.split_whitespace().nth(3)?.parse().ok()
 }
