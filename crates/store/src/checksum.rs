@@ -67,6 +67,19 @@ impl Checksum {
 }
 
 /// Fails with `Corrupt` unless `stored` is `computed`.
+impl crate::logic::FileKey<'_> {
+    /// The checksum of chunk `seq` of this file holding `bytes`, as both file backends store it.
+    pub(crate) fn chunk_checksum(&self, seq: i64, bytes: &[u8]) -> i64 {
+        Checksum::of("mirror_chunks")
+            .text(self.session_id)
+            .text(self.thread_id)
+            .text(self.path)
+            .int(seq)
+            .bytes(bytes)
+            .finish()
+    }
+}
+
 pub(crate) fn verify(
     label: &str,
     what: impl FnOnce() -> String,

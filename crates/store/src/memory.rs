@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 use serde_json::Value;
 
 use crate::adapter::{Adapter, Backend};
-use crate::logic::{now_ms, Grant, LeaseTxn, ReadOp, ReadTxn, WriteOp, WriteTxn};
+use crate::logic::{now_ms, FileKey, Grant, LeaseTxn, ReadOp, ReadTxn, WriteOp, WriteTxn};
 use crate::store::forward_binding_store;
 use crate::{SessionRecord, StoreError, TranscriptRow};
 
@@ -126,15 +126,13 @@ impl ReadTxn for State {
 
     fn load_chunks(
         &mut self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
+        file: FileKey<'_>,
         range: Range<u64>,
     ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
         let key = (
-            session_id.to_string(),
-            thread_id.to_string(),
-            path.to_string(),
+            file.session_id.to_string(),
+            file.thread_id.to_string(),
+            file.path.to_string(),
         );
         let Some(chunks) = self.chunks.get(&key) else {
             return Ok(Vec::new());
@@ -198,23 +196,16 @@ impl WriteTxn for State {
         Ok(())
     }
 
-    fn put_chunk(
-        &mut self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
-        seq: u64,
-        bytes: &[u8],
-    ) -> Result<(), StoreError> {
+    fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<(), StoreError> {
         let key = (
-            session_id.to_string(),
-            thread_id.to_string(),
-            path.to_string(),
+            file.session_id.to_string(),
+            file.thread_id.to_string(),
+            file.path.to_string(),
         );
         let chunks = self.chunks.entry(key).or_default();
         if chunks.len() as u64 != seq {
             return Err(StoreError::Internal(format!(
-                "chunk {seq} of {path} written, {} stored",
+                "chunk {seq} of {file} written, {} stored",
                 chunks.len()
             )));
         }
@@ -222,17 +213,11 @@ impl WriteTxn for State {
         Ok(())
     }
 
-    fn remove_chunks(
-        &mut self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
-        from: u64,
-    ) -> Result<(), StoreError> {
+    fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<(), StoreError> {
         let key = (
-            session_id.to_string(),
-            thread_id.to_string(),
-            path.to_string(),
+            file.session_id.to_string(),
+            file.thread_id.to_string(),
+            file.path.to_string(),
         );
         if let Some(chunks) = self.chunks.get_mut(&key) {
             chunks.truncate(from.min(chunks.len() as u64) as usize);

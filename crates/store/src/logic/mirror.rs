@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use super::{ReadTxn, WriteTxn};
+use super::{FileKey, ReadTxn, WriteTxn};
 use crate::mirror::MAX_CHUNK;
 use crate::{
     check_mirror_path, crc32_extend, MirrorChunk, MirrorOutcome, MirrorUpdate, MirroredFile,
@@ -132,7 +132,7 @@ pub(crate) fn write(
         Plan::Stopped => Ok(MirrorOutcome::Stopped),
         Plan::Stop { bytes, cap } => {
             for file in std::mem::take(&mut record.mirror.files) {
-                txn.remove_chunks(&session_id, &file.thread_id, &file.path, 0)?;
+                txn.remove_chunks(key(&session_id, &file), 0)?;
             }
             record.mirror.stopped = true;
             Ok(MirrorOutcome::StoppedNow { bytes, cap })
@@ -147,16 +147,17 @@ pub(crate) fn write(
                 let mut lens = match (at, w.replace) {
                     (Some(at), false) => record.mirror.files[at].chunk_lens.clone(),
                     (Some(_), true) => {
-                        txn.remove_chunks(&session_id, thread_id, w.path, 0)?;
+                        txn.remove_chunks(FileKey::new(&session_id, thread_id, w.path), 0)?;
                         Vec::new()
                     }
                     (None, _) => Vec::new(),
                 };
+                let chunks = FileKey::new(&session_id, thread_id, w.path);
                 for piece in w.bytes.chunks(MAX_CHUNK) {
-                    txn.put_chunk(&session_id, thread_id, w.path, lens.len() as u64, piece)?;
+                    txn.put_chunk(chunks, lens.len() as u64, piece)?;
                     lens.push(piece.len() as u64);
                 }
-                merge_tail(txn, &session_id, thread_id, w.path, &mut lens)?;
+                merge_tail(txn, chunks, &mut lens)?;
                 let file = MirroredFile {
                     thread_id: thread_id.to_string(),
                     path: w.path.to_string(),
@@ -183,9 +184,7 @@ pub(crate) fn write(
 /// its number of appends.
 fn merge_tail(
     txn: &mut dyn WriteTxn,
-    session_id: &str,
-    thread_id: &str,
-    path: &str,
+    file: FileKey<'_>,
     lens: &mut Vec<u64>,
 ) -> Result<(), StoreError> {
     while let [.., before, last] = lens[..] {
@@ -194,24 +193,30 @@ fn merge_tail(
         }
         let at = lens.len() as u64 - 2;
         let mut merged = Vec::with_capacity((before + last) as usize);
-        for (_, bytes) in txn.load_chunks(session_id, thread_id, path, at..at + 2)? {
+        for (_, bytes) in txn.load_chunks(file, at..at + 2)? {
             merged.extend_from_slice(&bytes);
         }
         if merged.len() as u64 != before + last {
             return Err(StoreError::corrupt(
                 txn.label(),
                 format!(
-                    "chunks {at} and {} of the mirror of {path} are not what their session records",
-                    at + 1
+                    "chunks {at} and {} of the mirror of {} are not what their session records",
+                    at + 1,
+                    file.path
                 ),
             ));
         }
-        txn.remove_chunks(session_id, thread_id, path, at)?;
-        txn.put_chunk(session_id, thread_id, path, at, &merged)?;
+        txn.remove_chunks(file, at)?;
+        txn.put_chunk(file, at, &merged)?;
         lens.pop();
         *lens.last_mut().expect("two chunks") = before + last;
     }
     Ok(())
+}
+
+/// The store's key of `file`'s chunks.
+fn key<'a>(session_id: &'a str, file: &'a MirroredFile) -> FileKey<'a> {
+    FileKey::new(session_id, &file.thread_id, &file.path)
 }
 
 /// Removes the mirror of `thread_id` from `record` and its chunks from the store.
@@ -226,7 +231,7 @@ pub(crate) fn drop_thread(
     record.mirror.files = kept;
     let gone: Vec<MirroredFile> = gone;
     for file in gone {
-        txn.remove_chunks(&record.session_id, thread_id, &file.path, 0)?;
+        txn.remove_chunks(key(&record.session_id, &file), 0)?;
     }
     Ok(())
 }
@@ -238,7 +243,7 @@ pub(crate) fn read_file(
     session_id: &str,
     file: &MirroredFile,
 ) -> Result<Vec<u8>, StoreError> {
-    let chunks = txn.load_chunks(session_id, &file.thread_id, &file.path, 0..file.chunks())?;
+    let chunks = txn.load_chunks(key(session_id, file), 0..file.chunks())?;
     let label = txn.label().to_string();
     let damaged = |detail: String| {
         StoreError::corrupt(
@@ -291,9 +296,7 @@ pub(crate) fn export(
     for file in &record.mirror.files {
         read_file(txn, &record.session_id, file)?;
         let range: Range<u64> = 0..file.chunks();
-        for (seq, bytes) in
-            txn.load_chunks(&record.session_id, &file.thread_id, &file.path, range)?
-        {
+        for (seq, bytes) in txn.load_chunks(key(&record.session_id, file), range)? {
             out.push(MirrorChunk::new(&file.thread_id, &file.path, seq, bytes));
         }
     }

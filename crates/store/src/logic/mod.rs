@@ -33,6 +33,32 @@ pub(crate) use reads::{
 };
 pub(crate) use writes::{Commit, Delete, Import, InStore, MarkDelivered, Patch, Retire, WriteOp};
 
+/// Which mirrored file a chunk belongs to: the session, its thread, and the file's path
+/// relative to `CODEX_HOME`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FileKey<'a> {
+    pub(crate) session_id: &'a str,
+    pub(crate) thread_id: &'a str,
+    pub(crate) path: &'a str,
+}
+
+impl std::fmt::Display for FileKey<'_> {
+    /// How errors name the file: `PATH (session S)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (session {})", self.path, self.session_id)
+    }
+}
+
+impl<'a> FileKey<'a> {
+    pub(crate) fn new(session_id: &'a str, thread_id: &'a str, path: &'a str) -> Self {
+        Self {
+            session_id,
+            thread_id,
+            path,
+        }
+    }
+}
+
 /// A read view of one transaction (or snapshot).
 pub(crate) trait ReadTxn {
     /// The store as errors name it: its path, or its URL with the password redacted.
@@ -59,9 +85,7 @@ pub(crate) trait ReadTxn {
     /// `(seq, bytes)` (a backend with checksums verifies each).
     fn load_chunks(
         &mut self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
+        file: FileKey<'_>,
         range: Range<u64>,
     ) -> Result<Vec<(u64, Vec<u8>)>, StoreError>;
 }
@@ -80,22 +104,9 @@ pub(crate) trait WriteTxn: ReadTxn {
     /// Records that `thread_id` belongs to `session_id`.
     fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<(), StoreError>;
     /// Writes chunk `seq` of a mirrored file (never over an existing chunk).
-    fn put_chunk(
-        &mut self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
-        seq: u64,
-        bytes: &[u8],
-    ) -> Result<(), StoreError>;
+    fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<(), StoreError>;
     /// Removes the chunks of a mirrored file from `from` on (0: every chunk).
-    fn remove_chunks(
-        &mut self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
-        from: u64,
-    ) -> Result<(), StoreError>;
+    fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<(), StoreError>;
     /// Removes the session record, all its rows and mirror chunks, and its threads'
     /// ownership; `true` if the record existed.
     fn remove(&mut self, session_id: &str) -> Result<bool, StoreError>;

@@ -4,7 +4,9 @@
 use serde_json::{Map, Value};
 
 use super::leases::{check_grant, Grant};
-use super::{check_id, check_record, load_session, merge_patch, mirror, LeaseOp, WriteTxn};
+use super::{
+    check_id, check_record, load_session, merge_patch, mirror, FileKey, LeaseOp, WriteTxn,
+};
 use crate::{
     Binding, BindingState, CommitOutcome, Fallback, Fence, GivenUp, ImportOutcome, Retirement,
     SessionExport, SessionRecord, StoreError, TurnCommit, CODEX_THREAD_ID_KEY,
@@ -336,13 +338,8 @@ impl WriteOp for Import {
         let bodies: Vec<Value> = export.rows.iter().map(|r| r.body.clone()).collect();
         txn.put_rows(session_id, 0, &bodies)?;
         for chunk in &export.mirror {
-            txn.put_chunk(
-                session_id,
-                &chunk.thread_id,
-                &chunk.path,
-                chunk.seq,
-                &chunk.bytes,
-            )?;
+            let file = FileKey::new(session_id, &chunk.thread_id, &chunk.path);
+            txn.put_chunk(file, chunk.seq, &chunk.bytes)?;
         }
         for thread in claims {
             txn.put_thread_owner(thread, session_id)?;

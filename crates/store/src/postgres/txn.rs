@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::error::map_postgres_error;
 use super::sql::Statements;
-use crate::logic::{check_record, Grant, GrantState, LeaseTxn, ReadTxn, WriteTxn};
+use crate::logic::{check_record, FileKey, Grant, GrantState, LeaseTxn, ReadTxn, WriteTxn};
 use crate::{
     BindingState, Lease, LeaseOwner, MirrorState, ProcessIdentity, SessionRecord, StoreError,
     TranscriptRow,
@@ -136,9 +136,7 @@ impl ReadTxn for Txn<'_, '_> {
 
     fn load_chunks(
         &mut self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
+        file: FileKey<'_>,
         range: Range<u64>,
     ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
         let (start, end) = (clamp(range.start), clamp(range.end));
@@ -146,7 +144,7 @@ impl ReadTxn for Txn<'_, '_> {
             .txn
             .query(
                 &self.sql.chunks,
-                &[&session_id, &thread_id, &path, &start, &end],
+                &[&file.session_id, &file.thread_id, &file.path, &start, &end],
             )
             .map_err(|e| self.map(e))?;
         Ok(rows
@@ -216,34 +214,27 @@ impl WriteTxn for Txn<'_, '_> {
         Ok(())
     }
 
-    fn put_chunk(
-        &mut self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
-        seq: u64,
-        bytes: &[u8],
-    ) -> Result<(), StoreError> {
+    fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<(), StoreError> {
         self.txn
             .execute(
                 &self.sql.put_chunk,
-                &[&session_id, &thread_id, &path, &clamp(seq), &bytes],
+                &[
+                    &file.session_id,
+                    &file.thread_id,
+                    &file.path,
+                    &clamp(seq),
+                    &bytes,
+                ],
             )
             .map_err(|e| self.map(e))?;
         Ok(())
     }
 
-    fn remove_chunks(
-        &mut self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
-        from: u64,
-    ) -> Result<(), StoreError> {
+    fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<(), StoreError> {
         self.txn
             .execute(
                 &self.sql.remove_chunks,
-                &[&session_id, &thread_id, &path, &clamp(from)],
+                &[&file.session_id, &file.thread_id, &file.path, &clamp(from)],
             )
             .map_err(|e| self.map(e))?;
         Ok(())

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::map_redb_error;
 use crate::checksum::{verify, Checksum};
-use crate::logic::{check_record, LeaseTxn, LocalLeases, ReadTxn, WriteTxn};
+use crate::logic::{check_record, FileKey, LeaseTxn, LocalLeases, ReadTxn, WriteTxn};
 use crate::{SessionRecord, StoreError, TranscriptRow};
 
 /// The checksum of a `threads` value (the owning session's id).
@@ -44,17 +44,6 @@ pub(super) fn row_sum(session_id: &str, seq: u64, json: &[u8]) -> i64 {
         .text(session_id)
         .int(seq as i64)
         .bytes(json)
-        .finish()
-}
-
-/// The checksum of a `mirror_chunks` value.
-fn chunk_sum(session_id: &str, thread_id: &str, path: &str, seq: u64, bytes: &[u8]) -> i64 {
-    Checksum::of("mirror_chunks")
-        .text(session_id)
-        .text(thread_id)
-        .text(path)
-        .int(seq as i64)
-        .bytes(bytes)
         .finish()
 }
 
@@ -251,9 +240,7 @@ where
 
     fn load_chunks(
         &mut self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
+        file: FileKey<'_>,
         range: Range<u64>,
     ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
         let label = &self.label;
@@ -264,22 +251,22 @@ where
         let iter = self
             .chunks
             .range(
-                (session_id, thread_id, path, range.start)
-                    ..(session_id, thread_id, path, range.end),
+                (file.session_id, file.thread_id, file.path, range.start)
+                    ..(file.session_id, file.thread_id, file.path, range.end),
             )
             .map_err(|e| map_redb_error(label, e))?;
         for item in iter {
             let (key, value) = item.map_err(|e| map_redb_error(label, e))?;
             let (s, t, p, seq) = key.value();
-            if (s, t, p) != (session_id, thread_id, path) {
+            if (s, t, p) != (file.session_id, file.thread_id, file.path) {
                 return Err(StoreError::corrupt(
                     label,
-                    format!("a range of the mirror of {path} yields a chunk of {p}"),
+                    format!("a range of the mirror of {file} yields a chunk of {p}"),
                 ));
             }
-            let what = || format!("chunk {seq} of the mirror of {path} (session {session_id})");
+            let what = || format!("chunk {seq} of the mirror of {file}");
             let bytes = unseal(label, &what, value.value(), |b| {
-                chunk_sum(session_id, thread_id, path, seq, b)
+                file.chunk_checksum(seq as i64, b)
             })?;
             out.push((seq, bytes.to_vec()));
         }
@@ -363,19 +350,12 @@ impl WriteTxn
         Ok(())
     }
 
-    fn put_chunk(
-        &mut self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
-        seq: u64,
-        bytes: &[u8],
-    ) -> Result<(), StoreError> {
-        let sum = chunk_sum(session_id, thread_id, path, seq, bytes);
+    fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        let sum = file.chunk_checksum(seq as i64, bytes);
         let previous = self
             .chunks
             .insert(
-                (session_id, thread_id, path, seq),
+                (file.session_id, file.thread_id, file.path, seq),
                 seal(bytes.to_vec(), sum).as_slice(),
             )
             .map_err(|e| map_redb_error(&self.label, e))?;
@@ -383,22 +363,17 @@ impl WriteTxn
             // Chunks are append-only; finding one here means the record's count is wrong.
             return Err(StoreError::corrupt(
                 &self.label,
-                format!("chunk {seq} of the mirror of {path} already exists"),
+                format!("chunk {seq} of the mirror of {file} already exists"),
             ));
         }
         Ok(())
     }
 
-    fn remove_chunks(
-        &mut self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
-        from: u64,
-    ) -> Result<(), StoreError> {
+    fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<(), StoreError> {
         self.chunks
             .retain_in(
-                (session_id, thread_id, path, from)..=(session_id, thread_id, path, u64::MAX),
+                (file.session_id, file.thread_id, file.path, from)
+                    ..=(file.session_id, file.thread_id, file.path, u64::MAX),
                 |_, _| false,
             )
             .map_err(|e| map_redb_error(&self.label, e))
@@ -426,7 +401,7 @@ impl WriteTxn
             }
         }
         for (thread, path) in &files {
-            self.remove_chunks(session_id, thread, path, 0)?;
+            self.remove_chunks(FileKey::new(session_id, thread, path), 0)?;
         }
         let mut threads = Vec::new();
         for item in self

@@ -31,23 +31,6 @@ pub(super) fn row_checksum(session_id: &str, seq: i64, body: &str) -> i64 {
         .finish()
 }
 
-/// The checksum of a `mirror_chunks` row.
-pub(super) fn chunk_checksum(
-    session_id: &str,
-    thread_id: &str,
-    path: &str,
-    seq: i64,
-    bytes: &[u8],
-) -> i64 {
-    Checksum::of("mirror_chunks")
-        .text(session_id)
-        .text(thread_id)
-        .text(path)
-        .int(seq)
-        .bytes(bytes)
-        .finish()
-}
-
 /// One `transcript_rows` row as stored.
 pub(super) struct RawRow {
     pub(super) session_id: String,

@@ -6,12 +6,12 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 
 use super::codec::{
-    chunk_checksum, corrupt_json, decode_record, raw_record, row_checksum, thread_checksum,
-    RawLease, RawRecord, RawRow, LEASE_COLUMNS, RECORD_COLUMNS,
+    corrupt_json, decode_record, raw_record, row_checksum, thread_checksum, RawLease, RawRecord,
+    RawRow, LEASE_COLUMNS, RECORD_COLUMNS,
 };
 use super::error::map_sqlite_error;
 use crate::checksum::verify;
-use crate::logic::{Grant, LeaseTxn, ReadTxn, WriteTxn};
+use crate::logic::{FileKey, Grant, LeaseTxn, ReadTxn, WriteTxn};
 use crate::{SessionRecord, StoreError, TranscriptRow};
 
 /// One transaction's view of a connection (the caller began and will end the transaction).
@@ -132,9 +132,7 @@ impl ReadTxn for Txn<'_> {
 
     fn load_chunks(
         &mut self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
+        file: FileKey<'_>,
         range: Range<u64>,
     ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
         let start = range.start.min(i64::MAX as u64) as i64;
@@ -146,9 +144,10 @@ impl ReadTxn for Txn<'_> {
                  AND thread_id = ?2 AND path = ?3 AND seq >= ?4 AND seq < ?5 ORDER BY seq",
             )
             .and_then(|mut s| {
-                s.query_map(params![session_id, thread_id, path, start, end], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                })?
+                s.query_map(
+                    params![file.session_id, file.thread_id, file.path, start, end],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )?
                 .collect()
             })
             .map_err(|e| self.map(e))?;
@@ -156,9 +155,9 @@ impl ReadTxn for Txn<'_> {
             .map(|(seq, bytes, checksum)| {
                 verify(
                     self.label,
-                    || format!("chunk {seq} of the mirror of {path} (session {session_id})"),
+                    || format!("chunk {seq} of the mirror of {file}"),
                     checksum,
-                    chunk_checksum(session_id, thread_id, path, seq, &bytes),
+                    file.chunk_checksum(seq, &bytes),
                 )?;
                 Ok((seq as u64, bytes))
             })
@@ -259,41 +258,37 @@ impl WriteTxn for Txn<'_> {
         Ok(())
     }
 
-    fn put_chunk(
-        &mut self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
-        seq: u64,
-        bytes: &[u8],
-    ) -> Result<(), StoreError> {
+    fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<(), StoreError> {
         let seq = seq.min(i64::MAX as u64) as i64;
-        let checksum = chunk_checksum(session_id, thread_id, path, seq, bytes);
+        let checksum = file.chunk_checksum(seq, bytes);
         // A plain INSERT: chunks are append-only; a duplicate key fails loudly.
         self.conn
             .prepare_cached(
                 "INSERT INTO mirror_chunks (session_id, thread_id, path, seq, bytes, checksum) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )
-            .and_then(|mut s| s.execute(params![session_id, thread_id, path, seq, bytes, checksum]))
+            .and_then(|mut s| {
+                s.execute(params![
+                    file.session_id,
+                    file.thread_id,
+                    file.path,
+                    seq,
+                    bytes,
+                    checksum
+                ])
+            })
             .map_err(|e| self.map(e))?;
         Ok(())
     }
 
-    fn remove_chunks(
-        &mut self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
-        from: u64,
-    ) -> Result<(), StoreError> {
+    fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<(), StoreError> {
         let from = from.min(i64::MAX as u64) as i64;
         self.conn
             .prepare_cached(
                 "DELETE FROM mirror_chunks WHERE session_id = ?1 AND thread_id = ?2 AND path = ?3 \
                  AND seq >= ?4",
             )
-            .and_then(|mut s| s.execute(params![session_id, thread_id, path, from]))
+            .and_then(|mut s| s.execute(params![file.session_id, file.thread_id, file.path, from]))
             .map_err(|e| self.map(e))?;
         Ok(())
     }

@@ -187,6 +187,23 @@ impl Runner<'_> {
             {
                 return Ok(());
             }
+            // A host stopped for good while it opened: the signal goes to its process group,
+            // so codex may die under the resume and the start is answered with that error as
+            // the host goes down. Transient: nothing may be given up, the binding is kept.
+            Err((code, message))
+                if matches!(run.stop, Some((Stop::Terminate | Stop::Kill, _))) && gave_up == 0 =>
+            {
+                let kept = |r: Option<&rethread_store::SessionRecord>| {
+                    r.and_then(|r| r.binding()).map(|b| b.thread_id.clone())
+                };
+                if kept(run.before.as_ref()) != kept(Some(&run.after)) {
+                    return Err(format!(
+                        "thread/start refused ({code} {message}) by a stopped host that moved \
+                         the binding"
+                    ));
+                }
+                return Ok(());
+            }
             Err((code, message)) => {
                 return Err(format!(
                     "thread/start refused: {code} {message} ({gave_up} thread(s) retired)"
