@@ -20,11 +20,12 @@ use rethread_store::{BindingStore, Lease, LeaseOwner, LocalOwner};
 use tracing::field::Empty;
 use tracing::Instrument;
 
+use crate::binding::DriverAction;
 use crate::binding::{self, apply_seed, StoreSide};
 use crate::client::{AppServerClient, ClientError};
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
-use crate::machine::{Action, OpenOutcome, Say, SessionMachine};
+use crate::machine::{OpenOutcome, Say, SessionMachine};
 use crate::mirror::RolloutMirror;
 use crate::options::BinderOptions;
 use crate::rail::StatusRail;
@@ -197,11 +198,11 @@ impl SessionBinder {
                     "the session machine stopped without an outcome".into(),
                 ));
             };
-            if !matches!(action, Action::Resume(_)) {
+            if !matches!(action, DriverAction::Resume(_)) {
                 resume.finish(machine);
             }
             match action {
-                Action::Resume(params) => {
+                DriverAction::Resume(params) => {
                     let params = self.resume_params(params);
                     let span = resume.begin(&self.session_id, &params.thread_id);
                     match client
@@ -217,7 +218,7 @@ impl SessionBinder {
                         Err(other) => machine.handle_failed(other.into()),
                     }
                 }
-                Action::Say(say) => {
+                DriverAction::Say(say) => {
                     if let Say::FallbackNotice {
                         previous_thread_id,
                         reason,
@@ -240,7 +241,7 @@ impl SessionBinder {
                     // The rail's sinks take an event synchronously: it is delivered.
                     machine.handle_notice_delivered();
                 }
-                Action::Start { seed } => {
+                DriverAction::Start { seed } => {
                     let mut params = self.options.thread_start.clone();
                     if let Some(seed) = seed {
                         apply_seed(&mut params, seed);
@@ -250,7 +251,7 @@ impl SessionBinder {
                         Err(error) => machine.handle_failed(error.into()),
                     }
                 }
-                Action::Opened(outcome) => {
+                DriverAction::Opened(outcome) => {
                     if let (
                         Some(span),
                         OpenOutcome::FellBack {
@@ -266,23 +267,15 @@ impl SessionBinder {
                     self.drain(&side, machine).await;
                     return Ok(outcome);
                 }
-                Action::OpenFailed(error) => {
+                DriverAction::OpenFailed(error) => {
                     if let Some(span) = &fallback {
                         span.record("outcome", "failed");
                     }
                     self.drain(&side, machine).await;
                     return Err(error);
                 }
-                // Store-side actions never come back from `next_action`; a commit or a retire
-                // never comes while opening.
-                Action::ReadSession
-                | Action::Restore { .. }
-                | Action::Wait(_)
-                | Action::GiveUp(_)
-                | Action::MarkNoticeDelivered { .. }
-                | Action::ReadTranscript { .. }
-                | Action::Commit { .. }
-                | Action::Retire { .. } => {}
+                // A commit or a retire never comes while opening.
+                DriverAction::Commit { .. } | DriverAction::Retire { .. } => {}
             }
         }
     }
@@ -290,7 +283,7 @@ impl SessionBinder {
     /// Finishes the bookkeeping actions left after an open's outcome.
     async fn drain(&self, side: &StoreSide<'_>, mut machine: &mut SessionMachine) {
         while let Some(action) = side.next_action(&mut machine).await {
-            if let Action::Say(say) = action {
+            if let DriverAction::Say(say) = action {
                 self.rail
                     .emit(binding::status_event(&self.session_id, &say));
             }

@@ -12,8 +12,9 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use rethread_protocol::messages::{ThreadItem, ThreadStartParams, UserInput};
+use rethread_runtime::binding::DriverAction;
 use rethread_runtime::binding::{self, apply_seed, StoreSide};
-use rethread_runtime::machine::{Action, Say, SessionMachine};
+use rethread_runtime::machine::{Say, SessionMachine};
 use rethread_runtime::projection::project_turn_input;
 use rethread_runtime::{
     BinderOptions, ClientError, RolloutMirror, RuntimeError, SessionLease, Transcript,
@@ -140,7 +141,7 @@ impl Driver<'_> {
                 .into());
             };
             match action {
-                Action::Resume(params) => {
+                DriverAction::Resume(params) => {
                     let args = self.setup.run.with_resume(&params.thread_id);
                     match self.start_process(&args, signal.as_mut()).await? {
                         Began::Started(process, thread_id, lines) => {
@@ -156,8 +157,8 @@ impl Driver<'_> {
                         }
                     }
                 }
-                Action::Say(say) => self.said.push(say),
-                Action::Start { seed } => {
+                DriverAction::Say(say) => self.said.push(say),
+                DriverAction::Start { seed } => {
                     let args = match seed {
                         Some(seed) => seeded_args(&self.setup.run, seed),
                         None => self.setup.run.args().to_vec(),
@@ -180,7 +181,7 @@ impl Driver<'_> {
                         }
                     }
                 }
-                Action::Opened(_) => {
+                DriverAction::Opened(_) => {
                     let Some((process, thread_id, lines)) = opened.take() else {
                         return Err(
                             RuntimeError::Internal("opened without a process".into()).into()
@@ -195,7 +196,7 @@ impl Driver<'_> {
                     process.relay_stderr();
                     return self.forward(process, &thread_id, signal).await;
                 }
-                Action::OpenFailed(error) => {
+                DriverAction::OpenFailed(error) => {
                     // A give-up was written: its notice is said even so (the next run starts
                     // fresh and says nothing).
                     let said = std::mem::take(&mut self.said);
@@ -216,16 +217,8 @@ impl Driver<'_> {
                         _ => Err(error.into()),
                     };
                 }
-                // Store-side actions never come back from `next_action`; a commit or a retire
-                // never comes while opening.
-                Action::ReadSession
-                | Action::Restore { .. }
-                | Action::Wait(_)
-                | Action::GiveUp(_)
-                | Action::MarkNoticeDelivered { .. }
-                | Action::ReadTranscript { .. }
-                | Action::Commit { .. }
-                | Action::Retire { .. } => {}
+                // A commit or a retire never comes while opening.
+                DriverAction::Commit { .. } | DriverAction::Retire { .. } => {}
             }
         }
     }
@@ -412,7 +405,7 @@ impl Driver<'_> {
             let action = {
                 let side = self.parts.side(&self.setup.session);
                 match side.next_action(&mut &mut self.machine).await {
-                    Some(Action::Commit {
+                    Some(DriverAction::Commit {
                         thread_id,
                         rows,
                         mirror,
@@ -428,7 +421,7 @@ impl Driver<'_> {
             };
             match action {
                 None => return Ok(()),
-                Some(Action::Say(say)) => self.say(&say).await?,
+                Some(DriverAction::Say(say)) => self.say(&say).await?,
                 Some(_) => {}
             }
         }

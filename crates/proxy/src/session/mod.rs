@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use rethread_protocol::messages::{ItemNotification, TurnNotification, TurnStatus};
 use rethread_protocol::{Message, RequestId};
+use rethread_runtime::binding::DriverAction;
 use rethread_runtime::binding::{self, MachineAccess, StoreSide};
 use rethread_runtime::machine::{Action, Say, SessionMachine};
 use rethread_runtime::{BinderOptions, RolloutMirror, RuntimeError, SessionLease, Transcript};
@@ -214,7 +215,7 @@ impl BindingHooks {
                 return Ok(ClientAction::Consumed);
             };
             match action {
-                Action::Resume(attempt) => {
+                DriverAction::Resume(attempt) => {
                     let resume = resume_params(attempt, &params);
                     let answer = ctx.request("thread/resume", Some(resume)).await;
                     let closed = {
@@ -256,8 +257,8 @@ impl BindingHooks {
                         }
                     }
                 }
-                Action::Say(say) => self.state().said.push(say),
-                Action::Start { seed } => {
+                DriverAction::Say(say) => self.state().said.push(say),
+                DriverAction::Start { seed } => {
                     self.state().session_start = Some(id.clone());
                     return match seed {
                         Some(seed) => {
@@ -267,22 +268,15 @@ impl BindingHooks {
                         None => Ok(ClientAction::Forward),
                     };
                 }
-                Action::OpenFailed(error) => {
+                DriverAction::OpenFailed(error) => {
                     self.refuse(ctx, id, &error).await?;
                     return Ok(ClientAction::Consumed);
                 }
-                // Store-side actions never come back from `next_action`; the open ends at the
-                // start (forwarded) or the resume, not at `Opened`; no commit or retire comes
-                // while opening.
-                Action::Opened(_)
-                | Action::ReadSession
-                | Action::Restore { .. }
-                | Action::Wait(_)
-                | Action::GiveUp(_)
-                | Action::MarkNoticeDelivered { .. }
-                | Action::ReadTranscript { .. }
-                | Action::Commit { .. }
-                | Action::Retire { .. } => {}
+                // The open ends at the start (forwarded) or the resume, not at `Opened`; no
+                // commit or retire comes while opening.
+                DriverAction::Opened(_)
+                | DriverAction::Commit { .. }
+                | DriverAction::Retire { .. } => {}
             }
         }
     }
