@@ -91,7 +91,8 @@ impl Seen {
 }
 
 /// Set once the harness sent SIGCONT to a stopped host: the client then makes sure one turn
-/// completes after it (a host that continued must show whether it still records).
+/// is sent after it (a host that continued must show whether it still records: a turn that
+/// merely completed after the SIGCONT may have been committed before the SIGSTOP).
 #[derive(Debug, Default)]
 pub(crate) struct Gate {
     continued_ms: Mutex<Option<u64>>,
@@ -158,7 +159,7 @@ impl Ended {
 }
 
 /// Starts `spec`'s host and its client. With a `gate`, the client waits at the end of its
-/// script until the gate opens, then runs one more turn unless one completed after it.
+/// script until the gate opens, then runs one more turn unless one was sent after it.
 pub(crate) fn spawn(
     binaries: &Binaries,
     spec: &Spec,
@@ -336,12 +337,8 @@ impl Client {
         }
         if let Some(gate) = gate {
             let continued = gate.wait();
-            let completed_after = self
-                .seen
-                .turns
-                .iter()
-                .any(|t| t.completed.as_ref().is_some_and(|(_, at)| *at >= continued));
-            if !completed_after {
+            let sent_after = self.seen.turns.iter().any(|t| t.sent_ms >= continued);
+            if !sent_after {
                 let last = messages.last().cloned().unwrap_or_default();
                 self.turn(&thread, &format!("{last} (after SIGCONT)"))?;
             }
