@@ -105,9 +105,10 @@ impl SessionLease {
             outcome = tracing::field::Empty
         );
         let started_at = Instant::now();
-        let acquired = Self::acquire_untraced(store, session_id, owner, ttl, wait)
+        let acquired = Self::wait_for_grant(&*store, session_id, &owner, ttl, wait)
             .instrument(span.clone())
-            .await;
+            .await
+            .map(|(lease, sent)| Self::held(store, owner, ttl, lease, sent));
         let outcome = match &acquired {
             Ok(_) => "acquired",
             Err(RuntimeError::SessionBusy { .. }) => "busy",
@@ -119,19 +120,21 @@ impl SessionLease {
         acquired
     }
 
-    async fn acquire_untraced(
-        store: Arc<dyn BindingStore>,
+    /// Asks for the lease until it is granted or `wait` has passed: the grant and when it was
+    /// asked for (its freshness counts from then).
+    async fn wait_for_grant(
+        store: &dyn BindingStore,
         session_id: &str,
-        owner: Arc<LocalOwner>,
+        owner: &LocalOwner,
         ttl: Duration,
         wait: Duration,
-    ) -> Result<SessionLease, RuntimeError> {
+    ) -> Result<(Lease, Instant), RuntimeError> {
         let deadline = Instant::now() + wait;
         let mut step = WAIT_STEP_MIN;
-        let (lease, sent) = loop {
+        loop {
             let sent = Instant::now();
             match store.acquire_lease(session_id, owner.owner(), ttl).await {
-                Ok(lease) => break (lease, sent),
+                Ok(lease) => return Ok((lease, sent)),
                 Err(StoreError::Busy { .. }) if Instant::now() < deadline => {
                     let pause = step.min(deadline.saturating_duration_since(Instant::now()));
                     tokio::time::sleep(pause).await;
@@ -139,7 +142,17 @@ impl SessionLease {
                 }
                 Err(error) => return Err(error.into()),
             }
-        };
+        }
+    }
+
+    /// A granted lease, renewed in the background from now on.
+    fn held(
+        store: Arc<dyn BindingStore>,
+        owner: Arc<LocalOwner>,
+        ttl: Duration,
+        lease: Lease,
+        sent: Instant,
+    ) -> SessionLease {
         let state = Arc::new(Mutex::new(State {
             lease,
             fresh_since: sent,
@@ -148,13 +161,13 @@ impl SessionLease {
             released: false,
         }));
         let renewer = tokio::spawn(renew_loop(store.clone(), Arc::clone(&state), ttl));
-        Ok(SessionLease {
+        SessionLease {
             store,
             owner,
             ttl,
             state,
             renewer,
-        })
+        }
     }
 
     /// The lease as last granted or renewed.

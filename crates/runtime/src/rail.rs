@@ -46,6 +46,19 @@ impl StatusEvent {
         self.fields.insert(key.to_string(), value.into());
         self
     }
+
+    /// One line for people (stderr): the message, then its fields, `MESSAGE (key: value, ...)`.
+    pub fn described(&self) -> String {
+        let fields: Vec<String> = self
+            .fields
+            .iter()
+            .map(|(key, value)| match value {
+                Value::String(text) => format!("{key}: {text}"),
+                other => format!("{key}: {other}"),
+            })
+            .collect();
+        format!("{} ({})", self.message, fields.join(", "))
+    }
 }
 
 /// Where rail events go. Implementations must not block: they are called from async code.

@@ -437,16 +437,7 @@ impl Driver<'_> {
     /// commit is what clears it in the store. A run that ends before says nothing delivered,
     /// and the next run says it again (at least once, never lost).
     async fn say(&mut self, say: &Say) -> Result<(), BoxError> {
-        let event = binding::status_event(&self.setup.session, say);
-        let fields: Vec<String> = event
-            .fields
-            .iter()
-            .map(|(key, value)| match value {
-                Value::String(text) => format!("{key}: {text}"),
-                other => format!("{key}: {other}"),
-            })
-            .collect();
-        let described = format!("{} ({})", event.message, fields.join(", "));
+        let described = binding::status_event(&self.setup.session, say).described();
         eprintln!("rethread: {}", crate::output::for_people(&described));
         if matches!(say, Say::NotRecorded { .. }) {
             return Ok(());

@@ -152,6 +152,21 @@ enum Member {
     Other,
 }
 
+impl<P> Members<P> {
+    /// No member read yet.
+    fn none(not_an_object: bool) -> Self {
+        Members {
+            id: None,
+            method: None,
+            params: None,
+            result: None,
+            error: None,
+            duplicate: None,
+            not_an_object,
+        }
+    }
+}
+
 /// Reads [`Members`] from any JSON value (a value that is not an object is consumed whole and
 /// marked as such, so that it is "not an object", not "not JSON").
 pub(crate) struct MembersVisitor<P>(std::marker::PhantomData<P>);
@@ -162,15 +177,7 @@ impl<P> MembersVisitor<P> {
     }
 
     fn not_an_object<E>(self) -> Result<Members<P>, E> {
-        Ok(Members {
-            id: None,
-            method: None,
-            params: None,
-            result: None,
-            error: None,
-            duplicate: None,
-            not_an_object: true,
-        })
+        Ok(Members::none(true))
     }
 }
 
@@ -199,15 +206,7 @@ impl<'de, P: Deserialize<'de>> Visitor<'de> for MembersVisitor<P> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<P>, A::Error> {
-        let mut members = Members {
-            id: None,
-            method: None,
-            params: None,
-            result: None,
-            error: None,
-            duplicate: None,
-            not_an_object: false,
-        };
+        let mut members = Members::none(false);
         let duplicate = &mut members.duplicate;
         while let Some(member) = map.next_key::<Member>()? {
             match member {

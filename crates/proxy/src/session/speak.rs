@@ -4,7 +4,6 @@
 
 use rethread_runtime::binding;
 use rethread_runtime::machine::{Action, Say};
-use serde_json::Value;
 
 use super::turns::Forgot;
 use super::{BindingHooks, Locked};
@@ -48,7 +47,7 @@ impl BindingHooks {
         say: &Say,
         thread_id: Option<&str>,
     ) -> Result<(), ProxyError> {
-        ctx.report(&self.described(say));
+        ctx.report(&binding::status_event(&self.session_id, say).described());
         let thread_id = match say {
             Say::NotRecorded { thread_id, .. } | Say::CommitFailed { thread_id, .. } => {
                 Some(thread_id.as_str())
@@ -62,20 +61,6 @@ impl BindingHooks {
             self.state().notice_written = Some(written);
         }
         Ok(())
-    }
-
-    /// A line for stderr: the message, then its fields.
-    pub(super) fn described(&self, say: &Say) -> String {
-        let event = binding::status_event(&self.session_id, say);
-        let fields: Vec<String> = event
-            .fields
-            .iter()
-            .map(|(key, value)| match value {
-                Value::String(text) => format!("{key}: {text}"),
-                other => format!("{key}: {other}"),
-            })
-            .collect();
-        format!("{} ({})", event.message, fields.join(", "))
     }
 
     /// Once the fallback notice's line is written to the client, it is delivered: recorded,
