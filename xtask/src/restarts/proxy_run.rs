@@ -162,6 +162,8 @@ struct Run<'a> {
     rival: bool,
     /// Threads retired meanwhile by another host (a rival during this one's SIGSTOP).
     others_retired: usize,
+    /// The rival that ran during this host's SIGSTOP, by label.
+    stop_rival: Option<String>,
 }
 
 impl Runner<'_> {
@@ -309,6 +311,7 @@ impl Runner<'_> {
             after_stop,
             rival: false,
             others_retired: 0,
+            stop_rival: None,
         };
         self.check(&run)
     }
@@ -336,6 +339,7 @@ impl Runner<'_> {
             after_stop: false,
             rival: false,
             others_retired: 0,
+            stop_rival: None,
         };
         self.check(&run)?;
         Ok(sent.is_some())
@@ -359,6 +363,7 @@ impl Runner<'_> {
         let mut early = false;
         let mut others_retired = 0;
         let mut before_cont: Option<Vec<TranscriptRow>> = None;
+        let mut stop_rival = None;
         if rival {
             let readable = self.view.reads_beside_a_host();
             // redb: the stopped host has the file open, unless it was stopped before it
@@ -386,6 +391,7 @@ impl Runner<'_> {
                 }
             };
             rival_took = rival_ended.lease_ms().is_some();
+            stop_rival = Some(rival_ended.label.clone());
             if early {
                 // Who retired what meanwhile is not known: what the rival retired (or the
                 // stopped host after its SIGCONT) is not held against the stopped host.
@@ -397,7 +403,7 @@ impl Runner<'_> {
                     // Its fallback warning, if it got one, told the give-up of the moment.
                     if let Some(subject) = record.retired_threads.last() {
                         if !rival_ended.seen.warned(NOTICE).is_empty() {
-                            self.told_once(subject, &rival_ended.label, false);
+                            self.told_once(subject, &rival_ended.label, false, None);
                         }
                     }
                 }
@@ -415,6 +421,7 @@ impl Runner<'_> {
                     after_stop: false,
                     rival: true,
                     others_retired: 0,
+                    stop_rival: None,
                 };
                 self.check(&run)?;
             } else if rival_ended.code() != Some(75) {
@@ -498,6 +505,7 @@ impl Runner<'_> {
             after_stop: false,
             rival: false,
             others_retired,
+            stop_rival,
         };
         // Its turns after losing the lease are not required in the store (it said so).
         self.check(&run)?;

@@ -124,7 +124,19 @@ impl Runner<'_> {
     /// (`stopped`: that host was then stopped). A warning is said once: again only when the
     /// host that told it was stopped before it could record the delivery (at least once,
     /// never lost); a host that ran on must have recorded it.
-    pub(super) fn told_once(&mut self, subject: &str, host: &str, stopped: bool) {
+    ///
+    /// `stop_rival` names the rival that ran during this host's SIGSTOP: a host stopped
+    /// between its give-up and the delivery's record leaves the notice pending for the rival,
+    /// and its own warning, already on its way, goes out after the SIGCONT. The two tells are
+    /// one delivery split by the stop (no write can be atomic with a line to a client), counted
+    /// as a retell after a stop.
+    pub(super) fn told_once(
+        &mut self,
+        subject: &str,
+        host: &str,
+        stopped: bool,
+        stop_rival: Option<&str>,
+    ) {
         self.stats.warnings += 1;
         match self
             .told
@@ -132,6 +144,9 @@ impl Runner<'_> {
         {
             None => {}
             Some((true, _)) => self.stats.retold_after_stop += 1,
+            Some((false, first)) if stop_rival == Some(first.as_str()) => {
+                self.stats.retold_after_stop += 1
+            }
             Some((false, first)) => self.known.repeated.push(format!(
                 "the fallback from {subject} told again, to host {host:?}, after host {first:?} \
                  had told it and run on"
@@ -159,7 +174,12 @@ impl Runner<'_> {
             let Some(subject) = subject else {
                 return Err("a fallback warning without a thread given up".to_string());
             };
-            self.told_once(subject, &run.ended.label, run.stop.is_some());
+            self.told_once(
+                subject,
+                &run.ended.label,
+                run.stop.is_some(),
+                run.stop_rival.as_deref(),
+            );
         }
         let Some(start) = &seen.start else {
             // Stopped before the answer, or a rival refused before codex started.
