@@ -20,11 +20,11 @@ use rethread_store::{BindingStore, Lease, LeaseOwner, LocalOwner};
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use crate::binding::DriverAction;
 use crate::binding::{self, apply_seed, StoreSide};
 use crate::client::{AppServerClient, ClientError};
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
+use crate::machine::DriverAction;
 use crate::machine::{OpenOutcome, Say, SessionMachine};
 use crate::mirror::RolloutMirror;
 use crate::options::BinderOptions;

@@ -5,7 +5,7 @@
 //! rollout's growth), and render what the machine says as a status-rail event. None of them
 //! sends a request to codex; none decides a rule.
 
-use rethread_protocol::messages::{ThreadResumeParams, ThreadStartParams};
+use rethread_protocol::messages::ThreadStartParams;
 use rethread_protocol::ResumeFailure;
 use rethread_store::{
     BindingState, BindingStore, CommitOutcome, Fence, Retirement, StoreError, TurnCommit,
@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
-use crate::machine::{Action, LostThread, OpenOutcome, Say, SessionMachine, Stored};
+use crate::machine::{Action, DriverAction, LostThread, Say, SessionMachine, Stored};
 use crate::mirror::{MirrorReport, Restored, RolloutMirror};
 use crate::rail::{StatusEvent, StatusKind};
 use crate::sink::{SinkDurability, Transcript};
@@ -33,40 +33,6 @@ impl MachineAccess for &mut SessionMachine {
     fn with<R>(&mut self, f: impl FnOnce(&mut SessionMachine) -> R) -> R {
         f(self)
     }
-}
-
-/// The machine's actions that are a driver's own, as [`StoreSide::next_action`] hands them
-/// out: a request to codex, something to say, the open's end, a commit, a retire. Each is
-/// the [`Action`] of the same name.
-#[derive(Debug)]
-pub enum DriverAction {
-    /// [`Action::Resume`].
-    Resume(ThreadResumeParams),
-    /// [`Action::Say`].
-    Say(Say),
-    /// [`Action::Start`].
-    Start {
-        /// The seed, already rendered and quoted.
-        seed: Option<String>,
-    },
-    /// [`Action::Opened`].
-    Opened(OpenOutcome),
-    /// [`Action::OpenFailed`].
-    OpenFailed(RuntimeError),
-    /// [`Action::Commit`]: carry it out with [`StoreSide::commit`].
-    Commit {
-        /// The thread.
-        thread_id: String,
-        /// The projected rows.
-        rows: Vec<Value>,
-        /// Whether the commit takes the rollout's growth.
-        mirror: bool,
-    },
-    /// [`Action::Retire`].
-    Retire {
-        /// The thread.
-        thread_id: String,
-    },
 }
 
 /// The store side of a driver's session: what the store-side actions need.
@@ -134,28 +100,12 @@ impl StoreSide<'_> {
                             .await;
                     machine.with(|m| m.handle_transcript(rows));
                 }
-                Action::Resume(params) => return Some(DriverAction::Resume(params)),
-                Action::Say(say) => return Some(DriverAction::Say(say)),
-                Action::Start { seed } => return Some(DriverAction::Start { seed }),
-                Action::Opened(outcome) => return Some(DriverAction::Opened(outcome)),
-                Action::OpenFailed(error) => return Some(DriverAction::OpenFailed(error)),
-                Action::Commit {
-                    thread_id,
-                    rows,
-                    mirror,
-                } => {
-                    return Some(DriverAction::Commit {
-                        thread_id,
-                        rows,
-                        mirror,
-                    })
-                }
-                Action::Retire { thread_id } => return Some(DriverAction::Retire { thread_id }),
+                Action::Driver(action) => return Some(action),
             }
         }
     }
 
-    /// Carries out [`Action::Commit`]: the turn's rows (and, when `mirror`, the rollout's
+    /// Carries out [`DriverAction::Commit`]: the turn's rows (and, when `mirror`, the rollout's
     /// growth) with the binding in one fenced write, then tells the machine what happened
     /// (the commit, and what the mirror did). Every driver commits through this.
     pub async fn commit(
@@ -372,7 +322,7 @@ pub struct TurnRows<'a> {
     pub codex_home: Option<&'a str>,
     /// The rows.
     pub rows: &'a [Value],
-    /// The rollout mirror, when the commit takes it (the machine's `Action::Commit` says).
+    /// The rollout mirror, when the commit takes it (the machine's `DriverAction::Commit` says).
     pub mirror: Option<&'a RolloutMirror>,
 }
 

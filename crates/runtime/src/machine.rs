@@ -21,7 +21,7 @@
 //!
 //! ```
 //! use rethread_protocol::RpcError;
-//! use rethread_runtime::machine::{Action, MachineOptions, SessionMachine, Stored};
+//! use rethread_runtime::machine::{Action, DriverAction, MachineOptions, SessionMachine, Stored};
 //! use rethread_runtime::Restored;
 //!
 //! let mut machine = SessionMachine::new("chat-42", MachineOptions::default());
@@ -31,7 +31,7 @@
 //! // The rollout mirror first puts the thread's files where codex looks for them.
 //! assert!(matches!(machine.poll(), Some(Action::Restore { thread_id }) if thread_id == "thr_1"));
 //! machine.handle_restored(Ok(Restored::default()));
-//! let Some(Action::Resume(params)) = machine.poll() else { panic!() };
+//! let Some(Action::Driver(DriverAction::Resume(params))) = machine.poll() else { panic!() };
 //! assert_eq!(params.thread_id, "thr_1");
 //! machine.handle_resume_error(&RpcError::new(-32600, "no rollout found for thread id thr_1"));
 //! assert!(matches!(machine.poll(), Some(Action::GiveUp(lost)) if lost.thread_id == "thr_1"));
@@ -53,7 +53,7 @@ mod attempts;
 mod mirroring;
 
 pub use crate::error::LeaseLostTo;
-pub use actions::{Action, LostThread, NotRecorded, OpenOutcome, Say, Stored};
+pub use actions::{Action, DriverAction, LostThread, NotRecorded, OpenOutcome, Say, Stored};
 use attempts::{Attempts, Verdict};
 
 /// The one lifecycle notice of a fallback.
@@ -101,7 +101,7 @@ pub struct MachineOptions {
     /// Seed a thread that replaces a lost one; `None` disables seeding.
     pub seed: Option<SeedOptions>,
     /// Mirror the thread's rollout with every commit and restore it before a resume
-    /// ([`Action::Restore`], [`Action::Commit`]'s `mirror`).
+    /// ([`Action::Restore`], [`DriverAction::Commit`]'s `mirror`).
     pub mirror: bool,
 }
 
@@ -202,6 +202,10 @@ impl SessionMachine {
         self.actions.pop_front()
     }
 
+    fn push(&mut self, action: impl Into<Action>) {
+        self.actions.push_back(action.into());
+    }
+
     /// Opens the session's thread: read the store, then resume the bound thread, or start a
     /// thread (seeded after a loss). Also after a failure (retry) and on a new connection to
     /// codex (a host whose codex died: the same thread comes back). A call while an open is
@@ -212,7 +216,7 @@ impl SessionMachine {
         }
         self.thread = None;
         self.phase = Phase::Reading;
-        self.actions.push_back(Action::ReadSession);
+        self.push(Action::ReadSession);
     }
 
     /// What the store holds for the session ([`Action::ReadSession`]).
@@ -230,12 +234,12 @@ impl SessionMachine {
                     sent: 0,
                 };
                 if self.mirroring {
-                    self.actions.push_back(Action::Restore {
+                    self.push(Action::Restore {
                         thread_id: attempts.thread_id.clone(),
                     });
                     self.phase = Phase::Restoring(attempts);
                 } else {
-                    self.actions.push_back(Action::Resume(attempts.params()));
+                    self.push(DriverAction::Resume(attempts.params()));
                     self.phase = Phase::Resuming(attempts);
                 }
             }
@@ -321,15 +325,15 @@ impl SessionMachine {
         };
         match attempts.judge(failure, error) {
             Verdict::Retry(delay) if delay.is_zero() => {
-                self.actions.push_back(Action::Resume(attempts.params()));
+                self.push(DriverAction::Resume(attempts.params()));
                 self.phase = Phase::Resuming(attempts);
             }
             Verdict::Retry(delay) => {
-                self.actions.push_back(Action::Wait(delay));
+                self.push(Action::Wait(delay));
                 self.phase = Phase::Backoff(attempts);
             }
             Verdict::Lost(lost) => {
-                self.actions.push_back(Action::GiveUp(lost.clone()));
+                self.push(Action::GiveUp(lost.clone()));
                 self.phase = Phase::GivingUp(lost);
             }
             Verdict::Stop(error) => self.fail(error),
@@ -342,7 +346,7 @@ impl SessionMachine {
         else {
             return;
         };
-        self.actions.push_back(Action::Resume(attempts.params()));
+        self.push(DriverAction::Resume(attempts.params()));
         self.phase = Phase::Resuming(attempts);
     }
 
@@ -379,15 +383,14 @@ impl SessionMachine {
         let seed = match rows {
             Ok(rows) => render_seed(&rows, max_chars),
             Err(message) => {
-                self.actions
-                    .push_back(Action::Say(Say::SeedUnavailable { message }));
+                self.push(DriverAction::Say(Say::SeedUnavailable { message }));
                 None
             }
         };
         self.start(lost, seed);
     }
 
-    /// The thread of an [`Action::Start`] started.
+    /// The thread of a [`DriverAction::Start`] started.
     pub fn handle_started(&mut self, thread_id: impl Into<String>) {
         let Some(Phase::Starting { lost, seeded }) =
             self.take_phase(|p| matches!(p, Phase::Starting { .. }))
@@ -432,7 +435,7 @@ impl SessionMachine {
     /// committed on this connection, and the user is told once.
     pub fn handle_lease_lost(&mut self, to: LeaseLostTo) {
         if !std::mem::replace(&mut self.lease_lost, true) {
-            self.actions.push_back(Action::Say(Say::LeaseLost { to }));
+            self.push(DriverAction::Say(Say::LeaseLost { to }));
         }
     }
 
@@ -512,14 +515,14 @@ impl SessionMachine {
             self.not_recorded(thread_id, why);
             return;
         }
-        self.actions.push_back(Action::Commit {
+        self.push(DriverAction::Commit {
             thread_id: thread_id.to_string(),
             rows,
             mirror: self.mirroring,
         });
     }
 
-    /// How an [`Action::Commit`] went: `Ok` once durable; a lost lease stops recording; a
+    /// How a [`DriverAction::Commit`] went: `Ok` once durable; a lost lease stops recording; a
     /// thread that belongs to another session is not this one's; anything else is said.
     pub fn handle_committed(&mut self, thread_id: &str, result: Result<(), &RuntimeError>) {
         let error = match result {
@@ -534,7 +537,7 @@ impl SessionMachine {
                 };
                 self.not_recorded(thread_id, why)
             }
-            other => self.actions.push_back(Action::Say(Say::CommitFailed {
+            other => self.push(DriverAction::Say(Say::CommitFailed {
                 thread_id: thread_id.to_string(),
                 message: other.to_string(),
             })),
@@ -545,7 +548,7 @@ impl SessionMachine {
     /// fresh.
     pub fn handle_retire(&mut self) {
         if let Some(thread_id) = self.thread.take() {
-            self.actions.push_back(Action::Retire { thread_id });
+            self.push(DriverAction::Retire { thread_id });
         }
     }
 
@@ -564,7 +567,7 @@ impl SessionMachine {
             thread_id: lost.thread_id.clone(),
             delivered: false,
         });
-        self.actions.push_back(Action::Say(Say::FallbackNotice {
+        self.push(DriverAction::Say(Say::FallbackNotice {
             previous_thread_id: lost.thread_id.clone(),
             reason: lost.reason,
             message: lost.message.clone(),
@@ -575,7 +578,7 @@ impl SessionMachine {
     fn seed_then_start(&mut self, lost: Option<LostThread>) {
         match &self.options.seed {
             Some(seed) => {
-                self.actions.push_back(Action::ReadTranscript {
+                self.push(Action::ReadTranscript {
                     max_rows: seed.max_rows,
                 });
                 self.phase = Phase::Seeding(lost);
@@ -586,19 +589,19 @@ impl SessionMachine {
 
     fn start(&mut self, lost: Option<LostThread>, seed: Option<String>) {
         let seeded = seed.is_some();
-        self.actions.push_back(Action::Start { seed });
+        self.push(DriverAction::Start { seed });
         self.phase = Phase::Starting { lost, seeded };
     }
 
     fn opened(&mut self, outcome: OpenOutcome) {
         self.phase = Phase::Idle;
         self.thread = Some(outcome.thread_id().to_string());
-        self.actions.push_back(Action::Opened(outcome));
+        self.push(DriverAction::Opened(outcome));
     }
 
     fn fail(&mut self, error: RuntimeError) {
         self.phase = Phase::Idle;
-        self.actions.push_back(Action::OpenFailed(error));
+        self.push(DriverAction::OpenFailed(error));
     }
 
     fn not_recorded(&mut self, thread_id: &str, why: NotRecorded) {
@@ -606,7 +609,7 @@ impl SessionMachine {
             return;
         }
         remember(&mut self.warned, thread_id);
-        self.actions.push_back(Action::Say(Say::NotRecorded {
+        self.push(DriverAction::Say(Say::NotRecorded {
             thread_id: thread_id.to_string(),
             why,
         }));

@@ -9,7 +9,7 @@ use rethread_store::{BindingStore, Lease};
 use crate::client::AppServerClient;
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
-use crate::machine::{Action, OpenOutcome, SessionMachine};
+use crate::machine::{Action, DriverAction, OpenOutcome, SessionMachine};
 use crate::rail::StatusRail;
 use crate::sink::Transcript;
 use crate::turn::{start_turn, TurnContext, TurnInput, TurnReport, TurnStream};
@@ -115,7 +115,7 @@ impl CodexSession {
     pub async fn retire(mut self) -> Result<(), RuntimeError> {
         self.machine.handle_retire();
         while let Some(action) = self.machine.poll() {
-            if let Action::Retire { thread_id } = action {
+            if let Action::Driver(DriverAction::Retire { thread_id }) = action {
                 let fence = crate::lease::fresh_fence(self.lease.as_deref()).await?;
                 crate::binding::end_thread(
                     self.store.as_ref(),

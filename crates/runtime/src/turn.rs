@@ -28,7 +28,7 @@ use crate::binding::{Publication, StoreSide};
 use crate::client::{AnsweredRequest, AppServerClient, ClientError, ThreadEvent, ThreadEvents};
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
-use crate::machine::{Action, SessionMachine};
+use crate::machine::{Action, DriverAction, SessionMachine};
 use crate::projection::{project_turn_input, reply_of};
 use crate::rail::{StatusEvent, StatusKind, StatusRail};
 use crate::sink::Transcript;
@@ -598,11 +598,11 @@ impl TurnRun<'_> {
         let mut failure = None;
         while let Some(action) = session.machine.poll() {
             match action {
-                Action::Commit {
+                Action::Driver(DriverAction::Commit {
                     thread_id,
                     rows,
                     mirror,
-                } => {
+                }) => {
                     let side = StoreSide {
                         store: session.store,
                         session_id: session.session_id,
@@ -619,7 +619,7 @@ impl TurnRun<'_> {
                         Err(error) => failure = Some(error),
                     }
                 }
-                Action::Say(say) => session
+                Action::Driver(DriverAction::Say(say)) => session
                     .rail
                     .emit(crate::binding::status_event(session.session_id, &say)),
                 _ => {}

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use rethread_protocol::messages::{ThreadItem, ThreadStartParams, UserInput};
-use rethread_runtime::binding::DriverAction;
 use rethread_runtime::binding::{self, apply_seed, StoreSide};
+use rethread_runtime::machine::DriverAction;
 use rethread_runtime::machine::{Say, SessionMachine};
 use rethread_runtime::projection::project_turn_input;
 use rethread_runtime::{

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use rethread_protocol::messages::{ItemNotification, TurnNotification, TurnStatus};
 use rethread_protocol::{Message, RequestId};
-use rethread_runtime::binding::DriverAction;
 use rethread_runtime::binding::{self, MachineAccess, StoreSide};
+use rethread_runtime::machine::DriverAction;
 use rethread_runtime::machine::{Action, Say, SessionMachine};
 use rethread_runtime::{BinderOptions, RolloutMirror, RuntimeError, SessionLease, Transcript};
 use rethread_store::{BindingStore, LocalOwner};
@@ -494,12 +494,14 @@ impl BindingHooks {
             let action = self.state().machine.poll();
             match action {
                 None => break,
-                Some(Action::Say(say)) => self.say(ctx, &say, Some(&thread_id)).await?,
-                Some(Action::Commit {
+                Some(Action::Driver(DriverAction::Say(say))) => {
+                    self.say(ctx, &say, Some(&thread_id)).await?
+                }
+                Some(Action::Driver(DriverAction::Commit {
                     thread_id,
                     rows,
                     mirror,
-                }) => {
+                })) => {
                     if dropped > 0 {
                         let message = format!(
                             "rethread recorded turn {} without {dropped} of its rows: past the \

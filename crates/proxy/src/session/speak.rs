@@ -3,7 +3,7 @@
 //! counts as delivered (its line flushed to the client).
 
 use rethread_runtime::binding;
-use rethread_runtime::machine::{Action, Say};
+use rethread_runtime::machine::{Action, DriverAction, Say};
 
 use super::turns::Forgot;
 use super::{BindingHooks, Locked};
@@ -35,7 +35,7 @@ impl BindingHooks {
         loop {
             let action = self.state().machine.poll();
             let Some(action) = action else { return Ok(()) };
-            if let Action::Say(say) = action {
+            if let Action::Driver(DriverAction::Say(say)) = action {
                 self.say(ctx, &say, thread_id).await?;
             }
         }

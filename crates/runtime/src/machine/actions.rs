@@ -183,7 +183,9 @@ impl Say {
 }
 
 /// What a driver must do next. Each action that asks for something names the `handle_*`
-/// method that takes its answer.
+/// method that takes its answer. The store-side actions are carried out for every driver by
+/// [`StoreSide::next_action`](crate::binding::StoreSide::next_action); the rest are the
+/// driver's own ([`Action::Driver`]).
 ///
 /// Not `#[non_exhaustive]` on purpose: every driver must decide what a new action means.
 #[derive(Debug)]
@@ -198,20 +200,12 @@ pub enum Action {
         /// The bound thread.
         thread_id: String,
     },
-    /// Send `thread/resume` with these params (a driver may add the thread settings its host
-    /// gave): [`SessionMachine::handle_resumed`], [`SessionMachine::handle_resume_error`],
-    /// [`SessionMachine::handle_resume_timeout`], [`SessionMachine::handle_resume_exited`]
-    /// (a driver that resumes by starting a process), or `handle_failed` when the connection
-    /// itself failed).
-    Resume(ThreadResumeParams),
     /// Wait this long, then [`SessionMachine::handle_wait_over`].
     Wait(Duration),
     /// Give the thread up in one store write (retire it, drop the binding if it still names
     /// it, record the pending notice): [`SessionMachine::handle_given_up`] (or `handle_failed`:
     /// then nothing was written and the binding is kept).
     GiveUp(LostThread),
-    /// Say this to the user.
-    Say(Say),
     /// Record in the store that the fallback notice for this lost thread was delivered.
     /// Nothing is handed back (a failure only means the notice may be said once more).
     MarkNoticeDelivered {
@@ -224,6 +218,26 @@ pub enum Action {
         /// How many.
         max_rows: u64,
     },
+    /// An action that is the driver's own.
+    Driver(DriverAction),
+}
+
+/// The actions that are a driver's own, as [`StoreSide::next_action`] hands them out: a
+/// request to codex, something to say, the open's end, a commit, a retire.
+///
+/// Not `#[non_exhaustive]` on purpose: every driver must decide what a new action means.
+///
+/// [`StoreSide::next_action`]: crate::binding::StoreSide::next_action
+#[derive(Debug)]
+pub enum DriverAction {
+    /// Send `thread/resume` with these params (a driver may add the thread settings its host
+    /// gave): [`SessionMachine::handle_resumed`], [`SessionMachine::handle_resume_error`],
+    /// [`SessionMachine::handle_resume_timeout`], [`SessionMachine::handle_resume_exited`]
+    /// (a driver that resumes by starting a process), or `handle_failed` when the connection
+    /// itself failed).
+    Resume(ThreadResumeParams),
+    /// Say this to the user.
+    Say(Say),
     /// Start a thread (with the host's own settings), with this seed appended to its
     /// developer instructions: [`SessionMachine::handle_started`] (or `handle_failed`).
     Start {
@@ -256,16 +270,33 @@ pub enum Action {
     },
 }
 
+impl From<DriverAction> for Action {
+    fn from(action: DriverAction) -> Self {
+        Action::Driver(action)
+    }
+}
+
 impl fmt::Display for Action {
     /// One line per action, wire params as literal JSON: what the machine's tables pin.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Action::ReadSession => f.write_str("read_session"),
             Action::Restore { thread_id } => write!(f, "restore {thread_id}"),
-            Action::Resume(params) => write!(f, "resume {}", json(params)),
             Action::Wait(delay) => write!(f, "wait {}ms", delay.as_millis()),
             Action::GiveUp(lost) => write!(f, "give_up {} {}", lost.thread_id, lost.reason),
-            Action::Say(Say::FallbackNotice {
+            Action::MarkNoticeDelivered { thread_id } => write!(f, "mark_delivered {thread_id}"),
+            Action::ReadTranscript { max_rows } => write!(f, "read_transcript {max_rows}"),
+            Action::Driver(action) => action.fmt(f),
+        }
+    }
+}
+
+impl fmt::Display for DriverAction {
+    /// One line per action, as [`Action`]'s.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DriverAction::Resume(params) => write!(f, "resume {}", json(params)),
+            DriverAction::Say(Say::FallbackNotice {
                 previous_thread_id,
                 reason,
                 pending,
@@ -275,14 +306,12 @@ impl fmt::Display for Action {
                 "notice {previous_thread_id} {reason}{}",
                 if *pending { " pending" } else { "" }
             ),
-            Action::Say(say) => write!(f, "say {}", say.message()),
-            Action::MarkNoticeDelivered { thread_id } => write!(f, "mark_delivered {thread_id}"),
-            Action::ReadTranscript { max_rows } => write!(f, "read_transcript {max_rows}"),
-            Action::Start { seed: None } => f.write_str("start"),
-            Action::Start { seed: Some(_) } => f.write_str("start seeded"),
-            Action::Opened(outcome) => write!(f, "opened {}", json(outcome)),
-            Action::OpenFailed(error) => write!(f, "open_failed {}", error.kind()),
-            Action::Commit {
+            DriverAction::Say(say) => write!(f, "say {}", say.message()),
+            DriverAction::Start { seed: None } => f.write_str("start"),
+            DriverAction::Start { seed: Some(_) } => f.write_str("start seeded"),
+            DriverAction::Opened(outcome) => write!(f, "opened {}", json(outcome)),
+            DriverAction::OpenFailed(error) => write!(f, "open_failed {}", error.kind()),
+            DriverAction::Commit {
                 thread_id,
                 rows,
                 mirror,
@@ -292,7 +321,7 @@ impl fmt::Display for Action {
                 rows.len(),
                 if *mirror { " +mirror" } else { "" }
             ),
-            Action::Retire { thread_id } => write!(f, "retire {thread_id}"),
+            DriverAction::Retire { thread_id } => write!(f, "retire {thread_id}"),
         }
     }
 }

@@ -3,7 +3,9 @@
 //! resume goes ahead (codex then resumes the thread as it has it, or says it is lost, and the
 //! usual rules decide); a turn committed without its mirror is said once.
 
-use super::{Action, Phase, Say, SessionMachine};
+#[cfg(doc)]
+use super::Action;
+use super::{DriverAction, Phase, Say, SessionMachine};
 use crate::mirror::{MirrorReport, Restored};
 
 impl SessionMachine {
@@ -23,23 +25,23 @@ impl SessionMachine {
                     self.mirroring = false;
                 }
             }
-            Err(message) => self.actions.push_back(Action::Say(Say::RestoreFailed {
+            Err(message) => self.push(DriverAction::Say(Say::RestoreFailed {
                 thread_id: attempts.thread_id.clone(),
                 message,
             })),
         }
-        self.actions.push_back(Action::Resume(attempts.params()));
+        self.push(DriverAction::Resume(attempts.params()));
         self.phase = Phase::Resuming(attempts);
     }
 
-    /// What a commit that took the mirror did with it ([`Action::Commit`]'s `mirror`): past
+    /// What a commit that took the mirror did with it ([`DriverAction::Commit`]'s `mirror`): past
     /// the session's cap mirroring stops, said once (by the commit that stopped it); a turn
     /// committed without its rollout is said once per connection.
     pub fn handle_mirrored(&mut self, thread_id: &str, report: &MirrorReport) {
         match report {
             MirrorReport::StoppedNow { bytes, cap } => {
                 self.mirroring = false;
-                self.actions.push_back(Action::Say(Say::MirrorStopped {
+                self.push(DriverAction::Say(Say::MirrorStopped {
                     bytes: *bytes,
                     cap: *cap,
                 }));
@@ -48,7 +50,7 @@ impl SessionMachine {
             MirrorReport::Failed(message)
                 if !std::mem::replace(&mut self.mirror_failure_said, true) =>
             {
-                self.actions.push_back(Action::Say(Say::MirrorFailed {
+                self.push(DriverAction::Say(Say::MirrorFailed {
                     thread_id: thread_id.to_string(),
                     message: message.clone(),
                 }));
