@@ -89,30 +89,12 @@ fn verify_leases(
     label: &str,
     checker: &mut Checker<'_>,
 ) -> Result<bool, StoreError> {
-    let map = |e| map_sqlite_error(label, e);
-    let mut statement = conn
-        .prepare(&format!("SELECT {LEASE_COLUMNS} FROM leases"))
-        .map_err(map)?;
-    let leases = scan(&mut statement, label, |row| {
-        let raw = RawLease::from_row(row).map_err(map)?;
+    let sql = format!("SELECT {LEASE_COLUMNS} FROM leases");
+    verify_records(conn, label, checker, &sql, ProblemKind::Lease, |row| {
+        let raw = RawLease::from_row(row).map_err(|e| map_sqlite_error(label, e))?;
         let session_id = raw.session_id.clone();
         Ok((session_id, raw.into_grant(label).map(drop)))
-    })?;
-    for lease in leases {
-        match lease {
-            Ok((session_id, checked)) => {
-                checker.lease_checked();
-                if let Err(error) = checked {
-                    checker.damage(ProblemKind::Lease, Some(&session_id), error)?;
-                }
-            }
-            Err(error) => {
-                checker.damage(ProblemKind::Structure, None, error)?;
-                return Ok(false);
-            }
-        }
-    }
-    Ok(true)
+    })
 }
 
 /// Checks every thread-ownership record. Returns whether the check reached the end.
@@ -121,11 +103,9 @@ fn verify_threads(
     label: &str,
     checker: &mut Checker<'_>,
 ) -> Result<bool, StoreError> {
-    let map = |e| map_sqlite_error(label, e);
-    let mut statement = conn
-        .prepare("SELECT thread_id, session_id, checksum FROM threads")
-        .map_err(map)?;
-    let threads = scan(&mut statement, label, |row| {
+    let sql = "SELECT thread_id, session_id, checksum FROM threads";
+    verify_records(conn, label, checker, sql, ProblemKind::Thread, |row| {
+        let map = |e| map_sqlite_error(label, e);
         let (thread, session, sum): (String, String, i64) = (
             row.get(0).map_err(map)?,
             row.get(1).map_err(map)?,
@@ -138,13 +118,31 @@ fn verify_threads(
             thread_checksum(&thread, &session),
         );
         Ok((session, checked))
-    })?;
-    for thread in threads {
-        match thread {
-            Ok((session_id, Err(error))) => {
-                checker.damage(ProblemKind::Thread, Some(&session_id), error)?
+    })
+}
+
+/// Checks every record `sql` selects: `read` gives each one's session and whether it
+/// verifies (damage of `kind`). A record that cannot be read at all ends the check (damage of
+/// the structure). Returns whether the check reached the end.
+fn verify_records(
+    conn: &Connection,
+    label: &str,
+    checker: &mut Checker<'_>,
+    sql: &str,
+    kind: ProblemKind,
+    read: impl Fn(&rusqlite::Row<'_>) -> Result<(String, Result<(), StoreError>), StoreError>,
+) -> Result<bool, StoreError> {
+    let mut statement = conn.prepare(sql).map_err(|e| map_sqlite_error(label, e))?;
+    for record in scan(&mut statement, label, read)? {
+        match record {
+            Ok((session_id, checked)) => {
+                if kind == ProblemKind::Lease {
+                    checker.lease_checked();
+                }
+                if let Err(error) = checked {
+                    checker.damage(kind, Some(&session_id), error)?;
+                }
             }
-            Ok(_) => {}
             Err(error) => {
                 checker.damage(ProblemKind::Structure, None, error)?;
                 return Ok(false);
