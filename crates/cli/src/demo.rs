@@ -62,6 +62,18 @@ impl Narration {
         }
     }
 
+    /// The checks of a turn that must have resumed `thread`: that thread, and no notice.
+    fn resumed(
+        &mut self,
+        (outcome, notices, thread): (&OpenOutcome, &[String], &str),
+        same_thread: &str,
+        no_notice: &str,
+    ) -> CliResult {
+        let resumed = matches!(outcome, OpenOutcome::Resumed { thread_id } if thread_id == thread);
+        self.check(resumed, same_thread)?;
+        self.check(notices.is_empty(), no_notice)
+    }
+
     fn check(&mut self, ok: bool, what: &str) -> CliResult {
         if !ok {
             return Err(format!("demo check failed: {what}").into());
@@ -196,14 +208,11 @@ async fn play(story: &mut Narration) -> CliResult {
         "Which fruit did I name?",
     )
     .await?;
-    story.check(
-        outcome
-            == OpenOutcome::Resumed {
-                thread_id: first.clone(),
-            },
+    story.resumed(
+        (&outcome, &notices, &first),
         "thread/resume, then turn/start: no new thread",
+        "no notice when the resume succeeds",
     )?;
-    story.check(notices.is_empty(), "no notice when the resume succeeds")?;
     story.check(
         model_saw(&fake, "papaya"),
         "the model's request holds turn 1: it remembers",
@@ -226,14 +235,11 @@ async fn play(story: &mut Narration) -> CliResult {
         "Do you still know my fruit?",
     )
     .await?;
-    story.check(
-        outcome
-            == OpenOutcome::Resumed {
-                thread_id: first.clone(),
-            },
+    story.resumed(
+        (&outcome, &notices, &first),
         "restored from the store, then thread/resume: the same thread",
+        "no notice",
     )?;
-    story.check(notices.is_empty(), "no notice")?;
     story.check(
         model_saw(&fake, "papaya"),
         "the model's request holds turn 1 again",
