@@ -62,18 +62,6 @@ impl Narration {
         }
     }
 
-    /// The checks of a turn that must have resumed `thread`: that thread, and no notice.
-    fn resumed(
-        &mut self,
-        (outcome, notices, thread): (&OpenOutcome, &[String], &str),
-        same_thread: &str,
-        no_notice: &str,
-    ) -> CliResult {
-        let resumed = matches!(outcome, OpenOutcome::Resumed { thread_id } if thread_id == thread);
-        self.check(resumed, same_thread)?;
-        self.check(notices.is_empty(), no_notice)
-    }
-
     fn check(&mut self, ok: bool, what: &str) -> CliResult {
         if !ok {
             return Err(format!("demo check failed: {what}").into());
@@ -141,6 +129,23 @@ async fn turn(
     Ok((outcome, report.reply, notices))
 }
 
+/// A turn after a restart that must resume `thread`: the same thread, no notice, and the
+/// model's request holds turn 1 (`says`: the three checks' lines).
+async fn resumed_turn(
+    story: &mut Narration,
+    (store, fake, home): (&Arc<dyn BindingStore>, &FakeHandle, &str),
+    thread: &str,
+    message: &str,
+    [same_thread, no_notice, remembers]: [&str; 3],
+) -> CliResult {
+    let stream = fake.restart().await?;
+    let (outcome, _, notices) = turn(story, store, stream, (home, true), message).await?;
+    let resumed = matches!(&outcome, OpenOutcome::Resumed { thread_id } if thread_id == thread);
+    story.check(resumed, same_thread)?;
+    story.check(notices.is_empty(), no_notice)?;
+    story.check(model_saw(fake, "papaya"), remembers)
+}
+
 fn model_saw(fake: &FakeHandle, word: &str) -> bool {
     fake.model_requests()
         .last()
@@ -199,24 +204,18 @@ async fn play(story: &mut Narration) -> CliResult {
     )?;
 
     story.step("2. The app-server restarts; a rebuilt binder resumes the bound thread");
-    let stream = fake.restart().await?;
-    let (outcome, _, notices) = turn(
+    resumed_turn(
         story,
-        &store,
-        stream,
-        (&home_text, true),
+        (&store, &fake, &home_text),
+        &first,
         "Which fruit did I name?",
+        [
+            "thread/resume, then turn/start: no new thread",
+            "no notice when the resume succeeds",
+            "the model's request holds turn 1: it remembers",
+        ],
     )
     .await?;
-    story.resumed(
-        (&outcome, &notices, &first),
-        "thread/resume, then turn/start: no new thread",
-        "no notice when the resume succeeds",
-    )?;
-    story.check(
-        model_saw(&fake, "papaya"),
-        "the model's request holds turn 1: it remembers",
-    )?;
 
     story.step("3. The rollout is lost; the store's mirror of it restores the same thread");
     fake.corrupt_rollout(&first, Corruption::Delete)?;
@@ -226,24 +225,18 @@ async fn play(story: &mut Narration) -> CliResult {
         ),
         None,
     );
-    let stream = fake.restart().await?;
-    let (outcome, _, notices) = turn(
+    resumed_turn(
         story,
-        &store,
-        stream,
-        (&home_text, true),
+        (&store, &fake, &home_text),
+        &first,
         "Do you still know my fruit?",
+        [
+            "restored from the store, then thread/resume: the same thread",
+            "no notice",
+            "the model's request holds turn 1 again",
+        ],
     )
     .await?;
-    story.resumed(
-        (&outcome, &notices, &first),
-        "restored from the store, then thread/resume: the same thread",
-        "no notice",
-    )?;
-    story.check(
-        model_saw(&fake, "papaya"),
-        "the model's request holds turn 1 again",
-    )?;
 
     story.step("4. Lost again, with the mirror off (RETHREAD_MIRROR=off): it fails closed");
     fake.corrupt_rollout(&first, Corruption::Delete)?;
