@@ -334,23 +334,24 @@ mod tests {
         args.into_iter().map(|a| a.into_string().unwrap()).collect()
     }
 
-    /// What the TypeScript SDK (0.163.0) sends, first without a thread, then with one.
+    /// What the TypeScript SDK (0.163.0) sends before a run's images.
+    const SDK_FLAGS: [&str; 10] = [
+        "--experimental-json",
+        "--config",
+        "approval_policy=\"never\"",
+        "--model",
+        "m",
+        "--sandbox",
+        "read-only",
+        "--cd",
+        "/w",
+        "--skip-git-repo-check",
+    ];
+
+    /// The SDK's run without a thread, then with one.
     #[test]
     fn the_typescript_sdks_runs_are_read_as_codex_reads_them() {
-        let first = ExecArgs::parse([
-            "--experimental-json",
-            "--config",
-            "approval_policy=\"never\"",
-            "--model",
-            "m",
-            "--sandbox",
-            "read-only",
-            "--cd",
-            "/w",
-            "--skip-git-repo-check",
-            "--image",
-            "a.png",
-        ]);
+        let first = ExecArgs::parse(SDK_FLAGS.into_iter().chain(["--image", "a.png"]));
         assert_eq!(first.subcommand(), None);
         assert_eq!(first.thread_id(), None);
         assert_eq!(first.prompt(), None);
@@ -358,25 +359,8 @@ mod tests {
             first.config("approval_policy").as_deref(),
             Some("\"never\"")
         );
-        assert_eq!(
-            strings(first.with_resume("t1")),
-            [
-                "--experimental-json",
-                "--config",
-                "approval_policy=\"never\"",
-                "--model",
-                "m",
-                "--sandbox",
-                "read-only",
-                "--cd",
-                "/w",
-                "--skip-git-repo-check",
-                "resume",
-                "t1",
-                "--image",
-                "a.png",
-            ]
-        );
+        let resumed = [&SDK_FLAGS[..], &["resume", "t1", "--image", "a.png"]].concat();
+        assert_eq!(strings(first.with_resume("t1")), resumed);
         let next = ExecArgs::parse([
             "--experimental-json",
             "--cd",
