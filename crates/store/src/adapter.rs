@@ -12,24 +12,22 @@ use serde_json::{Map, Value};
 use crate::logic::{
     self, ttl_ms, Acquire, InStore, LeaseOp, LocalLeases, ReadOp, Release, Renew, WriteOp,
 };
+use crate::Result;
 use crate::{
     BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, Retirement,
-    SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit,
-    VerifyProgress, VerifyReport,
+    SessionExport, SessionPage, SessionRecord, TranscriptRow, TurnCommit, VerifyProgress,
+    VerifyReport,
 };
 
 /// How a backend runs operations.
 pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Runs `op` on one consistent snapshot, never on an async runtime thread's time if it
     /// blocks.
-    fn read<O: ReadOp>(&self, op: O) -> impl Future<Output = Result<O::Output, StoreError>> + Send;
+    fn read<O: ReadOp>(&self, op: O) -> impl Future<Output = Result<O::Output>> + Send;
 
     /// Runs `op` in one write transaction and returns once it is committed (durably, unless
     /// the store is relaxed) or refused.
-    fn write<O: WriteOp>(
-        &self,
-        op: O,
-    ) -> impl Future<Output = Result<O::Output, StoreError>> + Send;
+    fn write<O: WriteOp>(&self, op: O) -> impl Future<Output = Result<O::Output>> + Send;
 
     /// The leases of a backend that keeps them in the process rather than in the store
     /// (redb: one process per file). `None`: lease requests are writes.
@@ -42,7 +40,7 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
         &'a self,
         store: &'a (dyn BindingStore + 'a),
         progress: &'a mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),
-    ) -> impl Future<Output = Result<VerifyReport, StoreError>> + Send + 'a {
+    ) -> impl Future<Output = Result<VerifyReport>> + Send + 'a {
         crate::verify::by_export(store, progress)
     }
 }
@@ -52,7 +50,7 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
 pub(crate) struct Adapter<B>(pub(crate) B);
 
 impl<B: Backend> Adapter<B> {
-    async fn lease<L: LeaseOp>(&self, op: L) -> Result<L::Output, StoreError> {
+    async fn lease<L: LeaseOp>(&self, op: L) -> Result<L::Output> {
         match self.0.local_leases() {
             Some(local) => local.apply(&op),
             None => self.0.write(InStore(op)).await,
@@ -62,15 +60,11 @@ impl<B: Backend> Adapter<B> {
 
 #[async_trait]
 impl<B: Backend> BindingStore for Adapter<B> {
-    async fn session(&self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
+    async fn session(&self, session_id: &str) -> Result<Option<SessionRecord>> {
         self.0.read(logic::GetSession(session_id.to_string())).await
     }
 
-    async fn rows(
-        &self,
-        session_id: &str,
-        range: Range<u64>,
-    ) -> Result<Vec<TranscriptRow>, StoreError> {
+    async fn rows(&self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>> {
         if range.start >= range.end {
             return Ok(Vec::new());
         }
@@ -81,7 +75,7 @@ impl<B: Backend> BindingStore for Adapter<B> {
         self.0.read(op).await
     }
 
-    async fn commit_turn(&self, commit: TurnCommit) -> Result<CommitOutcome, StoreError> {
+    async fn commit_turn(&self, commit: TurnCommit) -> Result<CommitOutcome> {
         self.0.write(logic::Commit(commit)).await
     }
 
@@ -90,7 +84,7 @@ impl<B: Backend> BindingStore for Adapter<B> {
         session_id: &str,
         patch: Map<String, Value>,
         fence: Option<&Fence>,
-    ) -> Result<Map<String, Value>, StoreError> {
+    ) -> Result<Map<String, Value>> {
         let op = logic::Patch {
             session_id: session_id.to_string(),
             patch,
@@ -105,7 +99,7 @@ impl<B: Backend> BindingStore for Adapter<B> {
         thread_id: &str,
         retirement: Retirement,
         fence: Option<&Fence>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<()> {
         let op = logic::Retire {
             session_id: session_id.to_string(),
             thread_id: thread_id.to_string(),
@@ -120,7 +114,7 @@ impl<B: Backend> BindingStore for Adapter<B> {
         session_id: &str,
         thread_id: &str,
         fence: Option<&Fence>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool> {
         let op = logic::MarkDelivered {
             session_id: session_id.to_string(),
             thread_id: thread_id.to_string(),
@@ -129,7 +123,7 @@ impl<B: Backend> BindingStore for Adapter<B> {
         self.0.write(op).await
     }
 
-    async fn thread_session(&self, thread_id: &str) -> Result<Option<String>, StoreError> {
+    async fn thread_session(&self, thread_id: &str) -> Result<Option<String>> {
         self.0
             .read(logic::ThreadSession(thread_id.to_string()))
             .await
@@ -140,7 +134,7 @@ impl<B: Backend> BindingStore for Adapter<B> {
         session_id: &str,
         thread_id: &str,
         path: &str,
-    ) -> Result<Option<Vec<u8>>, StoreError> {
+    ) -> Result<Option<Vec<u8>>> {
         let op = logic::GetMirrorFile {
             session_id: session_id.to_string(),
             thread_id: thread_id.to_string(),
@@ -149,11 +143,7 @@ impl<B: Backend> BindingStore for Adapter<B> {
         self.0.read(op).await
     }
 
-    async fn list_sessions(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<SessionPage, StoreError> {
+    async fn list_sessions(&self, after: Option<&str>, limit: usize) -> Result<SessionPage> {
         let op = logic::ListPage {
             after: after.map(str::to_string),
             limit,
@@ -161,17 +151,17 @@ impl<B: Backend> BindingStore for Adapter<B> {
         self.0.read(op).await
     }
 
-    async fn delete_session(&self, session_id: &str) -> Result<bool, StoreError> {
+    async fn delete_session(&self, session_id: &str) -> Result<bool> {
         self.0.write(logic::Delete(session_id.to_string())).await
     }
 
-    async fn export_session(&self, session_id: &str) -> Result<Option<SessionExport>, StoreError> {
+    async fn export_session(&self, session_id: &str) -> Result<Option<SessionExport>> {
         self.0
             .read(logic::ExportSession(session_id.to_string()))
             .await
     }
 
-    async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome, StoreError> {
+    async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome> {
         self.0.write(logic::Import(export)).await
     }
 
@@ -180,7 +170,7 @@ impl<B: Backend> BindingStore for Adapter<B> {
         session_id: &str,
         owner: &LeaseOwner,
         ttl: Duration,
-    ) -> Result<Lease, StoreError> {
+    ) -> Result<Lease> {
         self.lease(Acquire {
             session_id: session_id.to_string(),
             owner: owner.clone(),
@@ -189,7 +179,7 @@ impl<B: Backend> BindingStore for Adapter<B> {
         .await
     }
 
-    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         self.lease(Renew {
             lease: lease.clone(),
             ttl_ms: ttl_ms(ttl),
@@ -197,14 +187,14 @@ impl<B: Backend> BindingStore for Adapter<B> {
         .await
     }
 
-    async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError> {
+    async fn release_lease(&self, lease: &Lease) -> Result<bool> {
         self.lease(Release(lease.clone())).await
     }
 
     async fn verify(
         &self,
         progress: &mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),
-    ) -> Result<VerifyReport, StoreError> {
+    ) -> Result<VerifyReport> {
         self.0.verify(self, progress).await
     }
 }

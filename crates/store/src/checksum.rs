@@ -3,6 +3,7 @@
 //! `store_files` fuzz target). Every record carries a CRC-32 of its fields, written with it
 //! and verified whenever it is read.
 
+use crate::Result;
 use crate::StoreError;
 
 /// A CRC-32 over a record's fields, each written with a type tag and (for text) its length, so
@@ -85,7 +86,7 @@ pub(crate) fn verify(
     what: impl FnOnce() -> String,
     stored: i64,
     computed: i64,
-) -> Result<(), StoreError> {
+) -> Result<()> {
     if stored == computed {
         return Ok(());
     }

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::Result;
 use crate::{BindingStore, ImportOutcome, StoreError};
 
 /// How many sessions [`copy_sessions`] lists at a time.
@@ -59,7 +60,7 @@ pub async fn copy_sessions(
     from: &dyn BindingStore,
     to: &dyn BindingStore,
     progress: &mut (dyn FnMut(&CopyProgress<'_>) + Send),
-) -> Result<CopyReport, StoreError> {
+) -> Result<CopyReport> {
     let mut report = CopyReport::default();
     let mut after: Option<String> = None;
     loop {

@@ -5,6 +5,9 @@ use std::error::Error as StdError;
 /// A boxed error from a storage engine, kept as the `source` of a [`StoreError`].
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
+/// The result of a store operation: [`StoreError`] unless another error is named.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
 /// Everything that can go wrong in a [`BindingStore`](crate::BindingStore), by meaning.
 ///
 /// Each backend maps its driver's errors into these variants in one named function

@@ -157,7 +157,7 @@ pub mod conformance;
 #[cfg(feature = "redb")]
 pub use crate::redb::RedbStore;
 pub use copy::{copy_sessions, CopyProgress, CopyReport};
-pub use error::{BoxError, LeaseLoss, StoreError};
+pub use error::{BoxError, LeaseLoss, Result, StoreError};
 pub use memory::MemoryStore;
 pub use mirror::{
     check_mirror_path, crc32_extend, MirrorAppend, MirrorChunk, MirrorOutcome, MirrorState,

@@ -9,6 +9,7 @@ use serde_json::Value;
 use crate::adapter::{Adapter, Backend};
 use crate::logic::{now_ms, FileKey, Grant, LeaseTxn, ReadOp, ReadTxn, WriteOp, WriteTxn};
 use crate::store::forward_binding_store;
+use crate::Result;
 use crate::{SessionRecord, StoreError, TranscriptRow};
 
 #[derive(Debug, Default, Clone)]
@@ -60,11 +61,11 @@ impl Memory {
 }
 
 impl Backend for Memory {
-    async fn read<O: ReadOp>(&self, op: O) -> Result<O::Output, StoreError> {
+    async fn read<O: ReadOp>(&self, op: O) -> Result<O::Output> {
         op.run(&mut *self.lock())
     }
 
-    async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output, StoreError> {
+    async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output> {
         op.apply(&mut *self.lock(), now_ms())
     }
 }
@@ -74,15 +75,11 @@ impl ReadTxn for State {
         "memory:"
     }
 
-    fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
+    fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>> {
         Ok(self.records.get(session_id).cloned())
     }
 
-    fn load_rows(
-        &mut self,
-        session_id: &str,
-        range: Range<u64>,
-    ) -> Result<Vec<TranscriptRow>, StoreError> {
+    fn load_rows(&mut self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>> {
         let Some(rows) = self.rows.get(session_id) else {
             return Ok(Vec::new());
         };
@@ -95,11 +92,7 @@ impl ReadTxn for State {
             .collect())
     }
 
-    fn list(
-        &mut self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<SessionRecord>, StoreError> {
+    fn list(&mut self, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>> {
         use std::ops::Bound;
         let lower = match after {
             Some(a) => Bound::Excluded(a.to_string()),
@@ -113,22 +106,18 @@ impl ReadTxn for State {
             .collect())
     }
 
-    fn has_rows(&mut self, session_id: &str) -> Result<bool, StoreError> {
+    fn has_rows(&mut self, session_id: &str) -> Result<bool> {
         Ok(self
             .rows
             .get(session_id)
             .is_some_and(|rows| !rows.is_empty()))
     }
 
-    fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>, StoreError> {
+    fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>> {
         Ok(self.threads.get(thread_id).cloned())
     }
 
-    fn load_chunks(
-        &mut self,
-        file: FileKey<'_>,
-        range: Range<u64>,
-    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+    fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>) -> Result<Vec<(u64, Vec<u8>)>> {
         let key = (
             file.session_id.to_string(),
             file.thread_id.to_string(),
@@ -143,7 +132,7 @@ impl ReadTxn for State {
             .collect())
     }
 
-    fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
+    fn row_ends(&mut self) -> Result<Vec<(String, bool)>> {
         let with_rows = self.rows.iter().filter(|(_, rows)| !rows.is_empty());
         let (first, last) = with_rows.fold(
             (None, None),
@@ -167,18 +156,13 @@ impl ReadTxn for State {
 }
 
 impl WriteTxn for State {
-    fn put(&mut self, record: &SessionRecord) -> Result<(), StoreError> {
+    fn put(&mut self, record: &SessionRecord) -> Result<()> {
         self.records
             .insert(record.session_id.clone(), record.clone());
         Ok(())
     }
 
-    fn put_rows(
-        &mut self,
-        session_id: &str,
-        first_seq: u64,
-        bodies: &[Value],
-    ) -> Result<(), StoreError> {
+    fn put_rows(&mut self, session_id: &str, first_seq: u64, bodies: &[Value]) -> Result<()> {
         let rows = self.rows.entry(session_id.to_string()).or_default();
         if rows.len() as u64 != first_seq {
             return Err(StoreError::Internal(format!(
@@ -190,13 +174,13 @@ impl WriteTxn for State {
         Ok(())
     }
 
-    fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<(), StoreError> {
+    fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<()> {
         self.threads
             .insert(thread_id.to_string(), session_id.to_string());
         Ok(())
     }
 
-    fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<(), StoreError> {
+    fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<()> {
         let key = (
             file.session_id.to_string(),
             file.thread_id.to_string(),
@@ -213,7 +197,7 @@ impl WriteTxn for State {
         Ok(())
     }
 
-    fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<(), StoreError> {
+    fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<()> {
         let key = (
             file.session_id.to_string(),
             file.thread_id.to_string(),
@@ -228,7 +212,7 @@ impl WriteTxn for State {
         Ok(())
     }
 
-    fn remove(&mut self, session_id: &str) -> Result<bool, StoreError> {
+    fn remove(&mut self, session_id: &str) -> Result<bool> {
         self.rows.remove(session_id);
         self.chunks
             .retain(|(session, _, _), _| session != session_id);

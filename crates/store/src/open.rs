@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::Result;
 use crate::{redact_url, BindingStore, MemoryStore, OpenOptions, StoreError};
 
 /// Which store a store URL names.
@@ -62,7 +63,7 @@ impl StoreUrl {
     /// Parses a store URL. Errors: [`StoreError::UnsupportedUrl`] (with the URL redacted) for
     /// an unknown scheme, a file URL without a path, or a PostgreSQL URL that does not parse.
     /// Whether this build has the backend is checked by [`StoreUrl::open`].
-    pub fn parse(url: &str) -> Result<StoreUrl, StoreError> {
+    pub fn parse(url: &str) -> Result<StoreUrl> {
         let unsupported = |reason: &str| StoreError::UnsupportedUrl {
             url: redact_url(url),
             reason: reason.to_string(),
@@ -94,7 +95,7 @@ impl StoreUrl {
     /// Opens the store. With [`OpenOptions::create_dirs`] the directory of a new store file is
     /// created too. A backend whose feature is disabled in this build is
     /// [`StoreError::UnsupportedUrl`].
-    pub async fn open(&self, options: OpenOptions) -> Result<Arc<dyn BindingStore>, StoreError> {
+    pub async fn open(&self, options: OpenOptions) -> Result<Arc<dyn BindingStore>> {
         // Without any file or PostgreSQL backend the options have nothing to configure.
         let _ = &options;
         match self {
@@ -217,16 +218,13 @@ impl std::str::FromStr for StoreUrl {
 /// `postgres://...` or `memory:`.
 ///
 /// A backend whose feature is disabled in this build is [`StoreError::UnsupportedUrl`].
-pub async fn open_url(
-    url: &str,
-    options: OpenOptions,
-) -> Result<Arc<dyn BindingStore>, StoreError> {
+pub async fn open_url(url: &str, options: OpenOptions) -> Result<Arc<dyn BindingStore>> {
     StoreUrl::parse(url)?.open(options).await
 }
 
 /// Splits a PostgreSQL URL into what the driver is given (the URL without rethread's
 /// `schema` parameter) and that schema.
-pub(crate) fn postgres_parts(url: &str) -> Result<(String, Option<String>), StoreError> {
+pub(crate) fn postgres_parts(url: &str) -> Result<(String, Option<String>)> {
     let mut parsed = url::Url::parse(url).map_err(|e| StoreError::UnsupportedUrl {
         url: redact_url(url),
         reason: format!("not a PostgreSQL URL: {e}"),

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use std::time::Duration;
 
+use crate::Result;
 use crate::{
     Binding, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, Retirement, SessionExport,
     SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit, VerifyProgress,
@@ -33,18 +34,14 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     ///
     /// # Contract
     /// `Ok(None)` only when the session does not exist.
-    async fn session(&self, session_id: &str) -> Result<Option<SessionRecord>, StoreError>;
+    async fn session(&self, session_id: &str) -> Result<Option<SessionRecord>>;
 
     /// Reads the rows of `session_id` whose `seq` is in `range`, in order.
     ///
     /// # Contract
     /// The range is clipped to `0..row_count`; a missing session or an empty range yields an
     /// empty vector.
-    async fn rows(
-        &self,
-        session_id: &str,
-        range: Range<u64>,
-    ) -> Result<Vec<TranscriptRow>, StoreError>;
+    async fn rows(&self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>>;
 
     /// Appends the turn's rows and binds the session to its thread, in **one** transaction,
     /// with what the thread's rollout files grew by ([`TurnCommit::mirror`]).
@@ -71,7 +68,7 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// - A thread of another session is [`StoreError::ThreadTaken`]; a `fence` that is no
     ///   longer the session's newest grant ([`Fence`]) is [`StoreError::LeaseLost`]. Either
     ///   way nothing is written.
-    async fn commit_turn(&self, commit: TurnCommit) -> Result<CommitOutcome, StoreError>;
+    async fn commit_turn(&self, commit: TurnCommit) -> Result<CommitOutcome>;
 
     /// Applies an RFC 7396 JSON merge-patch to the session's `model_config` atomically, and
     /// returns the new config.
@@ -89,7 +86,7 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
         session_id: &str,
         patch: Map<String, Value>,
         fence: Option<&Fence>,
-    ) -> Result<Map<String, Value>, StoreError>;
+    ) -> Result<Map<String, Value>>;
 
     /// Retires `thread_id` for the session, in one write, as `retirement` says: a lost thread
     /// given up ([`Retirement::Lost`]) or the host's own end of it ([`Retirement::Ended`]).
@@ -112,7 +109,7 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
         thread_id: &str,
         retirement: Retirement,
         fence: Option<&Fence>,
-    ) -> Result<(), StoreError>;
+    ) -> Result<()>;
 
     /// Records that the fallback notice of the give-up of `thread_id` reached the user.
     ///
@@ -125,11 +122,11 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
         session_id: &str,
         thread_id: &str,
         fence: Option<&Fence>,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<bool>;
 
     /// The session `thread_id` belongs to, if any: every thread the store bound, gave up or
     /// retired for a session belongs to it until the session is deleted.
-    async fn thread_session(&self, thread_id: &str) -> Result<Option<String>, StoreError>;
+    async fn thread_session(&self, thread_id: &str) -> Result<Option<String>>;
 
     /// The bytes of the mirrored file `path` of `thread_id` in `session_id`, checked against
     /// the record's length and CRC-32 (the state itself, cheap, is in
@@ -143,18 +140,14 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
         session_id: &str,
         thread_id: &str,
         path: &str,
-    ) -> Result<Option<Vec<u8>>, StoreError>;
+    ) -> Result<Option<Vec<u8>>>;
 
     /// Lists sessions in ascending session-id order, starting after `after`.
     ///
     /// # Contract
     /// At most `limit` sessions (`limit` must be at least 1); `next_after` is `Some` when more
     /// may follow.
-    async fn list_sessions(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<SessionPage, StoreError>;
+    async fn list_sessions(&self, after: Option<&str>, limit: usize) -> Result<SessionPage>;
 
     /// Deletes a session: its record, rows, mirror and retirements, and frees its threads.
     /// Returns `true` if it existed.
@@ -167,10 +160,10 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     ///   stalled can never take it back, and each of its fenced writes is
     ///   [`StoreError::LeaseLost`] ([`LeaseLoss::Forgotten`](crate::LeaseLoss::Forgotten)), so
     ///   a delete is never silently undone. A later acquire works and continues the fence.
-    async fn delete_session(&self, session_id: &str) -> Result<bool, StoreError>;
+    async fn delete_session(&self, session_id: &str) -> Result<bool>;
 
     /// Reads a whole session (record and all rows) from one consistent snapshot.
-    async fn export_session(&self, session_id: &str) -> Result<Option<SessionExport>, StoreError>;
+    async fn export_session(&self, session_id: &str) -> Result<Option<SessionExport>>;
 
     /// Writes a whole session exported from another store.
     ///
@@ -181,7 +174,7 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// - An inconsistent export (rows not `0..row_count`, `model_config[CODEX_THREAD_ID_KEY]`
     ///   disagreeing with the state, a retired thread bound) is [`StoreError::InvalidInput`];
     ///   a thread of another session is [`StoreError::ThreadTaken`].
-    async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome, StoreError>;
+    async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome>;
 
     /// Takes the session's lease for `owner` for `ttl`: the right to drive the session's codex
     /// thread. Hosts take it before resuming or starting a thread and hold it (renewing) through
@@ -205,7 +198,7 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
         session_id: &str,
         owner: &LeaseOwner,
         ttl: Duration,
-    ) -> Result<Lease, StoreError>;
+    ) -> Result<Lease>;
 
     /// Extends a lease to `ttl` from now.
     ///
@@ -213,14 +206,14 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// Only the session's newest grant renews (same owner and `fence`, not released), also
     /// after its expiry: a holder that stalled past its TTL takes the lease back when nobody
     /// took it meanwhile. Otherwise [`StoreError::LeaseLost`] saying why, and nothing changes.
-    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError>;
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease>;
 
     /// Frees a lease.
     ///
     /// # Contract
     /// Returns `true` if `lease` (same owner and `fence`) was the session's newest grant and
     /// is now released; `false` otherwise, changing nothing: another grant is never freed.
-    async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError>;
+    async fn release_lease(&self, lease: &Lease) -> Result<bool>;
 
     /// Reads the whole store and checks every record of it; reports each problem found.
     ///
@@ -245,7 +238,7 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     async fn verify(
         &self,
         progress: &mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),
-    ) -> Result<VerifyReport, StoreError> {
+    ) -> Result<VerifyReport> {
         crate::verify::by_export(self, progress).await
     }
 }
@@ -393,7 +386,7 @@ forward_binding_store!([T: BindingStore + ?Sized] &T, |this| (**this));
 #[async_trait]
 pub trait BindingStoreExt: BindingStore {
     /// The session's binding, if the session exists and is bound.
-    async fn binding(&self, session_id: &str) -> Result<Option<Binding>, StoreError> {
+    async fn binding(&self, session_id: &str) -> Result<Option<Binding>> {
         Ok(self
             .session(session_id)
             .await?
@@ -401,12 +394,12 @@ pub trait BindingStoreExt: BindingStore {
     }
 
     /// The session's bound thread id, if any.
-    async fn thread_id(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+    async fn thread_id(&self, session_id: &str) -> Result<Option<String>> {
         Ok(self.binding(session_id).await?.map(|b| b.thread_id))
     }
 
     /// The session, or [`StoreError::NotFound`].
-    async fn require_session(&self, session_id: &str) -> Result<SessionRecord, StoreError> {
+    async fn require_session(&self, session_id: &str) -> Result<SessionRecord> {
         self.session(session_id)
             .await?
             .ok_or_else(|| StoreError::NotFound {
@@ -415,13 +408,13 @@ pub trait BindingStoreExt: BindingStore {
     }
 
     /// All rows of the session, in order (empty if the session does not exist).
-    async fn all_rows(&self, session_id: &str) -> Result<Vec<TranscriptRow>, StoreError> {
+    async fn all_rows(&self, session_id: &str) -> Result<Vec<TranscriptRow>> {
         self.rows(session_id, 0..u64::MAX).await
     }
 
     /// How many sessions the store holds, counted page by page (memory does not grow with
     /// the store).
-    async fn count_sessions(&self) -> Result<u64, StoreError> {
+    async fn count_sessions(&self) -> Result<u64> {
         let mut count = 0u64;
         let mut after: Option<String> = None;
         loop {
@@ -437,7 +430,7 @@ pub trait BindingStoreExt: BindingStore {
     /// Every session, following the pages of [`BindingStore::list_sessions`]. It holds the
     /// whole store's records in memory: to walk a large store, page through
     /// `list_sessions` instead.
-    async fn all_sessions(&self) -> Result<Vec<SessionRecord>, StoreError> {
+    async fn all_sessions(&self) -> Result<Vec<SessionRecord>> {
         let mut out = Vec::new();
         let mut after: Option<String> = None;
         loop {
@@ -456,7 +449,7 @@ pub trait BindingStoreExt: BindingStore {
         session_id: &str,
         key: &str,
         value: Option<Value>,
-    ) -> Result<Map<String, Value>, StoreError> {
+    ) -> Result<Map<String, Value>> {
         let mut patch = Map::new();
         patch.insert(key.to_string(), value.unwrap_or(Value::Null));
         self.patch_config(session_id, patch, None).await

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::Result;
 use crate::{BindingStore, StoreError};
 
 /// At most this many problems are listed in a report; the rest are counted.
@@ -146,7 +147,7 @@ impl<'a> Checker<'a> {
         kind: ProblemKind,
         session_id: Option<&str>,
         error: StoreError,
-    ) -> Result<(), StoreError> {
+    ) -> Result<()> {
         match error {
             StoreError::Corrupt { detail, .. } => {
                 self.problem(kind, session_id, detail);
@@ -206,7 +207,7 @@ impl<'a> Checker<'a> {
 pub(crate) async fn by_export<S: BindingStore + ?Sized>(
     store: &S,
     progress: &mut (dyn FnMut(&VerifyProgress) + Send),
-) -> Result<VerifyReport, StoreError> {
+) -> Result<VerifyReport> {
     let mut checker = Checker::new(progress);
     let mut after: Option<String> = None;
     loop {

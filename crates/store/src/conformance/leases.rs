@@ -7,10 +7,11 @@ use futures::future::join_all;
 use serde_json::json;
 
 use super::{lost, obj, th, turn, unique_id, NEXT};
+use crate::Result;
 use crate::{BindingStore, BindingStoreExt, Fence, Lease, LeaseLoss, LeaseOwner, StoreError};
 
 /// Whether `result` is `LeaseLost` for `session` with `cause`.
-fn lost_by<T>(result: &Result<T, StoreError>, session: &str, cause: &LeaseLoss) -> bool {
+fn lost_by<T>(result: &Result<T>, session: &str, cause: &LeaseLoss) -> bool {
     matches!(result, Err(StoreError::LeaseLost { session_id, cause: c }) if session_id == session && c == cause)
 }
 

@@ -4,9 +4,10 @@
 use serde_json::json;
 
 use super::{lost, turn, unique_id};
+use crate::Result;
 use crate::{BindingStore, Retirement, StoreError};
 
-fn taken_by<T: std::fmt::Debug>(result: &Result<T, StoreError>, owner: &str) -> bool {
+fn taken_by<T: std::fmt::Debug>(result: &Result<T>, owner: &str) -> bool {
     matches!(result, Err(StoreError::ThreadTaken { session_id, .. }) if session_id == owner)
 }
 

@@ -5,6 +5,7 @@ use std::fs::Metadata;
 use std::io::ErrorKind;
 use std::path::Path;
 
+use crate::Result;
 use crate::{OpenOptions, StoreError};
 
 /// Checks the store's path before anything opens it, and creates the file when it is absent
@@ -15,7 +16,7 @@ use crate::{OpenOptions, StoreError};
 /// opening a FIFO blocks, and SQLite would create `/dev/null-journal`), a missing file when
 /// creating is off ([`StoreError::NoStore`]), a file or directory this process cannot write
 /// ([`StoreError::NotWritable`]).
-pub(crate) fn prepare_file(path: &Path, options: &OpenOptions) -> Result<bool, StoreError> {
+pub(crate) fn prepare_file(path: &Path, options: &OpenOptions) -> Result<bool> {
     let label = path.display().to_string();
     let io = |source| StoreError::Io {
         path: label.clone(),
@@ -92,7 +93,7 @@ fn kind(meta: &Metadata) -> &'static str {
     "not a file"
 }
 
-fn create_parent(path: &Path) -> Result<(), StoreError> {
+fn create_parent(path: &Path) -> Result<()> {
     let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) else {
         return Ok(());
     };
@@ -112,7 +113,7 @@ fn create_parent(path: &Path) -> Result<(), StoreError> {
     })
 }
 
-fn create_owner_only(path: &Path, label: &str) -> Result<bool, StoreError> {
+fn create_owner_only(path: &Path, label: &str) -> Result<bool> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
@@ -141,7 +142,7 @@ pub(crate) struct FileId(Option<(u64, u64)>);
 impl FileId {
     /// The file `path` names now.
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-    pub(crate) fn of_path(path: &Path) -> Result<FileId, StoreError> {
+    pub(crate) fn of_path(path: &Path) -> Result<FileId> {
         let meta = std::fs::metadata(path).map_err(|source| StoreError::Io {
             path: path.display().to_string(),
             source,
@@ -166,7 +167,7 @@ impl FileId {
     /// [`StoreError::Gone`] unless `path` still names this file: a store file deleted or
     /// replaced under a live host would take commits the next process never finds. One
     /// `stat` per group commit.
-    pub(crate) fn check(&self, path: &Path, label: &str) -> Result<(), StoreError> {
+    pub(crate) fn check(&self, path: &Path, label: &str) -> Result<()> {
         let Some(open) = self.0 else {
             return Ok(());
         };

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use crate::adapter::Backend;
 use crate::logic::{LocalLeases, ReadOp, ReadTxn, WriteOp};
 use crate::verify::Checker;
+use crate::Result;
 use crate::{BindingStore, StoreError, VerifyProgress, VerifyReport};
 
 #[cfg(feature = "redb")]
@@ -22,14 +23,11 @@ pub(crate) use writer::{Engine, Writer};
 /// How a backend runs one read snapshot (a redb read transaction, a SQLite deferred
 /// transaction on a pooled connection). Called on a blocking thread.
 pub(crate) trait Readers: Send + Sync + std::fmt::Debug + 'static {
-    fn read(
-        &self,
-        f: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<(), StoreError>,
-    ) -> Result<(), StoreError>;
+    fn read(&self, f: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<()>) -> Result<()>;
 
     /// Checks the whole store on one snapshot, recording what it finds in `checker` (see
     /// [`BindingStore::verify`]). Returns whether the check reached the end.
-    fn verify(&self, checker: &mut Checker<'_>) -> Result<bool, StoreError>;
+    fn verify(&self, checker: &mut Checker<'_>) -> Result<bool>;
 }
 
 /// A writer thread plus readers: a file backend.
@@ -57,8 +55,8 @@ impl Durable {
 
 /// Runs `f` on a blocking thread (a read of a file store); a panic there is `Internal`.
 pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, StoreError> {
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
     tokio::task::spawn_blocking(f).await.map_err(|e| {
         if e.is_panic() {
             StoreError::Internal(format!("a read panicked: {e}"))
@@ -69,7 +67,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
 }
 
 impl Backend for Durable {
-    async fn read<O: ReadOp>(&self, op: O) -> Result<O::Output, StoreError> {
+    async fn read<O: ReadOp>(&self, op: O) -> Result<O::Output> {
         let readers = Arc::clone(&self.readers);
         blocking(move || {
             let mut out = None;
@@ -82,7 +80,7 @@ impl Backend for Durable {
         .await
     }
 
-    async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output, StoreError> {
+    async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output> {
         self.writer.write(op).await
     }
 
@@ -95,7 +93,7 @@ impl Backend for Durable {
         &self,
         _store: &(dyn BindingStore + '_),
         progress: &mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),
-    ) -> Result<VerifyReport, StoreError> {
+    ) -> Result<VerifyReport> {
         let readers = Arc::clone(&self.readers);
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let scan = tokio::task::spawn_blocking(move || {

@@ -3,6 +3,7 @@
 
 use crate::logic::{mirror, ReadTxn};
 use crate::verify::{Checker, ProblemKind};
+use crate::Result;
 use crate::{MirroredFile, SessionRecord, StoreError};
 
 /// A session record as a scan reads it, in key order.
@@ -10,12 +11,12 @@ pub(crate) struct ScannedSession {
     /// Its key.
     pub(crate) id: String,
     /// Its row count and mirrored files, or the damage that makes the record unreadable.
-    pub(crate) record: Result<(u64, Vec<MirroredFile>), StoreError>,
+    pub(crate) record: Result<(u64, Vec<MirroredFile>)>,
 }
 
 impl ScannedSession {
     /// The scan's view of a decoded record (or its damage).
-    pub(crate) fn of(id: &str, record: Result<SessionRecord, StoreError>) -> Self {
+    pub(crate) fn of(id: &str, record: Result<SessionRecord>) -> Self {
         ScannedSession {
             id: id.to_string(),
             record: record.map(|r| (r.row_count, r.mirror.files)),
@@ -36,7 +37,7 @@ pub(crate) fn check_mirrors(
     txn: &mut dyn ReadTxn,
     checker: &mut Checker<'_>,
     mirrors: Vec<(String, Vec<MirroredFile>)>,
-) -> Result<(), StoreError> {
+) -> Result<()> {
     for (session_id, files) in mirrors {
         for file in files {
             match mirror::read_file(txn, &session_id, &file) {
@@ -53,7 +54,7 @@ pub(crate) struct ScannedRow {
     pub(crate) session_id: String,
     pub(crate) seq: u64,
     /// `Err`: the row's damage (checksum, decoding).
-    pub(crate) body: Result<(), StoreError>,
+    pub(crate) body: Result<()>,
 }
 
 /// A run of consecutive stray rows of one session, reported as one problem.
@@ -70,9 +71,9 @@ struct StrayRun {
 /// scan (recorded as a `Structure` problem when it is damage).
 pub(crate) fn merge_scan(
     checker: &mut Checker<'_>,
-    sessions: &mut dyn Iterator<Item = Result<ScannedSession, StoreError>>,
-    rows: &mut dyn Iterator<Item = Result<ScannedRow, StoreError>>,
-) -> Result<Scanned, StoreError> {
+    sessions: &mut dyn Iterator<Item = Result<ScannedSession>>,
+    rows: &mut dyn Iterator<Item = Result<ScannedRow>>,
+) -> Result<Scanned> {
     let mut scan = Merge {
         checker,
         rows,
@@ -128,7 +129,7 @@ pub(crate) fn merge_scan(
 
 struct Merge<'c, 'p, 'r> {
     checker: &'c mut Checker<'p>,
-    rows: &'r mut dyn Iterator<Item = Result<ScannedRow, StoreError>>,
+    rows: &'r mut dyn Iterator<Item = Result<ScannedRow>>,
     pending: Option<ScannedRow>,
     last_row: Option<(String, u64)>,
     stray: Option<StrayRun>,
@@ -137,14 +138,14 @@ struct Merge<'c, 'p, 'r> {
 }
 
 impl Merge<'_, '_, '_> {
-    fn stop(&mut self, error: StoreError) -> Result<(), StoreError> {
+    fn stop(&mut self, error: StoreError) -> Result<()> {
         self.stopped = true;
         self.pending = None;
         self.checker.damage(ProblemKind::Structure, None, error)
     }
 
     /// Reads the next row into `pending`, checking its order and its own damage.
-    fn advance(&mut self) -> Result<(), StoreError> {
+    fn advance(&mut self) -> Result<()> {
         self.pending = None;
         let Some(next) = self.rows.next() else {
             return Ok(());
@@ -174,7 +175,7 @@ impl Merge<'_, '_, '_> {
         Ok(())
     }
 
-    fn session(&mut self, session: ScannedSession) -> Result<(), StoreError> {
+    fn session(&mut self, session: ScannedSession) -> Result<()> {
         // Rows before this session's belong to no session.
         while let Some(row) = self.pending.take() {
             if row.session_id >= session.id {

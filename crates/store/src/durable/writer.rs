@@ -11,6 +11,7 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 
 use crate::logic::{now_ms, WriteOp, WriteTxn};
+use crate::Result;
 use crate::StoreError;
 
 /// The most writes one transaction takes.
@@ -20,10 +21,7 @@ const MAX_BATCH: usize = 256;
 pub(crate) trait Engine: Send + 'static {
     /// Runs `f` in one write transaction and commits it (durably, unless relaxed) if `f`
     /// returns `Ok`; rolls it back otherwise.
-    fn write(
-        &mut self,
-        f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<(), StoreError>,
-    ) -> Result<(), StoreError>;
+    fn write(&mut self, f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<()>) -> Result<()>;
 
     /// When the engine wants [`Engine::flush`] called if no write comes first (a relaxed
     /// engine with commits not yet durable); `None`: never.
@@ -41,7 +39,7 @@ pub(crate) trait Engine: Send + 'static {
 trait Queued: Send {
     /// Runs the write in `txn`. A logical refusal is kept as the result and the transaction
     /// goes on (the refused write wrote nothing); any other error fails the transaction.
-    fn apply(&mut self, txn: &mut dyn WriteTxn, now: i64) -> Result<(), StoreError>;
+    fn apply(&mut self, txn: &mut dyn WriteTxn, now: i64) -> Result<()>;
     /// Answers the caller with the kept result (the transaction committed).
     fn answer(self: Box<Self>);
     /// Answers the caller with `error` (the transaction failed).
@@ -51,12 +49,12 @@ trait Queued: Send {
 /// One write and the caller waiting for its typed result.
 struct Job<O: WriteOp> {
     op: O,
-    result: Option<Result<O::Output, StoreError>>,
-    reply: oneshot::Sender<Result<O::Output, StoreError>>,
+    result: Option<Result<O::Output>>,
+    reply: oneshot::Sender<Result<O::Output>>,
 }
 
 impl<O: WriteOp> Queued for Job<O> {
-    fn apply(&mut self, txn: &mut dyn WriteTxn, now: i64) -> Result<(), StoreError> {
+    fn apply(&mut self, txn: &mut dyn WriteTxn, now: i64) -> Result<()> {
         match self.op.apply(txn, now) {
             Ok(output) => self.result = Some(Ok(output)),
             // A logical refusal wrote nothing (see `logic`), so the others may commit.
@@ -101,11 +99,11 @@ impl std::fmt::Debug for dyn Queued {
 impl Writer {
     /// Starts the writer thread, runs `open` on it (opening never blocks the runtime), and
     /// returns once the engine is open. `open` also returns what the readers need.
-    pub(crate) async fn spawn<E, R, F>(name: &str, open: F) -> Result<(Writer, R), StoreError>
+    pub(crate) async fn spawn<E, R, F>(name: &str, open: F) -> Result<(Writer, R)>
     where
         E: Engine,
         R: Send + 'static,
-        F: FnOnce() -> Result<(E, R), StoreError> + Send + 'static,
+        F: FnOnce() -> Result<(E, R)> + Send + 'static,
     {
         let (tx, rx) = mpsc::channel();
         let (opened_tx, opened_rx) = oneshot::channel();
@@ -134,7 +132,7 @@ impl Writer {
     }
 
     /// Queues one write and waits until it is committed (and durable) or refused.
-    pub(crate) async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output, StoreError> {
+    pub(crate) async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output> {
         let (reply, answer) = oneshot::channel();
         let job = Box::new(Job {
             op,
@@ -243,10 +241,7 @@ mod tests {
     }
 
     impl Engine for SlowEngine {
-        fn write(
-            &mut self,
-            f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<(), StoreError>,
-        ) -> Result<(), StoreError> {
+        fn write(&mut self, f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<()>) -> Result<()> {
             std::thread::sleep(self.delay);
             let mut state = self.state.lock().unwrap();
             let mut txn = state.clone();
@@ -265,7 +260,7 @@ mod tests {
         fn session_id(&self) -> &str {
             "broken"
         }
-        fn apply(&self, txn: &mut dyn WriteTxn, _now: i64) -> Result<(), StoreError> {
+        fn apply(&self, txn: &mut dyn WriteTxn, _now: i64) -> Result<()> {
             txn.put_rows("broken", 0, &[serde_json::json!("half-written")])?;
             Err(StoreError::Internal("a test bug".to_string()))
         }

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{check_id, now_ms};
+use crate::Result;
 use crate::{Lease, LeaseLoss, LeaseOwner, StoreError};
 
 /// The leases of one transaction (a table in SQLite and PostgreSQL, a map in memory and redb).
@@ -11,9 +12,9 @@ use crate::{Lease, LeaseLoss, LeaseOwner, StoreError};
 /// A released, expired or forgotten grant stays stored so that `fence` keeps growing.
 pub(crate) trait LeaseTxn {
     /// The session's newest grant, if it ever had one.
-    fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>, StoreError>;
+    fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>>;
     /// Inserts or replaces the session's grant.
-    fn put_lease(&mut self, grant: &Grant) -> Result<(), StoreError>;
+    fn put_lease(&mut self, grant: &Grant) -> Result<()>;
 }
 
 /// What became of a grant.
@@ -62,7 +63,7 @@ impl Grant {
         grant: Option<&Grant>,
         asker: Option<&LeaseOwner>,
         now: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<()> {
         match grant {
             Some(held)
                 if held.is_live(now)
@@ -89,7 +90,7 @@ pub(crate) fn check_grant(
     grant: Option<&Grant>,
     owner: &LeaseOwner,
     token: u64,
-) -> Result<(), StoreError> {
+) -> Result<()> {
     let cause = match grant {
         Some(g) if g.lease.fence == token && g.lease.owner == *owner => match g.state {
             GrantState::Held => return Ok(()),
@@ -112,7 +113,7 @@ pub(crate) trait LeaseOp: Send + std::fmt::Debug + 'static {
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     fn session_id(&self) -> &str;
     /// Runs the request on `leases` at store time `now`.
-    fn apply(&self, leases: &mut dyn LeaseTxn, now: i64) -> Result<Self::Output, StoreError>;
+    fn apply(&self, leases: &mut dyn LeaseTxn, now: i64) -> Result<Self::Output>;
 }
 
 /// [`BindingStore::acquire_lease`](crate::BindingStore::acquire_lease): granted unless another
@@ -132,7 +133,7 @@ impl LeaseOp for Acquire {
         &self.session_id
     }
 
-    fn apply(&self, leases: &mut dyn LeaseTxn, now: i64) -> Result<Lease, StoreError> {
+    fn apply(&self, leases: &mut dyn LeaseTxn, now: i64) -> Result<Lease> {
         check_id("session id", &self.session_id)?;
         let existing = leases.load_lease(&self.session_id)?;
         Grant::refuse_if_busy(existing.as_ref(), Some(&self.owner), now)?;
@@ -169,7 +170,7 @@ impl LeaseOp for Renew {
         &self.lease.session_id
     }
 
-    fn apply(&self, leases: &mut dyn LeaseTxn, now: i64) -> Result<Lease, StoreError> {
+    fn apply(&self, leases: &mut dyn LeaseTxn, now: i64) -> Result<Lease> {
         let session_id = &self.lease.session_id;
         let grant = leases.load_lease(session_id)?;
         check_grant(
@@ -206,7 +207,7 @@ impl LeaseOp for Release {
         &self.0.session_id
     }
 
-    fn apply(&self, leases: &mut dyn LeaseTxn, now: i64) -> Result<bool, StoreError> {
+    fn apply(&self, leases: &mut dyn LeaseTxn, now: i64) -> Result<bool> {
         let session_id = &self.0.session_id;
         let Some(grant) = leases.load_lease(session_id)? else {
             return Ok(false);
@@ -238,7 +239,7 @@ impl LocalLeases {
     }
 
     /// Runs a lease request at the machine's time.
-    pub(crate) fn apply<L: LeaseOp>(&self, op: &L) -> Result<L::Output, StoreError> {
+    pub(crate) fn apply<L: LeaseOp>(&self, op: &L) -> Result<L::Output> {
         op.apply(&mut *self.map(), now_ms())
     }
 }
@@ -248,10 +249,10 @@ impl LocalLeases {
 /// and the write it guards are still one step, because every write of the store goes through
 /// its one writer thread, in order.
 impl LeaseTxn for Arc<LocalLeases> {
-    fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>, StoreError> {
+    fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>> {
         Ok(self.map().get(session_id).cloned())
     }
-    fn put_lease(&mut self, grant: &Grant) -> Result<(), StoreError> {
+    fn put_lease(&mut self, grant: &Grant) -> Result<()> {
         self.map()
             .insert(grant.lease.session_id.clone(), grant.clone());
         Ok(())
@@ -259,10 +260,10 @@ impl LeaseTxn for Arc<LocalLeases> {
 }
 
 impl LeaseTxn for HashMap<String, Grant> {
-    fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>, StoreError> {
+    fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>> {
         Ok(self.get(session_id).cloned())
     }
-    fn put_lease(&mut self, grant: &Grant) -> Result<(), StoreError> {
+    fn put_lease(&mut self, grant: &Grant) -> Result<()> {
         self.insert(grant.lease.session_id.clone(), grant.clone());
         Ok(())
     }

@@ -5,6 +5,7 @@ use std::ops::Range;
 
 use super::{FileKey, ReadTxn, WriteTxn};
 use crate::mirror::MAX_CHUNK;
+use crate::Result;
 use crate::{
     check_mirror_path, crc32_extend, MirrorChunk, MirrorOutcome, MirrorUpdate, MirroredFile,
     SessionRecord, StoreError,
@@ -41,7 +42,7 @@ pub(crate) fn plan<'a>(
     thread_id: &str,
     update: Option<&'a MirrorUpdate>,
     retired: bool,
-) -> Result<Plan<'a>, StoreError> {
+) -> Result<Plan<'a>> {
     let Some(update) = update.filter(|_| !retired) else {
         return Ok(Plan::Drop);
     };
@@ -122,7 +123,7 @@ pub(crate) fn write(
     record: &mut SessionRecord,
     thread_id: &str,
     plan: Plan<'_>,
-) -> Result<MirrorOutcome, StoreError> {
+) -> Result<MirrorOutcome> {
     let session_id = record.session_id.clone();
     match plan {
         Plan::Drop => {
@@ -182,11 +183,7 @@ pub(crate) fn write(
 /// Merges a file's newest chunks while the one before the last is no longer than the last and
 /// both fit in one chunk (see `crate::mirror`): the file stays a few dozen chunks, whatever
 /// its number of appends.
-fn merge_tail(
-    txn: &mut dyn WriteTxn,
-    file: FileKey<'_>,
-    lens: &mut Vec<u64>,
-) -> Result<(), StoreError> {
+fn merge_tail(txn: &mut dyn WriteTxn, file: FileKey<'_>, lens: &mut Vec<u64>) -> Result<()> {
     while let [.., before, last] = lens[..] {
         if before > last || before + last > MAX_CHUNK as u64 {
             return Ok(());
@@ -224,7 +221,7 @@ pub(crate) fn drop_thread(
     txn: &mut dyn WriteTxn,
     record: &mut SessionRecord,
     thread_id: &str,
-) -> Result<(), StoreError> {
+) -> Result<()> {
     let (gone, kept) = std::mem::take(&mut record.mirror.files)
         .into_iter()
         .partition(|f| f.thread_id == thread_id);
@@ -242,7 +239,7 @@ pub(crate) fn read_file(
     txn: &mut dyn ReadTxn,
     session_id: &str,
     file: &MirroredFile,
-) -> Result<Vec<u8>, StoreError> {
+) -> Result<Vec<u8>> {
     let chunks = txn.load_chunks(key(session_id, file), 0..file.chunks())?;
     let label = txn.label().to_string();
     let damaged = |detail: String| {
@@ -288,10 +285,7 @@ pub(crate) fn read_file(
 }
 
 /// Every chunk of `record`'s mirror, checked file by file: what an export carries.
-pub(crate) fn export(
-    txn: &mut dyn ReadTxn,
-    record: &SessionRecord,
-) -> Result<Vec<MirrorChunk>, StoreError> {
+pub(crate) fn export(txn: &mut dyn ReadTxn, record: &SessionRecord) -> Result<Vec<MirrorChunk>> {
     let mut out = Vec::new();
     for file in &record.mirror.files {
         read_file(txn, &record.session_id, file)?;

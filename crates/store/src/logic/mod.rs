@@ -22,6 +22,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value};
 
+use crate::Result;
 use crate::{BindingState, SessionRecord, StoreError, TranscriptRow, CODEX_THREAD_ID_KEY};
 
 // The backends that keep leases in the store (SQLite, PostgreSQL) read the grant's state.
@@ -64,52 +65,38 @@ pub(crate) trait ReadTxn {
     /// The store as errors name it: its path, or its URL with the password redacted.
     fn label(&self) -> &str;
     /// The session record, if present.
-    fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>, StoreError>;
+    fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>>;
     /// Rows with `seq` in `range`, in order.
-    fn load_rows(
-        &mut self,
-        session_id: &str,
-        range: Range<u64>,
-    ) -> Result<Vec<TranscriptRow>, StoreError>;
+    fn load_rows(&mut self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>>;
     /// Up to `limit` records with a session id greater than `after`, in order.
-    fn list(&mut self, after: Option<&str>, limit: usize)
-        -> Result<Vec<SessionRecord>, StoreError>;
+    fn list(&mut self, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>>;
     /// Whether any row of `session_id` is stored.
-    fn has_rows(&mut self, session_id: &str) -> Result<bool, StoreError>;
+    fn has_rows(&mut self, session_id: &str) -> Result<bool>;
     /// The session `thread_id` belongs to, if any.
-    fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>, StoreError>;
+    fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>>;
     /// The sessions of the first and of the last stored row (by key), each with whether its
     /// record exists; empty when there are no rows.
-    fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError>;
+    fn row_ends(&mut self) -> Result<Vec<(String, bool)>>;
     /// The stored chunks of a mirrored file whose `seq` is in `range`, in order, as
     /// `(seq, bytes)` (a backend with checksums verifies each).
-    fn load_chunks(
-        &mut self,
-        file: FileKey<'_>,
-        range: Range<u64>,
-    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError>;
+    fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>) -> Result<Vec<(u64, Vec<u8>)>>;
 }
 
 /// A write transaction.
 pub(crate) trait WriteTxn: ReadTxn {
     /// Inserts or replaces the session record.
-    fn put(&mut self, record: &SessionRecord) -> Result<(), StoreError>;
+    fn put(&mut self, record: &SessionRecord) -> Result<()>;
     /// Writes rows `first_seq..` of the session (never over an existing row).
-    fn put_rows(
-        &mut self,
-        session_id: &str,
-        first_seq: u64,
-        bodies: &[Value],
-    ) -> Result<(), StoreError>;
+    fn put_rows(&mut self, session_id: &str, first_seq: u64, bodies: &[Value]) -> Result<()>;
     /// Records that `thread_id` belongs to `session_id`.
-    fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<(), StoreError>;
+    fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<()>;
     /// Writes chunk `seq` of a mirrored file (never over an existing chunk).
-    fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<(), StoreError>;
+    fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<()>;
     /// Removes the chunks of a mirrored file from `from` on (0: every chunk).
-    fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<(), StoreError>;
+    fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<()>;
     /// Removes the session record, all its rows and mirror chunks, and its threads'
     /// ownership; `true` if the record existed.
-    fn remove(&mut self, session_id: &str) -> Result<bool, StoreError>;
+    fn remove(&mut self, session_id: &str) -> Result<bool>;
     /// The leases, as this transaction sees them: a table of the store (several processes) or
     /// the process's own (redb).
     fn leases(&mut self) -> &mut dyn LeaseTxn;
@@ -128,7 +115,7 @@ pub(crate) fn ttl_ms(ttl: std::time::Duration) -> i64 {
     (ttl.as_millis().min(i64::MAX as u128) as i64).max(1)
 }
 
-pub(crate) fn check_id(what: &str, id: &str) -> Result<(), StoreError> {
+pub(crate) fn check_id(what: &str, id: &str) -> Result<()> {
     if id.is_empty() {
         return Err(StoreError::InvalidInput(format!(
             "{what} must not be empty"
@@ -198,7 +185,7 @@ pub(crate) fn check_rows(
     start: u64,
     want: u64,
     rows: &[TranscriptRow],
-) -> Result<(), StoreError> {
+) -> Result<()> {
     for (i, row) in rows.iter().enumerate() {
         let expected = start.saturating_add(i as u64);
         if row.seq != expected {
@@ -231,7 +218,7 @@ pub(crate) fn check_rows(
 pub(crate) fn load_session(
     txn: &mut dyn ReadTxn,
     session_id: &str,
-) -> Result<Option<SessionRecord>, StoreError> {
+) -> Result<Option<SessionRecord>> {
     match txn.load(session_id)? {
         Some(record) => Ok(Some(record)),
         None if txn.has_rows(session_id)? => Err(StoreError::corrupt(
@@ -248,7 +235,7 @@ pub(crate) fn load_session(
 /// Refuses a store whose first or last stored row belongs to no session: checked when a
 /// listing starts, so that a store whose session records were lost (a damaged table that
 /// reads as empty) is never listed as empty, without a scan of the store.
-pub(crate) fn check_row_ends(txn: &mut dyn ReadTxn) -> Result<(), StoreError> {
+pub(crate) fn check_row_ends(txn: &mut dyn ReadTxn) -> Result<()> {
     for (session_id, has_record) in txn.row_ends()? {
         if !has_record {
             return Err(StoreError::corrupt(

@@ -3,6 +3,7 @@
 use std::ops::Range;
 
 use super::{check_row_ends, check_rows, load_session, mirror, ReadTxn};
+use crate::Result;
 use crate::{SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow};
 
 /// One read: how it runs on a snapshot.
@@ -10,7 +11,7 @@ pub(crate) trait ReadOp: Send + 'static {
     /// What the read returns.
     type Output: Send + 'static;
     /// Runs the read on `txn`.
-    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError>;
+    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output>;
 }
 
 /// [`BindingStore::session`](crate::BindingStore::session).
@@ -20,7 +21,7 @@ pub(crate) struct GetSession(pub(crate) String);
 impl ReadOp for GetSession {
     type Output = Option<SessionRecord>;
 
-    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError> {
+    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output> {
         load_session(txn, &self.0)
     }
 }
@@ -36,7 +37,7 @@ pub(crate) struct GetRows {
 impl ReadOp for GetRows {
     type Output = Vec<TranscriptRow>;
 
-    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError> {
+    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output> {
         if self.range.start >= self.range.end {
             return Ok(Vec::new());
         }
@@ -64,7 +65,7 @@ pub(crate) struct ListPage {
 impl ReadOp for ListPage {
     type Output = SessionPage;
 
-    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError> {
+    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output> {
         if self.limit == 0 {
             return Err(StoreError::InvalidInput(
                 "list limit must be at least 1".to_string(),
@@ -96,17 +97,14 @@ pub(crate) struct ExportSession(pub(crate) String);
 impl ReadOp for ExportSession {
     type Output = Option<SessionExport>;
 
-    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError> {
+    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output> {
         export(txn, &self.0)
     }
 }
 
 /// Reads one whole session and checks that its rows are exactly `0..row_count` and its
 /// mirrored files what its record says.
-pub(crate) fn export(
-    txn: &mut dyn ReadTxn,
-    session_id: &str,
-) -> Result<Option<SessionExport>, StoreError> {
+pub(crate) fn export(txn: &mut dyn ReadTxn, session_id: &str) -> Result<Option<SessionExport>> {
     let Some(record) = load_session(txn, session_id)? else {
         return Ok(None);
     };
@@ -132,7 +130,7 @@ pub(crate) struct GetMirrorFile {
 impl ReadOp for GetMirrorFile {
     type Output = Option<Vec<u8>>;
 
-    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError> {
+    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output> {
         let Some(record) = load_session(txn, &self.session_id)? else {
             return Ok(None);
         };
@@ -154,7 +152,7 @@ pub(crate) struct ThreadSession(pub(crate) String);
 impl ReadOp for ThreadSession {
     type Output = Option<String>;
 
-    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output, StoreError> {
+    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output> {
         txn.thread_owner(&self.0)
     }
 }

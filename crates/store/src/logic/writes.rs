@@ -7,6 +7,7 @@ use super::leases::{check_grant, Grant};
 use super::{
     check_id, check_record, load_session, merge_patch, mirror, FileKey, LeaseOp, WriteTxn,
 };
+use crate::Result;
 use crate::{
     Binding, BindingState, CommitOutcome, Fallback, Fence, GivenUp, ImportOutcome, Retirement,
     SessionExport, SessionRecord, StoreError, TurnCommit, CODEX_THREAD_ID_KEY,
@@ -20,17 +21,13 @@ pub(crate) trait WriteOp: Send + std::fmt::Debug + 'static {
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     fn session_id(&self) -> &str;
     /// Runs the write in `txn` at store time `now`.
-    fn apply(&self, txn: &mut dyn WriteTxn, now: i64) -> Result<Self::Output, StoreError>;
+    fn apply(&self, txn: &mut dyn WriteTxn, now: i64) -> Result<Self::Output>;
 }
 
 /// Refuses a fenced write unless its grant is still the session's newest (see [`Fence`]).
 /// Called before the operation's first write, inside the same transaction, so a refused write
 /// writes nothing. An unfenced write (`None`) is not checked.
-fn check_fence(
-    txn: &mut dyn WriteTxn,
-    session_id: &str,
-    fence: Option<&Fence>,
-) -> Result<(), StoreError> {
+fn check_fence(txn: &mut dyn WriteTxn, session_id: &str, fence: Option<&Fence>) -> Result<()> {
     let Some(fence) = fence else {
         return Ok(());
     };
@@ -41,11 +38,7 @@ fn check_fence(
 /// Whether `thread_id` must be recorded as the session's: refuses a thread of another session
 /// ([`StoreError::ThreadTaken`]). A thread the record names is the session's already, which
 /// keeps the one-session commit path free of the lookup.
-fn claim_thread(
-    txn: &mut dyn WriteTxn,
-    record: &SessionRecord,
-    thread_id: &str,
-) -> Result<bool, StoreError> {
+fn claim_thread(txn: &mut dyn WriteTxn, record: &SessionRecord, thread_id: &str) -> Result<bool> {
     if record.named_threads().any(|t| t == thread_id) {
         return Ok(false);
     }
@@ -70,7 +63,7 @@ impl WriteOp for Commit {
         &self.0.session_id
     }
 
-    fn apply(&self, txn: &mut dyn WriteTxn, now: i64) -> Result<CommitOutcome, StoreError> {
+    fn apply(&self, txn: &mut dyn WriteTxn, now: i64) -> Result<CommitOutcome> {
         let commit = &self.0;
         let (session_id, thread_id) = (&commit.session_id, &commit.thread_id);
         check_id("session id", session_id)?;
@@ -143,7 +136,7 @@ impl WriteOp for Patch {
         &self.session_id
     }
 
-    fn apply(&self, txn: &mut dyn WriteTxn, now: i64) -> Result<Self::Output, StoreError> {
+    fn apply(&self, txn: &mut dyn WriteTxn, now: i64) -> Result<Self::Output> {
         let session_id = &self.session_id;
         check_id("session id", session_id)?;
         if self.patch.contains_key(CODEX_THREAD_ID_KEY) {
@@ -179,7 +172,7 @@ impl WriteOp for Retire {
         &self.session_id
     }
 
-    fn apply(&self, txn: &mut dyn WriteTxn, now: i64) -> Result<(), StoreError> {
+    fn apply(&self, txn: &mut dyn WriteTxn, now: i64) -> Result<()> {
         let (session_id, thread_id) = (&self.session_id, &self.thread_id);
         check_id("session id", session_id)?;
         check_id("thread id", thread_id)?;
@@ -233,7 +226,7 @@ impl WriteOp for MarkDelivered {
         &self.session_id
     }
 
-    fn apply(&self, txn: &mut dyn WriteTxn, now: i64) -> Result<bool, StoreError> {
+    fn apply(&self, txn: &mut dyn WriteTxn, now: i64) -> Result<bool> {
         check_fence(txn, &self.session_id, self.fence.as_ref())?;
         let Some(mut record) = load_session(txn, &self.session_id)? else {
             return Ok(false);
@@ -265,7 +258,7 @@ impl WriteOp for Delete {
         &self.0
     }
 
-    fn apply(&self, txn: &mut dyn WriteTxn, now: i64) -> Result<bool, StoreError> {
+    fn apply(&self, txn: &mut dyn WriteTxn, now: i64) -> Result<bool> {
         let grant = txn.leases().load_lease(&self.0)?;
         Grant::refuse_if_busy(grant.as_ref(), None, now)?;
         // A plain remove: deleting a session whose record was lost clears its rows (a repair).
@@ -288,7 +281,7 @@ impl WriteOp for Import {
         &self.0.record.session_id
     }
 
-    fn apply(&self, txn: &mut dyn WriteTxn, _now: i64) -> Result<ImportOutcome, StoreError> {
+    fn apply(&self, txn: &mut dyn WriteTxn, _now: i64) -> Result<ImportOutcome> {
         let export = &self.0;
         let record = &export.record;
         let session_id = &record.session_id;
@@ -360,7 +353,7 @@ impl<L: LeaseOp> WriteOp for InStore<L> {
         self.0.session_id()
     }
 
-    fn apply(&self, txn: &mut dyn WriteTxn, now: i64) -> Result<L::Output, StoreError> {
+    fn apply(&self, txn: &mut dyn WriteTxn, now: i64) -> Result<L::Output> {
         self.0.apply(txn.leases(), now)
     }
 }

@@ -33,6 +33,7 @@ use self::txn::Txn;
 use crate::adapter::{Adapter, Backend};
 use crate::logic::{ReadOp, WriteOp};
 use crate::store::forward_binding_store;
+use crate::Result;
 use crate::{Durability, OpenOptions, StoreError};
 
 /// How many connections (and threads) a store uses at most: how many of its writes and reads
@@ -90,7 +91,7 @@ struct Conn {
 }
 
 impl Conn {
-    fn client(&mut self) -> Result<(&mut Client, &Statements), StoreError> {
+    fn client(&mut self) -> Result<(&mut Client, &Statements)> {
         if self.client.as_ref().is_some_and(|(c, _)| c.is_closed()) {
             self.client = None;
         }
@@ -107,7 +108,7 @@ impl Conn {
     }
 
     /// Runs `op` in one write transaction under the session's advisory lock.
-    fn write<O: WriteOp>(&mut self, op: &O) -> Result<O::Output, StoreError> {
+    fn write<O: WriteOp>(&mut self, op: &O) -> Result<O::Output> {
         let label = self.label.clone();
         let map = |e| map_postgres_error(&label, e);
         let key = self.sql.lock_key(op.session_id());
@@ -131,7 +132,7 @@ impl Conn {
     }
 
     /// Runs `op` on one read-only snapshot.
-    fn read<O: ReadOp>(&mut self, op: &O) -> Result<O::Output, StoreError> {
+    fn read<O: ReadOp>(&mut self, op: &O) -> Result<O::Output> {
         let label = self.label.clone();
         let map = |e| map_postgres_error(&label, e);
         let (client, sql) = self.client()?;
@@ -161,7 +162,7 @@ impl PostgresStore {
     /// [`StoreError::NewerSchema`] for tables of a newer rethread, [`StoreError::Corrupt`]
     /// for a schema that holds foreign tables of the same names, [`StoreError::Backend`] when
     /// the server cannot be reached. No TLS: use it on loopback or a private network.
-    pub async fn open(url: &str, options: OpenOptions) -> Result<Self, StoreError> {
+    pub async fn open(url: &str, options: OpenOptions) -> Result<Self> {
         let label = crate::redact_url(url);
         let (pg_url, schema) = crate::open::postgres_parts(url)?;
         let mut config =
@@ -234,8 +235,8 @@ impl Pg {
     /// Runs `f` on a pool thread's connection and waits for it without blocking the runtime.
     async fn run<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Conn) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
+        f: impl FnOnce(&mut Conn) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move |conn| {
             let result = catch_unwind(AssertUnwindSafe(|| f(conn))).unwrap_or_else(|_| {
@@ -255,11 +256,11 @@ impl Pg {
 }
 
 impl Backend for Pg {
-    async fn read<O: ReadOp>(&self, op: O) -> Result<O::Output, StoreError> {
+    async fn read<O: ReadOp>(&self, op: O) -> Result<O::Output> {
         self.run(move |conn| conn.read(&op)).await
     }
 
-    async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output, StoreError> {
+    async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output> {
         self.run(move |conn| conn.write(&op)).await
     }
 }

@@ -6,6 +6,7 @@ use postgres::Transaction;
 use super::error::map_postgres_error;
 use super::sql::{quote_ident, schema};
 use super::Conn;
+use crate::Result;
 use crate::{StoreError, SCHEMA_VERSION};
 
 /// The advisory lock key that serialises schema creation (`"rthd"`).
@@ -14,7 +15,7 @@ const SCHEMA_LOCK: i64 = 0x7274_6864;
 impl Conn {
     /// Creates the tables of a new store (if `create`), refuses a newer or foreign one;
     /// serialised across processes by an advisory lock.
-    pub(super) fn ensure_schema(&mut self, create: bool) -> Result<(), StoreError> {
+    pub(super) fn ensure_schema(&mut self, create: bool) -> Result<()> {
         let label = self.label.clone();
         let sql = std::sync::Arc::clone(&self.sql);
         let map = |e| map_postgres_error(&label, e);
@@ -24,7 +25,7 @@ impl Conn {
         let mut txn = client.transaction().map_err(map)?;
         txn.execute("SELECT pg_advisory_xact_lock($1)::text", &[&SCHEMA_LOCK])
             .map_err(map)?;
-        let exists = |txn: &mut Transaction<'_>, table: &str| -> Result<bool, StoreError> {
+        let exists = |txn: &mut Transaction<'_>, table: &str| -> Result<bool> {
             let found: Option<String> = txn
                 .query_one(&format!("SELECT to_regclass('{p}{table}')::text"), &[])
                 .map_err(map)?

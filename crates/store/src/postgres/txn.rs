@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use super::error::map_postgres_error;
 use super::sql::Statements;
 use crate::logic::{check_record, FileKey, Grant, GrantState, LeaseTxn, ReadTxn, WriteTxn};
+use crate::Result;
 use crate::{
     BindingState, Lease, LeaseOwner, MirrorState, ProcessIdentity, SessionRecord, StoreError,
     TranscriptRow,
@@ -34,7 +35,7 @@ impl Txn<'_, '_> {
         }
     }
 
-    fn decode_record(&self, row: &Row) -> Result<SessionRecord, StoreError> {
+    fn decode_record(&self, row: &Row) -> Result<SessionRecord> {
         let id: String = row.get(0);
         let model_config: Map<String, Value> = serde_json::from_str(row.get(1))
             .map_err(|e| self.corrupt_json(format!("model_config of {id}"), e))?;
@@ -60,7 +61,7 @@ impl Txn<'_, '_> {
     }
 }
 
-fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+fn encode<T: serde::Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(|e| StoreError::Internal(format!("encoding JSON: {e}")))
 }
 
@@ -73,7 +74,7 @@ impl ReadTxn for Txn<'_, '_> {
         self.label
     }
 
-    fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
+    fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>> {
         let row = self
             .txn
             .query_opt(&self.sql.load, &[&session_id])
@@ -81,11 +82,7 @@ impl ReadTxn for Txn<'_, '_> {
         row.map(|row| self.decode_record(&row)).transpose()
     }
 
-    fn load_rows(
-        &mut self,
-        session_id: &str,
-        range: Range<u64>,
-    ) -> Result<Vec<TranscriptRow>, StoreError> {
+    fn load_rows(&mut self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>> {
         let (start, end) = (clamp(range.start), clamp(range.end));
         let rows = self
             .txn
@@ -104,11 +101,7 @@ impl ReadTxn for Txn<'_, '_> {
             .collect()
     }
 
-    fn list(
-        &mut self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<SessionRecord>, StoreError> {
+    fn list(&mut self, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>> {
         let limit = limit.min(i64::MAX as usize) as i64;
         let rows = match after {
             Some(after) => self.txn.query(&self.sql.list_after, &[&after, &limit]),
@@ -118,7 +111,7 @@ impl ReadTxn for Txn<'_, '_> {
         rows.iter().map(|r| self.decode_record(r)).collect()
     }
 
-    fn has_rows(&mut self, session_id: &str) -> Result<bool, StoreError> {
+    fn has_rows(&mut self, session_id: &str) -> Result<bool> {
         let row = self
             .txn
             .query_one(&self.sql.has_rows, &[&session_id])
@@ -126,7 +119,7 @@ impl ReadTxn for Txn<'_, '_> {
         Ok(row.get(0))
     }
 
-    fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>, StoreError> {
+    fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>> {
         let row = self
             .txn
             .query_opt(&self.sql.thread_owner, &[&thread_id])
@@ -134,11 +127,7 @@ impl ReadTxn for Txn<'_, '_> {
         Ok(row.map(|r| r.get(0)))
     }
 
-    fn load_chunks(
-        &mut self,
-        file: FileKey<'_>,
-        range: Range<u64>,
-    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+    fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>) -> Result<Vec<(u64, Vec<u8>)>> {
         let (start, end) = (clamp(range.start), clamp(range.end));
         let rows = self
             .txn
@@ -153,7 +142,7 @@ impl ReadTxn for Txn<'_, '_> {
             .collect())
     }
 
-    fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
+    fn row_ends(&mut self) -> Result<Vec<(String, bool)>> {
         let rows = self
             .txn
             .query(&self.sql.row_ends, &[])
@@ -165,7 +154,7 @@ impl ReadTxn for Txn<'_, '_> {
 }
 
 impl WriteTxn for Txn<'_, '_> {
-    fn put(&mut self, record: &SessionRecord) -> Result<(), StoreError> {
+    fn put(&mut self, record: &SessionRecord) -> Result<()> {
         let config = encode(&record.model_config)?;
         let state = encode(&record.state)?;
         let retired = encode(&record.retired_threads)?;
@@ -188,12 +177,7 @@ impl WriteTxn for Txn<'_, '_> {
         Ok(())
     }
 
-    fn put_rows(
-        &mut self,
-        session_id: &str,
-        first_seq: u64,
-        bodies: &[Value],
-    ) -> Result<(), StoreError> {
+    fn put_rows(&mut self, session_id: &str, first_seq: u64, bodies: &[Value]) -> Result<()> {
         if bodies.is_empty() {
             return Ok(());
         }
@@ -207,14 +191,14 @@ impl WriteTxn for Txn<'_, '_> {
         Ok(())
     }
 
-    fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<(), StoreError> {
+    fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<()> {
         self.txn
             .execute(&self.sql.put_thread, &[&thread_id, &session_id])
             .map_err(|e| self.map(e))?;
         Ok(())
     }
 
-    fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<(), StoreError> {
+    fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<()> {
         self.txn
             .execute(
                 &self.sql.put_chunk,
@@ -230,7 +214,7 @@ impl WriteTxn for Txn<'_, '_> {
         Ok(())
     }
 
-    fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<(), StoreError> {
+    fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<()> {
         self.txn
             .execute(
                 &self.sql.remove_chunks,
@@ -240,7 +224,7 @@ impl WriteTxn for Txn<'_, '_> {
         Ok(())
     }
 
-    fn remove(&mut self, session_id: &str) -> Result<bool, StoreError> {
+    fn remove(&mut self, session_id: &str) -> Result<bool> {
         for statement in [
             &self.sql.remove_rows,
             &self.sql.remove_threads,
@@ -263,7 +247,7 @@ impl WriteTxn for Txn<'_, '_> {
 }
 
 impl LeaseTxn for Txn<'_, '_> {
-    fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>, StoreError> {
+    fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>> {
         let row = self
             .txn
             .query_opt(&self.sql.load_lease, &[&session_id])
@@ -297,7 +281,7 @@ impl LeaseTxn for Txn<'_, '_> {
         Ok(Some(Grant { lease, state }))
     }
 
-    fn put_lease(&mut self, grant: &Grant) -> Result<(), StoreError> {
+    fn put_lease(&mut self, grant: &Grant) -> Result<()> {
         let lease = &grant.lease;
         let state: i64 = match grant.state {
             GrantState::Held => 0,

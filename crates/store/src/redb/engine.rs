@@ -22,6 +22,7 @@ use crate::durable::{
 };
 use crate::logic::{LocalLeases, ReadTxn, WriteTxn};
 use crate::verify::{Checker, ProblemKind};
+use crate::Result;
 use crate::{Durability, LeaseOwner, LocalOwner, OpenOptions, StoreError};
 
 /// How a store file becomes a database: on the file itself in production, on a wrapper in the
@@ -62,10 +63,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 impl Shared {
     /// Runs `f` on the database. A panic inside it (redb meeting damage it does not check
     /// for) is `Corrupt`, and from then on every call is refused as `Corrupt`.
-    pub(super) fn guard<T>(
-        &self,
-        f: impl FnOnce(&Database) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
+    pub(super) fn guard<T>(&self, f: impl FnOnce(&Database) -> Result<T>) -> Result<T> {
         if let Some(why) = self.poisoned.get() {
             return Err(StoreError::corrupt(&self.label, why.clone()));
         }
@@ -176,7 +174,7 @@ impl Opener {
     /// Opens the database at the path (created if the options allow and the file is empty),
     /// waiting up to `OpenOptions::wait` for another process's lock, and returns it with the
     /// identity of the file it opened.
-    fn open_db(&self, create: bool) -> Result<(Database, FileId), StoreError> {
+    fn open_db(&self, create: bool) -> Result<(Database, FileId)> {
         let deadline = Instant::now() + self.options.wait;
         loop {
             match self.try_open(create) {
@@ -194,7 +192,7 @@ impl Opener {
         }
     }
 
-    fn try_open(&self, create: bool) -> Result<(Database, FileId), StoreError> {
+    fn try_open(&self, create: bool) -> Result<(Database, FileId)> {
         let label = self.label.as_str();
         let io = |source: std::io::Error| {
             not_writable(label, source).unwrap_or_else(|source| StoreError::Io {
@@ -240,7 +238,7 @@ impl Opener {
 /// calling (writer) thread. Unless `OpenOptions::check_redb_integrity_on_open` is `false`,
 /// redb checks every page first; otherwise the file's contents are not read beyond the header
 /// and the schema version, and this takes the same time whatever the store holds.
-pub(super) fn open_shared(opener: &Opener) -> Result<(Shared, FileId), StoreError> {
+pub(super) fn open_shared(opener: &Opener) -> Result<(Shared, FileId)> {
     let created = prepare_file(&opener.path, &opener.options)?;
     let (db, file_id) = opener.open_db(opener.options.create || created)?;
     let shared = Shared {
@@ -277,7 +275,7 @@ pub(super) struct RedbEngine {
 
 impl RedbEngine {
     /// Commits an empty durable transaction: every earlier commit becomes durable with it.
-    fn make_durable(&mut self) -> Result<(), StoreError> {
+    fn make_durable(&mut self) -> Result<()> {
         let label = self.shared.label.as_str();
         self.shared.guard(|db| {
             let txn = db.begin_write().map_err(|e| map_redb_error(label, e))?;
@@ -288,7 +286,7 @@ impl RedbEngine {
     }
 
     /// Closes the database and opens the file again; what it holds is its last commit.
-    fn reopen(&mut self) -> Result<(), StoreError> {
+    fn reopen(&mut self) -> Result<()> {
         self.shared.close();
         let (db, file_id) = self.opener.open_db(false)?;
         *self.shared.db.write().unwrap_or_else(|p| p.into_inner()) = Some(db);
@@ -300,10 +298,7 @@ impl RedbEngine {
 }
 
 impl Engine for RedbEngine {
-    fn write(
-        &mut self,
-        f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<(), StoreError>,
-    ) -> Result<(), StoreError> {
+    fn write(&mut self, f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<()>) -> Result<()> {
         if self.reopen {
             self.reopen()?;
         }
@@ -379,10 +374,7 @@ pub(super) struct RedbReaders {
 }
 
 impl Readers for RedbReaders {
-    fn read(
-        &self,
-        f: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<(), StoreError>,
-    ) -> Result<(), StoreError> {
+    fn read(&self, f: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<()>) -> Result<()> {
         let label = self.shared.label.as_str();
         self.shared.guard(|db| {
             let map = |e| map_redb_error(label, e);
@@ -403,7 +395,7 @@ impl Readers for RedbReaders {
     /// Reads both tables in key order on one snapshot: every value's checksum and decoding,
     /// and the merge (`merge_scan`). A panic of redb on the way ends the scan as a
     /// `Structure` problem.
-    fn verify(&self, checker: &mut Checker<'_>) -> Result<bool, StoreError> {
+    fn verify(&self, checker: &mut Checker<'_>) -> Result<bool> {
         let label = self.shared.label.as_str();
         let map = |e: ::redb::StorageError| map_redb_error(label, e);
         let scanned = self.shared.guard(|db| {

@@ -32,6 +32,7 @@ use crate::adapter::Adapter;
 use crate::durable::{Durable, Writer};
 use crate::logic::LocalLeases;
 use crate::store::forward_binding_store;
+use crate::Result;
 use crate::{OpenOptions, StoreError};
 
 /// A [`BindingStore`](crate::BindingStore) in one redb file.
@@ -51,7 +52,7 @@ impl RedbStore {
     /// another process has it open past [`OpenOptions::wait`]; [`StoreError::Corrupt`] for a
     /// damaged or foreign file, [`StoreError::NewerSchema`] for a file from a newer rethread.
     /// The file is opened on the store's writer thread.
-    pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self, StoreError> {
+    pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let make_backend: MakeBackend = Arc::new(|builder, file| {
             builder.create_with_backend(::redb::backends::FileBackend::new(file)?)
         });
@@ -63,7 +64,7 @@ impl RedbStore {
         path: &Path,
         options: OpenOptions,
         make_backend: MakeBackend,
-    ) -> Result<Self, StoreError> {
+    ) -> Result<Self> {
         let path = path.to_path_buf();
         let opener = Opener {
             path: path.clone(),

@@ -3,6 +3,7 @@
 use ::redb::{Database, ReadableTable, TableDefinition};
 
 use super::map_redb_error;
+use crate::Result;
 use crate::{StoreError, SCHEMA_VERSION};
 
 pub(super) const SESSIONS_NAME: &str = "sessions";
@@ -28,7 +29,7 @@ pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new(META_NA
 pub(super) const SCHEMA_KEY: &str = "schema_version";
 
 /// Checks the schema version, initialising a new file when `create` allows.
-pub(super) fn ensure_schema(db: &Database, label: &str, create: bool) -> Result<(), StoreError> {
+pub(super) fn ensure_schema(db: &Database, label: &str, create: bool) -> Result<()> {
     let map = |e: ::redb::Error| map_redb_error(label, e);
     let txn = db.begin_write().map_err(|e| map(e.into()))?;
     let tables: Vec<String> = txn

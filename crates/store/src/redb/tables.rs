@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::map_redb_error;
 use crate::checksum::{verify, Checksum};
 use crate::logic::{check_record, FileKey, LeaseTxn, LocalLeases, ReadTxn, WriteTxn};
+use crate::Result;
 use crate::{SessionRecord, StoreError, TranscriptRow};
 
 /// The checksum of a `threads` value (the owning session's id).
@@ -59,7 +60,7 @@ fn unseal<'v>(
     what: &dyn Fn() -> String,
     value: &'v [u8],
     sum: impl FnOnce(&[u8]) -> i64,
-) -> Result<&'v [u8], StoreError> {
+) -> Result<&'v [u8]> {
     let Some(split) = value.len().checked_sub(4) else {
         return Err(StoreError::corrupt(
             label,
@@ -73,11 +74,7 @@ fn unseal<'v>(
 }
 
 /// Verifies and decodes a `sessions` value stored under `key`.
-pub(super) fn decode_record(
-    label: &str,
-    key: &str,
-    value: &[u8],
-) -> Result<SessionRecord, StoreError> {
+pub(super) fn decode_record(label: &str, key: &str, value: &[u8]) -> Result<SessionRecord> {
     let what = || format!("session {key}");
     let json = unseal(label, &what, value, |json| session_sum(key, json))?;
     let record: SessionRecord = serde_json::from_slice(json).map_err(|e| StoreError::Corrupt {
@@ -99,12 +96,7 @@ pub(super) fn decode_record(
 }
 
 /// Verifies and decodes a `rows` value stored under `(session_id, seq)`.
-pub(super) fn decode_body(
-    label: &str,
-    session_id: &str,
-    seq: u64,
-    value: &[u8],
-) -> Result<Value, StoreError> {
+pub(super) fn decode_body(label: &str, session_id: &str, seq: u64, value: &[u8]) -> Result<Value> {
     let what = || format!("row {seq} of session {session_id}");
     let json = unseal(label, &what, value, |json| row_sum(session_id, seq, json))?;
     serde_json::from_slice(json).map_err(|e| StoreError::Corrupt {
@@ -114,7 +106,7 @@ pub(super) fn decode_body(
     })
 }
 
-fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
+fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
     serde_json::to_vec(value).map_err(|e| StoreError::Internal(format!("encoding JSON: {e}")))
 }
 
@@ -144,7 +136,7 @@ where
         &self.label
     }
 
-    fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
+    fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>> {
         let label = &self.label;
         match self
             .sessions
@@ -156,11 +148,7 @@ where
         }
     }
 
-    fn load_rows(
-        &mut self,
-        session_id: &str,
-        range: Range<u64>,
-    ) -> Result<Vec<TranscriptRow>, StoreError> {
+    fn load_rows(&mut self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>> {
         let label = &self.label;
         let mut out = Vec::new();
         if range.start >= range.end {
@@ -187,11 +175,7 @@ where
         Ok(out)
     }
 
-    fn list(
-        &mut self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<SessionRecord>, StoreError> {
+    fn list(&mut self, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>> {
         let label = &self.label;
         let lower = match after {
             Some(a) => Bound::Excluded(a),
@@ -209,7 +193,7 @@ where
         Ok(out)
     }
 
-    fn has_rows(&mut self, session_id: &str) -> Result<bool, StoreError> {
+    fn has_rows(&mut self, session_id: &str) -> Result<bool> {
         let label = &self.label;
         let mut iter = self
             .rows
@@ -222,7 +206,7 @@ where
             .is_some())
     }
 
-    fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>, StoreError> {
+    fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>> {
         let label = &self.label;
         let Some(value) = self
             .threads
@@ -238,11 +222,7 @@ where
             .map_err(|_| StoreError::corrupt(label, format!("{}: not UTF-8", what())))
     }
 
-    fn load_chunks(
-        &mut self,
-        file: FileKey<'_>,
-        range: Range<u64>,
-    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+    fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>) -> Result<Vec<(u64, Vec<u8>)>> {
         let label = &self.label;
         let mut out = Vec::new();
         if range.start >= range.end {
@@ -273,7 +253,7 @@ where
         Ok(out)
     }
 
-    fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
+    fn row_ends(&mut self) -> Result<Vec<(String, bool)>> {
         let label = self.label.clone();
         let map = |e| map_redb_error(&label, e);
         let first = self.rows.first().map_err(map)?;
@@ -302,7 +282,7 @@ impl WriteTxn
         ::redb::Table<'_, ChunkKey, &'static [u8]>,
     >
 {
-    fn put(&mut self, record: &SessionRecord) -> Result<(), StoreError> {
+    fn put(&mut self, record: &SessionRecord) -> Result<()> {
         let json = encode(record)?;
         let sum = session_sum(&record.session_id, &json);
         self.sessions
@@ -311,12 +291,7 @@ impl WriteTxn
         Ok(())
     }
 
-    fn put_rows(
-        &mut self,
-        session_id: &str,
-        first_seq: u64,
-        bodies: &[Value],
-    ) -> Result<(), StoreError> {
+    fn put_rows(&mut self, session_id: &str, first_seq: u64, bodies: &[Value]) -> Result<()> {
         for (i, body) in bodies.iter().enumerate() {
             let seq = first_seq + i as u64;
             let json = encode(body)?;
@@ -336,7 +311,7 @@ impl WriteTxn
         Ok(())
     }
 
-    fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<(), StoreError> {
+    fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<()> {
         let label = &self.label;
         let owner = session_id.as_bytes().to_vec();
         let sum = thread_sum(thread_id, &owner);
@@ -350,7 +325,7 @@ impl WriteTxn
         Ok(())
     }
 
-    fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<(), StoreError> {
+    fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<()> {
         let sum = file.chunk_checksum(seq as i64, bytes);
         let previous = self
             .chunks
@@ -369,7 +344,7 @@ impl WriteTxn
         Ok(())
     }
 
-    fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<(), StoreError> {
+    fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<()> {
         self.chunks
             .retain_in(
                 (file.session_id, file.thread_id, file.path, from)
@@ -379,7 +354,7 @@ impl WriteTxn
             .map_err(|e| map_redb_error(&self.label, e))
     }
 
-    fn remove(&mut self, session_id: &str) -> Result<bool, StoreError> {
+    fn remove(&mut self, session_id: &str) -> Result<bool> {
         let label = self.label.clone();
         let map = |e| map_redb_error(&label, e);
         let existed = self.sessions.remove(session_id).map_err(map)?.is_some();

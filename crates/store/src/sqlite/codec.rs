@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::checksum::{verify, Checksum};
 use crate::logic::{check_record, Grant, GrantState};
+use crate::Result;
 use crate::{
     BindingState, Lease, LeaseOwner, MirrorState, ProcessIdentity, SessionRecord, StoreError,
 };
@@ -53,7 +54,7 @@ impl RawRow {
     }
 
     /// Checks the row's checksum.
-    pub(super) fn verify(&self, label: &str) -> Result<(), StoreError> {
+    pub(super) fn verify(&self, label: &str) -> Result<()> {
         verify(
             label,
             || format!("row {} of session {}", self.seq, self.session_id),
@@ -72,7 +73,7 @@ pub(super) fn corrupt_json(label: &str, what: String, e: serde_json::Error) -> S
 }
 
 /// Verifies a stored session row and decodes it.
-pub(super) fn decode_record(label: &str, raw: RawRecord) -> Result<SessionRecord, StoreError> {
+pub(super) fn decode_record(label: &str, raw: RawRecord) -> Result<SessionRecord> {
     verify(
         label,
         || format!("session {}", raw.session_id),
@@ -119,7 +120,7 @@ pub(super) struct RawRecord {
 }
 
 impl RawRecord {
-    pub(super) fn encode(record: &SessionRecord) -> Result<RawRecord, StoreError> {
+    pub(super) fn encode(record: &SessionRecord) -> Result<RawRecord> {
         let json = |e| StoreError::Internal(format!("encoding JSON: {e}"));
         let mut raw = RawRecord {
             session_id: record.session_id.clone(),
@@ -249,7 +250,7 @@ impl RawLease {
     }
 
     /// Verifies the row and decodes it.
-    pub(super) fn into_grant(self, label: &str) -> Result<Grant, StoreError> {
+    pub(super) fn into_grant(self, label: &str) -> Result<Grant> {
         verify(
             label,
             || format!("lease of session {}", self.session_id),

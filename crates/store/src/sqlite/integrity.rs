@@ -14,7 +14,7 @@ use super::txn::Txn;
 use crate::checksum::verify as verify_sum;
 use crate::durable::{check_mirrors, merge_scan, ScannedRow, ScannedSession};
 use crate::verify::{Checker, ProblemKind};
-use crate::StoreError;
+use crate::Result;
 
 /// Checks the whole store through `conn` (see the module docs). Returns whether the check
 /// reached the end.
@@ -22,7 +22,7 @@ pub(super) fn verify(
     conn: &mut Connection,
     label: &str,
     checker: &mut Checker<'_>,
-) -> Result<bool, StoreError> {
+) -> Result<bool> {
     let map = |e| map_sqlite_error(label, e);
     // One deferred transaction: the structure check and the scans see one committed state
     // while other processes write.
@@ -84,11 +84,7 @@ pub(super) fn verify(
 }
 
 /// Checks every lease record. Returns whether the check reached the end.
-fn verify_leases(
-    conn: &Connection,
-    label: &str,
-    checker: &mut Checker<'_>,
-) -> Result<bool, StoreError> {
+fn verify_leases(conn: &Connection, label: &str, checker: &mut Checker<'_>) -> Result<bool> {
     let sql = format!("SELECT {LEASE_COLUMNS} FROM leases");
     verify_records(conn, label, checker, &sql, ProblemKind::Lease, |row| {
         let raw = RawLease::from_row(row).map_err(|e| map_sqlite_error(label, e))?;
@@ -98,11 +94,7 @@ fn verify_leases(
 }
 
 /// Checks every thread-ownership record. Returns whether the check reached the end.
-fn verify_threads(
-    conn: &Connection,
-    label: &str,
-    checker: &mut Checker<'_>,
-) -> Result<bool, StoreError> {
+fn verify_threads(conn: &Connection, label: &str, checker: &mut Checker<'_>) -> Result<bool> {
     let sql = "SELECT thread_id, session_id, checksum FROM threads";
     verify_records(conn, label, checker, sql, ProblemKind::Thread, |row| {
         let map = |e| map_sqlite_error(label, e);
@@ -130,8 +122,8 @@ fn verify_records(
     checker: &mut Checker<'_>,
     sql: &str,
     kind: ProblemKind,
-    read: impl Fn(&rusqlite::Row<'_>) -> Result<(String, Result<(), StoreError>), StoreError>,
-) -> Result<bool, StoreError> {
+    read: impl Fn(&rusqlite::Row<'_>) -> Result<(String, Result<()>)>,
+) -> Result<bool> {
     let mut statement = conn.prepare(sql).map_err(|e| map_sqlite_error(label, e))?;
     for record in scan(&mut statement, label, read)? {
         match record {
@@ -153,7 +145,7 @@ fn verify_records(
 }
 
 /// `PRAGMA quick_check`: the problems it reports (none when it says `ok`).
-fn quick_check(conn: &Connection, label: &str) -> Result<Vec<String>, StoreError> {
+fn quick_check(conn: &Connection, label: &str) -> Result<Vec<String>> {
     let map = |e| map_sqlite_error(label, e);
     let mut statement = conn.prepare("PRAGMA quick_check").map_err(map)?;
     let lines: Vec<String> = statement
@@ -174,8 +166,8 @@ fn quick_check(conn: &Connection, label: &str) -> Result<Vec<String>, StoreError
 fn scan<'s, T: 's>(
     statement: &'s mut Statement<'_>,
     label: &'s str,
-    read: impl Fn(&rusqlite::Row<'_>) -> Result<T, StoreError> + 's,
-) -> Result<impl Iterator<Item = Result<T, StoreError>> + 's, StoreError> {
+    read: impl Fn(&rusqlite::Row<'_>) -> Result<T> + 's,
+) -> Result<impl Iterator<Item = Result<T>> + 's> {
     let mut rows = statement
         .query([])
         .map_err(|e| map_sqlite_error(label, e))?;

@@ -27,6 +27,7 @@ use crate::durable::{prepare_file, Durable, Engine, FileId, Readers, Writer};
 use crate::logic::{ReadTxn, WriteTxn};
 use crate::store::forward_binding_store;
 use crate::verify::Checker;
+use crate::Result;
 use crate::{Durability, OpenOptions, StoreError};
 
 /// A [`BindingStore`](crate::BindingStore) in one SQLite file (WAL mode).
@@ -46,7 +47,7 @@ impl SqliteStore {
     /// a damaged or foreign file, [`StoreError::NewerSchema`] for a file from a newer rethread,
     /// [`StoreError::Locked`] if another process holds the write lock past the wait. The file
     /// is opened on the store's writer thread.
-    pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self, StoreError> {
+    pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let open_path = path.clone();
         let (writer, readers) = Writer::spawn("sqlite", move || {
@@ -88,7 +89,7 @@ impl SqliteStore {
     }
 }
 
-fn connect(path: &Path, label: &str, busy: std::time::Duration) -> Result<Connection, StoreError> {
+fn connect(path: &Path, label: &str, busy: std::time::Duration) -> Result<Connection> {
     // The file exists already (created owner-only by `create_owner_only`); never let SQLite
     // create it with default permissions.
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -101,7 +102,7 @@ fn connect(path: &Path, label: &str, busy: std::time::Duration) -> Result<Connec
 /// A non-empty file must start with SQLite's magic. SQLite reads a file shorter than its
 /// header as a new, empty database, so a truncated store would open empty and be initialised
 /// over (found by the `store_files` fuzz target). An empty file is a new store.
-fn check_header(path: &Path, label: &str) -> Result<(), StoreError> {
+fn check_header(path: &Path, label: &str) -> Result<()> {
     use std::io::Read;
     let io = |source| StoreError::Io {
         path: label.to_string(),
@@ -119,11 +120,7 @@ fn check_header(path: &Path, label: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn open_writer(
-    path: &Path,
-    options: &OpenOptions,
-    label: &str,
-) -> Result<(Connection, FileId), StoreError> {
+fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<(Connection, FileId)> {
     prepare_file(path, options)?;
     check_header(path, label)?;
     let mut conn = connect(path, label, options.busy_timeout())?;
@@ -149,7 +146,7 @@ fn open_writer(
 /// an exclusive lock, and SQLite answers processes that create a store together `database is
 /// locked` at once instead of waiting for its busy timeout: the switch is retried until that
 /// timeout, as any other lock wait is.
-fn enable_wal(conn: &Connection, label: &str, busy: std::time::Duration) -> Result<(), StoreError> {
+fn enable_wal(conn: &Connection, label: &str, busy: std::time::Duration) -> Result<()> {
     let deadline = std::time::Instant::now() + busy;
     loop {
         let mode = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0));
@@ -179,10 +176,7 @@ struct SqliteEngine {
 }
 
 impl Engine for SqliteEngine {
-    fn write(
-        &mut self,
-        f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<(), StoreError>,
-    ) -> Result<(), StoreError> {
+    fn write(&mut self, f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<()>) -> Result<()> {
         let label = self.label.as_str();
         // IMMEDIATE: take the write lock before reading, so another process's write cannot
         // slip between our read of a session and our write of it.
@@ -205,10 +199,7 @@ struct SqliteReaders {
 }
 
 impl Readers for SqliteReaders {
-    fn read(
-        &self,
-        f: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<(), StoreError>,
-    ) -> Result<(), StoreError> {
+    fn read(&self, f: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<()>) -> Result<()> {
         let label = self.label.as_str();
         self.with_connection(|conn| {
             // One deferred transaction: every statement of this read sees the same snapshot.
@@ -218,7 +209,7 @@ impl Readers for SqliteReaders {
         })
     }
 
-    fn verify(&self, checker: &mut Checker<'_>) -> Result<bool, StoreError> {
+    fn verify(&self, checker: &mut Checker<'_>) -> Result<bool> {
         self.with_connection(|conn| integrity::verify(conn, &self.label, checker))
     }
 }
@@ -226,10 +217,7 @@ impl Readers for SqliteReaders {
 impl SqliteReaders {
     /// Runs `f` on a pooled read-only connection (a new one if none is free); the connection
     /// goes back to the pool unless `f` failed.
-    fn with_connection<T>(
-        &self,
-        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
+    fn with_connection<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
         let label = self.label.as_str();
         let pooled = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let mut conn = match pooled {

@@ -3,6 +3,7 @@
 use rusqlite::{Connection, TransactionBehavior};
 
 use super::error::map_sqlite_error;
+use crate::Result;
 use crate::{StoreError, SCHEMA_VERSION};
 
 /// `PRAGMA application_id` of a rethread store ("rthd"): tells our files from other SQLite files.
@@ -74,11 +75,7 @@ const TABLES: [&str; 5] = [
 
 /// Checks the schema version, initialising a new file when `create` allows, all in one
 /// immediate transaction (two processes opening a new file at once are serialised).
-pub(super) fn ensure_schema(
-    conn: &mut Connection,
-    label: &str,
-    create: bool,
-) -> Result<(), StoreError> {
+pub(super) fn ensure_schema(conn: &mut Connection, label: &str, create: bool) -> Result<()> {
     let map = |e| map_sqlite_error(label, e);
     let txn = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)

@@ -12,6 +12,7 @@ use super::codec::{
 use super::error::map_sqlite_error;
 use crate::checksum::verify;
 use crate::logic::{FileKey, Grant, LeaseTxn, ReadTxn, WriteTxn};
+use crate::Result;
 use crate::{SessionRecord, StoreError, TranscriptRow};
 
 /// One transaction's view of a connection (the caller began and will end the transaction).
@@ -31,7 +32,7 @@ impl ReadTxn for Txn<'_> {
         self.label
     }
 
-    fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
+    fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>> {
         let raw = self
             .conn
             .prepare_cached(&format!(
@@ -42,11 +43,7 @@ impl ReadTxn for Txn<'_> {
         raw.map(|raw| decode_record(self.label, raw)).transpose()
     }
 
-    fn load_rows(
-        &mut self,
-        session_id: &str,
-        range: Range<u64>,
-    ) -> Result<Vec<TranscriptRow>, StoreError> {
+    fn load_rows(&mut self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>> {
         let start = range.start.min(i64::MAX as u64) as i64;
         let end = range.end.min(i64::MAX as u64) as i64;
         let raw: Vec<RawRow> = self
@@ -75,11 +72,7 @@ impl ReadTxn for Txn<'_> {
             .collect()
     }
 
-    fn list(
-        &mut self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<SessionRecord>, StoreError> {
+    fn list(&mut self, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>> {
         let limit = limit.min(i64::MAX as usize) as i64;
         let raw: Vec<RawRecord> = match after {
             Some(after) => self
@@ -102,14 +95,14 @@ impl ReadTxn for Txn<'_> {
             .collect()
     }
 
-    fn has_rows(&mut self, session_id: &str) -> Result<bool, StoreError> {
+    fn has_rows(&mut self, session_id: &str) -> Result<bool> {
         self.conn
             .prepare_cached("SELECT 1 FROM transcript_rows WHERE session_id = ?1 LIMIT 1")
             .and_then(|mut s| s.exists([session_id]))
             .map_err(|e| self.map(e))
     }
 
-    fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>, StoreError> {
+    fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>> {
         let row: Option<(String, i64)> = self
             .conn
             .prepare_cached("SELECT session_id, checksum FROM threads WHERE thread_id = ?1")
@@ -130,11 +123,7 @@ impl ReadTxn for Txn<'_> {
         Ok(Some(session_id))
     }
 
-    fn load_chunks(
-        &mut self,
-        file: FileKey<'_>,
-        range: Range<u64>,
-    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+    fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>) -> Result<Vec<(u64, Vec<u8>)>> {
         let start = range.start.min(i64::MAX as u64) as i64;
         let end = range.end.min(i64::MAX as u64) as i64;
         let raw: Vec<(i64, Vec<u8>, i64)> = self
@@ -164,7 +153,7 @@ impl ReadTxn for Txn<'_> {
             .collect()
     }
 
-    fn row_ends(&mut self) -> Result<Vec<(String, bool)>, StoreError> {
+    fn row_ends(&mut self) -> Result<Vec<(String, bool)>> {
         let mut ends: Vec<String> = Vec::new();
         for order in ["ASC", "DESC"] {
             let end: Option<String> = self
@@ -191,7 +180,7 @@ impl ReadTxn for Txn<'_> {
 }
 
 impl WriteTxn for Txn<'_> {
-    fn put(&mut self, record: &SessionRecord) -> Result<(), StoreError> {
+    fn put(&mut self, record: &SessionRecord) -> Result<()> {
         let raw = RawRecord::encode(record)?;
         self.conn
             .prepare_cached(&format!(
@@ -220,12 +209,7 @@ impl WriteTxn for Txn<'_> {
         Ok(())
     }
 
-    fn put_rows(
-        &mut self,
-        session_id: &str,
-        first_seq: u64,
-        bodies: &[Value],
-    ) -> Result<(), StoreError> {
+    fn put_rows(&mut self, session_id: &str, first_seq: u64, bodies: &[Value]) -> Result<()> {
         // A plain INSERT: rows are append-only, and a duplicate key means the record's row
         // count is wrong, which must fail loudly rather than overwrite.
         let mut insert = self
@@ -246,7 +230,7 @@ impl WriteTxn for Txn<'_> {
         Ok(())
     }
 
-    fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<(), StoreError> {
+    fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<()> {
         let checksum = thread_checksum(thread_id, session_id);
         self.conn
             .prepare_cached(
@@ -258,7 +242,7 @@ impl WriteTxn for Txn<'_> {
         Ok(())
     }
 
-    fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<(), StoreError> {
+    fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<()> {
         let seq = seq.min(i64::MAX as u64) as i64;
         let checksum = file.chunk_checksum(seq, bytes);
         // A plain INSERT: chunks are append-only; a duplicate key fails loudly.
@@ -281,7 +265,7 @@ impl WriteTxn for Txn<'_> {
         Ok(())
     }
 
-    fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<(), StoreError> {
+    fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<()> {
         let from = from.min(i64::MAX as u64) as i64;
         self.conn
             .prepare_cached(
@@ -293,7 +277,7 @@ impl WriteTxn for Txn<'_> {
         Ok(())
     }
 
-    fn remove(&mut self, session_id: &str) -> Result<bool, StoreError> {
+    fn remove(&mut self, session_id: &str) -> Result<bool> {
         for table in ["transcript_rows", "threads", "mirror_chunks"] {
             self.conn
                 .prepare_cached(&format!("DELETE FROM {table} WHERE session_id = ?1"))
@@ -314,7 +298,7 @@ impl WriteTxn for Txn<'_> {
 }
 
 impl LeaseTxn for Txn<'_> {
-    fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>, StoreError> {
+    fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>> {
         let raw = self
             .conn
             .prepare_cached(&format!(
@@ -325,7 +309,7 @@ impl LeaseTxn for Txn<'_> {
         raw.map(|raw| raw.into_grant(self.label)).transpose()
     }
 
-    fn put_lease(&mut self, grant: &Grant) -> Result<(), StoreError> {
+    fn put_lease(&mut self, grant: &Grant) -> Result<()> {
         let raw = RawLease::encode(grant);
         self.conn
             .prepare_cached(&format!(
