@@ -185,6 +185,13 @@ async fn commits(name: &str, url: &str, args: &Args) {
     }
 }
 
+/// Writes every dirty page out (`sync`), outside the timings: each restore and each copy
+/// starts with no writeback of the previous sample's files under way, whose throttling
+/// otherwise makes a sample of 28 MB take 2-8x its time.
+fn settle() {
+    let _ = std::process::Command::new("sync").status();
+}
+
 /// Part 2 on one backend: restoring rollouts of each length, beside a plain copy.
 async fn restores(name: &str, url: &str, args: &Args) {
     // Built relaxed (the commits themselves are part 1's); read back as any store is.
@@ -224,6 +231,7 @@ async fn restores(name: &str, url: &str, args: &Args) {
         let file_path = record.mirror.files[0].path.clone();
         for _ in 0..args.samples {
             let target = tempfile::tempdir().unwrap();
+            settle();
             let started = Instant::now();
             let restored = RolloutMirror::new(target.path())
                 .restore(store.as_ref(), &session, &thread)
@@ -231,6 +239,7 @@ async fn restores(name: &str, url: &str, args: &Args) {
                 .unwrap();
             restore.push(started.elapsed());
             assert_eq!(restored.written.len(), 1);
+            settle();
             let started = Instant::now();
             let held = store
                 .mirror_file(&session, &thread, &file_path)
@@ -241,6 +250,7 @@ async fn restores(name: &str, url: &str, args: &Args) {
             let plain = tempfile::tempdir().unwrap();
             let to = rollout_path(plain.path(), &thread);
             std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            settle();
             let started = Instant::now();
             std::fs::copy(&path, &to).unwrap();
             copy.push(started.elapsed());

@@ -7,7 +7,9 @@ use std::sync::{Mutex, MutexGuard};
 use serde_json::Value;
 
 use crate::adapter::{Adapter, Backend};
-use crate::logic::{now_ms, FileKey, Grant, LeaseTxn, ReadOp, ReadTxn, WriteOp, WriteTxn};
+use crate::logic::{
+    now_ms, ChunkSink, FileKey, Grant, LeaseTxn, ReadOp, ReadTxn, WriteOp, WriteTxn,
+};
 use crate::store::forward_binding_store;
 use crate::Result;
 use crate::{SessionRecord, StoreError, TranscriptRow};
@@ -117,19 +119,22 @@ impl ReadTxn for State {
         Ok(self.threads.get(thread_id).cloned())
     }
 
-    fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>) -> Result<Vec<(u64, Vec<u8>)>> {
+    fn load_chunks(
+        &mut self,
+        file: FileKey<'_>,
+        range: Range<u64>,
+        each: ChunkSink<'_>,
+    ) -> Result<()> {
         let key = (
             file.session_id.to_string(),
             file.thread_id.to_string(),
             file.path.to_string(),
         );
         let Some(chunks) = self.chunks.get(&key) else {
-            return Ok(Vec::new());
+            return Ok(());
         };
         let end = range.end.min(chunks.len() as u64);
-        Ok((range.start..end)
-            .map(|seq| (seq, chunks[seq as usize].clone()))
-            .collect())
+        (range.start..end).try_for_each(|seq| each(seq, &chunks[seq as usize]))
     }
 
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>> {

@@ -190,9 +190,10 @@ fn merge_tail(txn: &mut dyn WriteTxn, file: FileKey<'_>, lens: &mut Vec<u64>) ->
         }
         let at = lens.len() as u64 - 2;
         let mut merged = Vec::with_capacity((before + last) as usize);
-        for (_, bytes) in txn.load_chunks(file, at..at + 2)? {
-            merged.extend_from_slice(&bytes);
-        }
+        txn.load_chunks(file, at..at + 2, &mut |_, bytes| {
+            merged.extend_from_slice(bytes);
+            Ok(())
+        })?;
         if merged.len() as u64 != before + last {
             return Err(StoreError::corrupt(
                 txn.label(),
@@ -240,7 +241,6 @@ pub(crate) fn read_file(
     session_id: &str,
     file: &MirroredFile,
 ) -> Result<Vec<u8>> {
-    let chunks = txn.load_chunks(key(session_id, file), 0..file.chunks())?;
     let label = txn.label().to_string();
     let damaged = |detail: String| {
         StoreError::corrupt(
@@ -252,20 +252,26 @@ pub(crate) fn read_file(
         )
     };
     let mut bytes = Vec::with_capacity(file.len.min(1 << 30) as usize);
-    let found = chunks.len();
-    for (i, (seq, chunk)) in chunks.into_iter().enumerate() {
-        if seq != i as u64 {
-            return Err(damaged(format!("chunk {i} reads as chunk {seq}")));
-        }
-        if file.chunk_lens.get(i) != Some(&(chunk.len() as u64)) {
-            return Err(damaged(format!(
-                "chunk {i} holds {} bytes, {:?} recorded",
-                chunk.len(),
-                file.chunk_lens.get(i)
-            )));
-        }
-        bytes.extend_from_slice(&chunk);
-    }
+    let mut found = 0;
+    txn.load_chunks(
+        key(session_id, file),
+        0..file.chunks(),
+        &mut |seq, chunk| {
+            if seq != found as u64 {
+                return Err(damaged(format!("chunk {found} reads as chunk {seq}")));
+            }
+            if file.chunk_lens.get(found) != Some(&(chunk.len() as u64)) {
+                return Err(damaged(format!(
+                    "chunk {found} holds {} bytes, {:?} recorded",
+                    chunk.len(),
+                    file.chunk_lens.get(found)
+                )));
+            }
+            bytes.extend_from_slice(chunk);
+            found += 1;
+            Ok(())
+        },
+    )?;
     if found as u64 != file.chunks() || bytes.len() as u64 != file.len {
         return Err(damaged(format!(
             "{} bytes in {found} chunks stored; {} bytes in {} chunks recorded",
@@ -290,9 +296,15 @@ pub(crate) fn export(txn: &mut dyn ReadTxn, record: &SessionRecord) -> Result<Ve
     for file in &record.mirror.files {
         read_file(txn, &record.session_id, file)?;
         let range: Range<u64> = 0..file.chunks();
-        for (seq, bytes) in txn.load_chunks(key(&record.session_id, file), range)? {
-            out.push(MirrorChunk::new(&file.thread_id, &file.path, seq, bytes));
-        }
+        txn.load_chunks(key(&record.session_id, file), range, &mut |seq, bytes| {
+            out.push(MirrorChunk::new(
+                &file.thread_id,
+                &file.path,
+                seq,
+                bytes.to_vec(),
+            ));
+            Ok(())
+        })?;
     }
     Ok(out)
 }

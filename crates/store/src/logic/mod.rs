@@ -77,10 +77,19 @@ pub(crate) trait ReadTxn {
     /// The sessions of the first and of the last stored row (by key), each with whether its
     /// record exists; empty when there are no rows.
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>>;
-    /// The stored chunks of a mirrored file whose `seq` is in `range`, in order, as
-    /// `(seq, bytes)` (a backend with checksums verifies each).
-    fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>) -> Result<Vec<(u64, Vec<u8>)>>;
+    /// Hands `each` the stored chunks of a mirrored file whose `seq` is in `range`, in order,
+    /// as `(seq, bytes)` borrowed from the engine (a backend with checksums verifies each
+    /// first). No chunk is copied: a restore of a long rollout allocates the file once.
+    fn load_chunks(
+        &mut self,
+        file: FileKey<'_>,
+        range: Range<u64>,
+        each: ChunkSink<'_>,
+    ) -> Result<()>;
 }
+
+/// What [`ReadTxn::load_chunks`] hands each chunk to.
+pub(crate) type ChunkSink<'a> = &'a mut dyn FnMut(u64, &[u8]) -> Result<()>;
 
 /// A write transaction.
 pub(crate) trait WriteTxn: ReadTxn {

@@ -8,7 +8,9 @@ use serde_json::{Map, Value};
 
 use super::error::map_postgres_error;
 use super::sql::Statements;
-use crate::logic::{check_record, FileKey, Grant, GrantState, LeaseTxn, ReadTxn, WriteTxn};
+use crate::logic::{
+    check_record, ChunkSink, FileKey, Grant, GrantState, LeaseTxn, ReadTxn, WriteTxn,
+};
 use crate::Result;
 use crate::{
     BindingState, Lease, LeaseOwner, MirrorState, ProcessIdentity, SessionRecord, StoreError,
@@ -127,7 +129,12 @@ impl ReadTxn for Txn<'_, '_> {
         Ok(row.map(|r| r.get(0)))
     }
 
-    fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>) -> Result<Vec<(u64, Vec<u8>)>> {
+    fn load_chunks(
+        &mut self,
+        file: FileKey<'_>,
+        range: Range<u64>,
+        each: ChunkSink<'_>,
+    ) -> Result<()> {
         let (start, end) = (clamp(range.start), clamp(range.end));
         let rows = self
             .txn
@@ -136,10 +143,8 @@ impl ReadTxn for Txn<'_, '_> {
                 &[&file.session_id, &file.thread_id, &file.path, &start, &end],
             )
             .map_err(|e| self.map(e))?;
-        Ok(rows
-            .iter()
-            .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, Vec<u8>>(1)))
-            .collect())
+        rows.iter()
+            .try_for_each(|r| each(r.get::<_, i64>(0) as u64, r.get::<_, &[u8]>(1)))
     }
 
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>> {

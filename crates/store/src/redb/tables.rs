@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::map_redb_error;
 use crate::checksum::{verify, Checksum};
-use crate::logic::{check_record, FileKey, LeaseTxn, LocalLeases, ReadTxn, WriteTxn};
+use crate::logic::{check_record, ChunkSink, FileKey, LeaseTxn, LocalLeases, ReadTxn, WriteTxn};
 use crate::Result;
 use crate::{SessionRecord, StoreError, TranscriptRow};
 
@@ -222,11 +222,15 @@ where
             .map_err(|_| StoreError::corrupt(label, format!("{}: not UTF-8", what())))
     }
 
-    fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>) -> Result<Vec<(u64, Vec<u8>)>> {
+    fn load_chunks(
+        &mut self,
+        file: FileKey<'_>,
+        range: Range<u64>,
+        each: ChunkSink<'_>,
+    ) -> Result<()> {
         let label = &self.label;
-        let mut out = Vec::new();
         if range.start >= range.end {
-            return Ok(out);
+            return Ok(());
         }
         let iter = self
             .chunks
@@ -248,9 +252,9 @@ where
             let bytes = unseal(label, &what, value.value(), |b| {
                 file.chunk_checksum(seq as i64, b)
             })?;
-            out.push((seq, bytes.to_vec()));
+            each(seq, bytes)?;
         }
-        Ok(out)
+        Ok(())
     }
 
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>> {

@@ -11,7 +11,7 @@ use super::codec::{
 };
 use super::error::map_sqlite_error;
 use crate::checksum::verify;
-use crate::logic::{FileKey, Grant, LeaseTxn, ReadTxn, WriteTxn};
+use crate::logic::{ChunkSink, FileKey, Grant, LeaseTxn, ReadTxn, WriteTxn};
 use crate::Result;
 use crate::{SessionRecord, StoreError, TranscriptRow};
 
@@ -123,34 +123,45 @@ impl ReadTxn for Txn<'_> {
         Ok(Some(session_id))
     }
 
-    fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>) -> Result<Vec<(u64, Vec<u8>)>> {
+    fn load_chunks(
+        &mut self,
+        file: FileKey<'_>,
+        range: Range<u64>,
+        each: ChunkSink<'_>,
+    ) -> Result<()> {
         let start = range.start.min(i64::MAX as u64) as i64;
         let end = range.end.min(i64::MAX as u64) as i64;
-        let raw: Vec<(i64, Vec<u8>, i64)> = self
+        let map = |e| map_sqlite_error(self.label, e);
+        let mut statement = self
             .conn
             .prepare_cached(
                 "SELECT seq, bytes, checksum FROM mirror_chunks WHERE session_id = ?1 \
                  AND thread_id = ?2 AND path = ?3 AND seq >= ?4 AND seq < ?5 ORDER BY seq",
             )
-            .and_then(|mut s| {
-                s.query_map(
-                    params![file.session_id, file.thread_id, file.path, start, end],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                )?
-                .collect()
-            })
-            .map_err(|e| self.map(e))?;
-        raw.into_iter()
-            .map(|(seq, bytes, checksum)| {
-                verify(
-                    self.label,
-                    || format!("chunk {seq} of the mirror of {file}"),
-                    checksum,
-                    file.chunk_checksum(seq, &bytes),
-                )?;
-                Ok((seq as u64, bytes))
-            })
-            .collect()
+            .map_err(map)?;
+        let mut rows = statement
+            .query(params![
+                file.session_id,
+                file.thread_id,
+                file.path,
+                start,
+                end
+            ])
+            .map_err(map)?;
+        while let Some(row) = rows.next().map_err(map)? {
+            let seq: i64 = row.get(0).map_err(map)?;
+            let checksum: i64 = row.get(2).map_err(map)?;
+            // Borrowed from SQLite's own buffer, valid until the next row.
+            let bytes = row.get_ref(1).and_then(|v| Ok(v.as_blob()?)).map_err(map)?;
+            verify(
+                self.label,
+                || format!("chunk {seq} of the mirror of {file}"),
+                checksum,
+                file.chunk_checksum(seq, bytes),
+            )?;
+            each(seq as u64, bytes)?;
+        }
+        Ok(())
     }
 
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>> {
