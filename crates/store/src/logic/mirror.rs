@@ -253,6 +253,8 @@ pub(crate) fn read_file(
     };
     let mut bytes = Vec::with_capacity(file.len.min(1 << 30) as usize);
     let mut found = 0;
+    // Summed chunk by chunk while each is in the cache, not in a second pass over the file.
+    let mut crc = crc32fast::Hasher::new();
     txn.load_chunks(
         key(session_id, file),
         0..file.chunks(),
@@ -268,6 +270,7 @@ pub(crate) fn read_file(
                 )));
             }
             bytes.extend_from_slice(chunk);
+            crc.update(chunk);
             found += 1;
             Ok(())
         },
@@ -280,7 +283,7 @@ pub(crate) fn read_file(
             file.chunks()
         )));
     }
-    let crc = crc32fast::hash(&bytes);
+    let crc = crc.finalize();
     if crc != file.crc32 {
         return Err(damaged(format!(
             "CRC-32 {crc:08x}, {:08x} recorded",
