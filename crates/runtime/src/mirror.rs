@@ -295,13 +295,33 @@ impl RolloutMirror {
                 }
                 Local::Needs(existing) => existing,
             };
-            let Some(bytes) = store.mirror_file(session_id, thread_id, &file.path).await? else {
-                // Dropped since the record was read (a concurrent forget): nothing to restore.
-                continue;
-            };
             let (home, path) = (home.clone(), file.path.clone());
+            let (temp, out) = blocking(move || TempFile::create(&home, &path)).await?;
+            let written = store
+                .write_mirror_file(session_id, thread_id, &file.path, out)
+                .await;
+            let stored = match written {
+                Ok(Some(stored)) => stored,
+                // Dropped since the record was read (a concurrent forget): nothing to restore.
+                Ok(None) => {
+                    blocking(move || {
+                        temp.discard();
+                        Ok(())
+                    })
+                    .await?;
+                    continue;
+                }
+                Err(error) => {
+                    blocking(move || {
+                        temp.discard();
+                        Ok(())
+                    })
+                    .await?;
+                    return Err(error.into());
+                }
+            };
             let (diverged, held) =
-                blocking(move || write_restored(&home, &path, &bytes, existing.as_deref())).await?;
+                blocking(move || temp.finish(&stored, existing.as_deref())).await?;
             restored.diverged |= diverged;
             restored.written.push(file.path.clone());
             if let Some(held) = held {
@@ -535,49 +555,122 @@ fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
     })
 }
 
-/// Writes the mirror's `bytes` (cut at the last newline) at `path` through a temp file in the
-/// same folder and a rename, so codex never sees a partial file. No fsync: the store holds the
-/// truth, and a torn write after a crash is a strict prefix that the next restore rewrites.
-/// Returns whether a local copy diverged, and what the store holds of the new file.
-fn write_restored(
-    home: &Path,
-    path: &str,
-    bytes: &[u8],
-    existing: Option<&[u8]>,
-) -> Result<(bool, Option<KnownFile>), MirrorError> {
-    let abs = checked_path(home, path)?;
-    let lines = whole_lines(bytes);
-    let diverged = existing.is_some_and(|local| !lines.starts_with(local));
-    let dir = abs.parent().unwrap_or(home);
-    std::fs::create_dir_all(dir).map_err(io_error(dir))?;
-    let name = abs
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    // Not `rollout-*.jsonl`: codex's scan never takes the temp file for a rollout.
-    let temp = dir.join(format!(
-        ".rethread-restore-{}-{name}.tmp",
-        std::process::id()
-    ));
-    let written = (|| {
-        let mut out = File::create(&temp)?;
-        out.write_all(lines)?;
-        drop(out);
-        std::fs::rename(&temp, &abs)
-    })();
-    if let Err(error) = written {
-        let _ = std::fs::remove_file(&temp);
-        return Err(io_error(&abs)(error));
+/// A restored file on its way in: written next to its place under a name codex's scan never
+/// takes for a rollout, then renamed over it, so codex never sees a partial file. No fsync:
+/// the store holds the truth, and a torn write after a crash is a strict prefix that the next
+/// restore rewrites.
+struct TempFile {
+    file: File,
+    temp: PathBuf,
+    abs: PathBuf,
+}
+
+impl TempFile {
+    /// The temp file for `path`, and a buffered writer into it for the store.
+    fn create(home: &Path, path: &str) -> Result<(TempFile, Box<dyn Write + Send>), MirrorError> {
+        let abs = checked_path(home, path)?;
+        let dir = abs.parent().unwrap_or(home);
+        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+        let name = abs
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // Not `rollout-*.jsonl`: codex's scan never takes the temp file for a rollout.
+        let temp = dir.join(format!(
+            ".rethread-restore-{}-{name}.tmp",
+            std::process::id()
+        ));
+        // Read back too: `finish` looks for the last newline and compares the local copy.
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&temp)
+            .map_err(io_error(&temp))?;
+        let out = match file.try_clone() {
+            Ok(out) => out,
+            Err(error) => {
+                let _ = std::fs::remove_file(&temp);
+                return Err(io_error(&temp)(error));
+            }
+        };
+        let out = Box::new(io::BufWriter::with_capacity(1 << 16, out));
+        Ok((TempFile { file, temp, abs }, out))
     }
-    let id = std::fs::metadata(&abs).ok().and_then(|m| file_id(&m));
-    // A mirror cut at its last newline is not what the store holds: the next commit sends
-    // the file whole.
-    let held = (lines.len() == bytes.len()).then(|| KnownFile {
-        len: bytes.len() as u64,
-        crc32: crc32fast::hash(bytes),
-        id,
-    });
-    Ok((diverged, held))
+
+    fn discard(self) {
+        drop(self.file);
+        let _ = std::fs::remove_file(&self.temp);
+    }
+
+    /// Cuts what the store wrote (`stored`) at its last newline, compares it with the local
+    /// copy it replaces, and renames it into place. Returns whether the local copy diverged,
+    /// and what the store holds of the new file (`None` when the cut dropped a partial line:
+    /// the next commit sends the file whole).
+    fn finish(
+        mut self,
+        stored: &MirroredFile,
+        existing: Option<&[u8]>,
+    ) -> Result<(bool, Option<KnownFile>), MirrorError> {
+        let result = (|| {
+            let cut = last_line_end(&mut self.file, stored.len)?;
+            if cut < stored.len {
+                self.file.set_len(cut)?;
+            }
+            let diverged = match existing {
+                Some(local) => !starts_with(&mut self.file, cut, local)?,
+                None => false,
+            };
+            drop(self.file);
+            std::fs::rename(&self.temp, &self.abs)?;
+            Ok((diverged, cut))
+        })();
+        let (diverged, cut) = match result {
+            Ok(done) => done,
+            Err(error) => {
+                let _ = std::fs::remove_file(&self.temp);
+                return Err(io_error(&self.abs)(error));
+            }
+        };
+        let id = std::fs::metadata(&self.abs).ok().and_then(|m| file_id(&m));
+        let held = (cut == stored.len).then_some(KnownFile {
+            len: stored.len,
+            crc32: stored.crc32,
+            id,
+        });
+        Ok((diverged, held))
+    }
+}
+
+/// The length of `file`'s first `len` bytes up to and including their last newline (a record
+/// being written is not mirrored, and 0.144.6 glues the next record onto a partial line),
+/// read backwards from the end.
+fn last_line_end(file: &mut File, len: u64) -> io::Result<u64> {
+    let mut end = len;
+    let mut block = vec![0; 1 << 16];
+    while end > 0 {
+        let start = end.saturating_sub(block.len() as u64);
+        let part = &mut block[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(part)?;
+        if let Some(at) = part.iter().rposition(|b| *b == b'\n') {
+            return Ok(start + at as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
+}
+
+/// Whether `file`'s first `len` bytes start with `local`.
+fn starts_with(file: &mut File, len: u64, local: &[u8]) -> io::Result<bool> {
+    if (local.len() as u64) > len {
+        return Ok(false);
+    }
+    let mut held = vec![0; local.len()];
+    file.seek(SeekFrom::Start(0))?;
+    file.read_exact(&mut held)?;
+    Ok(held == local)
 }
 
 /// Removes `thread_id`'s rows from codex's history index, if the home has one; codex rebuilds

@@ -150,6 +150,33 @@ async fn a_home_that_lacks_the_rollout_gets_it_at_the_same_path() {
     assert!(!b.path().join("state_5.sqlite").exists());
 }
 
+/// The store streams a file into the restore as it reads it: a mirror whose damage shows
+/// only after its first chunk was written leaves nothing behind, no rollout, no temp file.
+#[tokio::test]
+async fn a_mirror_damaged_part_way_through_leaves_no_file_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite");
+    let store = rethread_store::SqliteStore::open(&path, Default::default())
+        .await
+        .unwrap();
+    let (_a, _) = two_turns_on_a(&store).await;
+    let record = store.require_session("s").await.unwrap();
+    assert_eq!(record.mirror.files[0].chunks(), 2);
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute("DELETE FROM mirror_chunks WHERE seq = 1", [])
+        .unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let restored = RolloutMirror::new(b.path())
+        .restore(&store, "s", THREAD)
+        .await;
+    assert!(restored.is_err(), "{restored:?}");
+    let left: Vec<_> = std::fs::read_dir(b.path().join(DIR))
+        .map(|dir| dir.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 #[tokio::test]
 async fn a_strict_prefix_is_completed_and_a_longer_copy_is_left_as_it_is() {
     let store = MemoryStore::new();

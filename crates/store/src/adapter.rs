@@ -14,7 +14,7 @@ use crate::logic::{
 };
 use crate::Result;
 use crate::{
-    BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, Retirement,
+    BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MirroredFile, Retirement,
     SessionExport, SessionPage, SessionRecord, TranscriptRow, TurnCommit, VerifyProgress,
     VerifyReport,
 };
@@ -139,6 +139,25 @@ impl<B: Backend> BindingStore for Adapter<B> {
             session_id: session_id.to_string(),
             thread_id: thread_id.to_string(),
             path: path.to_string(),
+        };
+        self.0.read(op).await
+    }
+
+    async fn write_mirror_file(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        out: Box<dyn std::io::Write + Send>,
+    ) -> Result<Option<MirroredFile>> {
+        let file = logic::GetMirrorFile {
+            session_id: session_id.to_string(),
+            thread_id: thread_id.to_string(),
+            path: path.to_string(),
+        };
+        let op = logic::WriteMirrorFile {
+            file,
+            out: std::sync::Mutex::new(out),
         };
         self.0.read(op).await
     }

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use crate::Result;
 use crate::{
-    Binding, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, Retirement, SessionExport,
-    SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit, VerifyProgress,
-    VerifyReport,
+    Binding, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MirroredFile, Retirement,
+    SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit,
+    VerifyProgress, VerifyReport,
 };
 
 /// Durable `session id -> codex thread id` bindings and the sessions' transcripts.
@@ -141,6 +141,24 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
         thread_id: &str,
         path: &str,
     ) -> Result<Option<Vec<u8>>>;
+
+    /// Writes the mirrored file `path` of `thread_id` in `session_id` into `out` chunk by
+    /// chunk as it is read (one read snapshot; no copy of the whole file in memory), checked
+    /// as [`mirror_file`](Self::mirror_file) checks it. Returns the file's entry as the store
+    /// holds it (its length and CRC-32 are what was written).
+    ///
+    /// # Contract
+    /// `Ok(None)`, nothing written, when the session or the file is not mirrored. On `Err`,
+    /// damage found part way through ([`StoreError::Corrupt`]) or `out` failing
+    /// ([`StoreError::Io`]), `out` may hold part of the file: write into a temp file and keep
+    /// it only on `Ok`. `out` is flushed before `Ok`, and runs on the store's own threads.
+    async fn write_mirror_file(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        out: Box<dyn std::io::Write + Send>,
+    ) -> Result<Option<MirroredFile>>;
 
     /// Lists sessions in ascending session-id order, starting after `after`.
     ///
@@ -315,6 +333,16 @@ macro_rules! forward_binding_store {
             ) -> Result<Option<Vec<u8>>, $crate::StoreError> {
                 let $this = self;
                 $target.mirror_file(session_id, thread_id, path).await
+            }
+            async fn write_mirror_file(
+                &self,
+                session_id: &str,
+                thread_id: &str,
+                path: &str,
+                out: Box<dyn std::io::Write + Send>,
+            ) -> Result<Option<$crate::MirroredFile>, $crate::StoreError> {
+                let $this = self;
+                $target.write_mirror_file(session_id, thread_id, path, out).await
             }
             async fn list_sessions(
                 &self,

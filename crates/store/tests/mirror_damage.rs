@@ -115,6 +115,13 @@ async fn damaged_is_found(backend: Backend, damage: fn(Backend, &Path)) {
         matches!(read, Err(StoreError::Corrupt { .. })),
         "{backend:?}: {read:?}"
     );
+    let written = store
+        .write_mirror_file("a", "thr_a", PATH, Box::new(std::io::sink()))
+        .await;
+    assert!(
+        matches!(written, Err(StoreError::Corrupt { .. })),
+        "{backend:?}: {written:?}"
+    );
     let export = store.export_session("a").await;
     assert!(
         matches!(export, Err(StoreError::Corrupt { .. })),

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rethread_store::{
-    BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MemoryStore, Retirement,
-    SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit,
+    BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MemoryStore,
+    MirroredFile, Retirement, SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow,
+    TurnCommit,
 };
 use serde_json::{Map, Value};
 
@@ -205,6 +206,19 @@ impl BindingStore for FaultyStore {
     ) -> Result<Option<Vec<u8>>, StoreError> {
         self.enter("mirror_file", None).await?;
         self.inner.mirror_file(session_id, thread_id, path).await
+    }
+
+    async fn write_mirror_file(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        out: Box<dyn std::io::Write + Send>,
+    ) -> Result<Option<MirroredFile>, StoreError> {
+        self.enter("write_mirror_file", None).await?;
+        self.inner
+            .write_mirror_file(session_id, thread_id, path, out)
+            .await
     }
 
     async fn list_sessions(

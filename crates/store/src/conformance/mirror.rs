@@ -2,6 +2,9 @@
 //! replaced whole from base 0, stopped past the cap, dropped when stale or retired, and
 //! carried by delete, export, import, copy and verify.
 
+use std::io::{self, Write};
+use std::sync::{Arc, Mutex};
+
 use serde_json::json;
 
 use super::{lost, th, turn, unique_id};
@@ -22,6 +25,43 @@ async fn state(store: &dyn BindingStore, s: &str, thread: &str, path: &str) -> O
     let record = store.session(s).await.unwrap()?;
     let file = record.mirror.files_of(thread).find(|f| f.path == path)?;
     Some((file.len, file.crc32))
+}
+
+/// A writer whose bytes the test reads back.
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What [`BindingStore::write_mirror_file`] writes of `path`, with the length and CRC-32 it
+/// says it wrote; `None` when it writes nothing.
+async fn written(
+    store: &dyn BindingStore,
+    s: &str,
+    thread: &str,
+    path: &str,
+) -> Option<(Vec<u8>, u64, u32)> {
+    let out = Shared::default();
+    let stored = store
+        .write_mirror_file(s, thread, path, Box::new(out.clone()))
+        .await
+        .unwrap();
+    let bytes = out.0.lock().unwrap().clone();
+    match stored {
+        Some(file) => Some((bytes, file.len, file.crc32)),
+        None => {
+            assert!(bytes.is_empty(), "written without a file: {bytes:?}");
+            None
+        }
+    }
 }
 
 /// A turn's appends are stored with it: the record says the file's length and CRC-32 (the
@@ -88,6 +128,16 @@ pub async fn mirror_appends_with_the_turn(store: &dyn BindingStore) {
         store.mirror_file(&s, &t, HEAD).await.unwrap(),
         Some(head.clone())
     );
+    // Streamed into a writer, each file is the same bytes, with their length and CRC-32.
+    for bytes in [&whole, &head] {
+        let path = if bytes == &head { HEAD } else { ROLLOUT };
+        assert_eq!(
+            written(store, &s, &t, path).await,
+            Some((bytes.clone(), bytes.len() as u64, crc32fast::hash(bytes)))
+        );
+    }
+    assert_eq!(written(store, &s, &th(&s, "other"), ROLLOUT).await, None);
+    assert_eq!(written(store, &unique_id("none"), &t, HEAD).await, None);
     let record = store.require_session(&s).await.unwrap();
     assert_eq!(record.row_count, 3);
     assert_eq!(record.mirror.files_of(&t).count(), 2);

@@ -234,13 +234,30 @@ pub(crate) fn drop_thread(
     Ok(())
 }
 
-/// The bytes of a stored file, checked: its chunks are exactly `0..chunks`, and their length
-/// and CRC-32 are what the record says. Anything else is damage (`Corrupt`).
+/// The bytes of a stored file, checked as [`stream_file`] checks them.
 pub(crate) fn read_file(
     txn: &mut dyn ReadTxn,
     session_id: &str,
     file: &MirroredFile,
 ) -> Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(file.len.min(1 << 30) as usize);
+    stream_file(txn, session_id, file, &mut |chunk| {
+        bytes.extend_from_slice(chunk);
+        Ok(())
+    })?;
+    Ok(bytes)
+}
+
+/// Hands `sink` a stored file's chunks in order, checked: they are exactly `0..chunks`, each
+/// of its recorded length, and together of the file's length and CRC-32. Anything else is
+/// damage (`Corrupt`), found at the chunk that shows it, or at the end for the CRC-32: a
+/// sink must not act on what it was handed until this returns `Ok`.
+pub(crate) fn stream_file(
+    txn: &mut dyn ReadTxn,
+    session_id: &str,
+    file: &MirroredFile,
+    sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<()> {
     let label = txn.label().to_string();
     let damaged = |detail: String| {
         StoreError::corrupt(
@@ -251,8 +268,7 @@ pub(crate) fn read_file(
             ),
         )
     };
-    let mut bytes = Vec::with_capacity(file.len.min(1 << 30) as usize);
-    let mut found = 0;
+    let (mut found, mut len) = (0, 0u64);
     // Summed chunk by chunk while each is in the cache, not in a second pass over the file.
     let mut crc = crc32fast::Hasher::new();
     txn.load_chunks(
@@ -269,16 +285,14 @@ pub(crate) fn read_file(
                     file.chunk_lens.get(found)
                 )));
             }
-            bytes.extend_from_slice(chunk);
             crc.update(chunk);
-            found += 1;
-            Ok(())
+            (found, len) = (found + 1, len + chunk.len() as u64);
+            sink(chunk)
         },
     )?;
-    if found as u64 != file.chunks() || bytes.len() as u64 != file.len {
+    if found as u64 != file.chunks() || len != file.len {
         return Err(damaged(format!(
-            "{} bytes in {found} chunks stored; {} bytes in {} chunks recorded",
-            bytes.len(),
+            "{len} bytes in {found} chunks stored; {} bytes in {} chunks recorded",
             file.len,
             file.chunks()
         )));
@@ -290,7 +304,7 @@ pub(crate) fn read_file(
             file.crc32
         )));
     }
-    Ok(bytes)
+    Ok(())
 }
 
 /// Every chunk of `record`'s mirror, checked file by file: what an export carries.

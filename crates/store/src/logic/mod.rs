@@ -31,6 +31,7 @@ pub(crate) use leases::GrantState;
 pub(crate) use leases::{Acquire, Grant, LeaseOp, LeaseTxn, LocalLeases, Release, Renew};
 pub(crate) use reads::{
     ExportSession, GetMirrorFile, GetRows, GetSession, ListPage, ReadOp, ThreadSession,
+    WriteMirrorFile,
 };
 pub(crate) use writes::{Commit, Delete, Import, InStore, MarkDelivered, Patch, Retire, WriteOp};
 

@@ -1,10 +1,12 @@
 //! The reads, each with its typed output and its checks. A read runs on one snapshot.
 
+use std::io::Write;
 use std::ops::Range;
+use std::sync::Mutex;
 
 use super::{check_row_ends, check_rows, load_session, mirror, ReadTxn};
 use crate::Result;
-use crate::{SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow};
+use crate::{MirroredFile, SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow};
 
 /// One read: how it runs on a snapshot.
 pub(crate) trait ReadOp: Send + 'static {
@@ -127,21 +129,56 @@ pub(crate) struct GetMirrorFile {
     pub(crate) path: String,
 }
 
+impl GetMirrorFile {
+    /// The file's entry in the session's record, if the session mirrors it.
+    fn stored(&self, txn: &mut dyn ReadTxn) -> Result<Option<MirroredFile>> {
+        let Some(record) = load_session(txn, &self.session_id)? else {
+            return Ok(None);
+        };
+        let file = record
+            .mirror
+            .files_of(&self.thread_id)
+            .find(|f| f.path == self.path)
+            .cloned();
+        Ok(file)
+    }
+}
+
 impl ReadOp for GetMirrorFile {
     type Output = Option<Vec<u8>>;
 
     fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output> {
-        let Some(record) = load_session(txn, &self.session_id)? else {
+        let Some(file) = self.stored(txn)? else {
             return Ok(None);
         };
-        let Some(file) = record
-            .mirror
-            .files_of(&self.thread_id)
-            .find(|f| f.path == self.path)
-        else {
+        mirror::read_file(txn, &self.session_id, &file).map(Some)
+    }
+}
+
+/// [`BindingStore::write_mirror_file`](crate::BindingStore::write_mirror_file): one mirrored
+/// file written into `out` chunk by chunk as it is read, checked as it goes.
+pub(crate) struct WriteMirrorFile {
+    pub(crate) file: GetMirrorFile,
+    pub(crate) out: Mutex<Box<dyn Write + Send>>,
+}
+
+impl ReadOp for WriteMirrorFile {
+    type Output = Option<MirroredFile>;
+
+    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output> {
+        let Some(file) = self.file.stored(txn)? else {
             return Ok(None);
         };
-        mirror::read_file(txn, &self.session_id, file).map(Some)
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        let failed = |source| StoreError::Io {
+            path: format!("the destination of the mirror of {}", file.path),
+            source,
+        };
+        mirror::stream_file(txn, &self.file.session_id, &file, &mut |chunk| {
+            out.write_all(chunk).map_err(failed)
+        })?;
+        out.flush().map_err(failed)?;
+        Ok(Some(file))
     }
 }
 
