@@ -119,12 +119,7 @@ impl ReadTxn for State {
         Ok(self.threads.get(thread_id).cloned())
     }
 
-    fn load_chunks(
-        &mut self,
-        file: FileKey<'_>,
-        range: Range<u64>,
-        each: ChunkSink<'_>,
-    ) -> Result<()> {
+    fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>, each: ChunkSink) -> Result<()> {
         let key = (
             file.session_id.to_string(),
             file.thread_id.to_string(),

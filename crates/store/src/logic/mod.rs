@@ -81,12 +81,7 @@ pub(crate) trait ReadTxn {
     /// Hands `each` the stored chunks of a mirrored file whose `seq` is in `range`, in order,
     /// as `(seq, bytes)` borrowed from the engine (a backend with checksums verifies each
     /// first). No chunk is copied: a restore of a long rollout allocates the file once.
-    fn load_chunks(
-        &mut self,
-        file: FileKey<'_>,
-        range: Range<u64>,
-        each: ChunkSink<'_>,
-    ) -> Result<()>;
+    fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>, each: ChunkSink) -> Result<()>;
 }
 
 /// What [`ReadTxn::load_chunks`] hands each chunk to.

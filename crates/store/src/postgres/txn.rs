@@ -129,12 +129,7 @@ impl ReadTxn for Txn<'_, '_> {
         Ok(row.map(|r| r.get(0)))
     }
 
-    fn load_chunks(
-        &mut self,
-        file: FileKey<'_>,
-        range: Range<u64>,
-        each: ChunkSink<'_>,
-    ) -> Result<()> {
+    fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>, each: ChunkSink) -> Result<()> {
         let (start, end) = (clamp(range.start), clamp(range.end));
         let rows = self
             .txn

@@ -222,12 +222,7 @@ where
             .map_err(|_| StoreError::corrupt(label, format!("{}: not UTF-8", what())))
     }
 
-    fn load_chunks(
-        &mut self,
-        file: FileKey<'_>,
-        range: Range<u64>,
-        each: ChunkSink<'_>,
-    ) -> Result<()> {
+    fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>, each: ChunkSink) -> Result<()> {
         let label = &self.label;
         if range.start >= range.end {
             return Ok(());

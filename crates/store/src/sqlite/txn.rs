@@ -123,12 +123,7 @@ impl ReadTxn for Txn<'_> {
         Ok(Some(session_id))
     }
 
-    fn load_chunks(
-        &mut self,
-        file: FileKey<'_>,
-        range: Range<u64>,
-        each: ChunkSink<'_>,
-    ) -> Result<()> {
+    fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>, each: ChunkSink) -> Result<()> {
         let start = range.start.min(i64::MAX as u64) as i64;
         let end = range.end.min(i64::MAX as u64) as i64;
         let map = |e| map_sqlite_error(self.label, e);
