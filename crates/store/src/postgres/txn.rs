@@ -3,6 +3,8 @@
 
 use std::ops::Range;
 
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::types::ToSql;
 use postgres::{Row, Transaction};
 use serde_json::{Map, Value};
 
@@ -131,15 +133,18 @@ impl ReadTxn for Txn<'_, '_> {
 
     fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>, each: ChunkSink) -> Result<()> {
         let (start, end) = (clamp(range.start), clamp(range.end));
-        let rows = self
+        let params: [&(dyn ToSql + Sync); 5] =
+            [&file.session_id, &file.thread_id, &file.path, &start, &end];
+        // Row by row as the server sends them: a long mirror is never all in memory.
+        let label = self.label;
+        let mut rows = self
             .txn
-            .query(
-                &self.sql.chunks,
-                &[&file.session_id, &file.thread_id, &file.path, &start, &end],
-            )
-            .map_err(|e| self.map(e))?;
-        rows.iter()
-            .try_for_each(|r| each(r.get::<_, i64>(0) as u64, r.get::<_, &[u8]>(1)))
+            .query_raw(&self.sql.chunks, params)
+            .map_err(|e| map_postgres_error(label, e))?;
+        while let Some(r) = rows.next().map_err(|e| map_postgres_error(label, e))? {
+            each(r.get::<_, i64>(0) as u64, r.get::<_, &[u8]>(1))?;
+        }
+        Ok(())
     }
 
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>> {
