@@ -302,22 +302,18 @@ impl RolloutMirror {
                 .await;
             let stored = match written {
                 Ok(Some(stored)) => stored,
-                // Dropped since the record was read (a concurrent forget): nothing to restore.
-                Ok(None) => {
+                unwritten => {
                     blocking(move || {
                         temp.discard();
                         Ok(())
                     })
                     .await?;
-                    continue;
-                }
-                Err(error) => {
-                    blocking(move || {
-                        temp.discard();
-                        Ok(())
-                    })
-                    .await?;
-                    return Err(error.into());
+                    match unwritten {
+                        // Dropped since the record was read (a concurrent forget): nothing to
+                        // restore.
+                        Ok(_) => continue,
+                        Err(error) => return Err(error.into()),
+                    }
                 }
             };
             let (diverged, held) =
