@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_proxy::{BindingHooks, SessionOptions};
-use rethread_store::{BindingStore, MemoryStore};
+use rethread_store::{BindingStore, BindingStoreExt, MemoryStore};
 use serde_json::Value;
 use support::*;
 

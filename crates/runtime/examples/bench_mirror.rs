@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use rethread_runtime::binding::{commit_turn, TurnRows};
 use rethread_runtime::{RolloutMirror, Transcript};
-use rethread_store::{open_url, BindingStore, Durability, OpenOptions};
+use rethread_store::{open_url, BindingStore, BindingStoreExt, Durability, OpenOptions};
 use serde_json::json;
 
 struct Args {

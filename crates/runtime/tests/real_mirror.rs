@@ -14,7 +14,7 @@ use rethread_runtime::{
     AppServerClient, BinderOptions, CodexCommand, OpenOutcome, SessionBinder, StatusKind,
     StatusRail, TurnReport,
 };
-use rethread_store::{BindingStore, MemoryStore};
+use rethread_store::{BindingStore, BindingStoreExt, MemoryStore};
 use rethread_testkit::real::{codex_or_skip, rollout_files, AppServerProcess, CodexHome};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::{recent_releases, supported_releases, CURRENT, FLOOR};

@@ -129,20 +129,6 @@ impl<B: Backend> BindingStore for Adapter<B> {
             .await
     }
 
-    async fn mirror_file(
-        &self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
-    ) -> Result<Option<Vec<u8>>> {
-        let op = logic::GetMirrorFile {
-            session_id: session_id.to_string(),
-            thread_id: thread_id.to_string(),
-            path: path.to_string(),
-        };
-        self.0.read(op).await
-    }
-
     async fn write_mirror_file(
         &self,
         session_id: &str,
@@ -150,7 +136,7 @@ impl<B: Backend> BindingStore for Adapter<B> {
         path: &str,
         out: Box<dyn std::io::Write + Send>,
     ) -> Result<Option<MirroredFile>> {
-        let file = logic::GetMirrorFile {
+        let file = logic::MirrorFileRef {
             session_id: session_id.to_string(),
             thread_id: thread_id.to_string(),
             path: path.to_string(),

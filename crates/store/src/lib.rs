@@ -34,7 +34,7 @@
 //!   [`ImportOutcome`], [`CODEX_THREAD_ID_KEY`], [`SCHEMA_VERSION`].
 //! - The rollout mirror: [`MirrorState`] and [`MirroredFile`] (in each record),
 //!   [`MirrorUpdate`] and [`MirrorAppend`] (what a commit appends), [`MirrorOutcome`],
-//!   [`MirrorChunk`] (in exports), [`BindingStore::mirror_file`] (a file's bytes) and
+//!   [`MirrorChunk`] (in exports), [`BindingStoreExt::mirror_file`] (a file's bytes) and
 //!   [`BindingStore::write_mirror_file`] (the same streamed into a writer, to restore it),
 //!   [`DEFAULT_MIRROR_CAP`], [`crc32_extend`], [`check_mirror_path`].
 //! - Leases: [`Lease`], [`Fence`], [`LeaseOwner`], [`LocalOwner`], [`ProcessIdentity`].

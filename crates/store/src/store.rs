@@ -128,28 +128,16 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// retired for a session belongs to it until the session is deleted.
     async fn thread_session(&self, thread_id: &str) -> Result<Option<String>>;
 
-    /// The bytes of the mirrored file `path` of `thread_id` in `session_id`, checked against
-    /// the record's length and CRC-32 (the state itself, cheap, is in
-    /// [`SessionRecord::mirror`]).
-    ///
-    /// # Contract
-    /// `Ok(None)` when the session or the file is not mirrored; a file whose chunks do not
-    /// give its recorded length and CRC-32 is [`StoreError::Corrupt`], never served.
-    async fn mirror_file(
-        &self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
-    ) -> Result<Option<Vec<u8>>>;
-
     /// Writes the mirrored file `path` of `thread_id` in `session_id` into `out` chunk by
     /// chunk as it is read (one read snapshot; no copy of the whole file in memory), checked
-    /// as [`mirror_file`](Self::mirror_file) checks it. Returns the file's entry as the store
-    /// holds it (its length and CRC-32 are what was written).
+    /// against the record's length and CRC-32 (the state itself, cheap, is in
+    /// [`SessionRecord::mirror`]). Returns the file's entry as the store holds it (its length
+    /// and CRC-32 are what was written). [`BindingStoreExt::mirror_file`] reads it into memory.
     ///
     /// # Contract
     /// `Ok(None)`, nothing written, when the session or the file is not mirrored. On `Err`,
-    /// damage found part way through ([`StoreError::Corrupt`]) or `out` failing
+    /// damage found part way through ([`StoreError::Corrupt`]: chunks that do not give the
+    /// recorded length and CRC-32, a file never served whole) or `out` failing
     /// ([`StoreError::Io`]), `out` may hold part of the file: write into a temp file and keep
     /// it only on `Ok`. `out` is flushed before `Ok`, and runs on the store's own threads.
     async fn write_mirror_file(
@@ -325,15 +313,6 @@ macro_rules! forward_binding_store {
                 let $this = self;
                 $target.thread_session(thread_id).await
             }
-            async fn mirror_file(
-                &self,
-                session_id: &str,
-                thread_id: &str,
-                path: &str,
-            ) -> Result<Option<Vec<u8>>, $crate::StoreError> {
-                let $this = self;
-                $target.mirror_file(session_id, thread_id, path).await
-            }
             async fn write_mirror_file(
                 &self,
                 session_id: &str,
@@ -435,6 +414,24 @@ pub trait BindingStoreExt: BindingStore {
             })
     }
 
+    /// The bytes of the mirrored file `path` of `thread_id` in `session_id`, checked as
+    /// [`BindingStore::write_mirror_file`] checks them: `Ok(None)` when the session or the
+    /// file is not mirrored, [`StoreError::Corrupt`] when its chunks do not give its recorded
+    /// length and CRC-32.
+    async fn mirror_file(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+    ) -> Result<Option<Vec<u8>>> {
+        let bytes = MemoryFile::default();
+        let out = Box::new(bytes.clone());
+        let written = self
+            .write_mirror_file(session_id, thread_id, path, out)
+            .await?;
+        Ok(written.map(|_| std::mem::take(&mut *bytes.lock())))
+    }
+
     /// All rows of the session, in order (empty if the session does not exist).
     async fn all_rows(&self, session_id: &str) -> Result<Vec<TranscriptRow>> {
         self.rows(session_id, 0..u64::MAX).await
@@ -485,3 +482,23 @@ pub trait BindingStoreExt: BindingStore {
 }
 
 impl<S: BindingStore + ?Sized> BindingStoreExt for S {}
+
+/// The `out` of [`BindingStoreExt::mirror_file`]: a buffer the caller keeps a handle to.
+#[derive(Clone, Default)]
+struct MemoryFile(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl MemoryFile {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl std::io::Write for MemoryFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use redb::ReadableTable;
 use rethread_store::{
-    BindingStore, MirrorAppend, MirrorUpdate, OpenOptions, ProblemKind, RedbStore, SqliteStore,
-    StoreError, TurnCommit,
+    BindingStore, BindingStoreExt, MirrorAppend, MirrorUpdate, OpenOptions, ProblemKind, RedbStore,
+    SqliteStore, StoreError, TurnCommit,
 };
 use serde_json::json;
 

@@ -198,16 +198,6 @@ impl BindingStore for FaultyStore {
         self.inner.thread_session(thread_id).await
     }
 
-    async fn mirror_file(
-        &self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
-    ) -> Result<Option<Vec<u8>>, StoreError> {
-        self.enter("mirror_file", None).await?;
-        self.inner.mirror_file(session_id, thread_id, path).await
-    }
-
     async fn write_mirror_file(
         &self,
         session_id: &str,

@@ -32,7 +32,7 @@ pub(crate) struct Scanned {
 }
 
 /// Reads every mirrored file the scan found and checks its chunks, length and CRC-32
-/// (`logic::mirror::read_file`); damage is a `Mirror` problem.
+/// (`logic::mirror::stream_file`, the bytes dropped); damage is a `Mirror` problem.
 pub(crate) fn check_mirrors(
     txn: &mut dyn ReadTxn,
     checker: &mut Checker<'_>,
@@ -40,7 +40,7 @@ pub(crate) fn check_mirrors(
 ) -> Result<()> {
     for (session_id, files) in mirrors {
         for file in files {
-            match mirror::read_file(txn, &session_id, &file) {
+            match mirror::stream_file(txn, &session_id, &file, &mut |_| Ok(())) {
                 Ok(_) => checker.mirror_checked(file.len),
                 Err(error) => checker.damage(ProblemKind::Mirror, Some(&session_id), error)?,
             }

@@ -1,8 +1,6 @@
 //! The rules of the rollout mirror (see `crate::mirror`): what a commit does with its
 //! [`MirrorUpdate`], decided before anything is written, and the checks of a stored file.
 
-use std::ops::Range;
-
 use super::{FileKey, ReadTxn, WriteTxn};
 use crate::mirror::MAX_CHUNK;
 use crate::Result;
@@ -235,19 +233,6 @@ pub(crate) fn drop_thread(
 }
 
 /// The bytes of a stored file, checked as [`stream_file`] checks them.
-pub(crate) fn read_file(
-    txn: &mut dyn ReadTxn,
-    session_id: &str,
-    file: &MirroredFile,
-) -> Result<Vec<u8>> {
-    let mut bytes = Vec::with_capacity(file.len.min(1 << 30) as usize);
-    stream_file(txn, session_id, file, &mut |chunk| {
-        bytes.extend_from_slice(chunk);
-        Ok(())
-    })?;
-    Ok(bytes)
-}
-
 /// Hands `sink` a stored file's chunks in order, checked: they are exactly `0..chunks`, each
 /// of its recorded length, and together of the file's length and CRC-32. Anything else is
 /// damage (`Corrupt`), found at the chunk that shows it, or at the end for the CRC-32: a
@@ -311,15 +296,16 @@ pub(crate) fn stream_file(
 pub(crate) fn export(txn: &mut dyn ReadTxn, record: &SessionRecord) -> Result<Vec<MirrorChunk>> {
     let mut out = Vec::new();
     for file in &record.mirror.files {
-        read_file(txn, &record.session_id, file)?;
-        let range: Range<u64> = 0..file.chunks();
-        txn.load_chunks(key(&record.session_id, file), range, &mut |seq, bytes| {
+        // Pushed as they come: a damaged file fails the whole export.
+        let mut seq = 0;
+        stream_file(txn, &record.session_id, file, &mut |bytes| {
             out.push(MirrorChunk::new(
                 &file.thread_id,
                 &file.path,
                 seq,
                 bytes.to_vec(),
             ));
+            seq += 1;
             Ok(())
         })?;
     }

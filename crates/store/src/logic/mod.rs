@@ -30,7 +30,7 @@ use crate::{BindingState, SessionRecord, StoreError, TranscriptRow, CODEX_THREAD
 pub(crate) use leases::GrantState;
 pub(crate) use leases::{Acquire, Grant, LeaseOp, LeaseTxn, LocalLeases, Release, Renew};
 pub(crate) use reads::{
-    ExportSession, GetMirrorFile, GetRows, GetSession, ListPage, ReadOp, ThreadSession,
+    ExportSession, GetRows, GetSession, ListPage, MirrorFileRef, ReadOp, ThreadSession,
     WriteMirrorFile,
 };
 pub(crate) use writes::{Commit, Delete, Import, InStore, MarkDelivered, Patch, Retire, WriteOp};

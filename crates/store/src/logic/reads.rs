@@ -120,16 +120,15 @@ pub(crate) fn export(txn: &mut dyn ReadTxn, session_id: &str) -> Result<Option<S
     }))
 }
 
-/// [`BindingStore::mirror_file`](crate::BindingStore::mirror_file): the bytes of one mirrored
-/// file, checked against its record.
+/// One mirrored file, named as [`WriteMirrorFile`] is asked for it.
 #[derive(Debug)]
-pub(crate) struct GetMirrorFile {
+pub(crate) struct MirrorFileRef {
     pub(crate) session_id: String,
     pub(crate) thread_id: String,
     pub(crate) path: String,
 }
 
-impl GetMirrorFile {
+impl MirrorFileRef {
     /// The file's entry in the session's record, if the session mirrors it.
     fn stored(&self, txn: &mut dyn ReadTxn) -> Result<Option<MirroredFile>> {
         let Some(record) = load_session(txn, &self.session_id)? else {
@@ -144,21 +143,10 @@ impl GetMirrorFile {
     }
 }
 
-impl ReadOp for GetMirrorFile {
-    type Output = Option<Vec<u8>>;
-
-    fn run(&self, txn: &mut dyn ReadTxn) -> Result<Self::Output> {
-        let Some(file) = self.stored(txn)? else {
-            return Ok(None);
-        };
-        mirror::read_file(txn, &self.session_id, &file).map(Some)
-    }
-}
-
 /// [`BindingStore::write_mirror_file`](crate::BindingStore::write_mirror_file): one mirrored
 /// file written into `out` chunk by chunk as it is read, checked as it goes.
 pub(crate) struct WriteMirrorFile {
-    pub(crate) file: GetMirrorFile,
+    pub(crate) file: MirrorFileRef,
     pub(crate) out: Mutex<Box<dyn Write + Send>>,
 }
 
