@@ -109,7 +109,7 @@ impl CodexSession {
     }
 
     /// Retires this thread for the session: its binding is dropped and never published again
-    /// (one fenced write, `BindingStore::end_thread`; no notice: the host chose to end the
+    /// (one fenced write, `BindingStore::retire_thread` with `Retirement::Ended`; no notice: the host chose to end the
     /// thread, and none is left pending for another process). The binder's next open starts
     /// fresh.
     pub async fn retire(mut self) -> Result<(), RuntimeError> {
