@@ -571,9 +571,14 @@ impl TempFile {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        // Not `rollout-*.jsonl`: codex's scan never takes the temp file for a rollout.
+        // Not `rollout-*.jsonl`: codex's scan never takes the temp file for a rollout. One
+        // name per restore among live processes: two restores of a thread into one home at
+        // once (two openers in one process) each write and rename their own file. A name
+        // left by a process that died (its pid reused, as a container's is) is overwritten.
+        static RESTORES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let restore = RESTORES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let temp = dir.join(format!(
-            ".rethread-restore-{}-{name}.tmp",
+            ".rethread-restore-{}-{restore}-{name}.tmp",
             std::process::id()
         ));
         // Read back too: `finish` looks for the last newline and compares the local copy.

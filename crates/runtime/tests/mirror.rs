@@ -177,6 +177,44 @@ async fn a_mirror_damaged_part_way_through_leaves_no_file_behind() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_restores_of_one_thread_into_one_home_at_once_each_write_the_mirror_whole() {
+    // Two openers of the session in one process (two binders without a lease, say) may
+    // restore the same thread into the same home together; neither may tear the other's file.
+    let store = MemoryStore::new();
+    let a = tempfile::tempdir().unwrap();
+    let mirror = RolloutMirror::new(a.path());
+    write(a.path(), &source(), &line("session_meta", "meta"));
+    for turn in 0..4 {
+        append(
+            a.path(),
+            &source(),
+            &line("turn", &format!("{turn}{}", "x".repeat(512 << 10))),
+        );
+        assert_eq!(commit(&store, &mirror).await.mirror, MirrorReport::Written);
+    }
+    let text = read(a.path(), &source());
+    for _ in 0..10 {
+        let b = tempfile::tempdir().unwrap();
+        let (first, second) = (RolloutMirror::new(b.path()), RolloutMirror::new(b.path()));
+        let (one, two) = tokio::join!(
+            first.restore(&store, "s", THREAD),
+            second.restore(&store, "s", THREAD)
+        );
+        one.unwrap();
+        two.unwrap();
+        assert!(
+            read(b.path(), &source()) == text,
+            "the restored rollout is not the mirror"
+        );
+        let names: Vec<_> = std::fs::read_dir(b.path().join(DIR))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "temp files left behind: {names:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_strict_prefix_is_completed_and_a_longer_copy_is_left_as_it_is() {
     let store = MemoryStore::new();
