@@ -109,9 +109,9 @@ impl CodexSession {
     }
 
     /// Retires this thread for the session: its binding is dropped and never published again
-    /// (one fenced write, `BindingStore::retire_thread` with `Retirement::Ended`; no notice: the host chose to end the
-    /// thread, and none is left pending for another process). The binder's next open starts
-    /// fresh.
+    /// (one fenced write, `BindingStore::retire_thread` with `Retirement::Ended`; no notice:
+    /// the host chose to end the thread, and none is left pending for another process). The
+    /// binder's next open starts fresh.
     pub async fn retire(mut self) -> Result<(), RuntimeError> {
         self.machine.handle_retire();
         while let Some(action) = self.machine.poll() {

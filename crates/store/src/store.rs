@@ -483,12 +483,13 @@ pub trait BindingStoreExt: BindingStore {
 
 impl<S: BindingStore + ?Sized> BindingStoreExt for S {}
 
-/// The `out` of [`BindingStoreExt::mirror_file`]: a buffer the caller keeps a handle to.
+/// The `out` of [`BindingStoreExt::mirror_file`] (and of the conformance suite's streamed
+/// reads): a buffer the caller keeps a handle to.
 #[derive(Clone, Default)]
-struct MemoryFile(Arc<std::sync::Mutex<Vec<u8>>>);
+pub(crate) struct MemoryFile(Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl MemoryFile {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

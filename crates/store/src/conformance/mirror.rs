@@ -2,9 +2,6 @@
 //! replaced whole from base 0, stopped past the cap, dropped when stale or retired, and
 //! carried by delete, export, import, copy and verify.
 
-use std::io::{self, Write};
-use std::sync::{Arc, Mutex};
-
 use serde_json::json;
 
 use super::{lost, th, turn, unique_id};
@@ -27,20 +24,6 @@ async fn state(store: &dyn BindingStore, s: &str, thread: &str, path: &str) -> O
     Some((file.len, file.crc32))
 }
 
-/// A writer whose bytes the test reads back.
-#[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Shared {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 /// What [`BindingStore::write_mirror_file`] writes of `path`, with the length and CRC-32 it
 /// says it wrote; `None` when it writes nothing.
 async fn written(
@@ -49,12 +32,12 @@ async fn written(
     thread: &str,
     path: &str,
 ) -> Option<(Vec<u8>, u64, u32)> {
-    let out = Shared::default();
+    let out = crate::store::MemoryFile::default();
     let stored = store
         .write_mirror_file(s, thread, path, Box::new(out.clone()))
         .await
         .unwrap();
-    let bytes = out.0.lock().unwrap().clone();
+    let bytes = out.lock().clone();
     match stored {
         Some(file) => Some((bytes, file.len, file.crc32)),
         None => {

@@ -232,7 +232,6 @@ pub(crate) fn drop_thread(
     Ok(())
 }
 
-/// The bytes of a stored file, checked as [`stream_file`] checks them.
 /// Hands `sink` a stored file's chunks in order, checked: they are exactly `0..chunks`, each
 /// of its recorded length, and together of the file's length and CRC-32. Anything else is
 /// damage (`Corrupt`), found at the chunk that shows it, or at the end for the CRC-32: a
