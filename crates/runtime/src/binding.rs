@@ -8,7 +8,8 @@
 use rethread_protocol::messages::ThreadStartParams;
 use rethread_protocol::ResumeFailure;
 use rethread_store::{
-    BindingState, BindingStore, CommitOutcome, Fence, Retirement, StoreError, TurnCommit,
+    BindingState, BindingStore, CommitOutcome, Fence, Retirement, SessionRecord, StoreError,
+    TurnCommit,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -59,18 +60,33 @@ impl StoreSide<'_> {
     /// start, say, opened, open failed, commit, retire); `None` when the machine has nothing
     /// more to do. Every driver shares this, so no driver carries a store rule of its own.
     pub async fn next_action(&self, machine: &mut impl MachineAccess) -> Option<DriverAction> {
+        // The record `ReadSession` read, for the `Restore` that follows it: one read per open.
+        let mut record = None;
         loop {
             match machine.with(SessionMachine::poll)? {
                 Action::ReadSession => {
-                    let stored = read_stored(self.store, self.session_id).await;
+                    let stored = match self.store.session(self.session_id).await {
+                        Ok(read) => {
+                            let stored = stored_of(read.as_ref());
+                            record = read;
+                            Ok(stored)
+                        }
+                        Err(error) => Err(RuntimeError::from(error)),
+                    };
                     machine.with(|m| match stored {
                         Ok(stored) => m.handle_session(stored),
                         Err(error) => m.handle_failed(error),
                     });
                 }
                 Action::Restore { thread_id } => {
-                    let restored =
-                        restore(self.store, self.mirror, self.session_id, &thread_id).await;
+                    let restored = restore(
+                        self.store,
+                        self.mirror,
+                        self.session_id,
+                        record.take(),
+                        &thread_id,
+                    )
+                    .await;
                     machine.with(|m| m.handle_restored(restored));
                 }
                 Action::Wait(delay) => {
@@ -134,10 +150,15 @@ pub async fn read_stored(
     store: &dyn BindingStore,
     session_id: &str,
 ) -> Result<Stored, RuntimeError> {
-    let Some(record) = store.session(session_id).await? else {
-        return Ok(Stored::Unbound);
+    Ok(stored_of(store.session(session_id).await?.as_ref()))
+}
+
+/// What the machine hears of a session's record.
+fn stored_of(record: Option<&SessionRecord>) -> Stored {
+    let Some(record) = record else {
+        return Stored::Unbound;
     };
-    Ok(match &record.state {
+    match &record.state {
         BindingState::Bound(binding) => Stored::Bound {
             thread_id: binding.thread_id.clone(),
         },
@@ -150,7 +171,7 @@ pub async fn read_stored(
             notice_delivered: given_up.notice_delivered,
         },
         _ => Stored::Unbound,
-    })
+    }
 }
 
 /// Gives a lost thread up: retires it for the session and drops the binding if it still names
@@ -240,15 +261,17 @@ pub async fn restore(
     store: &dyn BindingStore,
     mirror: Option<&RolloutMirror>,
     session_id: &str,
+    record: Option<SessionRecord>,
     thread_id: &str,
 ) -> Result<Restored, String> {
     let Some(mirror) = mirror else {
         return Ok(Restored::default());
     };
-    let restored = mirror
-        .restore(store, session_id, thread_id)
-        .await
-        .map_err(|error| error.to_string())?;
+    let restored = match record.filter(|r| r.session_id == session_id) {
+        Some(record) => mirror.restore_from(store, &record, thread_id).await,
+        None => mirror.restore(store, session_id, thread_id).await,
+    };
+    let restored = restored.map_err(|error| error.to_string())?;
     if !restored.written.is_empty() {
         tracing::info!(%session_id, %thread_id, files = ?restored.written, diverged = restored.diverged, "restored the thread's rollout from the store");
     }

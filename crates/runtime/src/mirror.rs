@@ -18,11 +18,12 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rethread_store::{
     check_mirror_path, crc32_extend, BindingStore, MirrorAppend, MirrorOutcome, MirrorUpdate,
-    MirroredFile, StoreError, DEFAULT_MIRROR_CAP,
+    MirroredFile, SessionRecord, StoreError, DEFAULT_MIRROR_CAP,
 };
 
 /// Codex's index of paginated threads, rebuilt from the rollout when a thread's rows are gone.
@@ -258,9 +259,22 @@ impl RolloutMirror {
         session_id: &str,
         thread_id: &str,
     ) -> Result<Restored, MirrorError> {
-        let Some(record) = store.session(session_id).await? else {
-            return Ok(Restored::default());
-        };
+        match store.session(session_id).await? {
+            Some(record) => self.restore_from(store, &record, thread_id).await,
+            None => Ok(Restored::default()),
+        }
+    }
+
+    /// [`RolloutMirror::restore`] from the session's record as the caller has just read it
+    /// (a driver's open reads it anyway, to find the binding): one store read fewer. Each
+    /// file is then read from the store's own snapshot, so a record read a moment ago only
+    /// decides which files to look at.
+    pub async fn restore_from(
+        &self,
+        store: &dyn BindingStore,
+        record: &SessionRecord,
+        thread_id: &str,
+    ) -> Result<Restored, MirrorError> {
         if record.mirror.stopped {
             return Ok(Restored {
                 stopped: true,
@@ -272,57 +286,67 @@ impl RolloutMirror {
             return Ok(Restored::default());
         }
         let home = self.inner.home.clone();
-        let checked = {
+        // One hop to a blocking thread: what the home holds of each file, and a temp file
+        // for each it needs.
+        let locals = {
             let (home, files) = (home.clone(), files.clone());
-            blocking(move || {
-                files
-                    .iter()
-                    .map(|file| check_local(&home, file))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .await?
+            blocking(move || check_locals(&home, &files)).await?
         };
         let mut known = Known {
             dir: files.first().and_then(|f| parent_of(&f.path)),
             files: HashMap::new(),
         };
         let mut restored = Restored::default();
-        for (file, local) in files.iter().zip(checked) {
-            let existing = match local {
-                Local::Holds(held) => {
-                    known.files.insert(file.path.clone(), held);
-                    continue;
-                }
-                Local::Needs(existing) => existing,
-            };
-            let (home, path) = (home.clone(), file.path.clone());
-            let (temp, out) = blocking(move || TempFile::create(&home, &path)).await?;
-            let written = store
-                .write_mirror_file(session_id, thread_id, &file.path, out)
-                .await;
-            let stored = match written {
-                Ok(Some(stored)) => stored,
-                unwritten => {
-                    blocking(move || {
-                        temp.discard();
-                        Ok(())
-                    })
-                    .await?;
-                    match unwritten {
-                        // Dropped since the record was read (a concurrent forget): nothing to
-                        // restore.
-                        Ok(_) => continue,
-                        Err(error) => return Err(error.into()),
+        let mut locals = files.iter().zip(locals);
+        let written = async {
+            for (file, local) in locals.by_ref() {
+                let (temp, out, existing) = match local {
+                    Local::Holds(held) => {
+                        known.files.insert(file.path.clone(), held);
+                        continue;
                     }
+                    Local::Needs {
+                        temp,
+                        out,
+                        existing,
+                    } => (temp, out, existing),
+                };
+                let written = store
+                    .write_mirror_file(&record.session_id, thread_id, &file.path, out)
+                    .await;
+                let stored = match written {
+                    Ok(Some(stored)) => stored,
+                    // Dropped since the record was read (a concurrent forget): nothing to
+                    // restore.
+                    Ok(None) => {
+                        discard(vec![temp]).await?;
+                        continue;
+                    }
+                    Err(error) => {
+                        discard(vec![temp]).await?;
+                        return Err(error.into());
+                    }
+                };
+                // `finish` removes its temp file when it fails.
+                let (diverged, held) =
+                    blocking(move || temp.finish(&stored, existing.as_deref())).await?;
+                restored.diverged |= diverged;
+                restored.written.push(file.path.clone());
+                if let Some(held) = held {
+                    known.files.insert(file.path.clone(), held);
                 }
-            };
-            let (diverged, held) =
-                blocking(move || temp.finish(&stored, existing.as_deref())).await?;
-            restored.diverged |= diverged;
-            restored.written.push(file.path.clone());
-            if let Some(held) = held {
-                known.files.insert(file.path.clone(), held);
             }
+            Ok(())
+        }
+        .await;
+        if let Err(error) = written {
+            // The temp files of the files not reached.
+            let temps = locals.filter_map(|(_, local)| match local {
+                Local::Needs { temp, .. } => Some(temp),
+                Local::Holds(_) => None,
+            });
+            discard(temps.collect()).await?;
+            return Err(error);
         }
         if restored.diverged {
             let (home, thread) = (home.clone(), thread_id.to_string());
@@ -333,6 +357,15 @@ impl RolloutMirror {
         self.known().insert(thread_id.to_string(), known);
         Ok(restored)
     }
+}
+
+/// Removes temp files that will not be renamed into place.
+async fn discard(temps: Vec<TempFile>) -> Result<(), MirrorError> {
+    blocking(move || {
+        temps.into_iter().for_each(TempFile::discard);
+        Ok(())
+    })
+    .await
 }
 
 async fn blocking<T: Send + 'static>(
@@ -519,8 +552,33 @@ fn grown(
 enum Local {
     /// The mirror's bytes, maybe followed by more (left as they are).
     Holds(KnownFile),
-    /// Less, or other bytes: the file's current bytes, if it exists.
-    Needs(Option<Vec<u8>>),
+    /// Less, or other bytes: the temp file to restore it through, the writer the store fills
+    /// it with, and the file's current bytes, if it exists.
+    Needs {
+        temp: TempFile,
+        out: Box<dyn Write + Send>,
+        existing: Option<Vec<u8>>,
+    },
+}
+
+/// What the home holds of each of `files`, with a temp file for each it needs; none is left
+/// behind on an error.
+fn check_locals(home: &Path, files: &[MirroredFile]) -> Result<Vec<Local>, MirrorError> {
+    let mut locals = Vec::with_capacity(files.len());
+    for file in files {
+        match check_local(home, file) {
+            Ok(local) => locals.push(local),
+            Err(error) => {
+                for local in locals {
+                    if let Local::Needs { temp, .. } = local {
+                        temp.discard();
+                    }
+                }
+                return Err(error);
+            }
+        }
+    }
+    Ok(locals)
 }
 
 fn checked_path(home: &Path, path: &str) -> Result<PathBuf, MirrorError> {
@@ -530,24 +588,30 @@ fn checked_path(home: &Path, path: &str) -> Result<PathBuf, MirrorError> {
 
 fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
     let abs = checked_path(home, &file.path)?;
-    let mut handle = match File::open(&abs) {
-        Ok(handle) => handle,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Local::Needs(None)),
+    let existing = match File::open(&abs) {
+        Ok(mut handle) => {
+            let id = file_id(&handle.metadata().map_err(io_error(&abs))?);
+            let mut bytes = Vec::new();
+            handle.read_to_end(&mut bytes).map_err(io_error(&abs))?;
+            if bytes.len() as u64 >= file.len
+                && crc32fast::hash(&bytes[..file.len as usize]) == file.crc32
+            {
+                return Ok(Local::Holds(KnownFile {
+                    len: file.len,
+                    crc32: file.crc32,
+                    id,
+                }));
+            }
+            Some(bytes)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(io_error(&abs)(e)),
     };
-    let id = file_id(&handle.metadata().map_err(io_error(&abs))?);
-    let mut bytes = Vec::new();
-    handle.read_to_end(&mut bytes).map_err(io_error(&abs))?;
-    let holds = bytes.len() as u64 >= file.len
-        && crc32fast::hash(&bytes[..file.len as usize]) == file.crc32;
-    Ok(if holds {
-        Local::Holds(KnownFile {
-            len: file.len,
-            crc32: file.crc32,
-            id,
-        })
-    } else {
-        Local::Needs(Some(bytes))
+    let (temp, out) = TempFile::create(home, &file.path)?;
+    Ok(Local::Needs {
+        temp,
+        out,
+        existing,
     })
 }
 
@@ -559,6 +623,8 @@ struct TempFile {
     file: File,
     temp: PathBuf,
     abs: PathBuf,
+    /// Where the last line the store wrote ends.
+    line_end: Arc<AtomicU64>,
 }
 
 impl TempFile {
@@ -575,13 +641,13 @@ impl TempFile {
         // name per restore among live processes: two restores of a thread into one home at
         // once (two openers in one process) each write and rename their own file. A name
         // left by a process that died (its pid reused, as a container's is) is overwritten.
-        static RESTORES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let restore = RESTORES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        static RESTORES: AtomicU64 = AtomicU64::new(0);
+        let restore = RESTORES.fetch_add(1, Ordering::Relaxed);
         let temp = dir.join(format!(
             ".rethread-restore-{}-{restore}-{name}.tmp",
             std::process::id()
         ));
-        // Read back too: `finish` looks for the last newline and compares the local copy.
+        // Read back too, when `finish` compares a local copy with it.
         let file = File::options()
             .read(true)
             .write(true)
@@ -596,8 +662,19 @@ impl TempFile {
                 return Err(io_error(&temp)(error));
             }
         };
-        let out = Box::new(io::BufWriter::with_capacity(1 << 16, out));
-        Ok((TempFile { file, temp, abs }, out))
+        let line_end = Arc::new(AtomicU64::new(0));
+        let out = Box::new(LineEnds {
+            out: io::BufWriter::with_capacity(1 << 16, out),
+            written: 0,
+            line_end: line_end.clone(),
+        });
+        let temp = TempFile {
+            file,
+            temp,
+            abs,
+            line_end,
+        };
+        Ok((temp, out))
     }
 
     fn discard(self) {
@@ -610,31 +687,38 @@ impl TempFile {
     /// and what the store holds of the new file (`None` when the cut dropped a partial line:
     /// the next commit sends the file whole).
     fn finish(
-        mut self,
+        self,
         stored: &MirroredFile,
         existing: Option<&[u8]>,
     ) -> Result<(bool, Option<KnownFile>), MirrorError> {
+        // A record being written is not mirrored, and 0.144.6 glues the next record onto a
+        // partial line: only whole lines go in place.
+        let cut = self.line_end.load(Ordering::Acquire).min(stored.len);
+        let TempFile {
+            file, temp, abs, ..
+        } = self;
         let result = (|| {
-            let cut = last_line_end(&mut self.file, stored.len)?;
+            let mut file = file;
             if cut < stored.len {
-                self.file.set_len(cut)?;
+                file.set_len(cut)?;
             }
             let diverged = match existing {
-                Some(local) => !starts_with(&mut self.file, cut, local)?,
+                Some(local) => !starts_with(&mut file, cut, local)?,
                 None => false,
             };
-            drop(self.file);
-            std::fs::rename(&self.temp, &self.abs)?;
-            Ok((diverged, cut))
+            // The renamed file is this one (same inode).
+            let id = file_id(&file.metadata()?);
+            drop(file);
+            std::fs::rename(&temp, &abs)?;
+            Ok((diverged, id))
         })();
-        let (diverged, cut) = match result {
+        let (diverged, id) = match result {
             Ok(done) => done,
             Err(error) => {
-                let _ = std::fs::remove_file(&self.temp);
-                return Err(io_error(&self.abs)(error));
+                let _ = std::fs::remove_file(&temp);
+                return Err(io_error(&abs)(error));
             }
         };
-        let id = std::fs::metadata(&self.abs).ok().and_then(|m| file_id(&m));
         let held = (cut == stored.len).then_some(KnownFile {
             len: stored.len,
             crc32: stored.crc32,
@@ -644,23 +728,28 @@ impl TempFile {
     }
 }
 
-/// The length of `file`'s first `len` bytes up to and including their last newline (a record
-/// being written is not mirrored, and 0.144.6 glues the next record onto a partial line),
-/// read backwards from the end.
-fn last_line_end(file: &mut File, len: u64) -> io::Result<u64> {
-    let mut end = len;
-    let mut block = vec![0; 1 << 16];
-    while end > 0 {
-        let start = end.saturating_sub(block.len() as u64);
-        let part = &mut block[..(end - start) as usize];
-        file.seek(SeekFrom::Start(start))?;
-        file.read_exact(part)?;
-        if let Some(at) = part.iter().rposition(|b| *b == b'\n') {
-            return Ok(start + at as u64 + 1);
+/// The store's writer into a temp file: notes where the last whole line it was given ends, so
+/// the cut needs no read back.
+struct LineEnds {
+    out: io::BufWriter<File>,
+    written: u64,
+    line_end: Arc<AtomicU64>,
+}
+
+impl Write for LineEnds {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.out.write(buf)?;
+        if let Some(at) = buf[..n].iter().rposition(|b| *b == b'\n') {
+            self.line_end
+                .store(self.written + at as u64 + 1, Ordering::Release);
         }
-        end = start;
+        self.written += n as u64;
+        Ok(n)
     }
-    Ok(0)
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
 }
 
 /// Whether `file`'s first `len` bytes start with `local`.
@@ -732,6 +821,21 @@ mod tests {
             "rollout-2026-12-01T17-21-09-other.jsonl",
             t
         ));
+    }
+
+    #[test]
+    fn a_restore_is_cut_after_the_last_newline_the_store_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let (temp, mut out) = TempFile::create(dir.path(), "sessions/x.jsonl").unwrap();
+        for part in [&b"ab\ncd"[..], b"", b"ef\ng", b"hij"] {
+            out.write_all(part).unwrap();
+        }
+        out.flush().unwrap();
+        assert_eq!(temp.line_end.load(Ordering::Acquire), 8);
+        let (temp, mut out) = TempFile::create(dir.path(), "sessions/y.jsonl").unwrap();
+        out.write_all(b"no newline").unwrap();
+        assert_eq!(temp.line_end.load(Ordering::Acquire), 0);
+        temp.discard();
     }
 
     #[test]

@@ -289,3 +289,47 @@ async fn a_give_up_after_a_takeover_writes_nothing_and_says_nothing() {
     assert!(!record.is_retired("dead"));
     assert!(recorded.messages(StatusKind::Lifecycle).is_empty());
 }
+
+/// An open with the mirror on restores the thread from the record its `ReadSession` read: the
+/// store's session record is read once per open (the restore's chunks come from the store's
+/// own snapshot), and the rollout is in place before the resume is sent.
+#[tokio::test]
+async fn an_open_restores_the_thread_from_the_record_it_read_once() {
+    use rethread_runtime::binding::{commit_turn, TurnRows};
+    use rethread_runtime::{RolloutMirror, Transcript};
+    const THREAD: &str = "01a2329f-e3f7-7240-889a-d40328142d21";
+    let rel = format!("sessions/2026/12/01/rollout-2026-12-01T17-21-09-{THREAD}.jsonl");
+    let memory = Arc::new(MemoryStore::new());
+    let a = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(a.path().join("sessions/2026/12/01")).unwrap();
+    std::fs::write(a.path().join(&rel), "{\"type\":\"session_meta\"}\n").unwrap();
+    let rows = [json!({"role": "user", "text": "remember PAPAYA"})];
+    let on_a = RolloutMirror::new(a.path());
+    let turn = TurnRows::new("s", THREAD, &rows).mirror(Some(&on_a));
+    commit_turn(memory.as_ref(), &Transcript::Store, None, turn)
+        .await
+        .unwrap();
+    let faults = Faults::default();
+    let store = Arc::new(faulty_store::over(memory.clone(), faults.clone()));
+    let b = tempfile::tempdir().unwrap();
+    let home = b.path().to_str().unwrap().to_string();
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut binder = SessionBinder::new("s", store, StatusRail::default())
+        .with_options(options().codex_home(Some(home)).mirror(true));
+    let run = tokio::spawn(async move {
+        let session = binder.open(&client).await.map(|s| s.outcome().clone());
+        (session, client)
+    });
+    let (id, params) = peer.expect("thread/resume").await;
+    assert_eq!(params["threadId"], THREAD);
+    assert_eq!(
+        std::fs::read(b.path().join(&rel)).unwrap(),
+        std::fs::read(a.path().join(&rel)).unwrap()
+    );
+    peer.reply(id, json!({"thread": support::thread(THREAD)}))
+        .await;
+    let (outcome, _client) = run.await.unwrap();
+    assert!(matches!(outcome.unwrap(), OpenOutcome::Resumed { thread_id } if thread_id == THREAD));
+    assert_eq!(faults.calls("session"), 1);
+    assert_eq!(faults.calls("write_mirror_file"), 1);
+}
