@@ -145,6 +145,8 @@ mod verify;
 mod checksum;
 #[cfg(any(feature = "redb", feature = "sqlite"))]
 mod durable;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod lease_columns;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "redb")]

@@ -3,6 +3,11 @@
 
 use postgres::{Client, Statement};
 
+use crate::lease_columns::lease_columns;
+
+/// The `leases` columns, in `LeaseColumns`' order.
+const LEASE_COLUMNS: &str = lease_columns!();
+
 /// The statement texts, qualified with the store's schema.
 #[derive(Debug)]
 pub(super) struct Sql {
@@ -54,10 +59,6 @@ statements!(
 /// The `sessions` columns, in the order `txn::decode_record` reads them.
 pub(super) const RECORD_COLUMNS: &str = "session_id, model_config, state, row_count, \
      retired_threads, created_at_ms, updated_at_ms, mirror";
-
-/// The `leases` columns, in the order `txn::decode_grant` reads them.
-const LEASE_COLUMNS: &str = "session_id, host, pid, started_at_ms, instance, acquired_at_ms, \
-     expires_at_ms, fence, process_space, process_start, state";
 
 impl Sql {
     pub(super) fn new(schema: Option<String>) -> Sql {

@@ -10,14 +10,10 @@ use serde_json::{Map, Value};
 
 use super::error::map_postgres_error;
 use super::sql::Statements;
-use crate::logic::{
-    check_record, ChunkSink, FileKey, Grant, GrantState, LeaseTxn, ReadTxn, WriteTxn,
-};
+use crate::lease_columns::LeaseColumns;
+use crate::logic::{check_record, ChunkSink, FileKey, Grant, LeaseTxn, ReadTxn, WriteTxn};
 use crate::Result;
-use crate::{
-    BindingState, Lease, LeaseOwner, MirrorState, ProcessIdentity, SessionRecord, StoreError,
-    TranscriptRow,
-};
+use crate::{BindingState, MirrorState, SessionRecord, StoreError, TranscriptRow};
 
 /// A transaction on a connection and that connection's statements.
 pub(super) struct Txn<'a, 't> {
@@ -260,54 +256,39 @@ impl LeaseTxn for Txn<'_, '_> {
         let Some(r) = row else {
             return Ok(None);
         };
-        let damaged = |what: &str| {
-            StoreError::corrupt(self.label, format!("lease of session {session_id}: {what}"))
-        };
-        let process = ProcessIdentity::from_columns(r.get(8), r.get(9)).map_err(damaged)?;
-        let state = match r.get::<_, i64>(10) {
-            0 => GrantState::Held,
-            1 => GrantState::Released,
-            2 => GrantState::Forgotten,
-            _ => return Err(damaged("unknown state")),
-        };
-        let lease = Lease {
+        let columns = LeaseColumns {
             session_id: r.get(0),
-            owner: LeaseOwner {
-                host: r.get(1),
-                pid: u32::try_from(r.get::<_, i64>(2)).map_err(|_| damaged("bad pid"))?,
-                started_at_ms: r.get(3),
-                instance: r.get::<_, i64>(4) as u64,
-                process,
-            },
+            host: r.get(1),
+            pid: r.get(2),
+            started_at_ms: r.get(3),
+            instance: r.get(4),
             acquired_at_ms: r.get(5),
             expires_at_ms: r.get(6),
-            fence: r.get::<_, i64>(7) as u64,
+            fence: r.get(7),
+            process_space: r.get(8),
+            process_start: r.get(9),
+            state: r.get(10),
         };
-        Ok(Some(Grant { lease, state }))
+        columns.into_grant(self.label).map(Some)
     }
 
     fn put_lease(&mut self, grant: &Grant) -> Result<()> {
-        let lease = &grant.lease;
-        let state: i64 = match grant.state {
-            GrantState::Held => 0,
-            GrantState::Released => 1,
-            GrantState::Forgotten => 2,
-        };
+        let c = LeaseColumns::of(grant);
         self.txn
             .execute(
                 &self.sql.put_lease,
                 &[
-                    &lease.session_id,
-                    &lease.owner.host,
-                    &i64::from(lease.owner.pid),
-                    &lease.owner.started_at_ms,
-                    &(lease.owner.instance as i64),
-                    &lease.acquired_at_ms,
-                    &lease.expires_at_ms,
-                    &(lease.fence as i64),
-                    &lease.owner.process.as_ref().map(|p| p.space.as_str()),
-                    &lease.owner.process.as_ref().map(|p| p.start_ticks as i64),
-                    &state,
+                    &c.session_id,
+                    &c.host,
+                    &c.pid,
+                    &c.started_at_ms,
+                    &c.instance,
+                    &c.acquired_at_ms,
+                    &c.expires_at_ms,
+                    &c.fence,
+                    &c.process_space,
+                    &c.process_start,
+                    &c.state,
                 ],
             )
             .map_err(|e| self.map(e))?;

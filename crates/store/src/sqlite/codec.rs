@@ -9,11 +9,10 @@ use rusqlite::Row;
 use serde_json::{Map, Value};
 
 use crate::checksum::{verify, Checksum};
-use crate::logic::{check_record, Grant, GrantState};
+use crate::lease_columns::{lease_columns, LeaseColumns};
+use crate::logic::{check_record, Grant};
 use crate::Result;
-use crate::{
-    BindingState, Lease, LeaseOwner, MirrorState, ProcessIdentity, SessionRecord, StoreError,
-};
+use crate::{BindingState, MirrorState, SessionRecord, StoreError};
 
 /// The checksum of a `threads` row.
 pub(super) fn thread_checksum(thread_id: &str, session_id: &str) -> i64 {
@@ -171,29 +170,17 @@ pub(super) fn raw_record(row: &Row<'_>) -> rusqlite::Result<RawRecord> {
 }
 
 /// The `leases` columns, in the order [`RawLease::from_row`] expects them, `checksum` last.
-pub(super) const LEASE_COLUMNS: &str =
-    "session_id, host, pid, started_at_ms, instance, acquired_at_ms, \
-     expires_at_ms, fence, process_space, process_start, state, checksum";
+pub(super) const LEASE_COLUMNS: &str = concat!(lease_columns!(), ", checksum");
 
-/// A `leases` row as stored.
+/// A `leases` row as stored: the columns both SQL backends keep, and their checksum.
 pub(super) struct RawLease {
-    pub(super) session_id: String,
-    pub(super) host: String,
-    pub(super) pid: i64,
-    pub(super) started_at_ms: i64,
-    pub(super) instance: i64,
-    pub(super) acquired_at_ms: i64,
-    pub(super) expires_at_ms: i64,
-    pub(super) fence: i64,
-    pub(super) process_space: Option<String>,
-    pub(super) process_start: Option<i64>,
-    pub(super) state: i64,
+    pub(super) columns: LeaseColumns,
     pub(super) checksum: i64,
 }
 
 impl RawLease {
     pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<RawLease> {
-        Ok(RawLease {
+        let columns = LeaseColumns {
             session_id: row.get(0)?,
             host: row.get(1)?,
             pid: row.get(2)?,
@@ -205,91 +192,47 @@ impl RawLease {
             process_space: row.get(8)?,
             process_start: row.get(9)?,
             state: row.get(10)?,
+        };
+        Ok(RawLease {
+            columns,
             checksum: row.get(11)?,
         })
     }
 
     pub(super) fn encode(grant: &Grant) -> RawLease {
-        let lease = &grant.lease;
-        let mut raw = RawLease {
-            session_id: lease.session_id.clone(),
-            host: lease.owner.host.clone(),
-            pid: i64::from(lease.owner.pid),
-            started_at_ms: lease.owner.started_at_ms,
-            instance: lease.owner.instance as i64,
-            acquired_at_ms: lease.acquired_at_ms,
-            expires_at_ms: lease.expires_at_ms,
-            fence: lease.fence as i64,
-            process_space: lease.owner.process.as_ref().map(|p| p.space.clone()),
-            process_start: lease.owner.process.as_ref().map(|p| p.start_ticks as i64),
-            state: match grant.state {
-                GrantState::Held => 0,
-                GrantState::Released => 1,
-                GrantState::Forgotten => 2,
-            },
-            checksum: 0,
-        };
-        raw.checksum = raw.fields_checksum();
-        raw
-    }
-
-    pub(super) fn fields_checksum(&self) -> i64 {
-        Checksum::of("leases")
-            .text(&self.session_id)
-            .text(&self.host)
-            .int(self.pid)
-            .int(self.started_at_ms)
-            .int(self.instance)
-            .int(self.acquired_at_ms)
-            .int(self.expires_at_ms)
-            .int(self.fence)
-            .opt_text(self.process_space.as_deref())
-            .opt_int(self.process_start)
-            .int(self.state)
-            .finish()
+        let columns = LeaseColumns::of(grant);
+        let checksum = fields_checksum(&columns);
+        RawLease { columns, checksum }
     }
 
     /// Verifies the row and decodes it.
     pub(super) fn into_grant(self, label: &str) -> Result<Grant> {
+        let columns = self.columns;
         verify(
             label,
-            || format!("lease of session {}", self.session_id),
+            || format!("lease of session {}", columns.session_id),
             self.checksum,
-            self.fields_checksum(),
+            fields_checksum(&columns),
         )?;
-        let pid = u32::try_from(self.pid).map_err(|_| {
-            StoreError::corrupt(label, format!("lease of {}: bad pid", self.session_id))
-        })?;
-        let process = ProcessIdentity::from_columns(self.process_space, self.process_start)
-            .map_err(|what| {
-                StoreError::corrupt(label, format!("lease of {}: {what}", self.session_id))
-            })?;
-        let state = match self.state {
-            0 => GrantState::Held,
-            1 => GrantState::Released,
-            2 => GrantState::Forgotten,
-            _ => {
-                return Err(StoreError::corrupt(
-                    label,
-                    format!("lease of {}: unknown state", self.session_id),
-                ))
-            }
-        };
-        let lease = Lease {
-            session_id: self.session_id,
-            owner: LeaseOwner {
-                host: self.host,
-                pid,
-                started_at_ms: self.started_at_ms,
-                instance: self.instance as u64,
-                process,
-            },
-            acquired_at_ms: self.acquired_at_ms,
-            expires_at_ms: self.expires_at_ms,
-            fence: self.fence as u64,
-        };
-        Ok(Grant { lease, state })
+        columns.into_grant(label)
     }
+}
+
+/// The checksum of a `leases` row's fields as stored.
+fn fields_checksum(c: &LeaseColumns) -> i64 {
+    Checksum::of("leases")
+        .text(&c.session_id)
+        .text(&c.host)
+        .int(c.pid)
+        .int(c.started_at_ms)
+        .int(c.instance)
+        .int(c.acquired_at_ms)
+        .int(c.expires_at_ms)
+        .int(c.fence)
+        .opt_text(c.process_space.as_deref())
+        .opt_int(c.process_start)
+        .int(c.state)
+        .finish()
 }
 
 #[cfg(test)]

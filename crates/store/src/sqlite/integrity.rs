@@ -88,7 +88,7 @@ fn verify_leases(conn: &Connection, label: &str, checker: &mut Checker<'_>) -> R
     let sql = format!("SELECT {LEASE_COLUMNS} FROM leases");
     verify_records(conn, label, checker, &sql, ProblemKind::Lease, |row| {
         let raw = RawLease::from_row(row).map_err(|e| map_sqlite_error(label, e))?;
-        let session_id = raw.session_id.clone();
+        let session_id = raw.columns.session_id.clone();
         Ok((session_id, raw.into_grant(label).map(drop)))
     })
 }

@@ -323,18 +323,19 @@ impl LeaseTxn for Txn<'_> {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
             ))
             .and_then(|mut s| {
+                let c = &raw.columns;
                 s.execute(params![
-                    raw.session_id,
-                    raw.host,
-                    raw.pid,
-                    raw.started_at_ms,
-                    raw.instance,
-                    raw.acquired_at_ms,
-                    raw.expires_at_ms,
-                    raw.fence,
-                    raw.process_space,
-                    raw.process_start,
-                    raw.state,
+                    c.session_id,
+                    c.host,
+                    c.pid,
+                    c.started_at_ms,
+                    c.instance,
+                    c.acquired_at_ms,
+                    c.expires_at_ms,
+                    c.fence,
+                    c.process_space,
+                    c.process_start,
+                    c.state,
                     raw.checksum,
                 ])
             })
