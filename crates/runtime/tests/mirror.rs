@@ -177,6 +177,42 @@ async fn a_mirror_damaged_part_way_through_leaves_no_file_behind() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// A restore makes the temp file of every file the home needs before the store writes the
+/// first: when the first file's mirror is damaged, the temp file of the file not reached goes
+/// too.
+#[tokio::test]
+async fn a_damaged_first_file_leaves_no_temp_file_of_the_next_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite");
+    let store = rethread_store::SqliteStore::open(&path, Default::default())
+        .await
+        .unwrap();
+    let (a, _) = two_turns_on_a(&store).await;
+    let mirror = RolloutMirror::new(a.path());
+    mirror.restore(&store, "s", THREAD).await.unwrap();
+    write(a.path(), &head(), &line("session_meta", "history_base"));
+    assert_eq!(commit(&store, &mirror).await.mirror, MirrorReport::Written);
+    let record = store.require_session("s").await.unwrap();
+    let paths: Vec<_> = record.mirror.files.iter().map(|f| f.path.clone()).collect();
+    assert_eq!(paths, [source(), head()]);
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "DELETE FROM mirror_chunks WHERE seq = 1 AND path = ?1",
+            [source()],
+        )
+        .unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let restored = RolloutMirror::new(b.path())
+        .restore(&store, "s", THREAD)
+        .await;
+    assert!(restored.is_err(), "{restored:?}");
+    let left: Vec<_> = std::fs::read_dir(b.path().join(DIR))
+        .map(|dir| dir.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_restores_of_one_thread_into_one_home_at_once_each_write_the_mirror_whole() {
     // Two openers of the session in one process (two binders without a lease, say) may
