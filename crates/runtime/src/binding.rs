@@ -253,10 +253,12 @@ pub async fn transcript_tail(
     Ok(rows.into_iter().map(|row| row.body).collect())
 }
 
-/// The answer to [`Action::Restore`]: the thread's rollout
-/// restored from the store's mirror ([`RolloutMirror::restore`]), or why not, as
+/// The answer to [`Action::Restore`]: the thread's rollout restored from the store's mirror,
+/// or why not, as
 /// [`SessionMachine::handle_restored`](crate::machine::SessionMachine::handle_restored) takes
-/// it. Without a mirror (mirroring off, or no `CODEX_HOME`) nothing is restored.
+/// it: from `record`, the session as the open's [`Action::ReadSession`] read it
+/// ([`RolloutMirror::restore_from`]), else from a fresh read ([`RolloutMirror::restore`]).
+/// Without a mirror (mirroring off, or no `CODEX_HOME`) nothing is restored.
 pub async fn restore(
     store: &dyn BindingStore,
     mirror: Option<&RolloutMirror>,
