@@ -145,12 +145,12 @@ mod verify;
 mod checksum;
 #[cfg(any(feature = "redb", feature = "sqlite"))]
 mod durable;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod lease_columns;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "redb")]
 mod redb;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql_columns;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 

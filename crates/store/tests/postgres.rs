@@ -85,6 +85,56 @@ async fn a_newer_schema_is_refused() {
     );
 }
 
+/// Damage in a column never reads as data: a negative row count (SQLite's reading refused
+/// it; PostgreSQL's read it as 2^64 - 1) and an unknown lease state are `Corrupt`, on reads
+/// and on writes that would build on them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_column_is_corrupt_not_data() {
+    let Some(url) = fresh_url("damaged_column") else {
+        return;
+    };
+    let store = PostgresStore::open(&url, OpenOptions::new()).await.unwrap();
+    store.commit_turn(commit("s", "t1", 2)).await.unwrap();
+    let owner = rethread_store::LeaseOwner {
+        host: "h".to_string(),
+        pid: 1,
+        started_at_ms: 0,
+        instance: 1,
+        process: None,
+    };
+    store
+        .acquire_lease("l", &owner, std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    let (base, schema) = url.rsplit_once("schema=").unwrap();
+    let base = base.trim_end_matches(['?', '&']);
+    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute(&format!(
+            "UPDATE \"{schema}\".sessions SET row_count = -1 WHERE session_id = 's'; \
+             UPDATE \"{schema}\".leases SET state = 7 WHERE session_id = 'l';"
+        ))
+        .await
+        .unwrap();
+    let read = store.session("s").await;
+    assert!(matches!(read, Err(StoreError::Corrupt { .. })), "{read:?}");
+    let written = store.commit_turn(commit("s", "t1", 1)).await;
+    assert!(
+        matches!(written, Err(StoreError::Corrupt { .. })),
+        "{written:?}"
+    );
+    let lease = store
+        .acquire_lease("l", &owner, std::time::Duration::from_secs(60))
+        .await;
+    assert!(
+        matches!(lease, Err(StoreError::Corrupt { .. })),
+        "{lease:?}"
+    );
+}
+
 /// Two stores (two pools, as two processes would have) writing one session at once: every
 /// row lands exactly once in order, every merge-patch key survives, and the binding is valid.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

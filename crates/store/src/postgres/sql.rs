@@ -3,7 +3,7 @@
 
 use postgres::{Client, Statement};
 
-use crate::lease_columns::lease_columns;
+use crate::sql_columns::{lease_columns, record_columns};
 
 /// The `leases` columns, in `LeaseColumns`' order.
 const LEASE_COLUMNS: &str = lease_columns!();
@@ -56,9 +56,8 @@ statements!(
     put_lease,
 );
 
-/// The `sessions` columns, in the order `txn::decode_record` reads them.
-pub(super) const RECORD_COLUMNS: &str = "session_id, model_config, state, row_count, \
-     retired_threads, created_at_ms, updated_at_ms, mirror";
+/// The `sessions` columns, in `RecordColumns`' order.
+pub(super) const RECORD_COLUMNS: &str = record_columns!();
 
 impl Sql {
     pub(super) fn new(schema: Option<String>) -> Sql {

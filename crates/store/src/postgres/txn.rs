@@ -6,14 +6,14 @@ use std::ops::Range;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
 use postgres::{Row, Transaction};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::error::map_postgres_error;
 use super::sql::Statements;
-use crate::lease_columns::LeaseColumns;
-use crate::logic::{check_record, ChunkSink, FileKey, Grant, LeaseTxn, ReadTxn, WriteTxn};
+use crate::logic::{ChunkSink, FileKey, Grant, LeaseTxn, ReadTxn, WriteTxn};
+use crate::sql_columns::{corrupt_json, LeaseColumns, RecordColumns};
 use crate::Result;
-use crate::{BindingState, MirrorState, SessionRecord, StoreError, TranscriptRow};
+use crate::{SessionRecord, StoreError, TranscriptRow};
 
 /// A transaction on a connection and that connection's statements.
 pub(super) struct Txn<'a, 't> {
@@ -27,42 +27,19 @@ impl Txn<'_, '_> {
         map_postgres_error(self.label, e)
     }
 
-    fn corrupt_json(&self, what: String, e: serde_json::Error) -> StoreError {
-        StoreError::Corrupt {
-            path: self.label.to_string(),
-            detail: format!("{what} does not decode"),
-            source: Some(Box::new(e)),
-        }
-    }
-
     fn decode_record(&self, row: &Row) -> Result<SessionRecord> {
-        let id: String = row.get(0);
-        let model_config: Map<String, Value> = serde_json::from_str(row.get(1))
-            .map_err(|e| self.corrupt_json(format!("model_config of {id}"), e))?;
-        let state: BindingState = serde_json::from_str(row.get(2))
-            .map_err(|e| self.corrupt_json(format!("state of {id}"), e))?;
-        let retired_threads: Vec<String> = serde_json::from_str(row.get(4))
-            .map_err(|e| self.corrupt_json(format!("retired_threads of {id}"), e))?;
-        let mirror: MirrorState = serde_json::from_str(row.get(7))
-            .map_err(|e| self.corrupt_json(format!("mirror of {id}"), e))?;
-        let record = SessionRecord {
-            session_id: id.clone(),
-            model_config,
-            state,
-            row_count: row.get::<_, i64>(3) as u64,
-            retired_threads,
+        let columns = RecordColumns {
+            session_id: row.get(0),
+            model_config: row.get(1),
+            state: row.get(2),
+            row_count: row.get(3),
+            retired_threads: row.get(4),
             created_at_ms: row.get(5),
             updated_at_ms: row.get(6),
-            mirror,
+            mirror: row.get(7),
         };
-        check_record(&record)
-            .map_err(|d| StoreError::corrupt(self.label, format!("session {id}: {d}")))?;
-        Ok(record)
+        columns.into_record(self.label)
     }
-}
-
-fn encode<T: serde::Serialize>(value: &T) -> Result<String> {
-    serde_json::to_string(value).map_err(|e| StoreError::Internal(format!("encoding JSON: {e}")))
 }
 
 fn clamp(n: u64) -> i64 {
@@ -91,8 +68,9 @@ impl ReadTxn for Txn<'_, '_> {
         rows.iter()
             .map(|r| {
                 let seq: i64 = r.get(0);
-                let body = serde_json::from_str(r.get(1))
-                    .map_err(|e| self.corrupt_json(format!("row {seq} of {session_id}"), e))?;
+                let body = serde_json::from_str(r.get(1)).map_err(|e| {
+                    corrupt_json(self.label, format!("row {seq} of {session_id}"), e)
+                })?;
                 Ok(TranscriptRow {
                     seq: seq as u64,
                     body,
@@ -156,22 +134,19 @@ impl ReadTxn for Txn<'_, '_> {
 
 impl WriteTxn for Txn<'_, '_> {
     fn put(&mut self, record: &SessionRecord) -> Result<()> {
-        let config = encode(&record.model_config)?;
-        let state = encode(&record.state)?;
-        let retired = encode(&record.retired_threads)?;
-        let mirror = encode(&record.mirror)?;
+        let c = RecordColumns::of(record)?;
         self.txn
             .execute(
                 &self.sql.put,
                 &[
-                    &record.session_id,
-                    &config,
-                    &state,
-                    &clamp(record.row_count),
-                    &retired,
-                    &record.created_at_ms,
-                    &record.updated_at_ms,
-                    &mirror,
+                    &c.session_id,
+                    &c.model_config,
+                    &c.state,
+                    &c.row_count,
+                    &c.retired_threads,
+                    &c.created_at_ms,
+                    &c.updated_at_ms,
+                    &c.mirror,
                 ],
             )
             .map_err(|e| self.map(e))?;

@@ -6,13 +6,13 @@
 //! verified whenever the row is read.
 
 use rusqlite::Row;
-use serde_json::{Map, Value};
 
 use crate::checksum::{verify, Checksum};
-use crate::lease_columns::{lease_columns, LeaseColumns};
-use crate::logic::{check_record, Grant};
+use crate::logic::Grant;
+pub(super) use crate::sql_columns::corrupt_json;
+use crate::sql_columns::{lease_columns, record_columns, LeaseColumns, RecordColumns};
 use crate::Result;
-use crate::{BindingState, MirrorState, SessionRecord, StoreError};
+use crate::SessionRecord;
 
 /// The checksum of a `threads` row.
 pub(super) fn thread_checksum(thread_id: &str, session_id: &str) -> i64 {
@@ -63,100 +63,51 @@ impl RawRow {
     }
 }
 
-pub(super) fn corrupt_json(label: &str, what: String, e: serde_json::Error) -> StoreError {
-    StoreError::Corrupt {
-        path: label.to_string(),
-        detail: format!("{what} does not decode"),
-        source: Some(Box::new(e)),
-    }
-}
-
 /// Verifies a stored session row and decodes it.
 pub(super) fn decode_record(label: &str, raw: RawRecord) -> Result<SessionRecord> {
+    let columns = raw.columns;
     verify(
         label,
-        || format!("session {}", raw.session_id),
+        || format!("session {}", columns.session_id),
         raw.checksum,
-        raw.fields_checksum(),
+        record_checksum(&columns),
     )?;
-    let id = raw.session_id;
-    let model_config: Map<String, Value> = serde_json::from_str(&raw.model_config)
-        .map_err(|e| corrupt_json(label, format!("model_config of {id}"), e))?;
-    let state: BindingState = serde_json::from_str(&raw.state)
-        .map_err(|e| corrupt_json(label, format!("state of {id}"), e))?;
-    let retired_threads: Vec<String> = serde_json::from_str(&raw.retired_threads)
-        .map_err(|e| corrupt_json(label, format!("retired_threads of {id}"), e))?;
-    let row_count = u64::try_from(raw.row_count)
-        .map_err(|_| StoreError::corrupt(label, format!("session {id}: negative row count")))?;
-    let mirror: MirrorState = serde_json::from_str(&raw.mirror)
-        .map_err(|e| corrupt_json(label, format!("mirror of {id}"), e))?;
-    let record = SessionRecord {
-        session_id: id,
-        model_config,
-        state,
-        row_count,
-        retired_threads,
-        created_at_ms: raw.created_at_ms,
-        updated_at_ms: raw.updated_at_ms,
-        mirror,
-    };
-    check_record(&record)
-        .map_err(|d| StoreError::corrupt(label, format!("session {}: {d}", record.session_id)))?;
-    Ok(record)
+    columns.into_record(label)
 }
 
-/// A `sessions` row as stored: JSON columns as text, integers as SQLite has them.
+/// A `sessions` row as stored: the columns both SQL backends keep, and their checksum.
 pub(super) struct RawRecord {
-    pub(super) session_id: String,
-    pub(super) model_config: String,
-    pub(super) state: String,
-    pub(super) row_count: i64,
-    pub(super) retired_threads: String,
-    pub(super) created_at_ms: i64,
-    pub(super) updated_at_ms: i64,
-    pub(super) mirror: String,
+    pub(super) columns: RecordColumns,
     pub(super) checksum: i64,
 }
 
 impl RawRecord {
     pub(super) fn encode(record: &SessionRecord) -> Result<RawRecord> {
-        let json = |e| StoreError::Internal(format!("encoding JSON: {e}"));
-        let mut raw = RawRecord {
-            session_id: record.session_id.clone(),
-            model_config: serde_json::to_string(&record.model_config).map_err(json)?,
-            state: serde_json::to_string(&record.state).map_err(json)?,
-            row_count: record.row_count.min(i64::MAX as u64) as i64,
-            retired_threads: serde_json::to_string(&record.retired_threads).map_err(json)?,
-            created_at_ms: record.created_at_ms,
-            updated_at_ms: record.updated_at_ms,
-            mirror: serde_json::to_string(&record.mirror).map_err(json)?,
-            checksum: 0,
-        };
-        raw.checksum = raw.fields_checksum();
-        Ok(raw)
-    }
-
-    /// The checksum of the fields as stored.
-    pub(super) fn fields_checksum(&self) -> i64 {
-        Checksum::of("sessions")
-            .text(&self.session_id)
-            .text(&self.model_config)
-            .text(&self.state)
-            .int(self.row_count)
-            .text(&self.retired_threads)
-            .int(self.created_at_ms)
-            .int(self.updated_at_ms)
-            .text(&self.mirror)
-            .finish()
+        let columns = RecordColumns::of(record)?;
+        let checksum = record_checksum(&columns);
+        Ok(RawRecord { columns, checksum })
     }
 }
 
+/// The checksum of a `sessions` row's fields as stored.
+fn record_checksum(c: &RecordColumns) -> i64 {
+    Checksum::of("sessions")
+        .text(&c.session_id)
+        .text(&c.model_config)
+        .text(&c.state)
+        .int(c.row_count)
+        .text(&c.retired_threads)
+        .int(c.created_at_ms)
+        .int(c.updated_at_ms)
+        .text(&c.mirror)
+        .finish()
+}
+
 /// The `sessions` columns, in the order `raw_record` expects them, `checksum` last.
-pub(super) const RECORD_COLUMNS: &str = "session_id, model_config, state, row_count, \
-     retired_threads, created_at_ms, updated_at_ms, mirror, checksum";
+pub(super) const RECORD_COLUMNS: &str = concat!(record_columns!(), ", checksum");
 
 pub(super) fn raw_record(row: &Row<'_>) -> rusqlite::Result<RawRecord> {
-    Ok(RawRecord {
+    let columns = RecordColumns {
         session_id: row.get(0)?,
         model_config: row.get(1)?,
         state: row.get(2)?,
@@ -165,6 +116,9 @@ pub(super) fn raw_record(row: &Row<'_>) -> rusqlite::Result<RawRecord> {
         created_at_ms: row.get(5)?,
         updated_at_ms: row.get(6)?,
         mirror: row.get(7)?,
+    };
+    Ok(RawRecord {
+        columns,
         checksum: row.get(8)?,
     })
 }
@@ -201,7 +155,7 @@ impl RawLease {
 
     pub(super) fn encode(grant: &Grant) -> RawLease {
         let columns = LeaseColumns::of(grant);
-        let checksum = fields_checksum(&columns);
+        let checksum = lease_checksum(&columns);
         RawLease { columns, checksum }
     }
 
@@ -212,14 +166,14 @@ impl RawLease {
             label,
             || format!("lease of session {}", columns.session_id),
             self.checksum,
-            fields_checksum(&columns),
+            lease_checksum(&columns),
         )?;
         columns.into_grant(label)
     }
 }
 
 /// The checksum of a `leases` row's fields as stored.
-fn fields_checksum(c: &LeaseColumns) -> i64 {
+fn lease_checksum(c: &LeaseColumns) -> i64 {
     Checksum::of("leases")
         .text(&c.session_id)
         .text(&c.host)

@@ -59,7 +59,7 @@ pub(super) fn verify(
             .map_err(map)?;
         let mut sessions = scan(&mut sessions_stmt, label, |row| {
             let raw = raw_record(row).map_err(map)?;
-            let id = raw.session_id.clone();
+            let id = raw.columns.session_id.clone();
             Ok(ScannedSession::of(&id, decode_record(label, raw)))
         })?;
         let mut rows = scan(&mut rows_stmt, label, |row| {

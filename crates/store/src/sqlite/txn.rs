@@ -199,15 +199,16 @@ impl WriteTxn for Txn<'_> {
                  mirror = excluded.mirror, checksum = excluded.checksum"
             ))
             .and_then(|mut s| {
+                let c = &raw.columns;
                 s.execute(params![
-                    raw.session_id,
-                    raw.model_config,
-                    raw.state,
-                    raw.row_count,
-                    raw.retired_threads,
-                    raw.created_at_ms,
-                    raw.updated_at_ms,
-                    raw.mirror,
+                    c.session_id,
+                    c.model_config,
+                    c.state,
+                    c.row_count,
+                    c.retired_threads,
+                    c.created_at_ms,
+                    c.updated_at_ms,
+                    c.mirror,
                     raw.checksum,
                 ])
             })

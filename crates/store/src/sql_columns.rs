@@ -1,0 +1,173 @@
+//! A session record and a lease grant as the SQL backends (SQLite, PostgreSQL) keep them: one
+//! column per field, JSON as text, integers as SQL has them. Both backends read and write
+//! through [`RecordColumns`] and [`LeaseColumns`], so what a row must hold to be a record or a
+//! grant (and the lease state codes) is decided once; SQLite adds each row's checksum.
+
+use serde_json::{Map, Value};
+
+use crate::logic::{check_record, Grant, GrantState};
+use crate::{
+    BindingState, Lease, LeaseOwner, MirrorState, ProcessIdentity, Result, SessionRecord,
+    StoreError,
+};
+
+/// The `sessions` columns, in [`RecordColumns`]' order (SQLite adds `checksum` after them).
+macro_rules! record_columns {
+    () => {
+        "session_id, model_config, state, row_count, retired_threads, created_at_ms, \
+         updated_at_ms, mirror"
+    };
+}
+pub(crate) use record_columns;
+
+/// One `sessions` row.
+pub(crate) struct RecordColumns {
+    pub(crate) session_id: String,
+    pub(crate) model_config: String,
+    pub(crate) state: String,
+    pub(crate) row_count: i64,
+    pub(crate) retired_threads: String,
+    pub(crate) created_at_ms: i64,
+    pub(crate) updated_at_ms: i64,
+    pub(crate) mirror: String,
+}
+
+impl RecordColumns {
+    /// The row of `record`.
+    pub(crate) fn of(record: &SessionRecord) -> Result<RecordColumns> {
+        fn json<T: serde::Serialize>(value: &T) -> Result<String> {
+            serde_json::to_string(value)
+                .map_err(|e| StoreError::Internal(format!("encoding JSON: {e}")))
+        }
+        Ok(RecordColumns {
+            session_id: record.session_id.clone(),
+            model_config: json(&record.model_config)?,
+            state: json(&record.state)?,
+            row_count: record.row_count.min(i64::MAX as u64) as i64,
+            retired_threads: json(&record.retired_threads)?,
+            created_at_ms: record.created_at_ms,
+            updated_at_ms: record.updated_at_ms,
+            mirror: json(&record.mirror)?,
+        })
+    }
+
+    /// The record the row holds; a row no record writes (JSON that does not decode, a
+    /// negative row count, a record that breaks its own rules) is damage of the store `label`.
+    pub(crate) fn into_record(self, label: &str) -> Result<SessionRecord> {
+        let id = self.session_id;
+        let model_config: Map<String, Value> = serde_json::from_str(&self.model_config)
+            .map_err(|e| corrupt_json(label, format!("model_config of {id}"), e))?;
+        let state: BindingState = serde_json::from_str(&self.state)
+            .map_err(|e| corrupt_json(label, format!("state of {id}"), e))?;
+        let retired_threads: Vec<String> = serde_json::from_str(&self.retired_threads)
+            .map_err(|e| corrupt_json(label, format!("retired_threads of {id}"), e))?;
+        let row_count = u64::try_from(self.row_count)
+            .map_err(|_| StoreError::corrupt(label, format!("session {id}: negative row count")))?;
+        let mirror: MirrorState = serde_json::from_str(&self.mirror)
+            .map_err(|e| corrupt_json(label, format!("mirror of {id}"), e))?;
+        let record = SessionRecord {
+            session_id: id,
+            model_config,
+            state,
+            row_count,
+            retired_threads,
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+            mirror,
+        };
+        check_record(&record).map_err(|d| {
+            StoreError::corrupt(label, format!("session {}: {d}", record.session_id))
+        })?;
+        Ok(record)
+    }
+}
+
+/// A stored JSON value of the store `label` (`what`) that does not decode.
+pub(crate) fn corrupt_json(label: &str, what: String, e: serde_json::Error) -> StoreError {
+    StoreError::Corrupt {
+        path: label.to_string(),
+        detail: format!("{what} does not decode"),
+        source: Some(Box::new(e)),
+    }
+}
+
+/// The `leases` columns, in [`LeaseColumns`]' order (SQLite adds `checksum` after them).
+macro_rules! lease_columns {
+    () => {
+        "session_id, host, pid, started_at_ms, instance, acquired_at_ms, expires_at_ms, fence, \
+         process_space, process_start, state"
+    };
+}
+pub(crate) use lease_columns;
+
+/// One `leases` row.
+pub(crate) struct LeaseColumns {
+    pub(crate) session_id: String,
+    pub(crate) host: String,
+    pub(crate) pid: i64,
+    pub(crate) started_at_ms: i64,
+    pub(crate) instance: i64,
+    pub(crate) acquired_at_ms: i64,
+    pub(crate) expires_at_ms: i64,
+    pub(crate) fence: i64,
+    pub(crate) process_space: Option<String>,
+    pub(crate) process_start: Option<i64>,
+    /// 0 held, 1 released, 2 forgotten.
+    pub(crate) state: i64,
+}
+
+impl LeaseColumns {
+    /// The row of `grant`.
+    pub(crate) fn of(grant: &Grant) -> LeaseColumns {
+        let lease = &grant.lease;
+        LeaseColumns {
+            session_id: lease.session_id.clone(),
+            host: lease.owner.host.clone(),
+            pid: i64::from(lease.owner.pid),
+            started_at_ms: lease.owner.started_at_ms,
+            instance: lease.owner.instance as i64,
+            acquired_at_ms: lease.acquired_at_ms,
+            expires_at_ms: lease.expires_at_ms,
+            fence: lease.fence as i64,
+            process_space: lease.owner.process.as_ref().map(|p| p.space.clone()),
+            process_start: lease.owner.process.as_ref().map(|p| p.start_ticks as i64),
+            state: match grant.state {
+                GrantState::Held => 0,
+                GrantState::Released => 1,
+                GrantState::Forgotten => 2,
+            },
+        }
+    }
+
+    /// The grant the row holds; a row no grant writes (a pid out of range, half a process
+    /// identity, an unknown state) is damage of the store `label`.
+    pub(crate) fn into_grant(self, label: &str) -> Result<Grant> {
+        let session_id = self.session_id;
+        let damaged = |what: &str| {
+            StoreError::corrupt(label, format!("lease of session {session_id}: {what}"))
+        };
+        let pid = u32::try_from(self.pid).map_err(|_| damaged("bad pid"))?;
+        let process = ProcessIdentity::from_columns(self.process_space, self.process_start)
+            .map_err(damaged)?;
+        let state = match self.state {
+            0 => GrantState::Held,
+            1 => GrantState::Released,
+            2 => GrantState::Forgotten,
+            _ => return Err(damaged("unknown state")),
+        };
+        let lease = Lease {
+            session_id,
+            owner: LeaseOwner {
+                host: self.host,
+                pid,
+                started_at_ms: self.started_at_ms,
+                instance: self.instance as u64,
+                process,
+            },
+            acquired_at_ms: self.acquired_at_ms,
+            expires_at_ms: self.expires_at_ms,
+            fence: self.fence as u64,
+        };
+        Ok(Grant { lease, state })
+    }
+}
