@@ -1,0 +1,420 @@
+//! The restore: a thread's rollout files written from the store's mirror into a home that
+//! lacks them (or holds a strict prefix), before a resume. Each file the home needs goes
+//! through a temp file the store streams into, cut at the last newline and renamed into
+//! place; a diverged copy is replaced and the thread's rows leave codex's history index.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rethread_store::{check_mirror_path, BindingStore, MirroredFile, SessionRecord};
+
+use super::{
+    blocking, file_id, io_error, parent_of, Known, KnownFile, MirrorError, Restored, RolloutMirror,
+    HISTORY_INDEX,
+};
+
+/// The tables of [`HISTORY_INDEX`] that hold a thread's projected history (each keyed by
+/// `thread_id`; deleting the projection state also deletes the realtime items, by trigger).
+const HISTORY_TABLES: [&str; 4] = [
+    "thread_turns",
+    "thread_items",
+    "thread_realtime_items",
+    "thread_history_projection_state",
+];
+
+impl RolloutMirror {
+    /// Restores `thread_id`'s rollout files from the store's mirror of `session_id` before a
+    /// resume: each file the home lacks, or holds a strict prefix of, is written from the
+    /// mirror at its path (temp file and rename, cut at the last newline). A local file the
+    /// mirror is a prefix of (a turn codex ran that was never committed) is left as it is.
+    /// A local file that diverged is replaced (the mirror holds what was committed), and the
+    /// thread's rows are removed from codex's history index ([`HISTORY_INDEX`]): codex
+    /// rebuilds them from the rollout on resume, else `thread/read` would show the replaced
+    /// history while the model sees the restored one.
+    pub async fn restore(
+        &self,
+        store: &dyn BindingStore,
+        session_id: &str,
+        thread_id: &str,
+    ) -> Result<Restored, MirrorError> {
+        match store.session(session_id).await? {
+            Some(record) => self.restore_from(store, &record, thread_id).await,
+            None => Ok(Restored::default()),
+        }
+    }
+
+    /// [`RolloutMirror::restore`] from the session's record as the caller has just read it
+    /// (a driver's open reads it anyway, to find the binding): one store read fewer. Each
+    /// file is then read from the store's own snapshot, so a record read a moment ago only
+    /// decides which files to look at.
+    pub async fn restore_from(
+        &self,
+        store: &dyn BindingStore,
+        record: &SessionRecord,
+        thread_id: &str,
+    ) -> Result<Restored, MirrorError> {
+        if record.mirror.stopped {
+            return Ok(Restored {
+                stopped: true,
+                ..Restored::default()
+            });
+        }
+        let files: Vec<MirroredFile> = record.mirror.files_of(thread_id).cloned().collect();
+        if files.is_empty() {
+            return Ok(Restored::default());
+        }
+        let home = self.inner.home.clone();
+        // One hop to a blocking thread: what the home holds of each file, and a temp file
+        // for each it needs.
+        let locals = {
+            let (home, files) = (home.clone(), files.clone());
+            blocking(move || check_locals(&home, &files)).await?
+        };
+        let mut known = Known {
+            dir: files.first().and_then(|f| parent_of(&f.path)),
+            files: HashMap::new(),
+        };
+        let mut restored = Restored::default();
+        let mut locals = files.iter().zip(locals);
+        let written = async {
+            for (file, local) in locals.by_ref() {
+                let (temp, out, existing) = match local {
+                    Local::Holds(held) => {
+                        known.files.insert(file.path.clone(), held);
+                        continue;
+                    }
+                    Local::Needs {
+                        temp,
+                        out,
+                        existing,
+                    } => (temp, out, existing),
+                };
+                let written = store
+                    .write_mirror_file(&record.session_id, thread_id, &file.path, out)
+                    .await;
+                let stored = match written {
+                    Ok(Some(stored)) => stored,
+                    // Dropped since the record was read (a concurrent forget): nothing to
+                    // restore.
+                    Ok(None) => {
+                        discard(vec![temp]).await?;
+                        continue;
+                    }
+                    Err(error) => {
+                        discard(vec![temp]).await?;
+                        return Err(error.into());
+                    }
+                };
+                // `finish` removes its temp file when it fails.
+                let (diverged, held) =
+                    blocking(move || temp.finish(&stored, existing.as_deref())).await?;
+                restored.diverged |= diverged;
+                restored.written.push(file.path.clone());
+                if let Some(held) = held {
+                    known.files.insert(file.path.clone(), held);
+                }
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(error) = written {
+            // The temp files of the files not reached.
+            let temps = locals.filter_map(|(_, local)| match local {
+                Local::Needs { temp, .. } => Some(temp),
+                Local::Holds(_) => None,
+            });
+            discard(temps.collect()).await?;
+            return Err(error);
+        }
+        if restored.diverged {
+            let (home, thread) = (home.clone(), thread_id.to_string());
+            restored.index_error = blocking(move || Ok(clear_history_index(&home, &thread)))
+                .await?
+                .err();
+        }
+        self.known().insert(thread_id.to_string(), known);
+        Ok(restored)
+    }
+}
+
+/// Removes temp files that will not be renamed into place.
+async fn discard(temps: Vec<TempFile>) -> Result<(), MirrorError> {
+    blocking(move || {
+        temps.into_iter().for_each(TempFile::discard);
+        Ok(())
+    })
+    .await
+}
+
+/// What the home holds of one mirrored file.
+enum Local {
+    /// The mirror's bytes, maybe followed by more (left as they are).
+    Holds(KnownFile),
+    /// Less, or other bytes: the temp file to restore it through, the writer the store fills
+    /// it with, and the file's current bytes, if it exists.
+    Needs {
+        temp: TempFile,
+        out: Box<dyn Write + Send>,
+        existing: Option<Vec<u8>>,
+    },
+}
+
+/// What the home holds of each of `files`, with a temp file for each it needs; none is left
+/// behind on an error.
+fn check_locals(home: &Path, files: &[MirroredFile]) -> Result<Vec<Local>, MirrorError> {
+    let mut locals = Vec::with_capacity(files.len());
+    for file in files {
+        match check_local(home, file) {
+            Ok(local) => locals.push(local),
+            Err(error) => {
+                for local in locals {
+                    if let Local::Needs { temp, .. } = local {
+                        temp.discard();
+                    }
+                }
+                return Err(error);
+            }
+        }
+    }
+    Ok(locals)
+}
+
+fn checked_path(home: &Path, path: &str) -> Result<PathBuf, MirrorError> {
+    check_mirror_path(path).map_err(MirrorError::BadPath)?;
+    Ok(home.join(path))
+}
+
+fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
+    let abs = checked_path(home, &file.path)?;
+    let existing = match File::open(&abs) {
+        Ok(mut handle) => {
+            let id = file_id(&handle.metadata().map_err(io_error(&abs))?);
+            let mut bytes = Vec::new();
+            handle.read_to_end(&mut bytes).map_err(io_error(&abs))?;
+            if bytes.len() as u64 >= file.len
+                && crc32fast::hash(&bytes[..file.len as usize]) == file.crc32
+            {
+                return Ok(Local::Holds(KnownFile {
+                    len: file.len,
+                    crc32: file.crc32,
+                    id,
+                }));
+            }
+            Some(bytes)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_error(&abs)(e)),
+    };
+    let (temp, out) = TempFile::create(home, &file.path)?;
+    Ok(Local::Needs {
+        temp,
+        out,
+        existing,
+    })
+}
+
+/// A restored file on its way in: written next to its place under a name codex's scan never
+/// takes for a rollout, then renamed over it, so codex never sees a partial file. No fsync:
+/// the store holds the truth, and a torn write after a crash is a strict prefix that the next
+/// restore rewrites.
+struct TempFile {
+    file: File,
+    temp: PathBuf,
+    abs: PathBuf,
+    /// Where the last line the store wrote ends.
+    line_end: Arc<AtomicU64>,
+}
+
+impl TempFile {
+    /// The temp file for `path`, and a buffered writer into it for the store.
+    fn create(home: &Path, path: &str) -> Result<(TempFile, Box<dyn Write + Send>), MirrorError> {
+        let abs = checked_path(home, path)?;
+        let dir = abs.parent().unwrap_or(home);
+        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+        let name = abs
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // Not `rollout-*.jsonl`: codex's scan never takes the temp file for a rollout. One
+        // name per restore among live processes: two restores of a thread into one home at
+        // once (two openers in one process) each write and rename their own file. A name
+        // left by a process that died (its pid reused, as a container's is) is overwritten.
+        static RESTORES: AtomicU64 = AtomicU64::new(0);
+        let restore = RESTORES.fetch_add(1, Ordering::Relaxed);
+        let temp = dir.join(format!(
+            ".rethread-restore-{}-{restore}-{name}.tmp",
+            std::process::id()
+        ));
+        // Read back too, when `finish` compares a local copy with it.
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&temp)
+            .map_err(io_error(&temp))?;
+        let out = match file.try_clone() {
+            Ok(out) => out,
+            Err(error) => {
+                let _ = std::fs::remove_file(&temp);
+                return Err(io_error(&temp)(error));
+            }
+        };
+        let line_end = Arc::new(AtomicU64::new(0));
+        let out = Box::new(LineEnds {
+            out: io::BufWriter::with_capacity(1 << 16, out),
+            written: 0,
+            line_end: line_end.clone(),
+        });
+        let temp = TempFile {
+            file,
+            temp,
+            abs,
+            line_end,
+        };
+        Ok((temp, out))
+    }
+
+    fn discard(self) {
+        drop(self.file);
+        let _ = std::fs::remove_file(&self.temp);
+    }
+
+    /// Cuts what the store wrote (`stored`) at its last newline, compares it with the local
+    /// copy it replaces, and renames it into place. Returns whether the local copy diverged,
+    /// and what the store holds of the new file (`None` when the cut dropped a partial line:
+    /// the next commit sends the file whole).
+    fn finish(
+        self,
+        stored: &MirroredFile,
+        existing: Option<&[u8]>,
+    ) -> Result<(bool, Option<KnownFile>), MirrorError> {
+        // A record being written is not mirrored, and 0.144.6 glues the next record onto a
+        // partial line: only whole lines go in place.
+        let cut = self.line_end.load(Ordering::Acquire).min(stored.len);
+        let TempFile {
+            file, temp, abs, ..
+        } = self;
+        let result = (|| {
+            let mut file = file;
+            if cut < stored.len {
+                file.set_len(cut)?;
+            }
+            let diverged = match existing {
+                Some(local) => !starts_with(&mut file, cut, local)?,
+                None => false,
+            };
+            // The renamed file is this one (same inode).
+            let id = file_id(&file.metadata()?);
+            drop(file);
+            std::fs::rename(&temp, &abs)?;
+            Ok((diverged, id))
+        })();
+        let (diverged, id) = match result {
+            Ok(done) => done,
+            Err(error) => {
+                let _ = std::fs::remove_file(&temp);
+                return Err(io_error(&abs)(error));
+            }
+        };
+        let held = (cut == stored.len).then_some(KnownFile {
+            len: stored.len,
+            crc32: stored.crc32,
+            id,
+        });
+        Ok((diverged, held))
+    }
+}
+
+/// The store's writer into a temp file: notes where the last whole line it was given ends, so
+/// the cut needs no read back.
+struct LineEnds {
+    out: io::BufWriter<File>,
+    written: u64,
+    line_end: Arc<AtomicU64>,
+}
+
+impl Write for LineEnds {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.out.write(buf)?;
+        if let Some(at) = buf[..n].iter().rposition(|b| *b == b'\n') {
+            self.line_end
+                .store(self.written + at as u64 + 1, Ordering::Release);
+        }
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// Whether `file`'s first `len` bytes start with `local`.
+fn starts_with(file: &mut File, len: u64, local: &[u8]) -> io::Result<bool> {
+    if (local.len() as u64) > len {
+        return Ok(false);
+    }
+    let mut held = vec![0; local.len()];
+    file.seek(SeekFrom::Start(0))?;
+    file.read_exact(&mut held)?;
+    Ok(held == local)
+}
+
+/// Removes `thread_id`'s rows from codex's history index, if the home has one; codex rebuilds
+/// them from the rollout when it resumes the thread. One transaction; the tables a release
+/// does not have are skipped.
+fn clear_history_index(home: &Path, thread_id: &str) -> Result<(), String> {
+    let path = home.join(HISTORY_INDEX);
+    if !path.is_file() {
+        return Ok(());
+    }
+    let fail = |e: rusqlite::Error| format!("{}: {e}", path.display());
+    let mut db = rusqlite::Connection::open(&path).map_err(fail)?;
+    db.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(fail)?;
+    let txn = db
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(fail)?;
+    for table in HISTORY_TABLES {
+        let exists: bool = txn
+            .query_row(
+                "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [table],
+                |row| row.get(0),
+            )
+            .map_err(fail)?;
+        if exists {
+            txn.execute(
+                &format!("DELETE FROM {table} WHERE thread_id = ?1"),
+                [thread_id],
+            )
+            .map_err(fail)?;
+        }
+    }
+    txn.commit().map_err(fail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restore_is_cut_after_the_last_newline_the_store_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let (temp, mut out) = TempFile::create(dir.path(), "sessions/x.jsonl").unwrap();
+        for part in [&b"ab\ncd"[..], b"", b"ef\ng", b"hij"] {
+            out.write_all(part).unwrap();
+        }
+        out.flush().unwrap();
+        assert_eq!(temp.line_end.load(Ordering::Acquire), 8);
+        let (temp, mut out) = TempFile::create(dir.path(), "sessions/y.jsonl").unwrap();
+        out.write_all(b"no newline").unwrap();
+        assert_eq!(temp.line_end.load(Ordering::Acquire), 0);
+        temp.discard();
+    }
+}
