@@ -61,6 +61,14 @@ async fn stored(store: &dyn BindingStore, rel: &str) -> Option<String> {
         .map(|bytes| String::from_utf8(bytes).unwrap())
 }
 
+/// A failed restore left nothing in the thread's folder of `home`: no rollout, no temp file.
+fn assert_nothing_left(home: &Path) {
+    let left: Vec<_> = std::fs::read_dir(home.join(DIR))
+        .map(|dir| dir.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 /// Home A ran two turns of the thread and committed each with its mirror.
 async fn two_turns_on_a(store: &dyn BindingStore) -> (tempfile::TempDir, String) {
     let a = tempfile::tempdir().unwrap();
@@ -171,10 +179,7 @@ async fn a_mirror_damaged_part_way_through_leaves_no_file_behind() {
         .restore(&store, "s", THREAD)
         .await;
     assert!(restored.is_err(), "{restored:?}");
-    let left: Vec<_> = std::fs::read_dir(b.path().join(DIR))
-        .map(|dir| dir.map(|e| e.unwrap().file_name()).collect())
-        .unwrap_or_default();
-    assert!(left.is_empty(), "{left:?}");
+    assert_nothing_left(b.path());
 }
 
 /// A restore makes the temp file of every file the home needs before the store writes the
@@ -207,10 +212,7 @@ async fn a_damaged_first_file_leaves_no_temp_file_of_the_next_behind() {
         .restore(&store, "s", THREAD)
         .await;
     assert!(restored.is_err(), "{restored:?}");
-    let left: Vec<_> = std::fs::read_dir(b.path().join(DIR))
-        .map(|dir| dir.map(|e| e.unwrap().file_name()).collect())
-        .unwrap_or_default();
-    assert!(left.is_empty(), "{left:?}");
+    assert_nothing_left(b.path());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

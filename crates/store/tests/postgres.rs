@@ -27,6 +27,18 @@ fn commit(session: &str, thread: &str, rows: usize) -> TurnCommit {
     )
 }
 
+/// A plain client on the server of the store at `url`, and the store's schema: to change its
+/// tables by hand.
+async fn connect_beside(url: &str) -> (tokio_postgres::Client, String) {
+    let (base, schema) = url.rsplit_once("schema=").unwrap();
+    let base = base.trim_end_matches(['?', '&']);
+    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    (client, schema.to_string())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_store_conforms() {
     let Some(url) = fresh_url("conforms") else {
@@ -63,12 +75,7 @@ async fn a_newer_schema_is_refused() {
         return;
     };
     PostgresStore::open(&url, OpenOptions::new()).await.unwrap();
-    let (base, schema) = url.rsplit_once("schema=").unwrap();
-    let base = base.trim_end_matches(['?', '&']);
-    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let (client, schema) = connect_beside(&url).await;
     client
         .execute(
             &format!(
@@ -106,12 +113,7 @@ async fn a_damaged_column_is_corrupt_not_data() {
         .acquire_lease("l", &owner, std::time::Duration::from_secs(60))
         .await
         .unwrap();
-    let (base, schema) = url.rsplit_once("schema=").unwrap();
-    let base = base.trim_end_matches(['?', '&']);
-    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let (client, schema) = connect_beside(&url).await;
     client
         .batch_execute(&format!(
             "UPDATE \"{schema}\".sessions SET row_count = -1 WHERE session_id = 's'; \
