@@ -195,7 +195,7 @@ impl Link {
     }
 
     /// Queues a hook's line for the client; fails once the client's output is gone.
-    async fn send_to_client(&self, line: Line) -> Result<(), ProxyError> {
+    pub(crate) async fn send_to_client(&self, line: Line) -> Result<(), ProxyError> {
         self.to_client
             .send(line.into_bytes())
             .await
@@ -203,7 +203,7 @@ impl Link {
     }
 
     /// Resolves once every line queued for the client so far is written and flushed.
-    async fn client_flushed(&self) -> Result<oneshot::Receiver<()>, ProxyError> {
+    pub(crate) async fn client_flushed(&self) -> Result<oneshot::Receiver<()>, ProxyError> {
         self.to_client
             .flushed()
             .await
@@ -346,6 +346,11 @@ impl ClientContext {
         ClientContext { link }
     }
 
+    /// The link the context speaks through (what the session's sayings need of either).
+    pub(crate) fn link(&self) -> &Link {
+        &self.link
+    }
+
     /// Queues a line for codex (after every client line forwarded before it).
     pub async fn send_to_codex(&self, line: Line) -> Result<(), ProxyError> {
         self.link.send_to_codex(line).await
@@ -395,6 +400,11 @@ pub struct ServerContext {
 impl ServerContext {
     pub(crate) fn new(link: Arc<Link>) -> Self {
         ServerContext { link }
+    }
+
+    /// The link the context speaks through (what the session's sayings need of either).
+    pub(crate) fn link(&self) -> &Link {
+        &self.link
     }
 
     /// Queues a line for the client, in order with the codex lines forwarded around it: before

@@ -158,6 +158,47 @@ async fn a_home_that_lacks_the_rollout_gets_it_at_the_same_path() {
     assert!(!b.path().join("state_5.sqlite").exists());
 }
 
+/// A process that died mid-restore left its temp file; the next restore into that folder
+/// removes it once it is old enough that no live restore can be writing it, and leaves a
+/// fresh one (another process's restore under way) and anything not a restore's temp file.
+#[tokio::test]
+async fn a_dead_restores_temp_file_is_removed_by_the_next_restore() {
+    let store = MemoryStore::new();
+    let (_a, text) = two_turns_on_a(&store).await;
+    let b = tempfile::tempdir().unwrap();
+    let name = |pid: u32| format!(".rethread-restore-{pid}-0-rollout-x.jsonl.tmp");
+    let (dead, live, other) = (name(4_000_001), name(4_000_002), "notes.tmp".to_string());
+    let hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(2 * 3600);
+    for left in [&dead, &live, &other] {
+        write(b.path(), &format!("{DIR}/{left}"), "partial");
+    }
+    for old in [&dead, &other] {
+        std::fs::File::options()
+            .write(true)
+            .open(b.path().join(DIR).join(old))
+            .unwrap()
+            .set_modified(hours_ago)
+            .unwrap();
+    }
+    RolloutMirror::new(b.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert_eq!(read(b.path(), &source()), text);
+    let mut names: Vec<_> = std::fs::read_dir(b.path().join(DIR))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let mut kept = vec![
+        live,
+        other,
+        source().rsplit('/').next().unwrap().to_string(),
+    ];
+    kept.sort();
+    assert_eq!(names, kept);
+}
+
 /// The store streams a file into the restore as it reads it: a mirror whose damage shows
 /// only after its first chunk was written leaves nothing behind, no rollout, no temp file.
 #[tokio::test]

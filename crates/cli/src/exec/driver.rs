@@ -116,6 +116,17 @@ impl StoreParts {
 
 type Signal<'s> = Pin<&'s mut dyn Future<Output = Interrupted>>;
 
+/// `work`'s output, or the interrupt when it comes first (`work` is then dropped).
+async fn unless_interrupted<T>(
+    work: impl Future<Output = T>,
+    signal: &mut Signal<'_>,
+) -> Result<T, Interrupted> {
+    tokio::select! {
+        done = work => Ok(done),
+        interrupted = signal.as_mut() => Err(interrupted),
+    }
+}
+
 impl Driver<'_> {
     /// A run with no subcommand: the session's thread, opened as the machine says.
     async fn session_thread(&mut self, mut signal: Signal<'_>) -> Result<u8, BoxError> {
@@ -130,10 +141,7 @@ impl Driver<'_> {
             // The store side (reads, restore, give-up, waits) is every driver's; a signal
             // while it runs ends the run (a wait is cut short).
             let mut machine = &mut self.machine;
-            let next = tokio::select! {
-                next = side.next_action(&mut machine) => next,
-                interrupted = signal.as_mut() => return Err(interrupted.into()),
-            };
+            let next = unless_interrupted(side.next_action(&mut machine), &mut signal).await?;
             let Some(action) = next else {
                 return Err(RuntimeError::Internal(
                     "the session machine stopped without an outcome".into(),
@@ -274,38 +282,31 @@ impl Driver<'_> {
             source,
         })
         .map_err(RuntimeError::from)?;
-        let mut stopped = None;
-        let first = tokio::select! {
-            first = process.first() => Some(first),
-            interrupted = signal.as_mut() => {
-                stopped = Some(interrupted);
-                None
+        let first = match unless_interrupted(process.first(), &mut signal).await {
+            Ok(first) => first?,
+            Err(interrupted) => {
+                process.kill().await;
+                return Err(interrupted.into());
             }
         };
-        match (first, stopped) {
-            (Some(first), _) => match first? {
-                First::Started { thread_id, lines } => {
-                    Ok(Began::Started(Box::new(process), thread_id, lines))
-                }
-                First::Exited(exit) => {
-                    // A terminal's Ctrl-C reaches codex too and may end it before this
-                    // process sees it: an exit that names no resume error waits briefly for
-                    // the signal, so the user's interrupt is reported as such.
-                    let unexplained = exit.code != 0
-                        && rethread_protocol::exec_resume_error(&exit.stderr_text()).is_none();
-                    if unexplained {
-                        if let Ok(interrupted) =
-                            tokio::time::timeout(crate::chat::SIGNAL_GRACE, signal.as_mut()).await
-                        {
-                            return Err(interrupted.into());
-                        }
+        match first {
+            First::Started { thread_id, lines } => {
+                Ok(Began::Started(Box::new(process), thread_id, lines))
+            }
+            First::Exited(exit) => {
+                // A terminal's Ctrl-C reaches codex too and may end it before this process
+                // sees it: an exit that names no resume error waits briefly for the signal,
+                // so the user's interrupt is reported as such.
+                let unexplained = exit.code != 0
+                    && rethread_protocol::exec_resume_error(&exit.stderr_text()).is_none();
+                if unexplained {
+                    if let Ok(interrupted) =
+                        tokio::time::timeout(crate::chat::SIGNAL_GRACE, signal.as_mut()).await
+                    {
+                        return Err(interrupted.into());
                     }
-                    Ok(Began::Exited(exit))
                 }
-            },
-            (None, stopped) => {
-                process.kill().await;
-                Err(stopped.map_or_else(|| "stopped".into(), |i| i.into()))
+                Ok(Began::Exited(exit))
             }
         }
     }
@@ -323,25 +324,17 @@ impl Driver<'_> {
         let mut replies: Vec<ThreadItem> = Vec::new();
         let mut completed_turns = 0u32;
         loop {
-            let mut stopped = None;
-            let line = tokio::select! {
-                line = process.next_line() => Some(line),
-                interrupted = signal.as_mut() => {
-                    stopped = Some(interrupted);
-                    None
-                }
-            };
-            let line = match (line, stopped) {
-                (Some(line), _) => line?,
-                (None, stopped) => {
+            let line = match unless_interrupted(process.next_line(), &mut signal).await {
+                Ok(line) => line?,
+                Err(interrupted) => {
                     process.kill().await;
                     if completed_turns > 0 {
                         // The turn is durable and reported: done (a failure would make the
                         // SDK throw, and its user retry a committed turn).
-                        tracing::info!("{stopped:?} after the turn was committed");
+                        tracing::info!("{interrupted} after the turn was committed");
                         return Ok(crate::output::EXIT_OK);
                     }
-                    return Err(stopped.map_or_else(|| "stopped".into(), |i| i.into()));
+                    return Err(interrupted.into());
                 }
             };
             let Some(line) = line else { break };

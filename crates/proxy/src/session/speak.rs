@@ -7,57 +7,59 @@ use rethread_runtime::machine::{Action, DriverAction, Say};
 
 use super::turns::Forgot;
 use super::{BindingHooks, Locked};
-use crate::hooks::{ClientContext, ServerContext};
+use crate::hooks::Link;
 use crate::line::Line;
 use crate::ProxyError;
 
 impl BindingHooks {
     pub(super) async fn say_forgot(
         &self,
-        ctx: &impl Speak,
+        link: &Link,
         forgot: Option<Forgot>,
     ) -> Result<(), ProxyError> {
         let Some(forgot) = forgot else {
             return Ok(());
         };
         let message = forgot.message();
-        ctx.report(&format!("session {}: {message}", self.session_id));
-        ctx.send_to_client(Line::warning(&message, None)).await
+        link.reporter
+            .report(&format!("session {}: {message}", self.session_id));
+        link.send_to_client(Line::warning(&message, None)).await
     }
 
     /// Says to the client (and on stderr) what the machine queued outside an open: a thread
     /// not recorded, a lost lease, a failed commit. Commits are carried out by the caller.
     pub(super) async fn say_queued(
         &self,
-        ctx: &impl Speak,
+        link: &Link,
         thread_id: Option<&str>,
     ) -> Result<(), ProxyError> {
         loop {
             let action = self.state().machine.poll();
             let Some(action) = action else { return Ok(()) };
             if let Action::Driver(DriverAction::Say(say)) = action {
-                self.say(ctx, &say, thread_id).await?;
+                self.say(link, &say, thread_id).await?;
             }
         }
     }
 
     pub(super) async fn say(
         &self,
-        ctx: &impl Speak,
+        link: &Link,
         say: &Say,
         thread_id: Option<&str>,
     ) -> Result<(), ProxyError> {
-        ctx.report(&binding::status_event(&self.session_id, say).described());
+        link.reporter
+            .report(&binding::status_event(&self.session_id, say).described());
         let thread_id = match say {
             Say::NotRecorded { thread_id, .. } | Say::CommitFailed { thread_id, .. } => {
                 Some(thread_id.as_str())
             }
             _ => thread_id,
         };
-        ctx.send_to_client(Line::warning(&say.message(), thread_id))
+        link.send_to_client(Line::warning(&say.message(), thread_id))
             .await?;
         if matches!(say, Say::FallbackNotice { .. }) {
-            let written = ctx.client_flushed().await?;
+            let written = link.client_flushed().await?;
             self.state().notice_written = Some(written);
         }
         Ok(())
@@ -89,53 +91,5 @@ impl BindingHooks {
             .store_side()
             .next_action(&mut Locked(&self.state))
             .await;
-    }
-}
-
-/// The two contexts, as far as saying things goes.
-pub(super) trait Speak: Sync {
-    fn report(&self, message: &str);
-    fn send_to_client(
-        &self,
-        line: Line,
-    ) -> impl std::future::Future<Output = Result<(), ProxyError>> + Send;
-    fn client_flushed(
-        &self,
-    ) -> impl std::future::Future<Output = Result<tokio::sync::oneshot::Receiver<()>, ProxyError>> + Send;
-}
-
-impl Speak for ClientContext {
-    fn report(&self, message: &str) {
-        ClientContext::report(self, message);
-    }
-    fn client_flushed(
-        &self,
-    ) -> impl std::future::Future<Output = Result<tokio::sync::oneshot::Receiver<()>, ProxyError>> + Send
-    {
-        ClientContext::client_flushed(self)
-    }
-    fn send_to_client(
-        &self,
-        line: Line,
-    ) -> impl std::future::Future<Output = Result<(), ProxyError>> + Send {
-        ClientContext::send_to_client(self, line)
-    }
-}
-
-impl Speak for ServerContext {
-    fn report(&self, message: &str) {
-        ServerContext::report(self, message);
-    }
-    fn client_flushed(
-        &self,
-    ) -> impl std::future::Future<Output = Result<tokio::sync::oneshot::Receiver<()>, ProxyError>> + Send
-    {
-        ServerContext::client_flushed(self)
-    }
-    fn send_to_client(
-        &self,
-        line: Line,
-    ) -> impl std::future::Future<Output = Result<(), ProxyError>> + Send {
-        ServerContext::send_to_client(self, line)
     }
 }

@@ -9,6 +9,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rethread_store::{check_mirror_path, BindingStore, MirroredFile, SessionRecord};
 
@@ -239,6 +240,7 @@ impl TempFile {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        remove_abandoned(dir);
         // Not `rollout-*.jsonl`: codex's scan never takes the temp file for a rollout. One
         // name per restore among live processes: two restores of a thread into one home at
         // once (two openers in one process) each write and rename their own file. A name
@@ -246,7 +248,7 @@ impl TempFile {
         static RESTORES: AtomicU64 = AtomicU64::new(0);
         let restore = RESTORES.fetch_add(1, Ordering::Relaxed);
         let temp = dir.join(format!(
-            ".rethread-restore-{}-{restore}-{name}.tmp",
+            "{TEMP_PREFIX}{}-{restore}-{name}.tmp",
             std::process::id()
         ));
         // Read back too, when `finish` compares a local copy with it.
@@ -327,6 +329,43 @@ impl TempFile {
             id,
         });
         Ok((diverged, held))
+    }
+}
+
+/// How every restore's temp file is named first.
+const TEMP_PREFIX: &str = ".rethread-restore-";
+
+/// A restore writes and renames its temp file within seconds even for the largest mirror; one
+/// left unchanged this long belongs to a process that died mid-restore.
+const ABANDONED_AFTER: Duration = Duration::from_secs(60 * 60);
+
+/// Removes the temp files of dead restores from `dir`. By age, not by pid: homes shared
+/// between containers see other pid namespaces' live restores. Best effort: whatever cannot
+/// be listed or removed stays for the next restore.
+fn remove_abandoned(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with(TEMP_PREFIX) && name.ends_with(".tmp")) {
+            continue;
+        }
+        // Not followed: a link is never a restore's temp file.
+        let abandoned = entry
+            .metadata()
+            .ok()
+            .filter(|m| m.is_file())
+            .is_some_and(|m| {
+                m.modified()
+                    .ok()
+                    .and_then(|at| at.elapsed().ok())
+                    .is_some_and(|age| age >= ABANDONED_AFTER)
+            });
+        if abandoned {
+            let _ = std::fs::remove_file(entry.path());
+        }
     }
 }
 
