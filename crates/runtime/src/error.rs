@@ -186,7 +186,7 @@ impl RuntimeError {
 
     /// A stable snake_case name of the variant: `client`, `store`, `resume_failed`,
     /// `resume_unavailable`, `thread_busy`, `turn_failed`, `sink`, `session_busy`,
-    /// `lease_lost`.
+    /// `lease_lost`, `thread_taken`, `internal`.
     pub fn kind(&self) -> &'static str {
         match self {
             RuntimeError::Client(_) => "client",
