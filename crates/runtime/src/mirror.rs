@@ -53,7 +53,8 @@ pub enum MirrorError {
     /// The store failed, or holds a file it cannot give back.
     #[error("store: {0}")]
     Store(#[from] StoreError),
-    /// The store names a path outside `CODEX_HOME`: nothing is written.
+    /// The store names a path outside `CODEX_HOME`, or a file that is not one of the thread's
+    /// rollout files: nothing is written.
     #[error("{0}")]
     BadPath(String),
     /// The blocking task running the file work was lost.

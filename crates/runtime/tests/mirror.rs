@@ -7,8 +7,10 @@
 use std::path::{Path, PathBuf};
 
 use rethread_runtime::binding::{commit_turn, Committed, TurnRows};
-use rethread_runtime::{MirrorReport, Publication, RolloutMirror, Transcript};
-use rethread_store::{BindingStore, BindingStoreExt, MemoryStore};
+use rethread_runtime::{MirrorError, MirrorReport, Publication, RolloutMirror, Transcript};
+use rethread_store::{
+    BindingStore, BindingStoreExt, MemoryStore, MirrorAppend, MirrorUpdate, TurnCommit,
+};
 use serde_json::json;
 
 const THREAD: &str = "01a2329f-e3f7-7240-889a-d40328142d21";
@@ -156,6 +158,35 @@ async fn a_home_that_lacks_the_rollout_gets_it_at_the_same_path() {
         .collect();
     assert_eq!(names.len(), 1, "{names:?}");
     assert!(!b.path().join("state_5.sqlite").exists());
+}
+
+/// A restore writes only the thread's own rollout files: a store whose mirror of this thread
+/// names another thread's rollout (written by another program, or damaged) gets nothing
+/// written, so one session's mirror can never rewrite another thread's history in a home.
+#[tokio::test]
+async fn a_mirror_naming_another_threads_rollout_is_refused_and_nothing_is_written() {
+    let store = MemoryStore::new();
+    let other =
+        format!("{DIR}/rollout-2026-12-01T17-21-09-019a0000-0000-7000-8000-000000000000.jsonl");
+    let update = MirrorUpdate::new(vec![MirrorAppend::whole(
+        &other,
+        line("turn", "not yours").into_bytes(),
+    )]);
+    store
+        .commit_turn(
+            TurnCommit::new("s", THREAD, vec![json!({"role": "user"})]).mirror(Some(update)),
+        )
+        .await
+        .unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let restored = RolloutMirror::new(b.path())
+        .restore(&store, "s", THREAD)
+        .await;
+    assert!(
+        matches!(restored, Err(MirrorError::BadPath(_))),
+        "{restored:?}"
+    );
+    assert_nothing_left(b.path());
 }
 
 /// A process that died mid-restore left its temp file; the next restore into that folder

@@ -132,7 +132,7 @@ impl MirrorAppend {
 ///
 /// ```
 /// use rethread_store::{MirrorAppend, MirrorUpdate, DEFAULT_MIRROR_CAP};
-/// let update = MirrorUpdate::new(vec![MirrorAppend::whole("sessions/r.jsonl", b"{}\n".to_vec())]);
+/// let update = MirrorUpdate::new(vec![MirrorAppend::whole("sessions/rollout-r.jsonl", b"{}\n".to_vec())]);
 /// assert_eq!(update.cap, DEFAULT_MIRROR_CAP);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -232,8 +232,10 @@ pub fn crc32_extend(crc: u32, len: u64, bytes: &[u8]) -> u32 {
 }
 
 /// Checks a mirrored file's path: relative to `CODEX_HOME`, `/`-separated, no `.` or `..`
-/// component, no empty component, no NUL or backslash. A restore writes the file at this path
-/// under the home, so nothing stored may name a place outside it.
+/// component, no empty component, no NUL or backslash, and a codex rollout under `sessions/`
+/// (`sessions/.../rollout-*.jsonl`). A restore writes the file at this path under the home, so
+/// nothing stored may name a place outside it, nor any other file of the home (codex's
+/// databases, its `config.toml`, its credentials), whoever wrote the store.
 pub fn check_mirror_path(path: &str) -> Result<(), String> {
     let bad = |why: &str| Err(format!("mirrored path {path:?} {why}"));
     if path.is_empty() {
@@ -250,6 +252,13 @@ pub fn check_mirror_path(path: &str) -> Result<(), String> {
         .any(|part| part.is_empty() || part == "." || part == "..")
     {
         return bad("has an empty, `.` or `..` component");
+    }
+    let name = match path.split_once('/') {
+        Some(("sessions", rest)) => rest.rsplit('/').next().unwrap_or(rest),
+        _ => return bad("is not under `sessions/`"),
+    };
+    if !(name.starts_with("rollout-") && name.ends_with(".jsonl")) {
+        return bad("does not name a rollout file (`rollout-*.jsonl`)");
     }
     Ok(())
 }
@@ -284,5 +293,28 @@ mod tests {
             assert!(check_mirror_path(bad).is_err(), "{bad:?}");
         }
         check_mirror_path("sessions/2026/12/01/rollout-x.jsonl").unwrap();
+    }
+
+    /// A restore writes what the store names: only a rollout under `sessions/` may be named,
+    /// never codex's databases, its config or its credentials, whoever wrote the store.
+    #[test]
+    fn only_a_rollout_under_sessions_is_a_mirrored_path() {
+        for bad in [
+            "state_5.sqlite",
+            "thread_history_1.sqlite",
+            "config.toml",
+            "auth.json",
+            "rollout-x.jsonl",
+            "sessions/state_5.sqlite",
+            "sessions/2026/12/01/config.toml",
+            "sessions/2026/12/01/rollout-x.json",
+            "sessions/2026/12/01/rollout-x.jsonl.tmp",
+            "sessions/2026/12/01/.rethread-restore-1-0-rollout-x.jsonl.tmp",
+            "archived_sessions/rollout-x.jsonl",
+            "log/rollout-x.jsonl",
+        ] {
+            assert!(check_mirror_path(bad).is_err(), "{bad:?}");
+        }
+        check_mirror_path("sessions/rollout-x.jsonl").unwrap();
     }
 }

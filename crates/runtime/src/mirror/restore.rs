@@ -14,8 +14,8 @@ use std::time::Duration;
 use rethread_store::{check_mirror_path, BindingStore, MirroredFile, SessionRecord};
 
 use super::{
-    blocking, file_id, io_error, parent_of, Known, KnownFile, MirrorError, Restored, RolloutMirror,
-    HISTORY_INDEX,
+    blocking, file_id, io_error, is_thread_file, parent_of, Known, KnownFile, MirrorError,
+    Restored, RolloutMirror, HISTORY_INDEX,
 };
 
 /// The tables of [`HISTORY_INDEX`] that hold a thread's projected history (each keyed by
@@ -184,13 +184,22 @@ fn check_locals(home: &Path, files: &[MirroredFile]) -> Result<Vec<Local>, Mirro
     Ok(locals)
 }
 
-fn checked_path(home: &Path, path: &str) -> Result<PathBuf, MirrorError> {
-    check_mirror_path(path).map_err(MirrorError::BadPath)?;
-    Ok(home.join(path))
+/// Where `file` goes under `home`: the store's path rule, and a rollout of the file's own
+/// thread (a mirror naming another thread's rollout would rewrite that thread's history).
+fn checked_path(home: &Path, file: &MirroredFile) -> Result<PathBuf, MirrorError> {
+    check_mirror_path(&file.path).map_err(MirrorError::BadPath)?;
+    let name = file.path.rsplit('/').next().unwrap_or_default();
+    if !is_thread_file(name, &file.thread_id) {
+        return Err(MirrorError::BadPath(format!(
+            "mirrored path {:?} is not a rollout of thread {}",
+            file.path, file.thread_id
+        )));
+    }
+    Ok(home.join(&file.path))
 }
 
 fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
-    let abs = checked_path(home, &file.path)?;
+    let abs = checked_path(home, file)?;
     let existing = match File::open(&abs) {
         Ok(mut handle) => {
             let id = file_id(&handle.metadata().map_err(io_error(&abs))?);
@@ -210,7 +219,7 @@ fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(io_error(&abs)(e)),
     };
-    let (temp, out) = TempFile::create(home, &file.path)?;
+    let (temp, out) = TempFile::create(home, abs)?;
     Ok(Local::Needs {
         temp,
         out,
@@ -231,9 +240,9 @@ struct TempFile {
 }
 
 impl TempFile {
-    /// The temp file for `path`, and a buffered writer into it for the store.
-    fn create(home: &Path, path: &str) -> Result<(TempFile, Box<dyn Write + Send>), MirrorError> {
-        let abs = checked_path(home, path)?;
+    /// The temp file for `abs` (a [`checked_path`] under `home`), and a buffered writer into
+    /// it for the store.
+    fn create(home: &Path, abs: PathBuf) -> Result<(TempFile, Box<dyn Write + Send>), MirrorError> {
         let dir = abs.parent().unwrap_or(home);
         std::fs::create_dir_all(dir).map_err(io_error(dir))?;
         let name = abs
@@ -445,13 +454,15 @@ mod tests {
     #[test]
     fn a_restore_is_cut_after_the_last_newline_the_store_wrote() {
         let dir = tempfile::tempdir().unwrap();
-        let (temp, mut out) = TempFile::create(dir.path(), "sessions/x.jsonl").unwrap();
+        let (temp, mut out) =
+            TempFile::create(dir.path(), dir.path().join("sessions/x.jsonl")).unwrap();
         for part in [&b"ab\ncd"[..], b"", b"ef\ng", b"hij"] {
             out.write_all(part).unwrap();
         }
         out.flush().unwrap();
         assert_eq!(temp.line_end.load(Ordering::Acquire), 8);
-        let (temp, mut out) = TempFile::create(dir.path(), "sessions/y.jsonl").unwrap();
+        let (temp, mut out) =
+            TempFile::create(dir.path(), dir.path().join("sessions/y.jsonl")).unwrap();
         out.write_all(b"no newline").unwrap();
         assert_eq!(temp.line_end.load(Ordering::Acquire), 0);
         temp.discard();

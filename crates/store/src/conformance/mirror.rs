@@ -202,10 +202,13 @@ pub async fn mirror_refuses_an_append_that_does_not_extend(store: &dyn BindingSt
         state(store, &s, &t, ROLLOUT).await,
         Some((replacement.len() as u64, crc32fast::hash(&replacement)))
     );
-    // Refused input: a path that leaves the home, a file named twice.
+    // Refused input: a path that leaves the home or is not a rollout (a restore would write
+    // it into a home), a file named twice.
     for appends in [
         vec![MirrorAppend::whole("../escape.jsonl", b"x\n".to_vec())],
         vec![MirrorAppend::whole("/abs.jsonl", b"x\n".to_vec())],
+        vec![MirrorAppend::whole("state_5.sqlite", b"x\n".to_vec())],
+        vec![MirrorAppend::whole("config.toml", b"x\n".to_vec())],
         vec![
             MirrorAppend::whole(ROLLOUT, b"x\n".to_vec()),
             MirrorAppend::whole(ROLLOUT, b"y\n".to_vec()),
