@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::Result;
-use crate::{BindingStore, StoreError};
+use crate::{check_mirror_path, BindingStore, MirroredFile, StoreError};
 
 /// At most this many problems are listed in a report; the rest are counted.
 pub const MAX_LISTED_PROBLEMS: usize = 1000;
@@ -171,6 +171,19 @@ impl<'a> Checker<'a> {
         self.report.mirror_bytes += bytes;
     }
 
+    /// Whether a mirrored file's path is one a restore may write ([`check_mirror_path`]);
+    /// a path that is not is a [`ProblemKind::Mirror`] (the store never writes one).
+    pub(crate) fn mirror_path_ok(&mut self, session_id: &str, file: &MirroredFile) -> bool {
+        match check_mirror_path(&file.path) {
+            Ok(()) => true,
+            Err(why) => {
+                let detail = format!("thread {}: {why}", file.thread_id);
+                self.problem(ProblemKind::Mirror, Some(session_id), detail);
+                false
+            }
+        }
+    }
+
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn lease_checked(&mut self) {
         self.report.leases += 1;
@@ -224,7 +237,9 @@ pub(crate) async fn by_export<S: BindingStore + ?Sized>(
                 Ok(Some(export)) => {
                     checker.rows_checked(export.rows.len() as u64);
                     for file in &export.record.mirror.files {
-                        checker.mirror_checked(file.len);
+                        if checker.mirror_path_ok(id, file) {
+                            checker.mirror_checked(file.len);
+                        }
                     }
                 }
                 // Deleted since it was listed.

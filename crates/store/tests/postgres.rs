@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use futures::future::join_all;
 use rethread_store::{
-    conformance, open_url, BindingStore, BindingStoreExt, OpenOptions, PostgresStore, StoreError,
-    TurnCommit, SCHEMA_VERSION,
+    conformance, open_url, BindingStore, BindingStoreExt, MirrorAppend, MirrorUpdate, OpenOptions,
+    PostgresStore, ProblemKind, StoreError, TurnCommit, SCHEMA_VERSION,
 };
 use serde_json::json;
 
@@ -134,6 +134,39 @@ async fn a_damaged_column_is_corrupt_not_data() {
     assert!(
         matches!(lease, Err(StoreError::Corrupt { .. })),
         "{lease:?}"
+    );
+}
+
+/// A mirrored path a restore must not write (written by another program: the store itself
+/// refuses it) is damage `verify` reports, not a file it counts as checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_reports_a_mirrored_path_that_is_not_a_rollout() {
+    let Some(url) = fresh_url("mirror_path") else {
+        return;
+    };
+    let store = PostgresStore::open(&url, OpenOptions::new()).await.unwrap();
+    let rollout = "sessions/2026/12/01/rollout-2026-12-01T10-00-00-t1.jsonl";
+    let update = MirrorUpdate::new(vec![MirrorAppend::whole(rollout, b"{}\n".to_vec())]);
+    store
+        .commit_turn(commit("s", "t1", 1).mirror(Some(update)))
+        .await
+        .unwrap();
+    assert_eq!(store.verify(&mut |_| {}).await.unwrap().problem_count(), 0);
+    let (client, schema) = connect_beside(&url).await;
+    client
+        .batch_execute(&format!(
+            "UPDATE \"{schema}\".sessions SET mirror = replace(mirror, '{rollout}', 'config.toml'); \
+             UPDATE \"{schema}\".mirror_chunks SET path = 'config.toml';"
+        ))
+        .await
+        .unwrap();
+    let report = store.verify(&mut |_| {}).await.unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.kind == ProblemKind::Mirror && p.detail.contains("config.toml")),
+        "{report:?}"
     );
 }
 

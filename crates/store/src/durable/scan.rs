@@ -40,6 +40,9 @@ pub(crate) fn check_mirrors(
 ) -> Result<()> {
     for (session_id, files) in mirrors {
         for file in files {
+            if !checker.mirror_path_ok(&session_id, &file) {
+                continue;
+            }
             match mirror::stream_file(txn, &session_id, &file, &mut |_| Ok(())) {
                 Ok(_) => checker.mirror_checked(file.len),
                 Err(error) => checker.damage(ProblemKind::Mirror, Some(&session_id), error)?,
