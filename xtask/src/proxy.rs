@@ -5,7 +5,7 @@
 //!   PyPI installed without its bundled codex (`pip install --no-deps openai-codex==0.163.0`
 //!   plus its few dependencies and pytest), then pytest on `crates/proxy/tests/python` with
 //!   the binaries it needs named in its environment.
-//! - [`bench`] (`cargo xtask bench proxy`): the `bench_proxy` example of `rethread-proxy` in
+//! - [`bench()`] (`cargo xtask bench proxy`): the `bench_proxy` example of `rethread-proxy` in
 //!   release mode, with release builds of `rethread` and `fake-codex`.
 
 use std::path::PathBuf;
