@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 use comfy_table::{Cell, Color};
 use futures::StreamExt;
-use rethread_runtime::{probe_thread, AppServerClient, CodexCommand, StatusRail, ThreadHealth};
+use rethread_runtime::{
+    probe_thread, AppServerClient, CodexCommand, RolloutMirror, StatusRail, ThreadHealth,
+};
 use rethread_store::{Binding, BindingStore};
 use serde_json::json;
 
@@ -116,7 +118,7 @@ async fn bindings(store: &dyn BindingStore) -> CliResult<Vec<Bound>> {
         let page = store.list_sessions(after.as_deref(), PAGE).await?;
         out.extend(page.sessions.into_iter().filter_map(|s| {
             let binding = s.binding().cloned()?;
-            let mirrored = !s.mirror.stopped && s.mirror.has_thread(&binding.thread_id);
+            let mirrored = RolloutMirror::can_restore(&s, &binding.thread_id);
             Some((s.session_id, binding, mirrored))
         }));
         match page.next_after {

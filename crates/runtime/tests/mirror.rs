@@ -189,6 +189,26 @@ async fn a_mirror_naming_another_threads_rollout_is_refused_and_nothing_is_writt
     assert_nothing_left(b.path());
 }
 
+/// What `doctor` calls restorable is what a restore would write: a thread whose files are all
+/// its own rollouts, mirroring not stopped.
+#[tokio::test]
+async fn a_thread_can_be_restored_only_from_files_a_restore_would_write() {
+    let store = MemoryStore::new();
+    let (_a, _) = two_turns_on_a(&store).await;
+    let record = store.require_session("s").await.unwrap();
+    assert!(RolloutMirror::can_restore(&record, THREAD));
+    assert!(!RolloutMirror::can_restore(
+        &record,
+        "019a0000-0000-7000-8000-000000000000"
+    ));
+    let mut config = record.clone();
+    config.mirror.files[0].path = "config.toml".to_string();
+    assert!(!RolloutMirror::can_restore(&config, THREAD));
+    let mut stopped = record;
+    stopped.mirror.stopped = true;
+    assert!(!RolloutMirror::can_restore(&stopped, THREAD));
+}
+
 /// A process that died mid-restore left its temp file; the next restore into that folder
 /// removes it once it is old enough that no live restore can be writing it, and leaves a
 /// fresh one (another process's restore under way) and anything not a restore's temp file.

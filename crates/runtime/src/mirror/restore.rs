@@ -28,6 +28,18 @@ const HISTORY_TABLES: [&str; 4] = [
 ];
 
 impl RolloutMirror {
+    /// Whether `record`'s mirror can restore `thread_id` into a home that lacks its rollout:
+    /// mirroring did not stop, the thread has files, and a restore may write each of them
+    /// (else it is refused: [`MirrorError::BadPath`]). What `doctor` calls restorable.
+    pub fn can_restore(record: &SessionRecord, thread_id: &str) -> bool {
+        !record.mirror.stopped
+            && record.mirror.has_thread(thread_id)
+            && record
+                .mirror
+                .files_of(thread_id)
+                .all(|file| check_file(file).is_ok())
+    }
+
     /// Restores `thread_id`'s rollout files from the store's mirror of `session_id` before a
     /// resume: each file the home lacks, or holds a strict prefix of, is written from the
     /// mirror at its path (temp file and rename, cut at the last newline). A local file the
@@ -184,9 +196,9 @@ fn check_locals(home: &Path, files: &[MirroredFile]) -> Result<Vec<Local>, Mirro
     Ok(locals)
 }
 
-/// Where `file` goes under `home`: the store's path rule, and a rollout of the file's own
-/// thread (a mirror naming another thread's rollout would rewrite that thread's history).
-fn checked_path(home: &Path, file: &MirroredFile) -> Result<PathBuf, MirrorError> {
+/// Whether a restore may write `file`: the store's path rule, and a rollout of the file's
+/// own thread (a mirror naming another thread's rollout would rewrite that thread's history).
+fn check_file(file: &MirroredFile) -> Result<(), MirrorError> {
     check_mirror_path(&file.path).map_err(MirrorError::BadPath)?;
     let name = file.path.rsplit('/').next().unwrap_or_default();
     if !is_thread_file(name, &file.thread_id) {
@@ -195,6 +207,12 @@ fn checked_path(home: &Path, file: &MirroredFile) -> Result<PathBuf, MirrorError
             file.path, file.thread_id
         )));
     }
+    Ok(())
+}
+
+/// Where `file` goes under `home`, once [`check_file`] allows it.
+fn checked_path(home: &Path, file: &MirroredFile) -> Result<PathBuf, MirrorError> {
+    check_file(file)?;
     Ok(home.join(&file.path))
 }
 
