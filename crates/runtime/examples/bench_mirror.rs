@@ -200,8 +200,8 @@ async fn restores(name: &str, url: &str, args: &Args) {
         "\n### {name}: restoring a rollout into a home that lacks it (median of {})\n",
         args.samples
     );
-    println!("| turns | bytes | chunks | restore | with its own record read | of which reading the store | plain copy | restore / copy |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| turns | bytes | chunks | restore | with its own record read | of which reading the store | plain copy | restore / copy | open, home holds it |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let meta = lines(21_000, "meta");
     let turn = lines(5_300, "turn");
     for &turns in &args.turns {
@@ -228,7 +228,7 @@ async fn restores(name: &str, url: &str, args: &Args) {
         let record = store.session(&session).await.unwrap().unwrap();
         let chunks: u64 = record.mirror.files.iter().map(|f| f.chunks()).sum();
         let (mut restore, mut copy, mut read) = (Vec::new(), Vec::new(), Vec::new());
-        let mut own_read = Vec::new();
+        let (mut own_read, mut holds) = (Vec::new(), Vec::new());
         let file_path = record.mirror.files[0].path.clone();
         for _ in 0..args.samples {
             // As a driver's open restores: from the record its `ReadSession` read.
@@ -259,6 +259,16 @@ async fn restores(name: &str, url: &str, args: &Args) {
                 .unwrap();
             read.push(started.elapsed());
             assert_eq!(held.map(|b| b.len() as u64), Some(bytes));
+            // What every open pays where the home already holds the rollout (a new process:
+            // no file known yet): the local check finds it whole and writes nothing.
+            settle();
+            let started = Instant::now();
+            let restored = RolloutMirror::new(home.path())
+                .restore_from(store.as_ref(), &record, &thread)
+                .await
+                .unwrap();
+            holds.push(started.elapsed());
+            assert!(restored.written.is_empty());
             let plain = tempfile::tempdir().unwrap();
             let to = rollout_path(plain.path(), &thread);
             std::fs::create_dir_all(to.parent().unwrap()).unwrap();
@@ -275,15 +285,17 @@ async fn restores(name: &str, url: &str, args: &Args) {
         own_read.sort();
         copy.sort();
         read.sort();
+        holds.sort();
         let (r, c) = (percentile(&restore, 0.5), percentile(&copy, 0.5));
         println!(
-            "| {turns} | {:.1} MB | {chunks} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2}x |",
+            "| {turns} | {:.1} MB | {chunks} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2}x | {:.2} ms |",
             bytes as f64 / 1e6,
             ms(r),
             ms(percentile(&own_read, 0.5)),
             ms(percentile(&read, 0.5)),
             ms(c),
-            r.as_secs_f64() / c.as_secs_f64()
+            r.as_secs_f64() / c.as_secs_f64(),
+            ms(percentile(&holds, 0.5))
         );
     }
 }

@@ -220,18 +220,27 @@ fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
     let abs = checked_path(home, file)?;
     let existing = match File::open(&abs) {
         Ok(mut handle) => {
-            let id = file_id(&handle.metadata().map_err(io_error(&abs))?);
-            let mut bytes = Vec::new();
-            handle.read_to_end(&mut bytes).map_err(io_error(&abs))?;
-            if bytes.len() as u64 >= file.len
-                && crc32fast::hash(&bytes[..file.len as usize]) == file.crc32
+            let meta = handle.metadata().map_err(io_error(&abs))?;
+            // Every open of a thread whose rollout is here comes this way: the mirrored prefix
+            // is summed through one buffer, not read into memory whole.
+            if meta.len() >= file.len
+                && prefix_crc32(&mut handle, file.len).map_err(io_error(&abs))? == file.crc32
             {
                 return Ok(Local::Holds(KnownFile {
                     len: file.len,
                     crc32: file.crc32,
-                    id,
+                    id: file_id(&meta),
                 }));
             }
+            // Less, or other bytes: kept to tell a strict prefix from a divergence once the
+            // mirror is written. One byte past the mirror's length tells a longer copy (never
+            // a prefix of it); the rest is not needed.
+            handle.seek(SeekFrom::Start(0)).map_err(io_error(&abs))?;
+            let mut bytes = Vec::new();
+            handle
+                .take(file.len + 1)
+                .read_to_end(&mut bytes)
+                .map_err(io_error(&abs))?;
             Some(bytes)
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -418,6 +427,23 @@ impl Write for LineEnds {
     fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
     }
+}
+
+/// The CRC-32 of `file`'s first `len` bytes (of fewer, if it is shorter), read in chunks.
+fn prefix_crc32(file: &mut File, len: u64) -> io::Result<u32> {
+    let mut crc = crc32fast::Hasher::new();
+    let mut buffer = vec![0; (1 << 18).min(len as usize)];
+    let mut left = len;
+    while left > 0 {
+        let want = buffer.len().min(left as usize);
+        let n = file.read(&mut buffer[..want])?;
+        if n == 0 {
+            break;
+        }
+        crc.update(&buffer[..n]);
+        left -= n as u64;
+    }
+    Ok(crc.finalize())
 }
 
 /// Whether `file`'s first `len` bytes start with `local`.
