@@ -192,6 +192,20 @@ fn settle() {
     let _ = std::process::Command::new("sync").status();
 }
 
+/// `work` timed, after a [`settle`].
+async fn timed<T>(work: impl std::future::Future<Output = T>) -> (Duration, T) {
+    settle();
+    let started = Instant::now();
+    let done = work.await;
+    (started.elapsed(), done)
+}
+
+/// The median of `samples`.
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    percentile(&samples, 0.5)
+}
+
 /// Part 2 on one backend: restoring rollouts of each length, beside a plain copy.
 async fn restores(name: &str, url: &str, args: &Args) {
     // Built relaxed (the commits themselves are part 1's); read back as any store is.
@@ -233,69 +247,48 @@ async fn restores(name: &str, url: &str, args: &Args) {
         for _ in 0..args.samples {
             // As a driver's open restores: from the record its `ReadSession` read.
             let target = tempfile::tempdir().unwrap();
-            settle();
-            let started = Instant::now();
-            let restored = RolloutMirror::new(target.path())
-                .restore_from(store.as_ref(), &record, &thread)
-                .await
-                .unwrap();
-            restore.push(started.elapsed());
-            assert_eq!(restored.written.len(), 1);
+            let mirror = RolloutMirror::new(target.path());
+            let (took, restored) =
+                timed(mirror.restore_from(store.as_ref(), &record, &thread)).await;
+            restore.push(took);
+            assert_eq!(restored.unwrap().written.len(), 1);
             // Reading the record first, as `RolloutMirror::restore` does.
             let own = tempfile::tempdir().unwrap();
-            settle();
-            let started = Instant::now();
-            let restored = RolloutMirror::new(own.path())
-                .restore(store.as_ref(), &session, &thread)
-                .await
-                .unwrap();
-            own_read.push(started.elapsed());
-            assert_eq!(restored.written.len(), 1);
-            settle();
-            let started = Instant::now();
-            let held = store
-                .mirror_file(&session, &thread, &file_path)
-                .await
-                .unwrap();
-            read.push(started.elapsed());
-            assert_eq!(held.map(|b| b.len() as u64), Some(bytes));
+            let mirror = RolloutMirror::new(own.path());
+            let (took, restored) = timed(mirror.restore(store.as_ref(), &session, &thread)).await;
+            own_read.push(took);
+            assert_eq!(restored.unwrap().written.len(), 1);
+            let (took, held) = timed(store.mirror_file(&session, &thread, &file_path)).await;
+            read.push(took);
+            assert_eq!(held.unwrap().map(|b| b.len() as u64), Some(bytes));
             // What every open pays where the home already holds the rollout (a new process:
             // no file known yet): the local check finds it whole and writes nothing.
-            settle();
-            let started = Instant::now();
-            let restored = RolloutMirror::new(home.path())
-                .restore_from(store.as_ref(), &record, &thread)
-                .await
-                .unwrap();
-            holds.push(started.elapsed());
-            assert!(restored.written.is_empty());
+            let mirror = RolloutMirror::new(home.path());
+            let (took, restored) =
+                timed(mirror.restore_from(store.as_ref(), &record, &thread)).await;
+            holds.push(took);
+            assert!(restored.unwrap().written.is_empty());
             let plain = tempfile::tempdir().unwrap();
             let to = rollout_path(plain.path(), &thread);
             std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-            settle();
-            let started = Instant::now();
-            std::fs::copy(&path, &to).unwrap();
-            copy.push(started.elapsed());
+            let (took, copied) = timed(async { std::fs::copy(&path, &to) }).await;
+            copy.push(took);
+            copied.unwrap();
             assert_eq!(
                 std::fs::read(rollout_path(target.path(), &thread)).unwrap(),
                 std::fs::read(&to).unwrap()
             );
         }
-        restore.sort();
-        own_read.sort();
-        copy.sort();
-        read.sort();
-        holds.sort();
-        let (r, c) = (percentile(&restore, 0.5), percentile(&copy, 0.5));
+        let (r, c) = (median(restore), median(copy));
         println!(
             "| {turns} | {:.1} MB | {chunks} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2}x | {:.2} ms |",
             bytes as f64 / 1e6,
             ms(r),
-            ms(percentile(&own_read, 0.5)),
-            ms(percentile(&read, 0.5)),
+            ms(median(own_read)),
+            ms(median(read)),
             ms(c),
             r.as_secs_f64() / c.as_secs_f64(),
-            ms(percentile(&holds, 0.5))
+            ms(median(holds))
         );
     }
 }
