@@ -11,44 +11,64 @@
 /// assert_eq!(redact_url("sqlite:/var/lib/rethread.db"), "sqlite:/var/lib/rethread.db");
 /// ```
 pub fn redact_url(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut parsed) => {
-            if parsed.password().is_some() {
-                // Fails only for URLs that cannot have a password, which this one has.
-                let _ = parsed.set_password(Some("***"));
-            }
-            let has_secret = parsed
-                .query_pairs()
-                .any(|(key, _)| key.eq_ignore_ascii_case("password"));
-            if has_secret {
-                let pairs: Vec<(String, String)> = parsed
-                    .query_pairs()
-                    .map(|(key, value)| {
-                        let value = if key.eq_ignore_ascii_case("password") {
-                            "***".to_string()
-                        } else {
-                            value.into_owned()
-                        };
-                        (key.into_owned(), value)
-                    })
-                    .collect();
-                parsed.query_pairs_mut().clear().extend_pairs(pairs);
-            }
-            // The query serializer escapes `*`; keep the mask readable.
-            parsed.to_string().replace("%2A%2A%2A", "***")
-        }
-        // Not a URL the parser takes: keep only what precedes any userinfo, to be safe.
-        Err(_) => match url.split_once("://") {
-            Some((scheme, rest)) => match rest.rsplit_once('@') {
-                Some((userinfo, host)) => {
-                    let user = userinfo.split(':').next().unwrap_or("");
-                    format!("{scheme}://{user}:***@{host}")
-                }
-                None => url.to_string(),
-            },
-            None => url.to_string(),
-        },
+    // The file backends' paths hold no secret and may hold `:` and `@`: shown as they are.
+    if ["redb:", "sqlite:", "memory:"]
+        .iter()
+        .any(|scheme| url.starts_with(scheme))
+    {
+        return url.to_string();
     }
+    // Not parsed, so that what the parser reads another way (a path for `postgres:/a:b@h`,
+    // a fragment after a `#` in a password) or refuses is masked all the same.
+    mask_password_values(&mask_userinfo(url))
+}
+
+/// Masks what lies between the userinfo's first `:` and the last `@`, after the scheme.
+fn mask_userinfo(url: &str) -> String {
+    let start = match url.find("://") {
+        Some(at) => at + 3,
+        None => url
+            .find(':')
+            .filter(|&at| {
+                let scheme = &url[..at];
+                !scheme.is_empty()
+                    && scheme
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))
+            })
+            .map_or(0, |at| at + 1),
+    };
+    let Some(at) = url[start..].rfind('@').map(|at| start + at) else {
+        return url.to_string();
+    };
+    match url[start..at].find(':') {
+        Some(colon) => format!("{}:***{}", &url[..start + colon], &url[at..]),
+        None => url.to_string(),
+    }
+}
+
+/// Masks the value of every `password=` (a query parameter, or libpq's `key=value` form,
+/// quoted or not), whatever its case.
+fn mask_password_values(text: &str) -> String {
+    const KEY: &str = "password=";
+    let lower = text.to_ascii_lowercase();
+    let mut out = String::with_capacity(text.len());
+    let mut from = 0;
+    while let Some(found) = lower[from..].find(KEY) {
+        let value = from + found + KEY.len();
+        out.push_str(&text[from..value]);
+        out.push_str("***");
+        let rest = &text[value..];
+        let len = match rest.strip_prefix('\'') {
+            Some(quoted) => quoted.find('\'').map_or(rest.len(), |end| end + 2),
+            None => rest
+                .find(|c: char| c == '&' || c == '#' || c.is_whitespace())
+                .unwrap_or(rest.len()),
+        };
+        from = value + len;
+    }
+    out.push_str(&text[from..]);
+    out
 }
 
 #[cfg(test)]
@@ -63,6 +83,21 @@ mod tests {
             ("postgres://host/db?password=hunter2&user=bob", "hunter2"),
             ("postgres://alice:PASSWORD@", "PASSWORD"),
             ("postgres://alice:pa ss@bad host/db", "pa ss"),
+            // Typos the parser reads as a path or refuses, and a `#` read as a fragment.
+            ("postgres:/alice:hunter2@db/x", "hunter2"),
+            ("postgres//alice:hunter2@db/x", "hunter2"),
+            ("postgres://alice:123#hunter2@db/x", "hunter2"),
+            ("postgres://alice:p@ss@host/db", "p@ss"),
+            // libpq's key=value form, which the store does not take but names in its error.
+            (
+                "host=db user=rethread password=hunter2 dbname=rethread",
+                "hunter2",
+            ),
+            ("host=db password='hunter 2' dbname=x", "hunter 2"),
+            (
+                "postgres://db/x?sslmode=require&PASSWORD=hunter2",
+                "hunter2",
+            ),
         ] {
             let shown = redact_url(url);
             assert!(!shown.contains(secret), "{url} -> {shown}");

@@ -441,15 +441,8 @@ pub trait BindingStoreExt: BindingStore {
     /// the store).
     async fn count_sessions(&self) -> Result<u64> {
         let mut count = 0u64;
-        let mut after: Option<String> = None;
-        loop {
-            let page = self.list_sessions(after.as_deref(), 256).await?;
-            count += page.sessions.len() as u64;
-            match page.next_after {
-                Some(next) => after = Some(next),
-                None => return Ok(count),
-            }
-        }
+        for_each_page(self, |page| count += page.sessions.len() as u64).await?;
+        Ok(count)
     }
 
     /// Every session, following the pages of [`BindingStore::list_sessions`]. It holds the
@@ -457,15 +450,8 @@ pub trait BindingStoreExt: BindingStore {
     /// `list_sessions` instead.
     async fn all_sessions(&self) -> Result<Vec<SessionRecord>> {
         let mut out = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let page = self.list_sessions(after.as_deref(), 256).await?;
-            out.extend(page.sessions);
-            match page.next_after {
-                Some(next) => after = Some(next),
-                None => return Ok(out),
-            }
-        }
+        for_each_page(self, |page| out.extend(page.sessions)).await?;
+        Ok(out)
     }
 
     /// Sets (or, with `None`, removes) one `model_config` key through an unfenced merge-patch.
@@ -482,6 +468,22 @@ pub trait BindingStoreExt: BindingStore {
 }
 
 impl<S: BindingStore + ?Sized> BindingStoreExt for S {}
+
+/// Hands every page of [`BindingStore::list_sessions`] to `each`, in order.
+async fn for_each_page<S: BindingStore + ?Sized>(
+    store: &S,
+    mut each: impl FnMut(SessionPage) + Send,
+) -> Result<()> {
+    let mut after: Option<String> = None;
+    loop {
+        let mut page = store.list_sessions(after.as_deref(), 256).await?;
+        after = page.next_after.take();
+        each(page);
+        if after.is_none() {
+            return Ok(());
+        }
+    }
+}
 
 /// The `out` of [`BindingStoreExt::mirror_file`] (and of the conformance suite's streamed
 /// reads): a buffer the caller keeps a handle to.
