@@ -4,6 +4,8 @@
 //! source. Codex's `state_5.sqlite` is never touched; its history index loses the thread's
 //! rows only when a diverged copy was replaced.
 
+#[cfg(unix)]
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use rethread_runtime::binding::{commit_turn, Committed, TurnRows};
@@ -248,6 +250,68 @@ async fn a_dead_restores_temp_file_is_removed_by_the_next_restore() {
     ];
     kept.sort();
     assert_eq!(names, kept);
+}
+
+/// Whoever can write the sessions folder (a home shared between containers) can guess the
+/// temp file's name: a link planted there is never written through, and its target is kept.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_link_planted_at_the_temp_files_name_is_never_written_through() {
+    let store = MemoryStore::new();
+    let (_a, text) = two_turns_on_a(&store).await;
+    let b = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("precious");
+    std::fs::write(&target, "keep me").unwrap();
+    let dir = b.path().join(DIR);
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = source().rsplit('/').next().unwrap().to_string();
+    // Every name this process's restores may take (the counter is shared by the tests).
+    for restore in 0..512 {
+        let temp = format!(
+            ".rethread-restore-{}-{restore}-{name}.tmp",
+            std::process::id()
+        );
+        std::os::unix::fs::symlink(&target, dir.join(temp)).unwrap();
+    }
+    RolloutMirror::new(b.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
+    assert_eq!(read(b.path(), &source()), text);
+    let restored = std::fs::symlink_metadata(b.path().join(source())).unwrap();
+    assert!(
+        restored.file_type().is_file(),
+        "the rollout is a file, not a link"
+    );
+}
+
+/// A FIFO (or any file that is not a regular file) at the rollout's path is refused, never
+/// opened: opening a FIFO blocks until a writer comes, and the open would hold the lease.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_fifo_at_the_rollouts_path_is_refused_not_waited_on() {
+    let store = MemoryStore::new();
+    let (_a, _text) = two_turns_on_a(&store).await;
+    let b = tempfile::tempdir().unwrap();
+    let fifo = b.path().join(source());
+    std::fs::create_dir_all(fifo.parent().unwrap()).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let mirror = RolloutMirror::new(b.path());
+    let restore = mirror.restore(&store, "s", THREAD);
+    let restored = tokio::time::timeout(std::time::Duration::from_secs(10), restore)
+        .await
+        .expect("the restore waited on the FIFO");
+    assert!(restored.is_err(), "{restored:?}");
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
 }
 
 /// The store streams a file into the restore as it reads it: a mirror whose damage shows

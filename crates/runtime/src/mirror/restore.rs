@@ -218,6 +218,14 @@ fn checked_path(home: &Path, file: &MirroredFile) -> Result<PathBuf, MirrorError
 
 fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
     let abs = checked_path(home, file)?;
+    // Only a regular file is opened: opening a FIFO blocks until a writer comes, and the open
+    // holds the session's lease meanwhile.
+    match std::fs::metadata(&abs) {
+        Ok(meta) if !meta.is_file() => {
+            return Err(io_error(&abs)(io::Error::other("not a regular file")));
+        }
+        _ => {}
+    }
     let existing = match File::open(&abs) {
         Ok(mut handle) => {
             let meta = handle.metadata().map_err(io_error(&abs))?;
@@ -238,7 +246,7 @@ fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
             handle.seek(SeekFrom::Start(0)).map_err(io_error(&abs))?;
             let mut bytes = Vec::new();
             handle
-                .take(file.len + 1)
+                .take(file.len.saturating_add(1))
                 .read_to_end(&mut bytes)
                 .map_err(io_error(&abs))?;
             Some(bytes)
@@ -277,24 +285,29 @@ impl TempFile {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         remove_abandoned(dir);
-        // Not `rollout-*.jsonl`: codex's scan never takes the temp file for a rollout. One
-        // name per restore among live processes: two restores of a thread into one home at
-        // once (two openers in one process) each write and rename their own file. A name
-        // left by a process that died (its pid reused, as a container's is) is overwritten.
+        // Not `rollout-*.jsonl`: codex's scan never takes the temp file for a rollout. Created
+        // new (`O_EXCL`), never opened: a name that exists, a link planted by whoever can write
+        // the folder (a home shared between containers), a restore of another pid namespace
+        // or one left by a dead process, is never written through; the next name is taken.
         static RESTORES: AtomicU64 = AtomicU64::new(0);
-        let restore = RESTORES.fetch_add(1, Ordering::Relaxed);
-        let temp = dir.join(format!(
-            "{TEMP_PREFIX}{}-{restore}-{name}.tmp",
-            std::process::id()
-        ));
-        // Read back too, when `finish` compares a local copy with it.
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temp)
-            .map_err(io_error(&temp))?;
+        let (file, temp) = loop {
+            let restore = RESTORES.fetch_add(1, Ordering::Relaxed);
+            let temp = dir.join(format!(
+                "{TEMP_PREFIX}{}-{restore}-{name}.tmp",
+                std::process::id()
+            ));
+            // Read back too, when `finish` compares a local copy with it.
+            match File::options()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&temp)
+            {
+                Ok(file) => break (file, temp),
+                Err(error) if error.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(error) => return Err(io_error(&temp)(error)),
+            }
+        };
         let out = match file.try_clone() {
             Ok(out) => out,
             Err(error) => {
