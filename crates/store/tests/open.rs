@@ -117,13 +117,23 @@ async fn foreign_files_are_refused() {
     let r = RedbStore::open(&redb_path, OpenOptions::new()).await;
     assert!(matches!(r, Err(StoreError::Corrupt { .. })), "{r:?}");
 
+    // Refused before anything is written: another program's database keeps its journal mode
+    // (SQLite keeps WAL in the file's header) and gets no `-wal` or `-shm` beside it.
     let sqlite_path = dir.path().join("f.db");
     rusqlite::Connection::open(&sqlite_path)
         .unwrap()
         .execute_batch("CREATE TABLE other (x INTEGER);")
         .unwrap();
-    let r = SqliteStore::open(&sqlite_path, OpenOptions::new()).await;
-    assert!(matches!(r, Err(StoreError::Corrupt { .. })), "{r:?}");
+    let before = std::fs::read(&sqlite_path).unwrap();
+    for create in [false, true] {
+        let r = SqliteStore::open(&sqlite_path, OpenOptions::new().create(create)).await;
+        assert!(matches!(r, Err(StoreError::Corrupt { .. })), "{r:?}");
+        let after = std::fs::read(&sqlite_path).unwrap();
+        assert!(after == before, "create {create}: the file was written");
+        for beside in ["f.db-wal", "f.db-shm", "f.db-journal"] {
+            assert!(!dir.path().join(beside).exists(), "{beside}");
+        }
+    }
 }
 
 #[tokio::test]

@@ -126,7 +126,6 @@ fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<(Conne
     let mut conn = connect(path, label, options.busy_timeout())?;
     let file_id = FileId::of_path(path)?;
     let map = |e| map_sqlite_error(label, e);
-    enable_wal(&conn, label, options.busy_timeout())?;
     // Durable: every commit synced, with `F_FULLFSYNC` where the platform has it (on macOS a
     // plain fsync leaves the data in the drive's cache; elsewhere SQLite ignores the flag).
     // Relaxed: WAL commits reach the file at once and are synced at checkpoints, so only a
@@ -137,8 +136,11 @@ fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<(Conne
     };
     conn.execute_batch(pragmas).map_err(map)?;
     // Nothing here reads the store's records: opening takes the same time whatever the store
-    // holds. Reads check what they touch; `verify` checks everything.
+    // holds. Reads check what they touch; `verify` checks everything. The schema is checked
+    // before WAL is switched on: the switch is written into the file's header, and another
+    // program's database is refused unchanged.
     schema::ensure_schema(&mut conn, label, options.create)?;
+    enable_wal(&conn, label, options.busy_timeout())?;
     Ok((conn, file_id))
 }
 
