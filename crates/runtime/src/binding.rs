@@ -403,7 +403,8 @@ pub struct Committed {
 ///   ([`Publication::RetiredNotPublished`]).
 /// - With a mirror ([`TurnRows::mirror`]) the commit carries what the thread's rollout files
 ///   grew by ([`RolloutMirror::prepare`]), in the same transaction. A refusal because the
-///   store's file is not what this process knew ([`StoreError::MirrorMismatch`]) is retried
+///   store's file is not what this process knew ([`StoreError::MirrorMismatch`]), or a
+///   commit that met damaged stored chunks ([`StoreError::Corrupt`], rolled back), is retried
 ///   once with the files whole. A rollout that cannot be read does not stop the turn: it
 ///   commits without its mirror ([`MirrorReport::Failed`]).
 pub async fn commit_turn(
@@ -481,10 +482,13 @@ async fn write_turn(
     let take = |prepared: &mut Option<crate::mirror::PreparedMirror>| {
         prepared.as_mut().map(|p| std::mem::take(&mut p.update))
     };
+    let sent_mirror = prepared.is_some();
     let outcome = match store.commit_turn(commit(take(&mut prepared))).await {
-        Err(StoreError::MirrorMismatch { .. }) => {
+        Err(StoreError::MirrorMismatch { .. } | StoreError::Corrupt { .. }) if sent_mirror => {
             // The store's file is not what this process knew (another process mirrored it
-            // since, or a restore was skipped): send the files whole, once.
+            // since, or a restore was skipped), or its stored chunks are damaged (another
+            // program, a disk; the commit was rolled back): send the files whole, once, which
+            // replaces them. Damage elsewhere fails the second commit as it did the first.
             mirror.forget(turn.thread_id);
             prepared = match mirror.prepare(turn.thread_id).await {
                 Ok(prepared) => Some(prepared),

@@ -338,6 +338,46 @@ async fn a_mirror_damaged_part_way_through_leaves_no_file_behind() {
     assert_nothing_left(b.path());
 }
 
+/// A stored chunk damaged since (another program, a disk) must not stop the session's turns
+/// from committing: the commit that meets it sends the rollout whole, which replaces the
+/// damaged mirror, and the rows and the binding commit with it.
+#[tokio::test]
+async fn a_damaged_stored_chunk_is_replaced_by_the_next_commit_not_blocking_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite");
+    let store = rethread_store::SqliteStore::open(&path, Default::default())
+        .await
+        .unwrap();
+    let a = tempfile::tempdir().unwrap();
+    let mirror = RolloutMirror::new(a.path());
+    write(a.path(), &source(), &line("session_meta", "meta"));
+    append(a.path(), &source(), &line("turn", "one"));
+    assert_eq!(commit(&store, &mirror).await.mirror, MirrorReport::Written);
+    append(a.path(), &source(), &line("turn", "two"));
+    assert_eq!(commit(&store, &mirror).await.mirror, MirrorReport::Written);
+    let changed = rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "UPDATE mirror_chunks SET bytes = CAST(replace(CAST(bytes AS TEXT), 'two', 'tWo') AS BLOB) WHERE seq = 1",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    // The next turn's growth is merged with the damaged chunk at the tail.
+    append(a.path(), &source(), &line("turn", "three"));
+    let rows = [json!({"role": "user", "text": "turn"})];
+    let turn = TurnRows::new("s", THREAD, &rows).mirror(Some(&mirror));
+    let committed = commit_turn(&store, &Transcript::Store, None, turn).await;
+    let committed = committed.expect("the turn commits");
+    assert_eq!(committed.mirror, MirrorReport::Written);
+    assert_eq!(store.all_rows("s").await.unwrap().len(), 3);
+    let text = read(a.path(), &source());
+    assert_eq!(
+        stored(&store, &source()).await.as_deref(),
+        Some(text.as_str())
+    );
+}
+
 /// A restore makes the temp file of every file the home needs before the store writes the
 /// first: when the first file's mirror is damaged, the temp file of the file not reached goes
 /// too.
