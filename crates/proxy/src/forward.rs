@@ -112,27 +112,28 @@ where
         // ended (not because codex's output did).
         let (mut client_read, mut client_ended, mut codex_ended) = (false, false, false);
         let (mut client_written, mut codex_written) = (false, false);
+        let mut client_closed = false;
         let mut deadline: Option<Instant> = None;
         loop {
             tokio::select! {
                 signal = &mut stop => return Ok(Ended::Stopped { signal }),
                 result = &mut client_reader, if !client_read => {
                     client_read = true;
-                    match result? {
-                        ClientEnd::InputEnded => {
-                            client_ended = true;
-                            deadline = Some(Instant::now() + options.shutdown_grace);
-                        }
-                        // Everything the hooks queued is in: the client's output can close.
-                        ClientEnd::CodexGone => link.to_client.close().await,
+                    if let ClientEnd::InputEnded = result? {
+                        client_ended = true;
+                        deadline = Some(Instant::now() + options.shutdown_grace);
                     }
                 }
                 result = &mut codex_reader, if !codex_ended => {
                     result?;
                     codex_ended = true;
-                    if client_ended {
-                        link.to_client.close().await;
-                    }
+                }
+                // Once both readers are done, everything for the client is queued and its
+                // output can close. A branch, not an await in an arm body: the close waits for
+                // room in a full queue, which only the client writer makes, so it and `stop`
+                // must go on being polled meanwhile.
+                () = link.to_client.close(), if codex_ended && client_read && !client_closed => {
+                    client_closed = true;
                 }
                 result = &mut client_writer, if !client_written => {
                     client_written = true;

@@ -1,7 +1,8 @@
 //! Hostile and unlucky input to the forwarder (issue 19, items 18-20): client lines codex would
-//! die of or read otherwise than the proxy, and a codex that dies while the proxy's own request
-//! waits for it. The test plays codex on the other end of a pipe, reading its input the way
-//! codex does (`BufReader::lines`, which fails on a line that is not UTF-8).
+//! die of or read otherwise than the proxy, a codex that dies while the proxy's own request
+//! waits for it, and a codex that exits while the client reads slowly. The test plays codex on
+//! the other end of a pipe, reading its input the way codex does (`BufReader::lines`, which
+//! fails on a line that is not UTF-8).
 
 mod support;
 
@@ -10,11 +11,12 @@ use std::time::Duration;
 
 use rethread_protocol::{ErrorCode, RequestId, RpcError};
 use rethread_proxy::{
-    ClientAction, ClientContext, Ended, HookError, Line, LineKind, RequestError, SessionHooks,
+    forward, ClientAction, ClientContext, Ended, HookError, Line, LineKind, NoSession,
+    RequestError, SessionHooks,
 };
 use serde_json::{json, Value};
 use support::*;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 /// What the hooks saw of a line: its kind, id and method.
 type Seen = (LineKind, Option<RequestId>, Option<String>);
@@ -271,6 +273,50 @@ async fn codex_dying_during_the_proxys_own_request_still_answers_the_client() {
     ));
     assert_eq!(s.proxied.client.next_message().await.unwrap(), None);
     let ended = tokio::time::timeout(Duration::from_secs(10), &mut s.proxied.task)
+        .await
+        .expect("the forwarder ends")
+        .unwrap()
+        .unwrap();
+    assert_eq!(ended, Ended::CodexClosed);
+}
+
+/// Codex exits while the queue to a slow client is full: closing the client's output waits for
+/// room that only the client's writer makes. That close ran in the forwarder's `select!` arm,
+/// where nothing else is polled: the writer stalled, and the proxy hung (deaf to signals too).
+#[tokio::test]
+async fn codex_exiting_while_the_client_reads_slowly_ends_with_everything_delivered() {
+    let (codex_end, proxy_codex) = tokio::io::duplex(64 * 1024);
+    let (codex_out, codex_in) = tokio::io::split(proxy_codex);
+    // One byte in flight to the client: the proxy's writer waits until the client reads.
+    let (client_end, proxy_client) = tokio::io::duplex(1);
+    let (client_in, client_out) = tokio::io::split(proxy_client);
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let mut options = recording_options(&reports);
+    options.queue_lines = 2;
+    options.write_buffer = 1;
+    let said = "{\"method\":\"n\",\"params\":1}\n{\"method\":\"n\",\"params\":2}\n\
+                {\"method\":\"n\",\"params\":3}\n";
+    let (_codex_read, mut codex_write) = tokio::io::split(codex_end);
+    codex_write.write_all(said.as_bytes()).await.unwrap();
+    codex_write.shutdown().await.unwrap();
+    let task = tokio::spawn(async move {
+        let hooks = NoSession::new();
+        let stop = std::future::pending();
+        forward(
+            &hooks, &options, client_in, client_out, codex_out, codex_in, stop,
+        )
+        .await
+    });
+    // The client's input stays open; it starts reading once the queue has filled up.
+    let (mut client_read, _client_write) = tokio::io::split(client_end);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), client_read.read_to_end(&mut got))
+        .await
+        .expect("the client's output ends")
+        .unwrap();
+    assert_eq!(String::from_utf8(got).unwrap(), said);
+    let ended = tokio::time::timeout(Duration::from_secs(5), task)
         .await
         .expect("the forwarder ends")
         .unwrap()
