@@ -1,10 +1,10 @@
 //! The session rules of issue 19 through the proxy, against the in-process fake: the session
-//! stays on its own thread (a second `thread/start` never moves the binding, and the client is
-//! told; a fork or a resume of another thread takes the same path, pinned in
-//! `crates/runtime/tests/machine.rs`), an ephemeral thread is never bound, a client that floods the
-//! bounded tracking never loses the session's own start or its fallback warning, another
-//! session's thread cannot be resumed here, and a stall past the lease's TTL with nobody
-//! competing goes on recording.
+//! stays on its own thread (a second `thread/start`, even one sent before the session's own is
+//! answered, never moves the binding, and the client is told; a fork or a resume of another
+//! thread takes the same path, pinned in `crates/runtime/tests/machine.rs`), an ephemeral thread
+//! is never bound, a client that floods the bounded tracking never loses the session's own start
+//! or its fallback warning, another session's thread cannot be resumed here, and a stall past the
+//! lease's TTL with nobody competing goes on recording.
 
 mod support;
 
@@ -83,6 +83,45 @@ async fn a_second_thread_start_never_moves_the_binding_and_the_client_is_told() 
         message.contains(&format!("keeps this session on thread {first}")),
         "{message}"
     );
+}
+
+/// A second `thread/start` sent while the session's own is still unanswered is the client's own
+/// thread: forwarded and answered (it was swallowed, as if part of the session's open), and
+/// never bound in the session's place.
+#[tokio::test]
+async fn a_second_thread_start_before_the_first_is_answered_is_the_clients_own() {
+    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let slow_start = FaultScript::of([Fault::Delay {
+        method: Some("thread/start".into()),
+        millis: 500,
+    }]);
+    let (mut proxied, _fake) = proxy_fake(
+        hooks(&store).await,
+        rethread_fake_appserver::FakeAppServer::builder().faults(slow_start),
+    );
+    let client = &mut proxied.client;
+    client.initialize(false).await.unwrap();
+    for id in ["a", "b"] {
+        client
+            .send(&json!({"id": id, "method": "thread/start", "params": {"cwd": "/tmp"}}))
+            .await
+            .unwrap();
+    }
+    let answer = tokio::time::timeout(Duration::from_secs(5), client.response_to(&json!("b")))
+        .await
+        .expect("the second start is answered")
+        .unwrap();
+    let second = thread_id(&answer);
+    let first = thread_id(&client.response_to(&json!("a")).await.unwrap());
+    assert_ne!(first, second);
+    client.run_turn(&first, "one", None).await.unwrap();
+    client.run_turn(&second, "two", None).await.unwrap();
+    assert_eq!(bound_thread(&store).await.as_deref(), Some(first.as_str()));
+    let record = store.session(SESSION).await.unwrap().unwrap();
+    assert_eq!(record.row_count, 2, "only the session's turn is recorded");
+    let told = warnings(&client.log);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0]["threadId"], json!(second));
 }
 
 #[tokio::test]

@@ -219,6 +219,20 @@ impl SessionMachine {
         self.push(Action::ReadSession);
     }
 
+    /// The client sent a `thread/start` (a driver whose client starts threads itself:
+    /// `rethread app-server`). Returns whether it opens the session's thread (then
+    /// [`SessionMachine::open`] is done). Otherwise it is the client's own thread, told on its
+    /// answer by [`SessionMachine::handle_client_thread`]: an ephemeral one, any once the
+    /// session has its thread or lost its lease, and one sent while the session's open is
+    /// still under way (its own start unanswered), which must not be taken for that start.
+    pub fn handle_client_start(&mut self, ephemeral: bool) -> bool {
+        let opens = !ephemeral && self.thread.is_none() && !self.lease_lost && !self.is_opening();
+        if opens {
+            self.open();
+        }
+        opens
+    }
+
     /// What the store holds for the session ([`Action::ReadSession`]).
     pub fn handle_session(&mut self, stored: Stored) {
         if !matches!(self.phase, Phase::Reading) {

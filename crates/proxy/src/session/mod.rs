@@ -171,8 +171,8 @@ impl BindingHooks {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The client's `thread/start`. The first non-ephemeral one opens the session's thread
-    /// (the machine's open, driven here); any other is the client's own.
+    /// The client's `thread/start`. The machine says whether it opens the session's thread
+    /// (the open is driven here); any other is the client's own, forwarded.
     async fn on_thread_start(
         &self,
         line: &Line,
@@ -181,15 +181,7 @@ impl BindingHooks {
     ) -> Result<ClientAction, HookError> {
         let params = start_params(line);
         let ephemeral = params.get("ephemeral") == Some(&Value::Bool(true));
-        let opens_session = {
-            let mut state = self.state();
-            let opens =
-                !ephemeral && state.machine.thread_id().is_none() && !state.machine.lease_lost();
-            if opens {
-                state.machine.open();
-            }
-            opens
-        };
+        let opens_session = self.state().machine.handle_client_start(ephemeral);
         if !opens_session {
             let stored = None;
             self.expect(ctx, id, Pending::ClientThread { ephemeral, stored })
