@@ -1,7 +1,7 @@
 //! `BindingHooks` with the rollout mirror, in front of in-process fakes on two `CODEX_HOME`s
 //! (two machines) and one store: the session moves between them and keeps its thread and
 //! its memory, with no warning; a home where the rollout cannot be found is said once and the
-//! turn still commits.
+//! turn still commits; a restore that fails is said, and the resume goes ahead.
 
 mod support;
 
@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use faulty_store::Faults;
 use rethread_proxy::{BindingHooks, SessionOptions};
 use rethread_store::{BindingStore, BindingStoreExt, MemoryStore};
 use serde_json::Value;
@@ -142,4 +143,35 @@ async fn a_rollout_the_proxy_cannot_find_is_said_once_and_the_turns_still_commit
     assert_eq!(record.thread_id(), Some(thread.as_str()));
     assert!(record.mirror.files.is_empty());
     fake.kill().await;
+}
+
+#[tokio::test]
+async fn a_restore_that_fails_is_said_and_the_resume_goes_ahead() {
+    let memory = Arc::new(MemoryStore::new());
+    let store: Arc<dyn BindingStore> = memory.clone();
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (_, a) = FakeAppServer::builder()
+        .codex_home(dir_a.path())
+        .spawn_in_process()
+        .unwrap();
+    let (_, b) = FakeAppServer::builder()
+        .codex_home(dir_b.path())
+        .spawn_in_process()
+        .unwrap();
+    let (thread, _) = process(&store, &a, dir_a.path(), "remember zebra").await;
+    process(&store, &b, dir_b.path(), "which animal?").await;
+
+    // Back on A, which holds only the first turn: a restore is due, and reading the mirror
+    // from the store fails. A keeps a rollout codex can resume.
+    let faults = Faults::default();
+    faults.fail("write_mirror_file", 1);
+    let faulty: Arc<dyn BindingStore> = Arc::new(faulty_store::over(memory, faults.clone()));
+    let (again, warned) = process(&faulty, &a, dir_a.path(), "and before that?").await;
+    assert_eq!(faults.calls("write_mirror_file"), 1);
+    assert_eq!(again, thread, "the resume went ahead");
+    let restore = format!("rethread could not restore thread {thread}'s rollout from the store");
+    let said = warned.iter().filter(|w| w.starts_with(&restore)).count();
+    assert_eq!(said, 1, "{warned:?}");
+    a.kill().await;
+    b.kill().await;
 }

@@ -302,11 +302,17 @@ impl BindingHooks {
         let result = as_start_result(result);
         let thread = result.get("thread").cloned().unwrap_or(Value::Null);
         let thread_id = thread.get("id").and_then(Value::as_str).unwrap_or_default();
+        // What the open said (a failed restore: the resume went ahead anyway) is taken before
+        // `drain_open` clears it, and said right before the answer.
+        let said = std::mem::take(&mut self.state().said);
         self.drain_open();
         ctx.report(&format!(
             "session {}: resumed thread {thread_id}",
             self.session_id
         ));
+        for say in &said {
+            self.say(ctx.link(), say, Some(thread_id)).await?;
+        }
         ctx.send_to_client(Line::response(id, result.clone()))
             .await?;
         // Codex follows a started thread's answer with `thread/started`; so does this one.

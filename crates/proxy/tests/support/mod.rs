@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 pub use rethread_fake_appserver::{FakeAppServer, FakeHandle, Fault, FaultScript, Profile};
+pub use rethread_testkit::faulty_store;
 pub use rethread_testkit::real::{
     ask_for_approvals, codex_or_skip, error_of, find_codex, real_codex_required, rollout_files,
     thread_id, CodexHome, TurnRun, WirePeer,
