@@ -7,6 +7,7 @@
 //! interrupted by SIGINT/SIGTERM (exit 130/143). A release that fails after the turn committed
 //! is a warning, never a failure: the turn is durable and must not be retried.
 
+use crate::output::outln;
 use std::error::Error;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -308,14 +309,14 @@ pub(crate) fn finish(args: &ChatArgs, notices: &[String], conversation: Conversa
                     "reply": report.reply,
                 });
                 describe_open(&mut object, opened.as_ref());
-                println!("{object}");
+                outln!("{object}");
             }
             // Human output: the reply was printed as it came (`reply::ReplyPrinter`).
             Ok(())
         }
         Err(error) => {
             if args.json {
-                println!("{}", failure_json(args, notices, opened.as_ref(), &*error));
+                outln!("{}", failure_json(args, notices, opened.as_ref(), &*error));
             }
             Err(error)
         }
@@ -326,7 +327,7 @@ pub(crate) fn finish(args: &ChatArgs, notices: &[String], conversation: Conversa
 /// store did not open); returns the error for `main`.
 pub(crate) fn report_early_failure(args: &ChatArgs, error: BoxError) -> BoxError {
     if args.json {
-        println!("{}", failure_json(args, &[], None, &*error));
+        outln!("{}", failure_json(args, &[], None, &*error));
     }
     error
 }

@@ -3,6 +3,7 @@
 //! failed check fails the demo. With `--json` the story is one object on stdout instead:
 //! `{"ok", "steps": [{"title", "lines", "checks"}], "error"?}` (also when a check fails).
 
+use crate::output::outln;
 use std::sync::Arc;
 
 use rethread_fake_appserver::faults::Corruption;
@@ -42,8 +43,8 @@ impl Narration {
             self.steps
                 .push(json!({"title": title, "lines": [], "checks": []}));
         } else {
-            println!();
-            println!(
+            outln!();
+            outln!(
                 "{}",
                 output::bold(output::Stream::Stdout, &format!("== {title}"))
             );
@@ -56,8 +57,8 @@ impl Narration {
             self.current("lines").push(json!(line));
         } else {
             match painted {
-                Some(colour) => println!("{}", output::paint(output::Stream::Stdout, colour, line)),
-                None => println!("{line}"),
+                Some(colour) => outln!("{}", output::paint(output::Stream::Stdout, colour, line)),
+                None => outln!("{line}"),
             }
         }
     }
@@ -69,7 +70,7 @@ impl Narration {
         if self.json {
             self.current("checks").push(json!(what));
         } else {
-            println!("   ok: {what}");
+            outln!("   ok: {what}");
         }
         Ok(())
     }
@@ -83,7 +84,7 @@ impl Narration {
         if let Err(error) = result {
             object["error"] = json!(error.to_string());
         }
-        println!("{object}");
+        outln!("{object}");
     }
 }
 
@@ -272,7 +273,7 @@ async fn play(story: &mut Narration) -> CliResult {
     story.check(record.row_count == 8, "all 8 transcript rows kept")?;
     fake.kill().await;
     if !story.json {
-        println!();
+        outln!();
     }
     story.say(
         "done: the conversation survived a restart and a lost rollout, and a lost thread failed \

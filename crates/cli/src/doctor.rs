@@ -11,6 +11,7 @@
 //! next turn would start a new thread (neither live nor restorable), after the whole report
 //! was printed.
 
+use crate::output::outln;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -191,7 +192,7 @@ fn print_json(rows: &[Row]) {
         .collect();
     // Every binding resumes on its next turn (live here, or restorable from the mirror).
     let all_live = rows.iter().all(|r| r.health.resumes());
-    println!(
+    outln!(
         "{}",
         json!({"bindings": bindings, "total": rows.len(), "summary": summary, "all_live": all_live})
     );
@@ -226,7 +227,7 @@ fn print_table(rows: &[Row]) {
     } else {
         format!(": {}", parts.join(", "))
     };
-    println!("{} binding(s){parts}", rows.len());
+    outln!("{} binding(s){parts}", rows.len());
 }
 
 #[cfg(test)]

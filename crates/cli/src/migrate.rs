@@ -4,6 +4,7 @@
 //! importing an identical session is a no-op, so an interrupted migration rerun completes
 //! without duplicates.
 
+use crate::output::outln;
 use rethread_store::{copy_sessions, redact_url, BindingStoreExt};
 use serde_json::json;
 
@@ -27,7 +28,7 @@ pub(crate) async fn run(from: &str, to: &str, json: bool) -> CliResult {
         .map_err(|e| format!("migrating from {from} to {to}: {e}"))?;
     output::finish(&bar);
     if json {
-        println!(
+        outln!(
             "{}",
             json!({
                 "from": from,
@@ -43,9 +44,11 @@ pub(crate) async fn run(from: &str, to: &str, json: bool) -> CliResult {
         );
         return Ok(());
     }
-    println!(
+    outln!(
         "migrated {} session(s) from {from} to {to}: {} copied, {} already present; verified",
-        report.sessions, report.copied, report.already_present
+        report.sessions,
+        report.copied,
+        report.already_present
     );
     Ok(())
 }

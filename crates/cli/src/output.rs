@@ -208,7 +208,7 @@ pub(crate) fn print_table(table: &mut comfy_table::Table) {
         column.set_padding((0, COLUMN_GAP));
     }
     for line in table.lines() {
-        println!("{}", line.trim_end());
+        outln!("{}", line.trim_end());
     }
 }
 
@@ -371,4 +371,42 @@ pub(crate) fn runtime(
             EXIT_FAILED,
         )
     })
+}
+
+/// `println!` for what the commands print on stdout. A reader that went away
+/// (`rethread sessions list | head -1`) ends the process quietly with [`EXIT_OK`], as
+/// `ls | head -1` ends; `println!` would panic. Any other write error (a full disk behind
+/// `> report.txt`) fails the command with [`EXIT_FAILED`]. The process exits without running
+/// destructors, as a killed one would: what is committed stays, an open store recovers.
+macro_rules! outln {
+    () => {
+        $crate::output::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+pub(crate) use outln;
+
+/// `print!` through [`write_stdout`], as [`outln!`] is `println!`.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!($($arg)*))
+    };
+}
+pub(crate) use out;
+
+/// What [`outln!`] writes through.
+pub(crate) fn write_stdout(text: fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    match out.write_fmt(text) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
+            std::process::exit(EXIT_OK.into())
+        }
+        Err(error) => {
+            eprint_line(&format!("rethread: cannot write to stdout: {error}"));
+            std::process::exit(EXIT_FAILED.into())
+        }
+    }
 }

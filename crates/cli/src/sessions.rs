@@ -1,5 +1,6 @@
 //! `rethread sessions list | show [--rows] | forget`.
 
+use crate::output::{out, outln};
 use std::sync::Arc;
 
 use comfy_table::{Cell, CellAlignment, ColumnConstraint, Width};
@@ -77,7 +78,7 @@ pub(crate) async fn list(store: Arc<dyn BindingStore>, json: bool, paging: Pagin
     // The column widths so far: a page's table is never narrower than the pages before it.
     let mut widths: Vec<u16> = Vec::new();
     if json {
-        print!("{{\"sessions\":[");
+        out!("{{\"sessions\":[");
     }
     let next_after = loop {
         let want = paging
@@ -87,7 +88,7 @@ pub(crate) async fn list(store: Arc<dyn BindingStore>, json: bool, paging: Pagin
         if json {
             for record in &page.sessions {
                 let comma = if printed == 0 { "" } else { "," };
-                print!("{comma}{}", to_json(record));
+                out!("{comma}{}", to_json(record));
                 printed += 1;
             }
         } else if !page.sessions.is_empty() {
@@ -101,11 +102,11 @@ pub(crate) async fn list(store: Arc<dyn BindingStore>, json: bool, paging: Pagin
         }
     };
     if json {
-        println!("],\"next_after\":{}}}", json!(next_after));
+        outln!("],\"next_after\":{}}}", json!(next_after));
         return Ok(());
     }
     if printed == 0 {
-        println!("no sessions");
+        outln!("no sessions");
     }
     if let Some(next) = next_after {
         let limit = paging.limit.unwrap_or(PAGE);
@@ -161,30 +162,30 @@ pub(crate) async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> 
         .await?
         .ok_or_else(|| format!("no session {id}"))?;
     if json {
-        println!("{}", to_json(&record));
+        outln!("{}", to_json(&record));
         return Ok(());
     }
-    println!("session:         {}", for_people(&record.session_id));
+    outln!("session:         {}", for_people(&record.session_id));
     match record.binding() {
         Some(b) => {
-            println!("thread:          {}", for_people(&b.thread_id));
-            println!("bound at:        {}", format_ms(b.bound_at_ms));
-            println!(
+            outln!("thread:          {}", for_people(&b.thread_id));
+            outln!("bound at:        {}", format_ms(b.bound_at_ms));
+            outln!(
                 "codex home:      {}",
                 for_people(b.codex_home.as_deref().unwrap_or("(not recorded)"))
             );
         }
-        None => println!("thread:          (none)"),
+        None => outln!("thread:          (none)"),
     }
-    println!("rows:            {}", record.row_count);
+    outln!("rows:            {}", record.row_count);
     let retired = if record.retired_threads.is_empty() {
         "(none)".to_string()
     } else {
         record.retired_threads.join(", ")
     };
-    println!("retired threads: {}", for_people(&retired));
-    println!("created:         {}", format_ms(record.created_at_ms));
-    println!("updated:         {}", format_ms(record.updated_at_ms));
+    outln!("retired threads: {}", for_people(&retired));
+    outln!("created:         {}", format_ms(record.created_at_ms));
+    outln!("updated:         {}", format_ms(record.updated_at_ms));
     Ok(())
 }
 
@@ -220,7 +221,7 @@ pub(crate) async fn show_rows(
     let mut widths: Vec<u16> = Vec::new();
     let mut printed = 0usize;
     if json {
-        print!("{{\"session\":{},\"rows\":[", json!(id));
+        out!("{{\"session\":{},\"rows\":[", json!(id));
     }
     while next < end {
         let rows = store.rows(id, next..end.min(next + PAGE as u64)).await?;
@@ -230,7 +231,7 @@ pub(crate) async fn show_rows(
         if json {
             for row in &rows {
                 let comma = if printed == 0 { "" } else { "," };
-                print!("{comma}{}", json!({"seq": row.seq, "row": row.body}));
+                out!("{comma}{}", json!({"seq": row.seq, "row": row.body}));
                 printed += 1;
             }
         } else {
@@ -241,11 +242,11 @@ pub(crate) async fn show_rows(
     }
     let next_after = (next < record.row_count && next > 0).then(|| next - 1);
     if json {
-        println!("],\"next_after\":{}}}", json!(next_after));
+        outln!("],\"next_after\":{}}}", json!(next_after));
         return Ok(());
     }
     if printed == 0 {
-        println!("no rows");
+        outln!("no rows");
     }
     if let (Some(after), Some(limit)) = (next_after, paging.limit) {
         eprintln!(
@@ -296,9 +297,9 @@ fn print_keeping(table: &mut comfy_table::Table, widths: &mut Vec<u16>) {
 pub(crate) async fn forget(store: Arc<dyn BindingStore>, id: &str, json: bool) -> CliResult {
     if store.delete_session(id).await? {
         if json {
-            println!("{}", json!({ "forgot": id }));
+            outln!("{}", json!({ "forgot": id }));
         } else {
-            println!("forgot session {}", for_people(id));
+            outln!("forgot session {}", for_people(id));
         }
         Ok(())
     } else {

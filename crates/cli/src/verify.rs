@@ -5,6 +5,7 @@
 //! the check could not reach the end; 75 when the store is locked by another process. With
 //! `--json`, one object on stdout also when damage was found.
 
+use crate::output::outln;
 use std::sync::Arc;
 
 use anstyle::AnsiColor;
@@ -57,7 +58,7 @@ pub(crate) async fn run(store: Arc<dyn BindingStore>, label: &str, json: bool) -
         .await?;
     output::finish(&bar);
     if json {
-        println!("{}", report_json(label, &report));
+        outln!("{}", report_json(label, &report));
     } else {
         print_human(label, &report);
     }
@@ -99,19 +100,19 @@ fn print_human(label: &str, report: &VerifyReport) {
         output::print_table(&mut table);
     }
     if report.unlisted_problems > 0 {
-        println!("... and {} more problem(s)", report.unlisted_problems);
+        outln!("... and {} more problem(s)", report.unlisted_problems);
     }
     let counts = format!(
         "{} session(s), {} row(s), {} lease(s)",
         report.sessions, report.rows, report.leases
     );
     if report.is_ok() {
-        println!(
+        outln!(
             "{} {label}: {counts}, no problems",
             output::paint(output::Stream::Stdout, AnsiColor::Green, "verified")
         );
     } else {
-        println!(
+        outln!(
             "{} {label}: {counts} checked, {} problem(s){}",
             output::paint(output::Stream::Stdout, AnsiColor::Red, "damaged"),
             report.problem_count(),

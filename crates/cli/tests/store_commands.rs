@@ -273,3 +273,37 @@ fn forget_and_migrate_print_one_json_object() {
     let list = stdout_json(&rethread(&to, &["sessions", "list", "--json"]));
     assert_eq!(session_ids(&list), ["a", "c"]);
 }
+
+/// A reader that stops early (`rethread sessions list | head -1`) is no failure: the commands
+/// that print a report end quietly, never with a panic and its backtrace (exit 101).
+#[cfg(unix)]
+#[test]
+fn a_report_whose_reader_went_away_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("store.sqlite").display());
+    fill(&url, &["a", "b"], 2);
+    for args in [
+        &["sessions", "list"][..],
+        &["sessions", "list", "--json"],
+        &["sessions", "show", "a", "--rows"],
+        &["verify"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rethread"))
+            .args(args)
+            .env("RETHREAD_STORE", &url)
+            .env("RETHREAD_CODEX_BIN", "/nonexistent/codex")
+            .env("RUST_LOG", "error")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The read end closes before the command writes: its first write meets no reader.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = text(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        let quiet = out.status.code() == Some(0) || out.status.signal() == Some(13);
+        assert!(quiet, "{args:?}: {:?} {stderr}", out.status);
+    }
+}
