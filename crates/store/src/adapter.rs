@@ -9,9 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use crate::logic::{
-    self, ttl_ms, Acquire, InStore, LeaseOp, LocalLeases, ReadOp, Release, Renew, WriteOp,
-};
+use crate::logic::{self, ttl_ms, Acquire, InStore, LeaseOp, ReadOp, Release, Renew, WriteOp};
 use crate::Result;
 use crate::{
     BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MirroredFile, Retirement,
@@ -29,10 +27,9 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// the store is relaxed) or refused.
     fn write<O: WriteOp>(&self, op: O) -> impl Future<Output = Result<O::Output>> + Send;
 
-    /// The leases of a backend that keeps them in the process rather than in the store
-    /// (redb: one process per file). `None`: lease requests are writes.
-    fn local_leases(&self) -> Option<&LocalLeases> {
-        None
+    /// Runs a lease request; by default as a write, in the store.
+    fn lease<L: LeaseOp>(&self, op: L) -> impl Future<Output = Result<L::Output>> + Send {
+        self.write(InStore(op))
     }
 
     /// [`BindingStore::verify`]; by default through `store`'s public methods.
@@ -48,15 +45,6 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
 /// A [`Backend`] seen as a [`BindingStore`].
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Adapter<B>(pub(crate) B);
-
-impl<B: Backend> Adapter<B> {
-    async fn lease<L: LeaseOp>(&self, op: L) -> Result<L::Output> {
-        match self.0.local_leases() {
-            Some(local) => local.apply(&op),
-            None => self.0.write(InStore(op)).await,
-        }
-    }
-}
 
 #[async_trait]
 impl<B: Backend> BindingStore for Adapter<B> {
@@ -176,24 +164,26 @@ impl<B: Backend> BindingStore for Adapter<B> {
         owner: &LeaseOwner,
         ttl: Duration,
     ) -> Result<Lease> {
-        self.lease(Acquire {
-            session_id: session_id.to_string(),
-            owner: owner.clone(),
-            ttl_ms: ttl_ms(ttl),
-        })
-        .await
+        self.0
+            .lease(Acquire {
+                session_id: session_id.to_string(),
+                owner: owner.clone(),
+                ttl_ms: ttl_ms(ttl),
+            })
+            .await
     }
 
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        self.lease(Renew {
-            lease: lease.clone(),
-            ttl_ms: ttl_ms(ttl),
-        })
-        .await
+        self.0
+            .lease(Renew {
+                lease: lease.clone(),
+                ttl_ms: ttl_ms(ttl),
+            })
+            .await
     }
 
     async fn release_lease(&self, lease: &Lease) -> Result<bool> {
-        self.lease(Release(lease.clone())).await
+        self.0.lease(Release(lease.clone())).await
     }
 
     async fn verify(

@@ -9,7 +9,7 @@ mod writer;
 use std::sync::Arc;
 
 use crate::adapter::Backend;
-use crate::logic::{LocalLeases, ReadOp, ReadTxn, WriteOp};
+use crate::logic::{InStore, LeaseOp, LocalLeases, ReadOp, ReadTxn, WriteOp};
 use crate::verify::Checker;
 use crate::Result;
 use crate::{BindingStore, StoreError, VerifyProgress, VerifyReport};
@@ -84,8 +84,16 @@ impl Backend for Durable {
         self.writer.write(op).await
     }
 
-    fn local_leases(&self) -> Option<&LocalLeases> {
-        self.local_leases.as_deref()
+    /// A single-process backend's lease request runs on a blocking thread: it waits for the
+    /// write transaction under way ([`LocalLeases::apply`]).
+    async fn lease<L: LeaseOp>(&self, op: L) -> Result<L::Output> {
+        match &self.local_leases {
+            Some(local) => {
+                let local = Arc::clone(local);
+                blocking(move || local.apply(&op)).await
+            }
+            None => self.writer.write(InStore(op)).await,
+        }
     }
 
     /// Runs the backend's scan on a blocking thread; progress crosses back over a channel.

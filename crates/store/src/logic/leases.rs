@@ -228,9 +228,18 @@ impl LeaseOp for Release {
 
 /// Leases kept in this process only: for the single-process redb backend (its file is locked
 /// to one process).
+///
+/// A lease request and a write transaction never overlap: the writer thread holds
+/// [`LocalLeases::begin_write`]'s gate from a write's fence checks to its commit, and every
+/// request takes it too. Otherwise a request could grant the lease to another owner while a
+/// write that passed its fence check was still committing, and the new holder would read the
+/// session without that write, which lands after (a fork). What a write changes of the leases
+/// (a delete forgets the grant) is staged and kept only if the write commits.
 #[derive(Debug, Default)]
 pub(crate) struct LocalLeases {
     leases: Mutex<HashMap<String, Grant>>,
+    writing: Mutex<()>,
+    staged: Mutex<HashMap<String, Grant>>,
 }
 
 impl LocalLeases {
@@ -238,22 +247,62 @@ impl LocalLeases {
         self.leases.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs a lease request at the machine's time.
+    fn staged(&self) -> MutexGuard<'_, HashMap<String, Grant>> {
+        self.staged.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs a lease request at the machine's time, once no write is under way. Blocks for
+    /// at most one commit: never on an async runtime thread.
     pub(crate) fn apply<L: LeaseOp>(&self, op: &L) -> Result<L::Output> {
+        let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
         op.apply(&mut *self.map(), now_ms())
+    }
+
+    /// Opens the gate of one write transaction (the writer thread's): lease requests wait
+    /// until it is dropped. [`LeaseWrite::committed`] keeps what the write staged.
+    pub(crate) fn begin_write(&self) -> LeaseWrite<'_> {
+        let gate = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        self.staged().clear();
+        LeaseWrite {
+            leases: self,
+            _gate: gate,
+        }
+    }
+}
+
+/// One write transaction's hold on [`LocalLeases`]; dropped without
+/// [`LeaseWrite::committed`], what the write staged is discarded.
+pub(crate) struct LeaseWrite<'a> {
+    leases: &'a LocalLeases,
+    _gate: MutexGuard<'a, ()>,
+}
+
+impl LeaseWrite<'_> {
+    /// The write committed: what it staged becomes the leases.
+    pub(crate) fn committed(self) {
+        let staged = std::mem::take(&mut *self.leases.staged());
+        self.leases.map().extend(staged);
+    }
+}
+
+impl Drop for LeaseWrite<'_> {
+    fn drop(&mut self) {
+        self.leases.staged().clear();
     }
 }
 
 /// The view a write transaction of a single-process durable backend (redb) has of the
-/// process's leases, for fence checks: each call locks the map for that call only. A check
-/// and the write it guards are still one step, because every write of the store goes through
-/// its one writer thread, in order.
+/// process's leases, for fence checks, while it holds [`LocalLeases::begin_write`]: what it
+/// staged, else the leases.
 impl LeaseTxn for Arc<LocalLeases> {
     fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>> {
+        if let Some(grant) = self.staged().get(session_id) {
+            return Ok(Some(grant.clone()));
+        }
         Ok(self.map().get(session_id).cloned())
     }
     fn put_lease(&mut self, grant: &Grant) -> Result<()> {
-        self.map()
+        self.staged()
             .insert(grant.lease.session_id.clone(), grant.clone());
         Ok(())
     }

@@ -310,6 +310,7 @@ impl Engine for RedbEngine {
                 .is_none_or(|since| since.elapsed() < RELAXED_FLUSH_INTERVAL);
         let label = self.shared.label.as_str();
         let (leases, file_id, path) = (&self.leases, self.file_id, &self.opener.path);
+        let lease_write = leases.begin_write();
         let written = self.shared.guard(|db| {
             let mut txn = db.begin_write().map_err(|e| map_redb_error(label, e))?;
             if relaxed {
@@ -332,6 +333,11 @@ impl Engine for RedbEngine {
             file_id.check(path, label)?;
             txn.commit().map_err(|e| map_redb_error(label, e))
         });
+        if written.is_ok() {
+            lease_write.committed();
+        } else {
+            drop(lease_write);
+        }
         if let Err(StoreError::Io { .. }) = &written {
             self.reopen = true;
             if let Err(error) = self.reopen() {

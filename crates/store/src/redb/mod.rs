@@ -7,7 +7,9 @@
 //! the file: another process opening it waits up to
 //! [`OpenOptions::wait`](crate::OpenOptions::wait), then gets [`StoreError::Locked`] naming
 //! the holder (from the record `<file>.holder` each holder writes beside the file). Leases live
-//! in this process (`LocalLeases`); the writer thread checks fenced writes against them.
+//! in this process (`LocalLeases`); the writer thread checks fenced writes against them, and a
+//! lease request waits for the write transaction under way, so none is granted between a
+//! write's fence check and its commit.
 //!
 //! Opening checks every page of the file by default
 //! ([`OpenOptions::check_redb_integrity_on_open`](crate::OpenOptions::check_redb_integrity_on_open)):
@@ -173,6 +175,8 @@ mod tests {
     struct FullDisk {
         file: FileBackend,
         full: Arc<AtomicBool>,
+        /// While set, every sync takes 300 ms (a slow disk).
+        slow: Arc<AtomicBool>,
     }
 
     impl FullDisk {
@@ -199,6 +203,9 @@ mod tests {
         }
         fn sync_data(&self) -> Result<(), std::io::Error> {
             self.check()?;
+            if self.slow.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
             self.file.sync_data()
         }
         fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
@@ -251,6 +258,7 @@ mod tests {
             builder.create_with_backend(FullDisk {
                 file: FileBackend::new(file)?,
                 full: Arc::clone(&disk),
+                slow: Arc::new(AtomicBool::new(false)),
             })
         });
         let path = dir.path().join("s.redb");
@@ -275,5 +283,109 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(reopened.all_rows("s").await.unwrap().len(), 2);
+    }
+
+    /// redb keeps leases in the process, and a lease request used to run at once, beside the
+    /// writer thread: a fenced commit that had passed its fence check could still be
+    /// committing (a slow sync) when another owner took the lease and read the session. The
+    /// new holder then started from a state without that commit, which landed after: a fork.
+    /// A lease request now waits for the write under way, and a write after it sees the new
+    /// grant.
+    #[tokio::test]
+    async fn a_lease_taken_while_a_fenced_commit_is_syncing_sees_that_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let slow = Arc::new(AtomicBool::new(false));
+        let disk = Arc::clone(&slow);
+        let make_backend: MakeBackend = Arc::new(move |builder, file| {
+            builder.create_with_backend(FullDisk {
+                file: FileBackend::new(file)?,
+                full: Arc::new(AtomicBool::new(false)),
+                slow: Arc::clone(&disk),
+            })
+        });
+        let store = Arc::new(
+            RedbStore::open_with(&dir.path().join("s.redb"), OpenOptions::new(), make_backend)
+                .await
+                .unwrap(),
+        );
+        let owner = |name: &str| crate::LeaseOwner {
+            host: format!("host-{name}"),
+            pid: 4242,
+            started_at_ms: 1_700_000_000_000,
+            instance: 1,
+            process: None,
+        };
+        let ttl = std::time::Duration::from_millis(100);
+        let a = store.acquire_lease("s", &owner("a"), ttl).await.unwrap();
+        slow.store(true, Ordering::SeqCst);
+        let writer = Arc::clone(&store);
+        let committed =
+            tokio::spawn(async move { writer.commit_turn(commit(0).fence(Some(a.fence()))).await });
+        // A's lease expires while its commit syncs; B takes it and reads the session.
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        store
+            .acquire_lease("s", &owner("b"), std::time::Duration::from_secs(60))
+            .await
+            .unwrap();
+        let seen = store.session("s").await.unwrap();
+        slow.store(false, Ordering::SeqCst);
+        match committed.await.unwrap() {
+            Ok(_) => assert!(
+                seen.is_some_and(|record| record.row_count == 1),
+                "B took the lease and read the session without A's commit, which then landed"
+            ),
+            Err(StoreError::LeaseLost { .. }) => {}
+            Err(other) => panic!("{other:?}"),
+        }
+        Arc::try_unwrap(store).unwrap().close().await;
+    }
+
+    /// What a write changes of redb's in-process leases is kept only if the write commits: a
+    /// delete that failed (a full disk) used to forget the lease all the same, and the holder,
+    /// whose session was still there, was told it had been forgotten.
+    #[tokio::test]
+    async fn a_delete_that_failed_leaves_the_lease_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let full = Arc::new(AtomicBool::new(false));
+        let disk = Arc::clone(&full);
+        let make_backend: MakeBackend = Arc::new(move |builder, file| {
+            builder.create_with_backend(FullDisk {
+                file: FileBackend::new(file)?,
+                full: Arc::clone(&disk),
+                slow: Arc::new(AtomicBool::new(false)),
+            })
+        });
+        let store =
+            RedbStore::open_with(&dir.path().join("s.redb"), OpenOptions::new(), make_backend)
+                .await
+                .unwrap();
+        store.commit_turn(commit(0)).await.unwrap();
+        let owner = crate::LeaseOwner {
+            host: "host-a".to_string(),
+            pid: 4242,
+            started_at_ms: 1_700_000_000_000,
+            instance: 1,
+            process: None,
+        };
+        let ttl = std::time::Duration::from_millis(50);
+        let lease = store.acquire_lease("s", &owner, ttl).await.unwrap();
+        // Expired: a delete may go ahead, and forgets the grant when it commits.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        full.store(true, Ordering::SeqCst);
+        let deleted = store.delete_session("s").await;
+        assert!(matches!(deleted, Err(StoreError::Io { .. })), "{deleted:?}");
+        full.store(false, Ordering::SeqCst);
+        // The next write reopens the file after the I/O error.
+        let mut other = commit(0);
+        other.session_id = "other".to_string();
+        other.thread_id = "t-other".to_string();
+        store.commit_turn(other).await.unwrap();
+        assert!(store.session("s").await.unwrap().is_some());
+        let renewed = store.renew_lease(&lease, ttl).await;
+        assert!(
+            renewed.is_ok(),
+            "the session is there, its lease not forgotten: {renewed:?}"
+        );
+        store.close().await;
     }
 }
