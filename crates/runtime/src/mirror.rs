@@ -267,7 +267,10 @@ fn parent_of(path: &str) -> Option<String> {
 }
 
 /// Whether `name` is a rollout file of `thread_id`: its source (`rollout-<ts>-<id>.jsonl`)
-/// or a head file a paginated revert started (`rollout-<ts>-<id>_<rolloutId>.jsonl`).
+/// or a head file a paginated revert started (`rollout-<ts>-<id>_<rolloutId>.jsonl`), with
+/// codex's timestamp (`YYYY-MM-DDThh-mm-ss`) and a UUID for the head's id. Parsed, not
+/// searched: an id that is the start or the tail of another thread's never names that
+/// thread's files (a store written outside rethread could bind such an id).
 fn is_thread_file(name: &str, thread_id: &str) -> bool {
     let Some(stem) = name
         .strip_prefix("rollout-")
@@ -275,7 +278,30 @@ fn is_thread_file(name: &str, thread_id: &str) -> bool {
     else {
         return false;
     };
-    stem.ends_with(&format!("-{thread_id}")) || stem.contains(&format!("-{thread_id}_"))
+    let Some(rest) = stem
+        .get(..20)
+        .filter(|ts| shaped(ts, "dddd-dd-ddTdd-dd-dd-"))
+        .and_then(|_| stem.get(20..))
+    else {
+        return false;
+    };
+    match rest.strip_prefix(thread_id) {
+        Some("") => true,
+        Some(head) => head
+            .strip_prefix('_')
+            .is_some_and(|id| shaped(id, "hhhhhhhh-hhhh-hhhh-hhhh-hhhhhhhhhhhh")),
+        None => false,
+    }
+}
+
+/// Whether `text` has `shape`: `d` a digit, `h` a hex digit, any other character itself.
+fn shaped(text: &str, shape: &str) -> bool {
+    text.len() == shape.len()
+        && text.bytes().zip(shape.bytes()).all(|(c, want)| match want {
+            b'd' => c.is_ascii_digit(),
+            b'h' => c.is_ascii_hexdigit(),
+            _ => c == want,
+        })
 }
 
 /// The thread's files (paths relative to the home, sorted) and their directory: in `hint`
@@ -442,6 +468,21 @@ mod tests {
             "rollout-2026-12-01T17-21-09-other.jsonl",
             t
         ));
+        // An id that is the tail of another thread's, or its start: another thread's file.
+        let source = format!("rollout-2026-12-01T17-21-09-{t}.jsonl");
+        for part in [
+            "d40328142d21",
+            "889a-d40328142d21",
+            "01a2329f",
+            "01a2329f-e3f7",
+        ] {
+            assert!(!is_thread_file(&source, part), "{part}");
+        }
+        assert!(!is_thread_file(
+            "rollout-2026-12-01T10-00-00-t_h.jsonl",
+            "t"
+        ));
+        assert!(!is_thread_file(&format!("rollout-{t}.jsonl"), t));
     }
 
     #[test]
