@@ -191,6 +191,31 @@ async fn a_mirror_naming_another_threads_rollout_is_refused_and_nothing_is_writt
     assert_nothing_left(b.path());
 }
 
+/// A mirrored file without one whole line (written outside rethread, or damaged) has nothing
+/// to restore: the home's own copy is kept as it is, never replaced by an empty file.
+#[tokio::test]
+async fn a_mirror_without_a_whole_line_never_replaces_the_homes_copy() {
+    let store = MemoryStore::new();
+    let update = MirrorUpdate::new(vec![MirrorAppend::whole(
+        source(),
+        b"{\"type\":\"session_meta\"".to_vec(),
+    )]);
+    store
+        .commit_turn(
+            TurnCommit::new("s", THREAD, vec![json!({"role": "user"})]).mirror(Some(update)),
+        )
+        .await
+        .unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let local = line("turn", "here");
+    write(b.path(), &source(), &local);
+    let restored = RolloutMirror::new(b.path())
+        .restore(&store, "s", THREAD)
+        .await;
+    assert_eq!(read(b.path(), &source()), local, "{restored:?}");
+    assert!(restored.is_err(), "{restored:?}");
+}
+
 /// What `doctor` calls restorable is what a restore would write: a thread whose files are all
 /// its own rollouts, mirroring not stopped.
 #[tokio::test]

@@ -351,6 +351,14 @@ impl TempFile {
             file, temp, abs, ..
         } = self;
         let result = (|| {
+            if cut == 0 && stored.len > 0 {
+                // Written outside rethread, or damaged: an empty file would replace the
+                // home's own copy with nothing.
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the mirrored file holds no whole line: nothing to restore",
+                ));
+            }
             let mut file = file;
             if cut < stored.len {
                 file.set_len(cut)?;
