@@ -588,6 +588,46 @@ async fn a_diverged_copy_is_replaced_and_the_threads_history_index_rows_go() {
     assert_eq!(rows_of(&index, THREAD), 3);
 }
 
+/// The history index goes before a diverged copy is replaced, not after the whole restore:
+/// a restore that fails on a later file (or a host that dies) after the rename would
+/// otherwise leave the index of the replaced turns for good, since the next restore finds the
+/// file whole and sees no divergence.
+#[tokio::test]
+async fn a_restore_failing_after_a_diverged_copy_was_replaced_still_clears_its_index() {
+    let memory = std::sync::Arc::new(MemoryStore::new());
+    let (a, _text) = two_turns_on_a(&*memory).await;
+    let mirror = RolloutMirror::new(a.path());
+    write(a.path(), &head(), &line("session_meta", "history_base"));
+    assert_eq!(
+        commit(&*memory, &mirror).await.mirror,
+        MirrorReport::Written
+    );
+    let b = tempfile::tempdir().unwrap();
+    let diverged = line("session_meta", "meta") + &line("turn", "elsewhere");
+    write(b.path(), &source(), &diverged);
+    let index = history_index(b.path());
+    let faults = rethread_testkit::faulty_store::Faults::default();
+    // The source is read first (its name sorts first), then the head file's read fails.
+    faults.fail("write_mirror_file", 2);
+    let store = rethread_testkit::faulty_store::over(memory.clone(), faults);
+    let restored = RolloutMirror::new(b.path())
+        .restore(&store, "s", THREAD)
+        .await;
+    assert!(restored.is_err(), "{restored:?}");
+    assert_ne!(
+        read(b.path(), &source()),
+        diverged,
+        "the source was replaced"
+    );
+    assert_eq!(rows_of(&index, THREAD), 0);
+    RolloutMirror::new(b.path())
+        .restore(&*memory, "s", THREAD)
+        .await
+        .unwrap();
+    assert_eq!(rows_of(&index, THREAD), 0);
+    assert_eq!(rows_of(&index, "other-thread"), 3);
+}
+
 #[tokio::test]
 async fn a_torn_tail_is_completed_from_the_mirror_or_left_for_codex() {
     let store = MemoryStore::new();

@@ -123,9 +123,11 @@ impl RolloutMirror {
                     }
                 };
                 // `finish` removes its temp file when it fails.
-                let (diverged, held) =
-                    blocking(move || temp.finish(&stored, existing.as_deref())).await?;
+                let home = home.clone();
+                let (diverged, held, index_error) =
+                    blocking(move || temp.finish(&stored, existing.as_deref(), &home)).await?;
                 restored.diverged |= diverged;
+                restored.index_error = restored.index_error.take().or(index_error);
                 restored.written.push(file.path.clone());
                 if let Some(held) = held {
                     known.files.insert(file.path.clone(), held);
@@ -142,12 +144,6 @@ impl RolloutMirror {
             });
             discard(temps.collect()).await?;
             return Err(error);
-        }
-        if restored.diverged {
-            let (home, thread) = (home.clone(), thread_id.to_string());
-            restored.index_error = blocking(move || Ok(clear_history_index(&home, &thread)))
-                .await?
-                .err();
         }
         self.known().insert(thread_id.to_string(), known);
         Ok(restored)
@@ -337,13 +333,17 @@ impl TempFile {
 
     /// Cuts what the store wrote (`stored`) at its last newline, compares it with the local
     /// copy it replaces, and renames it into place. Returns whether the local copy diverged,
-    /// and what the store holds of the new file (`None` when the cut dropped a partial line:
-    /// the next commit sends the file whole).
+    /// what the store holds of the new file (`None` when the cut dropped a partial line: the
+    /// next commit sends the file whole), and why the history index could not be cleared.
+    /// A diverged copy's thread loses its rows of codex's history index (under `home`)
+    /// before the rename: a restore that fails later, or a host that dies, never leaves
+    /// the index of the replaced turns behind, which the next restore would not see.
     fn finish(
         self,
         stored: &MirroredFile,
         existing: Option<&[u8]>,
-    ) -> Result<(bool, Option<KnownFile>), MirrorError> {
+        home: &Path,
+    ) -> Result<(bool, Option<KnownFile>, Option<String>), MirrorError> {
         // A record being written is not mirrored, and 0.144.6 glues the next record onto a
         // partial line: only whole lines go in place.
         let cut = self.line_end.load(Ordering::Acquire).min(stored.len);
@@ -367,13 +367,16 @@ impl TempFile {
                 Some(local) => !starts_with(&mut file, cut, local)?,
                 None => false,
             };
+            let index_error = diverged
+                .then(|| clear_history_index(home, &stored.thread_id).err())
+                .flatten();
             // The renamed file is this one (same inode).
             let id = file_id(&file.metadata()?);
             drop(file);
             std::fs::rename(&temp, &abs)?;
-            Ok((diverged, id))
+            Ok((diverged, id, index_error))
         })();
-        let (diverged, id) = match result {
+        let (diverged, id, index_error) = match result {
             Ok(done) => done,
             Err(error) => {
                 let _ = std::fs::remove_file(&temp);
@@ -385,7 +388,7 @@ impl TempFile {
             crc32: stored.crc32,
             id,
         });
-        Ok((diverged, held))
+        Ok((diverged, held, index_error))
     }
 }
 
