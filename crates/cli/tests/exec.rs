@@ -744,3 +744,40 @@ fn a_ctrl_c_that_ends_codex_before_its_thread_started_is_an_interrupt() {
     assert_eq!(stored["thread_id"], thread.as_str(), "the binding is kept");
     assert_eq!(stored["row_count"], 2);
 }
+
+/// A client that does not read stderr (it closed it) still gets the run: what `rethread exec`
+/// says for people on stderr is best effort, never a panic mid-turn.
+#[test]
+fn a_closed_stderr_does_not_stop_the_run() {
+    let world = World::new();
+    let first = world.exec(&fake_codex(), Some("s1"), &[], b"remember zebra");
+    let lost = thread_of(&first);
+    std::fs::remove_dir_all(world.home().join("sessions")).unwrap();
+    let mut command = world.command(&fake_codex(), Some("s1"));
+    command
+        .args([
+            "exec",
+            "--experimental-json",
+            "--skip-git-repo-check",
+            "--cd",
+        ])
+        .arg(world.work());
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The read end closes before anything is said there.
+    drop(child.stderr.take());
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"still there?")
+        .unwrap();
+    let fell_back = child.wait_with_output().unwrap();
+    assert!(fell_back.status.success(), "{:?}", fell_back.status);
+    assert_ne!(thread_of(&fell_back), lost);
+    assert_eq!(notices(&fell_back), 1);
+}

@@ -217,7 +217,11 @@ impl Reporter {
 
     /// `rethread app-server: <message>` on stderr.
     pub fn stderr() -> Self {
-        Reporter::new(|message| eprintln!("rethread app-server: {message}"))
+        // Best effort: a client that closed stderr still gets the session (`eprintln!` panics).
+        Reporter::new(|message| {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "rethread app-server: {message}");
+        })
     }
 
     /// Says `message`.

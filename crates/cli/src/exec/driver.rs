@@ -431,7 +431,9 @@ impl Driver<'_> {
     /// and the next run says it again (at least once, never lost).
     async fn say(&mut self, say: &Say) -> Result<(), BoxError> {
         let described = binding::status_event(&self.setup.session, say).described();
-        eprintln!("rethread: {}", crate::output::for_people(&described));
+        // Best effort: a client that closed stderr still gets the run (`eprintln!` panics).
+        let line = format!("rethread: {}\n", crate::output::for_people(&described));
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         if matches!(say, Say::NotRecorded { .. }) {
             return Ok(());
         }
