@@ -781,3 +781,51 @@ fn a_closed_stderr_does_not_stop_the_run() {
     assert_ne!(thread_of(&fell_back), lost);
     assert_eq!(notices(&fell_back), 1);
 }
+
+/// A client that stops reading stdout and then sends SIGTERM ends the run: a write blocked on
+/// the full pipe does not keep rethread (and codex behind it) from seeing the signal.
+#[test]
+fn sigterm_while_the_client_is_not_reading_ends_the_run() {
+    let world = World::new();
+    let chatty = world.script(
+        "chatty-codex",
+        "cat > /dev/null\n\
+         echo '{\"type\":\"thread.started\",\"thread_id\":\"t-chatty\"}'\n\
+         echo '{\"type\":\"turn.started\"}'\n\
+         line='{\"type\":\"item.updated\",\"item\":{\"id\":\"i\",\"type\":\"agent_message\",\"text\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}}'\n\
+         i=0; while [ $i -lt 4000 ]; do echo \"$line\"; i=$((i+1)); done\n\
+         exec sleep 30",
+    );
+    let mut command = world.command(&chatty, Some("s1"));
+    command.args(["exec", "--experimental-json"]);
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello").unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while !lines.next().unwrap().unwrap().contains("turn.started") {}
+    // No more reading: the pipe fills and rethread's next write waits on it.
+    std::thread::sleep(Duration::from_millis(500));
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    drop(lines);
+    let status = status.expect("rethread exec did not end on SIGTERM while its stdout was full");
+    assert_eq!(status.code(), Some(143));
+}

@@ -323,18 +323,27 @@ impl Driver<'_> {
     ) -> Result<u8, BoxError> {
         let mut replies: Vec<ThreadItem> = Vec::new();
         let mut completed_turns = 0u32;
+        // A signal while codex is read or the client written (a client that stopped reading
+        // fills the pipe) stops codex.
+        async fn stopped(
+            process: &mut Process,
+            completed_turns: u32,
+            interrupted: Interrupted,
+        ) -> Result<u8, BoxError> {
+            process.kill().await;
+            if completed_turns > 0 {
+                // The turn is durable and reported: done (a failure would make the SDK
+                // throw, and its user retry a committed turn).
+                tracing::info!("{interrupted} after the turn was committed");
+                return Ok(crate::output::EXIT_OK);
+            }
+            Err(interrupted.into())
+        }
         loop {
             let line = match unless_interrupted(process.next_line(), &mut signal).await {
                 Ok(line) => line?,
                 Err(interrupted) => {
-                    process.kill().await;
-                    if completed_turns > 0 {
-                        // The turn is durable and reported: done (a failure would make the
-                        // SDK throw, and its user retry a committed turn).
-                        tracing::info!("{interrupted} after the turn was committed");
-                        return Ok(crate::output::EXIT_OK);
-                    }
-                    return Err(interrupted.into());
+                    return stopped(&mut process, completed_turns, interrupted).await
                 }
             };
             let Some(line) = line else { break };
@@ -346,8 +355,13 @@ impl Driver<'_> {
                     replies.clear();
                     self.machine.handle_turn_completed(thread_id, rows);
                     self.settle().await?;
-                    self.write(&line).await?;
                     completed_turns += 1;
+                    match unless_interrupted(self.write(&line), &mut signal).await {
+                        Ok(written) => written?,
+                        Err(interrupted) => {
+                            return stopped(&mut process, completed_turns, interrupted).await
+                        }
+                    }
                     if let Some(interrupted) = signal.as_mut().now_or_never() {
                         // The turn is durable and reported: done, whatever codex does next.
                         tracing::info!("{interrupted} after the turn was committed");
@@ -358,7 +372,12 @@ impl Driver<'_> {
                 }
                 _ => {}
             }
-            self.write(&line).await?;
+            match unless_interrupted(self.write(&line), &mut signal).await {
+                Ok(written) => written?,
+                Err(interrupted) => {
+                    return stopped(&mut process, completed_turns, interrupted).await
+                }
+            }
         }
         let code = process.wait().await?;
         if code != 0 {
