@@ -7,7 +7,8 @@
 //! connection closed, a timeout) is a row of status `error` and the run goes on to the next
 //! binding. The report lists the bindings in session order whatever order the probes ended
 //! in. A thread gone from this `CODEX_HOME` whose rollout the store mirrors is `restorable`:
-//! its next open restores it and resumes it. Exit code: [`EXIT_NOT_LIVE`] when any binding's
+//! its next open restores it and resumes it; with mirroring off (`RETHREAD_MIRROR=off`) that
+//! open restores nothing, so such a thread is `gone`, as the next turn will find it. Exit code: [`EXIT_NOT_LIVE`] when any binding's
 //! next turn would start a new thread (neither live nor restorable), after the whole report
 //! was printed.
 
@@ -39,6 +40,8 @@ pub(crate) struct DoctorArgs {
     pub(crate) json: bool,
     /// Probes at once.
     pub(crate) jobs: usize,
+    /// Whether the next open restores a mirrored rollout (`RETHREAD_MIRROR`).
+    pub(crate) mirror: bool,
 }
 
 /// Some bindings are not live: the report said which.
@@ -92,7 +95,7 @@ pub(crate) async fn run(
         let client = client.clone();
         let bar = bar.clone();
         async move {
-            let row = probe(&client, session, binding, mirrored).await;
+            let row = probe(&client, session, binding, mirrored, args.mirror).await;
             bar.inc(1);
             row
         }
@@ -145,13 +148,28 @@ where
     rows
 }
 
-/// Probes one binding; a probe that could not be made is an `error` row.
-async fn probe(client: &AppServerClient, session: String, binding: Binding, mirrored: bool) -> Row {
+/// Probes one binding; a probe that could not be made is an `error` row. A mirrored rollout
+/// counts only when mirroring is on: otherwise the next open restores nothing.
+async fn probe(
+    client: &AppServerClient,
+    session: String,
+    binding: Binding,
+    mirrored: bool,
+    mirror: bool,
+) -> Row {
     let (health, detail) = match probe_thread(client, &binding.thread_id).await {
-        Ok(probe) => match probe.health.with_mirror(mirrored) {
+        Ok(probe) => match probe.health.with_mirror(mirrored && mirror) {
             ThreadHealth::Restorable => (
                 ThreadHealth::Restorable,
                 format!("{}; the store mirrors its rollout", probe.detail),
+            ),
+            ThreadHealth::Gone if mirrored => (
+                ThreadHealth::Gone,
+                format!(
+                    "{}; the store mirrors its rollout, but mirroring is off \
+                     (RETHREAD_MIRROR=off)",
+                    probe.detail
+                ),
             ),
             health => (health, probe.detail),
         },

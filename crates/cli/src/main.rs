@@ -109,7 +109,8 @@ enum Command {
         command: SessionsCommand,
     },
     /// Probe every binding with side-effect-free reads (never a resume); exits 1 when any
-    /// binding is not live (after the whole report).
+    /// binding is not live (after the whole report). A thread gone here but mirrored in the
+    /// store is `restorable`, or `gone` with `RETHREAD_MIRROR=off` (nothing is then restored).
     Doctor {
         #[command(flatten)]
         store: StoreArg,
@@ -498,10 +499,13 @@ async fn run(command: Command) -> CliResult {
             json,
             jobs,
         } => {
+            // What the next open will do with a mirrored rollout: doctor reports that.
+            let mirror = mirror(false)?;
             let store = open_store(store.url.as_deref(), Access::Read).await?;
             let args = doctor::DoctorArgs {
                 json,
                 jobs: usize::from(jobs),
+                mirror,
             };
             // Resolved only when there is a binding to probe.
             doctor::run(store, || resolve(&codex_bin), args).await

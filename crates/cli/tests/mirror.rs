@@ -1,8 +1,9 @@
 //! The rollout mirror through the `rethread` binary, on the `fake-codex` binary: a lost
 //! rollout and a move to another `CODEX_HOME` resume the same thread with its memory;
-//! `doctor` reports such a thread `restorable`; `migrate` copies the mirror, `verify` checks
-//! it, `sessions forget` removes it; `--no-mirror` and `RETHREAD_MIRROR=off` turn it off, and a
-//! `RETHREAD_MIRROR` that is neither `on` nor `off` is a usage error.
+//! `doctor` reports such a thread `restorable` (`gone` with mirroring off); `migrate` copies
+//! the mirror, `verify` checks it, `sessions forget` removes it; `--no-mirror` and
+//! `RETHREAD_MIRROR=off` turn it off, and a `RETHREAD_MIRROR` that is neither `on` nor `off` is
+//! a usage error.
 
 mod support;
 
@@ -172,6 +173,29 @@ fn doctor_reports_a_thread_gone_here_but_mirrored_as_restorable() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(out.status.code(), Some(1), "{report}");
     assert_eq!(report["bindings"][0]["status"], "gone", "{report}");
+}
+
+/// With mirroring off the next open restores nothing, so `doctor` says what that open will
+/// do: a thread gone from this home is `gone` (exit 1) even when the store mirrors it.
+#[test]
+fn with_mirroring_off_doctor_reports_a_mirrored_thread_gone_here_as_gone() {
+    let fleet = Fleet::new();
+    fleet.chat("a", "remember PAPAYA", &[], &[]);
+    let off = [("RETHREAD_MIRROR", "off")];
+    let out = fleet.run("b", &["doctor", "--json"], &off);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["bindings"][0]["status"], "gone", "{report}");
+    assert_eq!(report["summary"]["restorable"], 0, "{report}");
+    assert_eq!(report["all_live"], false, "{report}");
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    let detail = report["bindings"][0]["detail"].as_str().unwrap();
+    assert!(detail.contains("RETHREAD_MIRROR=off"), "{detail}");
+    // A setting that is neither on nor off is refused here too.
+    let out = fleet.run("b", &["doctor"], &[("RETHREAD_MIRROR", "maybe")]);
+    assert_eq!(out.status.code(), Some(2));
+    // ... and the next turn there does what doctor said: a new thread.
+    let next = fleet.chat("b", "what was it?", &[], &off);
+    assert_eq!(next["outcome"], "fell_back", "{next}");
 }
 
 #[test]
