@@ -1,10 +1,11 @@
-//! `rethread app-server [--session ID] [--store URL] [--codex-bin PATH] [ARGS...]`: a drop-in
-//! `codex app-server` (see the `rethread-proxy` crate). Everything after `app-server` but
-//! rethread's own `--session ID` (or `--session=ID`, taken wherever it stands before a `--`:
-//! codex app-server has no `--session`) and the leading `--store` / `--codex-bin` goes to
-//! `<codex> app-server` verbatim; codex's own options that come before `app-server`
-//! (`-c key=value`, `--enable`, `--disable`) are accepted before it here too and passed on in
-//! the same place, since clients such as the Python SDK put their config overrides there.
+//! `rethread app-server [--session ID] [--store URL] [--codex-bin PATH] [--no-mirror] [ARGS...]`:
+//! a drop-in `codex app-server` (see the `rethread-proxy` crate). Everything after `app-server`
+//! but rethread's own `--session ID` (or `--session=ID`, taken wherever it stands before a `--`:
+//! codex app-server has no `--session`) and the leading `--store` / `--codex-bin` /
+//! `--no-mirror` goes to `<codex> app-server` verbatim; codex's own options that come before
+//! `app-server` (`-c key=value`, `--enable`, `--disable`) are accepted before it here too and
+//! passed on in the same place, since clients such as the Python SDK put their config
+//! overrides there.
 //!
 //! Help: `rethread help app-server` lists rethread's own settings ([`HELP`]);
 //! `rethread app-server --help` is codex's help (a client that treats rethread as codex gets
@@ -16,7 +17,8 @@
 //! waited for up to `RETHREAD_SESSION_WAIT` seconds (default 2), then refused with exit 75
 //! and one line naming the holder. `RETHREAD_LEASE_TTL` (seconds, default 30) sets the lease's
 //! TTL, as for `chat`. The session's rollout is mirrored into the store and restored from it
-//! (so the session can move to another machine) unless `--no-mirror` or `RETHREAD_MIRROR=off`.
+//! (so the session can move to another machine) unless `--no-mirror` (before `app-server` or
+//! right after it) or `RETHREAD_MIRROR=off`.
 //! Without a session key (unset or empty) it is the pass-through that says once, as a
 //! `warning` notification, that nothing is kept. A session key that cannot be kept
 //! (`--session ""`, a `RETHREAD_SESSION` or `RETHREAD_SESSION_WAIT` that is not UTF-8) is a
@@ -57,6 +59,8 @@ rethread's own settings (everything else goes to `codex app-server` verbatim):
   RETHREAD_STORE           the store (--store): sqlite:PATH, redb:PATH, postgres://..., memory:
   RETHREAD_CODEX_BIN       the real codex (--codex-bin; default `codex` on PATH)
   RETHREAD_LEASE_TTL       the session lease's time to live in seconds (default 30)
+  RETHREAD_MIRROR          `on` (default) or `off` (--no-mirror): mirror the session's rollout
+                           into the store and restore it from there
 
 `rethread app-server --help` prints codex's own help.";
 
@@ -71,6 +75,10 @@ pub(crate) struct AppServerArgs {
     pub(crate) store: crate::StoreArg,
     #[command(flatten)]
     pub(crate) codex_bin: crate::CodexBinArg,
+    /// Do not mirror the session's rollout into the store (nor restore it from there); also
+    /// `RETHREAD_MIRROR=off`.
+    #[arg(long = "no-mirror")]
+    no_mirror: bool,
     /// Arguments for `codex app-server`, verbatim (`--listen stdio://`, `-c k=v`, ...).
     #[arg(
         trailing_var_arg = true,
@@ -88,6 +96,7 @@ impl AppServerArgs {
             session: None,
             store: crate::StoreArg { url: store },
             codex_bin: crate::CodexBinArg::default(),
+            no_mirror: false,
             args,
         }
     }
@@ -238,7 +247,7 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServer
             "rethread: codex's own help follows; rethread's settings: rethread help app-server",
         );
     }
-    let mirror = match crate::mirror(globals.no_mirror) {
+    let mirror = match crate::mirror(globals.no_mirror || args.no_mirror) {
         Ok(mirror) => mirror,
         Err(cause) => return crate::output::fail(&cause.0, crate::output::EXIT_USAGE),
     };

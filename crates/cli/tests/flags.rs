@@ -1,8 +1,8 @@
 //! Issue 22, the CLI's flags: `--store` and `--codex-bin` show only on the commands that use
 //! them and are a usage error (exit 2) elsewhere, before the command or after it;
 //! `rethread app-server --session ID` works after `app-server` too (the other arguments still
-//! go to codex verbatim); `rethread help app-server` lists rethread's own settings, while
-//! `rethread app-server --help` stays codex's.
+//! go to codex verbatim), and so does `--no-mirror`, never passed to codex; `rethread help
+//! app-server` lists rethread's own settings, while `rethread app-server --help` stays codex's.
 
 mod support;
 
@@ -131,6 +131,8 @@ fn help_app_server_lists_rethreads_own_settings_and_its_help_flag_stays_codexs()
         "RETHREAD_STORE",
         "RETHREAD_CODEX_BIN",
         "RETHREAD_LEASE_TTL",
+        "RETHREAD_MIRROR",
+        "--no-mirror",
     ] {
         assert!(help.contains(setting), "{setting}:\n{help}");
     }
@@ -250,5 +252,61 @@ async fn app_server_takes_its_session_after_app_server_too() {
             text(&out.stderr)
         );
         assert!(!seen.exists(), "{args:?} started codex");
+    }
+}
+
+/// `--no-mirror` is rethread's before `app-server` and right after it: codex never gets it, and
+/// the session's turn is kept without its rollout mirrored (mirrored without the flag).
+#[tokio::test]
+async fn app_server_takes_no_mirror_after_app_server_too() {
+    let home = tempfile::tempdir().unwrap();
+    let seen = home.path().join("args");
+    let codex = recording_codex(home.path(), &seen);
+    // `AppServerProcess` runs `<binary> app-server ARGS`: a wrapper puts the flag before it.
+    let before = home.path().join("rethread-no-mirror");
+    std::fs::write(
+        &before,
+        format!(
+            "#!/bin/sh\nshift\nexec '{}' --no-mirror app-server \"$@\"\n",
+            rethread().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&before, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cases: [(&str, PathBuf, &[&str], u64); 3] = [
+        ("before app-server", before, &[], 0),
+        ("after app-server", rethread(), &["--no-mirror"], 0),
+        ("not given", rethread(), &[], 1),
+    ];
+    for (case, binary, args, mirror_files) in cases {
+        let store = format!(
+            "sqlite:{}",
+            home.path().join(format!("{case}.sqlite")).display()
+        );
+        let env = [
+            ("RETHREAD_CODEX_BIN", codex.to_str().unwrap()),
+            ("RETHREAD_STORE", store.as_str()),
+            ("RETHREAD_SESSION", "s1"),
+            ("RETHREAD_MIRROR", "on"),
+        ];
+        let mut server = AppServerProcess::spawn_with(&binary, home.path(), args, &env)
+            .await
+            .unwrap();
+        server.peer.initialize(false).await.unwrap();
+        let thread = thread_id(&server.peer.start_thread().await.unwrap());
+        server.peer.run_turn(&thread, "hello", None).await.unwrap();
+        server.peer.close_writer().await;
+        let status = tokio::time::timeout(Duration::from_secs(20), server.wait())
+            .await
+            .expect("rethread exits")
+            .unwrap();
+        assert_eq!(status.code(), Some(0), "{case}");
+        let got = std::fs::read_to_string(&seen).unwrap();
+        assert_eq!(got.lines().collect::<Vec<_>>(), ["app-server"], "{case}");
+        let out = run(&["verify", "--json", "--store", &store], &[]);
+        assert!(out.status.success(), "{case}: {}", text(&out.stderr));
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["sessions"], 1, "{case}: {report}");
+        assert_eq!(report["mirror_files"], mirror_files, "{case}: {report}");
     }
 }
