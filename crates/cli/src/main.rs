@@ -25,7 +25,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::builder::TypedValueParser as _;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 use rethread_store::{open_url, redact_url, BindingStore, OpenOptions};
 
 /// The error every command returns: printed as one line; the exit code follows from what it
@@ -63,7 +65,7 @@ struct Cli {
 struct StoreArg {
     /// Store URL: `sqlite:PATH` (default: `rethread/rethread.sqlite` under the user's data
     /// directory), `redb:PATH` (one process at a time), `postgres://USER@HOST/DB` or `memory:`.
-    #[arg(long = "store", env = "RETHREAD_STORE", value_name = "URL")]
+    #[arg(id = STORE_ID, long = "store", env = "RETHREAD_STORE", value_name = "URL")]
     url: Option<String>,
 }
 
@@ -71,7 +73,10 @@ struct StoreArg {
 #[derive(Debug, Clone, Default, clap::Args)]
 struct CodexBinArg {
     /// The codex binary (default: `codex` on PATH).
-    #[arg(long = "codex-bin", env = "RETHREAD_CODEX_BIN", value_name = "PATH")]
+    // Empty accepted here (clap's path parser refuses it) so that an empty variable can be
+    // read as unset ([`empty_values`]).
+    #[arg(id = CODEX_BIN_ID, long = "codex-bin", env = "RETHREAD_CODEX_BIN", value_name = "PATH",
+          value_parser = clap::builder::OsStringValueParser::new().map(PathBuf::from))]
     path: Option<PathBuf>,
 }
 
@@ -241,9 +246,22 @@ fn main() -> ExitCode {
     if let Some(code) = as_codex::main_if_named_codex() {
         return code;
     }
-    let mut cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let empty = empty_values(&matches);
+    let mut cli = Cli::from_arg_matches(&matches)
+        .unwrap_or_else(|error| error.format(&mut Cli::command()).exit());
     logging::init(&cli.logging);
-    if let Err(cause) = cli.take_top_level_flags() {
+    let taken = empty.and_then(|empty| {
+        let (store, codex_bin) = cli.command.flags();
+        if let (true, Some(store)) = (empty.store, store) {
+            store.url = None;
+        }
+        if let (true, Some(codex_bin)) = (empty.codex_bin, codex_bin) {
+            codex_bin.path = None;
+        }
+        cli.take_top_level_flags()
+    });
+    if let Err(cause) = taken {
         return output::fail(&cause, output::EXIT_USAGE);
     }
     if let Command::AppServer(args) = cli.command {
@@ -291,23 +309,7 @@ impl Cli {
     /// that does not use one refuses it (a usage error), as the app-server flags are refused.
     fn take_top_level_flags(&mut self) -> Result<(), String> {
         let name = self.command.name();
-        let (store, codex_bin) = match &mut self.command {
-            Command::Chat {
-                store, codex_bin, ..
-            }
-            | Command::Doctor {
-                store, codex_bin, ..
-            } => (Some(store), Some(codex_bin)),
-            Command::AppServer(args) => (Some(&mut args.store), Some(&mut args.codex_bin)),
-            Command::Exec {
-                store, codex_bin, ..
-            } => (Some(store), Some(codex_bin)),
-            Command::Sessions { command } => (Some(command.store()), None),
-            Command::Verify { store, .. } => (Some(store), None),
-            Command::Migrate { .. } | Command::Completions { .. } => (None, None),
-            #[cfg(feature = "demo")]
-            Command::Demo { .. } => (None, None),
-        };
+        let (store, codex_bin) = self.command.flags();
         match (self.store.take(), store) {
             (Some(url), Some(store)) => store.url = Some(url),
             (Some(_), None) => return Err(format!("--store does not apply to {name}")),
@@ -334,6 +336,27 @@ impl SessionsCommand {
 }
 
 impl Command {
+    /// Its `--store` and `--codex-bin`, where it takes them.
+    fn flags(&mut self) -> (Option<&mut StoreArg>, Option<&mut CodexBinArg>) {
+        match self {
+            Command::Chat {
+                store, codex_bin, ..
+            }
+            | Command::Doctor {
+                store, codex_bin, ..
+            }
+            | Command::Exec {
+                store, codex_bin, ..
+            } => (Some(store), Some(codex_bin)),
+            Command::AppServer(args) => (Some(&mut args.store), Some(&mut args.codex_bin)),
+            Command::Sessions { command } => (Some(command.store()), None),
+            Command::Verify { store, .. } => (Some(store), None),
+            Command::Migrate { .. } | Command::Completions { .. } => (None, None),
+            #[cfg(feature = "demo")]
+            Command::Demo { .. } => (None, None),
+        }
+    }
+
     /// The command's name, as typed.
     fn name(&self) -> String {
         let name = match self {
@@ -369,6 +392,49 @@ fn completions(shell: clap_complete::Shell) -> ExitCode {
             output::EXIT_FAILED,
         ),
     }
+}
+
+/// The clap ids of the commands' `--store` and `--codex-bin` (read back by [`empty_values`]).
+const STORE_ID: &str = "store_url";
+const CODEX_BIN_ID: &str = "codex_bin_path";
+
+/// Which of the command's `--store` / `--codex-bin` came from an empty `RETHREAD_STORE` /
+/// `RETHREAD_CODEX_BIN`: unset, as an empty `RETHREAD_SESSION` is.
+#[derive(Debug, Clone, Copy)]
+struct EmptyValues {
+    store: bool,
+    codex_bin: bool,
+}
+
+/// clap takes an empty variable as a value (it has no setting to skip one): finds the empty
+/// ones, to be read as unset. Typed empty (`--store ""`, before the command or after it) is a
+/// usage error, as `--session ""` is.
+fn empty_values(matches: &ArgMatches) -> Result<EmptyValues, String> {
+    let typed = |flag: &str| format!("{flag} is empty; name one or leave it out for the default");
+    for (id, flag) in [("store", "--store"), ("codex_bin", "--codex-bin")] {
+        if is_empty(matches, id) {
+            return Err(typed(flag));
+        }
+    }
+    let mut leaf = matches;
+    while let Some((_, sub)) = leaf.subcommand() {
+        leaf = sub;
+    }
+    let from_env = |id: &str, flag: &str| match is_empty(leaf, id) {
+        false => Ok(false),
+        true if leaf.value_source(id) == Some(ValueSource::EnvVariable) => Ok(true),
+        true => Err(typed(flag)),
+    };
+    Ok(EmptyValues {
+        store: from_env(STORE_ID, "--store")?,
+        codex_bin: from_env(CODEX_BIN_ID, "--codex-bin")?,
+    })
+}
+
+/// Whether `id` was given, empty (`false` where the command has no such argument).
+fn is_empty(matches: &ArgMatches, id: &str) -> bool {
+    let values = matches.try_get_raw(id).ok().flatten();
+    values.is_some_and(|mut values| values.all(|value| value.is_empty()))
 }
 
 /// The environment variable setting the TTL of the session lease `chat` and `app-server` take.

@@ -310,3 +310,78 @@ async fn app_server_takes_no_mirror_after_app_server_too() {
         assert_eq!(report["mirror_files"], mirror_files, "{case}: {report}");
     }
 }
+
+/// An empty `RETHREAD_STORE` or `RETHREAD_CODEX_BIN` is unset, as an empty `RETHREAD_SESSION`
+/// is: the default store, `codex` on `PATH`. An empty `--store` or `--codex-bin` typed on the
+/// command line is a usage error, as `--session ""` is.
+#[test]
+fn an_empty_store_or_codex_bin_variable_is_unset() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let default_store = format!(
+        "sqlite:{}",
+        data.join("rethread").join("rethread.sqlite").display()
+    );
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(fake_codex(), bin.join("codex")).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let home = dir.path().join("codex-home");
+    let env = [
+        ("RETHREAD_STORE", ""),
+        ("RETHREAD_CODEX_BIN", ""),
+        ("XDG_DATA_HOME", data.to_str().unwrap()),
+        ("PATH", path.as_str()),
+        ("CODEX_HOME", home.to_str().unwrap()),
+    ];
+    let out = run(&["chat", "--session", "s1", "--json", "hello"], &env);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let reply: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reply["reply"], "echo: hello", "{reply}");
+    // It went to the default store, which the empty variable reads too.
+    for (args, env) in [
+        (
+            vec![
+                "sessions",
+                "show",
+                "s1",
+                "--json",
+                "--store",
+                &default_store,
+            ],
+            &[][..],
+        ),
+        (vec!["sessions", "show", "s1", "--json"], &env[..]),
+    ] {
+        let out = run(&args, env);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(shown["thread_id"], reply["thread_id"], "{args:?}");
+    }
+    // app-server and doctor find codex on PATH too.
+    for args in [&["app-server"][..], &["doctor", "--json"]] {
+        let out = run(args, &env);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    // Typed empty, before the command or after it: a usage error; nothing is started.
+    for args in [
+        &["sessions", "list", "--store", ""][..],
+        &["--store", "", "sessions", "list"],
+        &["chat", "--session", "s1", "--codex-bin", "", "hi"],
+        &["--codex-bin", "", "chat", "--session", "s1", "hi"],
+        &["--store=", "doctor"],
+    ] {
+        let out = run(args, &env);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
