@@ -537,7 +537,7 @@ async fn run(command: Command) -> CliResult {
                         limit: limit.map(|n| n as usize),
                         after,
                     };
-                    sessions::list(store, json, page).await
+                    sessions::list(store, url.as_deref(), json, page).await
                 }
                 SessionsCommand::Show {
                     id,
@@ -551,7 +551,7 @@ async fn run(command: Command) -> CliResult {
                         limit: limit.map(u64::from),
                         after,
                     };
-                    sessions::show_rows(store, &id, json, page).await
+                    sessions::show_rows(store, url.as_deref(), &id, json, page).await
                 }
                 SessionsCommand::Show { id, json, .. } => sessions::show(store, &id, json).await,
                 SessionsCommand::Forget { id, json, .. } => {

@@ -4,7 +4,7 @@ use crate::output::{out, outln};
 use std::sync::Arc;
 
 use comfy_table::{Cell, CellAlignment, ColumnConstraint, Width};
-use rethread_store::{BindingStore, SessionRecord};
+use rethread_store::{redact_url, BindingStore, SessionRecord};
 use serde_json::{json, Value};
 
 use crate::output::{self, for_people};
@@ -71,8 +71,13 @@ const PAGE: usize = 256;
 
 /// Lists sessions page by page and prints each page as it comes: memory does not grow with the
 /// store. With a limit, one page; when more may follow, a hint on stderr names the next
-/// `--after` (in JSON: `next_after`).
-pub(crate) async fn list(store: Arc<dyn BindingStore>, json: bool, paging: Paging) -> CliResult {
+/// `--after` (in JSON: `next_after`), on the store `url` given.
+pub(crate) async fn list(
+    store: Arc<dyn BindingStore>,
+    url: Option<&str>,
+    json: bool,
+    paging: Paging,
+) -> CliResult {
     let mut after = paging.after;
     let mut printed = 0usize;
     // The column widths so far: a page's table is never narrower than the pages before it.
@@ -111,7 +116,8 @@ pub(crate) async fn list(store: Arc<dyn BindingStore>, json: bool, paging: Pagin
     if let Some(next) = next_after {
         let limit = paging.limit.unwrap_or(PAGE);
         eprintln!(
-            "more sessions may follow: rethread sessions list --limit {limit} --after {}",
+            "more sessions may follow: rethread sessions list{} --limit {limit} --after {}",
+            store_words(url),
             for_people(&shell_word(&next))
         );
     }
@@ -141,6 +147,13 @@ fn print_page(records: &[SessionRecord], first: bool, widths: &mut Vec<u16>) {
         ]);
     }
     print_keeping(&mut table, widths);
+}
+
+/// ` --store URL` for a hint's command when a store was given (`--store` or `RETHREAD_STORE`),
+/// so that the pasted hint reads that store rather than the default; never with its password.
+fn store_words(url: Option<&str>) -> String {
+    url.map(|url| format!(" --store {}", for_people(&shell_word(&redact_url(url)))))
+        .unwrap_or_default()
 }
 
 /// `word` as one shell word: as is when it is plain, else in single quotes.
@@ -202,9 +215,10 @@ pub(crate) struct RowPaging {
 /// not grow with the transcript. For people a table of `SEQ`, `ROLE` and `TEXT` (escaped; a
 /// row without a role or text, as a host may write, shows its JSON); with `json` one object
 /// whose `rows` are the rows as stored. With a limit, when more may follow, a hint on stderr
-/// names the next `--after` (in JSON: `next_after`).
+/// names the next `--after` (in JSON: `next_after`), on the store `url` given.
 pub(crate) async fn show_rows(
     store: Arc<dyn BindingStore>,
+    url: Option<&str>,
     id: &str,
     json: bool,
     paging: RowPaging,
@@ -250,8 +264,10 @@ pub(crate) async fn show_rows(
     }
     if let (Some(after), Some(limit)) = (next_after, paging.limit) {
         eprintln!(
-            "more rows may follow: rethread sessions show {} --rows --limit {limit} --after {after}",
-            for_people(&shell_word(id))
+            "more rows may follow: rethread sessions show {} --rows{} --limit {limit} --after \
+             {after}",
+            for_people(&shell_word(id)),
+            store_words(url)
         );
     }
     Ok(())
@@ -309,7 +325,7 @@ pub(crate) async fn forget(store: Arc<dyn BindingStore>, id: &str, json: bool) -
 
 #[cfg(test)]
 mod tests {
-    use super::{format_ms, shell_word};
+    use super::{format_ms, shell_word, store_words};
 
     #[test]
     fn shell_words_are_quoted_only_when_needed() {
@@ -317,6 +333,23 @@ mod tests {
         assert_eq!(shell_word("a b"), "'a b'");
         assert_eq!(shell_word("it's"), "'it'\\''s'");
         assert_eq!(shell_word(""), "''");
+    }
+
+    #[test]
+    fn a_hints_store_is_one_shell_word_without_its_password() {
+        assert_eq!(store_words(None), "");
+        assert_eq!(
+            store_words(Some("sqlite:/tmp/s.db")),
+            " --store sqlite:/tmp/s.db"
+        );
+        assert_eq!(
+            store_words(Some("postgres://alice:s3cret@db/app")),
+            " --store 'postgres://alice:***@db/app'"
+        );
+        assert_eq!(
+            store_words(Some("sqlite:/tmp/my store")),
+            " --store 'sqlite:/tmp/my store'"
+        );
     }
 
     #[test]

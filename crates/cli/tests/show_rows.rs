@@ -138,11 +138,8 @@ fn sessions_show_rows_json_is_the_rows_as_stored_and_pages() {
         "{}",
         text(&out.stdout)
     );
-    assert!(
-        text(&out.stderr).contains("rethread sessions show s --rows --limit 2 --after 1"),
-        "{}",
-        text(&out.stderr)
-    );
+    let hint = format!("rethread sessions show s --rows --store {store} --limit 2 --after 1");
+    assert!(text(&out.stderr).contains(&hint), "{}", text(&out.stderr));
     // `--limit` and `--after` belong to `--rows`; a missing session is an error.
     let out = run(&store, &["sessions", "show", "s", "--limit", "2"]);
     assert_eq!(out.status.code(), Some(2));

@@ -208,16 +208,19 @@ fn sessions_list_pages_with_limit_and_after() {
     assert_eq!(session_ids(&list).len(), 5);
     assert_eq!(list["next_after"], Value::Null);
 
-    // Human output: the hint names the next --after while more may follow.
-    let out = rethread(&url, &["sessions", "list", "--limit", "2"]);
-    assert_eq!(code(&out), Some(0));
-    let human = text(&out.stdout);
-    assert!(human.contains("s1") && !human.contains("s2"), "{human}");
-    assert!(
-        text(&out.stderr).contains("rethread sessions list --limit 2 --after s1"),
-        "{}",
-        text(&out.stderr)
-    );
+    // Human output: the hint names the next --after while more may follow, on the same store
+    // (given by the variable or the flag), so that pasting it reads the next page.
+    let hint = format!("rethread sessions list --store {url} --limit 2 --after s1");
+    for args in [
+        &["sessions", "list", "--limit", "2"][..],
+        &["sessions", "list", "--limit", "2", "--store", &url],
+    ] {
+        let out = rethread(&url, args);
+        assert_eq!(code(&out), Some(0));
+        let human = text(&out.stdout);
+        assert!(human.contains("s1") && !human.contains("s2"), "{human}");
+        assert!(text(&out.stderr).contains(&hint), "{}", text(&out.stderr));
+    }
     let out = rethread(&url, &["sessions", "list", "--after", "s4"]);
     assert_eq!(code(&out), Some(0));
     assert_eq!(text(&out.stdout).trim(), "no sessions");
