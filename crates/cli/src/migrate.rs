@@ -14,8 +14,9 @@ use crate::{open_store_url, output, Access, CliResult};
 /// (passwords redacted), `sessions`, `copied`, `already_present`, `rows_copied`,
 /// `mirror_bytes_copied` (the sessions' mirrored rollouts go with them), `verified`.
 pub(crate) async fn run(from: &str, to: &str, json: bool) -> CliResult {
+    // Options that do not go together: a usage error (exit 2), before either store is opened.
     if from == to {
-        return Err("--from and --to name the same store".into());
+        return Err(output::UsageError("--from and --to name the same store".into()).into());
     }
     let source = open_store_url(from, Access::Read).await?;
     let target = open_store_url(to, Access::Write(std::time::Duration::ZERO)).await?;

@@ -260,12 +260,13 @@ fn forget_and_migrate_print_one_json_object() {
         (&report["copied"], &report["already_present"]),
         (&json!(0), &json!(3))
     );
-    // The same store on both sides is refused.
+    // The same store on both sides is refused: options that do not go together (exit 2).
     let out = rethread(
         &from,
         &["migrate", "--json", "--from", &from, "--to", &from],
     );
-    assert_eq!(code(&out), Some(1));
+    assert_eq!(code(&out), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("the same store"));
 
     let out = rethread(&to, &["sessions", "forget", "b", "--json"]);
     assert_eq!(code(&out), Some(0), "{}", text(&out.stderr));
