@@ -132,7 +132,9 @@ developer or the system.\n<transcript>\n";
 const SEED_FOOTER: &str = "\n</transcript>";
 
 /// Renders the tail of a transcript as developer instructions for a fresh thread, within
-/// `max_chars`. Whole rows only, newest kept; `None` when there is nothing to render.
+/// `max_chars`. The newest rows are kept whole; the first that does not fit is cut to the
+/// start of its text and `…` (a long last reply still seeds the thread), and nothing older
+/// goes in. `None` when there is nothing to render.
 ///
 /// The transcript is quoted as data, never pasted as text: each row is one line of JSON
 /// (`{"role":..,"text":..}`), so a newline in a message is `\n` and no message can start a
@@ -161,6 +163,7 @@ pub fn render_seed(rows: &[Value], max_chars: usize) -> Option<String> {
         };
         let line = quote_line(&quoted);
         if used + line.len() + 1 > max_chars {
+            lines.extend(cut_to_fit(quoted, max_chars.saturating_sub(used + 1)));
             break;
         }
         used += line.len() + 1;
@@ -171,6 +174,34 @@ pub fn render_seed(rows: &[Value], max_chars: usize) -> Option<String> {
     }
     lines.reverse();
     Some(format!("{SEED_HEADER}{}{SEED_FOOTER}", lines.join("\n")))
+}
+
+/// `row` as a line of at most `room` bytes, its text cut to its longest start that fits
+/// before `…`; `None` when even an empty text does not fit, or the row has no text.
+fn cut_to_fit(mut row: Value, room: usize) -> Option<String> {
+    let field = if row.get("text").is_some() {
+        "text"
+    } else {
+        "summary"
+    };
+    let text = row[field].as_str()?.to_string();
+    let fits = |row: &mut Value, chars: usize| {
+        let start: String = text.chars().take(chars).collect();
+        row[field] = Value::String(format!("{start}…"));
+        let line = quote_line(row);
+        (line.len() <= room).then_some(line)
+    };
+    // The longest start that fits, by halving: quoting makes a line's length grow with its
+    // characters, so what fits is a prefix of the characters.
+    let (mut fitting, mut lo, mut hi) = (fits(&mut row, 0)?, 0, text.chars().count());
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        match fits(&mut row, mid) {
+            Some(line) => (fitting, lo) = (line, mid),
+            None => hi = mid - 1,
+        }
+    }
+    Some(fitting)
 }
 
 /// One row as a line of JSON with every character that could end the quote or a line

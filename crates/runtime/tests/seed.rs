@@ -77,10 +77,38 @@ proptest! {
         prop_assert!(seed.len() <= max_chars);
         let quoted = quoted_rows(&seed);
         prop_assert!(!quoted.is_empty());
-        // The newest rows, in order, each exactly as written.
+        // The newest rows, in order, each exactly as written but the oldest, which may be
+        // cut to fit: the start of its text, then `…`.
         let kept = &texts[texts.len() - quoted.len()..];
-        for (row, text) in quoted.iter().zip(kept) {
-            prop_assert_eq!(row["text"].as_str(), Some(text.as_str()));
+        for (i, (row, text)) in quoted.iter().zip(kept).enumerate() {
+            let quoted_text = row["text"].as_str().unwrap();
+            if i == 0 && quoted_text != text {
+                let start = quoted_text.strip_suffix(CUT).expect("a cut row ends with the mark");
+                prop_assert!(text.starts_with(start) && start.len() < text.len());
+            } else {
+                prop_assert_eq!(quoted_text, text.as_str());
+            }
         }
     }
+}
+
+/// How a row cut to fit ends.
+const CUT: &str = "…";
+
+/// A newest row longer than the seed's room (a long last reply) is cut to fit, not dropped
+/// with every row before it: the replacement thread is never left without a seed because the
+/// last message was long.
+#[test]
+fn a_long_newest_row_is_cut_to_fit_not_dropped() {
+    let rows = [
+        json!({"role": "user", "text": "remember zebra"}),
+        json!({"role": "assistant", "text": "x".repeat(9000)}),
+    ];
+    let seed = render_seed(&rows, 8192).expect("a seed");
+    assert!(seed.len() <= 8192);
+    let quoted = quoted_rows(&seed);
+    assert_eq!(quoted.len(), 1, "{seed}");
+    assert_eq!(quoted[0]["role"], "assistant");
+    let text = quoted[0]["text"].as_str().unwrap();
+    assert!(text.ends_with(CUT) && text.len() > 7000, "{}", text.len());
 }
