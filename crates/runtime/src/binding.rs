@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
 use crate::machine::{Action, DriverAction, LostThread, Say, SessionMachine, Stored};
-use crate::mirror::{MirrorReport, Restored, RolloutMirror};
+use crate::mirror::{MirrorReport, RestoreFailure, Restored, RolloutMirror};
 use crate::rail::{StatusEvent, StatusKind};
 use crate::sink::{SinkDurability, Transcript};
 use crate::telemetry;
@@ -265,7 +265,7 @@ pub async fn restore(
     session_id: &str,
     record: Option<SessionRecord>,
     thread_id: &str,
-) -> Result<Restored, String> {
+) -> Result<Restored, RestoreFailure> {
     let Some(mirror) = mirror else {
         return Ok(Restored::default());
     };
@@ -273,7 +273,7 @@ pub async fn restore(
         Some(record) => mirror.restore_from(store, &record, thread_id).await,
         None => mirror.restore(store, session_id, thread_id).await,
     };
-    let restored = restored.map_err(|error| error.to_string())?;
+    let restored = restored.map_err(|error| RestoreFailure::from(&error))?;
     if !restored.written.is_empty() {
         tracing::info!(%session_id, %thread_id, files = ?restored.written, diverged = restored.diverged, "restored the thread's rollout from the store");
     }

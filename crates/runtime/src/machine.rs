@@ -246,6 +246,7 @@ impl SessionMachine {
                     transient_left: self.options.transient_retries,
                     backoff: self.options.retry_backoff,
                     sent: 0,
+                    restore_may_pass: false,
                 };
                 if self.mirroring {
                     self.push(Action::Restore {

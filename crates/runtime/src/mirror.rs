@@ -62,6 +62,53 @@ pub enum MirrorError {
     Task(String),
 }
 
+impl MirrorError {
+    /// Whether a retry may succeed: the store's or the disk's failure (I/O, a locked or
+    /// closed store, lost file work), not a mirror that can never give the thread back (a
+    /// damaged one, one naming files a restore refuses).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            MirrorError::Io { .. } | MirrorError::Task(_) => true,
+            MirrorError::Store(error) => {
+                !(error.is_logical()
+                    || matches!(
+                        error,
+                        StoreError::Corrupt { .. } | StoreError::NewerSchema { .. }
+                    ))
+            }
+            MirrorError::NoRollout { .. } | MirrorError::BadPath(_) => false,
+        }
+    }
+}
+
+/// Why a restore failed, as the session machine hears it
+/// ([`SessionMachine::handle_restored`](crate::machine::SessionMachine::handle_restored)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RestoreFailure {
+    /// What failed, for people.
+    pub message: String,
+    /// Whether it may pass ([`MirrorError::is_transient`]): then codex not having the thread
+    /// is no loss, and the binding is kept.
+    pub transient: bool,
+}
+
+impl RestoreFailure {
+    /// A failure saying `message`, that may pass when `transient`.
+    pub fn new(message: impl Into<String>, transient: bool) -> Self {
+        RestoreFailure {
+            message: message.into(),
+            transient,
+        }
+    }
+}
+
+impl From<&MirrorError> for RestoreFailure {
+    fn from(error: &MirrorError) -> Self {
+        RestoreFailure::new(error.to_string(), error.is_transient())
+    }
+}
+
 /// What a restore did ([`RolloutMirror::restore`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]

@@ -333,3 +333,59 @@ async fn an_open_restores_the_thread_from_the_record_it_read_once() {
     assert_eq!(faults.calls("session"), 1);
     assert_eq!(faults.calls("write_mirror_file"), 1);
 }
+
+/// A restore that fails for a reason that may pass (the store's read, here) on a home that
+/// lacks the rollout: codex's "no rollout found" is then no loss. The binding is kept, the
+/// open fails with a retryable error and no notice, and the next open restores and resumes.
+#[tokio::test]
+async fn a_restore_that_failed_for_now_never_gives_the_thread_up() {
+    use rethread_runtime::binding::{commit_turn, TurnRows};
+    use rethread_runtime::{RolloutMirror, Transcript};
+    use rethread_store::BindingStoreExt;
+    const THREAD: &str = "01a2329f-e3f7-7240-889a-d40328142d21";
+    let rel = format!("sessions/2026/12/01/rollout-2026-12-01T17-21-09-{THREAD}.jsonl");
+    let memory = Arc::new(MemoryStore::new());
+    let a = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(a.path().join("sessions/2026/12/01")).unwrap();
+    std::fs::write(a.path().join(&rel), "{\"type\":\"session_meta\"}\n").unwrap();
+    let rows = [json!({"role": "user", "text": "remember PAPAYA"})];
+    let on_a = RolloutMirror::new(a.path());
+    let turn = TurnRows::new("s", THREAD, &rows).mirror(Some(&on_a));
+    commit_turn(memory.as_ref(), &Transcript::Store, None, turn)
+        .await
+        .unwrap();
+    let faults = Faults::default();
+    faults.fail("write_mirror_file", 1);
+    let store = Arc::new(faulty_store::over(memory.clone(), faults.clone()));
+    let b = tempfile::tempdir().unwrap();
+    let home = b.path().to_str().unwrap().to_string();
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut binder = SessionBinder::new("s", store, StatusRail::default())
+        .with_options(options().codex_home(Some(home)).mirror(true));
+    let run = tokio::spawn(async move {
+        let first = binder.open(&client).await.map(|s| s.outcome().clone());
+        let second = binder.open(&client).await.map(|s| s.outcome().clone());
+        (first, second, client)
+    });
+    let (id, _) = peer.expect("thread/resume").await;
+    assert!(!b.path().join(&rel).exists(), "the restore failed");
+    peer.fail(
+        id,
+        -32600,
+        &format!("no rollout found for thread id {THREAD}"),
+    )
+    .await;
+    let (id, _) = peer.expect("thread/resume").await;
+    assert!(b.path().join(&rel).exists(), "restored by the next open");
+    peer.reply(id, json!({"thread": support::thread(THREAD)}))
+        .await;
+    let (first, second, _client) = run.await.unwrap();
+    let error = first.expect_err("the first open fails");
+    assert!(error.is_retryable(), "{error:?}");
+    assert!(matches!(second.unwrap(), OpenOutcome::Resumed { thread_id } if thread_id == THREAD));
+    assert_eq!(
+        memory.thread_id("s").await.unwrap().as_deref(),
+        Some(THREAD),
+        "the binding was kept"
+    );
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rethread_protocol::{ResumeFailure, RpcError};
 use rethread_runtime::machine::{LeaseLostTo, MachineOptions, SessionMachine, Stored};
-use rethread_runtime::{MirrorReport, Restored, RuntimeError};
+use rethread_runtime::{MirrorReport, RestoreFailure, Restored, RuntimeError};
 use serde_json::json;
 
 /// One event fed to the machine.
@@ -27,7 +27,10 @@ enum Event {
     Committed(&'static str, Option<RuntimeError>),
     LeaseLost(LeaseLostTo),
     Retire,
+    /// A restore's answer; an error is one that may pass (a store or disk hiccup).
     Restore(Result<Restored, &'static str>),
+    /// A restore that failed for good (a damaged mirror, a path a restore refuses).
+    RestoreRefused(&'static str),
     Mirrored(&'static str, MirrorReport),
 }
 use Event::*;
@@ -55,7 +58,12 @@ fn apply(machine: &mut SessionMachine, event: Event) -> Vec<String> {
         }
         LeaseLost(to) => machine.handle_lease_lost(to),
         Retire => machine.handle_retire(),
-        Restore(restored) => machine.handle_restored(restored.map_err(str::to_string)),
+        Restore(restored) => {
+            machine.handle_restored(restored.map_err(|message| RestoreFailure::new(message, true)))
+        }
+        RestoreRefused(message) => {
+            machine.handle_restored(Err(RestoreFailure::new(message, false)))
+        }
         Mirrored(thread, report) => machine.handle_mirrored(thread, &report),
     }
     std::iter::from_fn(|| machine.poll())
@@ -688,7 +696,23 @@ fn a_failed_restore_is_said_and_codexs_answer_to_the_resume_decides() {
                 "say rethread could not restore thread t1's rollout from the store (store: disk on fire); resuming it as codex has it.",
                 RESUME_T1,
             ]),
-            // Codex does not: the usual loss, the usual notice.
+            // Codex does not have it, and the restore failed for a reason that may pass (the
+            // store's read, a full disk here): the thread may well be restorable later, so it
+            // is kept, never given up, and the open stops with a retryable error.
+            (ResumeError(-32600, GONE), &["open_failed resume_unavailable"]),
+        ],
+    );
+    table(
+        MachineOptions::default(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &["restore t1"]),
+            (RestoreRefused("store: mirror damaged"), &[
+                "say rethread could not restore thread t1's rollout from the store (store: mirror damaged); resuming it as codex has it.",
+                RESUME_T1,
+            ]),
+            // A mirror that can never give the thread back (damaged, or naming files a restore
+            // refuses): codex's answer decides as without a mirror, the usual loss.
             (ResumeError(-32600, GONE), &["give_up t1 gone"]),
         ],
     );

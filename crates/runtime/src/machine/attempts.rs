@@ -18,6 +18,8 @@ pub(super) struct Attempts {
     pub(super) transient_left: u32,
     pub(super) backoff: Duration,
     pub(super) sent: u32,
+    /// The restore before the first resume failed for a reason that may pass.
+    pub(super) restore_may_pass: bool,
 }
 
 /// What a failed `thread/resume` means.
@@ -45,6 +47,19 @@ impl Attempts {
         if failure == ResumeFailure::CapabilityRequired && self.exclude_turns {
             self.exclude_turns = false;
             return Verdict::Retry(Duration::ZERO);
+        }
+        if failure == ResumeFailure::Gone && self.restore_may_pass {
+            // Codex lacks the rollout the store could not give back this time: kept.
+            return Verdict::Stop(RuntimeError::ResumeUnavailable {
+                thread_id: self.thread_id.clone(),
+                failure,
+                message: format!(
+                    "{} (its rollout could not be restored from the store this time; the \
+                     binding is kept)",
+                    error.message
+                ),
+                attempts: self.sent,
+            });
         }
         if failure.thread_is_lost() {
             return Verdict::Lost(LostThread {

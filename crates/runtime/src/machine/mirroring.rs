@@ -6,17 +6,19 @@
 #[cfg(doc)]
 use super::Action;
 use super::{DriverAction, Phase, Say, SessionMachine};
-use crate::mirror::{MirrorReport, Restored};
+use crate::mirror::{MirrorReport, RestoreFailure, Restored};
 
 impl SessionMachine {
     /// The answer to [`Action::Restore`]: the files written (or why not). Either way the
-    /// resume follows; a failure is said first. A session whose mirroring stopped at its cap
-    /// mirrors no more on this connection (that was said when it stopped).
-    pub fn handle_restored(&mut self, restored: Result<Restored, String>) {
+    /// resume follows; a failure is said first. After a failure that may pass, codex not
+    /// having the thread is no loss: the open stops with the binding kept (a retryable
+    /// error), since the next open's restore may well give it back. A session whose mirroring
+    /// stopped at its cap mirrors no more on this connection (that was said when it stopped).
+    pub fn handle_restored(&mut self, restored: Result<Restored, RestoreFailure>) {
         if !matches!(self.phase, Phase::Restoring(_)) {
             return;
         }
-        let Phase::Restoring(attempts) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+        let Phase::Restoring(mut attempts) = std::mem::replace(&mut self.phase, Phase::Idle) else {
             return;
         };
         match restored {
@@ -25,10 +27,13 @@ impl SessionMachine {
                     self.mirroring = false;
                 }
             }
-            Err(message) => self.push(DriverAction::Say(Say::RestoreFailed {
-                thread_id: attempts.thread_id.clone(),
-                message,
-            })),
+            Err(failure) => {
+                attempts.restore_may_pass = failure.transient;
+                self.push(DriverAction::Say(Say::RestoreFailed {
+                    thread_id: attempts.thread_id.clone(),
+                    message: failure.message,
+                }));
+            }
         }
         self.push(DriverAction::Resume(attempts.params()));
         self.phase = Phase::Resuming(attempts);

@@ -235,6 +235,7 @@ impl LeaseOp for Release {
 /// write that passed its fence check was still committing, and the new holder would read the
 /// session without that write, which lands after (a fork). What a write changes of the leases
 /// (a delete forgets the grant) is staged and kept only if the write commits.
+#[cfg_attr(not(feature = "redb"), allow(dead_code))]
 #[derive(Debug, Default)]
 pub(crate) struct LocalLeases {
     leases: Mutex<HashMap<String, Grant>>,
@@ -242,6 +243,7 @@ pub(crate) struct LocalLeases {
     staged: Mutex<HashMap<String, Grant>>,
 }
 
+#[cfg_attr(not(feature = "redb"), allow(dead_code))]
 impl LocalLeases {
     fn map(&self) -> MutexGuard<'_, HashMap<String, Grant>> {
         self.leases.lock().unwrap_or_else(|p| p.into_inner())
@@ -272,11 +274,13 @@ impl LocalLeases {
 
 /// One write transaction's hold on [`LocalLeases`]; dropped without
 /// [`LeaseWrite::committed`], what the write staged is discarded.
+#[cfg_attr(not(feature = "redb"), allow(dead_code))]
 pub(crate) struct LeaseWrite<'a> {
     leases: &'a LocalLeases,
     _gate: MutexGuard<'a, ()>,
 }
 
+#[cfg_attr(not(feature = "redb"), allow(dead_code))]
 impl LeaseWrite<'_> {
     /// The write committed: what it staged becomes the leases.
     pub(crate) fn committed(self) {

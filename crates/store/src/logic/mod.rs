@@ -28,6 +28,7 @@ use crate::{BindingState, SessionRecord, StoreError, TranscriptRow, CODEX_THREAD
 // The backends that keep leases in the store (SQLite, PostgreSQL) read the grant's state.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use leases::GrantState;
+#[cfg_attr(not(feature = "redb"), allow(unused_imports))]
 pub(crate) use leases::{Acquire, Grant, LeaseOp, LeaseTxn, LocalLeases, Release, Renew};
 pub(crate) use reads::{
     ExportSession, GetRows, GetSession, ListPage, MirrorFileRef, ReadOp, ThreadSession,
