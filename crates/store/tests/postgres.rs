@@ -39,6 +39,33 @@ async fn connect_beside(url: &str) -> (tokio_postgres::Client, String) {
     (client, schema.to_string())
 }
 
+/// `url` with the store's connections named `name` (`application_name`), so that
+/// [`wait_until_blocked`] finds them among the other tests' connections.
+fn named(url: &str, name: &str) -> String {
+    format!("{url}&application_name={name}")
+}
+
+/// Waits until a connection named `name` waits for a lock of kind `wait_event`
+/// (`pg_stat_activity`): the store's transaction is then blocked where the test wants it.
+async fn wait_until_blocked(watcher: &tokio_postgres::Client, name: &str, wait_event: &str) {
+    for _ in 0..2000 {
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
+                 AND wait_event_type = 'Lock' AND wait_event = $2",
+                &[&name, &wait_event],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("no connection named {name} ever waited for a {wait_event} lock");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_store_conforms() {
     let Some(url) = fresh_url("conforms") else {
@@ -220,4 +247,62 @@ async fn concurrent_writers_through_separate_pools_lose_nothing() {
     }
     let bound = record.thread_id().unwrap();
     assert_eq!(rows.last().unwrap().body["thread"], json!(bound), "I1");
+}
+
+/// Two sessions claiming one thread at once (their advisory locks are per session): the one
+/// whose claim meets the other's, committed meanwhile, is `ThreadTaken` and writes nothing.
+/// The other's claim is played by a transaction beside the store that inserted the thread's
+/// owner and commits only once the store's claim waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_claimed_meanwhile_by_another_session_is_taken_not_stolen() {
+    let Some(url) = fresh_url("thread_race") else {
+        return;
+    };
+    let name = format!("thread_race_{}", std::process::id());
+    let store = Arc::new(
+        PostgresStore::open(&named(&url, &name), OpenOptions::new())
+            .await
+            .unwrap(),
+    );
+    let (side, schema) = connect_beside(&url).await;
+    let (watcher, _) = connect_beside(&url).await;
+    for (session, thread) in [("s2", "t"), ("s3", "u")] {
+        side.batch_execute(&format!(
+            "BEGIN; INSERT INTO \"{schema}\".threads (thread_id, session_id) \
+             VALUES ('{thread}', 's1')"
+        ))
+        .await
+        .unwrap();
+        let racing = {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                if session == "s2" {
+                    store
+                        .commit_turn(commit(session, thread, 2))
+                        .await
+                        .map(drop)
+                } else {
+                    store
+                        .retire_thread(session, thread, rethread_store::Retirement::Ended, None)
+                        .await
+                }
+            })
+        };
+        wait_until_blocked(&watcher, &name, "transactionid").await;
+        side.batch_execute("COMMIT").await.unwrap();
+        let result = racing.await.unwrap();
+        assert!(
+            matches!(&result, Err(StoreError::ThreadTaken { session_id, .. }) if session_id == "s1"),
+            "{session}: {result:?}"
+        );
+        assert_eq!(
+            store.session(session).await.unwrap(),
+            None,
+            "nothing written"
+        );
+        assert_eq!(
+            store.thread_session(thread).await.unwrap().as_deref(),
+            Some("s1")
+        );
+    }
 }

@@ -94,7 +94,9 @@ pub(crate) trait WriteTxn: ReadTxn {
     fn put(&mut self, record: &SessionRecord) -> Result<()>;
     /// Writes rows `first_seq..` of the session (never over an existing row).
     fn put_rows(&mut self, session_id: &str, first_seq: u64, bodies: &[Value]) -> Result<()>;
-    /// Records that `thread_id` belongs to `session_id`.
+    /// Records that `thread_id` belongs to `session_id`. A backend whose writers of different
+    /// sessions run at once (PostgreSQL) refuses, with [`StoreError::ThreadTaken`], a thread
+    /// another session claimed since the caller looked; it rolls the whole write back.
     fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<()>;
     /// Writes chunk `seq` of a mirrored file (never over an existing chunk).
     fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<()>;

@@ -119,6 +119,7 @@ impl Conn {
             .query_one(&sql.lock, &[&key, &synchronous_commit])
             .map_err(map)?
             .get(1);
+        // An error drops `txn` uncommitted: rolled back, nothing of `op` is written.
         let output = op.apply(
             &mut Txn {
                 txn: &mut txn,

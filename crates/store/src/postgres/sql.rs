@@ -107,9 +107,14 @@ impl Sql {
                 "INSERT INTO {p}transcript_rows (session_id, seq, body) \
                  SELECT $1, s, b FROM unnest($2::int8[], $3::text[]) AS t(s, b)"
             ),
+            // Never takes a thread over: writers of different sessions run at once, so another
+            // session may have claimed it since this transaction looked. The conflicting insert
+            // waits for that claim's commit and returns the owner it leaves (the caller refuses
+            // another session's).
             put_thread: format!(
-                "INSERT INTO {p}threads (thread_id, session_id) VALUES ($1, $2) \
-                 ON CONFLICT (thread_id) DO UPDATE SET session_id = excluded.session_id"
+                "INSERT INTO {p}threads AS t (thread_id, session_id) VALUES ($1, $2) \
+                 ON CONFLICT (thread_id) DO UPDATE SET session_id = t.session_id \
+                 RETURNING session_id"
             ),
             remove_rows: format!("DELETE FROM {p}transcript_rows WHERE session_id = $1"),
             remove_threads: format!("DELETE FROM {p}threads WHERE session_id = $1"),

@@ -167,10 +167,22 @@ impl WriteTxn for Txn<'_, '_> {
         Ok(())
     }
 
+    /// A thread another session claimed after `claim_thread` looked (its advisory lock is
+    /// per session) is [`StoreError::ThreadTaken`]. That refusal comes after this write's first
+    /// writes, which is safe here only: a PostgreSQL write is one transaction of its own, and
+    /// the error rolls all of it back.
     fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<()> {
-        self.txn
-            .execute(&self.sql.put_thread, &[&thread_id, &session_id])
-            .map_err(|e| self.map(e))?;
+        let owner: String = self
+            .txn
+            .query_one(&self.sql.put_thread, &[&thread_id, &session_id])
+            .map_err(|e| self.map(e))?
+            .get(0);
+        if owner != session_id {
+            return Err(StoreError::ThreadTaken {
+                thread_id: thread_id.to_string(),
+                session_id: owner,
+            });
+        }
         Ok(())
     }
 
