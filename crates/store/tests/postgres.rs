@@ -306,3 +306,60 @@ async fn a_thread_claimed_meanwhile_by_another_session_is_taken_not_stolen() {
         );
     }
 }
+
+/// A fenced write that waits for its session's lock while another host takes the session
+/// over sees the takeover and is refused, also where the server's default isolation is
+/// `repeatable read` (a snapshot taken before the wait would still show the old grant).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_write_that_waited_for_the_lock_sees_the_takeover_whatever_the_isolation() {
+    let Some(url) = fresh_url("isolation") else {
+        return;
+    };
+    let name = format!("isolation_{}", std::process::id());
+    let repeatable =
+        format!("{url}&options=-c%20default_transaction_isolation%3Drepeatable%5C%20read");
+    let store = Arc::new(
+        PostgresStore::open(&named(&repeatable, &name), OpenOptions::new())
+            .await
+            .unwrap(),
+    );
+    let owner = rethread_store::LocalOwner::new().owner().clone();
+    let lease = store
+        .acquire_lease("s", &owner, std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    store
+        .commit_turn(commit("s", "t1", 1).fence(Some(lease.fence())))
+        .await
+        .unwrap();
+    // Another host holds the session's lock, and takes the lease over under it.
+    let (side, schema) = connect_beside(&url).await;
+    let (watcher, _) = connect_beside(&url).await;
+    side.batch_execute(&format!(
+        "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('{schema}/s', 0))"
+    ))
+    .await
+    .unwrap();
+    let stale = {
+        let store = Arc::clone(&store);
+        let fence = lease.fence();
+        tokio::spawn(async move {
+            store
+                .commit_turn(commit("s", "t1", 1).fence(Some(fence)))
+                .await
+        })
+    };
+    wait_until_blocked(&watcher, &name, "advisory").await;
+    side.batch_execute(&format!(
+        "UPDATE \"{schema}\".leases SET host = 'thief', fence = fence + 1 \
+         WHERE session_id = 's'; COMMIT"
+    ))
+    .await
+    .unwrap();
+    let result = stale.await.unwrap();
+    assert!(
+        matches!(result, Err(StoreError::LeaseLost { .. })),
+        "{result:?}"
+    );
+    assert_eq!(store.require_session("s").await.unwrap().row_count, 1);
+}

@@ -6,10 +6,11 @@
 //! write is one transaction that first takes a transaction-scoped advisory lock on the session
 //! (`pg_advisory_xact_lock`), so that all writers of one session, in any process on any
 //! machine, are serialised, also when the session does not exist yet; writers of different
-//! sessions run in parallel on the pool's connections. The time of a write (`updated_at_ms`,
-//! lease expiry) is the database server's clock, read under the lock, so leases are judged by
-//! one clock whichever host asks. A read runs in a read-only `REPEATABLE READ` transaction (one
-//! snapshot).
+//! sessions run in parallel on the pool's connections. A write runs in `READ COMMITTED`,
+//! whatever the server's default, so that it reads what was committed before it got the lock.
+//! The time of a write (`updated_at_ms`, lease expiry) is the database server's clock, read
+//! under the lock, so leases are judged by one clock whichever host asks. A read runs in a
+//! read-only `REPEATABLE READ` transaction (one snapshot).
 //!
 //! Tables live in the URL's `schema` (query parameter, created if missing) or the connection's
 //! search path; they are created on open (`schema.rs`).
@@ -114,7 +115,15 @@ impl Conn {
         let key = self.sql.lock_key(op.session_id());
         let synchronous_commit = if self.relaxed { "off" } else { "on" };
         let (client, sql) = self.client()?;
-        let mut txn = client.transaction().map_err(map)?;
+        // READ COMMITTED whatever the server's or role's default: each statement after the
+        // lock then sees what the session's previous writer committed. A snapshot taken at the
+        // lock statement's start (repeatable read, serializable) predates the wait, so a fence
+        // check would pass on a grant taken over meanwhile.
+        let mut txn = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .start()
+            .map_err(map)?;
         let now: i64 = txn
             .query_one(&sql.lock, &[&key, &synchronous_commit])
             .map_err(map)?
