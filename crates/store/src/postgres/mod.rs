@@ -10,7 +10,9 @@
 //! whatever the server's default, so that it reads what was committed before it got the lock.
 //! The time of a write (`updated_at_ms`, lease expiry) is the database server's clock, read
 //! under the lock, so leases are judged by one clock whichever host asks. A read runs in a
-//! read-only `REPEATABLE READ` transaction (one snapshot).
+//! read-only `REPEATABLE READ` transaction (one snapshot). The server ends a write that sits
+//! idle under its lock past [`STALLED_WRITE_TIMEOUT`] (a host stopped before its commit), so a
+//! stalled host never holds a session's lock for ever.
 //!
 //! Tables live in the URL's `schema` (query parameter, created if missing) or the connection's
 //! search path; they are created on open (`schema.rs`).
@@ -40,6 +42,15 @@ use crate::{Durability, OpenOptions, StoreError};
 /// How many connections (and threads) a store uses at most: how many of its writes and reads
 /// run at once.
 const POOL_SIZE: usize = 16;
+
+/// How long a write's transaction may sit idle on the server, its session's advisory lock held
+/// (`idle_in_transaction_session_timeout`), before the server ends its connection and so
+/// releases the lock. A write never waits between its statements on anything but the server,
+/// so only a host stopped (or cut off) between its lock and its commit gets there; the other
+/// hosts' writes of that session then wait this long at most, not forever, each holding one of
+/// their pool's threads. As long as the default lease TTL: by the time another host may take
+/// the session over, the lock is free.
+const STALLED_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A [`BindingStore`](crate::BindingStore) in a PostgreSQL database.
 #[derive(Clone)]
@@ -88,6 +99,8 @@ struct Conn {
     sql: Arc<Sql>,
     label: String,
     relaxed: bool,
+    /// [`STALLED_WRITE_TIMEOUT`] as the server reads it (`30000ms`).
+    stalled_write_timeout: String,
     client: Option<(Client, Statements)>,
 }
 
@@ -114,6 +127,7 @@ impl Conn {
         let map = |e| map_postgres_error(&label, e);
         let key = self.sql.lock_key(op.session_id());
         let synchronous_commit = if self.relaxed { "off" } else { "on" };
+        let stalled_write_timeout = self.stalled_write_timeout.clone();
         let (client, sql) = self.client()?;
         // READ COMMITTED whatever the server's or role's default: each statement after the
         // lock then sees what the session's previous writer committed. A snapshot taken at the
@@ -125,7 +139,10 @@ impl Conn {
             .start()
             .map_err(map)?;
         let now: i64 = txn
-            .query_one(&sql.lock, &[&key, &synchronous_commit])
+            .query_one(
+                &sql.lock,
+                &[&key, &synchronous_commit, &stalled_write_timeout],
+            )
             .map_err(map)?
             .get(1);
         // An error drops `txn` uncommitted: rolled back, nothing of `op` is written.
@@ -173,6 +190,15 @@ impl PostgresStore {
     /// for a schema that holds foreign tables of the same names, [`StoreError::Backend`] when
     /// the server cannot be reached. No TLS: use it on loopback or a private network.
     pub async fn open(url: &str, options: OpenOptions) -> Result<Self> {
+        Self::open_with(url, options, STALLED_WRITE_TIMEOUT).await
+    }
+
+    /// [`PostgresStore::open`] with another [`STALLED_WRITE_TIMEOUT`] (tests).
+    pub(crate) async fn open_with(
+        url: &str,
+        options: OpenOptions,
+        stalled_write_timeout: Duration,
+    ) -> Result<Self> {
         let label = crate::redact_url(url);
         let (pg_url, schema) = crate::open::postgres_parts(url)?;
         let mut config =
@@ -193,6 +219,7 @@ impl PostgresStore {
                 sql: Arc::clone(&sql),
                 label: label.clone(),
                 relaxed: options.durability == Durability::Relaxed,
+                stalled_write_timeout: format!("{}ms", stalled_write_timeout.as_millis().max(1)),
                 client: None,
             };
             let rx = Arc::clone(&rx);
@@ -264,6 +291,9 @@ impl Pg {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 }
+
+#[cfg(test)]
+mod tests;
 
 impl Backend for Pg {
     async fn read<O: ReadOp>(&self, op: O) -> Result<O::Output> {

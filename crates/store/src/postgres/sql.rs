@@ -65,10 +65,13 @@ impl Sql {
         let texts = Texts {
             // One round trip: the session's lock, the server's clock, and this transaction's
             // `synchronous_commit` ($2: `on` for `Durable`, whatever the server's default,
-            // `off` for `Relaxed`).
+            // `off` for `Relaxed`) and `idle_in_transaction_session_timeout` ($3: a stalled
+            // holder's connection is ended, its lock released). Both are transaction-local,
+            // so a connection pooler in front of the server sees nothing of them.
             lock: "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))::text IS NULL, \
                    (extract(epoch FROM clock_timestamp()) * 1000)::int8, \
-                   set_config('synchronous_commit', $2, true)"
+                   set_config('synchronous_commit', $2, true), \
+                   set_config('idle_in_transaction_session_timeout', $3, true)"
                 .to_string(),
             load: format!("SELECT {RECORD_COLUMNS} FROM {p}sessions WHERE session_id = $1"),
             has_rows: format!(
