@@ -119,6 +119,15 @@ impl ReadTxn for State {
         Ok(self.threads.get(thread_id).cloned())
     }
 
+    fn session_threads(&mut self, session_id: &str) -> Result<Vec<String>> {
+        Ok(self
+            .threads
+            .iter()
+            .filter(|(_, owner)| *owner == session_id)
+            .map(|(thread, _)| thread.clone())
+            .collect())
+    }
+
     fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>, each: ChunkSink) -> Result<()> {
         let key = (
             file.session_id.to_string(),

@@ -168,7 +168,8 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     ///   a delete is never silently undone. A later acquire works and continues the fence.
     async fn delete_session(&self, session_id: &str) -> Result<bool>;
 
-    /// Reads a whole session (record and all rows) from one consistent snapshot.
+    /// Reads a whole session (record, all rows, mirror, and every thread that belongs to it)
+    /// from one consistent snapshot.
     async fn export_session(&self, session_id: &str) -> Result<Option<SessionExport>>;
 
     /// Writes a whole session exported from another store.
@@ -180,6 +181,8 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// - An inconsistent export (rows not `0..row_count`, `model_config[CODEX_THREAD_ID_KEY]`
     ///   disagreeing with the state, a retired thread bound) is [`StoreError::InvalidInput`];
     ///   a thread of another session is [`StoreError::ThreadTaken`].
+    /// - The session owns every thread of the export ([`SessionExport::threads`]; the threads
+    ///   its record names when that is empty), also when it was present already.
     async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome>;
 
     /// Takes the session's lease for `owner` for `ttl`: the right to drive the session's codex

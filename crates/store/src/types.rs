@@ -357,15 +357,23 @@ pub struct SessionExport {
     /// Every chunk of its mirrored files (`record.mirror`), in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirror: Vec<MirrorChunk>,
+    /// Every thread that belongs to the session ([`thread_session`]), in order: those its
+    /// record names and those it used before. Empty (an older rethread's export, or
+    /// [`SessionExport::new`]): the threads its record names.
+    ///
+    /// [`thread_session`]: crate::BindingStore::thread_session
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<String>,
 }
 
 impl SessionExport {
-    /// The export of `record` with these rows and no mirror.
+    /// The export of `record` with these rows, no mirror, and the threads its record names.
     pub fn new(record: SessionRecord, rows: Vec<TranscriptRow>) -> Self {
         SessionExport {
             record,
             rows,
             mirror: Vec::new(),
+            threads: Vec::new(),
         }
     }
 }
@@ -376,7 +384,9 @@ impl SessionExport {
 pub enum ImportOutcome {
     /// The session did not exist and was written.
     Imported,
-    /// An identical session was already present; nothing was written.
+    /// An identical session was already present; nothing was written but the claim of the
+    /// export's threads it did not own yet (an older rethread imported only those its record
+    /// names).
     AlreadyPresent,
 }
 

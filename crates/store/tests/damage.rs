@@ -420,9 +420,12 @@ async fn a_sqlite_thread_owner_changed_outside_rethread_is_corrupt() {
         &fixture.path,
         "UPDATE threads SET session_id = 'b' WHERE thread_id = 'thr_a'",
     );
-    let store = fixture.open_damaged().await;
+    let store = fixture.open().await.expect("a damaged store still opens");
     let owner = store.thread_session("thr_a").await;
     assert!(is_corrupt(&owner), "{owner:?}");
+    // An export of b names its threads, so it reads the row that now says b.
+    let export = store.export_session("b").await;
+    assert!(is_corrupt(&export), "{export:?}");
     let commit = store.commit_turn(commit("c", "thr_a", &["x"])).await;
     assert!(is_corrupt(&commit), "{commit:?}");
     let report = verify(store.as_ref()).await;

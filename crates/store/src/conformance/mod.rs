@@ -57,7 +57,10 @@ pub use state::{
     ended_unbinds_without_a_notice, give_up_is_compare_and_set, give_up_then_a_new_thread_binds,
     notice_delivered_is_recorded, refused_give_up_writes_nothing, the_published_view_is_the_stores,
 };
-pub use threads::{a_thread_belongs_to_one_session, imports_claim_their_threads};
+pub use threads::{
+    a_thread_belongs_to_one_session, exports_carry_the_threads_used_before,
+    imports_claim_their_threads,
+};
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
@@ -115,6 +118,7 @@ pub async fn run_all(store: &dyn BindingStore) {
     the_published_view_is_the_stores(store).await;
     a_thread_belongs_to_one_session(store).await;
     imports_claim_their_threads(store).await;
+    exports_carry_the_threads_used_before(store).await;
     row_order(store).await;
     concurrent_patches_of_distinct_keys(store).await;
     many_sessions_commit_at_once(store).await;

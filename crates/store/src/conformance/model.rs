@@ -276,24 +276,9 @@ impl Model {
                 self.owners.retain(|_, owner| *owner != ids[*s]);
                 Seen::Bool(self.sessions.remove(&ids[*s]).is_some())
             }
-            Op::ReExport { s } => {
-                // Deleting frees every thread of the session; the import claims those its
-                // record names.
-                if let Some(sess) = self.sessions.get(&ids[*s]) {
-                    let mut named = sess.retired.clone();
-                    match &sess.state {
-                        ModelState::Bound { thread, .. } | ModelState::GivenUp { thread, .. } => {
-                            named.push(thread.clone())
-                        }
-                        ModelState::Unbound => {}
-                    }
-                    self.owners.retain(|_, owner| *owner != ids[*s]);
-                    for thread in named {
-                        self.owners.insert(thread, ids[*s].clone());
-                    }
-                }
-                Seen::Unit
-            }
+            // The export carries every thread of the session and the import claims them
+            // all: ownership is as before.
+            Op::ReExport { .. } => Seen::Unit,
             Op::Rows { s, start, len } => {
                 let rows = self
                     .sessions

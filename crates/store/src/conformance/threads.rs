@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::{lost, turn, unique_id};
 use crate::Result;
-use crate::{BindingStore, Retirement, StoreError};
+use crate::{BindingStore, ImportOutcome, Retirement, SessionExport, StoreError};
 
 fn taken_by<T: std::fmt::Debug>(result: &Result<T>, owner: &str) -> bool {
     matches!(result, Err(StoreError::ThreadTaken { session_id, .. }) if session_id == owner)
@@ -105,4 +105,56 @@ pub async fn imports_claim_their_threads(store: &dyn BindingStore) {
             Some(a.as_str())
         );
     }
+}
+
+/// An export carries every thread of its session, those it used before its current one
+/// included, and an import claims them all: after a migrate no other session can take a
+/// thread the session used earlier, as it could not in the source. An export without them
+/// (an older rethread's) claims the threads its record names; importing the full export
+/// over that claims the rest.
+pub async fn exports_carry_the_threads_used_before(store: &dyn BindingStore) {
+    let (a, b) = (unique_id("earlier-a"), unique_id("earlier-b"));
+    let (t1, t2) = (unique_id("t1"), unique_id("t2"));
+    for thread in [&t1, &t2] {
+        store
+            .commit_turn(turn(&a, thread, vec![json!(1)]))
+            .await
+            .unwrap();
+    }
+    let export = store.export_session(&a).await.unwrap().unwrap();
+    assert!(store.delete_session(&a).await.unwrap());
+    assert_eq!(
+        store.import_session(export.clone()).await.unwrap(),
+        ImportOutcome::Imported
+    );
+    for thread in [&t1, &t2] {
+        assert_eq!(
+            store.thread_session(thread).await.unwrap().as_deref(),
+            Some(a.as_str()),
+            "{thread}"
+        );
+    }
+    let refused = store.commit_turn(turn(&b, &t1, vec![])).await;
+    assert!(taken_by(&refused, &a), "{refused:?}");
+    assert_eq!(store.export_session(&a).await.unwrap().unwrap(), export);
+
+    let mut older = serde_json::to_value(&export).unwrap();
+    older.as_object_mut().unwrap().remove("threads");
+    let older: SessionExport = serde_json::from_value(older).unwrap();
+    assert!(store.delete_session(&a).await.unwrap());
+    store.import_session(older).await.unwrap();
+    assert_eq!(store.thread_session(&t1).await.unwrap(), None);
+    assert_eq!(
+        store.thread_session(&t2).await.unwrap().as_deref(),
+        Some(a.as_str())
+    );
+    assert_eq!(
+        store.import_session(export.clone()).await.unwrap(),
+        ImportOutcome::AlreadyPresent
+    );
+    assert_eq!(
+        store.thread_session(&t1).await.unwrap().as_deref(),
+        Some(a.as_str())
+    );
+    assert_eq!(store.export_session(&a).await.unwrap().unwrap(), export);
 }

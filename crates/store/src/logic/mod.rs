@@ -76,6 +76,8 @@ pub(crate) trait ReadTxn {
     fn has_rows(&mut self, session_id: &str) -> Result<bool>;
     /// The session `thread_id` belongs to, if any.
     fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>>;
+    /// The threads that belong to `session_id`, in any order.
+    fn session_threads(&mut self, session_id: &str) -> Result<Vec<String>>;
     /// The sessions of the first and of the last stored row (by key), each with whether its
     /// record exists; empty when there are no rows.
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>>;

@@ -105,7 +105,8 @@ impl ReadOp for ExportSession {
 }
 
 /// Reads one whole session and checks that its rows are exactly `0..row_count` and its
-/// mirrored files what its record says.
+/// mirrored files what its record says. Its threads are sorted, so two stores holding the same
+/// session export it equal.
 pub(crate) fn export(txn: &mut dyn ReadTxn, session_id: &str) -> Result<Option<SessionExport>> {
     let Some(record) = load_session(txn, session_id)? else {
         return Ok(None);
@@ -113,10 +114,13 @@ pub(crate) fn export(txn: &mut dyn ReadTxn, session_id: &str) -> Result<Option<S
     let rows = txn.load_rows(session_id, 0..record.row_count)?;
     check_rows(txn.label(), session_id, 0, record.row_count, &rows)?;
     let mirror = mirror::export(txn, &record)?;
+    let mut threads = txn.session_threads(session_id)?;
+    threads.sort_unstable();
     Ok(Some(SessionExport {
         record,
         rows,
         mirror,
+        threads,
     }))
 }
 

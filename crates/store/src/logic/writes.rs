@@ -1,6 +1,8 @@
 //! The writes, each with its typed output. A write runs inside one write transaction and
 //! decides every refusal before its first write.
 
+use std::collections::BTreeSet;
+
 use serde_json::{Map, Value};
 
 use super::leases::{check_grant, Grant};
@@ -302,21 +304,32 @@ impl WriteOp for Import {
         mirror::check_export(record, &export.mirror).map_err(|detail| {
             StoreError::InvalidInput(format!("export of {session_id}: {detail}"))
         })?;
-        if let Some(existing) = load_session(txn, session_id)? {
-            let same = existing == *record
+        for thread in &export.threads {
+            check_id("thread id", thread)?;
+        }
+        let existing = load_session(txn, session_id)?;
+        if let Some(existing) = &existing {
+            let same = *existing == *record
                 && txn.load_rows(session_id, 0..existing.row_count)? == export.rows
-                && mirror::export(txn, &existing)? == export.mirror;
-            return if same {
-                Ok(ImportOutcome::AlreadyPresent)
-            } else {
-                Err(StoreError::Conflict {
+                && mirror::export(txn, existing)? == export.mirror;
+            if !same {
+                return Err(StoreError::Conflict {
                     session_id: session_id.clone(),
                     detail: "a different session with this id already exists".to_string(),
-                })
-            };
+                });
+            }
         }
+        // The threads the session used before its record's too: the source refuses them to
+        // other sessions, so must the target.
+        let mut seen = BTreeSet::new();
         let mut claims = Vec::new();
-        for thread in record.named_threads() {
+        for thread in record
+            .named_threads()
+            .chain(export.threads.iter().map(String::as_str))
+        {
+            if !seen.insert(thread) {
+                continue;
+            }
             match txn.thread_owner(thread)? {
                 None => claims.push(thread),
                 Some(owner) if owner == *session_id => {}
@@ -327,6 +340,14 @@ impl WriteOp for Import {
                     })
                 }
             }
+        }
+        if existing.is_some() {
+            // Present already, imported by an older rethread that claimed only the threads
+            // its record names.
+            for thread in claims {
+                txn.put_thread_owner(thread, session_id)?;
+            }
+            return Ok(ImportOutcome::AlreadyPresent);
         }
         let bodies: Vec<Value> = export.rows.iter().map(|r| r.body.clone()).collect();
         txn.put_rows(session_id, 0, &bodies)?;

@@ -42,6 +42,7 @@ statements!(
     list_after,
     rows,
     thread_owner,
+    session_threads,
     put,
     put_rows,
     put_thread,
@@ -97,6 +98,7 @@ impl Sql {
                  WHERE session_id = $1 AND seq >= $2 AND seq < $3 ORDER BY seq"
             ),
             thread_owner: format!("SELECT session_id FROM {p}threads WHERE thread_id = $1"),
+            session_threads: format!("SELECT thread_id FROM {p}threads WHERE session_id = $1"),
             put: format!(
                 "INSERT INTO {p}sessions ({RECORD_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
                  ON CONFLICT (session_id) DO UPDATE SET model_config = excluded.model_config, \

@@ -105,6 +105,14 @@ impl ReadTxn for Txn<'_, '_> {
         Ok(row.map(|r| r.get(0)))
     }
 
+    fn session_threads(&mut self, session_id: &str) -> Result<Vec<String>> {
+        let rows = self
+            .txn
+            .query(&self.sql.session_threads, &[&session_id])
+            .map_err(|e| self.map(e))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
     fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>, each: ChunkSink) -> Result<()> {
         let (start, end) = (clamp(range.start), clamp(range.end));
         let params: [&(dyn ToSql + Sync); 5] =

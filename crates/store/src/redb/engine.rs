@@ -391,7 +391,7 @@ impl Readers for RedbReaders {
                 sessions: txn.open_table(SESSIONS).map_err(map)?,
                 rows: txn.open_table(ROWS).map_err(map)?,
                 threads: txn.open_table(THREADS).map_err(map)?,
-                session_threads: (),
+                session_threads: txn.open_table(SESSION_THREADS).map_err(map)?,
                 chunks: txn.open_table(MIRROR_CHUNKS).map_err(map)?,
                 leases: Arc::clone(&self.leases),
             })
@@ -437,7 +437,9 @@ impl Readers for RedbReaders {
                 threads: txn
                     .open_table(THREADS)
                     .map_err(|e| map_redb_error(label, e))?,
-                session_threads: (),
+                session_threads: txn
+                    .open_table(SESSION_THREADS)
+                    .map_err(|e| map_redb_error(label, e))?,
                 chunks: txn
                     .open_table(MIRROR_CHUNKS)
                     .map_err(|e| map_redb_error(label, e))?,

@@ -130,6 +130,7 @@ where
     S: ReadableTable<&'static str, &'static [u8]>,
     R: ReadableTable<(&'static str, u64), &'static [u8]>,
     T: ReadableTable<&'static str, &'static [u8]>,
+    ST: ReadableTable<(&'static str, &'static str), &'static [u8]>,
     C: ReadableTable<ChunkKey, &'static [u8]>,
 {
     fn label(&self) -> &str {
@@ -220,6 +221,29 @@ where
         String::from_utf8(session.to_vec())
             .map(Some)
             .map_err(|_| StoreError::corrupt(label, format!("{}: not UTF-8", what())))
+    }
+
+    fn session_threads(&mut self, session_id: &str) -> Result<Vec<String>> {
+        let label = &self.label;
+        let map = |e| map_redb_error(label, e);
+        let mut threads = Vec::new();
+        for item in self
+            .session_threads
+            .range((session_id, "")..)
+            .map_err(map)?
+        {
+            let (key, value) = item.map_err(map)?;
+            let (owner, thread) = key.value();
+            if owner != session_id {
+                break;
+            }
+            let what = || format!("thread {thread} of session {session_id}");
+            unseal(label, &what, value.value(), |_| {
+                session_thread_sum(session_id, thread)
+            })?;
+            threads.push(thread.to_string());
+        }
+        Ok(threads)
     }
 
     fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>, each: ChunkSink) -> Result<()> {

@@ -123,6 +123,26 @@ impl ReadTxn for Txn<'_> {
         Ok(Some(session_id))
     }
 
+    fn session_threads(&mut self, session_id: &str) -> Result<Vec<String>> {
+        let rows: Vec<(String, i64)> = self
+            .conn
+            .prepare_cached("SELECT thread_id, checksum FROM threads WHERE session_id = ?1")
+            .and_then(|mut s| {
+                s.query_map([session_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect()
+            })
+            .map_err(|e| self.map(e))?;
+        for (thread_id, checksum) in &rows {
+            verify(
+                self.label,
+                || format!("owner of thread {thread_id}"),
+                *checksum,
+                thread_checksum(thread_id, session_id),
+            )?;
+        }
+        Ok(rows.into_iter().map(|(thread_id, _)| thread_id).collect())
+    }
+
     fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>, each: ChunkSink) -> Result<()> {
         let start = range.start.min(i64::MAX as u64) as i64;
         let end = range.end.min(i64::MAX as u64) as i64;
