@@ -181,6 +181,9 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// - An inconsistent export (rows not `0..row_count`, `model_config[CODEX_THREAD_ID_KEY]`
     ///   disagreeing with the state, a retired thread bound) is [`StoreError::InvalidInput`];
     ///   a thread of another session is [`StoreError::ThreadTaken`].
+    /// - A session not present yet is refused while its lease is live and its holder not
+    ///   known gone ([`StoreError::Busy`], nothing written), as a delete is: that holder's
+    ///   fenced writes would build on a history it never read.
     /// - The session owns every thread of the export ([`SessionExport::threads`]; the threads
     ///   its record names when that is empty), also when it was present already.
     async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome>;

@@ -8,7 +8,9 @@ use serde_json::json;
 
 use super::{lost, obj, th, turn, unique_id, NEXT};
 use crate::Result;
-use crate::{BindingStore, BindingStoreExt, Fence, Lease, LeaseLoss, LeaseOwner, StoreError};
+use crate::{
+    BindingStore, BindingStoreExt, Fence, ImportOutcome, Lease, LeaseLoss, LeaseOwner, StoreError,
+};
 
 /// Whether `result` is `LeaseLost` for `session` with `cause`.
 fn lost_by<T>(result: &Result<T>, session: &str, cause: &LeaseLoss) -> bool {
@@ -334,6 +336,39 @@ pub async fn delete_is_refused_while_the_lease_is_live(store: &dyn BindingStore)
     // A delete with the lease free and nothing stored is a no-op.
     assert!(store.delete_session(&s).await.unwrap());
     assert!(!store.delete_session(&s).await.unwrap());
+}
+
+/// An import of a session whose lease is live (its holder not known gone) is `Busy`, as a
+/// delete is, and writes nothing: the holder's next fenced commit would append to a history
+/// it never read. Once the lease is no longer live the import goes through.
+pub async fn import_is_refused_while_the_lease_is_live(store: &dyn BindingStore) {
+    let s = unique_id("import-leased");
+    store
+        .commit_turn(turn(&s, &th(&s, "t1"), vec![json!(1), json!(2)]))
+        .await
+        .unwrap();
+    let export = store.export_session(&s).await.unwrap().unwrap();
+    assert!(store.delete_session(&s).await.unwrap());
+    // A host starts the session here before the import arrives.
+    let a = owner("a");
+    store
+        .acquire_lease(&s, &a, Duration::from_millis(300))
+        .await
+        .unwrap();
+    let busy = store.import_session(export.clone()).await;
+    assert!(
+        matches!(&busy, Err(StoreError::Busy { holder, .. }) if *holder == a),
+        "{busy:?}"
+    );
+    assert_eq!(store.session(&s).await.unwrap(), None, "nothing imported");
+    assert_eq!(store.thread_session(&th(&s, "t1")).await.unwrap(), None);
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        store.import_session(export.clone()).await.unwrap(),
+        ImportOutcome::Imported
+    );
+    assert_eq!(store.export_session(&s).await.unwrap().unwrap(), export);
 }
 
 /// A holder of this process whose [`LocalOwner`](crate::LocalOwner) was dropped is provably

@@ -38,9 +38,9 @@ pub use bindings::{
 pub use leases::{
     concurrent_acquires_grant_one, delete_is_refused_while_the_lease_is_live,
     dropped_local_holder_is_taken_over_at_once, fenced_writes_need_the_newest_grant,
-    lease_expiry_frees_a_crashed_holder, lease_is_exclusive,
-    lease_owner_mismatch_cannot_renew_or_release, lease_release_frees, lease_renew_extends,
-    stall_past_the_ttl_with_nobody_competing_goes_on,
+    import_is_refused_while_the_lease_is_live, lease_expiry_frees_a_crashed_holder,
+    lease_is_exclusive, lease_owner_mismatch_cannot_renew_or_release, lease_release_frees,
+    lease_renew_extends, stall_past_the_ttl_with_nobody_competing_goes_on,
 };
 pub use mirror::{
     mirror_appends_with_the_turn, mirror_is_dropped_when_stale_or_retired,
@@ -156,5 +156,6 @@ pub async fn run_leases(store: &dyn BindingStore) {
     fenced_writes_need_the_newest_grant(store).await;
     stall_past_the_ttl_with_nobody_competing_goes_on(store).await;
     delete_is_refused_while_the_lease_is_live(store).await;
+    import_is_refused_while_the_lease_is_live(store).await;
     dropped_local_holder_is_taken_over_at_once(store).await;
 }

@@ -272,7 +272,8 @@ impl WriteOp for Delete {
     }
 }
 
-/// [`BindingStore::import_session`](crate::BindingStore::import_session).
+/// [`BindingStore::import_session`](crate::BindingStore::import_session): a new session is
+/// refused while its lease is live.
 #[derive(Debug)]
 pub(crate) struct Import(pub(crate) SessionExport);
 
@@ -283,7 +284,7 @@ impl WriteOp for Import {
         &self.0.record.session_id
     }
 
-    fn apply(&self, txn: &mut dyn WriteTxn, _now: i64) -> Result<ImportOutcome> {
+    fn apply(&self, txn: &mut dyn WriteTxn, now: i64) -> Result<ImportOutcome> {
         let export = &self.0;
         let record = &export.record;
         let session_id = &record.session_id;
@@ -318,6 +319,12 @@ impl WriteOp for Import {
                     detail: "a different session with this id already exists".to_string(),
                 });
             }
+        }
+        if existing.is_none() {
+            // As for a delete: a live holder's next fenced commit would append to a history
+            // it never read.
+            let grant = txn.leases().load_lease(session_id)?;
+            Grant::refuse_if_busy(grant.as_ref(), None, now)?;
         }
         // The threads the session used before its record's too: the source refuses them to
         // other sessions, so must the target.
