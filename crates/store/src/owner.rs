@@ -5,7 +5,7 @@
 //! ticks since boot. An acquirer that sees the same process table can ask the OS whether the
 //! holder still runs, and take a dead holder's lease over at once instead of waiting out its
 //! TTL. Where that cannot be established (another machine or container, another user, an OS
-//! without `/proc`), nothing is judged and the TTL decides.
+//! without `/proc`, a `/proc` of another pid namespace), nothing is judged and the TTL decides.
 //!
 //! Inside one process, holders are told apart by an instance number; a holder is a
 //! [`LocalOwner`], and once it is dropped its leases are free for the process's other holders.
@@ -181,7 +181,7 @@ fn this_process() -> Option<&'static ThisProcess> {
     let this = THIS
         .get_or_init(|| {
             let pid = std::process::id();
-            os::identity_of(pid).map(|(identity, started_at_ms)| ThisProcess {
+            os::own_identity(pid).map(|(identity, started_at_ms)| ThisProcess {
                 pid,
                 host: host_name(),
                 started_at_ms,
@@ -221,7 +221,22 @@ mod os {
 
     /// The identity of `pid` and its start time in milliseconds since the Unix epoch.
     pub(super) fn identity_of(pid: u32) -> Option<(ProcessIdentity, i64)> {
-        let process = Process::new(i32::try_from(pid).ok()?).ok()?;
+        identity(&Process::new(i32::try_from(pid).ok()?).ok()?)
+    }
+
+    /// The identity of this process, whose pid is `pid`: read from `/proc/self`, never
+    /// `/proc/<pid>`, which in a pid namespace without a `/proc` of its own names another
+    /// process. There `/proc` answers for none of the namespace's pids, so nothing can be
+    /// judged about any holder: no identity, the TTL decides.
+    pub(super) fn own_identity(pid: u32) -> Option<(ProcessIdentity, i64)> {
+        let process = Process::myself().ok()?;
+        if process.stat().ok()?.pid != i32::try_from(pid).ok()? {
+            return None;
+        }
+        identity(&process)
+    }
+
+    fn identity(process: &Process) -> Option<(ProcessIdentity, i64)> {
         let stat = process.stat().ok()?;
         let uid = process.uid().ok()?;
         let pid_namespace = process
@@ -276,6 +291,10 @@ mod os {
         None
     }
 
+    pub(super) fn own_identity(_pid: u32) -> Option<(ProcessIdentity, i64)> {
+        None
+    }
+
     pub(super) fn is_gone(_pid: u32, _start_ticks: u64) -> bool {
         false
     }
@@ -324,6 +343,58 @@ mod tests {
             ..here
         };
         assert!(!elsewhere.is_known_gone());
+    }
+
+    /// In a pid namespace without a `/proc` of its own (`unshare --pid` without
+    /// `--mount-proc`), `/proc/<getpid()>` is another process, and `/proc` answers for none of
+    /// the namespace's pids: a holder there must record no identity (the TTL decides), never
+    /// that other process's. Runs this test again in such a namespace, as the child of the
+    /// namespace's pid 1 (its pid, 2 or so, then names a process of the outer `/proc`);
+    /// skipped where `unshare` is missing or not allowed.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_pid_namespace_without_its_own_proc_records_no_identity() {
+        const CHILD: &str = "RETHREAD_OWNER_TEST_IN_PID_NAMESPACE";
+        const NAME: &str = "owner::tests::a_pid_namespace_without_its_own_proc_records_no_identity";
+        if std::env::var_os(CHILD).is_some() {
+            let seen_by_proc: u32 = std::fs::read_link("/proc/self")
+                .ok()
+                .and_then(|p| p.to_str()?.parse().ok())
+                .expect("/proc/self");
+            assert_ne!(seen_by_proc, std::process::id(), "not in a pid namespace");
+            let owner = LocalOwner::new().owner().clone();
+            assert_eq!(
+                owner.process,
+                None,
+                "pid {} (/proc's {seen_by_proc}) recorded the identity of /proc/{}",
+                std::process::id(),
+                std::process::id()
+            );
+            return;
+        }
+        let exe = std::env::current_exe().expect("the test binary");
+        let run = std::process::Command::new("unshare")
+            .args([
+                "--pid",
+                "--fork",
+                "sh",
+                "-c",
+                "true; \"$0\" \"$@\"; exit $?",
+            ])
+            .arg(exe)
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .output();
+        let output = match run {
+            Ok(output) => output,
+            Err(error) => return eprintln!("skipping: no unshare ({error})"),
+        };
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if !stdout.contains("running 1 test") {
+            return eprintln!("skipping: unshare --pid is not allowed here ({stderr})");
+        }
+        assert!(output.status.success(), "{stdout}\n{stderr}");
     }
 
     #[cfg(target_os = "linux")]
