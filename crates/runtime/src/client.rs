@@ -302,7 +302,9 @@ impl ClientBuilder {
             rail: self.rail.clone(),
             handler: self.handler.clone(),
             max_bad_lines: self.options.max_bad_lines,
-            answering: Arc::new(Semaphore::new(self.options.max_pending_requests.max(1))),
+            answering: Arc::new(Semaphore::new(
+                (self.options.max_pending_requests).clamp(1, Semaphore::MAX_PERMITS),
+            )),
         };
         let codec = NdjsonCodec::with_max_line_length(self.options.max_line_length);
         tasks.push(tokio::spawn(
@@ -421,7 +423,7 @@ impl AppServerClient {
         // One deadline for queueing the request and for its answer: a server that stops
         // reading its input must not hang the caller either.
         let after = self.inner.options.request_timeout;
-        let deadline = tokio::time::Instant::now() + after;
+        let deadline = crate::options::deadline(tokio::time::Instant::now(), after);
         match tokio::time::timeout_at(deadline, self.inner.outgoing.send(message)).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) => {
@@ -497,7 +499,8 @@ impl AppServerClient {
         thread_id: &str,
         delivery: Delivery,
     ) -> Result<ThreadEvents, ClientError> {
-        let buffer = self.inner.options.notification_buffer.max(1);
+        // A bound past what tokio can count is as good as none.
+        let buffer = (self.inner.options.notification_buffer).clamp(1, Semaphore::MAX_PERMITS);
         let (tx, rx) = mpsc::channel(buffer);
         let id = self.inner.next_subscription.fetch_add(1, Ordering::Relaxed);
         let lagged = Arc::new(AtomicBool::new(false));

@@ -543,3 +543,30 @@ async fn a_fallback_whose_start_fails_says_the_notice_once_and_the_retry_starts_
     let record = store.session("s").await.unwrap().unwrap();
     assert!(record.is_retired("dead"));
 }
+
+/// "No limit" is a value a host may well pass: `Duration::MAX` for the timeouts and waits,
+/// `usize::MAX` for the bounds. None of them panics; each means as good as no limit.
+#[tokio::test]
+async fn limits_at_their_maximum_mean_no_limit_and_never_panic() {
+    let store = Arc::new(MemoryStore::new());
+    let client_options = ClientOptions::default()
+        .request_timeout(Duration::MAX)
+        .max_pending_requests(usize::MAX)
+        .notification_buffer(usize::MAX);
+    let (client, mut peer, _) = support::connect(client_options).await;
+    let options = options()
+        .turn_timeout(Duration::MAX)
+        .lease_wait(Duration::MAX)
+        .lease_ttl(Some(Duration::MAX));
+    let mut agent =
+        SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options);
+    let run = tokio::spawn(async move {
+        let mut session = agent.open(&client).await?;
+        session.run_turn("hello").await
+    });
+    peer.start_thread("t1").await;
+    peer.run_turn("t1", "u1", "hi there").await;
+    let report = run.await.expect("no panic").unwrap();
+    assert_eq!(report.reply, "hi there");
+    assert_eq!(store.session("s").await.unwrap().unwrap().row_count, 2);
+}
