@@ -100,6 +100,7 @@ impl StoreSide<'_> {
                         }
                         Err(error) => Err(error),
                     };
+                    crate::lease::note_refusal(self.lease, &given_up);
                     machine.with(|m| match given_up {
                         Ok(()) => m.handle_given_up(),
                         Err(error) => m.handle_failed(error),
@@ -425,6 +426,7 @@ pub async fn commit_turn(
     let committed = write_turn(store, transcript, lease, turn)
         .instrument(span.clone())
         .await;
+    crate::lease::note_refusal(lease, &committed);
     let outcome = match committed.as_ref().map(|c| c.publication) {
         Ok(Publication::Published) => "published",
         Ok(Publication::RetiredNotPublished) => "retired_not_published",

@@ -193,6 +193,15 @@ impl SessionLease {
         state.lost || state.released
     }
 
+    /// [`RuntimeError::LeaseLost`] when the lease is known lost or released; no store call.
+    pub(crate) fn lost(&self) -> Option<RuntimeError> {
+        let state = lock(&self.state);
+        (state.lost || state.released).then(|| RuntimeError::LeaseLost {
+            session_id: state.lease.session_id.clone(),
+            to: state.lost_to.clone().unwrap_or(LeaseLostTo::Unknown),
+        })
+    }
+
     /// Makes sure the lease holds for at least `ttl / 2` more, renewing it now unless the last
     /// renewal is recent, and returns the fence to carry with the write that follows.
     ///
@@ -318,6 +327,17 @@ async fn renew_loop(store: Arc<dyn BindingStore>, state: Arc<Mutex<State>>, ttl:
 }
 
 /// The fence for a write, after making sure the lease is fresh (`None` without a lease).
+/// Marks `lease` lost when `result` is the store's refusal of a write under its fence: the
+/// renewal may not have noticed the takeover yet (it runs every third of the TTL), and the
+/// binder's next open must take the lease again, not open the thread with this one.
+pub(crate) fn note_refusal<T>(lease: Option<&SessionLease>, result: &Result<T, RuntimeError>) {
+    if let (Some(lease), Err(RuntimeError::LeaseLost { to, .. })) = (lease, result) {
+        let mut state = lock(&lease.state);
+        state.lost = true;
+        state.lost_to.get_or_insert_with(|| to.clone());
+    }
+}
+
 pub(crate) async fn fresh_fence(
     lease: Option<&SessionLease>,
 ) -> Result<Option<rethread_store::Fence>, RuntimeError> {

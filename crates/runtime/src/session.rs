@@ -117,13 +117,15 @@ impl CodexSession {
         while let Some(action) = self.machine.poll() {
             if let Action::Driver(DriverAction::Retire { thread_id }) = action {
                 let fence = crate::lease::fresh_fence(self.lease.as_deref()).await?;
-                crate::binding::end_thread(
+                let ended = crate::binding::end_thread(
                     self.store.as_ref(),
                     &self.session_id,
                     &thread_id,
                     fence.as_ref(),
                 )
-                .await?;
+                .await;
+                crate::lease::note_refusal(self.lease.as_deref(), &ended);
+                ended?;
             }
         }
         Ok(())

@@ -338,6 +338,10 @@ pub(crate) async fn start_turn(
     session: TurnContext<'_>,
     input: TurnInput,
 ) -> Result<TurnStream<'_>, RuntimeError> {
+    // A turn that could never commit is not run: codex would spend a whole turn on it.
+    if let Some(lost) = session.lease.and_then(SessionLease::lost) {
+        return Err(lost);
+    }
     let thread_id = session.thread_id.to_string();
     let span = tracing::info_span!(
         telemetry::SPAN_TURN,

@@ -130,13 +130,64 @@ async fn a_lost_lease_commits_nothing() {
         .acquire_lease("s", &thief, Duration::from_secs(30))
         .await
         .unwrap();
+    // The renewal finds the lease lost: the turn is refused before codex runs it.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let turn = tokio::spawn(async move { session.run_turn("hello").await.map(|_| ()) });
-    peer.run_turn("t1", "u1", "hi").await;
     assert!(matches!(
         turn.await.unwrap(),
         Err(RuntimeError::LeaseLost { session_id, .. }) if session_id == "s"
     ));
+    assert_eq!(store.session("s").await.unwrap(), None, "nothing committed");
+}
+
+/// A write the store refused for a stale fence marks the lease lost at once, even when the
+/// renewal has not noticed yet (a long TTL): the binder's next open takes the lease again
+/// (here: busy, another host holds it) instead of opening the thread with the lost one, and
+/// the session runs no further turn.
+#[tokio::test]
+async fn a_refused_write_marks_the_lease_lost_for_the_next_open() {
+    let store = Arc::new(MemoryStore::new());
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut agent = SessionBinder::new("s", store.clone(), StatusRail::default())
+        .with_options(options(Duration::from_secs(30)));
+    let (taken_tx, taken_rx) = tokio::sync::oneshot::channel::<()>();
+    let (lease_tx, lease_rx) = tokio::sync::oneshot::channel();
+    let run = tokio::spawn(async move {
+        let mut session = agent.open(&client).await.unwrap();
+        lease_tx.send(session.lease().unwrap()).unwrap();
+        taken_rx.await.unwrap();
+        let turn = session.run_turn("hello").await.map(|_| ());
+        // No turn that could never commit is run: refused before codex sees it.
+        let next_turn = session.run_turn("again").await.map(|_| ());
+        drop(session);
+        let again = agent.open(&client).await.map(|s| s.outcome().clone());
+        (turn, next_turn, again)
+    });
+    peer.start_thread("t1").await;
+    let lease = lease_rx.await.unwrap();
+    assert!(store.release_lease(&lease).await.unwrap());
+    store
+        .acquire_lease("s", &remote_owner("thief"), Duration::from_secs(30))
+        .await
+        .unwrap();
+    taken_tx.send(()).unwrap();
+    peer.run_turn("t1", "u1", "hi").await;
+    let (turn, next_turn, again) = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("a request reached codex after the lease was lost")
+        .unwrap();
+    assert!(
+        matches!(turn, Err(RuntimeError::LeaseLost { .. })),
+        "{turn:?}"
+    );
+    assert!(
+        matches!(next_turn, Err(RuntimeError::LeaseLost { .. })),
+        "{next_turn:?}"
+    );
+    assert!(
+        matches!(again, Err(RuntimeError::SessionBusy { .. })),
+        "{again:?}"
+    );
     assert_eq!(store.session("s").await.unwrap(), None, "nothing committed");
 }
 
