@@ -362,10 +362,7 @@ pub(crate) async fn start_turn(
             input.items.clone(),
         );
         params.settings = input.settings.clone();
-        let started = session
-            .client
-            .request::<rethread_protocol::messages::TurnStart>(&params)
-            .await?;
+        let started = start_or_interrupt(session.client, params).await?;
         Ok::<_, ClientError>((events, started.turn.id))
     }
     .instrument(span.clone())
@@ -638,6 +635,38 @@ impl TurnRun<'_> {
             }),
         }
     }
+}
+
+/// Sends `turn/start` from a task of its own: when the caller is dropped before codex
+/// answered (a host's timeout, a cancelled request), the task still gets the answer and
+/// interrupts the turn it names, which codex would otherwise run to its end unobserved (into
+/// the rollout, not the transcript), refusing the session's next `turn/start` meanwhile.
+async fn start_or_interrupt(
+    client: &AppServerClient,
+    params: rethread_protocol::messages::TurnStartParams,
+) -> Result<rethread_protocol::messages::TurnStartResponse, ClientError> {
+    let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
+    let client = client.clone();
+    tokio::spawn(async move {
+        let thread_id = params.thread_id.clone();
+        let answer = client
+            .request::<rethread_protocol::messages::TurnStart>(&params)
+            .await;
+        if let Err(Ok(started)) = answer_tx.send(answer) {
+            let interrupt = TurnInterruptParams {
+                thread_id,
+                turn_id: started.turn.id,
+            };
+            let _ = client.request::<TurnInterrupt>(&interrupt).await;
+        }
+    });
+    // The task ends without answering only when the runtime shuts down.
+    answer_rx.await.unwrap_or_else(|_| {
+        Err(ClientError::Closed {
+            reason: "the runtime stopped before codex answered turn/start".to_string(),
+            stderr: String::new(),
+        })
+    })
 }
 
 impl Drop for TurnRun<'_> {

@@ -570,3 +570,37 @@ async fn limits_at_their_maximum_mean_no_limit_and_never_panic() {
     assert_eq!(report.reply, "hi there");
     assert_eq!(store.session("s").await.unwrap().unwrap().row_count, 2);
 }
+
+/// A host that drops a turn while codex has not yet answered its `turn/start` (a client
+/// timeout, a cancelled request) still has the turn interrupted once codex names it: codex
+/// would otherwise run it to the end unobserved, into the rollout but not the transcript,
+/// and refuse the session's next `turn/start` while it runs.
+#[tokio::test]
+async fn a_turn_dropped_before_codex_answered_its_start_is_interrupted() {
+    let store = Arc::new(MemoryStore::new());
+    let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
+    let mut agent = quiet_binder(&store);
+    // The host's client lives on past the dropped turn.
+    let _host_client = client.clone();
+    let (opened_tx, opened_rx) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(async move {
+        let mut session = agent.open(&client).await.unwrap();
+        opened_tx.send(()).unwrap();
+        // Never answered while this task lives: it is aborted first.
+        let _ = session.run_turn("hello").await;
+    });
+    peer.start_thread("t1").await;
+    opened_rx.await.unwrap();
+    let (id, _) = peer.expect("turn/start").await;
+    run.abort();
+    let _ = run.await;
+    peer.reply(
+        id,
+        json!({"turn": {"id": "u1", "status": "inProgress", "items": []}}),
+    )
+    .await;
+    let (_, params) = tokio::time::timeout(Duration::from_secs(5), peer.expect("turn/interrupt"))
+        .await
+        .expect("the abandoned turn was never interrupted");
+    assert_eq!(params, json!({"threadId": "t1", "turnId": "u1"}));
+}
