@@ -199,7 +199,8 @@ fn run<E: Engine>(mut engine: E, rx: mpsc::Receiver<Box<dyn Queued>>) {
 
 /// Commits `batch` in one transaction and answers each caller after the commit. If the
 /// transaction fails as a whole, each write is retried alone so that one bad write cannot fail
-/// its neighbours.
+/// its neighbours; but a store locked by another process is no write's fault, and the whole
+/// batch gets that (retryable) error at once instead of each write waiting out the lock again.
 fn commit_batch<E: Engine>(engine: &mut E, mut batch: Vec<Box<dyn Queued>>) {
     let now = now_ms();
     let outcome = engine.write(&mut |txn| {
@@ -213,6 +214,14 @@ fn commit_batch<E: Engine>(engine: &mut E, mut batch: Vec<Box<dyn Queued>>) {
         Err(e) if batch.len() == 1 => {
             if let Some(job) = batch.pop() {
                 job.fail(e);
+            }
+        }
+        Err(StoreError::Locked { path, holder }) => {
+            for job in batch {
+                job.fail(StoreError::Locked {
+                    path: path.clone(),
+                    holder: holder.clone(),
+                });
             }
         }
         Err(e) => {
@@ -315,5 +324,68 @@ mod tests {
             "the failed write's row was rolled back"
         );
         assert_eq!(state.load("a").unwrap().unwrap().row_count, 1);
+    }
+
+    /// An engine whose every write after the first waits, then finds the store locked by
+    /// another process (SQLite's busy timeout).
+    struct LockedEngine {
+        calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Engine for LockedEngine {
+        fn write(&mut self, f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<()>) -> Result<()> {
+            let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(30));
+            if call == 0 {
+                return f(&mut State::default());
+            }
+            Err(StoreError::Locked {
+                path: "test".to_string(),
+                holder: None,
+            })
+        }
+    }
+
+    /// A lock another process holds is no write's fault: the batch fails with it once, instead
+    /// of each of its writes waiting out the lock again alone (a batch of k writes stalled
+    /// k + 1 busy timeouts, 5 s each on SQLite, and a lease renewal behind them its TTL).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_locked_store_fails_a_group_commit_once_not_once_per_write() {
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let engine_calls = std::sync::Arc::clone(&calls);
+        let (writer, ()) = Writer::spawn("test", move || {
+            Ok((
+                LockedEngine {
+                    calls: engine_calls,
+                },
+                (),
+            ))
+        })
+        .await
+        .unwrap();
+        let writer = std::sync::Arc::new(writer);
+        // The first write keeps the engine busy so that the next three share one batch.
+        let first = tokio::spawn({
+            let writer = std::sync::Arc::clone(&writer);
+            async move { writer.write(commit("first")).await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let (a, b, c) = tokio::join!(
+            writer.write(commit("a")),
+            writer.write(commit("b")),
+            writer.write(commit("c")),
+        );
+        first.await.unwrap().unwrap();
+        for result in [a, b, c] {
+            assert!(
+                matches!(result, Err(StoreError::Locked { .. })),
+                "{result:?}"
+            );
+        }
+        assert_eq!(
+            calls.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "the first write, then the batch once"
+        );
     }
 }
