@@ -235,6 +235,37 @@ mod tests {
         }
     }
 
+    /// A store on a [`FullDisk`] in `dir`: its disk fills while `full` is set, its syncs are
+    /// slow while `slow` is.
+    async fn store_on_disk(
+        dir: &Path,
+        full: &Arc<AtomicBool>,
+        slow: &Arc<AtomicBool>,
+    ) -> RedbStore {
+        let (full, slow) = (Arc::clone(full), Arc::clone(slow));
+        let make_backend: MakeBackend = Arc::new(move |builder, file| {
+            builder.create_with_backend(FullDisk {
+                file: FileBackend::new(file)?,
+                full: Arc::clone(&full),
+                slow: Arc::clone(&slow),
+            })
+        });
+        RedbStore::open_with(&dir.join("s.redb"), OpenOptions::new(), make_backend)
+            .await
+            .unwrap()
+    }
+
+    /// A lease holder on another machine.
+    fn owner(name: &str) -> crate::LeaseOwner {
+        crate::LeaseOwner {
+            host: format!("host-{name}"),
+            pid: 4242,
+            started_at_ms: 1_700_000_000_000,
+            instance: 1,
+            process: None,
+        }
+    }
+
     fn commit(n: u64) -> TurnCommit {
         TurnCommit {
             session_id: "s".to_string(),
@@ -253,18 +284,8 @@ mod tests {
     async fn a_full_disk_fails_its_commit_and_the_store_goes_on_once_space_is_back() {
         let dir = tempfile::tempdir().unwrap();
         let full = Arc::new(AtomicBool::new(false));
-        let disk = Arc::clone(&full);
-        let make_backend: MakeBackend = Arc::new(move |builder, file| {
-            builder.create_with_backend(FullDisk {
-                file: FileBackend::new(file)?,
-                full: Arc::clone(&disk),
-                slow: Arc::new(AtomicBool::new(false)),
-            })
-        });
         let path = dir.path().join("s.redb");
-        let store = RedbStore::open_with(&path, OpenOptions::new(), make_backend)
-            .await
-            .unwrap();
+        let store = store_on_disk(dir.path(), &full, &Arc::default()).await;
         store.commit_turn(commit(0)).await.unwrap();
 
         full.store(true, Ordering::SeqCst);
@@ -295,26 +316,7 @@ mod tests {
     async fn a_lease_taken_while_a_fenced_commit_is_syncing_sees_that_commit() {
         let dir = tempfile::tempdir().unwrap();
         let slow = Arc::new(AtomicBool::new(false));
-        let disk = Arc::clone(&slow);
-        let make_backend: MakeBackend = Arc::new(move |builder, file| {
-            builder.create_with_backend(FullDisk {
-                file: FileBackend::new(file)?,
-                full: Arc::new(AtomicBool::new(false)),
-                slow: Arc::clone(&disk),
-            })
-        });
-        let store = Arc::new(
-            RedbStore::open_with(&dir.path().join("s.redb"), OpenOptions::new(), make_backend)
-                .await
-                .unwrap(),
-        );
-        let owner = |name: &str| crate::LeaseOwner {
-            host: format!("host-{name}"),
-            pid: 4242,
-            started_at_ms: 1_700_000_000_000,
-            instance: 1,
-            process: None,
-        };
+        let store = Arc::new(store_on_disk(dir.path(), &Arc::default(), &slow).await);
         let ttl = std::time::Duration::from_millis(100);
         let a = store.acquire_lease("s", &owner("a"), ttl).await.unwrap();
         slow.store(true, Ordering::SeqCst);
@@ -347,28 +349,10 @@ mod tests {
     async fn a_delete_that_failed_leaves_the_lease_as_it_was() {
         let dir = tempfile::tempdir().unwrap();
         let full = Arc::new(AtomicBool::new(false));
-        let disk = Arc::clone(&full);
-        let make_backend: MakeBackend = Arc::new(move |builder, file| {
-            builder.create_with_backend(FullDisk {
-                file: FileBackend::new(file)?,
-                full: Arc::clone(&disk),
-                slow: Arc::new(AtomicBool::new(false)),
-            })
-        });
-        let store =
-            RedbStore::open_with(&dir.path().join("s.redb"), OpenOptions::new(), make_backend)
-                .await
-                .unwrap();
+        let store = store_on_disk(dir.path(), &full, &Arc::default()).await;
         store.commit_turn(commit(0)).await.unwrap();
-        let owner = crate::LeaseOwner {
-            host: "host-a".to_string(),
-            pid: 4242,
-            started_at_ms: 1_700_000_000_000,
-            instance: 1,
-            process: None,
-        };
         let ttl = std::time::Duration::from_millis(50);
-        let lease = store.acquire_lease("s", &owner, ttl).await.unwrap();
+        let lease = store.acquire_lease("s", &owner("a"), ttl).await.unwrap();
         // Expired: a delete may go ahead, and forgets the grant when it commits.
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         full.store(true, Ordering::SeqCst);
