@@ -8,11 +8,11 @@
 //! binding. The report lists the bindings in session order whatever order the probes ended
 //! in. A thread gone from this `CODEX_HOME` whose rollout the store mirrors is `restorable`:
 //! its next open restores it and resumes it; with mirroring off (`RETHREAD_MIRROR=off`) that
-//! open restores nothing, so such a thread is `gone`, as the next turn will find it. Exit code: [`EXIT_NOT_LIVE`] when any binding's
-//! next turn would start a new thread (neither live nor restorable), after the whole report
-//! was printed.
+//! open restores nothing, so such a thread is `gone`, as the next turn will find it. Exit
+//! code: [`output::EXIT_FAILED`] when any binding's next turn would start a new thread
+//! (neither live nor restorable, busy, or its probe failed), after the whole report was
+//! printed.
 
-use crate::output::outln;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -24,11 +24,8 @@ use rethread_runtime::{
 use rethread_store::{Binding, BindingStore};
 use serde_json::json;
 
+use crate::output::outln;
 use crate::{output, CliResult};
-
-/// The exit code of a doctor run that found a binding that is not live (gone, incompatible,
-/// unreadable, busy, or whose probe failed).
-pub(crate) const EXIT_NOT_LIVE: u8 = output::EXIT_FAILED;
 
 /// Bindings read from the store per page.
 const PAGE: usize = 256;

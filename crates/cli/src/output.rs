@@ -10,8 +10,8 @@
 //!
 //! Exit codes: [`EXIT_OK`] 0, [`EXIT_FAILED`] 1, 2 for usage errors (clap's own), [`EXIT_TEMPORARY`]
 //! 75 (busy or temporary: retry later), [`EXIT_SIGINT`] 130 and [`EXIT_SIGTERM`] 143
-//! (interrupted). `doctor` exits [`EXIT_FAILED`] when any binding is not live
-//! ([`crate::doctor::EXIT_NOT_LIVE`]).
+//! (interrupted). `doctor` exits [`EXIT_FAILED`] when any binding is not live: its error,
+//! of no kind this module knows, takes the default.
 
 use std::error::Error;
 use std::fmt;
@@ -90,9 +90,6 @@ fn own_exit_code(error: &(dyn Error + 'static)) -> Option<u8> {
     }
     if error.is::<UsageError>() {
         return Some(EXIT_USAGE);
-    }
-    if error.is::<crate::doctor::NotAllLive>() {
-        return Some(crate::doctor::EXIT_NOT_LIVE);
     }
     if let Some(error) = error.downcast_ref::<RuntimeError>() {
         return Some(if error.is_retryable() {

@@ -100,6 +100,7 @@ mod setters;
 mod binder;
 pub mod binding;
 mod client;
+mod deadline;
 mod error;
 mod lease;
 pub mod machine;

@@ -375,7 +375,7 @@ pub(crate) async fn start_turn(
         }
     };
     span.record("turn_id", turn_id.as_str());
-    let deadline = crate::options::deadline(started_at, session.turn_timeout);
+    let deadline = crate::deadline::after(started_at, session.turn_timeout);
     let committing = Arc::new(AtomicBool::new(false));
     let run = TurnRun {
         committing: Arc::clone(&committing),
