@@ -829,3 +829,51 @@ fn sigterm_while_the_client_is_not_reading_ends_the_run() {
     let status = status.expect("rethread exec did not end on SIGTERM while its stdout was full");
     assert_eq!(status.code(), Some(143));
 }
+
+/// A signal that comes while a committed turn's `turn.completed` is being written to a client
+/// that reads (slowly) still lets the whole line out: the run ends as done with the turn's
+/// last line whole, never cut mid-line (the restarts check found one cut so).
+#[test]
+fn a_signal_during_the_write_of_a_committed_turn_lets_the_line_out_whole() {
+    let world = World::new();
+    let big = world.script(
+        "big-codex",
+        "cat > /dev/null\n\
+         echo '{\"type\":\"thread.started\",\"thread_id\":\"t-big\"}'\n\
+         echo '{\"type\":\"turn.started\"}'\n\
+         echo '{\"type\":\"item.completed\",\"item\":{\"id\":\"i\",\"type\":\"agent_message\",\"text\":\"hi\"}}'\n\
+         printf '{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1},\"pad\":\"%s\"}\\n' \"$(head -c 300000 /dev/zero | tr '\\0' x)\"",
+    );
+    let mut command = world.command(&big, Some("s1"));
+    command.args(["exec", "--experimental-json"]);
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello").unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("turn.started") {
+        line.clear();
+        out.read_line(&mut line).unwrap();
+    }
+    // The turn commits and its 300 KB last line fills the pipe; then the signal.
+    std::thread::sleep(Duration::from_millis(500));
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    std::thread::sleep(Duration::from_millis(100));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    let last = rest.lines().last().unwrap_or_default();
+    let event: Value = serde_json::from_str(last)
+        .unwrap_or_else(|e| panic!("the last line is not whole ({e}): {} bytes", last.len()));
+    assert_eq!(event["type"], "turn.completed");
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(world.session("s1").unwrap()["row_count"], 2);
+}

@@ -116,6 +116,28 @@ impl StoreParts {
 
 type Signal<'s> = Pin<&'s mut dyn Future<Output = Interrupted>>;
 
+/// Writes `bytes` to the client unless a signal comes first and the write then does not end
+/// within [`SIGNAL_GRACE`](crate::chat::SIGNAL_GRACE): the write is tried first (a signal
+/// that came during the commit lets the committed turn's line out), and a client that reads
+/// gets the line whole; one that stopped reading does not hold the run. `Err` when a signal
+/// came, whether or not the line got out.
+async fn write_unless_interrupted(
+    stdout: &mut tokio::io::Stdout,
+    bytes: &[u8],
+    signal: &mut Signal<'_>,
+) -> Result<Result<(), BoxError>, Interrupted> {
+    let write = write_line(stdout, bytes);
+    tokio::pin!(write);
+    tokio::select! {
+        biased;
+        written = &mut write => Ok(written),
+        interrupted = signal.as_mut() => {
+            let _ = tokio::time::timeout(crate::chat::SIGNAL_GRACE, write).await;
+            Err(interrupted)
+        }
+    }
+}
+
 /// `work`'s output, or the interrupt when it comes first (`work` is then dropped).
 async fn unless_interrupted<T>(
     work: impl Future<Output = T>,
@@ -356,7 +378,7 @@ impl Driver<'_> {
                     self.machine.handle_turn_completed(thread_id, rows);
                     self.settle().await?;
                     completed_turns += 1;
-                    match unless_interrupted(self.write(&line), &mut signal).await {
+                    match write_unless_interrupted(&mut self.stdout, &line, &mut signal).await {
                         Ok(written) => written?,
                         Err(interrupted) => {
                             return stopped(&mut process, completed_turns, interrupted).await
@@ -372,7 +394,7 @@ impl Driver<'_> {
                 }
                 _ => {}
             }
-            match unless_interrupted(self.write(&line), &mut signal).await {
+            match write_unless_interrupted(&mut self.stdout, &line, &mut signal).await {
                 Ok(written) => written?,
                 Err(interrupted) => {
                     return stopped(&mut process, completed_turns, interrupted).await
@@ -468,9 +490,7 @@ impl Driver<'_> {
 
     /// Writes bytes to stdout and flushes them (the client reads each line as it comes).
     async fn write(&mut self, bytes: &[u8]) -> Result<(), BoxError> {
-        self.stdout.write_all(bytes).await?;
-        self.stdout.flush().await?;
-        Ok(())
+        write_line(&mut self.stdout, bytes).await
     }
 }
 
@@ -530,6 +550,13 @@ fn write_stderr(bytes: &[u8]) {
     use std::io::Write;
     let mut stderr = std::io::stderr().lock();
     let _ = stderr.write_all(bytes).and_then(|()| stderr.flush());
+}
+
+/// Writes bytes to `stdout` and flushes them (the client reads each line as it comes).
+async fn write_line(stdout: &mut tokio::io::Stdout, bytes: &[u8]) -> Result<(), BoxError> {
+    stdout.write_all(bytes).await?;
+    stdout.flush().await?;
+    Ok(())
 }
 
 #[cfg(test)]
