@@ -116,6 +116,17 @@ pub(crate) fn export(txn: &mut dyn ReadTxn, session_id: &str) -> Result<Option<S
     let mirror = mirror::export(txn, &record)?;
     let mut threads = txn.session_threads(session_id)?;
     threads.sort_unstable();
+    // Every thread the record names was claimed with it: one missing from the list was lost
+    // to damage (a row of the threads table changed outside rethread), never an empty answer.
+    if let Some(missing) = record
+        .named_threads()
+        .find(|named| threads.binary_search_by(|t| t.as_str().cmp(named)).is_err())
+    {
+        return Err(StoreError::corrupt(
+            txn.label(),
+            format!("thread {missing} of session {session_id} is missing from its threads"),
+        ));
+    }
     Ok(Some(SessionExport {
         record,
         rows,
