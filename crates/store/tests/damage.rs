@@ -428,8 +428,17 @@ async fn a_sqlite_thread_owner_changed_outside_rethread_is_corrupt() {
     assert!(is_corrupt(&export), "{export:?}");
     let commit = store.commit_turn(commit("c", "thr_a", &["x"])).await;
     assert!(is_corrupt(&commit), "{commit:?}");
+    // Reported where it shows: a's bound thread is missing from a's threads, b's threads hold
+    // a damaged row, and the row itself.
     let report = verify(store.as_ref()).await;
-    assert_eq!(kinds(&report), vec![(ProblemKind::Thread, Some("b"))]);
+    assert_eq!(
+        kinds(&report),
+        vec![
+            (ProblemKind::Session, Some("a")),
+            (ProblemKind::Session, Some("b")),
+            (ProblemKind::Thread, Some("b"))
+        ]
+    );
 }
 
 /// Page-level damage SQLite itself reports: `verify` runs `PRAGMA quick_check`.

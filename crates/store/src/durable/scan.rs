@@ -39,6 +39,11 @@ pub(crate) fn check_mirrors(
     mirrors: Vec<(String, Vec<MirroredFile>)>,
 ) -> Result<()> {
     for (session_id, files) in mirrors {
+        if let Some(record) = crate::logic::load_session(txn, &session_id).ok().flatten() {
+            if let Err(error) = crate::logic::session_threads(txn, &record) {
+                checker.damage(ProblemKind::Session, Some(&session_id), error)?;
+            }
+        }
         for file in files {
             if !checker.mirror_path_ok(&session_id, &file) {
                 continue;
@@ -190,9 +195,8 @@ impl Merge<'_, '_, '_> {
         }
         let row_count = match session.record {
             Ok((count, files)) => {
-                if !files.is_empty() {
-                    self.mirrors.push((session.id.clone(), files));
-                }
+                // Every readable session: its threads are checked with its mirror.
+                self.mirrors.push((session.id.clone(), files));
                 Some(count)
             }
             Err(error) => {

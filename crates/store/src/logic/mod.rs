@@ -31,8 +31,8 @@ pub(crate) use leases::GrantState;
 #[cfg_attr(not(feature = "redb"), allow(unused_imports))]
 pub(crate) use leases::{Acquire, Grant, LeaseOp, LeaseTxn, LocalLeases, Release, Renew};
 pub(crate) use reads::{
-    ExportSession, GetRows, GetSession, ListPage, MirrorFileRef, ReadOp, ThreadSession,
-    WriteMirrorFile,
+    session_threads, ExportSession, GetRows, GetSession, ListPage, MirrorFileRef, ReadOp,
+    ThreadSession, WriteMirrorFile,
 };
 pub(crate) use writes::{Commit, Delete, Import, InStore, MarkDelivered, Patch, Retire, WriteOp};
 

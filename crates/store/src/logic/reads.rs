@@ -114,25 +114,37 @@ pub(crate) fn export(txn: &mut dyn ReadTxn, session_id: &str) -> Result<Option<S
     let rows = txn.load_rows(session_id, 0..record.row_count)?;
     check_rows(txn.label(), session_id, 0, record.row_count, &rows)?;
     let mirror = mirror::export(txn, &record)?;
-    let mut threads = txn.session_threads(session_id)?;
-    threads.sort_unstable();
-    // Every thread the record names was claimed with it: one missing from the list was lost
-    // to damage (a row of the threads table changed outside rethread), never an empty answer.
-    if let Some(missing) = record
-        .named_threads()
-        .find(|named| threads.binary_search_by(|t| t.as_str().cmp(named)).is_err())
-    {
-        return Err(StoreError::corrupt(
-            txn.label(),
-            format!("thread {missing} of session {session_id} is missing from its threads"),
-        ));
-    }
+    let threads = session_threads(txn, &record)?;
     Ok(Some(SessionExport {
         record,
         rows,
         mirror,
         threads,
     }))
+}
+
+/// The threads of `record`'s session, sorted. Every thread the record names was claimed with
+/// it: one missing from the list was lost to damage (a row of the threads table changed
+/// outside rethread), and is [`StoreError::Corrupt`], never an answer without it.
+pub(crate) fn session_threads(
+    txn: &mut dyn ReadTxn,
+    record: &SessionRecord,
+) -> Result<Vec<String>> {
+    let mut threads = txn.session_threads(&record.session_id)?;
+    threads.sort_unstable();
+    if let Some(missing) = record
+        .named_threads()
+        .find(|named| threads.binary_search_by(|t| t.as_str().cmp(named)).is_err())
+    {
+        return Err(StoreError::corrupt(
+            txn.label(),
+            format!(
+                "thread {missing} of session {} is missing from its threads",
+                record.session_id
+            ),
+        ));
+    }
+    Ok(threads)
 }
 
 /// One mirrored file, named as [`WriteMirrorFile`] is asked for it.
