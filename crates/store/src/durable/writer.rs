@@ -275,6 +275,18 @@ mod tests {
         }
     }
 
+    /// A first write that keeps the engine busy, so that the writes sent next share one batch.
+    async fn keep_busy(
+        writer: &std::sync::Arc<Writer>,
+    ) -> tokio::task::JoinHandle<Result<crate::CommitOutcome>> {
+        let first = tokio::spawn({
+            let writer = std::sync::Arc::clone(writer);
+            async move { writer.write(commit("first")).await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        first
+    }
+
     fn commit(session: &str) -> Commit {
         Commit(TurnCommit {
             session_id: session.to_string(),
@@ -303,12 +315,7 @@ mod tests {
         .await
         .unwrap();
         let writer = std::sync::Arc::new(writer);
-        // The first write keeps the engine busy so that the next three share one batch.
-        let first = tokio::spawn({
-            let writer = std::sync::Arc::clone(&writer);
-            async move { writer.write(commit("first")).await }
-        });
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        let first = keep_busy(&writer).await;
         let (a, broken, b) = tokio::join!(
             writer.write(commit("a")),
             writer.write(Broken),
@@ -364,12 +371,7 @@ mod tests {
         .await
         .unwrap();
         let writer = std::sync::Arc::new(writer);
-        // The first write keeps the engine busy so that the next three share one batch.
-        let first = tokio::spawn({
-            let writer = std::sync::Arc::clone(&writer);
-            async move { writer.write(commit("first")).await }
-        });
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        let first = keep_busy(&writer).await;
         let (a, b, c) = tokio::join!(
             writer.write(commit("a")),
             writer.write(commit("b")),
