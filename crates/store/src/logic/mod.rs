@@ -30,9 +30,12 @@ use crate::{BindingState, SessionRecord, StoreError, TranscriptRow, CODEX_THREAD
 pub(crate) use leases::GrantState;
 #[cfg_attr(not(feature = "redb"), allow(unused_imports))]
 pub(crate) use leases::{Acquire, Grant, LeaseOp, LeaseTxn, LocalLeases, Release, Renew};
+// Verify's scan (the file backends') checks each session's threads with the export's check.
+#[cfg(any(feature = "redb", feature = "sqlite"))]
+pub(crate) use reads::session_threads;
 pub(crate) use reads::{
-    session_threads, ExportSession, GetRows, GetSession, ListPage, MirrorFileRef, ReadOp,
-    ThreadSession, WriteMirrorFile,
+    ExportSession, GetRows, GetSession, ListPage, MirrorFileRef, ReadOp, ThreadSession,
+    WriteMirrorFile,
 };
 pub(crate) use writes::{Commit, Delete, Import, InStore, MarkDelivered, Patch, Retire, WriteOp};
 
