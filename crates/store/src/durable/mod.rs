@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::adapter::Backend;
 use crate::logic::{InStore, LeaseOp, LocalLeases, ReadOp, ReadTxn, WriteOp};
-use crate::verify::Checker;
+use crate::verify::{Checker, ProblemKind};
 use crate::Result;
 use crate::{BindingStore, StoreError, VerifyProgress, VerifyReport};
 
@@ -109,7 +109,15 @@ impl Backend for Durable {
                 let _ = tx.send(*p);
             };
             let mut checker = Checker::new(&mut send);
-            let complete = readers.verify(&mut checker)?;
+            // Damage that ends the scan anywhere (a statement SQLite finds malformed, say) is a
+            // problem of the report, never an error instead of one.
+            let complete = match readers.verify(&mut checker) {
+                Ok(complete) => complete,
+                Err(error) => {
+                    checker.damage(ProblemKind::Structure, None, error)?;
+                    false
+                }
+            };
             Ok(checker.finish(complete))
         });
         while let Some(update) = rx.recv().await {
