@@ -201,7 +201,8 @@ pub async fn give_up(
 }
 
 /// Records that the fallback notice for `thread_id` was delivered. A failure is only logged:
-/// the notice may then be said once more, never lost.
+/// another process may then say the notice once more (this one only retries the record),
+/// never lose it.
 pub async fn mark_notice_delivered(
     store: &dyn BindingStore,
     session_id: &str,
@@ -212,7 +213,7 @@ pub async fn mark_notice_delivered(
         .mark_notice_delivered(session_id, thread_id, fence)
         .await
     {
-        tracing::warn!(%session_id, %thread_id, %error, "could not record the fallback notice as delivered; it may be said once more");
+        tracing::warn!(%session_id, %thread_id, %error, "could not record the fallback notice as delivered; another process may say it once more");
     }
 }
 

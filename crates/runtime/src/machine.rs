@@ -272,7 +272,7 @@ impl SessionMachine {
                 if !notice_delivered {
                     // An earlier process gave the thread up and died before the user had the
                     // notice: this one says it, with the recorded reason.
-                    self.say_notice(&lost, true);
+                    self.say_pending_notice(&lost);
                     self.seed_then_start(Some(lost));
                 } else {
                     // Said and delivered before; the replacement never committed a turn. A
@@ -492,14 +492,11 @@ impl SessionMachine {
                     notice_delivered,
                 } => {
                     if !notice_delivered {
-                        self.say_notice(
-                            &LostThread {
-                                thread_id: lost.clone(),
-                                reason: *reason,
-                                message: message.clone(),
-                            },
-                            true,
-                        );
+                        self.say_pending_notice(&LostThread {
+                            thread_id: lost.clone(),
+                            reason: *reason,
+                            message: message.clone(),
+                        });
                     }
                     true
                 }
@@ -574,6 +571,20 @@ impl SessionMachine {
             Some(std::mem::replace(&mut self.phase, Phase::Idle))
         } else {
             None
+        }
+    }
+
+    /// The store says the notice for `lost` is not delivered yet. When this machine already
+    /// delivered it (the record failed, then the open was retried), the user has it: only
+    /// the record is tried again.
+    fn say_pending_notice(&mut self, lost: &LostThread) {
+        match &self.owed {
+            Some(owed) if owed.delivered && owed.thread_id == lost.thread_id => {
+                self.push(Action::MarkNoticeDelivered {
+                    thread_id: lost.thread_id.clone(),
+                });
+            }
+            _ => self.say_notice(lost, true),
         }
     }
 

@@ -447,6 +447,37 @@ fn a_delivered_notice_is_never_said_again() {
 }
 
 #[test]
+fn a_notice_delivered_in_this_process_is_not_said_again_when_its_record_failed() {
+    // The user had the notice, but the store did not take its record (the mark's write
+    // failed: only logged), and the replacement's start failed. The retry in the same process
+    // reads the notice as pending: it is not said again, and its record is tried once more.
+    let refused = RuntimeError::Internal("thread/start refused".into());
+    table(
+        no_seed(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (ResumeError(-32600, GONE), &["give_up t1 gone"]),
+            (GivenUp, &["notice t1 gone", "start"]),
+            (Delivered, &["mark_delivered t1"]),
+            (Failed(refused), &["open_failed internal"]),
+            (Open, &["read_session"]),
+            (
+                Session(given_up("t1", ResumeFailure::Gone, false)),
+                &["mark_delivered t1", "start"],
+            ),
+            (Delivered, &[]),
+            (
+                Started("t2"),
+                &[
+                    r#"opened {"outcome":"fell_back","thread_id":"t2","previous_thread_id":"t1","reason":"gone","message":"no rollout found for thread id t1","seeded":false}"#,
+                ],
+            ),
+        ],
+    );
+}
+
+#[test]
 fn an_unreadable_transcript_costs_only_the_seed() {
     table(
         rules(),

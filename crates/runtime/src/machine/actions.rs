@@ -207,7 +207,8 @@ pub enum Action {
     /// then nothing was written and the binding is kept).
     GiveUp(LostThread),
     /// Record in the store that the fallback notice for this lost thread was delivered.
-    /// Nothing is handed back (a failure only means the notice may be said once more).
+    /// Nothing is handed back (a failure only means another process may say the notice
+    /// once more; this machine retries the record on its next open).
     MarkNoticeDelivered {
         /// The lost thread.
         thread_id: String,
