@@ -228,14 +228,18 @@ impl ExecArgs {
         self.options().any(|(option, _)| option == name)
     }
 
-    /// The value of the last `-c`/`--config key=value` for `key`, as written (TOML text).
+    /// The value of the last `-c`/`--config key=value` for `key`, as codex reads it: the
+    /// TOML value when the text parses as one (a string without its quotes), the text
+    /// itself otherwise.
     pub fn config(&self, key: &str) -> Option<String> {
-        self.option_values("config")
+        let text = self
+            .option_values("config")
             .filter_map(|value| {
                 let (k, v) = value.split_once('=')?;
                 (k.trim() == key).then(|| v.to_string())
             })
-            .last()
+            .last()?;
+        Some(toml_value_text(&text))
     }
 
     /// The values of every `--name` option (long name), in order (`--image a b` gives both).
@@ -326,6 +330,18 @@ impl ExecArgs {
     }
 }
 
+/// A `-c` value as codex reads it: TOML when it parses as TOML, the text itself otherwise.
+fn toml_value_text(text: &str) -> String {
+    match toml::from_str::<toml::Table>(&format!("value = {text}")) {
+        Ok(table) => match table.get("value") {
+            Some(toml::Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => text.to_string(),
+        },
+        Err(_) => text.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,10 +371,7 @@ mod tests {
         assert_eq!(first.subcommand(), None);
         assert_eq!(first.thread_id(), None);
         assert_eq!(first.prompt(), None);
-        assert_eq!(
-            first.config("approval_policy").as_deref(),
-            Some("\"never\"")
-        );
+        assert_eq!(first.config("approval_policy").as_deref(), Some("never"));
         let resumed = [&SDK_FLAGS[..], &["resume", "t1", "--image", "a.png"]].concat();
         assert_eq!(strings(first.with_resume("t1")), resumed);
         let next = ExecArgs::parse([
@@ -408,9 +421,9 @@ mod tests {
         assert!(run.has_flag("ephemeral"));
         assert_eq!(
             run.config("developer_instructions").as_deref(),
-            Some("\"mine\"")
+            Some("mine")
         );
-        assert_eq!(run.config("model").as_deref(), Some("\"x\""));
+        assert_eq!(run.config("model").as_deref(), Some("x"));
         assert_eq!(
             strings(run.with_resume("t")),
             [

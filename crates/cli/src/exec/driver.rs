@@ -520,9 +520,7 @@ fn agent_message(line: &[u8]) -> Option<ThreadItem> {
 /// takes the last value of a key).
 fn seeded_args(run: &rethread_protocol::exec::ExecArgs, seed: String) -> Vec<OsString> {
     let mut params = ThreadStartParams::default();
-    params.developer_instructions = run
-        .config("developer_instructions")
-        .map(|text| toml_value_text(&text));
+    params.developer_instructions = run.config("developer_instructions");
     apply_seed(&mut params, seed);
     let instructions = params.developer_instructions.unwrap_or_default();
     let mut args = run.args().to_vec();
@@ -532,18 +530,6 @@ fn seeded_args(run: &rethread_protocol::exec::ExecArgs, seed: String) -> Vec<OsS
         toml::Value::String(instructions)
     )));
     args
-}
-
-/// A `-c` value as codex reads it: TOML when it parses as TOML, the text itself otherwise.
-fn toml_value_text(text: &str) -> String {
-    match toml::from_str::<toml::Table>(&format!("value = {text}")) {
-        Ok(table) => match table.get("value") {
-            Some(toml::Value::String(s)) => s.clone(),
-            Some(other) => other.to_string(),
-            None => text.to_string(),
-        },
-        Err(_) => text.to_string(),
-    }
 }
 
 fn write_stderr(bytes: &[u8]) {
@@ -576,22 +562,16 @@ mod tests {
             &run,
             "<transcript>\n{\"role\":\"user\"}\n</transcript>".into(),
         );
-        let last = args.last().unwrap().to_str().unwrap();
-        let value = last.strip_prefix("developer_instructions=").unwrap();
+        let read_back = |args: &[OsString]| ExecArgs::parse(args).config("developer_instructions");
         assert_eq!(
-            toml_value_text(value),
-            "be brief\n\n<transcript>\n{\"role\":\"user\"}\n</transcript>"
+            read_back(&args).as_deref(),
+            Some("be brief\n\n<transcript>\n{\"role\":\"user\"}\n</transcript>")
         );
         // Behind the image list, whose greed an option ends.
         assert_eq!(args[args.len() - 2], "-c");
         assert_eq!(args[3], "a.png");
         let plain = seeded_args(&ExecArgs::parse(["hi"]), "seed \u{7f} \"q\"".into());
-        let value = plain[2]
-            .to_str()
-            .unwrap()
-            .strip_prefix("developer_instructions=")
-            .unwrap();
-        assert_eq!(toml_value_text(value), "seed \u{7f} \"q\"");
+        assert_eq!(read_back(&plain).as_deref(), Some("seed \u{7f} \"q\""));
     }
 
     #[test]

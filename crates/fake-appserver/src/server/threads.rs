@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::params::{field_bool, field_str, invalid, kind_of, Answer, Failure, Handled};
 use super::process::{Emitter, Loaded, Proc};
-use super::turns::agent_item;
+use super::turns::{agent_item, token_usage};
 use crate::faults::Fault;
 use crate::profile::Profile;
 use crate::store::{self, ReadError, ThreadMeta, TurnRecord};
@@ -211,12 +211,9 @@ pub(super) fn thread_resume(
         );
     }
     if let Some(turn_id) = last_turn {
-        let usage = json!({"totalTokens": 2, "inputTokens": 1, "cachedInputTokens": 0,
-                           "outputTokens": 1, "reasoningOutputTokens": 0});
         emitter.notify(
             "thread/tokenUsage/updated",
-            json!({"threadId": thread_id, "turnId": turn_id,
-                   "tokenUsage": {"total": usage, "last": usage, "modelContextWindow": 258400}}),
+            token_usage(&thread_id, turn_id),
         );
     }
     Ok(Answer::Sent)

@@ -18,7 +18,10 @@ use crate::store::TurnRecord;
 use crate::util::{new_id, now_ms};
 
 /// A `thread/tokenUsage/updated` params object (every model response counts 1 in, 1 out).
-fn token_usage(thread_id: &str, turn_id: &str) -> Value {
+pub(super) fn token_usage(
+    thread_id: impl serde::Serialize,
+    turn_id: impl serde::Serialize,
+) -> Value {
     let usage = json!({"totalTokens": 2, "inputTokens": 1, "cachedInputTokens": 0,
                        "outputTokens": 1, "reasoningOutputTokens": 0});
     json!({"threadId": thread_id, "turnId": turn_id,
@@ -285,13 +288,7 @@ impl TurnRun {
                 "item/completed",
                 json!({"item": item, "threadId": thread, "turnId": turn, "completedAtMs": now_ms()}),
             );
-            let usage = json!({"totalTokens": 2, "inputTokens": 1, "cachedInputTokens": 0,
-                               "outputTokens": 1, "reasoningOutputTokens": 0});
-            e.notify(
-                "thread/tokenUsage/updated",
-                json!({"threadId": thread, "turnId": turn,
-                       "tokenUsage": {"total": usage, "last": usage, "modelContextWindow": 258400}}),
-            );
+            e.notify("thread/tokenUsage/updated", token_usage(thread, turn));
             e.notify(
                 "account/rateLimits/updated",
                 json!({"rateLimits": {"limitId": "codex", "primary": null, "secondary": null}}),

@@ -25,6 +25,23 @@ use crate::verify::{Checker, ProblemKind};
 use crate::Result;
 use crate::{Durability, LeaseOwner, LocalOwner, OpenOptions, StoreError};
 
+/// Every table of `txn`, a read or a write transaction (their `open_table`s differ only in
+/// the types they give), or the `?` of the first that fails.
+macro_rules! open_tables {
+    ($txn:expr, $label:expr, $leases:expr) => {{
+        let map = |e| map_redb_error($label, e);
+        Tables {
+            label: $label.to_string(),
+            sessions: $txn.open_table(SESSIONS).map_err(map)?,
+            rows: $txn.open_table(ROWS).map_err(map)?,
+            threads: $txn.open_table(THREADS).map_err(map)?,
+            session_threads: $txn.open_table(SESSION_THREADS).map_err(map)?,
+            chunks: $txn.open_table(MIRROR_CHUNKS).map_err(map)?,
+            leases: Arc::clone($leases),
+        }
+    }};
+}
+
 /// How a store file becomes a database: on the file itself in production, on a wrapper in the
 /// tests that inject faults.
 pub(super) type MakeBackend =
@@ -317,19 +334,7 @@ impl Engine for RedbEngine {
                 txn.set_durability(::redb::Durability::None)
                     .map_err(|e| map_redb_error(label, e))?;
             }
-            {
-                let map = |e| map_redb_error(label, e);
-                let mut tables = Tables {
-                    label: label.to_string(),
-                    sessions: txn.open_table(SESSIONS).map_err(map)?,
-                    rows: txn.open_table(ROWS).map_err(map)?,
-                    threads: txn.open_table(THREADS).map_err(map)?,
-                    session_threads: txn.open_table(SESSION_THREADS).map_err(map)?,
-                    chunks: txn.open_table(MIRROR_CHUNKS).map_err(map)?,
-                    leases: Arc::clone(leases),
-                };
-                f(&mut tables)?;
-            }
+            f(&mut open_tables!(txn, label, leases))?;
             file_id.check(path, label)?;
             txn.commit().map_err(|e| map_redb_error(label, e))
         });
@@ -383,18 +388,8 @@ impl Readers for RedbReaders {
     fn read(&self, f: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<()>) -> Result<()> {
         let label = self.shared.label.as_str();
         self.shared.guard(|db| {
-            let map = |e| map_redb_error(label, e);
-            let txn = db.begin_read().map_err(map)?;
-            let map = |e| map_redb_error(label, e);
-            f(&mut Tables {
-                label: label.to_string(),
-                sessions: txn.open_table(SESSIONS).map_err(map)?,
-                rows: txn.open_table(ROWS).map_err(map)?,
-                threads: txn.open_table(THREADS).map_err(map)?,
-                session_threads: txn.open_table(SESSION_THREADS).map_err(map)?,
-                chunks: txn.open_table(MIRROR_CHUNKS).map_err(map)?,
-                leases: Arc::clone(&self.leases),
-            })
+            let txn = db.begin_read().map_err(|e| map_redb_error(label, e))?;
+            f(&mut open_tables!(txn, label, &self.leases))
         })
     }
 

@@ -352,19 +352,7 @@ fn start_params(run: &ExecArgs) -> Value {
         params["model"] = json!(model);
     }
     if let Some(text) = run.config("developer_instructions") {
-        params["developerInstructions"] = json!(toml_string(&text));
+        params["developerInstructions"] = json!(text);
     }
     params
-}
-
-/// A `-c` value as codex reads it: TOML, else the text itself.
-fn toml_string(text: &str) -> String {
-    match toml::from_str::<toml::Table>(&format!("value = {text}")) {
-        Ok(table) => match table.get("value") {
-            Some(toml::Value::String(s)) => s.clone(),
-            Some(other) => other.to_string(),
-            None => text.to_string(),
-        },
-        Err(_) => text.to_string(),
-    }
 }
