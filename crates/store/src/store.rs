@@ -183,7 +183,9 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     ///   a thread of another session is [`StoreError::ThreadTaken`].
     /// - A session not present yet is refused while its lease is live and its holder not
     ///   known gone ([`StoreError::Busy`], nothing written), as a delete is: that holder's
-    ///   fenced writes would build on a history it never read.
+    ///   fenced writes would build on a history it never read. Once imported, its lease is
+    ///   granted to nobody, as after a delete: an earlier holder, stalled past its TTL, can
+    ///   neither write nor renew ([`LeaseLoss::Forgotten`](crate::LeaseLoss::Forgotten)).
     /// - The session owns every thread of the export ([`SessionExport::threads`]; the threads
     ///   its record names when that is empty), also when it was present already.
     async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome>;

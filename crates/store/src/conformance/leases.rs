@@ -340,7 +340,9 @@ pub async fn delete_is_refused_while_the_lease_is_live(store: &dyn BindingStore)
 
 /// An import of a session whose lease is live (its holder not known gone) is `Busy`, as a
 /// delete is, and writes nothing: the holder's next fenced commit would append to a history
-/// it never read. Once the lease is no longer live the import goes through.
+/// it never read. Once the lease is no longer live the import goes through and, as a delete
+/// does, grants the lease to nobody: the stalled holder can neither write onto the imported
+/// history nor renew, and a new acquire continues the fence.
 pub async fn import_is_refused_while_the_lease_is_live(store: &dyn BindingStore) {
     let s = unique_id("import-leased");
     store
@@ -351,7 +353,7 @@ pub async fn import_is_refused_while_the_lease_is_live(store: &dyn BindingStore)
     assert!(store.delete_session(&s).await.unwrap());
     // A host starts the session here before the import arrives.
     let a = owner("a");
-    store
+    let lease = store
         .acquire_lease(&s, &a, Duration::from_millis(300))
         .await
         .unwrap();
@@ -368,7 +370,16 @@ pub async fn import_is_refused_while_the_lease_is_live(store: &dyn BindingStore)
         store.import_session(export.clone()).await.unwrap(),
         ImportOutcome::Imported
     );
+    let mut late = turn(&s, &th(&s, "t9"), vec![json!(3)]);
+    late.fence = Some(lease.fence());
+    let late = store.commit_turn(late).await;
+    assert!(lost_by(&late, &s, &LeaseLoss::Forgotten), "{late:?}");
+    let renew = store.renew_lease(&lease, LONG).await;
+    assert!(lost_by(&renew, &s, &LeaseLoss::Forgotten), "{renew:?}");
     assert_eq!(store.export_session(&s).await.unwrap().unwrap(), export);
+    let next = store.acquire_lease(&s, &a, LONG).await.unwrap();
+    assert!(next.fence > lease.fence + 1, "{lease:?} then {next:?}");
+    assert!(store.release_lease(&next).await.unwrap());
 }
 
 /// A holder of this process whose [`LocalOwner`](crate::LocalOwner) was dropped is provably

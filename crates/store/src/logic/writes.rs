@@ -273,7 +273,7 @@ impl WriteOp for Delete {
 }
 
 /// [`BindingStore::import_session`](crate::BindingStore::import_session): a new session is
-/// refused while its lease is live.
+/// refused while its lease is live; its grant then goes to nobody.
 #[derive(Debug)]
 pub(crate) struct Import(pub(crate) SessionExport);
 
@@ -320,12 +320,17 @@ impl WriteOp for Import {
                 });
             }
         }
-        if existing.is_none() {
-            // As for a delete: a live holder's next fenced commit would append to a history
-            // it never read.
-            let grant = txn.leases().load_lease(session_id)?;
-            Grant::refuse_if_busy(grant.as_ref(), None, now)?;
-        }
+        // As for a delete: a live holder's next fenced commit would append to a history it
+        // never read, so a new session is refused while the lease is live, and once it is
+        // not, its grant goes to nobody (a stalled holder's fence would still be accepted).
+        let stale_grant = match existing {
+            Some(_) => None,
+            None => {
+                let grant = txn.leases().load_lease(session_id)?;
+                Grant::refuse_if_busy(grant.as_ref(), None, now)?;
+                grant
+            }
+        };
         // The threads the session used before its record's too: the source refuses them to
         // other sessions, so must the target.
         let mut seen = BTreeSet::new();
@@ -366,6 +371,9 @@ impl WriteOp for Import {
             txn.put_thread_owner(thread, session_id)?;
         }
         txn.put(record)?;
+        if let Some(grant) = stale_grant {
+            txn.leases().put_lease(&Grant::forgotten(&grant, now))?;
+        }
         Ok(ImportOutcome::Imported)
     }
 }
