@@ -528,7 +528,11 @@ async fn run(command: Command) -> CliResult {
         Command::Sessions { mut command } => {
             // Only reads, or deletes what exists: a missing store is not created.
             let url = command.store().url.take();
-            let store = open_store(url.as_deref(), Access::Read).await?;
+            let access = match command {
+                SessionsCommand::Forget { .. } => Access::Existing,
+                SessionsCommand::List { .. } | SessionsCommand::Show { .. } => Access::Read,
+            };
+            let store = open_store(url.as_deref(), access).await?;
             match command {
                 SessionsCommand::List {
                     json, limit, after, ..
@@ -614,7 +618,11 @@ enum Access {
     /// It writes: a missing store is created (with its directory); opening waits this long for
     /// another process that holds the store (redb).
     Write(std::time::Duration),
-    /// It only reads: a missing store is `no store at PATH` (exit 1), and nothing is created.
+    /// It changes what exists only: a missing store is `no store at PATH` (exit 1), and
+    /// nothing is created.
+    Existing,
+    /// It only reads: as `Existing`, and the store is opened read-only, so nothing in it or
+    /// beside it changes.
     Read,
 }
 
@@ -627,7 +635,8 @@ async fn open_store_url(url: &str, access: Access) -> CliResult<Arc<dyn BindingS
     tracing::debug!(store = %redact_url(url), ?access, "opening the store");
     let options = match access {
         Access::Write(wait) => OpenOptions::default().create_dirs(true).wait(wait),
-        Access::Read => OpenOptions::default().create(false),
+        Access::Existing => OpenOptions::default().create(false),
+        Access::Read => OpenOptions::default().create(false).read_only(true),
     };
     open_url(url, options).await.map_err(|source| {
         Box::new(OpenStoreError {

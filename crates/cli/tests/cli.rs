@@ -493,6 +493,42 @@ fn read_only_commands_on_a_missing_store_create_nothing() {
     assert!(!sandbox.dir.path().join("typo").exists(), "nothing created");
 }
 
+/// Commands that only read (`sessions list` and `show`, `verify`, `doctor`, the source of
+/// `migrate`) open the store read-only: the redb file is left byte for byte and no holder
+/// record appears beside it (a read-write open rewrites redb's header on close).
+#[test]
+fn read_only_commands_change_nothing_in_an_existing_store() {
+    let sandbox = Sandbox::fake();
+    sandbox.chat_json("a", "one");
+    let path = sandbox.dir.path().join("store.redb");
+    let files = || {
+        let mut names: Vec<String> = std::fs::read_dir(sandbox.dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        (names, std::fs::read(&path).unwrap())
+    };
+    let before = files();
+    let target = format!(
+        "sqlite:{}",
+        sandbox.dir.path().join("copy/c.sqlite").display()
+    );
+    for args in [
+        vec!["sessions", "list"],
+        vec!["sessions", "show", "a"],
+        vec!["verify"],
+        vec!["doctor"],
+    ] {
+        sandbox.ok(&args);
+        assert!(files() == before, "{args:?} changed the store");
+    }
+    sandbox.ok(&["migrate", "--from", &sandbox.store(), "--to", &target]);
+    let (mut names, bytes) = files();
+    names.retain(|n| n != "copy");
+    assert!((names, bytes) == before, "migrate changed its source");
+}
+
 /// Issue 19 item 9: the default store is SQLite under the user's data directory, so several
 /// processes (two `app-server` sessions, a `chat` beside them) share it.
 #[test]

@@ -226,6 +226,15 @@ impl StoreError {
             source: None,
         }
     }
+
+    /// A write (or lease request) of a store opened
+    /// [`read_only`](crate::OpenOptions::read_only), refused before it reaches the engine.
+    pub(crate) fn opened_read_only(path: &str) -> Self {
+        StoreError::NotWritable {
+            path: path.to_string(),
+            source: Some("the store was opened read-only".into()),
+        }
+    }
 }
 
 /// Why a lease grant is lost ([`StoreError::LeaseLost`]).

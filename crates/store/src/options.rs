@@ -29,6 +29,7 @@ pub struct OpenOptions {
     pub(crate) create_dirs: bool,
     pub(crate) wait: Duration,
     pub(crate) check_redb_integrity: bool,
+    pub(crate) read_only: bool,
 }
 
 impl Default for OpenOptions {
@@ -39,6 +40,7 @@ impl Default for OpenOptions {
             create_dirs: false,
             wait: Duration::ZERO,
             check_redb_integrity: true,
+            read_only: false,
         }
     }
 }
@@ -94,6 +96,34 @@ impl OpenOptions {
     pub fn check_redb_integrity_on_open(mut self, check: bool) -> Self {
         self.check_redb_integrity = check;
         self
+    }
+
+    /// Whether the store is opened for reading only (default `false`): what commands that
+    /// only read use. Nothing is created or changed, in the store or beside its file (redb's
+    /// holder record, SQLite's journal): a missing store is
+    /// [`StoreError::NoStore`](crate::StoreError::NoStore) whatever [`OpenOptions::create`]
+    /// says, and every write and lease request is
+    /// [`StoreError::NotWritable`](crate::StoreError::NotWritable), with nothing written.
+    ///
+    /// A redb file its last process did not close (that process crashed) needs redb's
+    /// recovery, which writes: it is opened for writing then, as any open of it would,
+    /// recovered (its contents unchanged), and still refuses every write.
+    ///
+    /// ```
+    /// # async fn example() -> rethread_store::Result<()> {
+    /// use rethread_store::{open_url, OpenOptions};
+    /// let store = open_url("sqlite:/var/lib/app/rethread.sqlite", OpenOptions::new().read_only(true)).await?;
+    /// let page = store.list_sessions(None, 50).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Whether a missing store may be created: asked for, and not read-only.
+    pub(crate) fn may_create(&self) -> bool {
+        self.create && !self.read_only
     }
 
     /// SQLite's lock wait: [`OpenOptions::wait`], at least 5 s.

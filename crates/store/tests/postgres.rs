@@ -96,6 +96,39 @@ async fn open_url_takes_postgres_urls_and_migrates_once() {
     assert!(!a.url().contains("password"));
 }
 
+/// A store opened read-only reads, never creates its tables, and refuses every write and
+/// lease request before it reaches the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_store_reads_and_refuses_writes() {
+    let Some(url) = fresh_url("read_only") else {
+        return;
+    };
+    let read_only = OpenOptions::new().read_only(true);
+    let missing = PostgresStore::open(&url, read_only.clone()).await;
+    assert!(
+        matches!(missing, Err(StoreError::NoStore { .. })),
+        "{missing:?}"
+    );
+    let writer = PostgresStore::open(&url, OpenOptions::new()).await.unwrap();
+    writer.commit_turn(commit("s", "t1", 2)).await.unwrap();
+    let reader = PostgresStore::open(&url, read_only).await.unwrap();
+    assert_eq!(reader.require_session("s").await.unwrap().row_count, 2);
+    let refused = reader.commit_turn(commit("s", "t1", 1)).await;
+    assert!(
+        matches!(refused, Err(StoreError::NotWritable { .. })),
+        "{refused:?}"
+    );
+    let owner = rethread_store::LocalOwner::new();
+    let lease = reader
+        .acquire_lease("s", owner.owner(), std::time::Duration::from_secs(5))
+        .await;
+    assert!(
+        matches!(lease, Err(StoreError::NotWritable { .. })),
+        "{lease:?}"
+    );
+    assert_eq!(writer.require_session("s").await.unwrap().row_count, 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_schema_is_refused() {
     let Some(url) = fresh_url("newer") else {

@@ -29,19 +29,19 @@ pub(crate) fn prepare_file(path: &Path, options: &OpenOptions) -> Result<bool> {
         }),
         // An empty file is a store not made yet (a creation interrupted before the engine
         // wrote its header): only a command that may create one makes it.
-        Ok(meta) if meta.len() == 0 && !options.create => Err(StoreError::NoStore {
+        Ok(meta) if meta.len() == 0 && !options.may_create() => Err(StoreError::NoStore {
             path: label.clone(),
         }),
         Ok(_) => match std::fs::OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(!options.read_only)
             .open(path)
         {
             Ok(_) => Ok(false),
             Err(e) => Err(not_writable(&label, e).unwrap_or_else(io)),
         },
         Err(e) if e.kind() == ErrorKind::NotFound => {
-            if !options.create {
+            if !options.may_create() {
                 return Err(StoreError::NoStore { path: label });
             }
             if options.create_dirs {

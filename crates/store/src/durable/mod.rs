@@ -40,9 +40,19 @@ pub(crate) struct Durable {
     /// live in the store and go through the writer like every other write (SQLite).
     pub(crate) local_leases: Option<Arc<LocalLeases>>,
     pub(crate) writer: Writer,
+    /// `Some(label)` for a store opened read-only: every write and lease request is refused
+    /// here, before the writer thread, on both file backends.
+    pub(crate) read_only: Option<String>,
 }
 
 impl Durable {
+    fn check_writable(&self) -> Result<()> {
+        match &self.read_only {
+            Some(label) => Err(StoreError::opened_read_only(label)),
+            None => Ok(()),
+        }
+    }
+
     /// Finishes queued writes, closes the engine and waits for the writer thread to stop.
     pub(crate) async fn close(self) {
         let Durable {
@@ -81,12 +91,14 @@ impl Backend for Durable {
     }
 
     async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output> {
+        self.check_writable()?;
         self.writer.write(op).await
     }
 
     /// A single-process backend's lease request runs on a blocking thread: it waits for the
     /// write transaction under way ([`LocalLeases::apply`]).
     async fn lease<L: LeaseOp>(&self, op: L) -> Result<L::Output> {
+        self.check_writable()?;
         match &self.local_leases {
             Some(local) => {
                 let local = Arc::clone(local);

@@ -72,6 +72,8 @@ impl std::fmt::Debug for PostgresStore {
 #[derive(Clone, Debug)]
 pub(crate) struct Pg {
     pool: Arc<Pool>,
+    /// Opened read-only: every write and lease request is refused before it is sent.
+    read_only: bool,
 }
 
 /// A job for a pool thread: runs on its connection.
@@ -244,8 +246,9 @@ impl PostgresStore {
                 threads: Mutex::new(threads),
                 label,
             }),
+            read_only: options.read_only,
         };
-        let create = options.create;
+        let create = options.may_create();
         pg.run(move |conn| conn.ensure_schema(create)).await?;
         Ok(PostgresStore { store: Adapter(pg) })
     }
@@ -301,6 +304,9 @@ impl Backend for Pg {
     }
 
     async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output> {
+        if self.read_only {
+            return Err(StoreError::opened_read_only(&self.pool.label));
+        }
         self.run(move |conn| conn.write(&op)).await
     }
 }

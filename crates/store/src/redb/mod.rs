@@ -68,6 +68,7 @@ impl RedbStore {
         make_backend: MakeBackend,
     ) -> Result<Self> {
         let path = path.to_path_buf();
+        let read_only = options.read_only;
         let opener = Opener {
             path: path.clone(),
             label: path.display().to_string(),
@@ -101,6 +102,7 @@ impl RedbStore {
                 writer,
                 readers: Arc::new(readers),
                 local_leases: Some(leases),
+                read_only: read_only.then(|| path.display().to_string()),
             }),
             path,
         })

@@ -1,7 +1,8 @@
 //! The redb layout (schema 1): tables, creation, and the refusal of foreign and newer files.
 
-use ::redb::{Database, ReadableTable, TableDefinition};
+use ::redb::TableDefinition;
 
+use super::engine::Db;
 use super::map_redb_error;
 use crate::Result;
 use crate::{StoreError, SCHEMA_VERSION};
@@ -29,29 +30,40 @@ pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new(META_NA
 pub(super) const SCHEMA_KEY: &str = "schema_version";
 
 /// Checks the schema version, initialising a new file when `create` allows.
-pub(super) fn ensure_schema(db: &Database, label: &str, create: bool) -> Result<()> {
+///
+/// It reads in a read transaction (a store opened read-only has no other); only a new file's
+/// tables are written, in a write transaction of their own. redb admits one process per file,
+/// so nothing can create them between the two.
+pub(super) fn ensure_schema(db: &Db, label: &str, create: bool) -> Result<()> {
     let map = |e: ::redb::Error| map_redb_error(label, e);
-    let txn = db.begin_write().map_err(|e| map(e.into()))?;
-    let tables: Vec<String> = txn
-        .list_tables()
-        .map_err(|e| map(e.into()))?
-        .map(|t| ::redb::TableHandle::name(&t).to_string())
-        .collect();
-    let found = if tables.iter().any(|t| t == META_NAME) {
-        let meta = txn.open_table(META).map_err(|e| map(e.into()))?;
-        let version = meta
-            .get(SCHEMA_KEY)
+    let (tables, found) = {
+        let txn = db.begin_read().map_err(|e| map(e.into()))?;
+        let tables: Vec<String> = txn
+            .list_tables()
             .map_err(|e| map(e.into()))?
-            .map(|v| v.value());
-        version
-    } else {
-        None
+            .map(|t| ::redb::TableHandle::name(&t).to_string())
+            .collect();
+        let found = if tables.iter().any(|t| t == META_NAME) {
+            let meta = txn.open_table(META).map_err(|e| map(e.into()))?;
+            let version = meta
+                .get(SCHEMA_KEY)
+                .map_err(|e| map(e.into()))?
+                .map(|v| v.value());
+            version
+        } else {
+            None
+        };
+        (tables, found)
     };
     match found {
         None if tables.is_empty() && !create => Err(StoreError::NoStore {
             path: label.to_string(),
         }),
         None if tables.is_empty() => {
+            let txn = db
+                .writable(label)?
+                .begin_write()
+                .map_err(|e| map(e.into()))?;
             txn.open_table(SESSIONS).map_err(|e| map(e.into()))?;
             txn.open_table(ROWS).map_err(|e| map(e.into()))?;
             txn.open_table(THREADS).map_err(|e| map(e.into()))?;
@@ -91,7 +103,7 @@ pub(super) fn ensure_schema(db: &Database, label: &str, create: bool) -> Result<
                     ));
                 }
             }
-            txn.abort().map_err(|e| map(e.into()))
+            Ok(())
         }
     }
 }

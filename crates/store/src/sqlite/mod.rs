@@ -50,6 +50,7 @@ impl SqliteStore {
     pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let open_path = path.clone();
+        let read_only = options.read_only;
         let (writer, readers) = Writer::spawn("sqlite", move || {
             let label = open_path.display().to_string();
             let (conn, file_id) = open_writer(&open_path, &options, &label)?;
@@ -68,11 +69,13 @@ impl SqliteStore {
             Ok((engine, readers))
         })
         .await?;
+        let read_only = read_only.then(|| path.display().to_string());
         Ok(SqliteStore {
             store: Adapter(Durable {
                 writer,
                 readers: Arc::new(readers),
                 local_leases: None,
+                read_only,
             }),
             path,
         })
@@ -91,7 +94,10 @@ impl SqliteStore {
 
 fn connect(path: &Path, label: &str, busy: std::time::Duration) -> Result<Connection> {
     // The file exists already (created owner-only by `create_owner_only`); never let SQLite
-    // create it with default permissions.
+    // create it with default permissions. Read-write even for a store opened read-only: its
+    // writes are refused before they reach SQLite, which then removes the `-wal` and `-shm`
+    // files it makes when the last connection closes (a read-only connection cannot, and
+    // leaves them). A file this process cannot write SQLite opens read-only by itself.
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(|e| map_sqlite_error(label, e))?;
     conn.busy_timeout(busy)
@@ -125,6 +131,11 @@ fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<(Conne
     check_header(path, label)?;
     let mut conn = connect(path, label, options.busy_timeout())?;
     let file_id = FileId::of_path(path)?;
+    if options.read_only {
+        // Checked without a write lock, never initialised, left in the journal mode it has.
+        schema::ensure_schema(&mut conn, label, false)?;
+        return Ok((conn, file_id));
+    }
     let map = |e| map_sqlite_error(label, e);
     // Durable: every commit synced, with `F_FULLFSYNC` where the platform has it (on macOS a
     // plain fsync leaves the data in the drive's cache; elsewhere SQLite ignores the flag).
@@ -139,7 +150,7 @@ fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<(Conne
     // holds. Reads check what they touch; `verify` checks everything. The schema is checked
     // before WAL is switched on: the switch is written into the file's header, and another
     // program's database is refused unchanged.
-    schema::ensure_schema(&mut conn, label, options.create)?;
+    schema::ensure_schema(&mut conn, label, options.may_create())?;
     enable_wal(&conn, label, options.busy_timeout())?;
     Ok((conn, file_id))
 }

@@ -74,12 +74,16 @@ const TABLES: [&str; 5] = [
 ];
 
 /// Checks the schema version, initialising a new file when `create` allows, all in one
-/// immediate transaction (two processes opening a new file at once are serialised).
+/// immediate transaction (two processes opening a new file at once are serialised); without
+/// `create`, in a deferred one, which takes no write lock (a read-only connection has none).
 pub(super) fn ensure_schema(conn: &mut Connection, label: &str, create: bool) -> Result<()> {
     let map = |e| map_sqlite_error(label, e);
-    let txn = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(map)?;
+    let behavior = if create {
+        TransactionBehavior::Immediate
+    } else {
+        TransactionBehavior::Deferred
+    };
+    let txn = conn.transaction_with_behavior(behavior).map_err(map)?;
     let app_id: i64 = txn
         .query_row("PRAGMA application_id", [], |r| r.get(0))
         .map_err(map)?;
