@@ -347,17 +347,38 @@ pub fn run(data: &[u8]) {
         Backend::Redb => "damaged.redb",
         Backend::Sqlite => "damaged.sqlite",
     });
-    for suffix in ["", "-wal", "-shm", "-journal"] {
-        let mut p = path.clone().into_os_string();
-        p.push(suffix);
-        let _ = std::fs::remove_file(PathBuf::from(p));
+    // Each damaged file is opened twice: as a host opens it, and read-only, as the commands
+    // that only read do (redb's read-only open is another code path).
+    for options in [
+        OpenOptions::new().create(false),
+        OpenOptions::new().create(false).read_only(true),
+    ] {
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut p = path.clone().into_os_string();
+            p.push(suffix);
+            let _ = std::fs::remove_file(PathBuf::from(p));
+        }
+        std::fs::write(&path, &bytes).expect("write damaged file");
+        open_and_check(&shared.runtime, backend, &path, options, pristine);
     }
-    std::fs::write(&path, &bytes).expect("write damaged file");
-    let options = OpenOptions::new().create(false);
-    shared.runtime.block_on(async {
+    assert!(
+        !panicked(),
+        "a thread panicked while handling a damaged store"
+    );
+}
+
+/// Opens the damaged file at `path` with `options` and checks what the store says of it.
+fn open_and_check(
+    runtime: &tokio::runtime::Runtime,
+    backend: Backend,
+    path: &Path,
+    options: OpenOptions,
+    pristine: &Pristine,
+) {
+    runtime.block_on(async {
         let work = async {
             match backend {
-                Backend::Redb => match RedbStore::open(&path, options).await {
+                Backend::Redb => match RedbStore::open(path, options).await {
                     Err(e) => {
                         take_redb_panics();
                         check_open_error(backend, &e)
@@ -367,7 +388,7 @@ pub fn run(data: &[u8]) {
                         store.close().await;
                     }
                 },
-                Backend::Sqlite => match SqliteStore::open(&path, options).await {
+                Backend::Sqlite => match SqliteStore::open(path, options).await {
                     Err(e) => check_open_error(backend, &e),
                     Ok(store) => {
                         check_store(backend, &store, pristine).await;
@@ -380,8 +401,4 @@ pub fn run(data: &[u8]) {
             .await
             .unwrap_or_else(|_| panic!("{backend:?}: opening or reading a damaged store hung"));
     });
-    assert!(
-        !panicked(),
-        "a thread panicked while handling a damaged store"
-    );
 }
