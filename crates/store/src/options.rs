@@ -105,9 +105,10 @@ impl OpenOptions {
     /// says, and every write and lease request is
     /// [`StoreError::NotWritable`](crate::StoreError::NotWritable), with nothing written.
     ///
-    /// A redb file its last process did not close (that process crashed) needs redb's
-    /// recovery, which writes: it is opened for writing then, as any open of it would,
-    /// recovered (its contents unchanged), and still refuses every write.
+    /// redb still runs its writable open, with its integrity check and the recovery of a file
+    /// whose process crashed, on storage that keeps redb's own writes in memory: the file is
+    /// never written. Readers share the file; a process that writes it is refused while one
+    /// reads (and the other way round), as two writers are.
     ///
     /// ```
     /// # async fn example() -> rethread_store::Result<()> {

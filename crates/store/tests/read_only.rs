@@ -150,3 +150,30 @@ async fn a_redb_file_left_open_by_a_crash_is_recovered_and_read() {
         .unwrap();
     assert_eq!(store.all_rows("s1").await.unwrap().len(), 1);
 }
+
+/// redb admits one writing process per file: a read-only open is refused (`Locked`) while a
+/// host holds the file, and a host while one reads it; readers share it.
+#[tokio::test]
+async fn redb_readers_share_the_file_and_exclude_a_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("redb:{}", dir.path().join("s.redb").display());
+    let read_only = || OpenOptions::new().read_only(true);
+    let host = open_url(&url, OpenOptions::new()).await.unwrap();
+    let refused = open_url(&url, read_only()).await;
+    assert!(
+        matches!(refused, Err(StoreError::Locked { .. })),
+        "{refused:?}"
+    );
+    drop(host);
+    let (first, second) = (
+        open_url(&url, read_only()).await.unwrap(),
+        open_url(&url, read_only()).await.unwrap(),
+    );
+    let refused = open_url(&url, OpenOptions::new()).await;
+    assert!(
+        matches!(refused, Err(StoreError::Locked { .. })),
+        "{refused:?}"
+    );
+    drop((first, second));
+    open_url(&url, OpenOptions::new()).await.unwrap();
+}

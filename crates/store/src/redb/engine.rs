@@ -11,12 +11,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
-use ::redb::{
-    Database, DatabaseError, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, ReadableTable,
-    ReadableTableMetadata, TransactionError,
-};
+use ::redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use super::map_redb_error;
+use super::overlay::Overlay;
 use super::schema::{ensure_schema, MIRROR_CHUNKS, ROWS, SESSIONS, SESSION_THREADS, THREADS};
 use super::tables::{decode_body, decode_record, Tables};
 use crate::durable::{
@@ -50,34 +48,10 @@ macro_rules! open_tables {
 pub(super) type MakeBackend =
     Arc<dyn Fn(&::redb::Builder, File) -> Result<Database, ::redb::DatabaseError> + Send + Sync>;
 
-/// The database: opened for writing, or for reading only (a store opened read-only whose
-/// file was closed cleanly).
-pub(super) enum Db {
-    Writable(Database),
-    ReadOnly(ReadOnlyDatabase),
-}
-
-impl Db {
-    pub(super) fn begin_read(&self) -> std::result::Result<ReadTransaction, TransactionError> {
-        match self {
-            Db::Writable(db) => db.begin_read(),
-            Db::ReadOnly(db) => db.begin_read(),
-        }
-    }
-
-    /// The database to write, unless it is open for reading only.
-    pub(super) fn writable(&self, label: &str) -> Result<&Database> {
-        match self {
-            Db::Writable(db) => Ok(db),
-            Db::ReadOnly(_) => Err(StoreError::opened_read_only(label)),
-        }
-    }
-}
-
 /// The open database, shared by the writer thread and the readers.
 pub(super) struct Shared {
     /// `None` while the writer reopens it (after an I/O error) and once it is dropped.
-    db: RwLock<Option<Db>>,
+    db: RwLock<Option<Database>>,
     label: String,
     /// Why the store refuses every call: redb panicked on this file, so it is damaged in a
     /// way redb did not expect and its in-memory state cannot be trusted any more.
@@ -108,7 +82,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 impl Shared {
     /// Runs `f` on the database. A panic inside it (redb meeting damage it does not check
     /// for) is `Corrupt`, and from then on every call is refused as `Corrupt`.
-    pub(super) fn guard<T>(&self, f: impl FnOnce(&Db) -> Result<T>) -> Result<T> {
+    pub(super) fn guard<T>(&self, f: impl FnOnce(&Database) -> Result<T>) -> Result<T> {
         if let Some(why) = self.poisoned.get() {
             return Err(StoreError::corrupt(&self.label, why.clone()));
         }
@@ -221,7 +195,7 @@ impl Opener {
     /// Opens the database at the path (created if the options allow and the file is empty),
     /// waiting up to `OpenOptions::wait` for another process's lock, and returns it with the
     /// identity of the file it opened.
-    fn open_db(&self, create: bool) -> Result<(Db, FileId)> {
+    fn open_db(&self, create: bool) -> Result<(Database, FileId)> {
         let deadline = Instant::now() + self.options.wait;
         loop {
             match self.try_open(create) {
@@ -239,7 +213,7 @@ impl Opener {
         }
     }
 
-    fn try_open(&self, create: bool) -> Result<(Db, FileId)> {
+    fn try_open(&self, create: bool) -> Result<(Database, FileId)> {
         let label = self.label.as_str();
         let io = |source: std::io::Error| {
             not_writable(label, source).unwrap_or_else(|source| StoreError::Io {
@@ -267,29 +241,16 @@ impl Opener {
             // See `OpenOptions::check_redb_integrity_on_open`: a damaged file must be a typed
             // error before a write can make redb abort the process.
             builder.set_check_integrity_on_open(self.options.check_redb_integrity);
-            let redb_error = |e| map_redb_error(label, e);
-            if !read_only {
-                return (self.make_backend)(&builder, file)
-                    .map(Db::Writable)
-                    .map_err(redb_error);
-            }
-            let backend = ::redb::backends::FileBackend::new(file).map_err(redb_error)?;
-            match builder.open_read_only_with_backend(backend) {
-                // Its last process crashed: redb recovers it on a writable open only. The
-                // contents stay as they are; the store still refuses every write.
-                Err(DatabaseError::RepairAborted) => {
-                    tracing::info!(store = %label, "the redb store was not closed cleanly; recovering it to read it");
-                    let file = std::fs::OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .open(&self.path)
-                        .map_err(io)?;
-                    (self.make_backend)(&builder, file)
-                        .map(Db::Writable)
-                        .map_err(redb_error)
-                }
-                opened => opened.map(Db::ReadOnly).map_err(redb_error),
-            }
+            let db = if read_only {
+                // redb's writable open, checks included, on storage that never writes the file.
+                ::redb::backends::FileBackend::new(file).and_then(|file| {
+                    let overlay = Overlay::new(file).map_err(::redb::StorageError::from)?;
+                    builder.create_with_backend(overlay)
+                })
+            } else {
+                (self.make_backend)(&builder, file)
+            };
+            db.map_err(|e| map_redb_error(label, e))
         };
         match catch_unwind(AssertUnwindSafe(open)) {
             Ok(db) => Ok((db?, FileId::of(&meta))),
@@ -348,10 +309,7 @@ impl RedbEngine {
     fn make_durable(&mut self) -> Result<()> {
         let label = self.shared.label.as_str();
         self.shared.guard(|db| {
-            let txn = db
-                .writable(label)?
-                .begin_write()
-                .map_err(|e| map_redb_error(label, e))?;
+            let txn = db.begin_write().map_err(|e| map_redb_error(label, e))?;
             txn.commit().map_err(|e| map_redb_error(label, e))
         })?;
         self.not_durable_since = None;
@@ -385,10 +343,7 @@ impl Engine for RedbEngine {
         let (leases, file_id, path) = (&self.leases, self.file_id, &self.opener.path);
         let lease_write = leases.begin_write();
         let written = self.shared.guard(|db| {
-            let mut txn = db
-                .writable(label)?
-                .begin_write()
-                .map_err(|e| map_redb_error(label, e))?;
+            let mut txn = db.begin_write().map_err(|e| map_redb_error(label, e))?;
             if relaxed {
                 txn.set_durability(::redb::Durability::None)
                     .map_err(|e| map_redb_error(label, e))?;

@@ -23,6 +23,7 @@
 //! [`BindingStore::verify`](crate::BindingStore::verify).
 
 mod engine;
+mod overlay;
 mod schema;
 mod tables;
 

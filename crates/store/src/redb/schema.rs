@@ -1,8 +1,7 @@
 //! The redb layout (schema 1): tables, creation, and the refusal of foreign and newer files.
 
-use ::redb::TableDefinition;
+use ::redb::{Database, ReadableTable, TableDefinition};
 
-use super::engine::Db;
 use super::map_redb_error;
 use crate::Result;
 use crate::{StoreError, SCHEMA_VERSION};
@@ -30,40 +29,29 @@ pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new(META_NA
 pub(super) const SCHEMA_KEY: &str = "schema_version";
 
 /// Checks the schema version, initialising a new file when `create` allows.
-///
-/// It reads in a read transaction (a store opened read-only has no other); only a new file's
-/// tables are written, in a write transaction of their own. redb admits one process per file,
-/// so nothing can create them between the two.
-pub(super) fn ensure_schema(db: &Db, label: &str, create: bool) -> Result<()> {
+pub(super) fn ensure_schema(db: &Database, label: &str, create: bool) -> Result<()> {
     let map = |e: ::redb::Error| map_redb_error(label, e);
-    let (tables, found) = {
-        let txn = db.begin_read().map_err(|e| map(e.into()))?;
-        let tables: Vec<String> = txn
-            .list_tables()
+    let txn = db.begin_write().map_err(|e| map(e.into()))?;
+    let tables: Vec<String> = txn
+        .list_tables()
+        .map_err(|e| map(e.into()))?
+        .map(|t| ::redb::TableHandle::name(&t).to_string())
+        .collect();
+    let found = if tables.iter().any(|t| t == META_NAME) {
+        let meta = txn.open_table(META).map_err(|e| map(e.into()))?;
+        let version = meta
+            .get(SCHEMA_KEY)
             .map_err(|e| map(e.into()))?
-            .map(|t| ::redb::TableHandle::name(&t).to_string())
-            .collect();
-        let found = if tables.iter().any(|t| t == META_NAME) {
-            let meta = txn.open_table(META).map_err(|e| map(e.into()))?;
-            let version = meta
-                .get(SCHEMA_KEY)
-                .map_err(|e| map(e.into()))?
-                .map(|v| v.value());
-            version
-        } else {
-            None
-        };
-        (tables, found)
+            .map(|v| v.value());
+        version
+    } else {
+        None
     };
     match found {
         None if tables.is_empty() && !create => Err(StoreError::NoStore {
             path: label.to_string(),
         }),
         None if tables.is_empty() => {
-            let txn = db
-                .writable(label)?
-                .begin_write()
-                .map_err(|e| map(e.into()))?;
             txn.open_table(SESSIONS).map_err(|e| map(e.into()))?;
             txn.open_table(ROWS).map_err(|e| map(e.into()))?;
             txn.open_table(THREADS).map_err(|e| map(e.into()))?;
@@ -103,7 +91,7 @@ pub(super) fn ensure_schema(db: &Db, label: &str, create: bool) -> Result<()> {
                     ));
                 }
             }
-            Ok(())
+            txn.abort().map_err(|e| map(e.into()))
         }
     }
 }
