@@ -229,6 +229,10 @@ impl StoreError {
 
     /// A write (or lease request) of a store opened
     /// [`read_only`](crate::OpenOptions::read_only), refused before it reaches the engine.
+    #[cfg_attr(
+        not(any(feature = "redb", feature = "sqlite", feature = "postgres")),
+        allow(dead_code)
+    )]
     pub(crate) fn opened_read_only(path: &str) -> Self {
         StoreError::NotWritable {
             path: path.to_string(),

@@ -103,7 +103,8 @@ impl OpenOptions {
     /// holder record, SQLite's journal): a missing store is
     /// [`StoreError::NoStore`](crate::StoreError::NoStore) whatever [`OpenOptions::create`]
     /// says, and every write and lease request is
-    /// [`StoreError::NotWritable`](crate::StoreError::NotWritable), with nothing written.
+    /// [`StoreError::NotWritable`](crate::StoreError::NotWritable), with nothing written
+    /// (redb, SQLite, PostgreSQL; a `memory:` store, which no other process sees, ignores it).
     ///
     /// redb still runs its writable open, with its integrity check and the recovery of a file
     /// whose process crashed, on storage that keeps redb's own writes in memory: the file is
@@ -123,6 +124,10 @@ impl OpenOptions {
     }
 
     /// Whether a missing store may be created: asked for, and not read-only.
+    #[cfg_attr(
+        not(any(feature = "redb", feature = "sqlite", feature = "postgres")),
+        allow(dead_code)
+    )]
     pub(crate) fn may_create(&self) -> bool {
         self.create && !self.read_only
     }
