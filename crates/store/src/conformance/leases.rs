@@ -292,6 +292,17 @@ pub async fn stall_past_the_ttl_with_nobody_competing_goes_on(store: &dyn Bindin
     assert!(store.release_lease(&renewed).await.unwrap());
 }
 
+/// `lease`'s grant was given to nobody (by a delete or an import): a fenced commit on
+/// `thread` and a renewal are both refused as `Forgotten`.
+async fn assert_forgotten(store: &dyn BindingStore, s: &str, lease: &Lease, thread: &str) {
+    let mut late = turn(s, &th(s, thread), vec![json!("late")]);
+    late.fence = Some(lease.fence());
+    let late = store.commit_turn(late).await;
+    assert!(lost_by(&late, s, &LeaseLoss::Forgotten), "{late:?}");
+    let renew = store.renew_lease(lease, LONG).await;
+    assert!(lost_by(&renew, s, &LeaseLoss::Forgotten), "{renew:?}");
+}
+
 /// `delete_session` is refused (`Busy`, naming the holder) while the session's lease is live;
 /// once it is free the delete goes through and grants the lease to nobody: the old grant can
 /// neither renew nor write (`Forgotten`), so the delete is never undone, and a new acquire
@@ -319,12 +330,7 @@ pub async fn delete_is_refused_while_the_lease_is_live(store: &dyn BindingStore)
     // The holder stalls past its TTL: the lease is no longer live, the delete goes through.
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(store.delete_session(&s).await.unwrap());
-    let mut late = turn(&s, &th(&s, "t1"), vec![json!(2)]);
-    late.fence = Some(lease.fence());
-    let late = store.commit_turn(late).await;
-    assert!(lost_by(&late, &s, &LeaseLoss::Forgotten), "{late:?}");
-    let renew = store.renew_lease(&lease, LONG).await;
-    assert!(lost_by(&renew, &s, &LeaseLoss::Forgotten), "{renew:?}");
+    assert_forgotten(store, &s, &lease, "t1").await;
     assert_eq!(store.session(&s).await.unwrap(), None, "the delete holds");
 
     let next = store.acquire_lease(&s, &b, LONG).await.unwrap();
@@ -370,12 +376,7 @@ pub async fn import_is_refused_while_the_lease_is_live(store: &dyn BindingStore)
         store.import_session(export.clone()).await.unwrap(),
         ImportOutcome::Imported
     );
-    let mut late = turn(&s, &th(&s, "t9"), vec![json!(3)]);
-    late.fence = Some(lease.fence());
-    let late = store.commit_turn(late).await;
-    assert!(lost_by(&late, &s, &LeaseLoss::Forgotten), "{late:?}");
-    let renew = store.renew_lease(&lease, LONG).await;
-    assert!(lost_by(&renew, &s, &LeaseLoss::Forgotten), "{renew:?}");
+    assert_forgotten(store, &s, &lease, "t9").await;
     assert_eq!(store.export_session(&s).await.unwrap().unwrap(), export);
     let next = store.acquire_lease(&s, &a, LONG).await.unwrap();
     assert!(next.fence > lease.fence + 1, "{lease:?} then {next:?}");

@@ -131,11 +131,6 @@ fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<(Conne
     check_header(path, label)?;
     let mut conn = connect(path, label, options.busy_timeout())?;
     let file_id = FileId::of_path(path)?;
-    if options.read_only {
-        // Checked without a write lock, never initialised, left in the journal mode it has.
-        schema::ensure_schema(&mut conn, label, false)?;
-        return Ok((conn, file_id));
-    }
     let map = |e| map_sqlite_error(label, e);
     // Durable: every commit synced, with `F_FULLFSYNC` where the platform has it (on macOS a
     // plain fsync leaves the data in the drive's cache; elsewhere SQLite ignores the flag).
@@ -151,7 +146,10 @@ fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<(Conne
     // before WAL is switched on: the switch is written into the file's header, and another
     // program's database is refused unchanged.
     schema::ensure_schema(&mut conn, label, options.may_create())?;
-    enable_wal(&conn, label, options.busy_timeout())?;
+    // A store opened read-only is left in the journal mode it has.
+    if !options.read_only {
+        enable_wal(&conn, label, options.busy_timeout())?;
+    }
     Ok((conn, file_id))
 }
 
