@@ -20,6 +20,7 @@ use std::io;
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
+use crate::elide::Elider;
 use crate::jsonrpc::{Checked, Envelope, EnvelopeError, Members, MembersVisitor, Message};
 
 /// The default maximum line length: 16 MiB (a resumed thread with many turns is large).
@@ -103,6 +104,9 @@ pub enum Frame {
         /// The first [`PREFIX_KEPT`] bytes of the line (fewer if it ended sooner), without its
         /// terminator.
         prefix: Bytes,
+        /// With [`LineFramer::eliding`]: the whole line (terminator excluded) with the array at
+        /// the framer's path emptied, when that is within the limit. Always `None` otherwise.
+        elided: Option<Bytes>,
     },
 }
 
@@ -123,8 +127,12 @@ pub struct LineFramer {
     max_line_length: usize,
     /// Bytes of the buffer already searched for a newline.
     scanned: usize,
-    /// Inside an oversized line that was already reported.
+    /// Inside an oversized line that was already reported, or is being elided.
     discarding: bool,
+    /// With [`LineFramer::eliding`]: the path whose array an oversized line is kept without.
+    elide: Option<&'static [&'static str]>,
+    /// Inside an oversized line being elided: its prefix, and the copy so far.
+    elision: Option<(Bytes, Elider)>,
 }
 
 impl LineFramer {
@@ -134,7 +142,37 @@ impl LineFramer {
             max_line_length,
             scanned: 0,
             discarding: false,
+            elide: None,
+            elision: None,
         }
+    }
+
+    /// Keeps, of each oversized line, a copy without the array at `path` (member names from the
+    /// top-level object down) when that copy is within the limit ([`Frame::TooLong`]'s
+    /// `elided`). Such a line is then reported when it ends (or when its copy passes the
+    /// limit), not as soon as it passes the limit; memory stays bounded by the limit.
+    ///
+    /// The proxy frames codex's output this way: codex's answer to its own `thread/resume`
+    /// carries every turn when `excludeTurns` was refused, and the proxy needs all of that
+    /// answer but its `result.thread.turns`.
+    ///
+    /// ```
+    /// use bytes::BytesMut;
+    /// use tokio_util::codec::Decoder;
+    /// use rethread_protocol::codec::{Frame, LineFramer};
+    ///
+    /// let mut framer = LineFramer::new(60).eliding(&["result", "thread", "turns"]);
+    /// let mut buf = BytesMut::from(
+    ///     &br#"{"id":1,"result":{"thread":{"id":"t","turns":[{"id":"a"},{"id":"b"}]}}}"#[..],
+    /// );
+    /// buf.extend_from_slice(b"\n");
+    /// let Some(Frame::TooLong { elided: Some(elided), .. }) = framer.decode(&mut buf).unwrap()
+    /// else { panic!() };
+    /// assert_eq!(&elided[..], br#"{"id":1,"result":{"thread":{"id":"t","turns":[]}}}"#);
+    /// ```
+    pub fn eliding(mut self, path: &'static [&'static str]) -> Self {
+        self.elide = Some(path);
+        self
     }
 
     /// The configured limit.
@@ -143,25 +181,59 @@ impl LineFramer {
     }
 
     /// Splits off the prefix of an oversized line and discards the rest of it (`line_end`: the
-    /// end of the line, terminator included, when it is in the buffer).
-    fn too_long(&mut self, buf: &mut BytesMut, line_end: Option<usize>) -> Frame {
+    /// end of the line, terminator included, when it is in the buffer). `None` while the line
+    /// is being elided and has not ended.
+    fn too_long(&mut self, buf: &mut BytesMut, line_end: Option<usize>) -> Option<Frame> {
         let content = match line_end {
             Some(end) => trim_line(&buf[..end]).len(),
             None => buf.len(),
         };
+        let elider = self.elide.map(|path| {
+            let mut elider = Elider::new(path, self.max_line_length);
+            elider.push(&buf[..content]);
+            elider
+        });
         let kept = PREFIX_KEPT.min(content);
         let prefix = buf.split_to(kept).freeze();
+        self.scanned = 0;
         match line_end {
             Some(end) => {
                 let _ = buf.split_to(end - kept);
+                Some(Frame::TooLong {
+                    prefix,
+                    elided: elider.and_then(Elider::finish).map(Bytes::from),
+                })
             }
             None => {
                 buf.clear();
                 self.discarding = true;
+                match elider {
+                    Some(elider) if !elider.overflowed() => {
+                        self.elision = Some((prefix, elider));
+                        None
+                    }
+                    _ => Some(Frame::TooLong {
+                        prefix,
+                        elided: None,
+                    }),
+                }
             }
         }
-        self.scanned = 0;
-        Frame::TooLong { prefix }
+    }
+
+    /// The tail of an oversized line being elided (`end`: its terminator's end, when in the
+    /// buffer): the frame once the line ends or its copy passes the limit.
+    fn elide_tail(&mut self, tail: &[u8], end: bool) -> Option<Frame> {
+        let (_, elider) = self.elision.as_mut()?;
+        elider.push(tail);
+        if !end && !elider.overflowed() {
+            return None;
+        }
+        let (prefix, elider) = self.elision.take()?;
+        Some(Frame::TooLong {
+            prefix,
+            elided: elider.finish().map(Bytes::from),
+        })
     }
 }
 
@@ -182,19 +254,26 @@ impl Decoder for LineFramer {
                     let end = self.scanned + offset + 1;
                     self.scanned = 0;
                     if std::mem::take(&mut self.discarding) {
-                        // The tail of a line already reported as too long.
-                        let _ = buf.split_to(end);
-                        continue;
+                        // The tail of a line already reported as too long, or being elided.
+                        let tail = buf.split_to(end);
+                        match self.elide_tail(trim_line(&tail), true) {
+                            Some(frame) => return Ok(Some(frame)),
+                            None => continue,
+                        }
                     }
                     if trim_line(&buf[..end]).len() > self.max_line_length {
-                        return Ok(Some(self.too_long(buf, Some(end))));
+                        match self.too_long(buf, Some(end)) {
+                            Some(frame) => return Ok(Some(frame)),
+                            None => continue,
+                        }
                     }
                     return Ok(Some(Frame::Line(buf.split_to(end).freeze())));
                 }
                 None if self.discarding => {
+                    let frame = self.elide_tail(&buf[..], false);
                     buf.clear();
                     self.scanned = 0;
-                    return Ok(None);
+                    return Ok(frame);
                 }
                 // A line of exactly the limit may still be waiting for the `\n` of its `\r\n`.
                 None if buf.len()
@@ -202,8 +281,12 @@ impl Decoder for LineFramer {
                         .max_line_length
                         .saturating_add(usize::from(buf.last() == Some(&b'\r'))) =>
                 {
-                    // Report now and drop the bytes so an endless line cannot grow the buffer.
-                    return Ok(Some(self.too_long(buf, None)));
+                    // Report now (or elide) and drop the bytes so an endless line cannot grow
+                    // the buffer.
+                    match self.too_long(buf, None) {
+                        Some(frame) => return Ok(Some(frame)),
+                        None => return Ok(None),
+                    }
                 }
                 None => {
                     self.scanned = buf.len();
@@ -218,8 +301,13 @@ impl Decoder for LineFramer {
             return Ok(Some(frame));
         }
         self.scanned = 0;
-        if buf.is_empty() || std::mem::take(&mut self.discarding) {
+        if std::mem::take(&mut self.discarding) {
+            // An oversized line cut by the end of the stream: reported now if it was elided.
+            let frame = self.elide_tail(&buf[..], true);
             buf.clear();
+            return Ok(frame);
+        }
+        if buf.is_empty() {
             return Ok(None);
         }
         // A last line without its newline (a peer that died mid-write is reported, not dropped).

@@ -29,6 +29,7 @@
 
 mod classify;
 pub mod codec;
+mod elide;
 mod error_code;
 pub mod exec;
 mod history;

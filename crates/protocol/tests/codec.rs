@@ -155,7 +155,11 @@ fn an_oversized_frame_keeps_only_its_prefix_and_the_next_line_survives() {
         ],
     );
     assert_eq!(got.len(), 2);
-    let Frame::TooLong { prefix } = &got[0] else {
+    let Frame::TooLong {
+        prefix,
+        elided: None,
+    } = &got[0]
+    else {
         panic!("{got:?}")
     };
     assert_eq!(&prefix[..], &long.as_bytes()[..PREFIX_KEPT]);
@@ -168,7 +172,8 @@ fn an_oversized_frame_keeps_only_its_prefix_and_the_next_line_survives() {
         frames(4, &[b"abcdefgh\r\nok\n"]),
         vec![
             Frame::TooLong {
-                prefix: Bytes::from_static(b"abcdefgh")
+                prefix: Bytes::from_static(b"abcdefgh"),
+                elided: None,
             },
             line("ok\n")
         ]
@@ -191,6 +196,73 @@ fn an_oversized_frame_keeps_only_its_prefix_and_the_next_line_survives() {
         framer.decode(&mut buf).unwrap(),
         Some(Frame::Line(Bytes::from_static(b"ok\n")))
     );
+}
+
+/// The proxy's framer of codex's output keeps an oversized resume answer without its turns
+/// (`LineFramer::eliding`), read in any chunks, and still holds no more than the limit.
+#[test]
+fn an_eliding_framer_keeps_an_oversized_answer_without_its_turns() {
+    const PATH: &[&str] = &["result", "thread", "turns"];
+    let turns: Vec<_> = (0..400)
+        .map(|i| serde_json::json!({"id": i, "items": [{"text": "]}\"[ ".repeat(20)}]}))
+        .collect();
+    let answer = |turns| {
+        serde_json::json!({"id": "rethread-proxy:1",
+            "result": {"thread": {"id": "t", "turns": turns, "name": null}, "model": "m"}})
+    };
+    let short = answer(serde_json::json!([])).to_string();
+    let answer = answer(serde_json::Value::from(turns));
+    let long = format!("{answer}\r\n");
+    assert!(long.len() > 50_000);
+    for chunk in [1, 7, 4096, 70_000] {
+        let mut framer = LineFramer::new(8000).eliding(PATH);
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for piece in long.as_bytes().chunks(chunk).chain([&b"{}\n"[..]]) {
+            buf.extend_from_slice(piece);
+            while let Some(frame) = framer.decode(&mut buf).unwrap() {
+                got.push(frame);
+            }
+            assert!(buf.len() <= 8001, "{chunk}");
+        }
+        let [Frame::TooLong {
+            prefix,
+            elided: Some(elided),
+        }, next] = &got[..]
+        else {
+            panic!("{chunk}: {got:?}")
+        };
+        assert_eq!(&prefix[..], &long.as_bytes()[..PREFIX_KEPT], "{chunk}");
+        assert_eq!(&elided[..], short.as_bytes(), "{chunk}");
+        assert_eq!(*next, line("{}\n"));
+    }
+
+    // A copy past the limit: reported as soon as it passes, and the line is discarded.
+    let mut framer = LineFramer::new(64).eliding(PATH);
+    let mut buf = BytesMut::from(&br#"{"result":{"thread":{"turns":[1]}},"x":""#[..]);
+    assert_eq!(framer.decode(&mut buf).unwrap(), None);
+    buf.extend_from_slice(&[b'z'; 100]);
+    assert!(matches!(
+        framer.decode(&mut buf).unwrap(),
+        Some(Frame::TooLong { elided: None, .. })
+    ));
+    buf.extend_from_slice(b"zz\"}\nok\n");
+    assert_eq!(framer.decode(&mut buf).unwrap(), Some(line("ok\n")));
+
+    // An oversized line cut by the end of the stream is reported then, with its copy.
+    let mut framer = LineFramer::new(40).eliding(PATH);
+    let mut buf = BytesMut::from(&br#"{"result":{"thread":{"turns":[1,2,3,4,5,6,7,8,9,10,11]"#[..]);
+    assert_eq!(framer.decode(&mut buf).unwrap(), None);
+    let Some(Frame::TooLong {
+        elided: Some(elided),
+        ..
+    }) = framer.decode_eof(&mut buf).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(&elided[..], br#"{"result":{"thread":{"turns":[]"#);
+    assert!(buf.is_empty());
+    assert_eq!(framer.decode_eof(&mut buf).unwrap(), None);
 }
 
 /// Issue 19, item 19: serde_json's `Value` keeps the last of two members of one name, so

@@ -14,7 +14,7 @@ use std::future::Future;
 use bytes::Bytes;
 use futures::StreamExt;
 use rethread_protocol::codec::{Frame, LineFramer};
-use rethread_protocol::{ErrorCode, RpcError};
+use rethread_protocol::{ErrorCode, RequestId, RpcError};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
@@ -93,7 +93,7 @@ where
             &link,
             FramedRead::with_capacity(
                 codex_out,
-                LineFramer::new(options.max_line_length),
+                LineFramer::new(options.max_line_length).eliding(RESUME_TURNS),
                 options.read_buffer,
             ),
             options.max_line_length,
@@ -210,13 +210,13 @@ async fn next_line<R: AsyncRead + Unpin>(
     loop {
         match lines.next().await? {
             Ok(Frame::Line(bytes)) => return Some(bytes),
-            Ok(Frame::TooLong { prefix }) => match peer {
+            Ok(Frame::TooLong { prefix, elided }) => match peer {
                 Peer::Client => {
                     let problem = format!("is longer than rethread's line limit of {limit} bytes");
                     let sender = peek_prefix(&prefix);
                     refuse_from_client(link, sender, ErrorCode::INVALID_REQUEST, &problem).await;
                 }
-                Peer::Codex => oversized_from_codex(link, &prefix, limit).await,
+                Peer::Codex => oversized_from_codex(link, &prefix, elided, limit).await,
             },
             Err(error) => {
                 link.reporter
@@ -391,13 +391,38 @@ async fn refuse_from_client(link: &Link, sender: Option<Peek>, code: ErrorCode, 
     }
 }
 
-/// A codex line over the limit: whoever waits for it gets an error in its place.
-async fn oversized_from_codex(link: &Link, prefix: &[u8], limit: usize) {
+/// What the codex side's framer leaves out of an oversized line: the turns of a
+/// `thread/resume` answer. The proxy's own resume answers are all it uses that copy for, and it
+/// answers the client's start with no turns anyway (`session/start.rs`).
+const RESUME_TURNS: &[&str] = &["result", "thread", "turns"];
+
+/// A codex line over the limit: whoever waits for it gets an error in its place, except that
+/// the proxy's own request takes the copy without its turns (`elided`) when that is its answer.
+async fn oversized_from_codex(link: &Link, prefix: &[u8], elided: Option<Bytes>, limit: usize) {
+    let peek = peek_prefix(prefix);
+    if let (Some(peek), Some(elided)) = (&peek, elided) {
+        let line = Line::new(elided);
+        let own = proxy_answer_id(&line)
+            .filter(|id| matches!(&peek.id, Some(RequestId::String(named)) if named == id));
+        if let (Some(id), LineKind::Response) = (own, line.kind()) {
+            let id = id.to_string();
+            link.reporter.report(&format!(
+                "codex's answer to {id} is longer than the limit of {limit} bytes; the proxy \
+                 took it without the thread's turns"
+            ));
+            if link.deliver(&id, line).is_err() {
+                link.reporter.report(&format!(
+                    "dropped codex's answer to {id:?}: the proxy no longer waits for it"
+                ));
+            }
+            return;
+        }
+    }
     let error = RpcError::new(
         ErrorCode::INTERNAL_ERROR,
         format!("codex's message was longer than rethread's line limit of {limit} bytes"),
     );
-    match peek_prefix(prefix) {
+    match peek {
         Some(peek) if peek.kind.is_answer() => {
             let answer = Line::error_response(peek.id.clone(), error);
             match proxy_answer_id(&answer) {

@@ -32,7 +32,11 @@
 //!   protocol crate's limit by default) is never held whole: when its first 4 KiB name its
 //!   `id`, whoever waits for it gets a JSON-RPC error in its place (the client for a request
 //!   or an answer codex sent it, codex for a server request or the client's answer to one);
-//!   otherwise it is dropped. Either way it is reported on stderr.
+//!   otherwise it is dropped. Either way it is reported on stderr. One exception: codex's
+//!   answer to the proxy's own `thread/resume` is kept without its `result.thread.turns`
+//!   (`LineFramer::eliding`), which the proxy drops anyway. On 0.144.6 a client without
+//!   `experimentalApi` gets `excludeTurns` refused, so that answer carries every turn, and a
+//!   long thread would otherwise never be resumed through the proxy.
 //! - Each direction has one bounded queue (lines and bytes, [`ProxyOptions`]); a reader waits
 //!   when its queue is full, so a client that reads slowly slows the reading of codex's
 //!   output, and the reverse. Nothing grows without bound.

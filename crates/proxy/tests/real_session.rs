@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rethread_protocol::codec::DEFAULT_MAX_LINE_LENGTH;
 use rethread_proxy::{spawn_app_server, BindingHooks, CodexCommand, SessionOptions};
 use rethread_runtime::RESUME_FALLBACK_NOTICE;
 use rethread_store::{BindingStore, MemoryStore};
@@ -26,6 +27,16 @@ struct Process {
 }
 
 async fn start(codex: &Path, home: &Path, store: &Arc<dyn BindingStore>) -> Process {
+    start_limited(codex, home, store, DEFAULT_MAX_LINE_LENGTH).await
+}
+
+/// [`start`] with the proxy's line limit at `limit` bytes.
+async fn start_limited(
+    codex: &Path,
+    home: &Path,
+    store: &Arc<dyn BindingStore>,
+    limit: usize,
+) -> Process {
     let mut options = SessionOptions::default();
     options.binder.retry_backoff = Duration::from_millis(50);
     options.binder.codex_home = Some(home.display().to_string());
@@ -42,7 +53,10 @@ async fn start(codex: &Path, home: &Path, store: &Arc<dyn BindingStore>) -> Proc
     )
     .unwrap();
     let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
-    let mut proxied = proxy(Arc::new(hooks), stdout, stdin, |o| o);
+    let mut proxied = proxy(Arc::new(hooks), stdout, stdin, |mut o| {
+        o.max_line_length = limit;
+        o
+    });
     proxied.client.initialize(false).await.unwrap();
     Process { proxied, child }
 }
@@ -238,6 +252,58 @@ async fn a_paginated_thread_under_the_floor_falls_back_with_one_warning() {
         .unwrap();
     assert_eq!(bound(&store).await.as_deref(), Some(new.as_str()));
     two.stop("floor").await;
+}
+
+/// The floor refuses `excludeTurns` to a client without `experimentalApi`, so its answer to
+/// the proxy's resume carries every turn. Past the proxy's line limit it still resumes the
+/// thread, and the model still sees the earlier turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_floor_resumes_a_thread_whose_resume_answer_passes_the_line_limit() {
+    const LIMIT: usize = 64 * 1024;
+    let Some(floor) = codex_or_skip(rethread_testkit::FLOOR) else {
+        return;
+    };
+    let model = ResponsesStandIn::start().unwrap();
+    let home = CodexHome::new(&model).unwrap();
+    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let mut one = start_limited(&floor, home.path(), &store, LIMIT).await;
+    let thread = thread_id(&start_thread(&mut one.proxied.client).await);
+    let long = "zebra ".repeat(4000);
+    for i in 0..4 {
+        let turn = one
+            .proxied
+            .client
+            .run_turn(&thread, &format!("turn {i}: {long}"), None)
+            .await
+            .unwrap();
+        assert_eq!(turn.status().as_deref(), Some("completed"));
+    }
+    one.stop("floor").await;
+
+    let mut two = start_limited(&floor, home.path(), &store, LIMIT).await;
+    let answer = start_thread(&mut two.proxied.client).await;
+    assert_eq!(thread_id(&answer), thread, "{answer}");
+    assert_eq!(answer["result"]["thread"]["turns"], json!([]));
+    assert!(answer["result"]["model"].is_string(), "{answer}");
+    assert!(
+        lines(&two.proxied.codex_wrote)
+            .iter()
+            .any(|line| line.len() > LIMIT && line.contains("rethread-proxy:")),
+        "codex answered the proxy's resume with a line past the limit"
+    );
+    two.proxied
+        .client
+        .run_turn(&thread, "what did I say?", None)
+        .await
+        .unwrap();
+    let seen = model.model_requests().last().unwrap().conversation();
+    assert!(
+        seen.iter().any(|m| m.text.starts_with("turn 3: zebra")),
+        "{seen:?}"
+    );
+    let two = two.stop("floor").await;
+    assert!(warnings(&two.client.log).is_empty());
+    assert_eq!(bound(&store).await.as_deref(), Some(thread.as_str()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -352,6 +352,75 @@ async fn a_paginated_thread_under_the_floor_falls_back() {
     finish(proxied).await;
 }
 
+/// On the floor (0.144.6) a client without `experimentalApi` has the proxy's resume refused
+/// `excludeTurns`, so codex answers the resume with every turn. Past the line limit that answer
+/// is still the resumed thread (its turns are never the client's), not an error that would
+/// refuse every start of the session.
+#[tokio::test]
+async fn a_resume_answer_past_the_line_limit_still_resumes_the_thread() {
+    const LIMIT: usize = 16 * 1024;
+    let store = memory_store();
+    let (stream, fake) = FakeAppServer::builder()
+        .profile(Profile::ReleaseN)
+        .spawn_in_process()
+        .unwrap();
+    let limited = |o: rethread_proxy::ProxyOptions| {
+        let mut o = o;
+        o.max_line_length = LIMIT;
+        o
+    };
+    let (read, write) = tokio::io::split(stream);
+    let mut proxied = proxy(hooks(&store).await, read, write, limited);
+    proxied.client.initialize(false).await.unwrap();
+    let thread = thread_id(&start_thread(&mut proxied.client).await);
+    let long = "zebra ".repeat(500);
+    for i in 0..4 {
+        let turn = proxied
+            .client
+            .run_turn(&thread, &format!("turn {i}: {long}"), None)
+            .await
+            .unwrap();
+        assert_eq!(turn.status().as_deref(), Some("completed"));
+    }
+    finish(proxied).await;
+
+    let (read, write) = tokio::io::split(fake.restart().await.unwrap());
+    let mut proxied = proxy(hooks(&store).await, read, write, limited);
+    proxied.client.initialize(false).await.unwrap();
+    let answer = proxied
+        .client
+        .request("thread/start", Some(json!({"cwd": "/w"})))
+        .await
+        .unwrap();
+    assert_eq!(thread_id(&answer), thread, "{answer}");
+    assert_eq!(answer["result"]["thread"]["turns"], json!([]));
+    assert_eq!(answer["result"]["model"], "mock-model", "{answer}");
+    // Members after the turns are kept.
+    assert_eq!(answer["result"]["approvalPolicy"], "never", "{answer}");
+    assert_eq!(
+        answer["result"]["thread"].get("name"),
+        Some(&Value::Null),
+        "{answer}"
+    );
+    assert!(answer["result"]["thread"]["cwd"].is_string(), "{answer}");
+    assert!(
+        lines(&proxied.codex_wrote)
+            .iter()
+            .any(|line| line.len() > LIMIT && line.contains("rethread-proxy:")),
+        "codex answered the proxy's resume with a line past the limit"
+    );
+    let turn = proxied
+        .client
+        .run_turn(&thread, "what did I say?", None)
+        .await
+        .unwrap();
+    assert_eq!(turn.status().as_deref(), Some("completed"));
+    assert!(fake.model_requests().last().unwrap().saw("turn 3: zebra"));
+    let proxied = finish(proxied).await;
+    assert!(warnings(&proxied.client.log).is_empty());
+    assert_eq!(record(&store).await.thread_id(), Some(thread.as_str()));
+}
+
 #[tokio::test]
 async fn busy_and_temporary_failures_answer_the_start_with_an_error_and_keep_the_binding() {
     let store = memory_store();

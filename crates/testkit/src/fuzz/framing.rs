@@ -9,10 +9,14 @@
 //!   duplicated or changed by where the chunk boundaries fall.
 //! - Memory is bounded: whenever the codec waits for more input it holds at most
 //!   `max_line_length + 1` bytes (the `+ 1` is a trailing `\r` of a line of exactly the limit).
+//! - The framer as the proxy reads codex with it (`LineFramer::eliding` the answer's
+//!   `result.thread.turns`) yields the plain framer's frames, in the same chunks and within the
+//!   same bound; each copy of an oversized line is within the limit, and the copy of a line that
+//!   is JSON is that value with its turns emptied.
 #![allow(dead_code, unreachable_pub)]
 
 use bytes::BytesMut;
-use rethread_protocol::codec::decode_line;
+use rethread_protocol::codec::{decode_line, Frame, LineFramer};
 use rethread_protocol::{FrameError, Message, NdjsonCodec};
 use tokio_util::codec::Decoder;
 
@@ -32,11 +36,63 @@ pub fn run(data: &[u8]) {
         n => 1 + n as usize % 96,
     };
     let expected = reference(stream, max);
-    let got = chunked(stream, max, chunk_seed);
+    let got = chunked(
+        NdjsonCodec::with_max_line_length(max),
+        stream,
+        max,
+        chunk_seed,
+    );
     assert_eq!(
         got, expected,
         "chunked decoding (limit {max}, chunk seed {chunk_seed}) differs from the line model"
     );
+    check_eliding(stream, max, chunk_seed);
+}
+
+const TURNS: &[&str] = &["result", "thread", "turns"];
+
+/// The eliding framer against the plain one, and each copy against the line it was made of.
+fn check_eliding(stream: &[u8], max: usize, seed: u8) {
+    let plain = chunked(LineFramer::new(max), stream, max, seed);
+    let eliding = chunked(LineFramer::new(max).eliding(TURNS), stream, max, seed);
+    assert_eq!(plain.len(), eliding.len(), "eliding changed the frames");
+    let mut oversized = stream
+        .split(|b| *b == b'\n')
+        .map(trim)
+        .filter(|line| line.len() > max);
+    for (plain, eliding) in plain.into_iter().zip(eliding) {
+        match (plain, eliding) {
+            (Frame::Line(a), Frame::Line(b)) => assert_eq!(a, b, "eliding changed a line"),
+            (
+                Frame::TooLong {
+                    prefix: a,
+                    elided: None,
+                },
+                Frame::TooLong { prefix: b, elided },
+            ) => {
+                assert_eq!(a, b, "eliding changed a prefix");
+                let line = oversized.next().expect("one frame per oversized line");
+                let Some(copy) = elided else { continue };
+                assert!(
+                    copy.len() <= max,
+                    "a copy of {} bytes, limit {max}",
+                    copy.len()
+                );
+                if let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(line) {
+                    if let Some(turns) = value
+                        .pointer_mut("/result/thread/turns")
+                        .filter(|turns| turns.is_array())
+                    {
+                        *turns = serde_json::json!([]);
+                    }
+                    let read: serde_json::Value = serde_json::from_slice(&copy)
+                        .unwrap_or_else(|e| panic!("the copy of a JSON line is not JSON: {e}"));
+                    assert_eq!(read, value, "the copy is not the line without its turns");
+                }
+            }
+            (a, b) => panic!("eliding changed a frame: {a:?} became {b:?}"),
+        }
+    }
 }
 
 /// `decode_line` on the raw bytes, and the re-encoding round trip of what it accepts.
@@ -83,9 +139,13 @@ fn reference(stream: &[u8], max: usize) -> Vec<Item> {
     out
 }
 
-/// The codec fed in chunks whose sizes come from `seed`.
-fn chunked(stream: &[u8], max: usize, seed: u8) -> Vec<Item> {
-    let mut codec = NdjsonCodec::with_max_line_length(max);
+/// `codec` fed in chunks whose sizes come from `seed`.
+fn chunked<D: Decoder<Error = std::io::Error>>(
+    mut codec: D,
+    stream: &[u8],
+    max: usize,
+    seed: u8,
+) -> Vec<D::Item> {
     let mut buf = BytesMut::new();
     let mut out = Vec::new();
     let mut state = u32::from(seed) | 1;
