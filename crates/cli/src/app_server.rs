@@ -1,52 +1,30 @@
-//! `rethread app-server [--session ID] [--store URL] [--codex-bin PATH] [--no-mirror] [ARGS...]`:
-//! a drop-in `codex app-server` (see the `rethread-proxy` crate). Everything after `app-server`
-//! but rethread's own `--session ID` (or `--session=ID`, taken wherever it stands before a `--`:
-//! codex app-server has no `--session`) and the leading `--store` / `--codex-bin` /
-//! `--no-mirror` goes to `<codex> app-server` verbatim; codex's own options that come before
-//! `app-server` (`-c key=value`, `--enable`, `--disable`) are accepted before it here too and
-//! passed on in the same place, since clients such as the Python SDK put their config
-//! overrides there.
+//! `rethread app-server`: a drop-in `codex app-server` (see the `rethread-proxy` crate) for
+//! the session [`HELP`] names. Everything after `app-server` but rethread's own `--session ID`
+//! (or `--session=ID`, taken wherever it stands before a `--`: codex app-server has no
+//! `--session`) and the leading `--store` / `--codex-bin` / `--no-mirror` goes to
+//! `<codex> app-server` verbatim. codex's own options before `app-server` (`-c key=value`,
+//! `--enable`, `--disable`) are accepted before it here too and passed on in the same place:
+//! clients such as the Python SDK put their config overrides there.
 //!
-//! Help: `rethread help app-server` lists rethread's own settings ([`HELP`]);
-//! `rethread app-server --help` is codex's help (a client that treats rethread as codex gets
-//! codex's answer), with a line on stderr pointing at `rethread help app-server`.
-//!
-//! With a session key (`--session ID` or `RETHREAD_SESSION`) the store is opened
-//! (`--store` / `RETHREAD_STORE`, the CLI's default otherwise) and the session's lease taken
-//! *before* codex starts ([`BindingHooks::open`]): a session another live process holds is
-//! waited for up to `RETHREAD_SESSION_WAIT` seconds (default 2), then refused with exit 75
-//! and one line naming the holder. `RETHREAD_LEASE_TTL` (seconds, default 30) sets the lease's
-//! TTL, as for `chat`. The session's rollout is mirrored into the store and restored from it
-//! (so the session can move to another machine) unless `--no-mirror` (before `app-server` or
-//! right after it) or `RETHREAD_MIRROR=off`.
-//! Without a session key (unset or empty) it is the pass-through that says once, as a
-//! `warning` notification, that nothing is kept. A session key that cannot be kept
-//! (`--session ""`, a `RETHREAD_SESSION` or `RETHREAD_SESSION_WAIT` that is not UTF-8) is a
-//! usage error (exit 2) before codex starts.
-//!
-//! The codex it starts was resolved by the CLI (`codex_bin.rs`): never rethread itself.
+//! With a session, the store is opened and the session's lease taken before codex starts
+//! ([`BindingHooks::open`]): a session another live process holds is waited for, then refused
+//! with exit 75. Without one it is the pass-through that says once, as a `warning`
+//! notification, that nothing is kept. A session that cannot be kept (`--session ""`, a
+//! variable that is not UTF-8) is a usage error before codex starts. `rethread app-server
+//! --help` is codex's help, with a line on stderr pointing at `rethread help app-server`.
 
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::ExitCode;
-
 use std::time::Duration;
 
 use rethread_proxy::{
     run_app_server, BindingHooks, CodexCommand, NoSession, ProxyOptions, SessionOptions,
 };
+use rethread_runtime::BinderOptions;
 
+use crate::output::{self, UsageError};
 use crate::CliResult;
-
-/// The environment variable naming the session to keep.
-pub(crate) const SESSION_ENV: &str = "RETHREAD_SESSION";
-
-/// The environment variable bounding the wait for a session another process holds (seconds).
-pub(crate) const SESSION_WAIT_ENV: &str = "RETHREAD_SESSION_WAIT";
-
-/// How long a session held by a live process is waited for by default: long enough for a
-/// client that restarts its app-server to outlast the previous one's shutdown.
-const DEFAULT_SESSION_WAIT: Duration = Duration::from_secs(2);
 
 /// What `rethread help app-server` says after the options: rethread's settings.
 pub(crate) const HELP: &str = "\
@@ -170,46 +148,33 @@ impl AppServerGlobals {
             || !self.enable.is_empty()
             || !self.disable.is_empty()
             || self.no_mirror;
-        if used {
-            Err(
-                "--session, -c/--config, --enable, --disable and --no-mirror (before the \
-                 command) apply to app-server only"
+        match used {
+            true => Err(
+                "--session, -c/--config, --enable, --disable and --no-mirror (before \
+                         the command) apply to app-server only"
                     .into(),
-            )
-        } else {
-            Ok(())
+            ),
+            false => Ok(()),
         }
     }
 
     fn codex_global_args(&self) -> Vec<OsString> {
-        let mut args = Vec::new();
-        for (flag, values) in [
+        let flags = [
             ("--config", &self.config),
             ("--enable", &self.enable),
             ("--disable", &self.disable),
-        ] {
-            for value in values {
-                args.push(OsString::from(flag));
-                args.push(OsString::from(value));
-            }
-        }
-        args
-    }
-
-    /// The session key: `named` (`--session`), else `RETHREAD_SESSION`; unset or empty names
-    /// none (the documented pass-through). A value that is not UTF-8 cannot be kept: a usage
-    /// error, never read as unset.
-    fn session(&self, named: Option<String>) -> Result<Option<String>, String> {
-        if named.is_some() {
-            return Ok(named);
-        }
-        session_env()
+        ];
+        let pairs = flags
+            .into_iter()
+            .flat_map(|(flag, values)| values.iter().flat_map(move |value| [flag, value.as_str()]));
+        pairs.map(OsString::from).collect()
     }
 }
 
 /// `RETHREAD_SESSION`: unset or empty names no session (the documented pass-through); a value
 /// that is not UTF-8 cannot be kept: a usage error, never read as unset.
 pub(crate) fn session_env() -> Result<Option<String>, String> {
+    const SESSION_ENV: &str = "RETHREAD_SESSION";
     match std::env::var(SESSION_ENV) {
         Ok(session) => Ok(Some(session).filter(|s| !s.is_empty())),
         Err(std::env::VarError::NotPresent) => Ok(None),
@@ -219,105 +184,86 @@ pub(crate) fn session_env() -> Result<Option<String>, String> {
     }
 }
 
+/// The session settings of `app-server` and `exec`: [`crate::binder_options`] with the wait
+/// `RETHREAD_SESSION_WAIT` sets (a finite, non-negative number of seconds; default 2 s, also
+/// when empty: long enough for a client that restarts its app-server to outlast the previous
+/// one's shutdown).
+pub(crate) fn env_options(no_mirror: bool) -> Result<BinderOptions, UsageError> {
+    const SESSION_WAIT_ENV: &str = "RETHREAD_SESSION_WAIT";
+    let wait = match std::env::var(SESSION_WAIT_ENV) {
+        Err(std::env::VarError::NotPresent) => Duration::from_secs(2),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(UsageError(format!(
+                "{SESSION_WAIT_ENV} is not UTF-8; give a number of seconds between 0 and 86400"
+            )))
+        }
+        Ok(text) if text.is_empty() => Duration::from_secs(2),
+        Ok(text) => crate::parse_wait(&text)
+            .map(Duration::from_secs_f64)
+            .map_err(|cause| UsageError(format!("{SESSION_WAIT_ENV}: {cause}")))?,
+    };
+    crate::binder_options(wait, no_mirror)
+}
+
 /// Runs the proxy on its own single-threaded runtime and returns the process's exit code.
 /// The runtime is shut down without waiting for a blocked read of our stdin (the client may
 /// keep it open after codex exited).
 pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServerArgs) -> ExitCode {
     let named = take_session(&mut args.args).and_then(|in_args| {
         match [globals.session.clone(), args.session.take(), in_args] {
-            [None, None, None] => Ok(None),
+            [None, None, None] => session_env(),
             [Some(one), None, None] | [None, Some(one), None] | [None, None, Some(one)] => {
                 Ok(Some(one))
             }
             _ => Err("--session is given twice".to_string()),
         }
     });
-    let session = named.and_then(|named| globals.session(named));
-    let (session, wait) = match session.and_then(|s| Ok((s, session_wait()?))) {
-        Ok(named) => named,
-        Err(cause) => return crate::output::fail(&cause, crate::output::EXIT_USAGE),
+    let no_mirror = globals.no_mirror || args.no_mirror;
+    let settings =
+        named.and_then(|session| Ok((session, env_options(no_mirror).map_err(|e| e.0)?)));
+    let (session, options) = match settings {
+        Ok(settings) => settings,
+        Err(cause) => return output::fail(&cause, output::EXIT_USAGE),
     };
-    let lease_ttl = match crate::lease_ttl() {
-        Ok(ttl) => ttl,
-        Err(cause) => return crate::output::fail(&cause.0, crate::output::EXIT_USAGE),
-    };
-    let before_dash = args.args.iter().take_while(|a| *a != "--");
-    if before_dash.into_iter().any(|a| a == "--help" || a == "-h") {
-        crate::output::notice_plain(
+    if args
+        .args
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--help" || a == "-h")
+    {
+        output::eprint_line(
             "rethread: codex's own help follows; rethread's settings: rethread help app-server",
         );
     }
-    let mirror = match crate::mirror(globals.no_mirror || args.no_mirror) {
-        Ok(mirror) => mirror,
-        Err(cause) => return crate::output::fail(&cause.0, crate::output::EXIT_USAGE),
-    };
     let command = CodexCommand::new(codex)
         .global_args(globals.codex_global_args())
         .args(args.args);
     let store = args.store.url;
-    let runtime = match crate::output::runtime(tokio::runtime::Builder::new_current_thread()) {
-        Ok(runtime) => runtime,
-        Err(code) => return code,
+    let work = async move {
+        let code = run(&command, store.as_deref(), session, options).await?;
+        Ok(u8::try_from(code).unwrap_or(1))
     };
-    let settings = Settings {
-        wait,
-        lease_ttl,
-        mirror,
-    };
-    let result = runtime.block_on(run(&command, store.as_deref(), session, settings));
-    runtime.shutdown_background();
-    match result {
-        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
-        Err(error) => crate::output::fail(
-            &format!("app-server: {error}"),
-            crate::output::exit_code(&*error),
-        ),
-    }
-}
-
-/// What the environment and the options before `app-server` set for the session.
-struct Settings {
-    wait: Duration,
-    lease_ttl: Option<Duration>,
-    mirror: bool,
+    let runtime = tokio::runtime::Builder::new_current_thread();
+    output::run_to_exit(runtime, Duration::ZERO, "app-server: ", work)
 }
 
 async fn run(
     command: &CodexCommand,
     store: Option<&str>,
     session: Option<String>,
-    settings: Settings,
+    binder: BinderOptions,
 ) -> CliResult<i32> {
     let options = ProxyOptions::default();
     let Some(session) = session else {
         return Ok(run_app_server(command, &NoSession::new(), &options).await?);
     };
-    let store = crate::open_store(store, crate::Access::Write(std::time::Duration::ZERO)).await?;
+    let store = crate::open_store(store, crate::Access::Write(Duration::ZERO)).await?;
     let mut session_options = SessionOptions::default();
-    session_options.binder.lease_wait = settings.wait;
-    session_options.binder.mirror = settings.mirror;
-    if let Some(ttl) = settings.lease_ttl {
-        session_options.binder.lease_ttl = Some(ttl);
-    }
+    session_options.binder = binder;
     // The lease first: a session held elsewhere is refused before codex starts.
     let hooks = BindingHooks::open(session, store, session_options).await?;
     let result = run_app_server(command, &hooks, &options).await;
     // Forwarding released the lease when it ended; this covers a codex that never started.
     let _ = hooks.close().await;
     Ok(result?)
-}
-
-/// `RETHREAD_SESSION_WAIT`: a finite, non-negative number of seconds (default 2, also when
-/// empty); one that is not UTF-8 is refused like any other that is not a number.
-pub(crate) fn session_wait() -> Result<Duration, String> {
-    match std::env::var(SESSION_WAIT_ENV) {
-        Err(std::env::VarError::NotPresent) => Ok(DEFAULT_SESSION_WAIT),
-        Err(std::env::VarError::NotUnicode(_)) => Err(format!(
-            "{SESSION_WAIT_ENV} is not UTF-8; give a number of seconds between 0 and 86400"
-        )),
-        Ok(text) if text.is_empty() => Ok(DEFAULT_SESSION_WAIT),
-        Ok(text) => crate::parse_wait(&text)
-            .map(Duration::from_secs_f64)
-            .map_err(|cause| format!("{SESSION_WAIT_ENV}: {cause}")),
-    }
 }

@@ -1,35 +1,33 @@
 //! `rethread chat`: one turn, resumed across invocations.
 //!
-//! Notices print on stderr the moment they happen (before the reply), with `--json` too; the
-//! reply prints on stdout as codex writes it (`chat/reply.rs`); `--json` prints one object on
-//! stdout, also on failure (`error` and the `notices` said so far). The session's
-//! lease is released before the process exits, however the turn ended: done, failed, or
-//! interrupted by SIGINT/SIGTERM (exit 130/143). A release that fails after the turn committed
-//! is a warning, never a failure: the turn is durable and must not be retried.
+//! Notices print on stderr as they happen, with `--json` too; the reply prints on stdout as
+//! codex writes it (`chat/reply.rs`), or `--json` prints one object, also on failure (`error`
+//! and the notices said so far). The session's lease is released however the turn ended:
+//! done, failed, or interrupted by SIGINT/SIGTERM (exit 130/143). A release that fails after
+//! the turn committed is a warning, never a failure: the turn is durable and must not be
+//! retried.
 
-use crate::output::outln;
+mod reply;
+
 use std::error::Error;
 use std::future::Future;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_runtime::{
-    AppServerClient, BinderOptions, ClientError, CodexCommand, OpenOutcome, RuntimeError,
+    AppServerClient, BinderOptions, BoxError, ClientError, CodexCommand, OpenOutcome, RuntimeError,
     SessionBinder, StatusEvent, StatusKind, StatusRail, TurnEnd, TurnInput, TurnReport,
 };
-
-mod reply;
 use rethread_store::{BindingStore, StoreError};
 use serde_json::{json, Value};
 
-use crate::output::{self, Interrupted, LiveRail, UsageError};
+use crate::output::{self, outln, Interrupted, LiveRail, UsageError};
 use crate::CliResult;
 
-type BoxError = Box<dyn Error + Send + Sync>;
-
-/// The arguments of `chat`.
+/// The arguments of `chat`, read and checked.
 #[derive(Debug, Clone)]
 pub(crate) struct ChatArgs {
     pub(crate) session: String,
@@ -37,89 +35,69 @@ pub(crate) struct ChatArgs {
     /// Image files sent with the message (absolute paths).
     pub(crate) images: Vec<PathBuf>,
     pub(crate) json: bool,
-    /// How long to wait for a session another host holds.
-    pub(crate) wait: Duration,
-    /// The session lease's TTL (`RETHREAD_LEASE_TTL`); `None`: the library's default.
-    pub(crate) lease_ttl: Option<Duration>,
-    /// Mirror the thread's rollout into the store (`--no-mirror`, `RETHREAD_MIRROR`).
-    pub(crate) mirror: bool,
+    /// The lease's wait and TTL, and the mirror.
+    pub(crate) options: BinderOptions,
 }
-
-/// The `MESSAGE` that means "read the message from stdin".
-pub(crate) const FROM_STDIN: &str = "-";
 
 /// The most a message read from stdin may hold: 1 MiB, codex's own limit on a turn's text
 /// (1,048,576 characters; bytes here, so that stdin is never read further than this plus a
 /// line ending).
 pub(crate) const MAX_STDIN_MESSAGE: usize = 1024 * 1024;
 
-/// The message of `chat`: `message` itself, or for [`FROM_STDIN`] all of stdin (UTF-8,
-/// trailing newlines removed, so `echo hi | rethread chat -` sends `hi`). An empty message on
-/// stdin, or one over [`MAX_STDIN_MESSAGE`] bytes, is a [`UsageError`]; stdin is read no
-/// further than the limit and a `\r\n`.
-pub(crate) async fn read_message(message: String) -> Result<String, BoxError> {
-    if message != FROM_STDIN {
+/// All of stdin (the `what` of `chat -` or `exec`), read no further than
+/// [`MAX_STDIN_MESSAGE`] and a `\r\n`: the inner `Err` when it is longer, trailing line
+/// endings aside.
+pub(crate) fn read_stdin(what: &str) -> std::io::Result<Result<Vec<u8>, UsageError>> {
+    let read_at_most = MAX_STDIN_MESSAGE + 3;
+    let mut bytes = Vec::new();
+    let stdin = std::io::stdin().lock();
+    stdin.take(read_at_most as u64).read_to_end(&mut bytes)?;
+    let line_ends = bytes
+        .iter()
+        .rev()
+        .take_while(|b| matches!(b, b'\n' | b'\r'));
+    if bytes.len() == read_at_most || bytes.len() - line_ends.count() > MAX_STDIN_MESSAGE {
+        return Ok(Err(UsageError(format!(
+            "the {what} on stdin is longer than 1 MiB ({MAX_STDIN_MESSAGE} bytes), the most \
+             codex takes in one turn"
+        ))));
+    }
+    Ok(Ok(bytes))
+}
+
+/// The message of `chat`: `message` itself, or for `-` all of stdin (UTF-8, trailing newlines
+/// removed, so `echo hi | rethread chat -` sends `hi`; empty is a [`UsageError`]).
+pub(crate) async fn read_message(message: String) -> CliResult<String> {
+    if message != "-" {
         return Ok(message);
     }
-    const READ_AT_MOST: usize = MAX_STDIN_MESSAGE + 3;
+    let cannot = |e: &dyn std::fmt::Display| format!("cannot read the message from stdin: {e}");
     // Reading stdin blocks: not on the runtime's threads.
-    let bytes = tokio::task::spawn_blocking(|| {
-        let mut bytes = Vec::new();
-        let stdin = std::io::stdin().lock();
-        std::io::Read::read_to_end(
-            &mut std::io::Read::take(stdin, READ_AT_MOST as u64),
-            &mut bytes,
-        )
-        .map(|_| bytes)
-    })
-    .await
-    .map_err(|e| format!("cannot read the message from stdin: {e}"))?
-    .map_err(|e| format!("cannot read the message from stdin: {e}"))?;
-    let too_long = || {
-        UsageError(format!(
-            "the message on stdin is longer than 1 MiB ({MAX_STDIN_MESSAGE} bytes), the most \
-             codex takes in one turn"
-        ))
-    };
-    if bytes.len() == READ_AT_MOST {
-        return Err(too_long().into());
-    }
+    let read = tokio::task::spawn_blocking(|| read_stdin("message")).await;
+    let bytes = read.map_err(|e| cannot(&e))?.map_err(|e| cannot(&e))??;
     let text = String::from_utf8(bytes)
         .map_err(|_| UsageError("the message on stdin is not UTF-8".into()))?;
     let text = text.trim_end_matches(['\n', '\r']);
-    if text.len() > MAX_STDIN_MESSAGE {
-        return Err(too_long().into());
-    }
     if text.trim().is_empty() {
-        return Err(Box::new(UsageError(
-            "no message on stdin (`chat -` reads the message from stdin)".into(),
-        )));
+        let empty = "no message on stdin (`chat -` reads the message from stdin)";
+        return Err(UsageError(empty.into()).into());
     }
     Ok(text.to_string())
 }
 
 /// The `--image` files, made absolute (codex resolves a relative path against its own working
 /// directory); one that is not a readable file is a [`UsageError`], before anything is sent.
-pub(crate) fn image_paths(images: &[PathBuf]) -> Result<Vec<PathBuf>, BoxError> {
-    images
-        .iter()
-        .map(|path| match std::fs::metadata(path) {
-            Ok(meta) if meta.is_file() => std::path::absolute(path).map_err(|e| {
-                BoxError::from(UsageError(format!("--image {}: {e}", path.display())))
-            }),
-            Ok(_) => Err(UsageError(format!("--image {}: not a file", path.display())).into()),
-            Err(e) => Err(UsageError(format!("--image {}: {e}", path.display())).into()),
-        })
-        .collect()
-}
-
-/// The turn's input: the message, then the images.
-fn turn_input(args: &ChatArgs) -> TurnInput {
-    args.images
-        .iter()
-        .fold(TurnInput::text(&args.message), |input, image| {
-            input.with_local_image(image)
-        })
+pub(crate) fn image_paths(images: &[PathBuf]) -> Result<Vec<PathBuf>, UsageError> {
+    let image = |path: &PathBuf| {
+        let refused =
+            |e: &dyn std::fmt::Display| UsageError(format!("--image {}: {e}", path.display()));
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.is_file() => std::path::absolute(path).map_err(|e| refused(&e)),
+            Ok(_) => Err(refused(&"not a file")),
+            Err(e) => Err(refused(&e)),
+        }
+    };
+    images.iter().map(image).collect()
 }
 
 /// How one invocation ended.
@@ -150,7 +128,7 @@ pub(crate) async fn run(store: Arc<dyn BindingStore>, codex: &Path, args: &ChatA
         }
         Err(error) => Conversation {
             opened: None,
-            result: Err(or_interrupted(RuntimeError::from(error).into(), signal.as_mut()).await),
+            result: Err(or_interrupted(RuntimeError::from(error).into(), signal).await),
         },
     };
     finish(args, &live.notices(), conversation)
@@ -167,18 +145,12 @@ pub(crate) async fn converse(
     args: &ChatArgs,
     signal: impl Future<Output = Interrupted>,
 ) -> Conversation {
-    let mut options = BinderOptions::default()
-        .lease_wait(args.wait)
-        .mirror(args.mirror);
-    if let Some(ttl) = args.lease_ttl {
-        options = options.lease_ttl(Some(ttl));
-    }
-    let mut binder =
-        SessionBinder::new(args.session.clone(), store, rail.clone()).with_options(options);
+    let mut binder = SessionBinder::new(args.session.clone(), store, rail.clone())
+        .with_options(args.options.clone());
     let mut opened = None;
     let mut signal = pin!(signal);
     let result = match turn(&mut binder, client, args, &mut opened, signal.as_mut()).await {
-        Err(error) => Err(or_interrupted(error, signal.as_mut()).await),
+        Err(error) => Err(or_interrupted(error, signal).await),
         Ok(report) => Ok(report),
     };
     if let Err(error) = binder.close().await {
@@ -190,24 +162,16 @@ pub(crate) async fn converse(
     Conversation { opened, result }
 }
 
-/// `error`, or the interrupt behind it. A terminal's Ctrl-C reaches codex too (one process
-/// group), and codex may die of it before this process sees the signal: codex's connection
-/// closing waits briefly for one, so that the user's interrupt is reported as such (130/143),
-/// not as codex closing (1).
-async fn or_interrupted(
-    error: BoxError,
-    signal: Pin<&mut impl Future<Output = Interrupted>>,
-) -> BoxError {
+/// `error`, or the interrupt behind it when codex closed ([`late_signal`]): reported as the
+/// user's interrupt (130/143), not as codex closing (1).
+async fn or_interrupted(error: BoxError, signal: impl Future<Output = Interrupted>) -> BoxError {
     let codex_closed = matches!(
         error.downcast_ref::<RuntimeError>(),
         Some(RuntimeError::Client(ClientError::Closed { .. }))
     );
-    if !codex_closed {
-        return error;
-    }
-    match tokio::time::timeout(SIGNAL_GRACE, signal).await {
-        Ok(interrupted) => interrupted.into(),
-        Err(_) => error,
+    match codex_closed {
+        true => late_signal(signal).await.map_or(error, Into::into),
+        false => error,
     }
 }
 
@@ -226,15 +190,19 @@ async fn turn(
     };
     *opened = Some(session.outcome().clone());
     // Human output: a spinner on a terminal until the reply starts, then the reply on stdout
-    // as it is written. (Dropped, the spinner clears itself.)
+    // as it is written.
     let mut human = (!args.json).then(|| {
-        (
-            output::spinner(output::SPINNER_MESSAGE),
-            reply::ReplyPrinter::stdout(),
-        )
+        let spinner = output::Spinner::start("waiting for codex");
+        (spinner, reply::ReplyPrinter::new(std::io::stdout()))
     });
+    let input = args
+        .images
+        .iter()
+        .fold(TurnInput::text(&args.message), |input, image| {
+            input.with_local_image(image)
+        });
     let turn = tokio::select! {
-        turn = session.run_turn_streamed(turn_input(args)) => turn?,
+        turn = session.run_turn_streamed(input) => turn?,
         interrupted = signal.as_mut() => return Err(interrupted.into()),
     };
     let ended = turn
@@ -259,9 +227,15 @@ async fn turn(
     }
 }
 
-/// How long a turn ended by codex closing waits for the SIGINT or SIGTERM that may have ended
-/// codex (the same signal, sent to the whole process group, reaching this process later).
+/// How long an unexplained end of codex waits for the SIGINT or SIGTERM that may have ended it
+/// ([`late_signal`]).
 pub(crate) const SIGNAL_GRACE: Duration = Duration::from_millis(500);
+
+/// The signal that may have ended codex: a terminal's Ctrl-C reaches codex too (one process
+/// group), and codex may die of it before this process sees it.
+pub(crate) async fn late_signal(signal: impl Future<Output = Interrupted>) -> Option<Interrupted> {
+    tokio::time::timeout(SIGNAL_GRACE, signal).await.ok()
+}
 
 /// Installs the SIGINT and SIGTERM handlers now, and returns what resolves when either arrives
 /// (never, if they cannot be installed).
@@ -295,32 +269,29 @@ pub(crate) fn interrupted() -> impl Future<Output = Interrupted> {
     }
 }
 
-/// Prints the result (the reply, or under `--json` one object) and returns the error, if any,
-/// for `main` to print as one line with its exit code.
+/// Prints the result under `--json` (the reply itself was printed as it came) and returns the
+/// error, if any, for `main` to print as one line with its exit code.
 pub(crate) fn finish(args: &ChatArgs, notices: &[String], conversation: Conversation) -> CliResult {
     let Conversation { opened, result } = conversation;
-    match result {
-        Ok(report) => {
-            if args.json {
-                let mut object = json!({
-                    "session": args.session,
-                    "thread_id": report.thread_id,
-                    "notices": notices,
-                    "reply": report.reply,
-                });
-                describe_open(&mut object, opened.as_ref());
-                outln!("{object}");
+    if args.json {
+        let mut object = match &result {
+            Ok(report) => json!({
+                "session": args.session,
+                "thread_id": report.thread_id,
+                "notices": notices,
+                "reply": report.reply,
+            }),
+            Err(error) => failure_json(args, notices, opened.as_ref(), &**error),
+        };
+        if let Some(outcome) = &opened {
+            object["outcome"] = json!(outcome.as_str());
+            if let OpenOutcome::FellBack { reason, .. } = outcome {
+                object["reason"] = json!(reason.as_str());
             }
-            // Human output: the reply was printed as it came (`reply::ReplyPrinter`).
-            Ok(())
         }
-        Err(error) => {
-            if args.json {
-                outln!("{}", failure_json(args, notices, opened.as_ref(), &*error));
-            }
-            Err(error)
-        }
+        outln!("{object}");
     }
+    result.map(drop)
 }
 
 /// Under `--json`, the failure object of an invocation that failed before it could start (the
@@ -332,56 +303,37 @@ pub(crate) fn report_early_failure(args: &ChatArgs, error: BoxError) -> BoxError
     error
 }
 
-/// `{"session", "error": {"kind", "message"}, "notices", ["thread_id", "outcome", "reason"]}`.
+/// `{"session", "error": {"kind", "message"}, "notices", ["thread_id"]}`.
 fn failure_json(
     args: &ChatArgs,
     notices: &[String],
     opened: Option<&OpenOutcome>,
     error: &(dyn Error + 'static),
 ) -> Value {
+    // The runtime's kinds, `interrupted`, `usage`, or `store` / `client` for a store or codex
+    // that could not be opened.
+    let kind = output::chain(error).find_map(|error| {
+        if error.is::<Interrupted>() {
+            Some("interrupted")
+        } else if error.is::<UsageError>() {
+            Some("usage")
+        } else if let Some(error) = error.downcast_ref::<RuntimeError>() {
+            Some(error.kind())
+        } else if error.is::<StoreError>() {
+            Some("store")
+        } else {
+            error.is::<ClientError>().then_some("client")
+        }
+    });
     let mut object = json!({
         "session": args.session,
-        "error": {"kind": error_kind(error), "message": one_line(&error.to_string())},
+        "error": {"kind": kind.unwrap_or("failed"), "message": output::one_line(&error.to_string())},
         "notices": notices,
     });
     if let Some(outcome) = opened {
         object["thread_id"] = json!(outcome.thread_id());
     }
-    describe_open(&mut object, opened);
     object
-}
-
-fn describe_open(object: &mut Value, opened: Option<&OpenOutcome>) {
-    let Some(outcome) = opened else { return };
-    object["outcome"] = json!(outcome.as_str());
-    if let OpenOutcome::FellBack { reason, .. } = outcome {
-        object["reason"] = json!(reason.as_str());
-    }
-}
-
-/// The `error.kind` of a failure: the runtime's kinds, `interrupted`, or `store` / `client`
-/// for a store or codex that could not be opened.
-fn error_kind(error: &(dyn Error + 'static)) -> &'static str {
-    let mut next = Some(error);
-    while let Some(error) = next {
-        if error.downcast_ref::<Interrupted>().is_some() {
-            return "interrupted";
-        } else if error.downcast_ref::<UsageError>().is_some() {
-            return "usage";
-        } else if let Some(error) = error.downcast_ref::<RuntimeError>() {
-            return error.kind();
-        } else if error.downcast_ref::<StoreError>().is_some() {
-            return "store";
-        } else if error.downcast_ref::<ClientError>().is_some() {
-            return "client";
-        }
-        next = error.source();
-    }
-    "failed"
-}
-
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]
@@ -396,10 +348,8 @@ mod tests {
             message: "hello".into(),
             images: Vec::new(),
             json: true,
-            wait: Duration::ZERO,
-            lease_ttl: None,
             // The binder's CODEX_HOME is not the fake's: nothing to mirror.
-            mirror: false,
+            options: BinderOptions::default().mirror(false),
         }
     }
 

@@ -1,9 +1,7 @@
-//! `rethread demo`: the whole story on an embedded SQLite store (the default) and the bundled fake
-//! app-server, narrated. Needs nothing installed; every claim it narrates is checked, and a
-//! failed check fails the demo. With `--json` the story is one object on stdout instead:
-//! `{"ok", "steps": [{"title", "lines", "checks"}], "error"?}` (also when a check fails).
+//! `rethread demo`: the whole story on an embedded SQLite store (the default) and the bundled
+//! fake app-server, narrated. Every claim it narrates is checked; a failed check fails the
+//! demo. With `--json` the story is one object on stdout, also when a check fails.
 
-use crate::output::outln;
 use std::sync::Arc;
 
 use rethread_fake_appserver::faults::Corruption;
@@ -15,7 +13,8 @@ use rethread_store::{BindingStore, BindingStoreExt, OpenOptions, SqliteStore};
 use serde_json::{json, Value};
 use tokio::io::DuplexStream;
 
-use crate::{output, CliResult};
+use crate::output::{self, outln, Stream};
+use crate::CliResult;
 
 const SESSION: &str = "demo-session";
 
@@ -44,9 +43,10 @@ impl Narration {
                 .push(json!({"title": title, "lines": [], "checks": []}));
         } else {
             outln!();
+            let bold = anstyle::Style::new().bold();
             outln!(
                 "{}",
-                output::bold(output::Stream::Stdout, &format!("== {title}"))
+                output::paint(Stream::Stdout, bold, &format!("== {title}"))
             );
         }
     }
@@ -57,7 +57,10 @@ impl Narration {
             self.current("lines").push(json!(line));
         } else {
             match painted {
-                Some(colour) => outln!("{}", output::paint(output::Stream::Stdout, colour, line)),
+                Some(colour) => outln!(
+                    "{}",
+                    output::paint(Stream::Stdout, colour.on_default(), line)
+                ),
                 None => outln!("{line}"),
             }
         }
@@ -88,14 +91,6 @@ impl Narration {
     }
 }
 
-async fn connect(stream: DuplexStream, rail: StatusRail) -> CliResult<AppServerClient> {
-    let (reader, writer) = tokio::io::split(stream);
-    Ok(AppServerClient::builder()
-        .rail(rail)
-        .connect(reader, writer)
-        .await?)
-}
-
 /// One "process": a fresh client on the fake and a fresh binder (with the rollout mirror on or
 /// off), one turn.
 async fn turn(
@@ -106,7 +101,11 @@ async fn turn(
     message: &str,
 ) -> CliResult<(OpenOutcome, String, Vec<String>)> {
     let (rail, recorded) = StatusRail::recording();
-    let client = connect(stream, rail.clone()).await?;
+    let (reader, writer) = tokio::io::split(stream);
+    let client = AppServerClient::builder()
+        .rail(rail.clone())
+        .connect(reader, writer)
+        .await?;
     let options = BinderOptions::default()
         .codex_home(Some(home.to_string()))
         .mirror(mirror);

@@ -1,17 +1,12 @@
 //! `rethread doctor`: probe each binding without resuming it ([`probe_thread`]: reads only,
 //! classified by the same rule as a failed resume).
 //!
-//! With no binding to probe it starts no codex (and needs none installed).
-//!
-//! Up to `--jobs` probes run at once on one codex connection. A probe that fails outright (the
-//! connection closed, a timeout) is a row of status `error` and the run goes on to the next
-//! binding. The report lists the bindings in session order whatever order the probes ended
-//! in. A thread gone from this `CODEX_HOME` whose rollout the store mirrors is `restorable`:
-//! its next open restores it and resumes it; with mirroring off (`RETHREAD_MIRROR=off`) that
-//! open restores nothing, so such a thread is `gone`, as the next turn will find it. Exit
-//! code: [`output::EXIT_FAILED`] when any binding's next turn would start a new thread
-//! (neither live nor restorable, busy, or its probe failed), after the whole report was
-//! printed.
+//! With no binding to probe it starts no codex. Up to `--jobs` probes run at once on one codex
+//! connection; a probe that fails outright (the connection closed, a timeout) is a row of
+//! status `error`, and the run goes on. The report lists the bindings in session order. A
+//! thread gone from this `CODEX_HOME` whose rollout the store mirrors is `restorable` (its next
+//! open restores it), or `gone` with mirroring off (that open restores nothing). Exit 1 when
+//! any binding's next turn would start a new thread, after the whole report.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,41 +19,8 @@ use rethread_runtime::{
 use rethread_store::{Binding, BindingStore};
 use serde_json::json;
 
-use crate::output::outln;
-use crate::{output, CliResult};
-
-/// Bindings read from the store per page.
-const PAGE: usize = 256;
-
-/// The `doctor` flags.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct DoctorArgs {
-    /// Print JSON.
-    pub(crate) json: bool,
-    /// Probes at once.
-    pub(crate) jobs: usize,
-    /// Whether the next open restores a mirrored rollout (`RETHREAD_MIRROR`).
-    pub(crate) mirror: bool,
-}
-
-/// Some bindings are not live: the report said which.
-#[derive(Debug)]
-pub(crate) struct NotAllLive {
-    not_live: usize,
-    total: usize,
-}
-
-impl std::fmt::Display for NotAllLive {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} of {} binding(s) not live; their next turn starts a new thread",
-            self.not_live, self.total
-        )
-    }
-}
-
-impl std::error::Error for NotAllLive {}
+use crate::output::{self, for_people, outln};
+use crate::CliResult;
 
 /// One row of the report.
 struct Row {
@@ -72,41 +34,90 @@ struct Row {
 /// rollout.
 type Bound = (String, Binding, bool);
 
-/// Probes every binding of `store` on one codex, resolved by `codex` only when there is one.
+/// Probes every binding of `store`, `jobs` at once, on one codex (resolved by `codex` only
+/// when there is a binding); `mirror`: whether the next open restores a mirrored rollout.
 pub(crate) async fn run(
     store: Arc<dyn BindingStore>,
     codex: impl FnOnce() -> Result<PathBuf, output::UsageError>,
-    args: DoctorArgs,
+    json: bool,
+    jobs: usize,
+    mirror: bool,
 ) -> CliResult {
     let bound = bindings(store.as_ref()).await?;
-    if bound.is_empty() {
-        report(&[], args.json);
-        return Ok(());
+    let mut rows = Vec::new();
+    if !bound.is_empty() {
+        let client = AppServerClient::builder()
+            .rail(StatusRail::tracing())
+            .spawn(&CodexCommand::new(codex()?))
+            .await?;
+        let bar = output::progress(bound.len() as u64, "probing");
+        rows = probe_all(bound, jobs, |session, binding, mirrored| {
+            let (client, bar) = (client.clone(), bar.clone());
+            async move {
+                let row = probe(&client, session, binding, mirrored, mirror).await;
+                bar.inc(1);
+                row
+            }
+        })
+        .await;
+        output::finish(&bar);
+        client.shutdown().await;
     }
-    let client = AppServerClient::builder()
-        .rail(StatusRail::tracing())
-        .spawn(&CodexCommand::new(codex()?))
-        .await?;
-    let bar = output::progress(bound.len() as u64, "probing");
-    let rows = probe_all(bound, args.jobs, |session, binding, mirrored| {
-        let client = client.clone();
-        let bar = bar.clone();
-        async move {
-            let row = probe(&client, session, binding, mirrored, args.mirror).await;
-            bar.inc(1);
-            row
-        }
-    })
-    .await;
-    output::finish(&bar);
-    client.shutdown().await;
-    report(&rows, args.json);
+    let count = |health| rows.iter().filter(|r| r.health == health).count();
     let not_live = rows.iter().filter(|r| !r.health.resumes()).count();
+    if json {
+        let bindings: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                json!({"session": r.session, "thread_id": r.binding.thread_id,
+                       "codex_home": r.binding.codex_home, "status": r.health.as_str(),
+                       "detail": r.detail})
+            })
+            .collect();
+        let summary: serde_json::Map<_, _> = ThreadHealth::ALL
+            .iter()
+            .map(|h| (h.as_str().to_string(), json!(count(*h))))
+            .collect();
+        // all_live: every binding resumes on its next turn (live, or restorable).
+        let report = json!({"bindings": bindings, "total": rows.len(), "summary": summary,
+                            "all_live": not_live == 0});
+        outln!("{report}");
+    } else {
+        if !rows.is_empty() {
+            let mut table = output::table();
+            table.set_header(["SESSION", "THREAD", "STATUS", "DETAIL"]);
+            table.add_rows(rows.iter().map(|row| {
+                let colour = match row.health {
+                    ThreadHealth::Live => Color::Green,
+                    ThreadHealth::Restorable => Color::Yellow,
+                    _ => Color::Red,
+                };
+                [
+                    Cell::new(for_people(&row.session)),
+                    Cell::new(for_people(&row.binding.thread_id)),
+                    Cell::new(row.health.as_str()).fg(colour),
+                    Cell::new(for_people(&row.detail)),
+                ]
+            }));
+            output::print_table(&mut table);
+        }
+        let parts: Vec<String> = ThreadHealth::ALL
+            .iter()
+            .filter(|h| count(**h) > 0)
+            .map(|h| format!("{} {}", count(*h), h.as_str()))
+            .collect();
+        let parts = match parts.is_empty() {
+            true => String::new(),
+            false => format!(": {}", parts.join(", ")),
+        };
+        outln!("{} binding(s){parts}", rows.len());
+    }
     if not_live > 0 {
-        return Err(Box::new(NotAllLive {
-            not_live,
-            total: rows.len(),
-        }));
+        let total = rows.len();
+        return Err(format!(
+            "{not_live} of {total} binding(s) not live; their next turn starts a new thread"
+        )
+        .into());
     }
     Ok(())
 }
@@ -116,7 +127,7 @@ async fn bindings(store: &dyn BindingStore) -> CliResult<Vec<Bound>> {
     let mut out = Vec::new();
     let mut after: Option<String> = None;
     loop {
-        let page = store.list_sessions(after.as_deref(), PAGE).await?;
+        let page = store.list_sessions(after.as_deref(), 256).await?;
         out.extend(page.sessions.into_iter().filter_map(|s| {
             let binding = s.binding().cloned()?;
             let mirrored = RolloutMirror::can_restore(&s, &binding.thread_id);
@@ -130,12 +141,11 @@ async fn bindings(store: &dyn BindingStore) -> CliResult<Vec<Bound>> {
 }
 
 /// Runs `probe` on every binding, at most `jobs` at once; the rows in session order.
-async fn probe_all<F, Fut>(bound: Vec<Bound>, jobs: usize, probe: F) -> Vec<Row>
+async fn probe_all<F, Fut>(bound: Vec<Bound>, jobs: usize, mut probe: F) -> Vec<Row>
 where
     F: FnMut(String, Binding, bool) -> Fut,
     Fut: std::future::Future<Output = Row>,
 {
-    let mut probe = probe;
     let mut rows: Vec<Row> = futures::stream::iter(bound)
         .map(|(session, binding, mirrored)| probe(session, binding, mirrored))
         .buffer_unordered(jobs.max(1))
@@ -146,7 +156,7 @@ where
 }
 
 /// Probes one binding; a probe that could not be made is an `error` row. A mirrored rollout
-/// counts only when mirroring is on: otherwise the next open restores nothing.
+/// counts only with `mirror` on: otherwise the next open restores nothing.
 async fn probe(
     client: &AppServerClient,
     session: String,
@@ -178,71 +188,6 @@ async fn probe(
         health,
         detail,
     }
-}
-
-fn report(rows: &[Row], json: bool) {
-    if json {
-        print_json(rows);
-    } else {
-        print_table(rows);
-    }
-}
-
-fn count(rows: &[Row], health: ThreadHealth) -> usize {
-    rows.iter().filter(|r| r.health == health).count()
-}
-
-fn print_json(rows: &[Row]) {
-    let bindings: Vec<_> = rows
-        .iter()
-        .map(|r| {
-            json!({"session": r.session, "thread_id": r.binding.thread_id,
-                   "codex_home": r.binding.codex_home, "status": r.health.as_str(),
-                   "detail": r.detail})
-        })
-        .collect();
-    let summary: serde_json::Map<_, _> = ThreadHealth::ALL
-        .iter()
-        .map(|h| (h.as_str().to_string(), json!(count(rows, *h))))
-        .collect();
-    // Every binding resumes on its next turn (live here, or restorable from the mirror).
-    let all_live = rows.iter().all(|r| r.health.resumes());
-    outln!(
-        "{}",
-        json!({"bindings": bindings, "total": rows.len(), "summary": summary, "all_live": all_live})
-    );
-}
-
-fn print_table(rows: &[Row]) {
-    if !rows.is_empty() {
-        let mut table = output::table();
-        table.set_header(["SESSION", "THREAD", "STATUS", "DETAIL"]);
-        for row in rows {
-            let colour = match row.health {
-                ThreadHealth::Live => Color::Green,
-                ThreadHealth::Restorable => Color::Yellow,
-                _ => Color::Red,
-            };
-            table.add_row([
-                Cell::new(output::for_people(&row.session)),
-                Cell::new(output::for_people(&row.binding.thread_id)),
-                Cell::new(row.health.as_str()).fg(colour),
-                Cell::new(output::for_people(&row.detail)),
-            ]);
-        }
-        output::print_table(&mut table);
-    }
-    let parts: Vec<String> = ThreadHealth::ALL
-        .iter()
-        .filter(|h| count(rows, **h) > 0)
-        .map(|h| format!("{} {}", count(rows, *h), h.as_str()))
-        .collect();
-    let parts = if parts.is_empty() {
-        String::new()
-    } else {
-        format!(": {}", parts.join(", "))
-    };
-    outln!("{} binding(s){parts}", rows.len());
 }
 
 #[cfg(test)]

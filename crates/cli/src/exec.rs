@@ -1,10 +1,9 @@
 //! `rethread exec [ARGS...]`: a drop-in `codex exec` (the TypeScript SDK's interface: one
 //! `codex exec --experimental-json [options] [resume <id>]` process per turn, the prompt on
-//! stdin, JSONL events on stdout), the third driver of the runtime's session machine: the
-//! machine decides every rule, this module carries its actions out with `codex exec`
-//! processes and store writes (`exec/driver.rs`).
+//! stdin, JSONL events on stdout), the third driver of the runtime's session machine
+//! (`exec/driver.rs`).
 //!
-//! With a session named (`RETHREAD_SESSION`: non-empty UTF-8, as for `app-server`):
+//! With a session named (`RETHREAD_SESSION`, as for `app-server`):
 //! - the prompt is read from stdin (1 MiB at most, as `chat -`; an argument prompt with a
 //!   piped stdin as codex composes it), the store opened and the session's lease taken
 //!   **before** codex starts (`RETHREAD_SESSION_WAIT`, `RETHREAD_LEASE_TTL`);
@@ -29,12 +28,13 @@ mod driver;
 mod process;
 
 use std::ffi::{OsStr, OsString};
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use rethread_protocol::exec::ExecArgs;
+use rethread_runtime::BinderOptions;
 
 use crate::output::{self, UsageError};
 
@@ -85,21 +85,14 @@ pub(crate) struct Setup {
     input: Input,
     session: String,
     store: Option<String>,
-    wait: Duration,
-    lease_ttl: Option<Duration>,
-    /// Whether the session's rollout is mirrored (`RETHREAD_MIRROR`, default on).
-    mirror: bool,
+    /// The lease's wait and TTL, and the mirror.
+    options: BinderOptions,
     kind: Kind,
 }
 
-impl Setup {
-    /// `[globals...] exec ARGS...`.
-    fn command_args(&self, args: &[OsString]) -> Vec<OsString> {
-        let mut all = self.globals.clone();
-        all.push(OsString::from("exec"));
-        all.extend(args.iter().cloned());
-        all
-    }
+/// `[globals...] exec ARGS...`.
+fn exec_args(globals: &[OsString], args: &[OsString]) -> Vec<OsString> {
+    [globals, &[OsString::from("exec")], args].concat()
 }
 
 /// `rethread exec ARGS...` (and `codex [globals] exec ARGS...` when rethread stands in for
@@ -117,16 +110,11 @@ pub(crate) fn main(
     };
     let kind = kind_of(&run);
     let Some(session) = session.filter(|_| kind != Kind::PassThrough) else {
-        let mut args = globals;
-        args.push(OsString::from("exec"));
-        args.extend(run.args().iter().cloned());
-        return hand_over(codex, &args);
+        return hand_over(codex, &exec_args(&globals, run.args()));
     };
-    let settings = crate::app_server::session_wait()
-        .map_err(UsageError)
-        .and_then(|wait| Ok((wait, crate::lease_ttl()?, crate::mirror(false)?)))
-        .and_then(|settings| Ok((settings, read_input(&run)?)));
-    let ((wait, lease_ttl, mirror), input) = match settings {
+    let settings =
+        crate::app_server::env_options(false).and_then(|options| Ok((options, read_input(&run)?)));
+    let (options, input) = match settings {
         Ok(settings) => settings,
         Err(usage) => return output::fail(&usage.0, output::EXIT_USAGE),
     };
@@ -137,21 +125,16 @@ pub(crate) fn main(
         input,
         session,
         store: store.map(str::to_string),
-        wait,
-        lease_ttl,
-        mirror,
+        options,
         kind,
     };
-    let runtime = match output::runtime(tokio::runtime::Builder::new_current_thread()) {
-        Ok(runtime) => runtime,
-        Err(code) => return code,
-    };
-    let result = runtime.block_on(driver::run(&setup));
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    match result {
-        Ok(code) => ExitCode::from(code),
-        Err(error) => output::fail(&format!("exec: {error}"), output::exit_code(&*error)),
-    }
+    let runtime = tokio::runtime::Builder::new_current_thread();
+    output::run_to_exit(
+        runtime,
+        Duration::from_secs(1),
+        "exec: ",
+        driver::run(&setup),
+    )
 }
 
 /// Runs `codex ARGS...` in this process's place (Unix: the same process, so every byte,
@@ -159,22 +142,16 @@ pub(crate) fn main(
 pub(crate) fn hand_over(codex: &Path, args: &[OsString]) -> ExitCode {
     let mut command = std::process::Command::new(codex);
     command.args(args);
+    let cannot = |error| format!("could not start `{}`: {error}", codex.display());
     #[cfg(unix)]
     {
         use std::os::unix::process::CommandExt;
-        let error = command.exec();
-        output::fail(
-            &format!("could not start `{}`: {error}", codex.display()),
-            output::EXIT_FAILED,
-        )
+        output::fail(&cannot(command.exec()), output::EXIT_FAILED)
     }
     #[cfg(not(unix))]
     match command.status() {
         Ok(status) => ExitCode::from(status.code().map_or(1, |c| c as u8)),
-        Err(error) => output::fail(
-            &format!("could not start `{}`: {error}", codex.display()),
-            output::EXIT_FAILED,
-        ),
+        Err(error) => output::fail(&cannot(error), output::EXIT_FAILED),
     }
 }
 
@@ -191,16 +168,19 @@ fn read_input(run: &ExecArgs) -> Result<Input, UsageError> {
         ),
         _ => None,
     };
+    let trimmed = |text: &str| text.trim_end_matches(['\n', '\r']).to_string();
     if let Some(given) = &given {
         if std::io::stdin().is_terminal() {
+            let text = trimmed(given);
             return Ok(Input {
                 stdin: None,
-                text: trimmed(given),
+                text,
                 images,
             });
         }
     }
-    let bytes = read_stdin()?;
+    let bytes = crate::chat::read_stdin("prompt")
+        .map_err(|e| UsageError(format!("cannot read the prompt from stdin: {e}")))??;
     let piped = std::str::from_utf8(&bytes)
         .map_err(|_| UsageError("the prompt on stdin is not UTF-8".into()))?;
     let text = match &given {
@@ -219,36 +199,6 @@ fn read_input(run: &ExecArgs) -> Result<Input, UsageError> {
         stdin: Some(bytes),
         images,
     })
-}
-
-fn trimmed(text: &str) -> String {
-    text.trim_end_matches(['\n', '\r']).to_string()
-}
-
-/// All of stdin, refused past 1 MiB (codex's limit on a turn's text, as for `chat -`): read
-/// no further than the limit and a line ending.
-fn read_stdin() -> Result<Vec<u8>, UsageError> {
-    let limit = crate::chat::MAX_STDIN_MESSAGE;
-    let read_at_most = limit + 3;
-    let mut bytes = Vec::new();
-    std::io::stdin()
-        .lock()
-        .take(read_at_most as u64)
-        .read_to_end(&mut bytes)
-        .map_err(|e| UsageError(format!("cannot read the prompt from stdin: {e}")))?;
-    let text_len = bytes.len()
-        - bytes
-            .iter()
-            .rev()
-            .take_while(|b| matches!(b, b'\n' | b'\r'))
-            .count();
-    if bytes.len() == read_at_most || text_len > limit {
-        return Err(UsageError(format!(
-            "the prompt on stdin is longer than 1 MiB ({limit} bytes), the most codex takes \
-             in one turn"
-        )));
-    }
-    Ok(bytes)
 }
 
 #[cfg(test)]

@@ -24,15 +24,19 @@ mod verify;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::builder::TypedValueParser as _;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
-use rethread_store::{open_url, redact_url, BindingStore, OpenOptions};
+use rethread_runtime::{BinderOptions, BoxError};
+use rethread_store::{open_url, redact_url, BindingStore, OpenOptions, StoreError};
 
-/// The error every command returns: printed as one line; the exit code follows from what it
-/// is ([`output::exit_code`]: 75 for busy or temporary, 130/143 interrupted, else 1).
-type CliResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+use output::UsageError;
+
+/// What every command returns: an error is printed as one line, with the exit code
+/// [`output::exit_code`] gives it.
+type CliResult<T = ()> = Result<T, BoxError>;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -247,85 +251,74 @@ fn main() -> ExitCode {
         return code;
     }
     let matches = Cli::command().get_matches();
-    let empty = empty_values(&matches);
     let mut cli = Cli::from_arg_matches(&matches)
         .unwrap_or_else(|error| error.format(&mut Cli::command()).exit());
     logging::init(&cli.logging);
-    let taken = empty.and_then(|empty| {
-        let (store, codex_bin) = cli.command.flags();
-        if let (true, Some(store)) = (empty.store, store) {
-            store.url = None;
-        }
-        if let (true, Some(codex_bin)) = (empty.codex_bin, codex_bin) {
-            codex_bin.path = None;
-        }
-        cli.take_top_level_flags()
-    });
-    if let Err(cause) = taken {
+    let name = matches.subcommand_name().unwrap_or_default();
+    if let Err(cause) = empty_values(&matches).and_then(|empty| cli.take_flags(name, empty)) {
         return output::fail(&cause, output::EXIT_USAGE);
     }
     if let Command::AppServer(args) = cli.command {
-        let codex = match codex_bin::resolve(args.codex_bin.path.as_deref(), codex_bin::Pick::First)
-        {
-            Ok(codex) => codex,
-            Err(usage) => return output::fail(&usage.0, output::EXIT_USAGE),
+        return match args.codex_bin.resolve() {
+            Ok(codex) => app_server::main(&codex, &cli.app_server, args),
+            Err(usage) => output::fail(&usage.0, output::EXIT_USAGE),
         };
-        return app_server::main(&codex, &cli.app_server, args);
     }
     if let Err(cause) = cli.app_server.ensure_unused() {
         return output::fail(&cause, output::EXIT_USAGE);
     }
-    if let Command::Exec {
-        store,
-        codex_bin,
-        args,
-    } = cli.command
-    {
-        return match codex_bin::resolve(codex_bin.path.as_deref(), codex_bin::Pick::First) {
+    match cli.command {
+        Command::Exec {
+            store,
+            codex_bin,
+            args,
+        } => match codex_bin.resolve() {
             Ok(codex) => exec::main(&codex, store.url.as_deref(), Vec::new(), args),
             Err(usage) => output::fail(&usage.0, output::EXIT_USAGE),
-        };
-    }
-    if let Command::Completions { shell } = cli.command {
-        return completions(shell);
-    }
-    let runtime = match output::runtime(tokio::runtime::Builder::new_multi_thread()) {
-        Ok(runtime) => runtime,
-        Err(code) => return code,
-    };
-    let result = runtime.block_on(run(cli.command));
-    // Background work (a lease release of a dropped binder) gets a moment; the process exit
-    // must not wait on a wedged store.
-    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-    match result {
-        Ok(()) => ExitCode::from(output::EXIT_OK),
-        Err(error) => output::fail(&error.to_string(), output::exit_code(&*error)),
+        },
+        Command::Completions { shell } => completions(shell),
+        // Background work (a lease release of a dropped binder) gets a moment; the process
+        // exit must not wait on a wedged store.
+        command => output::run_to_exit(
+            tokio::runtime::Builder::new_multi_thread(),
+            Duration::from_secs(1),
+            "",
+            async { run(command).await.map(|()| output::EXIT_OK) },
+        ),
     }
 }
 
 impl Cli {
-    /// Moves `--store` and `--codex-bin` given before the command into the command, which
-    /// takes them as its own (given there too, the one before the command wins); a command
-    /// that does not use one refuses it (a usage error), as the app-server flags are refused.
-    fn take_top_level_flags(&mut self) -> Result<(), String> {
-        let name = self.command.name();
+    /// Moves `--store` and `--codex-bin` given before the command `name` into it, which takes
+    /// them as its own (given there too, the one before the command wins); one the command
+    /// does not take is a usage error. A value of the command's own that came from an empty
+    /// variable (`empty`: store, codex-bin) is dropped.
+    fn take_flags(&mut self, name: &str, empty: [bool; 2]) -> Result<(), String> {
         let (store, codex_bin) = self.command.flags();
         match (self.store.take(), store) {
             (Some(url), Some(store)) => store.url = Some(url),
             (Some(_), None) => return Err(format!("--store does not apply to {name}")),
-            (None, _) => {}
+            (None, Some(store)) if empty[0] => store.url = None,
+            _ => {}
         }
         match (self.codex_bin.take(), codex_bin) {
             (Some(path), Some(codex_bin)) => codex_bin.path = Some(path),
             (Some(_), None) => return Err(format!("--codex-bin does not apply to {name}")),
-            (None, _) => {}
+            (None, Some(codex_bin)) if empty[1] => codex_bin.path = None,
+            _ => {}
         }
         Ok(())
     }
 }
 
+impl CodexBinArg {
+    /// The codex to start; refused if it is rethread itself.
+    fn resolve(&self) -> Result<PathBuf, UsageError> {
+        codex_bin::resolve(self.path.as_deref(), codex_bin::Pick::First)
+    }
+}
+
 impl SessionsCommand {
-    /// Its `--store`.
     fn store(&mut self) -> &mut StoreArg {
         match self {
             SessionsCommand::List { store, .. }
@@ -351,27 +344,8 @@ impl Command {
             Command::AppServer(args) => (Some(&mut args.store), Some(&mut args.codex_bin)),
             Command::Sessions { command } => (Some(command.store()), None),
             Command::Verify { store, .. } => (Some(store), None),
-            Command::Migrate { .. } | Command::Completions { .. } => (None, None),
-            #[cfg(feature = "demo")]
-            Command::Demo { .. } => (None, None),
+            _ => (None, None),
         }
-    }
-
-    /// The command's name, as typed.
-    fn name(&self) -> String {
-        let name = match self {
-            Command::Chat { .. } => "chat",
-            Command::Sessions { .. } => "sessions",
-            Command::Doctor { .. } => "doctor",
-            Command::Migrate { .. } => "migrate",
-            Command::Verify { .. } => "verify",
-            #[cfg(feature = "demo")]
-            Command::Demo { .. } => "demo",
-            Command::Completions { .. } => "completions",
-            Command::AppServer(_) => "app-server",
-            Command::Exec { .. } => "exec",
-        };
-        name.to_string()
     }
 }
 
@@ -383,14 +357,11 @@ fn completions(shell: clap_complete::Shell) -> ExitCode {
     clap_complete::generate(shell, &mut Cli::command(), "rethread", &mut script);
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(&script).and_then(|()| stdout.flush()) {
-        Ok(()) => ExitCode::from(output::EXIT_OK),
-        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
-            ExitCode::from(output::EXIT_OK)
-        }
-        Err(error) => output::fail(
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => output::fail(
             &format!("cannot write the completion script: {error}"),
             output::EXIT_FAILED,
         ),
+        _ => ExitCode::from(output::EXIT_OK),
     }
 }
 
@@ -398,18 +369,11 @@ fn completions(shell: clap_complete::Shell) -> ExitCode {
 const STORE_ID: &str = "store_url";
 const CODEX_BIN_ID: &str = "codex_bin_path";
 
-/// Which of the command's `--store` / `--codex-bin` came from an empty `RETHREAD_STORE` /
-/// `RETHREAD_CODEX_BIN`: unset, as an empty `RETHREAD_SESSION` is.
-#[derive(Debug, Clone, Copy)]
-struct EmptyValues {
-    store: bool,
-    codex_bin: bool,
-}
-
-/// clap takes an empty variable as a value (it has no setting to skip one): finds the empty
-/// ones, to be read as unset. Typed empty (`--store ""`, before the command or after it) is a
-/// usage error, as `--session ""` is.
-fn empty_values(matches: &ArgMatches) -> Result<EmptyValues, String> {
+/// clap takes an empty variable as a value (it has no setting to skip one): whether the
+/// command's `--store` and `--codex-bin` came from an empty `RETHREAD_STORE` /
+/// `RETHREAD_CODEX_BIN`, to be read as unset. Typed empty (`--store ""`, before the command or
+/// after it) is a usage error, as `--session ""` is.
+fn empty_values(matches: &ArgMatches) -> Result<[bool; 2], String> {
     let typed = |flag: &str| format!("{flag} is empty; name one or leave it out for the default");
     for (id, flag) in [("store", "--store"), ("codex_bin", "--codex-bin")] {
         if is_empty(matches, id) {
@@ -425,10 +389,10 @@ fn empty_values(matches: &ArgMatches) -> Result<EmptyValues, String> {
         true if leaf.value_source(id) == Some(ValueSource::EnvVariable) => Ok(true),
         true => Err(typed(flag)),
     };
-    Ok(EmptyValues {
-        store: from_env(STORE_ID, "--store")?,
-        codex_bin: from_env(CODEX_BIN_ID, "--codex-bin")?,
-    })
+    Ok([
+        from_env(STORE_ID, "--store")?,
+        from_env(CODEX_BIN_ID, "--codex-bin")?,
+    ])
 }
 
 /// Whether `id` was given, empty (`false` where the command has no such argument).
@@ -437,35 +401,40 @@ fn is_empty(matches: &ArgMatches, id: &str) -> bool {
     values.is_some_and(|mut values| values.all(|value| value.is_empty()))
 }
 
-/// The environment variable setting the TTL of the session lease `chat` and `app-server` take.
-const LEASE_TTL_ENV: &str = "RETHREAD_LEASE_TTL";
-
-/// `RETHREAD_LEASE_TTL`: seconds (fractional) from 0.1 to 86400; unset or empty keeps the
-/// library's default (30 s). A holder stalled past it may be taken over.
-pub(crate) fn lease_ttl() -> Result<Option<std::time::Duration>, output::UsageError> {
-    let text = match std::env::var(LEASE_TTL_ENV) {
-        Err(std::env::VarError::NotPresent) => return Ok(None),
+/// The session settings of `chat`, `app-server` and `exec`: `wait` for a session another
+/// process holds; the lease's TTL, `RETHREAD_LEASE_TTL` (seconds from 0.1 to 86400; unset or
+/// empty keeps the library's 30 s); and the mirror ([`mirror`]).
+pub(crate) fn binder_options(wait: Duration, no_mirror: bool) -> Result<BinderOptions, UsageError> {
+    const LEASE_TTL_ENV: &str = "RETHREAD_LEASE_TTL";
+    let ttl = match std::env::var(LEASE_TTL_ENV) {
+        Err(std::env::VarError::NotPresent) => None,
         Err(std::env::VarError::NotUnicode(_)) => {
-            return Err(output::UsageError(format!("{LEASE_TTL_ENV} is not UTF-8")))
+            return Err(UsageError(format!("{LEASE_TTL_ENV} is not UTF-8")))
         }
-        Ok(text) if text.is_empty() => return Ok(None),
-        Ok(text) => text,
+        Ok(text) if text.is_empty() => None,
+        Ok(text) => match text.parse::<f64>() {
+            Ok(secs) if (0.1..=86_400.0).contains(&secs) => Some(Duration::from_secs_f64(secs)),
+            _ => {
+                return Err(UsageError(format!(
+                    "{LEASE_TTL_ENV}: `{text}` is not a number of seconds between 0.1 and 86400"
+                )))
+            }
+        },
     };
-    match text.parse::<f64>() {
-        Ok(secs) if (0.1..=86_400.0).contains(&secs) => {
-            Ok(Some(std::time::Duration::from_secs_f64(secs)))
-        }
-        _ => Err(output::UsageError(format!(
-            "{LEASE_TTL_ENV}: `{text}` is not a number of seconds between 0.1 and 86400"
-        ))),
-    }
+    let options = BinderOptions::default()
+        .lease_wait(wait)
+        .mirror(mirror(no_mirror)?);
+    Ok(match ttl {
+        Some(ttl) => options.lease_ttl(Some(ttl)),
+        None => options,
+    })
 }
 
-/// Whether to mirror the session's rollout: on unless `--no-mirror` or `RETHREAD_MIRROR=off`;
-/// a `RETHREAD_MIRROR` that is neither `on` nor `off` is a usage error (exit 2).
-pub(crate) fn mirror(no_mirror: bool) -> Result<bool, output::UsageError> {
+/// Whether to mirror the session's rollout: on unless `no_mirror` or `RETHREAD_MIRROR=off`;
+/// a `RETHREAD_MIRROR` that is neither `on` nor `off` is a usage error.
+fn mirror(no_mirror: bool) -> Result<bool, UsageError> {
     let env = std::env::var_os(rethread_runtime::MIRROR_ENV);
-    let on = rethread_runtime::mirror_setting(env.as_deref()).map_err(output::UsageError)?;
+    let on = rethread_runtime::mirror_setting(env.as_deref()).map_err(UsageError)?;
     Ok(on && !no_mirror)
 }
 
@@ -480,10 +449,6 @@ fn parse_wait(text: &str) -> Result<f64, String> {
 }
 
 async fn run(command: Command) -> CliResult {
-    // Resolved before anything starts; refused if it is rethread itself.
-    let resolve = |codex_bin: &CodexBinArg| {
-        codex_bin::resolve(codex_bin.path.as_deref(), codex_bin::Pick::First)
-    };
     match command {
         Command::Chat {
             store,
@@ -495,54 +460,44 @@ async fn run(command: Command) -> CliResult {
             no_mirror,
             message,
         } => {
+            let wait = Duration::from_secs_f64(wait);
+            let options = BinderOptions::default();
             let mut args = chat::ChatArgs {
                 session,
                 message,
                 images,
                 json,
-                wait: std::time::Duration::from_secs_f64(wait),
-                lease_ttl: None,
-                mirror: true,
+                options,
             };
-            let read = async {
-                args.lease_ttl = lease_ttl()?;
-                let codex = resolve(&codex_bin)?;
-                args.mirror = mirror(no_mirror)?;
+            // Everything is read, and refused, before codex starts; under `--json` a failure
+            // here is reported as one object too.
+            let ready = async {
+                args.options = binder_options(wait, no_mirror)?;
+                let codex = codex_bin.resolve()?;
                 args.images = chat::image_paths(&args.images)?;
-                let message = chat::read_message(std::mem::take(&mut args.message)).await?;
-                Ok::<_, Box<dyn std::error::Error + Send + Sync>>((codex, message))
-            };
-            let codex = match read.await {
-                Ok((codex, message)) => {
-                    args.message = message;
-                    codex
-                }
-                Err(error) => return Err(chat::report_early_failure(&args, error)),
-            };
-            let store = match open_store(store.url.as_deref(), Access::Write(args.wait)).await {
-                Ok(store) => store,
-                Err(error) => return Err(chat::report_early_failure(&args, error)),
-            };
-            chat::run(store, &codex, &args).await
+                args.message = chat::read_message(std::mem::take(&mut args.message)).await?;
+                let store = open_store(store.url.as_deref(), Access::Write(wait)).await?;
+                Ok::<_, BoxError>((store, codex))
+            }
+            .await;
+            match ready {
+                Ok((store, codex)) => chat::run(store, &codex, &args).await,
+                Err(error) => Err(chat::report_early_failure(&args, error)),
+            }
         }
         Command::Sessions { mut command } => {
-            // Only reads, or deletes what exists: a missing store is not created.
             let url = command.store().url.take();
+            // Only reads, or deletes what exists: a missing store is not created.
             let access = match command {
                 SessionsCommand::Forget { .. } => Access::Existing,
-                SessionsCommand::List { .. } | SessionsCommand::Show { .. } => Access::Read,
+                _ => Access::Read,
             };
             let store = open_store(url.as_deref(), access).await?;
+            let url = url.as_deref();
             match command {
                 SessionsCommand::List {
                     json, limit, after, ..
-                } => {
-                    let page = sessions::Paging {
-                        limit: limit.map(|n| n as usize),
-                        after,
-                    };
-                    sessions::list(store, url.as_deref(), json, page).await
-                }
+                } => sessions::list(store, url, json, limit, after).await,
                 SessionsCommand::Show {
                     id,
                     json,
@@ -550,13 +505,7 @@ async fn run(command: Command) -> CliResult {
                     limit,
                     after,
                     ..
-                } => {
-                    let page = sessions::RowPaging {
-                        limit: limit.map(u64::from),
-                        after,
-                    };
-                    sessions::show_rows(store, url.as_deref(), &id, json, page).await
-                }
+                } => sessions::show_rows(store, url, &id, json, limit, after).await,
                 SessionsCommand::Show { id, json, .. } => sessions::show(store, &id, json).await,
                 SessionsCommand::Forget { id, json, .. } => {
                     sessions::forget(store, &id, json).await
@@ -572,13 +521,8 @@ async fn run(command: Command) -> CliResult {
             // What the next open will do with a mirrored rollout: doctor reports that.
             let mirror = mirror(false)?;
             let store = open_store(store.url.as_deref(), Access::Read).await?;
-            let args = doctor::DoctorArgs {
-                json,
-                jobs: usize::from(jobs),
-                mirror,
-            };
             // Resolved only when there is a binding to probe.
-            doctor::run(store, || resolve(&codex_bin), args).await
+            doctor::run(store, || codex_bin.resolve(), json, jobs.into(), mirror).await
         }
         Command::Migrate { from, to, json } => migrate::run(&from, &to, json).await,
         Command::Verify { store, json } => {
@@ -594,22 +538,15 @@ async fn run(command: Command) -> CliResult {
     }
 }
 
-/// The default store: `sqlite:<data dir>/rethread/rethread.sqlite` (several processes share
-/// it: `chat`s and `app-server`s at once).
-fn default_store_url() -> CliResult<String> {
-    let data = dirs::data_dir().ok_or("no user data directory; pass --store URL")?;
-    Ok(format!(
-        "sqlite:{}",
-        data.join("rethread").join("rethread.sqlite").display()
-    ))
-}
-
-/// The store URL: `--store` / `RETHREAD_STORE`, else the default.
+/// The store URL: `--store` / `RETHREAD_STORE`, else `sqlite:<data dir>/rethread/rethread.sqlite`
+/// (several processes share it: `chat`s and `app-server`s at once).
 fn store_url(url: Option<&str>) -> CliResult<String> {
-    match url {
-        Some(url) => Ok(url.to_string()),
-        None => default_store_url(),
+    if let Some(url) = url {
+        return Ok(url.to_string());
     }
+    let data = dirs::data_dir().ok_or("no user data directory; pass --store URL")?;
+    let path = data.join("rethread").join("rethread.sqlite");
+    Ok(format!("sqlite:{}", path.display()))
 }
 
 /// What a command does with the store.
@@ -617,12 +554,11 @@ fn store_url(url: Option<&str>) -> CliResult<String> {
 enum Access {
     /// It writes: a missing store is created (with its directory); opening waits this long for
     /// another process that holds the store (redb).
-    Write(std::time::Duration),
-    /// It changes what exists only: a missing store is `no store at PATH` (exit 1), and
-    /// nothing is created.
+    Write(Duration),
+    /// It changes what exists only: a missing store is `no store at PATH` (exit 1).
     Existing,
-    /// It only reads: as `Existing`, and the store is opened read-only, so nothing in it or
-    /// beside it changes.
+    /// It only reads: as `Existing`, and opened read-only, so nothing in it or beside it
+    /// changes.
     Read,
 }
 
@@ -630,7 +566,6 @@ async fn open_store(url: Option<&str>, access: Access) -> CliResult<Arc<dyn Bind
     open_store_url(&store_url(url)?, access).await
 }
 
-/// Opens a store by URL for `access`.
 async fn open_store_url(url: &str, access: Access) -> CliResult<Arc<dyn BindingStore>> {
     tracing::debug!(store = %redact_url(url), ?access, "opening the store");
     let options = match access {
@@ -639,30 +574,17 @@ async fn open_store_url(url: &str, access: Access) -> CliResult<Arc<dyn BindingS
         Access::Read => OpenOptions::default().create(false).read_only(true),
     };
     open_url(url, options).await.map_err(|source| {
-        Box::new(OpenStoreError {
-            url: redact_url(url),
-            source,
-        }) as _
+        let url = redact_url(url);
+        OpenStoreError { url, source }.into()
     })
 }
 
 /// A store that could not be opened; the exit code follows from the store's error (a store
 /// locked by another process is temporary).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("cannot open store {url}: {source}")]
 struct OpenStoreError {
     /// The URL, password redacted.
     url: String,
-    source: rethread_store::StoreError,
-}
-
-impl std::fmt::Display for OpenStoreError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "cannot open store {}: {}", self.url, self.source)
-    }
-}
-
-impl std::error::Error for OpenStoreError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
+    source: StoreError,
 }

@@ -1,34 +1,31 @@
 //! Terminal-aware output, and the exit codes.
 //!
-//! Colour is decided by the stream written, each for itself ([`Stream::colour`]): `doctor >
-//! report.txt` on a terminal writes no escape codes into the file, while its warnings on the
-//! terminal keep theirs. `NO_COLOR` turns colour off, `CLICOLOR_FORCE` on, `CLICOLOR=0` off
-//! (anstream's rules, the ones clap's own help follows). Progress bars and spinners are drawn
-//! on stderr, only when it is a terminal, all through one [`MultiProgress`]; everything else
-//! written to stderr while one is shown (log lines, notices, warnings) goes through
-//! [`StderrAboveBars`], which writes it above the bar instead of over it.
-//!
-//! Exit codes: [`EXIT_OK`] 0, [`EXIT_FAILED`] 1, 2 for usage errors (clap's own), [`EXIT_TEMPORARY`]
-//! 75 (busy or temporary: retry later), [`EXIT_SIGINT`] 130 and [`EXIT_SIGTERM`] 143
-//! (interrupted). `doctor` exits [`EXIT_FAILED`] when any binding is not live: its error,
-//! of no kind this module knows, takes the default.
+//! Colour is decided by each stream for itself ([`Stream::colour`], anstream's rules, the ones
+//! clap's help follows): `doctor > report.txt` writes no escape codes into the file. Progress
+//! bars and spinners are drawn on stderr only when it is a terminal, all through one
+//! [`MultiProgress`]; every other line on stderr goes through [`StderrAboveBars`], above them.
 
+use std::borrow::Cow;
 use std::error::Error;
 use std::fmt;
+use std::future::Future;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
-use anstyle::AnsiColor;
+use anstyle::{AnsiColor, Style};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rethread_runtime::{RuntimeError, StatusEvent, StatusKind, StatusSink};
 use rethread_store::StoreError;
 
+use crate::CliResult;
+
 /// Success.
 pub(crate) const EXIT_OK: u8 = 0;
-/// A failure (the one-line cause says which); for `verify`, damage found.
+/// A failure (the one-line cause says which); the default for an error of no kind known here.
 pub(crate) const EXIT_FAILED: u8 = 1;
-/// A usage error: flags that do not go together (clap exits 2 on its own errors).
+/// A usage error (clap exits 2 on its own).
 pub(crate) const EXIT_USAGE: u8 = 2;
 /// Busy or temporary (`EX_TEMPFAIL`): nothing was written; the same command may succeed later.
 pub(crate) const EXIT_TEMPORARY: u8 = 75;
@@ -37,121 +34,95 @@ pub(crate) const EXIT_SIGINT: u8 = 130;
 /// Interrupted by SIGTERM (128 + 15).
 pub(crate) const EXIT_SIGTERM: u8 = 143;
 
-/// A command stopped by a signal; its exit code is 128 + the signal number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A command stopped by `signal` (`SIGINT` or `SIGTERM`); it exits with `code`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("interrupted by {signal}; the turn was not committed and the session's lease was released")]
 pub(crate) struct Interrupted {
-    /// `SIGINT` or `SIGTERM`.
     pub(crate) signal: &'static str,
-    /// The exit code.
     pub(crate) code: u8,
 }
 
-impl fmt::Display for Interrupted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "interrupted by {}; the turn was not committed and the session's lease was released",
-            self.signal
-        )
-    }
-}
-
-impl Error for Interrupted {}
-
-/// Input the command cannot use (like clap's usage errors, exit [`EXIT_USAGE`]): an empty
-/// message on stdin, say.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Input the command cannot use (exit [`EXIT_USAGE`]): an empty message on stdin, say.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub(crate) struct UsageError(pub(crate) String);
 
-impl fmt::Display for UsageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+/// `error` and the errors behind it, outermost first.
+pub(crate) fn chain<'a>(
+    error: &'a (dyn Error + 'static),
+) -> impl Iterator<Item = &'a (dyn Error + 'static)> {
+    std::iter::successors(Some(error), |&error| error.source())
 }
 
-impl Error for UsageError {}
-
-/// The exit code of a command that failed with `error` (or with an error it wraps).
+/// The exit code of a command that failed with `error`: the first one an error of its chain
+/// decides.
 pub(crate) fn exit_code(error: &(dyn Error + 'static)) -> u8 {
-    let mut next = Some(error);
-    while let Some(error) = next {
-        if let Some(code) = own_exit_code(error) {
-            return code;
-        }
-        next = error.source();
-    }
-    EXIT_FAILED
-}
-
-/// The exit code `error` itself decides, if it is one of ours.
-fn own_exit_code(error: &(dyn Error + 'static)) -> Option<u8> {
-    if let Some(interrupted) = error.downcast_ref::<Interrupted>() {
-        return Some(interrupted.code);
-    }
-    if error.is::<UsageError>() {
-        return Some(EXIT_USAGE);
-    }
-    if let Some(error) = error.downcast_ref::<RuntimeError>() {
-        return Some(if error.is_retryable() {
-            EXIT_TEMPORARY
-        } else {
-            EXIT_FAILED
-        });
-    }
-    if let Some(error) = error.downcast_ref::<StoreError>() {
-        // What the runtime's mapping makes retryable: a held or lost lease, a locked store.
-        return Some(match error {
-            StoreError::Busy { .. } | StoreError::LeaseLost { .. } | StoreError::Locked { .. } => {
+    let decided = |error: &(dyn Error + 'static)| {
+        if let Some(interrupted) = error.downcast_ref::<Interrupted>() {
+            Some(interrupted.code)
+        } else if error.is::<UsageError>() {
+            Some(EXIT_USAGE)
+        } else if let Some(error) = error.downcast_ref::<RuntimeError>() {
+            Some(if error.is_retryable() {
                 EXIT_TEMPORARY
-            }
-            _ => EXIT_FAILED,
-        });
-    }
-    None
+            } else {
+                EXIT_FAILED
+            })
+        } else {
+            // What the runtime's mapping makes retryable: a held or lost lease, a locked store.
+            error.downcast_ref::<StoreError>().map(|error| match error {
+                StoreError::Busy { .. }
+                | StoreError::LeaseLost { .. }
+                | StoreError::Locked { .. } => EXIT_TEMPORARY,
+                _ => EXIT_FAILED,
+            })
+        }
+    };
+    chain(error).find_map(decided).unwrap_or(EXIT_FAILED)
 }
 
 /// Prints `rethread: <cause>` on one line to stderr and returns the exit code `code`.
 pub(crate) fn fail(cause: &str, code: u8) -> ExitCode {
-    let one_line = cause.split_whitespace().collect::<Vec<_>>().join(" ");
-    eprint_line(&format!("rethread: {}", for_people(&one_line)));
+    eprint_line(&format!("rethread: {}", for_people(&one_line(cause))));
     ExitCode::from(code)
+}
+
+/// `text` with every run of whitespace, newlines included, one space.
+pub(crate) fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// `text` safe to print for a person: every character a terminal would act on or hide
 /// (control characters such as ESC or a newline, bidirectional overrides, zero-width and other
 /// invisible format characters) written as its Rust escape (`\u{1b}`, `\n`), the rest as it
 /// is. Ids come from hosts and may hold anything; JSON output is escaped by JSON instead.
-pub(crate) fn for_people(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn for_people(text: &str) -> Cow<'_, str> {
     // `escape_debug` leaves printable characters alone, but also escapes quotes and
     // backslashes, which a terminal shows faithfully.
     let shown_as_is = |c: char| matches!(c, '"' | '\'' | '\\') || c.escape_debug().len() == 1;
     if text.chars().all(shown_as_is) {
-        return std::borrow::Cow::Borrowed(text);
+        return Cow::Borrowed(text);
     }
     let mut safe = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if shown_as_is(c) {
-            safe.push(c);
-        } else {
-            safe.extend(c.escape_debug());
+        match shown_as_is(c) {
+            true => safe.push(c),
+            false => safe.extend(c.escape_debug()),
         }
     }
-    std::borrow::Cow::Owned(safe)
+    Cow::Owned(safe)
 }
 
 /// Where a piece of output goes; each stream decides its own colour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stream {
-    /// The reply, reports and tables.
     Stdout,
-    /// Notices, warnings, logs, progress.
     Stderr,
 }
 
 impl Stream {
-    /// Whether text written to this stream may carry colour: a terminal whose `TERM` has
-    /// colours, unless `NO_COLOR` is set (non-empty) or `CLICOLOR=0`; `CLICOLOR_FORCE` forces
-    /// it on a file or pipe too.
+    /// Whether this stream takes colour: a terminal whose `TERM` has colours, unless
+    /// `NO_COLOR` is set (non-empty) or `CLICOLOR=0`; `CLICOLOR_FORCE` forces it on a pipe too.
     pub(crate) fn colour(self) -> bool {
         let choice = match self {
             Stream::Stdout => anstream::AutoStream::choice(&std::io::stdout()),
@@ -161,29 +132,16 @@ impl Stream {
     }
 }
 
-/// `text` in `colour` when `stream` takes colour, else as it is.
-pub(crate) fn paint(stream: Stream, colour: AnsiColor, text: &str) -> String {
-    if stream.colour() {
-        let style = colour.on_default();
-        format!("{style}{text}{style:#}")
-    } else {
-        text.to_string()
+/// `text` in `style` when `stream` takes colour, else as it is.
+pub(crate) fn paint(stream: Stream, style: Style, text: &str) -> String {
+    match stream.colour() {
+        true => format!("{style}{text}{style:#}"),
+        false => text.to_string(),
     }
 }
 
-/// `text` in bold when `stream` takes colour.
-pub(crate) fn bold(stream: Stream, text: &str) -> String {
-    if stream.colour() {
-        let style = anstyle::Style::new().bold();
-        format!("{style}{text}{style:#}")
-    } else {
-        text.to_string()
-    }
-}
-
-/// A table for people, printed on stdout with [`print_table`]: no borders, each column as
-/// wide as its widest cell (ids of any length keep the columns straight), cell colours only
-/// when stdout takes colour.
+/// A table for people, printed with [`print_table`]: no borders, each column as wide as its
+/// widest cell, cell colours only when stdout takes colour.
 pub(crate) fn table() -> comfy_table::Table {
     let mut table = comfy_table::Table::new();
     table.load_style(comfy_table::presets::NOTHING);
@@ -198,8 +156,7 @@ pub(crate) fn table() -> comfy_table::Table {
 /// The spaces between two columns of a [`table`] (a column's width includes them).
 pub(crate) const COLUMN_GAP: u16 = 2;
 
-/// Prints `table` on stdout: [`COLUMN_GAP`] spaces between columns, none before the first or
-/// after the last.
+/// Prints `table` on stdout: [`COLUMN_GAP`] spaces between columns, none after the last.
 pub(crate) fn print_table(table: &mut comfy_table::Table) {
     for column in table.column_iter_mut() {
         column.set_padding((0, COLUMN_GAP));
@@ -211,17 +168,16 @@ pub(crate) fn print_table(table: &mut comfy_table::Table) {
 
 /// A lifecycle notice on stderr.
 pub(crate) fn notice(message: &str) {
-    eprint_line(&paint(Stream::Stderr, AnsiColor::Yellow, message));
-}
-
-/// A line on stderr, as it is.
-pub(crate) fn notice_plain(line: &str) {
-    eprint_line(line);
+    eprint_line(&paint(
+        Stream::Stderr,
+        AnsiColor::Yellow.on_default(),
+        message,
+    ));
 }
 
 /// A warning on stderr.
 pub(crate) fn warning(message: &str) {
-    let label = paint(Stream::Stderr, AnsiColor::Magenta, "warning:");
+    let label = paint(Stream::Stderr, AnsiColor::Magenta.on_default(), "warning:");
     eprint_line(&format!("{label} {message}"));
 }
 
@@ -237,15 +193,15 @@ fn bars() -> &'static MultiProgress {
     })
 }
 
-/// `line` and a newline on stderr, above any bar being shown (a closed stderr is not an error
-/// worth failing for: there is nowhere left to say it).
-fn eprint_line(line: &str) {
+/// `line` and a newline on stderr, above any bar (a closed stderr is not worth failing for:
+/// there is nowhere left to say it).
+pub(crate) fn eprint_line(line: &str) {
     let _ = StderrAboveBars.write_all(format!("{line}\n").as_bytes());
 }
 
-/// stderr, written above the progress bars and spinners being shown ([`MultiProgress::suspend`]:
-/// they are cleared, the bytes written, and they are drawn again below). The log output's
-/// writer, and every line the CLI itself prints on stderr.
+/// stderr, written above the bars being shown ([`MultiProgress::suspend`]: they are cleared,
+/// the bytes written, and they are drawn again below): the log output's writer, and every line
+/// the CLI itself prints on stderr.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct StderrAboveBars;
 
@@ -263,7 +219,7 @@ impl Write for StderrAboveBars {
     }
 }
 
-/// A progress bar on stderr, hidden when stderr is not a terminal.
+/// A progress bar on stderr (hidden when stderr is not a terminal); [`finish`] ends it.
 pub(crate) fn progress(len: u64, what: &str) -> ProgressBar {
     let bar = bars().add(ProgressBar::new(len));
     if let Ok(style) = ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len}") {
@@ -275,25 +231,37 @@ pub(crate) fn progress(len: u64, what: &str) -> ProgressBar {
 
 /// Clears `bar` from the terminal for good.
 pub(crate) fn finish(bar: &ProgressBar) {
-    bar.finish_and_clear();
-    bars().remove(bar);
+    if !bar.is_finished() {
+        bar.finish_and_clear();
+        bars().remove(bar);
+    }
 }
 
-/// What [`spinner`] says while it turns.
-pub(crate) const SPINNER_MESSAGE: &str = "waiting for codex";
-
-/// A spinner on stderr while something runs, ticking on its own; nothing when stderr is not
-/// a terminal. [`Spinner::clear`] it before writing to the terminal; dropping it clears it too
-/// (a turn interrupted by a signal leaves no spinner behind).
+/// A spinner on stderr, ticking on its own (nothing when stderr is not a terminal);
+/// [`Spinner::clear`] it before writing to the terminal. Dropped, it clears itself: a turn
+/// interrupted by a signal leaves no spinner behind.
 pub(crate) struct Spinner(ProgressBar);
 
 impl Spinner {
+    /// Starts a spinner saying `message`.
+    pub(crate) fn start(message: &str) -> Spinner {
+        if !std::io::stderr().is_terminal() {
+            return Spinner(ProgressBar::hidden());
+        }
+        let bar = bars().add(ProgressBar::no_length());
+        if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
+            bar.set_style(style);
+        }
+        bar.set_message(message.to_string());
+        // Drawn at once, not at the first tick: a quick turn still shows it was waited for.
+        bar.tick();
+        bar.enable_steady_tick(Duration::from_millis(100));
+        Spinner(bar)
+    }
+
     /// Clears the spinner from the terminal for good.
     pub(crate) fn clear(&self) {
-        if !self.0.is_finished() {
-            self.0.finish_and_clear();
-            bars().remove(&self.0);
-        }
+        finish(&self.0);
     }
 }
 
@@ -303,29 +271,12 @@ impl Drop for Spinner {
     }
 }
 
-/// Starts a [`Spinner`] saying `message`.
-pub(crate) fn spinner(message: &str) -> Spinner {
-    if !std::io::stderr().is_terminal() {
-        return Spinner(ProgressBar::hidden());
-    }
-    let bar = bars().add(ProgressBar::no_length());
-    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
-        bar.set_style(style);
-    }
-    bar.set_message(message.to_string());
-    // Drawn at once, not at the first tick: a quick turn still shows it was waited for.
-    bar.tick();
-    bar.enable_steady_tick(std::time::Duration::from_millis(100));
-    Spinner(bar)
-}
-
 /// The rail of one CLI command: prints lifecycle notices and warnings on stderr the moment
-/// they happen, and keeps the lifecycle notices for a JSON report.
+/// they happen, and keeps the notices for a JSON report.
 ///
 /// Notices print with `--json` too: a fallback's notice is said when the thread is given up,
-/// before the turn on the new thread commits (and that commit is what clears the store's
-/// pending notice), so a process killed after the commit and before its JSON report has
-/// still said it.
+/// before the commit on the new thread clears the store's pending notice, so a process killed
+/// between that commit and its JSON report has still said it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct LiveRail {
     notices: Arc<Mutex<Vec<String>>>,
@@ -336,7 +287,7 @@ impl LiveRail {
     pub(crate) fn notices(&self) -> Vec<String> {
         self.notices
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
 }
@@ -346,10 +297,8 @@ impl StatusSink for LiveRail {
         match event.kind {
             StatusKind::Lifecycle => {
                 notice(&event.message);
-                self.notices
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .push(event.message);
+                let mut notices = self.notices.lock().unwrap_or_else(|p| p.into_inner());
+                notices.push(event.message);
             }
             StatusKind::Warn => warning(&event.message),
             _ => {}
@@ -357,24 +306,35 @@ impl StatusSink for LiveRail {
     }
 }
 
-/// Builds the process's async runtime (every driver enables I/O and time); one that cannot be
-/// started is reported, and its exit code returned.
-pub(crate) fn runtime(
+/// Runs `work` on a runtime from `builder`, then gives the background work up to `linger`
+/// (the process's exit must not wait on a wedged store, nor on a blocked read of stdin). The
+/// exit code is `work`'s, or its error's, printed as one line after `prefix`.
+pub(crate) fn run_to_exit(
     mut builder: tokio::runtime::Builder,
-) -> Result<tokio::runtime::Runtime, ExitCode> {
-    builder.enable_all().build().map_err(|error| {
-        fail(
-            &format!("could not start the async runtime: {error}"),
-            EXIT_FAILED,
-        )
-    })
+    linger: Duration,
+    prefix: &str,
+    work: impl Future<Output = CliResult<u8>>,
+) -> ExitCode {
+    let runtime = match builder.enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            let cause = format!("could not start the async runtime: {error}");
+            return fail(&cause, EXIT_FAILED);
+        }
+    };
+    let result = runtime.block_on(work);
+    runtime.shutdown_timeout(linger);
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => fail(&format!("{prefix}{error}"), exit_code(&*error)),
+    }
 }
 
 /// `println!` for what the commands print on stdout. A reader that went away
 /// (`rethread sessions list | head -1`) ends the process quietly with [`EXIT_OK`], as
-/// `ls | head -1` ends; `println!` would panic. Any other write error (a full disk behind
-/// `> report.txt`) fails the command with [`EXIT_FAILED`]. The process exits without running
-/// destructors, as a killed one would: what is committed stays, an open store recovers.
+/// `ls | head -1` ends, where `println!` would panic; any other write error (a full disk)
+/// fails it with [`EXIT_FAILED`]. The process exits without running destructors, as a killed
+/// one would: what is committed stays, an open store recovers.
 macro_rules! outln {
     () => {
         $crate::output::write_stdout(format_args!("\n"))
@@ -385,7 +345,7 @@ macro_rules! outln {
 }
 pub(crate) use outln;
 
-/// `print!` through [`write_stdout`], as [`outln!`] is `println!`.
+/// `print!` as [`outln!`] is `println!`.
 macro_rules! out {
     ($($arg:tt)*) => {
         $crate::output::write_stdout(format_args!($($arg)*))
@@ -395,8 +355,7 @@ pub(crate) use out;
 
 /// What [`outln!`] writes through.
 pub(crate) fn write_stdout(text: fmt::Arguments<'_>) {
-    let mut out = std::io::stdout().lock();
-    match out.write_fmt(text) {
+    match std::io::stdout().lock().write_fmt(text) {
         Ok(()) => {}
         Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
             std::process::exit(EXIT_OK.into())

@@ -1,13 +1,12 @@
 //! `rethread sessions list | show [--rows] | forget`.
 
-use crate::output::{out, outln};
 use std::sync::Arc;
 
 use comfy_table::{Cell, CellAlignment, ColumnConstraint, Width};
 use rethread_store::{redact_url, BindingStore, SessionRecord};
 use serde_json::{json, Value};
 
-use crate::output::{self, for_people};
+use crate::output::{self, for_people, out, outln};
 use crate::CliResult;
 
 fn to_json(record: &SessionRecord) -> Value {
@@ -57,96 +56,131 @@ pub(crate) fn format_ms(ms: i64) -> String {
     }
 }
 
-/// Which sessions `sessions list` prints.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Paging {
-    /// At most this many (`None`: all, still read page by page).
-    pub(crate) limit: Option<usize>,
-    /// Only sessions whose id sorts after this one.
-    pub(crate) after: Option<String>,
-}
-
-/// How many sessions one store call lists when no `--limit` bounds the listing.
+/// How many sessions or rows one store call reads.
 const PAGE: usize = 256;
 
-/// Lists sessions page by page and prints each page as it comes: memory does not grow with the
-/// store. With a limit, one page; when more may follow, a hint on stderr names the next
-/// `--after` (in JSON: `next_after`), on the store `url` given.
+/// A listing printed page by page as the pages are read, so that memory does not grow with
+/// the store: under `--json` the items of one array, else tables (the first with its header)
+/// whose columns never narrow from one page to the next.
+struct Listing {
+    json: bool,
+    printed: usize,
+    widths: Vec<u16>,
+}
+
+impl Listing {
+    /// Under `--json`, prints `opening`, the object up to its array.
+    fn start(json: bool, opening: &str) -> Listing {
+        if json {
+            out!("{opening}");
+        }
+        let widths = Vec::new();
+        Listing {
+            json,
+            printed: 0,
+            widths,
+        }
+    }
+
+    /// Prints one page: each item as `to_json` gives it, or as a table `row` under `header`.
+    fn page<T, const N: usize>(
+        &mut self,
+        items: &[T],
+        header: [&str; N],
+        to_json: impl Fn(&T) -> Value,
+        row: impl Fn(&T) -> [Cell; N],
+    ) {
+        if self.json {
+            for item in items {
+                let comma = if self.printed == 0 { "" } else { "," };
+                out!("{comma}{}", to_json(item));
+                self.printed += 1;
+            }
+            return;
+        }
+        if items.is_empty() {
+            return;
+        }
+        let mut table = output::table();
+        if self.printed == 0 {
+            table.set_header(header);
+        }
+        table.add_rows(items.iter().map(row));
+        let at_least =
+            |w: &u16| ColumnConstraint::LowerBoundary(Width::Fixed(w + output::COLUMN_GAP));
+        table.set_constraints(self.widths.iter().map(at_least));
+        let page_widths = table.column_max_content_widths();
+        self.widths.resize(page_widths.len(), 0);
+        for (width, page) in self.widths.iter_mut().zip(page_widths) {
+            *width = (*width).max(page);
+        }
+        output::print_table(&mut table);
+        self.printed += items.len();
+    }
+
+    /// Ends the listing: under `--json` the object, with `next_after`; else `nothing` when it
+    /// was empty. Whether a hint at the next page may follow (not under `--json`).
+    fn end(self, next_after: Value, nothing: &str) -> bool {
+        if self.json {
+            outln!("],\"next_after\":{next_after}}}");
+        } else if self.printed == 0 {
+            outln!("{nothing}");
+        }
+        !self.json
+    }
+}
+
+/// Lists sessions ([`Listing`]): with a limit, one page; when more may follow, a hint on
+/// stderr names the next `--after` (in JSON: `next_after`), on the store `url` given.
 pub(crate) async fn list(
     store: Arc<dyn BindingStore>,
     url: Option<&str>,
     json: bool,
-    paging: Paging,
+    limit: Option<u32>,
+    mut after: Option<String>,
 ) -> CliResult {
-    let mut after = paging.after;
-    let mut printed = 0usize;
-    // The column widths so far: a page's table is never narrower than the pages before it.
-    let mut widths: Vec<u16> = Vec::new();
-    if json {
-        out!("{{\"sessions\":[");
-    }
+    let limit = limit.map(|n| n as usize);
+    let mut listing = Listing::start(json, "{\"sessions\":[");
     let next_after = loop {
-        let want = paging
-            .limit
-            .map_or(PAGE, |limit| (limit - printed).min(PAGE));
+        let want = limit.map_or(PAGE, |limit| (limit - listing.printed).min(PAGE));
         let page = store.list_sessions(after.as_deref(), want).await?;
-        if json {
-            for record in &page.sessions {
-                let comma = if printed == 0 { "" } else { "," };
-                out!("{comma}{}", to_json(record));
-                printed += 1;
-            }
-        } else if !page.sessions.is_empty() {
-            print_page(&page.sessions, printed == 0, &mut widths);
-            printed += page.sessions.len();
-        }
+        listing.page(
+            &page.sessions,
+            ["SESSION", "THREAD", "ROWS", "BOUND AT"],
+            to_json,
+            |record| {
+                let (thread, bound) = match record.binding() {
+                    Some(b) => (
+                        for_people(&b.thread_id).into_owned(),
+                        format_ms(b.bound_at_ms),
+                    ),
+                    None => ("-".to_string(), "-".to_string()),
+                };
+                [
+                    Cell::new(for_people(&record.session_id)),
+                    Cell::new(thread),
+                    Cell::new(record.row_count).set_alignment(CellAlignment::Right),
+                    Cell::new(bound),
+                ]
+            },
+        );
         match page.next_after {
-            Some(next) if paging.limit.is_some_and(|limit| printed >= limit) => break Some(next),
+            Some(next) if limit.is_some_and(|limit| listing.printed >= limit) => break Some(next),
             Some(next) => after = Some(next),
             None => break None,
         }
     };
-    if json {
-        outln!("],\"next_after\":{}}}", json!(next_after));
-        return Ok(());
-    }
-    if printed == 0 {
-        outln!("no sessions");
-    }
-    if let Some(next) = next_after {
-        let limit = paging.limit.unwrap_or(PAGE);
-        eprintln!(
-            "more sessions may follow: rethread sessions list{} --limit {limit} --after {}",
-            store_words(url),
-            for_people(&shell_word(&next))
-        );
+    if listing.end(json!(next_after), "no sessions") {
+        if let Some(next) = next_after {
+            eprintln!(
+                "more sessions may follow: rethread sessions list{} --limit {} --after {}",
+                store_words(url),
+                limit.unwrap_or(PAGE),
+                for_people(&shell_word(&next))
+            );
+        }
     }
     Ok(())
-}
-
-/// One page of `sessions list` as a table (with the header when it is the first), its columns
-/// at least `widths` wide; `widths` becomes this page's.
-fn print_page(records: &[SessionRecord], first: bool, widths: &mut Vec<u16>) {
-    let mut table = output::table();
-    if first {
-        table.set_header(["SESSION", "THREAD", "ROWS", "BOUND AT"]);
-    }
-    for record in records {
-        let (thread, bound) = match record.binding() {
-            Some(b) => (
-                for_people(&b.thread_id).into_owned(),
-                format_ms(b.bound_at_ms),
-            ),
-            None => ("-".to_string(), "-".to_string()),
-        };
-        table.add_row([
-            Cell::new(for_people(&record.session_id)),
-            Cell::new(thread),
-            Cell::new(record.row_count).set_alignment(CellAlignment::Right),
-            Cell::new(bound),
-        ]);
-    }
-    print_keeping(&mut table, widths);
 }
 
 /// ` --store URL` for a hint's command when a store was given (`--store` or `RETHREAD_STORE`),
@@ -169,11 +203,15 @@ fn shell_word(word: &str) -> String {
     }
 }
 
-pub(crate) async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> CliResult {
-    let record = store
+async fn session(store: &dyn BindingStore, id: &str) -> CliResult<SessionRecord> {
+    Ok(store
         .session(id)
         .await?
-        .ok_or_else(|| format!("no session {id}"))?;
+        .ok_or_else(|| format!("no session {id}"))?)
+}
+
+pub(crate) async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> CliResult {
+    let record = session(store.as_ref(), id).await?;
     if json {
         outln!("{}", to_json(&record));
         return Ok(());
@@ -191,10 +229,9 @@ pub(crate) async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> 
         None => outln!("thread:          (none)"),
     }
     outln!("rows:            {}", record.row_count);
-    let retired = if record.retired_threads.is_empty() {
-        "(none)".to_string()
-    } else {
-        record.retired_threads.join(", ")
+    let retired = match record.retired_threads.is_empty() {
+        true => "(none)".to_string(),
+        false => record.retired_threads.join(", "),
     };
     outln!("retired threads: {}", for_people(&retired));
     outln!("created:         {}", format_ms(record.created_at_ms));
@@ -202,125 +239,73 @@ pub(crate) async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> 
     Ok(())
 }
 
-/// Which rows `sessions show --rows` prints.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct RowPaging {
-    /// At most this many (`None`: all, still read page by page).
-    pub(crate) limit: Option<u64>,
-    /// Only rows after this `seq`.
-    pub(crate) after: Option<u64>,
-}
-
-/// Prints the transcript of `id` page by page, as `sessions list` pages sessions: memory does
-/// not grow with the transcript. For people a table of `SEQ`, `ROLE` and `TEXT` (escaped; a
-/// row without a role or text, as a host may write, shows its JSON); with `json` one object
-/// whose `rows` are the rows as stored. With a limit, when more may follow, a hint on stderr
-/// names the next `--after` (in JSON: `next_after`), on the store `url` given.
+/// Prints the transcript of `id` ([`Listing`]): for people `SEQ`, `ROLE` and `TEXT` (escaped;
+/// a row without a role or text, as a host may write, shows its JSON); under `--json` the
+/// rows as stored. With a limit, when more may follow, a hint on stderr names the next
+/// `--after` (in JSON: `next_after`), on the store `url` given.
 pub(crate) async fn show_rows(
     store: Arc<dyn BindingStore>,
     url: Option<&str>,
     id: &str,
     json: bool,
-    paging: RowPaging,
+    limit: Option<u32>,
+    after: Option<u64>,
 ) -> CliResult {
-    let record = store
-        .session(id)
-        .await?
-        .ok_or_else(|| format!("no session {id}"))?;
-    let mut next = paging.after.map_or(0, |after| after.saturating_add(1));
-    let end = match paging.limit {
-        Some(limit) => record.row_count.min(next.saturating_add(limit)),
+    let record = session(store.as_ref(), id).await?;
+    let mut next = after.map_or(0, |after| after.saturating_add(1));
+    let end = match limit {
+        Some(limit) => record.row_count.min(next.saturating_add(limit.into())),
         None => record.row_count,
     };
-    let mut widths: Vec<u16> = Vec::new();
-    let mut printed = 0usize;
-    if json {
-        out!("{{\"session\":{},\"rows\":[", json!(id));
-    }
+    let mut listing = Listing::start(json, &format!("{{\"session\":{},\"rows\":[", json!(id)));
     while next < end {
         let rows = store.rows(id, next..end.min(next + PAGE as u64)).await?;
         let Some(last) = rows.last().map(|r| r.seq) else {
             break;
         };
-        if json {
-            for row in &rows {
-                let comma = if printed == 0 { "" } else { "," };
-                out!("{comma}{}", json!({"seq": row.seq, "row": row.body}));
-                printed += 1;
-            }
-        } else {
-            print_rows(&rows, printed == 0, &mut widths);
-            printed += rows.len();
-        }
+        listing.page(
+            &rows,
+            ["SEQ", "ROLE", "TEXT"],
+            |row| json!({"seq": row.seq, "row": row.body}),
+            |row| {
+                let role = row.body.get("role").and_then(Value::as_str).unwrap_or("-");
+                let text = ["text", "summary"]
+                    .iter()
+                    .find_map(|key| row.body.get(*key).and_then(Value::as_str))
+                    .map_or_else(|| row.body.to_string(), str::to_string);
+                [
+                    Cell::new(row.seq).set_alignment(CellAlignment::Right),
+                    Cell::new(for_people(role)),
+                    Cell::new(for_people(&text)),
+                ]
+            },
+        );
         next = last + 1;
     }
     let next_after = (next < record.row_count && next > 0).then(|| next - 1);
-    if json {
-        outln!("],\"next_after\":{}}}", json!(next_after));
-        return Ok(());
-    }
-    if printed == 0 {
-        outln!("no rows");
-    }
-    if let (Some(after), Some(limit)) = (next_after, paging.limit) {
-        eprintln!(
-            "more rows may follow: rethread sessions show {} --rows{} --limit {limit} --after \
-             {after}",
-            for_people(&shell_word(id)),
-            store_words(url)
-        );
+    if listing.end(json!(next_after), "no rows") {
+        if let (Some(after), Some(limit)) = (next_after, limit) {
+            eprintln!(
+                "more rows may follow: rethread sessions show {} --rows{} --limit {limit} \
+                 --after {after}",
+                for_people(&shell_word(id)),
+                store_words(url)
+            );
+        }
     }
     Ok(())
 }
 
-/// One page of a transcript as a table (with the header when it is the first), its columns at
-/// least `widths` wide; `widths` becomes this page's.
-fn print_rows(rows: &[rethread_store::TranscriptRow], first: bool, widths: &mut Vec<u16>) {
-    let mut table = output::table();
-    if first {
-        table.set_header(["SEQ", "ROLE", "TEXT"]);
-    }
-    for row in rows {
-        let role = row.body.get("role").and_then(Value::as_str).unwrap_or("-");
-        let text = ["text", "summary"]
-            .iter()
-            .find_map(|key| row.body.get(*key).and_then(Value::as_str))
-            .map_or_else(|| row.body.to_string(), str::to_string);
-        table.add_row([
-            Cell::new(row.seq).set_alignment(CellAlignment::Right),
-            Cell::new(for_people(role)),
-            Cell::new(for_people(&text)),
-        ]);
-    }
-    print_keeping(&mut table, widths);
-}
-
-/// Prints `table` with its columns at least `widths` wide, and widens `widths` to its own.
-fn print_keeping(table: &mut comfy_table::Table, widths: &mut Vec<u16>) {
-    table.set_constraints(
-        widths
-            .iter()
-            .map(|w| ColumnConstraint::LowerBoundary(Width::Fixed(w + output::COLUMN_GAP))),
-    );
-    let page_widths = table.column_max_content_widths();
-    widths.resize(page_widths.len(), 0);
-    for (width, page) in widths.iter_mut().zip(page_widths) {
-        *width = (*width).max(page);
-    }
-    output::print_table(table);
-}
-
 pub(crate) async fn forget(store: Arc<dyn BindingStore>, id: &str, json: bool) -> CliResult {
-    if store.delete_session(id).await? {
-        if json {
-            outln!("{}", json!({ "forgot": id }));
-        } else {
-            outln!("forgot session {}", for_people(id));
-        }
-        Ok(())
-    } else {
-        Err(format!("no session {id}").into())
+    if !store.delete_session(id).await? {
+        return Err(format!("no session {id}").into());
     }
+    if json {
+        outln!("{}", json!({ "forgot": id }));
+    } else {
+        outln!("forgot session {}", for_people(id));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -34,13 +34,6 @@ pub(crate) struct ReplyPrinter<W: Write> {
     finished: bool,
 }
 
-impl ReplyPrinter<std::io::Stdout> {
-    /// A printer on stdout.
-    pub(crate) fn stdout() -> Self {
-        ReplyPrinter::new(std::io::stdout())
-    }
-}
-
 impl<W: Write> ReplyPrinter<W> {
     pub(crate) fn new(out: W) -> Self {
         ReplyPrinter {

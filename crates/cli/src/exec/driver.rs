@@ -9,49 +9,38 @@ use std::ffi::OsString;
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::FutureExt;
 use rethread_protocol::messages::{ThreadItem, ThreadStartParams, UserInput};
 use rethread_runtime::binding::{self, apply_seed, StoreSide};
-use rethread_runtime::machine::DriverAction;
-use rethread_runtime::machine::{Say, SessionMachine};
+use rethread_runtime::machine::{DriverAction, Say, SessionMachine};
 use rethread_runtime::projection::project_turn_input;
 use rethread_runtime::{
-    BinderOptions, ClientError, RolloutMirror, RuntimeError, SessionLease, Transcript,
+    BoxError, ClientError, RolloutMirror, RuntimeError, SessionLease, Transcript,
 };
 use rethread_store::{BindingStore, LocalOwner};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
-use super::process::{event_type, Exit, First, Process};
-use super::{Kind, Setup};
-use crate::output::{Interrupted, UsageError};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use super::process::{event_type, write_stderr, Exit, First, Process};
+use super::{exec_args, Kind, Setup};
+use crate::chat::{late_signal, SIGNAL_GRACE};
+use crate::output::{self, Interrupted, UsageError};
 
 /// Runs the session's turn: the store and the lease first, then codex; the lease is released
 /// however it ends. Returns the exit code.
 pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
     // Before codex starts: a signal from here on is this process's to handle.
     let mut signal = pin!(crate::chat::interrupted());
-    let store = crate::open_store(
-        setup.store.as_deref(),
-        crate::Access::Write(std::time::Duration::ZERO),
-    )
-    .await?;
-    let options = BinderOptions::default();
-    let ttl = setup
-        .lease_ttl
-        .or(options.lease_ttl)
-        .unwrap_or(std::time::Duration::from_secs(30));
+    let store = crate::open_store(setup.store.as_deref(), crate::Access::Write(Duration::ZERO));
+    let store = store.await?;
+    let options = &setup.options;
+    // Always set: the library's default, or RETHREAD_LEASE_TTL.
+    let ttl = options.lease_ttl.unwrap_or(Duration::from_secs(30));
+    let owner = Arc::new(LocalOwner::new());
     let lease = tokio::select! {
-        lease = SessionLease::acquire(
-            store.clone(),
-            &setup.session,
-            Arc::new(LocalOwner::new()),
-            ttl,
-            setup.wait,
-        ) => lease?,
+        lease = SessionLease::acquire(store.clone(), &setup.session, owner, ttl, options.lease_wait) => lease?,
         interrupted = signal.as_mut() => return Err(interrupted.into()),
     };
     let mut driver = Driver {
@@ -59,7 +48,7 @@ pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
         machine: SessionMachine::new(&setup.session, options.machine_options()),
         parts: StoreParts {
             codex_home: options.codex_home.clone(),
-            mirror: setup.mirror.then(|| options.rollout_mirror()).flatten(),
+            mirror: options.rollout_mirror(),
             store,
             lease: Arc::new(lease),
         },
@@ -72,7 +61,7 @@ pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
         _ => driver.session_thread(signal.as_mut()).await,
     };
     if let Err(error) = driver.parts.lease.release().await {
-        crate::output::warning(&format!(
+        output::warning(&format!(
             "could not release the session's lease (it expires on its own): {error}"
         ));
     }
@@ -96,12 +85,12 @@ struct StoreParts {
     store: Arc<dyn BindingStore>,
     lease: Arc<SessionLease>,
     codex_home: Option<String>,
-    /// The rollout mirror (`RETHREAD_MIRROR`): restored before the resume, grown by each commit.
+    /// The rollout mirror: restored before the resume, grown by each commit.
     mirror: Option<RolloutMirror>,
 }
 
 impl StoreParts {
-    /// The shared store side of the machine's actions, for `session_id`.
+    /// The store side of the machine's actions (every driver's), for `session_id`.
     fn side<'a>(&'a self, session_id: &'a str) -> StoreSide<'a> {
         StoreSide {
             store: self.store.as_ref(),
@@ -117,10 +106,10 @@ impl StoreParts {
 type Signal<'s> = Pin<&'s mut dyn Future<Output = Interrupted>>;
 
 /// Writes `bytes` to the client unless a signal comes first and the write then does not end
-/// within [`SIGNAL_GRACE`](crate::chat::SIGNAL_GRACE): the write is tried first (a signal
-/// that came during the commit lets the committed turn's line out), and a client that reads
-/// gets the line whole; one that stopped reading does not hold the run. `Err` when a signal
-/// came, whether or not the line got out.
+/// within [`SIGNAL_GRACE`]: the write is tried first (a signal that came during the commit
+/// lets the committed turn's line out), and a client that reads gets the line whole; one that
+/// stopped reading does not hold the run. `Err` when a signal came, whether or not the line
+/// got out.
 async fn write_unless_interrupted(
     stdout: &mut tokio::io::Stdout,
     bytes: &[u8],
@@ -132,7 +121,7 @@ async fn write_unless_interrupted(
         biased;
         written = &mut write => Ok(written),
         interrupted = signal.as_mut() => {
-            let _ = tokio::time::timeout(crate::chat::SIGNAL_GRACE, write).await;
+            let _ = tokio::time::timeout(SIGNAL_GRACE, write).await;
             Err(interrupted)
         }
     }
@@ -160,19 +149,16 @@ impl Driver<'_> {
         let (setup, parts) = (self.setup, self.parts.clone());
         let side = parts.side(&setup.session);
         loop {
-            // The store side (reads, restore, give-up, waits) is every driver's; a signal
-            // while it runs ends the run (a wait is cut short).
+            // The store side (reads, restore, give-up, waits); a signal meanwhile ends the run.
             let mut machine = &mut self.machine;
             let next = unless_interrupted(side.next_action(&mut machine), &mut signal).await?;
             let Some(action) = next else {
-                return Err(RuntimeError::Internal(
-                    "the session machine stopped without an outcome".into(),
-                )
-                .into());
+                let stopped = "the session machine stopped without an outcome";
+                return Err(RuntimeError::Internal(stopped.into()).into());
             };
             match action {
                 DriverAction::Resume(params) => {
-                    let args = self.setup.run.with_resume(&params.thread_id);
+                    let args = setup.run.with_resume(&params.thread_id);
                     match self.start_process(&args, signal.as_mut()).await? {
                         Began::Started(process, thread_id, lines) => {
                             if thread_id != params.thread_id {
@@ -190,8 +176,8 @@ impl Driver<'_> {
                 DriverAction::Say(say) => self.said.push(say),
                 DriverAction::Start { seed } => {
                     let args = match seed {
-                        Some(seed) => seeded_args(&self.setup.run, seed),
-                        None => self.setup.run.args().to_vec(),
+                        Some(seed) => seeded_args(&setup.run, seed),
+                        None => setup.run.args().to_vec(),
                     };
                     match self.start_process(&args, signal.as_mut()).await? {
                         Began::Started(process, thread_id, lines) => {
@@ -213,37 +199,24 @@ impl Driver<'_> {
                 }
                 DriverAction::Opened(_) => {
                     let Some((process, thread_id, lines)) = opened.take() else {
-                        return Err(
-                            RuntimeError::Internal("opened without a process".into()).into()
-                        );
+                        let error = RuntimeError::Internal("opened without a process".into());
+                        return Err(error.into());
                     };
                     self.write(&lines).await?;
-                    let said = std::mem::take(&mut self.said);
-                    for say in &said {
-                        self.say(say).await?;
-                    }
-                    self.settle().await?;
+                    self.say_held().await?;
                     process.relay_stderr();
                     return self.forward(process, &thread_id, signal).await;
                 }
                 DriverAction::OpenFailed(error) => {
                     // A give-up was written: its notice is said even so (the next run starts
                     // fresh and says nothing).
-                    let said = std::mem::take(&mut self.said);
-                    for say in &said {
-                        self.say(say).await?;
-                    }
-                    self.settle().await?;
+                    self.say_held().await?;
                     let codex_failed =
                         matches!(error, RuntimeError::Resume { .. } | RuntimeError::Client(_));
                     return match exited.take() {
                         // codex refused the run itself (arguments, a crash): its output and
                         // its exit code, as they were.
-                        Some(exit) if codex_failed => {
-                            self.write(&exit.stdout).await?;
-                            write_stderr(&exit.stderr);
-                            Ok(exit.code)
-                        }
+                        Some(exit) if codex_failed => self.pass_on(exit).await,
                         _ => Err(error.into()),
                     };
                 }
@@ -256,20 +229,23 @@ impl Driver<'_> {
     /// A run that names its own thread (`resume <id>`, `fork`): its arguments as given; the
     /// machine decides on `thread.started` whether the thread is the session's.
     async fn own_thread(&mut self, mut signal: Signal<'_>) -> Result<u8, BoxError> {
-        if let Some(thread_id) = self.setup.run.thread_id() {
-            if let Some(owner) = self.parts.store.thread_session(thread_id).await? {
-                if owner != self.setup.session {
+        let (setup, store) = (self.setup, self.parts.store.clone());
+        if let Some(thread_id) = setup.run.thread_id() {
+            if let Some(owner) = store.thread_session(thread_id).await? {
+                if owner != setup.session {
                     return Err(Box::new(UsageError(format!(
                         "thread {thread_id} belongs to rethread session {owner}; it cannot be \
                          resumed in session {}",
-                        self.setup.session
+                        setup.session
                     ))));
                 }
             }
         }
-        let stored = binding::read_stored(self.parts.store.as_ref(), &self.setup.session).await?;
-        let args = self.setup.run.args().to_vec();
-        match self.start_process(&args, signal.as_mut()).await? {
+        let stored = binding::read_stored(store.as_ref(), &setup.session).await?;
+        match self
+            .start_process(setup.run.args(), signal.as_mut())
+            .await?
+        {
             Began::Started(process, thread_id, lines) => {
                 self.write(&lines).await?;
                 self.machine
@@ -278,11 +254,7 @@ impl Driver<'_> {
                 process.relay_stderr();
                 self.forward(process, &thread_id, signal).await
             }
-            Began::Exited(exit) => {
-                self.write(&exit.stdout).await?;
-                write_stderr(&exit.stderr);
-                Ok(exit.code)
-            }
+            Began::Exited(exit) => self.pass_on(exit).await,
         }
     }
 
@@ -293,17 +265,14 @@ impl Driver<'_> {
         args: &[OsString],
         mut signal: Signal<'_>,
     ) -> Result<Began, BoxError> {
-        let program = &self.setup.codex;
-        let mut process = Process::spawn(
-            program,
-            &self.setup.command_args(args),
-            self.setup.input.stdin.as_deref(),
-        )
-        .map_err(|source| ClientError::Spawn {
-            program: program.display().to_string(),
-            source,
-        })
-        .map_err(RuntimeError::from)?;
+        let (program, setup) = (&self.setup.codex, self.setup);
+        let args = exec_args(&setup.globals, args);
+        let mut process = Process::spawn(program, &args, setup.input.stdin.as_deref())
+            .map_err(|source| ClientError::Spawn {
+                program: program.display().to_string(),
+                source,
+            })
+            .map_err(RuntimeError::from)?;
         let first = match unless_interrupted(process.first(), &mut signal).await {
             Ok(first) => first?,
             Err(interrupted) => {
@@ -316,15 +285,12 @@ impl Driver<'_> {
                 Ok(Began::Started(Box::new(process), thread_id, lines))
             }
             First::Exited(exit) => {
-                // A terminal's Ctrl-C reaches codex too and may end it before this process
-                // sees it: an exit that names no resume error waits briefly for the signal,
-                // so the user's interrupt is reported as such.
+                // An exit that names no resume error may be the user's Ctrl-C, which reaches
+                // codex too ([`late_signal`]).
                 let unexplained = exit.code != 0
                     && rethread_protocol::exec_resume_error(&exit.stderr_text()).is_none();
                 if unexplained {
-                    if let Ok(interrupted) =
-                        tokio::time::timeout(crate::chat::SIGNAL_GRACE, signal.as_mut()).await
-                    {
+                    if let Some(interrupted) = late_signal(signal.as_mut()).await {
                         return Err(interrupted.into());
                     }
                 }
@@ -344,91 +310,70 @@ impl Driver<'_> {
         mut signal: Signal<'_>,
     ) -> Result<u8, BoxError> {
         let mut replies: Vec<ThreadItem> = Vec::new();
-        let mut completed_turns = 0u32;
+        let mut committed = false;
         // A signal while codex is read or the client written (a client that stopped reading
         // fills the pipe) stops codex.
-        async fn stopped(
-            process: &mut Process,
-            completed_turns: u32,
-            interrupted: Interrupted,
-        ) -> Result<u8, BoxError> {
-            process.kill().await;
-            if completed_turns > 0 {
-                // The turn is durable and reported: done (a failure would make the SDK
-                // throw, and its user retry a committed turn).
-                tracing::info!("{interrupted} after the turn was committed");
-                return Ok(crate::output::EXIT_OK);
-            }
-            Err(interrupted.into())
-        }
-        loop {
+        let interrupted = loop {
             let line = match unless_interrupted(process.next_line(), &mut signal).await {
                 Ok(line) => line?,
-                Err(interrupted) => {
-                    return stopped(&mut process, completed_turns, interrupted).await
+                Err(interrupted) => break interrupted,
+            };
+            let Some(line) = line else {
+                let code = process.wait().await?;
+                // A Ctrl-C reaches codex too and may end it first ([`late_signal`]).
+                let late = match code {
+                    0 => None,
+                    _ => late_signal(signal.as_mut()).await,
+                };
+                match late {
+                    Some(interrupted) => break interrupted,
+                    None => return Ok(code),
                 }
             };
-            let Some(line) = line else { break };
-            match event_type(&line).as_deref() {
+            let event = event_type(&line);
+            match event.as_deref() {
                 Some("turn.started") => replies.clear(),
                 Some("item.completed") => replies.extend(agent_message(&line)),
                 Some("turn.completed") => {
-                    let rows = self.rows(thread_id, &replies);
-                    replies.clear();
+                    let rows = self.rows(thread_id, &std::mem::take(&mut replies));
                     self.machine.handle_turn_completed(thread_id, rows);
                     self.settle().await?;
-                    completed_turns += 1;
-                    match write_unless_interrupted(&mut self.stdout, &line, &mut signal).await {
-                        Ok(written) => written?,
-                        Err(interrupted) => {
-                            return stopped(&mut process, completed_turns, interrupted).await
-                        }
-                    }
-                    if let Some(interrupted) = signal.as_mut().now_or_never() {
-                        // The turn is durable and reported: done, whatever codex does next.
-                        tracing::info!("{interrupted} after the turn was committed");
-                        process.kill().await;
-                        return Ok(crate::output::EXIT_OK);
-                    }
-                    continue;
+                    committed = true;
                 }
                 _ => {}
             }
             match write_unless_interrupted(&mut self.stdout, &line, &mut signal).await {
                 Ok(written) => written?,
-                Err(interrupted) => {
-                    return stopped(&mut process, completed_turns, interrupted).await
+                Err(interrupted) => break interrupted,
+            }
+            // The turn is durable and reported: a signal now ends the run as done, whatever
+            // codex does next.
+            if event.as_deref() == Some("turn.completed") {
+                if let Some(interrupted) = signal.as_mut().now_or_never() {
+                    break interrupted;
                 }
             }
+        };
+        process.kill().await;
+        if committed {
+            // Done: a failure would make the SDK throw, and its user retry a committed turn.
+            tracing::info!("{interrupted} after the turn was committed");
+            return Ok(output::EXIT_OK);
         }
-        let code = process.wait().await?;
-        if code != 0 {
-            // A Ctrl-C reaches codex too and may end it first: reported as the interrupt, or,
-            // after a committed turn, as done.
-            if let Ok(interrupted) =
-                tokio::time::timeout(crate::chat::SIGNAL_GRACE, signal.as_mut()).await
-            {
-                if completed_turns > 0 {
-                    tracing::info!("{interrupted} after the turn was committed");
-                    return Ok(crate::output::EXIT_OK);
-                }
-                return Err(interrupted.into());
-            }
-        }
-        Ok(code)
+        Err(interrupted.into())
     }
 
     /// The rows of a completed turn: the prompt, then the agent messages.
     fn rows(&self, thread_id: &str, replies: &[ThreadItem]) -> Vec<Value> {
         let turn_id = format!("exec-{}", uuid::Uuid::now_v7());
-        let mut input = vec![UserInput::text(&self.setup.input.text)];
-        input.extend(
-            self.setup
-                .input
-                .images
-                .iter()
-                .map(|path| UserInput::LocalImage { path: path.clone() }),
-        );
+        let input = &self.setup.input;
+        let images = input
+            .images
+            .iter()
+            .map(|path| UserInput::LocalImage { path: path.clone() });
+        let input: Vec<_> = std::iter::once(UserInput::text(&input.text))
+            .chain(images)
+            .collect();
         project_turn_input(thread_id, &turn_id, &input, replies)
     }
 
@@ -461,6 +406,14 @@ impl Driver<'_> {
         }
     }
 
+    /// Says what the machine said while opening, then carries out what follows.
+    async fn say_held(&mut self) -> Result<(), BoxError> {
+        for say in std::mem::take(&mut self.said) {
+            self.say(&say).await?;
+        }
+        self.settle().await
+    }
+
     /// Says `say`: on stderr for people, and on stdout as codex reports a non-fatal problem
     /// (an `error` item), except a thread not recorded (the run is the client's own: its
     /// bytes stay as they are).
@@ -473,8 +426,7 @@ impl Driver<'_> {
     async fn say(&mut self, say: &Say) -> Result<(), BoxError> {
         let described = binding::status_event(&self.setup.session, say).described();
         // Best effort: a client that closed stderr still gets the run (`eprintln!` panics).
-        let line = format!("rethread: {}\n", crate::output::for_people(&described));
-        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+        write_stderr(format!("rethread: {}\n", output::for_people(&described)).as_bytes());
         if matches!(say, Say::NotRecorded { .. }) {
             return Ok(());
         }
@@ -484,11 +436,17 @@ impl Driver<'_> {
             "message": say.message(),
         }});
         self.items += 1;
-        self.write(format!("{item}\n").as_bytes()).await?;
-        Ok(())
+        self.write(format!("{item}\n").as_bytes()).await
     }
 
-    /// Writes bytes to stdout and flushes them (the client reads each line as it comes).
+    /// A process that ended before its thread started: its output and its exit code, as
+    /// they were.
+    async fn pass_on(&mut self, exit: Exit) -> Result<u8, BoxError> {
+        self.write(&exit.stdout).await?;
+        write_stderr(&exit.stderr);
+        Ok(exit.code)
+    }
+
     async fn write(&mut self, bytes: &[u8]) -> Result<(), BoxError> {
         write_line(&mut self.stdout, bytes).await
     }
@@ -522,27 +480,19 @@ fn seeded_args(run: &rethread_protocol::exec::ExecArgs, seed: String) -> Vec<OsS
     let mut params = ThreadStartParams::default();
     params.developer_instructions = run.config("developer_instructions");
     apply_seed(&mut params, seed);
-    let instructions = params.developer_instructions.unwrap_or_default();
+    let instructions = toml::Value::String(params.developer_instructions.unwrap_or_default());
     let mut args = run.args().to_vec();
     args.push(OsString::from("-c"));
     args.push(OsString::from(format!(
-        "developer_instructions={}",
-        toml::Value::String(instructions)
+        "developer_instructions={instructions}"
     )));
     args
-}
-
-fn write_stderr(bytes: &[u8]) {
-    use std::io::Write;
-    let mut stderr = std::io::stderr().lock();
-    let _ = stderr.write_all(bytes).and_then(|()| stderr.flush());
 }
 
 /// Writes bytes to `stdout` and flushes them (the client reads each line as it comes).
 async fn write_line(stdout: &mut tokio::io::Stdout, bytes: &[u8]) -> Result<(), BoxError> {
     stdout.write_all(bytes).await?;
-    stdout.flush().await?;
-    Ok(())
+    Ok(stdout.flush().await?)
 }
 
 #[cfg(test)]

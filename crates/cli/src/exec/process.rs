@@ -153,7 +153,9 @@ pub(super) fn field(line: &[u8], name: &str) -> Option<String> {
     value.get(name)?.as_str().map(str::to_string)
 }
 
-fn write_stderr(bytes: &[u8]) {
+/// Writes `bytes` to this process's stderr, best effort (a client that closed it still gets
+/// the run).
+pub(super) fn write_stderr(bytes: &[u8]) {
     if bytes.is_empty() {
         return;
     }
