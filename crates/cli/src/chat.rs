@@ -12,7 +12,7 @@ mod reply;
 use std::error::Error;
 use std::future::Future;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,7 +109,26 @@ pub(crate) struct Conversation {
     pub(crate) result: Result<TurnReport, BoxError>,
 }
 
-pub(crate) async fn run(store: Arc<dyn BindingStore>, codex: &Path, args: &ChatArgs) -> CliResult {
+/// Runs the turn once the store is open and codex resolved (`ready`), and reports how it
+/// ended; a failure before that is reported the same way.
+pub(crate) async fn run(
+    args: &ChatArgs,
+    ready: CliResult<(Arc<dyn BindingStore>, PathBuf)>,
+) -> CliResult {
+    let (store, codex) = match ready {
+        Ok(ready) => ready,
+        Err(error) => {
+            let result = Err(error);
+            return finish(
+                args,
+                &[],
+                Conversation {
+                    opened: None,
+                    result,
+                },
+            );
+        }
+    };
     let live = LiveRail::default();
     let rail = StatusRail::new(live.clone());
     // Before codex is spawned: a Ctrl-C from here on is this process's to handle, and codex,
@@ -118,7 +137,7 @@ pub(crate) async fn run(store: Arc<dyn BindingStore>, codex: &Path, args: &ChatA
     let mut signal = pin!(interrupted());
     let spawned = AppServerClient::builder()
         .rail(rail.clone())
-        .spawn(&CodexCommand::new(codex))
+        .spawn(&CodexCommand::new(&codex))
         .await;
     let conversation = match spawned {
         Ok(client) => {
@@ -292,15 +311,6 @@ pub(crate) fn finish(args: &ChatArgs, notices: &[String], conversation: Conversa
         outln!("{object}");
     }
     result.map(drop)
-}
-
-/// Under `--json`, the failure object of an invocation that failed before it could start (the
-/// store did not open); returns the error for `main`.
-pub(crate) fn report_early_failure(args: &ChatArgs, error: BoxError) -> BoxError {
-    if args.json {
-        outln!("{}", failure_json(args, &[], None, &*error));
-    }
-    error
 }
 
 /// `{"session", "error": {"kind", "message"}, "notices", ["thread_id"]}`.

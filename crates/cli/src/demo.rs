@@ -13,7 +13,7 @@ use rethread_store::{BindingStore, BindingStoreExt, OpenOptions, SqliteStore};
 use serde_json::{json, Value};
 use tokio::io::DuplexStream;
 
-use crate::output::{self, outln, Stream};
+use crate::output::{self, outln};
 use crate::CliResult;
 
 const SESSION: &str = "demo-session";
@@ -46,7 +46,7 @@ impl Narration {
             let bold = anstyle::Style::new().bold();
             outln!(
                 "{}",
-                output::paint(Stream::Stdout, bold, &format!("== {title}"))
+                output::paint(&std::io::stdout(), bold, &format!("== {title}"))
             );
         }
     }
@@ -59,7 +59,7 @@ impl Narration {
             match painted {
                 Some(colour) => outln!(
                     "{}",
-                    output::paint(Stream::Stdout, colour.on_default(), line)
+                    output::paint(&std::io::stdout(), colour.on_default(), line)
                 ),
                 None => outln!("{line}"),
             }

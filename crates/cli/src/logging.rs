@@ -79,7 +79,7 @@ pub(crate) fn init(args: &LogArgs) {
     let rust_log = std::env::var("RUST_LOG").ok();
     let (filter, complaint) = filter(args.verbose, rust_log.as_deref());
     // Colour as stderr decides (crate::output::Stream); lines written above a progress bar.
-    let ansi = crate::output::Stream::Stderr.colour();
+    let ansi = crate::output::colour(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| crate::output::StderrAboveBars)

@@ -477,13 +477,10 @@ async fn run(command: Command) -> CliResult {
                 args.images = chat::image_paths(&args.images)?;
                 args.message = chat::read_message(std::mem::take(&mut args.message)).await?;
                 let store = open_store(store.url.as_deref(), Access::Write(wait)).await?;
-                Ok::<_, BoxError>((store, codex))
+                Ok((store, codex))
             }
             .await;
-            match ready {
-                Ok((store, codex)) => chat::run(store, &codex, &args).await,
-                Err(error) => Err(chat::report_early_failure(&args, error)),
-            }
+            chat::run(&args, ready).await
         }
         Command::Sessions { mut command } => {
             let url = command.store().url.take();

@@ -1,6 +1,6 @@
 //! Terminal-aware output, and the exit codes.
 //!
-//! Colour is decided by each stream for itself ([`Stream::colour`], anstream's rules, the ones
+//! Colour is decided by each stream for itself ([`colour`], anstream's rules, the ones
 //! clap's help follows): `doctor > report.txt` writes no escape codes into the file. Progress
 //! bars and spinners are drawn on stderr only when it is a terminal, all through one
 //! [`MultiProgress`]; every other line on stderr goes through [`StderrAboveBars`], above them.
@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use anstream::stream::RawStream;
 use anstyle::{AnsiColor, Style};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rethread_runtime::{RuntimeError, StatusEvent, StatusKind, StatusSink};
@@ -113,28 +114,15 @@ pub(crate) fn for_people(text: &str) -> Cow<'_, str> {
     Cow::Owned(safe)
 }
 
-/// Where a piece of output goes; each stream decides its own colour.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stream {
-    Stdout,
-    Stderr,
-}
-
-impl Stream {
-    /// Whether this stream takes colour: a terminal whose `TERM` has colours, unless
-    /// `NO_COLOR` is set (non-empty) or `CLICOLOR=0`; `CLICOLOR_FORCE` forces it on a pipe too.
-    pub(crate) fn colour(self) -> bool {
-        let choice = match self {
-            Stream::Stdout => anstream::AutoStream::choice(&std::io::stdout()),
-            Stream::Stderr => anstream::AutoStream::choice(&std::io::stderr()),
-        };
-        choice != anstream::ColorChoice::Never
-    }
+/// Whether `stream` (stdout, stderr) takes colour: a terminal whose `TERM` has colours, unless
+/// `NO_COLOR` is set (non-empty) or `CLICOLOR=0`; `CLICOLOR_FORCE` forces it on a pipe too.
+pub(crate) fn colour(stream: &impl RawStream) -> bool {
+    anstream::AutoStream::choice(stream) != anstream::ColorChoice::Never
 }
 
 /// `text` in `style` when `stream` takes colour, else as it is.
-pub(crate) fn paint(stream: Stream, style: Style, text: &str) -> String {
-    match stream.colour() {
+pub(crate) fn paint(stream: &impl RawStream, style: Style, text: &str) -> String {
+    match colour(stream) {
         true => format!("{style}{text}{style:#}"),
         false => text.to_string(),
     }
@@ -145,9 +133,9 @@ pub(crate) fn paint(stream: Stream, style: Style, text: &str) -> String {
 pub(crate) fn table() -> comfy_table::Table {
     let mut table = comfy_table::Table::new();
     table.load_style(comfy_table::presets::NOTHING);
-    // comfy-table would ask whether stdout is a terminal itself; Stream::colour decides.
+    // comfy-table would ask whether stdout is a terminal itself; `colour` decides.
     table.force_no_tty();
-    if Stream::Stdout.colour() {
+    if colour(&std::io::stdout()) {
         table.enforce_styling();
     }
     table
@@ -168,16 +156,17 @@ pub(crate) fn print_table(table: &mut comfy_table::Table) {
 
 /// A lifecycle notice on stderr.
 pub(crate) fn notice(message: &str) {
-    eprint_line(&paint(
-        Stream::Stderr,
-        AnsiColor::Yellow.on_default(),
-        message,
-    ));
+    let yellow = AnsiColor::Yellow.on_default();
+    eprint_line(&paint(&std::io::stderr(), yellow, message));
 }
 
 /// A warning on stderr.
 pub(crate) fn warning(message: &str) {
-    let label = paint(Stream::Stderr, AnsiColor::Magenta.on_default(), "warning:");
+    let label = paint(
+        &std::io::stderr(),
+        AnsiColor::Magenta.on_default(),
+        "warning:",
+    );
     eprint_line(&format!("{label} {message}"));
 }
 

@@ -29,23 +29,18 @@ fn to_json(record: &SessionRecord) -> Value {
 /// owed (`pending`); `null` when the session never fell back since its binding was made. The
 /// way for a client whose SDK shows no notice (the Python SDK) to learn of it.
 fn last_fallback(record: &SessionRecord) -> Value {
-    if let Some(given_up) = record.given_up() {
-        return json!({
-            "thread_id": given_up.thread_id,
-            "reason": given_up.reason,
-            "at_ms": given_up.at_ms,
-            "pending": !given_up.notice_delivered,
-        });
-    }
-    match record.binding().and_then(|b| b.fell_back_from.as_ref()) {
-        Some(from) => json!({
-            "thread_id": from.thread_id,
-            "reason": from.reason,
-            "at_ms": from.at_ms,
-            "pending": false,
-        }),
-        None => Value::Null,
-    }
+    let fell_back = record.binding().and_then(|b| b.fell_back_from.as_ref());
+    let (thread_id, reason, at_ms, pending) = match (record.given_up(), fell_back) {
+        (Some(given_up), _) => (
+            &given_up.thread_id,
+            &given_up.reason,
+            given_up.at_ms,
+            !given_up.notice_delivered,
+        ),
+        (None, Some(from)) => (&from.thread_id, &from.reason, from.at_ms, false),
+        (None, None) => return Value::Null,
+    };
+    json!({"thread_id": thread_id, "reason": reason, "at_ms": at_ms, "pending": pending})
 }
 
 /// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS UTC`.

@@ -2,13 +2,14 @@
 //! damage was found or the check could not reach the end, 75 when the store is locked by
 //! another process; with `--json` one object on stdout, also when damage was found.
 
+use std::io::stdout;
 use std::sync::Arc;
 
 use anstyle::AnsiColor;
 use rethread_store::{BindingStore, VerifyReport};
 use serde_json::json;
 
-use crate::output::{self, for_people, outln, Stream};
+use crate::output::{self, for_people, outln};
 use crate::CliResult;
 
 /// Checks `store` (named `label`, password redacted) and prints the report.
@@ -80,10 +81,10 @@ fn print_human(label: &str, report: &VerifyReport) {
         report.sessions, report.rows, report.leases
     );
     if report.is_ok() {
-        let verified = output::paint(Stream::Stdout, AnsiColor::Green.on_default(), "verified");
+        let verified = output::paint(&stdout(), AnsiColor::Green.on_default(), "verified");
         outln!("{verified} {label}: {counts}, no problems");
     } else {
-        let damaged = output::paint(Stream::Stdout, AnsiColor::Red.on_default(), "damaged");
+        let damaged = output::paint(&stdout(), AnsiColor::Red.on_default(), "damaged");
         let stopped = match report.complete {
             true => "",
             false => "; the check stopped at the damage",

@@ -23,7 +23,7 @@ use rethread_store::{BindingStore, LocalOwner};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
-use super::process::{event_type, write_stderr, Exit, First, Process};
+use super::process::{field, write_stderr, Exit, First, Process};
 use super::{exec_args, Kind, Setup};
 use crate::chat::{late_signal, SIGNAL_GRACE};
 use crate::output::{self, Interrupted, UsageError};
@@ -32,17 +32,20 @@ use crate::output::{self, Interrupted, UsageError};
 /// however it ends. Returns the exit code.
 pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
     // Before codex starts: a signal from here on is this process's to handle.
-    let mut signal = pin!(crate::chat::interrupted());
+    let mut signal: Signal<'_> = pin!(crate::chat::interrupted());
     let store = crate::open_store(setup.store.as_deref(), crate::Access::Write(Duration::ZERO));
     let store = store.await?;
-    let options = &setup.options;
+    let (options, owner) = (&setup.options, Arc::new(LocalOwner::new()));
     // Always set: the library's default, or RETHREAD_LEASE_TTL.
     let ttl = options.lease_ttl.unwrap_or(Duration::from_secs(30));
-    let owner = Arc::new(LocalOwner::new());
-    let lease = tokio::select! {
-        lease = SessionLease::acquire(store.clone(), &setup.session, owner, ttl, options.lease_wait) => lease?,
-        interrupted = signal.as_mut() => return Err(interrupted.into()),
-    };
+    let acquire = SessionLease::acquire(
+        store.clone(),
+        &setup.session,
+        owner,
+        ttl,
+        options.lease_wait,
+    );
+    let lease = unless_interrupted(acquire, &mut signal).await??;
     let mut driver = Driver {
         setup,
         machine: SessionMachine::new(&setup.session, options.machine_options()),
@@ -144,7 +147,7 @@ impl Driver<'_> {
         self.machine.open();
         // The last process that exited before its thread started.
         let mut exited: Option<Exit> = None;
-        let mut opened: Option<(Box<Process>, String, Vec<u8>)> = None;
+        let mut opened: Option<(Process, String, Vec<u8>)> = None;
         // A copy, so that the loop can borrow `self` mutably while the store side runs.
         let (setup, parts) = (self.setup, self.parts.clone());
         let side = parts.side(&setup.session);
@@ -160,14 +163,14 @@ impl Driver<'_> {
                 DriverAction::Resume(params) => {
                     let args = setup.run.with_resume(&params.thread_id);
                     match self.start_process(&args, signal.as_mut()).await? {
-                        Began::Started(process, thread_id, lines) => {
+                        (process, First::Started { thread_id, lines }) => {
                             if thread_id != params.thread_id {
                                 tracing::warn!(bound = %params.thread_id, %thread_id, "codex resumed the session's thread under another id");
                             }
                             opened = Some((process, thread_id, lines));
                             self.machine.handle_resumed();
                         }
-                        Began::Exited(exit) => {
+                        (_, First::Exited(exit)) => {
                             self.machine.handle_resume_exited(&exit.stderr_text());
                             exited = Some(exit);
                         }
@@ -180,11 +183,11 @@ impl Driver<'_> {
                         None => setup.run.args().to_vec(),
                     };
                     match self.start_process(&args, signal.as_mut()).await? {
-                        Began::Started(process, thread_id, lines) => {
+                        (process, First::Started { thread_id, lines }) => {
                             opened = Some((process, thread_id.clone(), lines));
                             self.machine.handle_started(thread_id);
                         }
-                        Began::Exited(exit) => {
+                        (_, First::Exited(exit)) => {
                             let closed = ClientError::Closed {
                                 reason: format!(
                                     "codex exec exited with {} before its thread started",
@@ -246,7 +249,7 @@ impl Driver<'_> {
             .start_process(setup.run.args(), signal.as_mut())
             .await?
         {
-            Began::Started(process, thread_id, lines) => {
+            (process, First::Started { thread_id, lines }) => {
                 self.write(&lines).await?;
                 self.machine
                     .handle_client_thread(&thread_id, false, Some(&stored));
@@ -254,7 +257,7 @@ impl Driver<'_> {
                 process.relay_stderr();
                 self.forward(process, &thread_id, signal).await
             }
-            Began::Exited(exit) => self.pass_on(exit).await,
+            (_, First::Exited(exit)) => self.pass_on(exit).await,
         }
     }
 
@@ -264,7 +267,7 @@ impl Driver<'_> {
         &mut self,
         args: &[OsString],
         mut signal: Signal<'_>,
-    ) -> Result<Began, BoxError> {
+    ) -> Result<(Process, First), BoxError> {
         let (program, setup) = (&self.setup.codex, self.setup);
         let args = exec_args(&setup.globals, args);
         let mut process = Process::spawn(program, &args, setup.input.stdin.as_deref())
@@ -280,23 +283,18 @@ impl Driver<'_> {
                 return Err(interrupted.into());
             }
         };
-        match first {
-            First::Started { thread_id, lines } => {
-                Ok(Began::Started(Box::new(process), thread_id, lines))
-            }
-            First::Exited(exit) => {
-                // An exit that names no resume error may be the user's Ctrl-C, which reaches
-                // codex too ([`late_signal`]).
-                let unexplained = exit.code != 0
-                    && rethread_protocol::exec_resume_error(&exit.stderr_text()).is_none();
-                if unexplained {
-                    if let Some(interrupted) = late_signal(signal.as_mut()).await {
-                        return Err(interrupted.into());
-                    }
+        if let First::Exited(exit) = &first {
+            // An exit that names no resume error may be the user's Ctrl-C, which reaches
+            // codex too ([`late_signal`]).
+            let unexplained = exit.code != 0
+                && rethread_protocol::exec_resume_error(&exit.stderr_text()).is_none();
+            if unexplained {
+                if let Some(interrupted) = late_signal(signal.as_mut()).await {
+                    return Err(interrupted.into());
                 }
-                Ok(Began::Exited(exit))
             }
         }
+        Ok((process, first))
     }
 
     /// Passes the process's output on, line by line, until it ends: each `turn.completed`
@@ -305,7 +303,7 @@ impl Driver<'_> {
     /// turn is reported, and the run ends with exit 0.
     async fn forward(
         &mut self,
-        mut process: Box<Process>,
+        mut process: Process,
         thread_id: &str,
         mut signal: Signal<'_>,
     ) -> Result<u8, BoxError> {
@@ -330,7 +328,7 @@ impl Driver<'_> {
                     None => return Ok(code),
                 }
             };
-            let event = event_type(&line);
+            let event = field(&line, "type");
             match event.as_deref() {
                 Some("turn.started") => replies.clear(),
                 Some("item.completed") => replies.extend(agent_message(&line)),
@@ -450,12 +448,6 @@ impl Driver<'_> {
     async fn write(&mut self, bytes: &[u8]) -> Result<(), BoxError> {
         write_line(&mut self.stdout, bytes).await
     }
-}
-
-/// How a process began (see [`First`]), the process kept when it goes on.
-enum Began {
-    Started(Box<Process>, String, Vec<u8>),
-    Exited(Exit),
 }
 
 /// The agent message an `item.completed` line carries, as the projection reads one.

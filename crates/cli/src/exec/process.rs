@@ -6,7 +6,7 @@
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -40,12 +40,21 @@ impl Exit {
     }
 }
 
+/// The tail of a child's stderr held back, or `None` once it is relayed as it comes.
+type Held = Arc<Mutex<Option<Vec<u8>>>>;
+
+fn lock(held: &Held) -> MutexGuard<'_, Option<Vec<u8>>> {
+    held.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// A running `codex exec`.
 #[derive(Debug)]
 pub(super) struct Process {
     child: Child,
     stdout: BufReader<ChildStdout>,
-    stderr: Relay,
+    held: Held,
+    /// The task that reads its stderr.
+    relay: Option<JoinHandle<()>>,
 }
 
 impl Process {
@@ -56,18 +65,13 @@ impl Process {
         args: &[OsString],
         stdin: Option<&[u8]>,
     ) -> std::io::Result<Process> {
-        let mut command = Command::new(program);
-        command
+        let mut child = Command::new(program)
             .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::inherit()
-            })
+            .stdin(stdin.map_or(Stdio::inherit(), |_| Stdio::piped()))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = command.spawn()?;
+            .kill_on_drop(true)
+            .spawn()?;
         if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
             let bytes = bytes.to_vec();
             // A codex that exits without reading its stdin must not fail the write loudly.
@@ -76,11 +80,27 @@ impl Process {
             });
         }
         let stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
-        let stderr = Relay::start(child.stderr.take().expect("stderr is piped"));
+        let mut stderr = child.stderr.take().expect("stderr is piped");
+        let held: Held = Arc::new(Mutex::new(Some(Vec::new())));
+        let shared = held.clone();
+        let relay = tokio::spawn(async move {
+            let mut chunk = vec![0u8; 8192];
+            while let Ok(read @ 1..) = stderr.read(&mut chunk).await {
+                match lock(&shared).as_mut() {
+                    None => write_stderr(&chunk[..read]),
+                    Some(held) => {
+                        held.extend_from_slice(&chunk[..read]);
+                        held.drain(..held.len().saturating_sub(HELD_STDERR));
+                    }
+                }
+            }
+        });
+        let relay = Some(relay);
         Ok(Process {
             child,
             stdout,
-            stderr,
+            held,
+            relay,
         })
     }
 
@@ -89,16 +109,16 @@ impl Process {
         let mut lines = Vec::new();
         while let Some(line) = self.next_line().await? {
             lines.extend_from_slice(&line);
-            if event_type(&line).as_deref() == Some("thread.started") {
+            if field(&line, "type").as_deref() == Some("thread.started") {
                 let thread_id = field(&line, "thread_id").unwrap_or_default();
                 return Ok(First::Started { thread_id, lines });
             }
         }
-        let code = exit_code(self.child.wait().await?);
-        let stderr = self.stderr.finish().await;
+        let (code, stderr) = self.exit().await?;
+        let stdout = lines;
         Ok(First::Exited(Exit {
             code,
-            stdout: lines,
+            stdout,
             stderr,
         }))
     }
@@ -113,15 +133,35 @@ impl Process {
     /// From now on its stderr goes to this process's stderr as it comes (what it held back
     /// first).
     pub(super) fn relay_stderr(&self) {
-        self.stderr.go_live();
+        let mut held = lock(&self.held);
+        write_stderr(&held.take().unwrap_or_default());
     }
 
-    /// Waits for it to exit: its exit code (128 + N for signal N), once its stderr is relayed.
+    /// Waits for it to exit: its exit code, once its stderr is relayed.
     pub(super) async fn wait(&mut self) -> std::io::Result<u8> {
-        let code = exit_code(self.child.wait().await?);
-        let held = self.stderr.finish().await;
+        let (code, held) = self.exit().await?;
         write_stderr(&held);
         Ok(code)
+    }
+
+    /// Waits for it to exit and for the end of its stderr: its exit code (128 + N for signal
+    /// N, like a shell) and what is still held back of its stderr.
+    async fn exit(&mut self) -> std::io::Result<(u8, Vec<u8>)> {
+        let status = self.child.wait().await?;
+        #[cfg(unix)]
+        let signal = std::os::unix::process::ExitStatusExt::signal(&status);
+        #[cfg(not(unix))]
+        let signal: Option<i32> = None;
+        let code = match signal {
+            Some(signal) => 128u8.saturating_add(signal as u8),
+            None => status.code().map_or(1, |code| code as u8),
+        };
+        if let Some(relay) = self.relay.take() {
+            // A grandchild may hold the pipe open past codex's exit: not waited for long.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), relay).await;
+        }
+        let held = lock(&self.held).as_mut().map(std::mem::take);
+        Ok((code, held.unwrap_or_default()))
     }
 
     /// Stops it at once.
@@ -130,24 +170,7 @@ impl Process {
     }
 }
 
-/// 128 + N for a process killed by signal N, like a shell.
-fn exit_code(status: ExitStatus) -> u8 {
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(signal) = status.signal() {
-            return 128u8.saturating_add(signal as u8);
-        }
-    }
-    status.code().map_or(1, |code| code as u8)
-}
-
-/// The `type` of an exec event line, if it is one.
-pub(super) fn event_type(line: &[u8]) -> Option<String> {
-    field(line, "type")
-}
-
-/// A top-level string member of a JSON line.
+/// A top-level string member of a JSON line (`type`: the event's).
 pub(super) fn field(line: &[u8], name: &str) -> Option<String> {
     let value: serde_json::Value = serde_json::from_slice(line).ok()?;
     value.get(name)?.as_str().map(str::to_string)
@@ -161,66 +184,4 @@ pub(super) fn write_stderr(bytes: &[u8]) {
     }
     let mut stderr = std::io::stderr().lock();
     let _ = stderr.write_all(bytes).and_then(|()| stderr.flush());
-}
-
-/// A child's stderr: held back (its tail) until [`Relay::go_live`], then copied as it comes.
-#[derive(Debug)]
-struct Relay {
-    state: Arc<Mutex<RelayState>>,
-    task: Option<JoinHandle<()>>,
-}
-
-#[derive(Debug, Default)]
-struct RelayState {
-    live: bool,
-    held: Vec<u8>,
-}
-
-fn lock(state: &Mutex<RelayState>) -> MutexGuard<'_, RelayState> {
-    state
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-impl Relay {
-    fn start(mut stderr: tokio::process::ChildStderr) -> Relay {
-        let state = Arc::new(Mutex::new(RelayState::default()));
-        let shared = Arc::clone(&state);
-        let task = tokio::spawn(async move {
-            let mut chunk = vec![0u8; 8192];
-            while let Ok(read) = stderr.read(&mut chunk).await {
-                if read == 0 {
-                    break;
-                }
-                let mut state = lock(&shared);
-                if state.live {
-                    write_stderr(&chunk[..read]);
-                } else {
-                    state.held.extend_from_slice(&chunk[..read]);
-                    let excess = state.held.len().saturating_sub(HELD_STDERR);
-                    state.held.drain(..excess);
-                }
-            }
-        });
-        Relay {
-            state,
-            task: Some(task),
-        }
-    }
-
-    fn go_live(&self) {
-        let mut state = lock(&self.state);
-        state.live = true;
-        let held = std::mem::take(&mut state.held);
-        write_stderr(&held);
-    }
-
-    /// Waits for the end of the stream; returns what is still held back.
-    async fn finish(&mut self) -> Vec<u8> {
-        if let Some(task) = self.task.take() {
-            // A grandchild may hold the pipe open past codex's exit: not waited for long.
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), task).await;
-        }
-        std::mem::take(&mut lock(&self.state).held)
-    }
 }
