@@ -173,15 +173,8 @@ impl AppServerGlobals {
 
 /// `RETHREAD_SESSION`: unset or empty names no session (the documented pass-through); a value
 /// that is not UTF-8 cannot be kept: a usage error, never read as unset.
-pub(crate) fn session_env() -> Result<Option<String>, String> {
-    const SESSION_ENV: &str = "RETHREAD_SESSION";
-    match std::env::var(SESSION_ENV) {
-        Ok(session) => Ok(Some(session).filter(|s| !s.is_empty())),
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => Err(format!(
-            "{SESSION_ENV} is not UTF-8; a session id must be text"
-        )),
-    }
+pub(crate) fn session_env() -> Result<Option<String>, UsageError> {
+    crate::env_var("RETHREAD_SESSION", "; a session id must be text")
 }
 
 /// The session settings of `app-server` and `exec`: [`crate::binder_options`] with the wait
@@ -190,15 +183,10 @@ pub(crate) fn session_env() -> Result<Option<String>, String> {
 /// one's shutdown).
 pub(crate) fn env_options(no_mirror: bool) -> Result<BinderOptions, UsageError> {
     const SESSION_WAIT_ENV: &str = "RETHREAD_SESSION_WAIT";
-    let wait = match std::env::var(SESSION_WAIT_ENV) {
-        Err(std::env::VarError::NotPresent) => Duration::from_secs(2),
-        Err(std::env::VarError::NotUnicode(_)) => {
-            return Err(UsageError(format!(
-                "{SESSION_WAIT_ENV} is not UTF-8; give a number of seconds between 0 and 86400"
-            )))
-        }
-        Ok(text) if text.is_empty() => Duration::from_secs(2),
-        Ok(text) => crate::parse_wait(&text)
+    let hint = "; give a number of seconds between 0 and 86400";
+    let wait = match crate::env_var(SESSION_WAIT_ENV, hint)? {
+        None => Duration::from_secs(2),
+        Some(text) => crate::parse_wait(&text)
             .map(Duration::from_secs_f64)
             .map_err(|cause| UsageError(format!("{SESSION_WAIT_ENV}: {cause}")))?,
     };
@@ -211,7 +199,7 @@ pub(crate) fn env_options(no_mirror: bool) -> Result<BinderOptions, UsageError> 
 pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServerArgs) -> ExitCode {
     let named = take_session(&mut args.args).and_then(|in_args| {
         match [globals.session.clone(), args.session.take(), in_args] {
-            [None, None, None] => session_env(),
+            [None, None, None] => session_env().map_err(|e| e.0),
             [Some(one), None, None] | [None, Some(one), None] | [None, None, Some(one)] => {
                 Ok(Some(one))
             }

@@ -1,12 +1,8 @@
-//! Which program rethread starts as codex, and the refusal to start itself.
-//!
-//! `--codex-bin` / `RETHREAD_CODEX_BIN` (default `codex`) names it: a path, or a name looked up
-//! on `PATH` the way a shell does (the first executable file of that name). A program that is
-//! this very binary (the same file, through any symlink or hard link: compared by device and
-//! inode, or by canonical path where those are not available) would start itself without end,
-//! each copy starting the next; it is refused before anything starts. rethread installed as
-//! `codex` ahead of the real one finds the real one with [`Pick::NotSelf`]: the next `codex` on
-//! `PATH` that is not rethread.
+//! Which program rethread starts as codex: `--codex-bin` / `RETHREAD_CODEX_BIN` (default
+//! `codex`), a path or a name looked up on `PATH` as a shell does. A program that is this very
+//! binary (the same file through any link: by device and inode, or canonical path where those
+//! are missing) would start itself without end; it is refused before anything starts.
+//! rethread installed as `codex` finds the real one with [`Pick::NotSelf`].
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -22,41 +18,30 @@ pub(crate) enum Pick {
     NotSelf,
 }
 
-/// The program to start as codex: `given` (`--codex-bin` / `RETHREAD_CODEX_BIN`) or `codex`,
-/// resolved on this process's `PATH` when it is a bare name. A name found nowhere is returned
-/// as it is (starting it then fails with the system's "not found", as before).
+/// The program to start as codex: `given` or `codex`, resolved on this process's `PATH` when
+/// it is a bare name. A name found nowhere is returned as it is (starting it then fails with
+/// the system's "not found").
 pub(crate) fn resolve(given: Option<&Path>, pick: Pick) -> Result<PathBuf, UsageError> {
     let program = given.unwrap_or(Path::new("codex"));
+    // `/proc/self/exe` is the running file even if it was moved or its link replaced.
+    let exe = Path::new("/proc/self/exe");
+    let exe = match exe.exists() {
+        true => exe.to_path_buf(),
+        false => std::env::current_exe().unwrap_or_default(),
+    };
     let path_var = std::env::var_os("PATH");
-    resolve_in(
-        program,
-        path_var.as_deref(),
-        &Identity::of_this_process(),
-        pick,
-    )
+    resolve_in(program, path_var.as_deref(), &Identity::of(&exe), pick)
 }
 
-/// What makes a file this binary.
+/// What makes a file this binary: its device and inode where the platform has them, and its
+/// canonical path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Identity {
-    /// Device and inode of the running executable, where the platform has them.
     file_id: Option<(u64, u64)>,
-    /// Its canonical path.
     canonical: Option<PathBuf>,
 }
 
 impl Identity {
-    fn of_this_process() -> Identity {
-        // `/proc/self/exe` is the running file even if it was moved or its link replaced.
-        let exe = Path::new("/proc/self/exe");
-        let exe = if exe.exists() {
-            exe.to_path_buf()
-        } else {
-            std::env::current_exe().unwrap_or_default()
-        };
-        Identity::of(&exe)
-    }
-
     pub(crate) fn of(file: &Path) -> Identity {
         Identity {
             file_id: file_id(file),
@@ -88,14 +73,10 @@ fn is_executable_file(path: &Path) -> bool {
         return false;
     };
     #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        meta.is_file() && meta.permissions().mode() & 0o111 != 0
-    }
+    let executable = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0;
     #[cfg(not(unix))]
-    {
-        meta.is_file()
-    }
+    let executable = true;
+    meta.is_file() && executable
 }
 
 /// [`resolve`] against an explicit `PATH` value and identity of "this binary".
@@ -105,13 +86,17 @@ pub(crate) fn resolve_in(
     me: &Identity,
     pick: Pick,
 ) -> Result<PathBuf, UsageError> {
-    let is_me = |path: &Path| me.is(path);
-    let named_by_path = program.components().count() > 1 || program.is_absolute();
-    if named_by_path {
-        return if is_me(program) {
-            Err(refusal(program))
-        } else {
-            Ok(program.to_path_buf())
+    let refusal = |program: &Path| {
+        UsageError(format!(
+            "`{}` is rethread itself, not codex: it would start itself without end; name the \
+             real codex with --codex-bin PATH or RETHREAD_CODEX_BIN",
+            program.display()
+        ))
+    };
+    if program.components().count() > 1 || program.is_absolute() {
+        return match me.is(program) {
+            true => Err(refusal(program)),
+            false => Ok(program.to_path_buf()),
         };
     }
     let mut candidates = path_var
@@ -121,11 +106,11 @@ pub(crate) fn resolve_in(
         .filter(|path| is_executable_file(path));
     match pick {
         Pick::First => match candidates.next() {
-            Some(found) if is_me(&found) => Err(refusal(&found)),
+            Some(found) if me.is(&found) => Err(refusal(&found)),
             Some(found) => Ok(found),
             None => Ok(program.to_path_buf()),
         },
-        Pick::NotSelf => candidates.find(|path| !is_me(path)).ok_or_else(|| {
+        Pick::NotSelf => candidates.find(|path| !me.is(path)).ok_or_else(|| {
             UsageError(format!(
                 "no `{}` on PATH other than rethread itself; name the real codex with \
                  --codex-bin PATH or RETHREAD_CODEX_BIN",
@@ -133,14 +118,6 @@ pub(crate) fn resolve_in(
             ))
         }),
     }
-}
-
-fn refusal(program: &Path) -> UsageError {
-    UsageError(format!(
-        "`{}` is rethread itself, not codex: it would start itself without end; name the real \
-         codex with --codex-bin PATH or RETHREAD_CODEX_BIN",
-        program.display()
-    ))
 }
 
 #[cfg(test)]

@@ -2,8 +2,10 @@
 //! fake app-server, narrated. Every claim it narrates is checked; a failed check fails the
 //! demo. With `--json` the story is one object on stdout, also when a check fails.
 
+use std::io::stdout;
 use std::sync::Arc;
 
+use anstyle::{AnsiColor, Style};
 use rethread_fake_appserver::faults::Corruption;
 use rethread_fake_appserver::{FakeAppServer, FakeHandle};
 use rethread_runtime::{
@@ -25,13 +27,6 @@ struct Narration {
 }
 
 impl Narration {
-    fn new(json: bool) -> Self {
-        Narration {
-            json,
-            steps: vec![json!({"title": "setup", "lines": [], "checks": []})],
-        }
-    }
-
     fn current(&mut self, field: &str) -> &mut Vec<Value> {
         let step = self.steps.last_mut().expect("a step is always open");
         step[field].as_array_mut().expect("an array field")
@@ -39,30 +34,23 @@ impl Narration {
 
     fn step(&mut self, title: &str) {
         if self.json {
-            self.steps
-                .push(json!({"title": title, "lines": [], "checks": []}));
+            let step = json!({"title": title, "lines": [], "checks": []});
+            self.steps.push(step);
         } else {
-            outln!();
-            let bold = anstyle::Style::new().bold();
+            let title = format!("== {title}");
             outln!(
-                "{}",
-                output::paint(&std::io::stdout(), bold, &format!("== {title}"))
+                "\n{}",
+                output::paint(&stdout(), Style::new().bold(), &title)
             );
         }
     }
 
-    /// One line of narration (`painted` on a terminal).
-    fn say(&mut self, line: &str, painted: Option<anstyle::AnsiColor>) {
+    /// One line of narration (in `style` on a terminal).
+    fn say(&mut self, line: &str, style: Style) {
         if self.json {
             self.current("lines").push(json!(line));
         } else {
-            match painted {
-                Some(colour) => outln!(
-                    "{}",
-                    output::paint(&std::io::stdout(), colour.on_default(), line)
-                ),
-                None => outln!("{line}"),
-            }
+            outln!("{}", output::paint(&stdout(), style, line));
         }
     }
 
@@ -99,7 +87,7 @@ async fn turn(
     stream: DuplexStream,
     (home, mirror): (&str, bool),
     message: &str,
-) -> CliResult<(OpenOutcome, String, Vec<String>)> {
+) -> CliResult<(OpenOutcome, Vec<String>)> {
     let (rail, recorded) = StatusRail::recording();
     let (reader, writer) = tokio::io::split(stream);
     let client = AppServerClient::builder()
@@ -111,22 +99,20 @@ async fn turn(
         .mirror(mirror);
     let mut binder = SessionBinder::new(SESSION, store.clone(), rail).with_options(options);
     let mut session = binder.open(&client).await?;
-    story.say(&format!("   user: {message}"), None);
+    story.say(&format!("   user: {message}"), Style::new());
     let report = session.run_turn(message).await?;
-    story.say(&format!("   codex: {}", report.reply), None);
+    story.say(&format!("   codex: {}", report.reply), Style::new());
     let notices = recorded.messages(StatusKind::Lifecycle);
     for notice in &notices {
         // Narration goes to stdout in order with the rest of the story.
-        story.say(
-            &format!("   notice: {notice}"),
-            Some(anstyle::AnsiColor::Yellow),
-        );
+        let yellow = AnsiColor::Yellow.on_default();
+        story.say(&format!("   notice: {notice}"), yellow);
     }
     let outcome = session.outcome().clone();
     drop(session);
     // This "process" ends: the next one takes the session's lease at once.
     binder.close().await?;
-    Ok((outcome, report.reply, notices))
+    Ok((outcome, notices))
 }
 
 /// A turn after a restart that must resume `thread`: the same thread, no notice, and the
@@ -139,7 +125,7 @@ async fn resumed_turn(
     [same_thread, no_notice, remembers]: [&str; 3],
 ) -> CliResult {
     let stream = fake.restart().await?;
-    let (outcome, _, notices) = turn(story, store, stream, (home, true), message).await?;
+    let (outcome, notices) = turn(story, store, stream, (home, true), message).await?;
     let resumed = matches!(&outcome, OpenOutcome::Resumed { thread_id } if thread_id == thread);
     story.check(resumed, same_thread)?;
     story.check(notices.is_empty(), no_notice)?;
@@ -154,7 +140,8 @@ fn model_saw(fake: &FakeHandle, word: &str) -> bool {
 
 /// Plays the story; with `json`, prints it as one object at the end.
 pub(crate) async fn run(json: bool) -> CliResult {
-    let mut story = Narration::new(json);
+    let steps = vec![json!({"title": "setup", "lines": [], "checks": []})];
+    let mut story = Narration { json, steps };
     let result = play(&mut story).await;
     story.finish(&result);
     result
@@ -167,23 +154,17 @@ async fn play(story: &mut Narration) -> CliResult {
     let home_text = home.display().to_string();
     let store: Arc<dyn BindingStore> =
         Arc::new(SqliteStore::open(&store_path, OpenOptions::default()).await?);
-    story.say(
-        &format!(
-            "rethread demo: an embedded SQLite store (the default) at {}",
-            store_path.display()
-        ),
-        None,
-    );
-    story.say(
-        &format!("and the bundled fake codex app-server with CODEX_HOME={home_text}"),
-        None,
-    );
+    let path = store_path.display();
+    let setup = format!("rethread demo: an embedded SQLite store (the default) at {path}");
+    story.say(&setup, Style::new());
+    let setup = format!("and the bundled fake codex app-server with CODEX_HOME={home_text}");
+    story.say(&setup, Style::new());
 
     story.step("1. First turn: a new codex thread, bound once the turn's rows are durable");
     let (stream, fake) = FakeAppServer::builder()
         .codex_home(&home)
         .spawn_in_process()?;
-    let (outcome, _, notices) = turn(
+    let (outcome, notices) = turn(
         story,
         &store,
         stream,
@@ -219,11 +200,10 @@ async fn play(story: &mut Narration) -> CliResult {
 
     story.step("3. The rollout is lost; the store's mirror of it restores the same thread");
     fake.corrupt_rollout(&first, Corruption::Delete)?;
+    let lost = "as a pruned ~/.codex or a new container would";
     story.say(
-        &format!(
-            "   (deleted the rollout of {first}, as a pruned ~/.codex or a new container would)"
-        ),
-        None,
+        &format!("   (deleted the rollout of {first}, {lost})"),
+        Style::new(),
     );
     resumed_turn(
         story,
@@ -240,9 +220,12 @@ async fn play(story: &mut Narration) -> CliResult {
 
     story.step("4. Lost again, with the mirror off (RETHREAD_MIRROR=off): it fails closed");
     fake.corrupt_rollout(&first, Corruption::Delete)?;
-    story.say(&format!("   (deleted the rollout of {first})"), None);
+    story.say(
+        &format!("   (deleted the rollout of {first})"),
+        Style::new(),
+    );
     let stream = fake.restart().await?;
-    let (outcome, _, notices) = turn(
+    let (outcome, notices) = turn(
         story,
         &store,
         stream,
@@ -274,10 +257,8 @@ async fn play(story: &mut Narration) -> CliResult {
     if !story.json {
         outln!();
     }
-    story.say(
-        "done: the conversation survived a restart and a lost rollout, and a lost thread failed \
-         closed with one notice.",
-        None,
-    );
+    let done = "done: the conversation survived a restart and a lost rollout, and a lost \
+                thread failed closed with one notice.";
+    story.say(done, Style::new());
     Ok(())
 }

@@ -3,26 +3,14 @@
 //! stdin, JSONL events on stdout), the third driver of the runtime's session machine
 //! (`exec/driver.rs`).
 //!
-//! With a session named (`RETHREAD_SESSION`, as for `app-server`):
-//! - the prompt is read from stdin (1 MiB at most, as `chat -`; an argument prompt with a
-//!   piped stdin as codex composes it), the store opened and the session's lease taken
-//!   **before** codex starts (`RETHREAD_SESSION_WAIT`, `RETHREAD_LEASE_TTL`);
-//! - a run that names no subcommand runs on the session's thread: `codex exec ... resume
-//!   <bound id>`; a lost thread (the process exits before `thread.started` with codex's resume
-//!   error on stderr) is given up, the notice said once as an `error` item right after the
-//!   new thread's `thread.started`, and a fresh `codex exec` started, seeded from the
-//!   transcript through `-c developer_instructions=...` (after the host's own);
-//! - a run that names its own `resume <id>` or `fork` keeps its bytes as they are; its turns
-//!   are recorded when the machine adopts the thread (the session's own, or a session with
-//!   none bound), otherwise they run unrecorded (said on stderr);
-//! - each completed turn is committed (the prompt and the agent messages as rows) before
-//!   `turn.completed` reaches the client; `turn.failed` commits nothing;
-//! - temporary resume failures are retried as the machine says, then exit 75; SIGINT/SIGTERM
-//!   stop codex and release the lease (130/143), a turn being committed is finished first.
-//!
-//! Without a session, and for `--help`, `--version`, `--ephemeral`, `review` and `help`, the
-//! run is codex's own: rethread replaces itself with codex (same bytes both ways, same exit
-//! code, same signals).
+//! With a session (`RETHREAD_SESSION`), the prompt is read (as `chat -` reads it; an argument
+//! prompt with a piped stdin as codex composes it), and the store opened and the lease taken
+//! before codex starts. A run that names no subcommand runs on the session's thread (`resume
+//! <bound id>`; after a loss, a fresh thread seeded through `-c developer_instructions=...`,
+//! the notice an `error` item after its `thread.started`). A run that names its own `resume
+//! <id>` or `fork` keeps its bytes; its turns are recorded when the machine adopts the
+//! thread. Without a session, and for `--help`, `--version`, `--ephemeral`, `review` and
+//! `help`, rethread replaces itself with codex (same bytes, exit code and signals).
 
 mod driver;
 mod process;
@@ -106,7 +94,7 @@ pub(crate) fn main(
     let run = ExecArgs::parse(args);
     let session = match crate::app_server::session_env() {
         Ok(session) => session,
-        Err(cause) => return output::fail(&cause, output::EXIT_USAGE),
+        Err(cause) => return output::fail(&cause.0, output::EXIT_USAGE),
     };
     let kind = kind_of(&run);
     let Some(session) = session.filter(|_| kind != Kind::PassThrough) else {

@@ -1,14 +1,9 @@
-//! Log output: a `tracing-subscriber` on stderr, never on stdout (stdout carries the reply and
-//! the `--json` objects), written above a progress bar or spinner being shown, never over it
-//! ([`crate::output::StderrAboveBars`]), in colour only when stderr takes it.
-//!
-//! How much: warnings by default, `-v` info (each runtime span as it closes: open, resume,
-//! fallback, lease, turn, commit, with their session and thread ids and outcome), `-vv` debug,
-//! `-vvv` trace. A non-empty `RUST_LOG` (`tracing-subscriber`'s `EnvFilter` directives)
-//! replaces the level `-v` chose; a `RUST_LOG` that does not parse is said once on stderr and
-//! `-v`'s level is used. `--log-format json` writes one JSON object per line (with the span
-//! and its parents) instead of text. Nothing logged carries a secret: store URLs are logged
-//! redacted only.
+//! Log output: a `tracing-subscriber` on stderr (stdout carries the reply and the `--json`
+//! objects), above any progress bar ([`crate::output::StderrAboveBars`]), in colour only when
+//! stderr takes it. Warnings by default, `-v` info (each runtime span as it closes, with its
+//! session and thread ids and outcome), `-vv` debug, `-vvv` trace; a non-empty `RUST_LOG`
+//! replaces that level (one that does not parse is said once, and `-v`'s level used). Store
+//! URLs are logged redacted only.
 
 use clap::{ArgAction, Args, ValueEnum};
 use tracing_subscriber::filter::{EnvFilter, LevelFilter};
@@ -56,21 +51,18 @@ fn level(verbose: u8) -> LevelFilter {
 /// `RUST_LOG` that did not parse.
 fn filter(verbose: u8, rust_log: Option<&str>) -> (EnvFilter, Option<String>) {
     let by_flag = || EnvFilter::default().add_directive(level(verbose).into());
-    match rust_log
-        .map(str::trim)
-        .filter(|directives| !directives.is_empty())
-    {
-        None => (by_flag(), None),
-        Some(directives) => match EnvFilter::builder().parse(directives) {
-            Ok(filter) => (filter, None),
-            Err(error) => (
-                by_flag(),
-                Some(format!(
-                    "RUST_LOG `{directives}` is not a valid filter ({error}); using level {}",
-                    level(verbose)
-                )),
-            ),
-        },
+    let Some(directives) = rust_log.map(str::trim).filter(|d| !d.is_empty()) else {
+        return (by_flag(), None);
+    };
+    match EnvFilter::builder().parse(directives) {
+        Ok(filter) => (filter, None),
+        Err(error) => {
+            let level = level(verbose);
+            let complaint = format!(
+                "RUST_LOG `{directives}` is not a valid filter ({error}); using level {level}"
+            );
+            (by_flag(), Some(complaint))
+        }
     }
 }
 
@@ -78,7 +70,6 @@ fn filter(verbose: u8, rust_log: Option<&str>) -> (EnvFilter, Option<String>) {
 pub(crate) fn init(args: &LogArgs) {
     let rust_log = std::env::var("RUST_LOG").ok();
     let (filter, complaint) = filter(args.verbose, rust_log.as_deref());
-    // Colour as stderr decides (crate::output::Stream); lines written above a progress bar.
     let ansi = crate::output::colour(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -406,21 +406,13 @@ fn is_empty(matches: &ArgMatches, id: &str) -> bool {
 /// empty keeps the library's 30 s); and the mirror ([`mirror`]).
 pub(crate) fn binder_options(wait: Duration, no_mirror: bool) -> Result<BinderOptions, UsageError> {
     const LEASE_TTL_ENV: &str = "RETHREAD_LEASE_TTL";
-    let ttl = match std::env::var(LEASE_TTL_ENV) {
-        Err(std::env::VarError::NotPresent) => None,
-        Err(std::env::VarError::NotUnicode(_)) => {
-            return Err(UsageError(format!("{LEASE_TTL_ENV} is not UTF-8")))
-        }
-        Ok(text) if text.is_empty() => None,
-        Ok(text) => match text.parse::<f64>() {
-            Ok(secs) if (0.1..=86_400.0).contains(&secs) => Some(Duration::from_secs_f64(secs)),
-            _ => {
-                return Err(UsageError(format!(
-                    "{LEASE_TTL_ENV}: `{text}` is not a number of seconds between 0.1 and 86400"
-                )))
-            }
-        },
-    };
+    let ttl = env_var(LEASE_TTL_ENV, "")?.map(|text| match text.parse::<f64>() {
+        Ok(secs) if (0.1..=86_400.0).contains(&secs) => Ok(Duration::from_secs_f64(secs)),
+        _ => Err(UsageError(format!(
+            "{LEASE_TTL_ENV}: `{text}` is not a number of seconds between 0.1 and 86400"
+        ))),
+    });
+    let ttl = ttl.transpose()?;
     let options = BinderOptions::default()
         .lease_wait(wait)
         .mirror(mirror(no_mirror)?);
@@ -428,6 +420,18 @@ pub(crate) fn binder_options(wait: Duration, no_mirror: bool) -> Result<BinderOp
         Some(ttl) => options.lease_ttl(Some(ttl)),
         None => options,
     })
+}
+
+/// A rethread variable: `None` when unset or empty, as every one is read; one that is not
+/// UTF-8 is refused (`name is not UTF-8` and the `hint`).
+pub(crate) fn env_var(name: &str, hint: &str) -> Result<Option<String>, UsageError> {
+    match std::env::var(name) {
+        Ok(value) => Ok(Some(value).filter(|value| !value.is_empty())),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(UsageError(format!("{name} is not UTF-8{hint}")))
+        }
+    }
 }
 
 /// Whether to mirror the session's rollout: on unless `no_mirror` or `RETHREAD_MIRROR=off`;

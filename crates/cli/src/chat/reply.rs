@@ -26,21 +26,19 @@ pub(crate) fn shows_text(event: &TurnEvent) -> bool {
 /// code still reports the turn.
 pub(crate) struct ReplyPrinter<W: Write> {
     out: W,
-    /// The agent message being printed and what was printed of it.
+    /// The agent message being printed and what was printed of it; `None` before the reply.
     current: Option<(String, String)>,
-    /// Whether any message was started.
-    started: bool,
     /// Whether the closing newline was written.
     finished: bool,
 }
 
 impl<W: Write> ReplyPrinter<W> {
     pub(crate) fn new(out: W) -> Self {
+        let (current, finished) = (None, false);
         ReplyPrinter {
             out,
-            current: None,
-            started: false,
-            finished: false,
+            current,
+            finished,
         }
     }
 
@@ -56,12 +54,8 @@ impl<W: Write> ReplyPrinter<W> {
             }
             TurnEvent::ItemCompleted(ThreadItem::Known(KnownItem::AgentMessage { id, text })) => {
                 self.begin(id);
-                let printed = self
-                    .current
-                    .as_ref()
-                    .map(|(_, printed)| printed.clone())
-                    .unwrap_or_default();
-                match text.strip_prefix(printed.as_str()) {
+                let printed = self.current.take().map(|(_, printed)| printed);
+                match text.strip_prefix(printed.unwrap_or_default().as_str()) {
                     Some(rest) => self.write(rest),
                     None => {
                         self.write("\n");
@@ -77,16 +71,16 @@ impl<W: Write> ReplyPrinter<W> {
     /// The turn completed with `reply`: prints it if nothing of it was streamed, then the
     /// closing newline.
     pub(crate) fn finish(&mut self, reply: &str) {
-        if !self.started {
-            self.started = true;
+        if self.current.is_none() {
             self.write(reply);
+            self.current = Some((String::new(), reply.to_string()));
         }
         self.end();
     }
 
     /// Ends a partly printed reply with a newline (the turn failed or was interrupted).
-    pub(crate) fn end(&mut self) {
-        if self.started && !self.finished {
+    fn end(&mut self) {
+        if self.current.is_some() && !self.finished {
             self.finished = true;
             self.write("\n");
         }
@@ -94,25 +88,17 @@ impl<W: Write> ReplyPrinter<W> {
 
     /// Starts printing agent message `id`, after a blank line when it is not the first.
     fn begin(&mut self, id: &str) {
-        if self
-            .current
-            .as_ref()
-            .is_some_and(|(current, _)| current == id)
-        {
-            return;
+        match &self.current {
+            Some((current, _)) if current == id => return,
+            Some(_) => self.write("\n\n"),
+            None => {}
         }
-        if self.started {
-            self.write("\n\n");
-        }
-        self.started = true;
         self.current = Some((id.to_string(), String::new()));
     }
 
     fn write(&mut self, text: &str) {
-        let _ = self
-            .out
-            .write_all(text.as_bytes())
-            .and_then(|()| self.out.flush());
+        let _ = self.out.write_all(text.as_bytes());
+        let _ = self.out.flush();
     }
 }
 

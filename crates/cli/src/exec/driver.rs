@@ -82,7 +82,7 @@ struct Driver<'a> {
     stdout: tokio::io::Stdout,
 }
 
-/// What the session's store side is made of (see [`StoreParts::side`]).
+/// What the session's [`StoreSide`] is made of.
 #[derive(Clone)]
 struct StoreParts {
     store: Arc<dyn BindingStore>,
@@ -93,7 +93,7 @@ struct StoreParts {
 }
 
 impl StoreParts {
-    /// The store side of the machine's actions (every driver's), for `session_id`.
+    /// The store side of the machine's actions (every driver's).
     fn side<'a>(&'a self, session_id: &'a str) -> StoreSide<'a> {
         StoreSide {
             store: self.store.as_ref(),
@@ -375,8 +375,7 @@ impl Driver<'_> {
         project_turn_input(thread_id, &turn_id, &input, replies)
     }
 
-    /// Carries out what the machine asks after an event: commits, what it says, delivered
-    /// notices.
+    /// Carries out what the machine asks after an event: commits, and what it says.
     async fn settle(&mut self) -> Result<(), BoxError> {
         loop {
             let action = {
@@ -414,13 +413,7 @@ impl Driver<'_> {
 
     /// Says `say`: on stderr for people, and on stdout as codex reports a non-fatal problem
     /// (an `error` item), except a thread not recorded (the run is the client's own: its
-    /// bytes stay as they are).
-    ///
-    /// The fallback notice is not marked delivered when written: the SDK's `run()` returns the
-    /// run's items only when its turn completes (a run that fails or is stopped throws them
-    /// away), so the user has it only once the turn on the new thread is committed, and that
-    /// commit is what clears it in the store. A run that ends before says nothing delivered,
-    /// and the next run says it again (at least once, never lost).
+    /// bytes stay as they are). Never marked delivered: see `docs/architecture.md`.
     async fn say(&mut self, say: &Say) -> Result<(), BoxError> {
         let described = binding::status_event(&self.setup.session, say).described();
         // Best effort: a client that closed stderr still gets the run (`eprintln!` panics).
@@ -437,8 +430,7 @@ impl Driver<'_> {
         self.write(format!("{item}\n").as_bytes()).await
     }
 
-    /// A process that ended before its thread started: its output and its exit code, as
-    /// they were.
+    /// A process that ended before its thread started: its output and exit code, as they were.
     async fn pass_on(&mut self, exit: Exit) -> Result<u8, BoxError> {
         self.write(&exit.stdout).await?;
         write_stderr(&exit.stderr);
@@ -481,7 +473,7 @@ fn seeded_args(run: &rethread_protocol::exec::ExecArgs, seed: String) -> Vec<OsS
     args
 }
 
-/// Writes bytes to `stdout` and flushes them (the client reads each line as it comes).
+/// Writes bytes to `stdout`, flushed: the client reads each line as it comes.
 async fn write_line(stdout: &mut tokio::io::Stdout, bytes: &[u8]) -> Result<(), BoxError> {
     stdout.write_all(bytes).await?;
     Ok(stdout.flush().await?)
