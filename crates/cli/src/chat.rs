@@ -109,6 +109,14 @@ pub(crate) struct Conversation {
     pub(crate) result: Result<TurnReport, BoxError>,
 }
 
+impl Conversation {
+    /// An invocation that failed before a session was opened.
+    fn failed(error: BoxError) -> Self {
+        let (opened, result) = (None, Err(error));
+        Conversation { opened, result }
+    }
+}
+
 /// Runs the turn once the store is open and codex resolved (`ready`), and reports how it
 /// ended; a failure before that is reported the same way.
 pub(crate) async fn run(
@@ -117,17 +125,7 @@ pub(crate) async fn run(
 ) -> CliResult {
     let (store, codex) = match ready {
         Ok(ready) => ready,
-        Err(error) => {
-            let result = Err(error);
-            return finish(
-                args,
-                &[],
-                Conversation {
-                    opened: None,
-                    result,
-                },
-            );
-        }
+        Err(error) => return finish(args, &[], Conversation::failed(error)),
     };
     let live = LiveRail::default();
     let rail = StatusRail::new(live.clone());
@@ -145,10 +143,9 @@ pub(crate) async fn run(
             client.shutdown().await;
             conversation
         }
-        Err(error) => Conversation {
-            opened: None,
-            result: Err(or_interrupted(RuntimeError::from(error).into(), signal).await),
-        },
+        Err(error) => {
+            Conversation::failed(or_interrupted(RuntimeError::from(error).into(), signal).await)
+        }
     };
     finish(args, &live.notices(), conversation)
 }
@@ -214,12 +211,10 @@ async fn turn(
         let spinner = output::Spinner::start("waiting for codex");
         (spinner, reply::ReplyPrinter::new(std::io::stdout()))
     });
-    let input = args
-        .images
-        .iter()
-        .fold(TurnInput::text(&args.message), |input, image| {
-            input.with_local_image(image)
-        });
+    let mut input = TurnInput::text(&args.message);
+    for image in &args.images {
+        input = input.with_local_image(image);
+    }
     let turn = tokio::select! {
         turn = session.run_turn_streamed(input) => turn?,
         interrupted = signal.as_mut() => return Err(interrupted.into()),

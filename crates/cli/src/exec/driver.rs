@@ -16,10 +16,8 @@ use rethread_protocol::messages::{ThreadItem, ThreadStartParams, UserInput};
 use rethread_runtime::binding::{self, apply_seed, StoreSide};
 use rethread_runtime::machine::{DriverAction, Say, SessionMachine};
 use rethread_runtime::projection::project_turn_input;
-use rethread_runtime::{
-    BoxError, ClientError, RolloutMirror, RuntimeError, SessionLease, Transcript,
-};
-use rethread_store::{BindingStore, LocalOwner};
+use rethread_runtime::{BoxError, ClientError, RuntimeError, SessionLease, Transcript};
+use rethread_store::LocalOwner;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
@@ -46,15 +44,20 @@ pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
         options.lease_wait,
     );
     let lease = unless_interrupted(acquire, &mut signal).await??;
+    let mirror = options.rollout_mirror();
+    let side = StoreSide {
+        store: store.as_ref(),
+        session_id: &setup.session,
+        lease: Some(&lease),
+        transcript: &Transcript::Store,
+        mirror: mirror.as_ref(),
+        codex_home: options.codex_home.as_deref(),
+    };
+    let machine = SessionMachine::new(&setup.session, options.machine_options());
     let mut driver = Driver {
         setup,
-        machine: SessionMachine::new(&setup.session, options.machine_options()),
-        parts: StoreParts {
-            codex_home: options.codex_home.clone(),
-            mirror: options.rollout_mirror(),
-            store,
-            lease: Arc::new(lease),
-        },
+        side,
+        machine,
         said: Vec::new(),
         items: 0,
         stdout: tokio::io::stdout(),
@@ -63,7 +66,7 @@ pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
         Kind::Own => driver.own_thread(signal.as_mut()).await,
         _ => driver.session_thread(signal.as_mut()).await,
     };
-    if let Err(error) = driver.parts.lease.release().await {
+    if let Err(error) = lease.release().await {
         output::warning(&format!(
             "could not release the session's lease (it expires on its own): {error}"
         ));
@@ -73,37 +76,14 @@ pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
 
 struct Driver<'a> {
     setup: &'a Setup,
-    parts: StoreParts,
+    /// The store side of the machine's actions (every driver's).
+    side: StoreSide<'a>,
     machine: SessionMachine,
     /// What the machine said while opening, said once the new thread is known.
     said: Vec<Say>,
     /// The `error` items said so far (their ids: `rethread_0`, ...).
     items: u64,
     stdout: tokio::io::Stdout,
-}
-
-/// What the session's [`StoreSide`] is made of.
-#[derive(Clone)]
-struct StoreParts {
-    store: Arc<dyn BindingStore>,
-    lease: Arc<SessionLease>,
-    codex_home: Option<String>,
-    /// The rollout mirror: restored before the resume, grown by each commit.
-    mirror: Option<RolloutMirror>,
-}
-
-impl StoreParts {
-    /// The store side of the machine's actions (every driver's).
-    fn side<'a>(&'a self, session_id: &'a str) -> StoreSide<'a> {
-        StoreSide {
-            store: self.store.as_ref(),
-            session_id,
-            lease: Some(&self.lease),
-            transcript: &Transcript::Store,
-            mirror: self.mirror.as_ref(),
-            codex_home: self.codex_home.as_deref(),
-        }
-    }
 }
 
 type Signal<'s> = Pin<&'s mut dyn Future<Output = Interrupted>>;
@@ -148,9 +128,8 @@ impl Driver<'_> {
         // The last process that exited before its thread started.
         let mut exited: Option<Exit> = None;
         let mut opened: Option<(Process, String, Vec<u8>)> = None;
-        // A copy, so that the loop can borrow `self` mutably while the store side runs.
-        let (setup, parts) = (self.setup, self.parts.clone());
-        let side = parts.side(&setup.session);
+        // Copies, so that the loop can borrow `self` mutably while the store side runs.
+        let (setup, side) = (self.setup, self.side);
         loop {
             // The store side (reads, restore, give-up, waits); a signal meanwhile ends the run.
             let mut machine = &mut self.machine;
@@ -232,7 +211,7 @@ impl Driver<'_> {
     /// A run that names its own thread (`resume <id>`, `fork`): its arguments as given; the
     /// machine decides on `thread.started` whether the thread is the session's.
     async fn own_thread(&mut self, mut signal: Signal<'_>) -> Result<u8, BoxError> {
-        let (setup, store) = (self.setup, self.parts.store.clone());
+        let (setup, store) = (self.setup, self.side.store);
         if let Some(thread_id) = setup.run.thread_id() {
             if let Some(owner) = store.thread_session(thread_id).await? {
                 if owner != setup.session {
@@ -244,7 +223,7 @@ impl Driver<'_> {
                 }
             }
         }
-        let stored = binding::read_stored(store.as_ref(), &setup.session).await?;
+        let stored = binding::read_stored(store, &setup.session).await?;
         match self
             .start_process(setup.run.args(), signal.as_mut())
             .await?
@@ -368,35 +347,28 @@ impl Driver<'_> {
         let images = input
             .images
             .iter()
-            .map(|path| UserInput::LocalImage { path: path.clone() });
-        let input: Vec<_> = std::iter::once(UserInput::text(&input.text))
-            .chain(images)
-            .collect();
-        project_turn_input(thread_id, &turn_id, &input, replies)
+            .cloned()
+            .map(|path| UserInput::LocalImage { path });
+        let mut items = vec![UserInput::text(&input.text)];
+        items.extend(images);
+        project_turn_input(thread_id, &turn_id, &items, replies)
     }
 
     /// Carries out what the machine asks after an event: commits, and what it says.
     async fn settle(&mut self) -> Result<(), BoxError> {
+        let side = self.side;
         loop {
-            let action = {
-                let side = self.parts.side(&self.setup.session);
-                match side.next_action(&mut &mut self.machine).await {
-                    Some(DriverAction::Commit {
-                        thread_id,
-                        rows,
-                        mirror,
-                    }) => {
-                        // A failed commit is said by the machine (an error item).
-                        let _ = side
-                            .commit(&mut &mut self.machine, &thread_id, &rows, mirror)
-                            .await;
-                        continue;
-                    }
-                    other => other,
-                }
-            };
-            match action {
+            match side.next_action(&mut &mut self.machine).await {
                 None => return Ok(()),
+                Some(DriverAction::Commit {
+                    thread_id,
+                    rows,
+                    mirror,
+                }) => {
+                    // A failed commit is said by the machine (an error item).
+                    let machine = &mut &mut self.machine;
+                    let _ = side.commit(machine, &thread_id, &rows, mirror).await;
+                }
                 Some(DriverAction::Say(say)) => self.say(&say).await?,
                 Some(_) => {}
             }
