@@ -330,9 +330,10 @@ fn failure_json(
             error.is::<ClientError>().then_some("client")
         }
     });
+    let message = output::one_line(&error.to_string());
     let mut object = json!({
         "session": args.session,
-        "error": {"kind": kind.unwrap_or("failed"), "message": output::one_line(&error.to_string())},
+        "error": {"kind": kind.unwrap_or("failed"), "message": message},
         "notices": notices,
     });
     if let Some(outcome) = opened {

@@ -114,14 +114,18 @@ impl Listing {
     }
 
     /// Ends the listing: under `--json` the object, with `next_after`; else `nothing` when it
-    /// was empty. Whether a hint at the next page may follow (not under `--json`).
-    fn end(self, next_after: Value, nothing: &str) -> bool {
+    /// was empty, and the `hint` at the next page on stderr.
+    fn end(self, next_after: Value, nothing: &str, hint: Option<String>) {
         if self.json {
             outln!("],\"next_after\":{next_after}}}");
-        } else if self.printed == 0 {
+            return;
+        }
+        if self.printed == 0 {
             outln!("{nothing}");
         }
-        !self.json
+        if let Some(hint) = hint {
+            eprintln!("{hint}");
+        }
     }
 }
 
@@ -165,16 +169,15 @@ pub(crate) async fn list(
             None => break None,
         }
     };
-    if listing.end(json!(next_after), "no sessions") {
-        if let Some(next) = next_after {
-            eprintln!(
-                "more sessions may follow: rethread sessions list{} --limit {} --after {}",
-                store_words(url),
-                limit.unwrap_or(PAGE),
-                for_people(&shell_word(&next))
-            );
-        }
-    }
+    let hint = next_after.as_deref().map(|next| {
+        let (store, limit) = (store_words(url), limit.unwrap_or(PAGE));
+        let next = for_people(&shell_word(next)).into_owned();
+        format!(
+            "more sessions may follow: rethread sessions list{store} --limit {limit} --after \
+             {next}"
+        )
+    });
+    listing.end(json!(next_after), "no sessions", hint);
     Ok(())
 }
 
@@ -278,16 +281,14 @@ pub(crate) async fn show_rows(
         next = last + 1;
     }
     let next_after = (next < record.row_count && next > 0).then(|| next - 1);
-    if listing.end(json!(next_after), "no rows") {
-        if let (Some(after), Some(limit)) = (next_after, limit) {
-            eprintln!(
-                "more rows may follow: rethread sessions show {} --rows{} --limit {limit} \
-                 --after {after}",
-                for_people(&shell_word(id)),
-                store_words(url)
-            );
-        }
-    }
+    let hint = next_after.zip(limit).map(|(after, limit)| {
+        let (id, store) = (for_people(&shell_word(id)).into_owned(), store_words(url));
+        format!(
+            "more rows may follow: rethread sessions show {id} --rows{store} --limit {limit} \
+             --after {after}"
+        )
+    });
+    listing.end(json!(next_after), "no rows", hint);
     Ok(())
 }
 

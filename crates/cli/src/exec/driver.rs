@@ -143,8 +143,10 @@ impl Driver<'_> {
                     let args = setup.run.with_resume(&params.thread_id);
                     match self.start_process(&args, signal.as_mut()).await? {
                         (process, First::Started { thread_id, lines }) => {
-                            if thread_id != params.thread_id {
-                                tracing::warn!(bound = %params.thread_id, %thread_id, "codex resumed the session's thread under another id");
+                            let bound = &params.thread_id;
+                            if thread_id != *bound {
+                                let under = "codex resumed the session's thread under another id";
+                                tracing::warn!(%bound, %thread_id, "{under}");
                             }
                             opened = Some((process, thread_id, lines));
                             self.machine.handle_resumed();
@@ -184,10 +186,7 @@ impl Driver<'_> {
                         let error = RuntimeError::Internal("opened without a process".into());
                         return Err(error.into());
                     };
-                    self.write(&lines).await?;
-                    self.say_held().await?;
-                    process.relay_stderr();
-                    return self.forward(process, &thread_id, signal).await;
+                    return self.forward(process, &thread_id, &lines, signal).await;
                 }
                 DriverAction::OpenFailed(error) => {
                     // A give-up was written: its notice is said even so (the next run starts
@@ -229,12 +228,9 @@ impl Driver<'_> {
             .await?
         {
             (process, First::Started { thread_id, lines }) => {
-                self.write(&lines).await?;
-                self.machine
-                    .handle_client_thread(&thread_id, false, Some(&stored));
-                self.settle().await?;
-                process.relay_stderr();
-                self.forward(process, &thread_id, signal).await
+                let machine = &mut self.machine;
+                machine.handle_client_thread(&thread_id, false, Some(&stored));
+                self.forward(process, &thread_id, &lines, signal).await
             }
             (_, First::Exited(exit)) => self.pass_on(exit).await,
         }
@@ -276,16 +272,21 @@ impl Driver<'_> {
         Ok((process, first))
     }
 
-    /// Passes the process's output on, line by line, until it ends: each `turn.completed`
-    /// only once the machine's commit is done (or its failure said). A signal before a commit
-    /// began stops codex (the turn is not committed); one during a commit lets it finish, the
-    /// turn is reported, and the run ends with exit 0.
+    /// The run goes on in `process`, whose thread started with `lines`: they are written, then
+    /// what the machine says, then the process's output, line by line, until it ends: each
+    /// `turn.completed` only once the machine's commit is done (or its failure said). A signal
+    /// before a commit began stops codex (the turn is not committed); one during a commit lets
+    /// it finish, the turn is reported, and the run ends with exit 0.
     async fn forward(
         &mut self,
         mut process: Process,
         thread_id: &str,
+        lines: &[u8],
         mut signal: Signal<'_>,
     ) -> Result<u8, BoxError> {
+        self.write(lines).await?;
+        self.say_held().await?;
+        process.relay_stderr();
         let mut replies: Vec<ThreadItem> = Vec::new();
         let mut committed = false;
         // A signal while codex is read or the client written (a client that stopped reading
