@@ -79,63 +79,71 @@ impl Narration {
     }
 }
 
-/// One "process": a fresh client on the fake and a fresh binder (with the rollout mirror on or
-/// off), one turn.
-async fn turn(
-    story: &mut Narration,
-    store: &Arc<dyn BindingStore>,
-    stream: DuplexStream,
-    (home, mirror): (&str, bool),
-    message: &str,
-) -> CliResult<(OpenOutcome, Vec<String>)> {
-    let (rail, recorded) = StatusRail::recording();
-    let (reader, writer) = tokio::io::split(stream);
-    let client = AppServerClient::builder()
-        .rail(rail.clone())
-        .connect(reader, writer)
-        .await?;
-    let options = BinderOptions::default()
-        .codex_home(Some(home.to_string()))
-        .mirror(mirror);
-    let mut binder = SessionBinder::new(SESSION, store.clone(), rail).with_options(options);
-    let mut session = binder.open(&client).await?;
-    story.say(&format!("   user: {message}"), Style::new());
-    let report = session.run_turn(message).await?;
-    story.say(&format!("   codex: {}", report.reply), Style::new());
-    let notices = recorded.messages(StatusKind::Lifecycle);
-    for notice in &notices {
-        // Narration goes to stdout in order with the rest of the story.
-        let yellow = AnsiColor::Yellow.on_default();
-        story.say(&format!("   notice: {notice}"), yellow);
+/// What the story runs on: the store, the fake codex, and the fake's `CODEX_HOME`.
+struct World {
+    store: Arc<dyn BindingStore>,
+    fake: FakeHandle,
+    home: String,
+}
+
+impl World {
+    /// One "process": a fresh client on the fake (`stream`) and a fresh binder (with the
+    /// rollout mirror on or off), one turn.
+    async fn turn(
+        &self,
+        story: &mut Narration,
+        stream: DuplexStream,
+        mirror: bool,
+        message: &str,
+    ) -> CliResult<(OpenOutcome, Vec<String>)> {
+        let (rail, recorded) = StatusRail::recording();
+        let (reader, writer) = tokio::io::split(stream);
+        let client = AppServerClient::builder()
+            .rail(rail.clone())
+            .connect(reader, writer)
+            .await?;
+        let home = Some(self.home.clone());
+        let options = BinderOptions::default().codex_home(home).mirror(mirror);
+        let mut binder =
+            SessionBinder::new(SESSION, self.store.clone(), rail).with_options(options);
+        let mut session = binder.open(&client).await?;
+        story.say(&format!("   user: {message}"), Style::new());
+        let report = session.run_turn(message).await?;
+        story.say(&format!("   codex: {}", report.reply), Style::new());
+        let notices = recorded.messages(StatusKind::Lifecycle);
+        for notice in &notices {
+            // Narration goes to stdout in order with the rest of the story.
+            let yellow = AnsiColor::Yellow.on_default();
+            story.say(&format!("   notice: {notice}"), yellow);
+        }
+        let outcome = session.outcome().clone();
+        drop(session);
+        // This "process" ends: the next one takes the session's lease at once.
+        binder.close().await?;
+        Ok((outcome, notices))
     }
-    let outcome = session.outcome().clone();
-    drop(session);
-    // This "process" ends: the next one takes the session's lease at once.
-    binder.close().await?;
-    Ok((outcome, notices))
-}
 
-/// A turn after a restart that must resume `thread`: the same thread, no notice, and the
-/// model's request holds turn 1 (`says`: the three checks' lines).
-async fn resumed_turn(
-    story: &mut Narration,
-    (store, fake, home): (&Arc<dyn BindingStore>, &FakeHandle, &str),
-    thread: &str,
-    message: &str,
-    [same_thread, no_notice, remembers]: [&str; 3],
-) -> CliResult {
-    let stream = fake.restart().await?;
-    let (outcome, notices) = turn(story, store, stream, (home, true), message).await?;
-    let resumed = matches!(&outcome, OpenOutcome::Resumed { thread_id } if thread_id == thread);
-    story.check(resumed, same_thread)?;
-    story.check(notices.is_empty(), no_notice)?;
-    story.check(model_saw(fake, "papaya"), remembers)
-}
+    /// A turn after a restart that must resume `thread`: the same thread, no notice, and the
+    /// model's request holds turn 1 (`says`: the three checks' lines).
+    async fn resumed_turn(
+        &self,
+        story: &mut Narration,
+        thread: &str,
+        message: &str,
+        [same_thread, no_notice, remembers]: [&str; 3],
+    ) -> CliResult {
+        let stream = self.fake.restart().await?;
+        let (outcome, notices) = self.turn(story, stream, true, message).await?;
+        let resumed = matches!(&outcome, OpenOutcome::Resumed { thread_id } if thread_id == thread);
+        story.check(resumed, same_thread)?;
+        story.check(notices.is_empty(), no_notice)?;
+        story.check(self.model_saw("papaya"), remembers)
+    }
 
-fn model_saw(fake: &FakeHandle, word: &str) -> bool {
-    fake.model_requests()
-        .last()
-        .is_some_and(|request| request.saw(word))
+    fn model_saw(&self, word: &str) -> bool {
+        let requests = self.fake.model_requests();
+        requests.last().is_some_and(|request| request.saw(word))
+    }
 }
 
 /// Plays the story; with `json`, prints it as one object at the end.
@@ -151,12 +159,11 @@ async fn play(story: &mut Narration) -> CliResult {
     let dir = tempfile::Builder::new().prefix("rethread-demo").tempdir()?;
     let store_path = dir.path().join("rethread.sqlite");
     let home = dir.path().join("codex-home");
-    let home_text = home.display().to_string();
-    let store: Arc<dyn BindingStore> =
-        Arc::new(SqliteStore::open(&store_path, OpenOptions::default()).await?);
+    let store = Arc::new(SqliteStore::open(&store_path, OpenOptions::default()).await?);
     let path = store_path.display();
     let setup = format!("rethread demo: an embedded SQLite store (the default) at {path}");
     story.say(&setup, Style::new());
+    let home_text = home.display().to_string();
     let setup = format!("and the bundled fake codex app-server with CODEX_HOME={home_text}");
     story.say(&setup, Style::new());
 
@@ -164,75 +171,56 @@ async fn play(story: &mut Narration) -> CliResult {
     let (stream, fake) = FakeAppServer::builder()
         .codex_home(&home)
         .spawn_in_process()?;
-    let (outcome, notices) = turn(
-        story,
-        &store,
-        stream,
-        (&home_text, true),
-        "My favourite fruit is papaya. Remember it.",
-    )
-    .await?;
+    let world = World {
+        store,
+        fake,
+        home: home_text,
+    };
+    let fruit = "My favourite fruit is papaya. Remember it.";
+    let (outcome, notices) = world.turn(story, stream, true, fruit).await?;
     let first = outcome.thread_id().to_string();
-    story.check(
-        matches!(outcome, OpenOutcome::Started { .. }),
-        &format!("started thread {first}"),
-    )?;
+    let started = matches!(outcome, OpenOutcome::Started { .. });
+    story.check(started, &format!("started thread {first}"))?;
     story.check(notices.is_empty(), "no notice")?;
-    let record = store.require_session(SESSION).await?;
+    let record = world.store.require_session(SESSION).await?;
     story.check(
         record.thread_id() == Some(first.as_str()) && record.row_count == 2,
         "binding and 2 transcript rows stored together",
     )?;
 
     story.step("2. The app-server restarts; a rebuilt binder resumes the bound thread");
-    resumed_turn(
-        story,
-        (&store, &fake, &home_text),
-        &first,
-        "Which fruit did I name?",
-        [
-            "thread/resume, then turn/start: no new thread",
-            "no notice when the resume succeeds",
-            "the model's request holds turn 1: it remembers",
-        ],
-    )
-    .await?;
+    let checks = [
+        "thread/resume, then turn/start: no new thread",
+        "no notice when the resume succeeds",
+        "the model's request holds turn 1: it remembers",
+    ];
+    let question = "Which fruit did I name?";
+    world.resumed_turn(story, &first, question, checks).await?;
 
     story.step("3. The rollout is lost; the store's mirror of it restores the same thread");
-    fake.corrupt_rollout(&first, Corruption::Delete)?;
+    world.fake.corrupt_rollout(&first, Corruption::Delete)?;
     let lost = "as a pruned ~/.codex or a new container would";
     story.say(
         &format!("   (deleted the rollout of {first}, {lost})"),
         Style::new(),
     );
-    resumed_turn(
-        story,
-        (&store, &fake, &home_text),
-        &first,
-        "Do you still know my fruit?",
-        [
-            "restored from the store, then thread/resume: the same thread",
-            "no notice",
-            "the model's request holds turn 1 again",
-        ],
-    )
-    .await?;
+    let checks = [
+        "restored from the store, then thread/resume: the same thread",
+        "no notice",
+        "the model's request holds turn 1 again",
+    ];
+    let question = "Do you still know my fruit?";
+    world.resumed_turn(story, &first, question, checks).await?;
 
     story.step("4. Lost again, with the mirror off (RETHREAD_MIRROR=off): it fails closed");
-    fake.corrupt_rollout(&first, Corruption::Delete)?;
+    world.fake.corrupt_rollout(&first, Corruption::Delete)?;
     story.say(
         &format!("   (deleted the rollout of {first})"),
         Style::new(),
     );
-    let stream = fake.restart().await?;
-    let (outcome, notices) = turn(
-        story,
-        &store,
-        stream,
-        (&home_text, false),
-        "Do you still know my fruit now?",
-    )
-    .await?;
+    let stream = world.fake.restart().await?;
+    let question = "Do you still know my fruit now?";
+    let (outcome, notices) = world.turn(story, stream, false, question).await?;
     let OpenOutcome::FellBack {
         thread_id: second,
         reason,
@@ -244,16 +232,16 @@ async fn play(story: &mut Narration) -> CliResult {
     };
     story.check(notices.len() == 1, "exactly one notice")?;
     story.check(
-        *seeded && model_saw(&fake, "papaya"),
+        *seeded && world.model_saw("papaya"),
         "the fresh thread was seeded from the transcript",
     )?;
-    let record = store.require_session(SESSION).await?;
+    let record = world.store.require_session(SESSION).await?;
     story.check(
         record.thread_id() == Some(second.as_str()) && record.is_retired(&first),
         &format!("binding moved {first} -> {second} ({reason}); the lost thread is retired"),
     )?;
     story.check(record.row_count == 8, "all 8 transcript rows kept")?;
-    fake.kill().await;
+    world.fake.kill().await;
     if !story.json {
         outln!();
     }

@@ -75,7 +75,6 @@ pub(crate) struct Setup {
     store: Option<String>,
     /// The lease's wait and TTL, and the mirror.
     options: BinderOptions,
-    kind: Kind,
 }
 
 /// `[globals...] exec ARGS...`.
@@ -114,15 +113,12 @@ pub(crate) fn main(
         session,
         store: store.map(str::to_string),
         options,
-        kind,
     };
-    let runtime = tokio::runtime::Builder::new_current_thread();
-    output::run_to_exit(
-        runtime,
+    let (runtime, linger) = (
+        tokio::runtime::Builder::new_current_thread(),
         Duration::from_secs(1),
-        "exec: ",
-        driver::run(&setup),
-    )
+    );
+    output::run_to_exit(runtime, linger, "exec: ", driver::run(&setup))
 }
 
 /// Runs `codex ARGS...` in this process's place (Unix: the same process, so every byte,

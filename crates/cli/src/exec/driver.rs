@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
 use super::process::{field, write_stderr, Exit, First, Process};
-use super::{exec_args, Kind, Setup};
+use super::{exec_args, kind_of, Kind, Setup};
 use crate::chat::{late_signal, SIGNAL_GRACE};
 use crate::output::{self, Interrupted, UsageError};
 
@@ -62,7 +62,7 @@ pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
         items: 0,
         stdout: tokio::io::stdout(),
     };
-    let result = match setup.kind {
+    let result = match kind_of(&setup.run) {
         Kind::Own => driver.own_thread(signal.as_mut()).await,
         _ => driver.session_thread(signal.as_mut()).await,
     };
