@@ -22,7 +22,6 @@ use rethread_store::StoreError;
 
 use crate::CliResult;
 
-/// Success.
 pub(crate) const EXIT_OK: u8 = 0;
 /// A failure (the one-line cause says which); the default for an error of no kind known here.
 pub(crate) const EXIT_FAILED: u8 = 1;
@@ -154,12 +153,6 @@ pub(crate) fn print_table(table: &mut comfy_table::Table) {
     }
 }
 
-/// A lifecycle notice on stderr.
-pub(crate) fn notice(message: &str) {
-    let yellow = AnsiColor::Yellow.on_default();
-    eprint_line(&paint(&std::io::stderr(), yellow, message));
-}
-
 /// A warning on stderr.
 pub(crate) fn warning(message: &str) {
     let label = paint(
@@ -285,7 +278,8 @@ impl StatusSink for LiveRail {
     fn emit(&self, event: StatusEvent) {
         match event.kind {
             StatusKind::Lifecycle => {
-                notice(&event.message);
+                let yellow = AnsiColor::Yellow.on_default();
+                eprint_line(&paint(&std::io::stderr(), yellow, &event.message));
                 let mut notices = self.notices.lock().unwrap_or_else(|p| p.into_inner());
                 notices.push(event.message);
             }

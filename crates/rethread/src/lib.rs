@@ -1,25 +1,16 @@
 //! rethread keeps a host's conversation and its codex model-side thread together across
-//! restarts.
+//! restarts: it stores `session id -> codex thread id` durably, once the turn's transcript rows
+//! are durable; the next host process resumes the thread before its first turn; and when codex
+//! cannot hand the thread back it fails closed: it drops the binding, starts a fresh thread and
+//! says so exactly once ([`RESUME_FALLBACK_NOTICE`]).
 //!
-//! A host (API server, chat gateway, CLI, IDE) drives `codex app-server` and keeps its own
-//! session id and transcript. rethread stores `session id -> codex thread id` durably, and only
-//! once the turn's transcript rows are durable; the next host process for that session resumes
-//! the thread before its first turn; when codex cannot hand the thread back it fails closed:
-//! it drops the binding, starts a fresh thread and says so exactly once
-//! ([`RESUME_FALLBACK_NOTICE`]).
-//!
-//! This crate is the one dependency a host needs. It re-exports:
-//!
-//! - from [`runtime`]: [`AppServerClient`] (drives `codex app-server`), [`SessionBinder`] and
-//!   [`CodexSession`] (resume or fall back, run turns, publish the binding after the rows are
-//!   durable; [`CodexSession::run_turn_streamed`] yields a turn's [`TurnEvent`]s as they come),
-//!   [`StatusRail`] (where every notice goes), [`probe_thread`], the span and metric names in
-//!   [`telemetry`], and the rules as pieces in [`binding`] for hosts that send their own
-//!   requests;
-//! - from [`store`]: [`open_url`] and [`OpenOptions`], the [`BindingStore`] trait and its
-//!   backends, chosen with this crate's features: `redb` and `sqlite` (default), `postgres`;
-//! - [`protocol`]: the typed JSON-RPC dialect of `codex app-server`;
-//! - with the `proxy` feature, `proxy`: the `rethread app-server` session proxy.
+//! This crate is the one dependency a host needs. It re-exports [`runtime`]
+//! ([`AppServerClient`] drives `codex app-server`; [`SessionBinder`] and [`CodexSession`]
+//! resume or fall back and run turns; [`StatusRail`] carries every notice; the rules as pieces
+//! in [`binding`]), [`store`] ([`open_url`], the [`BindingStore`] trait and its backends, chosen
+//! with this crate's features: `redb` and `sqlite` (default), `postgres`), [`protocol`] (codex
+//! app-server's typed JSON-RPC dialect) and, with the `proxy` feature, `proxy` (the `rethread
+//! app-server` session proxy).
 //!
 //! ```no_run
 //! use rethread::{open_url, AppServerClient, CodexCommand, OpenOptions, SessionBinder, StatusRail};
