@@ -25,7 +25,58 @@ use rethread_store::{BindingStore, StoreError};
 use serde_json::{json, Value};
 
 use crate::output::{self, outln, Interrupted, LiveRail, UsageError};
-use crate::CliResult;
+use crate::{open_store, Access, CliResult, CodexBinArg, StoreArg};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ChatCommand {
+    #[command(flatten)]
+    pub(crate) store: StoreArg,
+    #[command(flatten)]
+    pub(crate) codex_bin: CodexBinArg,
+    /// The host session id.
+    #[arg(long, value_name = "ID", value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    session: String,
+    /// Print one JSON object instead of the reply (also on failure: `error`, `notices`).
+    #[arg(long)]
+    json: bool,
+    /// Wait up to SECS for a session another host holds (default: fail at once, exit 75).
+    #[arg(long, value_name = "SECS", default_value_t = 0.0, value_parser = crate::parse_wait)]
+    wait: f64,
+    /// An image file to send with the message (repeatable); codex reads it and gives the
+    /// model its bytes.
+    #[arg(long = "image", value_name = "PATH")]
+    images: Vec<PathBuf>,
+    /// Do not mirror the thread's rollout into the store (nor restore it from there):
+    /// the thread then resumes only where codex keeps it. Also `RETHREAD_MIRROR=off`.
+    #[arg(long)]
+    no_mirror: bool,
+    /// The message; `-` reads it from stdin.
+    message: String,
+}
+
+/// Reads and checks the arguments, then runs the turn.
+pub(crate) async fn main(command: ChatCommand) -> CliResult {
+    let wait = Duration::from_secs_f64(command.wait);
+    let mut args = ChatArgs {
+        session: command.session,
+        message: command.message,
+        images: command.images,
+        json: command.json,
+        options: BinderOptions::default(),
+    };
+    // Everything is read, and refused, before codex starts; under `--json` a failure here is
+    // reported as one object too.
+    let ready = async {
+        args.options = crate::binder_options(wait, command.no_mirror)?;
+        let codex = command.codex_bin.resolve()?;
+        args.images = image_paths(&args.images)?;
+        args.message = read_message(std::mem::take(&mut args.message)).await?;
+        let store = open_store(command.store.url.as_deref(), Access::Write(wait)).await?;
+        Ok((store, codex))
+    }
+    .await;
+    run(&args, ready).await
+}
 
 /// The arguments of `chat`, read and checked.
 #[derive(Debug, Clone)]

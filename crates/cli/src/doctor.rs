@@ -8,9 +8,6 @@
 //! open restores it), or `gone` with mirroring off (that open restores nothing). Exit 1 when
 //! any binding's next turn would start a new thread, after the whole report.
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
 use comfy_table::{Cell, Color};
 use futures::StreamExt;
 use rethread_runtime::{
@@ -20,7 +17,7 @@ use rethread_store::{Binding, BindingStore};
 use serde_json::json;
 
 use crate::output::{self, for_people, outln};
-use crate::CliResult;
+use crate::{open_store, Access, CliResult, CodexBinArg, StoreArg};
 
 /// One row of the report.
 struct Row {
@@ -34,24 +31,36 @@ struct Row {
 /// rollout.
 type Bound = (String, Binding, bool);
 
-/// Probes every binding of `store`, `jobs` at once, on one codex (resolved by `codex` only
-/// when there is a binding); `mirror`: whether the next open restores a mirrored rollout.
-pub(crate) async fn run(
-    store: Arc<dyn BindingStore>,
-    codex: impl FnOnce() -> Result<PathBuf, output::UsageError>,
+#[derive(Debug, clap::Args)]
+pub(crate) struct DoctorArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArg,
+    #[command(flatten)]
+    pub(crate) codex_bin: CodexBinArg,
+    /// Print JSON.
+    #[arg(long)]
     json: bool,
-    jobs: usize,
-    mirror: bool,
-) -> CliResult {
+    /// Probes to run at once (1-64).
+    #[arg(long, value_name = "N", default_value_t = 4,
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    jobs: u16,
+}
+
+/// Probes every binding on one codex, `--jobs` at once.
+pub(crate) async fn run(args: DoctorArgs) -> CliResult {
+    // What the next open will do with a mirrored rollout: doctor reports that.
+    let mirror = crate::mirror(false)?;
+    let store = open_store(args.store.url.as_deref(), Access::Read).await?;
     let bound = bindings(store.as_ref()).await?;
     let mut rows = Vec::new();
     if !bound.is_empty() {
         let client = AppServerClient::builder()
             .rail(StatusRail::tracing())
-            .spawn(&CodexCommand::new(codex()?))
+            // Resolved only now: with no binding, no codex is needed.
+            .spawn(&CodexCommand::new(args.codex_bin.resolve()?))
             .await?;
         let bar = output::progress(bound.len() as u64, "probing");
-        rows = probe_all(bound, jobs, |session, binding, mirrored| {
+        rows = probe_all(bound, args.jobs.into(), |session, binding, mirrored| {
             let (client, bar) = (client.clone(), bar.clone());
             async move {
                 let row = probe(&client, session, binding, mirrored, mirror).await;
@@ -65,7 +74,7 @@ pub(crate) async fn run(
     }
     let count = |health| rows.iter().filter(|r| r.health == health).count();
     let not_live = rows.iter().filter(|r| !r.health.resumes()).count();
-    if json {
+    if args.json {
         let bindings: Vec<_> = rows
             .iter()
             .map(|r| {
@@ -193,6 +202,7 @@ async fn probe(
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
 
     use tokio::sync::Barrier;
 

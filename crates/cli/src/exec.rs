@@ -25,6 +25,22 @@ use rethread_protocol::exec::ExecArgs;
 use rethread_runtime::BinderOptions;
 
 use crate::output::{self, UsageError};
+use crate::{CodexBinArg, StoreArg};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ExecCommand {
+    #[command(flatten)]
+    pub(crate) store: StoreArg,
+    #[command(flatten)]
+    pub(crate) codex_bin: CodexBinArg,
+    /// Arguments for `codex exec` (`--experimental-json`, `--cd DIR`, `resume ID`, ...).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub(crate) args: Vec<OsString>,
+}
 
 /// How a run is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -87,52 +87,16 @@ struct CodexBinArg {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run one turn for a session; resumes the session's codex thread across invocations.
-    Chat {
-        #[command(flatten)]
-        store: StoreArg,
-        #[command(flatten)]
-        codex_bin: CodexBinArg,
-        /// The host session id.
-        #[arg(long, value_name = "ID", value_parser = clap::builder::NonEmptyStringValueParser::new())]
-        session: String,
-        /// Print one JSON object instead of the reply (also on failure: `error`, `notices`).
-        #[arg(long)]
-        json: bool,
-        /// Wait up to SECS for a session another host holds (default: fail at once, exit 75).
-        #[arg(long, value_name = "SECS", default_value_t = 0.0, value_parser = parse_wait)]
-        wait: f64,
-        /// An image file to send with the message (repeatable); codex reads it and gives the
-        /// model its bytes.
-        #[arg(long = "image", value_name = "PATH")]
-        images: Vec<PathBuf>,
-        /// Do not mirror the thread's rollout into the store (nor restore it from there):
-        /// the thread then resumes only where codex keeps it. Also `RETHREAD_MIRROR=off`.
-        #[arg(long)]
-        no_mirror: bool,
-        /// The message; `-` reads it from stdin.
-        message: String,
-    },
+    Chat(chat::ChatCommand),
     /// Inspect and forget sessions.
     Sessions {
         #[command(subcommand)]
-        command: SessionsCommand,
+        command: sessions::SessionsCommand,
     },
     /// Probe every binding with side-effect-free reads (never a resume); exits 1 when any
     /// binding is not live (after the whole report). A thread gone here but mirrored in the
     /// store is `restorable`, or `gone` with `RETHREAD_MIRROR=off` (nothing is then restored).
-    Doctor {
-        #[command(flatten)]
-        store: StoreArg,
-        #[command(flatten)]
-        codex_bin: CodexBinArg,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-        /// Probes to run at once (1-64).
-        #[arg(long, value_name = "N", default_value_t = 4,
-              value_parser = clap::value_parser!(u16).range(1..=64))]
-        jobs: u16,
-    },
+    Doctor(doctor::DoctorArgs),
     /// Copy every session between stores, one at a time, each verified.
     Migrate {
         /// Source store URL.
@@ -173,19 +137,7 @@ enum Command {
     /// A drop-in `codex exec` (the TypeScript SDK's interface): ARGS go to `<codex> exec`;
     /// with RETHREAD_SESSION set, the run goes on the session's codex thread.
     #[command(disable_help_flag = true)]
-    Exec {
-        #[command(flatten)]
-        store: StoreArg,
-        #[command(flatten)]
-        codex_bin: CodexBinArg,
-        /// Arguments for `codex exec` (`--experimental-json`, `--cd DIR`, `resume ID`, ...).
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "ARGS"
-        )]
-        args: Vec<std::ffi::OsString>,
-    },
+    Exec(exec::ExecCommand),
     /// A drop-in `codex app-server` for any client: ARGS go to `<codex> app-server` verbatim.
     #[command(
         disable_help_flag = true,
@@ -193,56 +145,6 @@ enum Command {
         after_long_help = app_server::HELP
     )]
     AppServer(app_server::AppServerArgs),
-}
-
-#[derive(Debug, Subcommand)]
-enum SessionsCommand {
-    /// List sessions in session-id order, page by page (the store is never loaded whole).
-    List {
-        #[command(flatten)]
-        store: StoreArg,
-        /// Print one JSON object: `{"sessions": [...], "next_after": ID or null}`.
-        #[arg(long)]
-        json: bool,
-        /// List at most N sessions (default: all); when more may follow, say the next `--after`.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
-        limit: Option<u32>,
-        /// Start after this session id (the `next_after` of the previous page).
-        #[arg(long, value_name = "ID")]
-        after: Option<String>,
-    },
-    /// Show one session; with `--rows`, its transcript, page by page.
-    Show {
-        #[command(flatten)]
-        store: StoreArg,
-        /// The session id.
-        id: String,
-        /// Print JSON (with `--rows`: `{"session", "rows": [{"seq", "row"}], "next_after"}`,
-        /// each row as stored).
-        #[arg(long)]
-        json: bool,
-        /// Print the transcript: each row's role and text (escaped), in order.
-        #[arg(long)]
-        rows: bool,
-        /// With `--rows`: at most N rows (default: all); when more may follow, say the next
-        /// `--after`.
-        #[arg(long, value_name = "N", requires = "rows",
-              value_parser = clap::value_parser!(u32).range(1..=10_000))]
-        limit: Option<u32>,
-        /// With `--rows`: start after this row (the `next_after` of the previous page).
-        #[arg(long, value_name = "SEQ", requires = "rows")]
-        after: Option<u64>,
-    },
-    /// Delete a session, its transcript and its binding.
-    Forget {
-        #[command(flatten)]
-        store: StoreArg,
-        /// The session id.
-        id: String,
-        /// Print one JSON object: `{"forgot": ID}`.
-        #[arg(long)]
-        json: bool,
-    },
 }
 
 fn main() -> ExitCode {
@@ -268,12 +170,8 @@ fn main() -> ExitCode {
         return output::fail(&cause, output::EXIT_USAGE);
     }
     match cli.command {
-        Command::Exec {
-            store,
-            codex_bin,
-            args,
-        } => match codex_bin.resolve() {
-            Ok(codex) => exec::main(&codex, store.url.as_deref(), Vec::new(), args),
+        Command::Exec(cmd) => match cmd.codex_bin.resolve() {
+            Ok(codex) => exec::main(&codex, cmd.store.url.as_deref(), Vec::new(), cmd.args),
             Err(usage) => output::fail(&usage.0, output::EXIT_USAGE),
         },
         Command::Completions { shell } => completions(shell),
@@ -318,30 +216,14 @@ impl CodexBinArg {
     }
 }
 
-impl SessionsCommand {
-    fn store(&mut self) -> &mut StoreArg {
-        match self {
-            SessionsCommand::List { store, .. }
-            | SessionsCommand::Show { store, .. }
-            | SessionsCommand::Forget { store, .. } => store,
-        }
-    }
-}
-
 impl Command {
     /// Its `--store` and `--codex-bin`, where it takes them.
     fn flags(&mut self) -> (Option<&mut StoreArg>, Option<&mut CodexBinArg>) {
         match self {
-            Command::Chat {
-                store, codex_bin, ..
-            }
-            | Command::Doctor {
-                store, codex_bin, ..
-            }
-            | Command::Exec {
-                store, codex_bin, ..
-            } => (Some(store), Some(codex_bin)),
+            Command::Exec(args) => (Some(&mut args.store), Some(&mut args.codex_bin)),
             Command::AppServer(args) => (Some(&mut args.store), Some(&mut args.codex_bin)),
+            Command::Doctor(args) => (Some(&mut args.store), Some(&mut args.codex_bin)),
+            Command::Chat(args) => (Some(&mut args.store), Some(&mut args.codex_bin)),
             Command::Sessions { command } => (Some(command.store()), None),
             Command::Verify { store, .. } => (Some(store), None),
             _ => (None, None),
@@ -454,77 +336,9 @@ fn parse_wait(text: &str) -> Result<f64, String> {
 
 async fn run(command: Command) -> CliResult {
     match command {
-        Command::Chat {
-            store,
-            codex_bin,
-            session,
-            json,
-            wait,
-            images,
-            no_mirror,
-            message,
-        } => {
-            let wait = Duration::from_secs_f64(wait);
-            let options = BinderOptions::default();
-            let mut args = chat::ChatArgs {
-                session,
-                message,
-                images,
-                json,
-                options,
-            };
-            // Everything is read, and refused, before codex starts; under `--json` a failure
-            // here is reported as one object too.
-            let ready = async {
-                args.options = binder_options(wait, no_mirror)?;
-                let codex = codex_bin.resolve()?;
-                args.images = chat::image_paths(&args.images)?;
-                args.message = chat::read_message(std::mem::take(&mut args.message)).await?;
-                let store = open_store(store.url.as_deref(), Access::Write(wait)).await?;
-                Ok((store, codex))
-            }
-            .await;
-            chat::run(&args, ready).await
-        }
-        Command::Sessions { mut command } => {
-            let url = command.store().url.take();
-            // Only reads, or deletes what exists: a missing store is not created.
-            let access = match command {
-                SessionsCommand::Forget { .. } => Access::Existing,
-                _ => Access::Read,
-            };
-            let store = open_store(url.as_deref(), access).await?;
-            let url = url.as_deref();
-            match command {
-                SessionsCommand::List {
-                    json, limit, after, ..
-                } => sessions::list(store, url, json, limit, after).await,
-                SessionsCommand::Show {
-                    id,
-                    json,
-                    rows: true,
-                    limit,
-                    after,
-                    ..
-                } => sessions::show_rows(store, url, &id, json, limit, after).await,
-                SessionsCommand::Show { id, json, .. } => sessions::show(store, &id, json).await,
-                SessionsCommand::Forget { id, json, .. } => {
-                    sessions::forget(store, &id, json).await
-                }
-            }
-        }
-        Command::Doctor {
-            store,
-            codex_bin,
-            json,
-            jobs,
-        } => {
-            // What the next open will do with a mirrored rollout: doctor reports that.
-            let mirror = mirror(false)?;
-            let store = open_store(store.url.as_deref(), Access::Read).await?;
-            // Resolved only when there is a binding to probe.
-            doctor::run(store, || codex_bin.resolve(), json, jobs.into(), mirror).await
-        }
+        Command::Chat(command) => chat::main(command).await,
+        Command::Sessions { command } => sessions::run(command).await,
+        Command::Doctor(args) => doctor::run(args).await,
         Command::Migrate { from, to, json } => migrate::run(&from, &to, json).await,
         Command::Verify { store, json } => {
             let url = store_url(store.url.as_deref())?;

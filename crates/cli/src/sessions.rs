@@ -7,7 +7,91 @@ use rethread_store::{redact_url, BindingStore, SessionRecord};
 use serde_json::{json, Value};
 
 use crate::output::{self, for_people, out, outln};
-use crate::CliResult;
+use crate::{open_store, Access, CliResult, StoreArg};
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum SessionsCommand {
+    /// List sessions in session-id order, page by page (the store is never loaded whole).
+    List(ListArgs),
+    /// Show one session; with `--rows`, its transcript, page by page.
+    Show(ShowArgs),
+    /// Delete a session, its transcript and its binding.
+    Forget {
+        #[command(flatten)]
+        store: StoreArg,
+        /// The session id.
+        id: String,
+        /// Print one JSON object: `{"forgot": ID}`.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ListArgs {
+    #[command(flatten)]
+    store: StoreArg,
+    /// Print one JSON object: `{"sessions": [...], "next_after": ID or null}`.
+    #[arg(long)]
+    json: bool,
+    /// List at most N sessions (default: all); when more may follow, say the next `--after`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    limit: Option<u32>,
+    /// Start after this session id (the `next_after` of the previous page).
+    #[arg(long, value_name = "ID")]
+    after: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ShowArgs {
+    #[command(flatten)]
+    store: StoreArg,
+    /// The session id.
+    id: String,
+    /// Print JSON (with `--rows`: `{"session", "rows": [{"seq", "row"}], "next_after"}`,
+    /// each row as stored).
+    #[arg(long)]
+    json: bool,
+    /// Print the transcript: each row's role and text (escaped), in order.
+    #[arg(long)]
+    rows: bool,
+    /// With `--rows`: at most N rows (default: all); when more may follow, say the next
+    /// `--after`.
+    #[arg(long, value_name = "N", requires = "rows",
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    limit: Option<u32>,
+    /// With `--rows`: start after this row (the `next_after` of the previous page).
+    #[arg(long, value_name = "SEQ", requires = "rows")]
+    after: Option<u64>,
+}
+
+impl SessionsCommand {
+    pub(crate) fn store(&mut self) -> &mut StoreArg {
+        match self {
+            SessionsCommand::List(ListArgs { store, .. })
+            | SessionsCommand::Show(ShowArgs { store, .. })
+            | SessionsCommand::Forget { store, .. } => store,
+        }
+    }
+}
+
+/// Runs `sessions ...` on the store, which it only reads, or for `forget` changes where it
+/// exists: a missing store is not created.
+pub(crate) async fn run(mut command: SessionsCommand) -> CliResult {
+    let url = command.store().url.take();
+    let access = match command {
+        SessionsCommand::Forget { .. } => Access::Existing,
+        _ => Access::Read,
+    };
+    let store = open_store(url.as_deref(), access).await?;
+    let url = url.as_deref();
+    match command {
+        SessionsCommand::List(args) => list(store, url, args).await,
+        SessionsCommand::Show(args) if args.rows => show_rows(store, url, args).await,
+        SessionsCommand::Show(args) => show(store, &args.id, args.json).await,
+        SessionsCommand::Forget { id, json, .. } => forget(store, &id, json).await,
+    }
+}
 
 fn to_json(record: &SessionRecord) -> Value {
     let binding = record.binding();
@@ -131,15 +215,9 @@ impl Listing {
 
 /// Lists sessions ([`Listing`]): with a limit, one page; when more may follow, a hint on
 /// stderr names the next `--after` (in JSON: `next_after`), on the store `url` given.
-pub(crate) async fn list(
-    store: Arc<dyn BindingStore>,
-    url: Option<&str>,
-    json: bool,
-    limit: Option<u32>,
-    mut after: Option<String>,
-) -> CliResult {
-    let limit = limit.map(|n| n as usize);
-    let mut listing = Listing::start(json, "{\"sessions\":[");
+async fn list(store: Arc<dyn BindingStore>, url: Option<&str>, args: ListArgs) -> CliResult {
+    let (limit, mut after) = (args.limit.map(|n| n as usize), args.after);
+    let mut listing = Listing::start(args.json, "{\"sessions\":[");
     let next_after = loop {
         let want = limit.map_or(PAGE, |limit| (limit - listing.printed).min(PAGE));
         let page = store.list_sessions(after.as_deref(), want).await?;
@@ -208,7 +286,7 @@ async fn session(store: &dyn BindingStore, id: &str) -> CliResult<SessionRecord>
         .ok_or_else(|| format!("no session {id}"))?)
 }
 
-pub(crate) async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> CliResult {
+async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> CliResult {
     let record = session(store.as_ref(), id).await?;
     if json {
         outln!("{}", to_json(&record));
@@ -241,21 +319,18 @@ pub(crate) async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> 
 /// a row without a role or text, as a host may write, shows its JSON); under `--json` the
 /// rows as stored. With a limit, when more may follow, a hint on stderr names the next
 /// `--after` (in JSON: `next_after`), on the store `url` given.
-pub(crate) async fn show_rows(
-    store: Arc<dyn BindingStore>,
-    url: Option<&str>,
-    id: &str,
-    json: bool,
-    limit: Option<u32>,
-    after: Option<u64>,
-) -> CliResult {
+async fn show_rows(store: Arc<dyn BindingStore>, url: Option<&str>, args: ShowArgs) -> CliResult {
+    let (id, limit) = (args.id.as_str(), args.limit);
     let record = session(store.as_ref(), id).await?;
-    let mut next = after.map_or(0, |after| after.saturating_add(1));
+    let mut next = args.after.map_or(0, |after| after.saturating_add(1));
     let end = match limit {
         Some(limit) => record.row_count.min(next.saturating_add(limit.into())),
         None => record.row_count,
     };
-    let mut listing = Listing::start(json, &format!("{{\"session\":{},\"rows\":[", json!(id)));
+    let mut listing = Listing::start(
+        args.json,
+        &format!("{{\"session\":{},\"rows\":[", json!(id)),
+    );
     while next < end {
         let rows = store.rows(id, next..end.min(next + PAGE as u64)).await?;
         let Some(last) = rows.last().map(|r| r.seq) else {
@@ -292,7 +367,7 @@ pub(crate) async fn show_rows(
     Ok(())
 }
 
-pub(crate) async fn forget(store: Arc<dyn BindingStore>, id: &str, json: bool) -> CliResult {
+async fn forget(store: Arc<dyn BindingStore>, id: &str, json: bool) -> CliResult {
     if !store.delete_session(id).await? {
         return Err(format!("no session {id}").into());
     }
