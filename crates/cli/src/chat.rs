@@ -75,7 +75,31 @@ pub(crate) async fn main(command: ChatCommand) -> CliResult {
         Ok((store, codex))
     }
     .await;
-    run(&args, ready).await
+    let (store, codex) = match ready {
+        Ok(ready) => ready,
+        Err(error) => return finish(&args, &[], Conversation::failed(error)),
+    };
+    let live = LiveRail::default();
+    let rail = StatusRail::new(live.clone());
+    // Before codex is spawned: a Ctrl-C from here on is this process's to handle, and codex,
+    // whose spawn blocks signals until it execs, never outlives it holding a copy of the
+    // store's descriptor (redb's lock with it).
+    let mut signal = pin!(interrupted());
+    let spawned = AppServerClient::builder()
+        .rail(rail.clone())
+        .spawn(&CodexCommand::new(&codex))
+        .await;
+    let conversation = match spawned {
+        Ok(client) => {
+            let conversation = converse(store, &client, rail, &args, signal.as_mut()).await;
+            client.shutdown().await;
+            conversation
+        }
+        Err(error) => {
+            Conversation::failed(or_interrupted(RuntimeError::from(error).into(), signal).await)
+        }
+    };
+    finish(&args, &live.notices(), conversation)
 }
 
 /// The arguments of `chat`, read and checked.
@@ -118,7 +142,7 @@ pub(crate) fn read_stdin(what: &str) -> std::io::Result<Result<Vec<u8>, UsageErr
 
 /// The message of `chat`: `message` itself, or for `-` all of stdin (UTF-8, trailing newlines
 /// removed, so `echo hi | rethread chat -` sends `hi`; empty is a [`UsageError`]).
-pub(crate) async fn read_message(message: String) -> CliResult<String> {
+async fn read_message(message: String) -> CliResult<String> {
     if message != "-" {
         return Ok(message);
     }
@@ -138,7 +162,7 @@ pub(crate) async fn read_message(message: String) -> CliResult<String> {
 
 /// The `--image` files, made absolute (codex resolves a relative path against its own working
 /// directory); one that is not a readable file is a [`UsageError`], before anything is sent.
-pub(crate) fn image_paths(images: &[PathBuf]) -> Result<Vec<PathBuf>, UsageError> {
+fn image_paths(images: &[PathBuf]) -> Result<Vec<PathBuf>, UsageError> {
     let image = |path: &PathBuf| {
         let refused =
             |e: &dyn std::fmt::Display| UsageError(format!("--image {}: {e}", path.display()));
@@ -166,39 +190,6 @@ impl Conversation {
         let (opened, result) = (None, Err(error));
         Conversation { opened, result }
     }
-}
-
-/// Runs the turn once the store is open and codex resolved (`ready`), and reports how it
-/// ended; a failure before that is reported the same way.
-pub(crate) async fn run(
-    args: &ChatArgs,
-    ready: CliResult<(Arc<dyn BindingStore>, PathBuf)>,
-) -> CliResult {
-    let (store, codex) = match ready {
-        Ok(ready) => ready,
-        Err(error) => return finish(args, &[], Conversation::failed(error)),
-    };
-    let live = LiveRail::default();
-    let rail = StatusRail::new(live.clone());
-    // Before codex is spawned: a Ctrl-C from here on is this process's to handle, and codex,
-    // whose spawn blocks signals until it execs, never outlives it holding a copy of the
-    // store's descriptor (redb's lock with it).
-    let mut signal = pin!(interrupted());
-    let spawned = AppServerClient::builder()
-        .rail(rail.clone())
-        .spawn(&CodexCommand::new(&codex))
-        .await;
-    let conversation = match spawned {
-        Ok(client) => {
-            let conversation = converse(store, &client, rail, args, signal.as_mut()).await;
-            client.shutdown().await;
-            conversation
-        }
-        Err(error) => {
-            Conversation::failed(or_interrupted(RuntimeError::from(error).into(), signal).await)
-        }
-    };
-    finish(args, &live.notices(), conversation)
 }
 
 /// Runs the turn, with the session's lease released afterwards however the turn ended. A
