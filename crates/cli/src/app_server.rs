@@ -1,17 +1,9 @@
-//! `rethread app-server`: a drop-in `codex app-server` (see the `rethread-proxy` crate) for
-//! the session [`HELP`] names. Everything after `app-server` but rethread's own `--session ID`
-//! (or `--session=ID`, taken wherever it stands before a `--`: codex app-server has no
-//! `--session`) and the leading `--store` / `--codex-bin` / `--no-mirror` goes to
-//! `<codex> app-server` verbatim. codex's own options before `app-server` (`-c key=value`,
-//! `--enable`, `--disable`) are accepted before it here too and passed on in the same place:
-//! clients such as the Python SDK put their config overrides there.
-//!
-//! With a session, the store is opened and the session's lease taken before codex starts
-//! ([`BindingHooks::open`]): a session another live process holds is waited for, then refused
-//! with exit 75. Without one it is the pass-through that says once, as a `warning`
-//! notification, that nothing is kept. A session that cannot be kept (`--session ""`, a
-//! variable that is not UTF-8) is a usage error before codex starts. `rethread app-server
-//! --help` is codex's help, with a line on stderr pointing at `rethread help app-server`.
+//! `rethread app-server`: a drop-in `codex app-server` (the `rethread-proxy` crate) with the
+//! settings [`HELP`] lists; everything else after `app-server` goes to codex verbatim. codex's
+//! own `-c`, `--enable` and `--disable` are taken before `app-server` too and passed on in the
+//! same place: clients such as the Python SDK put their config overrides there. With a
+//! session, the store is opened and the lease taken before codex starts
+//! ([`BindingHooks::open`]); a session that cannot be kept is a usage error before then.
 
 use std::ffi::OsString;
 use std::path::Path;

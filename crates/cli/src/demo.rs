@@ -243,7 +243,7 @@ async fn play(story: &mut Narration) -> CliResult {
     story.check(record.row_count == 8, "all 8 transcript rows kept")?;
     world.fake.kill().await;
     if !story.json {
-        outln!();
+        outln!("");
     }
     let done = "done: the conversation survived a restart and a lost rollout, and a lost \
                 thread failed closed with one notice.";

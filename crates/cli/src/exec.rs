@@ -159,44 +159,35 @@ pub(crate) fn hand_over(codex: &Path, args: &[OsString]) -> ExitCode {
 /// piped stdin appended as codex appends it (`\n\n<stdin>\n...\n</stdin>`).
 fn read_input(run: &ExecArgs) -> Result<Input, UsageError> {
     let images = run.option_values("image").collect();
+    let not_utf8 = || UsageError("the prompt argument is not UTF-8".into());
     let given = match run.prompt() {
-        Some(prompt) if prompt != OsStr::new("-") => Some(
-            prompt
-                .to_str()
-                .ok_or_else(|| UsageError("the prompt argument is not UTF-8".into()))?
-                .to_string(),
-        ),
+        Some(prompt) if prompt != OsStr::new("-") => Some(prompt.to_str().ok_or_else(not_utf8)?),
         _ => None,
     };
-    let trimmed = |text: &str| text.trim_end_matches(['\n', '\r']).to_string();
-    if let Some(given) = &given {
-        if std::io::stdin().is_terminal() {
-            let text = trimmed(given);
-            return Ok(Input {
-                stdin: None,
-                text,
-                images,
-            });
+    let (stdin, text) = match given {
+        Some(given) if std::io::stdin().is_terminal() => (None, given.to_string()),
+        given => {
+            let bytes = crate::chat::read_stdin("prompt")
+                .map_err(|e| UsageError(format!("cannot read the prompt from stdin: {e}")))??;
+            let piped = std::str::from_utf8(&bytes)
+                .map_err(|_| UsageError("the prompt on stdin is not UTF-8".into()))?;
+            let text = match given {
+                Some(given) if piped.trim_end().is_empty() => given.to_string(),
+                Some(given) => format!("{given}\n\n<stdin>\n{}\n</stdin>", piped.trim_end()),
+                None if piped.trim().is_empty() => {
+                    let empty = "no prompt on stdin (`exec` reads the prompt from stdin, as codex \
+                                 exec does)";
+                    return Err(UsageError(empty.into()));
+                }
+                None => piped.to_string(),
+            };
+            (Some(bytes), text)
         }
-    }
-    let bytes = crate::chat::read_stdin("prompt")
-        .map_err(|e| UsageError(format!("cannot read the prompt from stdin: {e}")))??;
-    let piped = std::str::from_utf8(&bytes)
-        .map_err(|_| UsageError("the prompt on stdin is not UTF-8".into()))?;
-    let text = match &given {
-        Some(given) if piped.trim_end().is_empty() => given.clone(),
-        Some(given) => format!("{given}\n\n<stdin>\n{}\n</stdin>", piped.trim_end()),
-        None if piped.trim().is_empty() => {
-            return Err(UsageError(
-                "no prompt on stdin (`exec` reads the prompt from stdin, as codex exec does)"
-                    .into(),
-            ))
-        }
-        None => piped.to_string(),
     };
+    let text = text.trim_end_matches(['\n', '\r']).to_string();
     Ok(Input {
-        text: trimmed(&text),
-        stdin: Some(bytes),
+        stdin,
+        text,
         images,
     })
 }

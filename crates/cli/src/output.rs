@@ -319,9 +319,6 @@ pub(crate) fn run_to_exit(
 /// fails it with [`EXIT_FAILED`]. The process exits without running destructors, as a killed
 /// one would: what is committed stays, an open store recovers.
 macro_rules! outln {
-    () => {
-        $crate::output::write_stdout(format_args!("\n"))
-    };
     ($($arg:tt)*) => {
         $crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
     };

@@ -1,9 +1,6 @@
-//! The session machine driven with `codex exec` processes: a resume is a process started with
-//! `resume <id>` (answered by its `thread.started`, or by its exit with codex's error on
-//! stderr), a start is a process started with the run's own arguments (seeded through
-//! `-c developer_instructions=...`), a commit is awaited before the `turn.completed` line
-//! goes on, and what the machine says is an `error` item on stdout (the notice, a failed
-//! commit, a lost lease) or a line on stderr (a thread not recorded).
+//! The session machine driven with `codex exec` processes (the table in
+//! `docs/architecture.md`): a resume is a process started with `resume <id>`, a start one with
+//! the run's own arguments; a commit is awaited before the `turn.completed` line goes on.
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -81,18 +78,17 @@ struct Driver<'a> {
     machine: SessionMachine,
     /// What the machine said while opening, said once the new thread is known.
     said: Vec<Say>,
-    /// The `error` items said so far (their ids: `rethread_0`, ...).
+    /// The `error` items said so far (ids `rethread_0`, ...).
     items: u64,
     stdout: tokio::io::Stdout,
 }
 
 type Signal<'s> = Pin<&'s mut dyn Future<Output = Interrupted>>;
 
-/// Writes `bytes` to the client unless a signal comes first and the write then does not end
-/// within [`SIGNAL_GRACE`]: the write is tried first (a signal that came during the commit
-/// lets the committed turn's line out), and a client that reads gets the line whole; one that
-/// stopped reading does not hold the run. `Err` when a signal came, whether or not the line
-/// got out.
+/// Writes `bytes` to the client; `Err` when a signal came, whether or not the line got out.
+/// The write is tried first (a signal that came during the commit lets the committed turn's
+/// line out) and, after a signal, given [`SIGNAL_GRACE`]: a client that stopped reading does
+/// not hold the run.
 async fn write_unless_interrupted(
     stdout: &mut tokio::io::Stdout,
     bytes: &[u8],
@@ -272,11 +268,10 @@ impl Driver<'_> {
         Ok((process, first))
     }
 
-    /// The run goes on in `process`, whose thread started with `lines`: they are written, then
-    /// what the machine says, then the process's output, line by line, until it ends: each
-    /// `turn.completed` only once the machine's commit is done (or its failure said). A signal
-    /// before a commit began stops codex (the turn is not committed); one during a commit lets
-    /// it finish, the turn is reported, and the run ends with exit 0.
+    /// The run goes on in `process`, whose thread started with `lines`: they, what the machine
+    /// says, then its output line by line, each `turn.completed` once its commit is done (or
+    /// its failure said). A signal before a commit began stops codex (the turn is not
+    /// committed); one during a commit lets it finish, and the run ends with exit 0.
     async fn forward(
         &mut self,
         mut process: Process,
