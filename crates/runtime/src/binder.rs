@@ -1,39 +1,29 @@
-//! [`SessionBinder`]: binds one host session id to its codex thread across restarts. It is
-//! the library's driver of the [`SessionMachine`]: it carries each action out with typed
-//! requests on an [`AppServerClient`] and the store, and feeds back what happened.
-//!
-//! Every [`SessionBinder::open`] reads the session and resumes its bound thread (also on a new
-//! client after codex died: the conversation goes on); a lost thread falls back to a new,
-//! seeded one with the notice said once; only the host's own [`CodexSession::retire`] makes
-//! the next open start fresh. Before it resumes or starts a thread, a binder takes the
-//! session's lease ([`SessionLease`]) and keeps it until [`SessionBinder::close`] (or, in the
-//! background, until it and its sessions are dropped). A session held elsewhere is
-//! [`RuntimeError::SessionBusy`]: no thread is resumed or started. With the rollout mirror on
-//! ([`BinderOptions::mirror`], the default) a bound thread's rollout is restored from the
-//! store before its resume and every turn's commit carries what the rollout grew by, so the
-//! session can move to a machine whose `CODEX_HOME` never saw the thread.
+//! [`SessionBinder`]: the library's driver of the [`SessionMachine`], with typed requests on
+//! an [`AppServerClient`].
 
 use std::sync::Arc;
 
-use rethread_protocol::messages::{ThreadResume, ThreadResumeParams, ThreadStart};
+use rethread_protocol::messages::{ThreadResume, ThreadStart};
 use rethread_store::{BindingStore, Lease, LeaseOwner, LocalOwner};
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use crate::binding::{self, apply_seed, StoreSide};
+use crate::binding::{apply_seed, status_event, StoreSide};
 use crate::client::{AppServerClient, ClientError};
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
-use crate::machine::DriverAction;
-use crate::machine::{OpenOutcome, Say, SessionMachine};
+use crate::machine::{DriverAction, OpenOutcome, Say, SessionMachine};
 use crate::mirror::RolloutMirror;
 use crate::options::BinderOptions;
 use crate::rail::StatusRail;
 use crate::session::CodexSession;
 use crate::sink::{Transcript, TranscriptSink};
 use crate::telemetry;
+use crate::turn::TurnContext;
 
-/// Binds one host session id to its codex thread: opens [`CodexSession`]s for it.
+/// Binds one host session id to its codex thread: opens [`CodexSession`]s for it, under the
+/// session's lease, taken at the first open and kept until [`SessionBinder::close`] (or, in
+/// the background, until it and its sessions are dropped).
 ///
 /// ```no_run
 /// # async fn demo(client: rethread_runtime::AppServerClient) -> Result<(), Box<dyn std::error::Error>> {
@@ -60,9 +50,8 @@ pub struct SessionBinder {
     /// takes its leases before they expire; once both are dropped, any holder on this machine
     /// may take them at once.
     owner: Arc<LocalOwner>,
-    /// The lease this binder holds, shared with its live codex sessions.
+    /// Shared with its live codex sessions.
     lease: Option<Arc<SessionLease>>,
-    /// The rollout mirror (what this process knows of the thread's files), when on.
     mirror: Option<RolloutMirror>,
 }
 
@@ -115,14 +104,12 @@ impl SessionBinder {
     }
 
     /// Opens a codex session on `client`: resumes the session's bound thread, falls back to a
-    /// new one when codex cannot hand it back, or starts one when the session has none (a new
-    /// session, or one whose thread the host retired).
+    /// new one when codex cannot hand it back, or starts one when the session has none.
     ///
-    /// The session's lease is taken first (waiting up to [`BinderOptions::lease_wait`]) and
-    /// kept by the binder; a lease held elsewhere is [`RuntimeError::SessionBusy`] and nothing
-    /// else happens. A temporary resume failure is a retryable error with the binding kept
-    /// ([`RuntimeError::is_retryable`]). A host whose codex died opens again on a new client
-    /// and gets the same thread back.
+    /// The session's lease is taken first (waiting up to [`BinderOptions::lease_wait`]); one
+    /// held elsewhere is [`RuntimeError::SessionBusy`] and nothing else happens. A temporary
+    /// resume failure is a retryable error with the binding kept. A host whose codex died
+    /// opens again on a new client and gets the same thread back.
     pub async fn open(&mut self, client: &AppServerClient) -> Result<CodexSession, RuntimeError> {
         let span = tracing::info_span!(
             telemetry::SPAN_OPEN,
@@ -156,8 +143,7 @@ impl SessionBinder {
         let lease = self.take_lease().await?;
         let mut machine = SessionMachine::new(&self.session_id, self.options.machine_options());
         machine.open();
-        let outcome = self.drive(&mut machine, client, lease.as_deref()).await?;
-        Ok(CodexSession {
+        let context = TurnContext {
             client: client.clone(),
             session_id: self.session_id.clone(),
             store: self.store.clone(),
@@ -165,10 +151,14 @@ impl SessionBinder {
             codex_home: self.options.codex_home.clone(),
             turn_timeout: self.options.turn_timeout,
             transcript: self.transcript.clone(),
-            outcome,
             lease,
-            machine,
             mirror: self.mirror.clone(),
+        };
+        let outcome = self.drive(&mut machine, client, &context.side()).await?;
+        Ok(CodexSession {
+            context,
+            outcome,
+            machine,
         })
     }
 
@@ -178,38 +168,28 @@ impl SessionBinder {
         &self,
         mut machine: &mut SessionMachine,
         client: &AppServerClient,
-        lease: Option<&SessionLease>,
+        side: &StoreSide<'_>,
     ) -> Result<OpenOutcome, RuntimeError> {
-        let side = StoreSide {
-            store: self.store.as_ref(),
-            session_id: &self.session_id,
-            lease,
-            transcript: &self.transcript,
-            mirror: self.mirror.as_ref(),
-            codex_home: self.options.codex_home.as_deref(),
-        };
         let mut resume = ResumeTrace::default();
         // The `rethread.fallback` span, from the notice to the replacement's start.
         let mut fallback: Option<tracing::Span> = None;
-        loop {
+        let opened = loop {
+            // The machine always ends an open with `Opened` or `OpenFailed`.
             let Some(action) = side.next_action(&mut machine).await else {
-                // The machine always ends an open with `Opened` or `OpenFailed`.
-                return Err(RuntimeError::Internal(
-                    "the session machine stopped without an outcome".into(),
-                ));
+                let stopped = "the session machine stopped without an outcome";
+                return Err(RuntimeError::Internal(stopped.into()));
             };
             if !matches!(action, DriverAction::Resume(_)) {
                 resume.finish(machine);
             }
             match action {
                 DriverAction::Resume(params) => {
-                    let params = self.resume_params(params);
-                    let span = resume.begin(&self.session_id, &params.thread_id);
-                    match client
-                        .request::<ThreadResume>(&params)
-                        .instrument(span)
-                        .await
-                    {
+                    // The host's own thread settings: the thread goes on as configured.
+                    let mut with_settings = self.options.thread_start.resume(params.thread_id);
+                    with_settings.exclude_turns = params.exclude_turns;
+                    let span = resume.begin(&self.session_id, &with_settings.thread_id);
+                    let resumed = client.request::<ThreadResume>(&with_settings);
+                    match resumed.instrument(span).await {
                         Ok(_) => machine.handle_resumed(),
                         Err(ClientError::Rpc { error, .. }) => machine.handle_resume_error(&error),
                         Err(ClientError::Timeout { after, .. }) => {
@@ -236,8 +216,7 @@ impl SessionBinder {
                             outcome = Empty,
                         ));
                     }
-                    self.rail
-                        .emit(binding::status_event(&self.session_id, &say));
+                    self.rail.emit(status_event(&self.session_id, &say));
                     // The rail's sinks take an event synchronously: it is delivered.
                     machine.handle_notice_delivered();
                 }
@@ -263,39 +242,25 @@ impl SessionBinder {
                         span.record("seeded", *seeded);
                         span.record("outcome", "started");
                     }
-                    // What the machine still asks (a delivered notice's record) is done now.
-                    self.drain(&side, machine).await;
-                    return Ok(outcome);
+                    break Ok(outcome);
                 }
                 DriverAction::OpenFailed(error) => {
                     if let Some(span) = &fallback {
                         span.record("outcome", "failed");
                     }
-                    self.drain(&side, machine).await;
-                    return Err(error);
+                    break Err(error);
                 }
                 // A commit or a retire never comes while opening.
                 DriverAction::Commit { .. } | DriverAction::Retire { .. } => {}
             }
-        }
-    }
-
-    /// Finishes the bookkeeping actions left after an open's outcome.
-    async fn drain(&self, side: &StoreSide<'_>, mut machine: &mut SessionMachine) {
+        };
+        // What the machine still asks (a delivered notice's record) is done now.
         while let Some(action) = side.next_action(&mut machine).await {
             if let DriverAction::Say(say) = action {
-                self.rail
-                    .emit(binding::status_event(&self.session_id, &say));
+                self.rail.emit(status_event(&self.session_id, &say));
             }
         }
-    }
-
-    /// The machine's resume params plus the host's own settings for its thread (what a resume
-    /// takes of them: the thread goes on as the host configured it).
-    fn resume_params(&self, machine: ThreadResumeParams) -> ThreadResumeParams {
-        let mut params = self.options.thread_start.resume(machine.thread_id);
-        params.exclude_turns = machine.exclude_turns;
-        params
+        opened
     }
 
     /// Releases the session's lease now, so that the next host (or process) takes the session
@@ -315,23 +280,13 @@ impl SessionBinder {
         let Some(ttl) = self.options.lease_ttl else {
             return Ok(None);
         };
-        if let Some(lease) = &self.lease {
-            if !lease.is_lost() {
-                return Ok(Some(Arc::clone(lease)));
-            }
+        if let Some(lease) = self.lease.as_ref().filter(|lease| !lease.is_lost()) {
+            return Ok(Some(Arc::clone(lease)));
         }
-        let lease = Arc::new(
-            SessionLease::acquire(
-                self.store.clone(),
-                &self.session_id,
-                Arc::clone(&self.owner),
-                ttl,
-                self.options.lease_wait,
-            )
-            .await?,
-        );
-        self.lease = Some(Arc::clone(&lease));
-        Ok(Some(lease))
+        let (store, owner) = (self.store.clone(), Arc::clone(&self.owner));
+        let wait = self.options.lease_wait;
+        let lease = SessionLease::acquire(store, &self.session_id, owner, ttl, wait).await?;
+        Ok(Some(Arc::clone(self.lease.insert(Arc::new(lease)))))
     }
 }
 

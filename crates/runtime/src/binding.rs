@@ -1,9 +1,5 @@
-//! The store side of the [`SessionMachine`]'s actions, shared
-//! by every driver (the library's binder, `rethread app-server`, `rethread exec`): read what
-//! the store holds for a session, give a lost thread up, record a delivered notice, read the
-//! transcript's tail for a seed, restore a thread's rollout, commit a completed turn (with its
-//! rollout's growth), and render what the machine says as a status-rail event. None of them
-//! sends a request to codex; none decides a rule.
+//! The store side of the [`SessionMachine`]'s actions, shared by every driver: none of it
+//! sends a request to codex, none decides a rule.
 
 use rethread_protocol::messages::ThreadStartParams;
 use rethread_protocol::ResumeFailure;
@@ -15,9 +11,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::RuntimeError;
-use crate::lease::SessionLease;
+use crate::lease::{fresh_fence, note_refusal, SessionLease};
 use crate::machine::{Action, DriverAction, LostThread, Say, SessionMachine, Stored};
-use crate::mirror::{MirrorReport, RestoreFailure, Restored, RolloutMirror};
+use crate::mirror::{MirrorReport, PreparedMirror, RestoreFailure, Restored, RolloutMirror};
 use crate::rail::{StatusEvent, StatusKind};
 use crate::sink::{SinkDurability, Transcript};
 use crate::telemetry;
@@ -54,39 +50,24 @@ pub struct StoreSide<'a> {
 }
 
 impl StoreSide<'_> {
-    /// Carries out the machine's store-side actions (read the session, restore a thread's rollout
-    /// from the mirror, give a lost thread up in one fenced write, record a delivered notice, read the transcript's tail for a seed,
-    /// wait before a retry) and returns the first action that is the driver's own (resume,
-    /// start, say, opened, open failed, commit, retire); `None` when the machine has nothing
-    /// more to do. Every driver shares this, so no driver carries a store rule of its own.
+    /// Carries out the machine's store-side actions, feeding each answer back, and returns
+    /// the first action that is the driver's own; `None` when the machine has nothing more
+    /// to do.
     pub async fn next_action(&self, machine: &mut impl MachineAccess) -> Option<DriverAction> {
         // The record `ReadSession` read, for the `Restore` that follows it: one read per open.
         let mut record = None;
         loop {
             match machine.with(SessionMachine::poll)? {
-                Action::ReadSession => {
-                    let stored = match self.store.session(self.session_id).await {
-                        Ok(read) => {
-                            let stored = stored_of(read.as_ref());
-                            record = read;
-                            Ok(stored)
-                        }
-                        Err(error) => Err(RuntimeError::from(error)),
-                    };
-                    machine.with(|m| match stored {
-                        Ok(stored) => m.handle_session(stored),
-                        Err(error) => m.handle_failed(error),
-                    });
-                }
+                Action::ReadSession => match self.store.session(self.session_id).await {
+                    Ok(read) => {
+                        let stored = stored_of(read.as_ref());
+                        record = read;
+                        machine.with(|m| m.handle_session(stored));
+                    }
+                    Err(error) => machine.with(|m| m.handle_failed(error.into())),
+                },
                 Action::Restore { thread_id } => {
-                    let restored = restore(
-                        self.store,
-                        self.mirror,
-                        self.session_id,
-                        record.take(),
-                        &thread_id,
-                    )
-                    .await;
+                    let restored = self.restore(record.take(), &thread_id).await;
                     machine.with(|m| m.handle_restored(restored));
                 }
                 Action::Wait(delay) => {
@@ -94,27 +75,32 @@ impl StoreSide<'_> {
                     machine.with(SessionMachine::handle_wait_over);
                 }
                 Action::GiveUp(lost) => {
-                    let given_up = match crate::lease::fresh_fence(self.lease).await {
-                        Ok(fence) => {
-                            give_up(self.store, self.session_id, &lost, fence.as_ref()).await
-                        }
-                        Err(error) => Err(error),
-                    };
-                    crate::lease::note_refusal(self.lease, &given_up);
+                    let given_up = async {
+                        let fence = fresh_fence(self.lease).await?;
+                        give_up(self.store, self.session_id, &lost, fence.as_ref()).await
+                    }
+                    .await;
+                    note_refusal(self.lease, &given_up);
                     machine.with(|m| match given_up {
                         Ok(()) => m.handle_given_up(),
                         Err(error) => m.handle_failed(error),
                     });
                 }
                 Action::MarkNoticeDelivered { thread_id } => {
-                    let fence = crate::lease::fresh_fence(self.lease).await.ok().flatten();
-                    mark_notice_delivered(self.store, self.session_id, &thread_id, fence.as_ref())
-                        .await;
+                    // The one unfenced write: a lease that cannot be made fresh still records
+                    // the notice (docs/architecture.md, "Invariants"). A failure only means
+                    // another process may say the notice once more.
+                    let fence = fresh_fence(self.lease).await.ok().flatten();
+                    let (store, session_id) = (self.store, self.session_id);
+                    if let Err(error) = store
+                        .mark_notice_delivered(session_id, &thread_id, fence.as_ref())
+                        .await
+                    {
+                        tracing::warn!(%session_id, %thread_id, %error, "could not record the fallback notice as delivered; another process may say it once more");
+                    }
                 }
                 Action::ReadTranscript { max_rows } => {
-                    let rows =
-                        transcript_tail(self.store, self.transcript, self.session_id, max_rows)
-                            .await;
+                    let rows = self.transcript_tail(max_rows).await;
                     machine.with(|m| m.handle_transcript(rows));
                 }
                 Action::Driver(action) => return Some(action),
@@ -122,9 +108,8 @@ impl StoreSide<'_> {
         }
     }
 
-    /// Carries out [`DriverAction::Commit`]: the turn's rows (and, when `mirror`, the rollout's
-    /// growth) with the binding in one fenced write, then tells the machine what happened
-    /// (the commit, and what the mirror did). Every driver commits through this.
+    /// Carries out [`DriverAction::Commit`] ([`commit_turn`]) and tells the machine how the
+    /// commit and the mirror went. Every driver commits through this.
     pub async fn commit(
         &self,
         machine: &mut impl MachineAccess,
@@ -132,9 +117,9 @@ impl StoreSide<'_> {
         rows: &[Value],
         mirror: bool,
     ) -> Result<Committed, RuntimeError> {
-        let turn = TurnRows::new(self.session_id, thread_id, rows)
-            .codex_home(self.codex_home)
-            .mirror(self.mirror.filter(|_| mirror));
+        let mut turn = TurnRows::new(self.session_id, thread_id, rows);
+        turn.codex_home = self.codex_home;
+        turn.mirror = self.mirror.filter(|_| mirror);
         let committed = commit_turn(self.store, self.transcript, self.lease, turn).await;
         machine.with(|m| {
             m.handle_committed(thread_id, committed.as_ref().map(|_| ()));
@@ -143,6 +128,47 @@ impl StoreSide<'_> {
             }
         });
         committed
+    }
+
+    /// The newest `max_rows` rows of the transcript, oldest first, or why not.
+    async fn transcript_tail(&self, max_rows: u64) -> Result<Vec<Value>, String> {
+        let (store, session_id) = (self.store, self.session_id);
+        if let Transcript::Sink(sink) = self.transcript {
+            let rows = sink.recent_rows(session_id, max_rows).await;
+            return rows.map_err(|error| error.to_string());
+        }
+        let Some(record) = store.session(session_id).await.map_err(|e| e.to_string())? else {
+            return Ok(Vec::new());
+        };
+        let start = record.row_count.saturating_sub(max_rows);
+        let rows = store.rows(session_id, start..record.row_count).await;
+        let rows = rows.map_err(|e| e.to_string())?;
+        Ok(rows.into_iter().map(|row| row.body).collect())
+    }
+
+    /// The answer to [`Action::Restore`], from `record` (the open's read) when it is this
+    /// session's, else from a fresh read. Without a mirror nothing is restored.
+    async fn restore(
+        &self,
+        record: Option<SessionRecord>,
+        thread_id: &str,
+    ) -> Result<Restored, RestoreFailure> {
+        let (store, session_id) = (self.store, self.session_id);
+        let Some(mirror) = self.mirror else {
+            return Ok(Restored::default());
+        };
+        let restored = match record.filter(|r| r.session_id == session_id) {
+            Some(record) => mirror.restore_from(store, &record, thread_id).await,
+            None => mirror.restore(store, session_id, thread_id).await,
+        };
+        let restored = restored.map_err(|error| RestoreFailure::from(&error))?;
+        if !restored.written.is_empty() {
+            tracing::info!(%session_id, %thread_id, files = ?restored.written, diverged = restored.diverged, "restored the thread's rollout from the store");
+        }
+        if let Some(error) = &restored.index_error {
+            tracing::warn!(%session_id, %thread_id, %error, "could not clear codex's history index after replacing a diverged rollout; thread/read may show the replaced turns");
+        }
+        Ok(restored)
     }
 }
 
@@ -154,16 +180,12 @@ pub async fn read_stored(
     Ok(stored_of(store.session(session_id).await?.as_ref()))
 }
 
-/// What the machine hears of a session's record.
 fn stored_of(record: Option<&SessionRecord>) -> Stored {
-    let Some(record) = record else {
-        return Stored::Unbound;
-    };
-    match &record.state {
-        BindingState::Bound(binding) => Stored::Bound {
+    match record.map(|record| &record.state) {
+        Some(BindingState::Bound(binding)) => Stored::Bound {
             thread_id: binding.thread_id.clone(),
         },
-        BindingState::GivenUp(given_up) => Stored::GivenUp {
+        Some(BindingState::GivenUp(given_up)) => Stored::GivenUp {
             thread_id: given_up.thread_id.clone(),
             // A reason this build does not know is still a loss; never read as another kind.
             reason: serde_json::from_value(Value::String(given_up.reason.clone()))
@@ -175,8 +197,8 @@ fn stored_of(record: Option<&SessionRecord>) -> Stored {
     }
 }
 
-/// Gives a lost thread up: retires it for the session and drops the binding if it still names
-/// it, recording the notice as pending, in **one** fenced store write.
+/// Gives a lost thread up: retires it and drops the binding if it still names it, recording
+/// the notice as pending, in **one** fenced store write.
 ///
 /// # Contract
 /// A binding written meanwhile for another thread survives (compare-and-delete); a retired
@@ -200,91 +222,6 @@ pub async fn give_up(
     Ok(())
 }
 
-/// Records that the fallback notice for `thread_id` was delivered. A failure is only logged:
-/// another process may then say the notice once more (this one only retries the record),
-/// never lose it.
-pub async fn mark_notice_delivered(
-    store: &dyn BindingStore,
-    session_id: &str,
-    thread_id: &str,
-    fence: Option<&Fence>,
-) {
-    if let Err(error) = store
-        .mark_notice_delivered(session_id, thread_id, fence)
-        .await
-    {
-        tracing::warn!(%session_id, %thread_id, %error, "could not record the fallback notice as delivered; another process may say it once more");
-    }
-}
-
-/// The host ends the session's thread: retired without a notice, in one fenced write.
-pub async fn end_thread(
-    store: &dyn BindingStore,
-    session_id: &str,
-    thread_id: &str,
-    fence: Option<&Fence>,
-) -> Result<(), RuntimeError> {
-    store
-        .retire_thread(session_id, thread_id, Retirement::Ended, fence)
-        .await?;
-    Ok(())
-}
-
-/// The newest `max_rows` rows of the session's transcript, oldest first, for a seed; `Err`
-/// with why they could not be read (that only costs the seed).
-pub async fn transcript_tail(
-    store: &dyn BindingStore,
-    transcript: &Transcript,
-    session_id: &str,
-    max_rows: u64,
-) -> Result<Vec<Value>, String> {
-    if let Transcript::Sink(sink) = transcript {
-        return sink
-            .recent_rows(session_id, max_rows)
-            .await
-            .map_err(|error| error.to_string());
-    }
-    let Some(record) = store.session(session_id).await.map_err(|e| e.to_string())? else {
-        return Ok(Vec::new());
-    };
-    let start = record.row_count.saturating_sub(max_rows);
-    let rows = store
-        .rows(session_id, start..record.row_count)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(rows.into_iter().map(|row| row.body).collect())
-}
-
-/// The answer to [`Action::Restore`]: the thread's rollout restored from the store's mirror,
-/// or why not, as
-/// [`SessionMachine::handle_restored`](crate::machine::SessionMachine::handle_restored) takes
-/// it: from `record`, the session as the open's [`Action::ReadSession`] read it
-/// ([`RolloutMirror::restore_from`]), else from a fresh read ([`RolloutMirror::restore`]).
-/// Without a mirror (mirroring off, or no `CODEX_HOME`) nothing is restored.
-pub async fn restore(
-    store: &dyn BindingStore,
-    mirror: Option<&RolloutMirror>,
-    session_id: &str,
-    record: Option<SessionRecord>,
-    thread_id: &str,
-) -> Result<Restored, RestoreFailure> {
-    let Some(mirror) = mirror else {
-        return Ok(Restored::default());
-    };
-    let restored = match record.filter(|r| r.session_id == session_id) {
-        Some(record) => mirror.restore_from(store, &record, thread_id).await,
-        None => mirror.restore(store, session_id, thread_id).await,
-    };
-    let restored = restored.map_err(|error| RestoreFailure::from(&error))?;
-    if !restored.written.is_empty() {
-        tracing::info!(%session_id, %thread_id, files = ?restored.written, diverged = restored.diverged, "restored the thread's rollout from the store");
-    }
-    if let Some(error) = &restored.index_error {
-        tracing::warn!(%session_id, %thread_id, %error, "could not clear codex's history index after replacing a diverged rollout; thread/read may show the replaced turns");
-    }
-    Ok(restored)
-}
-
 /// Puts `seed` into the developer instructions of a `thread/start`, after the host's own.
 pub fn apply_seed(params: &mut ThreadStartParams, seed: String) {
     params.developer_instructions = Some(match params.developer_instructions.take() {
@@ -297,31 +234,26 @@ pub fn apply_seed(params: &mut ThreadStartParams, seed: String) {
 /// `session_id`, `previous_thread_id`, `reason`, `error`, and `pending` for an earlier
 /// process's), everything else `warn`.
 pub fn status_event(session_id: &str, say: &Say) -> StatusEvent {
-    match say {
-        Say::FallbackNotice {
-            previous_thread_id,
-            reason,
-            message,
-            pending,
-        } => {
-            let event = StatusEvent::new(StatusKind::Lifecycle, say.message())
-                .with("session_id", session_id.to_string())
-                .with("previous_thread_id", previous_thread_id.clone())
-                .with("reason", reason.as_str());
-            let event = if message.is_empty() {
-                event
-            } else {
-                event.with("error", message.clone())
-            };
-            if *pending {
-                event.with("pending", true)
-            } else {
-                event
-            }
-        }
-        other => StatusEvent::new(StatusKind::Warn, other.message())
-            .with("session_id", session_id.to_string()),
+    let Say::FallbackNotice {
+        previous_thread_id,
+        reason,
+        message,
+        pending,
+    } = say
+    else {
+        return StatusEvent::new(StatusKind::Warn, say.message()).with("session_id", session_id);
+    };
+    let mut event = StatusEvent::new(StatusKind::Lifecycle, say.message())
+        .with("session_id", session_id)
+        .with("previous_thread_id", previous_thread_id.as_str())
+        .with("reason", reason.as_str());
+    if !message.is_empty() {
+        event = event.with("error", message.as_str());
     }
+    if *pending {
+        event = event.with("pending", true);
+    }
+    event
 }
 
 /// How a turn's binding publication went.
@@ -364,12 +296,6 @@ impl<'a> TurnRows<'a> {
             rows,
             mirror: None,
         }
-    }
-
-    /// Records `codex_home` with the binding.
-    pub fn codex_home(mut self, codex_home: Option<&'a str>) -> Self {
-        self.codex_home = codex_home;
-        self
     }
 
     /// Commits what the thread's rollout grew by, through `mirror`.
@@ -427,7 +353,7 @@ pub async fn commit_turn(
     let committed = write_turn(store, transcript, lease, turn)
         .instrument(span.clone())
         .await;
-    crate::lease::note_refusal(lease, &committed);
+    note_refusal(lease, &committed);
     let outcome = match committed.as_ref().map(|c| c.publication) {
         Ok(Publication::Published) => "published",
         Ok(Publication::RetiredNotPublished) => "retired_not_published",
@@ -447,7 +373,7 @@ async fn write_turn(
     lease: Option<&SessionLease>,
     turn: TurnRows<'_>,
 ) -> Result<Committed, RuntimeError> {
-    let fence = crate::lease::fresh_fence(lease).await?;
+    let fence = fresh_fence(lease).await?;
     let rows = match transcript {
         Transcript::Store => turn.rows.to_vec(),
         Transcript::Sink(sink) => match sink
@@ -474,45 +400,38 @@ async fn write_turn(
         let outcome = store.commit_turn(commit(None)).await?;
         return Ok(committed(&outcome, MirrorReport::Off));
     };
-    let mut failed = None;
-    let mut prepared = match mirror.prepare(turn.thread_id).await {
-        Ok(prepared) => Some(prepared),
-        Err(error) => {
-            failed = Some(error.to_string());
-            None
-        }
+    let update = |prepared: &mut Result<PreparedMirror, _>| {
+        prepared
+            .as_mut()
+            .ok()
+            .map(|p| std::mem::take(&mut p.update))
     };
-    let take = |prepared: &mut Option<crate::mirror::PreparedMirror>| {
-        prepared.as_mut().map(|p| std::mem::take(&mut p.update))
-    };
-    let sent_mirror = prepared.is_some();
-    let outcome = match store.commit_turn(commit(take(&mut prepared))).await {
-        Err(StoreError::MirrorMismatch { .. } | StoreError::Corrupt { .. }) if sent_mirror => {
-            // The store's file is not what this process knew (another process mirrored it
-            // since, or a restore was skipped), or its stored chunks are damaged (another
-            // program, a disk; the commit was rolled back): send the files whole, once, which
-            // replaces them. Damage elsewhere fails the second commit as it did the first.
-            mirror.forget(turn.thread_id);
-            prepared = match mirror.prepare(turn.thread_id).await {
-                Ok(prepared) => Some(prepared),
-                Err(error) => {
-                    failed = Some(error.to_string());
-                    None
-                }
-            };
-            store.commit_turn(commit(take(&mut prepared))).await?
-        }
-        other => other?,
-    };
-    let report = match failed {
-        Some(message) => MirrorReport::Failed(message),
-        None => MirrorReport::of(outcome.mirror()),
-    };
-    if report == MirrorReport::Written {
-        if let Some(prepared) = prepared {
-            mirror.committed(prepared);
-        }
+    let mut prepared = mirror.prepare(turn.thread_id).await;
+    let mut outcome = store.commit_turn(commit(update(&mut prepared))).await;
+    if prepared.is_ok()
+        && matches!(
+            outcome,
+            Err(StoreError::MirrorMismatch { .. } | StoreError::Corrupt { .. })
+        )
+    {
+        // The store's file is not what this process knew (another process mirrored it since,
+        // or a restore was skipped), or its chunks are damaged (the commit was rolled back):
+        // send the files whole, once, which replaces them. Damage elsewhere fails again.
+        mirror.forget(turn.thread_id);
+        prepared = mirror.prepare(turn.thread_id).await;
+        outcome = store.commit_turn(commit(update(&mut prepared))).await;
     }
+    let outcome = outcome?;
+    let report = match prepared {
+        Err(error) => MirrorReport::Failed(error.to_string()),
+        Ok(prepared) => {
+            let report = MirrorReport::of(outcome.mirror());
+            if report == MirrorReport::Written {
+                mirror.committed(prepared);
+            }
+            report
+        }
+    };
     Ok(committed(&outcome, report))
 }
 

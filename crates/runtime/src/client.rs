@@ -90,7 +90,7 @@ impl Default for ClientOptions {
     }
 }
 
-crate::setters::setters!(ClientOptions {
+setters!(ClientOptions {
     client_name: String,
     client_version: String,
     experimental_api: bool,
@@ -423,7 +423,7 @@ impl AppServerClient {
         // One deadline for queueing the request and for its answer: a server that stops
         // reading its input must not hang the caller either.
         let after = self.inner.options.request_timeout;
-        let deadline = crate::deadline::after(tokio::time::Instant::now(), after);
+        let deadline = crate::deadline(tokio::time::Instant::now(), after);
         match tokio::time::timeout_at(deadline, self.inner.outgoing.send(message)).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) => {

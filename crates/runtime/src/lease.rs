@@ -129,7 +129,7 @@ impl SessionLease {
         ttl: Duration,
         wait: Duration,
     ) -> Result<(Lease, Instant), RuntimeError> {
-        let deadline = crate::deadline::after(Instant::now(), wait);
+        let deadline = crate::deadline(Instant::now(), wait);
         let mut step = WAIT_STEP_MIN;
         loop {
             let sent = Instant::now();

@@ -1,23 +1,8 @@
-//! [`SessionMachine`]: the resume-or-fallback rules as one type with no I/O.
-//!
-//! Events go in through the `handle_*` methods, actions come out of [`SessionMachine::poll`];
-//! nothing here sends a request, touches the store, sleeps or reads a clock (quinn-proto's
-//! `Connection` is the model). The library's [`SessionBinder`](crate::SessionBinder),
-//! `rethread app-server` and `rethread exec` are loops over it: each carries the actions out
-//! its own way (a typed request, a JSON-RPC line, a `codex exec` process) and feeds back what
-//! happened. So every rule of `docs/design.md` about a session's thread is decided here once:
-//!
-//! - which thread a session resumes, and when it starts one instead;
-//! - what a failed `thread/resume` means (retry, give up, or stop with the binding kept);
-//! - that a give-up is one store write before anything is said;
-//! - that the fallback notice is said exactly once: once delivered, never again; pending (with
-//!   its reason) when the process died before delivering it;
-//! - that the thread replacing a lost one is seeded from the transcript;
-//! - which completed turns are committed: only the session's own thread's, never an
-//!   ephemeral one's, never after the lease was lost;
-//! - the rollout mirror's steps (`mirroring.rs`): a bound thread is restored from the store
-//!   before its first resume, each commit takes the rollout's growth, and what the mirror
-//!   could not do is said (once), never hiding codex's own answer to the resume.
+//! [`SessionMachine`]: every rule of `docs/design.md` ("Resume or fall back", the mirror's
+//! steps) as one type with no I/O: events go in through `handle_*`, [`Action`]s come out of
+//! [`SessionMachine::poll`]; it sends no request, touches no store, reads no clock. Each driver
+//! (the library's [`SessionBinder`](crate::SessionBinder), `rethread app-server`, `rethread
+//! exec`) carries the actions out its own way and feeds back what happened.
 //!
 //! ```
 //! use rethread_protocol::RpcError;
@@ -82,26 +67,24 @@ impl Default for SeedOptions {
     }
 }
 
-crate::setters::setters!(SeedOptions {
+setters!(SeedOptions {
     max_rows: u64,
     max_chars: usize
 });
 
-/// The rules' settings.
+/// The rules' settings (as [`BinderOptions`](crate::BinderOptions)' fields of the same names).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MachineOptions {
-    /// Ask for `excludeTurns: true` on resume (the host keeps its own transcript); dropped,
-    /// and the resume sent again, when the server wants a capability for it.
+    /// Ask for `excludeTurns: true` on resume; dropped when the server wants a capability.
     pub exclude_turns: bool,
-    /// Extra attempts after a temporary resume failure (overloaded, timeout, I/O, busy).
+    /// Extra attempts after a temporary resume failure.
     pub transient_retries: u32,
     /// The pause before the first retry; doubled on each further one.
     pub retry_backoff: Duration,
     /// Seed a thread that replaces a lost one; `None` disables seeding.
     pub seed: Option<SeedOptions>,
-    /// Mirror the thread's rollout with every commit and restore it before a resume
-    /// ([`Action::Restore`], [`DriverAction::Commit`]'s `mirror`).
+    /// Restore the rollout before a resume and mirror it with every commit.
     pub mirror: bool,
 }
 
@@ -134,15 +117,22 @@ enum Phase {
     },
 }
 
-/// The notice this machine said, until it is known delivered.
-#[derive(Debug)]
-struct Owed {
-    thread_id: String,
-    delivered: bool,
+/// Takes the phase (leaving `Idle`) when it matches `$pat`, else returns: an answer out of
+/// turn (late, stray) leaves the open under way as it was.
+macro_rules! take_phase {
+    ($self:ident, $pat:pat => $out:expr) => {
+        match std::mem::replace(&mut $self.phase, Phase::Idle) {
+            $pat => $out,
+            other => {
+                $self.phase = other;
+                return;
+            }
+        }
+    };
 }
+use take_phase;
 
-/// One session's thread on one connection to codex: the resume-or-fallback rules, with no
-/// I/O (see the module docs).
+/// One session's thread on one connection to codex (see the module docs).
 #[derive(Debug)]
 pub struct SessionMachine {
     session_id: String,
@@ -151,16 +141,14 @@ pub struct SessionMachine {
     actions: VecDeque<Action>,
     /// The thread this connection drives for the session, once open.
     thread: Option<String>,
-    /// The fallback notice said on this connection, until delivered.
-    owed: Option<Owed>,
-    /// Set once the lease is known lost; nothing is committed after it.
+    /// The lost thread whose notice this machine said, and whether it was delivered.
+    owed: Option<(String, bool)>,
     lease_lost: bool,
     /// Threads already said to be not recorded (bounded), and ephemeral ones (never said).
     warned: VecDeque<String>,
     ephemeral: VecDeque<String>,
     /// Whether commits take the mirror (off once it stopped at the session's cap).
     mirroring: bool,
-    /// Whether a failed mirror was said on this connection.
     mirror_failure_said: bool,
 }
 
@@ -206,10 +194,9 @@ impl SessionMachine {
         self.actions.push_back(action.into());
     }
 
-    /// Opens the session's thread: read the store, then resume the bound thread, or start a
-    /// thread (seeded after a loss). Also after a failure (retry) and on a new connection to
-    /// codex (a host whose codex died: the same thread comes back). A call while an open is
-    /// under way is ignored.
+    /// Opens the session's thread: read the store, then resume the bound thread or start one
+    /// (seeded after a loss). Also after a failure, and on a new connection to codex. Ignored
+    /// while an open is under way.
     pub fn open(&mut self) {
         if self.is_opening() {
             return;
@@ -219,12 +206,11 @@ impl SessionMachine {
         self.push(Action::ReadSession);
     }
 
-    /// The client sent a `thread/start` (a driver whose client starts threads itself:
-    /// `rethread app-server`). Returns whether it opens the session's thread (then
-    /// [`SessionMachine::open`] is done). Otherwise it is the client's own thread, told on its
-    /// answer by [`SessionMachine::handle_client_thread`]: an ephemeral one, any once the
-    /// session has its thread or lost its lease, and one sent while the session's open is
-    /// still under way (its own start unanswered), which must not be taken for that start.
+    /// The client sent a `thread/start` (a driver whose client starts threads itself). Returns
+    /// whether it opens the session's thread (then [`SessionMachine::open`] is done). It does
+    /// not when it is ephemeral, when the session has its thread or lost its lease, or while
+    /// the session's own open is under way (it must not be taken for that start); such a
+    /// thread is told on its answer by [`SessionMachine::handle_client_thread`].
     pub fn handle_client_start(&mut self, ephemeral: bool) -> bool {
         let opens = !ephemeral && self.thread.is_none() && !self.lease_lost && !self.is_opening();
         if opens {
@@ -240,22 +226,14 @@ impl SessionMachine {
         }
         match stored {
             Stored::Bound { thread_id } => {
-                let attempts = Attempts {
-                    thread_id,
-                    exclude_turns: self.options.exclude_turns,
-                    transient_left: self.options.transient_retries,
-                    backoff: self.options.retry_backoff,
-                    sent: 0,
-                    restore_may_pass: false,
-                };
+                let attempts = Attempts::new(thread_id, &self.options);
                 if self.mirroring {
                     self.push(Action::Restore {
                         thread_id: attempts.thread_id.clone(),
                     });
                     self.phase = Phase::Restoring(attempts);
                 } else {
-                    self.push(DriverAction::Resume(attempts.params()));
-                    self.phase = Phase::Resuming(attempts);
+                    self.resume(attempts);
                 }
             }
             Stored::GivenUp {
@@ -264,21 +242,17 @@ impl SessionMachine {
                 message,
                 notice_delivered,
             } => {
-                let lost = LostThread {
+                // Pending: an earlier process gave the thread up and died before the user had
+                // the notice. Delivered: nothing is said again, the replacement is seeded anew.
+                let lost = (!notice_delivered).then_some(LostThread {
                     thread_id,
                     reason,
                     message,
-                };
-                if !notice_delivered {
-                    // An earlier process gave the thread up and died before the user had the
-                    // notice: this one says it, with the recorded reason.
-                    self.say_pending_notice(&lost);
-                    self.seed_then_start(Some(lost));
-                } else {
-                    // Said and delivered before; the replacement never committed a turn. A
-                    // new replacement, seeded like the first, and nothing said again.
-                    self.seed_then_start(None);
+                });
+                if let Some(lost) = &lost {
+                    self.say_pending_notice(lost);
                 }
+                self.seed_then_start(lost);
             }
             Stored::Unbound => self.start(None, None),
         }
@@ -286,10 +260,7 @@ impl SessionMachine {
 
     /// `thread/resume` answered: the bound thread is back.
     pub fn handle_resumed(&mut self) {
-        let Some(Phase::Resuming(attempts)) = self.take_phase(|p| matches!(p, Phase::Resuming(_)))
-        else {
-            return;
-        };
+        let attempts = take_phase!(self, Phase::Resuming(a) => a);
         self.opened(OpenOutcome::Resumed {
             thread_id: attempts.thread_id,
         });
@@ -300,17 +271,14 @@ impl SessionMachine {
         self.judge(classify_resume_error(error), error);
     }
 
-    /// The process that was to answer the resume exited before it did: a `codex exec ...
-    /// resume <id>` that failed before its `thread.started`, `stderr` being what it wrote
-    /// there. Codex's report of a failed resume in it ([`exec_resume_error`]) is judged as
-    /// that error on the wire would be ([`SessionMachine::handle_resume_error`]: retried,
-    /// given up, or stopped); an exit that carries none (bad arguments, a crash) stops the
-    /// open with [`RuntimeError::Resume`] (`other`) and the binding kept: nothing says the
-    /// thread is lost.
+    /// The process that was to answer the resume exited first (a `codex exec ... resume <id>`
+    /// that failed before its `thread.started`; `stderr` is what it wrote). Codex's report of
+    /// a failed resume in it ([`exec_resume_error`]) is judged as on the wire; an exit without
+    /// one (bad arguments, a crash) stops the open with [`RuntimeError::Resume`] and the
+    /// binding kept: nothing says the thread is lost.
     pub fn handle_resume_exited(&mut self, stderr: &str) {
         if let Some(error) = exec_resume_error(stderr) {
-            self.handle_resume_error(&error);
-            return;
+            return self.handle_resume_error(&error);
         }
         let last = stderr.lines().rev().find(|line| !line.trim().is_empty());
         let error = RpcError::new(
@@ -333,16 +301,9 @@ impl SessionMachine {
     }
 
     fn judge(&mut self, failure: ResumeFailure, error: &RpcError) {
-        let Some(Phase::Resuming(mut attempts)) =
-            self.take_phase(|p| matches!(p, Phase::Resuming(_)))
-        else {
-            return;
-        };
+        let mut attempts = take_phase!(self, Phase::Resuming(a) => a);
         match attempts.judge(failure, error) {
-            Verdict::Retry(delay) if delay.is_zero() => {
-                self.push(DriverAction::Resume(attempts.params()));
-                self.phase = Phase::Resuming(attempts);
-            }
+            Verdict::Retry(delay) if delay.is_zero() => self.resume(attempts),
             Verdict::Retry(delay) => {
                 self.push(Action::Wait(delay));
                 self.phase = Phase::Backoff(attempts);
@@ -357,43 +318,31 @@ impl SessionMachine {
 
     /// The pause of an [`Action::Wait`] is over.
     pub fn handle_wait_over(&mut self) {
-        let Some(Phase::Backoff(attempts)) = self.take_phase(|p| matches!(p, Phase::Backoff(_)))
-        else {
-            return;
-        };
-        self.push(DriverAction::Resume(attempts.params()));
-        self.phase = Phase::Resuming(attempts);
+        let attempts = take_phase!(self, Phase::Backoff(a) => a);
+        self.resume(attempts);
     }
 
-    /// The give-up was written: the notice is said (never before the write: a failed write
-    /// keeps the binding, and the thread is judged again next time), then the replacement
-    /// starts.
+    /// The give-up was written: the notice is said (never before: a failed write keeps the
+    /// binding), then the replacement starts.
     pub fn handle_given_up(&mut self) {
-        let Some(Phase::GivingUp(lost)) = self.take_phase(|p| matches!(p, Phase::GivingUp(_)))
-        else {
-            return;
-        };
+        let lost = take_phase!(self, Phase::GivingUp(lost) => lost);
         self.say_notice(&lost, false);
         self.seed_then_start(Some(lost));
     }
 
-    /// The user has the fallback notice (the rail took it, the client read past it, the
-    /// line was written): it is recorded as delivered, and never said again.
+    /// The user has the fallback notice: it is recorded as delivered, and never said again.
     pub fn handle_notice_delivered(&mut self) {
-        if let Some(owed) = self.owed.as_mut().filter(|owed| !owed.delivered) {
-            owed.delivered = true;
-            self.actions.push_back(Action::MarkNoticeDelivered {
-                thread_id: owed.thread_id.clone(),
-            });
+        if let Some((thread_id, delivered @ false)) = &mut self.owed {
+            *delivered = true;
+            let thread_id = thread_id.clone();
+            self.push(Action::MarkNoticeDelivered { thread_id });
         }
     }
 
     /// The newest transcript rows ([`Action::ReadTranscript`]), or why they could not be read
     /// (that only costs the seed).
     pub fn handle_transcript(&mut self, rows: Result<Vec<Value>, String>) {
-        let Some(Phase::Seeding(lost)) = self.take_phase(|p| matches!(p, Phase::Seeding(_))) else {
-            return;
-        };
+        let lost = take_phase!(self, Phase::Seeding(lost) => lost);
         let max_chars = self.options.seed.as_ref().map_or(0, |s| s.max_chars);
         let seed = match rows {
             Ok(rows) => render_seed(&rows, max_chars),
@@ -407,24 +356,16 @@ impl SessionMachine {
 
     /// The thread of a [`DriverAction::Start`] started.
     pub fn handle_started(&mut self, thread_id: impl Into<String>) {
-        let Some(Phase::Starting { lost, seeded }) =
-            self.take_phase(|p| matches!(p, Phase::Starting { .. }))
-        else {
-            return;
-        };
+        let (lost, seeded) = take_phase!(self, Phase::Starting { lost, seeded } => (lost, seeded));
         let thread_id = thread_id.into();
-        if lost
-            .as_ref()
-            .is_some_and(|lost| lost.thread_id == thread_id)
-        {
-            // Not a new thread: the one just given up, whose binding is never published again.
-            self.fail(RuntimeError::Internal(format!(
-                "codex answered thread/start with thread {thread_id}, the thread it could not \
-                 resume; no new thread was started"
-            )));
-            return;
-        }
         let outcome = match lost {
+            // Not a new thread: the one just given up, whose binding is never published again.
+            Some(lost) if lost.thread_id == thread_id => {
+                return self.fail(RuntimeError::Internal(format!(
+                    "codex answered thread/start with thread {thread_id}, the thread it could \
+                     not resume; no new thread was started"
+                )));
+            }
             Some(lost) => OpenOutcome::FellBack {
                 thread_id,
                 previous_thread_id: lost.thread_id,
@@ -438,7 +379,7 @@ impl SessionMachine {
     }
 
     /// The action in flight failed (a store error, a closed connection, a refused start):
-    /// while opening, the open fails with it; for a commit or a retire, see
+    /// while opening, the open fails with it; for a commit, see
     /// [`SessionMachine::handle_committed`].
     pub fn handle_failed(&mut self, error: RuntimeError) {
         if self.is_opening() {
@@ -460,14 +401,12 @@ impl SessionMachine {
     }
 
     /// The client opened a thread itself (a second `thread/start`, `thread/resume`,
-    /// `thread/fork`), after the session's thread was opened or instead of it: the session
-    /// stays on its own thread; a thread opened beside it is not recorded (said once), an
-    /// ephemeral one (codex keeps no rollout) is never bound and nothing is said.
+    /// `thread/fork`). An ephemeral one is never bound and nothing is said; one beside the
+    /// session's thread is not recorded (said once).
     ///
     /// When the session has no thread on this connection yet, `stored` is what the store
-    /// holds: the client's thread becomes the session's thread when it is the bound one or
-    /// the session has none bound (a pending notice is said then). `None` (the store could
-    /// not say, or the session already has its thread) never adopts it.
+    /// holds: the client's thread becomes the session's when it is the bound one or none is
+    /// bound (a pending notice is said then). `None` never adopts it.
     pub fn handle_client_thread(
         &mut self,
         thread_id: &str,
@@ -475,43 +414,35 @@ impl SessionMachine {
         stored: Option<&Stored>,
     ) {
         if ephemeral {
-            remember(&mut self.ephemeral, thread_id);
-            return;
+            return remember(&mut self.ephemeral, thread_id);
         }
         if self.thread.as_deref() == Some(thread_id) || self.is_opening() {
             return;
         }
-        if let (None, Some(stored)) = (&self.thread, stored) {
-            let adopt = match stored {
-                Stored::Bound { thread_id: bound } => bound == thread_id,
-                Stored::Unbound => true,
-                Stored::GivenUp {
-                    thread_id: lost,
-                    reason,
-                    message,
-                    notice_delivered,
-                } => {
-                    if !notice_delivered {
-                        self.say_pending_notice(&LostThread {
-                            thread_id: lost.clone(),
-                            reason: *reason,
-                            message: message.clone(),
-                        });
-                    }
-                    true
-                }
-            };
-            if adopt {
-                self.thread = Some(thread_id.to_string());
-                return;
-            }
+        let adopt = match (&self.thread, stored) {
+            (None, Some(Stored::Bound { thread_id: bound })) => bound == thread_id,
+            (None, Some(Stored::Unbound)) => true,
+            (None, Some(Stored::GivenUp { .. })) => true,
+            _ => false,
+        };
+        if let Some(Stored::GivenUp {
+            thread_id: lost,
+            reason,
+            message,
+            notice_delivered: false,
+        }) = stored.filter(|_| adopt)
+        {
+            self.say_pending_notice(&LostThread {
+                thread_id: lost.clone(),
+                reason: *reason,
+                message: message.clone(),
+            });
         }
-        self.not_recorded(
-            thread_id,
-            NotRecorded::OtherThread {
-                session_thread: self.thread.clone(),
-            },
-        );
+        if adopt {
+            self.thread = Some(thread_id.to_string());
+        } else {
+            self.not_recorded_beside(thread_id);
+        }
     }
 
     /// A turn completed on `thread_id` with these projected rows: committed when it is the
@@ -521,11 +452,7 @@ impl SessionMachine {
             return;
         }
         if self.thread.as_deref() != Some(thread_id) {
-            let why = NotRecorded::OtherThread {
-                session_thread: self.thread.clone(),
-            };
-            self.not_recorded(thread_id, why);
-            return;
+            return self.not_recorded_beside(thread_id);
         }
         self.push(DriverAction::Commit {
             thread_id: thread_id.to_string(),
@@ -534,65 +461,51 @@ impl SessionMachine {
         });
     }
 
-    /// How a [`DriverAction::Commit`] went: `Ok` once durable; a lost lease stops recording; a
-    /// thread that belongs to another session is not this one's; anything else is said.
+    /// How a [`DriverAction::Commit`] went: a lost lease stops recording; a thread of another
+    /// session is not this one's; any other failure is said.
     pub fn handle_committed(&mut self, thread_id: &str, result: Result<(), &RuntimeError>) {
-        let error = match result {
-            Ok(()) => return,
-            Err(error) => error,
-        };
-        match error {
-            RuntimeError::LeaseLost { to, .. } => self.handle_lease_lost(to.clone()),
-            RuntimeError::ThreadTaken { session_id, .. } => {
+        match result {
+            Ok(()) => {}
+            Err(RuntimeError::LeaseLost { to, .. }) => self.handle_lease_lost(to.clone()),
+            Err(RuntimeError::ThreadTaken { session_id, .. }) => {
                 let why = NotRecorded::OtherSession {
                     session_id: session_id.clone(),
                 };
                 self.not_recorded(thread_id, why)
             }
-            other => self.push(DriverAction::Say(Say::CommitFailed {
+            Err(other) => self.push(DriverAction::Say(Say::CommitFailed {
                 thread_id: thread_id.to_string(),
                 message: other.to_string(),
             })),
         }
     }
 
-    /// The host ends the session's thread (its own decision: no notice): the next open starts
-    /// fresh.
+    /// The host ends the session's thread (no notice): the next open starts fresh.
     pub fn handle_retire(&mut self) {
         if let Some(thread_id) = self.thread.take() {
             self.push(DriverAction::Retire { thread_id });
         }
     }
 
-    /// The phase, taken (leaving `Idle`) only when it is the one an answer is for: an answer
-    /// out of turn (late, stray) leaves the open under way as it was.
-    fn take_phase(&mut self, awaited: impl Fn(&Phase) -> bool) -> Option<Phase> {
-        if awaited(&self.phase) {
-            Some(std::mem::replace(&mut self.phase, Phase::Idle))
-        } else {
-            None
-        }
+    fn resume(&mut self, attempts: Attempts) {
+        self.push(DriverAction::Resume(attempts.params()));
+        self.phase = Phase::Resuming(attempts);
     }
 
-    /// The store says the notice for `lost` is not delivered yet. When this machine already
-    /// delivered it (the record failed, then the open was retried), the user has it: only
-    /// the record is tried again.
+    /// The store says the notice for `lost` is pending. When this machine already delivered it
+    /// (the record failed, then the open was retried), only the record is tried again.
     fn say_pending_notice(&mut self, lost: &LostThread) {
         match &self.owed {
-            Some(owed) if owed.delivered && owed.thread_id == lost.thread_id => {
-                self.push(Action::MarkNoticeDelivered {
-                    thread_id: lost.thread_id.clone(),
-                });
+            Some((thread_id, true)) if *thread_id == lost.thread_id => {
+                let thread_id = thread_id.clone();
+                self.push(Action::MarkNoticeDelivered { thread_id });
             }
             _ => self.say_notice(lost, true),
         }
     }
 
     fn say_notice(&mut self, lost: &LostThread, pending: bool) {
-        self.owed = Some(Owed {
-            thread_id: lost.thread_id.clone(),
-            delivered: false,
-        });
+        self.owed = Some((lost.thread_id.clone(), false));
         self.push(DriverAction::Say(Say::FallbackNotice {
             previous_thread_id: lost.thread_id.clone(),
             reason: lost.reason,
@@ -628,6 +541,11 @@ impl SessionMachine {
     fn fail(&mut self, error: RuntimeError) {
         self.phase = Phase::Idle;
         self.push(DriverAction::OpenFailed(error));
+    }
+
+    fn not_recorded_beside(&mut self, thread_id: &str) {
+        let session_thread = self.thread.clone();
+        self.not_recorded(thread_id, NotRecorded::OtherThread { session_thread });
     }
 
     fn not_recorded(&mut self, thread_id: &str, why: NotRecorded) {

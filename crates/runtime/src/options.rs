@@ -98,7 +98,7 @@ impl Default for BinderOptions {
     }
 }
 
-crate::setters::setters!(BinderOptions {
+setters!(BinderOptions {
     codex_home: Option<String>,
     exclude_turns: bool,
     transient_retries: u32,

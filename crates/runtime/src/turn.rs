@@ -1,12 +1,10 @@
-//! One turn as it runs: its input ([`TurnInput`]), the typed events it yields while it runs
-//! ([`TurnEvent`], through a [`TurnStream`]) and the one loop behind both
-//! [`CodexSession::run_turn`](crate::CodexSession::run_turn) and
-//! [`CodexSession::run_turn_streamed`](crate::CodexSession::run_turn_streamed).
+//! One turn as it runs: its input ([`TurnInput`]), its events ([`TurnEvent`], through a
+//! [`TurnStream`]), and the one loop behind [`CodexSession::run_turn`] and
+//! [`CodexSession::run_turn_streamed`]. The loop reads the thread through the runtime's own
+//! lossless subscription; other subscribers see the same events and cannot stall it.
 //!
-//! The loop reads the thread through the runtime's own subscription, which the client waits
-//! for (nothing is lost); other subscribers of the thread
-//! ([`AppServerClient::subscribe`](crate::AppServerClient::subscribe)) see the same events
-//! and can neither take them nor stall the loop.
+//! [`CodexSession::run_turn`]: crate::CodexSession::run_turn
+//! [`CodexSession::run_turn_streamed`]: crate::CodexSession::run_turn_streamed
 
 use std::fmt;
 use std::future::Future;
@@ -14,21 +12,23 @@ use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use rethread_protocol::messages::{
     ServerNotification, ThreadItem, ThreadTokenUsage, Turn, TurnInterrupt, TurnInterruptParams,
-    TurnStatus, UserInput,
+    TurnStart, TurnStartParams, TurnStatus, UserInput,
 };
 use rethread_store::BindingStore;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tracing::Instrument;
 
-use crate::binding::{Publication, StoreSide};
+use crate::binding::{status_event, Publication, StoreSide};
 use crate::client::{AnsweredRequest, AppServerClient, ClientError, ThreadEvent, ThreadEvents};
-use crate::error::RuntimeError;
+use crate::error::{LeaseLostTo, RuntimeError};
 use crate::lease::SessionLease;
 use crate::machine::{Action, DriverAction, SessionMachine};
+use crate::mirror::RolloutMirror;
 use crate::projection::{project_turn_input, reply_of};
 use crate::rail::{StatusEvent, StatusKind, StatusRail};
 use crate::sink::Transcript;
@@ -56,16 +56,19 @@ pub struct TurnReport {
 ///
 /// ```
 /// use rethread_runtime::TurnInput;
-/// let input = TurnInput::text("What is on this picture?").with_local_image("/tmp/photo.png");
+/// use serde_json::json;
+/// let input = TurnInput::text("What is on this picture?")
+///     .with_local_image("/tmp/photo.png")
+///     .with_setting("effort", json!("high"));
 /// assert_eq!(input.items().len(), 2);
+/// assert_eq!(input.settings()["effort"], "high");
 /// let plain: TurnInput = "hello".into();
 /// assert_eq!(plain.text_content(), "hello");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnInput {
     items: Vec<UserInput>,
-    /// Codex's other `turn/start` members (`effort`, `outputSchema`, ...), as given.
-    settings: serde_json::Map<String, Value>,
+    settings: Map<String, Value>,
 }
 
 impl TurnInput {
@@ -73,26 +76,19 @@ impl TurnInput {
     pub fn new(items: Vec<UserInput>) -> Self {
         TurnInput {
             items,
-            settings: serde_json::Map::new(),
+            settings: Map::new(),
         }
     }
 
     /// Sets one of codex's other `turn/start` members for this turn (`"effort"`,
     /// `"outputSchema"`, `"sandboxPolicy"`, ...), passed through as given.
-    ///
-    /// ```
-    /// use rethread_runtime::TurnInput;
-    /// use serde_json::json;
-    /// let input = TurnInput::text("Summarise.").with_setting("effort", json!("high"));
-    /// assert_eq!(input.settings()["effort"], "high");
-    /// ```
     pub fn with_setting(mut self, key: impl Into<String>, value: Value) -> Self {
         self.settings.insert(key.into(), value);
         self
     }
 
     /// The other `turn/start` members set for this turn.
-    pub fn settings(&self) -> &serde_json::Map<String, Value> {
+    pub fn settings(&self) -> &Map<String, Value> {
         &self.settings
     }
 
@@ -101,8 +97,8 @@ impl TurnInput {
         TurnInput::new(vec![UserInput::text(text)])
     }
 
-    /// Adds an image file that codex reads itself (`localImage`). A relative path is resolved
-    /// by codex, against its own working directory.
+    /// Adds an image file that codex reads itself (`localImage`; a relative path is codex's
+    /// to resolve).
     pub fn with_local_image(mut self, path: impl AsRef<std::path::Path>) -> Self {
         self.items.push(UserInput::local_image(path));
         self
@@ -125,23 +121,17 @@ impl TurnInput {
     }
 }
 
-impl From<&str> for TurnInput {
-    fn from(text: &str) -> Self {
-        TurnInput::text(text)
-    }
+macro_rules! from_text {
+    ($($t:ty),*) => {$(
+        impl From<$t> for TurnInput {
+            fn from(text: $t) -> Self {
+                TurnInput::text(text)
+            }
+        }
+    )*};
 }
 
-impl From<String> for TurnInput {
-    fn from(text: String) -> Self {
-        TurnInput::text(text)
-    }
-}
-
-impl From<&String> for TurnInput {
-    fn from(text: &String) -> Self {
-        TurnInput::text(text.as_str())
-    }
-}
+from_text!(&str, String, &String);
 
 impl From<Vec<UserInput>> for TurnInput {
     fn from(items: Vec<UserInput>) -> Self {
@@ -170,23 +160,22 @@ pub enum TurnEvent {
     ItemStarted(ThreadItem),
     /// An item completed (an agent message carries its whole text).
     ItemCompleted(ThreadItem),
-    /// A server request of this turn (an approval, a tool call), as the client's
+    /// A server request of this turn, as the client's
     /// [`ServerRequestHandler`](crate::ServerRequestHandler) answered it.
     ServerRequest(AnsweredRequest),
     /// Codex's token count after a model response.
     TokenUsage(ThreadTokenUsage),
-    /// Any other notification of the thread during the turn (`turn/started`, status changes,
-    /// codex's warnings and errors, ...), as codex sent it.
+    /// Any other notification of the thread during the turn, as codex sent it.
     Notification(ServerNotification),
-    /// The turn completed and was committed: its report. Always the last event of a turn that
+    /// The turn completed and was committed: its report. The last event of a turn that
     /// succeeded.
     Completed(Box<TurnReport>),
 }
 
 /// The events of one running turn
 /// ([`CodexSession::run_turn_streamed`](crate::CodexSession::run_turn_streamed)), ending with
-/// [`TurnEvent::Completed`] or an error. It is a [`Stream`]; [`TurnStream::next`] is the same
-/// without importing a stream trait.
+/// [`TurnEvent::Completed`] or an error. [`TurnStream::next`] is the [`Stream`] without the
+/// trait.
 ///
 /// The turn advances as the stream is read: a host that stops reading holds up this turn
 /// (and, once its buffer is full, the connection's other threads). Dropping the stream before
@@ -196,7 +185,6 @@ pub enum TurnEvent {
 pub struct TurnStream<'a> {
     thread_id: String,
     turn_id: String,
-    /// Set when the turn's commit begins (shared with the loop).
     committing: Arc<AtomicBool>,
     inner: Pin<Box<dyn Stream<Item = Result<TurnEvent, RuntimeError>> + Send + 'a>>,
 }
@@ -236,9 +224,8 @@ impl TurnStream<'_> {
         self.inner.next().await
     }
 
-    /// Whether the turn's commit has begun (codex completed the turn and its rows are being
-    /// made durable). From then on dropping the stream does not undo the commit: the store
-    /// finishes it. [`TurnStream::finish_unless`] reads such a turn to its end.
+    /// Whether the turn's commit has begun: from then on dropping the stream does not undo
+    /// it (the store finishes it).
     pub fn is_committing(&self) -> bool {
         self.committing.load(Ordering::SeqCst)
     }
@@ -262,8 +249,8 @@ impl TurnStream<'_> {
                 tokio::select! {
                     event = self.next() => event,
                     output = stop.as_mut() => {
-                        // The commit, if begun, lives in the stream's state, not in the
-                        // dropped `next()`: it goes on when the stream is read again.
+                        // A begun commit lives in the stream's state, not in the dropped
+                        // `next()`: it goes on when the stream is read again.
                         if !self.is_committing() {
                             return Ok(TurnEnd::Stopped(output));
                         }
@@ -300,7 +287,6 @@ impl TurnStream<'_> {
         self,
         each: impl FnMut(&TurnEvent),
     ) -> Result<TurnReport, RuntimeError> {
-        // The same loop as `finish_unless`, with a stop that never comes.
         let never = std::future::pending::<std::convert::Infallible>();
         match self.finish_unless(never, each).await? {
             TurnEnd::Completed(report) => Ok(*report),
@@ -317,32 +303,46 @@ impl Stream for TurnStream<'_> {
     }
 }
 
-/// What a turn needs of its codex session.
-pub(crate) struct TurnContext<'a> {
-    pub(crate) client: &'a AppServerClient,
-    pub(crate) session_id: &'a str,
-    pub(crate) thread_id: &'a str,
-    pub(crate) store: &'a dyn BindingStore,
-    pub(crate) rail: &'a StatusRail,
-    pub(crate) codex_home: Option<&'a str>,
-    pub(crate) turn_timeout: std::time::Duration,
-    pub(crate) transcript: &'a Transcript,
-    pub(crate) lease: Option<&'a SessionLease>,
-    pub(crate) machine: &'a mut SessionMachine,
-    pub(crate) mirror: Option<&'a crate::mirror::RolloutMirror>,
+/// A codex session's parts a turn needs (its machine apart), owned by its
+/// [`CodexSession`](crate::CodexSession).
+#[derive(Debug)]
+pub(crate) struct TurnContext {
+    pub(crate) client: AppServerClient,
+    pub(crate) session_id: String,
+    pub(crate) store: Arc<dyn BindingStore>,
+    pub(crate) rail: StatusRail,
+    pub(crate) codex_home: Option<String>,
+    pub(crate) turn_timeout: Duration,
+    pub(crate) transcript: Transcript,
+    pub(crate) lease: Option<Arc<SessionLease>>,
+    pub(crate) mirror: Option<RolloutMirror>,
 }
 
-/// Starts a turn on the session's thread: subscribes (before `turn/start`, so nothing is
-/// missed), sends `turn/start`, and returns the stream of its events.
-pub(crate) async fn start_turn(
-    session: TurnContext<'_>,
+impl TurnContext {
+    pub(crate) fn side(&self) -> StoreSide<'_> {
+        StoreSide {
+            store: self.store.as_ref(),
+            session_id: &self.session_id,
+            lease: self.lease.as_deref(),
+            transcript: &self.transcript,
+            mirror: self.mirror.as_ref(),
+            codex_home: self.codex_home.as_deref(),
+        }
+    }
+}
+
+/// Starts a turn on `thread_id`: subscribes (before `turn/start`, so nothing is missed), sends
+/// `turn/start`, and returns the stream of its events.
+pub(crate) async fn start_turn<'a>(
+    session: &'a TurnContext,
+    machine: &'a mut SessionMachine,
+    thread_id: &str,
     input: TurnInput,
-) -> Result<TurnStream<'_>, RuntimeError> {
+) -> Result<TurnStream<'a>, RuntimeError> {
     // A turn that could never commit is not run: codex would spend a whole turn on it.
-    if let Some(lost) = session.lease.and_then(SessionLease::lost) {
+    if let Some(lost) = session.lease.as_deref().and_then(SessionLease::lost) {
         return Err(lost);
     }
-    let thread_id = session.thread_id.to_string();
     let span = tracing::info_span!(
         telemetry::SPAN_TURN,
         session_id = %session.session_id,
@@ -350,41 +350,31 @@ pub(crate) async fn start_turn(
         turn_id = tracing::field::Empty,
         outcome = tracing::field::Empty,
     );
-    let started_at = tokio::time::Instant::now();
     let observe = Outcome {
         span: span.clone(),
-        started_at,
+        started_at: tokio::time::Instant::now(),
     };
     let started = async {
-        let events = session.client.subscribe_lossless(&thread_id)?;
-        let mut params = rethread_protocol::messages::TurnStartParams::new(
-            thread_id.clone(),
-            input.items.clone(),
-        );
+        let events = session.client.subscribe_lossless(thread_id)?;
+        let mut params = TurnStartParams::new(thread_id.to_string(), input.items.clone());
         params.settings = input.settings.clone();
-        let started = start_or_interrupt(session.client, params).await?;
+        let started = start_or_interrupt(&session.client, params).await?;
         Ok::<_, ClientError>((events, started.turn.id))
     }
     .instrument(span.clone())
     .await;
-    let (events, turn_id) = match started {
-        Ok(started) => started,
-        Err(error) => {
-            observe.record("error");
-            return Err(error.into());
-        }
-    };
+    let (events, turn_id) = started.inspect_err(|_| observe.record("error"))?;
     span.record("turn_id", turn_id.as_str());
-    let deadline = crate::deadline::after(started_at, session.turn_timeout);
     let committing = Arc::new(AtomicBool::new(false));
     let run = TurnRun {
+        deadline: crate::deadline(observe.started_at, session.turn_timeout),
         committing: Arc::clone(&committing),
         session,
+        machine,
         events: Some(events),
         input,
-        thread_id: thread_id.clone(),
+        thread_id: thread_id.to_string(),
         turn_id: turn_id.clone(),
-        deadline,
         items: Vec::new(),
         usage: None,
         done: false,
@@ -396,7 +386,7 @@ pub(crate) async fn start_turn(
         Some((event, run))
     });
     Ok(TurnStream {
-        thread_id,
+        thread_id: thread_id.to_string(),
         turn_id,
         committing,
         inner: Box::pin(inner),
@@ -420,7 +410,8 @@ impl Outcome {
 
 /// The state of one running turn.
 struct TurnRun<'a> {
-    session: TurnContext<'a>,
+    session: &'a TurnContext,
+    machine: &'a mut SessionMachine,
     /// The runtime's own subscription; `None` once the turn ended (dropped at once, so the
     /// reader never waits for a subscription nobody reads).
     events: Option<ThreadEvents>,
@@ -433,7 +424,6 @@ struct TurnRun<'a> {
     usage: Option<ThreadTokenUsage>,
     done: bool,
     observe: Outcome,
-    /// Set right before the commit begins ([`TurnStream::is_committing`]).
     committing: Arc<AtomicBool>,
 }
 
@@ -449,31 +439,31 @@ impl TurnRun<'_> {
                 Ok(Err(error)) => return Some(Err(self.end("error", error.into()))),
                 Err(_elapsed) => return Some(Err(self.time_out().await)),
             };
+            let turn = self.turn_id.as_str();
             let event = match next {
                 ThreadEvent::Notification(notification) => match notification {
-                    ServerNotification::AgentMessageDelta(n) if n.turn_id == self.turn_id => {
+                    ServerNotification::AgentMessageDelta(n) if n.turn_id == turn => {
                         TurnEvent::AgentMessageDelta {
                             item_id: n.item_id,
                             delta: n.delta,
                         }
                     }
-                    ServerNotification::ItemStarted(n) if n.turn_id == self.turn_id => {
+                    ServerNotification::ItemStarted(n) if n.turn_id == turn => {
                         TurnEvent::ItemStarted(n.item)
                     }
-                    ServerNotification::ItemCompleted(n) if n.turn_id == self.turn_id => {
+                    ServerNotification::ItemCompleted(n) if n.turn_id == turn => {
                         self.items.push(n.item.clone());
                         TurnEvent::ItemCompleted(n.item)
                     }
-                    ServerNotification::TokenUsageUpdated(n) if n.turn_id == self.turn_id => {
+                    ServerNotification::TokenUsageUpdated(n) if n.turn_id == turn => {
                         self.usage = Some(n.token_usage);
                         TurnEvent::TokenUsage(n.token_usage)
                     }
-                    ServerNotification::TurnCompleted(n) if n.turn.id == self.turn_id => {
+                    ServerNotification::TurnCompleted(n) if n.turn.id == turn => {
                         self.events = None;
                         return Some(self.complete(n.turn).await);
                     }
-                    // Items, usage or the end of another turn of this thread (one interrupted
-                    // earlier, say): not this turn's.
+                    // Another turn's (one interrupted earlier, say).
                     ServerNotification::AgentMessageDelta(_)
                     | ServerNotification::ItemStarted(_)
                     | ServerNotification::ItemCompleted(_)
@@ -482,11 +472,7 @@ impl TurnRun<'_> {
                     other => TurnEvent::Notification(other),
                 },
                 ThreadEvent::ServerRequest(answered) => {
-                    if answered
-                        .request
-                        .turn_id()
-                        .is_some_and(|turn| turn != self.turn_id)
-                    {
+                    if answered.request.turn_id().is_some_and(|t| t != turn) {
                         continue;
                     }
                     TurnEvent::ServerRequest(answered)
@@ -504,52 +490,41 @@ impl TurnRun<'_> {
         error
     }
 
+    fn failed(&self, status: impl Into<String>, message: String) -> RuntimeError {
+        RuntimeError::TurnFailed {
+            thread_id: self.thread_id.clone(),
+            turn_id: self.turn_id.clone(),
+            status: status.into(),
+            message,
+        }
+    }
+
     async fn time_out(&mut self) -> RuntimeError {
-        // Unsubscribe first: a turn still streaming would otherwise fill the subscription,
-        // stall the reader, and the interrupt's answer could never be read (found by
-        // resource_bounds.rs).
+        // Unsubscribe first: a turn still streaming would fill the subscription, stall the
+        // reader, and the interrupt's answer could never be read.
         self.events = None;
-        let interrupt = TurnInterruptParams {
-            thread_id: self.thread_id.clone(),
-            turn_id: self.turn_id.clone(),
-        };
-        let _ = self
-            .session
-            .client
-            .request::<TurnInterrupt>(&interrupt)
-            .await;
-        let error = RuntimeError::TurnFailed {
-            thread_id: self.thread_id.clone(),
-            turn_id: self.turn_id.clone(),
-            status: "timeout".to_string(),
-            message: format!("no turn/completed within {:?}", self.session.turn_timeout),
-        };
+        interrupt(&self.session.client, &self.thread_id, &self.turn_id).await;
+        let message = format!("no turn/completed within {:?}", self.session.turn_timeout);
+        let error = self.failed("timeout", message);
         self.end("timeout", error)
     }
 
-    /// The turn completed: check its status, project it, commit it (the binding is published
-    /// only once its rows are durable) and report it.
+    /// The turn completed: check its status, project it, commit it and report it.
     async fn complete(&mut self, turn: Turn) -> Result<TurnEvent, RuntimeError> {
         if turn.status != TurnStatus::Completed {
             let status = serde_json::to_value(&turn.status)
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_else(|| "unknown".to_string());
-            let outcome = if turn.status == TurnStatus::Interrupted {
-                "interrupted"
-            } else {
-                "failed"
+            let outcome = match turn.status {
+                TurnStatus::Interrupted => "interrupted",
+                _ => "failed",
             };
-            let error = RuntimeError::TurnFailed {
-                thread_id: self.thread_id.clone(),
-                turn_id: self.turn_id.clone(),
-                status,
-                message: turn.error.map(|e| e.message).unwrap_or_default(),
-            };
+            let error = self.failed(status, turn.error.map(|e| e.message).unwrap_or_default());
             return Err(self.end(outcome, error));
         }
-        // Prefer the items streamed during the turn; a server that only reports them on
-        // completion is served too.
+        // The items streamed during the turn; a server that only reports them on completion
+        // is served too.
         let items = if self.items.is_empty() {
             turn.items
         } else {
@@ -561,18 +536,13 @@ impl TurnRun<'_> {
             Ok(publication) => publication,
             Err(error) => return Err(self.end("error", error)),
         };
-        let session = &self.session;
         if publication != Publication::Published {
-            session.rail.emit(
-                StatusEvent::new(
-                    StatusKind::Warn,
-                    format!(
-                        "The binding to thread {} was not published ({publication:?}).",
-                        self.thread_id
-                    ),
-                )
-                .with("thread_id", self.thread_id.clone()),
+            let message = format!(
+                "The binding to thread {} was not published ({publication:?}).",
+                self.thread_id
             );
+            let event = StatusEvent::new(StatusKind::Warn, message);
+            (self.session.rail).emit(event.with("thread_id", self.thread_id.as_str()));
         }
         self.done = true;
         self.observe.record("completed");
@@ -585,79 +555,64 @@ impl TurnRun<'_> {
             token_usage: self.usage,
         })))
     }
-}
 
-impl TurnRun<'_> {
-    /// Commits the completed turn as the session's machine decides: its rows with the binding,
-    /// unless the lease is lost (then nothing is written and the turn is an error).
+    /// Commits the completed turn as the machine decides: with a lost lease nothing is
+    /// written and the turn is an error.
     async fn commit(&mut self, rows: &[Value]) -> Result<Publication, RuntimeError> {
-        let session = &mut self.session;
-        session
-            .machine
-            .handle_turn_completed(&self.thread_id, rows.to_vec());
-        let mut published = None;
-        let mut failure = None;
-        while let Some(action) = session.machine.poll() {
+        let session = self.session;
+        let machine = &mut *self.machine;
+        machine.handle_turn_completed(&self.thread_id, rows.to_vec());
+        let mut committed = None;
+        while let Some(action) = machine.poll() {
             match action {
                 Action::Driver(DriverAction::Commit {
                     thread_id,
                     rows,
                     mirror,
                 }) => {
-                    let side = StoreSide {
-                        store: session.store,
-                        session_id: session.session_id,
-                        lease: session.lease,
-                        transcript: session.transcript,
-                        mirror: session.mirror,
-                        codex_home: session.codex_home,
-                    };
-                    match side
-                        .commit(&mut &mut *session.machine, &thread_id, &rows, mirror)
-                        .await
-                    {
-                        Ok(committed) => published = Some(committed.publication),
-                        Err(error) => failure = Some(error),
-                    }
+                    let side = session.side();
+                    let done = side
+                        .commit(&mut &mut *machine, &thread_id, &rows, mirror)
+                        .await;
+                    committed = Some(done.map(|c| c.publication));
                 }
-                Action::Driver(DriverAction::Say(say)) => session
-                    .rail
-                    .emit(crate::binding::status_event(session.session_id, &say)),
+                Action::Driver(DriverAction::Say(say)) => {
+                    session.rail.emit(status_event(&session.session_id, &say))
+                }
                 _ => {}
             }
         }
-        match (published, failure) {
-            (Some(publication), _) => Ok(publication),
-            (None, Some(error)) => Err(error),
-            (None, None) => Err(RuntimeError::LeaseLost {
-                session_id: session.session_id.to_string(),
-                to: crate::machine::LeaseLostTo::Unknown,
-            }),
-        }
+        committed.unwrap_or_else(|| {
+            Err(RuntimeError::LeaseLost {
+                session_id: session.session_id.clone(),
+                to: LeaseLostTo::Unknown,
+            })
+        })
     }
 }
 
+/// Asks codex to stop a turn; bounded by the client's request timeout.
+async fn interrupt(client: &AppServerClient, thread_id: &str, turn_id: &str) {
+    let params = TurnInterruptParams {
+        thread_id: thread_id.to_string(),
+        turn_id: turn_id.to_string(),
+    };
+    let _ = client.request::<TurnInterrupt>(&params).await;
+}
+
 /// Sends `turn/start` from a task of its own: when the caller is dropped before codex
-/// answered (a host's timeout, a cancelled request), the task still gets the answer and
-/// interrupts the turn it names, which codex would otherwise run to its end unobserved (into
-/// the rollout, not the transcript), refusing the session's next `turn/start` meanwhile.
+/// answered (a host's timeout), the task still gets the answer and interrupts the turn, which
+/// codex would otherwise run unobserved, refusing the session's next `turn/start` meanwhile.
 async fn start_or_interrupt(
     client: &AppServerClient,
-    params: rethread_protocol::messages::TurnStartParams,
+    params: TurnStartParams,
 ) -> Result<rethread_protocol::messages::TurnStartResponse, ClientError> {
     let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
     let client = client.clone();
     tokio::spawn(async move {
-        let thread_id = params.thread_id.clone();
-        let answer = client
-            .request::<rethread_protocol::messages::TurnStart>(&params)
-            .await;
+        let answer = client.request::<TurnStart>(&params).await;
         if let Err(Ok(started)) = answer_tx.send(answer) {
-            let interrupt = TurnInterruptParams {
-                thread_id,
-                turn_id: started.turn.id,
-            };
-            let _ = client.request::<TurnInterrupt>(&interrupt).await;
+            interrupt(&client, &params.thread_id, &started.turn.id).await;
         }
     });
     // The task ends without answering only when the runtime shuts down.
@@ -674,23 +629,15 @@ impl Drop for TurnRun<'_> {
         if self.done {
             return;
         }
-        // Abandoned (the stream, or `run_turn`'s future, was dropped). Before the commit began
-        // nothing is committed; during it, the store may still finish the commit (its writer
-        // does not stop with the future), which is why `finish_unless` never abandons a turn
-        // that is committing. Codex is asked to stop so that the thread is free.
+        // Abandoned. Before the commit began nothing is committed; during it, the store may
+        // still finish it (which is why `finish_unless` never abandons a committing turn).
+        // Codex is asked to stop so that the thread is free.
         self.events = None;
         self.observe.record("abandoned");
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let client = self.session.client.clone();
-        let interrupt = TurnInterruptParams {
-            thread_id: self.thread_id.clone(),
-            turn_id: self.turn_id.clone(),
-        };
-        // Bounded by the client's request timeout; a closed connection fails at once.
-        drop(handle.spawn(async move {
-            let _ = client.request::<TurnInterrupt>(&interrupt).await;
-        }));
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let client = self.session.client.clone();
+            let (thread_id, turn_id) = (self.thread_id.clone(), self.turn_id.clone());
+            drop(handle.spawn(async move { interrupt(&client, &thread_id, &turn_id).await }));
+        }
     }
 }

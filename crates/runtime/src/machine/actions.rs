@@ -1,6 +1,5 @@
-//! What goes into the machine from the store ([`Stored`]) and what comes out of it: the
-//! [`Action`]s a driver carries out and what it [`Say`]s. Each action's `Display` is the line
-//! the machine's tables in `tests/machine.rs` are written in.
+//! What the machine hears of the store ([`Stored`]) and what comes out of it ([`Action`],
+//! [`Say`]). Each action's `Display` is the line the tables of `tests/machine.rs` are written in.
 
 use std::fmt;
 use std::time::Duration;
@@ -67,8 +66,7 @@ pub enum NotRecorded {
     },
 }
 
-/// Something to tell the user. Drivers render it on their surface: the status rail, a
-/// JSON-RPC `warning`, a `codex exec` error item.
+/// Something to tell the user, on the driver's surface (the rail, a `warning`, an error item).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Say {
@@ -175,40 +173,47 @@ impl Say {
             Say::SeedUnavailable { message } => {
                 format!("Could not read the transcript to seed the new thread: {message}")
             }
-            Say::RestoreFailed { .. } | Say::MirrorStopped { .. } | Say::MirrorFailed { .. } => {
-                self.mirror_message()
-            }
+            Say::RestoreFailed { thread_id, message } => format!(
+                "rethread could not restore thread {thread_id}'s rollout from the store \
+                 ({message}); resuming it as codex has it."
+            ),
+            Say::MirrorStopped { bytes, cap } => format!(
+                "rethread stopped mirroring this session's codex rollout: it would hold {bytes} \
+                 bytes, past the cap of {cap}. Its thread resumes only where codex keeps its \
+                 rollout."
+            ),
+            Say::MirrorFailed { thread_id, message } => format!(
+                "rethread could not mirror thread {thread_id}'s rollout ({message}): it resumes \
+                 only where codex keeps it."
+            ),
         }
     }
 }
 
-/// What a driver must do next. Each action that asks for something names the `handle_*`
-/// method that takes its answer. The store-side actions are carried out for every driver by
-/// [`StoreSide::next_action`](crate::binding::StoreSide::next_action); the rest are the
-/// driver's own ([`Action::Driver`]).
-///
-/// Not `#[non_exhaustive]` on purpose: every driver must decide what a new action means.
+/// What a driver must do next, naming the `handle_*` method that takes the answer. The
+/// store-side actions are carried out by
+/// [`StoreSide::next_action`](crate::binding::StoreSide::next_action) for every driver; the
+/// rest are the driver's own ([`Action::Driver`]). Not `#[non_exhaustive]`: every driver must
+/// decide what a new action means.
 #[derive(Debug)]
 pub enum Action {
     /// Read the session from the store: [`SessionMachine::handle_session`] (or
     /// [`SessionMachine::handle_failed`]).
     ReadSession,
-    /// Restore the thread's rollout files from the store's mirror where this `CODEX_HOME`
-    /// lacks them ([`RolloutMirror::restore`](crate::RolloutMirror::restore)), before its
-    /// first resume: [`SessionMachine::handle_restored`].
+    /// Restore the thread's rollout files from the store's mirror
+    /// ([`RolloutMirror::restore`](crate::RolloutMirror::restore)) before its first resume:
+    /// [`SessionMachine::handle_restored`].
     Restore {
         /// The bound thread.
         thread_id: String,
     },
     /// Wait this long, then [`SessionMachine::handle_wait_over`].
     Wait(Duration),
-    /// Give the thread up in one store write (retire it, drop the binding if it still names
-    /// it, record the pending notice): [`SessionMachine::handle_given_up`] (or `handle_failed`:
-    /// then nothing was written and the binding is kept).
+    /// Give the thread up in one store write ([`give_up`](crate::binding::give_up)):
+    /// [`SessionMachine::handle_given_up`] (or `handle_failed`: the binding is kept).
     GiveUp(LostThread),
-    /// Record in the store that the fallback notice for this lost thread was delivered.
-    /// Nothing is handed back (a failure only means another process may say the notice
-    /// once more; this machine retries the record on its next open).
+    /// Record that the notice for this lost thread was delivered. Nothing is handed back: a
+    /// failure only means another process may say it once more.
     MarkNoticeDelivered {
         /// The lost thread.
         thread_id: String,
@@ -223,48 +228,38 @@ pub enum Action {
     Driver(DriverAction),
 }
 
-/// The actions that are a driver's own, as [`StoreSide::next_action`] hands them out: a
-/// request to codex, something to say, the open's end, a commit, a retire.
-///
-/// Not `#[non_exhaustive]` on purpose: every driver must decide what a new action means.
-///
-/// [`StoreSide::next_action`]: crate::binding::StoreSide::next_action
+/// The actions that are a driver's own (see [`Action`]).
 #[derive(Debug)]
 pub enum DriverAction {
-    /// Send `thread/resume` with these params (a driver may add the thread settings its host
-    /// gave): [`SessionMachine::handle_resumed`], [`SessionMachine::handle_resume_error`],
-    /// [`SessionMachine::handle_resume_timeout`], [`SessionMachine::handle_resume_exited`]
-    /// (a driver that resumes by starting a process), or `handle_failed` when the connection
-    /// itself failed).
+    /// Send `thread/resume` with these params (plus the host's thread settings):
+    /// [`SessionMachine::handle_resumed`], `handle_resume_error`, `handle_resume_timeout`,
+    /// `handle_resume_exited` (a resume by a process), or `handle_failed`.
     Resume(ThreadResumeParams),
     /// Say this to the user.
     Say(Say),
-    /// Start a thread (with the host's own settings), with this seed appended to its
-    /// developer instructions: [`SessionMachine::handle_started`] (or `handle_failed`).
+    /// Start a thread (with the host's settings), the seed appended to its developer
+    /// instructions: [`SessionMachine::handle_started`] (or `handle_failed`).
     Start {
         /// The seed, already rendered and quoted ([`render_seed`](crate::projection::render_seed)).
         seed: Option<String>,
     },
     /// The session's thread is open; turns may run.
     Opened(OpenOutcome),
-    /// Opening failed; nothing more happens until [`SessionMachine::open`] is called again.
-    /// The binding is kept unless a give-up was written (which the outcome of the next open
-    /// reports).
+    /// Opening failed, until [`SessionMachine::open`] again. The binding is kept unless a
+    /// give-up was written (the next open's outcome reports it).
     OpenFailed(RuntimeError),
-    /// Commit a completed turn's rows with the binding to its thread (one fenced store write):
-    /// [`SessionMachine::handle_committed`] (or `handle_failed`), then, when it took the
-    /// mirror, [`SessionMachine::handle_mirrored`].
+    /// Commit a completed turn's rows with the binding to its thread
+    /// ([`StoreSide::commit`](crate::binding::StoreSide::commit)):
+    /// [`SessionMachine::handle_committed`], then [`SessionMachine::handle_mirrored`].
     Commit {
         /// The thread.
         thread_id: String,
         /// The projected rows.
         rows: Vec<Value>,
-        /// Whether the commit takes what the thread's rollout grew by
-        /// ([`RolloutMirror::prepare`](crate::RolloutMirror::prepare)).
+        /// Whether the commit takes what the thread's rollout grew by.
         mirror: bool,
     },
-    /// The host ends the session's thread ([`SessionMachine::handle_retire`]): retire it in
-    /// the store, without a notice.
+    /// Retire the thread without a notice ([`SessionMachine::handle_retire`]).
     Retire {
         /// The thread.
         thread_id: String,
@@ -341,14 +336,13 @@ pub enum OpenOutcome {
         /// The thread.
         thread_id: String,
     },
-    /// A new thread was started (no binding, or a later session of the binder).
+    /// A new thread was started (no binding).
     Started {
         /// The thread.
         thread_id: String,
     },
-    /// The stored thread could not be resumed; a new one was started on the same client. Also
-    /// reported when an earlier process gave the thread up and died before the user had the
-    /// notice: the notice is said then, with the recorded reason.
+    /// The stored thread could not be resumed (now, or by an earlier process that died before
+    /// the user had the notice); a new one was started on the same client.
     FellBack {
         /// The new thread.
         thread_id: String,

@@ -1,5 +1,4 @@
-//! The attempts to resume one bound thread and the rules of a failed resume: what each
-//! failure means (retry after a pause, a lost thread, or stop with the binding kept).
+//! The attempts to resume one bound thread and what a failed resume means.
 
 use std::time::Duration;
 
@@ -8,7 +7,7 @@ use rethread_protocol::{ResumeFailure, RpcError};
 
 use crate::error::RuntimeError;
 
-use super::LostThread;
+use super::{LostThread, MachineOptions};
 
 /// The attempts to resume one bound thread.
 #[derive(Debug, Clone)]
@@ -30,6 +29,17 @@ pub(super) enum Verdict {
 }
 
 impl Attempts {
+    pub(super) fn new(thread_id: String, options: &MachineOptions) -> Self {
+        Attempts {
+            thread_id,
+            exclude_turns: options.exclude_turns,
+            transient_left: options.transient_retries,
+            backoff: options.retry_backoff,
+            sent: 0,
+            restore_may_pass: false,
+        }
+    }
+
     pub(super) fn params(&self) -> ThreadResumeParams {
         let mut params = ThreadResumeParams::new(self.thread_id.clone());
         if self.exclude_turns {
@@ -38,10 +48,9 @@ impl Attempts {
         params
     }
 
-    /// The rules of a failed resume: a capability refusal of `excludeTurns` is retried at
-    /// once without it (never a dead thread); `gone`, `incompatible` and `unreadable` are a
-    /// loss at once; a temporary failure is retried after a growing pause, within the
-    /// budget, then stops with the binding kept; anything else stops at once.
+    /// A capability refusal of `excludeTurns` is retried at once without it; `gone`,
+    /// `incompatible` and `unreadable` are a loss; a temporary failure is retried after a
+    /// growing pause within the budget, then stops with the binding kept; anything else stops.
     pub(super) fn judge(&mut self, failure: ResumeFailure, error: &RpcError) -> Verdict {
         self.sent += 1;
         if failure == ResumeFailure::CapabilityRequired && self.exclude_turns {

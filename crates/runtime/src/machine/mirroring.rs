@@ -1,32 +1,20 @@
-//! The machine's rollout-mirror steps: the answer to [`Action::Restore`] and what a commit
-//! did with the mirror. Neither can hide codex's own answer: a failed restore is said and the
-//! resume goes ahead (codex then resumes the thread as it has it, or says it is lost, and the
-//! usual rules decide); a turn committed without its mirror is said once.
+//! The machine's rollout-mirror steps. Neither hides codex's own answer: a failed restore is
+//! said and the resume goes ahead; a turn committed without its mirror is said once.
 
 #[cfg(doc)]
 use super::Action;
-use super::{DriverAction, Phase, Say, SessionMachine};
+use super::{take_phase, DriverAction, Phase, Say, SessionMachine};
 use crate::mirror::{MirrorReport, RestoreFailure, Restored};
 
 impl SessionMachine {
-    /// The answer to [`Action::Restore`]: the files written (or why not). Either way the
-    /// resume follows; a failure is said first. After a failure that may pass, codex not
-    /// having the thread is no loss: the open stops with the binding kept (a retryable
-    /// error), since the next open's restore may well give it back. A session whose mirroring
-    /// stopped at its cap mirrors no more on this connection (that was said when it stopped).
+    /// The answer to [`Action::Restore`]; either way the resume follows. After a failure that
+    /// may pass, codex not having the thread is no loss: the open stops with the binding kept
+    /// (the next open's restore may give it back). A mirror stopped at its cap is not taken by
+    /// commits on this connection.
     pub fn handle_restored(&mut self, restored: Result<Restored, RestoreFailure>) {
-        if !matches!(self.phase, Phase::Restoring(_)) {
-            return;
-        }
-        let Phase::Restoring(mut attempts) = std::mem::replace(&mut self.phase, Phase::Idle) else {
-            return;
-        };
+        let mut attempts = take_phase!(self, Phase::Restoring(a) => a);
         match restored {
-            Ok(restored) => {
-                if restored.stopped {
-                    self.mirroring = false;
-                }
-            }
+            Ok(restored) => self.mirroring &= !restored.stopped,
             Err(failure) => {
                 attempts.restore_may_pass = failure.transient;
                 self.push(DriverAction::Say(Say::RestoreFailed {
@@ -35,13 +23,12 @@ impl SessionMachine {
                 }));
             }
         }
-        self.push(DriverAction::Resume(attempts.params()));
-        self.phase = Phase::Resuming(attempts);
+        self.resume(attempts);
     }
 
-    /// What a commit that took the mirror did with it ([`DriverAction::Commit`]'s `mirror`): past
-    /// the session's cap mirroring stops, said once (by the commit that stopped it); a turn
-    /// committed without its rollout is said once per connection.
+    /// What a commit that took the mirror did with it: past the cap mirroring stops (said by
+    /// the commit that stopped it); a turn committed without its rollout is said once per
+    /// connection.
     pub fn handle_mirrored(&mut self, thread_id: &str, report: &MirrorReport) {
         match report {
             MirrorReport::StoppedNow { bytes, cap } => {
@@ -67,27 +54,5 @@ impl SessionMachine {
     /// Whether commits take the mirror.
     pub fn is_mirroring(&self) -> bool {
         self.mirroring
-    }
-}
-
-impl Say {
-    /// The text of the mirror's sayings.
-    pub(super) fn mirror_message(&self) -> String {
-        match self {
-            Say::RestoreFailed { thread_id, message } => format!(
-                "rethread could not restore thread {thread_id}'s rollout from the store \
-                 ({message}); resuming it as codex has it."
-            ),
-            Say::MirrorStopped { bytes, cap } => format!(
-                "rethread stopped mirroring this session's codex rollout: it would hold {bytes} \
-                 bytes, past the cap of {cap}. Its thread resumes only where codex keeps its \
-                 rollout."
-            ),
-            Say::MirrorFailed { thread_id, message } => format!(
-                "rethread could not mirror thread {thread_id}'s rollout ({message}): it resumes \
-                 only where codex keeps it."
-            ),
-            other => other.message(),
-        }
     }
 }
