@@ -1,17 +1,8 @@
-//! The codex app-server client: spawn or connect, handshake, correlate requests, route
-//! notifications per thread, answer server requests.
-//!
-//! Architecture: one reader task owns the server's stdout and one writer task its stdin.
-//! Requests wait on a oneshot keyed by id; notifications go to every subscriber of their
-//! thread, and so does each server request once the [`ServerRequestHandler`] answered it. Every
-//! subscription is a bounded channel. The runtime's own turn driver is waited for (a slow
-//! consumer slows the reader instead of growing memory); any other subscriber
-//! ([`AppServerClient::subscribe`]) is never waited for: one that falls a whole buffer behind
-//! is cut off ([`ClientError::Lagged`]). When the stream ends or turns to garbage, every
-//! pending request and every subscriber fails with a typed [`ClientError::Closed`] that carries
-//! the tail of the server's stderr.
+//! The codex app-server client. One reader task owns the server's stdout and one writer task
+//! its stdin; requests wait on a oneshot keyed by id; notifications, and server requests once
+//! answered, go to every subscriber of their thread (`connection.rs`). When the stream ends or
+//! turns to garbage, every waiter fails with [`ClientError::Closed`] and the stderr tail.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -42,9 +33,10 @@ mod error;
 pub use command::CodexCommand;
 pub use error::ClientError;
 
-use connection::{lock, read_stderr, write_loop, Delivery, ReaderTask, Route, Shared, StderrTail};
+use crate::lock;
+use connection::{read_stderr, write_loop, Delivery, ReaderTask, Route, Shared};
 
-/// How the client behaves. Every wait is bounded. Set with the builder methods
+/// How the client behaves; every wait is bounded. Set with the builder methods
 /// (`ClientOptions::default().request_timeout(..)`).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -59,16 +51,12 @@ pub struct ClientOptions {
     pub request_timeout: Duration,
     /// The longest line accepted from the server.
     pub max_line_length: usize,
-    /// At most this many requests may be waiting for a response at once; also the most
-    /// server requests answered at once (beyond that the reader waits for an answer to go
-    /// out before it reads more).
+    /// The most requests waiting for a response at once, and the most server requests being
+    /// answered at once (beyond that the reader waits).
     pub max_pending_requests: usize,
-    /// Events buffered per subscription. The runtime's own turn driver makes the reader wait
-    /// when its buffer is full; any other subscriber is cut off then
-    /// ([`ClientError::Lagged`]).
+    /// Events buffered per subscription ([`AppServerClient::subscribe`]).
     pub notification_buffer: usize,
-    /// Bad lines (not JSON, not a message, too long) tolerated before the stream is treated
-    /// as garbage and closed.
+    /// Bad lines (not JSON, not a message, too long) tolerated before the connection closes.
     pub max_bad_lines: usize,
     /// Bytes of the server's stderr kept for error reports.
     pub stderr_capacity: usize,
@@ -118,34 +106,24 @@ pub struct DeclineAll;
 #[async_trait]
 impl ServerRequestHandler for DeclineAll {
     async fn handle(&self, request: ServerRequest, rail: &StatusRail) -> Result<Value, RpcError> {
-        match request.decline_result() {
-            Some(result) => {
-                if let ServerRequest::Approval { method, params } = &request {
-                    let mut event = StatusEvent::new(
-                        StatusKind::Warn,
-                        format!(
-                            "Declined an approval request ({method}): rethread runs unattended."
-                        ),
-                    )
-                    .with("method", method.clone());
-                    if let Some(thread) = &params.thread_id {
-                        event = event.with("thread_id", thread.clone());
-                    }
-                    rail.emit(event);
-                }
-                Ok(result)
+        let Some(result) = request.decline_result() else {
+            let message = format!(
+                "rethread does not handle server request `{}`",
+                request.method()
+            );
+            return Err(RpcError::new(ErrorCode::METHOD_NOT_FOUND, message));
+        };
+        if let ServerRequest::Approval { method, params } = &request {
+            let message =
+                format!("Declined an approval request ({method}): rethread runs unattended.");
+            let mut event =
+                StatusEvent::new(StatusKind::Warn, message).with("method", method.as_str());
+            if let Some(thread) = &params.thread_id {
+                event = event.with("thread_id", thread.as_str());
             }
-            None => {
-                let method = match &request {
-                    ServerRequest::Other { method, .. } => method.clone(),
-                    _ => "unknown".to_string(),
-                };
-                Err(RpcError::new(
-                    ErrorCode::METHOD_NOT_FOUND,
-                    format!("rethread does not handle server request `{method}`"),
-                ))
-            }
+            rail.emit(event);
         }
+        Ok(result)
     }
 }
 
@@ -277,15 +255,7 @@ impl ClientBuilder {
         W: AsyncWrite + Unpin + Send + 'static,
         E: AsyncRead + Unpin + Send + 'static,
     {
-        let shared = Arc::new(Shared {
-            pending: Mutex::new(HashMap::new()),
-            routes: Mutex::new(HashMap::new()),
-            closed: Mutex::new(None),
-            stderr: Mutex::new(StderrTail {
-                capacity: self.options.stderr_capacity,
-                bytes: Default::default(),
-            }),
-        });
+        let shared = Arc::new(Shared::new(self.options.stderr_capacity));
         let (outgoing, outgoing_rx) = mpsc::channel::<Message>(64);
         let mut tasks = Vec::new();
         if let Some(stderr) = stderr {
@@ -302,9 +272,7 @@ impl ClientBuilder {
             rail: self.rail.clone(),
             handler: self.handler.clone(),
             max_bad_lines: self.options.max_bad_lines,
-            answering: Arc::new(Semaphore::new(
-                (self.options.max_pending_requests).clamp(1, Semaphore::MAX_PERMITS),
-            )),
+            answering: Arc::new(Semaphore::new(bounded(self.options.max_pending_requests))),
         };
         let codec = NdjsonCodec::with_max_line_length(self.options.max_line_length);
         tasks.push(tokio::spawn(
@@ -399,7 +367,7 @@ impl AppServerClient {
         method: &str,
         params: Option<Value>,
     ) -> Result<Value, ClientError> {
-        let shared = &self.inner.shared;
+        let (shared, options) = (&self.inner.shared, &self.inner.options);
         let id = RequestId::Integer(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = oneshot::channel();
         {
@@ -408,10 +376,9 @@ impl AppServerClient {
             if let Some(error) = shared.closed_error() {
                 return Err(error);
             }
-            if pending.len() >= self.inner.options.max_pending_requests {
-                return Err(ClientError::TooManyPending {
-                    limit: self.inner.options.max_pending_requests,
-                });
+            if pending.len() >= options.max_pending_requests {
+                let limit = options.max_pending_requests;
+                return Err(ClientError::TooManyPending { limit });
             }
             pending.insert(id.clone(), tx);
         }
@@ -422,37 +389,29 @@ impl AppServerClient {
         });
         // One deadline for queueing the request and for its answer: a server that stops
         // reading its input must not hang the caller either.
-        let after = self.inner.options.request_timeout;
+        let after = options.request_timeout;
+        let answer = async {
+            let sent = self.inner.outgoing.send(message).await;
+            sent.map_err(|_| self.closed_or("the writer stopped"))?;
+            rx.await
+                .map_err(|_| self.closed_or("the connection closed"))
+        };
         let deadline = crate::deadline(tokio::time::Instant::now(), after);
-        match tokio::time::timeout_at(deadline, self.inner.outgoing.send(message)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => {
-                lock(&shared.pending).remove(&id);
-                return Err(self.closed_or("the writer stopped"));
-            }
-            Err(_elapsed) => {
-                lock(&shared.pending).remove(&id);
-                return Err(ClientError::Timeout {
-                    method: method.to_string(),
-                    after,
-                });
-            }
-        }
-        match tokio::time::timeout_at(deadline, rx).await {
-            Ok(Ok(Ok(value))) => Ok(value),
-            Ok(Ok(Err(error))) => Err(ClientError::Rpc {
-                method: method.to_string(),
-                error,
-            }),
-            Ok(Err(_dropped)) => Err(self.closed_or("the connection closed")),
-            Err(_elapsed) => {
-                lock(&shared.pending).remove(&id);
+        let answer = tokio::time::timeout_at(deadline, answer)
+            .await
+            .unwrap_or_else(|_elapsed| {
                 Err(ClientError::Timeout {
                     method: method.to_string(),
                     after,
                 })
-            }
+            });
+        if answer.is_err() {
+            lock(&shared.pending).remove(&id);
         }
+        answer?.map_err(|error| ClientError::Rpc {
+            method: method.to_string(),
+            error,
+        })
     }
 
     /// Sends a notification.
@@ -480,16 +439,14 @@ impl AppServerClient {
     ///
     /// Any number of subscriptions may watch one thread; none takes events from another (nor
     /// from the runtime's own turn driver). Each buffers up to
-    /// [`ClientOptions::notification_buffer`] events and is never waited for: a subscriber
-    /// that falls that far behind is cut off, reads what it buffered, then
-    /// [`ClientError::Lagged`]. So a slow or forgotten subscriber never stalls a turn and never
-    /// grows memory.
+    /// [`ClientOptions::notification_buffer`] events and is never waited for: one that falls
+    /// that far behind is cut off, reads what it buffered, then [`ClientError::Lagged`].
     pub fn subscribe(&self, thread_id: &str) -> Result<ThreadEvents, ClientError> {
         self.subscribe_with(thread_id, Delivery::CutOffWhenFull)
     }
 
-    /// The runtime's own subscription for a turn it drives: the reader waits for it, so no
-    /// event is lost. Its consumer must keep reading (or drop it).
+    /// The runtime's own subscription for a turn it drives: the reader waits for it (no event
+    /// is lost), so its consumer must keep reading or drop it.
     pub(crate) fn subscribe_lossless(&self, thread_id: &str) -> Result<ThreadEvents, ClientError> {
         self.subscribe_with(thread_id, Delivery::Lossless)
     }
@@ -499,8 +456,7 @@ impl AppServerClient {
         thread_id: &str,
         delivery: Delivery,
     ) -> Result<ThreadEvents, ClientError> {
-        // A bound past what tokio can count is as good as none.
-        let buffer = (self.inner.options.notification_buffer).clamp(1, Semaphore::MAX_PERMITS);
+        let buffer = bounded(self.inner.options.notification_buffer);
         let (tx, rx) = mpsc::channel(buffer);
         let id = self.inner.next_subscription.fetch_add(1, Ordering::Relaxed);
         let lagged = Arc::new(AtomicBool::new(false));
@@ -542,6 +498,12 @@ impl AppServerClient {
         }
         self.inner.shared.close("the client shut down".to_string());
     }
+}
+
+/// `limit` as a channel or semaphore size: at least 1, and past what tokio can count as good
+/// as none.
+fn bounded(limit: usize) -> usize {
+    limit.clamp(1, Semaphore::MAX_PERMITS)
 }
 
 /// A server request about a thread, and how the [`ServerRequestHandler`] answered it.
@@ -599,7 +561,6 @@ impl ThreadEvents {
 
 impl Drop for ThreadEvents {
     fn drop(&mut self) {
-        // At once, so that the reader stops handing events to a subscription nobody reads.
         self.client
             .inner
             .shared

@@ -1,14 +1,6 @@
-//! [`SessionLease`]: a session's lease as a host holds it. Acquired (waiting up to a bound for
-//! a busy one) before a thread is resumed or started, renewed in the background while held,
-//! checked before every fenced write, released by [`SessionLease::release`] or, in the
-//! background, when dropped.
-//!
-//! Architecture invariant: a fenced write starts only while the lease is known to hold for at
-//! least half its TTL more ([`SessionLease::ensure_fresh`] renews it first otherwise), and the
-//! store checks the fence inside the write's transaction, so a holder that stalled past its TTL
-//! writes nothing.
+//! [`SessionLease`]: a session's lease as a host holds it (`docs/design.md`, "Leases").
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rethread_store::{BindingStore, Fence, Lease, LocalOwner, StoreError};
@@ -16,9 +8,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::error::RuntimeError;
-use crate::machine::LeaseLostTo;
-use crate::telemetry;
+use crate::error::{LeaseLostTo, RuntimeError};
+use crate::{lock, telemetry};
 
 /// The shortest and longest pause between two attempts to take a busy lease.
 const WAIT_STEP_MIN: Duration = Duration::from_millis(20);
@@ -31,23 +22,48 @@ struct State {
     /// until this instant plus the TTL, unless the process stalled meanwhile (the store's fence
     /// check covers that).
     fresh_since: Instant,
-    /// Set when a renewal found the lease gone.
+    /// Set when a renewal or a fenced write found the lease gone.
     lost: bool,
-    /// To whom, as the store said.
     lost_to: Option<LeaseLostTo>,
-    /// Set by [`SessionLease::release`].
     released: bool,
 }
 
-/// A held session lease.
-///
-/// Only one holder at a time drives a session's codex thread: take the lease before resuming
-/// or starting a thread, pass its [`fence`](SessionLease::fence) (after
-/// [`ensure_fresh`](SessionLease::ensure_fresh)) with every write that publishes or removes a
-/// binding, and release it when done. While held it is renewed every `ttl / 3` in the
-/// background. Dropping it releases it in the background (a process that exits first leaves it
-/// to the next acquirer on this machine, which takes a dead holder's lease over at once, or to
-/// the TTL elsewhere).
+impl State {
+    /// [`RuntimeError::LeaseLost`] when the lease is known lost or released.
+    fn gone(&self) -> Option<RuntimeError> {
+        (self.lost || self.released).then(|| RuntimeError::LeaseLost {
+            session_id: self.lease.session_id.clone(),
+            to: self.lost_to.clone().unwrap_or(LeaseLostTo::Unknown),
+        })
+    }
+
+    /// Takes the answer to a renewal sent at `sent`: the renewed lease, or its loss.
+    fn renewed(
+        &mut self,
+        renewed: Result<Lease, StoreError>,
+        sent: Instant,
+    ) -> Result<Fence, RuntimeError> {
+        match renewed.map_err(RuntimeError::from) {
+            Ok(lease) => {
+                self.fresh_since = sent;
+                self.lease = lease;
+                Ok(self.lease.fence())
+            }
+            Err(error) => {
+                if let RuntimeError::LeaseLost { to, .. } = &error {
+                    self.lost = true;
+                    self.lost_to = Some(to.clone());
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+/// A held session lease: taken before a thread is resumed or started, renewed every `ttl / 3`
+/// in the background, its fence (after [`ensure_fresh`](SessionLease::ensure_fresh)) carried
+/// by every write that publishes or removes a binding, released by
+/// [`release`](SessionLease::release) or, in the background, when dropped.
 ///
 /// ```no_run
 /// # async fn demo(store: std::sync::Arc<dyn rethread_store::BindingStore>) -> Result<(), rethread_runtime::RuntimeError> {
@@ -73,13 +89,6 @@ pub struct SessionLease {
     ttl: Duration,
     state: Arc<Mutex<State>>,
     renewer: JoinHandle<()>,
-}
-
-fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
-    // Every critical section is a plain field update; a panic cannot tear the state.
-    state
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl SessionLease {
@@ -189,17 +198,12 @@ impl SessionLease {
     /// Whether the lease is known to be gone: a renewal found it taken over or expired, or it
     /// was released. A gone lease is never renewed again; take a new one.
     pub fn is_lost(&self) -> bool {
-        let state = lock(&self.state);
-        state.lost || state.released
+        self.lost().is_some()
     }
 
     /// [`RuntimeError::LeaseLost`] when the lease is known lost or released; no store call.
     pub(crate) fn lost(&self) -> Option<RuntimeError> {
-        let state = lock(&self.state);
-        (state.lost || state.released).then(|| RuntimeError::LeaseLost {
-            session_id: state.lease.session_id.clone(),
-            to: state.lost_to.clone().unwrap_or(LeaseLostTo::Unknown),
-        })
+        lock(&self.state).gone()
     }
 
     /// Makes sure the lease holds for at least `ttl / 2` more, renewing it now unless the last
@@ -211,41 +215,19 @@ impl SessionLease {
     /// store inside the write's transaction (a process paused after this call writes
     /// nothing either).
     pub async fn ensure_fresh(&self) -> Result<Fence, RuntimeError> {
-        let (lease, stale) = {
+        let lease = {
             let state = lock(&self.state);
-            if state.lost || state.released {
-                return Err(RuntimeError::LeaseLost {
-                    session_id: state.lease.session_id.clone(),
-                    to: state.lost_to.clone().unwrap_or(LeaseLostTo::Unknown),
-                });
+            if let Some(gone) = state.gone() {
+                return Err(gone);
             }
-            (
-                state.lease.clone(),
-                state.fresh_since.elapsed() >= self.ttl / 2,
-            )
+            if state.fresh_since.elapsed() < self.ttl / 2 {
+                return Ok(state.lease.fence());
+            }
+            state.lease.clone()
         };
-        if !stale {
-            return Ok(lease.fence());
-        }
         let sent = Instant::now();
-        match self.store.renew_lease(&lease, self.ttl).await {
-            Ok(renewed) => {
-                let fence = renewed.fence();
-                let mut state = lock(&self.state);
-                state.lease = renewed;
-                state.fresh_since = sent;
-                Ok(fence)
-            }
-            Err(error) => {
-                let error = RuntimeError::from(error);
-                if let RuntimeError::LeaseLost { to, .. } = &error {
-                    let mut state = lock(&self.state);
-                    state.lost = true;
-                    state.lost_to = Some(to.clone());
-                }
-                Err(error)
-            }
-        }
+        let renewed = self.store.renew_lease(&lease, self.ttl).await;
+        lock(&self.state).renewed(renewed, sent)
     }
 
     /// Stops renewing and frees the lease now. Returns whether it was still held (a lease
@@ -303,20 +285,10 @@ async fn renew_loop(store: Arc<dyn BindingStore>, state: Arc<Mutex<State>>, ttl:
         tokio::time::sleep(period).await;
         let lease = lock(&state).lease.clone();
         let sent = Instant::now();
-        match store.renew_lease(&lease, ttl).await {
-            Ok(renewed) => {
-                let mut state = lock(&state);
-                state.lease = renewed;
-                state.fresh_since = sent;
-            }
-            Err(error @ StoreError::LeaseLost { .. }) => {
-                let mut state = lock(&state);
-                state.lost = true;
-                if let RuntimeError::LeaseLost { to, .. } = RuntimeError::from(error) {
-                    state.lost_to = Some(to);
-                }
-                return;
-            }
+        let renewed = store.renew_lease(&lease, ttl).await;
+        match lock(&state).renewed(renewed, sent) {
+            Ok(_) => {}
+            Err(RuntimeError::LeaseLost { .. }) => return,
             // A transient store failure: try again next period; fenced writes check
             // freshness themselves.
             Err(error) => {
@@ -326,7 +298,6 @@ async fn renew_loop(store: Arc<dyn BindingStore>, state: Arc<Mutex<State>>, ttl:
     }
 }
 
-/// The fence for a write, after making sure the lease is fresh (`None` without a lease).
 /// Marks `lease` lost when `result` is the store's refusal of a write under its fence: the
 /// renewal may not have noticed the takeover yet (it runs every third of the TTL), and the
 /// binder's next open must take the lease again, not open the thread with this one.
@@ -338,6 +309,7 @@ pub(crate) fn note_refusal<T>(lease: Option<&SessionLease>, result: &Result<T, R
     }
 }
 
+/// The fence for a write, after making sure the lease is fresh (`None` without a lease).
 pub(crate) async fn fresh_fence(
     lease: Option<&SessionLease>,
 ) -> Result<Option<rethread_store::Fence>, RuntimeError> {

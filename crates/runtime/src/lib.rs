@@ -88,3 +88,11 @@ fn deadline<I: std::ops::Add<std::time::Duration, Output = I>>(
 ) -> I {
     now + wait.min(std::time::Duration::from_secs(100 * 365 * 24 * 60 * 60))
 }
+
+/// Locks `mutex`, poisoned or not: every critical section in this crate is a plain update that
+/// a panic cannot tear.
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -1,21 +1,10 @@
-//! [`RolloutMirror`]: the file side of the rollout mirror, used by every driver of the
-//! [`SessionMachine`](crate::machine::SessionMachine): finding a thread's rollout files under
-//! `CODEX_HOME`, computing what they grew by for the turn's commit, and restoring them from the
-//! store before a resume. The rules (when to restore, which commits take the mirror, what is
-//! said) are the machine's; the store's side is `rethread_store`'s mirror.
-//!
-//! What codex does, measured on 0.144.6, 0.169.0 and 0.171.0 (`docs/design.md`, "Moving a
-//! thread between homes"): a thread moves by its rollout file alone, at the same path relative
-//! to `CODEX_HOME` (`sessions/YYYY/MM/DD/rollout-<ts>-<id>.jsonl`): codex finds it by scanning
-//! `sessions/` and indexes it itself. The file grows append-only between completed turns and
-//! is complete when `turn/completed` arrives; a paginated `thread/revert` starts a head file
-//! beside it (`rollout-<ts>-<id>_<rolloutId>.jsonl`) that needs its source. Codex's
-//! `state_5.sqlite` holds absolute paths and is never touched here.
-//!
-//! All file work runs on blocking threads (`spawn_blocking`), never on the runtime's.
+//! [`RolloutMirror`]: the file side of the rollout mirror (`docs/design.md`, "The rollout
+//! mirror" and "Moving a thread between homes"): finds a thread's rollout files under
+//! `CODEX_HOME`, computes what they grew by for a turn's commit, and restores them
+//! (`restore.rs`). The rules are the machine's; all file work runs on blocking threads.
 
 use std::collections::HashMap;
-use std::fs::File;
+use std::fs::{DirEntry, File};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -81,7 +70,7 @@ impl MirrorError {
     }
 }
 
-/// Why a restore failed, as the session machine hears it
+/// Why a restore failed, as the machine hears it
 /// ([`SessionMachine::handle_restored`](crate::machine::SessionMachine::handle_restored)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -113,15 +102,14 @@ impl From<&MirrorError> for RestoreFailure {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Restored {
-    /// The files written from the store (paths relative to `CODEX_HOME`); empty when the
-    /// home already held them (or a longer copy) or the store has no mirror of the thread.
+    /// The files written from the store (paths relative to `CODEX_HOME`).
     pub written: Vec<String>,
     /// A local copy diverged from the mirror and was replaced (the mirror wins).
     pub diverged: bool,
     /// Mirroring had stopped for the session (its cap): nothing to restore, nothing to mirror.
     pub stopped: bool,
-    /// The local history index could not be cleared after a divergence: the model sees the
-    /// restored history, `thread/read` may show the replaced one.
+    /// Why codex's history index could not be cleared after a divergence (`thread/read` may
+    /// then show the replaced history).
     pub index_error: Option<String>,
 }
 
@@ -177,8 +165,8 @@ fn file_id(meta: &std::fs::Metadata) -> Option<FileId> {
     }
 }
 
-/// What the store holds of one local file: its first `len` bytes, CRC-32 `crc32`, are what
-/// the store holds, in the file `id` (codex only appends to it).
+/// What the store holds of one local file: its first `len` bytes, CRC-32 `crc32`, in the file
+/// `id` (codex only appends to it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct KnownFile {
     len: u64,
@@ -228,12 +216,10 @@ impl RolloutMirror {
     /// The mirror of the threads under `codex_home`, capped at `cap` mirrored bytes per
     /// session.
     pub fn with_cap(codex_home: impl Into<PathBuf>, cap: u64) -> Self {
+        let known = Mutex::default();
+        let home = codex_home.into();
         RolloutMirror {
-            inner: Arc::new(Inner {
-                home: codex_home.into(),
-                cap,
-                known: Mutex::new(HashMap::new()),
-            }),
+            inner: Arc::new(Inner { home, cap, known }),
         }
     }
 
@@ -243,11 +229,7 @@ impl RolloutMirror {
     }
 
     fn known(&self) -> MutexGuard<'_, HashMap<String, Known>> {
-        // Every critical section is a plain map update.
-        self.inner
-            .known
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::lock(&self.inner.known)
     }
 
     /// What the thread's rollout files grew by since the store last got them, for the commit
@@ -255,16 +237,17 @@ impl RolloutMirror {
     /// (cut at the last newline), the whole file otherwise (base length 0).
     pub async fn prepare(&self, thread_id: &str) -> Result<PreparedMirror, MirrorError> {
         let known = self.known().get(thread_id).cloned().unwrap_or_default();
-        let (home, thread, cap) = (
-            self.inner.home.clone(),
+        let (home, thread_id, cap) = (
+            self.home().to_owned(),
             thread_id.to_string(),
             self.inner.cap,
         );
         blocking(move || {
-            let (appends, known) = grown(&home, &thread, &known)?;
+            let (appends, known) = grown(&home, &thread_id, &known)?;
+            let update = MirrorUpdate::new(appends).cap(cap);
             Ok(PreparedMirror {
-                update: MirrorUpdate::new(appends).cap(cap),
-                thread_id: thread,
+                update,
+                thread_id,
                 known,
             })
         })
@@ -351,6 +334,16 @@ fn shaped(text: &str, shape: &str) -> bool {
         })
 }
 
+/// The entries of `dir` (relative to `home`); none when it does not exist.
+fn entries(home: &Path, dir: &str) -> Result<Vec<DirEntry>, MirrorError> {
+    let abs = home.join(dir);
+    match std::fs::read_dir(&abs) {
+        Ok(entries) => Ok(entries.flatten().collect()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(io_error(&abs)(e)),
+    }
+}
+
 /// The thread's files (paths relative to the home, sorted) and their directory: in `hint`
 /// when it still holds them, else found by walking `sessions/`, newest folders first (a
 /// head file keeps its source's folder).
@@ -373,14 +366,8 @@ fn thread_files(
 }
 
 fn files_in(home: &Path, dir: &str, thread_id: &str) -> Result<Vec<String>, MirrorError> {
-    let abs = home.join(dir);
-    let entries = match std::fs::read_dir(&abs) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_error(&abs)(e)),
-    };
-    let mut files: Vec<String> = entries
-        .flatten()
+    let mut files: Vec<String> = entries(home, dir)?
+        .into_iter()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|name| is_thread_file(name, thread_id))
@@ -392,14 +379,8 @@ fn files_in(home: &Path, dir: &str, thread_id: &str) -> Result<Vec<String>, Mirr
 
 /// The first folder under `dir` (depth first, newest name first) holding a file of the thread.
 fn find_dir(home: &Path, dir: &str, thread_id: &str) -> Result<Option<String>, MirrorError> {
-    let abs = home.join(dir);
-    let entries = match std::fs::read_dir(&abs) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_error(&abs)(e)),
-    };
     let mut dirs = Vec::new();
-    for entry in entries.flatten() {
+    for entry in entries(home, dir)? {
         let Ok(name) = entry.file_name().into_string() else {
             continue;
         };
@@ -444,48 +425,40 @@ fn grown(
         let meta = file.metadata().map_err(io_error(&abs))?;
         let id = file_id(&meta);
         let before = known.files.get(&path).copied();
-        let (append, held) = match before {
-            // The same file, only grown: read the new bytes only.
-            Some(k) if k.id.is_some() && k.id == id && meta.len() >= k.len => {
-                file.seek(SeekFrom::Start(k.len)).map_err(io_error(&abs))?;
-                let mut tail = Vec::new();
-                file.read_to_end(&mut tail).map_err(io_error(&abs))?;
-                tail.truncate(whole_lines(&tail).len());
-                let held = KnownFile {
-                    len: k.len + tail.len() as u64,
-                    crc32: crc32_extend(k.crc32, k.len, &tail),
-                    id,
-                };
-                let append =
-                    (!tail.is_empty()).then(|| MirrorAppend::extend(&path, k.len, k.crc32, tail));
-                (append, held)
-            }
-            _ => {
-                let mut bytes = Vec::new();
-                file.read_to_end(&mut bytes).map_err(io_error(&abs))?;
-                bytes.truncate(whole_lines(&bytes).len());
-                let held = KnownFile {
-                    len: bytes.len() as u64,
-                    crc32: crc32fast::hash(&bytes),
-                    id,
-                };
-                // What the store holds may still be a prefix of the file (another identity,
-                // the same bytes): then only the rest goes.
-                let append = match before {
-                    Some(k)
-                        if bytes.len() as u64 >= k.len
-                            && crc32fast::hash(&bytes[..k.len as usize]) == k.crc32 =>
-                    {
-                        let tail = bytes[k.len as usize..].to_vec();
-                        (!tail.is_empty())
-                            .then(|| MirrorAppend::extend(&path, k.len, k.crc32, tail))
-                    }
-                    _ => Some(MirrorAppend::whole(&path, bytes)),
-                };
-                (append, held)
-            }
+        // The same file, only grown: only its new bytes are read.
+        let grew = before.filter(|k| k.id.is_some() && k.id == id && meta.len() >= k.len);
+        let mut bytes = Vec::new();
+        file.seek(SeekFrom::Start(grew.map_or(0, |k| k.len)))
+            .and_then(|_| file.read_to_end(&mut bytes))
+            .map_err(io_error(&abs))?;
+        bytes.truncate(whole_lines(&bytes).len());
+        // Another file whose start is what the store holds (the same bytes, another
+        // identity): only the rest goes.
+        let base = grew.or_else(|| {
+            let k = before?;
+            let held = bytes.get(..k.len as usize)?;
+            (crc32fast::hash(held) == k.crc32).then(|| {
+                bytes.drain(..k.len as usize);
+                k
+            })
+        });
+        let held = match base {
+            Some(k) => KnownFile {
+                len: k.len + bytes.len() as u64,
+                crc32: crc32_extend(k.crc32, k.len, &bytes),
+                id,
+            },
+            None => KnownFile {
+                len: bytes.len() as u64,
+                crc32: crc32fast::hash(&bytes),
+                id,
+            },
         };
-        appends.extend(append);
+        appends.extend(match base {
+            Some(_) if bytes.is_empty() => None,
+            Some(k) => Some(MirrorAppend::extend(&path, k.len, k.crc32, bytes)),
+            None => Some(MirrorAppend::whole(&path, bytes)),
+        });
         next.files.insert(path, held);
     }
     Ok((appends, next))

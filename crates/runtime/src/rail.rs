@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::lock;
+
 /// What kind of event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -127,12 +129,12 @@ pub struct RecordedEvents(Arc<Mutex<Vec<StatusEvent>>>);
 impl RecordedEvents {
     /// A copy of every event so far.
     pub fn events(&self) -> Vec<StatusEvent> {
-        self.lock().clone()
+        lock(&self.0).clone()
     }
 
     /// The messages of the events of `kind`, in order.
     pub fn messages(&self, kind: StatusKind) -> Vec<String> {
-        self.lock()
+        lock(&self.0)
             .iter()
             .filter(|e| e.kind == kind)
             .map(|e| e.message.clone())
@@ -141,19 +143,12 @@ impl RecordedEvents {
 
     /// Removes and returns every event so far.
     pub fn take(&self) -> Vec<StatusEvent> {
-        std::mem::take(&mut *self.lock())
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<StatusEvent>> {
-        // A panic while holding this lock cannot leave the vector inconsistent.
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        std::mem::take(&mut *lock(&self.0))
     }
 }
 
 impl StatusSink for RecordedEvents {
     fn emit(&self, event: StatusEvent) {
-        self.lock().push(event);
+        lock(&self.0).push(event);
     }
 }

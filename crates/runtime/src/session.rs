@@ -84,13 +84,9 @@ impl CodexSession {
         while let Some(action) = self.machine.poll() {
             if let Action::Driver(DriverAction::Retire { thread_id }) = action {
                 let fence = fresh_fence(lease).await?;
-                let ended = (context.store)
-                    .retire_thread(
-                        &context.session_id,
-                        &thread_id,
-                        Retirement::Ended,
-                        fence.as_ref(),
-                    )
+                let (store, session_id) = (&context.store, &context.session_id);
+                let ended = store
+                    .retire_thread(session_id, &thread_id, Retirement::Ended, fence.as_ref())
                     .await
                     .map_err(RuntimeError::from);
                 note_refusal(lease, &ended);

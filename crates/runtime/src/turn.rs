@@ -542,7 +542,8 @@ impl TurnRun<'_> {
                 self.thread_id
             );
             let event = StatusEvent::new(StatusKind::Warn, message);
-            (self.session.rail).emit(event.with("thread_id", self.thread_id.as_str()));
+            let event = event.with("thread_id", self.thread_id.as_str());
+            self.session.rail.emit(event);
         }
         self.done = true;
         self.observe.record("completed");

@@ -2,24 +2,23 @@
 //! (responses to their waiters, notifications to their thread's subscribers, server requests to
 //! the handler), the writer, and the stderr tail.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use futures::{SinkExt, StreamExt};
 use rethread_protocol::jsonrpc::{Notification, Request as RawRequest, Response};
 use rethread_protocol::messages::{ServerNotification, ServerRequest};
-use rethread_protocol::{ErrorCode, FrameError, Message, NdjsonCodec, RequestId, RpcError};
+use rethread_protocol::{ErrorCode, Message, NdjsonCodec, RequestId, RpcError};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::{AnsweredRequest, ClientError, ServerRequestHandler, ThreadEvent};
+use crate::lock;
 use crate::rail::{StatusEvent, StatusKind, StatusRail};
 use crate::telemetry;
-
-pub(super) type Pending = HashMap<RequestId, oneshot::Sender<Result<Value, RpcError>>>;
 
 /// How a subscription takes what the reader hands it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,38 +41,38 @@ pub(super) struct Route {
     pub(super) lagged: Arc<AtomicBool>,
 }
 
-/// The subscribers of each thread. Copied on write, so the reader delivers from a snapshot
-/// without holding the lock across an await.
-pub(super) type Routes = HashMap<String, Arc<Vec<Route>>>;
-
-/// What the client and its I/O tasks share: the waiters, the routes, whether the connection
-/// is closed, the stderr tail.
+/// What the client and its I/O tasks share.
 pub(super) struct Shared {
-    pub(super) pending: Mutex<Pending>,
-    pub(super) routes: Mutex<Routes>,
+    pub(super) pending: Mutex<HashMap<RequestId, oneshot::Sender<Result<Value, RpcError>>>>,
+    /// The subscribers of each thread, copied on write: the reader delivers from a snapshot
+    /// without holding the lock across an await.
+    routes: Mutex<HashMap<String, Arc<Vec<Route>>>>,
     pub(super) closed: Mutex<Option<String>>,
-    pub(super) stderr: Mutex<StderrTail>,
-}
-
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section here is a map insert/remove; a panic cannot tear the data.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// A bounded tail of the server's stderr, and its bound.
+    stderr: Mutex<(VecDeque<u8>, usize)>,
 }
 
 impl Shared {
+    pub(super) fn new(stderr_capacity: usize) -> Self {
+        Shared {
+            pending: Mutex::default(),
+            routes: Mutex::default(),
+            closed: Mutex::default(),
+            stderr: Mutex::new((VecDeque::new(), stderr_capacity)),
+        }
+    }
+
     pub(super) fn closed_error(&self) -> Option<ClientError> {
-        lock(&self.closed)
-            .as_ref()
-            .map(|reason| ClientError::Closed {
-                reason: reason.clone(),
-                stderr: self.stderr_tail(),
-            })
+        let reason = lock(&self.closed).clone()?;
+        Some(ClientError::Closed {
+            reason,
+            stderr: self.stderr_tail(),
+        })
     }
 
     pub(super) fn stderr_tail(&self) -> String {
-        lock(&self.stderr).text()
+        let tail: Vec<u8> = lock(&self.stderr).0.iter().copied().collect();
+        String::from_utf8_lossy(&tail).into_owned()
     }
 
     /// Adds a subscriber to `thread_id`, unless the connection is closed.
@@ -100,24 +99,24 @@ impl Shared {
         }
     }
 
-    /// Hands `event` to every subscriber of `thread_id`: a lossless one is waited for, one
-    /// that is cut off when full is never waited for.
-    pub(super) async fn deliver(&self, thread_id: &str, event: ThreadEvent) {
+    /// Hands `event` to every subscriber of `thread_id`: a lossless one is waited for (the
+    /// reader slows down to it), one that is cut off when full never is.
+    async fn deliver(&self, thread_id: &str, event: ThreadEvent) {
         let Some(routes) = lock(&self.routes).get(thread_id).cloned() else {
             return;
         };
         for route in routes.iter() {
             let delivered = match route.delivery {
-                // Awaiting here applies backpressure: the reader slows down to the consumer.
                 Delivery::Lossless => route.tx.send(event.clone()).await.is_ok(),
                 Delivery::CutOffWhenFull => match route.tx.try_send(event.clone()) {
                     Ok(()) => true,
                     Err(mpsc::error::TrySendError::Full(_)) => {
                         route.lagged.store(true, Ordering::Release);
                         metrics::counter!(telemetry::SUBSCRIBERS_CUT_OFF_TOTAL).increment(1);
+                        let buffer = route.tx.max_capacity();
                         tracing::debug!(
                             thread_id,
-                            buffer = route.tx.max_capacity(),
+                            buffer,
                             "cut off a thread subscriber that fell behind"
                         );
                         false
@@ -133,39 +132,10 @@ impl Shared {
 
     /// Marks the connection closed and fails everything waiting on it.
     pub(super) fn close(&self, reason: String) {
-        {
-            let mut closed = lock(&self.closed);
-            if closed.is_some() {
-                return;
-            }
-            *closed = Some(reason);
-        }
+        lock(&self.closed).get_or_insert(reason);
         // Dropping the senders wakes every waiter with "closed".
         lock(&self.pending).clear();
         lock(&self.routes).clear();
-    }
-}
-
-/// A bounded tail of the server's stderr.
-#[derive(Debug)]
-pub(super) struct StderrTail {
-    pub(super) capacity: usize,
-    pub(super) bytes: std::collections::VecDeque<u8>,
-}
-
-impl StderrTail {
-    fn push(&mut self, chunk: &[u8]) {
-        self.bytes.extend(chunk);
-        let excess = self.bytes.len().saturating_sub(self.capacity);
-        self.bytes.drain(..excess);
-    }
-
-    fn text(&self) -> String {
-        let (a, b) = self.bytes.as_slices();
-        let mut all = Vec::with_capacity(a.len() + b.len());
-        all.extend_from_slice(a);
-        all.extend_from_slice(b);
-        String::from_utf8_lossy(&all).into_owned()
     }
 }
 
@@ -190,7 +160,10 @@ impl ReaderTask {
                 Some(Err(io)) => break format!("reading from the server failed: {io}"),
                 Some(Ok(Err(bad))) => {
                     bad_lines += 1;
-                    self.warn_bad_line(&bad);
+                    let message = format!("Ignored a malformed line from codex: {bad}");
+                    self.rail.emit(
+                        StatusEvent::new(StatusKind::Warn, message).with("error", bad.to_string()),
+                    );
                     if bad_lines > self.max_bad_lines {
                         break format!("the server sent {bad_lines} malformed lines (last: {bad})");
                     }
@@ -201,14 +174,8 @@ impl ReaderTask {
         self.shared.close(reason);
     }
 
-    fn warn_bad_line(&self, error: &FrameError) {
-        self.rail.emit(
-            StatusEvent::new(
-                StatusKind::Warn,
-                format!("Ignored a malformed line from codex: {error}"),
-            )
-            .with("error", error.to_string()),
-        );
+    fn warn(&self, message: String) {
+        self.rail.emit(StatusEvent::new(StatusKind::Warn, message));
     }
 
     async fn dispatch(&self, message: Message) {
@@ -216,9 +183,9 @@ impl ReaderTask {
             Message::Response(Response { id, result }) => self.complete(id, Ok(result)),
             Message::Error(error) => match error.id {
                 Some(id) => self.complete(id, Err(error.error)),
-                None => self.rail.emit(StatusEvent::new(
-                    StatusKind::Warn,
-                    format!("codex reported an error for no request: {}", error.error),
+                None => self.warn(format!(
+                    "codex reported an error for no request: {}",
+                    error.error
                 )),
             },
             Message::Notification(raw) => self.route(raw).await,
@@ -244,44 +211,31 @@ impl ReaderTask {
         let notification = match ServerNotification::from_raw(&raw) {
             Ok(notification) => notification,
             Err(error) => {
-                self.rail.emit(StatusEvent::new(
-                    StatusKind::Warn,
-                    format!("Ignored a malformed `{}` notification: {error}", raw.method),
-                ));
-                return;
+                return self.warn(format!(
+                    "Ignored a malformed `{}` notification: {error}",
+                    raw.method
+                ))
             }
         };
         match &notification {
-            ServerNotification::DeprecationNotice(n) => {
-                self.rail.emit(StatusEvent::new(
-                    StatusKind::Warn,
-                    format!("codex: {}", n.summary),
-                ));
-            }
+            ServerNotification::DeprecationNotice(n) => self.warn(format!("codex: {}", n.summary)),
             ServerNotification::Warning(n) if n.thread_id.is_none() => {
-                self.rail.emit(StatusEvent::new(
-                    StatusKind::Warn,
-                    format!("codex: {}", n.message),
-                ));
+                self.warn(format!("codex: {}", n.message))
             }
             _ => {}
         }
-        let Some(thread_id) = notification.thread_id().map(str::to_string) else {
-            return;
-        };
-        self.shared
-            .deliver(&thread_id, ThreadEvent::Notification(notification))
-            .await;
+        if let Some(thread_id) = notification.thread_id().map(str::to_string) {
+            let event = ThreadEvent::Notification(notification);
+            self.shared.deliver(&thread_id, event).await;
+        }
     }
 
     async fn answer(&self, raw: RawRequest) {
         let Ok(permit) = self.answering.clone().acquire_owned().await else {
             return;
         };
-        let handler = self.handler.clone();
-        let rail = self.rail.clone();
-        let outgoing = self.outgoing.clone();
-        let shared = self.shared.clone();
+        let (handler, rail) = (self.handler.clone(), self.rail.clone());
+        let (outgoing, shared) = (self.outgoing.clone(), self.shared.clone());
         tokio::spawn(async move {
             let result = match ServerRequest::from_raw(&raw) {
                 Ok(request) => {
@@ -294,9 +248,8 @@ impl ReaderTask {
                             request,
                             answer: answer.clone(),
                         };
-                        shared
-                            .deliver(&thread_id, ThreadEvent::ServerRequest(answered))
-                            .await;
+                        let event = ThreadEvent::ServerRequest(answered);
+                        shared.deliver(&thread_id, event).await;
                     }
                     answer
                 }
@@ -306,10 +259,7 @@ impl ReaderTask {
                 )),
             };
             let reply = match result {
-                Ok(value) => Message::Response(Response {
-                    id: raw.id,
-                    result: value,
-                }),
+                Ok(result) => Message::Response(Response { id: raw.id, result }),
                 Err(error) => Message::error(Some(raw.id), error),
             };
             let _ = outgoing.send(reply).await;
@@ -326,18 +276,17 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
     let mut frames = FramedWrite::new(writer, NdjsonCodec::new());
     while let Some(message) = outgoing.recv().await {
         if let Err(error) = frames.send(message).await {
-            shared.close(format!("writing to the server failed: {error}"));
-            return;
+            return shared.close(format!("writing to the server failed: {error}"));
         }
     }
 }
 
 pub(super) async fn read_stderr<E: AsyncRead + Unpin>(mut stderr: E, shared: Arc<Shared>) {
     let mut chunk = [0u8; 4096];
-    loop {
-        match stderr.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => lock(&shared.stderr).push(&chunk[..n]),
-        }
+    while let Ok(n @ 1..) = stderr.read(&mut chunk).await {
+        let (tail, capacity) = &mut *lock(&shared.stderr);
+        tail.extend(&chunk[..n]);
+        let excess = tail.len().saturating_sub(*capacity);
+        tail.drain(..excess);
     }
 }

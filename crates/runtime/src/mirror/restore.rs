@@ -1,7 +1,5 @@
-//! The restore: a thread's rollout files written from the store's mirror into a home that
-//! lacks them (or holds a strict prefix), before a resume. Each file the home needs goes
-//! through a temp file the store streams into, cut at the last newline and renamed into
-//! place; a diverged copy is replaced and the thread's rows leave codex's history index.
+//! The restore (`docs/design.md`, "Restore"): each file the home needs goes through a temp
+//! file the store streams into, cut at the last newline and renamed into place.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -29,8 +27,8 @@ const HISTORY_TABLES: [&str; 4] = [
 
 impl RolloutMirror {
     /// Whether `record`'s mirror can restore `thread_id` into a home that lacks its rollout:
-    /// mirroring did not stop, the thread has files, and a restore may write each of them
-    /// (else it is refused: [`MirrorError::BadPath`]). What `doctor` calls restorable.
+    /// mirroring did not stop, the thread has files, and a restore may write each of them.
+    /// What `doctor` calls restorable.
     pub fn can_restore(record: &SessionRecord, thread_id: &str) -> bool {
         !record.mirror.stopped
             && record.mirror.has_thread(thread_id)
@@ -41,13 +39,10 @@ impl RolloutMirror {
     }
 
     /// Restores `thread_id`'s rollout files from the store's mirror of `session_id` before a
-    /// resume: each file the home lacks, or holds a strict prefix of, is written from the
-    /// mirror at its path (temp file and rename, cut at the last newline). A local file the
-    /// mirror is a prefix of (a turn codex ran that was never committed) is left as it is.
-    /// A local file that diverged is replaced (the mirror holds what was committed), and the
-    /// thread's rows are removed from codex's history index ([`HISTORY_INDEX`]): codex
-    /// rebuilds them from the rollout on resume, else `thread/read` would show the replaced
-    /// history while the model sees the restored one.
+    /// resume: each file the home lacks, or holds a strict prefix of, is written at its path.
+    /// A local file the mirror is a prefix of (a turn never committed) is left as it is; one
+    /// that diverged is replaced, and the thread's rows leave codex's [`HISTORY_INDEX`] (codex
+    /// rebuilds them from the rollout, so `thread/read` shows what the model sees).
     pub async fn restore(
         &self,
         store: &dyn BindingStore,
@@ -60,10 +55,9 @@ impl RolloutMirror {
         }
     }
 
-    /// [`RolloutMirror::restore`] from the session's record as the caller has just read it
-    /// (a driver's open reads it anyway, to find the binding): one store read fewer. Each
-    /// file is then read from the store's own snapshot, so a record read a moment ago only
-    /// decides which files to look at.
+    /// [`RolloutMirror::restore`] from the session's record as the caller has just read it:
+    /// one store read fewer. The record only decides which files to look at; each is then read
+    /// from the store's own snapshot.
     pub async fn restore_from(
         &self,
         store: &dyn BindingStore,
@@ -81,8 +75,7 @@ impl RolloutMirror {
             return Ok(Restored::default());
         }
         let home = self.inner.home.clone();
-        // One hop to a blocking thread: what the home holds of each file, and a temp file
-        // for each it needs.
+        // What the home holds of each file, and a temp file for each it needs.
         let locals = {
             let (home, files) = (home.clone(), files.clone());
             blocking(move || check_locals(&home, &files)).await?
@@ -111,8 +104,7 @@ impl RolloutMirror {
                     .await;
                 let stored = match written {
                     Ok(Some(stored)) => stored,
-                    // Dropped since the record was read (a concurrent forget): nothing to
-                    // restore.
+                    // Dropped since the record was read (a concurrent forget).
                     Ok(None) => {
                         discard(vec![temp]).await?;
                         continue;
@@ -193,7 +185,7 @@ fn check_locals(home: &Path, files: &[MirroredFile]) -> Result<Vec<Local>, Mirro
 }
 
 /// Whether a restore may write `file`: the store's path rule, and a rollout of the file's
-/// own thread (a mirror naming another thread's rollout would rewrite that thread's history).
+/// own thread (not another thread's history).
 fn check_file(file: &MirroredFile) -> Result<(), MirrorError> {
     check_mirror_path(&file.path).map_err(MirrorError::BadPath)?;
     let name = file.path.rsplit('/').next().unwrap_or_default();
@@ -206,27 +198,18 @@ fn check_file(file: &MirroredFile) -> Result<(), MirrorError> {
     Ok(())
 }
 
-/// Where `file` goes under `home`, once [`check_file`] allows it.
-fn checked_path(home: &Path, file: &MirroredFile) -> Result<PathBuf, MirrorError> {
-    check_file(file)?;
-    Ok(home.join(&file.path))
-}
-
 fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
-    let abs = checked_path(home, file)?;
+    check_file(file)?;
+    let abs = home.join(&file.path);
     // Only a regular file is opened: opening a FIFO blocks until a writer comes, and the open
     // holds the session's lease meanwhile.
-    match std::fs::metadata(&abs) {
-        Ok(meta) if !meta.is_file() => {
-            return Err(io_error(&abs)(io::Error::other("not a regular file")));
-        }
-        _ => {}
+    if std::fs::metadata(&abs).is_ok_and(|meta| !meta.is_file()) {
+        return Err(io_error(&abs)(io::Error::other("not a regular file")));
     }
     let existing = match File::open(&abs) {
         Ok(mut handle) => {
             let meta = handle.metadata().map_err(io_error(&abs))?;
-            // Every open of a thread whose rollout is here comes this way: the mirrored prefix
-            // is summed through one buffer, not read into memory whole.
+            // Summed through one buffer, not read whole: every open of a local thread comes here.
             if meta.len() >= file.len
                 && prefix_crc32(&mut handle, file.len).map_err(io_error(&abs))? == file.crc32
             {
@@ -236,9 +219,8 @@ fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
                     id: file_id(&meta),
                 }));
             }
-            // Less, or other bytes: kept to tell a strict prefix from a divergence once the
-            // mirror is written. One byte past the mirror's length tells a longer copy (never
-            // a prefix of it); the rest is not needed.
+            // Less, or other bytes: kept to tell a strict prefix from a divergence. One byte
+            // past the mirror's length tells a longer copy; the rest is not needed.
             handle.seek(SeekFrom::Start(0)).map_err(io_error(&abs))?;
             let mut bytes = Vec::new();
             handle
@@ -258,10 +240,9 @@ fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
     })
 }
 
-/// A restored file on its way in: written next to its place under a name codex's scan never
-/// takes for a rollout, then renamed over it, so codex never sees a partial file. No fsync:
-/// the store holds the truth, and a torn write after a crash is a strict prefix that the next
-/// restore rewrites.
+/// A restored file on its way in, renamed over its place once whole, so codex never sees a
+/// partial file. No fsync: the store holds the truth, and a torn write after a crash is a
+/// strict prefix that the next restore rewrites.
 struct TempFile {
     file: File,
     temp: PathBuf,
@@ -271,7 +252,7 @@ struct TempFile {
 }
 
 impl TempFile {
-    /// The temp file for `abs` (a [`checked_path`] under `home`), and a buffered writer into
+    /// The temp file for `abs` (a checked path under `home`), and a buffered writer into
     /// it for the store.
     fn create(home: &Path, abs: PathBuf) -> Result<(TempFile, Box<dyn Write + Send>), MirrorError> {
         let dir = abs.parent().unwrap_or(home);
@@ -281,10 +262,9 @@ impl TempFile {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         remove_abandoned(dir);
-        // Not `rollout-*.jsonl`: codex's scan never takes the temp file for a rollout. Created
-        // new (`O_EXCL`), never opened: a name that exists, a link planted by whoever can write
-        // the folder (a home shared between containers), a restore of another pid namespace
-        // or one left by a dead process, is never written through; the next name is taken.
+        // Not `rollout-*.jsonl`, so codex's scan never takes it for a rollout. Created new
+        // (`O_EXCL`): a name that exists (a planted link, another pid namespace's restore, a
+        // dead process's) is never written through; the next name is taken.
         static RESTORES: AtomicU64 = AtomicU64::new(0);
         let (file, temp) = loop {
             let restore = RESTORES.fetch_add(1, Ordering::Relaxed);
@@ -292,7 +272,6 @@ impl TempFile {
                 "{TEMP_PREFIX}{}-{restore}-{name}.tmp",
                 std::process::id()
             ));
-            // Read back too, when `finish` compares a local copy with it.
             match File::options()
                 .read(true)
                 .write(true)
@@ -335,17 +314,14 @@ impl TempFile {
     /// copy it replaces, and renames it into place. Returns whether the local copy diverged,
     /// what the store holds of the new file (`None` when the cut dropped a partial line: the
     /// next commit sends the file whole), and why the history index could not be cleared.
-    /// A diverged copy's thread loses its rows of codex's history index (under `home`)
-    /// before the rename: a restore that fails later, or a host that dies, never leaves
-    /// the index of the replaced turns behind, which the next restore would not see.
+    /// The index is cleared before the rename: a restore that fails later never leaves the
+    /// index of the replaced turns behind, which the next restore would not see.
     fn finish(
         self,
         stored: &MirroredFile,
         existing: Option<&[u8]>,
         home: &Path,
     ) -> Result<(bool, Option<KnownFile>, Option<String>), MirrorError> {
-        // A record being written is not mirrored, and 0.144.6 glues the next record onto a
-        // partial line: only whole lines go in place.
         let cut = self.line_end.load(Ordering::Acquire).min(stored.len);
         let TempFile {
             file, temp, abs, ..
@@ -395,13 +371,12 @@ impl TempFile {
 /// How every restore's temp file is named first.
 const TEMP_PREFIX: &str = ".rethread-restore-";
 
-/// A restore writes and renames its temp file within seconds even for the largest mirror; one
-/// left unchanged this long belongs to a process that died mid-restore.
+/// A temp file left unchanged this long belongs to a process that died mid-restore (a restore
+/// takes seconds even for the largest mirror).
 const ABANDONED_AFTER: Duration = Duration::from_secs(60 * 60);
 
-/// Removes the temp files of dead restores from `dir`. By age, not by pid: homes shared
-/// between containers see other pid namespaces' live restores. Best effort: whatever cannot
-/// be listed or removed stays for the next restore.
+/// Removes the temp files of dead restores from `dir`, best effort. By age, not by pid: homes
+/// shared between containers see other pid namespaces' live restores.
 fn remove_abandoned(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
