@@ -8,18 +8,17 @@ use rethread_store::{BindingStore, Lease, LeaseOwner, LocalOwner};
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use crate::binding::{apply_seed, status_event, StoreSide};
+use crate::binding::{apply_seed, status_event};
 use crate::client::{AppServerClient, ClientError};
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
 use crate::machine::{DriverAction, OpenOutcome, Say, SessionMachine};
-use crate::mirror::RolloutMirror;
 use crate::options::BinderOptions;
 use crate::rail::StatusRail;
 use crate::session::CodexSession;
 use crate::sink::{Transcript, TranscriptSink};
 use crate::telemetry;
-use crate::turn::TurnContext;
+use crate::turn::{Parts, TurnContext};
 
 /// Binds one host session id to its codex thread: opens [`CodexSession`]s for it, under the
 /// session's lease, taken at the first open and kept until [`SessionBinder::close`] (or, in
@@ -41,18 +40,13 @@ use crate::turn::TurnContext;
 /// ```
 #[derive(Debug)]
 pub struct SessionBinder {
-    session_id: String,
-    store: Arc<dyn BindingStore>,
-    rail: StatusRail,
-    options: BinderOptions,
-    transcript: Transcript,
+    parts: Parts,
     /// This binder as a lease holder: while it (or a lease it took) lives, no other holder
     /// takes its leases before they expire; once both are dropped, any holder on this machine
     /// may take them at once.
     owner: Arc<LocalOwner>,
     /// Shared with its live codex sessions.
     lease: Option<Arc<SessionLease>>,
-    mirror: Option<RolloutMirror>,
 }
 
 impl SessionBinder {
@@ -63,34 +57,38 @@ impl SessionBinder {
         rail: StatusRail,
     ) -> Self {
         let options = BinderOptions::default();
-        SessionBinder {
+        let parts = Parts {
             session_id: session_id.into(),
             store,
             rail,
             mirror: options.rollout_mirror(),
             options,
             transcript: Transcript::Store,
-            owner: Arc::new(LocalOwner::new()),
+        };
+        let owner = Arc::new(LocalOwner::new());
+        SessionBinder {
+            parts,
+            owner,
             lease: None,
         }
     }
 
     /// Replaces the options.
     pub fn with_options(mut self, options: BinderOptions) -> Self {
-        self.mirror = options.rollout_mirror();
-        self.options = options;
+        self.parts.mirror = options.rollout_mirror();
+        self.parts.options = options;
         self
     }
 
     /// Keeps the transcript in the host's sink instead of the store's rows.
     pub fn with_transcript_sink(mut self, sink: Arc<dyn TranscriptSink>) -> Self {
-        self.transcript = Transcript::Sink(sink);
+        self.parts.transcript = Transcript::Sink(sink);
         self
     }
 
     /// The session id.
     pub fn session_id(&self) -> &str {
-        &self.session_id
+        &self.parts.session_id
     }
 
     /// Who this binder's session lease names as its holder.
@@ -113,7 +111,7 @@ impl SessionBinder {
     pub async fn open(&mut self, client: &AppServerClient) -> Result<CodexSession, RuntimeError> {
         let span = tracing::info_span!(
             telemetry::SPAN_OPEN,
-            session_id = %self.session_id,
+            session_id = %self.parts.session_id,
             thread_id = Empty,
             outcome = Empty,
             reason = Empty,
@@ -141,20 +139,17 @@ impl SessionBinder {
         client: &AppServerClient,
     ) -> Result<CodexSession, RuntimeError> {
         let lease = self.take_lease().await?;
-        let mut machine = SessionMachine::new(&self.session_id, self.options.machine_options());
+        let mut machine =
+            SessionMachine::new(&self.parts.session_id, self.parts.options.machine_options());
         machine.open();
         let context = TurnContext {
             client: client.clone(),
-            session_id: self.session_id.clone(),
-            store: self.store.clone(),
-            rail: self.rail.clone(),
-            codex_home: self.options.codex_home.clone(),
-            turn_timeout: self.options.turn_timeout,
-            transcript: self.transcript.clone(),
+            parts: self.parts.clone(),
             lease,
-            mirror: self.mirror.clone(),
         };
-        let outcome = self.drive(&mut machine, client, &context.side()).await?;
+        let outcome = self
+            .drive(&mut machine, client, context.lease.as_deref())
+            .await?;
         Ok(CodexSession {
             context,
             outcome,
@@ -163,13 +158,14 @@ impl SessionBinder {
     }
 
     /// Carries the machine's actions out until the open has an outcome: the store-side ones
-    /// through [`StoreSide::next_action`], the requests to codex and the rail here.
+    /// through `StoreSide::next_action`, the requests to codex and the rail here.
     async fn drive(
         &self,
         mut machine: &mut SessionMachine,
         client: &AppServerClient,
-        side: &StoreSide<'_>,
+        lease: Option<&SessionLease>,
     ) -> Result<OpenOutcome, RuntimeError> {
+        let side = self.parts.side(lease);
         let mut resume = ResumeTrace::default();
         // The `rethread.fallback` span, from the notice to the replacement's start.
         let mut fallback: Option<tracing::Span> = None;
@@ -185,9 +181,10 @@ impl SessionBinder {
             match action {
                 DriverAction::Resume(params) => {
                     // The host's own thread settings: the thread goes on as configured.
-                    let mut with_settings = self.options.thread_start.resume(params.thread_id);
+                    let mut with_settings =
+                        self.parts.options.thread_start.resume(params.thread_id);
                     with_settings.exclude_turns = params.exclude_turns;
-                    let span = resume.begin(&self.session_id, &with_settings.thread_id);
+                    let span = resume.begin(&self.parts.session_id, &with_settings.thread_id);
                     let resumed = client.request::<ThreadResume>(&with_settings);
                     match resumed.instrument(span).await {
                         Ok(_) => machine.handle_resumed(),
@@ -208,7 +205,7 @@ impl SessionBinder {
                     {
                         fallback = Some(tracing::info_span!(
                             telemetry::SPAN_FALLBACK,
-                            session_id = %self.session_id,
+                            session_id = %self.parts.session_id,
                             previous_thread_id = %previous_thread_id,
                             reason = reason.as_str(),
                             thread_id = Empty,
@@ -216,12 +213,14 @@ impl SessionBinder {
                             outcome = Empty,
                         ));
                     }
-                    self.rail.emit(status_event(&self.session_id, &say));
+                    self.parts
+                        .rail
+                        .emit(status_event(&self.parts.session_id, &say));
                     // The rail's sinks take an event synchronously: it is delivered.
                     machine.handle_notice_delivered();
                 }
                 DriverAction::Start { seed } => {
-                    let mut params = self.options.thread_start.clone();
+                    let mut params = self.parts.options.thread_start.clone();
                     if let Some(seed) = seed {
                         apply_seed(&mut params, seed);
                     }
@@ -257,7 +256,9 @@ impl SessionBinder {
         // What the machine still asks (a delivered notice's record) is done now.
         while let Some(action) = side.next_action(&mut machine).await {
             if let DriverAction::Say(say) = action {
-                self.rail.emit(status_event(&self.session_id, &say));
+                self.parts
+                    .rail
+                    .emit(status_event(&self.parts.session_id, &say));
             }
         }
         opened
@@ -277,15 +278,15 @@ impl SessionBinder {
     }
 
     async fn take_lease(&mut self) -> Result<Option<Arc<SessionLease>>, RuntimeError> {
-        let Some(ttl) = self.options.lease_ttl else {
+        let Some(ttl) = self.parts.options.lease_ttl else {
             return Ok(None);
         };
         if let Some(lease) = self.lease.as_ref().filter(|lease| !lease.is_lost()) {
             return Ok(Some(Arc::clone(lease)));
         }
-        let (store, owner) = (self.store.clone(), Arc::clone(&self.owner));
-        let wait = self.options.lease_wait;
-        let lease = SessionLease::acquire(store, &self.session_id, owner, ttl, wait).await?;
+        let (store, owner) = (self.parts.store.clone(), Arc::clone(&self.owner));
+        let wait = self.parts.options.lease_wait;
+        let lease = SessionLease::acquire(store, &self.parts.session_id, owner, ttl, wait).await?;
         Ok(Some(Arc::clone(self.lease.insert(Arc::new(lease)))))
     }
 }

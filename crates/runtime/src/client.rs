@@ -191,19 +191,12 @@ impl Default for ClientBuilder {
     }
 }
 
+setters!(ClientBuilder {
+    options: ClientOptions,
+    rail: StatusRail,
+});
+
 impl ClientBuilder {
-    /// Sets the options.
-    pub fn options(mut self, options: ClientOptions) -> Self {
-        self.options = options;
-        self
-    }
-
-    /// Sets the status rail.
-    pub fn rail(mut self, rail: StatusRail) -> Self {
-        self.rail = rail;
-        self
-    }
-
     /// Sets the server-request handler.
     pub fn handler(mut self, handler: impl ServerRequestHandler + 'static) -> Self {
         self.handler = Arc::new(handler);
@@ -216,18 +209,15 @@ impl ClientBuilder {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let program = command.program.display().to_string();
-        let mut child = cmd.spawn().map_err(|source| ClientError::Spawn {
-            program: program.clone(),
+        let failed = |source| ClientError::Spawn {
+            program: command.program.display().to_string(),
             source,
-        })?;
+        };
+        let mut child = cmd.spawn().map_err(failed)?;
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
-            return Err(ClientError::Spawn {
-                program,
-                source: std::io::Error::other("stdio was not piped"),
-            });
+            return Err(failed(std::io::Error::other("stdio was not piped")));
         };
         self.start(stdout, stdin, Some(stderr), Some(child)).await
     }
@@ -292,14 +282,15 @@ impl ClientBuilder {
                 tasks,
             }),
         };
+        let options = &client.inner.options;
         let params = InitializeParams {
             client_info: ClientInfo {
-                name: client.inner.options.client_name.clone(),
-                version: client.inner.options.client_version.clone(),
+                name: options.client_name.clone(),
+                version: options.client_version.clone(),
                 title: None,
             },
             capabilities: Some(InitializeCapabilities {
-                experimental_api: client.inner.options.experimental_api,
+                experimental_api: options.experimental_api,
             }),
         };
         let response = client.request::<Initialize>(&params).await?;
@@ -350,15 +341,13 @@ impl AppServerClient {
 
     /// Sends a typed request and waits (bounded) for its typed result.
     pub async fn request<R: Request>(&self, params: &R::Params) -> Result<R::Result, ClientError> {
-        let params = serde_json::to_value(params).map_err(|source| ClientError::Decode {
+        let decode = |source| ClientError::Decode {
             method: R::METHOD.to_string(),
             source,
-        })?;
+        };
+        let params = serde_json::to_value(params).map_err(decode)?;
         let value = self.request_value(R::METHOD, Some(params)).await?;
-        R::Result::deserialize(&value).map_err(|source| ClientError::Decode {
-            method: R::METHOD.to_string(),
-            source,
-        })
+        R::Result::deserialize(&value).map_err(decode)
     }
 
     /// Sends a request with raw params and waits (bounded) for its raw result.

@@ -1,4 +1,4 @@
-//! The runtime's one error type, by meaning, and the one mapping of store errors into it.
+//! [`RuntimeError`], and the one mapping of store errors into it.
 
 use rethread_protocol::{ResumeFailure, RpcError};
 use rethread_store::{LeaseLoss, LeaseOwner, StoreError};
@@ -9,23 +9,20 @@ use crate::client::ClientError;
 /// source of [`RuntimeError::Sink`].
 pub type BoxError = rethread_store::BoxError;
 
-/// Errors of the runtime.
-///
-/// [`RuntimeError::is_retryable`] tells a temporary condition (the same request may succeed
-/// later; the store is as it was) from a failure; [`RuntimeError::kind`] names the variant for
-/// machines (the CLI's `--json` failures).
+/// Errors of the runtime: [`RuntimeError::is_retryable`] tells a temporary condition from a
+/// failure, [`RuntimeError::kind`] names the variant for machines.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RuntimeError {
     /// The app-server connection failed.
     #[error(transparent)]
     Client(#[from] ClientError),
-    /// The store failed. (A held lease is [`RuntimeError::SessionBusy`] and a lost one
-    /// [`RuntimeError::LeaseLost`], never this variant: see the `From<StoreError>` impl.)
+    /// The store failed (a held or lost lease, or a thread of another session, is its own
+    /// variant).
     #[error("store: {0}")]
     Store(#[source] StoreError),
-    /// `thread/resume` failed in a way that is neither a lost thread nor a temporary condition
-    /// (an error codex is not known to answer); the binding is kept and nothing was written.
+    /// `thread/resume` failed, neither for a lost thread nor for a temporary condition; the
+    /// binding is kept and nothing was written.
     #[error("resuming thread {thread_id} failed ({failure}): {error}")]
     Resume {
         /// The bound thread.
@@ -35,9 +32,8 @@ pub enum RuntimeError {
         /// The server's error.
         error: RpcError,
     },
-    /// `thread/resume` kept failing for a temporary reason (overloaded, no answer in time, an
-    /// I/O error on codex's side) past the retries. The binding is kept and nothing was
-    /// written: retry later.
+    /// `thread/resume` kept failing for a temporary reason past the retries. The binding is
+    /// kept and nothing was written: retry later.
     #[error("thread {thread_id} could not be resumed now ({failure}, {attempts} attempts): {message}; the binding is kept")]
     ResumeUnavailable {
         /// The bound thread.
@@ -49,9 +45,8 @@ pub enum RuntimeError {
         /// How many `thread/resume` requests were sent.
         attempts: u32,
     },
-    /// The thread has an active writer in another app-server process (codex's single-writer
-    /// guard) past the retries. Nothing in the store was changed: starting a new thread would
-    /// fork a live conversation.
+    /// The thread has an active writer in another app-server process past the retries.
+    /// Nothing was changed: starting a new thread would fork a live conversation.
     #[error("thread {thread_id} is busy: {message}")]
     ThreadBusy {
         /// The bound thread.
@@ -74,8 +69,8 @@ pub enum RuntimeError {
     /// The host's transcript sink failed; the binding was not published.
     #[error("transcript sink: {0}")]
     Sink(#[source] BoxError),
-    /// Another host (or binder) holds the session's lease: it is driving this session's codex
-    /// thread. No thread was resumed or started and nothing was written; retry later.
+    /// Another holder has the session's lease. No thread was resumed or started and nothing
+    /// was written; retry later.
     #[error("session {session_id} is busy: held by {holder} since {} (until {})", fmt_ms(*acquired_at_ms), fmt_ms(*expires_at_ms))]
     SessionBusy {
         /// The session.
@@ -87,9 +82,8 @@ pub enum RuntimeError {
         /// Until when unless renewed (milliseconds since the Unix epoch, store clock).
         expires_at_ms: i64,
     },
-    /// The session's lease was taken over by another holder (this one stalled past its TTL)
-    /// or the session was forgotten, before a write that needed it; the store refused the
-    /// write and nothing was written.
+    /// The session's lease was taken over or the session forgotten before a write that
+    /// needed it; nothing was written.
     #[error(
         "the lease on session {session_id} was lost ({}); nothing was written",
         lost_to(to)
@@ -103,8 +97,7 @@ pub enum RuntimeError {
     /// A bug in rethread: an internal rule was broken. Nothing was written.
     #[error("internal error (a bug in rethread): {0}")]
     Internal(String),
-    /// The thread belongs to another session of the store (a thread belongs to at most one
-    /// session); nothing was written.
+    /// The thread belongs to another session of the store; nothing was written.
     #[error("thread {thread_id} belongs to session {session_id}; nothing was written")]
     ThreadTaken {
         /// The thread.
@@ -123,8 +116,8 @@ fn lost_to(to: &LeaseLostTo) -> String {
 }
 
 impl From<StoreError> for RuntimeError {
-    /// The one mapping of store errors: a held lease is [`RuntimeError::SessionBusy`], a lost
-    /// one (a renewal or a fenced write refused) [`RuntimeError::LeaseLost`], anything else
+    /// A held lease is [`RuntimeError::SessionBusy`], a lost one [`RuntimeError::LeaseLost`],
+    /// a thread of another session [`RuntimeError::ThreadTaken`], anything else
     /// [`RuntimeError::Store`].
     fn from(error: StoreError) -> Self {
         match error {
@@ -163,8 +156,7 @@ impl From<StoreError> for RuntimeError {
 
 impl RuntimeError {
     /// Whether the condition is temporary: nothing was written and the same request may
-    /// succeed later (the session or thread is busy, codex is overloaded or slow, an I/O error
-    /// on codex's side, a lease taken over, a locked store).
+    /// succeed later.
     pub fn is_retryable(&self) -> bool {
         match self {
             RuntimeError::SessionBusy { .. }
@@ -204,8 +196,7 @@ impl RuntimeError {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SSZ` (UTC) for a Unix time in milliseconds; the number itself when it is
-/// outside the calendar jiff supports.
+/// `YYYY-MM-DDTHH:MM:SSZ` (UTC) for a Unix time in milliseconds, or the number.
 pub(crate) fn fmt_ms(ms: i64) -> String {
     match jiff::Timestamp::from_millisecond(ms) {
         Ok(at) => at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),

@@ -114,11 +114,10 @@ impl SessionLease {
             outcome = tracing::field::Empty
         );
         let started_at = Instant::now();
-        let acquired = Self::wait_for_grant(&*store, session_id, &owner, ttl, wait)
+        let granted = Self::wait_for_grant(&*store, session_id, &owner, ttl, wait)
             .instrument(span.clone())
-            .await
-            .map(|(lease, sent)| Self::held(store, owner, ttl, lease, sent));
-        let outcome = match &acquired {
+            .await;
+        let outcome = match &granted {
             Ok(_) => "acquired",
             Err(RuntimeError::SessionBusy { .. }) => "busy",
             Err(_) => "error",
@@ -126,7 +125,22 @@ impl SessionLease {
         span.record("outcome", outcome);
         metrics::histogram!(telemetry::LEASE_WAIT_SECONDS, "outcome" => outcome)
             .record(started_at.elapsed().as_secs_f64());
-        acquired
+        let (lease, sent) = granted?;
+        let state = Arc::new(Mutex::new(State {
+            lease,
+            fresh_since: sent,
+            lost: false,
+            lost_to: None,
+            released: false,
+        }));
+        let renewer = tokio::spawn(renew_loop(store.clone(), Arc::clone(&state), ttl));
+        Ok(SessionLease {
+            store,
+            owner,
+            ttl,
+            state,
+            renewer,
+        })
     }
 
     /// Asks for the lease until it is granted or `wait` has passed: the grant and when it was
@@ -151,31 +165,6 @@ impl SessionLease {
                 }
                 Err(error) => return Err(error.into()),
             }
-        }
-    }
-
-    /// A granted lease, renewed in the background from now on.
-    fn held(
-        store: Arc<dyn BindingStore>,
-        owner: Arc<LocalOwner>,
-        ttl: Duration,
-        lease: Lease,
-        sent: Instant,
-    ) -> SessionLease {
-        let state = Arc::new(Mutex::new(State {
-            lease,
-            fresh_since: sent,
-            lost: false,
-            lost_to: None,
-            released: false,
-        }));
-        let renewer = tokio::spawn(renew_loop(store.clone(), Arc::clone(&state), ttl));
-        SessionLease {
-            store,
-            owner,
-            ttl,
-            state,
-            renewer,
         }
     }
 
@@ -239,32 +228,31 @@ impl SessionLease {
     /// failure is returned: the lease then expires on its own after its TTL (or is taken over
     /// at once by the next holder on this machine once this process exits).
     pub async fn release(&self) -> Result<bool, RuntimeError> {
-        self.renewer.abort();
-        let lease = {
-            let mut state = lock(&self.state);
-            if state.released {
-                return Ok(false);
-            }
-            state.released = true;
-            state.lease.clone()
+        let Some(lease) = self.stop(false) else {
+            return Ok(false);
         };
         Ok(self.store.release_lease(&lease).await?)
+    }
+
+    /// Stops renewing and marks the lease released: the lease to free, unless it was released
+    /// already (or, with `unless_lost`, is lost).
+    fn stop(&self, unless_lost: bool) -> Option<Lease> {
+        self.renewer.abort();
+        let mut state = lock(&self.state);
+        if state.released || (unless_lost && state.lost) {
+            return None;
+        }
+        state.released = true;
+        Some(state.lease.clone())
     }
 }
 
 impl Drop for SessionLease {
     fn drop(&mut self) {
-        self.renewer.abort();
-        let lease = {
-            let mut state = lock(&self.state);
-            if state.released || state.lost {
-                return;
-            }
-            state.released = true;
-            state.lease.clone()
+        let Some(lease) = self.stop(true) else {
+            return;
         };
-        // Without a runtime the lease simply expires (or is taken over once this process is
-        // gone).
+        // Without a runtime the lease expires (or is taken over once this process is gone).
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             // The owner is not kept for the release: once it is dropped too, another holder of
             // this process takes the lease over at once, and this late release of an older grant
@@ -314,7 +302,7 @@ pub(crate) async fn fresh_fence(
     lease: Option<&SessionLease>,
 ) -> Result<Option<rethread_store::Fence>, RuntimeError> {
     match lease {
-        Some(lease) => Ok(Some(lease.ensure_fresh().await?)),
+        Some(lease) => lease.ensure_fresh().await.map(Some),
         None => Ok(None),
     }
 }

@@ -1,5 +1,4 @@
-//! How a [`SessionBinder`](crate::SessionBinder) behaves.
-
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rethread_protocol::messages::ThreadStartParams;
@@ -9,7 +8,7 @@ use crate::machine::{MachineOptions, SeedOptions};
 use crate::mirror::RolloutMirror;
 
 /// The environment variable that turns the rollout mirror off (`off`) for every host that
-/// builds its options from the defaults: the library, `rethread chat`, `rethread app-server`.
+/// builds its options from the defaults.
 pub const MIRROR_ENV: &str = "RETHREAD_MIRROR";
 
 /// Reads a [`MIRROR_ENV`] value: unset, empty, `on`, `1` or `true` mirror; `off`, `0` or
@@ -38,17 +37,15 @@ pub fn mirror_setting(value: Option<&std::ffi::OsStr>) -> Result<bool, String> {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct BinderOptions {
-    /// The `CODEX_HOME` codex runs with: recorded with each binding (diagnostics), and where
-    /// the rollout mirror reads and restores the thread's files. Defaults to the
-    /// environment's `CODEX_HOME` when the options are built, else codex's own default
-    /// `$HOME/.codex`; a host that starts codex with another home sets it here.
+    /// The `CODEX_HOME` codex runs with: recorded with each binding, and where the mirror
+    /// reads and restores the thread's files. Defaults to the environment's `CODEX_HOME`,
+    /// else codex's own default `$HOME/.codex`.
     pub codex_home: Option<String>,
-    /// Ask for `excludeTurns: true` on resume (the host keeps its own transcript). If the
-    /// server refuses the field for lack of a capability, the resume is retried without it.
+    /// Ask for `excludeTurns: true` on resume (the host keeps its own transcript); resent
+    /// without it when the server wants a capability for it.
     pub exclude_turns: bool,
-    /// Extra attempts after a temporary resume failure (overloaded, no answer in time, an I/O
-    /// error on codex's side, an active writer elsewhere). Past them the open fails with a
-    /// retryable error and the binding is kept: a temporary failure never gives a thread up.
+    /// Extra attempts after a temporary resume failure; past them the open fails with a
+    /// retryable error and the binding kept.
     pub transient_retries: u32,
     /// The wait before the first retry; doubled on each further one.
     pub retry_backoff: Duration,
@@ -58,25 +55,19 @@ pub struct BinderOptions {
     pub turn_timeout: Duration,
     /// Template of the `thread/start` params (cwd, model, ...).
     pub thread_start: ThreadStartParams,
-    /// The TTL of the session lease taken before a thread is resumed or started (renewed every
-    /// third of it while held). A holder that crashed on this machine is taken over at once; one
-    /// on another machine frees the lease after at most this long. `None` takes no lease: only
-    /// for a host that serialises its sessions by other means (its writes are then unfenced),
-    /// or a test that observes codex's own single-writer guard.
+    /// The TTL of the session lease taken before a thread is resumed or started. `None` takes
+    /// no lease: only for a host that serialises its sessions by other means (its writes are
+    /// then unfenced), or a test that observes codex's own single-writer guard.
     pub lease_ttl: Option<Duration>,
-    /// How long [`SessionBinder::open`](crate::SessionBinder::open) waits for a session whose
-    /// lease another holder has, before it fails with
-    /// [`RuntimeError::SessionBusy`](crate::RuntimeError::SessionBusy). Zero (the default)
-    /// fails at once.
+    /// How long [`SessionBinder::open`](crate::SessionBinder::open) waits for a lease another
+    /// holder has before [`RuntimeError::SessionBusy`](crate::RuntimeError::SessionBusy).
+    /// Zero (the default) fails at once.
     pub lease_wait: Duration,
-    /// Mirror the thread's rollout into the store with every turn's commit, and restore it
-    /// from there before a resume on a `CODEX_HOME` that lacks it (a session that moves
-    /// between machines keeps its thread). On by default; off when [`MIRROR_ENV`] is `off`
-    /// when the options are built (a value it cannot read leaves it on), and without a
-    /// `codex_home`.
+    /// Mirror the thread's rollout into the store with every commit and restore it before a
+    /// resume. On by default; off when [`MIRROR_ENV`] is `off` when the options are built (a
+    /// value it cannot read leaves it on), and without a `codex_home`.
     pub mirror: bool,
-    /// The session's cap of mirrored bytes: past it mirroring stops for the session (said
-    /// once). Default 64 MiB.
+    /// The session's cap of mirrored bytes (default 64 MiB).
     pub mirror_cap: u64,
 }
 
@@ -124,8 +115,7 @@ impl BinderOptions {
         }
     }
 
-    /// The rollout mirror these options ask for: `None` when mirroring is off or there is no
-    /// `codex_home`.
+    /// The rollout mirror these options ask for, if any.
     pub fn rollout_mirror(&self) -> Option<RolloutMirror> {
         let home = self.codex_home.as_ref().filter(|_| self.mirror)?;
         Some(RolloutMirror::with_cap(home, self.mirror_cap))
@@ -134,13 +124,9 @@ impl BinderOptions {
 
 /// The `CODEX_HOME` a spawned codex will use: the variable, else codex's default `~/.codex`.
 fn effective_codex_home() -> Option<String> {
-    match std::env::var_os("CODEX_HOME") {
-        Some(home) => Some(home.to_string_lossy().into_owned()),
-        None => std::env::var_os("HOME").map(|home| {
-            std::path::Path::new(&home)
-                .join(".codex")
-                .to_string_lossy()
-                .into_owned()
-        }),
-    }
+    let home = match std::env::var_os("CODEX_HOME") {
+        Some(home) => PathBuf::from(home),
+        None => Path::new(&std::env::var_os("HOME")?).join(".codex"),
+    };
+    Some(home.to_string_lossy().into_owned())
 }

@@ -1,14 +1,6 @@
-//! [`probe_thread`]: how a bound thread would fare on resume, asked without resuming it.
-//!
-//! A probe is two reads, neither of which resumes or changes the thread: `thread/read`
-//! without turns (its history mode, and whether codex knows the thread at all), then
-//! `thread/turns/list` for one turn, which needs the rollout itself. The second tells
-//! "incompatible" from "live" (a codex that cannot serve a paginated thread refuses the list
-//! as it refuses resume: `paginated_threads is not supported yet`) and "gone" from "live"
-//! (0.169+ answer the metadata read of a thread whose rollout was deleted from their index).
-//! It replaces a full-history `thread/read {"includeTurns": true}`, which codex 0.171.0
-//! answers with a `deprecationNotice` for paginated threads. Errors are classified by the same
-//! rule as a failed resume ([`classify_resume_error`]).
+//! [`probe_thread`]: how a bound thread would fare on resume, asked with reads only
+//! (`docs/design.md`, "historyMode"). Errors are classified as a failed resume's
+//! ([`classify_resume_error`]).
 
 use rethread_protocol::messages::{
     ThreadRead, ThreadReadParams, ThreadTurnsList, ThreadTurnsListParams,
@@ -42,7 +34,7 @@ pub enum ThreadHealth {
 }
 
 impl ThreadHealth {
-    /// `live`, `gone`, `incompatible`, `unreadable`, `busy` or `error`.
+    /// The snake_case name (as serialized).
     pub fn as_str(self) -> &'static str {
         match self {
             ThreadHealth::Live => "live",
@@ -103,8 +95,8 @@ pub struct ThreadProbe {
 }
 
 /// Probes `thread_id` on `client` with reads only (`thread/read` without turns, then
-/// `thread/turns/list` for one turn; never `thread/resume`): nothing changes in codex or in
-/// any store, and codex warns of nothing.
+/// `thread/turns/list` for one turn, which needs the rollout itself; never `thread/resume`):
+/// nothing changes in codex or in any store, and codex warns of nothing.
 ///
 /// # Contract
 /// An error answer is a [`ThreadProbe`] (classified); a connection failure or timeout is the

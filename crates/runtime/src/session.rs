@@ -84,7 +84,7 @@ impl CodexSession {
         while let Some(action) = self.machine.poll() {
             if let Action::Driver(DriverAction::Retire { thread_id }) = action {
                 let fence = fresh_fence(lease).await?;
-                let (store, session_id) = (&context.store, &context.session_id);
+                let (store, session_id) = (&context.parts.store, &context.parts.session_id);
                 let ended = store
                     .retire_thread(session_id, &thread_id, Retirement::Ended, fence.as_ref())
                     .await

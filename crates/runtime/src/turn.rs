@@ -12,7 +12,6 @@ use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use rethread_protocol::messages::{
@@ -29,6 +28,7 @@ use crate::error::{LeaseLostTo, RuntimeError};
 use crate::lease::SessionLease;
 use crate::machine::{Action, DriverAction, SessionMachine};
 use crate::mirror::RolloutMirror;
+use crate::options::BinderOptions;
 use crate::projection::{project_turn_input, reply_of};
 use crate::rail::{StatusEvent, StatusKind, StatusRail};
 use crate::sink::Transcript;
@@ -303,32 +303,37 @@ impl Stream for TurnStream<'_> {
     }
 }
 
-/// A codex session's parts a turn needs (its machine apart), owned by its
-/// [`CodexSession`](crate::CodexSession).
-#[derive(Debug)]
-pub(crate) struct TurnContext {
-    pub(crate) client: AppServerClient,
+/// What a binder shares with the codex sessions it opens.
+#[derive(Debug, Clone)]
+pub(crate) struct Parts {
     pub(crate) session_id: String,
     pub(crate) store: Arc<dyn BindingStore>,
     pub(crate) rail: StatusRail,
-    pub(crate) codex_home: Option<String>,
-    pub(crate) turn_timeout: Duration,
+    pub(crate) options: BinderOptions,
     pub(crate) transcript: Transcript,
-    pub(crate) lease: Option<Arc<SessionLease>>,
+    /// The rollout mirror (what this process knows of the thread's files), when on.
     pub(crate) mirror: Option<RolloutMirror>,
 }
 
-impl TurnContext {
-    pub(crate) fn side(&self) -> StoreSide<'_> {
+impl Parts {
+    pub(crate) fn side<'a>(&'a self, lease: Option<&'a SessionLease>) -> StoreSide<'a> {
         StoreSide {
             store: self.store.as_ref(),
             session_id: &self.session_id,
-            lease: self.lease.as_deref(),
+            lease,
             transcript: &self.transcript,
             mirror: self.mirror.as_ref(),
-            codex_home: self.codex_home.as_deref(),
+            codex_home: self.options.codex_home.as_deref(),
         }
     }
+}
+
+/// A codex session's parts a turn needs (its machine apart).
+#[derive(Debug)]
+pub(crate) struct TurnContext {
+    pub(crate) client: AppServerClient,
+    pub(crate) parts: Parts,
+    pub(crate) lease: Option<Arc<SessionLease>>,
 }
 
 /// Starts a turn on `thread_id`: subscribes (before `turn/start`, so nothing is missed), sends
@@ -345,7 +350,7 @@ pub(crate) async fn start_turn<'a>(
     }
     let span = tracing::info_span!(
         telemetry::SPAN_TURN,
-        session_id = %session.session_id,
+        session_id = %session.parts.session_id,
         thread_id = %thread_id,
         turn_id = tracing::field::Empty,
         outcome = tracing::field::Empty,
@@ -367,7 +372,7 @@ pub(crate) async fn start_turn<'a>(
     span.record("turn_id", turn_id.as_str());
     let committing = Arc::new(AtomicBool::new(false));
     let run = TurnRun {
-        deadline: crate::deadline(observe.started_at, session.turn_timeout),
+        deadline: crate::deadline(observe.started_at, session.parts.options.turn_timeout),
         committing: Arc::clone(&committing),
         session,
         machine,
@@ -504,7 +509,8 @@ impl TurnRun<'_> {
         // reader, and the interrupt's answer could never be read.
         self.events = None;
         interrupt(&self.session.client, &self.thread_id, &self.turn_id).await;
-        let message = format!("no turn/completed within {:?}", self.session.turn_timeout);
+        let timeout = self.session.parts.options.turn_timeout;
+        let message = format!("no turn/completed within {timeout:?}");
         let error = self.failed("timeout", message);
         self.end("timeout", error)
     }
@@ -543,7 +549,7 @@ impl TurnRun<'_> {
             );
             let event = StatusEvent::new(StatusKind::Warn, message);
             let event = event.with("thread_id", self.thread_id.as_str());
-            self.session.rail.emit(event);
+            self.session.parts.rail.emit(event);
         }
         self.done = true;
         self.observe.record("completed");
@@ -560,7 +566,7 @@ impl TurnRun<'_> {
     /// Commits the completed turn as the machine decides: with a lost lease nothing is
     /// written and the turn is an error.
     async fn commit(&mut self, rows: &[Value]) -> Result<Publication, RuntimeError> {
-        let session = self.session;
+        let (session, parts) = (self.session, &self.session.parts);
         let machine = &mut *self.machine;
         machine.handle_turn_completed(&self.thread_id, rows.to_vec());
         let mut committed = None;
@@ -571,21 +577,21 @@ impl TurnRun<'_> {
                     rows,
                     mirror,
                 }) => {
-                    let side = session.side();
+                    let side = parts.side(session.lease.as_deref());
                     let done = side
                         .commit(&mut &mut *machine, &thread_id, &rows, mirror)
                         .await;
                     committed = Some(done.map(|c| c.publication));
                 }
                 Action::Driver(DriverAction::Say(say)) => {
-                    session.rail.emit(status_event(&session.session_id, &say))
+                    parts.rail.emit(status_event(&parts.session_id, &say))
                 }
                 _ => {}
             }
         }
         committed.unwrap_or_else(|| {
             Err(RuntimeError::LeaseLost {
-                session_id: session.session_id.clone(),
+                session_id: parts.session_id.clone(),
                 to: LeaseLostTo::Unknown,
             })
         })

@@ -5,10 +5,8 @@ use std::path::PathBuf;
 
 use tokio::process::Command;
 
-/// How to start codex: `<program> [GLOBAL_ARGS...] <subcommand> [ARGS...]` (the subcommand is
-/// `app-server` for the client and the proxy, `exec` for `rethread exec`), inheriting the
-/// environment (so `CODEX_HOME` reaches it) plus `env`, in `cwd` when set. The one description
-/// of a codex process every part of rethread starts.
+/// How to start codex: `<program> [GLOBAL_ARGS...] <subcommand> [ARGS...]`, inheriting the
+/// environment (so `CODEX_HOME` reaches it) plus `env`, in `cwd` when set.
 ///
 /// ```
 /// use rethread_runtime::CodexCommand;

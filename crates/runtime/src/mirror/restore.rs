@@ -130,11 +130,7 @@ impl RolloutMirror {
         .await;
         if let Err(error) = written {
             // The temp files of the files not reached.
-            let temps = locals.filter_map(|(_, local)| match local {
-                Local::Needs { temp, .. } => Some(temp),
-                Local::Holds(_) => None,
-            });
-            discard(temps.collect()).await?;
+            discard(temps(locals.map(|(_, local)| local))).await?;
             return Err(error);
         }
         self.known().insert(thread_id.to_string(), known);
@@ -172,16 +168,21 @@ fn check_locals(home: &Path, files: &[MirroredFile]) -> Result<Vec<Local>, Mirro
         match check_local(home, file) {
             Ok(local) => locals.push(local),
             Err(error) => {
-                for local in locals {
-                    if let Local::Needs { temp, .. } = local {
-                        temp.discard();
-                    }
-                }
+                temps(locals).into_iter().for_each(TempFile::discard);
                 return Err(error);
             }
         }
     }
     Ok(locals)
+}
+
+/// The temp files of `locals`.
+fn temps(locals: impl IntoIterator<Item = Local>) -> Vec<TempFile> {
+    let temps = locals.into_iter().filter_map(|local| match local {
+        Local::Needs { temp, .. } => Some(temp),
+        Local::Holds(_) => None,
+    });
+    temps.collect()
 }
 
 /// Whether a restore may write `file`: the store's path rule, and a rollout of the file's
@@ -432,17 +433,13 @@ impl Write for LineEnds {
 fn prefix_crc32(file: &mut File, len: u64) -> io::Result<u32> {
     let mut crc = crc32fast::Hasher::new();
     let mut buffer = vec![0; (1 << 18).min(len as usize)];
-    let mut left = len;
-    while left > 0 {
-        let want = buffer.len().min(left as usize);
-        let n = file.read(&mut buffer[..want])?;
-        if n == 0 {
-            break;
+    let mut prefix = file.take(len);
+    loop {
+        match prefix.read(&mut buffer)? {
+            0 => return Ok(crc.finalize()),
+            n => crc.update(&buffer[..n]),
         }
-        crc.update(&buffer[..n]);
-        left -= n as u64;
     }
-    Ok(crc.finalize())
 }
 
 /// Whether `file`'s first `len` bytes start with `local`.
