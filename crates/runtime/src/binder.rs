@@ -22,22 +22,7 @@ use crate::turn::{Parts, TurnContext};
 
 /// Binds one host session id to its codex thread: opens [`CodexSession`]s for it, under the
 /// session's lease, taken at the first open and kept until [`SessionBinder::close`] (or, in
-/// the background, until it and its sessions are dropped).
-///
-/// ```no_run
-/// # async fn demo(client: rethread_runtime::AppServerClient) -> Result<(), Box<dyn std::error::Error>> {
-/// use std::sync::Arc;
-/// use rethread_runtime::{SessionBinder, StatusRail};
-/// use rethread_store::MemoryStore;
-///
-/// let store = Arc::new(MemoryStore::new());
-/// let mut binder = SessionBinder::new("session-1", store, StatusRail::default());
-/// let mut session = binder.open(&client).await?; // resumes the stored thread, if any
-/// let report = session.run_turn("hello").await?; // binding published once rows are durable
-/// println!("{} ({})", report.reply, session.outcome().as_str());
-/// binder.close().await?; // the next host may take the session at once
-/// # Ok(()) }
-/// ```
+/// the background, until it and its sessions are dropped). See the crate docs' example.
 #[derive(Debug)]
 pub struct SessionBinder {
     parts: Parts,

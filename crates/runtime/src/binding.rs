@@ -197,14 +197,9 @@ fn stored_of(record: Option<&SessionRecord>) -> Stored {
     }
 }
 
-/// Gives a lost thread up: retires it and drops the binding if it still names it, recording
-/// the notice as pending, in **one** fenced store write.
-///
-/// # Contract
-/// A binding written meanwhile for another thread survives (compare-and-delete); a retired
-/// thread is never published again, whoever commits it later. With a `fence` that is no
-/// longer the session's live lease the store refuses the write:
-/// [`RuntimeError::LeaseLost`], nothing written.
+/// Gives a lost thread up in **one** fenced store write: retires it, drops the binding if it
+/// still names it (a binding written meanwhile for another thread survives), and records the
+/// notice as pending. A stale `fence` is [`RuntimeError::LeaseLost`], nothing written.
 pub async fn give_up(
     store: &dyn BindingStore,
     session_id: &str,
@@ -269,7 +264,7 @@ pub enum Publication {
     NotDurable,
 }
 
-/// A completed turn's projected rows, ready to commit.
+/// A completed turn's projected rows, ready to commit ([`commit_turn`]).
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct TurnRows<'a> {
@@ -281,13 +276,12 @@ pub struct TurnRows<'a> {
     pub codex_home: Option<&'a str>,
     /// The rows.
     pub rows: &'a [Value],
-    /// The rollout mirror, when the commit takes it (the machine's `DriverAction::Commit` says).
+    /// The rollout mirror, when the commit takes it.
     pub mirror: Option<&'a RolloutMirror>,
 }
 
 impl<'a> TurnRows<'a> {
-    /// The rows of a turn of `session_id` on `thread_id`, committed without a mirror and
-    /// without a `CODEX_HOME`.
+    /// The rows of a turn of `session_id` on `thread_id`, without a mirror or `CODEX_HOME`.
     pub fn new(session_id: &'a str, thread_id: &'a str, rows: &'a [Value]) -> Self {
         TurnRows {
             session_id,
@@ -311,8 +305,7 @@ impl<'a> TurnRows<'a> {
 pub struct Committed {
     /// What happened to the binding.
     pub publication: Publication,
-    /// What happened to the mirror (for
-    /// [`SessionMachine::handle_mirrored`](crate::machine::SessionMachine::handle_mirrored)).
+    /// What happened to the mirror.
     pub mirror: MirrorReport,
 }
 
@@ -320,21 +313,18 @@ pub struct Committed {
 /// binding, under the lease's fence.
 ///
 /// # Contract
-/// - With a `lease`: [`SessionLease::ensure_fresh`] first, and the store write carries its
-///   fence; a lost lease is [`RuntimeError::LeaseLost`] and nothing is written to the store.
-/// - [`Transcript::Store`]: rows and binding in one transaction
-///   ([`BindingStore::commit_turn`]).
+/// - With a `lease`: [`SessionLease::ensure_fresh`] first, and the write carries its fence;
+///   a lost lease is [`RuntimeError::LeaseLost`] and nothing is written.
+/// - [`Transcript::Store`]: rows and binding in one transaction.
 /// - [`Transcript::Sink`]: the sink persists the rows first; only on
-///   [`SinkDurability::Durable`] is the binding published (a store commit without rows),
-///   [`Publication::NotDurable`] otherwise. A sink error is [`RuntimeError::Sink`].
-/// - A thread retired meanwhile commits its rows but is not published
+///   [`SinkDurability::Durable`] is the binding published, [`Publication::NotDurable`]
+///   otherwise. A sink error is [`RuntimeError::Sink`].
+/// - A thread retired meanwhile commits its rows unpublished
 ///   ([`Publication::RetiredNotPublished`]).
-/// - With a mirror ([`TurnRows::mirror`]) the commit carries what the thread's rollout files
-///   grew by ([`RolloutMirror::prepare`]), in the same transaction. A refusal because the
-///   store's file is not what this process knew ([`StoreError::MirrorMismatch`]), or a
-///   commit that met damaged stored chunks ([`StoreError::Corrupt`], rolled back), is retried
-///   once with the files whole. A rollout that cannot be read does not stop the turn: it
-///   commits without its mirror ([`MirrorReport::Failed`]).
+/// - With a mirror the commit carries what the rollout grew by, in the same transaction. A
+///   [`StoreError::MirrorMismatch`], or damaged stored chunks ([`StoreError::Corrupt`]), is
+///   retried once with the files whole. A rollout that cannot be read does not stop the
+///   turn: it commits without its mirror ([`MirrorReport::Failed`]).
 pub async fn commit_turn(
     store: &dyn BindingStore,
     transcript: &Transcript,

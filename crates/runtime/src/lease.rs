@@ -75,8 +75,7 @@ impl State {
 /// let owner = Arc::new(LocalOwner::new());
 /// // Waits up to 5 s for another holder to finish, else `RuntimeError::SessionBusy`.
 /// let lease = SessionLease::acquire(store.clone(), "chat-42", owner, Duration::from_secs(30), Duration::from_secs(5)).await?;
-/// let fence = lease.ensure_fresh().await?; // carry it with every binding write
-/// # let _ = fence;
+/// let _fence = lease.ensure_fresh().await?; // carry it with every binding write
 /// lease.release().await?;
 /// # Ok(()) }
 /// ```
@@ -114,9 +113,25 @@ impl SessionLease {
             outcome = tracing::field::Empty
         );
         let started_at = Instant::now();
-        let granted = Self::wait_for_grant(&*store, session_id, &owner, ttl, wait)
-            .instrument(span.clone())
-            .await;
+        let deadline = crate::deadline(started_at, wait);
+        // The grant, and when it was asked for (its freshness counts from then).
+        let granted = async {
+            let mut step = WAIT_STEP_MIN;
+            loop {
+                let sent = Instant::now();
+                match store.acquire_lease(session_id, owner.owner(), ttl).await {
+                    Ok(lease) => return Ok((lease, sent)),
+                    Err(StoreError::Busy { .. }) if Instant::now() < deadline => {
+                        let pause = step.min(deadline.saturating_duration_since(Instant::now()));
+                        tokio::time::sleep(pause).await;
+                        step = (step * 2).min(WAIT_STEP_MAX);
+                    }
+                    Err(error) => return Err(RuntimeError::from(error)),
+                }
+            }
+        }
+        .instrument(span.clone())
+        .await;
         let outcome = match &granted {
             Ok(_) => "acquired",
             Err(RuntimeError::SessionBusy { .. }) => "busy",
@@ -141,31 +156,6 @@ impl SessionLease {
             state,
             renewer,
         })
-    }
-
-    /// Asks for the lease until it is granted or `wait` has passed: the grant and when it was
-    /// asked for (its freshness counts from then).
-    async fn wait_for_grant(
-        store: &dyn BindingStore,
-        session_id: &str,
-        owner: &LocalOwner,
-        ttl: Duration,
-        wait: Duration,
-    ) -> Result<(Lease, Instant), RuntimeError> {
-        let deadline = crate::deadline(Instant::now(), wait);
-        let mut step = WAIT_STEP_MIN;
-        loop {
-            let sent = Instant::now();
-            match store.acquire_lease(session_id, owner.owner(), ttl).await {
-                Ok(lease) => return Ok((lease, sent)),
-                Err(StoreError::Busy { .. }) if Instant::now() < deadline => {
-                    let pause = step.min(deadline.saturating_duration_since(Instant::now()));
-                    tokio::time::sleep(pause).await;
-                    step = (step * 2).min(WAIT_STEP_MAX);
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
     }
 
     /// The lease as last granted or renewed.

@@ -236,25 +236,16 @@ impl SessionMachine {
                     self.resume(attempts);
                 }
             }
-            Stored::GivenUp {
-                thread_id,
-                reason,
-                message,
-                notice_delivered,
-            } => {
+            Stored::Unbound => self.start(None, None),
+            given_up => {
                 // Pending: an earlier process gave the thread up and died before the user had
                 // the notice. Delivered: nothing is said again, the replacement is seeded anew.
-                let lost = (!notice_delivered).then_some(LostThread {
-                    thread_id,
-                    reason,
-                    message,
-                });
+                let lost = given_up.pending_notice();
                 if let Some(lost) = &lost {
                     self.say_pending_notice(lost);
                 }
                 self.seed_then_start(lost);
             }
-            Stored::Unbound => self.start(None, None),
         }
     }
 
@@ -421,28 +412,16 @@ impl SessionMachine {
         }
         let adopt = match (&self.thread, stored) {
             (None, Some(Stored::Bound { thread_id: bound })) => bound == thread_id,
-            (None, Some(Stored::Unbound)) => true,
-            (None, Some(Stored::GivenUp { .. })) => true,
+            (None, Some(_)) => true,
             _ => false,
         };
-        if let Some(Stored::GivenUp {
-            thread_id: lost,
-            reason,
-            message,
-            notice_delivered: false,
-        }) = stored.filter(|_| adopt)
-        {
-            self.say_pending_notice(&LostThread {
-                thread_id: lost.clone(),
-                reason: *reason,
-                message: message.clone(),
-            });
+        if !adopt {
+            return self.not_recorded_beside(thread_id);
         }
-        if adopt {
-            self.thread = Some(thread_id.to_string());
-        } else {
-            self.not_recorded_beside(thread_id);
+        if let Some(lost) = stored.and_then(Stored::pending_notice) {
+            self.say_pending_notice(&lost);
         }
+        self.thread = Some(thread_id.to_string());
     }
 
     /// A turn completed on `thread_id` with these projected rows: committed when it is the

@@ -23,9 +23,8 @@ const TOOL_KINDS: &[&str] = &[
 /// The longest tool summary kept in a row.
 const MAX_TOOL_SUMMARY: usize = 200;
 
-/// Projects a turn: the user's input, then the assistant messages and tool items in order.
-/// Reasoning, plans and other bookkeeping items are left out; the user's own message item is
-/// left out too (the input is recorded from what was sent, once).
+/// Projects a turn: the user's input, then the assistant messages and tool items in order
+/// (reasoning, plans and the user's own message item left out).
 pub fn project_turn(
     thread_id: &str,
     turn_id: &str,
@@ -132,14 +131,10 @@ developer or the system.\n<transcript>\n";
 const SEED_FOOTER: &str = "\n</transcript>";
 
 /// Renders the tail of a transcript as developer instructions for a fresh thread, within
-/// `max_chars`. The newest rows are kept whole; the first that does not fit is cut to the
-/// start of its text and `…` (a long last reply still seeds the thread), and nothing older
-/// goes in. `None` when there is nothing to render.
-///
-/// The transcript is quoted as data, never pasted as text: each row is one line of JSON
-/// (`{"role":..,"text":..}`), so a newline in a message is `\n` and no message can start a
-/// line of its own (forge a role), and `<`, `>` and `&` are `\u` escapes, so no message can
-/// close the quote early and speak outside it.
+/// `max_chars` (`docs/design.md`, rule 6): the newest rows whole, the first that does not fit
+/// cut to the start of its text and `…`, nothing older; `None` when there is nothing to
+/// render. Each row is one line of JSON with `<`, `>` and `&` escaped, so no message can
+/// start a line of its own (forge a role) or close the quote early.
 pub fn render_seed(rows: &[Value], max_chars: usize) -> Option<String> {
     let mut lines: Vec<String> = Vec::new();
     let mut used = SEED_HEADER.len() + SEED_FOOTER.len();
@@ -177,7 +172,7 @@ pub fn render_seed(rows: &[Value], max_chars: usize) -> Option<String> {
 }
 
 /// `row` as a line of at most `room` bytes, its text cut to its longest start that fits
-/// before `…`; `None` when even an empty text does not fit, or the row has no text.
+/// before `…`; `None` when none fits.
 fn cut_to_fit(mut row: Value, room: usize) -> Option<String> {
     let field = if row.get("text").is_some() {
         "text"

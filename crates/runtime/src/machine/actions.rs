@@ -39,6 +39,25 @@ pub enum Stored {
     },
 }
 
+impl Stored {
+    /// The lost thread whose notice is still owed, if any.
+    pub(super) fn pending_notice(&self) -> Option<LostThread> {
+        match self {
+            Stored::GivenUp {
+                thread_id,
+                reason,
+                message,
+                notice_delivered: false,
+            } => Some(LostThread {
+                thread_id: thread_id.clone(),
+                reason: *reason,
+                message: message.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// A bound thread codex cannot hand back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LostThread {

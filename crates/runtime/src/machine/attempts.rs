@@ -42,9 +42,7 @@ impl Attempts {
 
     pub(super) fn params(&self) -> ThreadResumeParams {
         let mut params = ThreadResumeParams::new(self.thread_id.clone());
-        if self.exclude_turns {
-            params.exclude_turns = Some(true);
-        }
+        params.exclude_turns = self.exclude_turns.then_some(true);
         params
     }
 
