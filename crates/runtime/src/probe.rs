@@ -119,36 +119,41 @@ pub async fn probe_thread(
         thread_id: thread_id.to_string(),
         include_turns: false,
     };
-    let mode = match client.request::<ThreadRead>(&read).await {
-        Ok(read) => read.thread.history_mode,
-        Err(error) => return classify(error),
-    };
     let list = ThreadTurnsListParams {
         thread_id: thread_id.to_string(),
         limit: Some(1),
     };
-    match client.request::<ThreadTurnsList>(&list).await {
-        Ok(_) => {}
-        // A codex that does not serve the list (0.144.6 to a client without `experimentalApi`,
-        // older releases): the full read it replaces, needed for non-legacy threads only.
-        Err(error) if error.rpc_error().is_some_and(list_unavailable) => {
+    let probed = async {
+        let mode = client
+            .request::<ThreadRead>(&read)
+            .await?
+            .thread
+            .history_mode;
+        if let Err(error) = client.request::<ThreadTurnsList>(&list).await {
+            // A codex that does not serve the list (0.144.6 to a client without
+            // `experimentalApi`, older releases): the full read it replaces, needed for
+            // non-legacy threads only.
+            if !error.rpc_error().is_some_and(list_unavailable) {
+                return Err(error);
+            }
             if !mode.is_legacy() {
                 let full = ThreadReadParams {
                     include_turns: true,
                     ..read
                 };
-                if let Err(error) = client.request::<ThreadRead>(&full).await {
-                    return classify(error);
-                }
+                client.request::<ThreadRead>(&full).await?;
             }
         }
-        Err(error) => return classify(error),
+        Ok(mode)
+    };
+    match probed.await {
+        Ok(mode) => Ok(ThreadProbe {
+            health: ThreadHealth::Live,
+            detail: format!("historyMode {mode}"),
+            failure: None,
+        }),
+        Err(error) => classify(error),
     }
-    Ok(ThreadProbe {
-        health: ThreadHealth::Live,
-        detail: format!("historyMode {mode}"),
-        failure: None,
-    })
 }
 
 /// Whether `rpc` refuses `thread/turns/list` itself, not the thread.
