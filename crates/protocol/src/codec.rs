@@ -1,21 +1,17 @@
 //! Newline-delimited JSON framing for tokio (`FramedRead` / `FramedWrite`).
 //!
-//! Two layers, one framer:
-//! - [`LineFramer`] splits a byte stream into lines without copying them: each [`Frame::Line`]
-//!   is the bytes as read (terminator included), split off the read buffer. A line longer than
-//!   the limit is never held whole: once the buffer passes the limit, its first
-//!   [`PREFIX_KEPT`] bytes are kept ([`Frame::TooLong`], so that its `id` may still be read and
-//!   its sender answered) and the rest of the line is discarded as it arrives. The proxy
-//!   forwards these frames as they are.
-//! - [`NdjsonCodec`] decodes each line of that framer into a [`Message`]. Each item is a
-//!   `Result<Message, FrameError>`: a bad line (too long, not UTF-8, not JSON, not a message) is
-//!   reported as a value and the stream continues with the next line; blank lines are skipped.
+//! - [`LineFramer`] splits a byte stream into lines without copying them ([`Frame::Line`]: the
+//!   bytes as read, terminator included). A line longer than the limit is never held whole:
+//!   its first [`PREFIX_KEPT`] bytes are kept ([`Frame::TooLong`], so that its sender may still
+//!   be answered) and the rest is discarded as it arrives. While waiting for a newline it holds
+//!   at most the limit plus one byte (a `\r` that may start the line's `\r\n`).
+//! - [`NdjsonCodec`] decodes those lines into messages: a bad line (too long, not UTF-8, not
+//!   JSON, not a message) is an `Err` item and the stream goes on; blank lines are skipped.
 //!   Only I/O errors end the stream.
-//!
-//! Memory is bounded either way: while waiting for a newline the framer holds at most the limit
-//! plus one byte (a `\r` that may be the start of the line's `\r\n`).
 
 use std::io;
+
+use std::borrow::Borrow;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
@@ -56,16 +52,15 @@ pub enum FrameError {
     InvalidMessage(#[from] EnvelopeError),
 }
 
-/// Decodes one line (without its newline) into a message: UTF-8, then one pass of serde_json
-/// over it. A member the envelope reads that comes twice makes the line not a message
+/// Decodes one line (without its newline): UTF-8, then one pass of serde_json. A member the
+/// envelope reads that comes twice makes it not a message
 /// ([`crate::EnvelopeError::DuplicateMember`]).
 pub fn decode_line(line: &[u8]) -> Result<Message, FrameError> {
     Ok(members::<serde_json::Value>(line)?.into_message()?)
 }
 
 /// The kind, `id` and `method` of one line, by exactly the rules and checks of
-/// [`decode_line`] (it succeeds on the same lines, with the same errors), without keeping the
-/// payload: what a router needs.
+/// [`decode_line`] (the same lines succeed, with the same errors), keeping no payload.
 ///
 /// ```
 /// use rethread_protocol::codec::decode_envelope;
@@ -99,13 +94,12 @@ fn members<'a, P: serde::Deserialize<'a>>(line: &'a [u8]) -> Result<Members<P>, 
 pub enum Frame {
     /// A line, terminator included (absent only for a last line cut by the end of the stream).
     Line(Bytes),
-    /// A line longer than the limit: its first bytes; the rest was discarded.
+    /// A line longer than the limit; the rest of it was discarded.
     TooLong {
-        /// The first [`PREFIX_KEPT`] bytes of the line (fewer if it ended sooner), without its
-        /// terminator.
+        /// Its first [`PREFIX_KEPT`] bytes (fewer if it ended sooner), without the terminator.
         prefix: Bytes,
         /// With [`LineFramer::eliding`]: the whole line (terminator excluded) with the array at
-        /// the framer's path emptied, when that is within the limit. Always `None` otherwise.
+        /// the framer's path emptied, when that is within the limit.
         elided: Option<Bytes>,
     },
 }
@@ -129,9 +123,9 @@ pub struct LineFramer {
     scanned: usize,
     /// Inside an oversized line that was already reported, or is being elided.
     discarding: bool,
-    /// With [`LineFramer::eliding`]: the path whose array an oversized line is kept without.
+    /// See [`LineFramer::eliding`].
     elide: Option<&'static [&'static str]>,
-    /// Inside an oversized line being elided: its prefix, and the copy so far.
+    /// Inside an oversized line being elided: its prefix and the copy so far.
     elision: Option<(Bytes, Elider)>,
 }
 
@@ -149,12 +143,9 @@ impl LineFramer {
 
     /// Keeps, of each oversized line, a copy without the array at `path` (member names from the
     /// top-level object down) when that copy is within the limit ([`Frame::TooLong`]'s
-    /// `elided`). Such a line is then reported when it ends (or when its copy passes the
-    /// limit), not as soon as it passes the limit; memory stays bounded by the limit.
-    ///
-    /// The proxy frames codex's output this way: codex's answer to its own `thread/resume`
-    /// carries every turn when `excludeTurns` was refused, and the proxy needs all of that
-    /// answer but its `result.thread.turns`.
+    /// `elided`). Such a line is reported when it ends or its copy passes the limit; memory
+    /// stays bounded by the limit. (The proxy needs its own `thread/resume`'s answer without
+    /// `result.thread.turns`, which codex sends when `excludeTurns` was refused.)
     ///
     /// ```
     /// use bytes::BytesMut;
@@ -175,14 +166,8 @@ impl LineFramer {
         self
     }
 
-    /// The configured limit.
-    pub fn max_line_length(&self) -> usize {
-        self.max_line_length
-    }
-
-    /// Splits off the prefix of an oversized line and discards the rest of it (`line_end`: the
-    /// end of the line, terminator included, when it is in the buffer). `None` while the line
-    /// is being elided and has not ended.
+    /// Splits off the prefix of an oversized line and discards the rest (`line_end`: its end,
+    /// terminator included, when in the buffer). `None` while it is being elided.
     fn too_long(&mut self, buf: &mut BytesMut, line_end: Option<usize>) -> Option<Frame> {
         let content = match line_end {
             Some(end) => trim_line(&buf[..end]).len(),
@@ -221,8 +206,8 @@ impl LineFramer {
         }
     }
 
-    /// The tail of an oversized line being elided (`end`: its terminator's end, when in the
-    /// buffer): the frame once the line ends or its copy passes the limit.
+    /// More of an oversized line being elided (`end`: it ended): the frame once the line ends
+    /// or its copy passes the limit.
     fn elide_tail(&mut self, tail: &[u8], end: bool) -> Option<Frame> {
         let (_, elider) = self.elision.as_mut()?;
         elider.push(tail);
@@ -315,7 +300,7 @@ impl Decoder for LineFramer {
     }
 }
 
-/// The NDJSON codec: [`LineFramer`]'s lines decoded into messages.
+/// The NDJSON codec: [`LineFramer`]'s lines decoded into messages (see the module docs).
 ///
 /// ```
 /// use bytes::BytesMut;
@@ -351,21 +336,30 @@ impl NdjsonCodec {
         }
     }
 
-    /// The configured limit.
-    pub fn max_line_length(&self) -> usize {
-        self.framer.max_line_length()
-    }
-
-    /// The item of one frame; `None` for a blank line.
-    fn item(&self, frame: Frame) -> Option<Result<Message, FrameError>> {
-        match frame {
-            Frame::Line(line) => {
-                let line = trim_line(&line);
-                (!line.iter().all(u8::is_ascii_whitespace)).then(|| decode_line(line))
+    /// The next item the framer's frames give (`eof`: the input ended); blank lines are skipped.
+    fn next(
+        &mut self,
+        buf: &mut BytesMut,
+        eof: bool,
+    ) -> io::Result<Option<<Self as Decoder>::Item>> {
+        loop {
+            let frame = if eof {
+                self.framer.decode_eof(buf)?
+            } else {
+                self.framer.decode(buf)?
+            };
+            let line = match frame {
+                None => return Ok(None),
+                Some(Frame::Line(line)) => line,
+                Some(Frame::TooLong { .. }) => {
+                    let limit = self.framer.max_line_length;
+                    return Ok(Some(Err(FrameError::LineTooLong { limit })));
+                }
+            };
+            let line = trim_line(&line);
+            if !line.iter().all(u8::is_ascii_whitespace) {
+                return Ok(Some(decode_line(line)));
             }
-            Frame::TooLong { .. } => Some(Err(FrameError::LineTooLong {
-                limit: self.max_line_length(),
-            })),
         }
     }
 }
@@ -375,40 +369,23 @@ impl Decoder for NdjsonCodec {
     type Error = io::Error;
 
     fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Self::Item>, io::Error> {
-        while let Some(frame) = self.framer.decode(buf)? {
-            if let Some(item) = self.item(frame) {
-                return Ok(Some(item));
-            }
-        }
-        Ok(None)
+        self.next(buf, false)
     }
 
     fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Self::Item>, io::Error> {
-        while let Some(frame) = self.framer.decode_eof(buf)? {
-            if let Some(item) = self.item(frame) {
-                return Ok(Some(item));
-            }
-        }
-        Ok(None)
+        self.next(buf, true)
     }
 }
 
-impl Encoder<&Message> for NdjsonCodec {
+/// Encodes a message, or a reference to one, as one line.
+impl<M: Borrow<Message>> Encoder<M> for NdjsonCodec {
     type Error = io::Error;
 
-    fn encode(&mut self, item: &Message, dst: &mut BytesMut) -> Result<(), io::Error> {
-        let line = serde_json::to_vec(item).map_err(io::Error::other)?;
+    fn encode(&mut self, item: M, dst: &mut BytesMut) -> Result<(), io::Error> {
+        let line = serde_json::to_vec(item.borrow()).map_err(io::Error::other)?;
         dst.reserve(line.len() + 1);
         dst.put_slice(&line);
         dst.put_u8(b'\n');
         Ok(())
-    }
-}
-
-impl Encoder<Message> for NdjsonCodec {
-    type Error = io::Error;
-
-    fn encode(&mut self, item: Message, dst: &mut BytesMut) -> Result<(), io::Error> {
-        self.encode(&item, dst)
     }
 }

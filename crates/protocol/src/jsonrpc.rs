@@ -74,8 +74,8 @@ impl RpcError {
     }
 }
 
-/// A request: has an `id` and a `method`; from the client, or from the server (approvals,
-/// `item/tool/call`, ...), in which case it must be answered or the turn waits forever.
+/// A request: an `id` and a `method`. A server request (an approval, `item/tool/call`, ...)
+/// must be answered or the turn waits forever.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Request {
     /// Correlates the response.
@@ -154,9 +154,8 @@ pub enum EnvelopeError {
     /// A response (`result`) without an `id`.
     #[error("a response needs an `id`")]
     ResponseWithoutId,
-    /// A member the envelope reads (`id`, `method`, `params`, `result`, `error`) came twice.
-    /// Codex's envelope (serde-derived structs) refuses such a line, where a JSON tree would
-    /// silently keep the last one.
+    /// A member the envelope reads (`id`, `method`, `params`, `result`, `error`) came twice:
+    /// codex refuses such a line, where a JSON tree would silently keep the last one.
     #[error("duplicate member `{member}`")]
     DuplicateMember {
         /// Which member.
@@ -229,15 +228,24 @@ impl Message {
         }
     }
 
+    /// The kind of this message.
+    pub fn kind(&self) -> MessageKind {
+        match self {
+            Message::Request(_) => MessageKind::Request,
+            Message::Notification(_) => MessageKind::Notification,
+            Message::Response(_) => MessageKind::Response,
+            Message::Error(_) => MessageKind::Error,
+        }
+    }
+
     /// The compact single-line JSON encoding (without the trailing newline).
     pub fn to_line(&self) -> String {
         // Serializing a tree of strings, numbers and `Value`s cannot fail.
         serde_json::to_string(self).unwrap_or_else(|_| unreachable!("message serialization"))
     }
 
-    /// Classifies a decoded JSON value. A `Value` has already lost any duplicate member (it
-    /// keeps the last): decode lines with [`codec::decode_line`](crate::codec::decode_line) or
-    /// `serde_json::from_str::<Message>`, which refuse them.
+    /// Classifies a decoded JSON value, which has already lost any duplicate member: decode
+    /// lines with [`codec::decode_line`](crate::codec::decode_line), which refuses them.
     pub fn from_value(value: Value) -> Result<Message, EnvelopeError> {
         let Value::Object(object) = value else {
             return Err(EnvelopeError::NotAnObject);
@@ -259,9 +267,8 @@ pub enum MessageKind {
     Error,
 }
 
-/// The routing facts of a message, read by
-/// [`codec::decode_envelope`](crate::codec::decode_envelope) without keeping its payload: what
-/// [`Message`] decoding would find, by the same rules.
+/// The routing facts of a message, as [`codec::decode_envelope`](crate::codec::decode_envelope)
+/// reads them by [`Message`]'s rules, without its payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Envelope {
@@ -271,18 +278,6 @@ pub struct Envelope {
     pub id: Option<RequestId>,
     /// The `method`, for requests and notifications.
     pub method: Option<String>,
-}
-
-impl Message {
-    /// The kind of this message.
-    pub fn kind(&self) -> MessageKind {
-        match self {
-            Message::Request(_) => MessageKind::Request,
-            Message::Notification(_) => MessageKind::Notification,
-            Message::Response(_) => MessageKind::Response,
-            Message::Error(_) => MessageKind::Error,
-        }
-    }
 }
 
 fn invalid(member: &'static str, reason: &str) -> EnvelopeError {
@@ -310,13 +305,6 @@ impl<'de> Deserialize<'de> for Message {
             .deserialize_any(MembersVisitor::<Value>::new())?
             .into_message()
             .map_err(de::Error::custom)
-    }
-}
-
-impl Request {
-    /// Decodes the params as `P` (absent params decode from `null`).
-    pub fn params_as<P: DeserializeOwned>(&self) -> Result<P, serde_json::Error> {
-        serde_json::from_value(self.params.clone().unwrap_or(Value::Null))
     }
 }
 

@@ -1,8 +1,5 @@
-//! Typed v2 messages of codex app-server that rethread uses.
-//!
-//! Every struct ignores unknown fields on input (codex sends many fields its own schema does
-//! not list) and omits `None` fields on output. Client requests implement [`Request`], which
-//! ties a method name to its params and result types.
+//! Typed v2 messages of codex app-server that rethread uses. Unknown fields are ignored on
+//! input (codex sends many its own schema does not list) and `None` fields omitted on output.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -51,9 +48,8 @@ request!(
     ThreadRead, "thread/read", ThreadReadParams, ThreadReadResponse
 );
 request!(
-    /// `thread/turns/list`: a page of a stored thread's turns, read without resuming it (the
-    /// read codex asks for instead of a full-history `thread/read` of a paginated thread;
-    /// 0.144.6 serves it only under `experimentalApi`).
+    /// `thread/turns/list`: a page of a stored thread's turns, without resuming it (0.144.6
+    /// serves it only under `experimentalApi`).
     ThreadTurnsList, "thread/turns/list", ThreadTurnsListParams, ThreadTurnsListResponse
 );
 request!(
@@ -130,9 +126,8 @@ pub const SHARED_WITH_RESUME: [&str; 11] = [
     "serviceTier",
 ];
 
-/// `thread/start` params: the members rethread reads typed, every other member codex takes
-/// (`approvalPolicy`, `sandbox`, `baseInstructions`, `config`, `personality`, ...) in
-/// [`settings`](Self::settings), passed through as given.
+/// `thread/start` params: the members rethread reads, typed; every other member codex takes
+/// (`approvalPolicy`, `sandbox`, `config`, ...) in [`settings`](Self::settings), as given.
 ///
 /// ```
 /// use rethread_protocol::messages::ThreadStartParams;
@@ -347,8 +342,7 @@ pub struct ThreadListResponse {
     pub next_cursor: Option<String>,
 }
 
-/// One piece of user input. Every variant is one each supported codex release accepts (its
-/// generated `UserInput` schema): text, an image by URL, an image file codex reads itself.
+/// One piece of user input, in a form every supported codex release accepts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 #[non_exhaustive]
@@ -363,8 +357,8 @@ pub enum UserInput {
         /// The URL.
         url: String,
     },
-    /// An image file on the machine codex runs on; codex reads it and sends the model its
-    /// bytes. A relative path is resolved by codex, against its own working directory.
+    /// An image file on codex's machine, which codex reads (a relative path against its own
+    /// working directory).
     LocalImage {
         /// The file.
         path: String,
@@ -382,8 +376,7 @@ impl UserInput {
         UserInput::Image { url: url.into() }
     }
 
-    /// An image file codex reads (`localImage`). A path that is not UTF-8 is converted
-    /// lossily: the wire carries strings.
+    /// An image file codex reads (`localImage`); a path that is not UTF-8 is converted lossily.
     pub fn local_image(path: impl AsRef<std::path::Path>) -> Self {
         UserInput::LocalImage {
             path: path.as_ref().to_string_lossy().into_owned(),
@@ -391,8 +384,8 @@ impl UserInput {
     }
 }
 
-/// `turn/start` params: the thread, the input, and every other member codex takes for a turn
-/// (`effort`, `outputSchema`, `sandboxPolicy`, `model`, ...) in [`settings`](Self::settings).
+/// `turn/start` params; every other member codex takes for a turn (`effort`, `model`, ...) in
+/// [`settings`](Self::settings).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -438,8 +431,8 @@ pub struct TurnInterruptParams {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TurnInterruptResponse {}
 
-/// A codex thread. Only the fields rethread reads are typed; the rest are kept in `extra` so a
-/// thread survives a decode/encode round trip unchanged.
+/// A codex thread: the fields rethread reads, typed; the rest kept in `extra` (a round trip
+/// leaves it unchanged).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Thread {
@@ -460,20 +453,6 @@ pub struct Thread {
     /// Every other member, kept verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
-}
-
-impl Thread {
-    /// A thread with the given id and mode and nothing else.
-    pub fn new(id: impl Into<String>, history_mode: HistoryMode) -> Self {
-        Thread {
-            id: id.into(),
-            history_mode,
-            path: None,
-            preview: None,
-            turns: Vec::new(),
-            extra: Map::new(),
-        }
-    }
 }
 
 /// The status of a turn.

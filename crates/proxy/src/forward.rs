@@ -1,13 +1,11 @@
-//! The forwarder: two readers, two writers and the hooks, run as one future.
+//! The forwarder: two readers, two writers and the hooks, run as one future (dropping it stops
+//! everything; no task outlives it).
 //!
 //! ```text
 //! client in ──► client reader ──(hooks.on_client_message)──► to-codex queue ──► codex writer ──► codex stdin
 //! client out ◄── client writer ◄── to-client queue ◄──(hooks.on_server_message)── codex reader ◄── codex stdout
 //!                                                      proxy answers ──► waiting CodexRequester
 //! ```
-//!
-//! Everything runs inside the one future [`forward`] returns: dropping it stops everything,
-//! and no task outlives it.
 
 use std::future::Future;
 
@@ -28,20 +26,10 @@ use crate::queue::{drain, queue};
 use crate::{Ended, ProxyError, ProxyOptions};
 
 /// Forwards lines between a client (`client_in` / `client_out`) and codex (`codex_out` /
-/// `codex_in`) until one side ends or `stop` resolves (with a signal number), calling `hooks`
-/// on the way. Codex's process is the caller's: this function only closes codex's input.
-///
-/// How it ends:
-/// - the client's input ends: everything read is forwarded, codex's input is closed, and
-///   codex's output is still passed on until it ends or `options.shutdown_grace` passes
-///   ([`Ended::ClientClosed`]);
-/// - codex's output ends: everything it wrote is passed on and flushed to the client, after a
-///   hook call then running has finished and what it queued with it ([`Ended::CodexClosed`]);
-/// - writing to the client fails ([`Ended::ClientGone`]);
-/// - `stop` resolves ([`Ended::Stopped`]);
-/// - a hook returns an error ([`ProxyError::Hook`]).
-///
-/// [`SessionHooks::on_shutdown`] is called in every case, before this returns.
+/// `codex_in`) until one side ends (see [`Ended`]), `stop` resolves with a signal number, or a
+/// hook fails ([`ProxyError::Hook`]), calling `hooks` on the way and
+/// [`SessionHooks::on_shutdown`] in every case before it returns. Codex's process is the
+/// caller's: this only closes codex's input.
 #[allow(clippy::too_many_arguments)]
 pub async fn forward<H, CR, CW, XR, XW, S>(
     hooks: &H,
@@ -62,42 +50,22 @@ where
 {
     let (to_codex, to_codex_rx) = queue(options.queue_lines, options.queue_bytes);
     let (to_client, to_client_rx) = queue(options.queue_lines, options.queue_bytes);
-    let link = Link::new(
-        to_codex,
-        to_client,
-        options.request_timeout,
-        options.reporter.clone(),
-    );
-    let client_ctx = ClientContext::new(link.clone());
-    let server_ctx = ServerContext::new(link.clone());
+    let reporter = options.reporter.clone();
+    let link = Link::new(to_codex, to_client, options.request_timeout, reporter);
+    let (client_ctx, server_ctx) = ClientContext::new(link.clone());
+    let limit = options.max_line_length;
 
     let run = async {
         hooks
             .on_start(&client_ctx)
             .await
             .map_err(ProxyError::Hook)?;
-        let client_reader = client_side(
-            hooks,
-            &client_ctx,
-            &link,
-            FramedRead::with_capacity(
-                client_in,
-                LineFramer::new(options.max_line_length),
-                options.read_buffer,
-            ),
-            options.max_line_length,
-        );
-        let codex_reader = codex_side(
-            hooks,
-            &server_ctx,
-            &link,
-            FramedRead::with_capacity(
-                codex_out,
-                LineFramer::new(options.max_line_length).eliding(RESUME_TURNS),
-                options.read_buffer,
-            ),
-            options.max_line_length,
-        );
+        let framer = LineFramer::new(limit);
+        let client_lines = FramedRead::with_capacity(client_in, framer, options.read_buffer);
+        let client_reader = client_side(hooks, &client_ctx, &link, client_lines, limit);
+        let framer = LineFramer::new(limit).eliding(RESUME_TURNS);
+        let codex_lines = FramedRead::with_capacity(codex_out, framer, options.read_buffer);
+        let codex_reader = codex_side(hooks, &server_ctx, &link, codex_lines, limit);
         let client_writer = drain(to_client_rx, client_out, options.write_buffer);
         let codex_writer = drain(to_codex_rx, codex_in, options.write_buffer);
         tokio::pin!(
@@ -128,10 +96,9 @@ where
                     result?;
                     codex_ended = true;
                 }
-                // Once both readers are done, everything for the client is queued and its
-                // output can close. A branch, not an await in an arm body: the close waits for
-                // room in a full queue, which only the client writer makes, so it and `stop`
-                // must go on being polled meanwhile.
+                // Once both readers are done, the client's output can close. A branch, not an
+                // await in an arm body: the close waits for room in a full queue, which only
+                // the client writer makes, so it and `stop` must go on being polled.
                 () = link.to_client.close(), if codex_ended && client_read && !client_closed => {
                     client_closed = true;
                 }
@@ -182,7 +149,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 }
 
 /// The side of the proxy a reader reads from.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Peer {
     Client,
     Codex,
@@ -198,9 +165,8 @@ impl Peer {
     }
 }
 
-/// The next whole line `peer` sent, or `None` once its input ended or failed (a failure is
-/// reported). A line over `limit` is answered or dropped here, as its sender's side requires, and
-/// reading goes on; whole lines come back as the `Bytes` split off the read buffer, uncopied.
+/// The next whole line `peer` sent (the `Bytes` split off the read buffer), or `None` once its
+/// input ended or failed (reported). A line over `limit` is answered in place or dropped here.
 async fn next_line<R: AsyncRead + Unpin>(
     lines: &mut FramedRead<R, LineFramer>,
     link: &Link,
@@ -210,14 +176,23 @@ async fn next_line<R: AsyncRead + Unpin>(
     loop {
         match lines.next().await? {
             Ok(Frame::Line(bytes)) => return Some(bytes),
-            Ok(Frame::TooLong { prefix, elided }) => match peer {
-                Peer::Client => {
-                    let problem = format!("is longer than rethread's line limit of {limit} bytes");
-                    let sender = peek_prefix(&prefix);
-                    refuse_from_client(link, sender, ErrorCode::INVALID_REQUEST, &problem).await;
+            Ok(Frame::TooLong { prefix, elided }) => {
+                let sender = peek_prefix(&prefix);
+                if peer == Peer::Codex && own_resume_answer(link, sender.as_ref(), elided, limit) {
+                    continue;
                 }
-                Peer::Codex => oversized_from_codex(link, &prefix, elided, limit).await,
-            },
+                let (code, problem) = match peer {
+                    Peer::Client => (
+                        ErrorCode::INVALID_REQUEST,
+                        format!("is longer than rethread's line limit of {limit} bytes"),
+                    ),
+                    Peer::Codex => (
+                        ErrorCode::INTERNAL_ERROR,
+                        format!("is longer than the limit of {limit} bytes"),
+                    ),
+                };
+                answer_in_place(link, peer, sender, code, &problem, limit).await;
+            }
             Err(error) => {
                 link.reporter
                     .report(&format!("reading from {} failed: {error}", peer.name()));
@@ -258,14 +233,15 @@ async fn client_side<H: SessionHooks, R: AsyncRead + Unpin>(
                         format!("has a duplicate `{member}` member"),
                     ),
                 };
-                refuse_from_client(link, refused.sender, code, &problem).await;
+                let sender = refused.sender;
+                answer_in_place(link, Peer::Client, sender, code, &problem, limit).await;
                 continue;
             }
         };
+        // A send fails only once its side is gone, which ends the run.
         if line.kind() == LineKind::Other {
-            report_unrouted(link, Peer::Client.name(), &line);
-            // Codex ignores a line it cannot read, as it would without us in between. A send
-            // fails only once codex's input is gone; codex's output then ends the run.
+            // Codex ignores a line it cannot read, as it would without us in between.
+            report_unrouted(link, Peer::Client, &line);
             let _ = link.to_codex.send(line.into_bytes()).await;
             continue;
         }
@@ -274,21 +250,13 @@ async fn client_side<H: SessionHooks, R: AsyncRead + Unpin>(
                 ErrorCode::INVALID_REQUEST,
                 format!("request ids starting with {PROXY_ID_PREFIX:?} are reserved by rethread"),
             );
-            let _ = link
-                .to_client
-                .send(Line::error_response(line.id().cloned(), error).into_bytes())
-                .await;
+            let answer = Line::error_response(line.id().cloned(), error);
+            let _ = link.to_client.send(answer.into_bytes()).await;
             continue;
         }
-        match hooks
-            .on_client_message(&line, ctx)
-            .await
-            .map_err(ProxyError::Hook)?
-        {
-            ClientAction::Forward => {
-                let _ = link.to_codex.send(line.into_bytes()).await;
-            }
-            ClientAction::Consumed => {}
+        let action = hooks.on_client_message(&line, ctx).await;
+        if action.map_err(ProxyError::Hook)? == ClientAction::Forward {
+            let _ = link.to_codex.send(line.into_bytes()).await;
         }
     }
     link.to_codex.close().await;
@@ -297,13 +265,13 @@ async fn client_side<H: SessionHooks, R: AsyncRead + Unpin>(
 
 /// Why the client side stopped reading.
 enum ClientEnd {
-    /// The client's input ended.
     InputEnded,
     /// Codex's output ended (and no hook call was running).
     CodexGone,
 }
 
-/// Reads codex's lines until its output ends, then closes the client's output.
+/// Reads codex's lines until its output ends; then waiting requests fail, and the client's
+/// output is closed once the client side is idle.
 async fn codex_side<H: SessionHooks, R: AsyncRead + Unpin>(
     hooks: &H,
     ctx: &ServerContext,
@@ -315,148 +283,133 @@ async fn codex_side<H: SessionHooks, R: AsyncRead + Unpin>(
         let line = Line::new(bytes);
         if let Some(id) = proxy_answer_id(&line) {
             let id = id.to_string();
-            if link.deliver(&id, line).is_err() {
-                link.reporter.report(&format!(
-                    "dropped codex's answer to {id:?}: the proxy no longer waits for it"
-                ));
-            }
+            link.deliver_or_report(&id, line);
             continue;
         }
         if line.kind() == LineKind::Other {
-            report_unrouted(link, Peer::Codex.name(), &line);
-            let _ = link.to_client.send(line.into_bytes()).await;
-            continue;
-        }
-        match hooks
+            report_unrouted(link, Peer::Codex, &line);
+        } else if hooks
             .on_server_message(&line, ctx)
             .await
             .map_err(ProxyError::Hook)?
+            == ServerAction::Consumed
         {
-            ServerAction::Forward => {
-                // Fails only once the client's output is gone; the run then ends.
-                let _ = link.to_client.send(line.into_bytes()).await;
-            }
-            ServerAction::Consumed => {}
+            continue;
         }
+        let _ = link.to_client.send(line.into_bytes()).await;
     }
-    // Waiting requests fail now; the client's output is closed once the client side is idle.
     link.close();
     Ok(())
 }
 
-fn report_unrouted(link: &Link, from: &str, line: &Line) {
-    if line.json().iter().all(u8::is_ascii_whitespace) {
-        return;
-    }
+fn report_unrouted(link: &Link, from: Peer, line: &Line) {
     const SHOWN: usize = 80;
     let json = line.json();
+    if json.iter().all(u8::is_ascii_whitespace) {
+        return;
+    }
     let shown = String::from_utf8_lossy(&json[..json.len().min(SHOWN)]);
     let more = if json.len() > SHOWN { "..." } else { "" };
     link.reporter.report(&format!(
-        "passed on a line from {from} that is not a JSON-RPC message ({} bytes): {shown}{more}",
+        "passed on a line from {} that is not a JSON-RPC message ({} bytes): {shown}{more}",
+        from.name(),
         json.len()
     ));
 }
 
-/// A client line the proxy does not pass on (`problem` says why, e.g. "is not UTF-8"): its
-/// sender, when the line names one, gets an error in its place: the client for a request, codex
-/// for the client's answer to a server request (so that the request does not wait forever).
-/// Otherwise the line is dropped. Either way it is reported.
-async fn refuse_from_client(link: &Link, sender: Option<Peek>, code: ErrorCode, problem: &str) {
-    match sender {
-        Some(peek) if peek.kind == LineKind::Request => {
-            link.reporter.report(&format!(
-                "refused a request from the client that {problem} (id {}, {}); answered it \
-                 with an error",
-                display_id(&peek.id),
-                peek.method.as_deref().unwrap_or("?")
-            ));
-            let error = RpcError::new(code, format!("the request line {problem}"));
-            let answer = Line::error_response(peek.id, error);
-            let _ = link.to_client.send(answer.into_bytes()).await;
-        }
-        Some(peek) => {
-            link.reporter.report(&format!(
-                "the client's answer to codex's request {} {problem}; codex gets an error \
-                 instead",
-                display_id(&peek.id)
-            ));
-            let error = RpcError::new(code, format!("the client's answer {problem}"));
-            let answer = Line::error_response(peek.id, error);
-            let _ = link.to_codex.send(answer.into_bytes()).await;
-        }
-        None => link
+/// A line the proxy does not pass on (`problem` says why, e.g. "is not UTF-8"): whoever waits
+/// for it, when it names an id, gets an error in its place, so that nothing waits forever: a
+/// request's sender, or the requester of an answer (the client, codex, or the proxy itself
+/// for its own ids). Otherwise the line is dropped. Either way it is reported.
+async fn answer_in_place(
+    link: &Link,
+    from: Peer,
+    sender: Option<Peek>,
+    code: ErrorCode,
+    problem: &str,
+    limit: usize,
+) {
+    let codex_too_long =
+        || format!("codex's message was longer than rethread's line limit of {limit} bytes");
+    let Some(peek) = sender else {
+        let from = from.name();
+        return link
             .reporter
-            .report(&format!("dropped a line from the client that {problem}")),
+            .report(&format!("dropped a line from {from} that {problem}"));
+    };
+    let id = display_id(&peek.id);
+    let request = peek.kind == LineKind::Request;
+    let (report, message) = match (from, request) {
+        (Peer::Client, true) => (
+            format!(
+                "refused a request from the client that {problem} (id {id}, {}); answered it \
+                 with an error",
+                peek.method.as_deref().unwrap_or("?")
+            ),
+            format!("the request line {problem}"),
+        ),
+        (Peer::Client, false) => (
+            format!("the client's answer to codex's request {id} {problem}; codex gets an error instead"),
+            format!("the client's answer {problem}"),
+        ),
+        (Peer::Codex, true) => (
+            format!(
+                "codex's request {id} ({}) {problem}; answered it with an error",
+                peek.method.as_deref().unwrap_or("?")
+            ),
+            codex_too_long(),
+        ),
+        (Peer::Codex, false) => (
+            format!("codex's answer to {id} {problem}; its requester gets an error instead"),
+            codex_too_long(),
+        ),
+    };
+    link.reporter.report(&report);
+    let answer = Line::error_response(peek.id, RpcError::new(code, message));
+    // A request is answered to its sender; an answer's requester is on the other side.
+    let to_client = (from == Peer::Client) == request;
+    if !to_client {
+        let _ = link.to_codex.send(answer.into_bytes()).await;
+    } else if let Some(id) = proxy_answer_id(&answer) {
+        let id = id.to_string();
+        link.deliver(&id, answer);
+    } else {
+        let _ = link.to_client.send(answer.into_bytes()).await;
     }
 }
 
 /// What the codex side's framer leaves out of an oversized line: the turns of a
-/// `thread/resume` answer. The proxy's own resume answers are all it uses that copy for, and it
-/// answers the client's start with no turns anyway (`session/start.rs`).
+/// `thread/resume` answer, which the proxy drops anyway (`session/start.rs`).
 const RESUME_TURNS: &[&str] = &["result", "thread", "turns"];
 
-/// A codex line over the limit: whoever waits for it gets an error in its place, except that
-/// the proxy's own request takes the copy without its turns (`elided`) when that is its answer.
-async fn oversized_from_codex(link: &Link, prefix: &[u8], elided: Option<Bytes>, limit: usize) {
-    let peek = peek_prefix(prefix);
-    if let (Some(peek), Some(elided)) = (&peek, elided) {
-        let line = Line::new(elided);
-        let own = proxy_answer_id(&line)
-            .filter(|id| matches!(&peek.id, Some(RequestId::String(named)) if named == id));
-        if let (Some(id), LineKind::Response) = (own, line.kind()) {
-            let id = id.to_string();
-            link.reporter.report(&format!(
-                "codex's answer to {id} is longer than the limit of {limit} bytes; the proxy \
-                 took it without the thread's turns"
-            ));
-            if link.deliver(&id, line).is_err() {
-                link.reporter.report(&format!(
-                    "dropped codex's answer to {id:?}: the proxy no longer waits for it"
-                ));
-            }
-            return;
-        }
+/// An oversized codex line whose copy without its turns (`elided`) is the answer to the
+/// proxy's own request that its prefix names: delivered that way. False for any other line.
+fn own_resume_answer(
+    link: &Link,
+    sender: Option<&Peek>,
+    elided: Option<Bytes>,
+    limit: usize,
+) -> bool {
+    let (Some(peek), Some(elided)) = (sender, elided) else {
+        return false;
+    };
+    let line = Line::new(elided);
+    let Some(id) = proxy_answer_id(&line) else {
+        return false;
+    };
+    if line.kind() != LineKind::Response || peek.id != Some(RequestId::String(id.to_string())) {
+        return false;
     }
-    let error = RpcError::new(
-        ErrorCode::INTERNAL_ERROR,
-        format!("codex's message was longer than rethread's line limit of {limit} bytes"),
-    );
-    match peek {
-        Some(peek) if peek.kind.is_answer() => {
-            let answer = Line::error_response(peek.id.clone(), error);
-            match proxy_answer_id(&answer) {
-                Some(id) => {
-                    let id = id.to_string();
-                    let _ = link.deliver(&id, answer);
-                }
-                None => {
-                    let _ = link.to_client.send(answer.into_bytes()).await;
-                }
-            }
-            link.reporter.report(&format!(
-                "codex's answer to {} is longer than the limit of {limit} bytes; its requester \
-                 gets an error instead",
-                display_id(&peek.id)
-            ));
-        }
-        Some(peek) => {
-            link.reporter.report(&format!(
-                "codex's request {} ({}) is longer than the limit of {limit} bytes; answered it \
-                 with an error",
-                display_id(&peek.id),
-                peek.method.as_deref().unwrap_or("?")
-            ));
-            let answer = Line::error_response(peek.id, error);
-            let _ = link.to_codex.send(answer.into_bytes()).await;
-        }
-        None => link.reporter.report(&format!(
-            "dropped a line from codex longer than the limit of {limit} bytes"
-        )),
-    }
+    let id = id.to_string();
+    link.reporter.report(&format!(
+        "codex's answer to {id} is longer than the limit of {limit} bytes; the proxy took it \
+         without the thread's turns"
+    ));
+    link.deliver_or_report(&id, line);
+    true
 }
 
-fn display_id(id: &Option<rethread_protocol::RequestId>) -> String {
+fn display_id(id: &Option<RequestId>) -> String {
     id.as_ref()
         .map_or_else(|| "null".to_string(), ToString::to_string)
 }

@@ -1,17 +1,15 @@
 //! The seam where session logic joins the forwarder: [`SessionHooks`], the contexts it is
-//! handed, and the proxy's own requests to codex ([`CodexRequester`]).
-//!
-//! The crate documentation states the order guarantees; each item here restates the ones it
-//! is responsible for.
+//! handed, and the proxy's own requests to codex ([`CodexRequester`]). The order guarantees
+//! are stated once, in the crate docs.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rethread_protocol::jsonrpc::Request as RawRequest;
-use rethread_protocol::messages::Request;
 use rethread_protocol::{Message, RequestId, RpcError};
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
@@ -20,20 +18,14 @@ use crate::line::{Line, LineKind};
 use crate::queue::Queue;
 use crate::{ProxyError, Reporter};
 
-/// The prefix of every request id the proxy originates. Clients use integers (JSON numbers) or
-/// UUID strings (hex digits and hyphens); a string with this prefix is neither, having letters
-/// past `f` and a colon. A client request whose id starts with it anyway is refused with an
-/// error (see the crate docs), so the two id spaces never meet.
+/// The prefix of every request id the proxy originates. Clients use integers or UUID strings;
+/// a string with this prefix is neither (letters past `f`, a colon), and a client request
+/// using it anyway is refused (see the crate docs).
 pub const PROXY_ID_PREFIX: &str = "rethread-proxy:";
 
-/// True for an id in the proxy's own id space.
-pub fn is_proxy_id(id: &RequestId) -> bool {
-    matches!(id, RequestId::String(s) if s.starts_with(PROXY_ID_PREFIX))
-}
-
 /// The error a hook returns to stop the proxy: codex is shut down and `rethread app-server`
-/// exits non-zero with this as its one-line cause. A hook that can carry on (answer the
-/// client with an error, say) does that instead of returning an error.
+/// exits non-zero with this as its cause. A hook that can carry on (answer the client with an
+/// error, say) does that instead.
 pub type HookError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What becomes of a client line once [`SessionHooks::on_client_message`] has seen it.
@@ -41,8 +33,7 @@ pub type HookError = Box<dyn std::error::Error + Send + Sync>;
 pub enum ClientAction {
     /// Pass the line to codex unchanged (the very bytes the client sent).
     Forward,
-    /// The hook dealt with it: answered the client itself, sent codex a rewritten line, or
-    /// dropped it on purpose.
+    /// The hook dealt with it (answered it, sent codex a rewritten line, or dropped it).
     Consumed,
 }
 
@@ -51,36 +42,25 @@ pub enum ClientAction {
 pub enum ServerAction {
     /// Pass the line to the client unchanged.
     Forward,
-    /// The hook dealt with it (for instance sent it itself, followed by a notification of its
-    /// own, through [`ServerContext::send_to_client`]).
+    /// The hook dealt with it (sent it itself, say, followed by a line of its own).
     Consumed,
 }
 
-/// Session logic plugged into the forwarder. [`NoSession`](crate::NoSession) is the
-/// pass-through; a session binding implements the same trait.
+/// Session logic plugged into the forwarder; every method has a pass-through default.
 ///
 /// # Contract
-/// - [`on_client_message`](Self::on_client_message) is called for every client line that is
-///   a message (request, notification, answer to a server request), one at a time, in the
-///   order the client sent them; no later client line is read or forwarded until it returns.
-///   It may await [`ClientContext::request`] (codex's lines keep flowing meanwhile).
-/// - [`on_server_message`](Self::on_server_message) is called for every codex line that is a
-///   message and is not an answer to one of the proxy's own requests, one at a time, in
-///   codex's order, before the line is queued for the client; no later codex line is read
-///   until it returns. It has no way to make requests to codex (the reader that would deliver
-///   the answer is the one waiting); it may await other work (a store write), which holds
-///   codex's output back meanwhile.
-/// - The two run concurrently with each other (from one task, interleaved at await points).
-/// - Lines that are not messages ([`LineKind::Other`]), client lines the forwarder refuses
-///   (not UTF-8, a duplicate member) and lines over the length limit never reach the hooks.
-/// - A returned error stops the proxy.
+/// The crate docs ("The seam for session logic") say when each method is called, what it may
+/// do and which order it is guaranteed. In short: each side's messages come one at a time in
+/// that side's order, and the next line of a side is read only once its hook returned; the two
+/// hooks run interleaved at await points from one task; lines that are not messages, refused
+/// lines and oversized lines never reach them; a returned error stops the proxy.
 pub trait SessionHooks: Send + Sync {
-    /// Called once before any line is read from either side.
+    /// Called once before any line is read.
     fn on_start(&self, _ctx: &ClientContext) -> impl Future<Output = Result<(), HookError>> + Send {
         async { Ok(()) }
     }
 
-    /// A message from the client. By default it is forwarded.
+    /// A message from the client (it may await [`ClientContext::request`]).
     fn on_client_message(
         &self,
         _line: &Line,
@@ -89,7 +69,8 @@ pub trait SessionHooks: Send + Sync {
         async { Ok(ClientAction::Forward) }
     }
 
-    /// A message from codex for the client. By default it is forwarded.
+    /// A message from codex that is not an answer to the proxy, before it is queued for the
+    /// client (awaiting here holds codex's output back).
     fn on_server_message(
         &self,
         _line: &Line,
@@ -98,9 +79,8 @@ pub trait SessionHooks: Send + Sync {
         async { Ok(ServerAction::Forward) }
     }
 
-    /// Called once when forwarding has ended, whatever the reason (client gone, codex gone,
-    /// a signal, a hook error), before codex is stopped. Not called if the proxy process is
-    /// killed.
+    /// Called once when forwarding has ended, whatever the reason, before codex is stopped
+    /// (not if the proxy process is killed).
     fn on_shutdown(&self) -> impl Future<Output = ()> + Send {
         async {}
     }
@@ -182,32 +162,7 @@ impl Link {
 
     /// Resolves once codex's output has ended ([`Link::close`]).
     pub(crate) async fn codex_gone(&self) {
-        let mut gone = self.codex_gone.subscribe();
-        let _ = gone.wait_for(|gone| *gone).await;
-    }
-
-    /// Queues a hook's line for codex; fails once codex's input is gone.
-    async fn send_to_codex(&self, line: Line) -> Result<(), ProxyError> {
-        self.to_codex
-            .send(line.into_bytes())
-            .await
-            .map_err(|_| ProxyError::CodexClosed)
-    }
-
-    /// Queues a hook's line for the client; fails once the client's output is gone.
-    pub(crate) async fn send_to_client(&self, line: Line) -> Result<(), ProxyError> {
-        self.to_client
-            .send(line.into_bytes())
-            .await
-            .map_err(|_| ProxyError::ClientClosed)
-    }
-
-    /// Resolves once every line queued for the client so far is written and flushed.
-    pub(crate) async fn client_flushed(&self) -> Result<oneshot::Receiver<()>, ProxyError> {
-        self.to_client
-            .flushed()
-            .await
-            .map_err(|_| ProxyError::ClientClosed)
+        let _ = self.codex_gone.subscribe().wait_for(|gone| *gone).await;
     }
 
     fn pending(&self) -> MutexGuard<'_, Pending> {
@@ -217,16 +172,22 @@ impl Link {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Hands an answer in the proxy's id space to its waiter. Returns the line back when no
-    /// request waits for it (answered after its timeout, or never asked).
-    pub(crate) fn deliver(&self, id: &str, line: Line) -> Result<(), Line> {
+    /// Hands an answer in the proxy's id space to its waiter. False when no request waits for
+    /// it (answered after its timeout, or never asked).
+    pub(crate) fn deliver(&self, id: &str, line: Line) -> bool {
         let number = id
             .strip_prefix(PROXY_ID_PREFIX)
             .and_then(|n| n.parse::<u64>().ok());
         let waiter = number.and_then(|n| self.pending().waiters.remove(&n));
-        match waiter {
-            Some(waiter) => waiter.send(line),
-            None => Err(line),
+        waiter.is_some_and(|waiter| waiter.send(line).is_ok())
+    }
+
+    /// [`Link::deliver`], reporting an answer nobody waits for.
+    pub(crate) fn deliver_or_report(&self, id: &str, line: Line) {
+        if !self.deliver(id, line) {
+            self.reporter.report(&format!(
+                "dropped codex's answer to {id:?}: the proxy no longer waits for it"
+            ));
         }
     }
 
@@ -241,18 +202,15 @@ impl Link {
     }
 }
 
-/// Sends the proxy's own requests to codex and waits for their answers. Cheap to clone; may
-/// be moved into a task of the hook's own.
-///
-/// Ids are `"rethread-proxy:<n>"` ([`PROXY_ID_PREFIX`]); the answers are taken off codex's
-/// output before the hooks see it and never reach the client. Everything codex wrote before
-/// an answer has been queued for the client (and passed through
-/// [`SessionHooks::on_server_message`]) by the time the request returns.
+/// Sends the proxy's own requests to codex and waits for their answers; cheap to clone, and
+/// may be moved into a task of the hook's own. Ids are `"rethread-proxy:<n>"`
+/// ([`PROXY_ID_PREFIX`]); the answers never reach the hooks or the client.
 #[derive(Debug, Clone)]
 pub struct CodexRequester {
     link: Arc<Link>,
 }
 
+/// Removes an abandoned request's waiter (timeout, cancelled future).
 struct PendingGuard<'a> {
     link: &'a Link,
     number: u64,
@@ -260,7 +218,6 @@ struct PendingGuard<'a> {
 
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
-        // A request abandoned (timeout, cancelled future) leaves no waiter behind.
         self.link.pending().waiters.remove(&self.number);
     }
 }
@@ -272,14 +229,16 @@ impl CodexRequester {
         method: &str,
         params: Option<Value>,
     ) -> Result<Value, RequestError> {
+        let method_string = || method.to_string();
+        let closed = || RequestError::Closed {
+            method: method_string(),
+        };
         let number = self.link.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         {
             let mut pending = self.link.pending();
             if pending.closed {
-                return Err(RequestError::Closed {
-                    method: method.to_string(),
-                });
+                return Err(closed());
             }
             pending.waiters.insert(number, tx);
         }
@@ -289,83 +248,82 @@ impl CodexRequester {
         };
         let line = Line::from_message(&Message::Request(RawRequest {
             id: RequestId::String(format!("{PROXY_ID_PREFIX}{number}")),
-            method: method.to_string(),
+            method: method_string(),
             params,
         }));
-        let closed = || RequestError::Closed {
-            method: method.to_string(),
-        };
         let answer = tokio::time::timeout(self.link.request_timeout, async {
-            self.link
-                .to_codex
-                .send(line.into_bytes())
-                .await
-                .map_err(|_| closed())?;
+            let sent = self.link.to_codex.send(line.into_bytes()).await;
+            sent.map_err(|_| closed())?;
             rx.await.map_err(|_| closed())
         })
         .await
         .map_err(|_| RequestError::Timeout {
-            method: method.to_string(),
+            method: method_string(),
             after: self.link.request_timeout,
         })??;
         let decode = |reason: String| RequestError::Decode {
-            method: method.to_string(),
+            method: method_string(),
             reason,
         };
         match answer.message().map_err(|e| decode(e.to_string()))? {
             Message::Response(response) => Ok(response.result),
             Message::Error(error) => Err(RequestError::Rpc {
-                method: method.to_string(),
+                method: method_string(),
                 error: error.error,
             }),
             other => Err(decode(format!("not an answer: {}", other.to_line()))),
         }
     }
+}
 
-    /// [`request`](Self::request) with the protocol crate's typed params and result.
-    pub async fn call<R: Request>(&self, params: &R::Params) -> Result<R::Result, RequestError> {
-        let decode = |reason: String| RequestError::Decode {
-            method: R::METHOD.to_string(),
-            reason,
-        };
-        let params = serde_json::to_value(params).map_err(|e| decode(e.to_string()))?;
-        let result = self.request(R::METHOD, Some(params)).await?;
-        serde_json::from_value(result).map_err(|e| decode(e.to_string()))
+/// What [`SessionHooks::on_server_message`] may do besides returning an action. No requests:
+/// the reader that would deliver their answers is the one running the hook.
+#[derive(Debug, Clone)]
+pub struct ServerContext {
+    link: Arc<Link>,
+}
+
+impl ServerContext {
+    /// Queues a line for the client, in order with the codex lines forwarded around it (before
+    /// the line being handled, when that one is then forwarded).
+    pub async fn send_to_client(&self, line: Line) -> Result<(), ProxyError> {
+        let sent = self.link.to_client.send(line.into_bytes()).await;
+        sent.map_err(|_| ProxyError::ClientClosed)
+    }
+
+    /// Queues a line for codex, after every client line forwarded before it.
+    pub async fn send_to_codex(&self, line: Line) -> Result<(), ProxyError> {
+        let sent = self.link.to_codex.send(line.into_bytes()).await;
+        sent.map_err(|_| ProxyError::CodexClosed)
+    }
+
+    /// A receiver that resolves once every line queued for the client before this call is
+    /// written and flushed (how a hook learns a notice was delivered).
+    pub async fn client_flushed(&self) -> Result<oneshot::Receiver<()>, ProxyError> {
+        let flushed = self.link.to_client.flushed().await;
+        flushed.map_err(|_| ProxyError::ClientClosed)
+    }
+
+    /// Says something on the proxy's stderr (through the configured reporter).
+    pub fn report(&self, message: &str) {
+        self.link.reporter.report(message);
     }
 }
 
 /// What [`SessionHooks::on_client_message`] (and `on_start`) may do besides returning an
-/// action.
+/// action: everything a [`ServerContext`] may, and requests of the proxy's own.
 #[derive(Debug, Clone)]
 pub struct ClientContext {
-    link: Arc<Link>,
+    server: ServerContext,
 }
 
 impl ClientContext {
-    pub(crate) fn new(link: Arc<Link>) -> Self {
-        ClientContext { link }
-    }
-
-    /// The link the context speaks through (what the session's sayings need of either).
-    pub(crate) fn link(&self) -> &Link {
-        &self.link
-    }
-
-    /// Queues a line for codex (after every client line forwarded before it).
-    pub async fn send_to_codex(&self, line: Line) -> Result<(), ProxyError> {
-        self.link.send_to_codex(line).await
-    }
-
-    /// Queues a line for the client. It reaches the client after every codex line queued
-    /// before this call, and before any queued after it.
-    pub async fn send_to_client(&self, line: Line) -> Result<(), ProxyError> {
-        self.link.send_to_client(line).await
-    }
-
-    /// A receiver that resolves once every line queued for the client before this call is
-    /// written to it and flushed (how a hook learns a notice was delivered).
-    pub async fn client_flushed(&self) -> Result<oneshot::Receiver<()>, ProxyError> {
-        self.link.client_flushed().await
+    pub(crate) fn new(link: Arc<Link>) -> (ClientContext, ServerContext) {
+        let server = ServerContext { link };
+        let client = ClientContext {
+            server: server.clone(),
+        };
+        (client, server)
     }
 
     /// A request of the proxy's own to codex (see [`CodexRequester`]).
@@ -380,68 +338,33 @@ impl ClientContext {
     /// A handle for the proxy's own requests that outlives this call.
     pub fn requester(&self) -> CodexRequester {
         CodexRequester {
-            link: self.link.clone(),
+            link: self.server.link.clone(),
         }
     }
+}
 
-    /// Says something on the proxy's stderr (through the configured reporter).
-    pub fn report(&self, message: &str) {
-        self.link.reporter.report(message);
+impl Deref for ClientContext {
+    type Target = ServerContext;
+
+    fn deref(&self) -> &ServerContext {
+        &self.server
     }
 }
 
-/// What [`SessionHooks::on_server_message`] may do besides returning an action. No requests:
-/// see the trait's contract.
-#[derive(Debug, Clone)]
-pub struct ServerContext {
-    link: Arc<Link>,
-}
-
-impl ServerContext {
-    pub(crate) fn new(link: Arc<Link>) -> Self {
-        ServerContext { link }
-    }
-
-    /// The link the context speaks through (what the session's sayings need of either).
-    pub(crate) fn link(&self) -> &Link {
-        &self.link
-    }
-
-    /// Queues a line for the client, in order with the codex lines forwarded around it: before
-    /// the line being handled if that one is then forwarded, after everything before it.
-    pub async fn send_to_client(&self, line: Line) -> Result<(), ProxyError> {
-        self.link.send_to_client(line).await
-    }
-
-    /// A receiver that resolves once every line queued for the client before this call is
-    /// written to it and flushed (how a hook learns a notice was delivered).
-    pub async fn client_flushed(&self) -> Result<oneshot::Receiver<()>, ProxyError> {
-        self.link.client_flushed().await
-    }
-
-    /// Queues a line for codex (an answer to a server request the hook handles itself).
-    pub async fn send_to_codex(&self, line: Line) -> Result<(), ProxyError> {
-        self.link.send_to_codex(line).await
-    }
-
-    /// Says something on the proxy's stderr (through the configured reporter).
-    pub fn report(&self, message: &str) {
-        self.link.reporter.report(message);
-    }
-}
-
-/// True when `line` is an answer in the proxy's own id space.
+/// The id of `line` when it is an answer in the proxy's own id space.
 pub(crate) fn proxy_answer_id(line: &Line) -> Option<&str> {
-    if !line.kind().is_answer() {
-        return None;
-    }
     match line.id() {
-        Some(RequestId::String(id)) if id.starts_with(PROXY_ID_PREFIX) => Some(id),
+        Some(RequestId::String(id)) if line.kind().is_answer() && is_proxy_id(id) => Some(id),
         _ => None,
     }
 }
 
 /// True when `line` is a client request whose id lies in the proxy's id space.
 pub(crate) fn uses_reserved_id(line: &Line) -> bool {
-    line.kind() == LineKind::Request && line.id().is_some_and(is_proxy_id)
+    let reserved = matches!(line.id(), Some(RequestId::String(id)) if is_proxy_id(id));
+    line.kind() == LineKind::Request && reserved
+}
+
+fn is_proxy_id(id: &str) -> bool {
+    id.starts_with(PROXY_ID_PREFIX)
 }

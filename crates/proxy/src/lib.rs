@@ -151,13 +151,12 @@ use std::time::Duration;
 
 pub use forward::forward;
 pub use hooks::{
-    is_proxy_id, ClientAction, ClientContext, CodexRequester, HookError, RequestError,
-    ServerAction, ServerContext, SessionHooks, PROXY_ID_PREFIX,
+    ClientAction, ClientContext, CodexRequester, HookError, RequestError, ServerAction,
+    ServerContext, SessionHooks, PROXY_ID_PREFIX,
 };
 pub use line::{peek, peek_prefix, Line, LineKind, Peek};
 pub use passthrough::{NoSession, NO_SESSION_WARNING};
-pub use process::{exit_code_of, run_app_server, spawn_app_server};
-pub use rethread_protocol::codec::PREFIX_KEPT;
+pub use process::{run_app_server, spawn_app_server};
 pub use rethread_runtime::CodexCommand;
 pub use session::{BindingHooks, SessionOptions, TurnLimits};
 

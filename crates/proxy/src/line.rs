@@ -1,25 +1,19 @@
-//! One line of the wire, kept as the bytes that were read, plus just enough of its envelope to
-//! route it.
+//! One line of the wire, kept as the bytes that were read, plus the routing facts of its
+//! envelope ([`Peek`]: kind, `id`, `method`), by the protocol crate's rules
+//! ([`rethread_protocol::Message`]; `id`, `method`, `params`, `result` and `error` at most once).
 //!
-//! Routing needs three facts: is the line a request, a notification or an answer, what is its
-//! `id`, and what is its `method`. Nothing is allocated for the line itself, and the bytes that
-//! go out are the bytes that came in. Two readers find the facts, by the protocol crate's
-//! envelope rules ([`rethread_protocol::Message`]: a `method` with an `id` is a request, a
-//! `method` without one a notification, an `error` an error answer, a `result` with an `id` an
-//! answer; `id`, `method`, `params`, `result` and `error` at most once each):
-//!
-//! - The client's lines: serde_json itself, in one pass that keeps nothing
-//!   (`rethread_protocol::codec::decode_envelope`), since that is how codex reads them: what
-//!   the proxy routes is exactly what codex and the client's own JSON parser see. A line that
-//!   is not a message by those rules is [`LineKind::Other`] (passed on unrouted; codex ignores
-//!   it); one that is not UTF-8 or has a duplicate member is refused (see the crate docs).
-//! - Codex's lines ([`Line::new`], [`peek`]): a lexical scan of the top-level members instead
-//!   of a parse, at `memchr` speed over the contents of strings (most of a large line); nested
-//!   values are skipped by counting brackets, not validated. On any line that is JSON it reads
-//!   what serde_json reads; codex writes JSON, and its large lines cost a scan, not a parse.
+//! - The client's lines are read by serde_json in one pass that keeps nothing
+//!   (`rethread_protocol::codec::decode_envelope`), as codex reads them: what the proxy routes
+//!   is what codex sees.
+//! - Codex's lines ([`Line::new`], [`peek`]) get a lexical scan of the top-level members, at
+//!   `memchr` speed over string contents (most of a large line); nested values are skipped by
+//!   counting brackets, not validated. On a line that is JSON it reads what serde_json reads.
+
+use std::borrow::Cow;
 
 use bytes::Bytes;
 use rethread_protocol::codec::{decode_envelope, decode_line, trim_line};
+use rethread_protocol::jsonrpc::Response;
 use rethread_protocol::{
     Envelope, EnvelopeError, FrameError, Message, MessageKind, RequestId, RpcError,
 };
@@ -37,7 +31,7 @@ pub enum LineKind {
     /// Has an `error`, no `method` (the `id` may be absent or `null`).
     Error,
     /// Not a JSON-RPC message of the dialect (not JSON, not an object, no kind, a malformed or
-    /// duplicate `id` or `method`). Passed on unrouted.
+    /// duplicate member). Passed on unrouted.
     Other,
 }
 
@@ -83,33 +77,24 @@ impl From<Envelope> for Peek {
     }
 }
 
-/// Why the forwarder refuses a client line instead of passing it on.
+/// Why the forwarder refuses a client line instead of passing it on (see the crate docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Refusal {
     /// Not UTF-8: codex's line reader fails on it and codex exits.
-    NotUtf8 {
-        /// Offset of the first invalid byte.
-        valid_up_to: usize,
-    },
-    /// A member routing reads comes twice: codex refuses the line, and no single reading of
-    /// it is the one codex, the proxy and the client would agree on.
-    Duplicate {
-        /// Which member.
-        member: &'static str,
-    },
+    NotUtf8 { valid_up_to: usize },
+    /// A member routing reads comes twice: codex refuses the line, and it has no single
+    /// reading.
+    Duplicate { member: &'static str },
 }
 
-/// A refused client line and, when it names one, who to answer in its place.
+/// A refused client line and, when the lexical scan finds one, who to answer in its place.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Refused {
     pub(crate) why: Refusal,
-    /// The line's kind (a request, or an answer to codex) and `id`, as far as a lexical scan
-    /// tells them, and its `method` when it has one.
     pub(crate) sender: Option<Peek>,
 }
 
 /// One line: the bytes as read (terminator included, when there was one) and its [`Peek`].
-///
 /// Cloning is cheap (a reference count).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Line {
@@ -132,17 +117,15 @@ impl std::fmt::Debug for Line {
 }
 
 impl Line {
-    /// A line read from the wire (`bytes` as read, its `\n` or `\r\n` included if any).
+    /// A line read from codex (`bytes` as read, its `\n` or `\r\n` included if any), routed by
+    /// the lexical scan.
     pub fn new(bytes: Bytes) -> Line {
         let peek = peek(trim_line(&bytes));
         Line { bytes, peek }
     }
 
-    /// A line read from the client, by the rules codex reads it with (serde_json, through
-    /// `rethread_protocol::codec::decode_envelope`): its routing facts are exactly serde_json's
-    /// reading, and a line that is not a message by those rules is [`LineKind::Other`]. A line
-    /// codex would die of (not UTF-8) or that has no single reading (a duplicate member) is
-    /// refused.
+    /// A line read from the client, routed by serde_json's reading of it; one codex would die
+    /// of (not UTF-8) or with no single reading (a duplicate member) is refused.
     pub(crate) fn from_client(bytes: Bytes) -> Result<Line, Refused> {
         let json = trim_line(&bytes);
         let why = match decode_envelope(json) {
@@ -159,15 +142,7 @@ impl Line {
                 return Ok(Line { bytes, peek });
             }
         };
-        let scan = scan_members(json);
-        let sender = scan.sender().map(|(kind, id)| Peek {
-            kind,
-            id: Some(id),
-            method: match scan.method {
-                Seen::Once(method) => Some(method),
-                _ => None,
-            },
-        });
+        let sender = scan_members(json).sender();
         Err(Refused { why, sender })
     }
 
@@ -178,9 +153,8 @@ impl Line {
         Line::new(Bytes::from(text))
     }
 
-    /// A `warning` notification, `{"message": .., "threadId": ..}`: the channel clients
-    /// already render (codex sends its own warnings on it). `threadId` is written as `null`
-    /// when there is none.
+    /// A `warning` notification, `{"message": .., "threadId": ..}` (`null` without a thread):
+    /// the channel clients already render for codex's own warnings.
     pub fn warning(message: &str, thread_id: Option<&str>) -> Line {
         let params = serde_json::json!({ "message": message, "threadId": thread_id });
         Line::from_message(&Message::notification("warning", Some(params)))
@@ -193,15 +167,7 @@ impl Line {
 
     /// A successful answer to `id`.
     pub fn response(id: RequestId, result: Value) -> Line {
-        Line::from_message(&Message::Response(rethread_protocol::jsonrpc::Response {
-            id,
-            result,
-        }))
-    }
-
-    /// The bytes as they go on the wire.
-    pub fn bytes(&self) -> &Bytes {
-        &self.bytes
+        Line::from_message(&Message::Response(Response { id, result }))
     }
 
     /// The bytes, consuming the line.
@@ -212,11 +178,6 @@ impl Line {
     /// The line without its terminator.
     pub fn json(&self) -> &[u8] {
         trim_line(&self.bytes)
-    }
-
-    /// The routing facts.
-    pub fn peek(&self) -> &Peek {
-        &self.peek
     }
 
     /// The kind.
@@ -234,7 +195,7 @@ impl Line {
         self.peek.method.as_deref()
     }
 
-    /// The whole message, decoded (a full parse: call it only for lines you need to read).
+    /// The whole message, decoded (a full parse).
     pub fn message(&self) -> Result<Message, FrameError> {
         decode_line(self.json())
     }
@@ -245,11 +206,9 @@ impl Line {
     }
 }
 
-/// The routing facts of one line (without its terminator), found by the lexical scan: what
-/// the forwarder reads codex's lines with. On a line that is JSON it agrees with serde_json
-/// (`rethread_protocol::codec::decode_envelope`), duplicates included; nested values are
-/// skipped, not validated, so a line that is not JSON inside a nested value may still be
-/// routed (codex writes JSON; the client's lines are read by serde_json, see the crate docs).
+/// The routing facts of one line (without its terminator) by the lexical scan, which agrees
+/// with serde_json's reading on a line that is JSON, duplicates included. Nested values are
+/// skipped, not validated: a line that is not JSON inside one may still be routed.
 pub fn peek(line: &[u8]) -> Peek {
     let scan = scan_members(line);
     if scan.malformed || !scan.complete {
@@ -258,24 +217,14 @@ pub fn peek(line: &[u8]) -> Peek {
     scan.into_peek().unwrap_or(Peek::OTHER)
 }
 
-/// What can be told from the first bytes of a line that is too long to keep: the kind and
-/// `id` when they come before the cut (codex and the clients seen write `id` and `method`, or
-/// `id` and `result`, first). `None` when the prefix does not tell.
+/// What the first bytes of a line too long to keep tell: its kind and `id` when they come
+/// before the cut (codex and the clients seen write `id` first). `None` when they do not.
 pub fn peek_prefix(prefix: &[u8]) -> Option<Peek> {
     let scan = scan_members(prefix);
-    if scan.malformed && !scan.truncated {
+    if (scan.malformed && !scan.truncated) || matches!(scan.method, Seen::Invalid) {
         return None;
     }
-    let method = match &scan.method {
-        Seen::Once(method) => Some(method.clone()),
-        Seen::Never => None,
-        Seen::Invalid => return None,
-    };
-    scan.sender().map(|(kind, id)| Peek {
-        kind,
-        id: Some(id),
-        method,
-    })
+    scan.sender()
 }
 
 /// A member seen zero, one or several times (or with a value of the wrong type).
@@ -296,8 +245,13 @@ impl<T> Seen<T> {
         }
     }
 
-    fn is_seen(&self) -> bool {
-        !matches!(self, Seen::Never)
+    /// The member's value, if any; `None` when it is invalid.
+    fn value(self) -> Option<Option<T>> {
+        match self {
+            Seen::Never => Some(None),
+            Seen::Once(value) => Some(Some(value)),
+            Seen::Invalid => None,
+        }
     }
 }
 
@@ -324,16 +278,8 @@ impl Scan {
         if self.params > 1 || self.result > 1 || self.error > 1 {
             return None;
         }
-        let id = match self.id {
-            Seen::Never => None,
-            Seen::Once(id) => id,
-            Seen::Invalid => return None,
-        };
-        let method = match self.method {
-            Seen::Never => None,
-            Seen::Once(method) => Some(method),
-            Seen::Invalid => return None,
-        };
+        let id = self.id.value()?.flatten();
+        let method = self.method.value()?;
         let kind = match (&method, &id) {
             (Some(_), Some(_)) => LineKind::Request,
             (Some(_), None) => LineKind::Notification,
@@ -347,22 +293,21 @@ impl Scan {
         Some(Peek { kind, id, method })
     }
 
-    /// Who to answer in a line's place: its one `id`, and whether it is a request (it has a
-    /// `method`, however malformed) or an answer.
-    fn sender(&self) -> Option<(LineKind, RequestId)> {
-        let Seen::Once(Some(id)) = &self.id else {
+    /// Who to answer in a line's place: its one `id`, as a request (it has a `method`,
+    /// however malformed) or an answer; its `method` when it has a valid one.
+    fn sender(self) -> Option<Peek> {
+        let Seen::Once(Some(id)) = self.id else {
             return None;
         };
-        let kind = if self.method.is_seen() {
-            LineKind::Request
-        } else if self.error > 0 {
-            LineKind::Error
-        } else if self.result > 0 {
-            LineKind::Response
-        } else {
-            return None;
+        let kind = match self.method {
+            Seen::Never if self.error > 0 => LineKind::Error,
+            Seen::Never if self.result > 0 => LineKind::Response,
+            Seen::Never => return None,
+            _ => LineKind::Request,
         };
-        Some((kind, id.clone()))
+        let method = self.method.value().flatten();
+        let id = Some(id);
+        Some(Peek { kind, id, method })
     }
 }
 
@@ -382,11 +327,10 @@ fn scan_members(bytes: &[u8]) -> Scan {
             cursor.whitespace();
             let key_start = cursor.pos;
             cursor.skip_string()?;
-            let key = &bytes[key_start..cursor.pos];
+            let name = member_name(&bytes[key_start..cursor.pos]);
             cursor.whitespace();
             cursor.expect(b':')?;
             cursor.whitespace();
-            let name = member_name(key);
             match name.as_deref() {
                 Some("params") => scan.params = scan.params.saturating_add(1),
                 Some("result") => scan.result = scan.result.saturating_add(1),
@@ -422,28 +366,20 @@ fn scan_members(bytes: &[u8]) -> Scan {
         scan.complete = true;
         Ok(())
     })();
-    match outcome {
-        Ok(()) => {}
-        Err(Stop::Malformed) => scan.malformed = true,
-        Err(Stop::End) => {
-            scan.malformed = true;
-            scan.truncated = true;
-        }
+    if let Err(stop) = outcome {
+        scan.malformed = true;
+        scan.truncated = matches!(stop, Stop::End);
     }
     scan
 }
 
-/// A member name; `None` for a name that is not valid JSON text.
-fn member_name(key: &[u8]) -> Option<std::borrow::Cow<'_, str>> {
+/// A member name (`key` with its quotes); `None` for one that is not valid JSON text.
+fn member_name(key: &[u8]) -> Option<Cow<'_, str>> {
     let inner = &key[1..key.len() - 1];
     if memchr::memchr(b'\\', inner).is_none() {
-        return std::str::from_utf8(inner)
-            .ok()
-            .map(std::borrow::Cow::Borrowed);
+        return std::str::from_utf8(inner).ok().map(Cow::Borrowed);
     }
-    serde_json::from_slice::<String>(key)
-        .ok()
-        .map(std::borrow::Cow::Owned)
+    serde_json::from_slice::<String>(key).ok().map(Cow::Owned)
 }
 
 /// An `id` value: an integer, a string, or `null` (no id). `None` for anything else.
@@ -500,21 +436,20 @@ impl Cursor<'_> {
         loop {
             let rest = &self.bytes[self.pos..];
             let found = memchr::memchr2(b'"', b'\\', rest).ok_or(Stop::End)?;
-            if rest[found] == b'\\' {
-                // The escaped character cannot end the string, whatever it is.
-                self.pos += found + 2;
-                if self.pos > self.bytes.len() {
-                    return Err(Stop::End);
-                }
-            } else {
+            if rest[found] == b'"' {
                 self.pos += found + 1;
                 return Ok(());
+            }
+            // The escaped character cannot end the string, whatever it is.
+            self.pos += found + 2;
+            if self.pos > self.bytes.len() {
+                return Err(Stop::End);
             }
         }
     }
 
     /// Skips one value: a string, an object or array (by counting brackets outside strings),
-    /// or a scalar (up to the next delimiter).
+    /// or a scalar (up to the next delimiter, and valid JSON).
     fn skip_value(&mut self) -> Result<(), Stop> {
         match self.peek_byte()? {
             b'"' => self.skip_string(),
@@ -542,20 +477,14 @@ impl Cursor<'_> {
             b'}' | b']' | b',' | b':' => Err(Stop::Malformed),
             _ => {
                 let start = self.pos;
-                while let Some(byte) = self.bytes.get(self.pos) {
-                    if matches!(byte, b',' | b'}' | b']' | b' ' | b'\t' | b'\r' | b'\n') {
-                        break;
-                    }
-                    self.pos += 1;
-                }
-                if self.pos == self.bytes.len() {
-                    return Err(Stop::End);
-                }
-                // A scalar must at least be a JSON scalar; anything else is not JSON.
-                match serde_json::from_slice::<Value>(&self.bytes[start..self.pos]) {
-                    Ok(_) => Ok(()),
-                    Err(_) => Err(Stop::Malformed),
-                }
+                let rest = &self.bytes[start..];
+                let len = rest
+                    .iter()
+                    .position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\r' | b'\n'))
+                    .ok_or(Stop::End)?;
+                self.pos += len;
+                serde_json::from_slice::<Value>(&rest[..len]).map_err(|_| Stop::Malformed)?;
+                Ok(())
             }
         }
     }

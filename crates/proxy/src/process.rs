@@ -27,7 +27,7 @@ pub fn spawn_app_server(command: &CodexCommand) -> Result<Child, ProxyError> {
 
 /// The exit code that reports `status` the way a shell would: the code, or 128 + the signal
 /// that killed the process.
-pub fn exit_code_of(status: ExitStatus) -> i32 {
+fn exit_code_of(status: ExitStatus) -> i32 {
     if let Some(code) = status.code() {
         return code;
     }

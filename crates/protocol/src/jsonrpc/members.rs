@@ -13,9 +13,8 @@ use super::{
     Notification, Request, RequestId, Response, RpcError,
 };
 
-/// The top-level members the envelope reads, each at most once, as one pass of serde_json
-/// finds them. `P` is how `params` and `result` are read: [`Value`] to keep them, [`Checked`]
-/// to check them as strictly without keeping anything.
+/// The top-level members the envelope reads, each at most once. `P` is how `params` and
+/// `result` are read: [`Value`] to keep them, [`Checked`] to check them without keeping them.
 #[derive(Debug)]
 pub(crate) struct Members<P> {
     id: Option<Value>,
@@ -25,11 +24,10 @@ pub(crate) struct Members<P> {
     error: Option<Value>,
     /// The first member that came twice.
     duplicate: Option<&'static str>,
-    /// The value was not an object.
     not_an_object: bool,
 }
 
-/// A message as the dialect's rules read [`Members`]: [`Message`] with payloads of type `P`.
+/// [`Message`] with payloads of type `P`.
 enum Shape<P> {
     Request {
         id: RequestId,
@@ -59,13 +57,37 @@ impl Members<Value> {
             params: object.remove("params"),
             result: object.remove("result"),
             error: object.remove("error"),
-            duplicate: None,
-            not_an_object: false,
+            ..Members::none(false)
         }
+    }
+
+    pub(crate) fn into_message(self) -> Result<Message, EnvelopeError> {
+        Ok(match self.shape()? {
+            Shape::Request { id, method, params } => {
+                Message::Request(Request { id, method, params })
+            }
+            Shape::Notification { method, params } => {
+                Message::Notification(Notification { method, params })
+            }
+            Shape::Response { id, result } => Message::Response(Response { id, result }),
+            Shape::Error { id, error } => Message::Error(ErrorResponse { id, error }),
+        })
     }
 }
 
 impl<P> Members<P> {
+    fn none(not_an_object: bool) -> Self {
+        Members {
+            id: None,
+            method: None,
+            params: None,
+            result: None,
+            error: None,
+            duplicate: None,
+            not_an_object,
+        }
+    }
+
     fn shape(self) -> Result<Shape<P>, EnvelopeError> {
         if self.not_an_object {
             return Err(EnvelopeError::NotAnObject);
@@ -99,43 +121,13 @@ impl<P> Members<P> {
     }
 
     pub(crate) fn into_envelope(self) -> Result<Envelope, EnvelopeError> {
-        Ok(match self.shape()? {
-            Shape::Request { id, method, .. } => Envelope {
-                kind: MessageKind::Request,
-                id: Some(id),
-                method: Some(method),
-            },
-            Shape::Notification { method, .. } => Envelope {
-                kind: MessageKind::Notification,
-                id: None,
-                method: Some(method),
-            },
-            Shape::Response { id, .. } => Envelope {
-                kind: MessageKind::Response,
-                id: Some(id),
-                method: None,
-            },
-            Shape::Error { id, .. } => Envelope {
-                kind: MessageKind::Error,
-                id,
-                method: None,
-            },
-        })
-    }
-}
-
-impl Members<Value> {
-    pub(crate) fn into_message(self) -> Result<Message, EnvelopeError> {
-        Ok(match self.shape()? {
-            Shape::Request { id, method, params } => {
-                Message::Request(Request { id, method, params })
-            }
-            Shape::Notification { method, params } => {
-                Message::Notification(Notification { method, params })
-            }
-            Shape::Response { id, result } => Message::Response(Response { id, result }),
-            Shape::Error { id, error } => Message::Error(ErrorResponse { id, error }),
-        })
+        let (kind, id, method) = match self.shape()? {
+            Shape::Request { id, method, .. } => (MessageKind::Request, Some(id), Some(method)),
+            Shape::Notification { method, .. } => (MessageKind::Notification, None, Some(method)),
+            Shape::Response { id, .. } => (MessageKind::Response, Some(id), None),
+            Shape::Error { id, .. } => (MessageKind::Error, id, None),
+        };
+        Ok(Envelope { kind, id, method })
     }
 }
 
@@ -152,32 +144,13 @@ enum Member {
     Other,
 }
 
-impl<P> Members<P> {
-    /// No member read yet.
-    fn none(not_an_object: bool) -> Self {
-        Members {
-            id: None,
-            method: None,
-            params: None,
-            result: None,
-            error: None,
-            duplicate: None,
-            not_an_object,
-        }
-    }
-}
-
-/// Reads [`Members`] from any JSON value (a value that is not an object is consumed whole and
-/// marked as such, so that it is "not an object", not "not JSON").
+/// Reads [`Members`] from any JSON value (one that is not an object is consumed whole, so that
+/// it is "not an object", not "not JSON").
 pub(crate) struct MembersVisitor<P>(std::marker::PhantomData<P>);
 
 impl<P> MembersVisitor<P> {
     pub(crate) fn new() -> Self {
         MembersVisitor(std::marker::PhantomData)
-    }
-
-    fn not_an_object<E>(self) -> Result<Members<P>, E> {
-        Ok(Members::none(true))
     }
 }
 
@@ -196,6 +169,41 @@ fn once<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
         *slot = Some(map.next_value()?);
     }
     Ok(())
+}
+
+/// The visitor methods of every JSON value but an object: each is checked (an array's
+/// elements as [`Checked`]) and read as `$value`.
+macro_rules! not_objects {
+    ($value:expr) => {
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<Checked>()?.is_some() {}
+            Ok($value)
+        }
+    };
 }
 
 impl<'de, P: Deserialize<'de>> Visitor<'de> for MembersVisitor<P> {
@@ -223,40 +231,13 @@ impl<'de, P: Deserialize<'de>> Visitor<'de> for MembersVisitor<P> {
         Ok(members)
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Members<P>, A::Error> {
-        while seq.next_element::<Checked>()?.is_some() {}
-        self.not_an_object()
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Members<P>, E> {
-        self.not_an_object()
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Members<P>, E> {
-        self.not_an_object()
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Members<P>, E> {
-        self.not_an_object()
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Members<P>, E> {
-        self.not_an_object()
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Members<P>, E> {
-        self.not_an_object()
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Members<P>, E> {
-        self.not_an_object()
-    }
+    not_objects!(Members::none(true));
 }
 
 /// Any JSON value, checked exactly as strictly as parsing it into a [`Value`] would (numbers in
-/// range, escapes decoded, the nesting limit) but kept nowhere. serde's `IgnoredAny` skips
-/// more leniently (it accepts `1e999` and lone surrogates), so it would let lines pass that a
-/// `Value` reader, codex's included, refuses.
+/// range, escapes decoded, the nesting limit) but kept nowhere. serde's `IgnoredAny` is more
+/// lenient (it accepts `1e999` and lone surrogates), which a `Value` reader, codex's included,
+/// refuses.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Checked;
 
@@ -273,37 +254,10 @@ impl<'de> Visitor<'de> for Checked {
         f.write_str("any JSON value")
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_unit<E>(self) -> Result<Checked, E> {
-        Ok(Checked)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
-        while seq.next_element::<Checked>()?.is_some() {}
-        Ok(Checked)
-    }
-
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
         while map.next_entry::<Checked, Checked>()?.is_some() {}
         Ok(Checked)
     }
+
+    not_objects!(Checked);
 }

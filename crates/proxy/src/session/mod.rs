@@ -311,7 +311,7 @@ impl BindingHooks {
             self.session_id
         ));
         for say in &said {
-            self.say(ctx.link(), say, Some(thread_id)).await?;
+            self.say(ctx, say, Some(thread_id)).await?;
         }
         ctx.send_to_client(Line::response(id, result.clone()))
             .await?;
@@ -331,11 +331,11 @@ impl BindingHooks {
     ) -> Result<(), ProxyError> {
         let said = std::mem::take(&mut self.state().said);
         for say in &said {
-            self.say(ctx.link(), say, None).await?;
+            self.say(ctx, say, None).await?;
         }
         if let RuntimeError::LeaseLost { to, .. } = error {
             self.state().machine.handle_lease_lost(to.clone());
-            self.say_queued(ctx.link(), None).await?;
+            self.say_queued(ctx, None).await?;
         }
         let refusal = start_refused(error, &self.session_id, bound_thread(error));
         ctx.report(&format!(
@@ -355,7 +355,7 @@ impl BindingHooks {
         what: Pending,
     ) -> Result<(), ProxyError> {
         let forgot = self.state().tracker.expect(id, what);
-        self.say_forgot(ctx.link(), forgot).await
+        self.say_forgot(ctx, forgot).await
     }
 
     /// A `thread/resume` of a thread that belongs to another session of the store: refused
@@ -422,7 +422,7 @@ impl BindingHooks {
             // Exactly once per fallback, right before the answer (an error answer too: the
             // thread was given up either way, and the next start just starts).
             for say in &said {
-                self.say(ctx.link(), say, thread.as_deref()).await?;
+                self.say(ctx, say, thread.as_deref()).await?;
             }
             return Ok(ServerAction::Forward);
         }
@@ -433,13 +433,13 @@ impl BindingHooks {
                     self.state()
                         .machine
                         .handle_client_thread(&thread, ephemeral, stored.as_ref());
-                    self.say_queued(ctx.link(), Some(&thread)).await?;
+                    self.say_queued(ctx, Some(&thread)).await?;
                 }
             }
             Some(Pending::TurnStart { input }) => {
                 if let Some(turn) = ok.then(|| answered_turn(line)).flatten() {
                     let forgot = self.state().tracker.turn_started(&turn, input);
-                    self.say_forgot(ctx.link(), forgot).await?;
+                    self.say_forgot(ctx, forgot).await?;
                 }
             }
             None => {}
@@ -461,7 +461,7 @@ impl BindingHooks {
                 .tracker
                 .item_completed(&params.thread_id, &params.turn_id, &params.item)
         };
-        self.say_forgot(ctx.link(), forgot).await
+        self.say_forgot(ctx, forgot).await
     }
 
     async fn on_turn_completed(
@@ -493,7 +493,7 @@ impl BindingHooks {
             match action {
                 None => break,
                 Some(Action::Driver(DriverAction::Say(say))) => {
-                    self.say(ctx.link(), &say, Some(&thread_id)).await?
+                    self.say(ctx, &say, Some(&thread_id)).await?
                 }
                 Some(Action::Driver(DriverAction::Commit {
                     thread_id,

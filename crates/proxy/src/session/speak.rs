@@ -7,59 +7,57 @@ use rethread_runtime::machine::{Action, DriverAction, Say};
 
 use super::turns::Forgot;
 use super::{BindingHooks, Locked};
-use crate::hooks::Link;
+use crate::hooks::ServerContext;
 use crate::line::Line;
 use crate::ProxyError;
 
 impl BindingHooks {
     pub(super) async fn say_forgot(
         &self,
-        link: &Link,
+        ctx: &ServerContext,
         forgot: Option<Forgot>,
     ) -> Result<(), ProxyError> {
         let Some(forgot) = forgot else {
             return Ok(());
         };
         let message = forgot.message();
-        link.reporter
-            .report(&format!("session {}: {message}", self.session_id));
-        link.send_to_client(Line::warning(&message, None)).await
+        ctx.report(&format!("session {}: {message}", self.session_id));
+        ctx.send_to_client(Line::warning(&message, None)).await
     }
 
     /// Says to the client (and on stderr) what the machine queued outside an open: a thread
     /// not recorded, a lost lease, a failed commit. Commits are carried out by the caller.
     pub(super) async fn say_queued(
         &self,
-        link: &Link,
+        ctx: &ServerContext,
         thread_id: Option<&str>,
     ) -> Result<(), ProxyError> {
         loop {
             let action = self.state().machine.poll();
             let Some(action) = action else { return Ok(()) };
             if let Action::Driver(DriverAction::Say(say)) = action {
-                self.say(link, &say, thread_id).await?;
+                self.say(ctx, &say, thread_id).await?;
             }
         }
     }
 
     pub(super) async fn say(
         &self,
-        link: &Link,
+        ctx: &ServerContext,
         say: &Say,
         thread_id: Option<&str>,
     ) -> Result<(), ProxyError> {
-        link.reporter
-            .report(&binding::status_event(&self.session_id, say).described());
+        ctx.report(&binding::status_event(&self.session_id, say).described());
         let thread_id = match say {
             Say::NotRecorded { thread_id, .. } | Say::CommitFailed { thread_id, .. } => {
                 Some(thread_id.as_str())
             }
             _ => thread_id,
         };
-        link.send_to_client(Line::warning(&say.message(), thread_id))
+        ctx.send_to_client(Line::warning(&say.message(), thread_id))
             .await?;
         if matches!(say, Say::FallbackNotice { .. }) {
-            let written = link.client_flushed().await?;
+            let written = ctx.client_flushed().await?;
             self.state().notice_written = Some(written);
         }
         Ok(())
