@@ -1,24 +1,26 @@
 //! [`BindingHooks`]: the session logic of `rethread app-server`, a driver of the runtime's
-//! [`SessionMachine`] plugged into the forwarder through [`SessionHooks`]. The machine decides
-//! every rule; the hooks carry its actions out as JSON-RPC lines and store writes, and tell it
-//! what the client and codex did. What the client sees in each case is tabled in the crate
-//! docs ("Sessions").
+//! [`SessionMachine`]. The machine decides every rule; the hooks carry its actions out as
+//! JSON-RPC lines and store writes, and tell it what the client and codex did. What the client
+//! sees in each case is tabled in the crate docs ("Sessions").
 
 mod speak;
 mod start;
 mod turns;
-mod wire;
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use rethread_protocol::messages::{ItemNotification, TurnNotification, TurnStatus};
-use rethread_protocol::{Message, RequestId};
+use rethread_protocol::{ErrorCode, Message, RequestId, RpcError};
 use rethread_runtime::binding::{self, MachineAccess, StoreSide};
-use rethread_runtime::machine::DriverAction;
-use rethread_runtime::machine::{Action, Say, SessionMachine};
-use rethread_runtime::{BinderOptions, RolloutMirror, RuntimeError, SessionLease, Transcript};
-use rethread_store::{BindingStore, LocalOwner};
+use rethread_runtime::machine::{Action, DriverAction, Say, SessionMachine};
+use rethread_runtime::{
+    BinderOptions, Publication, RolloutMirror, RuntimeError, SessionLease, Transcript,
+};
+use rethread_store::{BindingStore, Lease, LocalOwner};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use tokio::sync::oneshot;
 
 use crate::hooks::{
     ClientAction, ClientContext, HookError, RequestError, ServerAction, ServerContext,
@@ -29,17 +31,14 @@ use crate::{ProxyError, SessionHooks};
 use start::{as_start_result, resume_params, seeded_start, start_params, start_refused};
 pub use turns::TurnLimits;
 use turns::{turn_rows, Pending, Tracker};
-use wire::{answered_thread, answered_turn, Params, ThreadIdOf, TurnStartInput};
 
 /// How [`BindingHooks`] behave.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct SessionOptions {
     /// The runtime's options, as a [`SessionBinder`](rethread_runtime::SessionBinder) reads
-    /// them: the resume policy (`exclude_turns`, `transient_retries`, `retry_backoff`),
-    /// seeding, the lease (`lease_ttl`, `lease_wait`) and the `codex_home` recorded with each
-    /// binding. `turn_timeout` and `thread_start` are not used: the client drives its turns
-    /// and starts its threads itself.
+    /// them (resume policy, seeding, lease, mirror, `codex_home`); `turn_timeout` and
+    /// `thread_start` are not used: the client drives its own turns and starts.
     pub binder: BinderOptions,
     /// What the hooks keep in memory.
     pub limits: TurnLimits,
@@ -68,21 +67,17 @@ pub struct BindingHooks {
     state: Mutex<State>,
     /// The context `on_start` was given: where `on_shutdown` reports.
     reporter: OnceLock<ClientContext>,
-    /// The rollout mirror (`options.binder.mirror`), restored before the session's resume and
+    /// The rollout mirror (`options.binder.mirror`): restored before the session's resume,
     /// taken by every commit.
     mirror: Option<RolloutMirror>,
 }
 
 /// The hooks' machine, reached through their lock one short step at a time.
-struct Locked<'a>(&'a Mutex<State>);
+struct Locked<'a>(&'a BindingHooks);
 
 impl MachineAccess for Locked<'_> {
     fn with<R>(&mut self, f: impl FnOnce(&mut SessionMachine) -> R) -> R {
-        let mut state = self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        f(&mut state.machine)
+        f(&mut self.0.state().machine)
     }
 }
 
@@ -93,12 +88,12 @@ struct State {
     /// The session's own `thread/start`, forwarded to codex: its answer opens the session's
     /// thread. Never evicted.
     session_start: Option<RequestId>,
-    /// What the machine said while opening, said to the client right before the start's
-    /// answer (the new thread's id is known then).
+    /// What the machine said while opening, said right before the start's answer (when the
+    /// new thread's id is known).
     said: Vec<Say>,
-    /// The fallback notice went to the client: resolves once its line is written and flushed
-    /// (then it is delivered, as `chat`'s is once on stderr).
-    notice_written: Option<tokio::sync::oneshot::Receiver<()>>,
+    /// The fallback notice went to the client: resolves once its line is flushed (then it is
+    /// delivered).
+    notice_written: Option<oneshot::Receiver<()>>,
 }
 
 impl BindingHooks {
@@ -115,16 +110,11 @@ impl BindingHooks {
     ) -> Result<BindingHooks, RuntimeError> {
         let session_id = session_id.into();
         let lease = match options.binder.lease_ttl {
-            Some(ttl) => Some(
-                SessionLease::acquire(
-                    store.clone(),
-                    &session_id,
-                    Arc::new(LocalOwner::new()),
-                    ttl,
-                    options.binder.lease_wait,
-                )
-                .await?,
-            ),
+            Some(ttl) => {
+                let owner = Arc::new(LocalOwner::new());
+                let wait = options.binder.lease_wait;
+                Some(SessionLease::acquire(store.clone(), &session_id, owner, ttl, wait).await?)
+            }
             None => None,
         };
         let state = State {
@@ -145,13 +135,8 @@ impl BindingHooks {
         })
     }
 
-    /// The session id.
-    pub fn session_id(&self) -> &str {
-        &self.session_id
-    }
-
     /// The session's lease, as last granted or renewed (`None` without one).
-    pub fn lease(&self) -> Option<rethread_store::Lease> {
+    pub fn lease(&self) -> Option<Lease> {
         self.lease.as_ref().map(SessionLease::lease)
     }
 
@@ -171,108 +156,6 @@ impl BindingHooks {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The client's `thread/start`. The machine says whether it opens the session's thread
-    /// (the open is driven here); any other is the client's own, forwarded.
-    async fn on_thread_start(
-        &self,
-        line: &Line,
-        id: RequestId,
-        ctx: &ClientContext,
-    ) -> Result<ClientAction, HookError> {
-        let params = start_params(line);
-        let ephemeral = params.get("ephemeral") == Some(&Value::Bool(true));
-        let opens_session = self.state().machine.handle_client_start(ephemeral);
-        if !opens_session {
-            let stored = None;
-            self.expect(ctx, id, Pending::ClientThread { ephemeral, stored })
-                .await?;
-            return Ok(ClientAction::Forward);
-        }
-        self.drive_open(id, params, ctx).await
-    }
-
-    /// Carries out the machine's actions for the session's first `thread/start` until the
-    /// start is answered, forwarded or sent seeded: the store-side ones through
-    /// [`StoreSide::next_action`], the requests to codex and what is said here.
-    async fn drive_open(
-        &self,
-        id: RequestId,
-        params: Map<String, Value>,
-        ctx: &ClientContext,
-    ) -> Result<ClientAction, HookError> {
-        let side = self.store_side();
-        let mut machine = Locked(&self.state);
-        loop {
-            let Some(action) = side.next_action(&mut machine).await else {
-                return Ok(ClientAction::Consumed);
-            };
-            match action {
-                DriverAction::Resume(attempt) => {
-                    let resume = resume_params(attempt, &params);
-                    let answer = ctx.request("thread/resume", Some(resume)).await;
-                    let closed = {
-                        let mut state = self.state();
-                        match answer {
-                            Ok(result) => {
-                                state.machine.handle_resumed();
-                                Ok(result)
-                            }
-                            Err(RequestError::Rpc { error, .. }) => {
-                                state.machine.handle_resume_error(&error);
-                                continue;
-                            }
-                            Err(RequestError::Timeout { after, .. }) => {
-                                state.machine.handle_resume_timeout(after);
-                                continue;
-                            }
-                            Err(other) => {
-                                state
-                                    .machine
-                                    .handle_failed(RuntimeError::Internal(other.to_string()));
-                                Err(other)
-                            }
-                        }
-                    };
-                    match closed {
-                        Ok(result) => return self.resumed(ctx, id, result).await,
-                        Err(other) => {
-                            // Codex is gone (its output ended) or answered nonsense: the client
-                            // learns it the way it would from codex, by an error answer.
-                            self.drain_open();
-                            let error = rethread_protocol::RpcError::new(
-                                rethread_protocol::ErrorCode::INTERNAL_ERROR,
-                                format!("rethread could not resume the session's thread: {other}"),
-                            );
-                            ctx.send_to_client(Line::error_response(Some(id), error))
-                                .await?;
-                            return Ok(ClientAction::Consumed);
-                        }
-                    }
-                }
-                DriverAction::Say(say) => self.state().said.push(say),
-                DriverAction::Start { seed } => {
-                    self.state().session_start = Some(id.clone());
-                    return match seed {
-                        Some(seed) => {
-                            ctx.send_to_codex(seeded_start(id, params, seed)).await?;
-                            Ok(ClientAction::Consumed)
-                        }
-                        None => Ok(ClientAction::Forward),
-                    };
-                }
-                DriverAction::OpenFailed(error) => {
-                    self.refuse(ctx, id, &error).await?;
-                    return Ok(ClientAction::Consumed);
-                }
-                // The open ends at the start (forwarded) or the resume, not at `Opened`; no
-                // commit or retire comes while opening.
-                DriverAction::Opened(_)
-                | DriverAction::Commit { .. }
-                | DriverAction::Retire { .. } => {}
-            }
-        }
-    }
-
     /// The store side of this session's actions.
     fn store_side(&self) -> StoreSide<'_> {
         StoreSide {
@@ -285,14 +168,82 @@ impl BindingHooks {
         }
     }
 
-    /// Drops what a failed open left queued (its notices stay pending in the store).
-    fn drain_open(&self) {
-        let mut state = self.state();
-        while state.machine.poll().is_some() {}
-        state.said.clear();
+    /// Carries out the machine's actions for the session's first `thread/start` until the
+    /// start is answered, forwarded or sent seeded: the store's through
+    /// [`StoreSide::next_action`], the requests to codex and what is said here.
+    async fn drive_open(
+        &self,
+        id: RequestId,
+        params: Map<String, Value>,
+        ctx: &ClientContext,
+    ) -> Result<ClientAction, HookError> {
+        let side = self.store_side();
+        loop {
+            let Some(action) = side.next_action(&mut Locked(self)).await else {
+                return Ok(ClientAction::Consumed);
+            };
+            match action {
+                DriverAction::Resume(attempt) => {
+                    let resume = resume_params(attempt, &params);
+                    match ctx.request("thread/resume", Some(resume)).await {
+                        Ok(result) => {
+                            self.state().machine.handle_resumed();
+                            return self.resumed(ctx, id, result).await;
+                        }
+                        Err(RequestError::Rpc { error, .. }) => {
+                            self.state().machine.handle_resume_error(&error);
+                        }
+                        Err(RequestError::Timeout { after, .. }) => {
+                            self.state().machine.handle_resume_timeout(after);
+                        }
+                        Err(other) => {
+                            // Codex is gone (its output ended) or answered nonsense: the client
+                            // learns it as it would from codex, by an error answer.
+                            let error = RuntimeError::Internal(other.to_string());
+                            self.state().machine.handle_failed(error);
+                            self.drain_open();
+                            let error = RpcError::new(
+                                ErrorCode::INTERNAL_ERROR,
+                                format!("rethread could not resume the session's thread: {other}"),
+                            );
+                            ctx.send_to_client(Line::error_response(Some(id), error))
+                                .await?;
+                            return Ok(ClientAction::Consumed);
+                        }
+                    }
+                }
+                DriverAction::Say(say) => self.state().said.push(say),
+                DriverAction::Start { seed } => {
+                    self.state().session_start = Some(id.clone());
+                    let Some(seed) = seed else {
+                        return Ok(ClientAction::Forward);
+                    };
+                    ctx.send_to_codex(seeded_start(id, params, seed)).await?;
+                    return Ok(ClientAction::Consumed);
+                }
+                DriverAction::OpenFailed(error) => {
+                    self.refuse(ctx, id, &error).await?;
+                    return Ok(ClientAction::Consumed);
+                }
+                // The open ends at the start or the resume, not at `Opened`; no commit or
+                // retire comes while opening.
+                DriverAction::Opened(_)
+                | DriverAction::Commit { .. }
+                | DriverAction::Retire { .. } => {}
+            }
+        }
     }
 
-    /// The bound thread is back: the client's `thread/start` is answered with it.
+    /// Drops what a finished or failed open left queued (a failed one's notices stay pending
+    /// in the store); returns what it said.
+    fn drain_open(&self) -> Vec<Say> {
+        let mut state = self.state();
+        while state.machine.poll().is_some() {}
+        std::mem::take(&mut state.said)
+    }
+
+    /// The bound thread is back: the client's `thread/start` is answered with it, after what
+    /// the open said (a failed restore: the resume went ahead anyway).
     async fn resumed(
         &self,
         ctx: &ClientContext,
@@ -302,14 +253,9 @@ impl BindingHooks {
         let result = as_start_result(result);
         let thread = result.get("thread").cloned().unwrap_or(Value::Null);
         let thread_id = thread.get("id").and_then(Value::as_str).unwrap_or_default();
-        // What the open said (a failed restore: the resume went ahead anyway) is taken before
-        // `drain_open` clears it, and said right before the answer.
-        let said = std::mem::take(&mut self.state().said);
-        self.drain_open();
-        ctx.report(&format!(
-            "session {}: resumed thread {thread_id}",
-            self.session_id
-        ));
+        let said = self.drain_open();
+        let session = &self.session_id;
+        ctx.report(&format!("session {session}: resumed thread {thread_id}"));
         for say in &said {
             self.say(ctx, say, Some(thread_id)).await?;
         }
@@ -359,55 +305,66 @@ impl BindingHooks {
     }
 
     /// A `thread/resume` of a thread that belongs to another session of the store: refused
-    /// (a thread belongs to at most one session; two sessions on one thread would lock each
-    /// other out and fork both conversations). `None` lets it through.
-    async fn refuse_foreign_thread(&self, line: &Line) -> Option<rethread_protocol::RpcError> {
-        let Ok(Params { params }) = serde_json::from_slice::<Params<ThreadIdOf>>(line.json())
-        else {
-            return None;
-        };
-        let owner = match self.store.thread_session(&params.thread_id).await {
+    /// (two sessions on one thread would lock each other out and fork both conversations).
+    /// `None` lets it through.
+    async fn refuse_foreign_thread(&self, line: &Line) -> Option<RpcError> {
+        let ThreadIdOf { thread_id } = params(line)?;
+        let owner = match self.store.thread_session(&thread_id).await {
             Ok(owner) => owner?,
             Err(error) => {
                 let message = format!(
-                    "rethread could not check which session owns thread {}: {error}",
-                    params.thread_id
+                    "rethread could not check which session owns thread {thread_id}: {error}"
                 );
-                return Some(rethread_protocol::RpcError::new(
-                    rethread_protocol::ErrorCode::INTERNAL_ERROR,
-                    message,
-                ));
+                return Some(RpcError::new(ErrorCode::INTERNAL_ERROR, message));
             }
         };
-        if owner == self.session_id {
+        let session = &self.session_id;
+        if owner == *session {
             return None;
         }
-        let message = format!(
-            "thread {} belongs to rethread session {owner}; it cannot be resumed in session {}",
-            params.thread_id, self.session_id
-        );
-        Some(rethread_protocol::RpcError {
-            code: rethread_protocol::ErrorCode::INVALID_REQUEST,
-            message,
+        Some(RpcError {
+            code: ErrorCode::INVALID_REQUEST,
+            message: format!(
+                "thread {thread_id} belongs to rethread session {owner}; it cannot be resumed \
+                 in session {session}"
+            ),
             data: Some(json!({"rethread": {
                 "kind": "thread_taken",
-                "sessionId": self.session_id,
-                "threadId": params.thread_id,
+                "sessionId": session,
+                "threadId": thread_id,
                 "ownerSessionId": owner,
             }})),
         })
     }
 
+    /// A `thread/resume` or `thread/fork`: the machine decides on its answer whether the thread
+    /// is the session's, from the store's record while the session has no thread yet.
+    async fn client_thread(&self, ctx: &ClientContext, id: RequestId) -> Result<(), HookError> {
+        let mut stored = None;
+        if self.state().machine.thread_id().is_none() {
+            match binding::read_stored(self.store.as_ref(), &self.session_id).await {
+                Ok(read) => stored = Some(read),
+                Err(error) => ctx.report(&format!(
+                    "session {}: could not read the session ({error}); the thread the client \
+                     opens is not recorded",
+                    self.session_id
+                )),
+            }
+        }
+        let ephemeral = false;
+        self.expect(ctx, id, Pending::ClientThread { ephemeral, stored })
+            .await?;
+        Ok(())
+    }
+
     /// Answers to the client's requests whose answer matters.
-    async fn on_answer(&self, line: &Line, ctx: &ServerContext) -> Result<ServerAction, HookError> {
+    async fn on_answer(&self, line: &Line, ctx: &ServerContext) -> Result<(), HookError> {
+        let Some(id) = line.id() else { return Ok(()) };
         let ok = line.kind() == LineKind::Response;
-        let Some(id) = line.id() else {
-            return Ok(ServerAction::Forward);
-        };
         let session_start = self.state().session_start.as_ref() == Some(id);
         if session_start {
             let thread = ok.then(|| answered_thread(line)).flatten();
-            let said = {
+            {
                 let mut state = self.state();
                 state.session_start = None;
                 match &thread {
@@ -416,15 +373,13 @@ impl BindingHooks {
                         "codex refused the session's thread/start".into(),
                     )),
                 }
-                while state.machine.poll().is_some() {}
-                std::mem::take(&mut state.said)
-            };
+            }
             // Exactly once per fallback, right before the answer (an error answer too: the
             // thread was given up either way, and the next start just starts).
-            for say in &said {
+            for say in &self.drain_open() {
                 self.say(ctx, say, thread.as_deref()).await?;
             }
-            return Ok(ServerAction::Forward);
+            return Ok(());
         }
         let pending = self.state().tracker.answered(id);
         match pending {
@@ -437,61 +392,47 @@ impl BindingHooks {
                 }
             }
             Some(Pending::TurnStart { input }) => {
-                if let Some(turn) = ok.then(|| answered_turn(line)).flatten() {
-                    let forgot = self.state().tracker.turn_started(&turn, input);
+                if let Some(TurnOf { turn }) = ok.then(|| result(line)).flatten() {
+                    let forgot = self.state().tracker.turn_started(&turn.id, input);
                     self.say_forgot(ctx, forgot).await?;
                 }
             }
             None => {}
         }
-        Ok(ServerAction::Forward)
+        Ok(())
     }
 
     async fn on_item(&self, line: &Line, ctx: &ServerContext) -> Result<(), ProxyError> {
-        let Ok(Params { params }) = serde_json::from_slice::<Params<ItemNotification>>(line.json())
-        else {
+        let Some(item) = params::<ItemNotification>(line) else {
             return Ok(());
         };
         let forgot = {
             let mut state = self.state();
-            if state.machine.thread_id() != Some(params.thread_id.as_str()) {
+            if state.machine.thread_id() != Some(item.thread_id.as_str()) {
                 return Ok(());
             }
-            state
-                .tracker
-                .item_completed(&params.thread_id, &params.turn_id, &params.item)
+            let tracker = &mut state.tracker;
+            tracker.item_completed(&item.thread_id, &item.turn_id, &item.item)
         };
         self.say_forgot(ctx, forgot).await
     }
 
-    async fn on_turn_completed(
-        &self,
-        line: &Line,
-        ctx: &ServerContext,
-    ) -> Result<ServerAction, HookError> {
-        let Ok(Params { params: completed }) =
-            serde_json::from_slice::<Params<TurnNotification>>(line.json())
-        else {
-            return Ok(ServerAction::Forward);
+    async fn on_turn_completed(&self, line: &Line, ctx: &ServerContext) -> Result<(), HookError> {
+        let Some(TurnNotification { thread_id, turn }) = params(line) else {
+            return Ok(());
         };
-        let (thread_id, turn) = (completed.thread_id, completed.turn);
         let open = self.state().tracker.take_turn(&turn.id);
         // A failed or interrupted turn writes nothing.
         if turn.status != TurnStatus::Completed {
-            return Ok(ServerAction::Forward);
+            return Ok(());
         }
-        let (rows, dropped) = turn_rows(
-            &thread_id,
-            &turn.id,
-            open,
-            &turn.items,
-            &self.options.limits,
-        );
+        let limits = &self.options.limits;
+        let (rows, dropped) = turn_rows(&thread_id, &turn.id, open, &turn.items, limits);
         self.state().machine.handle_turn_completed(&thread_id, rows);
         loop {
             let action = self.state().machine.poll();
             match action {
-                None => break,
+                None => return Ok(()),
                 Some(Action::Driver(DriverAction::Say(say))) => {
                     self.say(ctx, &say, Some(&thread_id)).await?
                 }
@@ -500,29 +441,29 @@ impl BindingHooks {
                     rows,
                     mirror,
                 })) => {
+                    let session = &self.session_id;
                     if dropped > 0 {
                         let message = format!(
                             "rethread recorded turn {} without {dropped} of its rows: past the \
                              session's limits ({} rows, {} bytes per turn).",
-                            turn.id, self.options.limits.max_rows, self.options.limits.max_bytes
+                            turn.id, limits.max_rows, limits.max_bytes
                         );
-                        ctx.report(&format!("session {}: {message}", self.session_id));
+                        ctx.report(&format!("session {session}: {message}"));
                         ctx.send_to_client(Line::warning(&message, Some(&thread_id)))
                             .await?;
                     }
                     // Awaited before the line goes on: the client sees `turn/completed` only
                     // once the rows and the binding are durable (or the failure was said).
-                    let committed = self
-                        .store_side()
-                        .commit(&mut Locked(&self.state), &thread_id, &rows, mirror)
-                        .await;
-                    if let Ok(done) = &committed {
+                    let side = self.store_side();
+                    let locked = &mut Locked(self);
+                    if let Ok(done) = side.commit(locked, &thread_id, &rows, mirror).await {
                         let publication = done.publication;
-                        if publication != rethread_runtime::Publication::Published {
+                        if publication != Publication::Published {
                             ctx.report(&format!(
-                                "session {}: turn {} recorded; thread {thread_id} was given up \
-                                 for this session, so it is not its binding ({publication:?})",
-                                self.session_id, turn.id
+                                "session {session}: turn {} recorded; thread {thread_id} was \
+                                 given up for this session, so it is not its binding \
+                                 ({publication:?})",
+                                turn.id
                             ));
                         }
                     }
@@ -530,7 +471,6 @@ impl BindingHooks {
                 Some(_) => {}
             }
         }
-        Ok(ServerAction::Forward)
     }
 }
 
@@ -556,61 +496,44 @@ impl SessionHooks for BindingHooks {
         ctx: &ClientContext,
     ) -> Result<ClientAction, HookError> {
         self.record_notice_if_written().await;
-        if line.kind() != LineKind::Request {
-            return Ok(ClientAction::Forward);
-        }
-        let Some(id) = line.id().cloned() else {
+        let (LineKind::Request, Some(id)) = (line.kind(), line.id().cloned()) else {
             return Ok(ClientAction::Forward);
         };
         match line.method() {
-            Some("thread/start") => self.on_thread_start(line, id, ctx).await,
-            Some(method @ ("thread/resume" | "thread/fork")) => {
-                if method == "thread/resume" {
-                    if let Some(refusal) = self.refuse_foreign_thread(line).await {
-                        ctx.send_to_client(Line::error_response(Some(id), refusal))
-                            .await?;
-                        return Ok(ClientAction::Consumed);
-                    }
+            Some("thread/start") => {
+                // The machine says whether it opens the session's thread; any other is the
+                // client's own.
+                let params = start_params(line);
+                let ephemeral = params.get("ephemeral") == Some(&Value::Bool(true));
+                if self.state().machine.handle_client_start(ephemeral) {
+                    return self.drive_open(id, params, ctx).await;
                 }
-                // A thread the client opens itself: the machine decides, on the answer,
-                // whether it is the session's.
-                let stored = if self.state().machine.thread_id().is_none() {
-                    match binding::read_stored(self.store.as_ref(), &self.session_id).await {
-                        Ok(stored) => Some(stored),
-                        Err(error) => {
-                            ctx.report(&format!(
-                                "session {}: could not read the session ({error}); the thread \
-                                 the client opens is not recorded",
-                                self.session_id
-                            ));
-                            None
-                        }
-                    }
-                } else {
-                    None
-                };
-                let what = Pending::ClientThread {
-                    ephemeral: false,
-                    stored,
-                };
-                self.expect(ctx, id, what).await?;
-                Ok(ClientAction::Forward)
+                let stored = None;
+                self.expect(ctx, id, Pending::ClientThread { ephemeral, stored })
+                    .await?;
             }
+            Some("thread/resume") => match self.refuse_foreign_thread(line).await {
+                Some(refusal) => {
+                    ctx.send_to_client(Line::error_response(Some(id), refusal))
+                        .await?;
+                    return Ok(ClientAction::Consumed);
+                }
+                None => self.client_thread(ctx, id).await?,
+            },
+            Some("thread/fork") => self.client_thread(ctx, id).await?,
             Some("turn/start") => {
-                if let Ok(Params { params }) =
-                    serde_json::from_slice::<Params<TurnStartInput>>(line.json())
-                {
+                if let Some(start) = params::<TurnStartInput>(line) {
                     let session_thread =
-                        self.state().machine.thread_id() == Some(params.thread_id.as_str());
+                        self.state().machine.thread_id() == Some(start.thread_id.as_str());
                     if session_thread {
-                        let input = turns::input_text(&params.input).unwrap_or_default();
+                        let input = turns::input_text(&start.input).unwrap_or_default();
                         self.expect(ctx, id, Pending::TurnStart { input }).await?;
                     }
                 }
-                Ok(ClientAction::Forward)
             }
-            _ => Ok(ClientAction::Forward),
+            _ => {}
         }
+        Ok(ClientAction::Forward)
     }
 
     async fn on_server_message(
@@ -619,28 +542,23 @@ impl SessionHooks for BindingHooks {
         ctx: &ServerContext,
     ) -> Result<ServerAction, HookError> {
         self.record_notice_if_written().await;
-        match line.kind() {
-            LineKind::Response | LineKind::Error => {
+        match (line.kind(), line.method()) {
+            (LineKind::Response | LineKind::Error, _) => {
                 let awaited = {
                     let state = self.state();
                     state.session_start.is_some() || state.tracker.awaits_answers()
                 };
                 if awaited {
-                    self.on_answer(line, ctx).await
-                } else {
-                    Ok(ServerAction::Forward)
+                    self.on_answer(line, ctx).await?;
                 }
             }
-            LineKind::Notification => match line.method() {
-                Some("item/completed") => {
-                    self.on_item(line, ctx).await?;
-                    Ok(ServerAction::Forward)
-                }
-                Some("turn/completed") => self.on_turn_completed(line, ctx).await,
-                _ => Ok(ServerAction::Forward),
-            },
-            _ => Ok(ServerAction::Forward),
+            (LineKind::Notification, Some("item/completed")) => self.on_item(line, ctx).await?,
+            (LineKind::Notification, Some("turn/completed")) => {
+                self.on_turn_completed(line, ctx).await?
+            }
+            _ => {}
         }
+        Ok(ServerAction::Forward)
     }
 
     async fn on_shutdown(&self) {
@@ -653,14 +571,73 @@ impl SessionHooks for BindingHooks {
                 self.notice_delivered().await;
             }
         }
-        if let Err(error) = self.close().await {
-            if let Some(ctx) = self.reporter.get() {
-                ctx.report(&format!(
-                    "session {}: releasing the session's lease failed ({error}); it expires on \
-                     its own",
-                    self.session_id
-                ));
-            }
+        if let (Err(error), Some(ctx)) = (self.close().await, self.reporter.get()) {
+            ctx.report(&format!(
+                "session {}: releasing the session's lease failed ({error}); it expires on its \
+                 own",
+                self.session_id
+            ));
         }
     }
+}
+
+/// The `params` of a message, read with serde (what a JSON parser finds), when they are a `P`.
+fn params<P: DeserializeOwned>(line: &Line) -> Option<P> {
+    #[derive(Deserialize)]
+    struct Params<P> {
+        params: P,
+    }
+    Some(
+        serde_json::from_slice::<Params<P>>(line.json())
+            .ok()?
+            .params,
+    )
+}
+
+/// The `result` of an answer, likewise.
+fn result<R: DeserializeOwned>(line: &Line) -> Option<R> {
+    #[derive(Deserialize)]
+    struct Answer<R> {
+        result: R,
+    }
+    Some(
+        serde_json::from_slice::<Answer<R>>(line.json())
+            .ok()?
+            .result,
+    )
+}
+
+/// What the hooks read of `turn/start` params.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TurnStartInput {
+    thread_id: String,
+    #[serde(default)]
+    input: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ThreadIdOf {
+    thread_id: String,
+}
+
+#[derive(Deserialize)]
+struct ThreadOf {
+    thread: IdOf,
+}
+
+#[derive(Deserialize)]
+struct TurnOf {
+    turn: IdOf,
+}
+
+#[derive(Deserialize)]
+struct IdOf {
+    id: String,
+}
+
+/// The thread an answer (`thread/start`, `thread/resume`, `thread/fork`) names.
+fn answered_thread(line: &Line) -> Option<String> {
+    Some(result::<ThreadOf>(line)?.thread.id)
 }

@@ -1,6 +1,5 @@
-//! What the session says to the client: the machine's notices and warnings (as `warning`
-//! notifications and reports), what the request tracker forgot, and when a fallback notice
-//! counts as delivered (its line flushed to the client).
+//! What the session says to the client (as `warning` notifications, and on stderr), and when a
+//! fallback notice counts as delivered: once its line is flushed to the client.
 
 use rethread_runtime::binding;
 use rethread_runtime::machine::{Action, DriverAction, Say};
@@ -12,21 +11,20 @@ use crate::line::Line;
 use crate::ProxyError;
 
 impl BindingHooks {
+    /// Says what the request tracker had to forget.
     pub(super) async fn say_forgot(
         &self,
         ctx: &ServerContext,
         forgot: Option<Forgot>,
     ) -> Result<(), ProxyError> {
-        let Some(forgot) = forgot else {
-            return Ok(());
-        };
+        let Some(forgot) = forgot else { return Ok(()) };
         let message = forgot.message();
         ctx.report(&format!("session {}: {message}", self.session_id));
         ctx.send_to_client(Line::warning(&message, None)).await
     }
 
-    /// Says to the client (and on stderr) what the machine queued outside an open: a thread
-    /// not recorded, a lost lease, a failed commit. Commits are carried out by the caller.
+    /// Says what the machine queued outside an open (a thread not recorded, a lost lease, a
+    /// failed commit); commits are the caller's.
     pub(super) async fn say_queued(
         &self,
         ctx: &ServerContext,
@@ -34,9 +32,12 @@ impl BindingHooks {
     ) -> Result<(), ProxyError> {
         loop {
             let action = self.state().machine.poll();
-            let Some(action) = action else { return Ok(()) };
-            if let Action::Driver(DriverAction::Say(say)) = action {
-                self.say(ctx, &say, thread_id).await?;
+            match action {
+                None => return Ok(()),
+                Some(Action::Driver(DriverAction::Say(say))) => {
+                    self.say(ctx, &say, thread_id).await?
+                }
+                Some(_) => {}
             }
         }
     }
@@ -63,8 +64,8 @@ impl BindingHooks {
         Ok(())
     }
 
-    /// Once the fallback notice's line is written to the client, it is delivered: recorded,
-    /// never said again. Checked whenever the hooks run, and at the end.
+    /// Records the fallback notice delivered once its line is written (checked whenever the
+    /// hooks run, and at the end).
     pub(super) async fn record_notice_if_written(&self) {
         let written = {
             let mut state = self.state();
@@ -85,9 +86,6 @@ impl BindingHooks {
     pub(super) async fn notice_delivered(&self) {
         self.state().machine.handle_notice_delivered();
         // The machine asks for the record (a store write); nothing else is queued here.
-        let _ = self
-            .store_side()
-            .next_action(&mut Locked(&self.state))
-            .await;
+        let _ = self.store_side().next_action(&mut Locked(self)).await;
     }
 }

@@ -20,25 +20,21 @@ const RESUME_ONLY: [&str; 3] = [
 
 /// The params of the client's `thread/start`: its `params` object (empty when absent).
 pub(crate) fn start_params(line: &Line) -> Map<String, Value> {
-    line.value()
+    let params = line
+        .value()
         .ok()
-        .and_then(|mut value| value.get_mut("params").map(Value::take))
-        .and_then(|params| match params {
-            Value::Object(map) => Some(map),
-            _ => None,
-        })
-        .unwrap_or_default()
+        .and_then(|mut value| value.get_mut("params").map(Value::take));
+    match params {
+        Some(Value::Object(params)) => params,
+        _ => Map::new(),
+    }
 }
 
 /// The `thread/resume` params: the attempt's own (thread id, `excludeTurns`), plus the members
 /// of the client's start that a resume takes.
-pub(crate) fn resume_params(attempt: ThreadResumeParams, start: &Map<String, Value>) -> Value {
-    let mut params = match serde_json::to_value(attempt) {
-        Ok(Value::Object(map)) => map,
-        _ => Map::new(),
-    };
-    params.extend(shared_with_resume(start));
-    Value::Object(params)
+pub(crate) fn resume_params(mut attempt: ThreadResumeParams, start: &Map<String, Value>) -> Value {
+    attempt.settings.extend(shared_with_resume(start));
+    serde_json::to_value(attempt).unwrap_or_default()
 }
 
 /// A `thread/resume` result in the shape of a `thread/start` result: the resume-only members
@@ -79,17 +75,10 @@ pub(crate) fn seeded_start(id: RequestId, mut params: Map<String, Value>, seed: 
 }
 
 /// The error that answers the client's first `thread/start` when its bound thread could not
-/// be resumed now and the binding is kept (or the store failed): nothing was written.
-///
-/// - Busy or temporary ([`RuntimeError::is_retryable`]: the thread has an active writer
-///   elsewhere, codex overloaded, slow or failing to read, the store locked): `-32001`, the
-///   code codex itself uses for "retry later", with `data.codexErrorInfo` =
-///   `"server_overloaded"`, which codex's SDKs read as retryable.
-/// - Anything else (an error codex is not known to answer, a store failure): `-32603`.
-///
-/// Either way `data.rethread` says what happened: `kind` (the runtime's error kind:
-/// `thread_busy`, `resume_unavailable`, `resume_failed`, `store`, `lease_lost`, ...),
-/// `sessionId`, `threadId` (the bound thread, `null` when the store could not say) and
+/// be resumed now and nothing was written: `-32001` with `data.codexErrorInfo:
+/// "server_overloaded"` (codex's own "retry later", which its SDKs read as retryable) when
+/// [`RuntimeError::is_retryable`], else `-32603`. `data.rethread` says what happened: `kind`
+/// (the runtime's error kind), `sessionId`, `threadId` (the bound thread, or `null`) and
 /// `retryable`.
 pub(crate) fn start_refused(
     error: &RuntimeError,

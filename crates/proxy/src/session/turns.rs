@@ -1,7 +1,6 @@
-//! What the session hooks remember about the conversation going through them, every part of it
-//! bounded ([`TurnLimits`]): the client's requests whose answers matter, and the turns in
-//! progress on the session's thread with their projected rows. The session's own start is
-//! never forgotten, and whatever is forgotten is said ([`Forgot`]).
+//! What the session hooks remember of the conversation, every part bounded ([`TurnLimits`]):
+//! the client's requests whose answers matter, and the turns in progress on the session's
+//! thread with their projected rows. Whatever is forgotten is said ([`Forgot`]).
 
 use std::collections::VecDeque;
 
@@ -11,13 +10,10 @@ use rethread_runtime::machine::Stored;
 use rethread_runtime::projection::project_turn;
 use serde_json::Value;
 
-/// The bounds of what the session hooks keep in memory.
-///
-/// Past a bound the oldest entry is forgotten (and said to the client and on stderr), except
-/// for a turn's rows: past [`max_rows`](Self::max_rows) or [`max_bytes`](Self::max_bytes)
-/// further rows of that turn are not recorded (counted and said); the turn still commits with
-/// the rows it kept, so the binding still follows its thread (codex's rollout holds the whole
-/// turn; the rows are the session's transcript, used to seed a replacement thread).
+/// The bounds of what the session hooks keep in memory. Past a bound the oldest entry is
+/// forgotten (and said), except a turn's rows: past [`max_rows`](Self::max_rows) or
+/// [`max_bytes`](Self::max_bytes) further rows are not recorded (counted and said), and the
+/// turn still commits with the rows it kept (the rows only seed a replacement thread).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TurnLimits {
@@ -28,8 +24,7 @@ pub struct TurnLimits {
     /// Turns in progress followed at once.
     pub max_open_turns: usize,
     /// Client requests awaiting an answer the hooks read (`thread/resume`, `thread/fork`,
-    /// later `thread/start`s, `turn/start`); the session's own `thread/start` is never
-    /// among them.
+    /// later `thread/start`s, `turn/start`; never the session's own start).
     pub max_pending: usize,
 }
 
@@ -48,18 +43,14 @@ impl Default for TurnLimits {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Pending {
     /// A thread the client opens itself (`thread/resume`, `thread/fork`, a later
-    /// `thread/start`): the answer names it. `stored` is the session as the store held it
-    /// when the session had no thread yet on this connection.
+    /// `thread/start`), named by the answer. `stored`: the store's record, read while the
+    /// session had no thread yet.
     ClientThread {
         ephemeral: bool,
         stored: Option<Stored>,
     },
-    /// `turn/start` on the session's thread: the answer names the turn; the input is its
-    /// user row.
-    TurnStart {
-        /// The text of the input.
-        input: String,
-    },
+    /// `turn/start` on the session's thread, named by the answer; `input` is its user row.
+    TurnStart { input: String },
 }
 
 /// A turn in progress on the session's thread.
@@ -68,16 +59,15 @@ pub(crate) struct OpenTurn {
     pub(crate) turn_id: String,
     /// The text the client sent with `turn/start`, once its answer named the turn.
     pub(crate) input: Option<String>,
-    /// The text of the turn's user message items (for a turn the client did not start with
-    /// `turn/start`, e.g. a review).
+    /// The text of its user message items (a turn not started by `turn/start`: a review).
     user_text: Vec<String>,
     /// Rows of the completed items, in order.
     pub(crate) rows: Vec<Value>,
     bytes: usize,
     /// Completed items seen (projected or not).
-    pub(crate) items_seen: usize,
+    items_seen: usize,
     /// Rows not recorded because a limit was reached.
-    pub(crate) dropped: usize,
+    dropped: usize,
 }
 
 impl OpenTurn {
@@ -92,16 +82,9 @@ impl OpenTurn {
             dropped: 0,
         }
     }
-
-    /// The user's input: what `turn/start` sent, else the turn's user messages.
-    pub(crate) fn input_text(&self) -> Option<String> {
-        self.input
-            .clone()
-            .or_else(|| (!self.user_text.is_empty()).then(|| self.user_text.join("\n")))
-    }
 }
 
-/// What the tracker had to forget to stay within its bounds (said to the client).
+/// What the tracker had to forget to stay within its bounds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Forgot {
     /// A client request's answer will not be read.
@@ -150,7 +133,7 @@ impl Tracker {
         None
     }
 
-    /// Whether any answer is awaited (a cheap test before a lookup).
+    /// Whether any answer is awaited.
     pub(crate) fn awaits_answers(&self) -> bool {
         !self.pending.is_empty()
     }
@@ -228,11 +211,8 @@ fn push_row(turn: &mut OpenTurn, row: Value, max_rows: usize, max_bytes: usize) 
     turn.rows.push(row);
 }
 
-/// The rows of a completed turn: the user's input, then the rows of its items.
-///
-/// The items streamed during the turn are preferred; a server that only reports them on
-/// `turn/completed` is served from `completed_items` (as the runtime's own turns are). The
-/// same limits apply to both.
+/// The rows of a completed turn: the user's input, then the rows of its items, as streamed, or
+/// from `completed_items` when none were (as the runtime's own turns do), within the limits.
 pub(crate) fn turn_rows(
     thread_id: &str,
     turn_id: &str,
@@ -250,16 +230,16 @@ pub(crate) fn turn_rows(
             }
         }
     }
-    let input = turn.input_text().unwrap_or_default();
+    // What `turn/start` sent, else the turn's user messages.
+    let input = turn.input.unwrap_or_else(|| turn.user_text.join("\n"));
     let mut rows = project_turn(thread_id, turn_id, &input, &[]);
     rows.append(&mut turn.rows);
     (rows, turn.dropped)
 }
 
-/// The row of one item, as [`project_turn`] makes it: `project_turn` maps each item to at most
-/// one row of its own, after the user row, so projecting the items one by one as they complete
-/// gives the rows projecting them all at the end would (tested below), without keeping the
-/// items themselves (a command's whole output, say) until the turn completes.
+/// The row of one item, as [`project_turn`] makes it (at most one per item, after the user
+/// row): projected as they complete, the items give the rows projecting them all at the end
+/// would (tested below), without being kept until the turn completes.
 pub(crate) fn item_row(thread_id: &str, turn_id: &str, item: &ThreadItem) -> Option<Value> {
     let mut rows = project_turn(thread_id, turn_id, "", std::slice::from_ref(item));
     if rows.len() == 2 {
