@@ -6,10 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::{ErrorCode, RpcError};
 
-/// The meaning of a failed `thread/resume`, judged from code **and** message.
-///
-/// Codex answers -32600 both for a thread that is gone and for one that is busy in another
-/// process, so the code alone is not enough.
+/// The meaning of a failed `thread/resume`, judged from code **and** message (codex answers
+/// -32600 both for a thread that is gone and for one busy in another process).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -21,31 +19,28 @@ pub enum ResumeFailure {
     /// release, or an unknown history mode.
     Incompatible,
     /// The rollout exists but is structurally unreadable: empty, no session metadata, or not
-    /// JSON (a writer killed early). An I/O error while reading it is [`ResumeFailure::Io`].
+    /// JSON (a writer killed early); not an I/O error ([`ResumeFailure::Io`]).
     Unreadable,
-    /// Transient: another app-server process is writing the thread (codex's single-writer
-    /// guard). Retry later; never start a new thread, which would fork a live conversation.
+    /// Transient: another app-server process is writing the thread. Retry later; a new thread
+    /// would fork a live conversation.
     Busy,
     /// Transient: the server is overloaded (`-32001`). Retry later.
     Overloaded,
-    /// Transient: codex hit an operating-system I/O error while reading the thread (its message
-    /// carries `(os error N)`: permission denied, too many open files, ...). The rollout may be
-    /// intact; retry later.
+    /// Transient: codex hit an operating-system I/O error reading the thread (`(os error N)`);
+    /// the rollout may be intact.
     Io,
-    /// Transient: the request got no answer in time. Never produced by
-    /// [`classify_resume_error`] (there is no error to classify); a client that times out a
-    /// `thread/resume` judges it with this value.
+    /// Transient: the request got no answer in time (a client's own verdict, never
+    /// [`classify_resume_error`]'s).
     Timeout,
-    /// The request used a field that needs the `experimentalApi` capability. Never a dead
-    /// thread: the client must retry without the field or with the capability.
+    /// The request used a field that needs the `experimentalApi` capability: never a dead
+    /// thread; retry without the field.
     CapabilityRequired,
     /// Anything else; not evidence that the thread is lost.
     Other,
 }
 
 impl ResumeFailure {
-    /// True when codex cannot hand the thread back, so the caller should fail closed: drop
-    /// the binding and start a fresh thread.
+    /// Codex cannot hand the thread back: fail closed (drop the binding, start a fresh thread).
     pub fn thread_is_lost(self) -> bool {
         matches!(
             self,
@@ -53,8 +48,8 @@ impl ResumeFailure {
         )
     }
 
-    /// True when the same request may succeed later: retry within a bound, then report a
-    /// retryable error and keep the binding. Never a reason to give the thread up.
+    /// The same request may succeed later: retry within a bound, then report a retryable error
+    /// and keep the binding.
     pub fn is_transient(self) -> bool {
         matches!(
             self,
@@ -101,14 +96,12 @@ impl fmt::Display for ResumeFailure {
 /// ```
 pub fn classify_resume_error(error: &RpcError) -> ResumeFailure {
     let message = error.message.as_str();
-    // Capability errors come first: a client that sent `excludeTurns` blindly must never
-    // mistake the refusal for a dead thread.
+    // First: a client that sent `excludeTurns` blindly must never take this for a dead thread.
     if message.contains("requires experimentalApi capability") {
         return ResumeFailure::CapabilityRequired;
     }
-    // codex wraps any I/O error of reading a thread in its "failed to read thread" wording;
-    // the operating system's error (Rust spells it `... (os error N)`) says the rollout could
-    // not be read *now*, not that it is damaged. Checked before the structural wordings.
+    // An OS error (Rust spells it `(os error N)`) inside codex's "failed to read thread" says
+    // the rollout could not be read *now*, not that it is damaged: before the structural ones.
     if mentions_os_error(message) {
         return ResumeFailure::Io;
     }
@@ -164,11 +157,9 @@ pub fn classify_resume_error(error: &RpcError) -> ResumeFailure {
     }
 }
 
-/// The JSON-RPC error of a failed resume as `codex exec ... resume <id>` reports it on stderr
-/// before it exits 1 (`codex exec` drives an app-server of its own and prints the error it
-/// got): `Error: thread/resume: thread/resume failed: <message> (code <code>)`. `None` when
-/// `stderr` holds no such line (codex failed for another reason). Judge the error with
-/// [`classify_resume_error`], as an answer on the wire would be.
+/// The JSON-RPC error of a failed resume as `codex exec ... resume <id>` prints it on stderr
+/// before it exits 1: `Error: thread/resume: thread/resume failed: <message> (code <code>)`;
+/// `None` without such a line. Judge it with [`classify_resume_error`], as on the wire.
 ///
 /// ```
 /// use rethread_protocol::{classify_resume_error, exec_resume_error, ResumeFailure};

@@ -1,21 +1,15 @@
-//! `codex exec`'s command line, read the way codex's own parser reads it, for a program that
-//! stands in for `codex exec` (`rethread exec`, the fake's `exec` mode): which subcommand a
-//! run names (`resume <id>`, `fork`, ...), its prompt, its flags and config overrides, and the
-//! same run turned into a `resume <id>` of a given thread.
+//! `codex exec`'s command line, read as codex-cli 0.171.0 reads it (exec's options, then a
+//! `PROMPT` or a subcommand with options of its own), for a stand-in of `codex exec`
+//! (`rethread exec`, the fake's `exec` mode): the subcommand, prompt, flags and config
+//! overrides, and the same run as a `resume <id>`. Two rules matter for that:
 //!
-//! The grammar is codex-cli's (0.171.0, `codex exec --help`): exec's own options, then either
-//! a `PROMPT` or a subcommand with options of its own. Two rules matter for a stand-in:
-//!
-//! - exec's `--image` takes **every** value that follows until the next option, a subcommand
-//!   name included (`exec --image a.png resume <id>` attaches three images and starts a new
-//!   thread), so `resume <id>` is never put after it: [`ExecArgs::with_resume`] moves the
-//!   images behind the resume, where `--image` takes one value each (what the TypeScript SDK
-//!   sends).
+//! - exec's `--image` takes **every** value up to the next option, a subcommand name included
+//!   (`exec --image a.png resume <id>` attaches three images), so [`ExecArgs::with_resume`]
+//!   moves the images behind the `resume <id>`, where `--image` takes one value each.
 //! - options `resume` does not take (`--sandbox`, `--cd`, `--add-dir`, `--color`, ...) stay
 //!   before it, where exec reads them.
 //!
-//! An option this module does not know is read as a flag (no value), or with its value
-//! inline (`--name=value`).
+//! An unknown option is read as a flag, or with its value inline (`--name=value`).
 //!
 //! ```
 //! use rethread_protocol::exec::ExecArgs;
@@ -74,8 +68,8 @@ const SUBCOMMANDS: [&str; 4] = ["resume", "fork", "review", "help"];
 /// One argument as the parser read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Token {
-    /// An option: its name (long, or the short letter as a string), and the indexes of its
-    /// value arguments (inline values have none: they are in the same argument).
+    /// An option: its name (long, or the short letter), its inline value, and the indexes of
+    /// its value arguments.
     Option {
         name: String,
         inline: Option<String>,

@@ -24,9 +24,6 @@
 //!     r#"{"id":7,"method":"thread/resume","params":{"threadId":"thr_1","excludeTurns":true}}"#
 //! );
 //! ```
-#![forbid(unsafe_code)]
-#![deny(rustdoc::broken_intra_doc_links)]
-
 mod classify;
 pub mod codec;
 mod elide;

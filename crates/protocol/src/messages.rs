@@ -166,35 +166,36 @@ pub struct ThreadStartParams {
     pub settings: Map<String, Value>,
 }
 
+/// Builder methods of params: one setter per optional member named, and `setting` for any
+/// other member codex takes.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $field:ident: $type:ty;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $field(mut self, value: impl Into<$type>) -> Self {
+                self.$field = Some(value.into());
+                self
+            }
+        )*
+
+        /// Sets any other member codex takes (`"sandbox"`, `"approvalPolicy"`, `"config"`, ...).
+        pub fn setting(mut self, key: impl Into<String>, value: Value) -> Self {
+            self.settings.insert(key.into(), value);
+            self
+        }
+    };
+}
+
 impl ThreadStartParams {
-    /// Sets the working directory.
-    pub fn cwd(mut self, cwd: impl Into<String>) -> Self {
-        self.cwd = Some(cwd.into());
-        self
-    }
-
-    /// Sets the model.
-    pub fn model(mut self, model: impl Into<String>) -> Self {
-        self.model = Some(model.into());
-        self
-    }
-
-    /// Sets the developer instructions.
-    pub fn developer_instructions(mut self, instructions: impl Into<String>) -> Self {
-        self.developer_instructions = Some(instructions.into());
-        self
-    }
-
-    /// Sets the history mode (needs the `experimentalApi` capability).
-    pub fn history_mode(mut self, mode: HistoryMode) -> Self {
-        self.history_mode = Some(mode);
-        self
-    }
-
-    /// Sets any other member codex takes (`"sandbox"`, `"approvalPolicy"`, `"config"`, ...).
-    pub fn setting(mut self, key: impl Into<String>, value: Value) -> Self {
-        self.settings.insert(key.into(), value);
-        self
+    setters! {
+        /// Sets the working directory.
+        cwd: String;
+        /// Sets the model.
+        model: String;
+        /// Sets the developer instructions.
+        developer_instructions: String;
+        /// Sets the history mode (needs the `experimentalApi` capability).
+        history_mode: HistoryMode;
     }
 
     /// The `thread/resume` of `thread_id` with this start's members a resume takes
@@ -217,11 +218,11 @@ pub fn shared_with_resume(start: &Map<String, Value>) -> Map<String, Value> {
         .collect()
 }
 
-/// `thread/start` result.
+/// `thread/start` result, and `thread/resume`'s ([`ThreadResumeResponse`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ThreadStartResponse {
-    /// The new thread.
+    /// The thread (a resumed one with its turns, unless they were excluded).
     pub thread: Thread,
     /// The model the thread will use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -254,29 +255,14 @@ impl ThreadResumeParams {
         }
     }
 
-    /// Sets `excludeTurns`.
-    pub fn exclude_turns(mut self, exclude: bool) -> Self {
-        self.exclude_turns = Some(exclude);
-        self
-    }
-
-    /// Sets any other member.
-    pub fn setting(mut self, key: impl Into<String>, value: Value) -> Self {
-        self.settings.insert(key.into(), value);
-        self
+    setters! {
+        /// Sets `excludeTurns`.
+        exclude_turns: bool;
     }
 }
 
-/// `thread/resume` result.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ThreadResumeResponse {
-    /// The resumed thread (with turns unless they were excluded).
-    pub thread: Thread,
-    /// The model the thread will use.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-}
+/// `thread/resume` result: the shape of a start's.
+pub type ThreadResumeResponse = ThreadStartResponse;
 
 /// `thread/read` params.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -308,16 +294,19 @@ pub struct ThreadTurnsListParams {
     pub limit: Option<u32>,
 }
 
-/// `thread/turns/list` result.
+/// One page of a list result.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ThreadTurnsListResponse {
-    /// The turns of this page (newest first by default).
-    pub data: Vec<Turn>,
+pub struct Page<T> {
+    /// The items of this page (turns: newest first by default).
+    pub data: Vec<T>,
     /// Cursor of the next page, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
+
+/// `thread/turns/list` result.
+pub type ThreadTurnsListResponse = Page<Turn>;
 
 /// `thread/list` params.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -332,15 +321,7 @@ pub struct ThreadListParams {
 }
 
 /// `thread/list` result.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ThreadListResponse {
-    /// The threads of this page.
-    pub data: Vec<Thread>,
-    /// Cursor of the next page, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_cursor: Option<String>,
-}
+pub type ThreadListResponse = Page<Thread>;
 
 /// One piece of user input, in a form every supported codex release accepts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -13,13 +13,9 @@ use crate::SessionHooks;
 pub const NO_SESSION_WARNING: &str = "No rethread session is named (set RETHREAD_SESSION): \
      nothing is kept, so this conversation will not be resumed after a restart.";
 
-/// Pure pass-through, plus one `warning` notification `{"message": NO_SESSION_WARNING,
-/// "threadId": null}` (and the same line on stderr).
-///
-/// The warning goes to the client right after codex's successful answer to the client's
-/// `initialize`: the first moment the protocol lets a server speak, and before the answer to
-/// anything the client asks next. It is sent once per process, however often the client
-/// initializes.
+/// Pure pass-through, plus one `warning` `{"message": NO_SESSION_WARNING, "threadId": null}`
+/// (and on stderr), once per process, right after codex's successful answer to the client's
+/// `initialize`: the first moment a server may speak, before the answer to anything else.
 #[derive(Debug, Default)]
 pub struct NoSession {
     /// The id of the client's `initialize` request, until it is answered.
@@ -60,17 +56,11 @@ impl SessionHooks for NoSession {
         line: &Line,
         ctx: &ServerContext,
     ) -> Result<ServerAction, HookError> {
-        if line.kind() != LineKind::Response || line.id().is_none() {
-            return Ok(ServerAction::Forward);
-        }
-        let answers_initialize = {
-            let mut initialize = self.initialize();
-            let matches = initialize.as_ref() == line.id();
-            if matches {
-                *initialize = None;
-            }
-            matches
-        };
+        let answers_initialize = line.kind() == LineKind::Response
+            && self
+                .initialize()
+                .take_if(|id| Some(&*id) == line.id())
+                .is_some();
         if !answers_initialize || self.warned.swap(true, Ordering::Relaxed) {
             return Ok(ServerAction::Forward);
         }

@@ -41,15 +41,11 @@ fn exit_code_of(status: ExitStatus) -> i32 {
     1
 }
 
-/// Runs the proxy between this process's stdin/stdout and a codex started from `command`,
-/// until one of them ends or a signal arrives, and returns the exit code for this process:
-///
-/// - the client closed its input (or stopped reading): codex's input is closed, codex gets
-///   `options.shutdown_grace` to exit, then is killed; `0` (codex's own status when it exited
-///   by itself within the grace: `0` for a codex that shut down because its input ended);
-/// - codex exited: everything it wrote has been passed on; its exit code (128 + N when a
-///   signal N killed it);
-/// - SIGINT / SIGTERM: codex is stopped the same way; `130` / `143`.
+/// Runs the proxy between this process's stdin/stdout and a codex started from `command`
+/// until one of them ends or a signal arrives; codex then gets `options.shutdown_grace` to
+/// exit before it is killed. Returns this process's exit code: when the client closed its
+/// input or stopped reading, `0` (or codex's own status when it exited within the grace);
+/// when codex exited, its code (128 + N for a signal N); `130` / `143` for SIGINT / SIGTERM.
 pub async fn run_app_server<H: SessionHooks>(
     command: &CodexCommand,
     hooks: &H,
@@ -77,8 +73,8 @@ pub async fn run_app_server<H: SessionHooks>(
     // Codex's input is closed now (the forwarder owned it): a polite codex exits on its own.
     let status = wait_or_kill(&mut child, options.shutdown_grace).await;
     match ended? {
-        // Codex exits 0 when its input ends; a codex that failed on its own (bad arguments,
-        // a tooling subcommand such as `generate-json-schema`) keeps its status.
+        // Codex exits 0 when its input ends; one that failed on its own (bad arguments, a
+        // tooling subcommand) keeps its status.
         Ended::ClientClosed {
             codex_finished: true,
         } => Ok(status.map_or(0, exit_code_of)),
@@ -121,34 +117,36 @@ async fn stop_signal() -> i32 {
     }
 }
 
-type BoxedRead = Box<dyn AsyncRead + Unpin + Send>;
-type BoxedWrite = Box<dyn AsyncWrite + Unpin + Send>;
-
 /// Our stdin. A pipe (what clients give a codex they spawn) is read without a helper thread;
 /// anything else through tokio's stdin.
-fn client_input() -> BoxedRead {
+fn client_input() -> Box<dyn AsyncRead + Unpin + Send> {
     #[cfg(unix)]
-    {
-        use std::os::fd::AsFd;
-        if let Ok(fd) = std::io::stdin().as_fd().try_clone_to_owned() {
-            if let Ok(pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {
-                return Box::new(pipe);
-            }
-        }
+    if let Some(pipe) = pipe(
+        std::io::stdin(),
+        tokio::net::unix::pipe::Receiver::from_owned_fd,
+    ) {
+        return Box::new(pipe);
     }
     Box::new(tokio::io::stdin())
 }
 
 /// Our stdout, like [`client_input`].
-fn client_output() -> BoxedWrite {
+fn client_output() -> Box<dyn AsyncWrite + Unpin + Send> {
     #[cfg(unix)]
-    {
-        use std::os::fd::AsFd;
-        if let Ok(fd) = std::io::stdout().as_fd().try_clone_to_owned() {
-            if let Ok(pipe) = tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
-                return Box::new(pipe);
-            }
-        }
+    if let Some(pipe) = pipe(
+        std::io::stdout(),
+        tokio::net::unix::pipe::Sender::from_owned_fd,
+    ) {
+        return Box::new(pipe);
     }
     Box::new(tokio::io::stdout())
+}
+
+/// `stdio` as a tokio pipe end, when it is a pipe.
+#[cfg(unix)]
+fn pipe<P>(
+    stdio: impl std::os::fd::AsFd,
+    open: impl FnOnce(std::os::fd::OwnedFd) -> std::io::Result<P>,
+) -> Option<P> {
+    open(stdio.as_fd().try_clone_to_owned().ok()?).ok()
 }

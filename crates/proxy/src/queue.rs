@@ -1,11 +1,8 @@
-//! The two outgoing queues (to codex, to the client) and the task that drains each into its
-//! writer.
+//! The two outgoing queues (to codex, to the client) and the writer that drains each.
 //!
-//! A queue is bounded twice: in lines (the channel's capacity) and in bytes (a semaphore whose
-//! permits a line holds until it is written; a line larger than the whole budget takes all of
-//! it, so one oversized line at a time). A sender waits when either bound is reached, which is
-//! how a slow reader on one side slows the reader on the other side down instead of growing
-//! memory.
+//! A queue is bounded in lines (the channel) and in bytes (a semaphore whose permits a line
+//! holds until written; a line larger than the budget takes all of it). A sender waits at
+//! either bound: a slow reader on one side slows the other side down instead of growing memory.
 
 use std::io;
 use std::sync::Arc;
@@ -24,8 +21,7 @@ enum Item {
     Close,
 }
 
-/// The writing side of the writer has gone (its reader closed the pipe, or the queue is
-/// closed).
+/// The writer has gone (its reader closed the pipe, or the queue is closed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct QueueClosed;
 
@@ -94,8 +90,8 @@ impl Queue {
 }
 
 /// Writes what the queue carries until it is closed (a [`Queue::close`], or every sender
-/// dropped), flushing whenever the queue runs empty. Returns the writer's error, if any; the
-/// queue is closed either way, so senders learn the writer is gone.
+/// dropped), flushing whenever it runs empty; then closes the queue, so senders learn the
+/// writer is gone.
 pub(crate) async fn drain<W: AsyncWrite + Unpin>(
     receiver: QueueReceiver,
     writer: W,

@@ -1,5 +1,4 @@
-//! What the server sends: notifications (typed where rethread reads them, raw otherwise) and
-//! server requests (approvals and the rest), with their params.
+//! What the server sends: notifications (typed where rethread reads them) and server requests.
 
 use super::*;
 
@@ -161,8 +160,8 @@ fn decode<T: DeserializeOwned>(params: &Option<Value>) -> Result<T, serde_json::
 }
 
 impl ServerNotification {
-    /// Types a raw notification. Unknown methods become [`ServerNotification::Other`]; a known
-    /// method whose params do not decode is an error.
+    /// Types a raw notification: an unknown method is [`ServerNotification::Other`], a known
+    /// one whose params do not decode an error.
     pub fn from_raw(raw: &RawNotification) -> Result<Self, serde_json::Error> {
         let p = &raw.params;
         Ok(match raw.method.as_str() {
@@ -277,43 +276,34 @@ impl ServerRequest {
         matches!(self, Self::Approval { .. })
     }
 
+    /// A string member of the params.
+    fn param(&self, key: &str) -> Option<&str> {
+        let value = match self {
+            Self::Approval { params, .. } => match key {
+                "threadId" => return params.thread_id.as_deref(),
+                "turnId" => return params.turn_id.as_deref(),
+                _ => params.extra.get(key),
+            },
+            Self::Other { params, .. } => params.as_ref()?.get(key),
+        };
+        value?.as_str()
+    }
+
     /// The thread the request concerns, when it names one: `threadId` (v2 requests), else
     /// `conversationId` (the legacy approvals name the thread so).
     pub fn thread_id(&self) -> Option<&str> {
-        let (thread, extra) = match self {
-            Self::Approval { params, .. } => (params.thread_id.as_deref(), Some(&params.extra)),
-            Self::Other { params, .. } => (
-                params
-                    .as_ref()
-                    .and_then(|p| p.get("threadId"))
-                    .and_then(Value::as_str),
-                params.as_ref().and_then(Value::as_object),
-            ),
-        };
-        thread.or_else(|| {
-            extra
-                .and_then(|e| e.get("conversationId"))
-                .and_then(Value::as_str)
-        })
+        self.param("threadId")
+            .or_else(|| self.param("conversationId"))
     }
 
     /// The turn the request concerns, when it names one (`turnId`).
     pub fn turn_id(&self) -> Option<&str> {
-        match self {
-            Self::Approval { params, .. } => params.turn_id.as_deref(),
-            Self::Other { params, .. } => params
-                .as_ref()
-                .and_then(|p| p.get("turnId"))
-                .and_then(Value::as_str),
-        }
+        self.param("turnId")
     }
 
-    /// The answer that declines this approval, in the vocabulary of its method; `None` for
-    /// non-approvals.
-    ///
-    /// v2 requests get `decline` (the turn goes on without the action). The legacy requests
-    /// get `abort`: their plain "denied" changed shape between 0.144.6 (a string) and
-    /// 0.169.0 (an object with a rejection), and `abort` is the refusal both accept.
+    /// The answer that declines this approval, in its method's vocabulary (`None` for
+    /// non-approvals): `decline` for v2 requests (the turn goes on without the action), `abort`
+    /// for the legacy ones, whose plain denial changed shape between 0.144.6 and 0.169.0.
     pub fn decline_result(&self) -> Option<Value> {
         match self {
             Self::Approval { method, .. } => Some(match method.as_str() {
