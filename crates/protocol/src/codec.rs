@@ -241,18 +241,18 @@ impl Decoder for LineFramer {
                     if std::mem::take(&mut self.discarding) {
                         // The tail of a line already reported as too long, or being elided.
                         let tail = buf.split_to(end);
-                        match self.elide_tail(trim_line(&tail), true) {
-                            Some(frame) => return Ok(Some(frame)),
-                            None => continue,
+                        let frame = self.elide_tail(trim_line(&tail), true);
+                        if frame.is_some() {
+                            return Ok(frame);
                         }
-                    }
-                    if trim_line(&buf[..end]).len() > self.max_line_length {
-                        match self.too_long(buf, Some(end)) {
-                            Some(frame) => return Ok(Some(frame)),
-                            None => continue,
+                    } else if trim_line(&buf[..end]).len() > self.max_line_length {
+                        let frame = self.too_long(buf, Some(end));
+                        if frame.is_some() {
+                            return Ok(frame);
                         }
+                    } else {
+                        return Ok(Some(Frame::Line(buf.split_to(end).freeze())));
                     }
-                    return Ok(Some(Frame::Line(buf.split_to(end).freeze())));
                 }
                 None if self.discarding => {
                     let frame = self.elide_tail(&buf[..], false);
@@ -266,12 +266,9 @@ impl Decoder for LineFramer {
                         .max_line_length
                         .saturating_add(usize::from(buf.last() == Some(&b'\r'))) =>
                 {
-                    // Report now (or elide) and drop the bytes so an endless line cannot grow
-                    // the buffer.
-                    match self.too_long(buf, None) {
-                        Some(frame) => return Ok(Some(frame)),
-                        None => return Ok(None),
-                    }
+                    // Report now (or elide) and drop the bytes: an endless line cannot grow the
+                    // buffer.
+                    return Ok(self.too_long(buf, None));
                 }
                 None => {
                     self.scanned = buf.len();
