@@ -2,13 +2,10 @@
 //! ([`LineFramer::eliding`](crate::codec::LineFramer::eliding)).
 
 /// Streams one JSON text and copies it with the array at `path` (member names, from the
-/// top-level object down) left empty, as long as the copy stays within `limit` bytes.
-///
-/// Written for codex's answer to the proxy's own `thread/resume`: its `result.thread.turns`
-/// is what makes it long, and the proxy drops those turns anyway. Only the structure is
-/// tracked (strings, nesting, member names along the path), so memory is the copy alone.
-/// Names are compared as written: an escaped name never matches. Input that is not JSON
-/// gives a copy that is not JSON either; the caller parses what it gets.
+/// top-level object down) left empty, as long as the copy stays within `limit` bytes. Only
+/// the structure is tracked (strings, nesting, names along the path), so memory is the copy
+/// alone. Names are compared as written (an escaped one never matches); input that is not JSON
+/// gives a copy that is not JSON either, for the caller's parser to refuse.
 #[derive(Debug, Clone)]
 pub(crate) struct Elider {
     path: &'static [&'static str],

@@ -4,12 +4,9 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// The persisted history contract of a codex thread (`historyMode` on the wire,
-/// `history_mode` in codex's storage).
-///
-/// A `Thread` without the field is [`HistoryMode::Legacy`] (servers older than the field).
-/// A value this crate does not know is kept as [`HistoryMode::Unknown`] and is **never** read
-/// as legacy: codex itself refuses to resume or fully read such a thread.
+/// The persisted history contract of a codex thread (`historyMode` on the wire). A `Thread`
+/// without the field is [`HistoryMode::Legacy`]; a value this crate does not know is kept as
+/// [`HistoryMode::Unknown`] and **never** read as legacy (codex refuses to resume it).
 ///
 /// ```
 /// use rethread_protocol::HistoryMode;
@@ -69,7 +66,6 @@ impl Serialize for HistoryMode {
 
 impl<'de> Deserialize<'de> for HistoryMode {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = String::deserialize(deserializer)?;
-        Ok(HistoryMode::parse(&value))
+        Ok(HistoryMode::parse(&String::deserialize(deserializer)?))
     }
 }

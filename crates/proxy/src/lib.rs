@@ -190,15 +190,6 @@ impl Reporter {
         Reporter(Arc::new(report))
     }
 
-    /// `rethread app-server: <message>` on stderr.
-    pub fn stderr() -> Self {
-        // Best effort: a client that closed stderr still gets the session (`eprintln!` panics).
-        Reporter::new(|message| {
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "rethread app-server: {message}");
-        })
-    }
-
     /// Says `message`.
     pub fn report(&self, message: &str) {
         (self.0)(message);
@@ -206,8 +197,13 @@ impl Reporter {
 }
 
 impl Default for Reporter {
+    /// `rethread app-server: <message>` on stderr.
     fn default() -> Self {
-        Reporter::stderr()
+        // Best effort: a client that closed stderr still gets the session (`eprintln!` panics).
+        Reporter::new(|message| {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "rethread app-server: {message}");
+        })
     }
 }
 

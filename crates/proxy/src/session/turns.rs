@@ -54,15 +54,15 @@ pub(crate) enum Pending {
 }
 
 /// A turn in progress on the session's thread.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct OpenTurn {
-    pub(crate) turn_id: String,
+    turn_id: String,
     /// The text the client sent with `turn/start`, once its answer named the turn.
-    pub(crate) input: Option<String>,
+    input: Option<String>,
     /// The text of its user message items (a turn not started by `turn/start`: a review).
     user_text: Vec<String>,
     /// Rows of the completed items, in order.
-    pub(crate) rows: Vec<Value>,
+    rows: Vec<Value>,
     bytes: usize,
     /// Completed items seen (projected or not).
     items_seen: usize,
@@ -72,14 +72,10 @@ pub(crate) struct OpenTurn {
 
 impl OpenTurn {
     fn new(turn_id: &str) -> Self {
+        let turn_id = turn_id.to_string();
         OpenTurn {
-            turn_id: turn_id.to_string(),
-            input: None,
-            user_text: Vec::new(),
-            rows: Vec::new(),
-            bytes: 0,
-            items_seen: 0,
-            dropped: 0,
+            turn_id,
+            ..OpenTurn::default()
         }
     }
 }
@@ -108,7 +104,7 @@ impl Forgot {
 }
 
 /// The hooks' memory of the conversation. Every collection is bounded by [`TurnLimits`].
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Tracker {
     limits: TurnLimits,
     pending: VecDeque<(RequestId, Pending)>,
@@ -117,11 +113,8 @@ pub(crate) struct Tracker {
 
 impl Tracker {
     pub(crate) fn new(limits: TurnLimits) -> Self {
-        Tracker {
-            limits,
-            pending: VecDeque::new(),
-            turns: VecDeque::new(),
-        }
+        let tracker = Tracker::default();
+        Tracker { limits, ..tracker }
     }
 
     /// Remembers that the answer to the client's request `id` matters.
