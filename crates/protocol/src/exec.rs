@@ -26,40 +26,26 @@
 
 use std::ffi::{OsStr, OsString};
 
-/// exec's options that take one value (long name, short letter).
-const EXEC_VALUED: [(&str, Option<char>); 16] = [
-    ("config", Some('c')),
-    ("enable", None),
-    ("disable", None),
-    ("remote", None),
-    ("remote-auth-token-env", None),
-    ("model", Some('m')),
-    ("local-provider", None),
-    ("profile", Some('p')),
-    ("sandbox", Some('s')),
-    ("cd", Some('C')),
-    ("add-dir", None),
-    ("thread-source", None),
-    ("cyber-access-program", None),
-    ("output-schema", None),
-    ("color", None),
-    ("output-last-message", Some('o')),
-];
-
-/// The options of exec's subcommands (`resume`, `fork`) that take one value; `--image` among
-/// them takes one value there.
-const SUBCOMMAND_VALUED: [(&str, Option<char>); 11] = [
-    ("config", Some('c')),
-    ("enable", None),
-    ("disable", None),
-    ("image", Some('i')),
-    ("remote", None),
-    ("remote-auth-token-env", None),
-    ("model", Some('m')),
-    ("thread-source", None),
-    ("cyber-access-program", None),
-    ("output-schema", None),
-    ("output-last-message", Some('o')),
+/// The options that take one value: long name, short letter, and whether only exec itself
+/// takes it (not its subcommands). `--image` is read apart: exec's takes every value up to the
+/// next option, a subcommand's one.
+const VALUED: [(&str, Option<char>, bool); 16] = [
+    ("config", Some('c'), false),
+    ("enable", None, false),
+    ("disable", None, false),
+    ("remote", None, false),
+    ("remote-auth-token-env", None, false),
+    ("model", Some('m'), false),
+    ("local-provider", None, true),
+    ("profile", Some('p'), true),
+    ("sandbox", Some('s'), true),
+    ("cd", Some('C'), true),
+    ("add-dir", None, true),
+    ("thread-source", None, false),
+    ("cyber-access-program", None, false),
+    ("output-schema", None, false),
+    ("color", None, true),
+    ("output-last-message", Some('o'), false),
 ];
 
 /// exec's subcommands.
@@ -122,18 +108,17 @@ impl ExecArgs {
                 only_positionals = true;
                 continue;
             }
-            let table: &[(&str, Option<char>)] = if subcommand.is_some() {
-                &SUBCOMMAND_VALUED
-            } else {
-                &EXEC_VALUED
-            };
+            let in_subcommand = subcommand.is_some();
+            let mut table = VALUED
+                .iter()
+                .filter(|(.., exec_only)| !(in_subcommand && *exec_only));
             let (name, inline, takes_value) = match text.strip_prefix("--") {
                 Some(long) => {
                     let (name, inline) = match long.split_once('=') {
                         Some((name, value)) => (name.to_string(), Some(value.to_string())),
                         None => (long.to_string(), None),
                     };
-                    let takes = table.iter().any(|(l, _)| *l == name) || name == "image";
+                    let takes = table.any(|(l, ..)| *l == name) || name == "image";
                     (name, inline, takes)
                 }
                 None => {
@@ -141,9 +126,8 @@ impl ExecArgs {
                     let letter = chars.next().unwrap_or('-');
                     let rest: String = chars.collect();
                     let long = table
-                        .iter()
-                        .find(|(_, short)| *short == Some(letter))
-                        .map(|(long, _)| long.to_string())
+                        .find(|(_, short, _)| *short == Some(letter))
+                        .map(|(long, ..)| long.to_string())
                         .or_else(|| (letter == 'i').then(|| "image".to_string()));
                     match long {
                         Some(long) => {

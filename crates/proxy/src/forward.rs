@@ -21,7 +21,7 @@ use crate::hooks::{
     proxy_answer_id, uses_reserved_id, ClientAction, ClientContext, Link, ServerAction,
     ServerContext, SessionHooks, PROXY_ID_PREFIX,
 };
-use crate::line::{peek_prefix, Line, LineKind, Peek, Refusal};
+use crate::line::{peek_prefix, Line, LineKind, Peek, Refused};
 use crate::queue::{drain, queue};
 use crate::{Ended, ProxyError, ProxyOptions};
 
@@ -191,7 +191,12 @@ async fn next_line<R: AsyncRead + Unpin>(
                         format!("is longer than the limit of {limit} bytes"),
                     ),
                 };
-                answer_in_place(link, peer, sender, code, &problem, limit).await;
+                let refused = Refused {
+                    code,
+                    problem,
+                    sender,
+                };
+                answer_in_place(link, peer, refused, limit).await;
             }
             Err(error) => {
                 link.reporter
@@ -223,18 +228,7 @@ async fn client_side<H: SessionHooks, R: AsyncRead + Unpin>(
         let line = match Line::from_client(bytes) {
             Ok(line) => line,
             Err(refused) => {
-                let (code, problem) = match refused.why {
-                    Refusal::NotUtf8 { valid_up_to } => (
-                        ErrorCode::PARSE_ERROR,
-                        format!("is not UTF-8 (invalid byte at offset {valid_up_to})"),
-                    ),
-                    Refusal::Duplicate { member } => (
-                        ErrorCode::INVALID_REQUEST,
-                        format!("has a duplicate `{member}` member"),
-                    ),
-                };
-                let sender = refused.sender;
-                answer_in_place(link, Peer::Client, sender, code, &problem, limit).await;
+                answer_in_place(link, Peer::Client, refused, limit).await;
                 continue;
             }
         };
@@ -321,14 +315,12 @@ fn report_unrouted(link: &Link, from: Peer, line: &Line) {
 /// for it, when it names an id, gets an error in its place, so that nothing waits forever: a
 /// request's sender, or the requester of an answer (the client, codex, or the proxy itself
 /// for its own ids). Otherwise the line is dropped. Either way it is reported.
-async fn answer_in_place(
-    link: &Link,
-    from: Peer,
-    sender: Option<Peek>,
-    code: ErrorCode,
-    problem: &str,
-    limit: usize,
-) {
+async fn answer_in_place(link: &Link, from: Peer, refused: Refused, limit: usize) {
+    let Refused {
+        code,
+        problem,
+        sender,
+    } = refused;
     let codex_too_long =
         || format!("codex's message was longer than rethread's line limit of {limit} bytes");
     let Some(peek) = sender else {

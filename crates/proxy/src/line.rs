@@ -15,7 +15,7 @@ use bytes::Bytes;
 use rethread_protocol::codec::{decode_envelope, decode_line, trim_line};
 use rethread_protocol::jsonrpc::Response;
 use rethread_protocol::{
-    Envelope, EnvelopeError, FrameError, Message, MessageKind, RequestId, RpcError,
+    Envelope, EnvelopeError, ErrorCode, FrameError, Message, MessageKind, RequestId, RpcError,
 };
 use serde_json::Value;
 
@@ -77,20 +77,12 @@ impl From<Envelope> for Peek {
     }
 }
 
-/// Why the forwarder refuses a client line instead of passing it on (see the crate docs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    /// Not UTF-8: codex's line reader fails on it and codex exits.
-    NotUtf8 { valid_up_to: usize },
-    /// A member routing reads comes twice: codex refuses the line, and it has no single
-    /// reading.
-    Duplicate { member: &'static str },
-}
-
-/// A refused client line and, when the lexical scan finds one, who to answer in its place.
+/// A client line the forwarder refuses (see the crate docs): the code its sender gets, what is
+/// wrong with it ("is not UTF-8 ..."), and who to answer, when the lexical scan finds one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Refused {
-    pub(crate) why: Refusal,
+    pub(crate) code: ErrorCode,
+    pub(crate) problem: String,
     pub(crate) sender: Option<Peek>,
 }
 
@@ -128,22 +120,32 @@ impl Line {
     /// of (not UTF-8) or with no single reading (a duplicate member) is refused.
     pub(crate) fn from_client(bytes: Bytes) -> Result<Line, Refused> {
         let json = trim_line(&bytes);
-        let why = match decode_envelope(json) {
+        let (code, problem) = match decode_envelope(json) {
             Ok(envelope) => {
                 let peek = envelope.into();
                 return Ok(Line { bytes, peek });
             }
-            Err(FrameError::InvalidUtf8 { valid_up_to }) => Refusal::NotUtf8 { valid_up_to },
-            Err(FrameError::InvalidMessage(EnvelopeError::DuplicateMember { member })) => {
-                Refusal::Duplicate { member }
-            }
+            // Codex's line reader fails on it, and codex exits.
+            Err(FrameError::InvalidUtf8 { valid_up_to }) => (
+                ErrorCode::PARSE_ERROR,
+                format!("is not UTF-8 (invalid byte at offset {valid_up_to})"),
+            ),
+            // Codex refuses it, and it has no single reading.
+            Err(FrameError::InvalidMessage(EnvelopeError::DuplicateMember { member })) => (
+                ErrorCode::INVALID_REQUEST,
+                format!("has a duplicate `{member}` member"),
+            ),
             Err(_) => {
                 let peek = Peek::OTHER;
                 return Ok(Line { bytes, peek });
             }
         };
         let sender = scan_members(json).sender();
-        Err(Refused { why, sender })
+        Err(Refused {
+            code,
+            problem,
+            sender,
+        })
     }
 
     /// A line made by the proxy (a message of its own), newline-terminated.
