@@ -18,8 +18,9 @@ pub trait Request {
     type Result: Serialize + DeserializeOwned;
 }
 
-macro_rules! request {
-    ($(#[$doc:meta])* $name:ident, $method:literal, $params:ty, $result:ty) => {
+/// One uninhabited type per method, tying its name to its params and result.
+macro_rules! requests {
+    ($($(#[$doc:meta])* $name:ident = $method:literal, $params:ty => $result:ty;)*) => {$(
         $(#[$doc])*
         #[derive(Debug, Clone, Copy)]
         pub enum $name {}
@@ -28,42 +29,28 @@ macro_rules! request {
             type Params = $params;
             type Result = $result;
         }
-    };
+    )*};
 }
 
-request!(
+requests! {
     /// `initialize`: the first request; answered once per connection.
-    Initialize, "initialize", InitializeParams, InitializeResponse
-);
-request!(
+    Initialize = "initialize", InitializeParams => InitializeResponse;
     /// `thread/start`: a new thread.
-    ThreadStart, "thread/start", ThreadStartParams, ThreadStartResponse
-);
-request!(
+    ThreadStart = "thread/start", ThreadStartParams => ThreadStartResponse;
     /// `thread/resume`: load a stored thread so turns can run on it.
-    ThreadResume, "thread/resume", ThreadResumeParams, ThreadResumeResponse
-);
-request!(
+    ThreadResume = "thread/resume", ThreadResumeParams => ThreadResumeResponse;
     /// `thread/read`: read a stored thread without resuming it (side-effect free).
-    ThreadRead, "thread/read", ThreadReadParams, ThreadReadResponse
-);
-request!(
+    ThreadRead = "thread/read", ThreadReadParams => ThreadReadResponse;
     /// `thread/turns/list`: a page of a stored thread's turns, without resuming it (0.144.6
     /// serves it only under `experimentalApi`).
-    ThreadTurnsList, "thread/turns/list", ThreadTurnsListParams, ThreadTurnsListResponse
-);
-request!(
+    ThreadTurnsList = "thread/turns/list", ThreadTurnsListParams => ThreadTurnsListResponse;
     /// `thread/list`: page through stored threads.
-    ThreadList, "thread/list", ThreadListParams, ThreadListResponse
-);
-request!(
+    ThreadList = "thread/list", ThreadListParams => ThreadListResponse;
     /// `turn/start`: run one turn; progress arrives as notifications.
-    TurnStart, "turn/start", TurnStartParams, TurnStartResponse
-);
-request!(
+    TurnStart = "turn/start", TurnStartParams => TurnStartResponse;
     /// `turn/interrupt`: stop a running turn.
-    TurnInterrupt, "turn/interrupt", TurnInterruptParams, TurnInterruptResponse
-);
+    TurnInterrupt = "turn/interrupt", TurnInterruptParams => TurnInterruptResponse;
+}
 
 /// The `initialized` notification the client sends after the `initialize` response.
 pub const INITIALIZED: &str = "initialized";

@@ -127,19 +127,13 @@ pub enum RequestError {
 pub(crate) struct Link {
     pub(crate) to_codex: Queue,
     pub(crate) to_client: Queue,
-    pending: Mutex<Pending>,
+    /// The waiting requests by number; `None` once codex's output ended (no answer will come).
+    pending: Mutex<Option<HashMap<u64, oneshot::Sender<Line>>>>,
     next_id: AtomicU64,
     request_timeout: Duration,
     pub(crate) reporter: Reporter,
     /// Set once codex's output ended.
     codex_gone: watch::Sender<bool>,
-}
-
-#[derive(Debug, Default)]
-struct Pending {
-    waiters: HashMap<u64, oneshot::Sender<Line>>,
-    /// Codex's output ended: no answer will come.
-    closed: bool,
 }
 
 impl Link {
@@ -152,7 +146,7 @@ impl Link {
         Arc::new(Link {
             to_codex,
             to_client,
-            pending: Mutex::new(Pending::default()),
+            pending: Mutex::new(Some(HashMap::new())),
             next_id: AtomicU64::new(1),
             request_timeout,
             reporter,
@@ -165,7 +159,7 @@ impl Link {
         let _ = self.codex_gone.subscribe().wait_for(|gone| *gone).await;
     }
 
-    fn pending(&self) -> MutexGuard<'_, Pending> {
+    fn pending(&self) -> MutexGuard<'_, Option<HashMap<u64, oneshot::Sender<Line>>>> {
         // Only plain inserts and removes happen under the lock.
         self.pending
             .lock()
@@ -178,7 +172,7 @@ impl Link {
         let number = id
             .strip_prefix(PROXY_ID_PREFIX)
             .and_then(|n| n.parse::<u64>().ok());
-        let waiter = number.and_then(|n| self.pending().waiters.remove(&n));
+        let waiter = number.and_then(|n| self.pending().as_mut()?.remove(&n));
         waiter.is_some_and(|waiter| waiter.send(line).is_ok())
     }
 
@@ -193,11 +187,7 @@ impl Link {
 
     /// Codex's output ended: every waiting request fails with `Closed`, and so will new ones.
     pub(crate) fn close(&self) {
-        {
-            let mut pending = self.pending();
-            pending.closed = true;
-            pending.waiters.clear();
-        }
+        *self.pending() = None;
         self.codex_gone.send_replace(true);
     }
 }
@@ -218,7 +208,9 @@ struct PendingGuard<'a> {
 
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
-        self.link.pending().waiters.remove(&self.number);
+        if let Some(waiters) = self.link.pending().as_mut() {
+            waiters.remove(&self.number);
+        }
     }
 }
 
@@ -235,13 +227,10 @@ impl CodexRequester {
         };
         let number = self.link.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        {
-            let mut pending = self.link.pending();
-            if pending.closed {
-                return Err(closed());
-            }
-            pending.waiters.insert(number, tx);
-        }
+        match self.link.pending().as_mut() {
+            Some(waiters) => waiters.insert(number, tx),
+            None => return Err(closed()),
+        };
         let _guard = PendingGuard {
             link: &self.link,
             number,
