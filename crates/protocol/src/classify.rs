@@ -12,11 +12,9 @@ use crate::{ErrorCode, RpcError};
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ResumeFailure {
-    /// The thread cannot be found: never materialized, rollout deleted, a different
-    /// `CODEX_HOME`, or an id codex cannot parse.
+    /// Not found: never materialized, rollout deleted, another `CODEX_HOME`, a malformed id.
     Gone,
-    /// The thread exists but this codex cannot serve it: a paginated thread under an older
-    /// release, or an unknown history mode.
+    /// This codex cannot serve it: a paginated thread on an older release, an unknown mode.
     Incompatible,
     /// The rollout exists but is structurally unreadable: empty, no session metadata, or not
     /// JSON (a writer killed early); not an I/O error ([`ResumeFailure::Io`]).
@@ -29,11 +27,9 @@ pub enum ResumeFailure {
     /// Transient: codex hit an operating-system I/O error reading the thread (`(os error N)`);
     /// the rollout may be intact.
     Io,
-    /// Transient: the request got no answer in time (a client's own verdict, never
-    /// [`classify_resume_error`]'s).
+    /// Transient: no answer in time (a client's verdict, never [`classify_resume_error`]'s).
     Timeout,
-    /// The request used a field that needs the `experimentalApi` capability: never a dead
-    /// thread; retry without the field.
+    /// A field needs the `experimentalApi` capability: never a dead thread.
     CapabilityRequired,
     /// Anything else; not evidence that the thread is lost.
     Other,
@@ -146,8 +142,7 @@ pub fn classify_resume_error(error: &RpcError) -> ResumeFailure {
             } else if message.starts_with("failed to read thread")
                 || message.contains("failed to read session metadata")
             {
-                // Structural: empty, no `session_meta` first line, not JSON (I/O errors were
-                // told apart above).
+                // Structural: empty, no `session_meta` first line, not JSON.
                 ResumeFailure::Unreadable
             } else {
                 ResumeFailure::Other

@@ -206,8 +206,7 @@ impl LineFramer {
         }
     }
 
-    /// More of an oversized line being elided (`end`: it ended): the frame once the line ends
-    /// or its copy passes the limit.
+    /// More of a line being elided (`end`: it ended): its frame once it ends or overflows.
     fn elide_tail(&mut self, tail: &[u8], end: bool) -> Option<Frame> {
         let (_, elider) = self.elision.as_mut()?;
         elider.push(tail);
@@ -266,8 +265,7 @@ impl Decoder for LineFramer {
                         .max_line_length
                         .saturating_add(usize::from(buf.last() == Some(&b'\r'))) =>
                 {
-                    // Report now (or elide) and drop the bytes: an endless line cannot grow the
-                    // buffer.
+                    // Drop the bytes now: an endless line cannot grow the buffer.
                     return Ok(self.too_long(buf, None));
                 }
                 None => {

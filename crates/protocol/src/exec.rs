@@ -76,8 +76,7 @@ pub struct ExecArgs {
 }
 
 impl ExecArgs {
-    /// Reads `args` (those after `exec`). Never fails: what codex would refuse is left for
-    /// codex to refuse.
+    /// Reads `args` (those after `exec`); what codex would refuse is left for codex to refuse.
     pub fn parse<I, S>(args: I) -> ExecArgs
     where
         I: IntoIterator<Item = S>,
@@ -228,8 +227,7 @@ impl ExecArgs {
             .flat_map(|(_, values)| values)
     }
 
-    /// The names of the options given (long names, or short letters of flags this module
-    /// does not know), in order.
+    /// The names of the options given, in order (a short letter for an unknown flag).
     pub fn option_names(&self) -> impl Iterator<Item = String> + '_ {
         self.options().map(|(name, _)| name)
     }

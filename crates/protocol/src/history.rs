@@ -20,8 +20,7 @@ pub enum HistoryMode {
     /// The whole history lives in one rollout; every codex release can serve it.
     #[default]
     Legacy,
-    /// Paginated history (the default since 0.169.0, 0.171.0 included); older releases refuse
-    /// to resume it.
+    /// Paginated history (the default since 0.169.0); older releases refuse to resume it.
     Paginated,
     /// A mode this crate does not know, kept verbatim.
     Unknown(String),

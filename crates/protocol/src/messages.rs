@@ -71,8 +71,7 @@ pub struct ClientInfo {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeCapabilities {
-    /// Opt into experimental methods and fields (`historyMode` on `thread/start`,
-    /// `excludeTurns` on 0.144.6, ...).
+    /// Opt into experimental fields (`historyMode`, `excludeTurns` on 0.144.6, ...).
     #[serde(default)]
     pub experimental_api: bool,
 }
@@ -153,8 +152,7 @@ pub struct ThreadStartParams {
     pub settings: Map<String, Value>,
 }
 
-/// Builder methods of params: one setter per optional member named, and `setting` for any
-/// other member codex takes.
+/// Builder methods: a setter per optional member named, and `setting` for any other.
 macro_rules! setters {
     ($($(#[$doc:meta])* $field:ident: $type:ty;)*) => {
         $(
@@ -216,8 +214,7 @@ pub struct ThreadStartResponse {
     pub model: Option<String>,
 }
 
-/// `thread/resume` params: the thread, `excludeTurns`, and the thread's settings
-/// ([`ThreadStartParams::resume`]).
+/// `thread/resume` params: the thread, `excludeTurns`, and the thread's settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -325,8 +322,7 @@ pub enum UserInput {
         /// The URL.
         url: String,
     },
-    /// An image file on codex's machine, which codex reads (a relative path against its own
-    /// working directory).
+    /// An image file codex reads (a relative path against its working directory).
     LocalImage {
         /// The file.
         path: String,
@@ -399,8 +395,7 @@ pub struct TurnInterruptParams {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TurnInterruptResponse {}
 
-/// A codex thread: the fields rethread reads, typed; the rest kept in `extra` (a round trip
-/// leaves it unchanged).
+/// A codex thread: the fields rethread reads, typed; the rest kept verbatim in `extra`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Thread {

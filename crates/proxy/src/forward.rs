@@ -76,8 +76,7 @@ where
             stop
         );
 
-        // `client_read`: the client side stopped reading; `client_ended`: because its input
-        // ended (not because codex's output did).
+        // `client_read`: the client side stopped; `client_ended`: because its input ended.
         let (mut client_read, mut client_ended, mut codex_ended) = (false, false, false);
         let (mut client_written, mut codex_written) = (false, false);
         let mut client_closed = false;

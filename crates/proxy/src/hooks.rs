@@ -79,8 +79,7 @@ pub trait SessionHooks: Send + Sync {
         async { Ok(ServerAction::Forward) }
     }
 
-    /// Called once when forwarding has ended, whatever the reason, before codex is stopped
-    /// (not if the proxy process is killed).
+    /// Called once when forwarding has ended, whatever the reason, before codex is stopped.
     fn on_shutdown(&self) -> impl Future<Output = ()> + Send {
         async {}
     }

@@ -179,8 +179,7 @@ pub enum Ended {
     },
 }
 
-/// Where the proxy reports what it could not simply forward, one line each (by default
-/// `rethread app-server: <message>` on stderr).
+/// Where the proxy reports what it could not simply forward, one line each.
 #[derive(Clone)]
 pub struct Reporter(Arc<dyn Fn(&str) + Send + Sync>);
 

@@ -30,8 +30,7 @@ pub enum LineKind {
     Response,
     /// Has an `error`, no `method` (the `id` may be absent or `null`).
     Error,
-    /// Not a JSON-RPC message of the dialect (not JSON, not an object, no kind, a malformed or
-    /// duplicate member). Passed on unrouted.
+    /// Not a JSON-RPC message of the dialect (not JSON, no kind, a bad or duplicate member).
     Other,
 }
 
@@ -86,8 +85,7 @@ pub(crate) struct Refused {
     pub(crate) sender: Option<Peek>,
 }
 
-/// One line: the bytes as read (terminator included, when there was one) and its [`Peek`].
-/// Cloning is cheap (a reference count).
+/// One line: the bytes as read (terminator included) and its [`Peek`]. Cheap to clone.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Line {
     bytes: Bytes,
@@ -109,8 +107,7 @@ impl std::fmt::Debug for Line {
 }
 
 impl Line {
-    /// A line read from codex (`bytes` as read, its `\n` or `\r\n` included if any), routed by
-    /// the lexical scan.
+    /// A line read from codex (terminator included if any), routed by the lexical scan.
     pub fn new(bytes: Bytes) -> Line {
         let peek = peek(trim_line(&bytes));
         Line { bytes, peek }
@@ -285,8 +282,7 @@ impl Scan {
         let kind = match (&method, &id) {
             (Some(_), Some(_)) => LineKind::Request,
             (Some(_), None) => LineKind::Notification,
-            // A `method` wins over an `error`, which is only read (and must be an error
-            // object) when there is none.
+            // An `error` (an error object) is only read without a `method`.
             (None, _) if self.error > 0 && self.bad_error => return None,
             (None, _) if self.error > 0 => LineKind::Error,
             (None, Some(_)) if self.result > 0 => LineKind::Response,

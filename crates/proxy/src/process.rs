@@ -25,8 +25,7 @@ pub fn spawn_app_server(command: &CodexCommand) -> Result<Child, ProxyError> {
         })
 }
 
-/// The exit code that reports `status` the way a shell would: the code, or 128 + the signal
-/// that killed the process.
+/// `status` as a shell reports it: the code, or 128 + the signal that killed the process.
 fn exit_code_of(status: ExitStatus) -> i32 {
     if let Some(code) = status.code() {
         return code;
@@ -117,8 +116,7 @@ async fn stop_signal() -> i32 {
     }
 }
 
-/// Our stdin. A pipe (what clients give a codex they spawn) is read without a helper thread;
-/// anything else through tokio's stdin.
+/// Our stdin: a pipe (what clients give codex) is read without a helper thread.
 fn client_input() -> Box<dyn AsyncRead + Unpin + Send> {
     #[cfg(unix)]
     if let Some(pipe) = pipe(

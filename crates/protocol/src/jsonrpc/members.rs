@@ -144,8 +144,7 @@ enum Member {
     Other,
 }
 
-/// Reads [`Members`] from any JSON value (one that is not an object is consumed whole, so that
-/// it is "not an object", not "not JSON").
+/// Reads [`Members`] from any JSON value (another value is checked whole: "not an object").
 pub(crate) struct MembersVisitor<P>(std::marker::PhantomData<P>);
 
 impl<P> MembersVisitor<P> {

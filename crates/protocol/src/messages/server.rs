@@ -160,8 +160,8 @@ fn decode<T: DeserializeOwned>(params: &Option<Value>) -> Result<T, serde_json::
 }
 
 impl ServerNotification {
-    /// Types a raw notification: an unknown method is [`ServerNotification::Other`], a known
-    /// one whose params do not decode an error.
+    /// Types a raw notification: unknown methods are [`ServerNotification::Other`], a known
+    /// one's params must decode.
     pub fn from_raw(raw: &RawNotification) -> Result<Self, serde_json::Error> {
         let p = &raw.params;
         Ok(match raw.method.as_str() {

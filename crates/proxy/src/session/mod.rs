@@ -67,8 +67,7 @@ pub struct BindingHooks {
     state: Mutex<State>,
     /// The context `on_start` was given: where `on_shutdown` reports.
     reporter: OnceLock<ClientContext>,
-    /// The rollout mirror (`options.binder.mirror`): restored before the session's resume,
-    /// taken by every commit.
+    /// The rollout mirror (`options.binder.mirror`), restored before the resume.
     mirror: Option<RolloutMirror>,
 }
 
@@ -85,14 +84,11 @@ impl MachineAccess for Locked<'_> {
 struct State {
     machine: SessionMachine,
     tracker: Tracker,
-    /// The session's own `thread/start`, forwarded to codex: its answer opens the session's
-    /// thread. Never evicted.
+    /// The session's own `thread/start`, forwarded: its answer opens the session's thread.
     session_start: Option<RequestId>,
-    /// What the machine said while opening, said right before the start's answer (when the
-    /// new thread's id is known).
+    /// What the machine said while opening, said right before the start's answer.
     said: Vec<Say>,
-    /// The fallback notice went to the client: resolves once its line is flushed (then it is
-    /// delivered).
+    /// Resolves once the fallback notice's line is flushed (then it is delivered).
     notice_written: Option<oneshot::Receiver<()>>,
 }
 
@@ -140,8 +136,7 @@ impl BindingHooks {
         self.lease.as_ref().map(SessionLease::lease)
     }
 
-    /// Releases the session's lease now (the forwarder's end does it; calling it again is a
-    /// no-op). Returns whether it was still held.
+    /// Releases the session's lease now (as the forwarder's end does); whether it was held.
     pub async fn close(&self) -> Result<bool, RuntimeError> {
         match &self.lease {
             Some(lease) => lease.release().await,
@@ -225,8 +220,7 @@ impl BindingHooks {
                     self.refuse(ctx, id, &error).await?;
                     return Ok(ClientAction::Consumed);
                 }
-                // The open ends at the start or the resume, not at `Opened`; no commit or
-                // retire comes while opening.
+                // The open ends at the start or the resume; nothing else comes while opening.
                 DriverAction::Opened(_)
                 | DriverAction::Commit { .. }
                 | DriverAction::Retire { .. } => {}
@@ -234,8 +228,8 @@ impl BindingHooks {
         }
     }
 
-    /// Drops what a finished or failed open left queued (a failed one's notices stay pending
-    /// in the store); returns what it said.
+    /// Drops what an open left queued (a failed one's notices stay pending in the store);
+    /// returns what it said.
     fn drain_open(&self) -> Vec<Say> {
         let mut state = self.state();
         while state.machine.poll().is_some() {}
@@ -267,8 +261,8 @@ impl BindingHooks {
         Ok(ClientAction::Consumed)
     }
 
-    /// Answers the client's `thread/start` with an error; what a failed open wrote (a
-    /// give-up) is the next open's to report.
+    /// Answers the client's `thread/start` with an error (a give-up it wrote is the next
+    /// open's to say).
     async fn refuse(
         &self,
         ctx: &ClientContext,
@@ -501,8 +495,7 @@ impl SessionHooks for BindingHooks {
         };
         match line.method() {
             Some("thread/start") => {
-                // The machine says whether it opens the session's thread; any other is the
-                // client's own.
+                // Unless it opens the session's thread, it is the client's own.
                 let params = start_params(line);
                 let ephemeral = params.get("ephemeral") == Some(&Value::Bool(true));
                 if self.state().machine.handle_client_start(ephemeral) {
@@ -562,8 +555,7 @@ impl SessionHooks for BindingHooks {
     }
 
     async fn on_shutdown(&self) {
-        // A notice written to the client before the end is recorded now (before the lease
-        // goes, so that the write is fenced).
+        // A notice written before the end is recorded now, fenced before the lease goes.
         let written = self.state().notice_written.take();
         if let Some(written) = written {
             let wait = std::time::Duration::from_millis(500);

@@ -23,8 +23,7 @@ impl BindingHooks {
         ctx.send_to_client(Line::warning(&message, None)).await
     }
 
-    /// Says what the machine queued outside an open (a thread not recorded, a lost lease, a
-    /// failed commit); commits are the caller's.
+    /// Says what the machine queued outside an open (a thread not recorded, a lost lease).
     pub(super) async fn say_queued(
         &self,
         ctx: &ServerContext,
@@ -64,8 +63,7 @@ impl BindingHooks {
         Ok(())
     }
 
-    /// Records the fallback notice delivered once its line is written (checked whenever the
-    /// hooks run, and at the end).
+    /// Records the fallback notice delivered once its line is written (whenever hooks run).
     pub(super) async fn record_notice_if_written(&self) {
         let written = {
             let mut state = self.state();

@@ -10,8 +10,7 @@ use serde_json::{json, Map, Value};
 
 use crate::line::Line;
 
-/// Members of a `thread/resume` result that a `thread/start` result does not have; left out
-/// of the answer to the client's `thread/start`.
+/// Members of a `thread/resume` result a `thread/start` result does not have.
 const RESUME_ONLY: [&str; 3] = [
     "collaborationMode",
     "itemsBackwardsCursor",
@@ -30,8 +29,7 @@ pub(crate) fn start_params(line: &Line) -> Map<String, Value> {
     }
 }
 
-/// The `thread/resume` params: the attempt's own (thread id, `excludeTurns`), plus the members
-/// of the client's start that a resume takes.
+/// The attempt's `thread/resume` params plus the members of the client's start a resume takes.
 pub(crate) fn resume_params(mut attempt: ThreadResumeParams, start: &Map<String, Value>) -> Value {
     attempt.settings.extend(shared_with_resume(start));
     serde_json::to_value(attempt).unwrap_or_default()

@@ -159,8 +159,7 @@ impl Tracker {
         forgot
     }
 
-    /// An `item/completed` of a turn on the session's thread: projected into a row and kept,
-    /// within the limits.
+    /// An `item/completed` on the session's thread: its row kept, within the limits.
     pub(crate) fn item_completed(
         &mut self,
         thread_id: &str,
@@ -192,8 +191,7 @@ impl Tracker {
     }
 }
 
-/// Keeps `row` unless the turn already holds `max_rows` rows (the user row included) or the row
-/// would take it past `max_bytes`.
+/// Keeps `row` within `max_rows` (the user row included) and `max_bytes`.
 fn push_row(turn: &mut OpenTurn, row: Value, max_rows: usize, max_bytes: usize) {
     let size = row.to_string().len();
     if turn.rows.len() + 1 >= max_rows || turn.bytes + size > max_bytes {
