@@ -78,8 +78,7 @@ where
 
         // `client_read`: the client side stopped; `client_ended`: because its input ended.
         let (mut client_read, mut client_ended, mut codex_ended) = (false, false, false);
-        let (mut client_written, mut codex_written) = (false, false);
-        let mut client_closed = false;
+        let (mut client_closed, mut codex_written) = (false, false);
         let mut deadline: Option<Instant> = None;
         loop {
             tokio::select! {
@@ -101,8 +100,7 @@ where
                 () = link.to_client.close(), if codex_ended && client_read && !client_closed => {
                     client_closed = true;
                 }
-                result = &mut client_writer, if !client_written => {
-                    client_written = true;
+                result = &mut client_writer => {
                     if let Err(error) = result {
                         if !client_ended {
                             link.reporter
@@ -110,6 +108,14 @@ where
                         }
                         return Ok(Ended::ClientGone);
                     }
+                    // The client writer only finishes cleanly after codex's output ended.
+                    return Ok(if client_ended {
+                        Ended::ClientClosed {
+                            codex_finished: true,
+                        }
+                    } else {
+                        Ended::CodexClosed
+                    });
                 }
                 result = &mut codex_writer, if !codex_written => {
                     codex_written = true;
@@ -121,16 +127,6 @@ where
                 _ = sleep_until(deadline), if deadline.is_some() => {
                     return Ok(Ended::ClientClosed { codex_finished: false });
                 }
-            }
-            if client_written {
-                // The client writer only finishes cleanly after codex's output ended.
-                return Ok(if client_ended {
-                    Ended::ClientClosed {
-                        codex_finished: true,
-                    }
-                } else {
-                    Ended::CodexClosed
-                });
             }
         }
     };
