@@ -210,7 +210,7 @@ impl Line {
 /// skipped, not validated: a line that is not JSON inside one may still be routed.
 pub fn peek(line: &[u8]) -> Peek {
     let scan = scan_members(line);
-    if scan.malformed || !scan.complete {
+    if scan.stop.is_some() {
         return Peek::OTHER;
     }
     scan.into_peek().unwrap_or(Peek::OTHER)
@@ -220,7 +220,7 @@ pub fn peek(line: &[u8]) -> Peek {
 /// before the cut (codex and the clients seen write `id` first). `None` when they do not.
 pub fn peek_prefix(prefix: &[u8]) -> Option<Peek> {
     let scan = scan_members(prefix);
-    if (scan.malformed && !scan.truncated) || matches!(scan.method, Seen::Invalid) {
+    if matches!(scan.stop, Some(Stop::Malformed)) || matches!(scan.method, Seen::Invalid) {
         return None;
     }
     scan.sender()
@@ -264,12 +264,8 @@ struct Scan {
     error: u8,
     /// An `error` member is not an error object.
     bad_error: bool,
-    /// The closing brace was reached.
-    complete: bool,
-    /// The bytes are not a JSON object (as far as the scan looked).
-    malformed: bool,
-    /// The input ended inside the object.
-    truncated: bool,
+    /// Why the scan stopped before the object's end, if it did.
+    stop: Option<Stop>,
 }
 
 impl Scan {
@@ -318,7 +314,6 @@ fn scan_members(bytes: &[u8]) -> Scan {
         cursor.expect(b'{')?;
         cursor.whitespace();
         if cursor.peek_byte()? == b'}' {
-            scan.complete = true;
             return Ok(());
         }
         loop {
@@ -361,13 +356,9 @@ fn scan_members(bytes: &[u8]) -> Scan {
         if cursor.pos != bytes.len() {
             return Err(Stop::Malformed);
         }
-        scan.complete = true;
         Ok(())
     })();
-    if let Err(stop) = outcome {
-        scan.malformed = true;
-        scan.truncated = matches!(stop, Stop::End);
-    }
+    scan.stop = outcome.err();
     scan
 }
 

@@ -57,13 +57,11 @@ pub async fn run_app_server<H: SessionHooks>(
             source: std::io::Error::other("codex's stdio was not piped"),
         });
     };
-    let client_in = client_input();
-    let client_out = client_output();
     let ended = forward(
         hooks,
         options,
-        client_in,
-        client_out,
+        client_input(),
+        client_output(),
         codex_out,
         codex_in,
         stop_signal(),
