@@ -136,7 +136,8 @@ impl BindingHooks {
         self.lease.as_ref().map(SessionLease::lease)
     }
 
-    /// Releases the session's lease now (as the forwarder's end does); whether it was held.
+    /// Releases the session's lease now, as the forwarder's end does (a second call is a
+    /// no-op). Returns whether it was still held.
     pub async fn close(&self) -> Result<bool, RuntimeError> {
         match &self.lease {
             Some(lease) => lease.release().await,
