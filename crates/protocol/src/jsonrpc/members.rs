@@ -107,10 +107,8 @@ impl<P> Members<P> {
             });
         }
         if let Some(error) = self.error {
-            let error = RpcError::deserialize(error).map_err(|e| EnvelopeError::InvalidMember {
-                member: "error",
-                reason: e.to_string(),
-            })?;
+            let error =
+                RpcError::deserialize(error).map_err(|e| invalid("error", &e.to_string()))?;
             return Ok(Shape::Error { id, error });
         }
         if let Some(result) = self.result {
