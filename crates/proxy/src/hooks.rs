@@ -49,11 +49,8 @@ pub enum ServerAction {
 /// Session logic plugged into the forwarder; every method has a pass-through default.
 ///
 /// # Contract
-/// The crate docs ("The seam for session logic") say when each method is called, what it may
-/// do and which order it is guaranteed. In short: each side's messages come one at a time in
-/// that side's order, and the next line of a side is read only once its hook returned; the two
-/// hooks run interleaved at await points from one task; lines that are not messages, refused
-/// lines and oversized lines never reach them; a returned error stops the proxy.
+/// When each method is called, what it may do and the order it is guaranteed are stated once,
+/// in the crate docs ("The seam for session logic"); a returned error stops the proxy.
 pub trait SessionHooks: Send + Sync {
     /// Called once before any line is read.
     fn on_start(&self, _ctx: &ClientContext) -> impl Future<Output = Result<(), HookError>> + Send {
