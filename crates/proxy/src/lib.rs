@@ -46,6 +46,7 @@
 //! | [`on_server_message`](SessionHooks::on_server_message) | each codex message that is not an answer to the proxy, in order | forward it, consume it, `send_to_client`, `send_to_codex`, await other work |
 //! | [`on_shutdown`](SessionHooks::on_shutdown) | once, when forwarding ended for any reason, before codex is stopped | release what it holds |
 //!
+//! The two message hooks run concurrently, interleaved at the await points of one task.
 //! Guarantees (what a session binding relies on):
 //! 1. **Client order.** Client messages reach the hook one at a time, in order; while
 //!    `on_client_message` runs (its own requests included), no later client line is read or
