@@ -2,15 +2,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 use serde_json::Value;
 
-use crate::adapter::{Adapter, Backend};
+use crate::adapter::{backend_store, Backend};
 use crate::logic::{
     now_ms, ChunkSink, FileKey, Grant, LeaseTxn, ReadOp, ReadTxn, WriteOp, WriteTxn,
 };
-use crate::store::forward_binding_store;
 use crate::Result;
 use crate::{SessionRecord, StoreError, TranscriptRow};
 
@@ -27,18 +26,15 @@ pub(crate) struct State {
     leases: HashMap<String, Grant>,
 }
 
-/// A [`BindingStore`](crate::BindingStore) that keeps everything in memory. Nothing survives
-/// the process.
-///
-/// Reads and writes run the same operations as the durable backends, under one mutex held
-/// only for the duration of the in-memory step (never across an `.await`). Leases are kept
-/// with the records.
+/// A [`BindingStore`](crate::BindingStore) that keeps everything in memory, leases with the
+/// records; nothing survives the process. Operations run under one mutex, held only for the
+/// in-memory step (never across an `.await`).
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    store: Adapter<Memory>,
+    memory: Memory,
 }
 
-forward_binding_store!([] MemoryStore, |this| this.store);
+backend_store!(MemoryStore, memory);
 
 impl MemoryStore {
     /// An empty store.
@@ -48,27 +44,22 @@ impl MemoryStore {
 }
 
 #[derive(Debug, Default)]
-pub(crate) struct Memory {
+struct Memory {
     state: Mutex<State>,
 }
 
-impl Memory {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock cannot leave a half-applied write: every operation
-        // decides before it writes, and in-memory writes cannot fail.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
 impl Backend for Memory {
-    async fn read<O: ReadOp>(&self, op: O) -> Result<O::Output> {
-        op.run(&mut *self.lock())
+    // A panic while holding the lock cannot leave a half-applied write: every operation decides
+    // before it writes, and in-memory writes cannot fail.
+    async fn read<T: Send + 'static>(&self, mut op: impl ReadOp<T>) -> Result<T> {
+        op(&mut *self.state.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output> {
-        op.apply(&mut *self.lock(), now_ms())
+    async fn write<T: Send + 'static>(&self, _: &str, mut op: impl WriteOp<T>) -> Result<T> {
+        op(
+            &mut *self.state.lock().unwrap_or_else(|p| p.into_inner()),
+            now_ms(),
+        )
     }
 }
 
@@ -129,11 +120,7 @@ impl ReadTxn for State {
     }
 
     fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>, each: ChunkSink) -> Result<()> {
-        let key = (
-            file.session_id.to_string(),
-            file.thread_id.to_string(),
-            file.path.to_string(),
-        );
+        let key = chunk_key(file);
         let Some(chunks) = self.chunks.get(&key) else {
             return Ok(());
         };
@@ -143,25 +130,27 @@ impl ReadTxn for State {
 
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>> {
         let with_rows = self.rows.iter().filter(|(_, rows)| !rows.is_empty());
-        let (first, last) = with_rows.fold(
-            (None, None),
-            |(lo, hi): (Option<&String>, Option<&String>), (id, _)| {
-                (
-                    lo.filter(|lo| *lo < id).or(Some(id)),
-                    hi.filter(|hi| *hi > id).or(Some(id)),
-                )
-            },
-        );
-        let mut ends: Vec<String> = first.into_iter().chain(last).cloned().collect();
+        let ids = with_rows.map(|(id, _)| id);
+        let mut ends: Vec<&String> = [ids.clone().min(), ids.max()]
+            .into_iter()
+            .flatten()
+            .collect();
         ends.dedup();
         Ok(ends
             .into_iter()
-            .map(|id| {
-                let has_record = self.records.contains_key(&id);
-                (id, has_record)
-            })
+            .map(|id| (id.clone(), self.records.contains_key(id)))
             .collect())
     }
+}
+
+/// The key of a mirrored file's chunks.
+fn chunk_key(file: FileKey<'_>) -> (String, String, String) {
+    let FileKey {
+        session_id,
+        thread_id,
+        path,
+    } = file;
+    (session_id.into(), thread_id.into(), path.into())
 }
 
 impl WriteTxn for State {
@@ -190,11 +179,7 @@ impl WriteTxn for State {
     }
 
     fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<()> {
-        let key = (
-            file.session_id.to_string(),
-            file.thread_id.to_string(),
-            file.path.to_string(),
-        );
+        let key = chunk_key(file);
         let chunks = self.chunks.entry(key).or_default();
         if chunks.len() as u64 != seq {
             return Err(StoreError::Internal(format!(
@@ -207,11 +192,7 @@ impl WriteTxn for State {
     }
 
     fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<()> {
-        let key = (
-            file.session_id.to_string(),
-            file.thread_id.to_string(),
-            file.path.to_string(),
-        );
+        let key = chunk_key(file);
         if let Some(chunks) = self.chunks.get_mut(&key) {
             chunks.truncate(from.min(chunks.len() as u64) as usize);
             if chunks.is_empty() {

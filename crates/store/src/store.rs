@@ -1,17 +1,15 @@
-//! The [`BindingStore`] trait, its forwarding impls and the [`BindingStoreExt`] conveniences.
+//! The [`BindingStore`] trait, its forwarding impl and the [`BindingStoreExt`] conveniences.
 
-use std::ops::Range;
+use std::ops::{Deref, Range};
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use std::time::Duration;
-
-use crate::Result;
 use crate::{
-    Binding, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MirroredFile, Retirement,
-    SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit,
+    Binding, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MirroredFile, Result,
+    Retirement, SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit,
     VerifyProgress, VerifyReport,
 };
 
@@ -257,145 +255,98 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// Implements [`BindingStore`] for `$ty` by forwarding every method to `$target` (an
-/// expression of `$this`, which stands for `self`): used for `Arc<T>`, `Box<T>` and `&T`, and
-/// for the public backend types, each a thin wrapper of the one implementation in `adapter.rs`.
-macro_rules! forward_binding_store {
-    ([$($generics:tt)*] $ty:ty, |$this:ident| $target:expr) => {
-        #[async_trait::async_trait]
-        impl<$($generics)*> $crate::BindingStore for $ty {
-            async fn session(
-                &self,
-                session_id: &str,
-            ) -> Result<Option<$crate::SessionRecord>, $crate::StoreError> {
-                let $this = self;
-                $target.session(session_id).await
-            }
-            async fn rows(
-                &self,
-                session_id: &str,
-                range: std::ops::Range<u64>,
-            ) -> Result<Vec<$crate::TranscriptRow>, $crate::StoreError> {
-                let $this = self;
-                $target.rows(session_id, range).await
-            }
-            async fn commit_turn(
-                &self,
-                commit: $crate::TurnCommit,
-            ) -> Result<$crate::CommitOutcome, $crate::StoreError> {
-                let $this = self;
-                $target.commit_turn(commit).await
-            }
-            async fn patch_config(
-                &self,
-                session_id: &str,
-                patch: serde_json::Map<String, serde_json::Value>,
-                fence: Option<&$crate::Fence>,
-            ) -> Result<serde_json::Map<String, serde_json::Value>, $crate::StoreError> {
-                let $this = self;
-                $target.patch_config(session_id, patch, fence).await
-            }
-            async fn retire_thread(
-                &self,
-                session_id: &str,
-                thread_id: &str,
-                retirement: $crate::Retirement,
-                fence: Option<&$crate::Fence>,
-            ) -> Result<(), $crate::StoreError> {
-                let $this = self;
-                $target.retire_thread(session_id, thread_id, retirement, fence).await
-            }
-            async fn mark_notice_delivered(
-                &self,
-                session_id: &str,
-                thread_id: &str,
-                fence: Option<&$crate::Fence>,
-            ) -> Result<bool, $crate::StoreError> {
-                let $this = self;
-                $target.mark_notice_delivered(session_id, thread_id, fence).await
-            }
-            async fn thread_session(
-                &self,
-                thread_id: &str,
-            ) -> Result<Option<String>, $crate::StoreError> {
-                let $this = self;
-                $target.thread_session(thread_id).await
-            }
-            async fn write_mirror_file(
-                &self,
-                session_id: &str,
-                thread_id: &str,
-                path: &str,
-                out: Box<dyn std::io::Write + Send>,
-            ) -> Result<Option<$crate::MirroredFile>, $crate::StoreError> {
-                let $this = self;
-                $target.write_mirror_file(session_id, thread_id, path, out).await
-            }
-            async fn list_sessions(
-                &self,
-                after: Option<&str>,
-                limit: usize,
-            ) -> Result<$crate::SessionPage, $crate::StoreError> {
-                let $this = self;
-                $target.list_sessions(after, limit).await
-            }
-            async fn delete_session(&self, session_id: &str) -> Result<bool, $crate::StoreError> {
-                let $this = self;
-                $target.delete_session(session_id).await
-            }
-            async fn export_session(
-                &self,
-                session_id: &str,
-            ) -> Result<Option<$crate::SessionExport>, $crate::StoreError> {
-                let $this = self;
-                $target.export_session(session_id).await
-            }
-            async fn import_session(
-                &self,
-                export: $crate::SessionExport,
-            ) -> Result<$crate::ImportOutcome, $crate::StoreError> {
-                let $this = self;
-                $target.import_session(export).await
-            }
-            async fn acquire_lease(
-                &self,
-                session_id: &str,
-                owner: &$crate::LeaseOwner,
-                ttl: std::time::Duration,
-            ) -> Result<$crate::Lease, $crate::StoreError> {
-                let $this = self;
-                $target.acquire_lease(session_id, owner, ttl).await
-            }
-            async fn renew_lease(
-                &self,
-                lease: &$crate::Lease,
-                ttl: std::time::Duration,
-            ) -> Result<$crate::Lease, $crate::StoreError> {
-                let $this = self;
-                $target.renew_lease(lease, ttl).await
-            }
-            async fn release_lease(
-                &self,
-                lease: &$crate::Lease,
-            ) -> Result<bool, $crate::StoreError> {
-                let $this = self;
-                $target.release_lease(lease).await
-            }
-            async fn verify(
-                &self,
-                progress: &mut (dyn for<'p> FnMut(&'p $crate::VerifyProgress) + Send),
-            ) -> Result<$crate::VerifyReport, $crate::StoreError> {
-                let $this = self;
-                $target.verify(progress).await
-            }
-        }
-    };
+/// A pointer to a store is a store (`Arc<S>`, `Box<S>`, `&S`, ...): every method forwarded.
+#[async_trait]
+impl<P> BindingStore for P
+where
+    P: Deref + Send + Sync + std::fmt::Debug,
+    P::Target: BindingStore,
+{
+    async fn session(&self, session_id: &str) -> Result<Option<SessionRecord>> {
+        (**self).session(session_id).await
+    }
+    async fn rows(&self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>> {
+        (**self).rows(session_id, range).await
+    }
+    async fn commit_turn(&self, commit: TurnCommit) -> Result<CommitOutcome> {
+        (**self).commit_turn(commit).await
+    }
+    async fn patch_config(
+        &self,
+        session_id: &str,
+        patch: Map<String, Value>,
+        fence: Option<&Fence>,
+    ) -> Result<Map<String, Value>> {
+        (**self).patch_config(session_id, patch, fence).await
+    }
+    async fn retire_thread(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        retirement: Retirement,
+        fence: Option<&Fence>,
+    ) -> Result<()> {
+        (**self)
+            .retire_thread(session_id, thread_id, retirement, fence)
+            .await
+    }
+    async fn mark_notice_delivered(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        fence: Option<&Fence>,
+    ) -> Result<bool> {
+        (**self)
+            .mark_notice_delivered(session_id, thread_id, fence)
+            .await
+    }
+    async fn thread_session(&self, thread_id: &str) -> Result<Option<String>> {
+        (**self).thread_session(thread_id).await
+    }
+    async fn write_mirror_file(
+        &self,
+        session_id: &str,
+        thread_id: &str,
+        path: &str,
+        out: Box<dyn std::io::Write + Send>,
+    ) -> Result<Option<MirroredFile>> {
+        (**self)
+            .write_mirror_file(session_id, thread_id, path, out)
+            .await
+    }
+    async fn list_sessions(&self, after: Option<&str>, limit: usize) -> Result<SessionPage> {
+        (**self).list_sessions(after, limit).await
+    }
+    async fn delete_session(&self, session_id: &str) -> Result<bool> {
+        (**self).delete_session(session_id).await
+    }
+    async fn export_session(&self, session_id: &str) -> Result<Option<SessionExport>> {
+        (**self).export_session(session_id).await
+    }
+    async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome> {
+        (**self).import_session(export).await
+    }
+    async fn acquire_lease(
+        &self,
+        session_id: &str,
+        owner: &LeaseOwner,
+        ttl: Duration,
+    ) -> Result<Lease> {
+        (**self).acquire_lease(session_id, owner, ttl).await
+    }
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        (**self).renew_lease(lease, ttl).await
+    }
+    async fn release_lease(&self, lease: &Lease) -> Result<bool> {
+        (**self).release_lease(lease).await
+    }
+    async fn verify(
+        &self,
+        progress: &mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),
+    ) -> Result<VerifyReport> {
+        (**self).verify(progress).await
+    }
 }
-pub(crate) use forward_binding_store;
-
-forward_binding_store!([T: BindingStore + ?Sized] Arc<T>, |this| (**this));
-forward_binding_store!([T: BindingStore + ?Sized] Box<T>, |this| (**this));
-forward_binding_store!([T: BindingStore + ?Sized] &T, |this| (**this));
 
 /// Conveniences over [`BindingStore`], implemented for every store.
 #[async_trait]

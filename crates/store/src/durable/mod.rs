@@ -9,7 +9,7 @@ mod writer;
 use std::sync::Arc;
 
 use crate::adapter::Backend;
-use crate::logic::{InStore, LeaseOp, LocalLeases, ReadOp, ReadTxn, WriteOp};
+use crate::logic::{LeaseOp, LocalLeases, ReadOp, ReadTxn, WriteOp, WriteTxn};
 use crate::verify::{Checker, ProblemKind};
 use crate::Result;
 use crate::{BindingStore, StoreError, VerifyProgress, VerifyReport};
@@ -77,12 +77,12 @@ pub(crate) async fn blocking<T: Send + 'static>(
 }
 
 impl Backend for Durable {
-    async fn read<O: ReadOp>(&self, op: O) -> Result<O::Output> {
+    async fn read<T: Send + 'static>(&self, mut op: impl ReadOp<T>) -> Result<T> {
         let readers = Arc::clone(&self.readers);
         blocking(move || {
             let mut out = None;
             readers.read(&mut |txn| {
-                out = Some(op.run(txn)?);
+                out = Some(op(txn)?);
                 Ok(())
             })?;
             out.ok_or_else(|| StoreError::Internal("a read snapshot never ran".to_string()))
@@ -90,21 +90,24 @@ impl Backend for Durable {
         .await
     }
 
-    async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output> {
+    async fn write<T: Send + 'static>(&self, _: &str, op: impl WriteOp<T>) -> Result<T> {
         self.check_writable()?;
         self.writer.write(op).await
     }
 
     /// A single-process backend's lease request runs on a blocking thread: it waits for the
     /// write transaction under way ([`LocalLeases::apply`]).
-    async fn lease<L: LeaseOp>(&self, op: L) -> Result<L::Output> {
+    async fn lease<T: Send + 'static>(&self, _: &str, mut op: impl LeaseOp<T>) -> Result<T> {
         self.check_writable()?;
         match &self.local_leases {
             Some(local) => {
                 let local = Arc::clone(local);
-                blocking(move || local.apply(&op)).await
+                blocking(move || local.apply(op)).await
             }
-            None => self.writer.write(InStore(op)).await,
+            None => {
+                let op = move |txn: &mut dyn WriteTxn, now| op(txn.leases(), now);
+                self.writer.write(op).await
+            }
         }
     }
 

@@ -34,8 +34,7 @@ pub(crate) trait Engine: Send + 'static {
     fn flush(&mut self) {}
 }
 
-/// A queued write of any type: it runs its operation in a transaction (keeping the result)
-/// and answers its caller once the transaction's fate is known.
+/// A queued write of any output type, and its caller.
 trait Queued: Send {
     /// Runs the write in `txn`. A logical refusal is kept as the result and the transaction
     /// goes on (the refused write wrote nothing); any other error fails the transaction.
@@ -46,20 +45,17 @@ trait Queued: Send {
     fn fail(self: Box<Self>, error: StoreError);
 }
 
-/// One write and the caller waiting for its typed result.
-struct Job<O: WriteOp> {
+struct Job<T, O> {
     op: O,
-    result: Option<Result<O::Output>>,
-    reply: oneshot::Sender<Result<O::Output>>,
+    result: Option<Result<T>>,
+    reply: oneshot::Sender<Result<T>>,
 }
 
-impl<O: WriteOp> Queued for Job<O> {
+impl<T: Send, O: WriteOp<T>> Queued for Job<T, O> {
     fn apply(&mut self, txn: &mut dyn WriteTxn, now: i64) -> Result<()> {
-        match self.op.apply(txn, now) {
-            Ok(output) => self.result = Some(Ok(output)),
-            // A logical refusal wrote nothing (see `logic`), so the others may commit.
-            Err(e) if e.is_logical() => self.result = Some(Err(e)),
-            Err(e) => return Err(e),
+        match (self.op)(txn, now) {
+            Err(e) if !e.is_logical() => return Err(e),
+            result => self.result = Some(result),
         }
         Ok(())
     }
@@ -132,7 +128,7 @@ impl Writer {
     }
 
     /// Queues one write and waits until it is committed (and durable) or refused.
-    pub(crate) async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output> {
+    pub(crate) async fn write<T: Send + 'static>(&self, op: impl WriteOp<T>) -> Result<T> {
         let (reply, answer) = oneshot::channel();
         let job = Box::new(Job {
             op,
@@ -238,7 +234,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::logic::{Commit, ReadTxn};
+    use crate::logic::ReadTxn;
     use crate::memory::State;
     use crate::TurnCommit;
 
@@ -261,18 +257,9 @@ mod tests {
     }
 
     /// A write that writes a row and then fails the way a bug of this crate does.
-    #[derive(Debug)]
-    struct Broken;
-
-    impl WriteOp for Broken {
-        type Output = ();
-        fn session_id(&self) -> &str {
-            "broken"
-        }
-        fn apply(&self, txn: &mut dyn WriteTxn, _now: i64) -> Result<()> {
-            txn.put_rows("broken", 0, &[serde_json::json!("half-written")])?;
-            Err(StoreError::Internal("a test bug".to_string()))
-        }
+    fn broken(txn: &mut dyn WriteTxn, _now: i64) -> Result<()> {
+        txn.put_rows("broken", 0, &[serde_json::json!("half-written")])?;
+        Err(StoreError::Internal("a test bug".to_string()))
     }
 
     /// A first write that keeps the engine busy, so that the writes sent next share one batch.
@@ -287,15 +274,16 @@ mod tests {
         first
     }
 
-    fn commit(session: &str) -> Commit {
-        Commit(TurnCommit {
+    fn commit(session: &str) -> impl WriteOp<crate::CommitOutcome> {
+        let commit = TurnCommit {
             session_id: session.to_string(),
             thread_id: format!("thr-{session}"),
             codex_home: None,
             rows: vec![serde_json::json!({"text": session})],
             fence: None,
             mirror: None,
-        })
+        };
+        move |txn: &mut dyn WriteTxn, now| crate::logic::commit(txn, now, &commit)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -318,7 +306,7 @@ mod tests {
         let first = keep_busy(&writer).await;
         let (a, broken, b) = tokio::join!(
             writer.write(commit("a")),
-            writer.write(Broken),
+            writer.write(broken),
             writer.write(commit("b")),
         );
         first.await.unwrap().unwrap();

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{check_id, now_ms};
+use super::{check_id, now_ms, LeaseOp};
 use crate::Result;
 use crate::{Lease, LeaseLoss, LeaseOwner, StoreError};
 
@@ -105,125 +105,74 @@ pub(crate) fn check_grant(
     Err(StoreError::lease_lost(session_id, cause))
 }
 
-/// One lease request, with its typed output.
-pub(crate) trait LeaseOp: Send + std::fmt::Debug + 'static {
-    /// What the request returns.
-    type Output: Send + std::fmt::Debug + 'static;
-    /// The session whose lease it concerns.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    fn session_id(&self) -> &str;
-    /// Runs the request on `leases` at store time `now`.
-    fn apply(&self, leases: &mut dyn LeaseTxn, now: i64) -> Result<Self::Output>;
+/// [`BindingStore::acquire_lease`](crate::BindingStore::acquire_lease).
+pub(crate) fn acquire(
+    leases: &mut dyn LeaseTxn,
+    now: i64,
+    session_id: &str,
+    owner: &LeaseOwner,
+    ttl_ms: i64,
+) -> Result<Lease> {
+    check_id("session id", session_id)?;
+    let existing = leases.load_lease(session_id)?;
+    Grant::refuse_if_busy(existing.as_ref(), Some(owner), now)?;
+    // Every grant gets a new fence, a re-acquire by the same owner included: a late renewal
+    // or release of an earlier grant then never touches this one.
+    let lease = Lease {
+        session_id: session_id.to_string(),
+        owner: owner.clone(),
+        acquired_at_ms: now,
+        expires_at_ms: now.saturating_add(ttl_ms),
+        fence: existing.map_or(0, |g| g.lease.fence) + 1,
+    };
+    leases.put_lease(&Grant {
+        lease: lease.clone(),
+        state: GrantState::Held,
+    })?;
+    Ok(lease)
 }
 
-/// [`BindingStore::acquire_lease`](crate::BindingStore::acquire_lease): granted unless another
-/// owner holds a live lease (then [`StoreError::Busy`] naming it). Every grant increments
-/// `fence`.
-#[derive(Debug)]
-pub(crate) struct Acquire {
-    pub(crate) session_id: String,
-    pub(crate) owner: LeaseOwner,
-    pub(crate) ttl_ms: i64,
+/// [`BindingStore::renew_lease`](crate::BindingStore::renew_lease).
+pub(crate) fn renew(
+    leases: &mut dyn LeaseTxn,
+    now: i64,
+    lease: &Lease,
+    ttl_ms: i64,
+) -> Result<Lease> {
+    let session_id = &lease.session_id;
+    let grant = leases.load_lease(session_id)?;
+    check_grant(session_id, grant.as_ref(), &lease.owner, lease.fence)?;
+    let Some(grant) = grant else {
+        return Err(StoreError::lease_lost(session_id, LeaseLoss::Forgotten));
+    };
+    let renewed = Grant {
+        lease: Lease {
+            expires_at_ms: now.saturating_add(ttl_ms),
+            ..grant.lease
+        },
+        state: GrantState::Held,
+    };
+    leases.put_lease(&renewed)?;
+    Ok(renewed.lease)
 }
 
-impl LeaseOp for Acquire {
-    type Output = Lease;
-
-    fn session_id(&self) -> &str {
-        &self.session_id
+/// [`BindingStore::release_lease`](crate::BindingStore::release_lease).
+pub(crate) fn release(leases: &mut dyn LeaseTxn, now: i64, lease: &Lease) -> Result<bool> {
+    let session_id = &lease.session_id;
+    let Some(grant) = leases.load_lease(session_id)? else {
+        return Ok(false);
+    };
+    if check_grant(session_id, Some(&grant), &lease.owner, lease.fence).is_err() {
+        return Ok(false);
     }
-
-    fn apply(&self, leases: &mut dyn LeaseTxn, now: i64) -> Result<Lease> {
-        check_id("session id", &self.session_id)?;
-        let existing = leases.load_lease(&self.session_id)?;
-        Grant::refuse_if_busy(existing.as_ref(), Some(&self.owner), now)?;
-        // Every grant gets a new fence, a re-acquire by the same owner included: a late
-        // renewal or release of an earlier grant then never touches this one.
-        let lease = Lease {
-            session_id: self.session_id.clone(),
-            owner: self.owner.clone(),
-            acquired_at_ms: now,
-            expires_at_ms: now.saturating_add(self.ttl_ms),
-            fence: existing.map_or(0, |g| g.lease.fence) + 1,
-        };
-        leases.put_lease(&Grant {
-            lease: lease.clone(),
-            state: GrantState::Held,
-        })?;
-        Ok(lease)
-    }
-}
-
-/// [`BindingStore::renew_lease`](crate::BindingStore::renew_lease): the session's newest grant,
-/// held by the same owner, is extended to `now + ttl`, also after it expired (nobody took it:
-/// the holder takes it back); anything else is [`StoreError::LeaseLost`].
-#[derive(Debug)]
-pub(crate) struct Renew {
-    pub(crate) lease: Lease,
-    pub(crate) ttl_ms: i64,
-}
-
-impl LeaseOp for Renew {
-    type Output = Lease;
-
-    fn session_id(&self) -> &str {
-        &self.lease.session_id
-    }
-
-    fn apply(&self, leases: &mut dyn LeaseTxn, now: i64) -> Result<Lease> {
-        let session_id = &self.lease.session_id;
-        let grant = leases.load_lease(session_id)?;
-        check_grant(
-            session_id,
-            grant.as_ref(),
-            &self.lease.owner,
-            self.lease.fence,
-        )?;
-        let Some(grant) = grant else {
-            return Err(StoreError::lease_lost(session_id, LeaseLoss::Forgotten));
-        };
-        let renewed = Grant {
-            lease: Lease {
-                expires_at_ms: now.saturating_add(self.ttl_ms),
-                ..grant.lease
-            },
-            state: GrantState::Held,
-        };
-        leases.put_lease(&renewed)?;
-        Ok(renewed.lease)
-    }
-}
-
-/// [`BindingStore::release_lease`](crate::BindingStore::release_lease): releases the session's
-/// newest grant if it is this one and held (`true`); otherwise nothing happens (`false`):
-/// another grant is never freed.
-#[derive(Debug)]
-pub(crate) struct Release(pub(crate) Lease);
-
-impl LeaseOp for Release {
-    type Output = bool;
-
-    fn session_id(&self) -> &str {
-        &self.0.session_id
-    }
-
-    fn apply(&self, leases: &mut dyn LeaseTxn, now: i64) -> Result<bool> {
-        let session_id = &self.0.session_id;
-        let Some(grant) = leases.load_lease(session_id)? else {
-            return Ok(false);
-        };
-        if check_grant(session_id, Some(&grant), &self.0.owner, self.0.fence).is_err() {
-            return Ok(false);
-        }
-        leases.put_lease(&Grant {
-            lease: Lease {
-                expires_at_ms: now.min(grant.lease.expires_at_ms),
-                ..grant.lease
-            },
-            state: GrantState::Released,
-        })?;
-        Ok(true)
-    }
+    leases.put_lease(&Grant {
+        lease: Lease {
+            expires_at_ms: now.min(grant.lease.expires_at_ms),
+            ..grant.lease
+        },
+        state: GrantState::Released,
+    })?;
+    Ok(true)
 }
 
 /// Leases kept in this process only: for the single-process redb backend (its file is locked
@@ -255,9 +204,9 @@ impl LocalLeases {
 
     /// Runs a lease request at the machine's time, once no write is under way. Blocks for
     /// at most one commit: never on an async runtime thread.
-    pub(crate) fn apply<L: LeaseOp>(&self, op: &L) -> Result<L::Output> {
+    pub(crate) fn apply<T>(&self, mut op: impl LeaseOp<T>) -> Result<T> {
         let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
-        op.apply(&mut *self.map(), now_ms())
+        op(&mut *self.map(), now_ms())
     }
 
     /// Opens the gate of one write transaction (the writer thread's): lease requests wait

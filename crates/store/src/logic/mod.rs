@@ -1,16 +1,12 @@
-//! The semantics of every read and write, written once and run by every backend inside its own
-//! transaction (or read snapshot).
-//!
-//! Each operation is a type with a typed output: reads implement [`ReadOp`] (`reads.rs`),
-//! writes [`WriteOp`] (`writes.rs`), lease requests [`LeaseOp`] (`leases.rs`). Backends only
-//! provide a small key-value view of one live transaction ([`ReadTxn`], [`WriteTxn`],
-//! [`LeaseTxn`]) and run the operations on it; `adapter.rs` turns the operations into the
-//! [`BindingStore`](crate::BindingStore) methods once, for every backend.
+//! The semantics of every read, write and lease request, written once as functions over a
+//! small key-value view of one live transaction ([`ReadTxn`], [`WriteTxn`], [`LeaseTxn`]) that
+//! every backend provides; `adapter.rs` turns them into the
+//! [`BindingStore`](crate::BindingStore) methods.
 //!
 //! Every logical refusal (`InvalidInput`, `Conflict`, `RetiredThread`, `LeaseLost`, `Busy`,
-//! `ThreadTaken`) is decided **before** the first write of an operation, so a refused
-//! operation leaves the transaction untouched and the other operations of the same group
-//! commit can still commit.
+//! `ThreadTaken`, `MirrorMismatch`) is decided **before** an operation's first write, so a
+//! refused operation leaves the transaction untouched and the other operations of the same
+//! group commit can still commit.
 
 mod leases;
 pub(crate) mod mirror;
@@ -25,19 +21,12 @@ use serde_json::{Map, Value};
 use crate::Result;
 use crate::{BindingState, SessionRecord, StoreError, TranscriptRow, CODEX_THREAD_ID_KEY};
 
-// The backends that keep leases in the store (SQLite, PostgreSQL) read the grant's state.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use leases::GrantState;
 #[cfg_attr(not(feature = "redb"), allow(unused_imports))]
-pub(crate) use leases::{Acquire, Grant, LeaseOp, LeaseTxn, LocalLeases, Release, Renew};
-// Verify's scan (the file backends') checks each session's threads with the export's check.
-#[cfg(any(feature = "redb", feature = "sqlite"))]
-pub(crate) use reads::session_threads;
-pub(crate) use reads::{
-    ExportSession, GetRows, GetSession, ListPage, MirrorFileRef, ReadOp, ThreadSession,
-    WriteMirrorFile,
-};
-pub(crate) use writes::{Commit, Delete, Import, InStore, MarkDelivered, Patch, Retire, WriteOp};
+pub(crate) use leases::{acquire, release, renew, Grant, LeaseTxn, LocalLeases};
+pub(crate) use reads::{export, list_page, rows, session_threads, write_mirror_file};
+pub(crate) use writes::{commit, delete, import, mark_delivered, patch, retire};
 
 /// Which mirrored file a chunk belongs to: the session, its thread, and the file's path
 /// relative to `CODEX_HOME`.
@@ -69,13 +58,11 @@ impl<'a> FileKey<'a> {
 pub(crate) trait ReadTxn {
     /// The store as errors name it: its path, or its URL with the password redacted.
     fn label(&self) -> &str;
-    /// The session record, if present.
     fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>>;
     /// Rows with `seq` in `range`, in order.
     fn load_rows(&mut self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>>;
     /// Up to `limit` records with a session id greater than `after`, in order.
     fn list(&mut self, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>>;
-    /// Whether any row of `session_id` is stored.
     fn has_rows(&mut self, session_id: &str) -> Result<bool>;
     /// The session `thread_id` belongs to, if any.
     fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>>;
@@ -85,12 +72,11 @@ pub(crate) trait ReadTxn {
     /// record exists; empty when there are no rows.
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>>;
     /// Hands `each` the stored chunks of a mirrored file whose `seq` is in `range`, in order,
-    /// as `(seq, bytes)` borrowed from the engine (a backend with checksums verifies each
-    /// first). No chunk is copied: a restore of a long rollout allocates the file once.
+    /// borrowed from the engine (checksums verified first): a restore allocates no chunk.
     fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>, each: ChunkSink) -> Result<()>;
 }
 
-/// What [`ReadTxn::load_chunks`] hands each chunk to.
+/// What [`ReadTxn::load_chunks`] hands each `(seq, bytes)` to.
 pub(crate) type ChunkSink<'a> = &'a mut dyn FnMut(u64, &[u8]) -> Result<()>;
 
 /// A write transaction.
@@ -107,13 +93,31 @@ pub(crate) trait WriteTxn: ReadTxn {
     fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<()>;
     /// Removes the chunks of a mirrored file from `from` on (0: every chunk).
     fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<()>;
-    /// Removes the session record, all its rows and mirror chunks, and its threads'
-    /// ownership; `true` if the record existed.
+    /// Removes the session record, its rows and mirror chunks, and its threads' ownership;
+    /// `true` if the record existed.
     fn remove(&mut self, session_id: &str) -> Result<bool>;
-    /// The leases, as this transaction sees them: a table of the store (several processes) or
-    /// the process's own (redb).
+    /// The leases as this transaction sees them: a table of the store, or the process's own.
     fn leases(&mut self) -> &mut dyn LeaseTxn;
 }
+
+/// A read: runs on one snapshot.
+pub(crate) trait ReadOp<T>: FnMut(&mut dyn ReadTxn) -> Result<T> + Send + 'static {}
+impl<T, F: FnMut(&mut dyn ReadTxn) -> Result<T> + Send + 'static> ReadOp<T> for F {}
+
+/// A write: runs in one write transaction at store time `now` (again, alone, when the group
+/// commit it was part of failed).
+pub(crate) trait WriteOp<T>:
+    FnMut(&mut dyn WriteTxn, i64) -> Result<T> + Send + 'static
+{
+}
+impl<T, F: FnMut(&mut dyn WriteTxn, i64) -> Result<T> + Send + 'static> WriteOp<T> for F {}
+
+/// A lease request: runs on the leases at store time `now`.
+pub(crate) trait LeaseOp<T>:
+    FnMut(&mut dyn LeaseTxn, i64) -> Result<T> + Send + 'static
+{
+}
+impl<T, F: FnMut(&mut dyn LeaseTxn, i64) -> Result<T> + Send + 'static> LeaseOp<T> for F {}
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> i64 {
@@ -123,7 +127,7 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Converts a TTL to whole milliseconds (at least 1).
+/// A TTL in whole milliseconds (at least 1).
 pub(crate) fn ttl_ms(ttl: std::time::Duration) -> i64 {
     (ttl.as_millis().min(i64::MAX as u128) as i64).max(1)
 }
@@ -145,9 +149,7 @@ pub(crate) fn merge_patch(target: &mut Map<String, Value>, patch: &Map<String, V
                 target.remove(key);
             }
             Value::Object(inner) => {
-                let slot = target
-                    .entry(key.clone())
-                    .or_insert_with(|| Value::Object(Map::new()));
+                let slot = target.entry(key.clone()).or_insert(Value::Null);
                 if !slot.is_object() {
                     *slot = Value::Object(Map::new());
                 }
@@ -190,8 +192,7 @@ pub(crate) fn check_record(record: &SessionRecord) -> Result<(), String> {
 
 /// Rows read from `start` on must be numbered `start, start + 1, ...`, `want` of them: rows
 /// are append-only and never deleted one by one, so a gap, a repeated `seq` or a short read
-/// can only be damage (a flipped byte in an SQLite key made two rows 0; found by the
-/// `store_files` fuzz target).
+/// can only be damage.
 pub(crate) fn check_rows(
     label: &str,
     session_id: &str,
@@ -202,13 +203,11 @@ pub(crate) fn check_rows(
     for (i, row) in rows.iter().enumerate() {
         let expected = start.saturating_add(i as u64);
         if row.seq != expected {
-            return Err(StoreError::corrupt(
-                label,
-                format!(
-                    "row {expected} of session {session_id} reads as seq {}",
-                    row.seq
-                ),
-            ));
+            let detail = format!(
+                "row {expected} of session {session_id} reads as seq {}",
+                row.seq
+            );
+            return Err(StoreError::corrupt(label, detail));
         }
     }
     if rows.len() as u64 != want {
@@ -225,9 +224,9 @@ pub(crate) fn check_rows(
     Ok(())
 }
 
-/// Loads a session record, refusing damage a plain lookup cannot see: a record that is absent
-/// while rows of its session exist was lost or had its key changed (rows are only ever
-/// written with their record, and deleted with it), so it is `Corrupt`, never "no session".
+/// Loads a session record. One absent while rows of its session exist was lost or had its
+/// key changed (rows are only written and deleted with their record): `Corrupt`, never "no
+/// session".
 pub(crate) fn load_session(
     txn: &mut dyn ReadTxn,
     session_id: &str,
@@ -246,8 +245,8 @@ pub(crate) fn load_session(
 }
 
 /// Refuses a store whose first or last stored row belongs to no session: checked when a
-/// listing starts, so that a store whose session records were lost (a damaged table that
-/// reads as empty) is never listed as empty, without a scan of the store.
+/// listing starts, so that a store whose session records were lost is never listed as empty,
+/// without a scan of the store.
 pub(crate) fn check_row_ends(txn: &mut dyn ReadTxn) -> Result<()> {
     for (session_id, has_record) in txn.row_ends()? {
         if !has_record {

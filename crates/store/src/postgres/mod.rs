@@ -33,9 +33,8 @@ use tokio::sync::oneshot;
 use self::error::map_postgres_error;
 use self::sql::{Sql, Statements};
 use self::txn::Txn;
-use crate::adapter::{Adapter, Backend};
+use crate::adapter::{backend_store, Backend};
 use crate::logic::{ReadOp, WriteOp};
-use crate::store::forward_binding_store;
 use crate::Result;
 use crate::{Durability, OpenOptions, StoreError};
 
@@ -55,15 +54,15 @@ const STALLED_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// A [`BindingStore`](crate::BindingStore) in a PostgreSQL database.
 #[derive(Clone)]
 pub struct PostgresStore {
-    store: Adapter<Pg>,
+    pg: Pg,
 }
 
-forward_binding_store!([] PostgresStore, |this| this.store);
+backend_store!(PostgresStore, pg);
 
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresStore")
-            .field("url", &self.store.0.pool.label)
+            .field("url", &self.pg.pool.label)
             .finish_non_exhaustive()
     }
 }
@@ -123,11 +122,11 @@ impl Conn {
         Ok((client, statements))
     }
 
-    /// Runs `op` in one write transaction under the session's advisory lock.
-    fn write<O: WriteOp>(&mut self, op: &O) -> Result<O::Output> {
+    /// Runs `op` in one write transaction under the advisory lock of `session_id`.
+    fn write<T>(&mut self, session_id: &str, op: &mut impl WriteOp<T>) -> Result<T> {
         let label = self.label.clone();
         let map = |e| map_postgres_error(&label, e);
-        let key = self.sql.lock_key(op.session_id());
+        let key = self.sql.lock_key(session_id);
         let synchronous_commit = if self.relaxed { "off" } else { "on" };
         let stalled_write_timeout = self.stalled_write_timeout.clone();
         let (client, sql) = self.client()?;
@@ -148,7 +147,7 @@ impl Conn {
             .map_err(map)?
             .get(1);
         // An error drops `txn` uncommitted: rolled back, nothing of `op` is written.
-        let output = op.apply(
+        let output = op(
             &mut Txn {
                 txn: &mut txn,
                 sql,
@@ -161,7 +160,7 @@ impl Conn {
     }
 
     /// Runs `op` on one read-only snapshot.
-    fn read<O: ReadOp>(&mut self, op: &O) -> Result<O::Output> {
+    fn read<T>(&mut self, op: &mut impl ReadOp<T>) -> Result<T> {
         let label = self.label.clone();
         let map = |e| map_postgres_error(&label, e);
         let (client, sql) = self.client()?;
@@ -171,7 +170,7 @@ impl Conn {
             .read_only(true)
             .start()
             .map_err(map)?;
-        let output = op.run(&mut Txn {
+        let output = op(&mut Txn {
             txn: &mut txn,
             sql,
             label: &label,
@@ -250,18 +249,18 @@ impl PostgresStore {
         };
         let create = options.may_create();
         pg.run(move |conn| conn.ensure_schema(create)).await?;
-        Ok(PostgresStore { store: Adapter(pg) })
+        Ok(PostgresStore { pg })
     }
 
     /// The URL (without password) this store was opened with.
     pub fn url(&self) -> &str {
-        &self.store.0.pool.label
+        &self.pg.pool.label
     }
 
     /// Finishes the calls under way and closes the connections (of every clone of this
     /// store).
     pub async fn close(self) {
-        let pool = &self.store.0.pool;
+        let pool = &self.pg.pool;
         pool.jobs.lock().unwrap_or_else(|p| p.into_inner()).take();
         let threads = std::mem::take(&mut *pool.threads.lock().unwrap_or_else(|p| p.into_inner()));
         let _ = tokio::task::spawn_blocking(move || {
@@ -299,14 +298,19 @@ impl Pg {
 mod tests;
 
 impl Backend for Pg {
-    async fn read<O: ReadOp>(&self, op: O) -> Result<O::Output> {
-        self.run(move |conn| conn.read(&op)).await
+    async fn read<T: Send + 'static>(&self, mut op: impl ReadOp<T>) -> Result<T> {
+        self.run(move |conn| conn.read(&mut op)).await
     }
 
-    async fn write<O: WriteOp>(&self, op: O) -> Result<O::Output> {
+    async fn write<T: Send + 'static>(
+        &self,
+        session_id: &str,
+        mut op: impl WriteOp<T>,
+    ) -> Result<T> {
         if self.read_only {
             return Err(StoreError::opened_read_only(&self.pool.label));
         }
-        self.run(move |conn| conn.write(&op)).await
+        let session_id = session_id.to_string();
+        self.run(move |conn| conn.write(&session_id, &mut op)).await
     }
 }

@@ -2,38 +2,14 @@
 //! the test server (skipped without one, as `tests/postgres.rs` is).
 
 use std::sync::mpsc;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::json;
 
 use super::PostgresStore;
 use crate::adapter::Backend;
-use crate::logic::{WriteOp, WriteTxn};
-use crate::{BindingStore, BindingStoreExt, OpenOptions, Result, SessionRecord, TurnCommit};
-
-/// A write that, holding its session's lock, stops until told to go on: a host stopped (or
-/// cut off) between its lock and its commit.
-#[derive(Debug)]
-struct Stall {
-    session_id: String,
-    locked: mpsc::Sender<()>,
-    go_on: Mutex<mpsc::Receiver<()>>,
-}
-
-impl WriteOp for Stall {
-    type Output = ();
-
-    fn session_id(&self) -> &str {
-        &self.session_id
-    }
-
-    fn apply(&self, txn: &mut dyn WriteTxn, now: i64) -> Result<()> {
-        let _ = self.locked.send(());
-        let _ = self.go_on.lock().unwrap_or_else(|p| p.into_inner()).recv();
-        txn.put(&SessionRecord::new(&self.session_id, now))
-    }
-}
+use crate::logic::WriteTxn;
+use crate::{BindingStore, BindingStoreExt, OpenOptions, SessionRecord, TurnCommit};
 
 /// A write stalled under its session's lock loses its transaction once it sat idle past the
 /// timeout, and the lock with it: another host's write of the session goes through instead of
@@ -50,13 +26,15 @@ async fn a_write_stalled_under_its_lock_frees_the_lock_after_the_timeout() {
     let (locked, is_locked) = mpsc::channel();
     let (go_on, gone_on) = mpsc::channel();
     let write = {
-        let pg = stalled.store.0.clone();
-        let op = Stall {
-            session_id: "s".to_string(),
-            locked,
-            go_on: Mutex::new(gone_on),
+        let pg = stalled.pg.clone();
+        // Holding its session's lock, it stops until told to go on: a host stopped (or cut
+        // off) between its lock and its commit.
+        let op = move |txn: &mut dyn WriteTxn, now| {
+            let _ = locked.send(());
+            let _ = gone_on.recv();
+            txn.put(&SessionRecord::new("s", now))
         };
-        tokio::spawn(async move { pg.write(op).await })
+        tokio::spawn(async move { pg.write("s", op).await })
     };
     tokio::task::spawn_blocking(move || is_locked.recv())
         .await

@@ -31,21 +31,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use self::engine::{open_shared, MakeBackend, Opener, RedbEngine, RedbReaders};
-use crate::adapter::Adapter;
+use crate::adapter::backend_store;
 use crate::durable::{Durable, Writer};
 use crate::logic::LocalLeases;
-use crate::store::forward_binding_store;
 use crate::Result;
 use crate::{OpenOptions, StoreError};
 
 /// A [`BindingStore`](crate::BindingStore) in one redb file.
 #[derive(Debug)]
 pub struct RedbStore {
-    store: Adapter<Durable>,
+    durable: Durable,
     path: PathBuf,
 }
 
-forward_binding_store!([] RedbStore, |this| this.store);
+backend_store!(RedbStore, durable);
 
 impl RedbStore {
     /// Opens (or creates, owner-only) the store at `path`.
@@ -99,12 +98,12 @@ impl RedbStore {
         })
         .await?;
         Ok(RedbStore {
-            store: Adapter(Durable {
+            durable: Durable {
                 writer,
                 readers: Arc::new(readers),
                 local_leases: Some(leases),
                 read_only: read_only.then(|| path.display().to_string()),
-            }),
+            },
             path,
         })
     }
@@ -117,7 +116,7 @@ impl RedbStore {
     /// Finishes queued writes and closes the file, so that it can be opened again (by this
     /// or another process) as soon as this returns.
     pub async fn close(self) {
-        self.store.0.close().await;
+        self.durable.close().await;
     }
 }
 

@@ -22,10 +22,9 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use self::error::map_sqlite_error;
 use self::txn::Txn;
-use crate::adapter::Adapter;
+use crate::adapter::backend_store;
 use crate::durable::{prepare_file, Durable, Engine, FileId, Readers, Writer};
 use crate::logic::{ReadTxn, WriteTxn};
-use crate::store::forward_binding_store;
 use crate::verify::Checker;
 use crate::Result;
 use crate::{Durability, OpenOptions, StoreError};
@@ -33,11 +32,11 @@ use crate::{Durability, OpenOptions, StoreError};
 /// A [`BindingStore`](crate::BindingStore) in one SQLite file (WAL mode).
 #[derive(Debug)]
 pub struct SqliteStore {
-    store: Adapter<Durable>,
+    durable: Durable,
     path: PathBuf,
 }
 
-forward_binding_store!([] SqliteStore, |this| this.store);
+backend_store!(SqliteStore, durable);
 
 impl SqliteStore {
     /// Opens (or creates, owner-only) the store at `path`.
@@ -71,12 +70,12 @@ impl SqliteStore {
         .await?;
         let read_only = read_only.then(|| path.display().to_string());
         Ok(SqliteStore {
-            store: Adapter(Durable {
+            durable: Durable {
                 writer,
                 readers: Arc::new(readers),
                 local_leases: None,
                 read_only,
-            }),
+            },
             path,
         })
     }
@@ -88,7 +87,7 @@ impl SqliteStore {
 
     /// Finishes queued writes and closes the connections.
     pub async fn close(self) {
-        self.store.0.close().await;
+        self.durable.close().await;
     }
 }
 
