@@ -227,6 +227,19 @@ impl StoreError {
         }
     }
 
+    /// `Corrupt`: the stored JSON `what` does not decode.
+    #[cfg_attr(
+        not(any(feature = "redb", feature = "sqlite", feature = "postgres")),
+        allow(dead_code)
+    )]
+    pub(crate) fn corrupt_json(path: &str, what: String, error: serde_json::Error) -> Self {
+        StoreError::Corrupt {
+            path: path.to_string(),
+            detail: format!("{what} does not decode"),
+            source: Some(Box::new(error)),
+        }
+    }
+
     /// A write (or lease request) of a store opened
     /// [`read_only`](crate::OpenOptions::read_only), refused before it reaches the engine.
     #[cfg_attr(

@@ -113,15 +113,16 @@ fn create_parent(path: &Path) -> Result<()> {
     })
 }
 
-fn create_owner_only(path: &Path, label: &str) -> Result<bool> {
+/// Options that create a file owner-only (0600).
+pub(crate) fn owner_only() -> std::fs::OpenOptions {
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
     #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    match options.open(path) {
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+}
+
+fn create_owner_only(path: &Path, label: &str) -> Result<bool> {
+    match owner_only().write(true).create_new(true).open(path) {
         Ok(_) => Ok(true),
         // Another process created it first: open it as an existing store.
         Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(false),

@@ -1,9 +1,6 @@
 //! The redb database as the store's threads use it: opened (waiting for another process's
-//! lock up to `OpenOptions::wait`, naming the holder when it gives up), every call under
-//! `catch_unwind` (a panic inside redb on a damaged file becomes `Corrupt` and poisons the
-//! store), the writer thread's engine (relaxed commits made durable within 100 ms; reopened
-//! after an I/O error, which redb never recovers from in place; refused once the file at the
-//! path is not the one open) and the readers (snapshots, and the whole-store scan).
+//! lock up to `OpenOptions::wait`), every call under `catch_unwind`, the writer thread's
+//! engine and the readers (snapshots, and the whole-store scan).
 
 use std::fs::File;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -13,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use ::redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
-use super::map_redb_error;
 use super::overlay::Overlay;
 use super::schema::{ensure_schema, MIRROR_CHUNKS, ROWS, SESSIONS, SESSION_THREADS, THREADS};
 use super::tables::{decode_body, decode_record, Tables};
+use super::RedbResult;
 use crate::durable::{
-    check_mirrors, merge_scan, not_writable, prepare_file, Engine, FileId, Readers, ScannedRow,
-    ScannedSession,
+    check_mirrors, merge_scan, not_writable, owner_only, prepare_file, Engine, FileId, Readers,
+    ScannedRow, ScannedSession,
 };
 use crate::logic::{LocalLeases, ReadTxn, WriteTxn};
 use crate::verify::{Checker, ProblemKind};
@@ -29,22 +26,21 @@ use crate::{Durability, LeaseOwner, LocalOwner, OpenOptions, StoreError};
 /// Every table of `txn`, a read or a write transaction (their `open_table`s differ only in
 /// the types they give), or the `?` of the first that fails.
 macro_rules! open_tables {
-    ($txn:expr, $label:expr, $leases:expr) => {{
-        let map = |e| map_redb_error($label, e);
+    ($txn:expr, $label:expr, $leases:expr) => {
         Tables {
             label: $label.to_string(),
-            sessions: $txn.open_table(SESSIONS).map_err(map)?,
-            rows: $txn.open_table(ROWS).map_err(map)?,
-            threads: $txn.open_table(THREADS).map_err(map)?,
-            session_threads: $txn.open_table(SESSION_THREADS).map_err(map)?,
-            chunks: $txn.open_table(MIRROR_CHUNKS).map_err(map)?,
+            sessions: $txn.open_table(SESSIONS).redb($label)?,
+            rows: $txn.open_table(ROWS).redb($label)?,
+            threads: $txn.open_table(THREADS).redb($label)?,
+            session_threads: $txn.open_table(SESSION_THREADS).redb($label)?,
+            chunks: $txn.open_table(MIRROR_CHUNKS).redb($label)?,
             leases: Arc::clone($leases),
         }
-    }};
+    };
 }
 
-/// How a store file becomes a database: on the file itself in production, on a wrapper in the
-/// tests that inject faults.
+/// How a store file becomes a database: on the file itself, or on a wrapper in the tests
+/// that inject faults.
 pub(super) type MakeBackend =
     Arc<dyn Fn(&::redb::Builder, File) -> Result<Database, ::redb::DatabaseError> + Send + Sync>;
 
@@ -56,8 +52,7 @@ pub(super) struct Shared {
     /// Why the store refuses every call: redb panicked on this file, so it is damaged in a
     /// way redb did not expect and its in-memory state cannot be trusted any more.
     poisoned: OnceLock<String>,
-    /// The holder record beside the file (see [`holder_path`]), removed on close; none for
-    /// a store opened read-only, which writes nothing.
+    /// The holder record beside the file, removed on close; none when opened read-only.
     holder: Option<HolderRecord>,
 }
 
@@ -91,17 +86,14 @@ impl Shared {
             path: self.label.clone(),
             source: std::io::Error::other("the store is being reopened after an I/O error"),
         })?;
-        match catch_unwind(AssertUnwindSafe(|| f(db))) {
-            Ok(result) => result,
-            Err(payload) => {
-                let why = format!(
-                    "redb failed on the file ({}): it is damaged; run verify",
-                    panic_message(payload.as_ref())
-                );
-                let why = self.poisoned.get_or_init(|| why).clone();
-                Err(StoreError::corrupt(&self.label, why))
-            }
-        }
+        catch_unwind(AssertUnwindSafe(|| f(db))).unwrap_or_else(|payload| {
+            let why = format!(
+                "redb failed on the file ({}): it is damaged; run verify",
+                panic_message(payload.as_ref())
+            );
+            let why = self.poisoned.get_or_init(|| why).clone();
+            Err(StoreError::corrupt(&self.label, why))
+        })
     }
 
     /// Closes the database (writing its header: on a file that made redb panic, or after an
@@ -123,15 +115,8 @@ impl Drop for Shared {
     }
 }
 
-/// `<path>.holder`: who holds the redb file (its lock has no holder of its own), written
-/// owner-only once the lock is taken, so that a process refused the file can name the holder.
-fn holder_path(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".holder");
-    PathBuf::from(name)
-}
-
-/// This process's holder record of one open store.
+/// This process's holder record of one open store: `<path>.holder`, who holds the file (its
+/// lock names no holder), so that a process refused the file can name the holder.
 struct HolderRecord {
     path: PathBuf,
     /// Keeps this holder alive (a dropped one is known gone to this process).
@@ -139,20 +124,21 @@ struct HolderRecord {
 }
 
 impl HolderRecord {
-    /// Writes the record (best effort: it only serves messages).
+    fn path(store: &Path) -> PathBuf {
+        let mut name = store.as_os_str().to_owned();
+        name.push(".holder");
+        PathBuf::from(name)
+    }
+
+    /// Writes the record, owner-only (best effort: it only serves messages).
     fn write(store: &Path) -> HolderRecord {
         let record = HolderRecord {
-            path: holder_path(store),
+            path: Self::path(store),
             owner: LocalOwner::new(),
         };
         if let Ok(json) = serde_json::to_vec(record.owner.owner()) {
-            let mut options = std::fs::OpenOptions::new();
+            let mut options = owner_only();
             options.write(true).create(true).truncate(true);
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::OpenOptionsExt;
-                options.mode(0o600);
-            }
             if let Ok(mut file) = options.open(&record.path) {
                 let _ = std::io::Write::write_all(&mut file, &json);
             }
@@ -163,7 +149,7 @@ impl HolderRecord {
     /// The holder of `store` as its record names it, unless that holder is known gone (a
     /// record left by a crash).
     fn read(store: &Path) -> Option<String> {
-        let json = std::fs::read(holder_path(store)).ok()?;
+        let json = std::fs::read(Self::path(store)).ok()?;
         let owner: LeaseOwner = serde_json::from_slice(&json).ok()?;
         (!owner.is_known_gone()).then(|| format!("held by {owner} since {}", owner.started_at_ms))
     }
@@ -180,9 +166,6 @@ impl HolderRecord {
     }
 }
 
-/// How often a wait for another process's lock tries again.
-const LOCK_RETRY: Duration = Duration::from_millis(50);
-
 /// What opening the file needs, kept by the writer to reopen it.
 pub(super) struct Opener {
     pub(super) path: PathBuf,
@@ -192,21 +175,19 @@ pub(super) struct Opener {
 }
 
 impl Opener {
-    /// Opens the database at the path (created if the options allow and the file is empty),
-    /// waiting up to `OpenOptions::wait` for another process's lock, and returns it with the
-    /// identity of the file it opened.
+    /// Opens the database (initialised if `create` and the file is empty), waiting up to
+    /// `OpenOptions::wait` for another process's lock, with the identity of the file opened.
     fn open_db(&self, create: bool) -> Result<(Database, FileId)> {
         let deadline = Instant::now() + self.options.wait;
         loop {
             match self.try_open(create) {
                 Err(StoreError::Locked { .. }) if Instant::now() < deadline => {
-                    std::thread::sleep(LOCK_RETRY.min(deadline - Instant::now()));
+                    let retry = Duration::from_millis(50);
+                    std::thread::sleep(retry.min(deadline - Instant::now()));
                 }
                 Err(StoreError::Locked { path, .. }) => {
-                    return Err(StoreError::Locked {
-                        path,
-                        holder: HolderRecord::read(&self.path),
-                    })
+                    let holder = HolderRecord::read(&self.path);
+                    return Err(StoreError::Locked { path, holder });
                 }
                 other => return other,
             }
@@ -238,8 +219,6 @@ impl Opener {
         let open = || {
             let mut builder = Database::builder();
             builder.set_cache_size(64 * 1024 * 1024);
-            // See `OpenOptions::check_redb_integrity_on_open`: a damaged file must be a typed
-            // error before a write can make redb abort the process.
             builder.set_check_integrity_on_open(self.options.check_redb_integrity);
             let db = if read_only {
                 // redb's writable open, checks included, on storage that never writes the file.
@@ -250,25 +229,21 @@ impl Opener {
             } else {
                 (self.make_backend)(&builder, file)
             };
-            db.map_err(|e| map_redb_error(label, e))
+            db.redb(label)
         };
         match catch_unwind(AssertUnwindSafe(open)) {
             Ok(db) => Ok((db?, FileId::of(&meta))),
-            Err(payload) => Err(StoreError::corrupt(
-                label,
-                format!(
-                    "redb failed opening the file ({}): it is damaged",
-                    panic_message(payload.as_ref())
-                ),
-            )),
+            Err(payload) => {
+                let why = panic_message(payload.as_ref());
+                let detail = format!("redb failed opening the file ({why}): it is damaged");
+                Err(StoreError::corrupt(label, detail))
+            }
         }
     }
 }
 
 /// Opens (creating if asked) the database at `opener.path` and checks its schema, on the
-/// calling (writer) thread. Unless `OpenOptions::check_redb_integrity_on_open` is `false`,
-/// redb checks every page first; otherwise the file's contents are not read beyond the header
-/// and the schema version, and this takes the same time whatever the store holds.
+/// calling (writer) thread.
 pub(super) fn open_shared(opener: &Opener) -> Result<(Shared, FileId)> {
     let created = prepare_file(&opener.path, &opener.options)?;
     let (db, file_id) = opener.open_db(opener.options.may_create() || created)?;
@@ -299,23 +274,11 @@ pub(super) struct RedbEngine {
     /// occurred"), so the database is reopened before the next write.
     pub(super) reopen: bool,
     /// When the oldest commit that is not durable yet was made (relaxed stores). redb's
-    /// `Durability::None` commits reach the file only with a later durable commit: until then
-    /// a process exit loses them.
+    /// `Durability::None` commits reach the file only with a later durable commit.
     pub(super) not_durable_since: Option<Instant>,
 }
 
 impl RedbEngine {
-    /// Commits an empty durable transaction: every earlier commit becomes durable with it.
-    fn make_durable(&mut self) -> Result<()> {
-        let label = self.shared.label.as_str();
-        self.shared.guard(|db| {
-            let txn = db.begin_write().map_err(|e| map_redb_error(label, e))?;
-            txn.commit().map_err(|e| map_redb_error(label, e))
-        })?;
-        self.not_durable_since = None;
-        Ok(())
-    }
-
     /// Closes the database and opens the file again; what it holds is its last commit.
     fn reopen(&mut self) -> Result<()> {
         self.shared.close();
@@ -343,14 +306,13 @@ impl Engine for RedbEngine {
         let (leases, file_id, path) = (&self.leases, self.file_id, &self.opener.path);
         let lease_write = leases.begin_write();
         let written = self.shared.guard(|db| {
-            let mut txn = db.begin_write().map_err(|e| map_redb_error(label, e))?;
+            let mut txn = db.begin_write().redb(label)?;
             if relaxed {
-                txn.set_durability(::redb::Durability::None)
-                    .map_err(|e| map_redb_error(label, e))?;
+                txn.set_durability(::redb::Durability::None).redb(label)?;
             }
             f(&mut open_tables!(txn, label, leases))?;
             file_id.check(path, label)?;
-            txn.commit().map_err(|e| map_redb_error(label, e))
+            txn.commit().redb(label)
         });
         if written.is_ok() {
             lease_write.committed();
@@ -377,15 +339,23 @@ impl Engine for RedbEngine {
             .map(|since| since + RELAXED_FLUSH_INTERVAL)
     }
 
+    /// Commits an empty durable transaction: every earlier commit becomes durable with it.
     fn flush(&mut self) {
         if self.not_durable_since.is_none() {
             return;
         }
-        if let Err(error) = self.make_durable() {
-            // The next write or the close tries again; a poisoned store stops asking.
-            tracing::warn!(%error, "could not make relaxed redb commits durable");
-            if self.shared.poisoned.get().is_some() {
-                self.not_durable_since = None;
+        let label = self.shared.label.as_str();
+        let durable = self
+            .shared
+            .guard(|db| db.begin_write().redb(label)?.commit().redb(label));
+        match durable {
+            Ok(()) => self.not_durable_since = None,
+            Err(error) => {
+                // The next write or the close tries again; a poisoned store stops asking.
+                tracing::warn!(%error, "could not make relaxed redb commits durable");
+                if self.shared.poisoned.get().is_some() {
+                    self.not_durable_since = None;
+                }
             }
         }
     }
@@ -402,34 +372,30 @@ impl Readers for RedbReaders {
     fn read(&self, f: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<()>) -> Result<()> {
         let label = self.shared.label.as_str();
         self.shared.guard(|db| {
-            let txn = db.begin_read().map_err(|e| map_redb_error(label, e))?;
+            let txn = db.begin_read().redb(label)?;
             f(&mut open_tables!(txn, label, &self.leases))
         })
     }
 
     /// Reads both tables in key order on one snapshot: every value's checksum and decoding,
-    /// and the merge (`merge_scan`). A panic of redb on the way ends the scan as a
-    /// `Structure` problem.
+    /// and the merge (`merge_scan`), then the mirrors. A panic of redb on the way ends the scan
+    /// as a `Structure` problem.
     fn verify(&self, checker: &mut Checker<'_>) -> Result<bool> {
         let label = self.shared.label.as_str();
-        let map = |e: ::redb::StorageError| map_redb_error(label, e);
         let scanned = self.shared.guard(|db| {
-            let txn = db.begin_read().map_err(|e| map_redb_error(label, e))?;
-            let sessions = txn
-                .open_table(SESSIONS)
-                .map_err(|e| map_redb_error(label, e))?;
-            let rows = txn.open_table(ROWS).map_err(|e| map_redb_error(label, e))?;
-            checker.expect_sessions(sessions.len().map_err(map)?);
-            let mut scanned_sessions = sessions.iter().map_err(map)?.map(|item| {
-                let (key, value) = item.map_err(map)?;
+            let txn = db.begin_read().redb(label)?;
+            let mut tables = open_tables!(txn, label, &self.leases);
+            checker.expect_sessions(tables.sessions.len().redb(label)?);
+            let mut sessions = tables.sessions.iter().redb(label)?.map(|item| {
+                let (key, value) = item.redb(label)?;
                 let id = key.value();
                 Ok(ScannedSession::of(
                     id,
                     decode_record(label, id, value.value()),
                 ))
             });
-            let mut rows = rows.iter().map_err(map)?.map(|item| {
-                let (key, value) = item.map_err(map)?;
+            let mut rows = tables.rows.iter().redb(label)?.map(|item| {
+                let (key, value) = item.redb(label)?;
                 let (session_id, seq) = key.value();
                 Ok(ScannedRow {
                     body: decode_body(label, session_id, seq, value.value()).map(drop),
@@ -437,32 +403,14 @@ impl Readers for RedbReaders {
                     seq,
                 })
             });
-            let scanned = merge_scan(checker, &mut scanned_sessions, &mut rows)?;
-            drop(scanned_sessions);
-            let mut tables = Tables {
-                label: label.to_string(),
-                sessions,
-                rows: txn.open_table(ROWS).map_err(|e| map_redb_error(label, e))?,
-                threads: txn
-                    .open_table(THREADS)
-                    .map_err(|e| map_redb_error(label, e))?,
-                session_threads: txn
-                    .open_table(SESSION_THREADS)
-                    .map_err(|e| map_redb_error(label, e))?,
-                chunks: txn
-                    .open_table(MIRROR_CHUNKS)
-                    .map_err(|e| map_redb_error(label, e))?,
-                leases: Arc::clone(&self.leases),
-            };
+            let scanned = merge_scan(checker, &mut sessions, &mut rows)?;
+            drop((sessions, rows));
             check_mirrors(&mut tables, checker, scanned.mirrors)?;
             Ok(scanned.complete)
         });
-        match scanned {
-            Ok(complete) => Ok(complete),
-            Err(error) => {
-                checker.damage(ProblemKind::Structure, None, error)?;
-                Ok(false)
-            }
-        }
+        scanned.or_else(|error| {
+            checker.damage(ProblemKind::Structure, None, error)?;
+            Ok(false)
+        })
     }
 }

@@ -1,26 +1,12 @@
 //! The redb backend: embedded, one process per file.
 //!
-//! Layout (`schema.rs`): table `sessions` (`session id -> JSON SessionRecord + checksum`),
-//! table `rows` (`(session id, seq) -> JSON body + checksum`), tables `threads` and
-//! `session_threads` (which session each thread belongs to, both ways), table `rethread_meta`
-//! (`"schema_version" -> u64`); the codec is in `tables.rs`. redb holds an exclusive lock on
-//! the file: another process opening it waits up to
-//! [`OpenOptions::wait`](crate::OpenOptions::wait), then gets [`StoreError::Locked`] naming
-//! the holder (from the record `<file>.holder` each holder writes beside the file). Leases live
-//! in this process (`LocalLeases`); the writer thread checks fenced writes against them, and a
-//! lease request waits for the write transaction under way, so none is granted between a
-//! write's fence check and its commit.
-//!
-//! Opening checks every page of the file by default
-//! ([`OpenOptions::check_redb_integrity_on_open`](crate::OpenOptions::check_redb_integrity_on_open)):
-//! redb trusts a cleanly closed file, and damage in its free-page bookkeeping can make it panic
-//! twice during one commit, which aborts the process. With the check off, opening reads the
-//! header and the schema version only. Either way every redb call runs on the store's own
-//! threads under `catch_unwind` (`engine.rs`), so a panic is [`StoreError::Corrupt`], and the
-//! store refuses every later call as `Corrupt` too instead of going on with a database that
-//! panicked. After an I/O error (a full disk) the writer reopens the file, so the store goes
-//! on once the cause is gone. The whole-store check of records is
-//! [`BindingStore::verify`](crate::BindingStore::verify).
+//! Tables (`schema.rs`; codec in `tables.rs`): `sessions`, `rows`, `threads` and
+//! `session_threads` (which session each thread belongs to, both ways), `mirror_chunks`,
+//! `rethread_meta`. redb locks the file to one process: another waits up to
+//! [`OpenOptions::wait`], then gets [`StoreError::Locked`] naming the holder (from the record
+//! `<file>.holder` each holder writes beside the file). Leases live in this process
+//! (`LocalLeases`). Every redb call runs under `catch_unwind` (`engine.rs`); after an I/O error
+//! (a full disk) the writer reopens the file, so the store goes on once the cause is gone.
 
 mod engine;
 mod overlay;
@@ -35,7 +21,7 @@ use crate::adapter::backend_store;
 use crate::durable::{Durable, Writer};
 use crate::logic::LocalLeases;
 use crate::Result;
-use crate::{OpenOptions, StoreError};
+use crate::{BoxError, OpenOptions, StoreError};
 
 /// A [`BindingStore`](crate::BindingStore) in one redb file.
 #[derive(Debug)]
@@ -47,13 +33,12 @@ pub struct RedbStore {
 backend_store!(RedbStore, durable);
 
 impl RedbStore {
-    /// Opens (or creates, owner-only) the store at `path`.
+    /// Opens (or creates, owner-only) the store at `path`, on the store's writer thread.
     ///
     /// Errors: [`StoreError::NotAFile`], [`StoreError::NoStore`] (without `create`) and
     /// [`StoreError::NotWritable`] before anything opens the file; [`StoreError::Locked`] if
     /// another process has it open past [`OpenOptions::wait`]; [`StoreError::Corrupt`] for a
     /// damaged or foreign file, [`StoreError::NewerSchema`] for a file from a newer rethread.
-    /// The file is opened on the store's writer thread.
     pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let make_backend: MakeBackend = Arc::new(|builder, file| {
             builder.create_with_backend(::redb::backends::FileBackend::new(file)?)
@@ -68,15 +53,14 @@ impl RedbStore {
         make_backend: MakeBackend,
     ) -> Result<Self> {
         let path = path.to_path_buf();
-        let read_only = options.read_only;
+        let read_only = options.read_only.then(|| path.display().to_string());
         let opener = Opener {
             path: path.clone(),
             label: path.display().to_string(),
             options,
             make_backend,
         };
-        // redb files are exclusive to one process: leases live in this process, shared by the
-        // lease calls and the writer thread (which checks the fences of writes against them).
+        // Shared by the lease calls and the writer thread, which checks fences against them.
         let leases = Arc::new(LocalLeases::default());
         let engine_leases = Arc::clone(&leases);
         let (writer, readers) = Writer::spawn("redb", move || {
@@ -97,15 +81,13 @@ impl RedbStore {
             Ok((engine, readers))
         })
         .await?;
-        Ok(RedbStore {
-            durable: Durable {
-                writer,
-                readers: Arc::new(readers),
-                local_leases: Some(leases),
-                read_only: read_only.then(|| path.display().to_string()),
-            },
-            path,
-        })
+        let durable = Durable {
+            writer,
+            readers: Arc::new(readers),
+            local_leases: Some(leases),
+            read_only,
+        };
+        Ok(RedbStore { durable, path })
     }
 
     /// The file this store lives in.
@@ -123,6 +105,11 @@ impl RedbStore {
 /// Maps every redb error to a [`StoreError`]. The one place redb errors are interpreted.
 pub(crate) fn map_redb_error(path: &str, error: impl Into<::redb::Error>) -> StoreError {
     let error: ::redb::Error = error.into();
+    let corrupt = |detail: &str, source: BoxError| StoreError::Corrupt {
+        path: path.to_string(),
+        detail: detail.to_string(),
+        source: Some(source),
+    };
     match error {
         ::redb::Error::DatabaseAlreadyOpen | ::redb::Error::LockProtocolMismatch => {
             StoreError::Locked {
@@ -139,17 +126,11 @@ pub(crate) fn map_redb_error(path: &str, error: impl Into<::redb::Error>) -> Sto
         ::redb::Error::TableTypeMismatch { .. }
         | ::redb::Error::TableIsMultimap(_)
         | ::redb::Error::TableIsNotMultimap(_)
-        | ::redb::Error::TypeDefinitionChanged { .. } => StoreError::Corrupt {
-            path: path.to_string(),
-            detail: "tables do not have rethread's layout".to_string(),
-            source: Some(Box::new(error)),
-        },
+        | ::redb::Error::TypeDefinitionChanged { .. } => {
+            corrupt("tables do not have rethread's layout", Box::new(error))
+        }
         ::redb::Error::Io(source) if source.kind() == std::io::ErrorKind::InvalidData => {
-            StoreError::Corrupt {
-                path: path.to_string(),
-                detail: "not a redb file".to_string(),
-                source: Some(Box::new(source)),
-            }
+            corrupt("not a redb file", Box::new(source))
         }
         ::redb::Error::Io(source) => StoreError::Io {
             path: path.to_string(),
@@ -159,6 +140,17 @@ pub(crate) fn map_redb_error(path: &str, error: impl Into<::redb::Error>) -> Sto
             backend: "redb",
             source: Box::new(other),
         },
+    }
+}
+
+/// [`map_redb_error`] as a method of redb's results.
+pub(crate) trait RedbResult<T> {
+    fn redb(self, label: &str) -> Result<T>;
+}
+
+impl<T, E: Into<::redb::Error>> RedbResult<T> for std::result::Result<T, E> {
+    fn redb(self, label: &str) -> Result<T> {
+        self.map_err(|e| map_redb_error(label, e))
     }
 }
 

@@ -1,11 +1,9 @@
 //! The storage of a redb store opened read-only: the file, with every write redb makes kept
 //! in memory instead (its recovery flag, a crashed file's repair, the header it writes on
-//! close), so the file is never changed while redb still runs its writable open, and with it
-//! the integrity check on open. redb's own `ReadOnlyDatabase` checks nothing: it read a
-//! damaged file as a store with no tables (found by the `store_files` fuzz target).
-//!
-//! Every lock is taken shared: readers share the file, and a process that writes it (which
-//! locks it exclusively) is refused while one reads, as it is while another writes.
+//! close), so redb still runs its writable open and its integrity check (its own
+//! `ReadOnlyDatabase` checks nothing, and reads a damaged file as a store with no tables).
+//! Every lock is taken shared: readers share the file, and a writer is refused while one
+//! reads, as it is while another writes.
 
 use std::ops::Bound;
 use std::sync::Mutex;

@@ -2,9 +2,8 @@
 //! codec.
 //!
 //! A value is the record's JSON followed by a CRC-32 (little endian) of the table, the key and
-//! the JSON (`checksum.rs`): redb checks page checksums only when it repairs or
-//! verifies a file, not when it reads a record, so damage to a value or a key must be found
-//! here. A session record must also name its own key.
+//! the JSON (`checksum.rs`): redb checks page checksums only when it repairs or verifies a
+//! file, not when it reads a record. A session record must also name its own key.
 
 use std::ops::{Bound, Range};
 use std::sync::Arc;
@@ -12,7 +11,7 @@ use std::sync::Arc;
 use ::redb::ReadableTable;
 use serde_json::Value;
 
-use super::map_redb_error;
+use super::RedbResult;
 use crate::checksum::{verify, Checksum};
 use crate::logic::{check_record, ChunkSink, FileKey, LeaseTxn, LocalLeases, ReadTxn, WriteTxn};
 use crate::Result;
@@ -34,12 +33,10 @@ fn session_thread_sum(session_id: &str, thread_id: &str) -> i64 {
         .finish()
 }
 
-/// The checksum of a `sessions` value.
 pub(super) fn session_sum(key: &str, json: &[u8]) -> i64 {
     Checksum::of("sessions").text(key).bytes(json).finish()
 }
 
-/// The checksum of a `rows` value.
 pub(super) fn row_sum(session_id: &str, seq: u64, json: &[u8]) -> i64 {
     Checksum::of("rows")
         .text(session_id)
@@ -62,10 +59,8 @@ fn unseal<'v>(
     sum: impl FnOnce(&[u8]) -> i64,
 ) -> Result<&'v [u8]> {
     let Some(split) = value.len().checked_sub(4) else {
-        return Err(StoreError::corrupt(
-            label,
-            format!("{}: the value is too short to hold its checksum", what()),
-        ));
+        let detail = format!("{}: the value is too short to hold its checksum", what());
+        return Err(StoreError::corrupt(label, detail));
     };
     let (json, stored) = value.split_at(split);
     let stored = u32::from_le_bytes([stored[0], stored[1], stored[2], stored[3]]);
@@ -77,19 +72,14 @@ fn unseal<'v>(
 pub(super) fn decode_record(label: &str, key: &str, value: &[u8]) -> Result<SessionRecord> {
     let what = || format!("session {key}");
     let json = unseal(label, &what, value, |json| session_sum(key, json))?;
-    let record: SessionRecord = serde_json::from_slice(json).map_err(|e| StoreError::Corrupt {
-        path: label.to_string(),
-        detail: format!("session {key} does not decode"),
-        source: Some(Box::new(e)),
-    })?;
+    let record: SessionRecord =
+        serde_json::from_slice(json).map_err(|e| StoreError::corrupt_json(label, what(), e))?;
     if record.session_id != key {
-        return Err(StoreError::corrupt(
-            label,
-            format!(
-                "the record under key {key} is session {}",
-                record.session_id
-            ),
-        ));
+        let detail = format!(
+            "the record under key {key} is session {}",
+            record.session_id
+        );
+        return Err(StoreError::corrupt(label, detail));
     }
     check_record(&record).map_err(|d| StoreError::corrupt(label, format!("session {key}: {d}")))?;
     Ok(record)
@@ -99,11 +89,7 @@ pub(super) fn decode_record(label: &str, key: &str, value: &[u8]) -> Result<Sess
 pub(super) fn decode_body(label: &str, session_id: &str, seq: u64, value: &[u8]) -> Result<Value> {
     let what = || format!("row {seq} of session {session_id}");
     let json = unseal(label, &what, value, |json| row_sum(session_id, seq, json))?;
-    serde_json::from_slice(json).map_err(|e| StoreError::Corrupt {
-        path: label.to_string(),
-        detail: format!("row {seq} of session {session_id} does not decode"),
-        source: Some(Box::new(e)),
-    })
+    serde_json::from_slice(json).map_err(|e| StoreError::corrupt_json(label, what(), e))
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
@@ -139,56 +125,40 @@ where
 
     fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>> {
         let label = &self.label;
-        match self
-            .sessions
-            .get(session_id)
-            .map_err(|e| map_redb_error(label, e))?
-        {
-            Some(bytes) => decode_record(label, session_id, bytes.value()).map(Some),
-            None => Ok(None),
-        }
+        let value = self.sessions.get(session_id).redb(label)?;
+        value
+            .map(|v| decode_record(label, session_id, v.value()))
+            .transpose()
     }
 
     fn load_rows(&mut self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>> {
         let label = &self.label;
-        let mut out = Vec::new();
         if range.start >= range.end {
-            return Ok(out);
+            return Ok(Vec::new());
         }
-        let iter = self
-            .rows
-            .range((session_id, range.start)..(session_id, range.end))
-            .map_err(|e| map_redb_error(label, e))?;
-        for item in iter {
-            let (key, value) = item.map_err(|e| map_redb_error(label, e))?;
+        let keys = (session_id, range.start)..(session_id, range.end);
+        let mut out = Vec::new();
+        for item in self.rows.range(keys).redb(label)? {
+            let (key, value) = item.redb(label)?;
             let (key_session, seq) = key.value();
             if key_session != session_id {
-                return Err(StoreError::corrupt(
-                    label,
-                    format!("a range of session {session_id} yields a row of {key_session}"),
-                ));
+                let detail =
+                    format!("a range of session {session_id} yields a row of {key_session}");
+                return Err(StoreError::corrupt(label, detail));
             }
-            out.push(TranscriptRow {
-                seq,
-                body: decode_body(label, session_id, seq, value.value())?,
-            });
+            let body = decode_body(label, session_id, seq, value.value())?;
+            out.push(TranscriptRow { seq, body });
         }
         Ok(out)
     }
 
     fn list(&mut self, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>> {
         let label = &self.label;
-        let lower = match after {
-            Some(a) => Bound::Excluded(a),
-            None => Bound::Unbounded,
-        };
-        let iter = self
-            .sessions
-            .range::<&str>((lower, Bound::Unbounded))
-            .map_err(|e| map_redb_error(label, e))?;
+        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let iter = self.sessions.range::<&str>((lower, Bound::Unbounded));
         let mut out = Vec::new();
-        for item in iter.take(limit) {
-            let (key, value) = item.map_err(|e| map_redb_error(label, e))?;
+        for item in iter.redb(label)?.take(limit) {
+            let (key, value) = item.redb(label)?;
             out.push(decode_record(label, key.value(), value.value())?);
         }
         Ok(out)
@@ -199,21 +169,13 @@ where
         let mut iter = self
             .rows
             .range((session_id, 0)..=(session_id, u64::MAX))
-            .map_err(|e| map_redb_error(label, e))?;
-        Ok(iter
-            .next()
-            .transpose()
-            .map_err(|e| map_redb_error(label, e))?
-            .is_some())
+            .redb(label)?;
+        Ok(iter.next().transpose().redb(label)?.is_some())
     }
 
     fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>> {
         let label = &self.label;
-        let Some(value) = self
-            .threads
-            .get(thread_id)
-            .map_err(|e| map_redb_error(label, e))?
-        else {
+        let Some(value) = self.threads.get(thread_id).redb(label)? else {
             return Ok(None);
         };
         let what = || format!("owner of thread {thread_id}");
@@ -225,14 +187,9 @@ where
 
     fn session_threads(&mut self, session_id: &str) -> Result<Vec<String>> {
         let label = &self.label;
-        let map = |e| map_redb_error(label, e);
         let mut threads = Vec::new();
-        for item in self
-            .session_threads
-            .range((session_id, "")..)
-            .map_err(map)?
-        {
-            let (key, value) = item.map_err(map)?;
+        for item in self.session_threads.range((session_id, "")..).redb(label)? {
+            let (key, value) = item.redb(label)?;
             let (owner, thread) = key.value();
             if owner != session_id {
                 break;
@@ -251,21 +208,19 @@ where
         if range.start >= range.end {
             return Ok(());
         }
-        let iter = self
-            .chunks
-            .range(
-                (file.session_id, file.thread_id, file.path, range.start)
-                    ..(file.session_id, file.thread_id, file.path, range.end),
-            )
-            .map_err(|e| map_redb_error(label, e))?;
-        for item in iter {
-            let (key, value) = item.map_err(|e| map_redb_error(label, e))?;
+        let FileKey {
+            session_id,
+            thread_id,
+            path,
+        } = file;
+        let keys =
+            (session_id, thread_id, path, range.start)..(session_id, thread_id, path, range.end);
+        for item in self.chunks.range(keys).redb(label)? {
+            let (key, value) = item.redb(label)?;
             let (s, t, p, seq) = key.value();
-            if (s, t, p) != (file.session_id, file.thread_id, file.path) {
-                return Err(StoreError::corrupt(
-                    label,
-                    format!("a range of the mirror of {file} yields a chunk of {p}"),
-                ));
+            if (s, t, p) != (session_id, thread_id, path) {
+                let detail = format!("a range of the mirror of {file} yields a chunk of {p}");
+                return Err(StoreError::corrupt(label, detail));
             }
             let what = || format!("chunk {seq} of the mirror of {file}");
             let bytes = unseal(label, &what, value.value(), |b| {
@@ -277,10 +232,11 @@ where
     }
 
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>> {
-        let label = self.label.clone();
-        let map = |e| map_redb_error(&label, e);
-        let first = self.rows.first().map_err(map)?;
-        let last = self.rows.last().map_err(map)?;
+        let label = &self.label;
+        let (first, last) = (
+            self.rows.first().redb(label)?,
+            self.rows.last().redb(label)?,
+        );
         let mut ends: Vec<String> = [first, last]
             .into_iter()
             .flatten()
@@ -289,7 +245,7 @@ where
         ends.dedup();
         ends.into_iter()
             .map(|id| {
-                let has_record = self.sessions.get(id.as_str()).map_err(map)?.is_some();
+                let has_record = self.sessions.get(id.as_str()).redb(label)?.is_some();
                 Ok((id, has_record))
             })
             .collect()
@@ -306,29 +262,25 @@ impl WriteTxn
     >
 {
     fn put(&mut self, record: &SessionRecord) -> Result<()> {
-        let json = encode(record)?;
-        let sum = session_sum(&record.session_id, &json);
+        let (key, json) = (record.session_id.as_str(), encode(record)?);
+        let sum = session_sum(key, &json);
         self.sessions
-            .insert(record.session_id.as_str(), seal(json, sum).as_slice())
-            .map_err(|e| map_redb_error(&self.label, e))?;
+            .insert(key, seal(json, sum).as_slice())
+            .redb(&self.label)?;
         Ok(())
     }
 
+    /// A key found taken means the record's count is wrong: rows and chunks are append-only.
     fn put_rows(&mut self, session_id: &str, first_seq: u64, bodies: &[Value]) -> Result<()> {
-        for (i, body) in bodies.iter().enumerate() {
-            let seq = first_seq + i as u64;
+        for (seq, body) in (first_seq..).zip(bodies) {
             let json = encode(body)?;
             let sum = row_sum(session_id, seq, &json);
             let previous = self
                 .rows
-                .insert((session_id, seq), seal(json, sum).as_slice())
-                .map_err(|e| map_redb_error(&self.label, e))?;
-            if previous.is_some() {
-                // Rows are append-only; finding one here means the record's row count is wrong.
-                return Err(StoreError::corrupt(
-                    &self.label,
-                    format!("row {seq} of session {session_id} already exists"),
-                ));
+                .insert((session_id, seq), seal(json, sum).as_slice());
+            if previous.redb(&self.label)?.is_some() {
+                let detail = format!("row {seq} of session {session_id} already exists");
+                return Err(StoreError::corrupt(&self.label, detail));
             }
         }
         Ok(())
@@ -336,57 +288,54 @@ impl WriteTxn
 
     fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<()> {
         let label = &self.label;
-        let owner = session_id.as_bytes().to_vec();
-        let sum = thread_sum(thread_id, &owner);
+        let owner = seal(
+            session_id.into(),
+            thread_sum(thread_id, session_id.as_bytes()),
+        );
         self.threads
-            .insert(thread_id, seal(owner, sum).as_slice())
-            .map_err(|e| map_redb_error(label, e))?;
-        let sum = session_thread_sum(session_id, thread_id);
+            .insert(thread_id, owner.as_slice())
+            .redb(label)?;
+        let empty = seal(Vec::new(), session_thread_sum(session_id, thread_id));
+        let key = (session_id, thread_id);
         self.session_threads
-            .insert((session_id, thread_id), seal(Vec::new(), sum).as_slice())
-            .map_err(|e| map_redb_error(label, e))?;
+            .insert(key, empty.as_slice())
+            .redb(label)?;
         Ok(())
     }
 
     fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<()> {
-        let sum = file.chunk_checksum(seq as i64, bytes);
-        let previous = self
+        let value = seal(bytes.to_vec(), file.chunk_checksum(seq as i64, bytes));
+        let key = (file.session_id, file.thread_id, file.path, seq);
+        if self
             .chunks
-            .insert(
-                (file.session_id, file.thread_id, file.path, seq),
-                seal(bytes.to_vec(), sum).as_slice(),
-            )
-            .map_err(|e| map_redb_error(&self.label, e))?;
-        if previous.is_some() {
-            // Chunks are append-only; finding one here means the record's count is wrong.
-            return Err(StoreError::corrupt(
-                &self.label,
-                format!("chunk {seq} of the mirror of {file} already exists"),
-            ));
+            .insert(key, value.as_slice())
+            .redb(&self.label)?
+            .is_some()
+        {
+            let detail = format!("chunk {seq} of the mirror of {file} already exists");
+            return Err(StoreError::corrupt(&self.label, detail));
         }
         Ok(())
     }
 
     fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<()> {
-        self.chunks
-            .retain_in(
-                (file.session_id, file.thread_id, file.path, from)
-                    ..=(file.session_id, file.thread_id, file.path, u64::MAX),
-                |_, _| false,
-            )
-            .map_err(|e| map_redb_error(&self.label, e))
+        let FileKey {
+            session_id,
+            thread_id,
+            path,
+        } = file;
+        let keys = (session_id, thread_id, path, from)..=(session_id, thread_id, path, u64::MAX);
+        self.chunks.retain_in(keys, |_, _| false).redb(&self.label)
     }
 
     fn remove(&mut self, session_id: &str) -> Result<bool> {
         let label = self.label.clone();
-        let map = |e| map_redb_error(&label, e);
-        let existed = self.sessions.remove(session_id).map_err(map)?.is_some();
-        self.rows
-            .retain_in((session_id, 0)..=(session_id, u64::MAX), |_, _| false)
-            .map_err(map)?;
+        let existed = self.sessions.remove(session_id).redb(&label)?.is_some();
+        let rows = (session_id, 0)..=(session_id, u64::MAX);
+        self.rows.retain_in(rows, |_, _| false).redb(&label)?;
         let mut files: Vec<(String, String)> = Vec::new();
-        for item in self.chunks.range((session_id, "", "", 0)..).map_err(map)? {
-            let (key, _) = item.map_err(map)?;
+        for item in self.chunks.range((session_id, "", "", 0)..).redb(&label)? {
+            let (key, _) = item.redb(&label)?;
             let (owner, thread, path, _) = key.value();
             if owner != session_id {
                 break;
@@ -405,9 +354,9 @@ impl WriteTxn
         for item in self
             .session_threads
             .range((session_id, "")..)
-            .map_err(map)?
+            .redb(&label)?
         {
-            let (key, _) = item.map_err(map)?;
+            let (key, _) = item.redb(&label)?;
             let (owner, thread) = key.value();
             if owner != session_id {
                 break;
@@ -415,10 +364,9 @@ impl WriteTxn
             threads.push(thread.to_string());
         }
         for thread in &threads {
-            self.threads.remove(thread.as_str()).map_err(map)?;
-            self.session_threads
-                .remove((session_id, thread.as_str()))
-                .map_err(map)?;
+            self.threads.remove(thread.as_str()).redb(&label)?;
+            let key = (session_id, thread.as_str());
+            self.session_threads.remove(key).redb(&label)?;
         }
         Ok(existed)
     }
