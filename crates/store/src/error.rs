@@ -254,6 +254,15 @@ impl StoreError {
     }
 }
 
+/// `value` as JSON (a failure is a bug: the crate's types always serialise).
+#[cfg_attr(
+    not(any(feature = "redb", feature = "sqlite", feature = "postgres")),
+    allow(dead_code)
+)]
+pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<String> {
+    serde_json::to_string(value).map_err(|e| StoreError::Internal(format!("encoding JSON: {e}")))
+}
+
 /// Why a lease grant is lost ([`StoreError::LeaseLost`]).
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]

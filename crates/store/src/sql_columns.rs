@@ -3,13 +3,11 @@
 //! through [`RecordColumns`] and [`LeaseColumns`], so what a row must hold to be a record or a
 //! grant (and the lease state codes) is decided once; SQLite adds each row's checksum.
 
-use serde_json::{Map, Value};
+use serde::de::DeserializeOwned;
 
+use crate::error::to_json;
 use crate::logic::{check_record, Grant, GrantState};
-use crate::{
-    BindingState, Lease, LeaseOwner, MirrorState, ProcessIdentity, Result, SessionRecord,
-    StoreError,
-};
+use crate::{Lease, LeaseOwner, ProcessIdentity, Result, SessionRecord, StoreError};
 
 /// The `sessions` columns, in [`RecordColumns`]' order (SQLite adds `checksum` after them).
 macro_rules! record_columns {
@@ -35,59 +33,47 @@ pub(crate) struct RecordColumns {
 impl RecordColumns {
     /// The row of `record`.
     pub(crate) fn of(record: &SessionRecord) -> Result<RecordColumns> {
-        fn json<T: serde::Serialize>(value: &T) -> Result<String> {
-            serde_json::to_string(value)
-                .map_err(|e| StoreError::Internal(format!("encoding JSON: {e}")))
-        }
         Ok(RecordColumns {
             session_id: record.session_id.clone(),
-            model_config: json(&record.model_config)?,
-            state: json(&record.state)?,
+            model_config: to_json(&record.model_config)?,
+            state: to_json(&record.state)?,
             row_count: record.row_count.min(i64::MAX as u64) as i64,
-            retired_threads: json(&record.retired_threads)?,
+            retired_threads: to_json(&record.retired_threads)?,
             created_at_ms: record.created_at_ms,
             updated_at_ms: record.updated_at_ms,
-            mirror: json(&record.mirror)?,
+            mirror: to_json(&record.mirror)?,
         })
     }
 
     /// The record the row holds; a row no record writes (JSON that does not decode, a
     /// negative row count, a record that breaks its own rules) is damage of the store `label`.
     pub(crate) fn into_record(self, label: &str) -> Result<SessionRecord> {
+        fn decode<T: DeserializeOwned>(
+            label: &str,
+            id: &str,
+            field: &str,
+            json: &str,
+        ) -> Result<T> {
+            serde_json::from_str(json)
+                .map_err(|e| StoreError::corrupt_json(label, format!("{field} of {id}"), e))
+        }
         let id = self.session_id;
-        let model_config: Map<String, Value> = serde_json::from_str(&self.model_config)
-            .map_err(|e| corrupt_json(label, format!("model_config of {id}"), e))?;
-        let state: BindingState = serde_json::from_str(&self.state)
-            .map_err(|e| corrupt_json(label, format!("state of {id}"), e))?;
-        let retired_threads: Vec<String> = serde_json::from_str(&self.retired_threads)
-            .map_err(|e| corrupt_json(label, format!("retired_threads of {id}"), e))?;
-        let row_count = u64::try_from(self.row_count)
-            .map_err(|_| StoreError::corrupt(label, format!("session {id}: negative row count")))?;
-        let mirror: MirrorState = serde_json::from_str(&self.mirror)
-            .map_err(|e| corrupt_json(label, format!("mirror of {id}"), e))?;
         let record = SessionRecord {
-            session_id: id,
-            model_config,
-            state,
-            row_count,
-            retired_threads,
+            model_config: decode(label, &id, "model_config", &self.model_config)?,
+            state: decode(label, &id, "state", &self.state)?,
+            retired_threads: decode(label, &id, "retired_threads", &self.retired_threads)?,
+            row_count: u64::try_from(self.row_count).map_err(|_| {
+                StoreError::corrupt(label, format!("session {id}: negative row count"))
+            })?,
+            mirror: decode(label, &id, "mirror", &self.mirror)?,
             created_at_ms: self.created_at_ms,
             updated_at_ms: self.updated_at_ms,
-            mirror,
+            session_id: id,
         };
         check_record(&record).map_err(|d| {
             StoreError::corrupt(label, format!("session {}: {d}", record.session_id))
         })?;
         Ok(record)
-    }
-}
-
-/// A stored JSON value of the store `label` (`what`) that does not decode.
-pub(crate) fn corrupt_json(label: &str, what: String, e: serde_json::Error) -> StoreError {
-    StoreError::Corrupt {
-        path: label.to_string(),
-        detail: format!("{what} does not decode"),
-        source: Some(Box::new(e)),
     }
 }
 

@@ -29,6 +29,17 @@ pub(super) fn map_postgres_error(label: &str, error: postgres::Error) -> StoreEr
     }
 }
 
+/// [`map_postgres_error`] as a method of the driver's results.
+pub(super) trait PgResult<T> {
+    fn pg(self, label: &str) -> Result<T, StoreError>;
+}
+
+impl<T> PgResult<T> for Result<T, postgres::Error> {
+    fn pg(self, label: &str) -> Result<T, StoreError> {
+        self.map_err(|e| map_postgres_error(label, e))
+    }
+}
+
 /// A driver error that says why: `postgres::Error`'s own `Display` is only "error connecting to
 /// server" or "db error", its cause kept in `source()`. Nothing it shows carries a password (the
 /// server's messages name the user at most; the URL is never part of a driver error).

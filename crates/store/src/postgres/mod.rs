@@ -1,18 +1,15 @@
 //! The PostgreSQL backend, for hosts on several machines.
 //!
-//! The store runs its rules (`logic`) on live transactions, like the file backends: a pool of
-//! the store's own threads, each with a blocking connection (the `postgres` crate,
-//! tokio-postgres's own blocking wrapper), opened on first use and again after it broke. Every
-//! write is one transaction that first takes a transaction-scoped advisory lock on the session
-//! (`pg_advisory_xact_lock`), so that all writers of one session, in any process on any
-//! machine, are serialised, also when the session does not exist yet; writers of different
-//! sessions run in parallel on the pool's connections. A write runs in `READ COMMITTED`,
-//! whatever the server's default, so that it reads what was committed before it got the lock.
-//! The time of a write (`updated_at_ms`, lease expiry) is the database server's clock, read
-//! under the lock, so leases are judged by one clock whichever host asks. A read runs in a
-//! read-only `REPEATABLE READ` transaction (one snapshot). The server ends a write that sits
-//! idle under its lock past [`STALLED_WRITE_TIMEOUT`] (a host stopped before its commit), so a
-//! stalled host never holds a session's lock for ever.
+//! The store runs `logic` on live transactions, like the file backends: a pool of the store's
+//! own threads, each with a blocking connection (the `postgres` crate), opened on first use
+//! and again after it broke. Every write is one transaction that first takes a
+//! transaction-scoped advisory lock on the session (`pg_advisory_xact_lock`), so that all
+//! writers of one session, in any process on any machine, are serialised, also when the
+//! session does not exist yet; writers of different sessions run in parallel. A write runs in
+//! `READ COMMITTED`, whatever the server's default, so that it reads what was committed before
+//! it got the lock, and its time (`updated_at_ms`, lease expiry) is the server's clock, read
+//! under the lock: leases are judged by one clock whichever host asks. A read runs in a
+//! read-only `REPEATABLE READ` transaction (one snapshot).
 //!
 //! Tables live in the URL's `schema` (query parameter, created if missing) or the connection's
 //! search path; they are created on open (`schema.rs`).
@@ -30,7 +27,7 @@ use std::time::Duration;
 use postgres::{Client, IsolationLevel, NoTls};
 use tokio::sync::oneshot;
 
-use self::error::map_postgres_error;
+use self::error::PgResult;
 use self::sql::{Sql, Statements};
 use self::txn::Txn;
 use crate::adapter::{backend_store, Backend};
@@ -38,17 +35,15 @@ use crate::logic::{ReadOp, WriteOp};
 use crate::Result;
 use crate::{Durability, OpenOptions, StoreError};
 
-/// How many connections (and threads) a store uses at most: how many of its writes and reads
-/// run at once.
+/// How many connections (and threads) a store uses at most.
 const POOL_SIZE: usize = 16;
 
 /// How long a write's transaction may sit idle on the server, its session's advisory lock held
 /// (`idle_in_transaction_session_timeout`), before the server ends its connection and so
-/// releases the lock. A write never waits between its statements on anything but the server,
-/// so only a host stopped (or cut off) between its lock and its commit gets there; the other
-/// hosts' writes of that session then wait this long at most, not forever, each holding one of
-/// their pool's threads. As long as the default lease TTL: by the time another host may take
-/// the session over, the lock is free.
+/// releases the lock. Only a host stopped (or cut off) between its lock and its commit gets
+/// there; the other hosts' writes of that session wait this long at most, not forever. As long
+/// as the default lease TTL: by the time another host may take the session over, the lock is
+/// free.
 const STALLED_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A [`BindingStore`](crate::BindingStore) in a PostgreSQL database.
@@ -69,7 +64,7 @@ impl std::fmt::Debug for PostgresStore {
 
 /// The backend behind a [`PostgresStore`]: its pool (shared by clones).
 #[derive(Clone, Debug)]
-pub(crate) struct Pg {
+struct Pg {
     pool: Arc<Pool>,
     /// Opened read-only: every write and lease request is refused before it is sent.
     read_only: bool,
@@ -110,12 +105,11 @@ impl Conn {
         if self.client.as_ref().is_some_and(|(c, _)| c.is_closed()) {
             self.client = None;
         }
-        let map = |e| map_postgres_error(&self.label, e);
         let (client, statements) = match &mut self.client {
             Some(open) => open,
             empty => {
-                let mut client = self.config.connect(NoTls).map_err(map)?;
-                let statements = Statements::prepare(&mut client, &self.sql).map_err(map)?;
+                let mut client = self.config.connect(NoTls).pg(&self.label)?;
+                let statements = Statements::prepare(&mut client, &self.sql).pg(&self.label)?;
                 empty.insert((client, statements))
             }
         };
@@ -125,7 +119,6 @@ impl Conn {
     /// Runs `op` in one write transaction under the advisory lock of `session_id`.
     fn write<T>(&mut self, session_id: &str, op: &mut impl WriteOp<T>) -> Result<T> {
         let label = self.label.clone();
-        let map = |e| map_postgres_error(&label, e);
         let key = self.sql.lock_key(session_id);
         let synchronous_commit = if self.relaxed { "off" } else { "on" };
         let stalled_write_timeout = self.stalled_write_timeout.clone();
@@ -134,48 +127,42 @@ impl Conn {
         // lock then sees what the session's previous writer committed. A snapshot taken at the
         // lock statement's start (repeatable read, serializable) predates the wait, so a fence
         // check would pass on a grant taken over meanwhile.
-        let mut txn = client
+        let txn = client
             .build_transaction()
             .isolation_level(IsolationLevel::ReadCommitted)
-            .start()
-            .map_err(map)?;
-        let now: i64 = txn
-            .query_one(
-                &sql.lock,
-                &[&key, &synchronous_commit, &stalled_write_timeout],
-            )
-            .map_err(map)?
-            .get(1);
+            .start();
+        let mut txn = txn.pg(&label)?;
+        let params: [&(dyn postgres::types::ToSql + Sync); 3] =
+            [&key, &synchronous_commit, &stalled_write_timeout];
+        let now: i64 = txn.query_one(&sql.lock, &params).pg(&label)?.get(1);
         // An error drops `txn` uncommitted: rolled back, nothing of `op` is written.
-        let output = op(
-            &mut Txn {
-                txn: &mut txn,
-                sql,
-                label: &label,
-            },
-            now,
-        )?;
-        txn.commit().map_err(map)?;
+        let mut view = Txn {
+            txn: &mut txn,
+            sql,
+            label: &label,
+        };
+        let output = op(&mut view, now)?;
+        txn.commit().pg(&label)?;
         Ok(output)
     }
 
     /// Runs `op` on one read-only snapshot.
     fn read<T>(&mut self, op: &mut impl ReadOp<T>) -> Result<T> {
         let label = self.label.clone();
-        let map = |e| map_postgres_error(&label, e);
         let (client, sql) = self.client()?;
-        let mut txn = client
+        let txn = client
             .build_transaction()
             .isolation_level(IsolationLevel::RepeatableRead)
             .read_only(true)
-            .start()
-            .map_err(map)?;
-        let output = op(&mut Txn {
+            .start();
+        let mut txn = txn.pg(&label)?;
+        let mut view = Txn {
             txn: &mut txn,
             sql,
             label: &label,
-        })?;
-        txn.commit().map_err(map)?;
+        };
+        let output = op(&mut view)?;
+        txn.commit().pg(&label)?;
         Ok(output)
     }
 }
@@ -195,11 +182,7 @@ impl PostgresStore {
     }
 
     /// [`PostgresStore::open`] with another [`STALLED_WRITE_TIMEOUT`] (tests).
-    pub(crate) async fn open_with(
-        url: &str,
-        options: OpenOptions,
-        stalled_write_timeout: Duration,
-    ) -> Result<Self> {
+    async fn open_with(url: &str, options: OpenOptions, stalled_write: Duration) -> Result<Self> {
         let label = crate::redact_url(url);
         let (pg_url, schema) = crate::open::postgres_parts(url)?;
         let mut config =
@@ -220,7 +203,7 @@ impl PostgresStore {
                 sql: Arc::clone(&sql),
                 label: label.clone(),
                 relaxed: options.durability == Durability::Relaxed,
-                stalled_write_timeout: format!("{}ms", stalled_write_timeout.as_millis().max(1)),
+                stalled_write_timeout: format!("{}ms", stalled_write.as_millis().max(1)),
                 client: None,
             };
             let rx = Arc::clone(&rx);
@@ -239,12 +222,13 @@ impl PostgresStore {
                 })?;
             threads.push(thread);
         }
+        let pool = Pool {
+            jobs: Mutex::new(Some(tx)),
+            threads: Mutex::new(threads),
+            label,
+        };
         let pg = Pg {
-            pool: Arc::new(Pool {
-                jobs: Mutex::new(Some(tx)),
-                threads: Mutex::new(threads),
-                label,
-            }),
+            pool: Arc::new(pool),
             read_only: options.read_only,
         };
         let create = options.may_create();
@@ -294,9 +278,6 @@ impl Pg {
     }
 }
 
-#[cfg(test)]
-mod tests;
-
 impl Backend for Pg {
     async fn read<T: Send + 'static>(&self, mut op: impl ReadOp<T>) -> Result<T> {
         self.run(move |conn| conn.read(&mut op)).await
@@ -312,5 +293,63 @@ impl Backend for Pg {
         }
         let session_id = session_id.to_string();
         self.run(move |conn| conn.write(&session_id, &mut op)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // The PostgreSQL backend's guards that need a write stopped inside its transaction, against
+    // the test server (skipped without one, as `tests/postgres.rs` is).
+
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::PostgresStore;
+    use crate::adapter::Backend;
+    use crate::logic::WriteTxn;
+    use crate::{BindingStore, BindingStoreExt, OpenOptions, SessionRecord, TurnCommit};
+
+    /// A write stalled under its session's lock loses its transaction once it sat idle past the
+    /// timeout, and the lock with it: another host's write of the session goes through instead of
+    /// waiting for ever. The stalled write then fails, writes nothing, and its store goes on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_stalled_under_its_lock_frees_the_lock_after_the_timeout() {
+        let Some(url) = rethread_testkit::postgres::fresh_url("stalled_write") else {
+            return;
+        };
+        let stalled =
+            PostgresStore::open_with(&url, OpenOptions::new(), Duration::from_millis(300))
+                .await
+                .unwrap();
+        let other = PostgresStore::open(&url, OpenOptions::new()).await.unwrap();
+        let (locked, is_locked) = mpsc::channel();
+        let (go_on, gone_on) = mpsc::channel();
+        let write = {
+            let pg = stalled.pg.clone();
+            // Holding its session's lock, it stops until told to go on: a host stopped (or cut
+            // off) between its lock and its commit.
+            let op = move |txn: &mut dyn WriteTxn, now| {
+                let _ = locked.send(());
+                let _ = gone_on.recv();
+                txn.put(&SessionRecord::new("s", now))
+            };
+            tokio::spawn(async move { pg.write("s", op).await })
+        };
+        tokio::task::spawn_blocking(move || is_locked.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let commit = TurnCommit::new("s", "t", vec![json!(1)]);
+        let waited = tokio::time::timeout(Duration::from_secs(20), other.commit_turn(commit)).await;
+        go_on.send(()).unwrap();
+        let committed = waited.expect("the other host's write still waits for the stalled lock");
+        assert_eq!(committed.unwrap().row_count(), 1);
+        let stalled_write = write.await.unwrap();
+        assert!(stalled_write.is_err(), "{stalled_write:?}");
+        assert_eq!(other.require_session("s").await.unwrap().row_count, 1);
+        let again = stalled.commit_turn(TurnCommit::new("s", "t", vec![json!(2)]));
+        assert_eq!(again.await.unwrap().row_count(), 2);
     }
 }

@@ -3,7 +3,7 @@
 
 use postgres::Transaction;
 
-use super::error::map_postgres_error;
+use super::error::PgResult;
 use super::sql::{quote_ident, schema};
 use super::Conn;
 use crate::Result;
@@ -18,17 +18,16 @@ impl Conn {
     pub(super) fn ensure_schema(&mut self, create: bool) -> Result<()> {
         let label = self.label.clone();
         let sql = std::sync::Arc::clone(&self.sql);
-        let map = |e| map_postgres_error(&label, e);
         let p = sql.prefix();
         // Without the tables, the connection's statements cannot be prepared yet.
-        let mut client = self.config.connect(postgres::NoTls).map_err(map)?;
-        let mut txn = client.transaction().map_err(map)?;
+        let mut client = self.config.connect(postgres::NoTls).pg(&label)?;
+        let mut txn = client.transaction().pg(&label)?;
         txn.execute("SELECT pg_advisory_xact_lock($1)::text", &[&SCHEMA_LOCK])
-            .map_err(map)?;
+            .pg(&label)?;
         let exists = |txn: &mut Transaction<'_>, table: &str| -> Result<bool> {
             let found: Option<String> = txn
                 .query_one(&format!("SELECT to_regclass('{p}{table}')::text"), &[])
-                .map_err(map)?
+                .pg(&label)?
                 .get(0);
             Ok(found.is_some())
         };
@@ -40,7 +39,7 @@ impl Conn {
                 "CREATE SCHEMA IF NOT EXISTS {}",
                 quote_ident(schema)
             ))
-            .map_err(map)?;
+            .pg(&label)?;
         }
         if !exists(&mut txn, "rethread_meta")? {
             if exists(&mut txn, "sessions")? {
@@ -57,33 +56,20 @@ impl Conn {
                  INSERT INTO {p}rethread_meta VALUES ('schema_version', {SCHEMA_VERSION});
                  {}",
                 schema(&p)
-            ))
-            .map_err(map)?;
-            return txn.commit().map_err(map);
+            )).pg(&label)?;
+            return txn.commit().pg(&label);
         }
         let version: i64 = txn
             .query_opt(
                 &format!("SELECT value FROM {p}rethread_meta WHERE key = 'schema_version'"),
                 &[],
             )
-            .map_err(map)?
+            .pg(&label)?
             .map(|r| r.get(0))
             .ok_or_else(|| StoreError::corrupt(&label, "no schema_version"))?;
         let version = u64::try_from(version)
             .map_err(|_| StoreError::corrupt(&label, "negative schema_version"))?;
-        if version > SCHEMA_VERSION {
-            return Err(StoreError::NewerSchema {
-                path: label,
-                found: version,
-                supported: SCHEMA_VERSION,
-            });
-        }
-        if version < SCHEMA_VERSION {
-            return Err(StoreError::corrupt(
-                &label,
-                format!("unknown schema version {version}"),
-            ));
-        }
-        txn.commit().map_err(map)
+        crate::check_schema_version(&label, version)?;
+        txn.commit().pg(&label)
     }
 }

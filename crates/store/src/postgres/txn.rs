@@ -5,13 +5,13 @@ use std::ops::Range;
 
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
-use postgres::{Row, Transaction};
+use postgres::{Row, Statement, Transaction};
 use serde_json::Value;
 
-use super::error::map_postgres_error;
+use super::error::PgResult;
 use super::sql::Statements;
 use crate::logic::{ChunkSink, FileKey, Grant, LeaseTxn, ReadTxn, WriteTxn};
-use crate::sql_columns::{corrupt_json, LeaseColumns, RecordColumns};
+use crate::sql_columns::{LeaseColumns, RecordColumns};
 use crate::Result;
 use crate::{SessionRecord, StoreError, TranscriptRow};
 
@@ -22,9 +22,19 @@ pub(super) struct Txn<'a, 't> {
     pub(super) label: &'a str,
 }
 
+type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
+
 impl Txn<'_, '_> {
-    fn map(&self, e: postgres::Error) -> StoreError {
-        map_postgres_error(self.label, e)
+    fn query(&mut self, statement: &Statement, params: Params<'_>) -> Result<Vec<Row>> {
+        self.txn.query(statement, params).pg(self.label)
+    }
+
+    fn query_opt(&mut self, statement: &Statement, params: Params<'_>) -> Result<Option<Row>> {
+        self.txn.query_opt(statement, params).pg(self.label)
+    }
+
+    fn execute(&mut self, statement: &Statement, params: Params<'_>) -> Result<u64> {
+        self.txn.execute(statement, params).pg(self.label)
     }
 
     fn decode_record(&self, row: &Row) -> Result<SessionRecord> {
@@ -52,25 +62,19 @@ impl ReadTxn for Txn<'_, '_> {
     }
 
     fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>> {
-        let row = self
-            .txn
-            .query_opt(&self.sql.load, &[&session_id])
-            .map_err(|e| self.map(e))?;
+        let row = self.query_opt(&self.sql.load, &[&session_id])?;
         row.map(|row| self.decode_record(&row)).transpose()
     }
 
     fn load_rows(&mut self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>> {
         let (start, end) = (clamp(range.start), clamp(range.end));
-        let rows = self
-            .txn
-            .query(&self.sql.rows, &[&session_id, &start, &end])
-            .map_err(|e| self.map(e))?;
+        let rows = self.query(&self.sql.rows, &[&session_id, &start, &end])?;
         rows.iter()
             .map(|r| {
                 let seq: i64 = r.get(0);
-                let body = serde_json::from_str(r.get(1)).map_err(|e| {
-                    corrupt_json(self.label, format!("row {seq} of {session_id}"), e)
-                })?;
+                let what = || format!("row {seq} of {session_id}");
+                let body = serde_json::from_str(r.get(1))
+                    .map_err(|e| StoreError::corrupt_json(self.label, what(), e))?;
                 Ok(TranscriptRow {
                     seq: seq as u64,
                     body,
@@ -82,34 +86,24 @@ impl ReadTxn for Txn<'_, '_> {
     fn list(&mut self, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>> {
         let limit = limit.min(i64::MAX as usize) as i64;
         let rows = match after {
-            Some(after) => self.txn.query(&self.sql.list_after, &[&after, &limit]),
-            None => self.txn.query(&self.sql.list_all, &[&limit]),
-        }
-        .map_err(|e| self.map(e))?;
+            Some(after) => self.query(&self.sql.list_after, &[&after, &limit])?,
+            None => self.query(&self.sql.list_all, &[&limit])?,
+        };
         rows.iter().map(|r| self.decode_record(r)).collect()
     }
 
     fn has_rows(&mut self, session_id: &str) -> Result<bool> {
-        let row = self
-            .txn
-            .query_one(&self.sql.has_rows, &[&session_id])
-            .map_err(|e| self.map(e))?;
-        Ok(row.get(0))
+        let row = self.txn.query_one(&self.sql.has_rows, &[&session_id]);
+        Ok(row.pg(self.label)?.get(0))
     }
 
     fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>> {
-        let row = self
-            .txn
-            .query_opt(&self.sql.thread_owner, &[&thread_id])
-            .map_err(|e| self.map(e))?;
+        let row = self.query_opt(&self.sql.thread_owner, &[&thread_id])?;
         Ok(row.map(|r| r.get(0)))
     }
 
     fn session_threads(&mut self, session_id: &str) -> Result<Vec<String>> {
-        let rows = self
-            .txn
-            .query(&self.sql.session_threads, &[&session_id])
-            .map_err(|e| self.map(e))?;
+        let rows = self.query(&self.sql.session_threads, &[&session_id])?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
@@ -118,22 +112,16 @@ impl ReadTxn for Txn<'_, '_> {
         let params: [&(dyn ToSql + Sync); 5] =
             [&file.session_id, &file.thread_id, &file.path, &start, &end];
         // Row by row as the server sends them: a long mirror is never all in memory.
-        let label = self.label;
-        let mut rows = self
-            .txn
-            .query_raw(&self.sql.chunks, params)
-            .map_err(|e| map_postgres_error(label, e))?;
-        while let Some(r) = rows.next().map_err(|e| map_postgres_error(label, e))? {
+        let rows = self.txn.query_raw(&self.sql.chunks, params);
+        let mut rows = rows.pg(self.label)?;
+        while let Some(r) = rows.next().pg(self.label)? {
             each(r.get::<_, i64>(0) as u64, r.get::<_, &[u8]>(1))?;
         }
         Ok(())
     }
 
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>> {
-        let rows = self
-            .txn
-            .query(&self.sql.row_ends, &[])
-            .map_err(|e| self.map(e))?;
+        let rows = self.query(&self.sql.row_ends, &[])?;
         let mut ends: Vec<(String, bool)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
         ends.dedup();
         Ok(ends)
@@ -143,21 +131,17 @@ impl ReadTxn for Txn<'_, '_> {
 impl WriteTxn for Txn<'_, '_> {
     fn put(&mut self, record: &SessionRecord) -> Result<()> {
         let c = RecordColumns::of(record)?;
-        self.txn
-            .execute(
-                &self.sql.put,
-                &[
-                    &c.session_id,
-                    &c.model_config,
-                    &c.state,
-                    &c.row_count,
-                    &c.retired_threads,
-                    &c.created_at_ms,
-                    &c.updated_at_ms,
-                    &c.mirror,
-                ],
-            )
-            .map_err(|e| self.map(e))?;
+        let params: Params<'_> = &[
+            &c.session_id,
+            &c.model_config,
+            &c.state,
+            &c.row_count,
+            &c.retired_threads,
+            &c.created_at_ms,
+            &c.updated_at_ms,
+            &c.mirror,
+        ];
+        self.execute(&self.sql.put, params)?;
         Ok(())
     }
 
@@ -165,13 +149,9 @@ impl WriteTxn for Txn<'_, '_> {
         if bodies.is_empty() {
             return Ok(());
         }
-        let seqs: Vec<i64> = (0..bodies.len() as u64)
-            .map(|i| clamp(first_seq + i))
-            .collect();
+        let seqs: Vec<i64> = (first_seq..).take(bodies.len()).map(clamp).collect();
         let bodies: Vec<String> = bodies.iter().map(Value::to_string).collect();
-        self.txn
-            .execute(&self.sql.put_rows, &[&session_id, &seqs, &bodies])
-            .map_err(|e| self.map(e))?;
+        self.execute(&self.sql.put_rows, &[&session_id, &seqs, &bodies])?;
         Ok(())
     }
 
@@ -180,11 +160,10 @@ impl WriteTxn for Txn<'_, '_> {
     /// writes, which is safe here only: a PostgreSQL write is one transaction of its own, and
     /// the error rolls all of it back.
     fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<()> {
-        let owner: String = self
+        let owner = self
             .txn
-            .query_one(&self.sql.put_thread, &[&thread_id, &session_id])
-            .map_err(|e| self.map(e))?
-            .get(0);
+            .query_one(&self.sql.put_thread, &[&thread_id, &session_id]);
+        let owner: String = owner.pg(self.label)?.get(0);
         if owner != session_id {
             return Err(StoreError::ThreadTaken {
                 thread_id: thread_id.to_string(),
@@ -195,46 +174,37 @@ impl WriteTxn for Txn<'_, '_> {
     }
 
     fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<()> {
-        self.txn
-            .execute(
-                &self.sql.put_chunk,
-                &[
-                    &file.session_id,
-                    &file.thread_id,
-                    &file.path,
-                    &clamp(seq),
-                    &bytes,
-                ],
-            )
-            .map_err(|e| self.map(e))?;
+        let FileKey {
+            session_id,
+            thread_id,
+            path,
+        } = file;
+        let params: Params<'_> = &[&session_id, &thread_id, &path, &clamp(seq), &bytes];
+        self.execute(&self.sql.put_chunk, params)?;
         Ok(())
     }
 
     fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<()> {
-        self.txn
-            .execute(
-                &self.sql.remove_chunks,
-                &[&file.session_id, &file.thread_id, &file.path, &clamp(from)],
-            )
-            .map_err(|e| self.map(e))?;
+        let FileKey {
+            session_id,
+            thread_id,
+            path,
+        } = file;
+        let params: Params<'_> = &[&session_id, &thread_id, &path, &clamp(from)];
+        self.execute(&self.sql.remove_chunks, params)?;
         Ok(())
     }
 
     fn remove(&mut self, session_id: &str) -> Result<bool> {
+        let sql = self.sql;
         for statement in [
-            &self.sql.remove_rows,
-            &self.sql.remove_threads,
-            &self.sql.remove_session_chunks,
+            &sql.remove_rows,
+            &sql.remove_threads,
+            &sql.remove_session_chunks,
         ] {
-            self.txn
-                .execute(statement, &[&session_id])
-                .map_err(|e| map_postgres_error(self.label, e))?;
+            self.execute(statement, &[&session_id])?;
         }
-        let removed = self
-            .txn
-            .execute(&self.sql.remove, &[&session_id])
-            .map_err(|e| self.map(e))?;
-        Ok(removed > 0)
+        Ok(self.execute(&sql.remove, &[&session_id])? > 0)
     }
 
     fn leases(&mut self) -> &mut dyn LeaseTxn {
@@ -244,11 +214,7 @@ impl WriteTxn for Txn<'_, '_> {
 
 impl LeaseTxn for Txn<'_, '_> {
     fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>> {
-        let row = self
-            .txn
-            .query_opt(&self.sql.load_lease, &[&session_id])
-            .map_err(|e| self.map(e))?;
-        let Some(r) = row else {
+        let Some(r) = self.query_opt(&self.sql.load_lease, &[&session_id])? else {
             return Ok(None);
         };
         let columns = LeaseColumns {
@@ -269,24 +235,20 @@ impl LeaseTxn for Txn<'_, '_> {
 
     fn put_lease(&mut self, grant: &Grant) -> Result<()> {
         let c = LeaseColumns::of(grant);
-        self.txn
-            .execute(
-                &self.sql.put_lease,
-                &[
-                    &c.session_id,
-                    &c.host,
-                    &c.pid,
-                    &c.started_at_ms,
-                    &c.instance,
-                    &c.acquired_at_ms,
-                    &c.expires_at_ms,
-                    &c.fence,
-                    &c.process_space,
-                    &c.process_start,
-                    &c.state,
-                ],
-            )
-            .map_err(|e| self.map(e))?;
+        let params: Params<'_> = &[
+            &c.session_id,
+            &c.host,
+            &c.pid,
+            &c.started_at_ms,
+            &c.instance,
+            &c.acquired_at_ms,
+            &c.expires_at_ms,
+            &c.fence,
+            &c.process_space,
+            &c.process_start,
+            &c.state,
+        ];
+        self.execute(&self.sql.put_lease, params)?;
         Ok(())
     }
 }

@@ -55,16 +55,8 @@ pub(super) fn ensure_schema(db: &Database, label: &str, create: bool) -> Result<
             label,
             format!("not a rethread store (tables {tables:?}, no schema version)"),
         )),
-        Some(v) if v > SCHEMA_VERSION => Err(StoreError::NewerSchema {
-            path: label.to_string(),
-            found: v,
-            supported: SCHEMA_VERSION,
-        }),
-        Some(v) if v < SCHEMA_VERSION => Err(StoreError::corrupt(
-            label,
-            format!("unknown schema version {v}"),
-        )),
-        Some(_) => {
+        Some(version) => {
+            crate::check_schema_version(label, version)?;
             let needed = [
                 SESSIONS.name(),
                 ROWS.name(),

@@ -93,7 +93,7 @@ pub(super) fn decode_body(label: &str, session_id: &str, seq: u64, value: &[u8])
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
-    serde_json::to_vec(value).map_err(|e| StoreError::Internal(format!("encoding JSON: {e}")))
+    Ok(crate::error::to_json(value)?.into_bytes())
 }
 
 /// The key of a `mirror_chunks` value.

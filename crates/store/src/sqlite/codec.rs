@@ -1,20 +1,15 @@
-//! The SQLite row codec: rows as stored (text and integers), their checksums, and their
-//! decoding into the crate's types.
-//!
-//! SQLite checks its page structure (`PRAGMA quick_check`) but keeps no checksum of what a
-//! page holds, so every row of every table carries a CRC-32 of its fields (`checksum.rs`),
+//! The SQLite row codec: rows as stored and their checksums. SQLite keeps no checksum of what
+//! a page holds, so every row of every table carries a CRC-32 of its fields (`checksum.rs`),
 //! verified whenever the row is read.
 
 use rusqlite::Row;
 
 use crate::checksum::{verify, Checksum};
 use crate::logic::Grant;
-pub(super) use crate::sql_columns::corrupt_json;
 use crate::sql_columns::{lease_columns, record_columns, LeaseColumns, RecordColumns};
 use crate::Result;
 use crate::SessionRecord;
 
-/// The checksum of a `threads` row.
 pub(super) fn thread_checksum(thread_id: &str, session_id: &str) -> i64 {
     Checksum::of("threads")
         .text(thread_id)
@@ -22,7 +17,6 @@ pub(super) fn thread_checksum(thread_id: &str, session_id: &str) -> i64 {
         .finish()
 }
 
-/// The checksum of a `transcript_rows` row.
 pub(super) fn row_checksum(session_id: &str, seq: i64, body: &str) -> i64 {
     Checksum::of("transcript_rows")
         .text(session_id)
@@ -52,7 +46,6 @@ impl RawRow {
         })
     }
 
-    /// Checks the row's checksum.
     pub(super) fn verify(&self, label: &str) -> Result<()> {
         verify(
             label,
@@ -61,18 +54,6 @@ impl RawRow {
             row_checksum(&self.session_id, self.seq, &self.body),
         )
     }
-}
-
-/// Verifies a stored session row and decodes it.
-pub(super) fn decode_record(label: &str, raw: RawRecord) -> Result<SessionRecord> {
-    let columns = raw.columns;
-    verify(
-        label,
-        || format!("session {}", columns.session_id),
-        raw.checksum,
-        record_checksum(&columns),
-    )?;
-    columns.into_record(label)
 }
 
 /// A `sessions` row as stored: the columns both SQL backends keep, and their checksum.
@@ -89,7 +70,14 @@ impl RawRecord {
     }
 }
 
-/// The checksum of a `sessions` row's fields as stored.
+/// Verifies a stored session row and decodes it.
+pub(super) fn decode_record(label: &str, raw: RawRecord) -> Result<SessionRecord> {
+    let columns = raw.columns;
+    let what = || format!("session {}", columns.session_id);
+    verify(label, what, raw.checksum, record_checksum(&columns))?;
+    columns.into_record(label)
+}
+
 fn record_checksum(c: &RecordColumns) -> i64 {
     Checksum::of("sessions")
         .text(&c.session_id)
@@ -103,7 +91,7 @@ fn record_checksum(c: &RecordColumns) -> i64 {
         .finish()
 }
 
-/// The `sessions` columns, in the order `raw_record` expects them, `checksum` last.
+/// The `sessions` columns, in the order `raw_record` reads them, `checksum` last.
 pub(super) const RECORD_COLUMNS: &str = concat!(record_columns!(), ", checksum");
 
 pub(super) fn raw_record(row: &Row<'_>) -> rusqlite::Result<RawRecord> {
@@ -117,13 +105,11 @@ pub(super) fn raw_record(row: &Row<'_>) -> rusqlite::Result<RawRecord> {
         updated_at_ms: row.get(6)?,
         mirror: row.get(7)?,
     };
-    Ok(RawRecord {
-        columns,
-        checksum: row.get(8)?,
-    })
+    let checksum = row.get(8)?;
+    Ok(RawRecord { columns, checksum })
 }
 
-/// The `leases` columns, in the order [`RawLease::from_row`] expects them, `checksum` last.
+/// The `leases` columns, in the order [`RawLease::from_row`] reads them, `checksum` last.
 pub(super) const LEASE_COLUMNS: &str = concat!(lease_columns!(), ", checksum");
 
 /// A `leases` row as stored: the columns both SQL backends keep, and their checksum.
@@ -147,10 +133,8 @@ impl RawLease {
             process_start: row.get(9)?,
             state: row.get(10)?,
         };
-        Ok(RawLease {
-            columns,
-            checksum: row.get(11)?,
-        })
+        let checksum = row.get(11)?;
+        Ok(RawLease { columns, checksum })
     }
 
     pub(super) fn encode(grant: &Grant) -> RawLease {
@@ -162,17 +146,12 @@ impl RawLease {
     /// Verifies the row and decodes it.
     pub(super) fn into_grant(self, label: &str) -> Result<Grant> {
         let columns = self.columns;
-        verify(
-            label,
-            || format!("lease of session {}", columns.session_id),
-            self.checksum,
-            lease_checksum(&columns),
-        )?;
+        let what = || format!("lease of session {}", columns.session_id);
+        verify(label, what, self.checksum, lease_checksum(&columns))?;
         columns.into_grant(label)
     }
 }
 
-/// The checksum of a `leases` row's fields as stored.
 fn lease_checksum(c: &LeaseColumns) -> i64 {
     Checksum::of("leases")
         .text(&c.session_id)

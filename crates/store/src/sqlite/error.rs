@@ -1,52 +1,63 @@
 //! SQLite errors, interpreted in one place.
 
-use crate::StoreError;
+use crate::{BoxError, StoreError};
 
 /// Maps every rusqlite error to a [`StoreError`]. The one place SQLite errors are interpreted.
 pub(crate) fn map_sqlite_error(path: &str, error: rusqlite::Error) -> StoreError {
     use rusqlite::ffi::ErrorCode;
-    if let rusqlite::Error::SqliteFailure(failure, _) = &error {
-        match failure.code {
-            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
-                return StoreError::Locked {
-                    path: path.to_string(),
-                    holder: None,
-                }
-            }
-            // A read-only file, directory (no room for the WAL) or file system.
-            ErrorCode::ReadOnly => {
-                return StoreError::NotWritable {
-                    path: path.to_string(),
-                    source: Some(Box::new(error)),
-                }
-            }
-            ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt => {
-                return StoreError::Corrupt {
-                    path: path.to_string(),
-                    detail: "SQLite reports the file is damaged or not a database".to_string(),
-                    source: Some(Box::new(error)),
-                }
-            }
-            _ => {}
+    use rusqlite::Error::*;
+    let path = path.to_string();
+    let code = match &error {
+        SqliteFailure(failure, _) => Some(failure.code),
+        _ => None,
+    };
+    let detail = match code {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+            return StoreError::Locked { path, holder: None }
         }
-    }
-    if matches!(
-        error,
-        rusqlite::Error::InvalidColumnType(..)
-            | rusqlite::Error::FromSqlConversionFailure(..)
-            | rusqlite::Error::IntegralValueOutOfRange(..)
-            | rusqlite::Error::Utf8Error(..)
-    ) {
+        // A read-only file, directory (no room for the WAL) or file system.
+        Some(ErrorCode::ReadOnly) => {
+            let source = Some(Box::new(error) as BoxError);
+            return StoreError::NotWritable { path, source };
+        }
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
+            "SQLite reports the file is damaged or not a database"
+        }
         // Our own columns hold what we wrote: a value of another type is damage.
-        return StoreError::Corrupt {
-            path: path.to_string(),
-            detail: "a column holds a value of the wrong type".to_string(),
-            source: Some(Box::new(error)),
-        };
+        _ if matches!(
+            error,
+            InvalidColumnType(..)
+                | FromSqlConversionFailure(..)
+                | IntegralValueOutOfRange(..)
+                | Utf8Error(..)
+        ) =>
+        {
+            "a column holds a value of the wrong type"
+        }
+        _ => {
+            let source = Box::new(error);
+            return StoreError::Backend {
+                backend: "sqlite",
+                source,
+            };
+        }
+    };
+    let source = Some(Box::new(error) as BoxError);
+    StoreError::Corrupt {
+        path,
+        detail: detail.to_string(),
+        source,
     }
-    StoreError::Backend {
-        backend: "sqlite",
-        source: Box::new(error),
+}
+
+/// [`map_sqlite_error`] as a method of rusqlite's results.
+pub(super) trait SqliteResult<T> {
+    fn sqlite(self, label: &str) -> Result<T, StoreError>;
+}
+
+impl<T> SqliteResult<T> for rusqlite::Result<T> {
+    fn sqlite(self, label: &str) -> Result<T, StoreError> {
+        self.map_err(|e| map_sqlite_error(label, e))
     }
 }
 

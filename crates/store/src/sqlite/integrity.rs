@@ -1,15 +1,14 @@
 //! The whole-store check of a SQLite store ([`BindingStore::verify`](crate::BindingStore)):
 //! page structure (`PRAGMA quick_check`), then every record, on one snapshot. A checksum alone
-//! cannot see a row whose *key* changed (a point lookup then misses it), so the scan also
-//! checks that each session has exactly the rows `0..row_count` and that no other rows exist.
-//! Opening a store runs none of this (it would read the whole file on every open).
+//! cannot see a row whose *key* changed, so the scan also checks that each session has exactly
+//! the rows `0..row_count` and that no other rows exist.
 
 use rusqlite::{Connection, Statement};
 
 use super::codec::{
     decode_record, raw_record, thread_checksum, RawLease, RawRow, LEASE_COLUMNS, RECORD_COLUMNS,
 };
-use super::error::map_sqlite_error;
+use super::error::{map_sqlite_error, SqliteResult};
 use super::txn::Txn;
 use crate::checksum::verify as verify_sum;
 use crate::durable::{check_mirrors, merge_scan, ScannedRow, ScannedSession};
@@ -23,10 +22,9 @@ pub(super) fn verify(
     label: &str,
     checker: &mut Checker<'_>,
 ) -> Result<bool> {
-    let map = |e| map_sqlite_error(label, e);
     // One deferred transaction: the structure check and the scans see one committed state
     // while other processes write.
-    let txn = conn.transaction().map_err(map)?;
+    let txn = conn.transaction().sqlite(label)?;
     match quick_check(&txn, label) {
         Ok(problems) => {
             for problem in problems {
@@ -41,7 +39,7 @@ pub(super) fn verify(
     match txn.query_row("SELECT count(*) FROM sessions", [], |r| r.get::<_, i64>(0)) {
         Ok(total) => checker.expect_sessions(total.max(0) as u64),
         Err(error) => {
-            checker.damage(ProblemKind::Structure, None, map(error))?;
+            checker.damage(ProblemKind::Structure, None, map_sqlite_error(label, error))?;
             return Ok(false);
         }
     }
@@ -50,20 +48,20 @@ pub(super) fn verify(
             .prepare(&format!(
                 "SELECT {RECORD_COLUMNS} FROM sessions ORDER BY session_id"
             ))
-            .map_err(map)?;
+            .sqlite(label)?;
         let mut rows_stmt = txn
             .prepare(&format!(
                 "SELECT {} FROM transcript_rows ORDER BY session_id, seq",
                 RawRow::COLUMNS
             ))
-            .map_err(map)?;
+            .sqlite(label)?;
         let mut sessions = scan(&mut sessions_stmt, label, |row| {
-            let raw = raw_record(row).map_err(map)?;
+            let raw = raw_record(row).sqlite(label)?;
             let id = raw.columns.session_id.clone();
             Ok(ScannedSession::of(&id, decode_record(label, raw)))
         })?;
         let mut rows = scan(&mut rows_stmt, label, |row| {
-            let raw = RawRow::from_row(row).map_err(map)?;
+            let raw = RawRow::from_row(row).sqlite(label)?;
             Ok(ScannedRow {
                 body: raw.verify(label),
                 session_id: raw.session_id,
@@ -79,7 +77,7 @@ pub(super) fn verify(
     {
         return Ok(false);
     }
-    txn.commit().map_err(map)?;
+    txn.commit().sqlite(label)?;
     Ok(true)
 }
 
@@ -87,7 +85,7 @@ pub(super) fn verify(
 fn verify_leases(conn: &Connection, label: &str, checker: &mut Checker<'_>) -> Result<bool> {
     let sql = format!("SELECT {LEASE_COLUMNS} FROM leases");
     verify_records(conn, label, checker, &sql, ProblemKind::Lease, |row| {
-        let raw = RawLease::from_row(row).map_err(|e| map_sqlite_error(label, e))?;
+        let raw = RawLease::from_row(row).sqlite(label)?;
         let session_id = raw.columns.session_id.clone();
         Ok((session_id, raw.into_grant(label).map(drop)))
     })
@@ -97,11 +95,10 @@ fn verify_leases(conn: &Connection, label: &str, checker: &mut Checker<'_>) -> R
 fn verify_threads(conn: &Connection, label: &str, checker: &mut Checker<'_>) -> Result<bool> {
     let sql = "SELECT thread_id, session_id, checksum FROM threads";
     verify_records(conn, label, checker, sql, ProblemKind::Thread, |row| {
-        let map = |e| map_sqlite_error(label, e);
         let (thread, session, sum): (String, String, i64) = (
-            row.get(0).map_err(map)?,
-            row.get(1).map_err(map)?,
-            row.get(2).map_err(map)?,
+            row.get(0).sqlite(label)?,
+            row.get(1).sqlite(label)?,
+            row.get(2).sqlite(label)?,
         );
         let checked = verify_sum(
             label,
@@ -124,7 +121,7 @@ fn verify_records(
     kind: ProblemKind,
     read: impl Fn(&rusqlite::Row<'_>) -> Result<(String, Result<()>)>,
 ) -> Result<bool> {
-    let mut statement = conn.prepare(sql).map_err(|e| map_sqlite_error(label, e))?;
+    let mut statement = conn.prepare(sql).sqlite(label)?;
     for record in scan(&mut statement, label, read)? {
         match record {
             Ok((session_id, checked)) => {
@@ -146,13 +143,12 @@ fn verify_records(
 
 /// `PRAGMA quick_check`: the problems it reports (none when it says `ok`).
 fn quick_check(conn: &Connection, label: &str) -> Result<Vec<String>> {
-    let map = |e| map_sqlite_error(label, e);
-    let mut statement = conn.prepare("PRAGMA quick_check").map_err(map)?;
+    let mut statement = conn.prepare("PRAGMA quick_check").sqlite(label)?;
     let lines: Vec<String> = statement
         .query_map([], |row| row.get::<_, String>(0))
-        .map_err(map)?
+        .sqlite(label)?
         .collect::<Result<_, _>>()
-        .map_err(map)?;
+        .sqlite(label)?;
     if lines.len() == 1 && lines[0] == "ok" {
         return Ok(Vec::new());
     }
@@ -168,9 +164,7 @@ fn scan<'s, T: 's>(
     label: &'s str,
     read: impl Fn(&rusqlite::Row<'_>) -> Result<T> + 's,
 ) -> Result<impl Iterator<Item = Result<T>> + 's> {
-    let mut rows = statement
-        .query([])
-        .map_err(|e| map_sqlite_error(label, e))?;
+    let mut rows = statement.query([]).sqlite(label)?;
     let mut failed = false;
     Ok(std::iter::from_fn(move || {
         if failed {

@@ -1,13 +1,9 @@
 //! The SQLite backend: rusqlite with bundled SQLite, WAL, safe for several processes on one file.
 //!
 //! Each write transaction is `BEGIN IMMEDIATE` (the write lock is taken before the session is
-//! read), so a read-modify-write can never interleave with another process's; a writer waits up
-//! to the busy timeout for another process's lock. Reads run in deferred transactions on pooled
-//! connections, which WAL lets proceed beside the writer.
-//!
-//! Modules: `schema` (versions, creation, migration), `codec` (rows as stored and their
-//! checksums), `txn` (the transaction view `logic` runs on), `integrity` (whole-store checks),
-//! `error` (driver errors).
+//! read), so a read-modify-write never interleaves with another process's; a writer waits up
+//! to the busy timeout for another process's lock. Reads run in deferred transactions on
+//! pooled connections, which WAL lets proceed beside the writer.
 
 mod codec;
 mod error;
@@ -17,10 +13,11 @@ mod txn;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
-use self::error::map_sqlite_error;
+use self::error::SqliteResult;
 use self::txn::Txn;
 use crate::adapter::backend_store;
 use crate::durable::{prepare_file, Durable, Engine, FileId, Readers, Writer};
@@ -39,17 +36,16 @@ pub struct SqliteStore {
 backend_store!(SqliteStore, durable);
 
 impl SqliteStore {
-    /// Opens (or creates, owner-only) the store at `path`.
+    /// Opens (or creates, owner-only) the store at `path`, on the store's writer thread.
     ///
     /// Errors: [`StoreError::NotAFile`], [`StoreError::NoStore`] (without `create`) and
     /// [`StoreError::NotWritable`] before anything opens the file; [`StoreError::Corrupt`] for
     /// a damaged or foreign file, [`StoreError::NewerSchema`] for a file from a newer rethread,
-    /// [`StoreError::Locked`] if another process holds the write lock past the wait. The file
-    /// is opened on the store's writer thread.
+    /// [`StoreError::Locked`] if another process holds the write lock past the wait.
     pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
+        let read_only = options.read_only.then(|| path.display().to_string());
         let open_path = path.clone();
-        let read_only = options.read_only;
         let (writer, readers) = Writer::spawn("sqlite", move || {
             let label = open_path.display().to_string();
             let (conn, file_id) = open_writer(&open_path, &options, &label)?;
@@ -68,16 +64,13 @@ impl SqliteStore {
             Ok((engine, readers))
         })
         .await?;
-        let read_only = read_only.then(|| path.display().to_string());
-        Ok(SqliteStore {
-            durable: Durable {
-                writer,
-                readers: Arc::new(readers),
-                local_leases: None,
-                read_only,
-            },
-            path,
-        })
+        let durable = Durable {
+            writer,
+            readers: Arc::new(readers),
+            local_leases: None,
+            read_only,
+        };
+        Ok(SqliteStore { durable, path })
     }
 
     /// The file this store lives in.
@@ -91,22 +84,20 @@ impl SqliteStore {
     }
 }
 
-fn connect(path: &Path, label: &str, busy: std::time::Duration) -> Result<Connection> {
-    // The file exists already (created owner-only by `create_owner_only`); never let SQLite
-    // create it with default permissions. Read-write even for a store opened read-only: its
-    // writes are refused before they reach SQLite, which then removes the `-wal` and `-shm`
-    // files it makes when the last connection closes (a read-only connection cannot, and
-    // leaves them). A file this process cannot write SQLite opens read-only by itself.
+fn connect(path: &Path, label: &str, busy: Duration) -> Result<Connection> {
+    // The file exists already (created owner-only); never let SQLite create it. Read-write
+    // even for a store opened read-only: its writes are refused before they reach SQLite,
+    // which then removes the `-wal` and `-shm` files it makes when the last connection closes
+    // (a read-only connection leaves them). A file this process cannot write SQLite opens
+    // read-only by itself.
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(path, flags).map_err(|e| map_sqlite_error(label, e))?;
-    conn.busy_timeout(busy)
-        .map_err(|e| map_sqlite_error(label, e))?;
+    let conn = Connection::open_with_flags(path, flags).sqlite(label)?;
+    conn.busy_timeout(busy).sqlite(label)?;
     Ok(conn)
 }
 
-/// A non-empty file must start with SQLite's magic. SQLite reads a file shorter than its
-/// header as a new, empty database, so a truncated store would open empty and be initialised
-/// over (found by the `store_files` fuzz target). An empty file is a new store.
+/// A non-empty file must start with SQLite's magic: SQLite reads a file shorter than its
+/// header as a new, empty database, and a truncated store would be initialised over.
 fn check_header(path: &Path, label: &str) -> Result<()> {
     use std::io::Read;
     let io = |source| StoreError::Io {
@@ -117,10 +108,8 @@ fn check_header(path: &Path, label: &str) -> Result<()> {
     let mut magic = Vec::with_capacity(16);
     file.take(16).read_to_end(&mut magic).map_err(io)?;
     if !magic.is_empty() && magic != b"SQLite format 3\0" {
-        return Err(StoreError::corrupt(
-            label,
-            "not an SQLite file (truncated or damaged header)",
-        ));
+        let detail = "not an SQLite file (truncated or damaged header)";
+        return Err(StoreError::corrupt(label, detail));
     }
     Ok(())
 }
@@ -130,37 +119,32 @@ fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<(Conne
     check_header(path, label)?;
     let mut conn = connect(path, label, options.busy_timeout())?;
     let file_id = FileId::of_path(path)?;
-    let map = |e| map_sqlite_error(label, e);
     // Durable: every commit synced, with `F_FULLFSYNC` where the platform has it (on macOS a
-    // plain fsync leaves the data in the drive's cache; elsewhere SQLite ignores the flag).
-    // Relaxed: WAL commits reach the file at once and are synced at checkpoints, so only a
-    // power failure or OS crash can lose the last ones.
+    // plain fsync leaves the data in the drive's cache). Relaxed: WAL commits are synced at
+    // checkpoints, so only a power failure or OS crash can lose the last ones.
     let pragmas = match options.durability {
         Durability::Relaxed => "PRAGMA synchronous=NORMAL;",
         _ => "PRAGMA synchronous=FULL; PRAGMA fullfsync=ON; PRAGMA checkpoint_fullfsync=ON;",
     };
-    conn.execute_batch(pragmas).map_err(map)?;
-    // Nothing here reads the store's records: opening takes the same time whatever the store
-    // holds. Reads check what they touch; `verify` checks everything. The schema is checked
-    // before WAL is switched on: the switch is written into the file's header, and another
-    // program's database is refused unchanged.
+    conn.execute_batch(pragmas).sqlite(label)?;
+    // Nothing here reads the store's records. The schema is checked before WAL is switched
+    // on: the switch is written into the file's header, and a foreign file is refused
+    // unchanged. A store opened read-only keeps the journal mode it has.
     schema::ensure_schema(&mut conn, label, options.may_create())?;
-    // A store opened read-only is left in the journal mode it has.
     if !options.read_only {
         enable_wal(&conn, label, options.busy_timeout())?;
     }
     Ok((conn, file_id))
 }
 
-/// Puts the file in WAL mode (kept in the file, so only a new store changes). Switching takes
-/// an exclusive lock, and SQLite answers processes that create a store together `database is
-/// locked` at once instead of waiting for its busy timeout: the switch is retried until that
-/// timeout, as any other lock wait is.
-fn enable_wal(conn: &Connection, label: &str, busy: std::time::Duration) -> Result<()> {
-    let deadline = std::time::Instant::now() + busy;
+/// Puts the file in WAL mode (kept in the file). Switching takes an exclusive lock, which
+/// SQLite refuses at once (`database is locked`, no busy wait) to processes that create a
+/// store together: retried until the busy timeout.
+fn enable_wal(conn: &Connection, label: &str, busy: Duration) -> Result<()> {
+    let deadline = Instant::now() + busy;
     loop {
         let mode = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0));
-        match mode.map_err(|e| map_sqlite_error(label, e)) {
+        match mode.sqlite(label) {
             Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
             Ok(mode) => {
                 return Err(StoreError::Backend {
@@ -168,8 +152,8 @@ fn enable_wal(conn: &Connection, label: &str, busy: std::time::Duration) -> Resu
                     source: format!("could not enable WAL (journal_mode is {mode})").into(),
                 })
             }
-            Err(StoreError::Locked { .. }) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(5));
+            Err(StoreError::Locked { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
             }
             Err(error) => return Err(error),
         }
@@ -180,23 +164,20 @@ struct SqliteEngine {
     conn: Connection,
     label: String,
     path: PathBuf,
-    /// The file the path named at open: a commit into a file deleted or replaced since is
-    /// refused.
+    /// The file the path named at open: a commit into one deleted or replaced since is refused.
     file_id: FileId,
 }
 
 impl Engine for SqliteEngine {
     fn write(&mut self, f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<()>) -> Result<()> {
         let label = self.label.as_str();
-        // IMMEDIATE: take the write lock before reading, so another process's write cannot
-        // slip between our read of a session and our write of it.
         let txn = self
             .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| map_sqlite_error(label, e))?;
+            .transaction_with_behavior(TransactionBehavior::Immediate);
+        let txn = txn.sqlite(label)?;
         f(&mut Txn { conn: &txn, label })?;
         self.file_id.check(&self.path, label)?;
-        txn.commit().map_err(|e| map_sqlite_error(label, e))
+        txn.commit().sqlite(label)
     }
 }
 
@@ -204,7 +185,7 @@ impl Engine for SqliteEngine {
 struct SqliteReaders {
     path: PathBuf,
     label: String,
-    busy_timeout: std::time::Duration,
+    busy_timeout: Duration,
     pool: Mutex<Vec<Connection>>,
 }
 
@@ -213,9 +194,9 @@ impl Readers for SqliteReaders {
         let label = self.label.as_str();
         self.with_connection(|conn| {
             // One deferred transaction: every statement of this read sees the same snapshot.
-            let txn = conn.transaction().map_err(|e| map_sqlite_error(label, e))?;
+            let txn = conn.transaction().sqlite(label)?;
             f(&mut Txn { conn: &txn, label })?;
-            txn.commit().map_err(|e| map_sqlite_error(label, e))
+            txn.commit().sqlite(label)
         })
     }
 
@@ -228,23 +209,20 @@ impl SqliteReaders {
     /// Runs `f` on a pooled read-only connection (a new one if none is free); the connection
     /// goes back to the pool unless `f` failed.
     fn with_connection<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
-        let label = self.label.as_str();
-        let pooled = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let pool = || self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        let pooled = pool().pop();
         let mut conn = match pooled {
             Some(conn) => conn,
             None => {
-                let conn = connect(&self.path, label, self.busy_timeout)?;
+                let conn = connect(&self.path, &self.label, self.busy_timeout)?;
                 conn.execute_batch("PRAGMA query_only = ON;")
-                    .map_err(|e| map_sqlite_error(label, e))?;
+                    .sqlite(&self.label)?;
                 conn
             }
         };
         let result = f(&mut conn);
         if result.is_ok() {
-            self.pool
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(conn);
+            pool().push(conn);
         }
         result
     }

@@ -2,7 +2,7 @@
 
 use rusqlite::{Connection, TransactionBehavior};
 
-use super::error::map_sqlite_error;
+use super::error::SqliteResult;
 use crate::Result;
 use crate::{StoreError, SCHEMA_VERSION};
 
@@ -64,7 +64,6 @@ CREATE TABLE mirror_chunks (
 );
 ";
 
-/// The tables a store has.
 const TABLES: [&str; 5] = [
     "sessions",
     "transcript_rows",
@@ -75,69 +74,38 @@ const TABLES: [&str; 5] = [
 
 /// Checks the schema version, initialising a new file when `create` allows, all in one
 /// immediate transaction (two processes opening a new file at once are serialised); without
-/// `create`, in a deferred one, which takes no write lock (a read-only connection has none).
+/// `create`, in a deferred one, which takes no write lock.
 pub(super) fn ensure_schema(conn: &mut Connection, label: &str, create: bool) -> Result<()> {
-    let map = |e| map_sqlite_error(label, e);
-    let behavior = if create {
-        TransactionBehavior::Immediate
-    } else {
-        TransactionBehavior::Deferred
+    let behavior = match create {
+        true => TransactionBehavior::Immediate,
+        false => TransactionBehavior::Deferred,
     };
-    let txn = conn.transaction_with_behavior(behavior).map_err(map)?;
-    let app_id: i64 = txn
-        .query_row("PRAGMA application_id", [], |r| r.get(0))
-        .map_err(map)?;
-    let version: i64 = txn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(map)?;
-    let tables: i64 = txn
-        .query_row(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
-            [],
-            |r| r.get(0),
-        )
-        .map_err(map)?;
+    let txn = conn.transaction_with_behavior(behavior).sqlite(label)?;
+    let int = |sql: &str| txn.query_row(sql, [], |r| r.get::<_, i64>(0)).sqlite(label);
+    let app_id = int("PRAGMA application_id")?;
+    let version = int("PRAGMA user_version")?;
+    let tables = int("SELECT count(*) FROM sqlite_master WHERE type = 'table'")?;
     if app_id == 0 && version == 0 && tables == 0 {
         if !create {
             return Err(StoreError::NoStore {
                 path: label.to_string(),
             });
         }
-        txn.execute_batch(SCHEMA).map_err(map)?;
+        txn.execute_batch(SCHEMA).sqlite(label)?;
         txn.execute_batch(&format!(
             "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
         ))
-        .map_err(map)?;
-        return txn.commit().map_err(map);
+        .sqlite(label)?;
+        return txn.commit().sqlite(label);
     }
     if app_id != APPLICATION_ID {
-        return Err(StoreError::corrupt(
-            label,
-            "not a rethread store (foreign SQLite file)",
-        ));
+        let detail = "not a rethread store (foreign SQLite file)";
+        return Err(StoreError::corrupt(label, detail));
     }
-    let version = version as u64;
-    if version > SCHEMA_VERSION {
-        return Err(StoreError::NewerSchema {
-            path: label.to_string(),
-            found: version,
-            supported: SCHEMA_VERSION,
-        });
-    }
-    if version < SCHEMA_VERSION {
-        return Err(StoreError::corrupt(
-            label,
-            format!("unknown schema version {version}"),
-        ));
-    }
+    crate::check_schema_version(label, version as u64)?;
     for table in TABLES {
-        let n: i64 = txn
-            .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
-                [table],
-                |r| r.get(0),
-            )
-            .map_err(map)?;
+        let sql = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1";
+        let n: i64 = txn.query_row(sql, [table], |r| r.get(0)).sqlite(label)?;
         if n != 1 {
             return Err(StoreError::corrupt(
                 label,
@@ -145,5 +113,5 @@ pub(super) fn ensure_schema(conn: &mut Connection, label: &str, create: bool) ->
             ));
         }
     }
-    txn.commit().map_err(map)
+    txn.commit().sqlite(label)
 }

@@ -2,14 +2,14 @@
 
 use std::ops::Range;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension, Params, Row};
 use serde_json::Value;
 
 use super::codec::{
-    corrupt_json, decode_record, raw_record, row_checksum, thread_checksum, RawLease, RawRecord,
-    RawRow, LEASE_COLUMNS, RECORD_COLUMNS,
+    decode_record, raw_record, row_checksum, thread_checksum, RawLease, RawRecord, RawRow,
+    LEASE_COLUMNS, RECORD_COLUMNS,
 };
-use super::error::map_sqlite_error;
+use super::error::SqliteResult;
 use crate::checksum::verify;
 use crate::logic::{ChunkSink, FileKey, Grant, LeaseTxn, ReadTxn, WriteTxn};
 use crate::Result;
@@ -21,9 +21,50 @@ pub(super) struct Txn<'c> {
     pub(super) label: &'c str,
 }
 
+/// A key or count as SQLite stores it (`i64`).
+fn int(n: u64) -> i64 {
+    n.min(i64::MAX as u64) as i64
+}
+
 impl Txn<'_> {
-    fn map(&self, e: rusqlite::Error) -> StoreError {
-        map_sqlite_error(self.label, e)
+    /// Runs `sql` (a cached statement); how many rows it changed.
+    fn exec(&self, sql: &str, params: impl Params) -> Result<usize> {
+        let mut statement = self.conn.prepare_cached(sql).sqlite(self.label)?;
+        statement.execute(params).sqlite(self.label)
+    }
+
+    /// The first row `sql` selects, read by `f`.
+    fn one<T>(
+        &self,
+        sql: &str,
+        params: impl Params,
+        f: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Option<T>> {
+        let mut statement = self.conn.prepare_cached(sql).sqlite(self.label)?;
+        statement.query_row(params, f).optional().sqlite(self.label)
+    }
+
+    /// Every row `sql` selects, read by `f`.
+    fn all<T>(
+        &self,
+        sql: &str,
+        params: impl Params,
+        f: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        let mut statement = self.conn.prepare_cached(sql).sqlite(self.label)?;
+        let rows = statement.query_map(params, f).sqlite(self.label)?;
+        rows.collect::<rusqlite::Result<_>>().sqlite(self.label)
+    }
+
+    /// Verifies the checksum of the `threads` row saying `session_id` owns `thread_id`.
+    fn verify_owner(&self, thread_id: &str, session_id: &str, checksum: i64) -> Result<()> {
+        let what = || format!("owner of thread {thread_id}");
+        verify(
+            self.label,
+            what,
+            checksum,
+            thread_checksum(thread_id, session_id),
+        )
     }
 }
 
@@ -33,37 +74,25 @@ impl ReadTxn for Txn<'_> {
     }
 
     fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>> {
-        let raw = self
-            .conn
-            .prepare_cached(&format!(
-                "SELECT {RECORD_COLUMNS} FROM sessions WHERE session_id = ?1"
-            ))
-            .and_then(|mut s| s.query_row([session_id], raw_record).optional())
-            .map_err(|e| self.map(e))?;
+        let sql = format!("SELECT {RECORD_COLUMNS} FROM sessions WHERE session_id = ?1");
+        let raw = self.one(&sql, [session_id], raw_record)?;
         raw.map(|raw| decode_record(self.label, raw)).transpose()
     }
 
     fn load_rows(&mut self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>> {
-        let start = range.start.min(i64::MAX as u64) as i64;
-        let end = range.end.min(i64::MAX as u64) as i64;
-        let raw: Vec<RawRow> = self
-            .conn
-            .prepare_cached(&format!(
-                "SELECT {} FROM transcript_rows \
-                 WHERE session_id = ?1 AND seq >= ?2 AND seq < ?3 ORDER BY seq",
-                RawRow::COLUMNS
-            ))
-            .and_then(|mut s| {
-                s.query_map(params![session_id, start, end], RawRow::from_row)?
-                    .collect()
-            })
-            .map_err(|e| self.map(e))?;
+        let sql = format!(
+            "SELECT {} FROM transcript_rows \
+             WHERE session_id = ?1 AND seq >= ?2 AND seq < ?3 ORDER BY seq",
+            RawRow::COLUMNS
+        );
+        let params = params![session_id, int(range.start), int(range.end)];
+        let raw = self.all(&sql, params, RawRow::from_row)?;
         raw.into_iter()
             .map(|raw| {
                 raw.verify(self.label)?;
-                let body = serde_json::from_str(&raw.body).map_err(|e| {
-                    corrupt_json(self.label, format!("row {} of {session_id}", raw.seq), e)
-                })?;
+                let what = || format!("row {} of {session_id}", raw.seq);
+                let body = serde_json::from_str(&raw.body)
+                    .map_err(|e| StoreError::corrupt_json(self.label, what(), e))?;
                 Ok(TranscriptRow {
                     seq: raw.seq as u64,
                     body,
@@ -75,105 +104,82 @@ impl ReadTxn for Txn<'_> {
     fn list(&mut self, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>> {
         let limit = limit.min(i64::MAX as usize) as i64;
         let raw: Vec<RawRecord> = match after {
-            Some(after) => self
-                .conn
-                .prepare_cached(&format!(
+            Some(after) => {
+                let sql = format!(
                     "SELECT {RECORD_COLUMNS} FROM sessions WHERE session_id > ?1 \
                      ORDER BY session_id LIMIT ?2"
-                ))
-                .and_then(|mut s| s.query_map(params![after, limit], raw_record)?.collect()),
-            None => self
-                .conn
-                .prepare_cached(&format!(
-                    "SELECT {RECORD_COLUMNS} FROM sessions ORDER BY session_id LIMIT ?1"
-                ))
-                .and_then(|mut s| s.query_map(params![limit], raw_record)?.collect()),
-        }
-        .map_err(|e| self.map(e))?;
+                );
+                self.all(&sql, params![after, limit], raw_record)?
+            }
+            None => {
+                let sql =
+                    format!("SELECT {RECORD_COLUMNS} FROM sessions ORDER BY session_id LIMIT ?1");
+                self.all(&sql, [limit], raw_record)?
+            }
+        };
         raw.into_iter()
             .map(|r| decode_record(self.label, r))
             .collect()
     }
 
     fn has_rows(&mut self, session_id: &str) -> Result<bool> {
-        self.conn
-            .prepare_cached("SELECT 1 FROM transcript_rows WHERE session_id = ?1 LIMIT 1")
-            .and_then(|mut s| s.exists([session_id]))
-            .map_err(|e| self.map(e))
+        let sql = "SELECT 1 FROM transcript_rows WHERE session_id = ?1 LIMIT 1";
+        Ok(self.one(sql, [session_id], |_| Ok(()))?.is_some())
     }
 
     fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>> {
-        let row: Option<(String, i64)> = self
-            .conn
-            .prepare_cached("SELECT session_id, checksum FROM threads WHERE thread_id = ?1")
-            .and_then(|mut s| {
-                s.query_row([thread_id], |r| Ok((r.get(0)?, r.get(1)?)))
-                    .optional()
-            })
-            .map_err(|e| self.map(e))?;
+        let sql = "SELECT session_id, checksum FROM threads WHERE thread_id = ?1";
+        let row: Option<(String, i64)> =
+            self.one(sql, [thread_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
         let Some((session_id, checksum)) = row else {
             return Ok(None);
         };
-        verify(
-            self.label,
-            || format!("owner of thread {thread_id}"),
-            checksum,
-            thread_checksum(thread_id, &session_id),
-        )?;
+        self.verify_owner(thread_id, &session_id, checksum)?;
         Ok(Some(session_id))
     }
 
     fn session_threads(&mut self, session_id: &str) -> Result<Vec<String>> {
-        let rows: Vec<(String, i64)> = self
-            .conn
-            .prepare_cached("SELECT thread_id, checksum FROM threads WHERE session_id = ?1")
-            .and_then(|mut s| {
-                s.query_map([session_id], |r| Ok((r.get(0)?, r.get(1)?)))?
-                    .collect()
-            })
-            .map_err(|e| self.map(e))?;
+        let sql = "SELECT thread_id, checksum FROM threads WHERE session_id = ?1";
+        let rows: Vec<(String, i64)> =
+            self.all(sql, [session_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
         for (thread_id, checksum) in &rows {
-            verify(
-                self.label,
-                || format!("owner of thread {thread_id}"),
-                *checksum,
-                thread_checksum(thread_id, session_id),
-            )?;
+            self.verify_owner(thread_id, session_id, *checksum)?;
         }
         Ok(rows.into_iter().map(|(thread_id, _)| thread_id).collect())
     }
 
     fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>, each: ChunkSink) -> Result<()> {
-        let start = range.start.min(i64::MAX as u64) as i64;
-        let end = range.end.min(i64::MAX as u64) as i64;
-        let map = |e| map_sqlite_error(self.label, e);
+        let label = self.label;
         let mut statement = self
             .conn
             .prepare_cached(
                 "SELECT seq, bytes, checksum FROM mirror_chunks WHERE session_id = ?1 \
                  AND thread_id = ?2 AND path = ?3 AND seq >= ?4 AND seq < ?5 ORDER BY seq",
             )
-            .map_err(map)?;
-        let mut rows = statement
-            .query(params![
-                file.session_id,
-                file.thread_id,
-                file.path,
-                start,
-                end
-            ])
-            .map_err(map)?;
-        while let Some(row) = rows.next().map_err(map)? {
-            let seq: i64 = row.get(0).map_err(map)?;
-            let checksum: i64 = row.get(2).map_err(map)?;
+            .sqlite(label)?;
+        let FileKey {
+            session_id,
+            thread_id,
+            path,
+        } = file;
+        let params = params![
+            session_id,
+            thread_id,
+            path,
+            int(range.start),
+            int(range.end)
+        ];
+        let mut rows = statement.query(params).sqlite(label)?;
+        while let Some(row) = rows.next().sqlite(label)? {
+            let seq: i64 = row.get(0).sqlite(label)?;
+            let checksum: i64 = row.get(2).sqlite(label)?;
             // Borrowed from SQLite's own buffer, valid until the next row.
-            let bytes = row.get_ref(1).and_then(|v| Ok(v.as_blob()?)).map_err(map)?;
-            verify(
-                self.label,
-                || format!("chunk {seq} of the mirror of {file}"),
-                checksum,
-                file.chunk_checksum(seq, bytes),
-            )?;
+            let bytes = row
+                .get_ref(1)
+                .and_then(|v| Ok(v.as_blob()?))
+                .sqlite(label)?;
+            let what = || format!("chunk {seq} of the mirror of {file}");
+            verify(label, what, checksum, file.chunk_checksum(seq, bytes))?;
             each(seq as u64, bytes)?;
         }
         Ok(())
@@ -182,23 +188,16 @@ impl ReadTxn for Txn<'_> {
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>> {
         let mut ends: Vec<String> = Vec::new();
         for order in ["ASC", "DESC"] {
-            let end: Option<String> = self
-                .conn
-                .prepare_cached(&format!(
-                    "SELECT session_id FROM transcript_rows ORDER BY session_id {order} LIMIT 1"
-                ))
-                .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
-                .map_err(|e| self.map(e))?;
-            ends.extend(end);
+            let sql = format!(
+                "SELECT session_id FROM transcript_rows ORDER BY session_id {order} LIMIT 1"
+            );
+            ends.extend(self.one(&sql, [], |r| r.get(0))?);
         }
         ends.dedup();
         ends.into_iter()
             .map(|id| {
-                let has_record = self
-                    .conn
-                    .prepare_cached("SELECT 1 FROM sessions WHERE session_id = ?1")
-                    .and_then(|mut s| s.exists([&id]))
-                    .map_err(|e| self.map(e))?;
+                let sql = "SELECT 1 FROM sessions WHERE session_id = ?1";
+                let has_record = self.one(sql, [&id], |_| Ok(()))?.is_some();
                 Ok((id, has_record))
             })
             .collect()
@@ -208,115 +207,92 @@ impl ReadTxn for Txn<'_> {
 impl WriteTxn for Txn<'_> {
     fn put(&mut self, record: &SessionRecord) -> Result<()> {
         let raw = RawRecord::encode(record)?;
-        self.conn
-            .prepare_cached(&format!(
-                "INSERT INTO sessions ({RECORD_COLUMNS}) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
-                 ON CONFLICT (session_id) DO UPDATE SET model_config = excluded.model_config, \
-                 state = excluded.state, row_count = excluded.row_count, \
-                 retired_threads = excluded.retired_threads, \
-                 created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms, \
-                 mirror = excluded.mirror, checksum = excluded.checksum"
-            ))
-            .and_then(|mut s| {
-                let c = &raw.columns;
-                s.execute(params![
-                    c.session_id,
-                    c.model_config,
-                    c.state,
-                    c.row_count,
-                    c.retired_threads,
-                    c.created_at_ms,
-                    c.updated_at_ms,
-                    c.mirror,
-                    raw.checksum,
-                ])
-            })
-            .map_err(|e| self.map(e))?;
+        let c = &raw.columns;
+        let sql = format!(
+            "INSERT INTO sessions ({RECORD_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+             ON CONFLICT (session_id) DO UPDATE SET model_config = excluded.model_config, \
+             state = excluded.state, row_count = excluded.row_count, \
+             retired_threads = excluded.retired_threads, \
+             created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms, \
+             mirror = excluded.mirror, checksum = excluded.checksum"
+        );
+        let params = params![
+            c.session_id,
+            c.model_config,
+            c.state,
+            c.row_count,
+            c.retired_threads,
+            c.created_at_ms,
+            c.updated_at_ms,
+            c.mirror,
+            raw.checksum,
+        ];
+        self.exec(&sql, params)?;
         Ok(())
     }
 
+    /// A plain INSERT, for rows and chunks: they are append-only, and a duplicate key means
+    /// the record's count is wrong, which must fail loudly rather than overwrite.
     fn put_rows(&mut self, session_id: &str, first_seq: u64, bodies: &[Value]) -> Result<()> {
-        // A plain INSERT: rows are append-only, and a duplicate key means the record's row
-        // count is wrong, which must fail loudly rather than overwrite.
         let mut insert = self
             .conn
             .prepare_cached(
                 "INSERT INTO transcript_rows (session_id, seq, body, checksum) \
                  VALUES (?1, ?2, ?3, ?4)",
             )
-            .map_err(|e| map_sqlite_error(self.label, e))?;
+            .sqlite(self.label)?;
         for (i, body) in bodies.iter().enumerate() {
-            let seq = first_seq.saturating_add(i as u64).min(i64::MAX as u64) as i64;
+            let seq = int(first_seq.saturating_add(i as u64));
             let body = body.to_string();
             let checksum = row_checksum(session_id, seq, &body);
-            insert
-                .execute(params![session_id, seq, body, checksum])
-                .map_err(|e| map_sqlite_error(self.label, e))?;
+            let params = params![session_id, seq, body, checksum];
+            insert.execute(params).sqlite(self.label)?;
         }
         Ok(())
     }
 
     fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<()> {
         let checksum = thread_checksum(thread_id, session_id);
-        self.conn
-            .prepare_cached(
-                "INSERT OR REPLACE INTO threads (thread_id, session_id, checksum) \
-                 VALUES (?1, ?2, ?3)",
-            )
-            .and_then(|mut s| s.execute(params![thread_id, session_id, checksum]))
-            .map_err(|e| self.map(e))?;
+        let sql = "INSERT OR REPLACE INTO threads (thread_id, session_id, checksum) \
+                   VALUES (?1, ?2, ?3)";
+        self.exec(sql, params![thread_id, session_id, checksum])?;
         Ok(())
     }
 
     fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<()> {
-        let seq = seq.min(i64::MAX as u64) as i64;
+        let seq = int(seq);
         let checksum = file.chunk_checksum(seq, bytes);
-        // A plain INSERT: chunks are append-only; a duplicate key fails loudly.
-        self.conn
-            .prepare_cached(
-                "INSERT INTO mirror_chunks (session_id, thread_id, path, seq, bytes, checksum) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    file.session_id,
-                    file.thread_id,
-                    file.path,
-                    seq,
-                    bytes,
-                    checksum
-                ])
-            })
-            .map_err(|e| self.map(e))?;
+        let sql = "INSERT INTO mirror_chunks (session_id, thread_id, path, seq, bytes, checksum) \
+                   VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+        let FileKey {
+            session_id,
+            thread_id,
+            path,
+        } = file;
+        self.exec(
+            sql,
+            params![session_id, thread_id, path, seq, bytes, checksum],
+        )?;
         Ok(())
     }
 
     fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<()> {
-        let from = from.min(i64::MAX as u64) as i64;
-        self.conn
-            .prepare_cached(
-                "DELETE FROM mirror_chunks WHERE session_id = ?1 AND thread_id = ?2 AND path = ?3 \
-                 AND seq >= ?4",
-            )
-            .and_then(|mut s| s.execute(params![file.session_id, file.thread_id, file.path, from]))
-            .map_err(|e| self.map(e))?;
+        let sql = "DELETE FROM mirror_chunks WHERE session_id = ?1 AND thread_id = ?2 \
+                   AND path = ?3 AND seq >= ?4";
+        let params = params![file.session_id, file.thread_id, file.path, int(from)];
+        self.exec(sql, params)?;
         Ok(())
     }
 
     fn remove(&mut self, session_id: &str) -> Result<bool> {
         for table in ["transcript_rows", "threads", "mirror_chunks"] {
-            self.conn
-                .prepare_cached(&format!("DELETE FROM {table} WHERE session_id = ?1"))
-                .and_then(|mut s| s.execute([session_id]))
-                .map_err(|e| self.map(e))?;
+            self.exec(
+                &format!("DELETE FROM {table} WHERE session_id = ?1"),
+                [session_id],
+            )?;
         }
-        let n = self
-            .conn
-            .prepare_cached("DELETE FROM sessions WHERE session_id = ?1")
-            .and_then(|mut s| s.execute([session_id]))
-            .map_err(|e| self.map(e))?;
-        Ok(n > 0)
+        let removed = self.exec("DELETE FROM sessions WHERE session_id = ?1", [session_id])?;
+        Ok(removed > 0)
     }
 
     fn leases(&mut self) -> &mut dyn LeaseTxn {
@@ -326,41 +302,33 @@ impl WriteTxn for Txn<'_> {
 
 impl LeaseTxn for Txn<'_> {
     fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>> {
-        let raw = self
-            .conn
-            .prepare_cached(&format!(
-                "SELECT {LEASE_COLUMNS} FROM leases WHERE session_id = ?1"
-            ))
-            .and_then(|mut s| s.query_row([session_id], RawLease::from_row).optional())
-            .map_err(|e| self.map(e))?;
+        let sql = format!("SELECT {LEASE_COLUMNS} FROM leases WHERE session_id = ?1");
+        let raw = self.one(&sql, [session_id], RawLease::from_row)?;
         raw.map(|raw| raw.into_grant(self.label)).transpose()
     }
 
     fn put_lease(&mut self, grant: &Grant) -> Result<()> {
         let raw = RawLease::encode(grant);
-        self.conn
-            .prepare_cached(&format!(
-                "INSERT OR REPLACE INTO leases ({LEASE_COLUMNS}) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
-            ))
-            .and_then(|mut s| {
-                let c = &raw.columns;
-                s.execute(params![
-                    c.session_id,
-                    c.host,
-                    c.pid,
-                    c.started_at_ms,
-                    c.instance,
-                    c.acquired_at_ms,
-                    c.expires_at_ms,
-                    c.fence,
-                    c.process_space,
-                    c.process_start,
-                    c.state,
-                    raw.checksum,
-                ])
-            })
-            .map_err(|e| self.map(e))?;
+        let c = &raw.columns;
+        let sql = format!(
+            "INSERT OR REPLACE INTO leases ({LEASE_COLUMNS}) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+        );
+        let params = params![
+            c.session_id,
+            c.host,
+            c.pid,
+            c.started_at_ms,
+            c.instance,
+            c.acquired_at_ms,
+            c.expires_at_ms,
+            c.fence,
+            c.process_space,
+            c.process_start,
+            c.state,
+            raw.checksum,
+        ];
+        self.exec(&sql, params)?;
         Ok(())
     }
 }
