@@ -8,11 +8,8 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 /// The result of a store operation: [`StoreError`] unless another error is named.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-/// Everything that can go wrong in a [`BindingStore`](crate::BindingStore), by meaning.
-///
-/// Each backend maps its driver's errors into these variants in one named function
-/// (`map_redb_error`, `map_sqlite_error`, `map_postgres_error`), so callers never match on
-/// driver types.
+/// Everything that can go wrong in a [`BindingStore`](crate::BindingStore), by meaning: each
+/// backend maps its driver's errors into these in one function (`map_redb_error`, ...).
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -22,8 +19,7 @@ pub enum StoreError {
         /// What was looked for.
         what: String,
     },
-    /// The request contradicts what is stored, for example importing a session over a
-    /// different session with the same id.
+    /// The request contradicts what is stored (an import over a different session).
     #[error("conflict on session {session_id}: {detail}")]
     Conflict {
         /// The session concerned.
@@ -39,11 +35,10 @@ pub enum StoreError {
         /// The retired thread id.
         thread_id: String,
     },
-    /// The store file is corrupt, truncated, or not a rethread store. It is never read as empty.
+    /// The store is damaged, truncated, or not a rethread store; never read as empty.
     #[error("store {path} is corrupt or not a rethread store: {detail}")]
     Corrupt {
-        /// The store's path (or its URL, password redacted): which store, never which session
-        /// (`detail` says where in the store).
+        /// The store's path (or its URL, password redacted); `detail` says where in it.
         path: String,
         /// What was found wrong.
         detail: String,
@@ -51,26 +46,23 @@ pub enum StoreError {
         #[source]
         source: Option<BoxError>,
     },
-    /// The store is held by another process (redb takes an exclusive lock on its file; see
-    /// [`OpenOptions::wait`](crate::OpenOptions::wait)), or a SQLite write lock could not be
-    /// taken within the busy timeout.
+    /// The store is held by another process past [`OpenOptions::wait`](crate::OpenOptions::wait)
+    /// (redb's file lock, SQLite's write lock).
     #[error("store {path} is in use by another process{}", holder.as_ref().map(|h| format!(" ({h})")).unwrap_or_default())]
     Locked {
         /// The store's path.
         path: String,
-        /// Who holds it, for people, when the store knows (redb: the holder record it keeps
-        /// beside the file).
+        /// Who holds it, for people, when the store knows (redb's holder record).
         holder: Option<String>,
     },
     /// No store at the path, and the store was opened without
-    /// [`create`](crate::OpenOptions::create): commands that only read never create one.
+    /// [`create`](crate::OpenOptions::create).
     #[error("no store at {path}")]
     NoStore {
         /// The store's path (or URL, password redacted).
         path: String,
     },
-    /// The store's path is not a regular file (a directory, a FIFO, a device, ...): refused
-    /// before anything opens it.
+    /// The store's path is not a regular file: refused before anything opens it.
     #[error("store path {path} is not a regular file ({found})")]
     NotAFile {
         /// The path.
@@ -87,8 +79,8 @@ pub enum StoreError {
         #[source]
         source: Option<BoxError>,
     },
-    /// The store's file was deleted or replaced while it was open: a commit into it would not
-    /// be found by the next process, so none is acknowledged.
+    /// The store's file was deleted or replaced while open: a commit into it would not be
+    /// found by the next process, so none is acknowledged.
     #[error("store file {path} was deleted or replaced while open; reopen the store")]
     Gone {
         /// The store's path.
@@ -122,34 +114,31 @@ pub enum StoreError {
         #[source]
         source: BoxError,
     },
-    /// The caller passed something the store refuses (an empty id, a non-string
-    /// `codex_thread_id`, an export whose rows are not contiguous, ...).
+    /// The caller passed something the store refuses (an empty id, an inconsistent export, ...).
     #[error("invalid input: {0}")]
     InvalidInput(String),
-    /// A bug in this crate: one of its own invariants did not hold (an operation read what its
-    /// backend had not loaded, a writer thread was lost, ...). Never a verdict on the request
-    /// nor a sign of damage; unlike the logical refusals it fails the whole group commit it
-    /// was part of (each write is then retried alone).
+    /// A bug in this crate: one of its own invariants did not hold. Unlike the logical
+    /// refusals it fails the whole group commit it was part of (each write is retried alone).
     #[error("internal error in rethread-store: {0}")]
     Internal(String),
     /// The store was closed, or its writer thread is gone.
     #[error("the store is closed")]
     Closed,
-    /// The session's lease is held by another owner until `expires_at_ms` (store clock): another
-    /// host or agent is driving this session's codex thread. Retry later or show who holds it.
+    /// The session's lease is held by another owner: another host is driving this session's
+    /// codex thread. Retry later or show who holds it.
     #[error("session {session_id} is busy: held by {holder} since {acquired_at_ms} (until {expires_at_ms})")]
     Busy {
         /// The session concerned.
         session_id: String,
         /// Who holds the lease.
         holder: crate::LeaseOwner,
-        /// Since when (milliseconds since the Unix epoch, store clock).
+        /// Since when (ms since the Unix epoch, store clock).
         acquired_at_ms: i64,
-        /// Until when, unless renewed (milliseconds since the Unix epoch, store clock).
+        /// Until when, unless renewed (ms since the Unix epoch, store clock).
         expires_at_ms: i64,
     },
-    /// A renewal or a fenced write of a grant that is no longer the session's newest grant to
-    /// this owner, or was released; nothing was written. `cause` says why.
+    /// A renewal or a fenced write of a grant that is no longer the session's newest, or was
+    /// released; nothing was written.
     #[error("the lease on session {session_id} is no longer held by this owner: {cause}")]
     LeaseLost {
         /// The session concerned.
@@ -157,8 +146,7 @@ pub enum StoreError {
         /// Why the grant is lost.
         cause: LeaseLoss,
     },
-    /// The thread belongs to another session: a thread is bound, given up and retired for one
-    /// session at most. Nothing was written.
+    /// The thread belongs to another session; nothing was written.
     #[error("thread {thread_id} belongs to session {session_id}")]
     ThreadTaken {
         /// The thread.
@@ -166,9 +154,8 @@ pub enum StoreError {
         /// The session it belongs to.
         session_id: String,
     },
-    /// A mirror append does not extend the stored file (its base length or CRC-32 is not
-    /// the stored file's): refused, never spliced; nothing was written. A writer whose idea
-    /// of the file is stale sends the whole file instead (base length 0).
+    /// A mirror append does not extend the stored file (its base length or CRC-32 is not the
+    /// stored file's); nothing was written. A writer sends the whole file instead.
     #[error(
         "the mirror of {path} (thread {thread_id}, session {session_id}) does not extend: {detail}"
     )]
@@ -193,11 +180,8 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// Whether this error is a verdict about the request (the store is fine and untouched) rather
-    /// than a failure of the store itself.
-    ///
-    /// The writer thread relies on this: a request that fails with a logical error has written
-    /// nothing, so the other requests of the same group commit can still commit.
+    /// Whether this error is a verdict about the request (the store is fine and untouched)
+    /// rather than a failure of the store: the other writes of its group commit still commit.
     pub fn is_logical(&self) -> bool {
         matches!(
             self,
@@ -267,13 +251,12 @@ pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<String> {
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LeaseLoss {
-    /// Another owner acquired the session's lease since this grant (`holder` holds or last
-    /// held it).
+    /// Another owner acquired the session's lease since this grant.
     TakenOver {
-        /// The owner of the newer grant.
+        /// The owner of the newer grant (holding it or not).
         holder: crate::LeaseOwner,
     },
-    /// The session was deleted (`forget`) since: its lease was granted to nobody.
+    /// The session was deleted since: its lease was granted to nobody.
     Forgotten,
     /// This grant was released.
     Released,

@@ -1,96 +1,46 @@
 //! Durable `session id -> codex thread id` bindings and the sessions' transcripts.
 //!
 //! A host that drives `codex app-server` keeps its own session id and transcript; this crate
-//! stores, per session, its binding state ([`BindingState`]: unbound, bound to a thread, or
-//! given up from a lost thread with the fallback notice owed), the host's `model_config` JSON
-//! object (where [`CODEX_THREAD_ID_KEY`] is the store's published view of the binding), the
-//! transcript rows, the threads that were retired, and which session each thread belongs to.
-//! The [`BindingStore`] trait has four backends:
+//! stores, per session, its binding state ([`BindingState`]), the host's `model_config` JSON
+//! object (where [`CODEX_THREAD_ID_KEY`] publishes the binding), the transcript rows, the
+//! retired threads, the rollout mirror, and which session each thread belongs to. The
+//! [`BindingStore`] trait (its contracts are on its methods; [`BindingStoreExt`] adds
+//! conveniences) has four backends, opened by URL with [`open_url`]:
 //!
 //! | backend | feature | URL | use |
 //! |---|---|---|---|
 //! | [`SqliteStore`] | `sqlite` (default) | `sqlite:PATH` | WAL; several processes share one file (the CLI's default) |
 //! | [`RedbStore`] | `redb` (default) | `redb:PATH` | embedded, one process at a time; checks every page on open ([`OpenOptions::check_redb_integrity_on_open`]) |
-//! | `PostgresStore` | `postgres` | `postgres://...` | several hosts share one database (the `postgres` crate on the store's threads) |
+//! | `PostgresStore` | `postgres` | `postgres://...` | several hosts share one database |
 //! | [`MemoryStore`] | always | `memory:` | tests; the reference the others are checked against |
 //!
-//! Each feature builds alone, and the crate builds with none (memory only).
-//!
-//! Every backend also grants per-session leases ([`BindingStore::acquire_lease`]): the
-//! runtime takes one before it resumes or starts a session's codex thread, so two hosts never
-//! drive one thread at once, and writes may carry the lease's [`Fence`], refused
-//! ([`StoreError::LeaseLost`], saying why: [`LeaseLoss`]) once a newer grant exists. SQLite and
-//! PostgreSQL keep leases in the store (several processes); redb and memory in the process.
-//!
-//! # Public API
-//! - The trait: [`BindingStore`] (the methods each backend must get right, with their
-//!   contracts) and [`BindingStoreExt`] (conveniences, implemented for every store); both are
-//!   implemented for `Arc<S>`, `Box<S>` and `&S`.
-//! - Opening: [`open_url`] and [`StoreUrl`] (the URL grammar), [`OpenOptions`] and
-//!   [`Durability`]; the backends [`RedbStore`], [`SqliteStore`], `PostgresStore`,
-//!   [`MemoryStore`], each with its own `open`/`new` and `close`.
-//! - Data: [`SessionRecord`], [`BindingState`], [`Binding`], [`GivenUp`], [`Retirement`],
-//!   [`TranscriptRow`], [`TurnCommit`], [`CommitOutcome`], [`SessionPage`], [`SessionExport`],
-//!   [`ImportOutcome`], [`CODEX_THREAD_ID_KEY`], [`SCHEMA_VERSION`].
-//! - The rollout mirror: [`MirrorState`] and [`MirroredFile`] (in each record),
-//!   [`MirrorUpdate`] and [`MirrorAppend`] (what a commit appends), [`MirrorOutcome`],
-//!   [`MirrorChunk`] (in exports), [`BindingStoreExt::mirror_file`] (a file's bytes) and
-//!   [`BindingStore::write_mirror_file`] (the same streamed into a writer, to restore it),
-//!   [`DEFAULT_MIRROR_CAP`], [`crc32_extend`], [`check_mirror_path`].
-//! - Leases: [`Lease`], [`Fence`], [`LeaseOwner`], [`LocalOwner`], [`ProcessIdentity`].
-//! - Copying: [`copy_sessions`], [`CopyReport`], [`CopyProgress`].
-//! - Checking a whole store: [`BindingStore::verify`], [`VerifyReport`], [`Problem`],
-//!   [`ProblemKind`], [`VerifyProgress`], [`MAX_LISTED_PROBLEMS`].
-//! - Errors: [`StoreError`] (variants by meaning), [`LeaseLoss`], [`BoxError`], [`redact_url`].
-//! - [`conformance`] (feature `conformance`): the suite every backend passes, for third-party
-//!   backends.
+//! Each feature builds alone, and the crate builds with none (memory only). Every backend
+//! also grants per-session leases ([`BindingStore::acquire_lease`]) whose [`Fence`] writes
+//! may carry; SQLite and PostgreSQL keep them in the store, redb and memory in the process.
+//! [`conformance`] (feature `conformance`) is the suite every backend passes.
 //!
 //! # Invariants
-//! Every backend holds these, and the conformance suite (feature `conformance`) and the crash
-//! tests check them:
-//! - A session is bound in the same transaction as its turn's rows
-//!   ([`BindingStore::commit_turn`]): a bound thread always has its last committed turn
-//!   durable. `model_config[CODEX_THREAD_ID_KEY]` is written with every state change (present
-//!   iff bound) and is never read back as truth; a patch naming it is refused.
-//! - A retired thread is never published. Retirement is persisted, so a late commit (from any
-//!   process) cannot resurrect it; its rows still commit.
-//! - The give-up is one write and a compare-and-set ([`BindingStore::retire_thread`] with
-//!   [`Retirement::Lost`]): only a binding to the lost thread becomes
-//!   [`BindingState::GivenUp`], and the notice stays owed until it is marked delivered or a new
-//!   thread commits.
-//! - A thread belongs to at most one session ([`StoreError::ThreadTaken`],
-//!   [`BindingStore::thread_session`]) until that session is deleted.
-//! - A fenced write is accepted iff its grant is the session's newest and not released:
-//!   expiry alone never refuses it, a newer grant always does. A delete is refused while the
-//!   lease is live and leaves the lease granted to nobody, so it is never undone.
-//! - Every `model_config` write is an atomic merge-patch; keys a write does not name are never
-//!   lost, also under concurrent writers.
-//! - Transcript rows are never lost or duplicated: `seq` is `0..row_count`, contiguous.
-//! - A thread's rollout mirror is written in the same transaction as the turn it holds: a
-//!   mirror, when present, holds the thread's rollout as of its last committed turn. An append
-//!   that does not extend the stored file is refused ([`StoreError::MirrorMismatch`]), never
-//!   spliced; a commit without a mirror drops the thread's (it would be stale), a retired
-//!   thread's is dropped, and past the per-session cap mirroring stops for the session with
-//!   its mirror dropped, the turn still committed.
-//! - A corrupt, foreign, newer or locked store is a typed [`StoreError`], never an empty store;
-//!   a damaged record (every SQLite row and redb value carries a checksum) is `Corrupt` when
-//!   it is read, never served; a session record missing beside its rows and a gap in a
-//!   session's rows are `Corrupt` too, never a missing or shorter session.
-//! - A store path that is not a regular file is refused before anything opens it; a store
-//!   opened without [`OpenOptions::create`] is never created ([`StoreError::NoStore`]); a file
+//! Every backend holds these; the conformance suite and the crash tests check them.
+//! - A session is bound in the same transaction as its turn's rows and mirror
+//!   ([`BindingStore::commit_turn`]); `model_config[CODEX_THREAD_ID_KEY]` is written with every
+//!   state change and never read back as truth.
+//! - A retired thread is never published again, whoever commits it later. The give-up is one
+//!   compare-and-set write ([`BindingStore::retire_thread`]).
+//! - A thread belongs to at most one session ([`StoreError::ThreadTaken`]).
+//! - A fenced write is accepted iff its grant is the session's newest ([`Fence`]).
+//! - `model_config` changes only by atomic merge-patch; transcript rows are exactly
+//!   `0..row_count`, never lost or duplicated.
+//! - A corrupt, foreign, newer or locked store is a typed [`StoreError`], never an empty one;
+//!   a damaged record (every SQLite row and redb value carries a checksum), a record missing
+//!   beside its rows and a gap in a session's rows are `Corrupt` when touched. A panic inside
+//!   an engine is `Corrupt` too, and the store answers `Corrupt` to everything after it.
+//! - Opening checks the header and schema only ([`BindingStore::verify`] checks the whole
+//!   store, on request); a store path that is not a regular file is refused before anything
+//!   opens it, a store opened without [`OpenOptions::create`] is never created, and a file
 //!   deleted or replaced under a live store takes no more commits ([`StoreError::Gone`]).
-//! - Opening a SQLite store takes the same time whatever it holds: it reads the header and the
-//!   schema version only. redb checks every page on open unless
-//!   [`OpenOptions::check_redb_integrity_on_open`] is `false` (a damaged redb file can make
-//!   redb abort the process on a later commit). The whole-store check is
-//!   [`BindingStore::verify`], on request.
-//! - A panic inside an engine (redb trusts a cleanly closed file) never reaches the caller: it
-//!   is `Corrupt`, and the store answers `Corrupt` to everything after it. An I/O error makes
-//!   redb reopen the file, so the store goes on once the cause is gone.
-//! - No engine call runs on an async runtime thread: each file store has one writer thread, a
-//!   plain group-commit loop (a channel, a batch, one transaction, the replies: each caller is
-//!   answered once its write is durable); reads run in `spawn_blocking`; PostgreSQL runs each
-//!   call on one of the store's own threads, each with its connection.
+//! - No engine call runs on an async runtime thread: each file store has one writer thread (a
+//!   group commit: each caller is answered once its write is durable) and reads in
+//!   `spawn_blocking`; PostgreSQL runs each call on one of the store's own threads.
 //!
 //! # Example
 //! ```

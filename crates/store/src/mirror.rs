@@ -1,39 +1,23 @@
 //! The rollout mirror's data: what a store keeps of the codex rollout files of a session's
-//! thread, so that the thread can be restored on a machine whose `CODEX_HOME` lacks them.
+//! thread, so that the thread can be restored on a machine whose `CODEX_HOME` lacks them (the
+//! rules: [`BindingStore::commit_turn`](crate::BindingStore::commit_turn)).
 //!
-//! Per (session, thread, file path relative to `CODEX_HOME`) the store keeps the file's bytes
-//! as chunks, appended with every committed turn in the same transaction as the turn's rows
-//! ([`TurnCommit::mirror`](crate::TurnCommit::mirror)), and in the session record the file's
-//! state ([`MirroredFile`]: length, CRC-32 of the whole file, the chunks' lengths), which is
-//! all a writer needs to compute the next append. A commit merges the newest chunks while the
-//! one before the last is no longer than the last (up to 1 MiB): like a binary counter, a file
-//! of n appends is held by O(log n) small chunks after its full ones, so a restore reads a few
-//! dozen rows rather than one per turn, while a commit rewrites on average a few times its
-//! own delta (and at most 1 MiB, about once per 200 short turns).
-//!
-//! Each append names what it extends (the length and CRC-32 of the file as the writer last
-//! knew it): an append that does not extend the stored file is refused
-//! ([`StoreError::MirrorMismatch`](crate::StoreError::MirrorMismatch), nothing written), never
-//! spliced; an append with base length 0 replaces the file whole. CRC-32 is enough here: what
-//! it guards against is an accident (a writer whose idea of the file is stale, a local copy
-//! that diverged), not an adversary, and a length plus a 32-bit CRC of the whole prefix tells
-//! such prefixes apart with certainty for every change shorter than 32 bits and with odds of
-//! 2^-32 otherwise. The new CRC is combined from the old one and the appended bytes'
-//! ([`crc32fast::Hasher::combine`]), without reading what is stored.
-//!
-//! Bytes are stored raw. Measured on a 0.171.0 rollout, `zstd -1` makes a short turn's 5.3 KB
-//! delta 1.45 KB (3.6x) and the 21.7 KB first line 9.8 KB (2.2x): the cap of 64 MiB holds
-//! some 12,000 such turns raw, and raw keeps a commit a plain append, a restore a plain read,
-//! and the stored bytes the file's own (their CRC-32 is the file's), with no codec to carry
-//! (figures in `docs/benchmarks.md`).
+//! Per (session, thread, path relative to `CODEX_HOME`) the store keeps the file's bytes as
+//! chunks, raw (a commit stays a plain append and a restore a plain read; compression figures
+//! in `docs/benchmarks.md`), and in the session record its [`MirroredFile`] (length, CRC-32,
+//! chunk lengths): all a writer needs to compute the next append. A commit merges the newest chunks while the
+//! one before the last is no longer than the last (up to 1 MiB), like a binary counter: a file
+//! of n appends is O(log n) small chunks after its full ones, and a commit rewrites on average
+//! a few times its own delta. CRC-32 is enough: it guards against an accident (a writer whose
+//! idea of the file is stale, a local copy that diverged), not an adversary; the new CRC is
+//! combined from the old one and the appended bytes', without reading what is stored.
 
 use serde::{Deserialize, Serialize};
 
 /// The default per-session cap of mirrored bytes: past it mirroring stops for the session.
 pub const DEFAULT_MIRROR_CAP: u64 = 64 * 1024 * 1024;
 
-/// The largest chunk a store writes: a longer append is split, and chunks are merged up to it
-/// (bounds one row's size, and what one commit rewrites).
+/// The largest chunk a store writes: a longer append is split, and chunks are merged up to it.
 pub(crate) const MAX_CHUNK: usize = 1024 * 1024;
 
 /// One mirrored file, as the session record holds it.
@@ -67,9 +51,9 @@ pub struct MirrorState {
     /// The mirrored files, by thread then path.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<MirroredFile>,
-    /// Mirroring stopped for this session when a commit would have passed its cap (the
-    /// mirror it had was dropped then: a mirror that stopped growing would restore a thread
-    /// without its later turns).
+    /// Mirroring stopped for this session when a commit would have passed its cap (and its
+    /// mirror was dropped: one that stopped growing would restore a thread without its later
+    /// turns).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,
 }
@@ -85,8 +69,7 @@ impl MirrorState {
         self.files.iter().filter(move |f| f.thread_id == thread_id)
     }
 
-    /// Whether `thread_id` has a mirror (a thread on a home that lacks its rollout can then
-    /// be restored).
+    /// Whether `thread_id` has a mirror.
     pub fn has_thread(&self, thread_id: &str) -> bool {
         self.files_of(thread_id).next().is_some()
     }
@@ -140,8 +123,7 @@ impl MirrorAppend {
 pub struct MirrorUpdate {
     /// The files of the turn's thread that grew (files not named keep what they hold).
     pub appends: Vec<MirrorAppend>,
-    /// The session's cap of mirrored bytes (all its threads): a commit that would pass it
-    /// stops mirroring for the session instead ([`MirrorOutcome::StoppedNow`]).
+    /// The session's cap of mirrored bytes, all its threads ([`MirrorOutcome::StoppedNow`]).
     pub cap: u64,
 }
 
@@ -173,14 +155,12 @@ impl MirrorUpdate {
 #[serde(tag = "mirror", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum MirrorOutcome {
-    /// The commit carried no mirror: the thread's mirror, if any, was dropped (it would no
-    /// longer hold the last committed turn); also for a retired thread.
+    /// The commit carried no mirror, or its thread is retired: the thread's mirror was dropped.
     None,
     /// The appends were written.
     Mirrored,
     /// This commit would have passed the session's cap: mirroring stopped for the session, its
-    /// mirror was dropped, and the turn committed without it. Said once: later commits report
-    /// [`MirrorOutcome::Stopped`].
+    /// mirror was dropped, the turn committed without it. Later commits report `Stopped`.
     StoppedNow {
         /// The mirrored bytes the session would have had.
         bytes: u64,
@@ -231,11 +211,11 @@ pub fn crc32_extend(crc: u32, len: u64, bytes: &[u8]) -> u32 {
     whole.finalize()
 }
 
-/// Checks a mirrored file's path: relative to `CODEX_HOME`, `/`-separated, no `.` or `..`
-/// component, no empty component, no NUL or backslash, and a codex rollout under `sessions/`
+/// Checks a mirrored file's path: relative to `CODEX_HOME`, `/`-separated, no empty, `.` or
+/// `..` component, no NUL or backslash, and a codex rollout under `sessions/`
 /// (`sessions/.../rollout-*.jsonl`). A restore writes the file at this path under the home, so
 /// nothing stored may name a place outside it, nor any other file of the home (codex's
-/// databases, its `config.toml`, its credentials), whoever wrote the store.
+/// databases, config, credentials), whoever wrote the store.
 pub fn check_mirror_path(path: &str) -> Result<(), String> {
     let bad = |why: &str| Err(format!("mirrored path {path:?} {why}"));
     if path.is_empty() {

@@ -6,18 +6,15 @@ use std::time::Duration;
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
-    /// A write returns only after it is on stable storage. The default: redb `Immediate`
-    /// commits; SQLite `synchronous=FULL` with `fullfsync` (where the platform has it);
-    /// PostgreSQL `synchronous_commit = on` in each write's transaction.
+    /// A write returns only after it is on stable storage: redb `Immediate` commits; SQLite
+    /// `synchronous=FULL` with `fullfsync`; PostgreSQL `synchronous_commit = on`.
     #[default]
     Durable,
-    /// An explicit opt-in: writes are atomic and ordered, but the last acknowledged ones may
-    /// be lost. SQLite (`synchronous=NORMAL` in WAL mode) and PostgreSQL
-    /// (`synchronous_commit = off`): only on a power failure or OS crash; the process may exit,
-    /// crash or be killed. redb: commits are made durable at least every 100 ms while the
-    /// store is written, and when it is closed or dropped; a process that ends without either
-    /// (killed, or `exit` with the store still open) loses at most its last 100 ms of writes,
-    /// and a power failure or OS crash the same. Never the default.
+    /// Opt-in: writes are atomic and ordered, but the last acknowledged ones may be lost.
+    /// SQLite (`synchronous=NORMAL`) and PostgreSQL (`synchronous_commit = off`): only on a
+    /// power failure or OS crash. redb: commits are made durable at least every 100 ms while
+    /// the store is written, and when it is closed or dropped; a process killed (or exiting
+    /// with the store open), a power failure or an OS crash loses at most the last 100 ms.
     Relaxed,
 }
 
@@ -46,8 +43,7 @@ impl Default for OpenOptions {
 }
 
 impl OpenOptions {
-    /// Durable writes; create the store (not its directory) if missing; do not wait for another
-    /// process that holds the store.
+    /// Durable writes; create the store (not its directory) if missing; no wait.
     pub fn new() -> Self {
         Self::default()
     }
@@ -58,26 +54,23 @@ impl OpenOptions {
         self
     }
 
-    /// Whether a missing store is created (default `true`). With `false` a missing store is
-    /// [`StoreError::NoStore`](crate::StoreError::NoStore) and nothing is created (no file, no
-    /// directory, no tables): what commands that only read use.
+    /// Whether a missing store is created (default `true`); else it is
+    /// [`StoreError::NoStore`](crate::StoreError::NoStore) and nothing is created.
     pub fn create(mut self, create: bool) -> Self {
         self.create = create;
         self
     }
 
-    /// Whether the directory of a store file that is created is created too (default
-    /// `false`), with its missing parents, owner-only (0700). For the file backends (`redb:`,
-    /// `sqlite:`); a tool that names a store by URL sets it instead of parsing the URL itself.
+    /// Whether the directory of a new store file is created too, with its missing parents,
+    /// owner-only (default `false`; file backends).
     pub fn create_dirs(mut self, create_dirs: bool) -> Self {
         self.create_dirs = create_dirs;
         self
     }
 
-    /// How long opening waits for another process that holds the store (default zero): redb
-    /// admits one process per file, and an open that gives up is
-    /// [`StoreError::Locked`](crate::StoreError::Locked) naming the holder. SQLite waits this
-    /// long (at least 5 s) for another process's write lock, on open and on every write.
+    /// How long opening waits for another process that holds a redb store (default zero;
+    /// then [`StoreError::Locked`](crate::StoreError::Locked) naming the holder). SQLite waits
+    /// this long (at least 5 s) for another process's write lock, on open and every write.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -85,31 +78,24 @@ impl OpenOptions {
 
     /// Whether opening a redb store checks every page of the file first (default `true`).
     ///
-    /// redb trusts a cleanly closed file. A file damaged since (by another program, a disk)
-    /// can make redb panic; the store contains a panic on its own threads as
+    /// redb trusts a cleanly closed file. The store turns a panic of redb into
     /// [`StoreError::Corrupt`](crate::StoreError::Corrupt), but damage in redb's free-page
-    /// bookkeeping can make a destructor panic again while the first panic unwinds, and Rust
-    /// aborts the process then (found by the `store_files` fuzz target). The check makes such
-    /// a file a typed `Corrupt` at open. Its cost grows with the file (about 0.4 s for 30,000
-    /// sessions of 40 rows); `false` opens in constant time and accepts that risk. SQLite
-    /// stores always open in constant time (their damage is caught on touch).
+    /// bookkeeping can make a destructor panic again while the first unwinds, which aborts the
+    /// process; the check makes such a file `Corrupt` at open. Its cost grows with the file
+    /// (about 0.4 s for 30,000 sessions of 40 rows); `false` opens in constant time and accepts
+    /// that risk.
     pub fn check_redb_integrity_on_open(mut self, check: bool) -> Self {
         self.check_redb_integrity = check;
         self
     }
 
-    /// Whether the store is opened for reading only (default `false`): what commands that
-    /// only read use. Nothing is created or changed, in the store or beside its file (redb's
-    /// holder record, SQLite's journal): a missing store is
+    /// Whether the store is opened for reading only (default `false`). Nothing is created or
+    /// changed, in the store or beside its file: a missing store is
     /// [`StoreError::NoStore`](crate::StoreError::NoStore) whatever [`OpenOptions::create`]
     /// says, and every write and lease request is
-    /// [`StoreError::NotWritable`](crate::StoreError::NotWritable), with nothing written
-    /// (redb, SQLite, PostgreSQL; a `memory:` store, which no other process sees, ignores it).
-    ///
-    /// redb still runs its writable open, with its integrity check and the recovery of a file
-    /// whose process crashed, on storage that keeps redb's own writes in memory: the file is
-    /// never written. Readers share the file; a process that writes it is refused while one
-    /// reads (and the other way round), as two writers are.
+    /// [`StoreError::NotWritable`](crate::StoreError::NotWritable) (a `memory:` store ignores
+    /// it). redb still runs its writable open (integrity check, crash recovery) with its
+    /// writes kept in memory; readers share the file, and a writer is refused while one reads.
     ///
     /// ```
     /// # async fn example() -> rethread_store::Result<()> {

@@ -1,14 +1,7 @@
-//! Who holds a session lease, and whether that holder is provably gone.
-//!
-//! A lease names its holder by host, pid and, where the OS tells, the process's identity: the
-//! process table it lives in (machine boot, pid namespace, user) and its start time in clock
-//! ticks since boot. An acquirer that sees the same process table can ask the OS whether the
-//! holder still runs, and take a dead holder's lease over at once instead of waiting out its
-//! TTL. Where that cannot be established (another machine or container, another user, an OS
-//! without `/proc`, a `/proc` of another pid namespace), nothing is judged and the TTL decides.
-//!
-//! Inside one process, holders are told apart by an instance number; a holder is a
-//! [`LocalOwner`], and once it is dropped its leases are free for the process's other holders.
+//! Who holds a session lease, and whether that holder is provably gone: an acquirer that sees
+//! the holder's process table can ask the OS whether it still runs, and take a dead holder's
+//! lease over at once; elsewhere (another machine, container or user, no `/proc`) the TTL
+//! decides. Inside one process, holders ([`LocalOwner`]) are told apart by an instance number.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,10 +9,8 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
-/// Who holds (or asks for) a session's lease: a host process, and which holder inside it.
-///
-/// Two owners are the same only if every field is equal, so two holders of one process for
-/// the same session exclude each other like two processes do.
+/// Who holds (or asks for) a session's lease: a host process, and which holder inside it. Two
+/// owners are the same only if every field is equal.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LeaseOwner {
     /// The host name of the holder's machine (for people: machines are told apart by
@@ -27,13 +18,13 @@ pub struct LeaseOwner {
     pub host: String,
     /// The holder's process id.
     pub pid: u32,
-    /// When the holder's process started (milliseconds since the Unix epoch), from the OS
-    /// where it tells (Linux), else when rethread was first used in that process.
+    /// When the holder's process started (ms since the Unix epoch), from the OS where it tells
+    /// (Linux), else when rethread was first used in that process.
     pub started_at_ms: i64,
     /// Which holder inside the process (a counter, unique within the process).
     pub instance: u64,
-    /// The holder process as the OS identifies it, when it does (Linux). `None`: its liveness
-    /// is never judged, only the TTL frees its lease.
+    /// The holder process as the OS identifies it, when it does (Linux); `None`: only the TTL
+    /// frees its lease.
     #[serde(default)]
     pub process: Option<ProcessIdentity>,
 }
@@ -43,18 +34,15 @@ pub struct LeaseOwner {
 pub struct ProcessIdentity {
     /// The process table the pid belongs to, and who may look at it: on Linux
     /// `linux boot=<boot id> pidns=<pid namespace inode> uid=<uid>`. Two processes with equal
-    /// spaces run on the same booted machine, in the same pid namespace, as the same user, so
-    /// one can ask the OS about the other's pid (two containers or two laptops with the same
-    /// host name have different spaces).
+    /// spaces can ask the OS about each other's pid.
     pub space: String,
-    /// The process's start time in clock ticks since boot: tells the holder from a later
-    /// process that reused its pid.
+    /// The process's start time in clock ticks since boot (tells a reused pid apart).
     pub start_ticks: u64,
 }
 
 impl ProcessIdentity {
-    /// The identity as a store keeps it, in two nullable columns: both set, or neither
-    /// (`Ok(None)`: a holder without one). One without the other is `Err`: damage.
+    /// The identity from two nullable columns: both set, or neither (`Ok(None)`); one without
+    /// the other is damage.
     #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     pub(crate) fn from_columns(
         space: Option<String>,
@@ -80,10 +68,8 @@ impl ProcessIdentity {
 impl LeaseOwner {
     /// Whether this owner's process is provably gone: it ran in this process's process table
     /// (same [`ProcessIdentity::space`]) and its pid is no longer running, is a zombie, or now
-    /// belongs to a process that started at another time. For a holder inside this very
-    /// process: its [`LocalOwner`] was dropped.
-    ///
-    /// `false` whenever that cannot be established: the TTL then decides.
+    /// belongs to a process that started at another time; inside this very process, its
+    /// [`LocalOwner`] was dropped. `false` whenever that cannot be established.
     pub fn is_known_gone(&self) -> bool {
         let Some(theirs) = &self.process else {
             return false;
@@ -107,18 +93,16 @@ impl std::fmt::Display for LeaseOwner {
     }
 }
 
-/// A lease holder in this process. Its [`owner`](LocalOwner::owner) names it in the leases it
-/// takes; while it lives, no other holder can take them before they expire, and once it is
-/// dropped, another holder on this machine takes them over at once (see
-/// [`LeaseOwner::is_known_gone`]), even before their release reaches the store.
+/// A lease holder in this process, named by its [`owner`](LocalOwner::owner). Once it is
+/// dropped, another holder on this machine takes its leases over at once
+/// ([`LeaseOwner::is_known_gone`]).
 #[derive(Debug)]
 pub struct LocalOwner {
     owner: LeaseOwner,
 }
 
 impl LocalOwner {
-    /// A new holder: this host and process, and an instance number no other holder of this
-    /// process has.
+    /// A new holder: this host and process, and a new instance number.
     pub fn new() -> Self {
         static INSTANCE: AtomicU64 = AtomicU64::new(1);
         let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
@@ -199,10 +183,9 @@ fn host_name() -> String {
         .trim()
         .to_string();
     if name.is_empty() {
-        "localhost".to_string()
-    } else {
-        name
+        return "localhost".to_string();
     }
+    name
 }
 
 fn first_use_ms() -> i64 {
@@ -226,8 +209,7 @@ mod os {
 
     /// The identity of this process, whose pid is `pid`: read from `/proc/self`, never
     /// `/proc/<pid>`, which in a pid namespace without a `/proc` of its own names another
-    /// process. There `/proc` answers for none of the namespace's pids, so nothing can be
-    /// judged about any holder: no identity, the TTL decides.
+    /// process (and `/proc` answers for none of the namespace's pids: no identity then).
     pub(super) fn own_identity(pid: u32) -> Option<(ProcessIdentity, i64)> {
         let process = Process::myself().ok()?;
         if process.stat().ok()?.pid != i32::try_from(pid).ok()? {

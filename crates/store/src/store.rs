@@ -13,11 +13,8 @@ use crate::{
     VerifyProgress, VerifyReport,
 };
 
-/// Durable `session id -> codex thread id` bindings and the sessions' transcripts.
-///
-/// The required methods are the few each backend must get right; conveniences live in
-/// [`BindingStoreExt`]. Every backend runs the same conformance suite
-/// (`rethread_store::conformance`, behind the `conformance` feature).
+/// Durable `session id -> codex thread id` bindings and the sessions' transcripts; the
+/// conveniences are in [`BindingStoreExt`].
 ///
 /// # Contract (all methods)
 /// - A write either happens whole or not at all; readers never see it half-applied.
@@ -46,14 +43,13 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     ///
     /// # Contract
     /// - Creates the session if absent. `rows` may be empty: the call then only publishes
-    ///   (used when the host keeps its own transcript and has reported it durable).
-    /// - The mirror ([`MirrorUpdate`](crate::MirrorUpdate)) is written in the same
-    ///   transaction: each append extends the stored file it names (same length and CRC-32)
-    ///   or, with base length 0, replaces it; an append that does not extend is
-    ///   [`StoreError::MirrorMismatch`] and nothing is written. Past the update's cap the
-    ///   session's mirror is dropped and mirroring stops for the session (recorded;
-    ///   [`MirrorOutcome::StoppedNow`](crate::MirrorOutcome::StoppedNow) once, then
-    ///   `Stopped`), and the turn still commits. A commit without a mirror, or of a retired
+    ///   (a host that keeps its own transcript and has reported it durable).
+    /// - Each append of the mirror ([`MirrorUpdate`](crate::MirrorUpdate)) extends the stored
+    ///   file it names (same length and CRC-32) or, with base length 0, replaces it; one that
+    ///   does not extend is [`StoreError::MirrorMismatch`], nothing written. Past the update's
+    ///   cap the session's mirror is dropped and mirroring stops for the session
+    ///   ([`MirrorOutcome::StoppedNow`](crate::MirrorOutcome::StoppedNow) once, then
+    ///   `Stopped`); the turn still commits. A commit without a mirror, or of a retired
     ///   thread, drops the thread's mirror.
     /// - The rows get `seq` `first_seq..row_count` of the returned outcome.
     /// - The state becomes [`BindingState::Bound`](crate::BindingState::Bound) to the thread
@@ -77,8 +73,7 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// - Creates the session if absent.
     /// - A patch naming [`CODEX_THREAD_ID_KEY`](crate::CODEX_THREAD_ID_KEY) is
     ///   [`StoreError::InvalidInput`]: that key is the store's view of the binding.
-    /// - With a `fence` that is no longer the session's newest grant: [`StoreError::LeaseLost`].
-    ///   Refused patches write nothing. `None` writes unfenced.
+    /// - A stale `fence` is [`StoreError::LeaseLost`]. Refused patches write nothing.
     async fn patch_config(
         &self,
         session_id: &str,
@@ -127,10 +122,9 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     async fn thread_session(&self, thread_id: &str) -> Result<Option<String>>;
 
     /// Writes the mirrored file `path` of `thread_id` in `session_id` into `out` chunk by
-    /// chunk as it is read (one read snapshot; no copy of the whole file in memory), checked
-    /// against the record's length and CRC-32 (the state itself, cheap, is in
-    /// [`SessionRecord::mirror`]). Returns the file's entry as the store holds it (its length
-    /// and CRC-32 are what was written). [`BindingStoreExt::mirror_file`] reads it into memory.
+    /// chunk as it is read (one snapshot, never the whole file in memory), checked against
+    /// its length and CRC-32 in [`SessionRecord::mirror`], and returns that entry.
+    /// [`BindingStoreExt::mirror_file`] reads it into memory.
     ///
     /// # Contract
     /// `Ok(None)`, nothing written, when the session or the file is not mirrored. On `Err`,
@@ -203,8 +197,6 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// - Expiry is judged by one clock per store (the database server's clock for PostgreSQL,
     ///   the machine's for the file and memory stores), so a crashed holder frees the lease
     ///   `ttl` after its last renewal.
-    /// - Backends that serve several processes keep leases in the store; single-process
-    ///   backends (memory, redb) may keep them in the process.
     async fn acquire_lease(
         &self,
         session_id: &str,
@@ -227,12 +219,8 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// is now released; `false` otherwise, changing nothing: another grant is never freed.
     async fn release_lease(&self, lease: &Lease) -> Result<bool>;
 
-    /// Reads the whole store and checks every record of it; reports each problem found.
-    ///
-    /// Opening a store checks its header and schema only (it takes the same time whatever the
-    /// store holds), and each read checks what it touches (checksums, a record missing beside
-    /// its rows, gaps in a session's rows): this is the whole-store check, run on request
-    /// (`rethread verify`).
+    /// Reads the whole store and checks every record of it (`rethread verify`); reports each
+    /// problem found.
     ///
     /// # Contract
     /// - Damage is reported, not returned: `Ok` with each problem in
@@ -373,10 +361,7 @@ pub trait BindingStoreExt: BindingStore {
             })
     }
 
-    /// The bytes of the mirrored file `path` of `thread_id` in `session_id`, checked as
-    /// [`BindingStore::write_mirror_file`] checks them: `Ok(None)` when the session or the
-    /// file is not mirrored, [`StoreError::Corrupt`] when its chunks do not give its recorded
-    /// length and CRC-32.
+    /// [`BindingStore::write_mirror_file`] into memory.
     async fn mirror_file(
         &self,
         session_id: &str,
@@ -396,17 +381,15 @@ pub trait BindingStoreExt: BindingStore {
         self.rows(session_id, 0..u64::MAX).await
     }
 
-    /// How many sessions the store holds, counted page by page (memory does not grow with
-    /// the store).
+    /// How many sessions the store holds, counted page by page.
     async fn count_sessions(&self) -> Result<u64> {
         let mut count = 0u64;
         for_each_page(self, |page| count += page.sessions.len() as u64).await?;
         Ok(count)
     }
 
-    /// Every session, following the pages of [`BindingStore::list_sessions`]. It holds the
-    /// whole store's records in memory: to walk a large store, page through
-    /// `list_sessions` instead.
+    /// Every session, in memory: to walk a large store, page through
+    /// [`BindingStore::list_sessions`] instead.
     async fn all_sessions(&self) -> Result<Vec<SessionRecord>> {
         let mut out = Vec::new();
         for_each_page(self, |page| out.extend(page.sessions)).await?;
@@ -444,8 +427,7 @@ async fn for_each_page<S: BindingStore + ?Sized>(
     }
 }
 
-/// The `out` of [`BindingStoreExt::mirror_file`] (and of the conformance suite's streamed
-/// reads): a buffer the caller keeps a handle to.
+/// A buffer to stream a mirrored file into, the caller keeping a handle to it.
 #[derive(Clone, Default)]
 pub(crate) struct MemoryFile(Arc<std::sync::Mutex<Vec<u8>>>);
 

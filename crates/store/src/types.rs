@@ -5,14 +5,12 @@ use serde_json::{Map, Value};
 
 use crate::{LeaseOwner, MirrorChunk, MirrorOutcome, MirrorState, MirrorUpdate};
 
-/// The `model_config` key that holds the bound codex thread id.
+/// The `model_config` key that holds the bound codex thread id: present iff the session is
+/// [`BindingState::Bound`], written by the store with every state change, never read back as
+/// truth; a patch naming it is refused.
 pub const CODEX_THREAD_ID_KEY: &str = "codex_thread_id";
 
 /// A session's binding to a codex thread.
-///
-/// While a session is [`BindingState::Bound`], its thread id is also in
-/// [`SessionRecord::model_config`] under [`CODEX_THREAD_ID_KEY`]: the published view, written by
-/// the store in the same transaction as every state change, never read back as truth.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Binding {
@@ -22,8 +20,8 @@ pub struct Binding {
     pub codex_home: Option<String>,
     /// When the binding to this thread was first made (milliseconds since the Unix epoch).
     pub bound_at_ms: i64,
-    /// The fallback this thread replaced, if it did: kept with the binding so that a client
-    /// whose SDK shows no notice can still learn of it (`rethread sessions show --json`).
+    /// The fallback this thread replaced, if it did: a client whose SDK shows no notice
+    /// still learns of it (`rethread sessions show --json`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fell_back_from: Option<Fallback>,
 }
@@ -52,22 +50,20 @@ pub struct Fallback {
     pub at_ms: i64,
 }
 
-/// A session whose thread was lost and given up
-/// ([`Retirement::Lost`](crate::Retirement::Lost)): the thread is retired, and the fallback
-/// notice `Codex thread could not be resumed; starting a new one.` is owed to the user until
-/// it is marked delivered ([`BindingStore::mark_notice_delivered`](crate::BindingStore::mark_notice_delivered))
-/// or a turn on a new thread is committed.
+/// A session whose thread was lost and given up ([`Retirement::Lost`]): the thread is retired,
+/// and the fallback notice is owed until it is marked delivered
+/// ([`BindingStore::mark_notice_delivered`](crate::BindingStore::mark_notice_delivered)) or a
+/// turn on a new thread commits.
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GivenUp {
     /// The lost (now retired) thread.
     pub thread_id: String,
-    /// The runtime's reason code (`gone`, `incompatible`, `unreadable`, ...); the store does
-    /// not interpret it.
+    /// The runtime's reason code (`gone`, `incompatible`, `unreadable`, ...), uninterpreted.
     pub reason: String,
     /// codex's error message, for people.
     pub message: String,
-    /// When it was given up (milliseconds since the Unix epoch, store clock).
+    /// When it was given up (ms since the Unix epoch, store clock).
     pub at_ms: i64,
     /// Whether the fallback notice reached the user.
     pub notice_delivered: bool,
@@ -93,8 +89,7 @@ pub enum BindingState {
 pub struct SessionRecord {
     /// The host's session id.
     pub session_id: String,
-    /// The host's configuration object. Holds [`CODEX_THREAD_ID_KEY`] (the published view of
-    /// the binding, present iff the session is bound) beside the host's own keys.
+    /// The host's configuration object, with [`CODEX_THREAD_ID_KEY`] beside its own keys.
     pub model_config: Map<String, Value>,
     /// The binding state.
     pub state: BindingState,
@@ -169,9 +164,8 @@ impl SessionRecord {
             .chain(self.retired_threads.iter().map(String::as_str))
     }
 
-    /// Sets the state and its published view in `model_config` ([`CODEX_THREAD_ID_KEY`],
-    /// present iff bound), as the store does on every state change; for tools that build
-    /// records to import.
+    /// Sets the state and its published view ([`CODEX_THREAD_ID_KEY`]), as the store does on
+    /// every state change; for tools that build records to import.
     pub fn set_state(&mut self, state: BindingState) {
         match &state {
             BindingState::Bound(b) => {
@@ -192,16 +186,15 @@ impl SessionRecord {
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Retirement {
-    /// codex cannot hand the thread back: the give-up. A session bound to it becomes
-    /// [`BindingState::GivenUp`] with the fallback notice owed.
+    /// codex cannot hand the thread back: the give-up ([`BindingState::GivenUp`]).
     Lost {
         /// The runtime's reason code (`gone`, `incompatible`, `unreadable`, ...).
         reason: String,
         /// codex's error message, for people.
         message: String,
     },
-    /// The host ended the thread itself: a session bound to it becomes unbound, and no notice
-    /// is owed (nothing was lost).
+    /// The host ended the thread itself: a session bound to it becomes unbound, no notice
+    /// owed.
     Ended,
 }
 
@@ -234,14 +227,11 @@ pub struct TurnCommit {
     pub codex_home: Option<String>,
     /// The turn's transcript rows, appended in order. May be empty (publish only).
     pub rows: Vec<Value>,
-    /// The session lease the turn ran under. `Some`: the commit is refused with
-    /// [`StoreError::LeaseLost`](crate::StoreError::LeaseLost), writing nothing, unless that
-    /// grant is still the session's newest ([`Fence`]). `None`: an unfenced write, for a host that
-    /// keeps one writer per session by its own means.
+    /// The grant of the session lease the turn ran under ([`Fence`]); `None`: unfenced, for a
+    /// host that keeps one writer per session by its own means.
     pub fence: Option<Fence>,
-    /// What the thread's rollout files grew by, mirrored in the same transaction (see
-    /// [`MirrorUpdate`]). `None`: the turn is committed without its rollout, and the thread's
-    /// mirror, if any, is dropped (it would no longer hold the last committed turn).
+    /// What the thread's rollout files grew by; `None` drops the thread's mirror (it would
+    /// no longer hold the last committed turn).
     pub mirror: Option<MirrorUpdate>,
 }
 
@@ -281,10 +271,8 @@ impl TurnCommit {
     }
 }
 
-/// What [`commit_turn`](crate::BindingStore::commit_turn) did.
-///
-/// In both cases the turn's rows are `first_seq..row_count` and are durable. A closed set:
-/// a commit either publishes its thread or does not.
+/// What [`commit_turn`](crate::BindingStore::commit_turn) did. Either way the turn's rows
+/// are `first_seq..row_count` and durable.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CommitOutcome {
     /// The rows were appended and the binding now names the turn's thread.
@@ -357,9 +345,8 @@ pub struct SessionExport {
     /// Every chunk of its mirrored files (`record.mirror`), in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirror: Vec<MirrorChunk>,
-    /// Every thread that belongs to the session ([`thread_session`]), in order: those its
-    /// record names and those it used before. Empty (an older rethread's export, or
-    /// [`SessionExport::new`]): the threads its record names.
+    /// Every thread that belongs to the session ([`thread_session`]), in order. Empty (an
+    /// older rethread's export, or [`SessionExport::new`]): the threads its record names.
     ///
     /// [`thread_session`]: crate::BindingStore::thread_session
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -385,25 +372,20 @@ pub enum ImportOutcome {
     /// The session did not exist and was written.
     Imported,
     /// An identical session was already present; nothing was written but the claim of the
-    /// export's threads it did not own yet (an older rethread imported only those its record
-    /// names).
+    /// export's threads it did not own yet.
     AlreadyPresent,
 }
 
-/// A session's lease as granted: who holds it, since when, and until when.
-///
-/// Another owner may take the lease once `expires_at_ms` has passed (by the store's clock) or
-/// it was released; the holder keeps it by renewing it before then, and may take it back with
-/// a renewal as long as nobody took it meanwhile.
+/// A session's lease as granted: who holds it, since when, and until when (store clock).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
     /// The session the lease is for.
     pub session_id: String,
     /// The holder.
     pub owner: LeaseOwner,
-    /// When this owner acquired it (milliseconds since the Unix epoch, store clock).
+    /// When this owner acquired it (ms since the Unix epoch).
     pub acquired_at_ms: i64,
-    /// When it expires unless renewed (milliseconds since the Unix epoch, store clock).
+    /// When it expires unless renewed (ms since the Unix epoch).
     pub expires_at_ms: i64,
     /// Fencing token: grows by one with every grant of the session's lease (a re-acquire by
     /// the same owner included), so the grants of one session are totally ordered.
@@ -420,17 +402,16 @@ impl Lease {
     }
 }
 
-/// Proof that a write comes from the current holder of the session's lease: the holder and
-/// the `fence` of its grant (a fencing token).
+/// Proof that a write comes from the holder of the session's lease: the holder and the
+/// `fence` of its grant (a fencing token).
 ///
-/// A write that carries a `Fence` ([`TurnCommit::fence`], and the `fence` argument of the other
-/// writes) is checked inside its own transaction: unless `token` is still the session's newest
-/// grant, made to `owner` and not released, the write is refused with
-/// [`StoreError::LeaseLost`](crate::StoreError::LeaseLost) (saying why) and nothing is
-/// written. Expiry alone does not refuse it: time cannot stop a paused holder, grants can. So a
-/// holder that stalled past its TTL (a paused process, a suspended laptop, a network
-/// partition) never writes over a holder that took the session over, and goes on where nobody
-/// did.
+/// # Contract
+/// A write that carries a `Fence` is checked inside its own transaction: unless `token` is
+/// still the session's newest grant, made to `owner` and not released, it is refused with
+/// [`StoreError::LeaseLost`](crate::StoreError::LeaseLost) (saying why) and writes nothing.
+/// Expiry alone does not refuse it (time cannot stop a paused holder; grants can): a holder
+/// that stalled past its TTL never writes over one that took the session over, and goes on
+/// where nobody did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fence {
     /// Who holds the lease.

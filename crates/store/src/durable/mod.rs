@@ -1,6 +1,6 @@
 //! What the file backends (redb, SQLite) share: writes go to the store's writer thread
-//! (`writer.rs`, group commit), reads run in `spawn_blocking` against a read snapshot, and new
-//! files are created owner-only (`file.rs`).
+//! (`writer.rs`, group commit), reads run in `spawn_blocking` on a snapshot, store files are
+//! checked and created owner-only (`file.rs`), and the whole-store scan (`scan.rs`).
 
 mod file;
 mod scan;
@@ -20,13 +20,11 @@ pub(crate) use file::{prepare_file, FileId};
 pub(crate) use scan::{check_mirrors, merge_scan, ScannedRow, ScannedSession};
 pub(crate) use writer::{Engine, Writer};
 
-/// How a backend runs one read snapshot (a redb read transaction, a SQLite deferred
-/// transaction on a pooled connection). Called on a blocking thread.
+/// How a backend runs one read snapshot, on a blocking thread.
 pub(crate) trait Readers: Send + Sync + std::fmt::Debug + 'static {
     fn read(&self, f: &mut dyn FnMut(&mut dyn ReadTxn) -> Result<()>) -> Result<()>;
 
-    /// Checks the whole store on one snapshot, recording what it finds in `checker` (see
-    /// [`BindingStore::verify`]). Returns whether the check reached the end.
+    /// Checks the whole store on one snapshot into `checker`; whether it reached the end.
     fn verify(&self, checker: &mut Checker<'_>) -> Result<bool>;
 }
 
@@ -36,12 +34,12 @@ pub(crate) struct Durable {
     // Dropped first, so that the engine (dropped by the writer thread, which the writer's drop
     // waits for) holds the last reference to the file and closes it on that thread.
     pub(crate) readers: Arc<dyn Readers>,
-    /// `Some` for a single-process backend (redb): leases live in this process. `None`: they
-    /// live in the store and go through the writer like every other write (SQLite).
+    /// `Some` for a single-process backend (redb): leases live in this process. `None`: in
+    /// the store, written through the writer (SQLite).
     pub(crate) local_leases: Option<Arc<LocalLeases>>,
     pub(crate) writer: Writer,
     /// `Some(label)` for a store opened read-only: every write and lease request is refused
-    /// here, before the writer thread, on both file backends.
+    /// here, before the writer thread.
     pub(crate) read_only: Option<String>,
 }
 
@@ -64,16 +62,16 @@ impl Durable {
 }
 
 /// Runs `f` on a blocking thread (a read of a file store); a panic there is `Internal`.
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
-        if e.is_panic() {
-            StoreError::Internal(format!("a read panicked: {e}"))
-        } else {
-            StoreError::Closed
-        }
-    })?
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    let joined = tokio::task::spawn_blocking(f).await;
+    joined.map_err(|e| join_error("a read", e))?
+}
+
+fn join_error(what: &str, error: tokio::task::JoinError) -> StoreError {
+    match error.is_panic() {
+        true => StoreError::Internal(format!("{what} panicked: {error}")),
+        false => StoreError::Closed,
+    }
 }
 
 impl Backend for Durable {
@@ -138,12 +136,6 @@ impl Backend for Durable {
         while let Some(update) = rx.recv().await {
             progress(&update);
         }
-        scan.await.map_err(|e| {
-            if e.is_panic() {
-                StoreError::Internal(format!("the check panicked: {e}"))
-            } else {
-                StoreError::Closed
-            }
-        })?
+        scan.await.map_err(|e| join_error("the check", e))?
     }
 }

@@ -1,11 +1,9 @@
 //! The writer thread of a file store: a plain group-commit loop. Writes come over a channel
 //! with oneshot replies; whatever queued up while the previous transaction was being made
-//! durable is applied in one transaction, and every caller is answered after the commit.
-//!
-//! Architecture invariant: no engine call runs on an async runtime thread. Writes run here;
-//! reads run in `spawn_blocking`.
+//! durable is applied in one transaction, and every caller is answered after the commit. No
+//! engine write runs on an async runtime thread.
 
-use std::sync::mpsc;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Instant;
 
 use tokio::sync::oneshot;
@@ -39,10 +37,8 @@ trait Queued: Send {
     /// Runs the write in `txn`. A logical refusal is kept as the result and the transaction
     /// goes on (the refused write wrote nothing); any other error fails the transaction.
     fn apply(&mut self, txn: &mut dyn WriteTxn, now: i64) -> Result<()>;
-    /// Answers the caller with the kept result (the transaction committed).
-    fn answer(self: Box<Self>);
-    /// Answers the caller with `error` (the transaction failed).
-    fn fail(self: Box<Self>, error: StoreError);
+    /// Answers the caller: the kept result if the transaction committed, else its `error`.
+    fn answer(self: Box<Self>, error: Option<StoreError>);
 }
 
 struct Job<T, O> {
@@ -60,17 +56,15 @@ impl<T: Send, O: WriteOp<T>> Queued for Job<T, O> {
         Ok(())
     }
 
-    fn answer(self: Box<Self>) {
-        let result = self.result.unwrap_or_else(|| {
-            Err(StoreError::Internal(
+    fn answer(self: Box<Self>, error: Option<StoreError>) {
+        let result = match (error, self.result) {
+            (Some(error), _) => Err(error),
+            (None, Some(result)) => result,
+            (None, None) => Err(StoreError::Internal(
                 "a write was answered before it ran".to_string(),
-            ))
-        });
+            )),
+        };
         let _ = self.reply.send(result);
-    }
-
-    fn fail(self: Box<Self>, error: StoreError) {
-        let _ = self.reply.send(Err(error));
     }
 }
 
@@ -84,12 +78,6 @@ pub(crate) struct Writer {
     tx: Option<mpsc::Sender<Box<dyn Queued>>>,
     /// The writer thread, joined on close and drop.
     thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for dyn Queued {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Queued")
-    }
 }
 
 impl Writer {
@@ -166,28 +154,21 @@ impl Drop for Writer {
 fn run<E: Engine>(mut engine: E, rx: mpsc::Receiver<Box<dyn Queued>>) {
     loop {
         let first = match engine.flush_due() {
-            None => match rx.recv() {
-                Ok(job) => job,
-                Err(_) => break,
-            },
-            Some(due) => match rx.recv_timeout(due.saturating_duration_since(Instant::now())) {
-                Ok(job) => job,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    engine.flush();
-                    continue;
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            },
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(due) => rx.recv_timeout(due.saturating_duration_since(Instant::now())),
+        };
+        let first = match first {
+            Ok(job) => job,
+            Err(RecvTimeoutError::Timeout) => {
+                engine.flush();
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
         };
         // Group commit: everything that queued up while the previous transaction was being
         // made durable goes into this one.
         let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
+        batch.extend(rx.try_iter().take(MAX_BATCH - 1));
         commit_batch(&mut engine, batch);
     }
     engine.flush();
@@ -206,18 +187,12 @@ fn commit_batch<E: Engine>(engine: &mut E, mut batch: Vec<Box<dyn Queued>>) {
         Ok(())
     });
     match outcome {
-        Ok(()) => batch.into_iter().for_each(|job| job.answer()),
-        Err(e) if batch.len() == 1 => {
-            if let Some(job) = batch.pop() {
-                job.fail(e);
-            }
-        }
+        Ok(()) => batch.into_iter().for_each(|job| job.answer(None)),
+        Err(e) if batch.len() == 1 => batch.remove(0).answer(Some(e)),
         Err(StoreError::Locked { path, holder }) => {
             for job in batch {
-                job.fail(StoreError::Locked {
-                    path: path.clone(),
-                    holder: holder.clone(),
-                });
+                let (path, holder) = (path.clone(), holder.clone());
+                job.answer(Some(StoreError::Locked { path, holder }));
             }
         }
         Err(e) => {

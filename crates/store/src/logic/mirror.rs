@@ -49,53 +49,44 @@ pub(crate) fn plan<'a>(
     }
     let mut writes: Vec<FileWrite<'a>> = Vec::new();
     for append in &update.appends {
-        check_mirror_path(&append.path).map_err(StoreError::InvalidInput)?;
-        if writes.iter().any(|w| w.path == append.path) {
-            return Err(StoreError::InvalidInput(format!(
-                "the mirror update names {} twice",
-                append.path
-            )));
+        let (path, bytes) = (append.path.as_str(), append.bytes.as_slice());
+        check_mirror_path(path).map_err(StoreError::InvalidInput)?;
+        if writes.iter().any(|w| w.path == path) {
+            let detail = format!("the mirror update names {path} twice");
+            return Err(StoreError::InvalidInput(detail));
         }
-        let stored = record
-            .mirror
-            .files_of(thread_id)
-            .find(|f| f.path == append.path);
-        let write = if append.base_len == 0 {
-            FileWrite {
-                path: &append.path,
-                replace: true,
-                bytes: &append.bytes,
-                len: append.bytes.len() as u64,
-                crc32: crc32fast::hash(&append.bytes),
-            }
-        } else {
-            let extends =
-                stored.is_some_and(|f| f.len == append.base_len && f.crc32 == append.base_crc32);
-            if !extends {
-                let held = match stored {
-                    Some(f) => format!("{} bytes, CRC-32 {:08x}", f.len, f.crc32),
-                    None => "nothing".to_string(),
-                };
-                return Err(StoreError::MirrorMismatch {
-                    session_id: record.session_id.clone(),
-                    thread_id: thread_id.to_string(),
-                    path: append.path.clone(),
-                    detail: format!(
-                        "the append extends {} bytes with CRC-32 {:08x}; the store holds {held}",
-                        append.base_len, append.base_crc32
-                    ),
-                });
-            }
-            FileWrite {
-                path: &append.path,
-                replace: false,
-                bytes: &append.bytes,
-                len: append.base_len + append.bytes.len() as u64,
-                crc32: crc32_extend(append.base_crc32, append.base_len, &append.bytes),
-            }
+        let stored = record.mirror.files_of(thread_id).find(|f| f.path == path);
+        let (base_len, base_crc32) = (append.base_len, append.base_crc32);
+        let replace = base_len == 0;
+        if !replace && !stored.is_some_and(|f| (f.len, f.crc32) == (base_len, base_crc32)) {
+            let held = match stored {
+                Some(f) => format!("{} bytes, CRC-32 {:08x}", f.len, f.crc32),
+                None => "nothing".to_string(),
+            };
+            return Err(StoreError::MirrorMismatch {
+                session_id: record.session_id.clone(),
+                thread_id: thread_id.to_string(),
+                path: path.to_string(),
+                detail: format!(
+                    "the append extends {base_len} bytes with CRC-32 {base_crc32:08x}; \
+                     the store holds {held}"
+                ),
+            });
+        }
+        let crc32 = match replace {
+            true => crc32fast::hash(bytes),
+            false => crc32_extend(base_crc32, base_len, bytes),
         };
-        if !(write.replace && write.bytes.is_empty() && stored.is_none()) {
-            writes.push(write);
+        // An empty replacement of a file never stored writes nothing.
+        if !(replace && bytes.is_empty() && stored.is_none()) {
+            let len = base_len + bytes.len() as u64;
+            writes.push(FileWrite {
+                path,
+                replace,
+                bytes,
+                len,
+                crc32,
+            });
         }
     }
     let bytes: u64 = record
@@ -137,21 +128,20 @@ pub(crate) fn write(
             Ok(MirrorOutcome::StoppedNow { bytes, cap })
         }
         Plan::Write(writes) => {
+            let files = &mut record.mirror.files;
             for w in writes {
-                let at = record
-                    .mirror
-                    .files
+                let chunks = FileKey::new(&session_id, thread_id, w.path);
+                let at = files
                     .iter()
                     .position(|f| f.thread_id == thread_id && f.path == w.path);
-                let mut lens = match (at, w.replace) {
-                    (Some(at), false) => record.mirror.files[at].chunk_lens.clone(),
-                    (Some(_), true) => {
-                        txn.remove_chunks(FileKey::new(&session_id, thread_id, w.path), 0)?;
+                let mut lens = match at {
+                    Some(at) if !w.replace => std::mem::take(&mut files[at].chunk_lens),
+                    Some(_) => {
+                        txn.remove_chunks(chunks, 0)?;
                         Vec::new()
                     }
-                    (None, _) => Vec::new(),
+                    None => Vec::new(),
                 };
-                let chunks = FileKey::new(&session_id, thread_id, w.path);
                 for piece in w.bytes.chunks(MAX_CHUNK) {
                     txn.put_chunk(chunks, lens.len() as u64, piece)?;
                     lens.push(piece.len() as u64);
@@ -165,14 +155,11 @@ pub(crate) fn write(
                     chunk_lens: lens,
                 };
                 match at {
-                    Some(at) => record.mirror.files[at] = file,
-                    None => record.mirror.files.push(file),
+                    Some(at) => files[at] = file,
+                    None => files.push(file),
                 }
             }
-            record
-                .mirror
-                .files
-                .sort_by(|a, b| (&a.thread_id, &a.path).cmp(&(&b.thread_id, &b.path)));
+            files.sort_by(|a, b| (&a.thread_id, &a.path).cmp(&(&b.thread_id, &b.path)));
             Ok(MirrorOutcome::Mirrored)
         }
     }
@@ -221,11 +208,10 @@ pub(crate) fn drop_thread(
     record: &mut SessionRecord,
     thread_id: &str,
 ) -> Result<()> {
-    let (gone, kept) = std::mem::take(&mut record.mirror.files)
+    let (gone, kept): (Vec<_>, _) = std::mem::take(&mut record.mirror.files)
         .into_iter()
         .partition(|f| f.thread_id == thread_id);
     record.mirror.files = kept;
-    let gone: Vec<MirroredFile> = gone;
     for file in gone {
         txn.remove_chunks(key(&record.session_id, &file), 0)?;
     }
