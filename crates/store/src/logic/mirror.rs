@@ -58,7 +58,7 @@ pub(crate) fn plan<'a>(
         let stored = record.mirror.files_of(thread_id).find(|f| f.path == path);
         let (base_len, base_crc32) = (append.base_len, append.base_crc32);
         let replace = base_len == 0;
-        if !replace && !stored.is_some_and(|f| (f.len, f.crc32) == (base_len, base_crc32)) {
+        if !replace && stored.is_none_or(|f| (f.len, f.crc32) != (base_len, base_crc32)) {
             let held = match stored {
                 Some(f) => format!("{} bytes, CRC-32 {:08x}", f.len, f.crc32),
                 None => "nothing".to_string(),
