@@ -1,28 +1,24 @@
-//! Record checksums of the file backends (every SQLite row and redb record): neither engine checks what a record holds when it reads it, so a flipped byte
-//! inside a key or a value would read back as another key or value (found by the
-//! `store_files` fuzz target). Every record carries a CRC-32 of its fields, written with it
-//! and verified whenever it is read.
+//! Record checksums of the file backends: neither engine checks what a record holds when it
+//! reads it, so a flipped byte in a key or a value would read back as another key or value.
+//! Every SQLite row and redb value carries a CRC-32 of its fields, verified whenever it is read.
 
 use crate::Result;
 use crate::StoreError;
 
-/// A CRC-32 over a record's fields, each written with a type tag and (for text) its length, so
-/// that moving bytes from one field to the next changes the sum. The first field is the table,
-/// so a row moved to another table does not verify either.
+/// A CRC-32 over a record's fields, each with a type tag and (for bytes) its length, so that
+/// moving bytes from one field to the next changes the sum. The first field is the table.
 pub(crate) struct Checksum(crc32fast::Hasher);
 
 impl Checksum {
-    /// Starts the checksum of a row of `table`.
     pub(crate) fn of(table: &str) -> Self {
         Checksum(crc32fast::Hasher::new()).text(table)
     }
 
-    /// Adds a text field.
     pub(crate) fn text(self, value: &str) -> Self {
         self.bytes(value.as_bytes())
     }
 
-    /// Adds a field of bytes (summed like text, so a text field and its bytes agree).
+    /// Adds a field of bytes (summed like text).
     pub(crate) fn bytes(mut self, value: &[u8]) -> Self {
         self.0.update(&[1]);
         self.0.update(&(value.len() as u64).to_le_bytes());
@@ -30,44 +26,39 @@ impl Checksum {
         self
     }
 
-    /// Adds a text field that may be NULL.
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-    pub(crate) fn opt_text(mut self, value: Option<&str>) -> Self {
-        match value {
-            Some(v) => self.text(v),
-            None => {
-                self.0.update(&[0]);
-                self
-            }
-        }
-    }
-
-    /// Adds an integer field.
     pub(crate) fn int(mut self, value: i64) -> Self {
         self.0.update(&[2]);
         self.0.update(&value.to_le_bytes());
         self
     }
 
-    /// Adds an integer field that may be NULL.
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-    pub(crate) fn opt_int(mut self, value: Option<i64>) -> Self {
+    pub(crate) fn opt_text(self, value: Option<&str>) -> Self {
         match value {
-            Some(v) => self.int(v),
-            None => {
-                self.0.update(&[0]);
-                self
-            }
+            Some(v) => self.text(v),
+            None => self.null(),
         }
     }
 
-    /// The sum, as stored in the row's `checksum` column.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) fn opt_int(self, value: Option<i64>) -> Self {
+        match value {
+            Some(v) => self.int(v),
+            None => self.null(),
+        }
+    }
+
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    fn null(mut self) -> Self {
+        self.0.update(&[0]);
+        self
+    }
+
     pub(crate) fn finish(self) -> i64 {
         i64::from(self.0.finalize())
     }
 }
 
-/// Fails with `Corrupt` unless `stored` is `computed`.
 impl crate::logic::FileKey<'_> {
     /// The checksum of chunk `seq` of this file holding `bytes`, as both file backends store it.
     pub(crate) fn chunk_checksum(&self, seq: i64, bytes: &[u8]) -> i64 {
@@ -81,6 +72,7 @@ impl crate::logic::FileKey<'_> {
     }
 }
 
+/// Fails with `Corrupt` unless `stored` is `computed`.
 pub(crate) fn verify(
     label: &str,
     what: impl FnOnce() -> String,

@@ -36,26 +36,20 @@ pub struct CopyProgress<'a> {
     pub report: &'a CopyReport,
 }
 
-/// Copies every session of `from` into `to` (whole sessions: record, binding, retired threads,
-/// config, rows and rollout mirror), verifies each copy, and reports what it did.
+/// Copies every session of `from` into `to` (whole sessions, mirror included), verifies each
+/// copy, and reports what it did.
 ///
-/// - It streams: sessions are listed page by page ([`BindingStore::list_sessions`]) and copied
-///   one at a time ([`BindingStore::export_session`] then
-///   [`BindingStore::import_session`], one transaction each), so memory does not grow with the
-///   store.
-/// - Resumable: importing a session identical to the target's is a no-op, so a copy
-///   interrupted at any point completes when rerun, without duplicating anything.
-/// - Verified: after each import the session is read back from `to` and must equal what was
-///   read from `from`.
-/// - `progress` is called after each session (to draw a progress bar; count the sessions
-///   first with [`BindingStoreExt::count_sessions`](crate::BindingStoreExt::count_sessions)
-///   for its length).
+/// - It streams: sessions are listed page by page and copied one at a time (export, then
+///   import: one transaction each), so memory does not grow with the store.
+/// - Resumable: importing a session identical to the target's is a no-op, so a rerun
+///   completes an interrupted copy without duplicating anything.
+/// - Verified: each session is read back from `to` and must equal what was read from `from`.
+/// - `progress` is called after each session.
 ///
-/// Errors: a session of `to` that differs from the source's is [`StoreError::Conflict`]
-/// (nothing of it is written), and so is a copy that does not read back identical; a session
-/// deleted from the source during the copy is [`StoreError::NotFound`]; any error of either
-/// store is returned as is (each names its store). Sessions copied before an error stay
-/// copied.
+/// Errors: a session of `to` that differs from the source's, or a copy that does not read
+/// back identical, is [`StoreError::Conflict`]; a session deleted from the source during the
+/// copy is [`StoreError::NotFound`]; either store's errors are returned as they are. Sessions
+/// copied before an error stay copied.
 pub async fn copy_sessions(
     from: &dyn BindingStore,
     to: &dyn BindingStore,

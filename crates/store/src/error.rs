@@ -196,26 +196,43 @@ impl StoreError {
         )
     }
 
+    pub(crate) fn io(path: impl Into<String>, source: std::io::Error) -> Self {
+        let path = path.into();
+        StoreError::Io { path, source }
+    }
+
     pub(crate) fn lease_lost(session_id: &str, cause: LeaseLoss) -> Self {
-        StoreError::LeaseLost {
-            session_id: session_id.to_string(),
-            cause,
-        }
+        let session_id = session_id.to_string();
+        StoreError::LeaseLost { session_id, cause }
     }
 
     pub(crate) fn corrupt(path: &str, detail: impl Into<String>) -> Self {
+        let (path, detail) = (path.to_string(), detail.into());
         StoreError::Corrupt {
-            path: path.to_string(),
-            detail: detail.into(),
+            path,
+            detail,
             source: None,
         }
     }
+}
+
+/// The constructors only the backends use.
+#[cfg_attr(
+    not(any(feature = "redb", feature = "sqlite", feature = "postgres")),
+    allow(dead_code)
+)]
+impl StoreError {
+    pub(crate) fn no_store(path: impl Into<String>) -> Self {
+        let path = path.into();
+        StoreError::NoStore { path }
+    }
+
+    pub(crate) fn locked(path: impl Into<String>) -> Self {
+        let (path, holder) = (path.into(), None);
+        StoreError::Locked { path, holder }
+    }
 
     /// `Corrupt`: the stored JSON `what` does not decode.
-    #[cfg_attr(
-        not(any(feature = "redb", feature = "sqlite", feature = "postgres")),
-        allow(dead_code)
-    )]
     pub(crate) fn corrupt_json(path: &str, what: String, error: serde_json::Error) -> Self {
         StoreError::Corrupt {
             path: path.to_string(),
@@ -226,15 +243,10 @@ impl StoreError {
 
     /// A write (or lease request) of a store opened
     /// [`read_only`](crate::OpenOptions::read_only), refused before it reaches the engine.
-    #[cfg_attr(
-        not(any(feature = "redb", feature = "sqlite", feature = "postgres")),
-        allow(dead_code)
-    )]
     pub(crate) fn opened_read_only(path: &str) -> Self {
-        StoreError::NotWritable {
-            path: path.to_string(),
-            source: Some("the store was opened read-only".into()),
-        }
+        let source = Some("the store was opened read-only".into());
+        let path = path.to_string();
+        StoreError::NotWritable { path, source }
     }
 }
 

@@ -16,25 +16,17 @@ use crate::{redact_url, BindingStore, MemoryStore, OpenOptions, StoreError};
 /// | `memory:` | [`MemoryStore`] | always |
 ///
 /// The scheme is case-insensitive. A file store is named one of two ways:
-/// - `sqlite:PATH` (and `redb:PATH`): the path verbatim, relative or absolute (file names are
-///   not URL-encoded: `%`, `?`, `#` and spaces are part of the name); a leading `~/` is the
-///   home directory (`sqlite:~/x.db`).
-/// - `sqlite://AUTHORITY/PATH`: a URI read the way SQLite reads its own `file:` URIs. The
-///   authority is empty or `localhost` (`sqlite:///var/x.db`, `sqlite://localhost/var/x.db`);
-///   any other host is refused (a store file is local), as SQLite refuses it. The path is
-///   absolute and percent-decoded (`%20` is a space). Query parameters and fragments are
-///   refused rather than passed to SQLite: the store sets the connection's own options (WAL,
-///   read-write, create or not), and `mode=ro`, `immutable=1` or a `vfs` would undo its
-///   guarantees.
+/// - `sqlite:PATH` (and `redb:PATH`): the path verbatim (`%`, `?`, `#` and spaces are part of
+///   the name); a leading `~/` is the home directory.
+/// - `sqlite://AUTHORITY/PATH`: read as SQLite reads its own `file:` URIs: the authority empty
+///   or `localhost` (a store file is local), the path absolute and percent-decoded. Query
+///   parameters and fragments are refused: the store sets the connection's options itself,
+///   and `mode=ro`, `immutable=1` or a `vfs` would undo its guarantees.
 ///
-/// So `sqlite:/var/x.db` and `sqlite:///var/x.db` are one file; `sqlite://x.db` is refused
-/// (`x.db` would be a host). A bare path (`/tmp/x.redb`) is not a URL: the error suggests the
-/// URL its extension points to (`redb:` for `.redb`, `sqlite:` for `.sqlite`, `.sqlite3` and
-/// `.db`), or lists the forms. A PostgreSQL URL is parsed whole with the `url` crate (one
-/// host; libpq-style query parameters); its parameter `schema=NAME` is rethread's (the schema
-/// of the tables, created if missing) and is not passed to the server.
-///
-/// `Display` and `Debug` never show a password ([`redact_url`]).
+/// A bare path (`/tmp/x.redb`) is not a URL: the error suggests the URL its extension points
+/// to, or lists the forms. A PostgreSQL URL is parsed whole (one host; libpq-style query
+/// parameters); its parameter `schema=NAME` is rethread's (the tables' schema, created if
+/// missing), not passed to the server. `Display` and `Debug` never show a password.
 ///
 /// ```
 /// use rethread_store::StoreUrl;
@@ -60,8 +52,7 @@ pub enum StoreUrl {
 const EXPECTED: &str = "expected `redb:PATH`, `sqlite:PATH`, `postgres://...` or `memory:`";
 
 impl StoreUrl {
-    /// Parses a store URL. Errors: [`StoreError::UnsupportedUrl`] (with the URL redacted) for
-    /// an unknown scheme, a file URL without a path, or a PostgreSQL URL that does not parse.
+    /// Parses a store URL; [`StoreError::UnsupportedUrl`] (the URL redacted) if it is not one.
     /// Whether this build has the backend is checked by [`StoreUrl::open`].
     pub fn parse(url: &str) -> Result<StoreUrl> {
         let unsupported = |reason: &str| StoreError::UnsupportedUrl {
@@ -92,9 +83,7 @@ impl StoreUrl {
         }
     }
 
-    /// Opens the store. With [`OpenOptions::create_dirs`] the directory of a new store file is
-    /// created too. A backend whose feature is disabled in this build is
-    /// [`StoreError::UnsupportedUrl`].
+    /// Opens the store; a backend this build lacks is [`StoreError::UnsupportedUrl`].
     pub async fn open(&self, options: OpenOptions) -> Result<Arc<dyn BindingStore>> {
         // Without any file or PostgreSQL backend the options have nothing to configure.
         let _ = &options;
@@ -134,8 +123,7 @@ fn is_scheme(text: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
 }
 
-/// What to say about `text`, which has no scheme: the URL its extension points to, or the forms
-/// a store URL takes.
+/// What to say about `text`, which has no scheme.
 fn bare_path_hint(text: &str) -> String {
     let extension = Path::new(text)
         .extension()
@@ -156,8 +144,7 @@ fn file_path(rest: &str) -> Result<PathBuf, String> {
         if rest.is_empty() {
             return Err("the URL has no path".into());
         }
-        // `~/...` is under the home directory, as a shell would have it (no shell expands it
-        // inside a URL).
+        // No shell expands `~` inside a URL.
         return match rest.strip_prefix("~/") {
             Some(under_home) => std::env::home_dir()
                 .map(|home| home.join(under_home))
@@ -214,10 +201,8 @@ impl std::str::FromStr for StoreUrl {
     }
 }
 
-/// Opens a store from a URL (the grammar of [`StoreUrl`]): `redb:PATH`, `sqlite:PATH`,
-/// `postgres://...` or `memory:`.
-///
-/// A backend whose feature is disabled in this build is [`StoreError::UnsupportedUrl`].
+/// Opens a store from a URL ([`StoreUrl`]): `redb:PATH`, `sqlite:PATH`, `postgres://...` or
+/// `memory:`.
 pub async fn open_url(url: &str, options: OpenOptions) -> Result<Arc<dyn BindingStore>> {
     StoreUrl::parse(url)?.open(options).await
 }
@@ -247,11 +232,8 @@ pub(crate) fn postgres_parts(url: &str) -> Result<(String, Option<String>)> {
             }
         })
         .collect();
-    if kept.is_empty() {
-        parsed.set_query(None);
-    } else {
-        parsed.set_query(Some(&kept.join("&")));
-    }
+    let query = kept.join("&");
+    parsed.set_query(Some(query.as_str()).filter(|q| !q.is_empty()));
     Ok((parsed.to_string(), schema))
 }
 

@@ -25,17 +25,11 @@ use crate::{
 /// - Methods never block the async runtime's threads.
 #[async_trait]
 pub trait BindingStore: Send + Sync + std::fmt::Debug {
-    /// Reads a session: its config, binding state, row count and retired threads.
-    ///
-    /// # Contract
-    /// `Ok(None)` only when the session does not exist.
+    /// Reads a session; `Ok(None)` only when it does not exist.
     async fn session(&self, session_id: &str) -> Result<Option<SessionRecord>>;
 
-    /// Reads the rows of `session_id` whose `seq` is in `range`, in order.
-    ///
-    /// # Contract
-    /// The range is clipped to `0..row_count`; a missing session or an empty range yields an
-    /// empty vector.
+    /// Reads the rows of `session_id` whose `seq` is in `range` (clipped to `0..row_count`), in
+    /// order; none for a missing session.
     async fn rows(&self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>>;
 
     /// Appends the turn's rows and binds the session to its thread, in **one** transaction,
@@ -53,27 +47,22 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     ///   thread, drops the thread's mirror.
     /// - The rows get `seq` `first_seq..row_count` of the returned outcome.
     /// - The state becomes [`BindingState::Bound`](crate::BindingState::Bound) to the thread
-    ///   (from `GivenUp` too: the owed notice is settled by the new thread), and
-    ///   `model_config[CODEX_THREAD_ID_KEY]` names it. When the binding already names this
-    ///   thread its `bound_at_ms` is kept; otherwise it is set to now. `codex_home` is always
-    ///   taken from the commit.
-    /// - If the thread is retired for this session the rows still commit, the state is left
-    ///   untouched, and the outcome is [`CommitOutcome::RetiredNotPublished`].
-    /// - A thread of another session is [`StoreError::ThreadTaken`]; a `fence` that is no
-    ///   longer the session's newest grant ([`Fence`]) is [`StoreError::LeaseLost`]. Either
-    ///   way nothing is written.
+    ///   (from `GivenUp` too: the new thread settles the owed notice). A binding that already
+    ///   names the thread keeps its `bound_at_ms`; `codex_home` is taken from the commit.
+    /// - A thread retired for this session: the rows still commit, the state is untouched
+    ///   ([`CommitOutcome::RetiredNotPublished`]).
+    /// - A thread of another session is [`StoreError::ThreadTaken`], a stale `fence`
+    ///   [`StoreError::LeaseLost`]; either way nothing is written.
     async fn commit_turn(&self, commit: TurnCommit) -> Result<CommitOutcome>;
 
-    /// Applies an RFC 7396 JSON merge-patch to the session's `model_config` atomically, and
-    /// returns the new config.
+    /// Applies an RFC 7396 JSON merge-patch to the session's `model_config` atomically (created
+    /// if absent), and returns the new config.
     ///
     /// # Contract
-    /// - A key set to `null` is removed; nested objects merge recursively; keys the patch does
-    ///   not name are never lost, also under concurrent patches.
-    /// - Creates the session if absent.
+    /// - Keys the patch does not name are never lost, also under concurrent patches.
     /// - A patch naming [`CODEX_THREAD_ID_KEY`](crate::CODEX_THREAD_ID_KEY) is
-    ///   [`StoreError::InvalidInput`]: that key is the store's view of the binding.
-    /// - A stale `fence` is [`StoreError::LeaseLost`]. Refused patches write nothing.
+    ///   [`StoreError::InvalidInput`], a stale `fence` [`StoreError::LeaseLost`]; either way
+    ///   nothing is written.
     async fn patch_config(
         &self,
         session_id: &str,
@@ -85,16 +74,12 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// given up ([`Retirement::Lost`]) or the host's own end of it ([`Retirement::Ended`]).
     ///
     /// # Contract
-    /// - The thread is retired for good (never published again, whoever commits it later);
-    ///   idempotent; creates the session if absent, so that a late commit from another
-    ///   process cannot resurrect it.
-    /// - `Lost`: a session bound to this thread becomes
-    ///   [`BindingState::GivenUp`](crate::BindingState::GivenUp) (at now, notice not
-    ///   delivered). Compare-and-set: a binding to another thread survives, and a given-up
-    ///   state is kept as it is.
-    /// - `Ended`: a session bound to this thread becomes unbound; it never creates a `GivenUp`
-    ///   and leaves one of this thread as it is.
-    /// - A thread of another session is [`StoreError::ThreadTaken`]; a stale `fence` is
+    /// - The thread is retired for good, whoever commits it later; idempotent; creates the
+    ///   session if absent, so that a late commit cannot resurrect it.
+    /// - Compare-and-set: only a binding to this thread changes. `Lost` makes it
+    ///   [`BindingState::GivenUp`](crate::BindingState::GivenUp) (now, notice owed), `Ended`
+    ///   unbound; a given-up state is kept as it is.
+    /// - A thread of another session is [`StoreError::ThreadTaken`], a stale `fence`
     ///   [`StoreError::LeaseLost`]; either way nothing is written.
     async fn retire_thread(
         &self,
@@ -107,9 +92,8 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// Records that the fallback notice of the give-up of `thread_id` reached the user.
     ///
     /// # Contract
-    /// `true` when the session is given up from `thread_id` (its notice is now delivered);
-    /// anything else changes nothing and is `false`. A stale `fence` is
-    /// [`StoreError::LeaseLost`].
+    /// `true` when the session is given up from `thread_id` (its notice now delivered); else
+    /// `false`, nothing changed. A stale `fence` is [`StoreError::LeaseLost`].
     async fn mark_notice_delivered(
         &self,
         session_id: &str,
@@ -127,11 +111,10 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// [`BindingStoreExt::mirror_file`] reads it into memory.
     ///
     /// # Contract
-    /// `Ok(None)`, nothing written, when the session or the file is not mirrored. On `Err`,
-    /// damage found part way through ([`StoreError::Corrupt`]: chunks that do not give the
-    /// recorded length and CRC-32, a file never served whole) or `out` failing
-    /// ([`StoreError::Io`]), `out` may hold part of the file: write into a temp file and keep
-    /// it only on `Ok`. `out` is flushed before `Ok`, and runs on the store's own threads.
+    /// `Ok(None)`, nothing written, when the session or the file is not mirrored. On `Err`
+    /// (damage found part way through, [`StoreError::Corrupt`], or `out` failing,
+    /// [`StoreError::Io`]) `out` may hold part of the file: write into a temp file and keep it
+    /// only on `Ok`. `out` is flushed before `Ok`, and runs on the store's own threads.
     async fn write_mirror_file(
         &self,
         session_id: &str,
@@ -140,24 +123,20 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
         out: Box<dyn std::io::Write + Send>,
     ) -> Result<Option<MirroredFile>>;
 
-    /// Lists sessions in ascending session-id order, starting after `after`.
-    ///
-    /// # Contract
-    /// At most `limit` sessions (`limit` must be at least 1); `next_after` is `Some` when more
-    /// may follow.
+    /// Lists at most `limit` (at least 1) sessions in ascending session-id order, starting after
+    /// `after`; `next_after` is `Some` when more may follow.
     async fn list_sessions(&self, after: Option<&str>, limit: usize) -> Result<SessionPage>;
 
-    /// Deletes a session: its record, rows, mirror and retirements, and frees its threads.
-    /// Returns `true` if it existed.
+    /// Deletes a session (record, rows, mirror, retirements) and frees its threads; `true` if
+    /// it existed.
     ///
     /// # Contract
-    /// - While the session's lease is live and its holder not known gone
-    ///   ([`LeaseOwner::is_known_gone`]) it is [`StoreError::Busy`] naming the holder, and
-    ///   nothing is deleted.
-    /// - The lease is then granted to nobody (its fence grows, marked forgotten): a holder that
-    ///   stalled can never take it back, and each of its fenced writes is
-    ///   [`StoreError::LeaseLost`] ([`LeaseLoss::Forgotten`](crate::LeaseLoss::Forgotten)), so
-    ///   a delete is never silently undone. A later acquire works and continues the fence.
+    /// - While its lease is live and its holder not known gone
+    ///   ([`LeaseOwner::is_known_gone`]): [`StoreError::Busy`] naming the holder, nothing
+    ///   deleted.
+    /// - The lease is then granted to nobody (the fence grows): a stalled holder can never take
+    ///   it back or write ([`LeaseLoss::Forgotten`](crate::LeaseLoss::Forgotten)), so a delete
+    ///   is never silently undone. A later acquire continues the fence.
     async fn delete_session(&self, session_id: &str) -> Result<bool>;
 
     /// Reads a whole session (record, all rows, mirror, and every thread that belongs to it)
@@ -167,36 +146,31 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// Writes a whole session exported from another store.
     ///
     /// # Contract
-    /// - Idempotent: importing an export identical to what is stored is a no-op
-    ///   ([`ImportOutcome::AlreadyPresent`]), so a rerun `migrate` never duplicates rows.
-    /// - A differing existing session is [`StoreError::Conflict`] and nothing is written.
+    /// - Idempotent: an export identical to what is stored is
+    ///   [`ImportOutcome::AlreadyPresent`], so a rerun `migrate` never duplicates rows; a
+    ///   differing existing session is [`StoreError::Conflict`].
     /// - An inconsistent export (rows not `0..row_count`, `model_config[CODEX_THREAD_ID_KEY]`
     ///   disagreeing with the state, a retired thread bound) is [`StoreError::InvalidInput`];
     ///   a thread of another session is [`StoreError::ThreadTaken`].
-    /// - A session not present yet is refused while its lease is live and its holder not
-    ///   known gone ([`StoreError::Busy`], nothing written), as a delete is: that holder's
-    ///   fenced writes would build on a history it never read. Once imported, its lease is
-    ///   granted to nobody, as after a delete: an earlier holder, stalled past its TTL, can
-    ///   neither write nor renew ([`LeaseLoss::Forgotten`](crate::LeaseLoss::Forgotten)).
-    /// - The session owns every thread of the export ([`SessionExport::threads`]; the threads
-    ///   its record names when that is empty), also when it was present already.
+    /// - A session not present yet is refused while its lease is live, as a delete is (that
+    ///   holder's fenced writes would build on a history it never read), and once imported its
+    ///   lease is granted to nobody, as after a delete.
+    /// - The session owns every thread of the export ([`SessionExport::threads`]), also when
+    ///   it was present already.
+    /// - Refused imports write nothing.
     async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome>;
 
     /// Takes the session's lease for `owner` for `ttl`: the right to drive the session's codex
-    /// thread. Hosts take it before resuming or starting a thread and hold it (renewing) through
-    /// the turn's commit, so that two hosts never drive one session's thread at once.
+    /// thread, held (renewed) through the turn's commit so that two hosts never drive it at
+    /// once.
     ///
     /// # Contract
     /// - Granted (a new `fence`, `acquired_at_ms` now) when the session has no live lease (none,
-    ///   expired, released or forgotten), when
-    ///   `owner` holds it already (a re-acquire is a new grant: the earlier grant's renewals,
-    ///   releases and fenced writes are refused from then on), or when its holder is provably
-    ///   gone ([`LeaseOwner::is_known_gone`]: same machine, pid namespace and user, process
-    ///   exited), so a host restarted after a crash never waits out the TTL.
+    ///   expired, released or forgotten), when `owner` holds it already (a new grant: the
+    ///   earlier one's renewals, releases and fenced writes are refused from then on), or when
+    ///   its holder is provably gone ([`LeaseOwner::is_known_gone`]).
     /// - Another owner's live lease is [`StoreError::Busy`] naming the holder; nothing changes.
-    /// - Expiry is judged by one clock per store (the database server's clock for PostgreSQL,
-    ///   the machine's for the file and memory stores), so a crashed holder frees the lease
-    ///   `ttl` after its last renewal.
+    /// - Expiry is judged by one clock per store (PostgreSQL's server, else the machine's).
     async fn acquire_lease(
         &self,
         session_id: &str,
@@ -208,33 +182,25 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     ///
     /// # Contract
     /// Only the session's newest grant renews (same owner and `fence`, not released), also
-    /// after its expiry: a holder that stalled past its TTL takes the lease back when nobody
-    /// took it meanwhile. Otherwise [`StoreError::LeaseLost`] saying why, and nothing changes.
+    /// after its expiry (nobody took it meanwhile); else [`StoreError::LeaseLost`] saying why,
+    /// nothing changed.
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease>;
 
-    /// Frees a lease.
-    ///
-    /// # Contract
-    /// Returns `true` if `lease` (same owner and `fence`) was the session's newest grant and
-    /// is now released; `false` otherwise, changing nothing: another grant is never freed.
+    /// Frees a lease: `true` if it (same owner and `fence`) was the session's newest grant and
+    /// is now released; else `false`, nothing changed (another grant is never freed).
     async fn release_lease(&self, lease: &Lease) -> Result<bool>;
 
     /// Reads the whole store and checks every record of it (`rethread verify`); reports each
     /// problem found.
     ///
     /// # Contract
-    /// - Damage is reported, not returned: `Ok` with each problem in
-    ///   [`VerifyReport::problems`] (a record whose checksum fails or that does not decode,
-    ///   rows missing from a session, rows of no session or past their session's count, a
-    ///   damaged lease, the engine's own structure). Damage that stops the scan leaves
-    ///   [`VerifyReport::complete`] `false`.
-    /// - `Err` only when the store cannot be read for another reason (I/O, locked, closed).
-    /// - It reads one snapshot where the backend has them (redb, SQLite) and never blocks
-    ///   writers for long; it writes nothing.
-    /// - `progress` is called now and then (at most every 50 ms, and at the end).
-    /// - The file backends scan their tables and also find rows that belong to no session;
-    ///   SQLite runs `PRAGMA quick_check` first. The default implementation (memory,
-    ///   PostgreSQL, third-party backends) lists and exports every session.
+    /// - Damage is reported in [`VerifyReport::problems`], not returned; damage that stops the
+    ///   scan leaves [`VerifyReport::complete`] `false`. `Err` only when the store cannot be
+    ///   read for another reason (I/O, locked, closed).
+    /// - It reads one snapshot where the backend has them (redb, SQLite), never blocks writers
+    ///   for long, and writes nothing. `progress` is called at most every 50 ms, and at the end.
+    /// - The file backends scan their tables (SQLite after `PRAGMA quick_check`) and also find
+    ///   rows of no session; the default (memory, PostgreSQL, others) exports every session.
     async fn verify(
         &self,
         progress: &mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),

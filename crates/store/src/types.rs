@@ -18,7 +18,7 @@ pub struct Binding {
     pub thread_id: String,
     /// The `CODEX_HOME` the binding was made under, for diagnostics.
     pub codex_home: Option<String>,
-    /// When the binding to this thread was first made (milliseconds since the Unix epoch).
+    /// When the binding to this thread was first made (ms since the Unix epoch).
     pub bound_at_ms: i64,
     /// The fallback this thread replaced, if it did: a client whose SDK shows no notice
     /// still learns of it (`rethread sessions show --json`).
@@ -46,7 +46,7 @@ pub struct Fallback {
     pub thread_id: String,
     /// Why (the runtime's reason code: `gone`, `incompatible`, `unreadable`).
     pub reason: String,
-    /// When it was given up (milliseconds since the Unix epoch).
+    /// When it was given up (ms since the Unix epoch).
     pub at_ms: i64,
 }
 
@@ -97,9 +97,9 @@ pub struct SessionRecord {
     pub row_count: u64,
     /// Threads retired for this session, in retirement order; never published again.
     pub retired_threads: Vec<String>,
-    /// When the session was created (milliseconds since the Unix epoch).
+    /// When the session was created (ms since the Unix epoch).
     pub created_at_ms: i64,
-    /// When the session was last written (milliseconds since the Unix epoch).
+    /// When the session was last written (ms since the Unix epoch).
     pub updated_at_ms: i64,
     /// The rollout files mirrored for the session's threads (see [`MirrorState`]).
     #[serde(default, skip_serializing_if = "MirrorState::is_empty")]
@@ -154,31 +154,23 @@ impl SessionRecord {
 
     /// The threads this record names: bound or given up, and retired.
     pub(crate) fn named_threads(&self) -> impl Iterator<Item = &str> {
-        let current = match &self.state {
-            BindingState::Bound(b) => Some(b.thread_id.as_str()),
-            BindingState::GivenUp(g) => Some(g.thread_id.as_str()),
-            BindingState::Unbound => None,
-        };
-        current
-            .into_iter()
-            .chain(self.retired_threads.iter().map(String::as_str))
+        let current = self
+            .thread_id()
+            .or(self.given_up().map(|g| g.thread_id.as_str()));
+        let retired = self.retired_threads.iter().map(String::as_str);
+        current.into_iter().chain(retired)
     }
 
     /// Sets the state and its published view ([`CODEX_THREAD_ID_KEY`]), as the store does on
     /// every state change; for tools that build records to import.
     pub fn set_state(&mut self, state: BindingState) {
-        match &state {
-            BindingState::Bound(b) => {
-                self.model_config.insert(
-                    CODEX_THREAD_ID_KEY.to_string(),
-                    Value::String(b.thread_id.clone()),
-                );
-            }
-            _ => {
-                self.model_config.remove(CODEX_THREAD_ID_KEY);
-            }
-        }
         self.state = state;
+        match self.thread_id().map(|t| Value::String(t.to_string())) {
+            Some(thread) => self
+                .model_config
+                .insert(CODEX_THREAD_ID_KEY.to_string(), thread),
+            None => self.model_config.remove(CODEX_THREAD_ID_KEY),
+        };
     }
 }
 

@@ -1,9 +1,6 @@
 //! Checking a whole store ([`BindingStore::verify`]): the report, the checker that builds it,
-//! and the check any store can run through its public methods. The file backends' scan is in
-//! `durable/scan.rs`.
-//!
-//! Opening a store checks its header and schema only, and a read checks what it touches; this
-//! is where the whole file is read, on request (`rethread verify`).
+//! and the check any store can run through its public methods (the file backends' scan is in
+//! `durable/scan.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -33,8 +30,8 @@ pub struct VerifyReport {
     pub problems: Vec<Problem>,
     /// Problems found past the listed ones.
     pub unlisted_problems: u64,
-    /// Whether the check reached the end of the store. `false`: damage stopped it (the last
-    /// problem says where), and what lies past that point is unchecked.
+    /// Whether the check reached the end of the store (else damage stopped it: the last
+    /// problem says where).
     pub complete: bool,
 }
 
@@ -84,7 +81,7 @@ pub enum ProblemKind {
     /// A record of which session a thread belongs to is damaged.
     Thread,
     /// A mirrored rollout file is damaged: a chunk's checksum fails, chunks are missing, or
-    /// its bytes do not give the length and CRC-32 its session records.
+    /// its bytes do not give its recorded length and CRC-32.
     Mirror,
 }
 
@@ -121,7 +118,7 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// Says how many session records the scan will see (for the progress bar).
+    /// Says how many session records the scan will see.
     #[cfg_attr(not(any(feature = "redb", feature = "sqlite")), allow(dead_code))]
     pub(crate) fn expect_sessions(&mut self, total: u64) {
         self.total_sessions = Some(total);
@@ -140,8 +137,8 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// Records damage (`Corrupt`) as a problem of `kind`; any other error is returned: the
-    /// store could not be read, which is not a finding about its contents.
+    /// Records damage (`Corrupt`) as a problem of `kind`; any other error is returned (the
+    /// store could not be read).
     pub(crate) fn damage(
         &mut self,
         kind: ProblemKind,
@@ -171,8 +168,8 @@ impl<'a> Checker<'a> {
         self.report.mirror_bytes += bytes;
     }
 
-    /// Whether a mirrored file's path is one a restore may write ([`check_mirror_path`]);
-    /// a path that is not is a [`ProblemKind::Mirror`] (the store never writes one).
+    /// Whether a mirrored file's path is one a restore may write ([`check_mirror_path`]); if
+    /// not, a [`ProblemKind::Mirror`].
     pub(crate) fn mirror_path_ok(&mut self, session_id: &str, file: &MirroredFile) -> bool {
         match check_mirror_path(&file.path) {
             Ok(()) => true,
@@ -191,11 +188,8 @@ impl<'a> Checker<'a> {
 
     fn tick(&mut self, force: bool) {
         let now = Instant::now();
-        if !force
-            && self
-                .last_progress
-                .is_some_and(|last| now.duration_since(last) < PROGRESS_EVERY)
-        {
+        let recent = self.last_progress.is_some_and(|t| now - t < PROGRESS_EVERY);
+        if recent && !force {
             return;
         }
         self.last_progress = Some(now);
@@ -214,9 +208,8 @@ impl<'a> Checker<'a> {
 }
 
 /// The check any store can run through its public methods: every session listed and
-/// exported (an export checks the record, that its rows are exactly `0..row_count` and that
-/// each mirrored file gives its length and CRC-32). It cannot see rows that belong to no
-/// session; backends that can, check more.
+/// exported (an export checks the record, its rows and its mirrored files). It cannot see rows
+/// that belong to no session.
 pub(crate) async fn by_export<S: BindingStore + ?Sized>(
     store: &S,
     progress: &mut (dyn FnMut(&VerifyProgress) + Send),

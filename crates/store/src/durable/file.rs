@@ -9,19 +9,11 @@ use crate::Result;
 use crate::{OpenOptions, StoreError};
 
 /// Checks the store's path before anything opens it, and creates the file when it is absent
-/// and `options` allow (owner-only, 0600; its directory too with `create_dirs`, 0700).
-/// Returns whether the file was created.
-///
-/// Refused, without opening it: a path that is not a regular file ([`StoreError::NotAFile`]:
-/// opening a FIFO blocks, and SQLite would create `/dev/null-journal`), a missing file when
-/// creating is off ([`StoreError::NoStore`]), a file or directory this process cannot write
-/// ([`StoreError::NotWritable`]).
+/// and `options` allow (owner-only; its directory too with `create_dirs`). Returns whether the
+/// file was created. A path that is not a regular file is refused unopened (opening a FIFO
+/// blocks, and SQLite would create `/dev/null-journal`).
 pub(crate) fn prepare_file(path: &Path, options: &OpenOptions) -> Result<bool> {
     let label = path.display().to_string();
-    let io = |source| StoreError::Io {
-        path: label.clone(),
-        source,
-    };
     match std::fs::metadata(path) {
         Ok(meta) if !meta.is_file() => Err(StoreError::NotAFile {
             path: label.clone(),
@@ -29,46 +21,43 @@ pub(crate) fn prepare_file(path: &Path, options: &OpenOptions) -> Result<bool> {
         }),
         // An empty file is a store not made yet (a creation interrupted before the engine
         // wrote its header): only a command that may create one makes it.
-        Ok(meta) if meta.len() == 0 && !options.may_create() => Err(StoreError::NoStore {
-            path: label.clone(),
-        }),
+        Ok(meta) if meta.len() == 0 && !options.may_create() => {
+            Err(StoreError::no_store(label.clone()))
+        }
         Ok(_) => match std::fs::OpenOptions::new()
             .read(true)
             .write(!options.read_only)
             .open(path)
         {
             Ok(_) => Ok(false),
-            Err(e) => Err(not_writable(&label, e).unwrap_or_else(io)),
+            Err(e) => Err(open_error(&label, e)),
         },
         Err(e) if e.kind() == ErrorKind::NotFound => {
             if !options.may_create() {
-                return Err(StoreError::NoStore { path: label });
+                return Err(StoreError::no_store(label));
             }
             if options.create_dirs {
                 create_parent(path)?;
             }
             create_owner_only(path, &label)
         }
-        Err(e) => Err(io(e)),
+        Err(source) => Err(StoreError::io(label, source)),
     }
 }
 
-/// `NotWritable` for a permission error (a read-only file, directory or file system).
-pub(crate) fn not_writable(
-    label: &str,
-    error: std::io::Error,
-) -> Result<StoreError, std::io::Error> {
-    let read_only = matches!(
-        error.kind(),
-        ErrorKind::PermissionDenied | ErrorKind::ReadOnlyFilesystem
-    );
-    if read_only {
-        Ok(StoreError::NotWritable {
-            path: label.to_string(),
+/// An error opening or creating the store's file: `NotWritable` for a permission error (a
+/// read-only file, directory or file system), else `Io`.
+pub(crate) fn open_error(label: &str, error: std::io::Error) -> StoreError {
+    let path = label.to_string();
+    match error.kind() {
+        ErrorKind::PermissionDenied | ErrorKind::ReadOnlyFilesystem => StoreError::NotWritable {
+            path,
             source: Some(Box::new(error)),
-        })
-    } else {
-        Err(error)
+        },
+        _ => StoreError::Io {
+            path,
+            source: error,
+        },
     }
 }
 
@@ -105,12 +94,7 @@ fn create_parent(path: &Path) -> Result<()> {
         builder.mode(0o700);
     }
     let label = parent.display().to_string();
-    builder.create(parent).map_err(|source| {
-        not_writable(&label, source).unwrap_or_else(|source| StoreError::Io {
-            path: label.clone(),
-            source,
-        })
-    })
+    builder.create(parent).map_err(|e| open_error(&label, e))
 }
 
 /// Options that create a file owner-only (0600).
@@ -126,17 +110,11 @@ fn create_owner_only(path: &Path, label: &str) -> Result<bool> {
         Ok(_) => Ok(true),
         // Another process created it first: open it as an existing store.
         Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(false),
-        Err(e) => Err(
-            not_writable(label, e).unwrap_or_else(|source| StoreError::Io {
-                path: label.to_string(),
-                source,
-            }),
-        ),
+        Err(e) => Err(open_error(label, e)),
     }
 }
 
-/// Which file a path named when the store opened it (device and inode), to tell that the
-/// file at the path is still the one open.
+/// Which file (device and inode) a path named when the store opened it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FileId(Option<(u64, u64)>);
 
@@ -144,10 +122,8 @@ impl FileId {
     /// The file `path` names now.
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn of_path(path: &Path) -> Result<FileId> {
-        let meta = std::fs::metadata(path).map_err(|source| StoreError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let meta = std::fs::metadata(path)
+            .map_err(|source| StoreError::io(path.display().to_string(), source))?;
         Ok(FileId::of(&meta))
     }
 
@@ -165,9 +141,7 @@ impl FileId {
         }
     }
 
-    /// [`StoreError::Gone`] unless `path` still names this file: a store file deleted or
-    /// replaced under a live host would take commits the next process never finds. One
-    /// `stat` per group commit.
+    /// [`StoreError::Gone`] unless `path` still names this file (one `stat` per group commit).
     pub(crate) fn check(&self, path: &Path, label: &str) -> Result<()> {
         let Some(open) = self.0 else {
             return Ok(());
@@ -179,10 +153,7 @@ impl FileId {
             Ok(meta) if FileId::of(&meta).0 == Some(open) => Ok(()),
             Ok(_) => Err(gone()),
             Err(e) if e.kind() == ErrorKind::NotFound => Err(gone()),
-            Err(source) => Err(StoreError::Io {
-                path: label.to_string(),
-                source,
-            }),
+            Err(source) => Err(StoreError::io(label, source)),
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::Result;
 use crate::{BindingStore, StoreError, VerifyProgress, VerifyReport};
 
 #[cfg(feature = "redb")]
-pub(crate) use file::{not_writable, owner_only};
+pub(crate) use file::{open_error, owner_only};
 pub(crate) use file::{prepare_file, FileId};
 pub(crate) use scan::{check_mirrors, merge_scan, ScannedRow, ScannedSession};
 pub(crate) use writer::{Engine, Writer};

@@ -6,16 +6,14 @@ use crate::verify::{Checker, ProblemKind};
 use crate::Result;
 use crate::{MirroredFile, SessionRecord, StoreError};
 
-/// A session record as a scan reads it, in key order.
+/// A session record as a scan reads it, in key order: its key, and its row count and mirrored
+/// files or the damage that makes it unreadable.
 pub(crate) struct ScannedSession {
-    /// Its key.
     pub(crate) id: String,
-    /// Its row count and mirrored files, or the damage that makes the record unreadable.
     pub(crate) record: Result<(u64, Vec<MirroredFile>)>,
 }
 
 impl ScannedSession {
-    /// The scan's view of a decoded record (or its damage).
     pub(crate) fn of(id: &str, record: Result<SessionRecord>) -> Self {
         ScannedSession {
             id: id.to_string(),
@@ -31,8 +29,8 @@ pub(crate) struct Scanned {
     pub(crate) mirrors: Vec<(String, Vec<MirroredFile>)>,
 }
 
-/// Reads every mirrored file the scan found and checks its chunks, length and CRC-32
-/// (`logic::mirror::stream_file`, the bytes dropped); damage is a `Mirror` problem.
+/// Checks each readable session's threads, and every mirrored file the scan found (its
+/// chunks, length and CRC-32); damage is a `Session` or `Mirror` problem.
 pub(crate) fn check_mirrors(
     txn: &mut dyn ReadTxn,
     checker: &mut Checker<'_>,
@@ -57,11 +55,10 @@ pub(crate) fn check_mirrors(
     Ok(())
 }
 
-/// A row as a scan reads it, in key order (`session_id`, then `seq`).
+/// A row as a scan reads it, in key order; `body` is the row's damage, if any.
 pub(crate) struct ScannedRow {
     pub(crate) session_id: String,
     pub(crate) seq: u64,
-    /// `Err`: the row's damage (checksum, decoding).
     pub(crate) body: Result<()>,
 }
 

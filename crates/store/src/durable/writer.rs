@@ -103,10 +103,7 @@ impl Writer {
                     let _ = opened_tx.send(Err(e));
                 }
             })
-            .map_err(|source| StoreError::Io {
-                path: format!("{name} writer thread"),
-                source,
-            })?;
+            .map_err(|source| StoreError::io(format!("{name} writer thread"), source))?;
         let readers = opened_rx.await.map_err(|_| StoreError::Closed)??;
         let writer = Writer {
             tx: Some(tx),

@@ -1,4 +1,4 @@
-//! The lease rules: acquire, renew, release. The one place they live.
+//! The lease rules: acquire, renew, release, and the fence check of a write.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -7,11 +7,9 @@ use super::{check_id, now_ms, LeaseOp};
 use crate::Result;
 use crate::{Lease, LeaseLoss, LeaseOwner, StoreError};
 
-/// The leases of one transaction (a table in SQLite and PostgreSQL, a map in memory and redb).
-///
-/// A released, expired or forgotten grant stays stored so that `fence` keeps growing.
+/// The leases of one transaction: the newest grant of each session that ever had one (a
+/// released, expired or forgotten grant stays stored, so that `fence` keeps growing).
 pub(crate) trait LeaseTxn {
-    /// The session's newest grant, if it ever had one.
     fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>>;
     /// Inserts or replaces the session's grant.
     fn put_lease(&mut self, grant: &Grant) -> Result<()>;
@@ -20,8 +18,8 @@ pub(crate) trait LeaseTxn {
 /// What became of a grant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum GrantState {
-    /// Its owner holds it (live until it expires, and taken back by a renewal after that as
-    /// long as it is the newest grant).
+    /// Its owner holds it (live until it expires, and renewable after as long as it is the
+    /// newest grant).
     Held,
     /// Its owner released it.
     Released,
@@ -42,8 +40,8 @@ impl Grant {
         self.state == GrantState::Held && self.lease.expires_at_ms > now
     }
 
-    /// The lease owned by nobody that `delete_session` leaves: the next fence, so no earlier
-    /// grant can renew or write again.
+    /// The grant to nobody a delete leaves: the next fence, so no earlier grant can renew or
+    /// write again.
     pub(crate) fn forgotten(previous: &Grant, now: i64) -> Grant {
         Grant {
             lease: Lease {
@@ -56,9 +54,8 @@ impl Grant {
         }
     }
 
-    /// The refusal of a live lease of another owner, unless the OS proves that holder gone
-    /// (same machine and pid namespace, its process exited): a crashed host restarted at once
-    /// must not wait out the TTL.
+    /// Refuses a live lease of another owner than `asker`, unless the OS proves that holder
+    /// gone: a crashed host restarted at once must not wait out the TTL.
     pub(crate) fn refuse_if_busy(
         grant: Option<&Grant>,
         asker: Option<&LeaseOwner>,
@@ -82,9 +79,8 @@ impl Grant {
     }
 }
 
-/// Accepts `owner`'s grant `token` iff it is still the session's newest grant and held; expiry
-/// alone does not refuse it (time cannot stop a paused holder; a newer grant can). Otherwise
-/// [`StoreError::LeaseLost`] saying why.
+/// Accepts `owner`'s grant `token` iff it is still the session's newest grant and held (see
+/// [`Fence`](crate::Fence)); else [`StoreError::LeaseLost`] saying why.
 pub(crate) fn check_grant(
     session_id: &str,
     grant: Option<&Grant>,
@@ -175,15 +171,12 @@ pub(crate) fn release(leases: &mut dyn LeaseTxn, now: i64, lease: &Lease) -> Res
     Ok(true)
 }
 
-/// Leases kept in this process only: for the single-process redb backend (its file is locked
-/// to one process).
+/// Leases kept in this process only, for the single-process redb backend.
 ///
-/// A lease request and a write transaction never overlap: the writer thread holds
-/// [`LocalLeases::begin_write`]'s gate from a write's fence checks to its commit, and every
-/// request takes it too. Otherwise a request could grant the lease to another owner while a
-/// write that passed its fence check was still committing, and the new holder would read the
-/// session without that write, which lands after (a fork). What a write changes of the leases
-/// (a delete forgets the grant) is staged and kept only if the write commits.
+/// A lease request and a write transaction never overlap (the writer thread holds
+/// [`LocalLeases::begin_write`]'s gate from a write's fence checks to its commit): else a new
+/// holder could read the session without a write that passed its fence check and lands after
+/// (a fork). What a write changes of the leases is staged, and kept only if it commits.
 #[cfg_attr(not(feature = "redb"), allow(dead_code))]
 #[derive(Debug, Default)]
 pub(crate) struct LocalLeases {
@@ -202,15 +195,14 @@ impl LocalLeases {
         self.staged.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs a lease request at the machine's time, once no write is under way. Blocks for
-    /// at most one commit: never on an async runtime thread.
+    /// Runs a lease request once no write is under way (at most one commit: never call it on
+    /// an async runtime thread).
     pub(crate) fn apply<T>(&self, mut op: impl LeaseOp<T>) -> Result<T> {
         let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
         op(&mut *self.map(), now_ms())
     }
 
-    /// Opens the gate of one write transaction (the writer thread's): lease requests wait
-    /// until it is dropped. [`LeaseWrite::committed`] keeps what the write staged.
+    /// Opens the gate of one write transaction: lease requests wait until it is dropped.
     pub(crate) fn begin_write(&self) -> LeaseWrite<'_> {
         let gate = self.writing.lock().unwrap_or_else(|p| p.into_inner());
         self.staged().clear();
@@ -221,8 +213,8 @@ impl LocalLeases {
     }
 }
 
-/// One write transaction's hold on [`LocalLeases`]; dropped without
-/// [`LeaseWrite::committed`], what the write staged is discarded.
+/// One write transaction's hold on [`LocalLeases`]; what it staged is discarded unless
+/// [`LeaseWrite::committed`].
 #[cfg_attr(not(feature = "redb"), allow(dead_code))]
 pub(crate) struct LeaseWrite<'a> {
     leases: &'a LocalLeases,
@@ -244,9 +236,8 @@ impl Drop for LeaseWrite<'_> {
     }
 }
 
-/// The view a write transaction of a single-process durable backend (redb) has of the
-/// process's leases, for fence checks, while it holds [`LocalLeases::begin_write`]: what it
-/// staged, else the leases.
+/// A redb write transaction's view of the leases, under [`LocalLeases::begin_write`]: what
+/// it staged, else the leases.
 impl LeaseTxn for Arc<LocalLeases> {
     fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>> {
         if let Some(grant) = self.staged().get(session_id) {

@@ -25,7 +25,9 @@ use crate::{BindingState, SessionRecord, StoreError, TranscriptRow, CODEX_THREAD
 pub(crate) use leases::GrantState;
 #[cfg_attr(not(feature = "redb"), allow(unused_imports))]
 pub(crate) use leases::{acquire, release, renew, Grant, LeaseTxn, LocalLeases};
-pub(crate) use reads::{export, list_page, rows, session_threads, write_mirror_file};
+#[cfg(any(feature = "redb", feature = "sqlite"))]
+pub(crate) use reads::session_threads;
+pub(crate) use reads::{export, list_page, rows, write_mirror_file};
 pub(crate) use writes::{commit, delete, import, mark_delivered, patch, retire};
 
 /// Which mirrored file a chunk belongs to: the session, its thread, and the file's path
@@ -85,9 +87,9 @@ pub(crate) trait WriteTxn: ReadTxn {
     fn put(&mut self, record: &SessionRecord) -> Result<()>;
     /// Writes rows `first_seq..` of the session (never over an existing row).
     fn put_rows(&mut self, session_id: &str, first_seq: u64, bodies: &[Value]) -> Result<()>;
-    /// Records that `thread_id` belongs to `session_id`. A backend whose writers of different
-    /// sessions run at once (PostgreSQL) refuses, with [`StoreError::ThreadTaken`], a thread
-    /// another session claimed since the caller looked; it rolls the whole write back.
+    /// Records that `thread_id` belongs to `session_id`. PostgreSQL, whose writers of different
+    /// sessions run at once, refuses a thread another session claimed since the caller looked
+    /// ([`StoreError::ThreadTaken`], the whole write rolled back).
     fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<()>;
     /// Writes chunk `seq` of a mirrored file (never over an existing chunk).
     fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<()>;

@@ -109,9 +109,11 @@ pub(crate) fn write_mirror_file(
     let Some(file) = files.find(|f| f.path == key.path) else {
         return Ok(None);
     };
-    let failed = |source| StoreError::Io {
-        path: format!("the destination of the mirror of {}", file.path),
-        source,
+    let failed = |source| {
+        StoreError::io(
+            format!("the destination of the mirror of {}", file.path),
+            source,
+        )
     };
     mirror::stream_file(txn, key.session_id, file, &mut |chunk| {
         out.write_all(chunk).map_err(failed)

@@ -17,10 +17,7 @@ pub(super) fn map_postgres_error(label: &str, error: postgres::Error) -> StoreEr
             || *code == SqlState::T_R_SERIALIZATION_FAILURE
             || *code == SqlState::T_R_DEADLOCK_DETECTED
         {
-            return StoreError::Locked {
-                path: label.to_string(),
-                holder: None,
-            };
+            return StoreError::locked(label);
         }
     }
     StoreError::Backend {

@@ -216,10 +216,7 @@ impl PostgresStore {
                         Err(_) => return,
                     }
                 })
-                .map_err(|source| StoreError::Io {
-                    path: "postgres pool thread".to_string(),
-                    source,
-                })?;
+                .map_err(|source| StoreError::io("postgres pool thread", source))?;
             threads.push(thread);
         }
         let pool = Pool {

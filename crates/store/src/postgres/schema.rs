@@ -32,7 +32,7 @@ impl Conn {
             Ok(found.is_some())
         };
         if sql.schema.is_some() && !exists(&mut txn, "rethread_meta")? && !create {
-            return Err(StoreError::NoStore { path: label });
+            return Err(StoreError::no_store(label));
         }
         if let Some(schema) = &sql.schema {
             txn.batch_execute(&format!(
@@ -49,7 +49,7 @@ impl Conn {
                 ));
             }
             if !create {
-                return Err(StoreError::NoStore { path: label });
+                return Err(StoreError::no_store(label));
             }
             txn.batch_execute(&format!(
                 "CREATE TABLE {p}rethread_meta (key TEXT PRIMARY KEY NOT NULL, value BIGINT NOT NULL);

@@ -15,7 +15,7 @@ use super::schema::{ensure_schema, MIRROR_CHUNKS, ROWS, SESSIONS, SESSION_THREAD
 use super::tables::{decode_body, decode_record, Tables};
 use super::RedbResult;
 use crate::durable::{
-    check_mirrors, merge_scan, not_writable, owner_only, prepare_file, Engine, FileId, Readers,
+    check_mirrors, merge_scan, open_error, owner_only, prepare_file, Engine, FileId, Readers,
     ScannedRow, ScannedSession,
 };
 use crate::logic::{LocalLeases, ReadTxn, WriteTxn};
@@ -82,9 +82,11 @@ impl Shared {
             return Err(StoreError::corrupt(&self.label, why.clone()));
         }
         let db = self.db.read().unwrap_or_else(|p| p.into_inner());
-        let db = db.as_ref().ok_or_else(|| StoreError::Io {
-            path: self.label.clone(),
-            source: std::io::Error::other("the store is being reopened after an I/O error"),
+        let db = db.as_ref().ok_or_else(|| {
+            StoreError::io(
+                self.label.clone(),
+                std::io::Error::other("the store is being reopened after an I/O error"),
+            )
         })?;
         catch_unwind(AssertUnwindSafe(|| f(db))).unwrap_or_else(|payload| {
             let why = format!(
@@ -196,12 +198,7 @@ impl Opener {
 
     fn try_open(&self, create: bool) -> Result<(Database, FileId)> {
         let label = self.label.as_str();
-        let io = |source: std::io::Error| {
-            not_writable(label, source).unwrap_or_else(|source| StoreError::Io {
-                path: label.to_string(),
-                source,
-            })
-        };
+        let io = |e| open_error(label, e);
         let read_only = self.options.read_only;
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -212,9 +209,7 @@ impl Opener {
         // Only a zero-length file (one just created, or a creation interrupted before redb
         // wrote its header) is initialised; anything else must already be a redb file.
         if meta.len() == 0 && !create {
-            return Err(StoreError::NoStore {
-                path: label.to_string(),
-            });
+            return Err(StoreError::no_store(label));
         }
         let open = || {
             let mut builder = Database::builder();

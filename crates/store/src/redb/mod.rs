@@ -112,16 +112,12 @@ pub(crate) fn map_redb_error(path: &str, error: impl Into<::redb::Error>) -> Sto
     };
     match error {
         ::redb::Error::DatabaseAlreadyOpen | ::redb::Error::LockProtocolMismatch => {
-            StoreError::Locked {
-                path: path.to_string(),
-                holder: None,
-            }
+            StoreError::locked(path)
         }
         // redb refuses everything after an I/O error until the file is reopened.
-        ::redb::Error::PreviousIo => StoreError::Io {
-            path: path.to_string(),
-            source: std::io::Error::other("a previous I/O error occurred"),
-        },
+        ::redb::Error::PreviousIo => {
+            StoreError::io(path, std::io::Error::other("a previous I/O error occurred"))
+        }
         ::redb::Error::Corrupted(detail) => StoreError::corrupt(path, detail),
         ::redb::Error::TableTypeMismatch { .. }
         | ::redb::Error::TableIsMultimap(_)
@@ -132,10 +128,7 @@ pub(crate) fn map_redb_error(path: &str, error: impl Into<::redb::Error>) -> Sto
         ::redb::Error::Io(source) if source.kind() == std::io::ErrorKind::InvalidData => {
             corrupt("not a redb file", Box::new(source))
         }
-        ::redb::Error::Io(source) => StoreError::Io {
-            path: path.to_string(),
-            source,
-        },
+        ::redb::Error::Io(source) => StoreError::io(path, source),
         other => StoreError::Backend {
             backend: "redb",
             source: Box::new(other),

@@ -37,9 +37,7 @@ pub(super) fn ensure_schema(db: &Database, label: &str, create: bool) -> Result<
         found = meta.get(SCHEMA_KEY).redb(label)?.map(|v| v.value());
     }
     match found {
-        None if tables.is_empty() && !create => Err(StoreError::NoStore {
-            path: label.to_string(),
-        }),
+        None if tables.is_empty() && !create => Err(StoreError::no_store(label)),
         None if tables.is_empty() => {
             txn.open_table(SESSIONS).redb(label)?;
             txn.open_table(ROWS).redb(label)?;

@@ -13,7 +13,7 @@ pub(crate) fn map_sqlite_error(path: &str, error: rusqlite::Error) -> StoreError
     };
     let detail = match code {
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-            return StoreError::Locked { path, holder: None }
+            return StoreError::locked(path)
         }
         // A read-only file, directory (no room for the WAL) or file system.
         Some(ErrorCode::ReadOnly) => {

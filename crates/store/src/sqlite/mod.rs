@@ -100,10 +100,7 @@ fn connect(path: &Path, label: &str, busy: Duration) -> Result<Connection> {
 /// header as a new, empty database, and a truncated store would be initialised over.
 fn check_header(path: &Path, label: &str) -> Result<()> {
     use std::io::Read;
-    let io = |source| StoreError::Io {
-        path: label.to_string(),
-        source,
-    };
+    let io = |source| StoreError::io(label, source);
     let file = std::fs::File::open(path).map_err(io)?;
     let mut magic = Vec::with_capacity(16);
     file.take(16).read_to_end(&mut magic).map_err(io)?;

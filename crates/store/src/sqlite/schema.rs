@@ -87,9 +87,7 @@ pub(super) fn ensure_schema(conn: &mut Connection, label: &str, create: bool) ->
     let tables = int("SELECT count(*) FROM sqlite_master WHERE type = 'table'")?;
     if app_id == 0 && version == 0 && tables == 0 {
         if !create {
-            return Err(StoreError::NoStore {
-                path: label.to_string(),
-            });
+            return Err(StoreError::no_store(label));
         }
         txn.execute_batch(SCHEMA).sqlite(label)?;
         txn.execute_batch(&format!(
