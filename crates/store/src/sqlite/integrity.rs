@@ -43,33 +43,29 @@ pub(super) fn verify(
             return Ok(false);
         }
     }
-    let scanned = {
-        let mut sessions_stmt = txn
-            .prepare(&format!(
-                "SELECT {RECORD_COLUMNS} FROM sessions ORDER BY session_id"
-            ))
-            .sqlite(label)?;
-        let mut rows_stmt = txn
-            .prepare(&format!(
-                "SELECT {} FROM transcript_rows ORDER BY session_id, seq",
-                RawRow::COLUMNS
-            ))
-            .sqlite(label)?;
-        let mut sessions = scan(&mut sessions_stmt, label, |row| {
-            let raw = raw_record(row).sqlite(label)?;
-            let id = raw.columns.session_id.clone();
-            Ok(ScannedSession::of(&id, decode_record(label, raw)))
-        })?;
-        let mut rows = scan(&mut rows_stmt, label, |row| {
-            let raw = RawRow::from_row(row).sqlite(label)?;
-            Ok(ScannedRow {
-                body: raw.verify(label),
-                session_id: raw.session_id,
-                seq: u64::try_from(raw.seq).unwrap_or(u64::MAX),
-            })
-        })?;
-        merge_scan(checker, &mut sessions, &mut rows)?
-    };
+    let sessions_sql = format!("SELECT {RECORD_COLUMNS} FROM sessions ORDER BY session_id");
+    let rows_sql = format!(
+        "SELECT {} FROM transcript_rows ORDER BY session_id, seq",
+        RawRow::COLUMNS
+    );
+    let mut sessions_stmt = txn.prepare(&sessions_sql).sqlite(label)?;
+    let mut rows_stmt = txn.prepare(&rows_sql).sqlite(label)?;
+    let mut sessions = scan(&mut sessions_stmt, label, |row| {
+        let raw = raw_record(row).sqlite(label)?;
+        let id = raw.columns.session_id.clone();
+        Ok(ScannedSession::of(&id, decode_record(label, raw)))
+    })?;
+    let mut rows = scan(&mut rows_stmt, label, |row| {
+        let raw = RawRow::from_row(row).sqlite(label)?;
+        Ok(ScannedRow {
+            body: raw.verify(label),
+            session_id: raw.session_id,
+            seq: u64::try_from(raw.seq).unwrap_or(u64::MAX),
+        })
+    })?;
+    let scanned = merge_scan(checker, &mut sessions, &mut rows)?;
+    drop((sessions, rows));
+    drop((sessions_stmt, rows_stmt));
     check_mirrors(&mut Txn { conn: &txn, label }, checker, scanned.mirrors)?;
     if !scanned.complete
         || !verify_leases(&txn, label, checker)?
@@ -95,17 +91,9 @@ fn verify_leases(conn: &Connection, label: &str, checker: &mut Checker<'_>) -> R
 fn verify_threads(conn: &Connection, label: &str, checker: &mut Checker<'_>) -> Result<bool> {
     let sql = "SELECT thread_id, session_id, checksum FROM threads";
     verify_records(conn, label, checker, sql, ProblemKind::Thread, |row| {
-        let (thread, session, sum): (String, String, i64) = (
-            row.get(0).sqlite(label)?,
-            row.get(1).sqlite(label)?,
-            row.get(2).sqlite(label)?,
-        );
-        let checked = verify_sum(
-            label,
-            || format!("owner of thread {thread}"),
-            sum,
-            thread_checksum(&thread, &session),
-        );
+        let (thread, session, sum): (String, String, i64) = <_>::try_from(row).sqlite(label)?;
+        let what = || format!("owner of thread {thread}");
+        let checked = verify_sum(label, what, sum, thread_checksum(&thread, &session));
         Ok((session, checked))
     })
 }
@@ -144,8 +132,8 @@ fn verify_records(
 /// `PRAGMA quick_check`: the problems it reports (none when it says `ok`).
 fn quick_check(conn: &Connection, label: &str) -> Result<Vec<String>> {
     let mut statement = conn.prepare("PRAGMA quick_check").sqlite(label)?;
-    let lines: Vec<String> = statement
-        .query_map([], |row| row.get::<_, String>(0))
+    let lines = statement.query_map([], |row| row.get::<_, String>(0));
+    let lines: Vec<String> = lines
         .sqlite(label)?
         .collect::<Result<_, _>>()
         .sqlite(label)?;
@@ -158,29 +146,14 @@ fn quick_check(conn: &Connection, label: &str) -> Result<Vec<String>> {
         .collect())
 }
 
-/// The rows of `statement` as an iterator of `read(row)`; an error ends it.
+/// The rows of `statement` as an iterator of `read(row)` (its consumers stop at an error).
 fn scan<'s, T: 's>(
     statement: &'s mut Statement<'_>,
     label: &'s str,
     read: impl Fn(&rusqlite::Row<'_>) -> Result<T> + 's,
 ) -> Result<impl Iterator<Item = Result<T>> + 's> {
-    let mut rows = statement.query([]).sqlite(label)?;
-    let mut failed = false;
-    Ok(std::iter::from_fn(move || {
-        if failed {
-            return None;
-        }
-        match rows.next() {
-            Ok(Some(row)) => {
-                let item = read(row);
-                failed = item.is_err();
-                Some(item)
-            }
-            Ok(None) => None,
-            Err(error) => {
-                failed = true;
-                Some(Err(map_sqlite_error(label, error)))
-            }
-        }
-    }))
+    let rows = statement
+        .query_map([], move |row| Ok(read(row)))
+        .sqlite(label)?;
+    Ok(rows.map(move |item| item.sqlite(label)?))
 }
