@@ -193,7 +193,7 @@ impl PostgresStore {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(10));
         }
-        let (config, sql) = (Arc::new(config), Arc::new(Sql::new(schema)));
+        let (config, sql) = (Arc::new(config), Arc::new(Sql { schema }));
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         let mut threads = Vec::new();

@@ -5,155 +5,18 @@ use postgres::{Client, Statement};
 
 use crate::sql_columns::{lease_columns, record_columns};
 
-/// The `leases` columns, in `LeaseColumns`' order.
+/// The `sessions` and `leases` columns, in `RecordColumns`' and `LeaseColumns`' order.
+const RECORD_COLUMNS: &str = record_columns!();
 const LEASE_COLUMNS: &str = lease_columns!();
 
-/// The statement texts, qualified with the store's schema.
+/// Where the store's tables live: the URL's `schema`, or the connection's search path.
 #[derive(Debug)]
 pub(super) struct Sql {
     pub(super) schema: Option<String>,
-    texts: Texts,
 }
-
-/// One text per statement; [`Statements`] has the same fields, prepared.
-macro_rules! statements {
-    ($($name:ident),* $(,)?) => {
-        #[derive(Debug)]
-        struct Texts { $($name: String),* }
-
-        /// The statements of one connection, prepared when it connects.
-        #[derive(Debug)]
-        pub(super) struct Statements { $(pub(super) $name: Statement),* }
-
-        impl Statements {
-            pub(super) fn prepare(client: &mut Client, sql: &Sql) -> Result<Self, postgres::Error> {
-                Ok(Statements { $($name: client.prepare(&sql.texts.$name)?),* })
-            }
-        }
-    };
-}
-
-statements!(
-    lock,
-    load,
-    has_rows,
-    row_ends,
-    list_all,
-    list_after,
-    rows,
-    thread_owner,
-    session_threads,
-    put,
-    put_rows,
-    put_thread,
-    remove_rows,
-    remove_threads,
-    remove,
-    chunks,
-    put_chunk,
-    remove_chunks,
-    remove_session_chunks,
-    load_lease,
-    put_lease,
-);
-
-/// The `sessions` columns, in `RecordColumns`' order.
-pub(super) const RECORD_COLUMNS: &str = record_columns!();
 
 impl Sql {
-    pub(super) fn new(schema: Option<String>) -> Sql {
-        let p = prefix(schema.as_deref());
-        let texts = Texts {
-            // One round trip: the session's lock, the server's clock, and this transaction's
-            // `synchronous_commit` ($2: `on` for `Durable`, whatever the server's default,
-            // `off` for `Relaxed`) and `idle_in_transaction_session_timeout` ($3: a stalled
-            // holder's connection is ended, its lock released). Both are transaction-local,
-            // so a connection pooler in front of the server sees nothing of them.
-            lock: "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))::text IS NULL, \
-                   (extract(epoch FROM clock_timestamp()) * 1000)::int8, \
-                   set_config('synchronous_commit', $2, true), \
-                   set_config('idle_in_transaction_session_timeout', $3, true)"
-                .to_string(),
-            load: format!("SELECT {RECORD_COLUMNS} FROM {p}sessions WHERE session_id = $1"),
-            has_rows: format!(
-                "SELECT EXISTS (SELECT 1 FROM {p}transcript_rows WHERE session_id = $1)"
-            ),
-            // The sessions of the first and last row, each with whether its record exists.
-            row_ends: format!(
-                "SELECT e.session_id, EXISTS (SELECT 1 FROM {p}sessions s \
-                 WHERE s.session_id = e.session_id) FROM \
-                 ((SELECT session_id FROM {p}transcript_rows ORDER BY session_id LIMIT 1) \
-                 UNION ALL \
-                 (SELECT session_id FROM {p}transcript_rows ORDER BY session_id DESC LIMIT 1)) e"
-            ),
-            list_all: format!(
-                "SELECT {RECORD_COLUMNS} FROM {p}sessions ORDER BY session_id COLLATE \"C\" LIMIT $1"
-            ),
-            list_after: format!(
-                "SELECT {RECORD_COLUMNS} FROM {p}sessions WHERE session_id COLLATE \"C\" > $1 \
-                 ORDER BY session_id COLLATE \"C\" LIMIT $2"
-            ),
-            rows: format!(
-                "SELECT seq, body FROM {p}transcript_rows \
-                 WHERE session_id = $1 AND seq >= $2 AND seq < $3 ORDER BY seq"
-            ),
-            thread_owner: format!("SELECT session_id FROM {p}threads WHERE thread_id = $1"),
-            session_threads: format!("SELECT thread_id FROM {p}threads WHERE session_id = $1"),
-            put: format!(
-                "INSERT INTO {p}sessions ({RECORD_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-                 ON CONFLICT (session_id) DO UPDATE SET model_config = excluded.model_config, \
-                 state = excluded.state, row_count = excluded.row_count, \
-                 retired_threads = excluded.retired_threads, \
-                 created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms, \
-                 mirror = excluded.mirror"
-            ),
-            // A plain INSERT: rows are append-only; a duplicate key fails loudly.
-            put_rows: format!(
-                "INSERT INTO {p}transcript_rows (session_id, seq, body) \
-                 SELECT $1, s, b FROM unnest($2::int8[], $3::text[]) AS t(s, b)"
-            ),
-            // Never takes a thread over: writers of different sessions run at once, so another
-            // session may have claimed it since this transaction looked. The conflicting insert
-            // waits for that claim's commit and returns the owner it leaves (the caller refuses
-            // another session's).
-            put_thread: format!(
-                "INSERT INTO {p}threads AS t (thread_id, session_id) VALUES ($1, $2) \
-                 ON CONFLICT (thread_id) DO UPDATE SET session_id = t.session_id \
-                 RETURNING session_id"
-            ),
-            remove_rows: format!("DELETE FROM {p}transcript_rows WHERE session_id = $1"),
-            remove_threads: format!("DELETE FROM {p}threads WHERE session_id = $1"),
-            remove: format!("DELETE FROM {p}sessions WHERE session_id = $1"),
-            chunks: format!(
-                "SELECT seq, bytes FROM {p}mirror_chunks WHERE session_id = $1 AND thread_id = $2 \
-                 AND path = $3 AND seq >= $4 AND seq < $5 ORDER BY seq"
-            ),
-            // A plain INSERT: chunks are append-only; a duplicate key fails loudly.
-            put_chunk: format!(
-                "INSERT INTO {p}mirror_chunks (session_id, thread_id, path, seq, bytes) \
-                 VALUES ($1, $2, $3, $4, $5)"
-            ),
-            remove_chunks: format!(
-                "DELETE FROM {p}mirror_chunks WHERE session_id = $1 AND thread_id = $2 AND path = $3 \
-                 AND seq >= $4"
-            ),
-            remove_session_chunks: format!(
-                "DELETE FROM {p}mirror_chunks WHERE session_id = $1"
-            ),
-            load_lease: format!("SELECT {LEASE_COLUMNS} FROM {p}leases WHERE session_id = $1"),
-            put_lease: format!(
-                "INSERT INTO {p}leases ({LEASE_COLUMNS}) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
-                 ON CONFLICT (session_id) DO UPDATE SET host = excluded.host, pid = excluded.pid, \
-                 started_at_ms = excluded.started_at_ms, instance = excluded.instance, \
-                 acquired_at_ms = excluded.acquired_at_ms, expires_at_ms = excluded.expires_at_ms, \
-                 fence = excluded.fence, process_space = excluded.process_space, \
-                 process_start = excluded.process_start, state = excluded.state"
-            ),
-        };
-        Sql { schema, texts }
-    }
-
+    /// The prefix of a table name: the quoted schema and a dot, or nothing.
     pub(super) fn prefix(&self) -> String {
         prefix(self.schema.as_deref())
     }
@@ -164,6 +27,106 @@ impl Sql {
         format!("{}/{session_id}", self.schema.as_deref().unwrap_or(""))
     }
 }
+
+/// The statements of one connection, prepared when it connects, their texts qualified with
+/// the schema prefix `$p`.
+macro_rules! statements {
+    ($p:ident; $($name:ident: $text:expr,)*) => {
+        #[derive(Debug)]
+        pub(super) struct Statements { $(pub(super) $name: Statement),* }
+
+        impl Statements {
+            pub(super) fn prepare(client: &mut Client, sql: &Sql) -> Result<Self, postgres::Error> {
+                let $p = sql.prefix();
+                Ok(Statements { $($name: client.prepare(&$text)?),* })
+            }
+        }
+    };
+}
+
+statements!(p;
+    // One round trip: the session's lock, the server's clock, and this transaction's
+    // `synchronous_commit` ($2: `on` for `Durable`, whatever the server's default,
+    // `off` for `Relaxed`) and `idle_in_transaction_session_timeout` ($3: a stalled
+    // holder's connection is ended, its lock released). Both are transaction-local,
+    // so a connection pooler in front of the server sees nothing of them.
+    lock: "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))::text IS NULL, \
+           (extract(epoch FROM clock_timestamp()) * 1000)::int8, \
+           set_config('synchronous_commit', $2, true), \
+           set_config('idle_in_transaction_session_timeout', $3, true)",
+    load: format!("SELECT {RECORD_COLUMNS} FROM {p}sessions WHERE session_id = $1"),
+    has_rows: format!("SELECT EXISTS (SELECT 1 FROM {p}transcript_rows WHERE session_id = $1)"),
+    // The sessions of the first and last row, each with whether its record exists.
+    row_ends: format!(
+        "SELECT e.session_id, EXISTS (SELECT 1 FROM {p}sessions s \
+         WHERE s.session_id = e.session_id) FROM \
+         ((SELECT session_id FROM {p}transcript_rows ORDER BY session_id LIMIT 1) \
+         UNION ALL \
+         (SELECT session_id FROM {p}transcript_rows ORDER BY session_id DESC LIMIT 1)) e"
+    ),
+    list_all: format!(
+        "SELECT {RECORD_COLUMNS} FROM {p}sessions ORDER BY session_id COLLATE \"C\" LIMIT $1"
+    ),
+    list_after: format!(
+        "SELECT {RECORD_COLUMNS} FROM {p}sessions WHERE session_id COLLATE \"C\" > $1 \
+         ORDER BY session_id COLLATE \"C\" LIMIT $2"
+    ),
+    rows: format!(
+        "SELECT seq, body FROM {p}transcript_rows \
+         WHERE session_id = $1 AND seq >= $2 AND seq < $3 ORDER BY seq"
+    ),
+    thread_owner: format!("SELECT session_id FROM {p}threads WHERE thread_id = $1"),
+    session_threads: format!("SELECT thread_id FROM {p}threads WHERE session_id = $1"),
+    put: format!(
+        "INSERT INTO {p}sessions ({RECORD_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+         ON CONFLICT (session_id) DO UPDATE SET model_config = excluded.model_config, \
+         state = excluded.state, row_count = excluded.row_count, \
+         retired_threads = excluded.retired_threads, \
+         created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms, \
+         mirror = excluded.mirror"
+    ),
+    // A plain INSERT: rows are append-only; a duplicate key fails loudly.
+    put_rows: format!(
+        "INSERT INTO {p}transcript_rows (session_id, seq, body) \
+         SELECT $1, s, b FROM unnest($2::int8[], $3::text[]) AS t(s, b)"
+    ),
+    // Never takes a thread over: writers of different sessions run at once, so another
+    // session may have claimed it since this transaction looked. The conflicting insert
+    // waits for that claim's commit and returns the owner it leaves (the caller refuses
+    // another session's).
+    put_thread: format!(
+        "INSERT INTO {p}threads AS t (thread_id, session_id) VALUES ($1, $2) \
+         ON CONFLICT (thread_id) DO UPDATE SET session_id = t.session_id \
+         RETURNING session_id"
+    ),
+    remove_rows: format!("DELETE FROM {p}transcript_rows WHERE session_id = $1"),
+    remove_threads: format!("DELETE FROM {p}threads WHERE session_id = $1"),
+    remove: format!("DELETE FROM {p}sessions WHERE session_id = $1"),
+    chunks: format!(
+        "SELECT seq, bytes FROM {p}mirror_chunks WHERE session_id = $1 AND thread_id = $2 \
+         AND path = $3 AND seq >= $4 AND seq < $5 ORDER BY seq"
+    ),
+    // A plain INSERT: chunks are append-only; a duplicate key fails loudly.
+    put_chunk: format!(
+        "INSERT INTO {p}mirror_chunks (session_id, thread_id, path, seq, bytes) \
+         VALUES ($1, $2, $3, $4, $5)"
+    ),
+    remove_chunks: format!(
+        "DELETE FROM {p}mirror_chunks WHERE session_id = $1 AND thread_id = $2 AND path = $3 \
+         AND seq >= $4"
+    ),
+    remove_session_chunks: format!("DELETE FROM {p}mirror_chunks WHERE session_id = $1"),
+    load_lease: format!("SELECT {LEASE_COLUMNS} FROM {p}leases WHERE session_id = $1"),
+    put_lease: format!(
+        "INSERT INTO {p}leases ({LEASE_COLUMNS}) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+         ON CONFLICT (session_id) DO UPDATE SET host = excluded.host, pid = excluded.pid, \
+         started_at_ms = excluded.started_at_ms, instance = excluded.instance, \
+         acquired_at_ms = excluded.acquired_at_ms, expires_at_ms = excluded.expires_at_ms, \
+         fence = excluded.fence, process_space = excluded.process_space, \
+         process_start = excluded.process_start, state = excluded.state"
+    ),
+);
 
 fn prefix(schema: Option<&str>) -> String {
     match schema {
