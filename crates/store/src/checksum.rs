@@ -59,6 +59,14 @@ impl Checksum {
     }
 }
 
+/// The checksum of the record that `thread_id` belongs to the session `session` (its id).
+pub(crate) fn thread_checksum(thread_id: &str, session: &[u8]) -> i64 {
+    Checksum::of("threads")
+        .text(thread_id)
+        .bytes(session)
+        .finish()
+}
+
 impl crate::logic::FileKey<'_> {
     /// The checksum of chunk `seq` of this file holding `bytes`, as both file backends store it.
     pub(crate) fn chunk_checksum(&self, seq: i64, bytes: &[u8]) -> i64 {

@@ -31,10 +31,10 @@ pub(crate) struct State {
 /// in-memory step (never across an `.await`).
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    memory: Memory,
+    state: Mutex<State>,
 }
 
-backend_store!(MemoryStore, memory);
+backend_store!(MemoryStore, state);
 
 impl MemoryStore {
     /// An empty store.
@@ -43,21 +43,16 @@ impl MemoryStore {
     }
 }
 
-#[derive(Debug, Default)]
-struct Memory {
-    state: Mutex<State>,
-}
-
-impl Backend for Memory {
-    // A panic while holding the lock cannot leave a half-applied write: every operation decides
-    // before it writes, and in-memory writes cannot fail.
+// A panic while holding the lock cannot leave a half-applied write: every operation decides
+// before it writes, and in-memory writes cannot fail.
+impl Backend for Mutex<State> {
     async fn read<T: Send + 'static>(&self, mut op: impl ReadOp<T>) -> Result<T> {
-        op(&mut *self.state.lock().unwrap_or_else(|p| p.into_inner()))
+        op(&mut *self.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     async fn write<T: Send + 'static>(&self, _: &str, mut op: impl WriteOp<T>) -> Result<T> {
         op(
-            &mut *self.state.lock().unwrap_or_else(|p| p.into_inner()),
+            &mut *self.lock().unwrap_or_else(|p| p.into_inner()),
             now_ms(),
         )
     }
@@ -77,26 +72,18 @@ impl ReadTxn for State {
             return Ok(Vec::new());
         };
         let end = range.end.min(rows.len() as u64);
-        Ok((range.start..end)
-            .map(|seq| TranscriptRow {
-                seq,
-                body: rows[seq as usize].clone(),
-            })
-            .collect())
+        let row = |seq| TranscriptRow {
+            seq,
+            body: rows[seq as usize].clone(),
+        };
+        Ok((range.start..end).map(row).collect())
     }
 
     fn list(&mut self, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>> {
         use std::ops::Bound;
-        let lower = match after {
-            Some(a) => Bound::Excluded(a.to_string()),
-            None => Bound::Unbounded,
-        };
-        Ok(self
-            .records
-            .range::<String, _>((lower, Bound::Unbounded))
-            .take(limit)
-            .map(|(_, r)| r.clone())
-            .collect())
+        let lower = after.map_or(Bound::Unbounded, |a| Bound::Excluded(a.to_string()));
+        let records = self.records.range::<String, _>((lower, Bound::Unbounded));
+        Ok(records.take(limit).map(|(_, r)| r.clone()).collect())
     }
 
     fn has_rows(&mut self, session_id: &str) -> Result<bool> {
@@ -111,12 +98,11 @@ impl ReadTxn for State {
     }
 
     fn session_threads(&mut self, session_id: &str) -> Result<Vec<String>> {
-        Ok(self
+        let threads = self
             .threads
             .iter()
-            .filter(|(_, owner)| *owner == session_id)
-            .map(|(thread, _)| thread.clone())
-            .collect())
+            .filter(|(_, owner)| *owner == session_id);
+        Ok(threads.map(|(thread, _)| thread.clone()).collect())
     }
 
     fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>, each: ChunkSink) -> Result<()> {

@@ -12,21 +12,13 @@ use ::redb::ReadableTable;
 use serde_json::Value;
 
 use super::RedbResult;
-use crate::checksum::{verify, Checksum};
+use crate::checksum::{thread_checksum, verify, Checksum};
 use crate::logic::{check_record, ChunkSink, FileKey, LeaseTxn, LocalLeases, ReadTxn, WriteTxn};
 use crate::Result;
 use crate::{SessionRecord, StoreError, TranscriptRow};
 
-/// The checksum of a `threads` value (the owning session's id).
-fn thread_sum(thread_id: &str, session: &[u8]) -> i64 {
-    Checksum::of("threads")
-        .text(thread_id)
-        .bytes(session)
-        .finish()
-}
-
 /// The checksum of a `session_threads` value (empty).
-fn session_thread_sum(session_id: &str, thread_id: &str) -> i64 {
+fn session_thread_checksum(session_id: &str, thread_id: &str) -> i64 {
     Checksum::of("session_threads")
         .text(session_id)
         .text(thread_id)
@@ -179,7 +171,9 @@ where
             return Ok(None);
         };
         let what = || format!("owner of thread {thread_id}");
-        let session = unseal(label, &what, value.value(), |s| thread_sum(thread_id, s))?;
+        let session = unseal(label, &what, value.value(), |s| {
+            thread_checksum(thread_id, s)
+        })?;
         String::from_utf8(session.to_vec())
             .map(Some)
             .map_err(|_| StoreError::corrupt(label, format!("{}: not UTF-8", what())))
@@ -196,7 +190,7 @@ where
             }
             let what = || format!("thread {thread} of session {session_id}");
             unseal(label, &what, value.value(), |_| {
-                session_thread_sum(session_id, thread)
+                session_thread_checksum(session_id, thread)
             })?;
             threads.push(thread.to_string());
         }
@@ -290,12 +284,12 @@ impl WriteTxn
         let label = &self.label;
         let owner = seal(
             session_id.into(),
-            thread_sum(thread_id, session_id.as_bytes()),
+            thread_checksum(thread_id, session_id.as_bytes()),
         );
         self.threads
             .insert(thread_id, owner.as_slice())
             .redb(label)?;
-        let empty = seal(Vec::new(), session_thread_sum(session_id, thread_id));
+        let empty = seal(Vec::new(), session_thread_checksum(session_id, thread_id));
         let key = (session_id, thread_id);
         self.session_threads
             .insert(key, empty.as_slice())

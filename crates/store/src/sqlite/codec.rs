@@ -10,13 +10,6 @@ use crate::sql_columns::{lease_columns, record_columns, LeaseColumns, RecordColu
 use crate::Result;
 use crate::SessionRecord;
 
-pub(super) fn thread_checksum(thread_id: &str, session_id: &str) -> i64 {
-    Checksum::of("threads")
-        .text(thread_id)
-        .text(session_id)
-        .finish()
-}
-
 pub(super) fn row_checksum(session_id: &str, seq: i64, body: &str) -> i64 {
     Checksum::of("transcript_rows")
         .text(session_id)

@@ -5,12 +5,10 @@
 
 use rusqlite::{Connection, Statement};
 
-use super::codec::{
-    decode_record, raw_record, thread_checksum, RawLease, RawRow, LEASE_COLUMNS, RECORD_COLUMNS,
-};
+use super::codec::{decode_record, raw_record, RawLease, RawRow, LEASE_COLUMNS, RECORD_COLUMNS};
 use super::error::{map_sqlite_error, SqliteResult};
 use super::txn::Txn;
-use crate::checksum::verify as verify_sum;
+use crate::checksum::{thread_checksum, verify as verify_sum};
 use crate::durable::{check_mirrors, merge_scan, ScannedRow, ScannedSession};
 use crate::verify::{Checker, ProblemKind};
 use crate::Result;
@@ -93,7 +91,12 @@ fn verify_threads(conn: &Connection, label: &str, checker: &mut Checker<'_>) -> 
     verify_records(conn, label, checker, sql, ProblemKind::Thread, |row| {
         let (thread, session, sum): (String, String, i64) = <_>::try_from(row).sqlite(label)?;
         let what = || format!("owner of thread {thread}");
-        let checked = verify_sum(label, what, sum, thread_checksum(&thread, &session));
+        let checked = verify_sum(
+            label,
+            what,
+            sum,
+            thread_checksum(&thread, session.as_bytes()),
+        );
         Ok((session, checked))
     })
 }

@@ -6,11 +6,11 @@ use rusqlite::{params, Connection, OptionalExtension, Params, Row};
 use serde_json::Value;
 
 use super::codec::{
-    decode_record, raw_record, row_checksum, thread_checksum, RawLease, RawRecord, RawRow,
-    LEASE_COLUMNS, RECORD_COLUMNS,
+    decode_record, raw_record, row_checksum, RawLease, RawRecord, RawRow, LEASE_COLUMNS,
+    RECORD_COLUMNS,
 };
 use super::error::SqliteResult;
-use crate::checksum::verify;
+use crate::checksum::{thread_checksum, verify};
 use crate::logic::{ChunkSink, FileKey, Grant, LeaseTxn, ReadTxn, WriteTxn};
 use crate::Result;
 use crate::{SessionRecord, StoreError, TranscriptRow};
@@ -63,7 +63,7 @@ impl Txn<'_> {
             self.label,
             what,
             checksum,
-            thread_checksum(thread_id, session_id),
+            thread_checksum(thread_id, session_id.as_bytes()),
         )
     }
 }
@@ -252,7 +252,7 @@ impl WriteTxn for Txn<'_> {
     }
 
     fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<()> {
-        let checksum = thread_checksum(thread_id, session_id);
+        let checksum = thread_checksum(thread_id, session_id.as_bytes());
         let sql = "INSERT OR REPLACE INTO threads (thread_id, session_id, checksum) \
                    VALUES (?1, ?2, ?3)";
         self.exec(sql, params![thread_id, session_id, checksum])?;
