@@ -9,7 +9,7 @@ use crate::Result;
 use crate::{BindingStore, VerifyProgress, VerifyReport};
 
 /// How a backend runs operations.
-pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
+pub(crate) trait Backend: Send + Sync + 'static {
     /// Runs `op` on one consistent snapshot, off the async runtime's threads if it blocks.
     fn read<T: Send + 'static>(&self, op: impl ReadOp<T>)
         -> impl Future<Output = Result<T>> + Send;

@@ -222,6 +222,24 @@ impl StoreError {
     allow(dead_code)
 )]
 impl StoreError {
+    /// Refuses a store whose schema version is `found`, unless it is this build's.
+    pub(crate) fn check_schema_version(path: &str, found: u64) -> Result<()> {
+        let supported = crate::SCHEMA_VERSION;
+        if found > supported {
+            let path = path.to_string();
+            return Err(StoreError::NewerSchema {
+                path,
+                found,
+                supported,
+            });
+        }
+        if found < supported {
+            let detail = format!("unknown schema version {found}");
+            return Err(StoreError::corrupt(path, detail));
+        }
+        Ok(())
+    }
+
     pub(crate) fn no_store(path: impl Into<String>) -> Self {
         let path = path.into();
         StoreError::NoStore { path }

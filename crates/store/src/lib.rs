@@ -72,9 +72,6 @@
 //! # Ok(())
 //! # }
 //! ```
-#![forbid(unsafe_code)]
-#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
-#![deny(rustdoc::broken_intra_doc_links)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod adapter;
@@ -135,23 +132,3 @@ pub use verify::{Problem, ProblemKind, VerifyProgress, VerifyReport, MAX_LISTED_
 /// The schema version this build reads and writes; a store of a newer one is refused with
 /// [`StoreError::NewerSchema`]. The store is unpublished: version 1 is the first format.
 pub const SCHEMA_VERSION: u64 = 1;
-
-/// Refuses a store whose schema version is `found`, unless it is [`SCHEMA_VERSION`].
-#[cfg_attr(
-    not(any(feature = "redb", feature = "sqlite", feature = "postgres")),
-    allow(dead_code)
-)]
-fn check_schema_version(path: &str, found: u64) -> Result<()> {
-    if found > SCHEMA_VERSION {
-        return Err(StoreError::NewerSchema {
-            path: path.to_string(),
-            found,
-            supported: SCHEMA_VERSION,
-        });
-    }
-    if found < SCHEMA_VERSION {
-        let detail = format!("unknown schema version {found}");
-        return Err(StoreError::corrupt(path, detail));
-    }
-    Ok(())
-}

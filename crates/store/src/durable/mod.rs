@@ -51,7 +51,6 @@ impl Durable {
         }
     }
 
-    /// Finishes queued writes, closes the engine and waits for the writer thread to stop.
     pub(crate) async fn close(self) {
         let Durable {
             writer, readers, ..

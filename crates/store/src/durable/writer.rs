@@ -12,10 +12,8 @@ use crate::logic::{now_ms, WriteOp, WriteTxn};
 use crate::Result;
 use crate::StoreError;
 
-/// The most writes one transaction takes.
 const MAX_BATCH: usize = 256;
 
-/// A storage engine as seen by the writer thread.
 pub(crate) trait Engine: Send + 'static {
     /// Runs `f` in one write transaction and commits it (durably, unless relaxed) if `f`
     /// returns `Ok`; rolls it back otherwise.
@@ -76,7 +74,6 @@ impl<T: Send, O: WriteOp<T>> Queued for Job<T, O> {
 #[derive(Debug)]
 pub(crate) struct Writer {
     tx: Option<mpsc::Sender<Box<dyn Queued>>>,
-    /// The writer thread, joined on close and drop.
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -112,7 +109,6 @@ impl Writer {
         Ok((writer, readers))
     }
 
-    /// Queues one write and waits until it is committed (and durable) or refused.
     pub(crate) async fn write<T: Send + 'static>(&self, op: impl WriteOp<T>) -> Result<T> {
         let (reply, answer) = oneshot::channel();
         let job = Box::new(Job {
@@ -125,8 +121,6 @@ impl Writer {
         answer.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Finishes queued writes, closes the engine and waits for the writer thread to stop,
-    /// without blocking the runtime.
     pub(crate) async fn close(mut self) {
         self.tx = None;
         if let Some(thread) = self.thread.take() {

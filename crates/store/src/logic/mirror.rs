@@ -22,7 +22,6 @@ pub(crate) enum Plan<'a> {
     Write(Vec<FileWrite<'a>>),
 }
 
-/// One file's write.
 #[derive(Debug)]
 pub(crate) struct FileWrite<'a> {
     path: &'a str,
@@ -197,7 +196,6 @@ fn merge_tail(txn: &mut dyn WriteTxn, file: FileKey<'_>, lens: &mut Vec<u64>) ->
     Ok(())
 }
 
-/// The store's key of `file`'s chunks.
 fn key<'a>(session_id: &'a str, file: &'a MirroredFile) -> FileKey<'a> {
     FileKey::new(session_id, &file.thread_id, &file.path)
 }

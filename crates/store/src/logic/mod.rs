@@ -61,12 +61,10 @@ pub(crate) trait ReadTxn {
     /// The store as errors name it: its path, or its URL with the password redacted.
     fn label(&self) -> &str;
     fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>>;
-    /// Rows with `seq` in `range`, in order.
     fn load_rows(&mut self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>>;
     /// Up to `limit` records with a session id greater than `after`, in order.
     fn list(&mut self, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>>;
     fn has_rows(&mut self, session_id: &str) -> Result<bool>;
-    /// The session `thread_id` belongs to, if any.
     fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>>;
     /// The threads that belong to `session_id`, in any order.
     fn session_threads(&mut self, session_id: &str) -> Result<Vec<String>>;
@@ -81,7 +79,6 @@ pub(crate) trait ReadTxn {
 /// What [`ReadTxn::load_chunks`] hands each `(seq, bytes)` to.
 pub(crate) type ChunkSink<'a> = &'a mut dyn FnMut(u64, &[u8]) -> Result<()>;
 
-/// A write transaction.
 pub(crate) trait WriteTxn: ReadTxn {
     /// Inserts or replaces the session record.
     fn put(&mut self, record: &SessionRecord) -> Result<()>;
@@ -121,7 +118,6 @@ pub(crate) trait LeaseOp<T>:
 }
 impl<T, F: FnMut(&mut dyn LeaseTxn, i64) -> Result<T> + Send + 'static> LeaseOp<T> for F {}
 
-/// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -143,7 +139,7 @@ pub(crate) fn check_id(what: &str, id: &str) -> Result<()> {
     Ok(())
 }
 
-/// RFC 7396 merge-patch of `patch` into `target`.
+/// RFC 7396 merge-patch.
 pub(crate) fn merge_patch(target: &mut Map<String, Value>, patch: &Map<String, Value>) {
     for (key, value) in patch {
         match value {

@@ -63,7 +63,7 @@ impl std::fmt::Debug for PostgresStore {
 }
 
 /// The backend behind a [`PostgresStore`]: its pool (shared by clones).
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 struct Pg {
     pool: Arc<Pool>,
     /// Opened read-only: every write and lease request is refused before it is sent.
@@ -79,14 +79,6 @@ struct Pool {
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// The URL, password redacted: how errors name this store.
     label: String,
-}
-
-impl std::fmt::Debug for Pool {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pool")
-            .field("url", &self.label)
-            .finish_non_exhaustive()
-    }
 }
 
 /// One pool thread's connection, opened on first use and again after it broke.

@@ -69,7 +69,7 @@ impl Conn {
             .ok_or_else(|| StoreError::corrupt(&label, "no schema_version"))?;
         let version = u64::try_from(version)
             .map_err(|_| StoreError::corrupt(&label, "negative schema_version"))?;
-        crate::check_schema_version(&label, version)?;
+        StoreError::check_schema_version(&label, version)?;
         txn.commit().pg(&label)
     }
 }

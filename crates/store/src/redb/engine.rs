@@ -65,7 +65,6 @@ impl std::fmt::Debug for Shared {
     }
 }
 
-/// The text of a panic's payload.
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
@@ -132,7 +131,7 @@ impl HolderRecord {
         PathBuf::from(name)
     }
 
-    /// Writes the record, owner-only (best effort: it only serves messages).
+    /// Best effort: the record only serves messages.
     fn write(store: &Path) -> HolderRecord {
         let record = HolderRecord {
             path: Self::path(store),
@@ -148,8 +147,7 @@ impl HolderRecord {
         record
     }
 
-    /// The holder of `store` as its record names it, unless that holder is known gone (a
-    /// record left by a crash).
+    /// The holder of `store`, unless its record was left by a holder now gone.
     fn read(store: &Path) -> Option<String> {
         let json = std::fs::read(Self::path(store)).ok()?;
         let owner: LeaseOwner = serde_json::from_slice(&json).ok()?;
@@ -237,8 +235,6 @@ impl Opener {
     }
 }
 
-/// Opens (creating if asked) the database at `opener.path` and checks its schema, on the
-/// calling (writer) thread.
 pub(super) fn open_shared(opener: &Opener) -> Result<(Shared, FileId)> {
     let created = prepare_file(&opener.path, &opener.options)?;
     let (db, file_id) = opener.open_db(opener.options.may_create() || created)?;
@@ -252,24 +248,21 @@ pub(super) fn open_shared(opener: &Opener) -> Result<(Shared, FileId)> {
     Ok((shared, file_id))
 }
 
-/// How long a relaxed commit may stay not durable: at least this often while a relaxed
-/// store is written, its commits are made durable (the next commit is durable, or the writer
+/// How long a relaxed commit may stay not durable (the next commit is durable, or the writer
 /// thread flushes when no write comes).
 const RELAXED_FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 
-/// The writer thread's side of the database.
 pub(super) struct RedbEngine {
     pub(super) shared: Arc<Shared>,
     pub(super) opener: Opener,
     pub(super) leases: Arc<LocalLeases>,
-    /// The file the path named at open: a commit into a file deleted or replaced since is
-    /// refused.
+    /// The file the path named at open (see `FileId::check`).
     pub(super) file_id: FileId,
     /// An I/O error failed a commit: redb then fails every later call ("Previous I/O error
     /// occurred"), so the database is reopened before the next write.
     pub(super) reopen: bool,
-    /// When the oldest commit that is not durable yet was made (relaxed stores). redb's
-    /// `Durability::None` commits reach the file only with a later durable commit.
+    /// When the oldest commit not durable yet was made (relaxed stores: redb's
+    /// `Durability::None` commits reach the file only with a later durable commit).
     pub(super) not_durable_since: Option<Instant>,
 }
 
@@ -356,7 +349,6 @@ impl Engine for RedbEngine {
     }
 }
 
-/// The readers' side of the database: snapshots on blocking threads.
 #[derive(Debug)]
 pub(super) struct RedbReaders {
     pub(super) shared: Arc<Shared>,
@@ -372,9 +364,8 @@ impl Readers for RedbReaders {
         })
     }
 
-    /// Reads both tables in key order on one snapshot: every value's checksum and decoding,
-    /// and the merge (`merge_scan`), then the mirrors. A panic of redb on the way ends the scan
-    /// as a `Structure` problem.
+    /// Reads both tables in key order on one snapshot (`merge_scan`), then the mirrors. A
+    /// panic of redb on the way ends the scan as a `Structure` problem.
     fn verify(&self, checker: &mut Checker<'_>) -> Result<bool> {
         let label = self.shared.label.as_str();
         let scanned = self.shared.guard(|db| {

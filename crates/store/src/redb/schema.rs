@@ -54,7 +54,7 @@ pub(super) fn ensure_schema(db: &Database, label: &str, create: bool) -> Result<
             format!("not a rethread store (tables {tables:?}, no schema version)"),
         )),
         Some(version) => {
-            crate::check_schema_version(label, version)?;
+            StoreError::check_schema_version(label, version)?;
             let needed = [
                 SESSIONS.name(),
                 ROWS.name(),

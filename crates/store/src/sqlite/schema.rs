@@ -100,7 +100,7 @@ pub(super) fn ensure_schema(conn: &mut Connection, label: &str, create: bool) ->
         let detail = "not a rethread store (foreign SQLite file)";
         return Err(StoreError::corrupt(label, detail));
     }
-    crate::check_schema_version(label, version as u64)?;
+    StoreError::check_schema_version(label, version as u64)?;
     for table in TABLES {
         let sql = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1";
         let n: i64 = txn.query_row(sql, [table], |r| r.get(0)).sqlite(label)?;
