@@ -71,10 +71,7 @@ impl LeaseOwner {
     /// belongs to a process that started at another time; inside this very process, its
     /// [`LocalOwner`] was dropped. `false` whenever that cannot be established.
     pub fn is_known_gone(&self) -> bool {
-        let Some(theirs) = &self.process else {
-            return false;
-        };
-        let Some(here) = this_process() else {
+        let (Some(theirs), Some(here)) = (&self.process, this_process()) else {
             return false;
         };
         if theirs.space != here.identity.space {

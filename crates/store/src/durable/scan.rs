@@ -62,6 +62,8 @@ pub(crate) struct ScannedRow {
     pub(crate) body: Result<()>,
 }
 
+const NO_RECORD: &str = "belong to no session record";
+
 /// A run of consecutive stray rows of one session, reported as one problem.
 struct StrayRun {
     session_id: String,
@@ -115,15 +117,10 @@ pub(crate) fn merge_scan(
         }
         previous = Some(id);
     }
-    if !scan.stopped {
-        // Rows past the last session belong to none.
-        while let Some(row) = scan.pending.take() {
-            scan.stray_row(row, "belong to no session record");
-            scan.advance()?;
-            if scan.stopped {
-                break;
-            }
-        }
+    // Rows past the last session belong to none (none is pending once the scan stopped).
+    while let Some(row) = scan.pending.take() {
+        scan.stray_row(row, NO_RECORD);
+        scan.advance()?;
     }
     scan.flush_stray();
     Ok(Scanned {
@@ -182,12 +179,8 @@ impl Merge<'_, '_, '_> {
 
     fn session(&mut self, session: ScannedSession) -> Result<()> {
         // Rows before this session's belong to no session.
-        while let Some(row) = self.pending.take() {
-            if row.session_id >= session.id {
-                self.pending = Some(row);
-                break;
-            }
-            self.stray_row(row, "belong to no session record");
+        while let Some(row) = self.pending.take_if(|row| row.session_id < session.id) {
+            self.stray_row(row, NO_RECORD);
             self.advance()?;
         }
         let row_count = match session.record {
@@ -203,11 +196,7 @@ impl Merge<'_, '_, '_> {
             }
         };
         let mut expected = 0u64;
-        while let Some(row) = self.pending.take() {
-            if row.session_id != session.id {
-                self.pending = Some(row);
-                break;
-            }
+        while let Some(row) = self.pending.take_if(|row| row.session_id == session.id) {
             match row_count {
                 Some(count) if row.seq >= count => {
                     self.stray_row(row, "lie past their session's row count");
@@ -235,17 +224,15 @@ impl Merge<'_, '_, '_> {
             }
         }
         self.flush_stray();
-        if let Some(count) = row_count {
-            if expected < count {
-                self.checker.problem(
-                    ProblemKind::MissingRows,
-                    Some(&session.id),
-                    format!(
-                        "session {} counts {count} rows; rows {expected}..{count} are missing",
-                        session.id
-                    ),
-                );
-            }
+        if let Some(count) = row_count.filter(|&count| expected < count) {
+            self.checker.problem(
+                ProblemKind::MissingRows,
+                Some(&session.id),
+                format!(
+                    "session {} counts {count} rows; rows {expected}..{count} are missing",
+                    session.id
+                ),
+            );
         }
         self.checker.session_checked();
         Ok(())
