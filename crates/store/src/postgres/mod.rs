@@ -15,7 +15,6 @@
 //! search path; they are created on open (`schema.rs`).
 
 mod error;
-mod schema;
 mod sql;
 mod txn;
 

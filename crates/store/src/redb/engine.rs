@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 use ::redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use super::overlay::Overlay;
-use super::schema::{ensure_schema, MIRROR_CHUNKS, ROWS, SESSIONS, SESSION_THREADS, THREADS};
-use super::tables::{decode_body, decode_record, Tables};
+use super::tables::{
+    decode_body, decode_record, ensure_schema, Tables, MIRROR_CHUNKS, ROWS, SESSIONS,
+    SESSION_THREADS, THREADS,
+};
 use super::RedbResult;
 use crate::durable::{
     check_mirrors, merge_scan, open_error, owner_only, prepare_file, Engine, FileId, Readers,

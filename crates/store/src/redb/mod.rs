@@ -10,7 +10,6 @@
 
 mod engine;
 mod overlay;
-mod schema;
 mod tables;
 
 use std::path::{Path, PathBuf};

@@ -5,9 +5,9 @@
 
 use rusqlite::{Connection, Statement};
 
-use super::codec::{decode_record, raw_record, RawLease, RawRow, LEASE_COLUMNS, RECORD_COLUMNS};
-use super::error::{map_sqlite_error, SqliteResult};
 use super::txn::Txn;
+use super::txn::{decode_record, raw_record, RawLease, RawRow, LEASE_COLUMNS, RECORD_COLUMNS};
+use super::{map_sqlite_error, SqliteResult};
 use crate::checksum::{thread_checksum, verify as verify_sum};
 use crate::durable::{check_mirrors, merge_scan, ScannedRow, ScannedSession};
 use crate::verify::{Checker, ProblemKind};

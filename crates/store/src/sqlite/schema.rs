@@ -2,7 +2,7 @@
 
 use rusqlite::{Connection, TransactionBehavior};
 
-use super::error::SqliteResult;
+use super::SqliteResult;
 use crate::Result;
 use crate::{StoreError, SCHEMA_VERSION};
 
