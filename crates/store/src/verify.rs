@@ -102,7 +102,8 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(50);
 
 /// Collects a report while a scan runs: counts, problems (listed up to the cap), progress.
 pub(crate) struct Checker<'a> {
-    report: VerifyReport,
+    /// Its counts (`sessions` through [`Checker::session_checked`], which reports progress).
+    pub(crate) report: VerifyReport,
     total_sessions: Option<u64>,
     progress: &'a mut (dyn FnMut(&VerifyProgress) + Send),
     last_progress: Option<Instant>,
@@ -159,10 +160,6 @@ impl<'a> Checker<'a> {
         self.tick(false);
     }
 
-    pub(crate) fn rows_checked(&mut self, rows: u64) {
-        self.report.rows += rows;
-    }
-
     pub(crate) fn mirror_checked(&mut self, bytes: u64) {
         self.report.mirror_files += 1;
         self.report.mirror_bytes += bytes;
@@ -179,11 +176,6 @@ impl<'a> Checker<'a> {
                 false
             }
         }
-    }
-
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-    pub(crate) fn lease_checked(&mut self) {
-        self.report.leases += 1;
     }
 
     fn tick(&mut self, force: bool) {
@@ -228,7 +220,7 @@ pub(crate) async fn by_export<S: BindingStore + ?Sized>(
             let id = listed.session_id.as_str();
             match store.export_session(id).await {
                 Ok(Some(export)) => {
-                    checker.rows_checked(export.rows.len() as u64);
+                    checker.report.rows += export.rows.len() as u64;
                     for file in &export.record.mirror.files {
                         if checker.mirror_path_ok(id, file) {
                             checker.mirror_checked(file.len);

@@ -156,7 +156,7 @@ impl Merge<'_, '_, '_> {
             Ok(row) => row,
             Err(error) => return self.stop(error),
         };
-        self.checker.rows_checked(1);
+        self.checker.report.rows += 1;
         let key = (row.session_id.clone(), row.seq);
         if self.last_row.as_ref().is_some_and(|last| *last >= key) {
             self.checker.problem(

@@ -117,7 +117,7 @@ fn verify_records(
         match record {
             Ok((session_id, checked)) => {
                 if kind == ProblemKind::Lease {
-                    checker.lease_checked();
+                    checker.report.leases += 1;
                 }
                 if let Err(error) = checked {
                     checker.damage(kind, Some(&session_id), error)?;
