@@ -20,27 +20,13 @@
 //! [`conformance`] (feature `conformance`) is the suite every backend passes.
 //!
 //! # Invariants
-//! Every backend holds these; the conformance suite and the crash tests check them.
-//! - A session is bound in the same transaction as its turn's rows and mirror
-//!   ([`BindingStore::commit_turn`]); `model_config[CODEX_THREAD_ID_KEY]` is written with every
-//!   state change and never read back as truth.
-//! - A retired thread is never published again, whoever commits it later. The give-up is one
-//!   compare-and-set write ([`BindingStore::retire_thread`]).
-//! - A thread belongs to at most one session ([`StoreError::ThreadTaken`]).
-//! - A fenced write is accepted iff its grant is the session's newest ([`Fence`]).
-//! - `model_config` changes only by atomic merge-patch; transcript rows are exactly
-//!   `0..row_count`, never lost or duplicated.
-//! - A corrupt, foreign, newer or locked store is a typed [`StoreError`], never an empty one;
-//!   a damaged record (every SQLite row and redb value carries a checksum), a record missing
-//!   beside its rows and a gap in a session's rows are `Corrupt` when touched. A panic inside
-//!   an engine is `Corrupt` too, and the store answers `Corrupt` to everything after it.
-//! - Opening checks the header and schema only ([`BindingStore::verify`] checks the whole
-//!   store, on request); a store path that is not a regular file is refused before anything
-//!   opens it, a store opened without [`OpenOptions::create`] is never created, and a file
-//!   deleted or replaced under a live store takes no more commits ([`StoreError::Gone`]).
-//! - No engine call runs on an async runtime thread: each file store has one writer thread (a
-//!   group commit: each caller is answered once its write is durable) and reads in
-//!   `spawn_blocking`; PostgreSQL runs each call on one of the store's own threads.
+//! Every backend holds the contracts on [`BindingStore`]'s methods (the conformance suite and
+//! the crash tests check them). Damage never reads as data: a damaged record (every SQLite row
+//! and redb value carries a checksum), a record missing beside its rows or a gap in a session's
+//! rows is `Corrupt` when touched, and so is a panic inside an engine, after which the store
+//! answers `Corrupt` to everything. Opening reads the header and schema only; the whole-store
+//! check is [`BindingStore::verify`]. File stores write on one writer thread (a group commit)
+//! and read in `spawn_blocking`; PostgreSQL runs each call on one of the store's own threads.
 //!
 //! # Example
 //! ```
