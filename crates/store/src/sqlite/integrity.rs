@@ -6,7 +6,9 @@
 use rusqlite::{Connection, Statement};
 
 use super::txn::Txn;
-use super::txn::{decode_record, raw_record, RawLease, RawRow, LEASE_COLUMNS, RECORD_COLUMNS};
+use super::txn::{
+    decode_lease, decode_record, raw_lease, raw_record, RawRow, LEASE_COLUMNS, RECORD_COLUMNS,
+};
 use super::{map_sqlite_error, SqliteResult};
 use crate::checksum::{thread_checksum, verify as verify_sum};
 use crate::durable::{check_mirrors, merge_scan, ScannedRow, ScannedSession};
@@ -50,7 +52,7 @@ pub(super) fn verify(
     let mut rows_stmt = txn.prepare(&rows_sql).sqlite(label)?;
     let mut sessions = scan(&mut sessions_stmt, label, |row| {
         let raw = raw_record(row).sqlite(label)?;
-        let id = raw.columns.session_id.clone();
+        let id = raw.0.session_id.clone();
         Ok(ScannedSession::of(&id, decode_record(label, raw)))
     })?;
     let mut rows = scan(&mut rows_stmt, label, |row| {
@@ -79,9 +81,9 @@ pub(super) fn verify(
 fn verify_leases(conn: &Connection, label: &str, checker: &mut Checker<'_>) -> Result<bool> {
     let sql = format!("SELECT {LEASE_COLUMNS} FROM leases");
     verify_records(conn, label, checker, &sql, ProblemKind::Lease, |row| {
-        let raw = RawLease::from_row(row).sqlite(label)?;
-        let session_id = raw.columns.session_id.clone();
-        Ok((session_id, raw.into_grant(label).map(drop)))
+        let raw = raw_lease(row).sqlite(label)?;
+        let session_id = raw.0.session_id.clone();
+        Ok((session_id, decode_lease(label, raw).map(drop)))
     })
 }
 

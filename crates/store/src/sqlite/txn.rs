@@ -205,8 +205,7 @@ impl ReadTxn for Txn<'_> {
 
 impl WriteTxn for Txn<'_> {
     fn put(&mut self, record: &SessionRecord) -> Result<()> {
-        let raw = RawRecord::encode(record)?;
-        let c = &raw.columns;
+        let c = &RecordColumns::of(record)?;
         let sql = format!(
             "INSERT INTO sessions ({RECORD_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
              ON CONFLICT (session_id) DO UPDATE SET model_config = excluded.model_config, \
@@ -224,7 +223,7 @@ impl WriteTxn for Txn<'_> {
             c.created_at_ms,
             c.updated_at_ms,
             c.mirror,
-            raw.checksum,
+            record_checksum(c),
         ];
         self.exec(&sql, params)?;
         Ok(())
@@ -302,13 +301,12 @@ impl WriteTxn for Txn<'_> {
 impl LeaseTxn for Txn<'_> {
     fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>> {
         let sql = format!("SELECT {LEASE_COLUMNS} FROM leases WHERE session_id = ?1");
-        let raw = self.one(&sql, [session_id], RawLease::from_row)?;
-        raw.map(|raw| raw.into_grant(self.label)).transpose()
+        let raw = self.one(&sql, [session_id], raw_lease)?;
+        raw.map(|raw| decode_lease(self.label, raw)).transpose()
     }
 
     fn put_lease(&mut self, grant: &Grant) -> Result<()> {
-        let raw = RawLease::encode(grant);
-        let c = &raw.columns;
+        let c = &LeaseColumns::of(grant);
         let sql = format!(
             "INSERT OR REPLACE INTO leases ({LEASE_COLUMNS}) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
@@ -325,7 +323,7 @@ impl LeaseTxn for Txn<'_> {
             c.process_space,
             c.process_start,
             c.state,
-            raw.checksum,
+            lease_checksum(c),
         ];
         self.exec(&sql, params)?;
         Ok(())
@@ -372,24 +370,12 @@ impl RawRow {
 }
 
 /// A `sessions` row as stored: the columns both SQL backends keep, and their checksum.
-pub(super) struct RawRecord {
-    pub(super) columns: RecordColumns,
-    pub(super) checksum: i64,
-}
-
-impl RawRecord {
-    pub(super) fn encode(record: &SessionRecord) -> Result<RawRecord> {
-        let columns = RecordColumns::of(record)?;
-        let checksum = record_checksum(&columns);
-        Ok(RawRecord { columns, checksum })
-    }
-}
+pub(super) type RawRecord = (RecordColumns, i64);
 
 /// Verifies a stored session row and decodes it.
-pub(super) fn decode_record(label: &str, raw: RawRecord) -> Result<SessionRecord> {
-    let columns = raw.columns;
+pub(super) fn decode_record(label: &str, (columns, checksum): RawRecord) -> Result<SessionRecord> {
     let what = || format!("session {}", columns.session_id);
-    verify(label, what, raw.checksum, record_checksum(&columns))?;
+    verify(label, what, checksum, record_checksum(&columns))?;
     columns.into_record(label)
 }
 
@@ -420,51 +406,35 @@ pub(super) fn raw_record(row: &Row<'_>) -> rusqlite::Result<RawRecord> {
         updated_at_ms: row.get(6)?,
         mirror: row.get(7)?,
     };
-    let checksum = row.get(8)?;
-    Ok(RawRecord { columns, checksum })
+    Ok((columns, row.get(8)?))
 }
 
-/// The `leases` columns, in the order [`RawLease::from_row`] reads them, `checksum` last.
+/// The `leases` columns, in the order `raw_lease` reads them, `checksum` last.
 pub(super) const LEASE_COLUMNS: &str = concat!(lease_columns!(), ", checksum");
 
 /// A `leases` row as stored: the columns both SQL backends keep, and their checksum.
-pub(super) struct RawLease {
-    pub(super) columns: LeaseColumns,
-    pub(super) checksum: i64,
+pub(super) fn raw_lease(row: &Row<'_>) -> rusqlite::Result<(LeaseColumns, i64)> {
+    let columns = LeaseColumns {
+        session_id: row.get(0)?,
+        host: row.get(1)?,
+        pid: row.get(2)?,
+        started_at_ms: row.get(3)?,
+        instance: row.get(4)?,
+        acquired_at_ms: row.get(5)?,
+        expires_at_ms: row.get(6)?,
+        fence: row.get(7)?,
+        process_space: row.get(8)?,
+        process_start: row.get(9)?,
+        state: row.get(10)?,
+    };
+    Ok((columns, row.get(11)?))
 }
 
-impl RawLease {
-    pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<RawLease> {
-        let columns = LeaseColumns {
-            session_id: row.get(0)?,
-            host: row.get(1)?,
-            pid: row.get(2)?,
-            started_at_ms: row.get(3)?,
-            instance: row.get(4)?,
-            acquired_at_ms: row.get(5)?,
-            expires_at_ms: row.get(6)?,
-            fence: row.get(7)?,
-            process_space: row.get(8)?,
-            process_start: row.get(9)?,
-            state: row.get(10)?,
-        };
-        let checksum = row.get(11)?;
-        Ok(RawLease { columns, checksum })
-    }
-
-    pub(super) fn encode(grant: &Grant) -> RawLease {
-        let columns = LeaseColumns::of(grant);
-        let checksum = lease_checksum(&columns);
-        RawLease { columns, checksum }
-    }
-
-    /// Verifies the row and decodes it.
-    pub(super) fn into_grant(self, label: &str) -> Result<Grant> {
-        let columns = self.columns;
-        let what = || format!("lease of session {}", columns.session_id);
-        verify(label, what, self.checksum, lease_checksum(&columns))?;
-        columns.into_grant(label)
-    }
+/// Verifies a stored lease row and decodes it.
+pub(super) fn decode_lease(label: &str, (columns, checksum): (LeaseColumns, i64)) -> Result<Grant> {
+    let what = || format!("lease of session {}", columns.session_id);
+    verify(label, what, checksum, lease_checksum(&columns))?;
+    columns.into_grant(label)
 }
 
 fn lease_checksum(c: &LeaseColumns) -> i64 {
