@@ -149,11 +149,71 @@ impl FileId {
         let gone = || StoreError::Gone {
             path: label.to_string(),
         };
-        match std::fs::metadata(path) {
-            Ok(meta) if FileId::of(&meta).0 == Some(open) => Ok(()),
+        match identity(path) {
+            Ok(now) if now == open => Ok(()),
             Ok(_) => Err(gone()),
             Err(e) if e.kind() == ErrorKind::NotFound => Err(gone()),
             Err(source) => Err(StoreError::io(label, source)),
         }
+    }
+}
+
+/// The device and inode `path` names, by a `statx` that asks for nothing else. A stat that
+/// reads the file's times makes Linux (multigrain timestamps, 6.13 and later) give the file's
+/// next write a fine-grained mtime, which ext4 then journals on each write of the next commit:
+/// `std::fs::metadata` here made a durable redb commit about 50 µs slower (p50 0.18 -> 0.23 ms).
+#[cfg(target_os = "linux")]
+fn identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    use rustix::fs::{makedev, statx, AtFlags, StatxFlags, CWD};
+    match statx(CWD, path, AtFlags::empty(), StatxFlags::INO) {
+        Ok(found) => Ok((
+            makedev(found.stx_dev_major, found.stx_dev_minor),
+            found.stx_ino,
+        )),
+        // A kernel before 4.11, or a sandbox that filters `statx`.
+        Err(rustix::io::Errno::NOSYS) => metadata_identity(path),
+        Err(errno) => Err(errno.into()),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    metadata_identity(path)
+}
+
+fn metadata_identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    let meta = std::fs::metadata(path)?;
+    Ok(FileId::of(&meta).0.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_files_identity_is_the_device_and_inode_a_full_stat_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        std::fs::write(&path, b"x").unwrap();
+        let full = FileId::of(&std::fs::metadata(&path).unwrap());
+        assert_eq!(FileId(Some(identity(&path).unwrap())), full);
+        assert!(full.check(&path, "store").is_ok());
+
+        // No file at the path, then another one (the first is kept, so that its inode
+        // number is not reused).
+        std::fs::rename(&path, dir.path().join("moved")).unwrap();
+        let missing = identity(&path).unwrap_err();
+        assert_eq!(missing.kind(), ErrorKind::NotFound);
+        assert!(matches!(
+            full.check(&path, "store"),
+            Err(StoreError::Gone { .. })
+        ));
+        std::fs::write(dir.path().join("other"), b"y").unwrap();
+        std::fs::rename(dir.path().join("other"), &path).unwrap();
+        assert_ne!(FileId(Some(identity(&path).unwrap())), full);
+        assert!(matches!(
+            full.check(&path, "store"),
+            Err(StoreError::Gone { .. })
+        ));
     }
 }
