@@ -9,7 +9,7 @@ use std::time::Duration;
 use rethread_runtime::{
     BinderOptions, ClientOptions, OpenOutcome, RuntimeError, SessionBinder, StatusRail,
 };
-use rethread_store::{BindingStore, LeaseOwner, MemoryStore};
+use rethread_store::{BindingStore, Clock, LeaseOwner, MemoryStore};
 
 fn options(ttl: Duration) -> BinderOptions {
     BinderOptions::default()
@@ -86,7 +86,9 @@ async fn a_dropped_session_frees_the_lease_for_the_next_agent() {
 
 #[tokio::test]
 async fn a_crashed_holder_frees_the_session_after_its_ttl() {
-    let store = Arc::new(MemoryStore::new());
+    // The store's clock is moved past the TTL instead of waiting it out.
+    let clock = Clock::manual();
+    let store = Arc::new(MemoryStore::with_clock(clock.clone()));
     // A holder on another machine that crashed: it took the lease and never renews it, and
     // nothing here can ask its OS whether it still runs.
     let crashed = remote_owner("crashed");
@@ -101,7 +103,7 @@ async fn a_crashed_holder_frees_the_session_after_its_ttl() {
         agent.open(&client).await,
         Err(RuntimeError::SessionBusy { holder, .. }) if holder == crashed
     ));
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    clock.advance(Duration::from_millis(400));
     let open = tokio::spawn(async move { agent.open(&client).await.map(|s| s.outcome().clone()) });
     peer.start_thread("t1").await;
     assert!(matches!(

@@ -6,7 +6,7 @@ use std::future::Future;
 
 use crate::logic::{LeaseOp, ReadOp, WriteOp};
 use crate::Result;
-use crate::{BindingStore, VerifyProgress, VerifyReport};
+use crate::{BindingStore, Clock, VerifyProgress, VerifyReport};
 
 /// How a backend runs operations.
 pub(crate) trait Backend: Send + Sync + 'static {
@@ -21,6 +21,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
         session_id: &str,
         op: impl WriteOp<T>,
     ) -> impl Future<Output = Result<T>> + Send;
+
+    /// The clock this store judges time by on this host (PostgreSQL's writes read the
+    /// server's unless a manual clock was given).
+    fn clock(&self) -> Clock;
 
     /// Runs a lease request of `session_id`; by default as a write, in the store.
     fn lease<T: Send + 'static>(

@@ -61,6 +61,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod adapter;
+mod clock;
 mod copy;
 mod error;
 mod logic;
@@ -92,6 +93,7 @@ pub mod conformance;
 
 #[cfg(feature = "redb")]
 pub use crate::redb::RedbStore;
+pub use clock::Clock;
 pub use copy::{copy_sessions, CopyProgress, CopyReport};
 pub use error::{BoxError, LeaseLoss, Result, StoreError};
 pub use memory::MemoryStore;

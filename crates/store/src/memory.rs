@@ -7,11 +7,9 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use crate::adapter::{backend_store, Backend};
-use crate::logic::{
-    now_ms, ChunkSink, FileKey, Grant, LeaseTxn, ReadOp, ReadTxn, WriteOp, WriteTxn,
-};
+use crate::logic::{ChunkSink, FileKey, Grant, LeaseTxn, ReadOp, ReadTxn, WriteOp, WriteTxn};
 use crate::Result;
-use crate::{SessionRecord, StoreError, TranscriptRow};
+use crate::{Clock, SessionRecord, StoreError, TranscriptRow};
 
 #[derive(Debug, Default, Clone)]
 pub(crate) struct State {
@@ -31,30 +29,48 @@ pub(crate) struct State {
 /// in-memory step (never across an `.await`).
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    state: Mutex<State>,
+    memory: Memory,
 }
 
-backend_store!(MemoryStore, state);
+/// The backend behind a [`MemoryStore`].
+#[derive(Debug, Default)]
+struct Memory {
+    state: Mutex<State>,
+    clock: Clock,
+}
+
+backend_store!(MemoryStore, memory);
 
 impl MemoryStore {
-    /// An empty store.
+    /// An empty store, on the system clock.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store that judges time by `clock` (tests: [`Clock::manual`]).
+    pub fn with_clock(clock: Clock) -> Self {
+        let memory = Memory {
+            clock,
+            ..Memory::default()
+        };
+        MemoryStore { memory }
     }
 }
 
 // A panic while holding the lock cannot leave a half-applied write: every operation decides
 // before it writes, and in-memory writes cannot fail.
-impl Backend for Mutex<State> {
+impl Backend for Memory {
     async fn read<T: Send + 'static>(&self, mut op: impl ReadOp<T>) -> Result<T> {
-        op(&mut *self.lock().unwrap_or_else(|p| p.into_inner()))
+        op(&mut *self.state.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     async fn write<T: Send + 'static>(&self, _: &str, mut op: impl WriteOp<T>) -> Result<T> {
-        op(
-            &mut *self.lock().unwrap_or_else(|p| p.into_inner()),
-            now_ms(),
-        )
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        op(&mut *state, self.clock.now_ms())
+    }
+
+    fn clock(&self) -> Clock {
+        self.clock.clone()
     }
 }
 

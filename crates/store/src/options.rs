@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::Clock;
+
 /// When a write is acknowledged.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,6 +29,7 @@ pub struct OpenOptions {
     pub(crate) wait: Duration,
     pub(crate) check_redb_integrity: bool,
     pub(crate) read_only: bool,
+    pub(crate) clock: Clock,
 }
 
 impl Default for OpenOptions {
@@ -38,6 +41,7 @@ impl Default for OpenOptions {
             wait: Duration::ZERO,
             check_redb_integrity: true,
             read_only: false,
+            clock: Clock::system(),
         }
     }
 }
@@ -106,6 +110,16 @@ impl OpenOptions {
     /// ```
     pub fn read_only(mut self, read_only: bool) -> Self {
         self.read_only = read_only;
+        self
+    }
+
+    /// The clock the store judges time by (default the system clock; see [`Clock`]):
+    /// lease expiry, `updated_at_ms`, and idleness for
+    /// [`BindingStore::prune_sessions`](crate::BindingStore::prune_sessions). Tests hand a
+    /// [`Clock::manual`] and advance it instead of sleeping. PostgreSQL uses the server's
+    /// clock unless a manual one is given here.
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
         self
     }
 

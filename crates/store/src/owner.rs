@@ -187,7 +187,7 @@ fn host_name() -> String {
 
 fn first_use_ms() -> i64 {
     static FIRST: OnceLock<i64> = OnceLock::new();
-    *FIRST.get_or_init(crate::logic::now_ms)
+    *FIRST.get_or_init(|| crate::Clock::system().now_ms())
 }
 
 #[cfg(target_os = "linux")]

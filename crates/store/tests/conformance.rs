@@ -2,39 +2,52 @@
 
 use std::sync::Arc;
 
-use rethread_store::{conformance, BindingStore, MemoryStore, OpenOptions, RedbStore, SqliteStore};
+use rethread_store::{
+    conformance, BindingStore, Clock, MemoryStore, OpenOptions, RedbStore, SqliteStore,
+};
 
-/// The whole suite on `store` directly, then through `Arc<dyn BindingStore>`.
-async fn conforms<S: BindingStore + 'static>(store: S) {
+/// The whole suite on `store` (opened on `clock`) directly, then through
+/// `Arc<dyn BindingStore>`.
+async fn conforms<S: BindingStore + 'static>(store: S, clock: &Clock) {
     let store = Arc::new(store);
-    conformance::run_all(store.as_ref()).await;
+    conformance::run_all(store.as_ref(), clock).await;
     let shared: Arc<dyn BindingStore> = store;
-    conformance::run_all(&shared).await;
+    conformance::run_all(&shared, clock).await;
+}
+
+/// A manual clock and the options that open a store on it.
+fn on_manual_clock() -> (Clock, OpenOptions) {
+    let clock = Clock::manual();
+    (clock.clone(), OpenOptions::new().clock(clock))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_conforms() {
-    conforms(MemoryStore::new()).await;
+    let clock = Clock::manual();
+    conforms(MemoryStore::with_clock(clock.clone()), &clock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redb_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store.redb");
-    conforms(RedbStore::open(path, OpenOptions::new()).await.unwrap()).await;
+    let (clock, options) = on_manual_clock();
+    conforms(RedbStore::open(path, options).await.unwrap(), &clock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store.sqlite");
-    conforms(SqliteStore::open(path, OpenOptions::new()).await.unwrap()).await;
+    let (clock, options) = on_manual_clock();
+    conforms(SqliteStore::open(path, options).await.unwrap(), &clock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn boxed_and_url_opened_stores_conform() {
-    let boxed: Box<dyn BindingStore> = Box::new(MemoryStore::new());
-    conformance::run_all(&boxed).await;
+    let clock = Clock::manual();
+    let boxed: Box<dyn BindingStore> = Box::new(MemoryStore::with_clock(clock.clone()));
+    conformance::run_all(&boxed, &clock).await;
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("url.sqlite").display());
     let store = rethread_store::open_url(&url, OpenOptions::new())

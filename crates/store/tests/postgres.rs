@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use futures::future::join_all;
 use rethread_store::{
-    conformance, open_url, BindingStore, BindingStoreExt, MirrorAppend, MirrorUpdate, OpenOptions,
-    PostgresStore, ProblemKind, StoreError, TurnCommit, SCHEMA_VERSION,
+    conformance, open_url, BindingStore, BindingStoreExt, Clock, MirrorAppend, MirrorUpdate,
+    OpenOptions, PostgresStore, ProblemKind, StoreError, TurnCommit, SCHEMA_VERSION,
 };
 use serde_json::json;
 
@@ -71,10 +71,12 @@ async fn postgres_store_conforms() {
     let Some(url) = fresh_url("conforms") else {
         return;
     };
-    let store = Arc::new(PostgresStore::open(&url, OpenOptions::new()).await.unwrap());
-    conformance::run_all(store.as_ref()).await;
+    let clock = Clock::manual();
+    let options = OpenOptions::new().clock(clock.clone());
+    let store = Arc::new(PostgresStore::open(&url, options).await.unwrap());
+    conformance::run_all(store.as_ref(), &clock).await;
     let shared: Arc<dyn BindingStore> = store;
-    conformance::run_all(&shared).await;
+    conformance::run_all(&shared, &clock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

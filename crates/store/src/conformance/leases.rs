@@ -9,7 +9,8 @@ use serde_json::json;
 use super::{lost, obj, th, turn, unique_id, NEXT};
 use crate::Result;
 use crate::{
-    BindingStore, BindingStoreExt, Fence, ImportOutcome, Lease, LeaseLoss, LeaseOwner, StoreError,
+    BindingStore, BindingStoreExt, Clock, Fence, ImportOutcome, Lease, LeaseLoss, LeaseOwner,
+    StoreError,
 };
 
 /// Whether `result` is `LeaseLost` for `session` with `cause`.
@@ -97,20 +98,18 @@ pub async fn lease_release_frees(store: &dyn BindingStore) {
 }
 
 /// Renewing pushes the expiry out: the lease outlives its first TTL.
-pub async fn lease_renew_extends(store: &dyn BindingStore) {
+pub async fn lease_renew_extends(store: &dyn BindingStore, clock: &Clock) {
     let s = unique_id("lease-renew");
     let (a, b) = (owner("a"), owner("b"));
-    // Wide margins: a loaded machine may oversleep by hundreds of milliseconds.
     let ttl = Duration::from_millis(2000);
     let lease = store.acquire_lease(&s, &a, ttl).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    clock.advance(Duration::from_millis(1000));
     let renewed = store.renew_lease(&lease, ttl).await.unwrap();
     assert!(renewed.expires_at_ms > lease.expires_at_ms);
     assert_eq!(renewed.fence, lease.fence);
     assert_eq!(renewed.acquired_at_ms, lease.acquired_at_ms);
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    // 2.2 s after the grant: past the first expiry, within the renewed one (unless the
-    // machine stalled for 0.8 s).
+    clock.advance(Duration::from_millis(1200));
+    // 2.2 s after the grant: past the first expiry, within the renewed one.
     assert!(
         matches!(
             store.acquire_lease(&s, &b, ttl).await,
@@ -123,14 +122,14 @@ pub async fn lease_renew_extends(store: &dyn BindingStore) {
 
 /// A holder that stops renewing (crashed) loses the lease at expiry to the next owner, and
 /// can then neither renew (taken over, naming the new holder) nor release it.
-pub async fn lease_expiry_frees_a_crashed_holder(store: &dyn BindingStore) {
+pub async fn lease_expiry_frees_a_crashed_holder(store: &dyn BindingStore, clock: &Clock) {
     let s = unique_id("lease-expiry");
     let (a, b, c) = (owner("a"), owner("b"), owner("c"));
     let crashed = store
         .acquire_lease(&s, &a, Duration::from_millis(200))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    clock.advance(Duration::from_millis(400));
     let next = store.acquire_lease(&s, &b, LONG).await.unwrap();
     assert_eq!(next.owner, b);
     assert_eq!(next.fence, crashed.fence + 1);
@@ -194,7 +193,7 @@ pub async fn concurrent_acquires_grant_one(store: &dyn BindingStore) {
 /// Fenced writes are refused with `LeaseLost` and write nothing once another owner took the
 /// session over (naming it), or the grant was released; the new holder's fenced writes and
 /// unfenced writes go through.
-pub async fn fenced_writes_need_the_newest_grant(store: &dyn BindingStore) {
+pub async fn fenced_writes_need_the_newest_grant(store: &dyn BindingStore, clock: &Clock) {
     let s = unique_id("fenced");
     let (t1, t2, t3) = (th(&s, "t1"), th(&s, "t2"), th(&s, "t3"));
     let (a, b) = (owner("a"), owner("b"));
@@ -205,7 +204,7 @@ pub async fn fenced_writes_need_the_newest_grant(store: &dyn BindingStore) {
     commit.fence = Some(stale.clone());
     store.commit_turn(commit).await.unwrap();
     // `a` stalls past its TTL; `b` takes over and commits.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    clock.advance(Duration::from_millis(400));
     let second = store.acquire_lease(&s, &b, LONG).await.unwrap();
     let mut commit = turn(&s, &t2, vec![json!({"n": 2})]);
     commit.fence = Some(second.fence());
@@ -268,14 +267,17 @@ pub async fn fenced_writes_need_the_newest_grant(store: &dyn BindingStore) {
 /// A holder that stalled past its TTL with nobody competing (a suspended laptop, a paused
 /// process) goes on: its fenced writes are accepted, and a renewal takes the lease back with
 /// the same fence.
-pub async fn stall_past_the_ttl_with_nobody_competing_goes_on(store: &dyn BindingStore) {
+pub async fn stall_past_the_ttl_with_nobody_competing_goes_on(
+    store: &dyn BindingStore,
+    clock: &Clock,
+) {
     let s = unique_id("stalled");
     let (a, b) = (owner("a"), owner("b"));
     let lease = store
         .acquire_lease(&s, &a, Duration::from_millis(100))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    clock.advance(Duration::from_millis(250));
     let mut commit = turn(&s, &th(&s, "t1"), vec![json!({"n": 1})]);
     commit.fence = Some(lease.fence());
     assert!(store.commit_turn(commit).await.unwrap().is_published());
@@ -307,7 +309,7 @@ async fn assert_forgotten(store: &dyn BindingStore, s: &str, lease: &Lease, thre
 /// once it is free the delete goes through and grants the lease to nobody: the old grant can
 /// neither renew nor write (`Forgotten`), so the delete is never undone, and a new acquire
 /// continues the fence.
-pub async fn delete_is_refused_while_the_lease_is_live(store: &dyn BindingStore) {
+pub async fn delete_is_refused_while_the_lease_is_live(store: &dyn BindingStore, clock: &Clock) {
     let s = unique_id("forget");
     let (a, b) = (owner("a"), owner("b"));
     let lease = store
@@ -328,7 +330,7 @@ pub async fn delete_is_refused_while_the_lease_is_live(store: &dyn BindingStore)
     );
 
     // The holder stalls past its TTL: the lease is no longer live, the delete goes through.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    clock.advance(Duration::from_millis(400));
     assert!(store.delete_session(&s).await.unwrap());
     assert_forgotten(store, &s, &lease, "t1").await;
     assert_eq!(store.session(&s).await.unwrap(), None, "the delete holds");
@@ -349,7 +351,7 @@ pub async fn delete_is_refused_while_the_lease_is_live(store: &dyn BindingStore)
 /// it never read. Once the lease is no longer live the import goes through and, as a delete
 /// does, grants the lease to nobody: the stalled holder can neither write onto the imported
 /// history nor renew, and a new acquire continues the fence.
-pub async fn import_is_refused_while_the_lease_is_live(store: &dyn BindingStore) {
+pub async fn import_is_refused_while_the_lease_is_live(store: &dyn BindingStore, clock: &Clock) {
     let s = unique_id("import-leased");
     store
         .commit_turn(turn(&s, &th(&s, "t1"), vec![json!(1), json!(2)]))
@@ -371,7 +373,7 @@ pub async fn import_is_refused_while_the_lease_is_live(store: &dyn BindingStore)
     assert_eq!(store.session(&s).await.unwrap(), None, "nothing imported");
     assert_eq!(store.thread_session(&th(&s, "t1")).await.unwrap(), None);
 
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    clock.advance(Duration::from_millis(400));
     assert_eq!(
         store.import_session(export.clone()).await.unwrap(),
         ImportOutcome::Imported

@@ -1,18 +1,21 @@
 //! The conformance suite every [`BindingStore`] backend runs (feature `conformance`).
 //!
 //! Each scenario is a `pub async fn scenario(store: &dyn BindingStore)` that panics on a
-//! violation. Scenarios pick fresh session ids on every call, so they can share one store and
-//! run in any order, any number of times. A backend test runs [`run_all`] once on the store
-//! directly and once through an `Arc<dyn BindingStore>`:
+//! violation; those about time also take the store's [`Clock`], a manual one they advance
+//! instead of sleeping. Scenarios pick fresh session ids on every call, so they can share one
+//! store and run in any order, any number of times. A backend test opens its store on a
+//! [`Clock::manual`] and runs [`run_all`] once on the store directly and once through an
+//! `Arc<dyn BindingStore>`:
 //!
 //! ```no_run
 //! # async fn demo() {
 //! use std::sync::Arc;
-//! use rethread_store::{conformance, BindingStore, MemoryStore};
-//! let store = Arc::new(MemoryStore::new());
-//! conformance::run_all(store.as_ref()).await;
+//! use rethread_store::{conformance, BindingStore, Clock, MemoryStore};
+//! let clock = Clock::manual();
+//! let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+//! conformance::run_all(store.as_ref(), &clock).await;
 //! let shared: Arc<dyn BindingStore> = store;
-//! conformance::run_all(&shared).await;
+//! conformance::run_all(&shared, &clock).await;
 //! # }
 //! ```
 
@@ -28,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value};
 
-use crate::{BindingStore, Retirement, TurnCommit};
+use crate::{BindingStore, Clock, Retirement, TurnCommit};
 
 pub use bindings::{
     commit_publishes_binding, concurrent_patches_of_distinct_keys, many_sessions_commit_at_once,
@@ -106,7 +109,7 @@ pub(crate) fn obj(value: Value) -> Map<String, Value> {
 }
 
 /// Runs every scenario, in order, on `store`.
-pub async fn run_all(store: &dyn BindingStore) {
+pub async fn run_all(store: &dyn BindingStore, clock: &Clock) {
     commit_publishes_binding(store).await;
     merge_patch_semantics(store).await;
     retired_thread_is_never_published(store).await;
@@ -131,7 +134,7 @@ pub async fn run_all(store: &dyn BindingStore) {
     invalid_input(store).await;
     run_mirror(store).await;
     random_ops_match_model(store).await;
-    run_leases(store).await;
+    run_leases(store, clock).await;
 }
 
 /// Runs every mirror scenario, in order, on `store`.
@@ -146,16 +149,16 @@ pub async fn run_mirror(store: &dyn BindingStore) {
 }
 
 /// Runs every lease scenario, in order, on `store`.
-pub async fn run_leases(store: &dyn BindingStore) {
+pub async fn run_leases(store: &dyn BindingStore, clock: &Clock) {
     lease_is_exclusive(store).await;
     lease_release_frees(store).await;
-    lease_renew_extends(store).await;
-    lease_expiry_frees_a_crashed_holder(store).await;
+    lease_renew_extends(store, clock).await;
+    lease_expiry_frees_a_crashed_holder(store, clock).await;
     lease_owner_mismatch_cannot_renew_or_release(store).await;
     concurrent_acquires_grant_one(store).await;
-    fenced_writes_need_the_newest_grant(store).await;
-    stall_past_the_ttl_with_nobody_competing_goes_on(store).await;
-    delete_is_refused_while_the_lease_is_live(store).await;
-    import_is_refused_while_the_lease_is_live(store).await;
+    fenced_writes_need_the_newest_grant(store, clock).await;
+    stall_past_the_ttl_with_nobody_competing_goes_on(store, clock).await;
+    delete_is_refused_while_the_lease_is_live(store, clock).await;
+    import_is_refused_while_the_lease_is_live(store, clock).await;
     dropped_local_holder_is_taken_over_at_once(store).await;
 }

@@ -12,7 +12,7 @@ use crate::adapter::Backend;
 use crate::logic::{LeaseOp, LocalLeases, ReadOp, ReadTxn, WriteOp, WriteTxn};
 use crate::verify::{Checker, ProblemKind};
 use crate::Result;
-use crate::{BindingStore, StoreError, VerifyProgress, VerifyReport};
+use crate::{BindingStore, Clock, StoreError, VerifyProgress, VerifyReport};
 
 #[cfg(feature = "redb")]
 pub(crate) use file::{open_error, owner_only};
@@ -41,6 +41,8 @@ pub(crate) struct Durable {
     /// `Some(label)` for a store opened read-only: every write and lease request is refused
     /// here, before the writer thread.
     pub(crate) read_only: Option<String>,
+    /// The store's clock (the writer thread has a clone).
+    pub(crate) clock: Clock,
 }
 
 impl Durable {
@@ -90,6 +92,10 @@ impl Backend for Durable {
     async fn write<T: Send + 'static>(&self, _: &str, op: impl WriteOp<T>) -> Result<T> {
         self.check_writable()?;
         self.writer.write(op).await
+    }
+
+    fn clock(&self) -> Clock {
+        self.clock.clone()
     }
 
     /// A single-process backend's lease request runs on a blocking thread: it waits for the

@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use crate::logic::{now_ms, WriteOp, WriteTxn};
+use crate::logic::{WriteOp, WriteTxn};
 use crate::Result;
-use crate::StoreError;
+use crate::{Clock, StoreError};
 
 const MAX_BATCH: usize = 256;
 
@@ -80,7 +80,7 @@ pub(crate) struct Writer {
 impl Writer {
     /// Starts the writer thread, runs `open` on it (opening never blocks the runtime), and
     /// returns once the engine is open. `open` also returns what the readers need.
-    pub(crate) async fn spawn<E, R, F>(name: &str, open: F) -> Result<(Writer, R)>
+    pub(crate) async fn spawn<E, R, F>(name: &str, clock: Clock, open: F) -> Result<(Writer, R)>
     where
         E: Engine,
         R: Send + 'static,
@@ -93,7 +93,7 @@ impl Writer {
             .spawn(move || match open() {
                 Ok((engine, readers)) => {
                     if opened_tx.send(Ok(readers)).is_ok() {
-                        run(engine, rx);
+                        run(engine, rx, &clock);
                     }
                 }
                 Err(e) => {
@@ -142,7 +142,7 @@ impl Drop for Writer {
     }
 }
 
-fn run<E: Engine>(mut engine: E, rx: mpsc::Receiver<Box<dyn Queued>>) {
+fn run<E: Engine>(mut engine: E, rx: mpsc::Receiver<Box<dyn Queued>>, clock: &Clock) {
     loop {
         let first = match engine.flush_due() {
             None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
@@ -160,7 +160,7 @@ fn run<E: Engine>(mut engine: E, rx: mpsc::Receiver<Box<dyn Queued>>) {
         // made durable goes into this one.
         let mut batch = vec![first];
         batch.extend(rx.try_iter().take(MAX_BATCH - 1));
-        commit_batch(&mut engine, batch);
+        commit_batch(&mut engine, batch, clock.now_ms());
     }
     engine.flush();
 }
@@ -169,8 +169,7 @@ fn run<E: Engine>(mut engine: E, rx: mpsc::Receiver<Box<dyn Queued>>) {
 /// transaction fails as a whole, each write is retried alone so that one bad write cannot fail
 /// its neighbours; but a store locked by another process is no write's fault, and the whole
 /// batch gets that (retryable) error at once instead of each write waiting out the lock again.
-fn commit_batch<E: Engine>(engine: &mut E, mut batch: Vec<Box<dyn Queued>>) {
-    let now = now_ms();
+fn commit_batch<E: Engine>(engine: &mut E, mut batch: Vec<Box<dyn Queued>>, now: i64) {
     let outcome = engine.write(&mut |txn| {
         for job in batch.iter_mut() {
             job.apply(txn, now)?;
@@ -189,7 +188,7 @@ fn commit_batch<E: Engine>(engine: &mut E, mut batch: Vec<Box<dyn Queued>>) {
         Err(e) => {
             tracing::warn!(error = %e, size = batch.len(), "group commit failed; retrying each write alone");
             for job in batch {
-                commit_batch(engine, vec![job]);
+                commit_batch(engine, vec![job], now);
             }
         }
     }
@@ -256,7 +255,7 @@ mod tests {
     async fn an_internal_error_fails_its_group_commit_and_commits_nothing_of_its_own() {
         let state = std::sync::Arc::<std::sync::Mutex<State>>::default();
         let engine_state = std::sync::Arc::clone(&state);
-        let (writer, ()) = Writer::spawn("test", move || {
+        let (writer, ()) = Writer::spawn("test", Clock::system(), move || {
             let delay = Duration::from_millis(30);
             Ok((
                 SlowEngine {
@@ -314,7 +313,7 @@ mod tests {
     async fn a_locked_store_fails_a_group_commit_once_not_once_per_write() {
         let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let engine_calls = std::sync::Arc::clone(&calls);
-        let (writer, ()) = Writer::spawn("test", move || {
+        let (writer, ()) = Writer::spawn("test", Clock::system(), move || {
             Ok((
                 LockedEngine {
                     calls: engine_calls,

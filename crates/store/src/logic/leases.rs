@@ -3,9 +3,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{check_id, now_ms, LeaseOp};
+use super::{check_id, LeaseOp};
 use crate::Result;
-use crate::{Lease, LeaseLoss, LeaseOwner, StoreError};
+use crate::{Clock, Lease, LeaseLoss, LeaseOwner, StoreError};
 
 /// The leases of one transaction: the newest grant of each session that ever had one (a
 /// released, expired or forgotten grant stays stored, so that `fence` keeps growing).
@@ -183,10 +183,19 @@ pub(crate) struct LocalLeases {
     leases: Mutex<HashMap<String, Grant>>,
     writing: Mutex<()>,
     staged: Mutex<HashMap<String, Grant>>,
+    clock: Clock,
 }
 
 #[cfg_attr(not(feature = "redb"), allow(dead_code))]
 impl LocalLeases {
+    /// No leases; time read from `clock`.
+    pub(crate) fn new(clock: Clock) -> Self {
+        LocalLeases {
+            clock,
+            ..Self::default()
+        }
+    }
+
     fn map(&self) -> MutexGuard<'_, HashMap<String, Grant>> {
         self.leases.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -199,7 +208,7 @@ impl LocalLeases {
     /// an async runtime thread).
     pub(crate) fn apply<T>(&self, mut op: impl LeaseOp<T>) -> Result<T> {
         let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
-        op(&mut *self.map(), now_ms())
+        op(&mut *self.map(), self.clock.now_ms())
     }
 
     /// Opens the gate of one write transaction: lease requests wait until it is dropped.

@@ -14,7 +14,6 @@ mod reads;
 mod writes;
 
 use std::ops::Range;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value};
 
@@ -117,13 +116,6 @@ pub(crate) trait LeaseOp<T>:
 {
 }
 impl<T, F: FnMut(&mut dyn LeaseTxn, i64) -> Result<T> + Send + 'static> LeaseOp<T> for F {}
-
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 /// A TTL in whole milliseconds (at least 1).
 pub(crate) fn ttl_ms(ttl: std::time::Duration) -> i64 {

@@ -32,7 +32,7 @@ use self::txn::Txn;
 use crate::adapter::{backend_store, Backend};
 use crate::logic::{ReadOp, WriteOp};
 use crate::Result;
-use crate::{Durability, OpenOptions, StoreError};
+use crate::{Clock, Durability, OpenOptions, StoreError};
 
 /// How many connections (and threads) a store uses at most.
 const POOL_SIZE: usize = 16;
@@ -67,6 +67,7 @@ struct Pg {
     pool: Arc<Pool>,
     /// Opened read-only: every write and lease request is refused before it is sent.
     read_only: bool,
+    clock: Clock,
 }
 
 /// A job for a pool thread: runs on its connection.
@@ -88,6 +89,8 @@ struct Conn {
     relaxed: bool,
     /// [`STALLED_WRITE_TIMEOUT`] as the server reads it (`30000ms`).
     stalled_write_timeout: String,
+    /// A manual clock given at open, read instead of the server's clock (tests).
+    manual_clock: Option<Clock>,
     client: Option<(Client, Statements)>,
 }
 
@@ -113,6 +116,7 @@ impl Conn {
         let key = self.sql.lock_key(session_id);
         let synchronous_commit = if self.relaxed { "off" } else { "on" };
         let stalled_write_timeout = self.stalled_write_timeout.clone();
+        let manual_clock = self.manual_clock.clone();
         let (client, sql) = self.client()?;
         // READ COMMITTED whatever the server's or role's default: each statement after the
         // lock then sees what the session's previous writer committed. A snapshot taken at the
@@ -126,6 +130,7 @@ impl Conn {
         let params: [&(dyn postgres::types::ToSql + Sync); 3] =
             [&key, &synchronous_commit, &stalled_write_timeout];
         let now: i64 = txn.query_one(&sql.lock, &params).pg(&label)?.get(1);
+        let now = manual_clock.map_or(now, |clock| clock.now_ms());
         // An error drops `txn` uncommitted: rolled back, nothing of `op` is written.
         let mut view = Txn {
             txn: &mut txn,
@@ -195,6 +200,7 @@ impl PostgresStore {
                 label: label.clone(),
                 relaxed: options.durability == Durability::Relaxed,
                 stalled_write_timeout: format!("{}ms", stalled_write.as_millis().max(1)),
+                manual_clock: options.clock.is_manual().then(|| options.clock.clone()),
                 client: None,
             };
             let rx = Arc::clone(&rx);
@@ -218,6 +224,7 @@ impl PostgresStore {
         let pg = Pg {
             pool: Arc::new(pool),
             read_only: options.read_only,
+            clock: options.clock.clone(),
         };
         let create = options.may_create();
         pg.run(move |conn| conn.ensure_schema(create)).await?;
@@ -281,6 +288,10 @@ impl Backend for Pg {
         }
         let session_id = session_id.to_string();
         self.run(move |conn| conn.write(&session_id, &mut op)).await
+    }
+
+    fn clock(&self) -> Clock {
+        self.clock.clone()
     }
 }
 

@@ -53,6 +53,7 @@ impl RedbStore {
     ) -> Result<Self> {
         let path = path.to_path_buf();
         let read_only = options.read_only.then(|| path.display().to_string());
+        let clock = options.clock.clone();
         let opener = Opener {
             path: path.clone(),
             label: path.display().to_string(),
@@ -60,9 +61,9 @@ impl RedbStore {
             make_backend,
         };
         // Shared by the lease calls and the writer thread, which checks fences against them.
-        let leases = Arc::new(LocalLeases::default());
+        let leases = Arc::new(LocalLeases::new(clock.clone()));
         let engine_leases = Arc::clone(&leases);
-        let (writer, readers) = Writer::spawn("redb", move || {
+        let (writer, readers) = Writer::spawn("redb", clock.clone(), move || {
             let (shared, file_id) = open_shared(&opener)?;
             let shared = Arc::new(shared);
             let readers = RedbReaders {
@@ -85,6 +86,7 @@ impl RedbStore {
             readers: Arc::new(readers),
             local_leases: Some(leases),
             read_only,
+            clock,
         };
         Ok(RedbStore { durable, path })
     }

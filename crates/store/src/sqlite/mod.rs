@@ -43,7 +43,8 @@ impl SqliteStore {
         let path = path.as_ref().to_path_buf();
         let read_only = options.read_only.then(|| path.display().to_string());
         let open_path = path.clone();
-        let (writer, readers) = Writer::spawn("sqlite", move || {
+        let clock = options.clock.clone();
+        let (writer, readers) = Writer::spawn("sqlite", clock.clone(), move || {
             let label = open_path.display().to_string();
             let (conn, file_id) = open_writer(&open_path, &options, &label)?;
             let readers = SqliteReaders {
@@ -66,6 +67,7 @@ impl SqliteStore {
             readers: Arc::new(readers),
             local_leases: None,
             read_only,
+            clock,
         };
         Ok(SqliteStore { durable, path })
     }
