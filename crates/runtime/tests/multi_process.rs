@@ -55,18 +55,49 @@ fn now_us() -> u128 {
         .as_micros()
 }
 
-/// The child's body: runs only when re-executed by a parent test.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn multi_process_child() {
-    let (Ok(url), Ok(out), Ok(id)) = (
-        std::env::var("RETHREAD_MP_STORE"),
-        std::env::var("RETHREAD_MP_OUT"),
-        std::env::var("RETHREAD_MP_CHILD"),
-    ) else {
-        return;
+/// Whether this process is a child a test below started (a copy of this test binary run with
+/// `--exact` that test's own name and the child's variables): the child's body has then run in
+/// place of the test. A plain run sets none of the variables, so every test is a parent.
+fn ran_as_child() -> bool {
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
     };
-    let child: usize = id.parse().unwrap();
-    let store = open_url(&url, OpenOptions::new()).await.unwrap();
+    let var = |name| std::env::var(name).ok();
+    if let (Some(url), Some(out), Some(id)) = (
+        var("RETHREAD_MP_STORE"),
+        var("RETHREAD_MP_OUT"),
+        var("RETHREAD_MP_CHILD"),
+    ) {
+        runtime().block_on(multi_process_child(&url, &out, id.parse().unwrap()));
+        return true;
+    }
+    if let (Some(url), Some(mode), Some(out)) = (
+        var("RETHREAD_FAULT_STORE"),
+        var("RETHREAD_FAULT_MODE"),
+        var("RETHREAD_FAULT_OUT"),
+    ) {
+        runtime().block_on(fault_child(&url, &mode, &out));
+        return true;
+    }
+    false
+}
+
+/// This test binary, to run `test` alone (which runs a child's body: [`ran_as_child`]).
+fn child_of(test: &str) -> Command {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .stdout(std::process::Stdio::null());
+    command
+}
+
+/// The body of a child of the multi-process tests: its turns, recorded in `out`.
+async fn multi_process_child(url: &str, out: &str, child: usize) {
+    let store = open_url(url, OpenOptions::new()).await.unwrap();
     let home = tempfile::tempdir().unwrap();
     let (stream, _fake) = FakeAppServer::builder()
         .codex_home(home.path())
@@ -160,21 +191,13 @@ async fn fake_client(faults: FaultScript) -> (AppServerClient, (tempfile::TempDi
     (client, (home, fake))
 }
 
-/// The child of the fault tests: runs only when re-executed by a parent test.
+/// The body of a child of the fault tests.
 ///
 /// `hold`: takes session `x`'s lease (TTL 60 s) through a binder, says so, and waits to be
 /// killed. `stall`: opens `x` (TTL 1 s), says so, runs one slow turn (the parent stops and
 /// continues it meanwhile) and writes how the turn ended.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fault_child() {
-    let (Ok(url), Ok(mode), Ok(out)) = (
-        std::env::var("RETHREAD_FAULT_STORE"),
-        std::env::var("RETHREAD_FAULT_MODE"),
-        std::env::var("RETHREAD_FAULT_OUT"),
-    ) else {
-        return;
-    };
-    let store = open_url(&url, OpenOptions::new()).await.unwrap();
+async fn fault_child(url: &str, mode: &str, out: &str) {
+    let store = open_url(url, OpenOptions::new()).await.unwrap();
     let slow = FaultScript::of([Fault::SlowTurn { millis: 3_000 }]);
     let (client, _guard) = fake_client(slow).await;
     let ttl = if mode == "hold" { 60 } else { 1 };
@@ -192,23 +215,22 @@ async fn fault_child() {
         Ok(report) => format!("committed {:?}", report.publication),
         Err(error) => error.kind().to_string(),
     };
-    std::fs::write(&out, ended).unwrap();
+    std::fs::write(out, ended).unwrap();
 }
 
-/// Starts `fault_child` in `mode` on `url`; returns the process and the path of its report
-/// once it has opened the session.
+/// Starts [`fault_child`] in `mode` on `url` as a child of `test`; returns the process and the
+/// path of its report once it has opened the session.
 fn spawn_fault_child(
+    test: &str,
     url: &str,
     mode: &str,
     dir: &std::path::Path,
 ) -> (std::process::Child, String) {
     let out = dir.join(format!("{mode}.out")).display().to_string();
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "fault_child", "--nocapture", "--test-threads=1"])
+    let child = child_of(test)
         .env("RETHREAD_FAULT_STORE", url)
         .env("RETHREAD_FAULT_MODE", mode)
         .env("RETHREAD_FAULT_OUT", &out)
-        .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let opened = format!("{out}.opened");
@@ -233,9 +255,9 @@ fn signal(child: &std::process::Child, signal: &str) {
 
 /// A holder SIGKILLed with the lease in hand: the next process on this machine opens the
 /// session at once (its lease TTL is 60 s).
-fn a_killed_holder_is_taken_over_at_once(url: &str) {
+fn a_killed_holder_is_taken_over_at_once(test: &str, url: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, _) = spawn_fault_child(url, "hold", dir.path());
+    let (mut child, _) = spawn_fault_child(test, url, "hold", dir.path());
     signal(&child, "KILL");
     child.wait().unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -257,9 +279,9 @@ fn a_killed_holder_is_taken_over_at_once(url: &str) {
 
 /// A holder SIGSTOPped mid-turn past its TTL while this process takes the session over and
 /// commits: continued, the holder gets `LeaseLost` and writes nothing.
-fn a_stalled_holder_writes_nothing_after_a_takeover(url: &str) {
+fn a_stalled_holder_writes_nothing_after_a_takeover(test: &str, url: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, out) = spawn_fault_child(url, "stall", dir.path());
+    let (mut child, out) = spawn_fault_child(test, url, "stall", dir.path());
     signal(&child, "STOP");
     // Past the stalled holder's TTL (1 s).
     std::thread::sleep(Duration::from_millis(1_500));
@@ -319,47 +341,64 @@ fn postgres_ready(name: &str) -> Option<String> {
 
 #[test]
 fn a_killed_holder_is_taken_over_at_once_on_sqlite() {
+    if ran_as_child() {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
-    a_killed_holder_is_taken_over_at_once(&sqlite_url(&dir));
+    a_killed_holder_is_taken_over_at_once(
+        "a_killed_holder_is_taken_over_at_once_on_sqlite",
+        &sqlite_url(&dir),
+    );
 }
 
 #[test]
 fn a_killed_holder_is_taken_over_at_once_on_postgres() {
+    if ran_as_child() {
+        return;
+    }
     if let Some(url) = postgres_ready("killed") {
-        a_killed_holder_is_taken_over_at_once(&url);
+        a_killed_holder_is_taken_over_at_once(
+            "a_killed_holder_is_taken_over_at_once_on_postgres",
+            &url,
+        );
     }
 }
 
 #[test]
 fn a_stalled_holder_writes_nothing_after_a_takeover_on_sqlite() {
+    if ran_as_child() {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
-    a_stalled_holder_writes_nothing_after_a_takeover(&sqlite_url(&dir));
+    a_stalled_holder_writes_nothing_after_a_takeover(
+        "a_stalled_holder_writes_nothing_after_a_takeover_on_sqlite",
+        &sqlite_url(&dir),
+    );
 }
 
 #[test]
 fn a_stalled_holder_writes_nothing_after_a_takeover_on_postgres() {
+    if ran_as_child() {
+        return;
+    }
     if let Some(url) = postgres_ready("stalled") {
-        a_stalled_holder_writes_nothing_after_a_takeover(&url);
+        a_stalled_holder_writes_nothing_after_a_takeover(
+            "a_stalled_holder_writes_nothing_after_a_takeover_on_postgres",
+            &url,
+        );
     }
 }
 
-fn run_children(url: &str) -> Vec<TurnRecord> {
+/// Runs [`CHILDREN`] children of `test` on `url`; returns their records.
+fn run_children(test: &str, url: &str) -> Vec<TurnRecord> {
     let dir = tempfile::tempdir().unwrap();
-    let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..CHILDREN)
         .map(|child| {
             let out = dir.path().join(format!("child-{child}.jsonl"));
-            let process = Command::new(&exe)
-                .args([
-                    "--exact",
-                    "multi_process_child",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
+            let process = child_of(test)
                 .env("RETHREAD_MP_STORE", url)
                 .env("RETHREAD_MP_OUT", &out)
                 .env("RETHREAD_MP_CHILD", child.to_string())
-                .stdout(std::process::Stdio::null())
                 .spawn()
                 .unwrap();
             (process, out)
@@ -438,19 +477,25 @@ async fn check(url: &str, records: Vec<TurnRecord>) {
 
 #[test]
 fn processes_share_sessions_on_one_sqlite_file() {
+    if ran_as_child() {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let url = sqlite_url(&dir);
-    let records = run_children(&url);
+    let records = run_children("processes_share_sessions_on_one_sqlite_file", &url);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(check(&url, records));
 }
 
 #[test]
 fn processes_share_sessions_on_one_postgres_database() {
+    if ran_as_child() {
+        return;
+    }
     let Some(url) = postgres_ready("mp") else {
         return;
     };
-    let records = run_children(&url);
+    let records = run_children("processes_share_sessions_on_one_postgres_database", &url);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(check(&url, records));
 }

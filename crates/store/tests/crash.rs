@@ -26,21 +26,26 @@ fn session_name(i: usize) -> String {
     format!("crash-{i}")
 }
 
-/// The child's body. A no-op unless the parent started this binary with `CHILD_ENV`.
-#[test]
-fn crash_child() {
+/// Whether this process is a child a test below started (this test binary run with `--exact`
+/// that test's name and `CHILD_ENV`): [`crash_child`] has then run in place of the test (it
+/// runs until killed). A plain run does not set `CHILD_ENV`, so every test is a parent.
+fn ran_as_child() -> bool {
     let Ok(url) = std::env::var(CHILD_ENV) else {
-        return;
+        return false;
     };
+    crash_child(&url);
+    true
+}
+
+/// The child's body: commits on `url` until it is killed, acknowledging each commit.
+fn crash_child(url: &str) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async move {
-        let store = open_url(&url, OpenOptions::new())
-            .await
-            .expect("child open");
+        let store = open_url(url, OpenOptions::new()).await.expect("child open");
         emit("READY".to_string());
         let pid = std::process::id();
         let tasks: Vec<_> = (0..SESSIONS)
@@ -121,7 +126,9 @@ struct Acked {
     retired: Vec<(String, String)>,
 }
 
-fn crash_loop(scheme: &str, file: &str) {
+/// `kills` children of `test` (which run [`crash_child`]) on a `scheme` store named `file`,
+/// killed at random moments, the store checked after each.
+fn crash_loop(test: &str, scheme: &str, file: &str) {
     let kills: u64 = std::env::var("RETHREAD_CRASH_KILLS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -165,13 +172,7 @@ fn crash_loop(scheme: &str, file: &str) {
     let mut total_acks = 0usize;
     for kill in 0..kills {
         let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "crash_child",
-                "--nocapture",
-                "--test-threads=1",
-                "-q",
-            ])
+            .args(["--exact", test, "--nocapture", "--test-threads=1", "-q"])
             .env(CHILD_ENV, &url)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -354,16 +355,16 @@ async fn check(store: &dyn BindingStore, acked: &Acked) -> Result<(), String> {
 
 #[test]
 fn redb_survives_sigkill() {
-    if std::env::var(CHILD_ENV).is_ok() {
+    if ran_as_child() {
         return;
     }
-    crash_loop("redb", "crash.redb");
+    crash_loop("redb_survives_sigkill", "redb", "crash.redb");
 }
 
 #[test]
 fn sqlite_survives_sigkill() {
-    if std::env::var(CHILD_ENV).is_ok() {
+    if ran_as_child() {
         return;
     }
-    crash_loop("sqlite", "crash.db");
+    crash_loop("sqlite_survives_sigkill", "sqlite", "crash.db");
 }

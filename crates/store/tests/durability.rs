@@ -26,12 +26,20 @@ fn commit(session: &str) -> TurnCommit {
     )
 }
 
-/// The child's body: `RETHREAD_DURABILITY_CHILD=<scenario> <url>`. A no-op otherwise.
-#[test]
-fn durability_child() {
+/// Whether this process is a child a test below started (this test binary run with `--exact`
+/// that test's name and `RETHREAD_DURABILITY_CHILD=<scenario> <url>`): [`durability_child`]
+/// has then run in place of the test (it exits the process). A plain run does not set the
+/// variable, so every test is a parent.
+fn ran_as_child() -> bool {
     let Ok(spec) = std::env::var(CHILD_ENV) else {
-        return;
+        return false;
     };
+    durability_child(&spec);
+    true
+}
+
+/// The child's body: commits relaxed as `spec` (`<scenario> <url>`) says, then exits.
+fn durability_child(spec: &str) {
     let (scenario, url) = spec.split_once(' ').expect("scenario and url");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -72,9 +80,10 @@ fn durability_child() {
     });
 }
 
-fn run_child(scenario: &str, url: &str) {
+/// Runs [`durability_child`] in `scenario` on `url`, as a child of `test`.
+fn run_child(test: &str, scenario: &str, url: &str) {
     let status = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "durability_child", "--nocapture", "-q"])
+        .args(["--exact", test, "--nocapture", "-q"])
         .env(CHILD_ENV, format!("{scenario} {url}"))
         .status()
         .unwrap();
@@ -104,17 +113,14 @@ async fn sessions_after(url: &str) -> Vec<String> {
     }
 }
 
-async fn check_backend(scheme: &str, file: &str) {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
+async fn check_backend(test: &str, scheme: &str, file: &str) {
     let dir = tempfile::tempdir().unwrap();
     for scenario in ["pause-then-exit", "drop-then-exit"] {
         let url = format!(
             "{scheme}:{}",
             dir.path().join(format!("{scenario}-{file}")).display()
         );
-        run_child(scenario, &url);
+        run_child(test, scenario, &url);
         let sessions = sessions_after(&url).await;
         assert_eq!(
             sessions.len(),
@@ -126,7 +132,7 @@ async fn check_backend(scheme: &str, file: &str) {
         "{scheme}:{}",
         dir.path().join(format!("again-{file}")).display()
     );
-    run_child("write-again-then-exit", &url);
+    run_child(test, "write-again-then-exit", &url);
     let sessions = sessions_after(&url).await;
     assert!(
         sessions.iter().any(|s| s == "early"),
@@ -134,12 +140,28 @@ async fn check_backend(scheme: &str, file: &str) {
     );
 }
 
-#[tokio::test]
-async fn redb_relaxed_commits_survive_a_process_exit() {
-    check_backend("redb", "d.redb").await;
+#[test]
+fn redb_relaxed_commits_survive_a_process_exit() {
+    if ran_as_child() {
+        return;
+    }
+    let test = "redb_relaxed_commits_survive_a_process_exit";
+    parent_runtime().block_on(check_backend(test, "redb", "d.redb"));
 }
 
-#[tokio::test]
-async fn sqlite_relaxed_commits_survive_a_process_exit() {
-    check_backend("sqlite", "d.db").await;
+#[test]
+fn sqlite_relaxed_commits_survive_a_process_exit() {
+    if ran_as_child() {
+        return;
+    }
+    let test = "sqlite_relaxed_commits_survive_a_process_exit";
+    parent_runtime().block_on(check_backend(test, "sqlite", "d.db"));
+}
+
+/// The parent's runtime (a child builds its own: [`durability_child`]).
+fn parent_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
