@@ -382,6 +382,9 @@ async fn a_restore_that_failed_for_now_never_gives_the_thread_up() {
     let (first, second, _client) = run.await.unwrap();
     let error = first.expect_err("the first open fails");
     assert!(error.is_retryable(), "{error:?}");
+    // Said once, not by the message and again by the error around it.
+    let said = error.to_string();
+    assert_eq!(said.matches("the binding is kept").count(), 1, "{said}");
     assert!(matches!(second.unwrap(), OpenOutcome::Resumed { thread_id } if thread_id == THREAD));
     assert_eq!(
         memory.thread_id("s").await.unwrap().as_deref(),

@@ -60,9 +60,9 @@ impl Attempts {
             return Verdict::Stop(RuntimeError::ResumeUnavailable {
                 thread_id: self.thread_id.clone(),
                 failure,
+                // The error itself says the binding is kept.
                 message: format!(
-                    "{} (its rollout could not be restored from the store this time; the \
-                     binding is kept)",
+                    "{} (its rollout could not be restored from the store this time)",
                     error.message
                 ),
                 attempts: self.sent,
