@@ -22,6 +22,19 @@ pub(crate) trait Backend: Send + Sync + 'static {
         op: impl WriteOp<T>,
     ) -> impl Future<Output = Result<T>> + Send;
 
+    /// Runs `op`, a write of every session of `session_ids`, in one write transaction;
+    /// PostgreSQL takes each session's lock, in order.
+    fn write_sessions<T: Send + 'static>(
+        &self,
+        session_ids: Vec<String>,
+        op: impl WriteOp<T>,
+    ) -> impl Future<Output = Result<T>> + Send {
+        async move {
+            let first = session_ids.first().map_or("", String::as_str);
+            self.write(first, op).await
+        }
+    }
+
     /// The clock this store judges time by on this host (PostgreSQL's writes read the
     /// server's unless a manual clock was given).
     fn clock(&self) -> Clock;
@@ -58,8 +71,8 @@ macro_rules! backend_store {
             use $crate::logic::{self, LeaseTxn, ReadTxn, WriteTxn};
             use $crate::{
                 BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MirroredFile,
-                Result, Retirement, SessionExport, SessionPage, SessionRecord, TranscriptRow,
-                TurnCommit, VerifyProgress, VerifyReport,
+                Prune, PruneReport, Result, Retirement, SessionExport, SessionPage, SessionRecord,
+                StoredBytes, TranscriptRow, TurnCommit, VerifyProgress, VerifyReport,
             };
 
             #[async_trait::async_trait]
@@ -173,6 +186,16 @@ macro_rules! backend_store {
                     let id = session_id.to_string();
                     let op = move |txn: &mut dyn WriteTxn, now| logic::delete(txn, now, &id);
                     self.$backend.write(session_id, op).await
+                }
+
+                async fn prune_sessions(&self, prune: Prune) -> Result<PruneReport> {
+                    logic::prune::run(&self.$backend, &prune).await
+                }
+
+                async fn session_bytes(&self, session_ids: &[String]) -> Result<Vec<StoredBytes>> {
+                    let ids = session_ids.to_vec();
+                    let op = move |txn: &mut dyn ReadTxn| logic::prune::session_bytes(txn, &ids);
+                    self.$backend.read(op).await
                 }
 
                 async fn export_session(&self, session_id: &str) -> Result<Option<SessionExport>> {

@@ -71,6 +71,7 @@ mod open;
 mod options;
 mod owner;
 mod redact;
+mod retention;
 mod store;
 mod types;
 mod verify;
@@ -107,6 +108,7 @@ pub use owner::{LeaseOwner, LocalOwner, ProcessIdentity};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
 pub use redact::redact_url;
+pub use retention::{Prune, PruneReport, PrunedSession, StoredBytes, DEFAULT_PRUNE_BATCH};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub use store::{BindingStore, BindingStoreExt};

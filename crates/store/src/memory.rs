@@ -109,6 +109,11 @@ impl ReadTxn for State {
             .is_some_and(|rows| !rows.is_empty()))
     }
 
+    fn row_bytes(&mut self, session_id: &str) -> Result<u64> {
+        let rows = self.rows.get(session_id).into_iter().flatten();
+        Ok(rows.map(|body| body.to_string().len() as u64).sum())
+    }
+
     fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>> {
         Ok(self.threads.get(thread_id).cloned())
     }

@@ -8,9 +8,9 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use crate::{
-    Binding, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MirroredFile, Result,
-    Retirement, SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow, TurnCommit,
-    VerifyProgress, VerifyReport,
+    Binding, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MirroredFile, Prune,
+    PruneReport, Result, Retirement, SessionExport, SessionPage, SessionRecord, StoreError,
+    StoredBytes, TranscriptRow, TurnCommit, VerifyProgress, VerifyReport,
 };
 
 /// Durable `session id -> codex thread id` bindings and the sessions' transcripts; the
@@ -138,6 +138,25 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     ///   it back or write ([`LeaseLoss::Forgotten`](crate::LeaseLoss::Forgotten)), so a delete
     ///   is never silently undone. A later acquire continues the fence.
     async fn delete_session(&self, session_id: &str) -> Result<bool>;
+
+    /// Removes every session idle for [`Prune::idle`] (last written that long ago by the
+    /// store's clock), as a delete does: record, rows, mirror, threads, and its lease record.
+    ///
+    /// # Contract
+    /// - Never a session whose lease is live (its holder not known gone): those are listed in
+    ///   [`PruneReport::kept_leased`]. Idleness and the lease are judged inside the write that
+    ///   removes the session, so one written or leased meanwhile stays.
+    /// - At most [`Prune::batch`] sessions per write transaction: the store's other writers
+    ///   wait for one batch at most. A failure stops the prune; the batches before it stay
+    ///   removed.
+    /// - [`Prune::dry_run`]: nothing is removed, and the report says what would go.
+    /// - A stale grant of a pruned session is refused ([`LeaseLoss::Forgotten`](crate::LeaseLoss::Forgotten));
+    ///   a later acquire starts the session's fences anew.
+    async fn prune_sessions(&self, prune: Prune) -> Result<PruneReport>;
+
+    /// What each of `session_ids` holds in the store (rows and mirror), in order, from one
+    /// snapshot; zero for a session not stored.
+    async fn session_bytes(&self, session_ids: &[String]) -> Result<Vec<StoredBytes>>;
 
     /// Reads a whole session (record, all rows, mirror, and every thread that belongs to it)
     /// from one consistent snapshot.
@@ -273,6 +292,12 @@ where
     }
     async fn delete_session(&self, session_id: &str) -> Result<bool> {
         (**self).delete_session(session_id).await
+    }
+    async fn prune_sessions(&self, prune: Prune) -> Result<PruneReport> {
+        (**self).prune_sessions(prune).await
+    }
+    async fn session_bytes(&self, session_ids: &[String]) -> Result<Vec<StoredBytes>> {
+        (**self).session_bytes(session_ids).await
     }
     async fn export_session(&self, session_id: &str) -> Result<Option<SessionExport>> {
         (**self).export_session(session_id).await

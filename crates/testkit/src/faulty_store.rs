@@ -14,8 +14,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rethread_store::{
     BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MemoryStore,
-    MirroredFile, Retirement, SessionExport, SessionPage, SessionRecord, StoreError, TranscriptRow,
-    TurnCommit,
+    MirroredFile, Prune, PruneReport, Retirement, SessionExport, SessionPage, SessionRecord,
+    StoreError, StoredBytes, TranscriptRow, TurnCommit,
 };
 use serde_json::{Map, Value};
 
@@ -223,6 +223,16 @@ impl BindingStore for FaultyStore {
     async fn delete_session(&self, session_id: &str) -> Result<bool, StoreError> {
         self.enter("delete_session", None).await?;
         self.inner.delete_session(session_id).await
+    }
+
+    async fn prune_sessions(&self, prune: Prune) -> Result<PruneReport, StoreError> {
+        self.enter("prune_sessions", None).await?;
+        self.inner.prune_sessions(prune).await
+    }
+
+    async fn session_bytes(&self, session_ids: &[String]) -> Result<Vec<StoredBytes>, StoreError> {
+        self.enter("session_bytes", None).await?;
+        self.inner.session_bytes(session_ids).await
     }
 
     async fn export_session(&self, session_id: &str) -> Result<Option<SessionExport>, StoreError> {

@@ -13,6 +13,9 @@ pub(crate) trait LeaseTxn {
     fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>>;
     /// Inserts or replaces the session's grant.
     fn put_lease(&mut self, grant: &Grant) -> Result<()>;
+    /// Removes the session's grant record (a pruned session: a later grant starts a new
+    /// fence count, and a stale one finds no grant, `Forgotten`).
+    fn remove_lease(&mut self, session_id: &str) -> Result<()>;
 }
 
 /// What became of a grant.
@@ -182,7 +185,8 @@ pub(crate) fn release(leases: &mut dyn LeaseTxn, now: i64, lease: &Lease) -> Res
 pub(crate) struct LocalLeases {
     leases: Mutex<HashMap<String, Grant>>,
     writing: Mutex<()>,
-    staged: Mutex<HashMap<String, Grant>>,
+    /// A write's changes: `None` removes the grant.
+    staged: Mutex<HashMap<String, Option<Grant>>>,
     clock: Clock,
 }
 
@@ -200,7 +204,7 @@ impl LocalLeases {
         self.leases.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn staged(&self) -> MutexGuard<'_, HashMap<String, Grant>> {
+    fn staged(&self) -> MutexGuard<'_, HashMap<String, Option<Grant>>> {
         self.staged.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -235,7 +239,13 @@ impl LeaseWrite<'_> {
     /// The write committed: what it staged becomes the leases.
     pub(crate) fn committed(self) {
         let staged = std::mem::take(&mut *self.leases.staged());
-        self.leases.map().extend(staged);
+        let mut map = self.leases.map();
+        for (session_id, grant) in staged {
+            match grant {
+                Some(grant) => map.insert(session_id, grant),
+                None => map.remove(&session_id),
+            };
+        }
     }
 }
 
@@ -250,13 +260,17 @@ impl Drop for LeaseWrite<'_> {
 impl LeaseTxn for Arc<LocalLeases> {
     fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>> {
         if let Some(grant) = self.staged().get(session_id) {
-            return Ok(Some(grant.clone()));
+            return Ok(grant.clone());
         }
         Ok(self.map().get(session_id).cloned())
     }
     fn put_lease(&mut self, grant: &Grant) -> Result<()> {
         self.staged()
-            .insert(grant.lease.session_id.clone(), grant.clone());
+            .insert(grant.lease.session_id.clone(), Some(grant.clone()));
+        Ok(())
+    }
+    fn remove_lease(&mut self, session_id: &str) -> Result<()> {
+        self.staged().insert(session_id.to_string(), None);
         Ok(())
     }
 }
@@ -267,6 +281,10 @@ impl LeaseTxn for HashMap<String, Grant> {
     }
     fn put_lease(&mut self, grant: &Grant) -> Result<()> {
         self.insert(grant.lease.session_id.clone(), grant.clone());
+        Ok(())
+    }
+    fn remove_lease(&mut self, session_id: &str) -> Result<()> {
+        self.remove(session_id);
         Ok(())
     }
 }

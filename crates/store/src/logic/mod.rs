@@ -10,6 +10,7 @@
 
 mod leases;
 pub(crate) mod mirror;
+pub(crate) mod prune;
 mod reads;
 mod writes;
 
@@ -64,6 +65,8 @@ pub(crate) trait ReadTxn {
     /// Up to `limit` records with a session id greater than `after`, in order.
     fn list(&mut self, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>>;
     fn has_rows(&mut self, session_id: &str) -> Result<bool>;
+    /// The bytes of the session's stored rows (their JSON text); 0 for none.
+    fn row_bytes(&mut self, session_id: &str) -> Result<u64>;
     fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>>;
     /// The threads that belong to `session_id`, in any order.
     fn session_threads(&mut self, session_id: &str) -> Result<Vec<String>>;

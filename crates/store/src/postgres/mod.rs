@@ -110,10 +110,11 @@ impl Conn {
         Ok((client, statements))
     }
 
-    /// Runs `op` in one write transaction under the advisory lock of `session_id`.
-    fn write<T>(&mut self, session_id: &str, op: &mut impl WriteOp<T>) -> Result<T> {
+    /// Runs `op` in one write transaction under the advisory locks of `session_ids`, taken
+    /// in order (every writer of several sessions takes them sorted: no deadlock).
+    fn write<T>(&mut self, session_ids: &[String], op: &mut impl WriteOp<T>) -> Result<T> {
         let label = self.label.clone();
-        let key = self.sql.lock_key(session_id);
+        let keys: Vec<String> = session_ids.iter().map(|id| self.sql.lock_key(id)).collect();
         let synchronous_commit = if self.relaxed { "off" } else { "on" };
         let stalled_write_timeout = self.stalled_write_timeout.clone();
         let manual_clock = self.manual_clock.clone();
@@ -127,9 +128,12 @@ impl Conn {
             .isolation_level(IsolationLevel::ReadCommitted)
             .start();
         let mut txn = txn.pg(&label)?;
-        let params: [&(dyn postgres::types::ToSql + Sync); 3] =
-            [&key, &synchronous_commit, &stalled_write_timeout];
-        let now: i64 = txn.query_one(&sql.lock, &params).pg(&label)?.get(1);
+        let mut now = 0;
+        for key in &keys {
+            let params: [&(dyn postgres::types::ToSql + Sync); 3] =
+                [key, &synchronous_commit, &stalled_write_timeout];
+            now = txn.query_one(&sql.lock, &params).pg(&label)?.get(1);
+        }
         let now = manual_clock.map_or(now, |clock| clock.now_ms());
         // An error drops `txn` uncommitted: rolled back, nothing of `op` is written.
         let mut view = Txn {
@@ -286,8 +290,22 @@ impl Backend for Pg {
         if self.read_only {
             return Err(StoreError::opened_read_only(&self.pool.label));
         }
-        let session_id = session_id.to_string();
-        self.run(move |conn| conn.write(&session_id, &mut op)).await
+        let session_ids = [session_id.to_string()];
+        self.run(move |conn| conn.write(&session_ids, &mut op))
+            .await
+    }
+
+    async fn write_sessions<T: Send + 'static>(
+        &self,
+        mut session_ids: Vec<String>,
+        mut op: impl WriteOp<T>,
+    ) -> Result<T> {
+        if self.read_only {
+            return Err(StoreError::opened_read_only(&self.pool.label));
+        }
+        session_ids.sort_unstable();
+        self.run(move |conn| conn.write(&session_ids, &mut op))
+            .await
     }
 
     fn clock(&self) -> Clock {

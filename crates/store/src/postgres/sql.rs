@@ -60,6 +60,10 @@ statements!(p;
            set_config('synchronous_commit', $2, true), \
            set_config('idle_in_transaction_session_timeout', $3, true)",
     load: format!("SELECT {RECORD_COLUMNS} FROM {p}sessions WHERE session_id = $1"),
+    row_bytes: format!(
+        "SELECT coalesce(sum(octet_length(body)), 0)::int8 FROM {p}transcript_rows \
+         WHERE session_id = $1"
+    ),
     has_rows: format!("SELECT EXISTS (SELECT 1 FROM {p}transcript_rows WHERE session_id = $1)"),
     // The sessions of the first and last row, each with whether its record exists.
     row_ends: format!(
@@ -121,6 +125,7 @@ statements!(p;
          AND seq >= $4"
     ),
     remove_session_chunks: format!("DELETE FROM {p}mirror_chunks WHERE session_id = $1"),
+    remove_lease: format!("DELETE FROM {p}leases WHERE session_id = $1"),
     load_lease: format!("SELECT {LEASE_COLUMNS} FROM {p}leases WHERE session_id = $1"),
     put_lease: format!(
         "INSERT INTO {p}leases ({LEASE_COLUMNS}) \

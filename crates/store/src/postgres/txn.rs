@@ -97,6 +97,11 @@ impl ReadTxn for Txn<'_, '_> {
         Ok(row.pg(self.label)?.get(0))
     }
 
+    fn row_bytes(&mut self, session_id: &str) -> Result<u64> {
+        let row = self.txn.query_one(&self.sql.row_bytes, &[&session_id]);
+        Ok(row.pg(self.label)?.get::<_, i64>(0).max(0) as u64)
+    }
+
     fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>> {
         let row = self.query_opt(&self.sql.thread_owner, &[&thread_id])?;
         Ok(row.map(|r| r.get(0)))
@@ -249,6 +254,11 @@ impl LeaseTxn for Txn<'_, '_> {
             &c.state,
         ];
         self.execute(&self.sql.put_lease, params)?;
+        Ok(())
+    }
+
+    fn remove_lease(&mut self, session_id: &str) -> Result<()> {
+        self.execute(&self.sql.remove_lease, &[&session_id])?;
         Ok(())
     }
 }

@@ -231,6 +231,16 @@ where
         Ok(iter.next().transpose().redb(label)?.is_some())
     }
 
+    fn row_bytes(&mut self, session_id: &str) -> Result<u64> {
+        let label = &self.label;
+        let mut bytes = 0;
+        let rows = (session_id, 0)..=(session_id, u64::MAX);
+        for item in self.rows.range(rows).redb(label)? {
+            bytes += item.redb(label)?.1.value().len() as u64;
+        }
+        Ok(bytes)
+    }
+
     fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>> {
         let label = &self.label;
         let Some(value) = self.threads.get(thread_id).redb(label)? else {

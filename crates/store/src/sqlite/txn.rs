@@ -126,6 +126,13 @@ impl ReadTxn for Txn<'_> {
         Ok(self.one(sql, [session_id], |_| Ok(()))?.is_some())
     }
 
+    fn row_bytes(&mut self, session_id: &str) -> Result<u64> {
+        let sql = "SELECT coalesce(sum(length(CAST(body AS BLOB))), 0) FROM transcript_rows \
+                   WHERE session_id = ?1";
+        let bytes: Option<i64> = self.one(sql, [session_id], |r| r.get(0))?;
+        Ok(bytes.unwrap_or(0).max(0) as u64)
+    }
+
     fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>> {
         let sql = "SELECT session_id, checksum FROM threads WHERE thread_id = ?1";
         let row: Option<(String, i64)> =
@@ -326,6 +333,11 @@ impl LeaseTxn for Txn<'_> {
             lease_checksum(c),
         ];
         self.exec(&sql, params)?;
+        Ok(())
+    }
+
+    fn remove_lease(&mut self, session_id: &str) -> Result<()> {
+        self.exec("DELETE FROM leases WHERE session_id = ?1", [session_id])?;
         Ok(())
     }
 }

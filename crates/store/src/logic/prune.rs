@@ -1,0 +1,132 @@
+//! Pruning idle sessions ([`BindingStore::prune_sessions`](crate::BindingStore::prune_sessions)):
+//! a read lists candidates page by page, and a write per batch removes those still idle and
+//! not leased, so that a live store's writers wait for one batch at most.
+//!
+//! Idleness is decided per kind of record; today sessions only. A kind added later (a thread
+//! kept without a session) gets its own candidate read and removal here, and a list of its
+//! own in [`PruneReport`].
+
+use super::leases::Grant;
+use super::{ReadTxn, WriteTxn};
+use crate::adapter::Backend;
+use crate::Result;
+use crate::{Prune, PruneReport, PrunedSession, StoredBytes};
+
+/// How many records one candidate read looks at, per session of a batch.
+const SCAN_PER_BATCH: usize = 8;
+
+/// Up to `batch` sessions after `after` last written before `cutoff`, and where the next read
+/// starts (`None`: the end).
+fn idle_page(
+    txn: &mut dyn ReadTxn,
+    after: Option<&str>,
+    cutoff: i64,
+    batch: usize,
+) -> Result<(Vec<String>, Option<String>)> {
+    let scan = batch.saturating_mul(SCAN_PER_BATCH);
+    let records = txn.list(after, scan)?;
+    let mut idle = Vec::new();
+    for record in &records {
+        if record.updated_at_ms < cutoff {
+            idle.push(record.session_id.clone());
+            if idle.len() == batch {
+                return Ok((idle, Some(record.session_id.clone())));
+            }
+        }
+    }
+    let next = (records.len() == scan).then(|| records.last().map(|r| r.session_id.clone()));
+    Ok((idle, next.flatten()))
+}
+
+/// What one batch's write removed, and kept for a live lease.
+#[derive(Default)]
+struct Batch {
+    removed: Vec<PrunedSession>,
+    leased: Vec<String>,
+}
+
+/// Removes each of `ids` still idle at `now` and whose lease is not live (unless `dry_run`):
+/// record, rows, mirror, threads, and lease record.
+fn prune_batch(
+    txn: &mut dyn WriteTxn,
+    now: i64,
+    ids: &[String],
+    idle_ms: i64,
+    dry_run: bool,
+) -> Result<Batch> {
+    let cutoff = now.saturating_sub(idle_ms);
+    let mut batch = Batch::default();
+    for id in ids {
+        let Some(record) = txn.load(id)? else {
+            continue;
+        };
+        if record.updated_at_ms >= cutoff {
+            continue;
+        }
+        let grant = txn.leases().load_lease(id)?;
+        if Grant::refuse_if_busy(grant.as_ref(), None, now).is_err() {
+            batch.leased.push(id.clone());
+            continue;
+        }
+        let bytes = StoredBytes {
+            rows: txn.row_bytes(id)?,
+            mirror: record.mirror.bytes(),
+        };
+        if !dry_run {
+            txn.remove(id)?;
+            if grant.is_some() {
+                txn.leases().remove_lease(id)?;
+            }
+        }
+        batch.removed.push(PrunedSession {
+            session_id: record.session_id,
+            updated_at_ms: record.updated_at_ms,
+            row_count: record.row_count,
+            bytes,
+        });
+    }
+    Ok(batch)
+}
+
+/// [`BindingStore::prune_sessions`](crate::BindingStore::prune_sessions) on `backend`.
+pub(crate) async fn run<B: Backend>(backend: &B, prune: &Prune) -> Result<PruneReport> {
+    let idle_ms = prune.idle.as_millis().min(i64::MAX as u128) as i64;
+    let (batch, dry_run) = (prune.batch.max(1), prune.dry_run);
+    let mut report = PruneReport::default();
+    let mut after: Option<String> = None;
+    loop {
+        // Candidates by this host's clock; each write checks again by the store's.
+        let cutoff = backend.clock().now_ms().saturating_sub(idle_ms);
+        let from = after.take();
+        let read = move |txn: &mut dyn ReadTxn| idle_page(txn, from.as_deref(), cutoff, batch);
+        let (ids, next) = backend.read(read).await?;
+        if !ids.is_empty() {
+            let locked = ids.clone();
+            let write =
+                move |txn: &mut dyn WriteTxn, now| prune_batch(txn, now, &ids, idle_ms, dry_run);
+            let done = backend.write_sessions(locked, write).await?;
+            report.sessions.extend(done.removed);
+            report.kept_leased.extend(done.leased);
+        }
+        match next {
+            Some(next) => after = Some(next),
+            None => return Ok(report),
+        }
+    }
+}
+
+/// [`BindingStore::session_bytes`](crate::BindingStore::session_bytes): what each session
+/// holds, zero for one not stored.
+pub(crate) fn session_bytes(txn: &mut dyn ReadTxn, ids: &[String]) -> Result<Vec<StoredBytes>> {
+    ids.iter()
+        .map(|id| {
+            let Some(record) = txn.load(id)? else {
+                return Ok(StoredBytes::default());
+            };
+            Ok(StoredBytes {
+                rows: txn.row_bytes(id)?,
+                mirror: record.mirror.bytes(),
+            })
+        })
+        .collect()
+}
