@@ -147,31 +147,11 @@ impl MirrorReport {
     }
 }
 
-/// A file's identity on its device: a file replaced since (a restore, another copy) is
-/// another file, and what was known of the old one no longer holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct FileId(u64, u64);
-
-fn file_id(meta: &std::fs::Metadata) -> Option<FileId> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        Some(FileId(meta.dev(), meta.ino()))
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = meta;
-        None
-    }
-}
-
-/// What the store holds of one local file: its first `len` bytes, CRC-32 `crc32`, in the file
-/// `id` (codex only appends to it).
+/// What the store holds of one local file: its first `len` bytes, CRC-32 `crc32`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct KnownFile {
     len: u64,
     crc32: u32,
-    id: Option<FileId>,
 }
 
 /// What this process knows of one thread's files.
@@ -233,8 +213,9 @@ impl RolloutMirror {
     }
 
     /// What the thread's rollout files grew by since the store last got them, for the commit
-    /// of a completed turn: only the new bytes of a file this process mirrored or restored
-    /// (cut at the last newline), the whole file otherwise (base length 0).
+    /// of a completed turn: the new bytes of a file this process mirrored or restored whose
+    /// start is still what the store holds (checked on the file's bytes: a file rewritten in
+    /// place is not grown), cut at the last newline; the whole file otherwise (base length 0).
     pub async fn prepare(&self, thread_id: &str) -> Result<PreparedMirror, MirrorError> {
         let known = self.known().get(thread_id).cloned().unwrap_or_default();
         let (home, thread_id, cap) = (
@@ -422,36 +403,27 @@ fn grown(
     for path in files {
         let abs = home.join(&path);
         let mut file = File::open(&abs).map_err(io_error(&abs))?;
-        let meta = file.metadata().map_err(io_error(&abs))?;
-        let id = file_id(&meta);
-        let before = known.files.get(&path).copied();
-        // The same file, only grown: only its new bytes are read.
-        let grew = before.filter(|k| k.id.is_some() && k.id == id && meta.len() >= k.len);
+        // What the store holds is still the file's start (another writer may have rewritten
+        // it in place, or replaced it): checked on the file's own bytes, then only the rest
+        // is read. Otherwise the file goes whole, never spliced onto the stored start.
+        let base = match known.files.get(&path) {
+            Some(k) => (prefix_crc32(&mut file, k.len).map_err(io_error(&abs))? == Some(k.crc32))
+                .then_some(*k),
+            None => None,
+        };
         let mut bytes = Vec::new();
-        file.seek(SeekFrom::Start(grew.map_or(0, |k| k.len)))
+        file.seek(SeekFrom::Start(base.map_or(0, |k| k.len)))
             .and_then(|_| file.read_to_end(&mut bytes))
             .map_err(io_error(&abs))?;
         bytes.truncate(whole_lines(&bytes).len());
-        // Another file whose start is what the store holds (the same bytes, another
-        // identity): only the rest goes.
-        let base = grew.or_else(|| {
-            let k = before?;
-            let held = bytes.get(..k.len as usize)?;
-            (crc32fast::hash(held) == k.crc32).then(|| {
-                bytes.drain(..k.len as usize);
-                k
-            })
-        });
         let held = match base {
             Some(k) => KnownFile {
                 len: k.len + bytes.len() as u64,
                 crc32: crc32_extend(k.crc32, k.len, &bytes),
-                id,
             },
             None => KnownFile {
                 len: bytes.len() as u64,
                 crc32: crc32fast::hash(&bytes),
-                id,
             },
         };
         appends.extend(match base {
@@ -462,6 +434,25 @@ fn grown(
         next.files.insert(path, held);
     }
     Ok((appends, next))
+}
+
+/// The CRC-32 of `file`'s first `len` bytes, read in chunks from its start; `None` when it is
+/// shorter.
+fn prefix_crc32(file: &mut File, len: u64) -> io::Result<Option<u32>> {
+    let mut crc = crc32fast::Hasher::new();
+    let mut buffer = vec![0; (1 << 18).min(len as usize)];
+    file.seek(SeekFrom::Start(0))?;
+    let mut prefix = file.take(len);
+    let mut read = 0;
+    loop {
+        match prefix.read(&mut buffer)? {
+            0 => return Ok((read == len).then(|| crc.finalize())),
+            n => {
+                crc.update(&buffer[..n]);
+                read += n as u64;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -747,3 +747,79 @@ async fn nothing_is_restored_without_a_mirror_or_once_mirroring_stopped() {
     assert!(restored.stopped);
     assert!(!home.path().join(source()).exists());
 }
+
+/// Another writer rewrote the rollout in place between two turns (the same file, as long as
+/// before or longer): the store's start is no longer the file's, so the commit sends the file
+/// whole, never the old start spliced to the new tail.
+#[tokio::test]
+async fn a_rollout_rewritten_in_place_is_sent_whole_never_spliced() {
+    use std::io::{Seek, Write};
+    for extra in ["", "and longer"] {
+        let store = MemoryStore::new();
+        let (a, text) = two_turns_on_a(&store).await;
+        let mirror = RolloutMirror::new(a.path());
+        mirror.restore(&store, "s", THREAD).await.unwrap();
+        // Same length as what the store holds, other bytes, then maybe more: written over the
+        // file through the same inode.
+        let first = line("session_meta", "META");
+        let rest = text.len() - first.len();
+        let more = if extra.is_empty() {
+            String::new()
+        } else {
+            line("turn", extra)
+        };
+        let rewritten = first + &"x".repeat(rest - 1) + "\n" + &more;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(a.path().join(source()))
+            .unwrap();
+        file.rewind().unwrap();
+        file.write_all(rewritten.as_bytes()).unwrap();
+        drop(file);
+        assert_eq!(read(a.path(), &source()), rewritten);
+        assert_eq!(commit(&store, &mirror).await.mirror, MirrorReport::Written);
+        assert_eq!(
+            stored(&store, &source()).await,
+            Some(rewritten),
+            "{extra:?}"
+        );
+    }
+}
+
+/// A directory link under the home that leads out of it (`sessions/` itself, or a folder
+/// below it) is never followed by a restore: it fails, and nothing is written outside the home
+/// (the link's target stays empty). The home itself may be a link.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_restore_follows_no_link_out_of_the_home() {
+    let store = MemoryStore::new();
+    let (_a, _text) = two_turns_on_a(&store).await;
+    for linked in ["sessions", "sessions/2026", DIR] {
+        let b = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let link = b.path().join(linked);
+        std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(outside.path(), &link).unwrap();
+        let restored = RolloutMirror::new(b.path())
+            .restore(&store, "s", THREAD)
+            .await;
+        let err = restored.expect_err(linked).to_string();
+        assert!(err.contains("link"), "{err}");
+        let mut found = Vec::new();
+        let mut dirs = vec![outside.path().to_path_buf()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path.clone());
+                }
+                found.push(path);
+            }
+        }
+        let files: Vec<_> = found.iter().filter(|p| p.is_file()).collect();
+        assert!(
+            files.is_empty(),
+            "{linked}: written outside the home: {files:?}"
+        );
+    }
+}

@@ -4,15 +4,18 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_store::{check_mirror_path, BindingStore, MirroredFile, SessionRecord};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
 
 use super::{
-    blocking, file_id, io_error, is_thread_file, parent_of, Known, KnownFile, MirrorError,
+    blocking, io_error, is_thread_file, parent_of, prefix_crc32, Known, KnownFile, MirrorError,
     Restored, RolloutMirror, HISTORY_INDEX,
 };
 
@@ -209,15 +212,11 @@ fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
     }
     let existing = match File::open(&abs) {
         Ok(mut handle) => {
-            let meta = handle.metadata().map_err(io_error(&abs))?;
             // Summed through one buffer, not read whole: every open of a local thread comes here.
-            if meta.len() >= file.len
-                && prefix_crc32(&mut handle, file.len).map_err(io_error(&abs))? == file.crc32
-            {
+            if prefix_crc32(&mut handle, file.len).map_err(io_error(&abs))? == Some(file.crc32) {
                 return Ok(Local::Holds(KnownFile {
                     len: file.len,
                     crc32: file.crc32,
-                    id: file_id(&meta),
                 }));
             }
             // Less, or other bytes: kept to tell a strict prefix from a divergence. One byte
@@ -233,7 +232,7 @@ fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(io_error(&abs)(e)),
     };
-    let (temp, out) = TempFile::create(home, abs)?;
+    let (temp, out) = TempFile::create(home, &file.path)?;
     Ok(Local::Needs {
         temp,
         out,
@@ -246,49 +245,42 @@ fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
 /// strict prefix that the next restore rewrites.
 struct TempFile {
     file: File,
-    temp: PathBuf,
+    /// The file's folder, opened through no link ([`open_dir`]); the names below are in it.
+    dir: OwnedFd,
+    temp: String,
+    name: String,
     abs: PathBuf,
     /// Where the last line the store wrote ends.
     line_end: Arc<AtomicU64>,
 }
 
 impl TempFile {
-    /// The temp file for `abs` (a checked path under `home`), and a buffered writer into
+    /// The temp file for `rel` (a checked path under `home`), and a buffered writer into
     /// it for the store.
-    fn create(home: &Path, abs: PathBuf) -> Result<(TempFile, Box<dyn Write + Send>), MirrorError> {
-        let dir = abs.parent().unwrap_or(home);
-        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
-        let name = abs
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        remove_abandoned(dir);
+    fn create(home: &Path, rel: &str) -> Result<(TempFile, Box<dyn Write + Send>), MirrorError> {
+        let abs = home.join(rel);
+        let (dir_rel, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        let dir = open_dir(home, dir_rel)?;
+        remove_abandoned(&dir);
         // Not `rollout-*.jsonl`, so codex's scan never takes it for a rollout. Created new
         // (`O_EXCL`): a name that exists (a planted link, another pid namespace's restore, a
         // dead process's) is never written through; the next name is taken.
         static RESTORES: AtomicU64 = AtomicU64::new(0);
         let (file, temp) = loop {
             let restore = RESTORES.fetch_add(1, Ordering::Relaxed);
-            let temp = dir.join(format!(
-                "{TEMP_PREFIX}{}-{restore}-{name}.tmp",
-                std::process::id()
-            ));
-            match File::options()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&temp)
-            {
-                Ok(file) => break (file, temp),
-                Err(error) if error.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(error) => return Err(io_error(&temp)(error)),
+            let temp = format!("{TEMP_PREFIX}{}-{restore}-{name}.tmp", std::process::id());
+            let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
+            match rustix::fs::openat(&dir, &temp, flags | OFlags::CLOEXEC, Mode::from(0o666)) {
+                Ok(file) => break (File::from(file), temp),
+                Err(Errno::EXIST) => continue,
+                Err(error) => return Err(io_error(&home.join(dir_rel).join(&temp))(error.into())),
             }
         };
         let out = match file.try_clone() {
             Ok(out) => out,
             Err(error) => {
-                let _ = std::fs::remove_file(&temp);
-                return Err(io_error(&temp)(error));
+                let _ = rustix::fs::unlinkat(&dir, &temp, AtFlags::empty());
+                return Err(io_error(&abs)(error));
             }
         };
         let line_end = Arc::new(AtomicU64::new(0));
@@ -299,7 +291,9 @@ impl TempFile {
         });
         let temp = TempFile {
             file,
+            dir,
             temp,
+            name: name.to_string(),
             abs,
             line_end,
         };
@@ -308,7 +302,7 @@ impl TempFile {
 
     fn discard(self) {
         drop(self.file);
-        let _ = std::fs::remove_file(&self.temp);
+        let _ = rustix::fs::unlinkat(&self.dir, &self.temp, AtFlags::empty());
     }
 
     /// Cuts what the store wrote (`stored`) at its last newline, compares it with the local
@@ -325,7 +319,12 @@ impl TempFile {
     ) -> Result<(bool, Option<KnownFile>, Option<String>), MirrorError> {
         let cut = self.line_end.load(Ordering::Acquire).min(stored.len);
         let TempFile {
-            file, temp, abs, ..
+            file,
+            dir,
+            temp,
+            name,
+            abs,
+            ..
         } = self;
         let result = (|| {
             if cut == 0 && stored.len > 0 {
@@ -347,23 +346,20 @@ impl TempFile {
             let index_error = diverged
                 .then(|| clear_history_index(home, &stored.thread_id).err())
                 .flatten();
-            // The renamed file is this one (same inode).
-            let id = file_id(&file.metadata()?);
             drop(file);
-            std::fs::rename(&temp, &abs)?;
-            Ok((diverged, id, index_error))
+            rustix::fs::renameat(&dir, &temp, &dir, &name)?;
+            Ok((diverged, index_error))
         })();
-        let (diverged, id, index_error) = match result {
+        let (diverged, index_error) = match result {
             Ok(done) => done,
             Err(error) => {
-                let _ = std::fs::remove_file(&temp);
+                let _ = rustix::fs::unlinkat(&dir, &temp, AtFlags::empty());
                 return Err(io_error(&abs)(error));
             }
         };
         let held = (cut == stored.len).then_some(KnownFile {
             len: stored.len,
             crc32: stored.crc32,
-            id,
         });
         Ok((diverged, held, index_error))
     }
@@ -378,31 +374,60 @@ const ABANDONED_AFTER: Duration = Duration::from_secs(60 * 60);
 
 /// Removes the temp files of dead restores from `dir`, best effort. By age, not by pid: homes
 /// shared between containers see other pid namespaces' live restores.
-fn remove_abandoned(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+fn remove_abandoned(dir: &OwnedFd) {
+    let Ok(entries) = rustix::fs::Dir::read_from(dir) else {
         return;
     };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |now| now.as_secs() as i64);
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if !(name.starts_with(TEMP_PREFIX) && name.ends_with(".tmp")) {
+        let text = name.to_string_lossy();
+        if !(text.starts_with(TEMP_PREFIX) && text.ends_with(".tmp")) {
             continue;
         }
-        // Not followed: a link is never a restore's temp file.
-        let abandoned = entry
-            .metadata()
-            .ok()
-            .filter(|m| m.is_file())
-            .is_some_and(|m| {
-                m.modified()
-                    .ok()
-                    .and_then(|at| at.elapsed().ok())
-                    .is_some_and(|age| age >= ABANDONED_AFTER)
-            });
+        // Not followed: a link is never a restore's temp file. (`st_mtime` is not `i64` on
+        // every target.)
+        #[allow(clippy::unnecessary_cast)]
+        let abandoned = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
+            FileType::from_raw_mode(st.st_mode).is_file()
+                && now.saturating_sub(st.st_mtime as i64) >= ABANDONED_AFTER.as_secs() as i64
+        });
         if abandoned {
-            let _ = std::fs::remove_file(entry.path());
+            let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
         }
     }
+}
+
+/// The folder `rel` under `home`, created where it is missing and opened through no link:
+/// each folder below the home is opened from the one above it without following a link
+/// (`O_NOFOLLOW`), so a link anywhere under the home (one leading out of it, or one swapped
+/// in meanwhile) is refused, never written through. The home itself may be a link.
+fn open_dir(home: &Path, rel: &str) -> Result<OwnedFd, MirrorError> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    std::fs::create_dir_all(home).map_err(io_error(home))?;
+    let mut dir = rustix::fs::open(home, flags, Mode::empty())
+        .map_err(|error| io_error(home)(error.into()))?;
+    let mut at = home.to_path_buf();
+    for part in rel.split('/').filter(|part| !part.is_empty()) {
+        at.push(part);
+        let opened = match rustix::fs::mkdirat(&dir, part, Mode::from(0o777)) {
+            Ok(()) | Err(Errno::EXIST) => {
+                rustix::fs::openat(&dir, part, flags | OFlags::NOFOLLOW, Mode::empty())
+            }
+            Err(error) => Err(error),
+        };
+        dir = opened.map_err(|error| {
+            io_error(&at)(match error {
+                Errno::LOOP | Errno::NOTDIR => io::Error::other(
+                    "a link or not a folder: a restore writes only inside the home, through no link",
+                ),
+                error => error.into(),
+            })
+        })?;
+    }
+    Ok(dir)
 }
 
 /// The store's writer into a temp file: notes where the last whole line it was given ends, so
@@ -426,19 +451,6 @@ impl Write for LineEnds {
 
     fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
-    }
-}
-
-/// The CRC-32 of `file`'s first `len` bytes (of fewer, if it is shorter), read in chunks.
-fn prefix_crc32(file: &mut File, len: u64) -> io::Result<u32> {
-    let mut crc = crc32fast::Hasher::new();
-    let mut buffer = vec![0; (1 << 18).min(len as usize)];
-    let mut prefix = file.take(len);
-    loop {
-        match prefix.read(&mut buffer)? {
-            0 => return Ok(crc.finalize()),
-            n => crc.update(&buffer[..n]),
-        }
     }
 }
 
@@ -494,15 +506,13 @@ mod tests {
     #[test]
     fn a_restore_is_cut_after_the_last_newline_the_store_wrote() {
         let dir = tempfile::tempdir().unwrap();
-        let (temp, mut out) =
-            TempFile::create(dir.path(), dir.path().join("sessions/x.jsonl")).unwrap();
+        let (temp, mut out) = TempFile::create(dir.path(), "sessions/x.jsonl").unwrap();
         for part in [&b"ab\ncd"[..], b"", b"ef\ng", b"hij"] {
             out.write_all(part).unwrap();
         }
         out.flush().unwrap();
         assert_eq!(temp.line_end.load(Ordering::Acquire), 8);
-        let (temp, mut out) =
-            TempFile::create(dir.path(), dir.path().join("sessions/y.jsonl")).unwrap();
+        let (temp, mut out) = TempFile::create(dir.path(), "sessions/y.jsonl").unwrap();
         out.write_all(b"no newline").unwrap();
         assert_eq!(temp.line_end.load(Ordering::Acquire), 0);
         temp.discard();
