@@ -1,3 +1,4 @@
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -39,7 +40,7 @@ pub fn mirror_setting(value: Option<&std::ffi::OsStr>) -> Result<bool, String> {
 pub struct BinderOptions {
     /// The `CODEX_HOME` codex runs with: recorded with each binding, and where the mirror
     /// reads and restores the thread's files. Defaults to the environment's `CODEX_HOME`,
-    /// else codex's own default `$HOME/.codex`.
+    /// else (unset or empty, as codex reads it) codex's own default `$HOME/.codex`.
     pub codex_home: Option<String>,
     /// Ask for `excludeTurns: true` on resume (the host keeps its own transcript); resent
     /// without it when the server wants a capability for it.
@@ -124,9 +125,42 @@ impl BinderOptions {
 
 /// The `CODEX_HOME` a spawned codex will use: the variable, else codex's default `~/.codex`.
 fn effective_codex_home() -> Option<String> {
-    let home = match std::env::var_os("CODEX_HOME") {
+    codex_home_from(std::env::var_os("CODEX_HOME"), std::env::var_os("HOME"))
+}
+
+/// [`effective_codex_home`] from the variables' values. Empty is unset, as codex reads
+/// `CODEX_HOME` (and as every rethread variable is read): an empty home is never taken for
+/// the working directory. Without `HOME` there is none (no mirror).
+fn codex_home_from(codex_home: Option<OsString>, home: Option<OsString>) -> Option<String> {
+    let set = |value: Option<OsString>| value.filter(|value| !value.is_empty());
+    let home = match set(codex_home) {
         Some(home) => PathBuf::from(home),
-        None => Path::new(&std::env::var_os("HOME")?).join(".codex"),
+        None => Path::new(&set(home)?).join(".codex"),
     };
     Some(home.to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An empty variable is an unset one, as codex reads it: never the working directory.
+    #[test]
+    fn an_empty_codex_home_is_codex_default_never_the_working_directory() {
+        let home = |codex_home: &str, home: &str| {
+            codex_home_from(Some(codex_home.into()), Some(home.into()))
+        };
+        assert_eq!(
+            home("/srv/codex", "/home/me").as_deref(),
+            Some("/srv/codex")
+        );
+        assert_eq!(home("", "/home/me").as_deref(), Some("/home/me/.codex"));
+        assert_eq!(
+            codex_home_from(None, Some("/home/me".into())).as_deref(),
+            Some("/home/me/.codex")
+        );
+        // No home to find it in: no mirror, rather than `.codex` in the working directory.
+        assert_eq!(home("", ""), None);
+        assert_eq!(codex_home_from(None, None), None);
+    }
 }
