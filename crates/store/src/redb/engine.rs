@@ -37,6 +37,7 @@ macro_rules! open_tables {
             session_threads: $txn.open_table(SESSION_THREADS).redb($label)?,
             chunks: $txn.open_table(MIRROR_CHUNKS).redb($label)?,
             leases: Arc::clone($leases),
+            removed: false,
         }
     };
 }
@@ -97,6 +98,35 @@ impl Shared {
             let why = self.poisoned.get_or_init(|| why).clone();
             Err(StoreError::corrupt(&self.label, why))
         })
+    }
+
+    /// Compacts the file after a removal: the pages the removal freed are written over by
+    /// the pages moved into them or cut off the end of the file, so the removed text does not
+    /// stay in free pages, and the file shrinks. Readers and writers wait meanwhile: redb has
+    /// no incremental form, and its cost grows with the live data moved (figures in
+    /// `docs/benchmarks.md`). A failure is logged: the data stays whole, only the space and
+    /// the overwrite are not done until the next removal.
+    fn compact(&self) {
+        if self.poisoned.get().is_some() {
+            return;
+        }
+        let mut db = self.db.write().unwrap_or_else(|p| p.into_inner());
+        let Some(db) = db.as_mut() else {
+            return;
+        };
+        match catch_unwind(AssertUnwindSafe(|| db.compact())) {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(%error, store = %self.label, "could not compact the redb store after a removal");
+            }
+            Err(payload) => {
+                let why = format!(
+                    "redb failed compacting the file ({}): it is damaged; run verify",
+                    panic_message(payload.as_ref())
+                );
+                self.poisoned.get_or_init(|| why);
+            }
+        }
     }
 
     /// Closes the database (writing its header: on a file that made redb panic, or after an
@@ -300,9 +330,13 @@ impl Engine for RedbEngine {
             if relaxed {
                 txn.set_durability(::redb::Durability::None).redb(label)?;
             }
-            f(&mut open_tables!(txn, label, leases))?;
+            let mut tables = open_tables!(txn, label, leases);
+            f(&mut tables)?;
+            let removed = tables.removed;
+            drop(tables);
             file_id.check(path, label)?;
-            txn.commit().redb(label)
+            txn.commit().redb(label)?;
+            Ok(removed)
         });
         if written.is_ok() {
             lease_write.committed();
@@ -315,7 +349,9 @@ impl Engine for RedbEngine {
                 tracing::warn!(%error, "could not reopen the redb store; trying again on the next write");
             }
         }
-        written?;
+        if written? {
+            self.shared.compact();
+        }
         if relaxed {
             self.not_durable_since.get_or_insert_with(Instant::now);
         } else {

@@ -167,6 +167,8 @@ pub(super) struct Tables<S, R, T, ST, C> {
     pub(super) chunks: C,
     /// The process's leases (for fence checks; read transactions never use them).
     pub(super) leases: Arc<LocalLeases>,
+    /// Whether this transaction removed a session (the file is then compacted).
+    pub(super) removed: bool,
 }
 
 impl<S, R, T, ST, C> ReadTxn for Tables<S, R, T, ST, C>
@@ -399,6 +401,7 @@ impl WriteTxn
     }
 
     fn remove(&mut self, session_id: &str) -> Result<bool> {
+        self.removed = true;
         let label = self.label.clone();
         let existed = self.sessions.remove(session_id).redb(&label)?.is_some();
         let rows = (session_id, 0)..=(session_id, u64::MAX);

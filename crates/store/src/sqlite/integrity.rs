@@ -66,7 +66,7 @@ pub(super) fn verify(
     let scanned = merge_scan(checker, &mut sessions, &mut rows)?;
     drop((sessions, rows));
     drop((sessions_stmt, rows_stmt));
-    check_mirrors(&mut Txn { conn: &txn, label }, checker, scanned.mirrors)?;
+    check_mirrors(&mut Txn::new(&txn, label), checker, scanned.mirrors)?;
     if !scanned.complete
         || !verify_leases(&txn, label, checker)?
         || !verify_threads(&txn, label, checker)?

@@ -53,11 +53,18 @@ impl SqliteStore {
                 busy_timeout: options.busy_timeout(),
                 pool: Mutex::new(Vec::new()),
             };
+            let incremental_vacuum = conn
+                .query_row("PRAGMA auto_vacuum", [], |r| r.get::<_, i64>(0))
+                .sqlite(&label)?
+                == 2;
             let engine = SqliteEngine {
                 conn,
                 label,
                 path: open_path,
                 file_id,
+                busy_timeout: options.busy_timeout(),
+                incremental_vacuum,
+                upkeep_due: None,
             };
             Ok((engine, readers))
         })
@@ -123,6 +130,13 @@ fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<(Conne
         _ => "PRAGMA synchronous=FULL; PRAGMA fullfsync=ON; PRAGMA checkpoint_fullfsync=ON;",
     };
     conn.execute_batch(pragmas).sqlite(label)?;
+    // What a removal deletes is overwritten with zeros, not left in free pages; a new store
+    // gives free pages back to the file system (`maintain`). Neither writes the file here:
+    // `auto_vacuum` only takes effect when the schema is first created.
+    if !options.read_only {
+        let forget = "PRAGMA secure_delete=ON; PRAGMA auto_vacuum=INCREMENTAL;";
+        conn.execute_batch(forget).sqlite(label)?;
+    }
     // Nothing here reads the store's records. The schema is checked before WAL is switched
     // on: the switch is written into the file's header, and a foreign file is refused
     // unchanged. A store opened read-only keeps the journal mode it has.
@@ -162,6 +176,11 @@ struct SqliteEngine {
     path: PathBuf,
     /// The file the path named at open: a commit into one deleted or replaced since is refused.
     file_id: FileId,
+    busy_timeout: Duration,
+    /// The file gives free pages back (`auto_vacuum = INCREMENTAL`: stores created since).
+    incremental_vacuum: bool,
+    /// When the next step of the upkeep after a removal is due (`maintain`); `None`: none owed.
+    upkeep_due: Option<Instant>,
 }
 
 impl Engine for SqliteEngine {
@@ -171,9 +190,83 @@ impl Engine for SqliteEngine {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate);
         let txn = txn.sqlite(label)?;
-        f(&mut Txn { conn: &txn, label })?;
+        let mut view = Txn::new(&txn, label);
+        f(&mut view)?;
+        let removed = view.removed;
         self.file_id.check(&self.path, label)?;
-        txn.commit().sqlite(label)
+        txn.commit().sqlite(label)?;
+        if removed {
+            self.maintain();
+        }
+        Ok(())
+    }
+
+    fn flush_due(&self) -> Option<Instant> {
+        self.upkeep_due
+    }
+
+    /// Another step of the upkeep a removal left, once no write is waiting.
+    fn flush(&mut self) {
+        if self.upkeep_due.is_some() {
+            self.maintain();
+        }
+    }
+}
+
+/// Pages one step of the incremental vacuum frees at most (4 MiB of 4 KiB pages): a writer
+/// waits for one step at most.
+const VACUUM_STEP_PAGES: u32 = 1024;
+
+/// How long a checkpoint waits for readers of older snapshots before it is left for the next
+/// step.
+const CHECKPOINT_WAIT: Duration = Duration::from_millis(200);
+
+/// How long after a step that could not finish (readers kept the checkpoint waiting, or it
+/// failed) the next one is tried.
+const UPKEEP_RETRY: Duration = Duration::from_secs(1);
+
+impl SqliteEngine {
+    /// The upkeep after a removal, one bounded step at a time. The removed rows' pages were
+    /// zeroed as it committed (`secure_delete`), but the WAL still holds their earlier
+    /// versions: a `TRUNCATE` checkpoint (waiting at most [`CHECKPOINT_WAIT`] for readers)
+    /// writes the zeroed pages into the file and empties the WAL. A store created with
+    /// `auto_vacuum = INCREMENTAL` also gives at most [`VACUUM_STEP_PAGES`] free pages back to
+    /// the file system per step. Steps go on after the next commits and while the writer is
+    /// idle until no free page is left and a checkpoint went through.
+    fn maintain(&mut self) {
+        let label = self.label.as_str();
+        let step = || -> Result<bool> {
+            let conn = &self.conn;
+            let int = |sql: &str| {
+                conn.query_row(sql, [], |r| r.get::<_, i64>(0))
+                    .sqlite(label)
+            };
+            let mut free = 0;
+            if self.incremental_vacuum {
+                // Stepped to its end: each step of the statement frees one page.
+                let sql = format!("PRAGMA incremental_vacuum({VACUUM_STEP_PAGES})");
+                let mut vacuum = conn.prepare(&sql).sqlite(label)?;
+                let mut pages = vacuum.query([]).sqlite(label)?;
+                while pages.next().sqlite(label)?.is_some() {}
+                free = int("PRAGMA freelist_count")?;
+            }
+            conn.busy_timeout(CHECKPOINT_WAIT).sqlite(label)?;
+            let checkpoint = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                r.get::<_, i64>(0)
+            });
+            conn.busy_timeout(self.busy_timeout).sqlite(label)?;
+            let busy = checkpoint.sqlite(label)? != 0;
+            Ok(free == 0 && !busy)
+        };
+        self.upkeep_due = match step() {
+            Ok(true) => None,
+            Ok(false) if self.incremental_vacuum => Some(Instant::now()),
+            Ok(false) => Some(Instant::now() + UPKEEP_RETRY),
+            Err(error) => {
+                tracing::warn!(%error, store = %self.label, "could not checkpoint or vacuum after a removal");
+                Some(Instant::now() + UPKEEP_RETRY)
+            }
+        };
     }
 }
 
@@ -191,7 +284,7 @@ impl Readers for SqliteReaders {
         self.with_connection(|conn| {
             // One deferred transaction: every statement of this read sees the same snapshot.
             let txn = conn.transaction().sqlite(label)?;
-            f(&mut Txn { conn: &txn, label })?;
+            f(&mut Txn::new(&txn, label))?;
             txn.commit().sqlite(label)
         })
     }

@@ -18,6 +18,19 @@ use crate::{SessionRecord, StoreError, TranscriptRow};
 pub(super) struct Txn<'c> {
     pub(super) conn: &'c Connection,
     pub(super) label: &'c str,
+    /// Whether this transaction removed a session (its pages are then scrubbed and the WAL
+    /// checkpointed after the commit).
+    pub(super) removed: bool,
+}
+
+impl<'c> Txn<'c> {
+    pub(super) fn new(conn: &'c Connection, label: &'c str) -> Self {
+        Txn {
+            conn,
+            label,
+            removed: false,
+        }
+    }
 }
 
 /// A key or count as SQLite stores it (`i64`).
@@ -297,6 +310,7 @@ impl WriteTxn for Txn<'_> {
             )?;
         }
         let removed = self.exec("DELETE FROM sessions WHERE session_id = ?1", [session_id])?;
+        self.removed = true;
         Ok(removed > 0)
     }
 
