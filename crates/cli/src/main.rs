@@ -69,7 +69,9 @@ struct Cli {
 struct StoreArg {
     /// Store URL: `sqlite:PATH` (default: `rethread/rethread.sqlite` under the user's data
     /// directory), `redb:PATH` (one process at a time), `postgres://USER@HOST/DB` or `memory:`.
-    #[arg(id = STORE_ID, long = "store", env = "RETHREAD_STORE", value_name = "URL")]
+    // The variable's value is not shown in help: a URL may hold a password.
+    #[arg(id = STORE_ID, long = "store", env = "RETHREAD_STORE", hide_env_values = true,
+          value_name = "URL")]
     url: Option<String>,
 }
 

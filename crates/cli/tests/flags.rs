@@ -385,3 +385,40 @@ fn an_empty_store_or_codex_bin_variable_is_unset() {
         );
     }
 }
+
+/// Issue 35, defect 9: `--help` names `RETHREAD_STORE` but never prints its value (a store
+/// URL may hold a password), whichever command and however help is asked for.
+#[test]
+fn help_never_prints_the_store_variables_value() {
+    let env = [("RETHREAD_STORE", "postgres://alice:s3cret@127.0.0.1:9/db")];
+    let commands: [&[&str]; 9] = [
+        &[],
+        &["chat"],
+        &["sessions"],
+        &["sessions", "list"],
+        &["sessions", "show"],
+        &["sessions", "forget"],
+        &["doctor"],
+        &["verify"],
+        &["app-server"],
+    ];
+    for command in commands {
+        let asked = [
+            [&["help"][..], command].concat(),
+            [command, &["--help"][..]].concat(),
+            [command, &["-h"][..]].concat(),
+        ];
+        for args in asked {
+            if command == ["app-server"] && args[0] != "help" {
+                continue; // codex's own help
+            }
+            let out = run(&args, &env);
+            let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+            assert!(!stdout.contains("s3cret"), "{args:?}:\n{stdout}");
+            assert!(!stderr.contains("s3cret"), "{args:?}:\n{stderr}");
+            if !command.is_empty() && command != ["sessions"] {
+                assert!(stdout.contains("RETHREAD_STORE"), "{args:?}:\n{stdout}");
+            }
+        }
+    }
+}
