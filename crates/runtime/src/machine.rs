@@ -147,7 +147,8 @@ pub struct SessionMachine {
     /// Threads already said to be not recorded (bounded), and ephemeral ones (never said).
     warned: VecDeque<String>,
     ephemeral: VecDeque<String>,
-    /// Whether commits take the mirror (off once it stopped at the session's cap).
+    /// Whether commits take the mirror (off once it stopped at the session's cap, until a new
+    /// thread starts).
     mirroring: bool,
     mirror_failure_said: bool,
 }
@@ -506,6 +507,9 @@ impl SessionMachine {
     }
 
     fn start(&mut self, lost: Option<LostThread>, seed: Option<String>) {
+        // The cap stopped mirroring for the thread that passed it: a new thread is mirrored
+        // again (the store starts its mirror afresh when it replaces the capped one).
+        self.mirroring = self.options.mirror;
         let seeded = seed.is_some();
         self.push(DriverAction::Start { seed });
         self.phase = Phase::Starting { lost, seeded };

@@ -891,6 +891,48 @@ fn a_session_whose_mirroring_stopped_earlier_mirrors_nothing_and_says_nothing() 
     );
 }
 
+/// The cap stops mirroring for the capped thread only: once it is given up (in this
+/// connection, or found stopped by a later open's restore) the thread that replaces it is
+/// mirrored again.
+#[test]
+fn a_capped_thread_given_up_or_replaced_mirrors_its_successor() {
+    let mut options = MachineOptions::default();
+    options.seed = None;
+    let stopped = MirrorReport::StoppedNow { bytes: 30, cap: 20 };
+    const SAY_STOPPED: &str = "say rethread stopped mirroring this session's codex rollout: it would hold 30 bytes, past the cap of 20. Its thread resumes only where codex keeps its rollout.";
+    const FELL_BACK: &str = r#"opened {"outcome":"fell_back","thread_id":"t2","previous_thread_id":"t1","reason":"gone","message":"no rollout found for thread id t1","seeded":false}"#;
+    let replaced = || -> Vec<(Event, &[&str])> {
+        vec![
+            (ResumeError(-32600, GONE), &["give_up t1 gone"]),
+            (GivenUp, &["notice t1 gone", "start"]),
+            (Started("t2"), &[FELL_BACK]),
+            (TurnCompleted("t2"), &["commit t2 2 +mirror"]),
+            (Mirrored("t2", MirrorReport::Written), &[]),
+        ]
+    };
+    // Capped in this connection; the next open gives the thread up.
+    let mut steps: Vec<(Event, &[&str])> = vec![
+        (ClientThread("t1", false, bound("t1")), &[]),
+        (TurnCompleted("t1"), &["commit t1 2 +mirror"]),
+        (Mirrored("t1", stopped), &[SAY_STOPPED]),
+        (TurnCompleted("t1"), &["commit t1 2"]),
+        (Open, &["read_session"]),
+        (Session(bound("t1")), &[RESUME_T1]),
+    ];
+    steps.extend(replaced());
+    assert!(table(options.clone(), steps).is_mirroring());
+    // Found capped by the open's restore.
+    let mut capped = Restored::default();
+    capped.stopped = true;
+    let mut steps: Vec<(Event, &[&str])> = vec![
+        (Open, &["read_session"]),
+        (Session(bound("t1")), &["restore t1"]),
+        (Restore(Ok(capped)), &[RESUME_T1]),
+    ];
+    steps.extend(replaced());
+    assert!(table(options, steps).is_mirroring());
+}
+
 #[test]
 fn a_turn_committed_without_its_rollout_is_said_once_and_mirroring_goes_on() {
     let failed =

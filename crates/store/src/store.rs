@@ -1,5 +1,6 @@
 //! The [`BindingStore`] trait, its forwarding impl and the [`BindingStoreExt`] conveniences.
 
+use crate::Unpoisoned;
 use std::ops::{Deref, Range};
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,9 +42,10 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// - Each append of the mirror ([`MirrorUpdate`](crate::MirrorUpdate)) extends the stored
     ///   file it names (same length and CRC-32) or, with base length 0, replaces it; one that
     ///   does not extend is [`StoreError::MirrorMismatch`], nothing written. Past the update's
-    ///   cap the session's mirror is dropped and mirroring stops for the session
+    ///   cap the session's mirror is dropped and mirroring stops for the session's thread
     ///   ([`MirrorOutcome::StoppedNow`](crate::MirrorOutcome::StoppedNow) once, then
-    ///   `Stopped`); the turn still commits. A commit without a mirror, or of a retired
+    ///   `Stopped`); the turn still commits. A commit that binds another thread, or the
+    ///   retirement of the bound one, starts it again. A commit without a mirror, or of a retired
     ///   thread, drops the thread's mirror.
     /// - The rows get `seq` `first_seq..row_count` of the returned outcome.
     /// - The state becomes [`BindingState::Bound`](crate::BindingState::Bound) to the thread
@@ -424,7 +426,7 @@ pub(crate) struct MemoryFile(Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl MemoryFile {
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.0.lock().unpoisoned()
     }
 }
 

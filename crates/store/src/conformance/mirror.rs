@@ -277,6 +277,59 @@ pub async fn mirror_stops_past_the_cap(store: &dyn BindingStore) {
     assert!(record.mirror.files.is_empty());
 }
 
+/// The cap stops mirroring for the thread that passed it: once that thread is given up (or
+/// ended) or another thread replaces it, the new thread is mirrored again.
+pub async fn mirror_starts_again_for_the_thread_replacing_a_capped_one(store: &dyn BindingStore) {
+    let capped = |commit: TurnCommit, bytes: &[u8]| {
+        let append = MirrorAppend::whole(ROLLOUT, bytes.to_vec());
+        commit.mirror(Some(MirrorUpdate::new(vec![append]).cap(20)))
+    };
+    let big = b"0123456789012345678901234\n";
+    for replaced_by in ["give-up", "commit"] {
+        let s = unique_id("mirror-cap-again");
+        let (t1, t2) = (th(&s, "t1"), th(&s, "t2"));
+        let out = store
+            .commit_turn(capped(turn(&s, &t1, vec![json!(1)]), big))
+            .await;
+        assert!(matches!(
+            out.unwrap().mirror(),
+            MirrorOutcome::StoppedNow { .. }
+        ));
+        let out = store
+            .commit_turn(capped(turn(&s, &t1, vec![json!(2)]), b"x\n"))
+            .await;
+        assert_eq!(
+            out.unwrap().mirror(),
+            MirrorOutcome::Stopped,
+            "still t1's cap"
+        );
+        if replaced_by == "give-up" {
+            store
+                .retire_thread(&s, &t1, lost("gone", "x"), None)
+                .await
+                .unwrap();
+            assert!(!store.require_session(&s).await.unwrap().mirror.stopped);
+        }
+        let out = store
+            .commit_turn(capped(turn(&s, &t2, vec![json!(3)]), b"x\n"))
+            .await;
+        assert_eq!(
+            out.unwrap().mirror(),
+            MirrorOutcome::Mirrored,
+            "{replaced_by}"
+        );
+        assert_eq!(
+            store
+                .mirror_file(&s, &t2, ROLLOUT)
+                .await
+                .unwrap()
+                .as_deref(),
+            Some(b"x\n".as_slice())
+        );
+        assert!(!store.require_session(&s).await.unwrap().mirror.stopped);
+    }
+}
+
 /// A commit without a mirror drops the thread's (it no longer holds the last committed
 /// turn); retiring a thread drops its mirror, and a retired thread's commit mirrors nothing.
 pub async fn mirror_is_dropped_when_stale_or_retired(store: &dyn BindingStore) {

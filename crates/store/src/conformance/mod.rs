@@ -49,7 +49,8 @@ pub use leases::{
 pub use mirror::{
     mirror_appends_with_the_turn, mirror_is_dropped_when_stale_or_retired,
     mirror_merges_its_newest_chunks, mirror_of_a_refused_commit_is_not_written,
-    mirror_refuses_an_append_that_does_not_extend, mirror_stops_past_the_cap,
+    mirror_refuses_an_append_that_does_not_extend,
+    mirror_starts_again_for_the_thread_replacing_a_capped_one, mirror_stops_past_the_cap,
     mirror_travels_with_the_session,
 };
 pub use model::{op_strategy, random_ops_match_model, Op};
@@ -145,6 +146,7 @@ pub async fn run_mirror(store: &dyn BindingStore) {
     mirror_appends_with_the_turn(store).await;
     mirror_refuses_an_append_that_does_not_extend(store).await;
     mirror_stops_past_the_cap(store).await;
+    mirror_starts_again_for_the_thread_replacing_a_capped_one(store).await;
     mirror_is_dropped_when_stale_or_retired(store).await;
     mirror_of_a_refused_commit_is_not_written(store).await;
     mirror_travels_with_the_session(store).await;

@@ -54,6 +54,10 @@ pub(crate) fn commit(
         load_session(txn, session_id)?.unwrap_or_else(|| SessionRecord::new(session_id, now));
     let claim = claim_thread(txn, &record, thread_id)?;
     let retired = record.is_retired(thread_id);
+    if !retired && record.thread_id() != Some(thread_id.as_str()) {
+        // A new thread replaces the bound one: the cap stopped mirroring for that one only.
+        record.mirror.stopped = false;
+    }
     let plan = mirror::plan(&record, thread_id, commit.mirror.as_ref(), retired)?;
     let first_seq = record.row_count;
     txn.put_rows(session_id, first_seq, &commit.rows)?;
@@ -146,8 +150,10 @@ pub(crate) fn retire(
     }
     // A retired thread is never resumed again: its mirror has no use.
     mirror::drop_thread(txn, &mut record, thread_id)?;
-    // Compare-and-set: only a binding to this very thread changes.
+    // Compare-and-set: only a binding to this very thread changes. Its replacement will be
+    // mirrored again, whatever the cap did to it.
     if record.thread_id() == Some(thread_id) {
+        record.mirror.stopped = false;
         record.set_state(match retirement {
             Retirement::Lost { reason, message } => BindingState::GivenUp(GivenUp {
                 thread_id: thread_id.to_string(),
