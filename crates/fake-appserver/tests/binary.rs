@@ -231,6 +231,59 @@ fn without_codex_home_it_keeps_its_threads_in_a_temporary_home() {
     assert!(!user.path().join(".codex").exists(), "{err}");
 }
 
+/// Issue 35, item 11: stopped by SIGTERM or SIGINT (as a host stops it), the fake left its
+/// temporary home behind. It removes it, and exits 143 or 130, in both of its modes.
+#[test]
+fn a_signal_removes_the_temporary_home() {
+    use std::io::BufRead;
+    for (args, signal, code) in [
+        (&["app-server"][..], "TERM", 143),
+        (&["exec", "--experimental-json"], "INT", 130),
+    ] {
+        let temp = tempfile::tempdir().unwrap();
+        let mut child = fake_codex(args)
+            .env_remove("CODEX_HOME")
+            .env("TMPDIR", temp.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Said once the home is made and the signals are handled; then it waits for input.
+        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("temporary home at ") {
+            line.clear();
+            assert_ne!(
+                err.read_line(&mut line).unwrap(),
+                0,
+                "{args:?}: no home said"
+            );
+        }
+        assert_eq!(std::fs::read_dir(temp.path()).unwrap().count(), 1, "{line}");
+        let kill = std::process::Command::new("kill")
+            .args([format!("-{signal}"), child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        // Bounded: a fake that ignored the signal would wait on its stdin for ever.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{args:?}: fake-codex did not end on SIG{signal}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(status.code(), Some(code), "{args:?}: {status:?}");
+        let left: Vec<_> = std::fs::read_dir(temp.path()).unwrap().collect();
+        assert!(left.is_empty(), "{args:?}: left behind: {left:?}");
+    }
+}
+
 /// Issue 22, "Offline": codex takes its config overrides before the command (the Python SDK
 /// passes `--config k=v` pairs there, and `rethread app-server` passes them on in the same
 /// place); the fake refused them (`unexpected argument --config`), so no SDK could drive it

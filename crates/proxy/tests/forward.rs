@@ -424,7 +424,7 @@ async fn oversized_lines_are_answered_in_their_senders_place_or_dropped() {
     assert_eq!(s.proxied.reports.lock().unwrap().len(), 5);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_client_that_does_not_read_slows_codex_down_and_loses_nothing() {
     let total = 20_000usize;
     let mut s = scripted(Transparent, 4096, |mut o| {
@@ -444,7 +444,9 @@ async fn a_client_that_does_not_read_slows_codex_down_and_loses_nothing() {
         }
         codex_write
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Once no task can go on (the clock is paused: tokio moves it on, and so ends this sleep,
+    // only when every task waits), codex's writes are held where the client stopped reading.
+    tokio::time::sleep(Duration::from_millis(1)).await;
     let stalled = written.load(Ordering::SeqCst);
     // Pipes (4 KiB to the proxy, 64 KiB to the client), the proxy's read buffer, queue and
     // write buffer hold a few thousand of these 40-byte lines at most.

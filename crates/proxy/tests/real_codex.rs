@@ -12,8 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_proxy::{
-    spawn_app_server, ClientAction, ClientContext, CodexCommand, Ended, HookError, Line, LineKind,
-    SessionHooks,
+    ClientAction, ClientContext, CodexCommand, Ended, HookError, Line, LineKind, SessionHooks,
 };
 use serde_json::json;
 use support::*;
@@ -51,7 +50,6 @@ fn spawn_codex(codex: &Path, home: &Path) -> tokio::process::Child {
             .env("CODEX_HOME", home)
             .env("RUST_LOG", "error"),
     )
-    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_protocol::codec::DEFAULT_MAX_LINE_LENGTH;
-use rethread_proxy::{spawn_app_server, BindingHooks, CodexCommand, SessionOptions};
+use rethread_proxy::{BindingHooks, CodexCommand, SessionOptions};
 use rethread_runtime::RESUME_FALLBACK_NOTICE;
 use rethread_store::{BindingStore, MemoryStore};
 use serde_json::{json, Value};
@@ -50,8 +50,7 @@ async fn start_limited(
             .args(["--listen", "stdio://"])
             .env("CODEX_HOME", home)
             .env("RUST_LOG", "error"),
-    )
-    .unwrap();
+    );
     let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
     let mut proxied = proxy(Arc::new(hooks), stdout, stdin, |mut o| {
         o.max_line_length = limit;

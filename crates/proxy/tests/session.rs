@@ -14,6 +14,7 @@ use rethread_proxy::{BindingHooks, Ended, SessionOptions};
 use rethread_runtime::{RuntimeError, RESUME_FALLBACK_NOTICE};
 use rethread_store::{BindingStore, LocalOwner, MemoryStore, SessionRecord};
 use serde_json::{json, Value};
+use support::faulty_store::{self, Faults};
 use support::*;
 use tokio::io::DuplexStream;
 
@@ -639,7 +640,12 @@ async fn ids_never_collide_with_a_session_integer_and_string_client_ids() {
 
 #[tokio::test]
 async fn the_lease_is_held_while_the_proxy_runs_and_released_when_it_ends() {
-    let store = memory_store();
+    // A store that counts the calls: the waiter below is seen asking for the lease.
+    let calls = Faults::default();
+    let store: Arc<dyn BindingStore> = Arc::new(faulty_store::over(
+        Arc::new(MemoryStore::new()),
+        calls.clone(),
+    ));
     let (stream, _fake) = FakeAppServer::builder().spawn_in_process().unwrap();
     let running = hooks(&store).await;
     let proxied = connect(running.clone(), stream);
@@ -657,7 +663,20 @@ async fn the_lease_is_held_while_the_proxy_runs_and_released_when_it_ends() {
         let store = store.clone();
         async move { BindingHooks::open(SESSION, store, waiting).await }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The first holder's grant, the refusal above, then the waiter's first try, refused: it
+    // is waiting when the holder ends.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while calls.calls("acquire_lease") < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the waiter never asked for the lease"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        !next.is_finished(),
+        "the waiter got the lease while it was held"
+    );
     finish(proxied).await;
     let next = next
         .await

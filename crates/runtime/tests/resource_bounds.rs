@@ -132,7 +132,13 @@ async fn a_server_that_stops_reading_cannot_hang_requests_or_notifications() {
     }
 }
 
-#[tokio::test]
+/// Returns once no task of this runtime can go on (every one waits): the test runs on a paused
+/// clock, which tokio moves on, and so ends this sleep, only then.
+async fn settled() {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_flood_of_server_requests_is_bounded_when_answers_cannot_go_out() {
     let options = ClientOptions::default().max_pending_requests(8);
     let (_client, mut server, _) = connect(options, 64 * 1024).await;
@@ -146,7 +152,8 @@ async fn a_flood_of_server_requests_is_bounded_when_answers_cannot_go_out() {
         }
         server
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The flood stops where the client stopped reading: every pipe full, every task waiting.
+    settled().await;
     let alive = metrics.num_alive_tasks();
     // Reader, writer, the flood and at most `max_pending_requests` answers in flight.
     assert!(

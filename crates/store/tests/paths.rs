@@ -156,12 +156,68 @@ async fn a_store_file_deleted_or_replaced_under_a_live_host_refuses_commits() {
     }
 }
 
+/// Counts the opens of one file (inotify): how an open that waits is seen trying again.
+#[cfg(target_os = "linux")]
+struct Opens {
+    inotify: std::os::fd::OwnedFd,
+    seen: usize,
+}
+
+#[cfg(target_os = "linux")]
+impl Opens {
+    fn watch(path: &Path) -> Opens {
+        use rustix::fs::inotify::{add_watch, init, CreateFlags, WatchFlags};
+        let inotify = init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).unwrap();
+        add_watch(&inotify, path, WatchFlags::OPEN).unwrap();
+        Opens { inotify, seen: 0 }
+    }
+
+    /// The opens of the file since the watch began.
+    fn count(&mut self) -> usize {
+        let mut buffer = [std::mem::MaybeUninit::uninit(); 4096];
+        let mut events = rustix::fs::inotify::Reader::new(&self.inotify, &mut buffer);
+        loop {
+            match events.next() {
+                Ok(_) => self.seen += 1,
+                Err(rustix::io::Errno::AGAIN) => return self.seen,
+                Err(error) => panic!("reading inotify events: {error}"),
+            }
+        }
+    }
+
+    /// Waits (bounded) until the file has been opened more than `count` times.
+    async fn past(&mut self, count: usize) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.count() <= count {
+            assert!(
+                Instant::now() < deadline,
+                "the file was opened {count} times at most"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
 /// A redb file another process holds: an open waits up to `OpenOptions::wait` and gets the
 /// file once it is free; one that gives up names the holder.
+#[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redb_open_waits_for_the_holder_and_names_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("held.redb");
+    RedbStore::open(&path, OpenOptions::new())
+        .await
+        .unwrap()
+        .close()
+        .await;
+    // How many times an open that finds the file free opens it.
+    let mut opens = Opens::watch(&path);
+    RedbStore::open(&path, OpenOptions::new())
+        .await
+        .unwrap()
+        .close()
+        .await;
+    let one_open = opens.count();
     let holder = RedbStore::open(&path, OpenOptions::new()).await.unwrap();
     holder.commit_turn(commit("s", "t1")).await.unwrap();
 
@@ -179,11 +235,13 @@ async fn a_redb_open_waits_for_the_holder_and_names_it() {
         other => panic!("expected Locked naming the holder, got {other:?}"),
     }
 
+    let before = opens.count();
     let waiter = tokio::spawn({
         let path = path.clone();
         async move { RedbStore::open(&path, OpenOptions::new().wait(Duration::from_secs(20))).await }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // One open more than a free file takes: the waiter found it held and is trying again.
+    opens.past(before + one_open).await;
     holder.close().await;
     let store = waiter
         .await

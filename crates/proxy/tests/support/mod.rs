@@ -21,6 +21,28 @@ use rethread_proxy::{forward, Ended, ProxyError, ProxyOptions, Reporter, Session
 use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf, ReadHalf, WriteHalf};
 use tokio::task::JoinHandle;
 
+/// `codex app-server` started as `rethread_proxy::spawn_app_server` starts it, but with codex's
+/// stderr copied into this test's own output (shown when the test fails, or under
+/// `--nocapture`) rather than inherited into the log of every passing run.
+pub fn spawn_app_server(command: &rethread_proxy::CodexCommand) -> tokio::process::Child {
+    use std::process::Stdio;
+    use tokio::io::AsyncBufReadExt;
+    let mut child = command
+        .command("app-server")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn codex app-server");
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            eprintln!("codex stderr: {line}");
+        }
+    });
+    child
+}
+
 /// Every supported release to run against (`codex-releases.txt`; a missing one fails in CI).
 pub fn releases() -> Vec<(String, std::path::PathBuf)> {
     supported_releases()

@@ -8,8 +8,8 @@
 //!
 //! It speaks newline-delimited JSON-RPC on stdin/stdout and keeps its threads under
 //! `$CODEX_HOME`, so a restarted process finds them again. Without `CODEX_HOME` it keeps them in
-//! a temporary home of its own (it says where on stderr, and removes it when it exits), never in
-//! the user's real `~/.codex`. Like codex it takes `--listen stdio://` (what the Python SDK
+//! a temporary home of its own (it says where on stderr, and removes it when it exits, SIGINT
+//! and SIGTERM included: exit 130 and 143), never in the user's real `~/.codex`. Like codex it takes `--listen stdio://` (what the Python SDK
 //! passes) and refuses any other transport; `--help` and `--version` print on stdout and exit
 //! 0; a usage error exits 2. The profile can also come from `FAKE_CODEX_PROFILE`, the fault
 //! script (JSON, or TOML for a `.toml` file) from `FAKE_CODEX_FAULTS` (inline JSON or a path).
@@ -194,8 +194,41 @@ impl TemporaryHome {
         builder
             .create(&path)
             .map_err(|e| format!("cannot create a temporary home {}: {e}", path.display()))?;
-        Ok(TemporaryHome(path))
+        let home = TemporaryHome(path);
+        #[cfg(unix)]
+        remove_on_signal(home.0.clone())?;
+        Ok(home)
     }
+}
+
+/// From now on SIGINT and SIGTERM remove `home` and end the process (exit 130 or 143, as a shell
+/// reports a process those signals stopped): a fake its host stops leaves nothing behind.
+#[cfg(unix)]
+fn remove_on_signal(home: PathBuf) -> Result<(), String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the signal runtime: {e}"))?;
+    let (mut interrupt, mut terminate) = runtime
+        .block_on(async {
+            Ok::<_, std::io::Error>((
+                signal(SignalKind::interrupt())?,
+                signal(SignalKind::terminate())?,
+            ))
+        })
+        .map_err(|e| format!("cannot handle SIGINT and SIGTERM: {e}"))?;
+    std::thread::spawn(move || {
+        let code = runtime.block_on(async {
+            tokio::select! {
+                _ = interrupt.recv() => 130,
+                _ = terminate.recv() => 143,
+            }
+        });
+        let _ = std::fs::remove_dir_all(&home);
+        std::process::exit(code);
+    });
+    Ok(())
 }
 
 impl Drop for TemporaryHome {
