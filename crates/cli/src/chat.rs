@@ -50,6 +50,10 @@ pub(crate) struct ChatCommand {
     /// the thread then resumes only where codex keeps it. Also `RETHREAD_MIRROR=off`.
     #[arg(long)]
     no_mirror: bool,
+    /// The session's cap of mirrored bytes (default 64 MiB; also `RETHREAD_MIRROR_CAP`): past
+    /// it mirroring stops for the session's thread, and starts again for the next one.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    mirror_cap: Option<u64>,
     /// The message; `-` reads it from stdin.
     message: String,
 }
@@ -68,6 +72,9 @@ pub(crate) async fn main(command: ChatCommand) -> CliResult {
     // reported as one object too.
     let ready = async {
         args.options = crate::binder_options(wait, command.no_mirror)?;
+        if let Some(cap) = command.mirror_cap {
+            args.options.mirror_cap = cap;
+        }
         let codex = command.codex_bin.resolve()?;
         args.images = image_paths(&args.images)?;
         args.message = read_message(std::mem::take(&mut args.message)).await?;

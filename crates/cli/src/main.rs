@@ -287,7 +287,8 @@ fn is_empty(matches: &ArgMatches, id: &str) -> bool {
 
 /// The session settings of `chat`, `app-server` and `exec`: `wait` for a session another
 /// process holds; the lease's TTL, `RETHREAD_LEASE_TTL` (seconds from 0.1 to 86400; unset or
-/// empty keeps the library's 30 s); and the mirror ([`mirror`]).
+/// empty keeps the library's 30 s); the mirror ([`mirror`]) and its cap, `RETHREAD_MIRROR_CAP`
+/// (bytes; unset or empty keeps the library's 64 MiB).
 pub(crate) fn binder_options(wait: Duration, no_mirror: bool) -> Result<BinderOptions, UsageError> {
     const LEASE_TTL_ENV: &str = "RETHREAD_LEASE_TTL";
     let ttl = env_var(LEASE_TTL_ENV, "")?.map(|text| match text.parse::<f64>() {
@@ -297,9 +298,12 @@ pub(crate) fn binder_options(wait: Duration, no_mirror: bool) -> Result<BinderOp
         ))),
     });
     let ttl = ttl.transpose()?;
+    let cap = std::env::var_os(rethread_runtime::MIRROR_CAP_ENV);
+    let cap = rethread_runtime::mirror_cap_setting(cap.as_deref()).map_err(UsageError)?;
     let options = BinderOptions::default()
         .lease_wait(wait)
-        .mirror(mirror(no_mirror)?);
+        .mirror(mirror(no_mirror)?)
+        .mirror_cap(cap);
     Ok(match ttl {
         Some(ttl) => options.lease_ttl(Some(ttl)),
         None => options,

@@ -3,11 +3,13 @@
 use std::sync::Arc;
 
 use comfy_table::{Cell, CellAlignment, ColumnConstraint, Width};
-use rethread_store::{redact_url, BindingStore, SessionRecord};
+use rethread_store::{redact_url, BindingStore, SessionRecord, StoredBytes};
 use serde_json::{json, Value};
 
 use crate::output::{self, for_people, out, outln};
 use crate::{open_store, Access, CliResult, StoreArg};
+
+mod prune;
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum SessionsCommand {
@@ -25,6 +27,9 @@ pub(crate) enum SessionsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Remove every session idle for DURATION (last written that long ago): its record,
+    /// transcript, binding, mirror and lease; never one a live host holds.
+    Prune(prune::PruneArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -40,6 +45,19 @@ pub(crate) struct ListArgs {
     /// Start after this session id (the `next_after` of the previous page).
     #[arg(long, value_name = "ID")]
     after: Option<String>,
+    /// Order: `id` (the default, page by page) or `bytes` (most stored first; reads every
+    /// session's size before printing).
+    #[arg(long, value_enum, default_value_t = Sort::Id, conflicts_with = "after")]
+    sort: Sort,
+}
+
+/// The order of `sessions list`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Sort {
+    /// Session id.
+    Id,
+    /// Bytes stored, most first.
+    Bytes,
 }
 
 #[derive(Debug, clap::Args)]
@@ -70,7 +88,8 @@ impl SessionsCommand {
         match self {
             SessionsCommand::List(ListArgs { store, .. })
             | SessionsCommand::Show(ShowArgs { store, .. })
-            | SessionsCommand::Forget { store, .. } => store,
+            | SessionsCommand::Forget { store, .. }
+            | SessionsCommand::Prune(prune::PruneArgs { store, .. }) => store,
         }
     }
 }
@@ -80,7 +99,7 @@ impl SessionsCommand {
 pub(crate) async fn run(mut command: SessionsCommand) -> CliResult {
     let url = command.store().url.take();
     let access = match command {
-        SessionsCommand::Forget { .. } => Access::Existing,
+        SessionsCommand::Forget { .. } | SessionsCommand::Prune(_) => Access::Existing,
         _ => Access::Read,
     };
     let store = open_store(url.as_deref(), access).await?;
@@ -90,10 +109,13 @@ pub(crate) async fn run(mut command: SessionsCommand) -> CliResult {
         SessionsCommand::Show(args) if args.rows => show_rows(store, url, args).await,
         SessionsCommand::Show(args) => show(store, &args.id, args.json).await,
         SessionsCommand::Forget { id, json, .. } => forget(store, &id, json).await,
+        SessionsCommand::Prune(args) => prune::run(store, args).await,
     }
 }
 
-fn to_json(record: &SessionRecord) -> Value {
+/// A session as `--json` prints it, with what it holds in the store (`stored_bytes`: its rows'
+/// `row_bytes` and its mirror's `mirror_bytes`).
+fn to_json((record, bytes): &(SessionRecord, StoredBytes)) -> Value {
     let binding = record.binding();
     json!({
         "session": record.session_id,
@@ -106,6 +128,9 @@ fn to_json(record: &SessionRecord) -> Value {
         "updated_at_ms": record.updated_at_ms,
         "model_config": record.model_config,
         "last_fallback": last_fallback(record),
+        "stored_bytes": bytes.total(),
+        "row_bytes": bytes.rows,
+        "mirror_bytes": bytes.mirror,
     })
 }
 
@@ -218,29 +243,27 @@ impl Listing {
 async fn list(store: Arc<dyn BindingStore>, url: Option<&str>, args: ListArgs) -> CliResult {
     let (limit, mut after) = (args.limit.map(|n| n as usize), args.after);
     let mut listing = Listing::start(args.json, "{\"sessions\":[");
+    if args.sort == Sort::Bytes {
+        let mut all = Vec::new();
+        loop {
+            let page = store.list_sessions(after.as_deref(), PAGE).await?;
+            all.extend(with_bytes(store.as_ref(), page.sessions).await?);
+            match page.next_after {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        all.sort_by(|a, b| b.1.total().cmp(&a.1.total()));
+        all.truncate(limit.unwrap_or(usize::MAX));
+        listing.page(&all, HEADER, to_json, row);
+        listing.end(Value::Null, "no sessions", None);
+        return Ok(());
+    }
     let next_after = loop {
         let want = limit.map_or(PAGE, |limit| (limit - listing.printed).min(PAGE));
         let page = store.list_sessions(after.as_deref(), want).await?;
-        listing.page(
-            &page.sessions,
-            ["SESSION", "THREAD", "ROWS", "BOUND AT"],
-            to_json,
-            |record| {
-                let (thread, bound) = match record.binding() {
-                    Some(b) => (
-                        for_people(&b.thread_id).into_owned(),
-                        format_ms(b.bound_at_ms),
-                    ),
-                    None => ("-".to_string(), "-".to_string()),
-                };
-                [
-                    Cell::new(for_people(&record.session_id)),
-                    Cell::new(thread),
-                    Cell::new(record.row_count).set_alignment(CellAlignment::Right),
-                    Cell::new(bound),
-                ]
-            },
-        );
+        let sessions = with_bytes(store.as_ref(), page.sessions).await?;
+        listing.page(&sessions, HEADER, to_json, row);
         match page.next_after {
             Some(next) if limit.is_some_and(|limit| listing.printed >= limit) => break Some(next),
             Some(next) => after = Some(next),
@@ -257,6 +280,36 @@ async fn list(store: Arc<dyn BindingStore>, url: Option<&str>, args: ListArgs) -
     });
     listing.end(json!(next_after), "no sessions", hint);
     Ok(())
+}
+
+const HEADER: [&str; 5] = ["SESSION", "THREAD", "ROWS", "BYTES", "BOUND AT"];
+
+/// The sessions of a page with what each holds in the store (one read).
+async fn with_bytes(
+    store: &dyn BindingStore,
+    sessions: Vec<SessionRecord>,
+) -> CliResult<Vec<(SessionRecord, StoredBytes)>> {
+    let ids: Vec<String> = sessions.iter().map(|s| s.session_id.clone()).collect();
+    let bytes = store.session_bytes(&ids).await?;
+    Ok(sessions.into_iter().zip(bytes).collect())
+}
+
+/// A session's row of the `sessions list` table.
+fn row((record, bytes): &(SessionRecord, StoredBytes)) -> [Cell; 5] {
+    let (thread, bound) = match record.binding() {
+        Some(b) => (
+            for_people(&b.thread_id).into_owned(),
+            format_ms(b.bound_at_ms),
+        ),
+        None => ("-".to_string(), "-".to_string()),
+    };
+    [
+        Cell::new(for_people(&record.session_id)),
+        Cell::new(thread),
+        Cell::new(record.row_count).set_alignment(CellAlignment::Right),
+        Cell::new(bytes.total()).set_alignment(CellAlignment::Right),
+        Cell::new(bound),
+    ]
 }
 
 /// ` --store URL` for a hint's command when a store was given (`--store` or `RETHREAD_STORE`),
@@ -288,8 +341,10 @@ async fn session(store: &dyn BindingStore, id: &str) -> CliResult<SessionRecord>
 
 async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> CliResult {
     let record = session(store.as_ref(), id).await?;
+    let bytes = store.session_bytes(&[id.to_string()]).await?;
+    let bytes = bytes.first().copied().unwrap_or_default();
     if json {
-        outln!("{}", to_json(&record));
+        outln!("{}", to_json(&(record, bytes)));
         return Ok(());
     }
     outln!("session:         {}", for_people(&record.session_id));
@@ -305,6 +360,12 @@ async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> CliResult {
         None => outln!("thread:          (none)"),
     }
     outln!("rows:            {}", record.row_count);
+    outln!(
+        "stored bytes:    {} (rows {}, mirror {})",
+        bytes.total(),
+        bytes.rows,
+        bytes.mirror
+    );
     let retired = match record.retired_threads.is_empty() {
         true => "(none)".to_string(),
         false => record.retired_threads.join(", "),
