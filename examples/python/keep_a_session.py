@@ -8,7 +8,8 @@ Install (once), then run:
 
     cargo install --path crates/cli              # rethread
     cargo install --path crates/fake-appserver   # fake-codex
-    pip install --no-deps openai-codex==0.163.0 'pydantic>=2.12' 'packaging>=26.2'
+    pip install 'pydantic>=2.12' 'packaging>=26.2'   # the SDK's dependencies, with theirs
+    pip install --no-deps openai-codex==0.163.0      # the SDK without its own codex
     python3 examples/python/keep_a_session.py
 
 The Python SDK shows its user no fallback (its `warning` goes to a queue it keeps private),

@@ -14,17 +14,13 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::util;
+use crate::{readme, util};
 
 /// Builds `rethread` and `fake-codex`; returns `PATH` with their directory first.
 fn binaries_on_path() -> Result<(PathBuf, OsString), String> {
     util::build_rethread_and(&["-p", "rethread-fake-appserver", "--bin", "fake-codex"])?;
     let debug = util::target_dir(&util::project_root()).join("debug");
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let joined =
-        std::env::join_paths(std::iter::once(debug.clone()).chain(std::env::split_paths(&path)))
-            .map_err(|e| format!("cannot put {} on PATH: {e}", debug.display()))?;
-    Ok((debug, joined))
+    Ok((debug.clone(), util::path_with(&debug)?))
 }
 
 /// Runs `command` with the example's environment: rethread's own variables unset (the
@@ -78,26 +74,27 @@ pub(crate) fn rust() -> Result<(), String> {
     }
 }
 
-/// The Python example, with the SDK installed as the README says.
+/// The Python example, with the SDK installed as the README says, run by the README's line
+/// (the venv's `python3` first on `PATH`, as in an activated venv).
 pub(crate) fn python() -> Result<(), String> {
     let (_, path) = binaries_on_path()?;
-    let python = crate::proxy::python_venv()?;
-    let mut command = Command::new(python);
-    command.arg(util::project_root().join("examples/python/keep_a_session.py"));
-    run_example(command, &path, "Python")
+    let venv = crate::proxy::python_venv()?;
+    let path = util::prepend_path(&venv, &path)?;
+    let line = readme::command("python3 examples/python/keep_a_session.py")?;
+    run_example(readme::shell(&util::project_root(), &line), &path, "Python")
 }
 
-/// The TypeScript example, from a directory holding the SDK (as a user's project would).
+/// The TypeScript example, by the README's line, from the directory holding the SDK (as a
+/// user's project would).
 pub(crate) fn typescript() -> Result<(), String> {
     let (_, path) = binaries_on_path()?;
     let dir = crate::node::sdk_dir()?;
     let example = dir.join("keep_a_session.mjs");
-    let source = util::project_root().join("examples/typescript/keep_a_session.mjs");
+    let source = util::project_root().join(crate::node::EXAMPLE);
     std::fs::copy(&source, &example)
         .map_err(|e| format!("copy {} to {}: {e}", source.display(), example.display()))?;
-    let mut command = Command::new("node");
-    command.arg(&example).current_dir(&dir);
-    run_example(command, &path, "TypeScript")
+    let line = readme::command("node keep_a_session.mjs")?;
+    run_example(readme::shell(&dir, &line), &path, "TypeScript")
 }
 
 /// `cargo xtask examples`: all three.

@@ -36,6 +36,7 @@ mod modules;
 mod node;
 mod packaging;
 mod proxy;
+mod readme;
 mod restarts;
 mod util;
 

@@ -1,38 +1,38 @@
 //! The unmodified TypeScript SDK (`@openai/codex-sdk` from npm, driven by node) through
 //! `rethread exec`: [`typescript_tests`] (a stage of `cargo xtask ci`, and `cargo xtask node`
-//! alone) installs the pinned SDK under `target/node-sdk` (`--omit=optional`: without the
-//! codex binaries it would bundle; rethread is its codex) and runs
-//! `crates/cli/tests/node/sdk.test.mjs` with node's test runner against the current codex.
+//! alone) installs the SDK under `target/node-sdk` by README.md's own `npm install` line
+//! (`--omit=optional`: without the codex binaries it would bundle; rethread is its codex) and
+//! runs `crates/cli/tests/node/sdk.test.mjs` with node's test runner against the current codex.
 
 use std::path::{Path, PathBuf};
 
-use crate::util;
+use crate::{readme, util};
 
-/// The TypeScript SDK release the tests drive.
-pub(crate) const SDK: &str = "@openai/codex-sdk@0.163.0";
+/// The TypeScript example, whose header gives the README's install line too.
+pub(crate) const EXAMPLE: &str = "examples/typescript/keep_a_session.mjs";
 
-/// Installs (once) the pinned SDK under `<target>/node-sdk`; returns that directory.
+/// Installs (once) the SDK under `<target>/node-sdk` as a user's project would: a
+/// `package.json`, then README.md's `npm install` lines run there as they stand; returns that
+/// directory.
 pub(crate) fn sdk_dir() -> Result<PathBuf, String> {
     let root = util::project_root();
     let dir = util::target_dir(&root).join("node-sdk");
     let stamp = dir.join("rethread-installed");
-    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(SDK) {
+    let install = readme::install_lines("npm install", EXAMPLE)?;
+    let wanted = install.join("\n");
+    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
         std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-        let prefix = dir.to_string_lossy().into_owned();
-        util::run(
-            &dir,
-            "npm",
-            &[
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--omit=optional",
-                "--prefix",
-                &prefix,
-                SDK,
-            ],
-        )?;
-        std::fs::write(&stamp, SDK).map_err(|e| format!("write {}: {e}", stamp.display()))?;
+        let manifest = dir.join("package.json");
+        if !manifest.exists() {
+            std::fs::write(&manifest, "{\"private\": true}\n")
+                .map_err(|e| format!("write {}: {e}", manifest.display()))?;
+        }
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let quiet = [("npm_config_audit", "false"), ("npm_config_fund", "false")];
+        for line in &install {
+            readme::run(&dir, line, &path, &quiet)?;
+        }
+        std::fs::write(&stamp, &wanted).map_err(|e| format!("write {}: {e}", stamp.display()))?;
     }
     Ok(dir)
 }

@@ -2,54 +2,54 @@
 //!
 //! - [`python_tests`] (run by `cargo xtask ci` after the Rust tests, and alone as
 //!   `cargo xtask python`): a venv under `target/python-sdk` with the `openai-codex` SDK from
-//!   PyPI installed without its bundled codex (`pip install --no-deps openai-codex==0.163.0`
-//!   plus its few dependencies and pytest), then pytest on `crates/proxy/tests/python` with
-//!   the binaries it needs named in its environment.
+//!   PyPI installed by README.md's own `pip install` lines (without its bundled codex), and
+//!   pytest, then pytest on `crates/proxy/tests/python` with the binaries it needs named in its
+//!   environment.
 //! - [`bench()`] (`cargo xtask bench proxy`): the `bench_proxy` example of `rethread-proxy` in
 //!   release mode, with release builds of `rethread` and `fake-codex`.
 
 use std::path::PathBuf;
 
-use crate::util;
+use crate::{readme, util};
 
-/// The Python SDK release the tests drive.
-const SDK: &str = "openai-codex==0.163.0";
-/// Its dependencies (installed by hand: `--no-deps` keeps its bundled codex out) and pytest.
-const SDK_DEPENDENCIES: [&str; 3] = ["pydantic>=2.12", "packaging>=26.2", "pytest>=8"];
-/// Creates (once) the venv with the SDK under `<target>/python-sdk`; returns its python.
+/// The Python example, whose header gives the README's install lines too.
+pub(crate) const EXAMPLE: &str = "examples/python/keep_a_session.py";
+
+/// Creates (once) the venv under `<target>/python-sdk` with the SDK installed as README.md's
+/// `pip install` lines say (run as they stand, the venv's `bin` first on `PATH`), and pytest;
+/// returns the venv's `bin` directory.
 pub(crate) fn python_venv() -> Result<PathBuf, String> {
     let root = util::project_root();
     let venv = util::target_dir(&root).join("python-sdk");
-    let python = venv.join("bin").join("python");
+    let bin = venv.join("bin");
     let stamp = venv.join("rethread-installed");
-    let wanted = format!("{SDK} {}", SDK_DEPENDENCIES.join(" "));
+    let install = readme::install_lines("pip install", EXAMPLE)?;
+    let wanted = install.join("\n");
     if std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
         let venv_arg = venv.to_string_lossy().into_owned();
         util::run(&root, "python3", &["-m", "venv", "--clear", &venv_arg])?;
-        let python_arg = python.to_string_lossy().into_owned();
-        let pip = |packages: &[&str]| {
-            let mut args = vec![
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ];
-            args.extend_from_slice(packages);
-            util::run(&root, &python_arg, &args)
-        };
-        pip(&["--no-deps", SDK])?;
-        pip(&SDK_DEPENDENCIES)?;
+        let path = util::path_with(&bin)?;
+        let quiet = [("PIP_QUIET", "1"), ("PIP_DISABLE_PIP_VERSION_CHECK", "1")];
+        for line in &install {
+            readme::run(&root, line, &path, &quiet)?;
+        }
+        // The tests' own runner, which the README's user does not need.
+        let python = bin.join("python").to_string_lossy().into_owned();
+        util::run(
+            &root,
+            &python,
+            &["-m", "pip", "install", "--quiet", "pytest>=8"],
+        )?;
         std::fs::write(&stamp, &wanted).map_err(|e| format!("write {}: {e}", stamp.display()))?;
     }
-    Ok(python)
+    Ok(bin)
 }
 
 /// Creates (once) the venv with the SDK, builds the binaries and runs pytest.
 pub(crate) fn python_tests() -> Result<(), String> {
     let root = util::project_root();
     let target = util::target_dir(&root);
-    let python = python_venv()?;
+    let python = python_venv()?.join("python");
     util::build_rethread_and(&["-p", "rethread-proxy", "--example", "responses_stand_in"])?;
     let codex = crate::codex::install(crate::codex::current())?;
     let debug = target.join("debug");

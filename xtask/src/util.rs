@@ -1,5 +1,6 @@
 //! Small helpers shared by the xtask commands.
 
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -29,6 +30,17 @@ pub(crate) fn build_rethread_and(extra: &[&str]) -> Result<(), String> {
     ];
     args.extend_from_slice(extra);
     run(&project_root(), "cargo", &args)
+}
+
+/// `path` (a `PATH` value) with `dir` first.
+pub(crate) fn prepend_path(dir: &Path, path: &OsStr) -> Result<OsString, String> {
+    std::env::join_paths(std::iter::once(dir.to_path_buf()).chain(std::env::split_paths(path)))
+        .map_err(|e| format!("cannot put {} on PATH: {e}", dir.display()))
+}
+
+/// The environment's `PATH` with `dir` first.
+pub(crate) fn path_with(dir: &Path) -> Result<OsString, String> {
+    prepend_path(dir, &std::env::var_os("PATH").unwrap_or_default())
 }
 
 /// The target directory: `CARGO_TARGET_DIR`, else `<root>/target`.

@@ -25,6 +25,12 @@
 //! binder.close().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! The binder restores a thread's rollout into the `CODEX_HOME` codex runs with, which it takes
+//! to be the environment's `CODEX_HOME`, else `~/.codex` ([`BinderOptions::codex_home`]): give
+//! it the home you give codex. Offline, on `fake-codex`, set `CODEX_HOME`: without it the fake
+//! keeps its threads in a temporary home it removes when it exits, and every restart falls
+//! back to a new thread.
 #![forbid(unsafe_code)]
 #![deny(rustdoc::broken_intra_doc_links)]
 

@@ -42,18 +42,28 @@ async function model(dir) {
       if (!existsSync(log)) return [];
       return readFileSync(log, "utf8").trim().split("\n").filter(Boolean).map((l) => JSON.parse(l).conversation);
     },
-    stop() {
+    /** Ends the stand-in and waits for it to exit. */
+    async stop() {
+      const exited = child.exitCode !== null || child.signalCode !== null;
       child.stdin.end();
+      if (!exited) await new Promise((resolve) => child.once("exit", resolve));
     },
   };
 }
 
-/** One world: a stand-in model, a store, a working directory. */
+/** One world: a stand-in model, a store, a working directory, all under one temporary
+ * directory that `end()` removes (each test ends its world in `finally`, failed or not). */
 async function world() {
   const dir = mkdtempSync(join(tmpdir(), "rethread-node-"));
   const work = join(dir, "work");
   mkdirSync(work);
-  const m = await model(dir);
+  let m;
+  try {
+    m = await model(dir);
+  } catch (error) {
+    rmSync(dir, { recursive: true, force: true });
+    throw error;
+  }
   const store = `sqlite:${join(dir, "rethread.sqlite")}`;
   const env = (session, extra) => ({
     PATH: process.env.PATH,
@@ -68,6 +78,11 @@ async function world() {
   return {
     dir,
     model: m,
+    /** Stops the stand-in, then removes the world's directory. */
+    async end() {
+      await m.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
     /** Runs `prompts` in a new host process; returns what the SDK returned for each. */
     host(session, prompts, resume, extra = {}) {
       const step = { sdk: process.env.RETHREAD_CODEX_SDK, rethread: process.env.RETHREAD_BIN, env: env(session, extra), work, prompts, resume };
@@ -97,7 +112,7 @@ test("a turn through rethread exec without a session", { skip }, async () => {
     assert.ok(run.thread_id);
     assert.deepEqual(notices(run), []);
   } finally {
-    w.model.stop();
+    await w.end();
   }
 });
 
@@ -144,7 +159,7 @@ test("host processes keep one conversation; a lost thread falls back with its no
     assert.equal(fourth.thread_id, third.thread_id);
     assert.deepEqual(notices(fourth), []);
   } finally {
-    w.model.stop();
+    await w.end();
   }
 });
 
@@ -162,6 +177,6 @@ test("a thread the host resumes itself passes through, not recorded for another 
     assert.equal(after.thread_id, bound.thread_id);
     assert.equal(after.row_count, before.row_count);
   } finally {
-    w.model.stop();
+    await w.end();
   }
 });
