@@ -116,7 +116,10 @@ mod tests {
 
     #[test]
     fn a_line_is_read_as_the_command_a_user_pastes() {
-        assert_eq!(command_of("pip install 'a>=1'   # why"), "pip install 'a>=1'");
+        assert_eq!(
+            command_of("pip install 'a>=1'   # why"),
+            "pip install 'a>=1'"
+        );
         assert_eq!(command_of("//     npm install b"), "npm install b");
         assert_eq!(command_of("    pip install c"), "pip install c");
     }
