@@ -782,6 +782,48 @@ fn a_closed_stderr_does_not_stop_the_run() {
     assert_eq!(notices(&fell_back), 1);
 }
 
+/// Waits (bounded) until a thread of process `pid` sleeps in a write to a full pipe (its
+/// `wchan`, as Linux shows it: `pipe_write`, `anon_pipe_write` on newer kernels).
+fn wait_until_writing_to_a_full_pipe(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let blocked = || {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+        tasks.filter_map(Result::ok).any(|task| {
+            std::fs::read_to_string(task.path().join("wchan"))
+                .is_ok_and(|wchan| wchan.contains("pipe_write"))
+        })
+    };
+    while !blocked() {
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} never waited on a full pipe"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits (bounded) until process `pid` has taken signal `number` sent to it (no longer
+/// pending: a thread of it is handling it).
+fn wait_until_taken(pid: u32, number: u32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pending = || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let mask = status
+            .lines()
+            .find_map(|line| line.strip_prefix("ShdPnd:"))
+            .map(|hex| u64::from_str_radix(hex.trim(), 16).unwrap())
+            .unwrap();
+        mask & (1 << (number - 1)) != 0
+    };
+    while pending() {
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} never took signal {number}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A client that stops reading stdout and then sends SIGTERM ends the run: a write blocked on
 /// the full pipe does not keep rethread (and codex behind it) from seeing the signal.
 #[test]
@@ -808,7 +850,7 @@ fn sigterm_while_the_client_is_not_reading_ends_the_run() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     while !lines.next().unwrap().unwrap().contains("turn.started") {}
     // No more reading: the pipe fills and rethread's next write waits on it.
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until_writing_to_a_full_pipe(child.id());
     let kill = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -859,14 +901,15 @@ fn a_signal_during_the_write_of_a_committed_turn_lets_the_line_out_whole() {
         line.clear();
         out.read_line(&mut line).unwrap();
     }
-    // The turn commits and its 300 KB last line fills the pipe; then the signal.
-    std::thread::sleep(Duration::from_millis(500));
+    // The turn commits and its 300 KB last line fills the pipe; then the signal, taken while
+    // the write waits.
+    wait_until_writing_to_a_full_pipe(child.id());
     let kill = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(kill.success());
-    std::thread::sleep(Duration::from_millis(100));
+    wait_until_taken(child.id(), 15);
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
     let status = child.wait().unwrap();
