@@ -5,6 +5,7 @@
 //! bars and spinners are drawn on stderr only when it is a terminal, all through one
 //! [`MultiProgress`]; every other line on stderr goes through [`StderrAboveBars`], above them.
 
+use rethread_store::Unpoisoned;
 use std::borrow::Cow;
 use std::error::Error;
 use std::fmt;
@@ -267,10 +268,7 @@ pub(crate) struct LiveRail {
 impl LiveRail {
     /// The lifecycle notices so far, in order.
     pub(crate) fn notices(&self) -> Vec<String> {
-        self.notices
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.notices.lock().unpoisoned().clone()
     }
 }
 
@@ -280,7 +278,7 @@ impl StatusSink for LiveRail {
             StatusKind::Lifecycle => {
                 let yellow = AnsiColor::Yellow.on_default();
                 eprint_line(&paint(&std::io::stderr(), yellow, &event.message));
-                let mut notices = self.notices.lock().unwrap_or_else(|p| p.into_inner());
+                let mut notices = self.notices.lock().unpoisoned();
                 notices.push(event.message);
             }
             StatusKind::Warn => warning(&event.message),

@@ -2,6 +2,7 @@
 //! handed, and the proxy's own requests to codex ([`CodexRequester`]). The order guarantees
 //! are stated once, in the crate docs.
 
+use rethread_store::Unpoisoned;
 use std::collections::HashMap;
 use std::future::Future;
 use std::ops::Deref;
@@ -157,9 +158,7 @@ impl Link {
 
     fn pending(&self) -> MutexGuard<'_, Option<HashMap<u64, oneshot::Sender<Line>>>> {
         // Only plain inserts and removes happen under the lock.
-        self.pending
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.pending.lock().unpoisoned()
     }
 
     /// Hands an answer in the proxy's id space to its waiter. False when no request waits for

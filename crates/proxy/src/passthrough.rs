@@ -1,5 +1,6 @@
 //! [`NoSession`]: the hooks of `rethread app-server` when no session is named.
 
+use rethread_store::Unpoisoned;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -30,9 +31,7 @@ impl NoSession {
     }
 
     fn initialize(&self) -> std::sync::MutexGuard<'_, Option<RequestId>> {
-        self.initialize
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.initialize.lock().unpoisoned()
     }
 }
 

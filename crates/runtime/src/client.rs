@@ -3,6 +3,7 @@
 //! answered, go to every subscriber of their thread (`connection.rs`). When the stream ends or
 //! turns to garbage, every waiter fails with [`ClientError::Closed`] and the stderr tail.
 
+use rethread_store::Unpoisoned;
 use std::fmt;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -33,7 +34,6 @@ mod error;
 pub use command::CodexCommand;
 pub use error::ClientError;
 
-use crate::lock;
 use connection::{read_stderr, write_loop, Delivery, ReaderTask, Route, Shared};
 
 /// How the client behaves; every wait is bounded. Set with the builder methods
@@ -158,7 +158,7 @@ impl Drop for Inner {
         for task in &self.tasks {
             task.abort();
         }
-        if let Some(child) = lock(&self.child).as_mut() {
+        if let Some(child) = self.child.lock().unpoisoned().as_mut() {
             let _ = child.start_kill();
         }
     }
@@ -168,7 +168,7 @@ impl fmt::Debug for AppServerClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AppServerClient")
             .field("server", &self.inner.server)
-            .field("closed", &*lock(&self.inner.shared.closed))
+            .field("closed", &*self.inner.shared.closed.lock().unpoisoned())
             .finish_non_exhaustive()
     }
 }
@@ -336,7 +336,7 @@ impl AppServerClient {
 
     /// Whether the connection is closed, and why.
     pub fn closed_reason(&self) -> Option<String> {
-        lock(&self.inner.shared.closed).clone()
+        self.inner.shared.closed.lock().unpoisoned().clone()
     }
 
     /// Sends a typed request and waits (bounded) for its typed result.
@@ -361,7 +361,7 @@ impl AppServerClient {
         let (tx, rx) = oneshot::channel();
         {
             // Checked under the pending lock so a concurrent close cannot strand this waiter.
-            let mut pending = lock(&shared.pending);
+            let mut pending = shared.pending.lock().unpoisoned();
             if let Some(error) = shared.closed_error() {
                 return Err(error);
             }
@@ -395,7 +395,7 @@ impl AppServerClient {
                 })
             });
         if answer.is_err() {
-            lock(&shared.pending).remove(&id);
+            shared.pending.lock().unpoisoned().remove(&id);
         }
         answer?.map_err(|error| ClientError::Rpc {
             method: method.to_string(),
@@ -480,7 +480,7 @@ impl AppServerClient {
 
     /// Kills the spawned process (if any) and waits for it to exit.
     pub async fn shutdown(&self) {
-        let child = lock(&self.inner.child).take();
+        let child = self.inner.child.lock().unpoisoned().take();
         if let Some(mut child) = child {
             let _ = child.start_kill();
             let _ = child.wait().await;

@@ -1,5 +1,6 @@
 //! [`SessionLease`]: a session's lease as a host holds it (`docs/design.md`, "Leases").
 
+use rethread_store::Unpoisoned;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{LeaseLostTo, RuntimeError};
-use crate::{lock, telemetry};
+use crate::telemetry;
 
 /// The shortest and longest pause between two attempts to take a busy lease.
 const WAIT_STEP_MIN: Duration = Duration::from_millis(20);
@@ -160,13 +161,13 @@ impl SessionLease {
 
     /// The lease as last granted or renewed.
     pub fn lease(&self) -> Lease {
-        lock(&self.state).lease.clone()
+        self.state.lock().unpoisoned().lease.clone()
     }
 
     /// The proof of this grant that fenced writes carry. Prefer
     /// [`ensure_fresh`](SessionLease::ensure_fresh), which also renews a stale lease.
     pub fn fence(&self) -> Fence {
-        lock(&self.state).lease.fence()
+        self.state.lock().unpoisoned().lease.fence()
     }
 
     /// The holder this lease names.
@@ -182,7 +183,7 @@ impl SessionLease {
 
     /// [`RuntimeError::LeaseLost`] when the lease is known lost or released; no store call.
     pub(crate) fn lost(&self) -> Option<RuntimeError> {
-        lock(&self.state).gone()
+        self.state.lock().unpoisoned().gone()
     }
 
     /// Makes sure the lease holds for at least `ttl / 2` more, renewing it now unless the last
@@ -195,7 +196,7 @@ impl SessionLease {
     /// nothing either).
     pub async fn ensure_fresh(&self) -> Result<Fence, RuntimeError> {
         let lease = {
-            let state = lock(&self.state);
+            let state = self.state.lock().unpoisoned();
             if let Some(gone) = state.gone() {
                 return Err(gone);
             }
@@ -206,7 +207,7 @@ impl SessionLease {
         };
         let sent = Instant::now();
         let renewed = self.store.renew_lease(&lease, self.ttl).await;
-        lock(&self.state).renewed(renewed, sent)
+        self.state.lock().unpoisoned().renewed(renewed, sent)
     }
 
     /// Stops renewing and frees the lease now. Returns whether it was still held (a lease
@@ -228,7 +229,7 @@ impl SessionLease {
     /// already (or, with `unless_lost`, is lost).
     fn stop(&self, unless_lost: bool) -> Option<Lease> {
         self.renewer.abort();
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock().unpoisoned();
         if state.released || (unless_lost && state.lost) {
             return None;
         }
@@ -261,10 +262,10 @@ async fn renew_loop(store: Arc<dyn BindingStore>, state: Arc<Mutex<State>>, ttl:
     let period = (ttl / 3).max(Duration::from_millis(10));
     loop {
         tokio::time::sleep(period).await;
-        let lease = lock(&state).lease.clone();
+        let lease = state.lock().unpoisoned().lease.clone();
         let sent = Instant::now();
         let renewed = store.renew_lease(&lease, ttl).await;
-        match lock(&state).renewed(renewed, sent) {
+        match state.lock().unpoisoned().renewed(renewed, sent) {
             Ok(_) => {}
             Err(RuntimeError::LeaseLost { .. }) => return,
             // A transient store failure: try again next period; fenced writes check
@@ -281,7 +282,7 @@ async fn renew_loop(store: Arc<dyn BindingStore>, state: Arc<Mutex<State>>, ttl:
 /// binder's next open must take the lease again, not open the thread with this one.
 pub(crate) fn note_refusal<T>(lease: Option<&SessionLease>, result: &Result<T, RuntimeError>) {
     if let (Some(lease), Err(RuntimeError::LeaseLost { to, .. })) = (lease, result) {
-        let mut state = lock(&lease.state);
+        let mut state = lease.state.lock().unpoisoned();
         state.lost = true;
         state.lost_to.get_or_insert_with(|| to.clone());
     }

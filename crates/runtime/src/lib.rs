@@ -73,9 +73,7 @@ pub use error::{BoxError, RuntimeError};
 pub use lease::SessionLease;
 pub use machine::{OpenOutcome, SeedOptions, RESUME_FALLBACK_NOTICE};
 pub use mirror::{MirrorError, MirrorReport, RestoreFailure, Restored, RolloutMirror};
-pub use options::{
-    mirror_cap_setting, mirror_setting, BinderOptions, MIRROR_CAP_ENV, MIRROR_ENV,
-};
+pub use options::{mirror_cap_setting, mirror_setting, BinderOptions, MIRROR_CAP_ENV, MIRROR_ENV};
 pub use probe::{probe_thread, ThreadHealth, ThreadProbe};
 pub use rail::{RecordedEvents, StatusEvent, StatusKind, StatusRail, StatusSink};
 pub use session::CodexSession;
@@ -89,12 +87,4 @@ fn deadline<I: std::ops::Add<std::time::Duration, Output = I>>(
     wait: std::time::Duration,
 ) -> I {
     now + wait.min(std::time::Duration::from_secs(100 * 365 * 24 * 60 * 60))
-}
-
-/// Locks `mutex`, poisoned or not: every critical section in this crate is a plain update that
-/// a panic cannot tear.
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

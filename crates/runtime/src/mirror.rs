@@ -3,6 +3,7 @@
 //! `CODEX_HOME`, computes what they grew by for a turn's commit, and restores them
 //! (`restore.rs`). The rules are the machine's; all file work runs on blocking threads.
 
+use rethread_store::Unpoisoned;
 use std::collections::HashMap;
 use std::fs::{DirEntry, File};
 use std::io::{self, Read, Seek, SeekFrom};
@@ -209,7 +210,7 @@ impl RolloutMirror {
     }
 
     fn known(&self) -> MutexGuard<'_, HashMap<String, Known>> {
-        crate::lock(&self.inner.known)
+        self.inner.known.lock().unpoisoned()
     }
 
     /// What the thread's rollout files grew by since the store last got them, for the commit

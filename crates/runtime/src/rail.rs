@@ -1,12 +1,11 @@
 //! The status rail: one sink of typed events that every surface (CLI, TUI, gateway) renders.
 
+use rethread_store::Unpoisoned;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-
-use crate::lock;
 
 /// What kind of event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -129,12 +128,14 @@ pub struct RecordedEvents(Arc<Mutex<Vec<StatusEvent>>>);
 impl RecordedEvents {
     /// A copy of every event so far.
     pub fn events(&self) -> Vec<StatusEvent> {
-        lock(&self.0).clone()
+        self.0.lock().unpoisoned().clone()
     }
 
     /// The messages of the events of `kind`, in order.
     pub fn messages(&self, kind: StatusKind) -> Vec<String> {
-        lock(&self.0)
+        self.0
+            .lock()
+            .unpoisoned()
             .iter()
             .filter(|e| e.kind == kind)
             .map(|e| e.message.clone())
@@ -143,12 +144,12 @@ impl RecordedEvents {
 
     /// Removes and returns every event so far.
     pub fn take(&self) -> Vec<StatusEvent> {
-        std::mem::take(&mut *lock(&self.0))
+        std::mem::take(&mut *self.0.lock().unpoisoned())
     }
 }
 
 impl StatusSink for RecordedEvents {
     fn emit(&self, event: StatusEvent) {
-        lock(&self.0).push(event);
+        self.0.lock().unpoisoned().push(event);
     }
 }

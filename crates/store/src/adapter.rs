@@ -6,7 +6,7 @@ use std::future::Future;
 
 use crate::logic::{LeaseOp, ReadOp, WriteOp};
 use crate::Result;
-use crate::{BindingStore, Clock, VerifyProgress, VerifyReport};
+use crate::{BindingStore, Clock, StoreError, VerifyProgress, VerifyReport};
 
 /// How a backend runs operations.
 pub(crate) trait Backend: Send + Sync + 'static {
@@ -55,6 +55,24 @@ pub(crate) trait Backend: Send + Sync + 'static {
         progress: &'a mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),
     ) -> impl Future<Output = Result<VerifyReport>> + Send + 'a {
         crate::verify::by_export(store, progress)
+    }
+}
+
+/// Runs `f` on a blocking thread (a read of a file store, or one that writes into a file); a
+/// panic there is `Internal`.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let joined = tokio::task::spawn_blocking(f).await;
+    joined.map_err(|e| join_error("a read", e))?
+}
+
+/// The error of a blocking task that did not finish: `Internal` for a panic, else the
+/// runtime is shutting down (`Closed`).
+pub(crate) fn join_error(what: &str, error: tokio::task::JoinError) -> StoreError {
+    match error.is_panic() {
+        true => StoreError::Internal(format!("{what} panicked: {error}")),
+        false => StoreError::Closed,
     }
 }
 

@@ -122,3 +122,32 @@ pub use verify::{Problem, ProblemKind, VerifyProgress, VerifyReport, MAX_LISTED_
 /// The schema version this build reads and writes; a store of a newer one is refused with
 /// [`StoreError::NewerSchema`]. The store is unpublished: version 1 is the first format.
 pub const SCHEMA_VERSION: u64 = 1;
+
+/// What a lock gives (`Mutex::lock`, `RwLock::read`, `Condvar::wait`, `Mutex::into_inner`),
+/// poisoned or not: the one way rethread's crates take their locks.
+///
+/// A lock is poisoned when a thread panicked while holding it. Going on with the data is the
+/// choice made here, and it is correct because every critical section taken this way is a
+/// plain update that a panic cannot leave half done (an insert, a push, a take, a clone, or a
+/// store operation that decides before it writes and whose in-memory writes cannot fail). The
+/// panic itself is reported where it happened (its task's join error, the test that failed);
+/// refusing the lock after it would turn one failed call into the failure of every later
+/// one in a long-running host (a proxy serves many sessions through shared state). A critical
+/// section a panic could tear must not take its lock this way.
+///
+/// ```
+/// use rethread_store::Unpoisoned;
+/// let shared = std::sync::Mutex::new(vec![1]);
+/// shared.lock().unpoisoned().push(2);
+/// assert_eq!(*shared.lock().unpoisoned(), [1, 2]);
+/// ```
+pub trait Unpoisoned<G> {
+    /// The guard (or value), whether or not the lock was poisoned.
+    fn unpoisoned(self) -> G;
+}
+
+impl<G> Unpoisoned<G> for std::sync::LockResult<G> {
+    fn unpoisoned(self) -> G {
+        self.unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}

@@ -2,14 +2,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use crate::adapter::{backend_store, Backend};
+use crate::adapter::{backend_store, blocking, Backend};
 use crate::logic::{ChunkSink, FileKey, Grant, LeaseTxn, ReadOp, ReadTxn, WriteOp, WriteTxn};
-use crate::Result;
 use crate::{Clock, SessionRecord, StoreError, TranscriptRow};
+use crate::{Result, Unpoisoned};
 
 #[derive(Debug, Default, Clone)]
 pub(crate) struct State {
@@ -26,7 +26,8 @@ pub(crate) struct State {
 
 /// A [`BindingStore`](crate::BindingStore) that keeps everything in memory, leases with the
 /// records; nothing survives the process. Operations run under one mutex, held only for the
-/// in-memory step (never across an `.await`).
+/// in-memory step (never across an `.await`); reads on a blocking thread, as the file
+/// backends run them (a restore's read writes into a file).
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     memory: Memory,
@@ -35,7 +36,7 @@ pub struct MemoryStore {
 /// The backend behind a [`MemoryStore`].
 #[derive(Debug, Default)]
 struct Memory {
-    state: Mutex<State>,
+    state: Arc<Mutex<State>>,
     clock: Clock,
 }
 
@@ -58,15 +59,15 @@ impl MemoryStore {
 }
 
 // A panic while holding the lock cannot leave a half-applied write: every operation decides
-// before it writes, and in-memory writes cannot fail.
+// before it writes, and in-memory writes cannot fail ([`Unpoisoned`]).
 impl Backend for Memory {
     async fn read<T: Send + 'static>(&self, mut op: impl ReadOp<T>) -> Result<T> {
-        op(&mut *self.state.lock().unwrap_or_else(|p| p.into_inner()))
+        let state = Arc::clone(&self.state);
+        blocking(move || op(&mut *state.lock().unpoisoned())).await
     }
 
     async fn write<T: Send + 'static>(&self, _: &str, mut op: impl WriteOp<T>) -> Result<T> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        op(&mut *state, self.clock.now_ms())
+        op(&mut *self.state.lock().unpoisoned(), self.clock.now_ms())
     }
 
     fn clock(&self) -> Clock {
@@ -219,5 +220,50 @@ impl WriteTxn for State {
 
     fn leases(&mut self) -> &mut dyn LeaseTxn {
         &mut self.leases
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+    use std::thread::ThreadId;
+
+    use crate::{BindingStore, MemoryStore, MirrorAppend, MirrorUpdate, TurnCommit};
+
+    /// Notes the thread each write runs on.
+    struct Threads(Arc<Mutex<Vec<ThreadId>>>);
+
+    impl Write for Threads {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().push(std::thread::current().id());
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The restore's writer is a file: it runs on a blocking thread, as the file backends run
+    /// it, never on the async runtime's (here the test's own: a current-thread runtime).
+    #[tokio::test]
+    async fn a_mirrored_file_is_written_out_off_the_async_runtimes_thread() {
+        let store = MemoryStore::new();
+        let path = "sessions/rollout-2026-12-01T10-00-00-t.jsonl";
+        let update = MirrorUpdate::new(vec![MirrorAppend::whole(path, b"{}\n".to_vec())]);
+        let turn = TurnCommit::new("s", "t", vec![serde_json::json!(1)]).mirror(Some(update));
+        store.commit_turn(turn).await.unwrap();
+        let threads = Arc::new(Mutex::new(Vec::new()));
+        let out = Box::new(Threads(threads.clone()));
+        let file = store.write_mirror_file("s", "t", path, out).await.unwrap();
+        assert!(file.is_some());
+        let threads = threads.lock().unwrap();
+        assert!(!threads.is_empty());
+        let runtime = std::thread::current().id();
+        assert!(
+            threads.iter().all(|t| *t != runtime),
+            "{threads:?} on {runtime:?}"
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! lease over at once; elsewhere (another machine, container or user, no `/proc`) the TTL
 //! decides. Inside one process, holders ([`LocalOwner`]) are told apart by an instance number.
 
+use crate::Unpoisoned;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -144,9 +145,7 @@ impl Drop for LocalOwner {
 /// Instances of this process whose [`LocalOwner`] is alive.
 fn live_instances() -> MutexGuard<'static, HashSet<u64>> {
     static LIVE: OnceLock<Mutex<HashSet<u64>>> = OnceLock::new();
-    LIVE.get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    LIVE.get_or_init(Default::default).lock().unpoisoned()
 }
 
 /// This process, as the OS identifies it.

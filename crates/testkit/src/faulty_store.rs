@@ -6,6 +6,7 @@
 //! Hand-written rather than a mockall mock: mockall cannot mock `BindingStore` (methods that
 //! take `Option<&Fence>` under `async_trait`; mockall issue 571).
 
+use rethread_store::Unpoisoned;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -60,7 +61,7 @@ impl Faults {
     }
 
     fn plan(&self) -> MutexGuard<'_, Plan> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.0.lock().unpoisoned()
     }
 
     fn record_lease(&self, lease: &Result<Lease, StoreError>) {

@@ -24,6 +24,7 @@
 //! assert!(config.contains(&server.base_url()));
 //! ```
 
+use rethread_store::Unpoisoned;
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
@@ -187,7 +188,7 @@ impl ResponsesStandIn {
 
     /// Replaces what the model answers from now on.
     pub fn set_reply(&self, reply: Reply) {
-        *lock(&self.shared.reply) = reply;
+        *self.shared.reply.lock().unpoisoned() = reply;
     }
 
     /// Makes the next model reply a call of codex's `exec_command` tool for `cmd` with
@@ -195,7 +196,11 @@ impl ResponsesStandIn {
     /// `approval_policy = "on-request"`) asks the client to approve it
     /// (`item/commandExecution/requestApproval`). The reply after that is a normal one.
     pub fn push_escalated_command(&self, cmd: &str) {
-        lock(&self.shared.tool_calls).push_back(cmd.to_string());
+        self.shared
+            .tool_calls
+            .lock()
+            .unpoisoned()
+            .push_back(cmd.to_string());
     }
 
     /// Makes the model stream its text as a real one does: the message item is announced
@@ -210,17 +215,20 @@ impl ResponsesStandIn {
 
     /// Makes every model reply wait this long (a slow model, so a turn can be interrupted).
     pub fn set_delay(&self, delay: Duration) {
-        *lock(&self.shared.delay) = delay;
+        *self.shared.delay.lock().unpoisoned() = delay;
     }
 
     /// Every request received so far, in arrival order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
-        lock(&self.shared.requests).clone()
+        self.shared.requests.lock().unpoisoned().clone()
     }
 
     /// The model requests (`POST /v1/responses`) received so far.
     pub fn model_requests(&self) -> Vec<RecordedRequest> {
-        lock(&self.shared.requests)
+        self.shared
+            .requests
+            .lock()
+            .unpoisoned()
             .iter()
             .filter(|r| r.is_model_request())
             .cloned()
@@ -269,13 +277,6 @@ pub fn offline_config_toml(base_url: &str) -> String {
     )
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding the lock cannot leave these plain collections inconsistent.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -303,9 +304,9 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) -> io::Result<
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
         let response = respond(&request, &shared);
         let slow = request.is_model_request();
-        lock(&shared.requests).push(request);
+        shared.requests.lock().unpoisoned().push(request);
         shared.arrived.notify_waiters();
-        let delay = *lock(&shared.delay);
+        let delay = *shared.delay.lock().unpoisoned();
         if slow && !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
@@ -320,7 +321,7 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) -> io::Result<
 fn respond(request: &RecordedRequest, shared: &Shared) -> Vec<u8> {
     let path = request.path.split('?').next().unwrap_or_default();
     if request.method == "POST" && path.ends_with("/responses") {
-        let tool_call = lock(&shared.tool_calls).pop_front();
+        let tool_call = shared.tool_calls.lock().unpoisoned().pop_front();
         let body = match tool_call {
             Some(cmd) => sse_events(json!({
                 "type": "function_call", "id": "fc1", "call_id": "call1", "name": "exec_command",
@@ -328,7 +329,11 @@ fn respond(request: &RecordedRequest, shared: &Shared) -> Vec<u8> {
                                     "justification": "rethread test approval"}).to_string(),
             })),
             None => {
-                let text = lock(&shared.reply).next_reply(&request.conversation());
+                let text = shared
+                    .reply
+                    .lock()
+                    .unpoisoned()
+                    .next_reply(&request.conversation());
                 if shared
                     .stream_deltas
                     .load(std::sync::atomic::Ordering::Relaxed)

@@ -7,6 +7,7 @@
 //! its own and writes down everything it was told, with times; the harness judges it after
 //! the host ended.
 
+use rethread_store::Unpoisoned;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -101,17 +102,17 @@ pub(crate) struct Gate {
 
 impl Gate {
     pub(crate) fn open(&self, at_ms: u64) {
-        *self.continued_ms.lock().unwrap_or_else(|p| p.into_inner()) = Some(at_ms);
+        *self.continued_ms.lock().unpoisoned() = Some(at_ms);
         self.changed.notify_all();
     }
 
     fn wait(&self) -> u64 {
-        let mut guard = self.continued_ms.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.continued_ms.lock().unpoisoned();
         loop {
             if let Some(at) = *guard {
                 return at;
             }
-            guard = self.changed.wait(guard).unwrap_or_else(|p| p.into_inner());
+            guard = self.changed.wait(guard).unpoisoned();
         }
     }
 }

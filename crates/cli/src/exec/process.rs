@@ -3,11 +3,12 @@
 //! one that goes on (a resume that fails is answered on stderr, and not the client's to see),
 //! then relayed as it comes.
 
+use rethread_store::Unpoisoned;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
@@ -42,10 +43,6 @@ impl Exit {
 
 /// The tail of a child's stderr held back, or `None` once it is relayed as it comes.
 type Held = Arc<Mutex<Option<Vec<u8>>>>;
-
-fn lock(held: &Held) -> MutexGuard<'_, Option<Vec<u8>>> {
-    held.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// A running `codex exec`.
 #[derive(Debug)]
@@ -86,7 +83,7 @@ impl Process {
         let relay = tokio::spawn(async move {
             let mut chunk = vec![0u8; 8192];
             while let Ok(read @ 1..) = stderr.read(&mut chunk).await {
-                match lock(&shared).as_mut() {
+                match shared.lock().unpoisoned().as_mut() {
                     None => write_stderr(&chunk[..read]),
                     Some(held) => {
                         held.extend_from_slice(&chunk[..read]);
@@ -133,7 +130,7 @@ impl Process {
     /// From now on its stderr goes to this process's stderr as it comes (what it held back
     /// first).
     pub(super) fn relay_stderr(&self) {
-        let mut held = lock(&self.held);
+        let mut held = self.held.lock().unpoisoned();
         write_stderr(&held.take().unwrap_or_default());
     }
 
@@ -160,7 +157,7 @@ impl Process {
             // A grandchild may hold the pipe open past codex's exit: not waited for long.
             let _ = tokio::time::timeout(std::time::Duration::from_secs(2), relay).await;
         }
-        let held = lock(&self.held).as_mut().map(std::mem::take);
+        let held = self.held.lock().unpoisoned().as_mut().map(std::mem::take);
         Ok((code, held.unwrap_or_default()))
     }
 

@@ -7,6 +7,7 @@ mod speak;
 mod start;
 mod turns;
 
+use rethread_store::Unpoisoned;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use rethread_protocol::messages::{ItemNotification, TurnNotification, TurnStatus};
@@ -147,9 +148,7 @@ impl BindingHooks {
 
     fn state(&self) -> MutexGuard<'_, State> {
         // Every critical section is a plain update of the machine, the tracker or a flag.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock().unpoisoned()
     }
 
     /// The store side of this session's actions.

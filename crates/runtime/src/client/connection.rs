@@ -2,6 +2,7 @@
 //! (responses to their waiters, notifications to their thread's subscribers, server requests to
 //! the handler), the writer, and the stderr tail.
 
+use rethread_store::Unpoisoned;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,7 +17,6 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::{AnsweredRequest, ClientError, ServerRequestHandler, ThreadEvent};
-use crate::lock;
 use crate::rail::{StatusEvent, StatusKind, StatusRail};
 use crate::telemetry;
 
@@ -63,7 +63,7 @@ impl Shared {
     }
 
     pub(super) fn closed_error(&self) -> Option<ClientError> {
-        let reason = lock(&self.closed).clone()?;
+        let reason = self.closed.lock().unpoisoned().clone()?;
         Some(ClientError::Closed {
             reason,
             stderr: self.stderr_tail(),
@@ -71,13 +71,13 @@ impl Shared {
     }
 
     pub(super) fn stderr_tail(&self) -> String {
-        let tail: Vec<u8> = lock(&self.stderr).0.iter().copied().collect();
+        let tail: Vec<u8> = self.stderr.lock().unpoisoned().0.iter().copied().collect();
         String::from_utf8_lossy(&tail).into_owned()
     }
 
     /// Adds a subscriber to `thread_id`, unless the connection is closed.
     pub(super) fn add_route(&self, thread_id: &str, route: Route) -> Result<(), ClientError> {
-        let mut routes = lock(&self.routes);
+        let mut routes = self.routes.lock().unpoisoned();
         // Checked under the routes lock, which `close` takes too: a subscription made after
         // the close would never be woken.
         if let Some(error) = self.closed_error() {
@@ -90,7 +90,7 @@ impl Shared {
 
     /// Removes subscriber `id` of `thread_id` (a dropped subscription, or one cut off).
     pub(super) fn remove_route(&self, thread_id: &str, id: u64) {
-        let mut routes = lock(&self.routes);
+        let mut routes = self.routes.lock().unpoisoned();
         if let Some(entry) = routes.get_mut(thread_id) {
             Arc::make_mut(entry).retain(|route| route.id != id);
             if entry.is_empty() {
@@ -102,7 +102,7 @@ impl Shared {
     /// Hands `event` to every subscriber of `thread_id`: a lossless one is waited for (the
     /// reader slows down to it), one that is cut off when full never is.
     async fn deliver(&self, thread_id: &str, event: ThreadEvent) {
-        let Some(routes) = lock(&self.routes).get(thread_id).cloned() else {
+        let Some(routes) = self.routes.lock().unpoisoned().get(thread_id).cloned() else {
             return;
         };
         for route in routes.iter() {
@@ -132,10 +132,10 @@ impl Shared {
 
     /// Marks the connection closed and fails everything waiting on it.
     pub(super) fn close(&self, reason: String) {
-        lock(&self.closed).get_or_insert(reason);
+        self.closed.lock().unpoisoned().get_or_insert(reason);
         // Dropping the senders wakes every waiter with "closed".
-        lock(&self.pending).clear();
-        lock(&self.routes).clear();
+        self.pending.lock().unpoisoned().clear();
+        self.routes.lock().unpoisoned().clear();
     }
 }
 
@@ -194,7 +194,7 @@ impl ReaderTask {
     }
 
     fn complete(&self, id: RequestId, result: Result<Value, RpcError>) {
-        match lock(&self.shared.pending).remove(&id) {
+        match self.shared.pending.lock().unpoisoned().remove(&id) {
             // The waiter may have timed out meanwhile; nothing else to do then.
             Some(waiter) => drop(waiter.send(result)),
             None => self.rail.emit(
@@ -284,7 +284,7 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
 pub(super) async fn read_stderr<E: AsyncRead + Unpin>(mut stderr: E, shared: Arc<Shared>) {
     let mut chunk = [0u8; 4096];
     while let Ok(n @ 1..) = stderr.read(&mut chunk).await {
-        let (tail, capacity) = &mut *lock(&shared.stderr);
+        let (tail, capacity) = &mut *shared.stderr.lock().unpoisoned();
         tail.extend(&chunk[..n]);
         let excess = tail.len().saturating_sub(*capacity);
         tail.drain(..excess);

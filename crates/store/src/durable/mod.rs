@@ -8,7 +8,7 @@ mod writer;
 
 use std::sync::Arc;
 
-use crate::adapter::Backend;
+use crate::adapter::{blocking, join_error, Backend};
 use crate::logic::{LeaseOp, LocalLeases, ReadOp, ReadTxn, WriteOp, WriteTxn};
 use crate::verify::{Checker, ProblemKind};
 use crate::Result;
@@ -59,19 +59,6 @@ impl Durable {
         } = self;
         drop(readers);
         writer.close().await;
-    }
-}
-
-/// Runs `f` on a blocking thread (a read of a file store); a panic there is `Internal`.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    let joined = tokio::task::spawn_blocking(f).await;
-    joined.map_err(|e| join_error("a read", e))?
-}
-
-fn join_error(what: &str, error: tokio::task::JoinError) -> StoreError {
-    match error.is_panic() {
-        true => StoreError::Internal(format!("{what} panicked: {error}")),
-        false => StoreError::Closed,
     }
 }
 

@@ -1,5 +1,6 @@
 //! The lease rules: acquire, renew, release, and the fence check of a write.
 
+use crate::Unpoisoned;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -201,23 +202,23 @@ impl LocalLeases {
     }
 
     fn map(&self) -> MutexGuard<'_, HashMap<String, Grant>> {
-        self.leases.lock().unwrap_or_else(|p| p.into_inner())
+        self.leases.lock().unpoisoned()
     }
 
     fn staged(&self) -> MutexGuard<'_, HashMap<String, Option<Grant>>> {
-        self.staged.lock().unwrap_or_else(|p| p.into_inner())
+        self.staged.lock().unpoisoned()
     }
 
     /// Runs a lease request once no write is under way (at most one commit: never call it on
     /// an async runtime thread).
     pub(crate) fn apply<T>(&self, mut op: impl LeaseOp<T>) -> Result<T> {
-        let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let _writing = self.writing.lock().unpoisoned();
         op(&mut *self.map(), self.clock.now_ms())
     }
 
     /// Opens the gate of one write transaction: lease requests wait until it is dropped.
     pub(crate) fn begin_write(&self) -> LeaseWrite<'_> {
-        let gate = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let gate = self.writing.lock().unpoisoned();
         self.staged().clear();
         LeaseWrite {
             leases: self,

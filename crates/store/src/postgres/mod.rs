@@ -18,6 +18,7 @@ mod error;
 mod sql;
 mod txn;
 
+use crate::Unpoisoned;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::str::FromStr;
 use std::sync::{mpsc, Arc, Mutex};
@@ -211,7 +212,7 @@ impl PostgresStore {
             let thread = std::thread::Builder::new()
                 .name(format!("rethread-postgres-{i}"))
                 .spawn(move || loop {
-                    let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    let job = rx.lock().unpoisoned().recv();
                     match job {
                         Ok(job) => job(&mut conn),
                         Err(_) => return,
@@ -244,8 +245,8 @@ impl PostgresStore {
     /// store).
     pub async fn close(self) {
         let pool = &self.pg.pool;
-        pool.jobs.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let threads = std::mem::take(&mut *pool.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        pool.jobs.lock().unpoisoned().take();
+        let threads = std::mem::take(&mut *pool.threads.lock().unpoisoned());
         let _ = tokio::task::spawn_blocking(move || {
             threads.into_iter().for_each(|t| drop(t.join()));
         })
@@ -269,7 +270,7 @@ impl Pg {
             let _ = tx.send(result);
         });
         {
-            let jobs = self.pool.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            let jobs = self.pool.jobs.lock().unpoisoned();
             let sender = jobs.as_ref().ok_or(StoreError::Closed)?;
             sender.send(job).map_err(|_| StoreError::Closed)?;
         }

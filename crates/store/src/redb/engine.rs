@@ -2,6 +2,7 @@
 //! lock up to `OpenOptions::wait`), every call under `catch_unwind`, the writer thread's
 //! engine and the readers (snapshots, and the whole-store scan).
 
+use crate::Unpoisoned;
 use std::fs::File;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -83,7 +84,7 @@ impl Shared {
         if let Some(why) = self.poisoned.get() {
             return Err(StoreError::corrupt(&self.label, why.clone()));
         }
-        let db = self.db.read().unwrap_or_else(|p| p.into_inner());
+        let db = self.db.read().unpoisoned();
         let db = db.as_ref().ok_or_else(|| {
             StoreError::io(
                 self.label.clone(),
@@ -110,7 +111,7 @@ impl Shared {
         if self.poisoned.get().is_some() {
             return;
         }
-        let mut db = self.db.write().unwrap_or_else(|p| p.into_inner());
+        let mut db = self.db.write().unpoisoned();
         let Some(db) = db.as_mut() else {
             return;
         };
@@ -132,7 +133,7 @@ impl Shared {
     /// Closes the database (writing its header: on a file that made redb panic, or after an
     /// I/O error, that may fail or panic again, which is contained).
     fn close(&self) {
-        let db = self.db.write().unwrap_or_else(|p| p.into_inner()).take();
+        let db = self.db.write().unpoisoned().take();
         if let Some(db) = db {
             let _ = catch_unwind(AssertUnwindSafe(move || drop(db)));
         }
@@ -303,7 +304,7 @@ impl RedbEngine {
     fn reopen(&mut self) -> Result<()> {
         self.shared.close();
         let (db, file_id) = self.opener.open_db(false)?;
-        *self.shared.db.write().unwrap_or_else(|p| p.into_inner()) = Some(db);
+        *self.shared.db.write().unpoisoned() = Some(db);
         self.file_id = file_id;
         self.reopen = false;
         tracing::info!(store = %self.shared.label, "reopened the redb store after an I/O error");

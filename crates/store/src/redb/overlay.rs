@@ -5,6 +5,7 @@
 //! Every lock is taken shared: readers share the file, and a writer is refused while one
 //! reads, as it is while another writes.
 
+use crate::Unpoisoned;
 use std::ops::Bound;
 use std::sync::Mutex;
 
@@ -41,7 +42,7 @@ impl Overlay {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unpoisoned()
     }
 }
 

@@ -9,6 +9,7 @@ mod integrity;
 mod schema;
 mod txn;
 
+use crate::Unpoisoned;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -298,7 +299,7 @@ impl SqliteReaders {
     /// Runs `f` on a pooled read-only connection (a new one if none is free); the connection
     /// goes back to the pool unless `f` failed.
     fn with_connection<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
-        let pool = || self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        let pool = || self.pool.lock().unpoisoned();
         let pooled = pool().pop();
         let mut conn = match pooled {
             Some(conn) => conn,

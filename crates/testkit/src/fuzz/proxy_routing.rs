@@ -20,6 +20,7 @@
 //!   the client gets only error answers (codex says nothing here); and forwarding ends cleanly.
 #![allow(dead_code, unreachable_pub)]
 
+use rethread_store::Unpoisoned;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -192,10 +193,7 @@ impl SessionHooks for Recording {
             line.id().cloned(),
             line.method().map(str::to_string),
         );
-        self.seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(seen);
+        self.seen.lock().unpoisoned().push(seen);
         Ok(ClientAction::Forward)
     }
 }
@@ -237,7 +235,7 @@ fn check_client_side(lines: &[Vec<u8>], limit: usize) {
         ),
         "forwarding ended {ended:?}"
     );
-    let seen = hooks.seen.into_inner().unwrap_or_else(|e| e.into_inner());
+    let seen = hooks.seen.into_inner().unpoisoned();
     assert_eq!(
         seen, expected_hooks,
         "the hooks saw other than serde_json reads"

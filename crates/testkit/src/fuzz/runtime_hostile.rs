@@ -22,6 +22,7 @@
 //! - No panic on any task.
 #![allow(dead_code, unreachable_pub)]
 
+use rethread_store::Unpoisoned;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -83,10 +84,6 @@ struct Server<'a> {
     turn: String,
     next_server_id: i64,
     next_turn: u32,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Server<'_> {
@@ -246,7 +243,9 @@ impl Server<'_> {
                             "weird",
                         ]);
                         if status == "completed" {
-                            lock(&self.log)
+                            self.log
+                                .lock()
+                                .unpoisoned()
                                 .completed
                                 .insert((thread.clone(), turn.clone()));
                         }
@@ -503,7 +502,7 @@ pub fn run_outcome(data: &[u8]) -> Outcome {
         );
 
         // Publication only for completed turns.
-        let completed = lock(&log).completed.clone();
+        let completed = log.lock().unpoisoned().completed.clone();
         for report in &host_log.reports {
             assert!(
                 completed.contains(&(report.thread_id.clone(), report.turn_id.clone())),
