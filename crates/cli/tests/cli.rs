@@ -1164,6 +1164,14 @@ fn a_store_in_use_by_another_process_exits_75() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["error"]["kind"], "store", "{report}");
     assert!(stderr(&out).contains("in use"), "{}", stderr(&out));
+    // The holder's start as a person reads it (issue 35): UTC and how long ago.
+    let said = stderr(&out);
+    let ago = said.contains(" ago)") || said.contains(" UTC (now)");
+    assert!(said.contains(" UTC (") && ago, "{said}");
+    let epoch_ms = said
+        .split(|c: char| !c.is_ascii_digit())
+        .any(|d| d.len() >= 13);
+    assert!(!epoch_ms, "{said}");
 }
 
 /// Issue 22, "a fallback every SDK user can see": `sessions show --json` reports the session's

@@ -634,6 +634,10 @@ fn a_session_another_live_process_holds_is_refused_before_codex_starts() {
     assert_eq!(refused.status.code(), Some(75), "{}", describe(&refused));
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("session s1 is busy: held by"), "{stderr}");
+    // Times a person reads (issue 35): UTC and how long ago, no epoch in milliseconds.
+    let ago = stderr.contains(" ago)") || stderr.contains(" UTC (now)");
+    assert!(stderr.contains(" UTC (") && ago, "{stderr}");
+    assert!(!has_epoch_ms(&stderr), "{stderr}");
     assert_eq!(
         world.script_runs().len(),
         1,
@@ -919,4 +923,10 @@ fn a_signal_during_the_write_of_a_committed_turn_lets_the_line_out_whole() {
     assert_eq!(event["type"], "turn.completed");
     assert_eq!(status.code(), Some(0));
     assert_eq!(world.session("s1").unwrap()["row_count"], 2);
+}
+
+/// Whether `text` holds a number of 13 digits or more (an epoch in milliseconds).
+fn has_epoch_ms(text: &str) -> bool {
+    text.split(|c: char| !c.is_ascii_digit())
+        .any(|digits| digits.len() >= 13)
 }

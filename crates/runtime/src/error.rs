@@ -1,7 +1,7 @@
 //! [`RuntimeError`], and the one mapping of store errors into it.
 
 use rethread_protocol::{ResumeFailure, RpcError};
-use rethread_store::{LeaseLoss, LeaseOwner, StoreError};
+use rethread_store::{time_for_people, LeaseLoss, LeaseOwner, StoreError};
 
 use crate::client::ClientError;
 
@@ -71,7 +71,8 @@ pub enum RuntimeError {
     Sink(#[source] BoxError),
     /// Another holder has the session's lease. No thread was resumed or started and nothing
     /// was written; retry later.
-    #[error("session {session_id} is busy: held by {holder} since {} (until {})", fmt_ms(*acquired_at_ms), fmt_ms(*expires_at_ms))]
+    #[error("session {session_id} is busy: held by {holder} since {}, until {} unless renewed",
+        time_for_people(*acquired_at_ms), time_for_people(*expires_at_ms))]
     SessionBusy {
         /// The session.
         session_id: String,
@@ -196,26 +197,9 @@ impl RuntimeError {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SSZ` (UTC) for a Unix time in milliseconds, or the number.
-pub(crate) fn fmt_ms(ms: i64) -> String {
-    match jiff::Timestamp::from_millisecond(ms) {
-        Ok(at) => at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-        Err(_) => format!("{ms} ms since the epoch"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn timestamps_are_utc_to_the_second() {
-        assert_eq!(fmt_ms(0), "1970-01-01T00:00:00Z");
-        assert_eq!(fmt_ms(1_700_000_000_999), "2023-11-14T22:13:20Z");
-        assert_eq!(fmt_ms(-1), "1969-12-31T23:59:59Z");
-        assert_eq!(fmt_ms(951_782_400_000), "2000-02-29T00:00:00Z");
-        assert!(fmt_ms(i64::MAX).contains("ms since the epoch"));
-    }
 
     #[test]
     fn the_store_mapping_keeps_lease_errors_typed() {

@@ -126,7 +126,8 @@ pub enum StoreError {
     Closed,
     /// The session's lease is held by another owner: another host is driving this session's
     /// codex thread. Retry later or show who holds it.
-    #[error("session {session_id} is busy: held by {holder} since {acquired_at_ms} (until {expires_at_ms})")]
+    #[error("session {session_id} is busy: held by {holder} since {}, until {} unless renewed",
+        time_for_people(*acquired_at_ms), time_for_people(*expires_at_ms))]
     Busy {
         /// The session concerned.
         session_id: String,
@@ -299,5 +300,61 @@ impl std::fmt::Display for LeaseLoss {
             LeaseLoss::Forgotten => f.write_str("the session was forgotten"),
             LeaseLoss::Released => f.write_str("it was released"),
         }
+    }
+}
+
+/// `ms` (milliseconds since the Unix epoch) as a person reads it in a message: the UTC time
+/// to the second, and how long ago or from now by this machine's clock.
+///
+/// ```
+/// let said = rethread_store::time_for_people(951_782_400_000);
+/// assert!(said.starts_with("2000-02-29 00:00:00 UTC ("), "{said}");
+/// assert!(said.ends_with(" ago)"), "{said}");
+/// ```
+pub fn time_for_people(ms: i64) -> String {
+    time_from(ms, jiff::Timestamp::now().as_millisecond())
+}
+
+/// [`time_for_people`] with `now_ms` for now.
+fn time_from(ms: i64, now_ms: i64) -> String {
+    let Ok(at) = jiff::Timestamp::from_millisecond(ms) else {
+        return format!("{ms} ms since the epoch");
+    };
+    let secs = ms.saturating_sub(now_ms) / 1000;
+    let away = jiff::SignedDuration::from_secs(secs);
+    let when = match secs {
+        0 => "now".to_string(),
+        ..0 => format!("{away:#}"),
+        _ => format!("in {away:#}"),
+    };
+    format!("{} ({when})", at.strftime("%Y-%m-%d %H:%M:%S UTC"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_said_in_utc_and_from_now() {
+        let now = 1_796_425_465_380; // 2026-12-04 23:04:25.380 UTC
+        assert_eq!(time_from(now, now), "2026-12-04 23:04:25 UTC (now)");
+        assert_eq!(
+            time_from(now - 12_000, now),
+            "2026-12-04 23:04:13 UTC (12s ago)"
+        );
+        assert_eq!(
+            time_from(now + 3_723_000, now),
+            "2026-12-05 00:06:28 UTC (in 1h 2m 3s)"
+        );
+        assert!(time_from(i64::MAX, now).contains("ms since the epoch"));
+        let busy = StoreError::Busy {
+            session_id: "s".into(),
+            holder: crate::LocalOwner::new().owner().clone(),
+            acquired_at_ms: now,
+            expires_at_ms: now + 30_000,
+        };
+        let said = busy.to_string();
+        assert!(said.contains(" UTC ("), "{said}");
+        assert!(!said.contains(&now.to_string()), "{said}");
     }
 }

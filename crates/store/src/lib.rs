@@ -96,7 +96,7 @@ pub mod conformance;
 pub use crate::redb::RedbStore;
 pub use clock::Clock;
 pub use copy::{copy_sessions, CopyProgress, CopyReport};
-pub use error::{BoxError, LeaseLoss, Result, StoreError};
+pub use error::{time_for_people, BoxError, LeaseLoss, Result, StoreError};
 pub use memory::MemoryStore;
 pub use mirror::{
     check_mirror_path, crc32_extend, MirrorAppend, MirrorChunk, MirrorOutcome, MirrorState,

@@ -184,7 +184,8 @@ impl HolderRecord {
     fn read(store: &Path) -> Option<String> {
         let json = std::fs::read(Self::path(store)).ok()?;
         let owner: LeaseOwner = serde_json::from_slice(&json).ok()?;
-        (!owner.is_known_gone()).then(|| format!("held by {owner} since {}", owner.started_at_ms))
+        let since = crate::time_for_people(owner.started_at_ms);
+        (!owner.is_known_gone()).then(|| format!("held by {owner} since {since}"))
     }
 
     /// Removes the record if it is still this holder's.
