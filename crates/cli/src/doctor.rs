@@ -16,7 +16,7 @@ use rethread_runtime::{
 use rethread_store::{Binding, BindingStore};
 use serde_json::json;
 
-use crate::output::{self, for_people, outln};
+use crate::output::{self, for_people, outln, UsageError};
 use crate::{open_store, Access, CliResult, CodexBinArg, StoreArg};
 
 /// One row of the report.
@@ -52,6 +52,7 @@ pub(crate) async fn run(args: DoctorArgs) -> CliResult {
     let mirror = crate::mirror(false)?;
     let store = open_store(args.store.url.as_deref(), Access::Read).await?;
     let bound = bindings(store.as_ref()).await?;
+    warn_near_mirror_cap(store.as_ref()).await?;
     let mut rows = Vec::new();
     if !bound.is_empty() {
         let client = AppServerClient::builder()
@@ -196,6 +197,31 @@ async fn probe(
         binding,
         health,
         detail,
+    }
+}
+
+/// Says on stderr (a notice, also under `--json`) which sessions' mirrors hold at least 90 %
+/// of the cap (`RETHREAD_MIRROR_CAP`, else 64 MiB): past it mirroring stops for their thread.
+async fn warn_near_mirror_cap(store: &dyn BindingStore) -> CliResult {
+    let cap = std::env::var_os(rethread_runtime::MIRROR_CAP_ENV);
+    let cap = rethread_runtime::mirror_cap_setting(cap.as_deref()).map_err(UsageError)?;
+    let mut after: Option<String> = None;
+    loop {
+        let page = store.list_sessions(after.as_deref(), 256).await?;
+        for s in &page.sessions {
+            let bytes = s.mirror.bytes();
+            if !s.mirror.stopped && bytes.saturating_mul(10) >= cap.saturating_mul(9) {
+                output::eprint_line(&format!(
+                    "rethread: session {} mirrors {bytes} bytes, near its cap of {cap} \
+                     (RETHREAD_MIRROR_CAP): past it, mirroring stops for its thread",
+                    for_people(&s.session_id)
+                ));
+            }
+        }
+        match page.next_after {
+            Some(next) => after = Some(next),
+            None => return Ok(()),
+        }
     }
 }
 

@@ -25,6 +25,25 @@ pub fn mirror_setting(value: Option<&std::ffi::OsStr>) -> Result<bool, String> {
     }
 }
 
+/// The environment variable that sets the per-session cap of mirrored bytes
+/// ([`BinderOptions::mirror_cap`]) for every host that builds its options from the defaults.
+pub const MIRROR_CAP_ENV: &str = "RETHREAD_MIRROR_CAP";
+
+/// Reads a [`MIRROR_CAP_ENV`] value: unset or empty is the default cap
+/// ([`DEFAULT_MIRROR_CAP`], 64 MiB); else a whole number of bytes, at least 1; anything else
+/// is an error naming the value (the CLI refuses it, exit 2).
+pub fn mirror_cap_setting(value: Option<&std::ffi::OsStr>) -> Result<u64, String> {
+    let Some(value) = value.filter(|v| !v.is_empty()) else {
+        return Ok(DEFAULT_MIRROR_CAP);
+    };
+    match value.to_str().and_then(|v| v.trim().parse::<u64>().ok()) {
+        Some(cap) if cap > 0 => Ok(cap),
+        _ => Err(format!(
+            "{MIRROR_CAP_ENV} must be a number of bytes (at least 1), not {value:?}"
+        )),
+    }
+}
+
 /// How a [`SessionBinder`](crate::SessionBinder) behaves. Set with the builder methods:
 ///
 /// ```
@@ -68,7 +87,9 @@ pub struct BinderOptions {
     /// resume. On by default; off when [`MIRROR_ENV`] is `off` when the options are built (a
     /// value it cannot read leaves it on), and without a `codex_home`.
     pub mirror: bool,
-    /// The session's cap of mirrored bytes (default 64 MiB).
+    /// The session's cap of mirrored bytes: past it mirroring stops for the session's thread
+    /// (its successor is mirrored again). Default 64 MiB, or [`MIRROR_CAP_ENV`] when the
+    /// options are built (a value it cannot read leaves the default).
     pub mirror_cap: u64,
 }
 
@@ -85,7 +106,8 @@ impl Default for BinderOptions {
             lease_ttl: Some(Duration::from_secs(30)),
             lease_wait: Duration::ZERO,
             mirror: mirror_setting(std::env::var_os(MIRROR_ENV).as_deref()).unwrap_or(true),
-            mirror_cap: DEFAULT_MIRROR_CAP,
+            mirror_cap: mirror_cap_setting(std::env::var_os(MIRROR_CAP_ENV).as_deref())
+                .unwrap_or(DEFAULT_MIRROR_CAP),
         }
     }
 }

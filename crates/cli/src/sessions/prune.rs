@@ -1,0 +1,123 @@
+//! `rethread sessions prune --idle DURATION [--dry-run] [--json]`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use comfy_table::{Cell, CellAlignment};
+use rethread_store::{BindingStore, Prune};
+use serde_json::json;
+
+use super::format_ms;
+use crate::output::{self, for_people, outln};
+use crate::{CliResult, StoreArg};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct PruneArgs {
+    #[command(flatten)]
+    pub(super) store: StoreArg,
+    /// Remove the sessions idle at least this long (last written that long ago): a span such
+    /// as `30d`, `12h`, `90s`, `1w`, `1h 30m` (a day is 24 hours).
+    #[arg(long, value_name = "DURATION", value_parser = parse_span)]
+    idle: Duration,
+    /// Remove nothing; list what would be removed.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print one JSON object: `dry_run`, `idle_secs`, `removed` (each `kind` (`session`),
+    /// `session`, `updated_at_ms`, `row_count`, `stored_bytes`, `row_bytes`,
+    /// `mirror_bytes`), `stored_bytes` (their total), `kept_leased` (idle sessions a live
+    /// host holds).
+    #[arg(long)]
+    json: bool,
+}
+
+/// A span for `--idle`: jiff's friendly format (`30d`, `12h`, `90s`, `1w 2d`) or ISO 8601
+/// (`P30D`), days and weeks taken as 24 hours and 7 days; months and years are refused (their
+/// length depends on the date), and so is a negative span.
+fn parse_span(text: &str) -> Result<Duration, String> {
+    let refused = |why: String| format!("`{text}` is not a span such as 30d, 12h or 90s: {why}");
+    let span: jiff::Span = text.trim().parse().map_err(|e| refused(format!("{e}")))?;
+    let duration = span
+        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
+        .map_err(|e| refused(format!("{e}")))?;
+    Duration::try_from(duration).map_err(|_| refused("it is negative".to_string()))
+}
+
+/// Prunes (or, with `--dry-run`, lists) the idle sessions, and says what went.
+pub(super) async fn run(store: Arc<dyn BindingStore>, args: PruneArgs) -> CliResult {
+    let prune = Prune::idle(args.idle).dry_run(args.dry_run);
+    let report = store.prune_sessions(prune).await?;
+    let total: u64 = report.sessions.iter().map(|p| p.bytes.total()).sum();
+    if args.json {
+        let removed: Vec<_> = report
+            .sessions
+            .iter()
+            .map(|p| {
+                json!({
+                    "kind": "session",
+                    "session": p.session_id,
+                    "updated_at_ms": p.updated_at_ms,
+                    "row_count": p.row_count,
+                    "stored_bytes": p.bytes.total(),
+                    "row_bytes": p.bytes.rows,
+                    "mirror_bytes": p.bytes.mirror,
+                })
+            })
+            .collect();
+        let out = json!({
+            "dry_run": args.dry_run,
+            "idle_secs": args.idle.as_secs(),
+            "removed": removed,
+            "stored_bytes": total,
+            "kept_leased": report.kept_leased,
+        });
+        outln!("{out}");
+        return Ok(());
+    }
+    if !report.sessions.is_empty() {
+        let mut table = output::table();
+        table.set_header(["SESSION", "LAST WRITTEN", "ROWS", "BYTES"]);
+        table.add_rows(report.sessions.iter().map(|p| {
+            [
+                Cell::new(for_people(&p.session_id)),
+                Cell::new(format_ms(p.updated_at_ms)),
+                Cell::new(p.row_count).set_alignment(CellAlignment::Right),
+                Cell::new(p.bytes.total()).set_alignment(CellAlignment::Right),
+            ]
+        }));
+        output::print_table(&mut table);
+    }
+    let verb = if args.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
+    let n = report.sessions.len();
+    let sessions = if n == 1 { "session" } else { "sessions" };
+    outln!("{verb} {n} idle {sessions} ({total} bytes)");
+    for kept in &report.kept_leased {
+        outln!("kept {} (a live host holds it)", for_people(kept));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_span;
+
+    #[test]
+    fn idle_spans_read_as_people_write_them() {
+        let secs = |text| parse_span(text).map(|d| d.as_secs());
+        assert_eq!(secs("30d"), Ok(30 * 86_400));
+        assert_eq!(secs("12h"), Ok(12 * 3_600));
+        assert_eq!(secs("90s"), Ok(90));
+        assert_eq!(secs("1w"), Ok(7 * 86_400));
+        assert_eq!(secs("1h 30m"), Ok(5_400));
+        assert_eq!(secs("P2D"), Ok(2 * 86_400));
+        assert_eq!(parse_span("0s"), Ok(Duration::ZERO));
+        for bad in ["", "30", "thirty days", "1mo", "1y", "-1d", "d30"] {
+            assert!(parse_span(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! Retention through the `rethread` binary: `sessions prune --idle` (dry run, JSON, a leased
+//! session kept, exit codes), the bytes each session holds in `sessions list` / `show` and the
+//! order by them, `doctor`'s warning near the mirror cap, and the cap set by
+//! `RETHREAD_MIRROR_CAP` or `chat --mirror-cap`. Stores are filled through the library.
+
+mod support;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use rethread_store::{
+    open_url, BindingStore, LocalOwner, MirrorAppend, MirrorUpdate, OpenOptions, TurnCommit,
+};
+use serde_json::{json, Value};
+use support::{fake_codex, rethread as rethread_bin};
+
+fn rethread(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(rethread_bin());
+    command
+        .args(args)
+        .env("RETHREAD_STORE", url)
+        .env("RETHREAD_CODEX_BIN", fake_codex())
+        .env("RUST_LOG", "error")
+        .env_remove("RETHREAD_MIRROR")
+        .env_remove("RETHREAD_MIRROR_CAP");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().unwrap()
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not one JSON object ({e}): {} / {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+const ROLLOUT: &str = "sessions/2026/12/01/rollout-2026-12-01T10-00-00-t.jsonl";
+
+/// Session `id` with `rows` rows and a mirror of `mirror` bytes.
+fn turn(id: &str, rows: usize, mirror: usize) -> TurnCommit {
+    let mut line = "x".repeat(mirror.saturating_sub(1)).into_bytes();
+    line.push(b'\n');
+    let update = MirrorUpdate::new(vec![MirrorAppend::whole(ROLLOUT, line)]);
+    let rows = (0..rows)
+        .map(|n| json!({"role": "user", "text": n}))
+        .collect();
+    TurnCommit::new(id, format!("t-{id}"), rows).mirror(Some(update))
+}
+
+#[test]
+fn prune_removes_idle_sessions_keeps_a_leased_one_and_a_dry_run_removes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("s.sqlite").display());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // A live holder: this process, with its lease for a day.
+    let holder = LocalOwner::new();
+    runtime.block_on(async {
+        let store = open_url(&url, OpenOptions::new()).await.unwrap();
+        for id in ["idle-a", "idle-b", "held"] {
+            store.commit_turn(turn(id, 2, 100)).await.unwrap();
+        }
+        let day = Duration::from_secs(86_400);
+        store
+            .acquire_lease("held", holder.owner(), day)
+            .await
+            .unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(5));
+    let ids = |v: &Value| -> Vec<String> {
+        let removed = v["removed"].as_array().unwrap().iter();
+        removed
+            .map(|r| r["session"].as_str().unwrap().to_string())
+            .collect()
+    };
+
+    let out = rethread(&url, &["sessions", "prune", "--idle", "1d", "--json"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        ids(&json_of(&out)),
+        Vec::<String>::new(),
+        "nothing idle for a day"
+    );
+
+    let out = rethread(
+        &url,
+        &["sessions", "prune", "--idle", "0s", "--dry-run", "--json"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let dry = json_of(&out);
+    assert_eq!(ids(&dry), ["idle-a", "idle-b"]);
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["kept_leased"], json!(["held"]));
+    assert_eq!(dry["removed"][0]["kind"], "session");
+    assert_eq!(dry["removed"][0]["mirror_bytes"], 100);
+    assert!(dry["stored_bytes"].as_u64().unwrap() > 200, "{dry}");
+    let list = json_of(&rethread(&url, &["sessions", "list", "--json"], &[]));
+    assert_eq!(
+        list["sessions"].as_array().unwrap().len(),
+        3,
+        "a dry run removes nothing"
+    );
+
+    let out = rethread(&url, &["sessions", "prune", "--idle", "0s"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("removed 2 idle sessions"), "{said}");
+    assert!(said.contains("kept held (a live host holds it)"), "{said}");
+    let list = json_of(&rethread(&url, &["sessions", "list", "--json"], &[]));
+    let left = list["sessions"].as_array().unwrap().iter();
+    let left: Vec<&str> = left.map(|s| s["session"].as_str().unwrap()).collect();
+    assert_eq!(left, ["held"]);
+    drop(holder);
+}
+
+#[test]
+fn prune_refuses_a_span_it_cannot_read_and_a_missing_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("none.sqlite").display());
+    for bad in ["30", "1mo", "-1d", "soon"] {
+        let out = rethread(&url, &["sessions", "prune", "--idle", bad], &[]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");
+    }
+    let out = rethread(&url, &["sessions", "prune", "--idle", "30d"], &[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no store"),
+        "{out:?}"
+    );
+    assert!(!dir.path().join("none.sqlite").exists(), "nothing created");
+}
+
+#[test]
+fn sessions_list_and_show_say_the_bytes_each_session_holds_and_sort_by_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("s.sqlite").display());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let store = open_url(&url, OpenOptions::new()).await.unwrap();
+        store.commit_turn(turn("a-small", 1, 10)).await.unwrap();
+        store.commit_turn(turn("b-large", 3, 5000)).await.unwrap();
+        store.commit_turn(turn("c-medium", 2, 1000)).await.unwrap();
+    });
+    let show = json_of(&rethread(
+        &url,
+        &["sessions", "show", "b-large", "--json"],
+        &[],
+    ));
+    assert_eq!(show["mirror_bytes"], 5000);
+    let rows = show["row_bytes"].as_u64().unwrap();
+    assert!(rows > 30, "{show}");
+    assert_eq!(show["stored_bytes"].as_u64().unwrap(), 5000 + rows);
+    let out = rethread(&url, &["sessions", "show", "b-large"], &[]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("stored bytes:"));
+
+    let order = |args: &[&str]| -> Vec<String> {
+        let list = json_of(&rethread(&url, args, &[]));
+        let sessions = list["sessions"].as_array().unwrap().iter();
+        sessions
+            .map(|s| s["session"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        order(&["sessions", "list", "--json"]),
+        ["a-small", "b-large", "c-medium"]
+    );
+    let by_bytes = ["sessions", "list", "--json", "--sort", "bytes"];
+    assert_eq!(order(&by_bytes), ["b-large", "c-medium", "a-small"]);
+    let top = [
+        "sessions", "list", "--json", "--sort", "bytes", "--limit", "1",
+    ];
+    assert_eq!(order(&top), ["b-large"]);
+    let out = rethread(&url, &["sessions", "list"], &[]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("BYTES"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn doctor_warns_of_a_session_near_its_mirror_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("s.sqlite").display());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let store = open_url(&url, OpenOptions::new()).await.unwrap();
+        store.commit_turn(turn("near", 1, 950)).await.unwrap();
+        store.commit_turn(turn("far", 1, 100)).await.unwrap();
+    });
+    let home = dir.path().join("home");
+    let home = home.to_str().unwrap();
+    let env = [("RETHREAD_MIRROR_CAP", "1000"), ("CODEX_HOME", home)];
+    let out = rethread(&url, &["doctor", "--json"], &env);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("session near mirrors 950 bytes, near its cap of 1000"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("session far"), "{stderr}");
+    let out = rethread(
+        &url,
+        &["doctor"],
+        &[("RETHREAD_MIRROR_CAP", "lots"), ("CODEX_HOME", home)],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+/// The cap set by `RETHREAD_MIRROR_CAP` or `chat --mirror-cap`: a turn past it commits
+/// without its mirror, says so, and keeps nothing mirrored; a cap that is not a number of bytes
+/// is a usage error.
+#[test]
+fn the_mirror_cap_is_set_by_the_variable_or_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("s.sqlite").display());
+    let home = dir.path().join("home");
+    let home = home.to_str().unwrap();
+    let runs: [(&str, &[&str], &[(&str, &str)]); 3] = [
+        ("uncapped", &[], &[]),
+        ("by-variable", &[], &[("RETHREAD_MIRROR_CAP", "100")]),
+        ("by-flag", &["--mirror-cap", "100"], &[]),
+    ];
+    for (session, flags, env) in runs {
+        let mut args = vec!["chat", "--session", session, "--json"];
+        args.extend_from_slice(flags);
+        args.push("hello");
+        let mut env = env.to_vec();
+        env.push(("CODEX_HOME", home));
+        let out = rethread(&url, &args, &env);
+        assert_eq!(out.status.code(), Some(0), "{session}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let show = json_of(&rethread(
+            &url,
+            &["sessions", "show", session, "--json"],
+            &[],
+        ));
+        let mirrored = show["mirror_bytes"].as_u64().unwrap();
+        if session == "uncapped" {
+            assert!(mirrored > 100, "{show}");
+        } else {
+            assert_eq!(mirrored, 0, "{session}: {show}");
+            assert!(stderr.contains("stopped mirroring"), "{session}: {stderr}");
+        }
+    }
+    let args = ["chat", "--session", "x", "hello"];
+    for (flags, env) in [
+        (&["--mirror-cap", "0"][..], &[][..]),
+        (&[][..], &[("RETHREAD_MIRROR_CAP", "64MB")][..]),
+    ] {
+        let mut all: Vec<&str> = args[..3].to_vec();
+        all.extend_from_slice(flags);
+        all.push("hello");
+        let out = rethread(&url, &all, env);
+        assert_eq!(out.status.code(), Some(2), "{all:?} {env:?}: {out:?}");
+    }
+}
