@@ -925,6 +925,47 @@ fn a_signal_during_the_write_of_a_committed_turn_lets_the_line_out_whole() {
     assert_eq!(world.session("s1").unwrap()["row_count"], 2);
 }
 
+/// Issue 35: `rethread exec ... | head -n 3` closes rethread's stdout; once the turn is
+/// committed, a line that cannot be written is no failure of the run (exit 0). It used to exit 1
+/// with the turn committed. The script writes `turn.completed` only after the test closed its
+/// end of the pipe.
+#[test]
+fn a_client_that_closes_stdout_after_the_commit_gets_exit_0() {
+    let world = World::new();
+    let go = world.dir.path().join("go");
+    let waiting = world.script(
+        "waiting-codex",
+        &format!(
+            "cat > /dev/null
+             echo '{{\"type\":\"thread.started\",\"thread_id\":\"t-head\"}}'
+             echo '{{\"type\":\"turn.started\"}}'
+             echo '{{\"type\":\"item.completed\",\"item\":{{\"id\":\"item_0\",\"type\":\"agent_message\",\"text\":\"done\"}}}}'
+             i=0; while [ ! -e '{}' ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
+             echo '{{\"type\":\"turn.completed\",\"usage\":{{}}}}'",
+            go.display()
+        ),
+    );
+    let mut command = world.command(&waiting, Some("s1"));
+    command.args(["exec", "--experimental-json"]);
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello").unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for _ in 0..3 {
+        lines.next().expect("a line").unwrap();
+    }
+    drop(lines);
+    std::fs::write(&go, b"").unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(world.session("s1").unwrap()["row_count"], 2);
+}
+
 /// Whether `text` holds a number of 13 digits or more (an epoch in milliseconds).
 fn has_epoch_ms(text: &str) -> bool {
     text.split(|c: char| !c.is_ascii_digit())

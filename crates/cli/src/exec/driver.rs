@@ -271,7 +271,8 @@ impl Driver<'_> {
     /// The run goes on in `process`, whose thread started with `lines`: they, what the machine
     /// says, then its output line by line, each `turn.completed` once its commit is done (or
     /// its failure said). A signal before a commit began stops codex (the turn is not
-    /// committed); one during a commit lets it finish, and the run ends with exit 0.
+    /// committed); one during a commit lets it finish, and the run ends with exit 0, as it does
+    /// when the client closes stdout after the commit.
     async fn forward(
         &mut self,
         mut process: Process,
@@ -316,6 +317,13 @@ impl Driver<'_> {
                 _ => {}
             }
             match write_unless_interrupted(&mut self.stdout, &line, &mut signal).await {
+                // A client that stopped reading a committed turn (`| head`): done, as after a
+                // signal.
+                Ok(Err(error)) if committed && is_broken_pipe(&*error) => {
+                    process.kill().await;
+                    tracing::info!("the client closed stdout after the turn was committed");
+                    return Ok(output::EXIT_OK);
+                }
                 Ok(written) => written?,
                 Err(interrupted) => break interrupted,
             }
@@ -439,6 +447,12 @@ fn seeded_args(run: &rethread_protocol::exec::ExecArgs, seed: String) -> Vec<OsS
         "developer_instructions={instructions}"
     )));
     args
+}
+
+/// Whether `error` is a write to a pipe whose reader is gone.
+fn is_broken_pipe(error: &(dyn std::error::Error + 'static)) -> bool {
+    let io = error.downcast_ref::<std::io::Error>();
+    io.is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 /// Writes bytes to `stdout`, flushed: the client reads each line as it comes.
