@@ -13,13 +13,17 @@
 //! else `$RETHREAD_TEST_POSTGRES_URL`): with feature `postgres`, adds the PostgreSQL store (1
 //! and N sessions) beside a raw tokio-postgres baseline doing the same writes (one transaction:
 //! lock the session row, insert the rows, upsert the session) over the same pool size.
+//! `--prune-sessions N` (default 10000): the prune figures (`prune.rs`) for that many idle
+//! sessions per backend; `--prune-only` measures only those.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rethread_store::{BindingStore, OpenOptions, RedbStore, SqliteStore, TurnCommit};
+use rethread_store::{
+    open_url, BindingStore, Clock, OpenOptions, RedbStore, SqliteStore, TurnCommit,
+};
 use serde_json::{json, Value};
 
 #[derive(Clone, Copy)]
@@ -27,6 +31,8 @@ struct Args {
     seconds: f64,
     sessions: usize,
     rows: usize,
+    prune_sessions: usize,
+    prune_only: bool,
 }
 
 impl Args {
@@ -370,6 +376,58 @@ fn machine() -> String {
 
 #[cfg(feature = "postgres")]
 mod pg;
+mod prune;
+
+/// The prune figures of each backend (PostgreSQL with a URL), each on a store of its own.
+async fn prune_figures(dir: &Path, args: Args, postgres: Option<&str>) -> Vec<prune::Figures> {
+    let n = args.prune_sessions;
+    let mut figures = Vec::new();
+    for backend in ["redb", "sqlite", "postgres"] {
+        let clock = Clock::manual();
+        let options = OpenOptions::new().clock(clock.clone());
+        let store: Arc<dyn BindingStore> = match backend {
+            "redb" => Arc::new(
+                RedbStore::open(dir.join("prune.redb"), options)
+                    .await
+                    .unwrap(),
+            ),
+            "sqlite" => Arc::new(
+                SqliteStore::open(dir.join("prune.db"), options)
+                    .await
+                    .unwrap(),
+            ),
+            _ => match postgres {
+                Some(url) => open_url(&prune_schema(url), options).await.unwrap(),
+                None => continue,
+            },
+        };
+        let name = format!("{backend} store");
+        figures.push(prune::measure(&name, store, &clock, n).await);
+    }
+    figures
+}
+
+/// `url` with a schema of its own for the prune figures.
+fn prune_schema(url: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}schema=bench_prune_{}", std::process::id())
+}
+
+fn print_prune(figures: &[prune::Figures]) {
+    println!("\n| prune | idle sessions | prune s | commits during | commit p99 ms alone | commit p99 ms during |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for f in figures {
+        println!(
+            "| {} | {} | {:.2} | {} | {} | {} |",
+            f.name,
+            f.sessions,
+            f.prune.as_secs_f64(),
+            f.commits_during,
+            ms(f.p99_alone),
+            ms(f.p99_during)
+        );
+    }
+}
 
 fn parse_args() -> (Args, Option<PathBuf>, Option<String>) {
     let mut postgres = None;
@@ -377,6 +435,8 @@ fn parse_args() -> (Args, Option<PathBuf>, Option<String>) {
         seconds: 3.0,
         sessions: 64,
         rows: 2,
+        prune_sessions: 10_000,
+        prune_only: false,
     };
     let mut dir = None;
     let mut it = std::env::args().skip(1);
@@ -388,6 +448,8 @@ fn parse_args() -> (Args, Option<PathBuf>, Option<String>) {
             "--rows" => args.rows = value().parse().expect("--rows"),
             "--dir" => dir = Some(PathBuf::from(value())),
             "--postgres" => postgres = Some(value()),
+            "--prune-sessions" => args.prune_sessions = value().parse().expect("--prune-sessions"),
+            "--prune-only" => args.prune_only = true,
             other => panic!("unknown option {other}"),
         }
     }
@@ -409,6 +471,14 @@ async fn main() {
         dir.display()
     );
 
+    let postgres_url = postgres_url
+        .or_else(|| std::env::var("RETHREAD_BENCH_POSTGRES_URL").ok())
+        .or_else(|| std::env::var("RETHREAD_TEST_POSTGRES_URL").ok());
+    if args.prune_only {
+        println!("machine: {}", machine());
+        print_prune(&prune_figures(&dir, args, postgres_url.as_deref()).await);
+        return;
+    }
     // Raw baselines and the one-session store runs alternate in short rounds, so that noise
     // from other work on the machine falls on both alike.
     const ROUNDS: usize = 6;
@@ -506,16 +576,12 @@ async fn main() {
     results.insert(0, fsync);
     #[cfg(feature = "postgres")]
     {
-        let url = postgres_url
-            .or_else(|| std::env::var("RETHREAD_BENCH_POSTGRES_URL").ok())
-            .or_else(|| std::env::var("RETHREAD_TEST_POSTGRES_URL").ok());
-        match url {
+        match postgres_url.clone() {
             Some(url) => pg::run(&url, args, &mut results, &mut checks).await,
             None => eprintln!("no PostgreSQL URL (--postgres or RETHREAD_BENCH_POSTGRES_URL): PostgreSQL rows skipped"),
         }
     }
-    #[cfg(not(feature = "postgres"))]
-    let _ = postgres_url;
+    let prune = prune_figures(&dir, args, postgres_url.as_deref()).await;
 
     println!("machine: {}", machine());
     println!(
@@ -538,4 +604,5 @@ async fn main() {
     for c in checks {
         println!("- {c}");
     }
+    print_prune(&prune);
 }
