@@ -32,6 +32,10 @@ rethread's own settings (everything else goes to `codex app-server` verbatim):
   RETHREAD_MIRROR          `on` (default) or `off` (--no-mirror): mirror the session's rollout
                            into the store and restore it from there
 
+Also taken before `app-server` (`rethread -c k=v app-server`, where a client that starts
+codex puts them): --session ID, --no-mirror, and codex's -c/--config key=value,
+--enable FEATURE and --disable FEATURE, passed to codex before `app-server`.
+
 `rethread app-server --help` prints codex's own help.";
 
 /// `app-server`'s own arguments.
@@ -110,25 +114,27 @@ fn take_session(args: &mut Vec<OsString>) -> Result<Option<String>, String> {
     Ok(found)
 }
 
-/// Options of `rethread` that only `app-server` uses, given before the subcommand.
+/// Options of `rethread` that only `app-server` uses, given before the subcommand (where a
+/// client that starts `codex` puts them); listed in `rethread help app-server` ([`HELP`]), not
+/// in the top-level help.
 #[derive(Debug, Default, clap::Args)]
 pub(crate) struct AppServerGlobals {
     /// app-server: the session to keep (default: `RETHREAD_SESSION`).
-    #[arg(long = "session", value_name = "ID",
+    #[arg(long = "session", value_name = "ID", hide = true,
           value_parser = clap::builder::NonEmptyStringValueParser::new())]
     session: Option<String>,
     /// app-server: a codex config override, passed to codex before `app-server`.
-    #[arg(short = 'c', long = "config", value_name = "key=value")]
+    #[arg(short = 'c', long = "config", value_name = "key=value", hide = true)]
     config: Vec<String>,
     /// app-server: a codex feature to enable, passed to codex before `app-server`.
-    #[arg(long = "enable", value_name = "FEATURE")]
+    #[arg(long = "enable", value_name = "FEATURE", hide = true)]
     enable: Vec<String>,
     /// app-server: a codex feature to disable, passed to codex before `app-server`.
-    #[arg(long = "disable", value_name = "FEATURE")]
+    #[arg(long = "disable", value_name = "FEATURE", hide = true)]
     disable: Vec<String>,
     /// app-server: do not mirror the session's rollout into the store (nor restore it from
     /// there); also `RETHREAD_MIRROR=off`.
-    #[arg(long = "no-mirror")]
+    #[arg(long = "no-mirror", hide = true)]
     no_mirror: bool,
 }
 
@@ -198,6 +204,17 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServer
             _ => Err("--session is given twice".to_string()),
         }
     });
+    // codex's help is no JSON-RPC: codex prints it in this process's place, no proxy between.
+    let mut before_dashes = args.args.iter().take_while(|a| *a != "--");
+    if named.is_ok() && before_dashes.any(|a| a == "--help" || a == "-h") {
+        output::eprint_line(
+            "rethread: codex's own help follows; rethread's settings: rethread help app-server",
+        );
+        let mut argv = globals.codex_global_args();
+        argv.push("app-server".into());
+        argv.extend(args.args);
+        return crate::exec::hand_over(codex, &argv);
+    }
     let no_mirror = globals.no_mirror || args.no_mirror;
     let settings =
         named.and_then(|session| Ok((session, env_options(no_mirror).map_err(|e| e.0)?)));
@@ -205,16 +222,6 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServer
         Ok(settings) => settings,
         Err(cause) => return output::fail(&cause, output::EXIT_USAGE),
     };
-    if args
-        .args
-        .iter()
-        .take_while(|a| *a != "--")
-        .any(|a| a == "--help" || a == "-h")
-    {
-        output::eprint_line(
-            "rethread: codex's own help follows; rethread's settings: rethread help app-server",
-        );
-    }
     let command = CodexCommand::new(codex)
         .global_args(globals.codex_global_args())
         .args(args.args);

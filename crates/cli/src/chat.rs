@@ -21,7 +21,7 @@ use rethread_runtime::{
     AppServerClient, BinderOptions, BoxError, ClientError, CodexCommand, OpenOutcome, RuntimeError,
     SessionBinder, StatusEvent, StatusKind, StatusRail, TurnEnd, TurnInput, TurnReport,
 };
-use rethread_store::{BindingStore, StoreError};
+use rethread_store::BindingStore;
 use serde_json::{json, Value};
 
 use crate::output::{self, outln, Interrupted, LiveRail, UsageError};
@@ -36,7 +36,10 @@ pub(crate) struct ChatCommand {
     /// The host session id.
     #[arg(long, value_name = "ID", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     session: String,
-    /// Print one JSON object instead of the reply (also on failure: `error`, `notices`).
+    /// Print one JSON object instead of the reply: `session`, `thread_id`, `outcome`
+    /// (`resumed`, `started`, `fell_back`), `reason` (after a fallback), `notices`, `reply`.
+    /// Also on failure: `session`, `error` (`kind`, `message`), `notices`, and `thread_id` /
+    /// `outcome` / `reason` when a thread was opened.
     #[arg(long)]
     json: bool,
     /// Wait up to SECS for a session another host holds (default: fail at once, exit 75).
@@ -148,23 +151,27 @@ pub(crate) fn read_stdin(what: &str) -> std::io::Result<Result<Vec<u8>, UsageErr
 }
 
 /// The message of `chat`: `message` itself, or for `-` all of stdin (UTF-8, trailing newlines
-/// removed, so `echo hi | rethread chat -` sends `hi`; empty is a [`UsageError`]).
+/// removed, so `echo hi | rethread chat -` sends `hi`). Empty or blank, either way, is a
+/// [`UsageError`].
 async fn read_message(message: String) -> CliResult<String> {
-    if message != "-" {
-        return Ok(message);
-    }
-    let cannot = |e: &dyn std::fmt::Display| format!("cannot read the message from stdin: {e}");
-    // Reading stdin blocks: not on the runtime's threads.
-    let read = tokio::task::spawn_blocking(|| read_stdin("message")).await;
-    let bytes = read.map_err(|e| cannot(&e))?.map_err(|e| cannot(&e))??;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| UsageError("the message on stdin is not UTF-8".into()))?;
-    let text = text.trim_end_matches(['\n', '\r']);
-    if text.trim().is_empty() {
-        let empty = "no message on stdin (`chat -` reads the message from stdin)";
+    let message = match message.as_str() {
+        "-" => {
+            let cannot =
+                |e: &dyn std::fmt::Display| format!("cannot read the message from stdin: {e}");
+            // Reading stdin blocks: not on the runtime's threads.
+            let read = tokio::task::spawn_blocking(|| read_stdin("message")).await;
+            let bytes = read.map_err(|e| cannot(&e))?.map_err(|e| cannot(&e))??;
+            let text = String::from_utf8(bytes)
+                .map_err(|_| UsageError("the message on stdin is not UTF-8".into()))?;
+            text.trim_end_matches(['\n', '\r']).to_string()
+        }
+        _ => message,
+    };
+    if message.trim().is_empty() {
+        let empty = "the message is empty; give it as the argument, or `-` to read it from stdin";
         return Err(UsageError(empty.into()).into());
     }
-    Ok(text.to_string())
+    Ok(message)
 }
 
 /// The `--image` files, made absolute (codex resolves a relative path against its own working
@@ -364,25 +371,9 @@ fn failure_json(
     opened: Option<&OpenOutcome>,
     error: &(dyn Error + 'static),
 ) -> Value {
-    // The runtime's kinds, `interrupted`, `usage`, or `store` / `client` for a store or codex
-    // that could not be opened.
-    let kind = output::chain(error).find_map(|error| {
-        if error.is::<Interrupted>() {
-            Some("interrupted")
-        } else if error.is::<UsageError>() {
-            Some("usage")
-        } else if let Some(error) = error.downcast_ref::<RuntimeError>() {
-            Some(error.kind())
-        } else if error.is::<StoreError>() {
-            Some("store")
-        } else {
-            error.is::<ClientError>().then_some("client")
-        }
-    });
-    let message = output::one_line(&error.to_string());
     let mut object = json!({
         "session": args.session,
-        "error": {"kind": kind.unwrap_or("failed"), "message": message},
+        "error": output::error_json(error),
         "notices": notices,
     });
     if let Some(outcome) = opened {

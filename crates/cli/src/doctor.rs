@@ -5,7 +5,9 @@
 //! connection; a probe that fails outright (the connection closed, a timeout) is a row of
 //! status `error`, and the run goes on. The report lists the bindings in session order. A
 //! thread gone from this `CODEX_HOME` whose rollout the store mirrors is `restorable` (its next
-//! open restores it), or `gone` with mirroring off (that open restores nothing). Exit 1 when
+//! open restores it), or `gone` with mirroring off (that open restores nothing) or when the
+//! store's check of the mirrored files (the one `verify` and the restore make) finds damage
+//! (that open cannot restore them). Exit 1 when
 //! any binding's next turn would start a new thread, after the whole report.
 
 use comfy_table::{Cell, Color};
@@ -13,7 +15,7 @@ use futures::StreamExt;
 use rethread_runtime::{
     probe_thread, AppServerClient, CodexCommand, RolloutMirror, StatusRail, ThreadHealth,
 };
-use rethread_store::{Binding, BindingStore};
+use rethread_store::{Binding, BindingStore, StoreError};
 use serde_json::json;
 
 use crate::output::{self, for_people, outln, UsageError};
@@ -27,9 +29,9 @@ struct Row {
     detail: String,
 }
 
-/// A binding to probe: the session, its binding, and whether the store mirrors its thread's
-/// rollout.
-type Bound = (String, Binding, bool);
+/// A binding to probe: the session, its binding, and the paths of its thread's mirrored
+/// rollout files (empty when the store cannot restore it).
+type Bound = (String, Binding, Vec<String>);
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct DoctorArgs {
@@ -37,7 +39,8 @@ pub(crate) struct DoctorArgs {
     pub(crate) store: StoreArg,
     #[command(flatten)]
     pub(crate) codex_bin: CodexBinArg,
-    /// Print JSON.
+    /// Print one JSON object: `bindings` (each `session`, `thread_id`, `codex_home`,
+    /// `status`, `detail`), `total`, `summary` (a count per status), `all_live`.
     #[arg(long)]
     json: bool,
     /// Probes to run at once (1-64).
@@ -50,7 +53,7 @@ pub(crate) struct DoctorArgs {
 pub(crate) async fn run(args: DoctorArgs) -> CliResult {
     // What the next open will do with a mirrored rollout: doctor reports that.
     let mirror = crate::mirror(false)?;
-    let store = open_store(args.store.url.as_deref(), Access::Read).await?;
+    let store = open_store(args.store.url.as_deref(), Access::Inspect).await?;
     let bound = bindings(store.as_ref()).await?;
     warn_near_mirror_cap(store.as_ref()).await?;
     let mut rows = Vec::new();
@@ -61,10 +64,10 @@ pub(crate) async fn run(args: DoctorArgs) -> CliResult {
             .spawn(&CodexCommand::new(args.codex_bin.resolve()?))
             .await?;
         let bar = output::progress(bound.len() as u64, "probing");
-        rows = probe_all(bound, args.jobs.into(), |session, binding, mirrored| {
-            let (client, bar) = (client.clone(), bar.clone());
+        rows = probe_all(bound, args.jobs.into(), |bound| {
+            let (client, bar, store) = (client.clone(), bar.clone(), store.clone());
             async move {
-                let row = probe(&client, session, binding, mirrored, mirror).await;
+                let row = probe(&client, store.as_ref(), bound, mirror).await;
                 bar.inc(1);
                 row
             }
@@ -140,8 +143,15 @@ async fn bindings(store: &dyn BindingStore) -> CliResult<Vec<Bound>> {
         let page = store.list_sessions(after.as_deref(), 256).await?;
         out.extend(page.sessions.into_iter().filter_map(|s| {
             let binding = s.binding().cloned()?;
-            let mirrored = RolloutMirror::can_restore(&s, &binding.thread_id);
-            Some((s.session_id, binding, mirrored))
+            let paths = match RolloutMirror::can_restore(&s, &binding.thread_id) {
+                true => s
+                    .mirror
+                    .files_of(&binding.thread_id)
+                    .map(|f| f.path.clone())
+                    .collect(),
+                false => Vec::new(),
+            };
+            Some((s.session_id, binding, paths))
         }));
         match page.next_after {
             Some(next) => after = Some(next),
@@ -151,13 +161,13 @@ async fn bindings(store: &dyn BindingStore) -> CliResult<Vec<Bound>> {
 }
 
 /// Runs `probe` on every binding, at most `jobs` at once; the rows in session order.
-async fn probe_all<F, Fut>(bound: Vec<Bound>, jobs: usize, mut probe: F) -> Vec<Row>
+async fn probe_all<F, Fut>(bound: Vec<Bound>, jobs: usize, probe: F) -> Vec<Row>
 where
-    F: FnMut(String, Binding, bool) -> Fut,
+    F: FnMut(Bound) -> Fut,
     Fut: std::future::Future<Output = Row>,
 {
     let mut rows: Vec<Row> = futures::stream::iter(bound)
-        .map(|(session, binding, mirrored)| probe(session, binding, mirrored))
+        .map(probe)
         .buffer_unordered(jobs.max(1))
         .collect()
         .await;
@@ -165,30 +175,43 @@ where
     rows
 }
 
-/// Probes one binding; a probe that could not be made is an `error` row. A mirrored rollout
-/// counts only with `mirror` on: otherwise the next open restores nothing.
+/// Probes one binding; a probe that could not be made is an `error` row. A gone thread with
+/// mirrored files (`paths`) is `restorable` only with `mirror` on (otherwise the next open
+/// restores nothing) and when the store reads them back intact.
 async fn probe(
     client: &AppServerClient,
-    session: String,
-    binding: Binding,
-    mirrored: bool,
+    store: &dyn BindingStore,
+    (session, binding, paths): Bound,
     mirror: bool,
 ) -> Row {
     let (health, detail) = match probe_thread(client, &binding.thread_id).await {
-        Ok(probe) => match probe.health.with_mirror(mirrored && mirror) {
-            ThreadHealth::Restorable => (
+        Ok(probe) if probe.health != ThreadHealth::Gone || paths.is_empty() => {
+            (probe.health, probe.detail)
+        }
+        Ok(probe) if !mirror => (
+            ThreadHealth::Gone,
+            format!(
+                "{}; the store mirrors its rollout, but mirroring is off (RETHREAD_MIRROR=off)",
+                probe.detail
+            ),
+        ),
+        Ok(probe) => match mirror_damage(store, &session, &binding, &paths).await {
+            Ok(None) => (
                 ThreadHealth::Restorable,
                 format!("{}; the store mirrors its rollout", probe.detail),
             ),
-            ThreadHealth::Gone if mirrored => (
+            Ok(Some(damage)) => (
                 ThreadHealth::Gone,
                 format!(
-                    "{}; the store mirrors its rollout, but mirroring is off \
-                     (RETHREAD_MIRROR=off)",
+                    "{}; the store's mirror of its rollout is damaged, `rethread verify` \
+                     lists it: {damage}",
                     probe.detail
                 ),
             ),
-            health => (health, probe.detail),
+            Err(error) => (
+                ThreadHealth::Error,
+                format!("{}; cannot read its mirror: {error}", probe.detail),
+            ),
         },
         Err(error) => (ThreadHealth::Error, format!("probe failed: {error}")),
     };
@@ -198,6 +221,30 @@ async fn probe(
         health,
         detail,
     }
+}
+
+/// Reads each mirrored file back as a restore does, checked by the store (chunks, length and
+/// CRC-32: the check `verify` makes), keeping nothing; the damage found, if any. A file no
+/// longer mirrored is damage too: the restore would lack it.
+async fn mirror_damage(
+    store: &dyn BindingStore,
+    session: &str,
+    binding: &Binding,
+    paths: &[String],
+) -> Result<Option<String>, StoreError> {
+    for path in paths {
+        let out = Box::new(std::io::sink());
+        match store
+            .write_mirror_file(session, &binding.thread_id, path, out)
+            .await
+        {
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(Some(format!("{path} is no longer mirrored"))),
+            Err(StoreError::Corrupt { detail, .. }) => return Ok(Some(detail)),
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(None)
 }
 
 /// Says on stderr (a notice, also under `--json`) which sessions' mirrors hold at least 90 %
@@ -239,7 +286,7 @@ mod tests {
             .rev()
             .map(|i| {
                 let binding = Binding::new(format!("t{i}"), None, 0);
-                (format!("s{i}"), binding, false)
+                (format!("s{i}"), binding, Vec::new())
             })
             .collect()
     }
@@ -252,7 +299,7 @@ mod tests {
             let barrier = Arc::new(Barrier::new(jobs));
             let in_flight = Arc::new(AtomicUsize::new(0));
             let most = Arc::new(AtomicUsize::new(0));
-            let probed = probe_all(bound(jobs * 4), jobs, |session, binding, _| {
+            let probed = probe_all(bound(jobs * 4), jobs, |(session, binding, _)| {
                 let (barrier, in_flight, most) = (barrier.clone(), in_flight.clone(), most.clone());
                 async move {
                     let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;

@@ -30,7 +30,7 @@ use clap::builder::TypedValueParser as _;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 use rethread_runtime::{BinderOptions, BoxError};
-use rethread_store::{open_url, redact_url, BindingStore, OpenOptions, StoreError};
+use rethread_store::{open_url, redact_url, BindingStore, MemoryStore, OpenOptions, StoreError};
 
 use output::UsageError;
 
@@ -108,7 +108,7 @@ enum Command {
         #[arg(long, value_name = "URL")]
         to: String,
         /// Print one JSON object: `from`, `to`, `sessions`, `copied`, `already_present`,
-        /// `verified`.
+        /// `rows_copied`, `mirror_bytes_copied`, `verified`.
         #[arg(long)]
         json: bool,
     },
@@ -117,7 +117,8 @@ enum Command {
         #[command(flatten)]
         store: StoreArg,
         /// Print one JSON object: `store`, `ok`, `complete`, `sessions`, `rows`, `leases`,
-        /// `problems`, `unlisted_problems` (also when damage is found).
+        /// `mirror_files`, `mirror_bytes`, `problems` (each `kind`, `session_id`, `detail`),
+        /// `unlisted_problems` (also when damage is found).
         #[arg(long)]
         json: bool,
     },
@@ -154,7 +155,9 @@ fn main() -> ExitCode {
     if let Some(code) = as_codex::main_if_named_codex() {
         return code;
     }
-    let matches = Cli::command().get_matches();
+    let matches = Cli::command()
+        .try_get_matches()
+        .unwrap_or_else(|error| typed_only(error).exit());
     let mut cli = Cli::from_arg_matches(&matches)
         .unwrap_or_else(|error| error.format(&mut Cli::command()).exit());
     logging::init(&cli.logging);
@@ -185,6 +188,25 @@ fn main() -> ExitCode {
             "",
             async { run(command).await.map(|()| output::EXIT_OK) },
         ),
+    }
+}
+
+/// clap's usage line after an error lists the arguments given, and counts one set by its
+/// variable (`RETHREAD_STORE`, `RETHREAD_CODEX_BIN`) as given: then it reads as required. The
+/// same error from the command without its variables shows only what was typed. Help and
+/// the version (no error) are kept as they are.
+fn typed_only(error: clap::Error) -> clap::Error {
+    fn without_env(command: clap::Command) -> clap::Command {
+        command
+            .mut_args(|arg| arg.env(None::<&str>))
+            .mut_subcommands(without_env)
+    }
+    if !error.use_stderr() {
+        return error;
+    }
+    match without_env(Cli::command()).try_get_matches() {
+        Err(typed) if typed.kind() == error.kind() => typed,
+        _ => error,
     }
 }
 
@@ -348,7 +370,7 @@ async fn run(command: Command) -> CliResult {
         Command::Migrate { from, to, json } => migrate::run(&from, &to, json).await,
         Command::Verify { store, json } => {
             let url = store_url(store.url.as_deref())?;
-            let store = open_store_url(&url, Access::Read).await?;
+            let store = open_store_url(&url, Access::Inspect).await?;
             verify::run(store, &redact_url(&url), json).await
         }
         #[cfg(feature = "demo")]
@@ -381,6 +403,9 @@ enum Access {
     /// It only reads: as `Existing`, and opened read-only, so nothing in it or beside it
     /// changes.
     Read,
+    /// It reports what is stored: as `Read`, but a missing store is nothing stored yet, not a
+    /// failure: it reads as an empty store, and a line on stderr says so.
+    Inspect,
 }
 
 async fn open_store(url: Option<&str>, access: Access) -> CliResult<Arc<dyn BindingStore>> {
@@ -390,14 +415,22 @@ async fn open_store(url: Option<&str>, access: Access) -> CliResult<Arc<dyn Bind
 async fn open_store_url(url: &str, access: Access) -> CliResult<Arc<dyn BindingStore>> {
     tracing::debug!(store = %redact_url(url), ?access, "opening the store");
     let options = match access {
-        Access::Write(wait) => OpenOptions::default().create_dirs(true).wait(wait),
+        Access::Write(wait) => OpenOptions::default().wait(wait),
         Access::Existing => OpenOptions::default().create(false),
-        Access::Read => OpenOptions::default().create(false).read_only(true),
+        Access::Read | Access::Inspect => OpenOptions::default().create(false).read_only(true),
     };
-    open_url(url, options).await.map_err(|source| {
-        let url = redact_url(url);
-        OpenStoreError { url, source }.into()
-    })
+    match open_url(url, options).await {
+        Err(StoreError::NoStore { path, .. }) if matches!(access, Access::Inspect) => {
+            output::eprint_line(&format!(
+                "rethread: no store yet at {path}; nothing is stored before the first turn"
+            ));
+            Ok(Arc::new(MemoryStore::new()))
+        }
+        opened => opened.map_err(|source| {
+            let url = redact_url(url);
+            OpenStoreError { url, source }.into()
+        }),
+    }
 }
 
 /// A store that could not be opened; the exit code follows from the store's error (a store

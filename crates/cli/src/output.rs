@@ -82,6 +82,29 @@ pub(crate) fn exit_code(error: &(dyn Error + 'static)) -> u8 {
     chain(error).find_map(decided).unwrap_or(EXIT_FAILED)
 }
 
+/// A failure as the `--json` outputs report it: `{"kind", "message"}`. The kind is the
+/// runtime's, `interrupted`, `usage`, or `store` / `client` for a store or codex that could
+/// not be opened; else `failed`.
+pub(crate) fn error_json(error: &(dyn Error + 'static)) -> serde_json::Value {
+    let kind = chain(error).find_map(|error| {
+        if error.is::<Interrupted>() {
+            Some("interrupted")
+        } else if error.is::<UsageError>() {
+            Some("usage")
+        } else if let Some(error) = error.downcast_ref::<RuntimeError>() {
+            Some(error.kind())
+        } else if error.is::<StoreError>() {
+            Some("store")
+        } else {
+            error
+                .is::<rethread_runtime::ClientError>()
+                .then_some("client")
+        }
+    });
+    let message = one_line(&error.to_string());
+    serde_json::json!({"kind": kind.unwrap_or("failed"), "message": message})
+}
+
 /// Prints `rethread: <cause>` on one line to stderr and returns the exit code `code`.
 pub(crate) fn fail(cause: &str, code: u8) -> ExitCode {
     eprint_line(&format!("rethread: {}", for_people(&one_line(cause))));

@@ -23,7 +23,8 @@ pub(crate) enum SessionsCommand {
         store: StoreArg,
         /// The session id.
         id: String,
-        /// Print one JSON object: `{"forgot": ID}`.
+        /// Print one JSON object: `{"forgot": ID}`; on failure
+        /// `{"session", "error": {"kind", "message"}}`.
         #[arg(long)]
         json: bool,
     },
@@ -36,7 +37,8 @@ pub(crate) enum SessionsCommand {
 pub(crate) struct ListArgs {
     #[command(flatten)]
     store: StoreArg,
-    /// Print one JSON object: `{"sessions": [...], "next_after": ID or null}`.
+    /// Print one JSON object: `{"sessions": [...], "next_after": ID or null}`, each session
+    /// as `sessions show --json` prints it.
     #[arg(long)]
     json: bool,
     /// List at most N sessions (default: all); when more may follow, say the next `--after`.
@@ -66,8 +68,10 @@ pub(crate) struct ShowArgs {
     store: StoreArg,
     /// The session id.
     id: String,
-    /// Print JSON (with `--rows`: `{"session", "rows": [{"seq", "row"}], "next_after"}`,
-    /// each row as stored).
+    /// Print one JSON object: `session`, `thread_id`, `codex_home`, `bound_at_ms`,
+    /// `row_count`, `retired_threads`, `created_at_ms`, `updated_at_ms`, `model_config`,
+    /// `last_fallback`. With `--rows`: `{"session", "rows": [{"seq", "row"}], "next_after"}`,
+    /// each row as stored. On failure `{"session", "error": {"kind", "message"}}`.
     #[arg(long)]
     json: bool,
     /// Print the transcript: each row's role and text (escaped), in order.
@@ -94,13 +98,29 @@ impl SessionsCommand {
     }
 }
 
-/// Runs `sessions ...` on the store, which it only reads, or for `forget` changes where it
-/// exists: a missing store is not created.
-pub(crate) async fn run(mut command: SessionsCommand) -> CliResult {
+/// Runs `sessions ...` on the store, which it only reads (a missing one is nothing stored
+/// yet), or for `forget` changes where it exists: a missing store is not created. A failed
+/// `show` or `forget` under `--json` prints `{"session", "error": {"kind", "message"}}`, as
+/// `chat --json` does.
+pub(crate) async fn run(command: SessionsCommand) -> CliResult {
+    let json_failure = match &command {
+        SessionsCommand::Show(args) if args.json => Some(args.id.clone()),
+        SessionsCommand::Forget { id, json: true, .. } => Some(id.clone()),
+        _ => None,
+    };
+    let result = run_command(command).await;
+    if let (Err(error), Some(session)) = (&result, json_failure) {
+        let error = output::error_json(&**error);
+        outln!("{}", json!({"session": session, "error": error}));
+    }
+    result
+}
+
+async fn run_command(mut command: SessionsCommand) -> CliResult {
     let url = command.store().url.take();
     let access = match command {
         SessionsCommand::Forget { .. } | SessionsCommand::Prune(_) => Access::Existing,
-        _ => Access::Read,
+        _ => Access::Inspect,
     };
     let store = open_store(url.as_deref(), access).await?;
     let url = url.as_deref();

@@ -201,7 +201,8 @@ fn an_unreachable_store_fails_in_one_line() {
     let sandbox = Sandbox::fake();
     let out = sandbox.run(&[
         "--store",
-        "redb:/proc/rethread-nope/store.redb",
+        // Under a file that is not a directory (a path merely missing is nothing stored yet).
+        "redb:/dev/null/store.redb",
         "sessions",
         "list",
     ]);

@@ -136,11 +136,15 @@ fn help_app_server_lists_rethreads_own_settings_and_its_help_flag_stays_codexs()
     ] {
         assert!(help.contains(setting), "{setting}:\n{help}");
     }
-    // `--help` after `app-server` is codex's: the fake answers it, rethread points the way.
+    // `--help` after `app-server` is codex's: the fake answers it, rethread points the way,
+    // and nothing else is said at the default log level (codex's help is no JSON-RPC).
     let fake = fake_codex();
     let out = run(
         &["app-server", "--help"],
-        &[("RETHREAD_CODEX_BIN", fake.to_str().unwrap())],
+        &[
+            ("RETHREAD_CODEX_BIN", fake.to_str().unwrap()),
+            ("RUST_LOG", ""),
+        ],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
@@ -149,11 +153,9 @@ fn help_app_server_lists_rethreads_own_settings_and_its_help_flag_stays_codexs()
         text(&out.stdout)
     );
     assert!(!text(&out.stdout).contains("RETHREAD_LEASE_TTL"));
-    assert!(
-        text(&out.stderr).contains("rethread help app-server"),
-        "{}",
-        text(&out.stderr)
-    );
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("rethread help app-server"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
 
 /// A codex that writes the arguments it was given to `seen`, then is the fake.
@@ -384,6 +386,50 @@ fn an_empty_store_or_codex_bin_variable_is_unset() {
             text(&out.stderr)
         );
     }
+}
+
+/// The options only `app-server` takes are listed in its help, not the top-level one (they
+/// are still taken before `app-server`: `tests/app_server.rs`).
+#[test]
+fn the_top_level_help_lists_no_option_of_app_server_alone() {
+    let top = text(&run(&["--help"], &[]).stdout);
+    let app_server = text(&run(&["help", "app-server"], &[]).stdout);
+    for option in [
+        "--session",
+        "--config",
+        "--enable",
+        "--disable",
+        "--no-mirror",
+    ] {
+        assert!(!top.contains(option), "{option}:\n{top}");
+        assert!(app_server.contains(option), "{option}:\n{app_server}");
+    }
+    assert!(top.contains("--store"), "{top}");
+}
+
+/// A usage error's usage line says what was typed: `--codex-bin` and `--store` set by
+/// `RETHREAD_CODEX_BIN` / `RETHREAD_STORE` do not show there as if required. Help, which
+/// shows the variables, is unchanged.
+#[test]
+fn a_usage_line_does_not_list_the_variables_as_required() {
+    let env = [
+        ("RETHREAD_CODEX_BIN", "/bin/true"),
+        ("RETHREAD_STORE", "memory:"),
+    ];
+    for args in [
+        &["chat"][..],
+        &["chat", "--session", "s1"],
+        &["sessions", "show"],
+    ] {
+        let plain = run(args, &[]);
+        let out = run(args, &env);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = text(&out.stderr);
+        assert_eq!(stderr, text(&plain.stderr), "{args:?}");
+        assert!(stderr.contains("Usage: rethread"), "{stderr}");
+    }
+    let help = text(&run(&["chat", "--help"], &env).stdout);
+    assert!(help.contains("RETHREAD_CODEX_BIN"), "{help}");
 }
 
 /// Issue 35, defect 9: `--help` names `RETHREAD_STORE` but never prints its value (a store

@@ -113,6 +113,34 @@ fn chat_dash_with_nothing_or_not_utf8_on_stdin_is_a_usage_error_that_writes_noth
     assert!(!out.status.success());
 }
 
+/// An empty message is refused the same way, given as the argument or on stdin: exit 2, one
+/// line on stderr (the `--json` object's `error` of kind `usage`), nothing sent or stored.
+#[test]
+fn an_empty_message_argument_is_the_usage_error_an_empty_stdin_is() {
+    let sandbox = Sandbox::new();
+    let (_, from_stdin) = texts(&sandbox.with_stdin(&["chat", "--session", "s1", "-"], b""));
+    for message in ["", "  ", "\n"] {
+        let out = sandbox.with_stdin(&["chat", "--session", "s1", message], b"");
+        let (stdout, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{message:?}: {stderr}");
+        assert_eq!(stdout, "");
+        assert_eq!(stderr, from_stdin, "{message:?}");
+        let out = sandbox.with_stdin(&["chat", "--json", "--session", "s1", message], b"");
+        assert_eq!(out.status.code(), Some(2));
+        let failure: Value = serde_json::from_str(&texts(&out).0).unwrap();
+        assert_eq!(failure["error"]["kind"], "usage", "{failure}");
+    }
+    let out = sandbox
+        .rethread(&["sessions", "show", "s1", "--json"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "nothing was stored");
+    assert!(
+        !sandbox.dir.path().join("codex-home").exists(),
+        "codex never started"
+    );
+}
+
 /// `rethread args` under a pseudo-terminal (`script(1)`): stdout and stderr both a terminal.
 /// `None` when `script` is not installed.
 fn on_a_terminal(sandbox: &Sandbox, args: &[&str]) -> Option<String> {

@@ -175,6 +175,37 @@ fn doctor_reports_a_thread_gone_here_but_mirrored_as_restorable() {
     assert_eq!(report["bindings"][0]["status"], "gone", "{report}");
 }
 
+/// A mirror `verify` finds damaged cannot be restored: `doctor` checks the thread's mirrored
+/// files as the store's checker does and reports the binding `gone` (exit 1), as the next
+/// turn then falls back.
+#[test]
+fn doctor_reports_a_damaged_mirror_as_not_restorable() {
+    let fleet = Fleet::new();
+    fleet.chat("a", "remember PAPAYA", &[], &[]);
+    let path = fleet.dir.path().join("store.sqlite");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE mirror_chunks SET bytes = zeroblob(length(bytes)) WHERE seq = 0",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(conn);
+    assert_eq!(fleet.run("b", &["verify"], &[]).status.code(), Some(1));
+    let out = fleet.run("b", &["doctor", "--json"], &[]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["bindings"][0]["status"], "gone", "{report}");
+    assert_eq!(report["summary"]["restorable"], 0, "{report}");
+    assert_eq!(report["all_live"], false, "{report}");
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    let detail = report["bindings"][0]["detail"].as_str().unwrap();
+    assert!(detail.contains("damaged"), "{detail}");
+    // ... and the next turn there does what doctor said: a new thread.
+    let next = fleet.chat("b", "what was it?", &[], &[]);
+    assert_eq!(next["outcome"], "fell_back", "{next}");
+}
+
 /// With mirroring off the next open restores nothing, so `doctor` says what that open will
 /// do: a thread gone from this home is `gone` (exit 1) even when the store mirrors it.
 #[test]

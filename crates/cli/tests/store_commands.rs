@@ -115,6 +115,10 @@ fn verify_reports_every_damage_and_exits_1() {
          SELECT 'ghost', seq, body, checksum FROM transcript_rows \
          WHERE session_id = 'c' AND seq = 0",
     );
+    sqlite_edit(
+        &path,
+        "DELETE FROM transcript_rows WHERE session_id = 'c' AND seq = 2",
+    );
     // The changed record is an error when touched (`show` reads no rows, so it cannot see
     // the others) ...
     let out = rethread(&url, &["sessions", "show", "a"]);
@@ -143,6 +147,22 @@ fn verify_reports_every_damage_and_exits_1() {
         let expected = (expected.0.to_string(), expected.1);
         assert!(found.contains(&expected), "{expected:?} not in {found:?}");
     }
+    // The missing rows are named as a person counts them: one row is one row.
+    let details: Vec<&str> = report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "missing_rows")
+        .map(|p| p["detail"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        details,
+        [
+            "session b: row 1 is missing",
+            "session c counts 3 rows; row 2 is missing"
+        ],
+        "{report}"
+    );
     let stderr = text(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.starts_with("rethread: store "), "{stderr}");

@@ -37,7 +37,7 @@ impl Default for OpenOptions {
         OpenOptions {
             durability: Durability::Durable,
             create: true,
-            create_dirs: false,
+            create_dirs: true,
             wait: Duration::ZERO,
             check_redb_integrity: true,
             read_only: false,
@@ -47,7 +47,7 @@ impl Default for OpenOptions {
 }
 
 impl OpenOptions {
-    /// Durable writes; create the store (not its directory) if missing; no wait.
+    /// Durable writes; create the store (and its directory) if missing; no wait.
     pub fn new() -> Self {
         Self::default()
     }
@@ -66,7 +66,8 @@ impl OpenOptions {
     }
 
     /// Whether the directory of a new store file is created too, with its missing parents,
-    /// owner-only (default `false`; file backends).
+    /// owner-only (default `true`; file backends; never when the store may not be created).
+    /// `false` refuses a missing directory (a mistyped path is then an error).
     pub fn create_dirs(mut self, create_dirs: bool) -> Self {
         self.create_dirs = create_dirs;
         self

@@ -301,26 +301,38 @@ async fn open_url_schemes() {
     let _ = MemoryStore::new();
 }
 
+/// Issue 35 item 12: a new file store's missing directory is made by the library, as the CLI
+/// needs it (owner-only); `create_dirs(false)` refuses instead, and an open that may not
+/// create (read-only, `create(false)`) makes no directory either.
 #[tokio::test]
-async fn create_dirs_makes_a_new_store_directory_owner_only() {
+async fn open_url_makes_a_new_store_directory_owner_only() {
     let dir = tempfile::tempdir().unwrap();
     for url in [
         format!("redb:{}", dir.path().join("a/b/s.redb").display()),
         format!("sqlite://{}", dir.path().join("c/d/s.db").display()),
     ] {
-        let refused = open_url(&url, OpenOptions::new()).await;
+        let path = rethread_store::StoreUrl::parse(&url).unwrap();
+        let (file, parent) = (path.path().unwrap(), path.path().unwrap().parent().unwrap());
+        let refused = open_url(&url, OpenOptions::new().create_dirs(false)).await;
         assert!(
             matches!(refused, Err(StoreError::Io { .. })),
             "{url}: {refused:?}"
         );
-        let store = open_url(&url, OpenOptions::new().create_dirs(true))
-            .await
-            .unwrap();
+        for reads in [
+            OpenOptions::new().read_only(true),
+            OpenOptions::new().create(false),
+        ] {
+            let refused = open_url(&url, reads).await;
+            assert!(
+                matches!(refused, Err(StoreError::NoStore { .. })),
+                "{url}: {refused:?}"
+            );
+        }
+        assert!(!parent.exists(), "{url}: nothing created");
+        let store = open_url(&url, OpenOptions::new()).await.unwrap();
         store.commit_turn(commit("a", "t1")).await.unwrap();
-        let path = rethread_store::StoreUrl::parse(&url).unwrap();
-        let parent = path.path().unwrap().parent().unwrap();
         assert_eq!(mode(parent), 0o700, "{url}");
-        assert_eq!(mode(path.path().unwrap()), 0o600, "{url}");
+        assert_eq!(mode(file), 0o600, "{url}");
     }
 }
 

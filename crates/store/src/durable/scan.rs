@@ -64,6 +64,14 @@ pub(crate) struct ScannedRow {
 
 const NO_RECORD: &str = "belong to no session record";
 
+/// That the rows `first..end` are missing, as a person counts them: `row 1`, `rows 1 to 3`.
+fn missing(first: u64, end: u64) -> String {
+    match end - first {
+        1 => format!("row {first} is missing"),
+        _ => format!("rows {first} to {} are missing", end - 1),
+    }
+}
+
 /// A run of consecutive stray rows of one session, reported as one problem.
 struct StrayRun {
     session_id: String,
@@ -206,10 +214,7 @@ impl Merge<'_, '_, '_> {
                     self.checker.problem(
                         ProblemKind::MissingRows,
                         Some(&session.id),
-                        format!(
-                            "rows {expected}..{} of session {} are missing",
-                            row.seq, session.id
-                        ),
+                        format!("session {}: {}", session.id, missing(expected, row.seq)),
                     );
                     expected = row.seq + 1;
                 }
@@ -229,8 +234,9 @@ impl Merge<'_, '_, '_> {
                 ProblemKind::MissingRows,
                 Some(&session.id),
                 format!(
-                    "session {} counts {count} rows; rows {expected}..{count} are missing",
-                    session.id
+                    "session {} counts {count} rows; {}",
+                    session.id,
+                    missing(expected, count)
                 ),
             );
         }
