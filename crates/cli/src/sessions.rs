@@ -273,7 +273,7 @@ async fn list(store: Arc<dyn BindingStore>, url: Option<&str>, args: ListArgs) -
                 None => break,
             }
         }
-        all.sort_by(|a, b| b.1.total().cmp(&a.1.total()));
+        all.sort_by_key(|(_, bytes)| std::cmp::Reverse(bytes.total()));
         all.truncate(limit.unwrap_or(usize::MAX));
         listing.page(&all, HEADER, to_json, row);
         listing.end(Value::Null, "no sessions", None);

@@ -219,7 +219,8 @@ fn the_mirror_cap_is_set_by_the_variable_or_the_flag() {
     let url = format!("sqlite:{}", dir.path().join("s.sqlite").display());
     let home = dir.path().join("home");
     let home = home.to_str().unwrap();
-    let runs: [(&str, &[&str], &[(&str, &str)]); 3] = [
+    type Run<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
+    let runs: [Run; 3] = [
         ("uncapped", &[], &[]),
         ("by-variable", &[], &[("RETHREAD_MIRROR_CAP", "100")]),
         ("by-flag", &["--mirror-cap", "100"], &[]),
