@@ -70,8 +70,9 @@ pub(crate) struct ShowArgs {
     id: String,
     /// Print one JSON object: `session`, `thread_id`, `codex_home`, `bound_at_ms`,
     /// `row_count`, `retired_threads`, `created_at_ms`, `updated_at_ms`, `model_config`,
-    /// `last_fallback`. With `--rows`: `{"session", "rows": [{"seq", "row"}], "next_after"}`,
-    /// each row as stored. On failure `{"session", "error": {"kind", "message"}}`.
+    /// `last_fallback`, `stored_bytes` (its `row_bytes` plus its `mirror_bytes`). With
+    /// `--rows`: `{"session", "rows": [{"seq", "row"}], "next_after"}`, each row as stored.
+    /// On failure `{"session", "error": {"kind", "message"}}`.
     #[arg(long)]
     json: bool,
     /// Print the transcript: each row's role and text (escaped), in order.

@@ -115,6 +115,13 @@ fn help_and_readme_name_every_json_field() {
             ),
         ),
         (
+            &["sessions", "prune"],
+            keys(
+                &sandbox.json(&["sessions", "prune", "--idle", "0s", "--dry-run", "--json"]),
+                &["removed"],
+            ),
+        ),
+        (
             &["sessions", "forget"],
             keys(&sandbox.json(&["sessions", "forget", "s1", "--json"]), &[]),
         ),
