@@ -52,6 +52,7 @@ impl SqliteStore {
                 path: open_path.clone(),
                 label: label.clone(),
                 busy_timeout: options.busy_timeout(),
+                immutable: read_immutable(&open_path, &options),
                 pool: Mutex::new(Vec::new()),
             };
             let incremental_vacuum = conn
@@ -91,14 +92,27 @@ impl SqliteStore {
     }
 }
 
-fn connect(path: &Path, label: &str, busy: Duration) -> Result<Connection> {
+fn connect(path: &Path, label: &str, busy: Duration, immutable: bool) -> Result<Connection> {
     // The file exists already (created owner-only); never let SQLite create it. Read-write
     // even for a store opened read-only: its writes are refused before they reach SQLite,
     // which then removes the `-wal` and `-shm` files it makes when the last connection closes
-    // (a read-only connection leaves them). A file this process cannot write SQLite opens
-    // read-only by itself.
+    // (a read-only connection leaves them). A file this process cannot write is read
+    // `immutable` ([`read_immutable`]).
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(path, flags).sqlite(label)?;
+    let conn = match immutable {
+        false => Connection::open_with_flags(path, flags),
+        true => {
+            use percent_encoding::{utf8_percent_encode, CONTROLS};
+            const IN_URI: &percent_encoding::AsciiSet = &CONTROLS.add(b'%').add(b'?').add(b'#');
+            let path = std::path::absolute(path).map_err(|e| StoreError::io(label, e))?;
+            let path = utf8_percent_encode(&path.to_string_lossy(), IN_URI).to_string();
+            let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            Connection::open_with_flags(format!("file://{path}?immutable=1"), flags)
+        }
+    };
+    let conn = conn.sqlite(label)?;
     conn.busy_timeout(busy).sqlite(label)?;
     Ok(conn)
 }
@@ -118,10 +132,28 @@ fn check_header(path: &Path, label: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether a store opened read-only is read `immutable`: SQLite then takes no lock and makes no
+/// `-shm` or `-wal` file beside it. So it is when this process cannot write the file and no
+/// writer has it open (no `-wal` and `-shm` to read through): the files SQLite would make
+/// there would stay, owned by this user, and the owner could no longer write its store. (A
+/// writer that starts meanwhile writes into its `-wal`; only its checkpoint, rare during one
+/// command, changes the file under the read.)
+fn read_immutable(path: &Path, options: &OpenOptions) -> bool {
+    let beside = |suffix: &str| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        Path::new(&name).exists()
+    };
+    options.read_only
+        && std::fs::OpenOptions::new().write(true).open(path).is_err()
+        && !(beside("-wal") && beside("-shm"))
+}
+
 fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<(Connection, FileId)> {
     prepare_file(path, options)?;
     check_header(path, label)?;
-    let mut conn = connect(path, label, options.busy_timeout())?;
+    let immutable = read_immutable(path, options);
+    let mut conn = connect(path, label, options.busy_timeout(), immutable)?;
     let file_id = FileId::of_path(path)?;
     // Durable: every commit synced, with `F_FULLFSYNC` where the platform has it (on macOS a
     // plain fsync leaves the data in the drive's cache). Relaxed: WAL commits are synced at
@@ -276,6 +308,8 @@ struct SqliteReaders {
     path: PathBuf,
     label: String,
     busy_timeout: Duration,
+    /// Read `immutable` ([`read_immutable`]).
+    immutable: bool,
     pool: Mutex<Vec<Connection>>,
 }
 
@@ -304,7 +338,7 @@ impl SqliteReaders {
         let mut conn = match pooled {
             Some(conn) => conn,
             None => {
-                let conn = connect(&self.path, &self.label, self.busy_timeout)?;
+                let conn = connect(&self.path, &self.label, self.busy_timeout, self.immutable)?;
                 conn.execute_batch("PRAGMA query_only = ON;")
                     .sqlite(&self.label)?;
                 conn
@@ -398,6 +432,22 @@ mod tests {
         let relaxed = OpenOptions::new().durability(Durability::Relaxed);
         let (relaxed, _) = open_writer(&dir.path().join("r.db"), &relaxed, "r").unwrap();
         assert_eq!(pragma(&relaxed, "synchronous"), 1, "NORMAL");
+    }
+
+    /// A store read `immutable` is found at its path whatever characters the path holds (a
+    /// URI's `%`, `?` and `#` among them), and nothing is made beside it.
+    #[test]
+    fn an_immutable_read_finds_the_file_at_any_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().join("a %41?b#c");
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join("s.db");
+        drop(open_writer(&path, &OpenOptions::new(), "s").unwrap());
+        let before = std::fs::read_dir(&dir).unwrap().count();
+        let conn = connect(&path, "s", Duration::from_secs(1), true).unwrap();
+        assert!(pragma(&conn, "schema_version") > 0);
+        drop(conn);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), before);
     }
 
     #[test]
