@@ -115,6 +115,13 @@ pub(crate) fn main(
     let Some(session) = session.filter(|_| kind != Kind::PassThrough) else {
         return hand_over(codex, &exec_args(&globals, run.args()));
     };
+    // codex refuses it; taken for the session's run it would change meaning (`-m` and then
+    // `resume <id>` is `-m resume <id>`: a new thread prompted with the id).
+    if let Some(option) = run.missing_value() {
+        let option = option.to_string_lossy();
+        let refused = format!("`{option}` needs a value (codex refuses this command line too)");
+        return output::fail(&refused, output::EXIT_USAGE);
+    }
     let settings =
         crate::app_server::env_options(false).and_then(|options| Ok((options, read_input(&run)?)));
     let (options, input) = match settings {

@@ -966,6 +966,52 @@ fn a_client_that_closes_stdout_after_the_commit_gets_exit_0() {
     assert_eq!(world.session("s1").unwrap()["row_count"], 2);
 }
 
+/// Issue 35, defect 4: `exec -m` (a valued option without its value) under a bound session
+/// used to become `-m resume <id>`: codex started a new thread prompted with the id, exit 0,
+/// nothing said. codex refuses such a command line (exit 2: checked against the real codex
+/// when it is installed); rethread refuses it too, before codex starts, the session untouched.
+#[test]
+fn an_option_without_its_value_is_refused_never_rewritten() {
+    let world = World::new();
+    let first = world.exec(&fake_codex(), Some("s1"), &[], b"remember zebra");
+    let thread = thread_of(&first);
+    let dangling: [&[&str]; 4] = [
+        &["-m"],
+        &["--model", "--color", "never"],
+        &["-c"],
+        &["-m", "--", "hi"],
+    ];
+    for args in dangling {
+        let out = world.exec(&fake_codex(), Some("s1"), args, b"hello");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+        assert!(out.stdout.is_empty(), "{args:?}: {}", describe(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(&format!("`{}`", args[0])), "{stderr}");
+        let stored = world.session("s1").unwrap();
+        assert_eq!(stored["thread_id"], thread.as_str(), "{args:?}");
+        assert_eq!(stored["row_count"], 2, "{args:?}");
+    }
+    let Some(codex) = rethread_testkit::real::codex_or_skip(rethread_testkit::CURRENT) else {
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    for args in dangling {
+        let out = Command::new(&codex)
+            .args(["exec", "--experimental-json", "--skip-git-repo-check"])
+            .args(args)
+            .env("CODEX_HOME", home.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "codex {args:?}: {}",
+            describe(&out)
+        );
+    }
+}
+
 /// Whether `text` holds a number of 13 digits or more (an epoch in milliseconds).
 fn has_epoch_ms(text: &str) -> bool {
     text.split(|c: char| !c.is_ascii_digit())

@@ -9,7 +9,10 @@
 //! - options `resume` does not take (`--sandbox`, `--cd`, `--add-dir`, `--color`, ...) stay
 //!   before it, where exec reads them.
 //!
-//! An unknown option is read as a flag, or with its value inline (`--name=value`).
+//! An unknown option is read as a flag, or with its value inline (`--name=value`). An option
+//! (or `--`) is never read as the value of the one before it: codex refuses a valued option
+//! without its value ([`ExecArgs::missing_value`]), and a stand-in refuses such a run rather
+//! than rewrite it (`exec -m` with `resume <id>` appended would be `-m resume <id>`).
 //!
 //! ```
 //! use rethread_protocol::exec::ExecArgs;
@@ -73,6 +76,8 @@ pub struct ExecArgs {
     tokens: Vec<(usize, Token)>,
     /// The index of the subcommand's name in `args`.
     subcommand: Option<usize>,
+    /// The index of the first valued option given without its value.
+    missing_value: Option<usize>,
 }
 
 impl ExecArgs {
@@ -84,7 +89,7 @@ impl ExecArgs {
     {
         let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
         let mut tokens = Vec::new();
-        let mut subcommand = None;
+        let (mut subcommand, mut missing_value) = (None, None);
         let mut i = 0;
         let mut only_positionals = false;
         while i < args.len() {
@@ -144,7 +149,7 @@ impl ExecArgs {
                 let greedy = name == "image" && subcommand.is_none();
                 while i < args.len() {
                     let next = args[i].to_string_lossy();
-                    if next.starts_with('-') && next != "-" && !values.is_empty() {
+                    if next.starts_with('-') && next != "-" {
                         break;
                     }
                     values.push(i);
@@ -152,6 +157,9 @@ impl ExecArgs {
                     if !greedy {
                         break;
                     }
+                }
+                if values.is_empty() {
+                    missing_value.get_or_insert(at);
                 }
             }
             tokens.push((
@@ -167,7 +175,14 @@ impl ExecArgs {
             args,
             tokens,
             subcommand,
+            missing_value,
         }
+    }
+
+    /// The first valued option given without its value (last, or followed by another option
+    /// or `--`), as written: codex refuses the run, so a stand-in must not change it.
+    pub fn missing_value(&self) -> Option<&OsStr> {
+        self.missing_value.map(|at| self.args[at].as_os_str())
     }
 
     /// The arguments, as given.
@@ -382,6 +397,45 @@ mod tests {
             strings(inline.with_resume("t")),
             ["resume", "t", "hello", "--image", "a.png"]
         );
+    }
+
+    /// Issue 35: codex refuses a valued option without its value (last, or followed by
+    /// another option); reading the next option, or `resume <id>`, as its value changed what
+    /// the run meant (`-m` became `-m resume <id>`: a new thread prompted with the id).
+    #[test]
+    fn an_option_without_its_value_is_found_and_takes_nothing() {
+        for (args, missing) in [
+            (&["--experimental-json", "-m"][..], "-m"),
+            (&["-m", "--cd", "/w", "hi"], "-m"),
+            (&["--model", "-"][..], ""),
+            (&["--cd", "--", "hi"], "--cd"),
+            (&["--image"], "--image"),
+            (&["--image", "--json"], "--image"),
+            (&["-c"], "-c"),
+            (&["resume", "t1", "-m"], "-m"),
+            (&["-m", "x", "--config"], "--config"),
+        ] {
+            let run = ExecArgs::parse(args);
+            let found = run.missing_value().map(|o| o.to_str().unwrap().to_string());
+            assert_eq!(
+                found.as_deref(),
+                Some(missing).filter(|m| !m.is_empty()),
+                "{args:?}"
+            );
+        }
+        for fine in [
+            &["-m", "x"][..],
+            &["-mx"],
+            &["--model=x"],
+            &["--image", "a", "b"],
+            &[],
+        ] {
+            assert_eq!(ExecArgs::parse(fine).missing_value(), None, "{fine:?}");
+        }
+        let dangling = ExecArgs::parse(["--experimental-json", "-m", "--cd", "/w"]);
+        assert!(dangling.has_flag("cd"));
+        assert_eq!(dangling.option_values("cd").collect::<Vec<_>>(), ["/w"]);
+        assert_eq!(dangling.option_values("model").count(), 0);
     }
 
     #[test]
