@@ -823,3 +823,32 @@ async fn a_restore_follows_no_link_out_of_the_home() {
         );
     }
 }
+
+/// Codex's history index at the home's top is a link out of it: a restore that replaces a
+/// diverged copy does not clear rows through it (said in `index_error`); the linked file keeps
+/// every row.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_restore_clears_no_history_index_through_a_link() {
+    let store = MemoryStore::new();
+    let (_a, text) = two_turns_on_a(&store).await;
+    let b = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let index = history_index(outside.path());
+    std::os::unix::fs::symlink(&index, b.path().join("thread_history_1.sqlite")).unwrap();
+    let diverged = line("session_meta", "meta") + &line("turn", "elsewhere");
+    write(b.path(), &source(), &diverged);
+    let restored = RolloutMirror::new(b.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert!(restored.diverged);
+    assert_eq!(read(b.path(), &source()), text);
+    let said = restored.index_error.expect("the link is said");
+    assert!(said.contains("link"), "{said}");
+    assert_eq!(
+        rows_of(&index, THREAD),
+        3,
+        "nothing cleared outside the home"
+    );
+}

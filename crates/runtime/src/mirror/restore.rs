@@ -467,11 +467,16 @@ fn starts_with(file: &mut File, len: u64, local: &[u8]) -> io::Result<bool> {
 
 /// Removes `thread_id`'s rows from codex's history index, if the home has one; codex rebuilds
 /// them from the rollout when it resumes the thread. One transaction; the tables a release
-/// does not have are skipped.
+/// does not have are skipped. An index that is a link is not written through (a restore
+/// writes only inside the home).
 fn clear_history_index(home: &Path, thread_id: &str) -> Result<(), String> {
     let path = home.join(HISTORY_INDEX);
-    if !path.is_file() {
-        return Ok(());
+    match std::fs::symlink_metadata(&path) {
+        Ok(meta) if meta.is_symlink() => {
+            return Err(format!("{}: a link, not written through", path.display()))
+        }
+        Ok(meta) if meta.is_file() => {}
+        _ => return Ok(()),
     }
     let fail = |e: rusqlite::Error| format!("{}: {e}", path.display());
     let mut db = rusqlite::Connection::open(&path).map_err(fail)?;
