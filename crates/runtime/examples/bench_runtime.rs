@@ -2,7 +2,7 @@
 //!
 //! 1. In-process fake: time from `SessionBinder::open` to `turn/start` sent, for a resumed and a
 //!    fresh conversation (the store is redb on disk, as in production).
-//! 2. Real codex 0.169.0 (offline, Responses stand-in): `thread/resume` latency of a thread
+//! 2. The real current codex (offline, Responses stand-in): `thread/resume` latency of a thread
 //!    with 1, 100 and 1000 earlier turns, with and without `excludeTurns`, each in a freshly
 //!    started app-server (a restart is when resume matters).
 //!
