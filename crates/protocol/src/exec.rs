@@ -195,24 +195,49 @@ impl ExecArgs {
         self.subcommand.and_then(|at| self.args[at].to_str())
     }
 
-    /// The thread a `resume` names (its first positional; `None` with `--last`, without an
-    /// id, or when it is not UTF-8).
+    /// The thread a `resume` or `fork` names (its first positional, as given; `None` with
+    /// `--last`, without an id, or when it is not UTF-8).
     pub fn thread_id(&self) -> Option<&str> {
-        if self.subcommand() != Some("resume") || self.has_flag("last") {
+        if !self.names_thread() {
             return None;
         }
         self.positionals().next().and_then(OsStr::to_str)
     }
 
+    /// Whether the run is a `resume` or `fork` whose first positional is the thread.
+    fn names_thread(&self) -> bool {
+        matches!(self.subcommand(), Some("resume" | "fork")) && !self.has_flag("last")
+    }
+
     /// The prompt given as an argument (`-` means stdin, as for codex): exec's positional, or
-    /// a `resume`'s second one. `None`: the prompt comes from stdin.
+    /// the one after the thread of a `resume` or `fork`. `None`: the prompt comes from stdin.
     pub fn prompt(&self) -> Option<&OsStr> {
         let mut positionals = self.positionals();
-        match self.subcommand() {
-            None => positionals.next(),
-            Some("resume") if !self.has_flag("last") => positionals.nth(1),
-            Some(_) => positionals.next(),
+        match self.names_thread() {
+            true => positionals.nth(1),
+            false => positionals.next(),
         }
+    }
+
+    /// `resume --last [--all]` as `resume <thread_id>` (`--last` and `--all` left out, the id
+    /// first after `resume`); the arguments as given for any other run.
+    pub fn with_last_as(&self, thread_id: &str) -> Vec<OsString> {
+        let at = match self.subcommand {
+            Some(at) if self.subcommand() == Some("resume") && self.has_flag("last") => at,
+            _ => return self.args.clone(),
+        };
+        let dropped: Vec<usize> = (self.tokens.iter())
+            .filter(
+                |(_, t)| matches!(t, Token::Option { name, .. } if name == "last" || name == "all"),
+            )
+            .map(|(i, _)| *i)
+            .collect();
+        let mut args: Vec<OsString> = (self.args.iter().enumerate())
+            .filter(|(i, _)| !dropped.contains(i))
+            .map(|(_, arg)| arg.clone())
+            .collect();
+        args.insert(at + 1, OsString::from(thread_id));
+        args
     }
 
     /// Whether the flag `name` (a long name without `--`, or a short letter) is given.
@@ -379,6 +404,34 @@ mod tests {
         assert_eq!(next.prompt(), None);
         assert_eq!(next.option_values("image").collect::<Vec<_>>(), ["a.png"]);
         assert_eq!(next.with_resume("t2"), next.args());
+    }
+
+    /// Issue 34: `fork <id>` names its thread as `resume <id>` does, and `resume --last` can
+    /// be pinned to one thread.
+    #[test]
+    fn a_fork_names_its_thread_and_resume_last_is_pinned_to_one() {
+        let fork = ExecArgs::parse(["--json", "fork", "T1", "hi"]);
+        assert_eq!(
+            (fork.thread_id(), fork.prompt()),
+            (Some("T1"), Some(OsStr::new("hi")))
+        );
+        assert_eq!(fork.with_last_as("t2"), fork.args());
+        let last = ExecArgs::parse(["--json", "resume", "-m", "x", "--last", "hi", "--all"]);
+        assert_eq!(
+            (last.thread_id(), last.prompt()),
+            (None, Some(OsStr::new("hi")))
+        );
+        let pinned = ExecArgs::parse(last.with_last_as("t2"));
+        assert_eq!(
+            strings(pinned.args().to_vec()),
+            ["--json", "resume", "t2", "-m", "x", "hi"]
+        );
+        assert_eq!(
+            (pinned.thread_id(), pinned.prompt()),
+            (Some("t2"), Some(OsStr::new("hi")))
+        );
+        let named = ExecArgs::parse(["resume", "t1", "--all"]);
+        assert_eq!(named.with_last_as("t2"), named.args());
     }
 
     #[test]

@@ -32,9 +32,11 @@ pub mod exec;
 mod history;
 pub mod jsonrpc;
 pub mod messages;
+mod thread_id;
 
 pub use classify::{classify_resume_error, exec_resume_error, ResumeFailure};
 pub use codec::{FrameError, NdjsonCodec};
 pub use error_code::ErrorCode;
 pub use history::HistoryMode;
 pub use jsonrpc::{Envelope, EnvelopeError, Message, MessageKind, RequestId, RpcError};
+pub use thread_id::ThreadId;

@@ -220,6 +220,7 @@ pub struct ThreadStartResponse {
 #[non_exhaustive]
 pub struct ThreadResumeParams {
     /// The thread to resume.
+    #[serde(deserialize_with = "crate::thread_id::canonical")]
     pub thread_id: String,
     /// Leave the earlier turns out of the response (the host has its own transcript).
     /// 0.144.6 needs the `experimentalApi` capability for it.
@@ -253,6 +254,7 @@ pub type ThreadResumeResponse = ThreadStartResponse;
 #[serde(rename_all = "camelCase")]
 pub struct ThreadReadParams {
     /// The thread to read.
+    #[serde(deserialize_with = "crate::thread_id::canonical")]
     pub thread_id: String,
     /// Include the turns (a full-history read; refused for paginated threads by 0.144.6).
     #[serde(default)]
@@ -272,6 +274,7 @@ pub struct ThreadReadResponse {
 #[serde(rename_all = "camelCase")]
 pub struct ThreadTurnsListParams {
     /// The thread whose turns to list.
+    #[serde(deserialize_with = "crate::thread_id::canonical")]
     pub thread_id: String,
     /// Page size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -355,6 +358,7 @@ impl UserInput {
 #[non_exhaustive]
 pub struct TurnStartParams {
     /// The thread to run the turn on.
+    #[serde(deserialize_with = "crate::thread_id::canonical")]
     pub thread_id: String,
     /// The user's input.
     pub input: Vec<UserInput>,
@@ -386,6 +390,7 @@ pub struct TurnStartResponse {
 #[serde(rename_all = "camelCase")]
 pub struct TurnInterruptParams {
     /// The thread.
+    #[serde(deserialize_with = "crate::thread_id::canonical")]
     pub thread_id: String,
     /// The turn to stop.
     pub turn_id: String,
@@ -399,7 +404,8 @@ pub struct TurnInterruptResponse {}
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Thread {
-    /// The thread id (a UUIDv7 in codex).
+    /// The thread id (a UUIDv7 in codex), read in its canonical form ([`crate::ThreadId`]).
+    #[serde(deserialize_with = "crate::thread_id::canonical")]
     pub id: String,
     /// The history contract; absent on the wire means legacy.
     #[serde(default)]

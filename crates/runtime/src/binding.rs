@@ -2,7 +2,7 @@
 //! sends a request to codex, none decides a rule.
 
 use rethread_protocol::messages::ThreadStartParams;
-use rethread_protocol::ResumeFailure;
+use rethread_protocol::{ResumeFailure, ThreadId};
 use rethread_store::{
     BindingState, BindingStore, CommitOutcome, Fence, Retirement, SessionRecord, StoreError,
     TurnCommit,
@@ -178,6 +178,46 @@ pub async fn read_stored(
     session_id: &str,
 ) -> Result<Stored, RuntimeError> {
     Ok(stored_of(store.session(session_id).await?.as_ref()))
+}
+
+/// The thread a session's client names, decided once for every driver (`docs/design.md`, "A
+/// thread the client names"): `thread/resume`, `thread/fork` or any request naming a
+/// `threadId` (`rethread app-server`), `exec resume <id>` and `exec fork <id>`; `named` `None`
+/// is `exec resume --last`, the session's own bound thread. Returns the thread's canonical id
+/// when it is the session's own or no session's. `by_name`: the driver's codex reads text that
+/// is not a UUID as a thread name (`codex exec`), a thread rethread cannot check.
+///
+/// # Errors
+/// [`RuntimeError::ThreadTaken`] for another session's thread, in any spelling;
+/// [`RuntimeError::ThreadUnnamed`] for `--last` while the session has no bound thread, or a
+/// name with `by_name`; a store failure.
+pub async fn client_thread(
+    store: &dyn BindingStore,
+    session_id: &str,
+    named: Option<&str>,
+    by_name: bool,
+) -> Result<ThreadId, RuntimeError> {
+    let unnamed = |reason: &str| RuntimeError::ThreadUnnamed {
+        session_id: session_id.to_string(),
+        reason: reason.to_string(),
+    };
+    let thread = match named {
+        Some(named) => ThreadId::new(named),
+        None => match read_stored(store, session_id).await? {
+            Stored::Bound { thread_id } => return Ok(ThreadId::new(&thread_id)),
+            _ => return Err(unnamed("`resume --last` picks the newest thread of CODEX_HOME, which may be another session's, and this session has no thread yet (run without `resume` to start one)")),
+        },
+    };
+    if by_name && !thread.is_uuid() {
+        return Err(unnamed(&format!("`{thread}` is not a thread id, and codex would look it up as a thread name, which may be another session's thread (name it by id)")));
+    }
+    match store.thread_session(thread.as_str()).await? {
+        Some(owner) if owner != session_id => Err(RuntimeError::ThreadTaken {
+            thread_id: thread.into(),
+            session_id: owner,
+        }),
+        _ => Ok(thread),
+    }
 }
 
 fn stored_of(record: Option<&SessionRecord>) -> Stored {

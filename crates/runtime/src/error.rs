@@ -106,6 +106,15 @@ pub enum RuntimeError {
         /// The session it belongs to.
         session_id: String,
     },
+    /// The client named a thread in a way rethread cannot check before codex runs a turn on it
+    /// (`exec resume --last` in a session with no thread, a thread name); nothing was run.
+    #[error("session {session_id} cannot run the thread the client names: {reason}")]
+    ThreadUnnamed {
+        /// The session.
+        session_id: String,
+        /// Why, for people.
+        reason: String,
+    },
 }
 
 fn lost_to(to: &LeaseLostTo) -> String {
@@ -171,6 +180,7 @@ impl RuntimeError {
             ),
             RuntimeError::Resume { .. }
             | RuntimeError::ThreadTaken { .. }
+            | RuntimeError::ThreadUnnamed { .. }
             | RuntimeError::Internal(_)
             | RuntimeError::TurnFailed { .. }
             | RuntimeError::Sink(_) => false,
@@ -179,7 +189,7 @@ impl RuntimeError {
 
     /// A stable snake_case name of the variant: `client`, `store`, `resume_failed`,
     /// `resume_unavailable`, `thread_busy`, `turn_failed`, `sink`, `session_busy`,
-    /// `lease_lost`, `thread_taken`, `internal`.
+    /// `lease_lost`, `thread_taken`, `thread_unnamed`, `internal`.
     pub fn kind(&self) -> &'static str {
         match self {
             RuntimeError::Client(_) => "client",
@@ -192,6 +202,7 @@ impl RuntimeError {
             RuntimeError::SessionBusy { .. } => "session_busy",
             RuntimeError::LeaseLost { .. } => "lease_lost",
             RuntimeError::ThreadTaken { .. } => "thread_taken",
+            RuntimeError::ThreadUnnamed { .. } => "thread_unnamed",
             RuntimeError::Internal(_) => "internal",
         }
     }

@@ -352,10 +352,16 @@ fn dispatch(
     params: Option<Value>,
     faults: &[Fault],
 ) {
-    let Some(params) = params else {
+    let Some(mut params) = params else {
         emitter.respond(id, Err(invalid("missing field `params`")));
         return;
     };
+    // codex reads a thread id as a UUID in any spelling, and writes it lower-case hyphenated.
+    if let Some(thread) = params.get_mut("threadId") {
+        if let Some(uuid) = thread.as_str().and_then(|id| uuid::Uuid::parse_str(id).ok()) {
+            *thread = Value::String(uuid.to_string());
+        }
+    }
     let handled = match method {
         "initialize" => initialize(&mut lock(proc), &params),
         "thread/start" => threads::thread_start(&mut lock(proc), emitter, id, &params),

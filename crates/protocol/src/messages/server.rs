@@ -14,6 +14,7 @@ pub struct ThreadStartedNotification {
 #[serde(rename_all = "camelCase")]
 pub struct TurnNotification {
     /// The thread.
+    #[serde(deserialize_with = "crate::thread_id::canonical")]
     pub thread_id: String,
     /// The turn (with its items on completion).
     pub turn: Turn,
@@ -24,6 +25,7 @@ pub struct TurnNotification {
 #[serde(rename_all = "camelCase")]
 pub struct ItemNotification {
     /// The thread.
+    #[serde(deserialize_with = "crate::thread_id::canonical")]
     pub thread_id: String,
     /// The turn.
     pub turn_id: String,
@@ -36,6 +38,7 @@ pub struct ItemNotification {
 #[serde(rename_all = "camelCase")]
 pub struct AgentMessageDeltaNotification {
     /// The thread.
+    #[serde(deserialize_with = "crate::thread_id::canonical")]
     pub thread_id: String,
     /// The turn.
     pub turn_id: String,
@@ -79,6 +82,7 @@ pub struct ThreadTokenUsage {
 #[serde(rename_all = "camelCase")]
 pub struct TokenUsageUpdatedNotification {
     /// The thread.
+    #[serde(deserialize_with = "crate::thread_id::canonical")]
     pub thread_id: String,
     /// The turn.
     pub turn_id: String,
@@ -91,6 +95,7 @@ pub struct TokenUsageUpdatedNotification {
 #[serde(rename_all = "camelCase")]
 pub struct ErrorNotification {
     /// The thread.
+    #[serde(deserialize_with = "crate::thread_id::canonical")]
     pub thread_id: String,
     /// The turn.
     pub turn_id: String,

@@ -11,7 +11,7 @@ use rethread_store::Unpoisoned;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use rethread_protocol::messages::{ItemNotification, TurnNotification, TurnStatus};
-use rethread_protocol::{ErrorCode, Message, RequestId, RpcError};
+use rethread_protocol::{ErrorCode, Message, RequestId, RpcError, ThreadId};
 use rethread_runtime::binding::{self, MachineAccess, StoreSide};
 use rethread_runtime::machine::{Action, DriverAction, Say, SessionMachine};
 use rethread_runtime::{
@@ -298,32 +298,34 @@ impl BindingHooks {
         self.say_forgot(ctx, forgot).await
     }
 
-    /// A `thread/resume` of a thread that belongs to another session of the store: refused
-    /// (two sessions on one thread would lock each other out and fork both conversations).
-    /// `None` lets it through.
+    /// A request naming a thread (`threadId`: resume, fork, reads, rollback, archive, turns)
+    /// that is not the session's: [`binding::client_thread`] decides; `None` lets it through.
     async fn refuse_foreign_thread(&self, line: &Line) -> Option<RpcError> {
         let ThreadIdOf { thread_id } = params(line)?;
-        let owner = match self.store.thread_session(&thread_id).await {
-            Ok(owner) => owner?,
-            Err(error) => {
-                let message = format!(
-                    "rethread could not check which session owns thread {thread_id}: {error}"
-                );
-                return Some(RpcError::new(ErrorCode::INTERNAL_ERROR, message));
-            }
-        };
-        let session = &self.session_id;
-        if owner == *session {
+        if self.state().machine.thread_id() == Some(thread_id.as_str()) {
             return None;
         }
+        let session = &self.session_id;
+        let store = self.store.as_ref();
+        let error = binding::client_thread(store, session, Some(&thread_id), false)
+            .await
+            .err()?;
+        let RuntimeError::ThreadTaken {
+            session_id: owner, ..
+        } = &error
+        else {
+            let message =
+                format!("rethread could not check which session owns thread {thread_id}: {error}");
+            return Some(RpcError::new(ErrorCode::INTERNAL_ERROR, message));
+        };
         Some(RpcError {
             code: ErrorCode::INVALID_REQUEST,
             message: format!(
-                "thread {thread_id} belongs to rethread session {owner}; it cannot be resumed \
-                 in session {session}"
+                "thread {thread_id} belongs to rethread session {owner}; session {session} \
+                 cannot use it"
             ),
             data: Some(json!({"rethread": {
-                "kind": "thread_taken",
+                "kind": error.kind(),
                 "sessionId": session,
                 "threadId": thread_id,
                 "ownerSessionId": owner,
@@ -493,6 +495,11 @@ impl SessionHooks for BindingHooks {
         let (LineKind::Request, Some(id)) = (line.kind(), line.id().cloned()) else {
             return Ok(ClientAction::Forward);
         };
+        if let Some(refusal) = self.refuse_foreign_thread(line).await {
+            ctx.send_to_client(Line::error_response(Some(id), refusal))
+                .await?;
+            return Ok(ClientAction::Consumed);
+        }
         match line.method() {
             Some("thread/start") => {
                 // Unless it opens the session's thread, it is the client's own.
@@ -505,15 +512,7 @@ impl SessionHooks for BindingHooks {
                 self.expect(ctx, id, Pending::ClientThread { ephemeral, stored })
                     .await?;
             }
-            Some("thread/resume") => match self.refuse_foreign_thread(line).await {
-                Some(refusal) => {
-                    ctx.send_to_client(Line::error_response(Some(id), refusal))
-                        .await?;
-                    return Ok(ClientAction::Consumed);
-                }
-                None => self.client_thread(ctx, id).await?,
-            },
-            Some("thread/fork") => self.client_thread(ctx, id).await?,
+            Some("thread/resume" | "thread/fork") => self.client_thread(ctx, id).await?,
             Some("turn/start") => {
                 if let Some(start) = params::<TurnStartInput>(line) {
                     let session_thread =
@@ -603,6 +602,7 @@ fn result<R: DeserializeOwned>(line: &Line) -> Option<R> {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct TurnStartInput {
+    #[serde(deserialize_with = "canonical")]
     thread_id: String,
     #[serde(default)]
     input: Vec<Value>,
@@ -611,6 +611,7 @@ struct TurnStartInput {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ThreadIdOf {
+    #[serde(deserialize_with = "canonical")]
     thread_id: String,
 }
 
@@ -627,6 +628,11 @@ struct TurnOf {
 #[derive(Deserialize)]
 struct IdOf {
     id: String,
+}
+
+/// A thread id member, read in its canonical form.
+fn canonical<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(ThreadId::deserialize(d)?.into())
 }
 
 /// The thread an answer (`thread/start`, `thread/resume`, `thread/fork`) names.

@@ -252,9 +252,9 @@ async fn drive(run: &ExecArgs, prompt: String, builder: FakeBuilder) -> Result<u
         return Ok(1);
     }
     client.send(json!({"method": "initialized"})).await?;
-    let resume = run
-        .thread_id()
-        .filter(|id| uuid::Uuid::parse_str(id).is_ok());
+    // The fake does not fork: a `fork` starts a new thread.
+    let resume = (run.thread_id())
+        .filter(|id| run.subcommand() == Some("resume") && uuid::Uuid::parse_str(id).is_ok());
     let opened = match resume {
         Some(id) => {
             client
