@@ -244,13 +244,17 @@ async fn a_thread_of_another_session_cannot_be_resumed_in_this_one() {
     let mut proxied = proxy(hooks(&store).await, read, write, |o| o);
     let client = &mut proxied.client;
     client.initialize(false).await.unwrap();
-    let answer = client
-        .request("thread/resume", Some(json!({"threadId": theirs})))
-        .await
-        .unwrap();
-    assert_eq!(answer["error"]["code"], -32600, "{answer}");
-    assert_eq!(answer["error"]["data"]["rethread"]["kind"], "thread_taken");
-    assert_eq!(answer["error"]["data"]["rethread"]["ownerSessionId"], "b");
+    // Issue 34: in every spelling codex reads, and whatever the request.
+    let upper = theirs.to_uppercase();
+    for spelling in [theirs.as_str(), &upper, &theirs.replace('-', "")] {
+        for method in ["thread/resume", "thread/fork", "thread/read", "thread/turns/list"] {
+            let params = json!({"threadId": spelling, "includeTurns": true});
+            let answer = client.request(method, Some(params)).await.unwrap();
+            assert_eq!(answer["error"]["code"], -32600, "{answer}");
+            assert_eq!(answer["error"]["data"]["rethread"]["kind"], "thread_taken");
+            assert_eq!(answer["error"]["data"]["rethread"]["ownerSessionId"], "b");
+        }
+    }
     // A turn sent anyway on B's thread (codex never resumed it here) records nothing for A.
     let _ = client.run_turn(&theirs, "sneaky", None).await;
     assert_eq!(

@@ -21,7 +21,7 @@ use tokio::io::AsyncWriteExt;
 use super::process::{field, write_stderr, Exit, First, Process};
 use super::{exec_args, kind_of, Kind, Setup};
 use crate::chat::{late_signal, SIGNAL_GRACE};
-use crate::output::{self, Interrupted, UsageError};
+use crate::output::{self, Interrupted};
 
 /// Runs the session's turn: the store and the lease first, then codex; the lease is released
 /// however it ends. Returns the exit code.
@@ -203,26 +203,22 @@ impl Driver<'_> {
         }
     }
 
-    /// A run that names its own thread (`resume <id>`, `fork`): its arguments as given; the
-    /// machine decides on `thread.started` whether the thread is the session's.
+    /// A run that names its own thread (`resume <id>`, `fork <id>`, `resume --last`): refused
+    /// unless [`binding::client_thread`] lets the session use that thread (`--last` pinned to
+    /// the session's own); the machine decides on `thread.started` whether it is recorded.
     async fn own_thread(&mut self, mut signal: Signal<'_>) -> Result<u8, BoxError> {
         let (setup, store) = (self.setup, self.side.store);
-        if let Some(thread_id) = setup.run.thread_id() {
-            if let Some(owner) = store.thread_session(thread_id).await? {
-                if owner != setup.session {
-                    return Err(Box::new(UsageError(format!(
-                        "thread {thread_id} belongs to rethread session {owner}; it cannot be \
-                         resumed in session {}",
-                        setup.session
-                    ))));
-                }
-            }
-        }
+        let (named, run) = (setup.run.thread_id(), &setup.run);
+        let args = match named.is_some() || run.has_flag("last") {
+            true => run.with_last_as(
+                binding::client_thread(store, &setup.session, named, true)
+                    .await?
+                    .as_str(),
+            ),
+            false => run.args().to_vec(),
+        };
         let stored = binding::read_stored(store, &setup.session).await?;
-        match self
-            .start_process(setup.run.args(), signal.as_mut())
-            .await?
-        {
+        match self.start_process(&args, signal.as_mut()).await? {
             (process, First::Started { thread_id, lines }) => {
                 let machine = &mut self.machine;
                 machine.handle_client_thread(&thread_id, false, Some(&stored));
