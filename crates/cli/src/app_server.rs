@@ -222,7 +222,7 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServer
         Ok(settings) => settings,
         Err(cause) => return output::fail(&cause, output::EXIT_USAGE),
     };
-    let command = CodexCommand::new(codex)
+    let command = crate::codex_child::codex_command(codex)
         .global_args(globals.codex_global_args())
         .args(args.args);
     let store = args.store.url;

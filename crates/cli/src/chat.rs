@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_runtime::{
-    AppServerClient, BinderOptions, BoxError, ClientError, CodexCommand, OpenOutcome, RuntimeError,
+    AppServerClient, BinderOptions, BoxError, ClientError, OpenOutcome, RuntimeError,
     SessionBinder, StatusEvent, StatusKind, StatusRail, TurnEnd, TurnInput, TurnReport,
 };
 use rethread_store::BindingStore;
@@ -97,7 +97,7 @@ pub(crate) async fn main(command: ChatCommand) -> CliResult {
     let mut signal = pin!(interrupted());
     let spawned = AppServerClient::builder()
         .rail(rail.clone())
-        .spawn(&CodexCommand::new(&codex))
+        .spawn(&crate::codex_child::codex_command(&codex))
         .await;
     let conversation = match spawned {
         Ok(client) => {

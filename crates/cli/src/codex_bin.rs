@@ -68,7 +68,7 @@ fn file_id(_file: &Path) -> Option<(u64, u64)> {
     None
 }
 
-fn is_executable_file(path: &Path) -> bool {
+pub(crate) fn is_executable_file(path: &Path) -> bool {
     let Ok(meta) = std::fs::metadata(path) else {
         return false;
     };

@@ -12,9 +12,7 @@
 
 use comfy_table::{Cell, Color};
 use futures::StreamExt;
-use rethread_runtime::{
-    probe_thread, AppServerClient, CodexCommand, RolloutMirror, StatusRail, ThreadHealth,
-};
+use rethread_runtime::{probe_thread, AppServerClient, RolloutMirror, StatusRail, ThreadHealth};
 use rethread_store::{Binding, BindingStore, StoreError};
 use serde_json::json;
 
@@ -61,7 +59,9 @@ pub(crate) async fn run(args: DoctorArgs) -> CliResult {
         let client = AppServerClient::builder()
             .rail(StatusRail::tracing())
             // Resolved only now: with no binding, no codex is needed.
-            .spawn(&CodexCommand::new(args.codex_bin.resolve()?))
+            .spawn(&crate::codex_child::codex_command(
+                &args.codex_bin.resolve()?,
+            ))
             .await?;
         let bar = output::progress(bound.len() as u64, "probing");
         rows = probe_all(bound, args.jobs.into(), |bound| {

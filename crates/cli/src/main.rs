@@ -11,6 +11,7 @@ mod app_server;
 mod as_codex;
 mod chat;
 mod codex_bin;
+mod codex_child;
 #[cfg(feature = "demo")]
 mod demo;
 mod doctor;
@@ -151,6 +152,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Started by rethread to become codex (`codex_child.rs`).
+    if let Some(code) = codex_child::main_if_shim() {
+        return code;
+    }
     // Installed as `codex` (a link named so): every argument is codex's.
     if let Some(code) = as_codex::main_if_named_codex() {
         return code;

@@ -62,7 +62,9 @@ impl Process {
         args: &[OsString],
         stdin: Option<&[u8]>,
     ) -> std::io::Result<Process> {
-        let mut child = Command::new(program)
+        let (binary, prefix) = crate::codex_child::launch(program);
+        let mut child = Command::new(binary)
+            .args(prefix)
             .args(args)
             .stdin(stdin.map_or(Stdio::inherit(), |_| Stdio::piped()))
             .stdout(Stdio::piped())
