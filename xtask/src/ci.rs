@@ -33,7 +33,7 @@ const REAL_CODEX: [(&str, Option<&[&str]>); 15] = [
     // and PostgreSQL when RETHREAD_TEST_POSTGRES_URL is set, as .ci/run sets it).
     ("fleet", None),
     ("client_thread", None), // rethread-cli: a thread the client names (issue 34)
-    ("parity", None), // rethread-fake-appserver, and the four below
+    ("parity", None),        // rethread-fake-appserver, and the four below
     ("exec_parity", None),
     ("shared_home", None),
     ("real_smoke", None),

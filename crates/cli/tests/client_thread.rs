@@ -47,7 +47,12 @@ fn store_url(home: &Path) -> String {
 /// with the real codex, `prompt` on stdin.
 fn exec(codex: &Path, home: &Path, session: &str, args: &[&str], prompt: &str) -> Output {
     let mut child = Command::new(rethread())
-        .args(["exec", "--experimental-json", "--skip-git-repo-check", "--cd"])
+        .args([
+            "exec",
+            "--experimental-json",
+            "--skip-git-repo-check",
+            "--cd",
+        ])
         .arg(home)
         .args(args)
         .env("CODEX_HOME", home)
@@ -87,7 +92,14 @@ fn started_thread(output: &Output) -> String {
 /// `rethread sessions show ID --json`.
 fn session(home: &Path, id: &str) -> Value {
     let output = Command::new(rethread())
-        .args(["--store", &store_url(home), "sessions", "show", id, "--json"])
+        .args([
+            "--store",
+            &store_url(home),
+            "sessions",
+            "show",
+            id,
+            "--json",
+        ])
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", describe(&output));
@@ -109,15 +121,36 @@ fn exec_never_continues_or_forks_another_sessions_thread_in_any_spelling() {
     let before = model.model_requests().len();
     for spelling in spellings(&alice) {
         for sub in ["resume", "fork"] {
-            let run = exec(&codex, home, "bob", &[sub, &spelling], "bob asks: what is it?");
-            assert_eq!(run.status.code(), Some(1), "{sub} {spelling}: {}", describe(&run));
-            assert!(run.stdout.is_empty(), "{sub} {spelling}: {}", describe(&run));
+            let run = exec(
+                &codex,
+                home,
+                "bob",
+                &[sub, &spelling],
+                "bob asks: what is it?",
+            );
+            assert_eq!(
+                run.status.code(),
+                Some(1),
+                "{sub} {spelling}: {}",
+                describe(&run)
+            );
+            assert!(
+                run.stdout.is_empty(),
+                "{sub} {spelling}: {}",
+                describe(&run)
+            );
             let stderr = String::from_utf8_lossy(&run.stderr);
             assert!(stderr.contains("belongs to session alice"), "{stderr}");
         }
     }
     // `resume --last --all` picks the newest thread of the home (alice's): bob has none yet.
-    let last = exec(&codex, home, "bob", &["resume", "--last", "--all"], "bob asks again");
+    let last = exec(
+        &codex,
+        home,
+        "bob",
+        &["resume", "--last", "--all"],
+        "bob asks again",
+    );
     assert_eq!(last.status.code(), Some(1), "{}", describe(&last));
     assert!(String::from_utf8_lossy(&last.stderr).contains("resume --last"));
     assert_eq!(model.model_requests().len(), before, "nothing of bob's ran");
@@ -125,15 +158,32 @@ fn exec_never_continues_or_forks_another_sessions_thread_in_any_spelling() {
     // Bob's own thread: `--last` is pinned to it, and his own id in another spelling is his.
     let bob = started_thread(&exec(&codex, home, "bob", &[], "bob's word is lion"));
     assert_ne!(bob, alice);
-    let own_last = exec(&codex, home, "bob", &["resume", "--last", "--all"], "bob again");
+    let own_last = exec(
+        &codex,
+        home,
+        "bob",
+        &["resume", "--last", "--all"],
+        "bob again",
+    );
     assert_eq!(started_thread(&own_last), bob);
     let upper = bob.to_uppercase();
     let own = exec(&codex, home, "bob", &["resume", &upper], "bob once more");
     assert_eq!(started_thread(&own), bob, "codex names it canonically");
     let stored = session(home, "bob");
-    assert_eq!(stored["thread_id"], bob.as_str(), "one thread, one spelling");
-    assert_eq!(stored["row_count"], 6, "every run on bob's own thread is recorded");
-    assert_eq!(requests_holding(&model, SECRET), 1, "only alice's own request");
+    assert_eq!(
+        stored["thread_id"],
+        bob.as_str(),
+        "one thread, one spelling"
+    );
+    assert_eq!(
+        stored["row_count"], 6,
+        "every run on bob's own thread is recorded"
+    );
+    assert_eq!(
+        requests_holding(&model, SECRET),
+        1,
+        "only alice's own request"
+    );
 
     // Alice's thread holds nothing of bob's.
     let next = exec(&codex, home, "alice", &[], "alice again");
@@ -154,9 +204,10 @@ async fn app_server(codex: &Path, home: &Path, session: &str) -> AppServerProces
         ("RETHREAD_SESSION", session),
         ("RETHREAD_STORE", store.as_str()),
     ];
-    let mut server = AppServerProcess::spawn_with(&rethread(), home, &["--listen", "stdio://"], &env)
-        .await
-        .unwrap();
+    let mut server =
+        AppServerProcess::spawn_with(&rethread(), home, &["--listen", "stdio://"], &env)
+            .await
+            .unwrap();
     server.peer.initialize(false).await.unwrap();
     server
 }
@@ -177,20 +228,32 @@ async fn app_server_never_resumes_forks_or_reads_another_sessions_thread_in_any_
     let home = home.path();
     let mut first = app_server(&codex, home, "alice").await;
     let started = first.peer.start_thread().await.unwrap();
-    let alice = started["result"]["thread"]["id"].as_str().unwrap().to_string();
+    let alice = started["result"]["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     first.peer.run_turn(&alice, SECRET, None).await.unwrap();
     close(first).await;
 
     let mut bob = app_server(&codex, home, "bob").await;
     let started = bob.peer.start_thread().await.unwrap();
-    let own = started["result"]["thread"]["id"].as_str().unwrap().to_string();
+    let own = started["result"]["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     for spelling in spellings(&alice) {
         let asks = [
             ("thread/resume", json!({"threadId": spelling})),
             ("thread/fork", json!({"threadId": spelling})),
-            ("thread/read", json!({"threadId": spelling, "includeTurns": true})),
+            (
+                "thread/read",
+                json!({"threadId": spelling, "includeTurns": true}),
+            ),
             ("thread/turns/list", json!({"threadId": spelling})),
-            ("thread/rollback", json!({"threadId": spelling, "numTurns": 1})),
+            (
+                "thread/rollback",
+                json!({"threadId": spelling, "numTurns": 1}),
+            ),
             ("thread/archive", json!({"threadId": spelling})),
             (
                 "turn/start",
@@ -200,25 +263,55 @@ async fn app_server_never_resumes_forks_or_reads_another_sessions_thread_in_any_
         for (method, params) in asks {
             let answer = bob.peer.request(method, Some(params)).await.unwrap();
             let refusal = &answer["error"]["data"]["rethread"];
-            assert_eq!(refusal["kind"], "thread_taken", "{method} {spelling}: {answer}");
+            assert_eq!(
+                refusal["kind"], "thread_taken",
+                "{method} {spelling}: {answer}"
+            );
             assert_eq!(refusal["ownerSessionId"], "alice", "{answer}");
             assert_eq!(refusal["threadId"], alice.as_str(), "canonical: {answer}");
         }
     }
     // Bob's own thread, named upper-cased, is his.
-    bob.peer.run_turn(&own, "bob's word is lion", None).await.unwrap();
+    bob.peer
+        .run_turn(&own, "bob's word is lion", None)
+        .await
+        .unwrap();
     let resumed = bob
         .peer
-        .request("thread/resume", Some(json!({"threadId": own.to_uppercase()})))
+        .request(
+            "thread/resume",
+            Some(json!({"threadId": own.to_uppercase()})),
+        )
         .await
         .unwrap();
     assert_eq!(resumed["result"]["thread"]["id"], own.as_str(), "{resumed}");
-    let turn = bob.peer.run_turn(&own.to_uppercase(), "bob again", None).await.unwrap();
-    assert_eq!(turn.status().as_deref(), Some("completed"), "{:?}", turn.messages);
+    let turn = bob
+        .peer
+        .run_turn(&own.to_uppercase(), "bob again", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        turn.status().as_deref(),
+        Some("completed"),
+        "{:?}",
+        turn.messages
+    );
     close(bob).await;
-    assert_eq!(requests_holding(&model, SECRET), 1, "only alice's own request");
+    assert_eq!(
+        requests_holding(&model, SECRET),
+        1,
+        "only alice's own request"
+    );
     let stored = session(home, "bob");
-    assert_eq!(stored["thread_id"], own.as_str(), "one thread, one spelling");
+    assert_eq!(
+        stored["thread_id"],
+        own.as_str(),
+        "one thread, one spelling"
+    );
     assert_eq!(stored["row_count"], 4, "both of bob's turns are recorded");
-    assert_eq!(session(home, "alice")["row_count"], 2, "alice's thread untouched");
+    assert_eq!(
+        session(home, "alice")["row_count"],
+        2,
+        "alice's thread untouched"
+    );
 }

@@ -247,7 +247,12 @@ async fn a_thread_of_another_session_cannot_be_resumed_in_this_one() {
     // Issue 34: in every spelling codex reads, and whatever the request.
     let upper = theirs.to_uppercase();
     for spelling in [theirs.as_str(), &upper, &theirs.replace('-', "")] {
-        for method in ["thread/resume", "thread/fork", "thread/read", "thread/turns/list"] {
+        for method in [
+            "thread/resume",
+            "thread/fork",
+            "thread/read",
+            "thread/turns/list",
+        ] {
             let params = json!({"threadId": spelling, "includeTurns": true});
             let answer = client.request(method, Some(params)).await.unwrap();
             assert_eq!(answer["error"]["code"], -32600, "{answer}");

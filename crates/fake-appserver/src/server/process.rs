@@ -358,7 +358,10 @@ fn dispatch(
     };
     // codex reads a thread id as a UUID in any spelling, and writes it lower-case hyphenated.
     if let Some(thread) = params.get_mut("threadId") {
-        if let Some(uuid) = thread.as_str().and_then(|id| uuid::Uuid::parse_str(id).ok()) {
+        if let Some(uuid) = thread
+            .as_str()
+            .and_then(|id| uuid::Uuid::parse_str(id).ok())
+        {
             *thread = Value::String(uuid.to_string());
         }
     }
