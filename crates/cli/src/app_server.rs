@@ -213,7 +213,7 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServer
         let mut argv = globals.codex_global_args();
         argv.push("app-server".into());
         argv.extend(args.args);
-        return crate::exec::hand_over(codex, &argv);
+        return crate::hand_over(codex, &argv);
     }
     let no_mirror = globals.no_mirror || args.no_mirror;
     let settings =

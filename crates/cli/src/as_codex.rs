@@ -45,7 +45,7 @@ fn run(args: Vec<OsString>) -> ExitCode {
         .filter(|s| !s.is_empty());
     let (globals, rest) = split_globals(&args);
     let Some((command, rest)) = rest.split_first() else {
-        return exec::hand_over(&codex, &args);
+        return crate::hand_over(&codex, &args);
     };
     match command.to_str() {
         Some("exec" | "e") => exec::main(&codex, store.as_deref(), globals, rest.to_vec()),
@@ -65,10 +65,10 @@ fn run(args: Vec<OsString>) -> ExitCode {
                     &parsed,
                     crate::app_server::AppServerArgs::verbatim(store, rest.to_vec()),
                 ),
-                Err(_) => exec::hand_over(&codex, &args),
+                Err(_) => crate::hand_over(&codex, &args),
             }
         }
-        _ => exec::hand_over(&codex, &args),
+        _ => crate::hand_over(&codex, &args),
     }
 }
 

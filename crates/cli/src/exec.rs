@@ -113,7 +113,7 @@ pub(crate) fn main(
     };
     let kind = kind_of(&run);
     let Some(session) = session.filter(|_| kind != Kind::PassThrough) else {
-        return hand_over(codex, &exec_args(&globals, run.args()));
+        return crate::hand_over(codex, &exec_args(&globals, run.args()));
     };
     // codex refuses it; taken for the session's run it would change meaning (`-m` and then
     // `resume <id>` is `-m resume <id>`: a new thread prompted with the id).
@@ -142,24 +142,6 @@ pub(crate) fn main(
         Duration::from_secs(1),
     );
     output::run_to_exit(runtime, linger, "exec: ", driver::run(&setup))
-}
-
-/// Runs `codex ARGS...` in this process's place (Unix: the same process, so every byte,
-/// signal and exit code is codex's); elsewhere as a child whose exit code is passed on.
-pub(crate) fn hand_over(codex: &Path, args: &[OsString]) -> ExitCode {
-    let mut command = std::process::Command::new(codex);
-    command.args(args);
-    let cannot = |error| format!("could not start `{}`: {error}", codex.display());
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::CommandExt;
-        output::fail(&cannot(command.exec()), output::EXIT_FAILED)
-    }
-    #[cfg(not(unix))]
-    match command.status() {
-        Ok(status) => ExitCode::from(status.code().map_or(1, |c| c as u8)),
-        Err(error) => output::fail(&cannot(error), output::EXIT_FAILED),
-    }
 }
 
 /// Reads the run's prompt: stdin (at most 1 MiB, UTF-8, not empty), or the argument with a

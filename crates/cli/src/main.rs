@@ -22,7 +22,8 @@ mod output;
 mod sessions;
 mod verify;
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -446,4 +447,22 @@ struct OpenStoreError {
     /// The URL, password redacted.
     url: String,
     source: StoreError,
+}
+
+/// Runs `codex ARGS...` in this process's place (Unix: the same process, so every byte,
+/// signal and exit code is codex's); elsewhere as a child whose exit code is passed on.
+pub(crate) fn hand_over(codex: &Path, args: &[OsString]) -> ExitCode {
+    let mut command = std::process::Command::new(codex);
+    command.args(args);
+    let cannot = |error| format!("could not start `{}`: {error}", codex.display());
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        output::fail(&cannot(command.exec()), output::EXIT_FAILED)
+    }
+    #[cfg(not(unix))]
+    match command.status() {
+        Ok(status) => ExitCode::from(status.code().map_or(1, |c| c as u8)),
+        Err(error) => output::fail(&cannot(error), output::EXIT_FAILED),
+    }
 }

@@ -4,9 +4,9 @@
 
 use std::future::Future;
 
-use crate::logic::{LeaseOp, ReadOp, WriteOp};
+use crate::logic::{self, LeaseOp, ReadOp, ReadTxn, WriteOp, WriteTxn};
 use crate::Result;
-use crate::{BindingStore, Clock, StoreError, VerifyProgress, VerifyReport};
+use crate::{BindingStore, Clock, Prune, PruneReport, StoreError, VerifyProgress, VerifyReport};
 
 /// How a backend runs operations.
 pub(crate) trait Backend: Send + Sync + 'static {
@@ -73,6 +73,37 @@ pub(crate) fn join_error(what: &str, error: tokio::task::JoinError) -> StoreErro
     match error.is_panic() {
         true => StoreError::Internal(format!("{what} panicked: {error}")),
         false => StoreError::Closed,
+    }
+}
+
+/// [`BindingStore::prune_sessions`] on `backend`: a read lists a page of candidates, a write
+/// per batch removes those still idle (`logic::prune`).
+pub(crate) async fn prune<B: Backend>(backend: &B, prune: &Prune) -> Result<PruneReport> {
+    let idle_ms = prune.idle.as_millis().min(i64::MAX as u128) as i64;
+    let (batch, dry_run) = (prune.batch.max(1), prune.dry_run);
+    let mut report = PruneReport::default();
+    let mut after: Option<String> = None;
+    loop {
+        // Candidates by this host's clock; each write checks again by the store's.
+        let cutoff = backend.clock().now_ms().saturating_sub(idle_ms);
+        let from = after.take();
+        let read = move |txn: &mut dyn ReadTxn| {
+            logic::prune::idle_page(txn, from.as_deref(), cutoff, batch)
+        };
+        let (ids, next) = backend.read(read).await?;
+        if !ids.is_empty() {
+            let locked = ids.clone();
+            let write = move |txn: &mut dyn WriteTxn, now| {
+                logic::prune::prune_batch(txn, now, &ids, idle_ms, dry_run)
+            };
+            let done = backend.write_sessions(locked, write).await?;
+            report.sessions.extend(done.removed);
+            report.kept_leased.extend(done.leased);
+        }
+        match next {
+            Some(next) => after = Some(next),
+            None => return Ok(report),
+        }
     }
 }
 
@@ -207,7 +238,7 @@ macro_rules! backend_store {
                 }
 
                 async fn prune_sessions(&self, prune: Prune) -> Result<PruneReport> {
-                    logic::prune::run(&self.$backend, &prune).await
+                    crate::adapter::prune(&self.$backend, &prune).await
                 }
 
                 async fn session_bytes(&self, session_ids: &[String]) -> Result<Vec<StoredBytes>> {

@@ -4,20 +4,19 @@
 //!
 //! Idleness is decided per kind of record; today sessions only. A kind added later (a thread
 //! kept without a session) gets its own candidate read and removal here, and a list of its
-//! own in [`PruneReport`].
+//! own in [`PruneReport`](crate::PruneReport).
 
 use super::leases::Grant;
 use super::{ReadTxn, WriteTxn};
-use crate::adapter::Backend;
 use crate::Result;
-use crate::{Prune, PruneReport, PrunedSession, StoredBytes};
+use crate::{PrunedSession, StoredBytes};
 
 /// How many records one candidate read looks at, per session of a batch.
 const SCAN_PER_BATCH: usize = 8;
 
 /// Up to `batch` sessions after `after` last written before `cutoff`, and where the next read
 /// starts (`None`: the end).
-fn idle_page(
+pub(crate) fn idle_page(
     txn: &mut dyn ReadTxn,
     after: Option<&str>,
     cutoff: i64,
@@ -40,14 +39,14 @@ fn idle_page(
 
 /// What one batch's write removed, and kept for a live lease.
 #[derive(Default)]
-struct Batch {
-    removed: Vec<PrunedSession>,
-    leased: Vec<String>,
+pub(crate) struct Batch {
+    pub(crate) removed: Vec<PrunedSession>,
+    pub(crate) leased: Vec<String>,
 }
 
 /// Removes each of `ids` still idle at `now` and whose lease is not live (unless `dry_run`):
 /// record, rows, mirror, threads, and lease record.
-fn prune_batch(
+pub(crate) fn prune_batch(
     txn: &mut dyn WriteTxn,
     now: i64,
     ids: &[String],
@@ -86,33 +85,6 @@ fn prune_batch(
         });
     }
     Ok(batch)
-}
-
-/// [`BindingStore::prune_sessions`](crate::BindingStore::prune_sessions) on `backend`.
-pub(crate) async fn run<B: Backend>(backend: &B, prune: &Prune) -> Result<PruneReport> {
-    let idle_ms = prune.idle.as_millis().min(i64::MAX as u128) as i64;
-    let (batch, dry_run) = (prune.batch.max(1), prune.dry_run);
-    let mut report = PruneReport::default();
-    let mut after: Option<String> = None;
-    loop {
-        // Candidates by this host's clock; each write checks again by the store's.
-        let cutoff = backend.clock().now_ms().saturating_sub(idle_ms);
-        let from = after.take();
-        let read = move |txn: &mut dyn ReadTxn| idle_page(txn, from.as_deref(), cutoff, batch);
-        let (ids, next) = backend.read(read).await?;
-        if !ids.is_empty() {
-            let locked = ids.clone();
-            let write =
-                move |txn: &mut dyn WriteTxn, now| prune_batch(txn, now, &ids, idle_ms, dry_run);
-            let done = backend.write_sessions(locked, write).await?;
-            report.sessions.extend(done.removed);
-            report.kept_leased.extend(done.leased);
-        }
-        match next {
-            Some(next) => after = Some(next),
-            None => return Ok(report),
-        }
-    }
 }
 
 /// [`BindingStore::session_bytes`](crate::BindingStore::session_bytes): what each session
