@@ -153,6 +153,16 @@ fn exec_never_continues_or_forks_another_sessions_thread_in_any_spelling() {
     );
     assert_eq!(last.status.code(), Some(1), "{}", describe(&last));
     assert!(String::from_utf8_lossy(&last.stderr).contains("resume --last"));
+    // Text that is not an id: codex would look it up as a thread name, whoever's.
+    let named = exec(
+        &codex,
+        home,
+        "bob",
+        &["resume", "alices-thread"],
+        "bob asks",
+    );
+    assert_eq!(named.status.code(), Some(1), "{}", describe(&named));
+    assert!(String::from_utf8_lossy(&named.stderr).contains("not a thread id"));
     assert_eq!(model.model_requests().len(), before, "nothing of bob's ran");
 
     // Bob's own thread: `--last` is pinned to it, and his own id in another spelling is his.
