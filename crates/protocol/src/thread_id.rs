@@ -15,7 +15,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 ///
 /// let id = ThreadId::new("0199A1B2-C3D4-7E5F-8A9B-0C1D2E3F4A5B");
 /// assert_eq!(id.as_str(), "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b");
-/// assert_eq!(ThreadId::new("urn:uuid:0199a1b2c3d47e5f8a9b0c1d2e3f4a5b"), id);
+/// assert_eq!(ThreadId::new("urn:uuid:0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"), id);
+/// assert_eq!(ThreadId::new("0199a1b2c3d47e5f8a9b0c1d2e3f4a5b"), id);
 /// assert!(id.is_uuid() && !ThreadId::new("thr_1").is_uuid());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
