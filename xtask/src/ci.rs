@@ -24,7 +24,7 @@ use crate::{codex, docs, examples, fuzz, modules, node, packaging, proxy, restar
 /// Tests that need a real codex release: (test target, `None` for all of its tests or the
 /// names of those that do). Targets are named across the workspace (`--workspace --test T`),
 /// so the build's features stay those of the offline stage and nothing is rebuilt.
-const REAL_CODEX: [(&str, Option<&[&str]>); 15] = [
+const REAL_CODEX: [(&str, Option<&[&str]>); 16] = [
     ("real_schema", None),  // rethread-protocol
     ("real_codex", None),   // rethread-runtime and rethread-proxy
     ("real_mirror", None),  // rethread-runtime: the rollout mirror on every release
@@ -49,6 +49,11 @@ const REAL_CODEX: [(&str, Option<&[&str]>); 15] = [
             "chat_against_real_codex_remembers_and_fails_closed",
             "doctor_against_real_codex",
         ]),
+    ),
+    // rethread-cli: `exec` under a session, on the fake and then on each release.
+    (
+        "exec",
+        Some(&["an_option_without_its_value_is_refused_never_rewritten"]),
     ),
     (
         "app_server",
