@@ -24,7 +24,7 @@ use crate::{codex, docs, examples, fuzz, modules, node, packaging, proxy, restar
 /// Tests that need a real codex release: (test target, `None` for all of its tests or the
 /// names of those that do). Targets are named across the workspace (`--workspace --test T`),
 /// so the build's features stay those of the offline stage and nothing is rebuilt.
-const REAL_CODEX: [(&str, Option<&[&str]>); 16] = [
+const REAL_CODEX: [(&str, Option<&[&str]>); 17] = [
     ("real_schema", None),  // rethread-protocol
     ("real_codex", None),   // rethread-runtime and rethread-proxy
     ("real_mirror", None),  // rethread-runtime: the rollout mirror on every release
@@ -33,6 +33,7 @@ const REAL_CODEX: [(&str, Option<&[&str]>); 16] = [
     // and PostgreSQL when RETHREAD_TEST_POSTGRES_URL is set, as .ci/run sets it).
     ("fleet", None),
     ("client_thread", None), // rethread-cli: a thread the client names (issue 34)
+    ("child_lifetime", None), // rethread-cli: codex dies with its rethread (issue 34)
     ("parity", None),        // rethread-fake-appserver, and the four below
     ("exec_parity", None),
     ("shared_home", None),

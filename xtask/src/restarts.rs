@@ -24,6 +24,8 @@
 //!   6. a process stopped by SIGINT or SIGTERM that did not finish first exits 130 / 143 with
 //!      an `interrupted` report, and then committed nothing (it said the turn was not
 //!      committed).
+//!   7. a host killed alone (SIGKILL to its pid, not its group; its fake turn made 30 s long)
+//!      leaves no process of its group (its codex) running 5 s after it was reaped.
 //! - `exec` (`restarts/run.rs` too): `rethread exec --experimental-json` processes, one turn
 //!   each with the prompt on stdin (the TypeScript SDK's way), stopped and checked as the
 //!   `chat` hosts are: its JSONL is read as `chat`'s report would be (`thread.started`, the

@@ -1,7 +1,9 @@
 //! One host process of the restart harness: `rethread chat --json`, or `rethread exec
 //! --experimental-json` (the prompt on stdin, as the TypeScript SDK runs it), for one session
 //! and one turn against `fake-codex`, in a process group of its own so that a SIGKILL takes
-//! the host and its codex down together, as a crash of the machine's container would.
+//! the host and its codex down together, as a crash of the machine's container would; or
+//! the host's pid alone, as a supervisor or the OOM killer kills it, after which no process
+//! of its group (its codex) may be left running.
 
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -57,18 +59,23 @@ pub(crate) struct HostSpec<'a> {
 
 /// How the harness stops a host: as a crash (SIGKILL), or as a terminal's Ctrl-C or a
 /// supervisor's stop would (SIGINT, SIGTERM). Each goes to the host's whole process group, its
-/// codex included, as a terminal or a container's stop sends it.
+/// codex included, as a terminal or a container's stop sends it; except `KillAlone`, a
+/// SIGKILL to the host's pid alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stop {
     Kill,
+    KillAlone,
     Interrupt,
     Terminate,
 }
 
+/// How long the processes of a host killed alone (its codex) may take to die with it.
+const CODEX_GONE_LIMIT: Duration = Duration::from_secs(5);
+
 impl Stop {
     fn signal(self) -> i32 {
         match self {
-            Stop::Kill => libc::SIGKILL,
+            Stop::Kill | Stop::KillAlone => libc::SIGKILL,
             Stop::Interrupt => libc::SIGINT,
             Stop::Terminate => libc::SIGTERM,
         }
@@ -77,7 +84,7 @@ impl Stop {
     /// The exit code `chat` promises for the signal (`128 + n`); none for SIGKILL.
     fn exit_code(self) -> Option<i32> {
         match self {
-            Stop::Kill => None,
+            Stop::Kill | Stop::KillAlone => None,
             Stop::Interrupt | Stop::Terminate => Some(128 + self.signal()),
         }
     }
@@ -119,6 +126,9 @@ pub(crate) struct Progress {
     pub(crate) turn_ms: Option<u64>,
     /// The turn's reply was decided (the turn is done on codex's side).
     pub(crate) done_ms: Option<u64>,
+    /// A host killed alone: how long after it was reaped the last other process of its group
+    /// (its codex) was gone.
+    pub(crate) codex_gone: Option<Duration>,
 }
 
 /// Runs one host; stops it (and its process group) as `stop` says, `delay` after the spawn, if
@@ -179,10 +189,15 @@ pub(crate) fn run(
             .is_none();
         if running {
             let group = i32::try_from(child.id()).map_err(|_| "pid out of range".to_string())?;
+            let target = if stop == Stop::KillAlone {
+                group
+            } else {
+                -group
+            };
             // SAFETY: `kill` has no memory effects; the group is the unreaped child's own, so
             // its id cannot have been reused.
             unsafe {
-                libc::kill(-group, stop.signal());
+                libc::kill(target, stop.signal());
             }
             sent = Some(stop);
         }
@@ -199,7 +214,10 @@ pub(crate) fn run(
         .wait()
         .map_err(|e| format!("cannot wait for the host: {e}"))?;
     let elapsed = started.elapsed();
-    let progress = read_progress(spec.event_log, spawned_at);
+    let mut progress = read_progress(spec.event_log, spawned_at);
+    if sent == Some(Stop::KillAlone) {
+        progress.codex_gone = Some(wait_until_group_gone(child.id())?);
+    }
     let interrupted = sent
         .and_then(Stop::exit_code)
         .is_some_and(|code| status.code() == Some(code));
@@ -259,6 +277,53 @@ fn exec_report(stdout: &str, stderr: &str, interrupted: bool) -> Option<Value> {
     Some(serde_json::json!({
         "thread_id": thread, "reply": reply, "notices": notices, "outcome": outcome,
     }))
+}
+
+/// Waits until no process of group `group` but zombies is left (the host was reaped): how
+/// long that took. Past [`CODEX_GONE_LIMIT`] the group is killed and the check fails.
+fn wait_until_group_gone(group: u32) -> Result<Duration, String> {
+    let started = Instant::now();
+    loop {
+        let left = live_members(group);
+        if left.is_empty() {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > CODEX_GONE_LIMIT {
+            // SAFETY: as in `run`; a group with live members cannot have been reused.
+            unsafe {
+                libc::kill(-(group as i32), libc::SIGKILL);
+            }
+            return Err(format!(
+                "a host killed alone (SIGKILL to its pid, not its group) left its codex running \
+                 after {CODEX_GONE_LIMIT:?}: {}",
+                left.join("; ")
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The command lines of the live (not zombie) processes of group `group`, from `/proc`.
+fn live_members(group: u32) -> Vec<String> {
+    let mut left = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let dir = entry.path();
+        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp ...`: after the last `)`.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+        let live = fields
+            .first()
+            .is_some_and(|state| !matches!(*state, "Z" | "X"));
+        if live && fields.get(2) == Some(&group.to_string().as_str()) {
+            let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+            left.push(String::from_utf8_lossy(&cmdline).replace('\0', " "));
+        }
+    }
+    left
 }
 
 /// Reads the fake's event log (`<unix ms> <event>` lines) relative to the host's spawn.

@@ -27,6 +27,10 @@ pub(crate) struct Stats {
     pub(crate) kills_by_phase: [u32; 5],
     /// Of them, hosts stopped by SIGINT or SIGTERM that exited `130` / `143` as promised.
     pub(crate) interrupts: u32,
+    /// Of them, hosts killed alone (SIGKILL to the pid, not the group), and for each how long
+    /// after it was reaped its codex was gone.
+    pub(crate) kills_alone: u32,
+    pub(crate) codex_gone: Vec<Duration>,
     /// Threads made unresumable.
     pub(crate) lost: u32,
     /// Give-up writes (the store's retired threads grew).
@@ -73,17 +77,19 @@ fn ms(d: Duration) -> String {
 pub(crate) fn table(rows: &[(&str, &Stats)]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "| backend | kills | int/term | {} | lost | fallbacks | notices | unacked | resumed | started \
+        "| backend | kills | int/term | killed alone | codex gone max ms | {} | lost | fallbacks | notices | unacked | resumed | started \
          | fell back | restart p50 ms | restart max ms | turn p50 ms | wall s |\n",
         PHASES.join(" | ")
     ));
-    out.push_str(&format!("|{}\n", "---|".repeat(19)));
+    out.push_str(&format!("|{}\n", "---|".repeat(21)));
     for (backend, s) in rows {
         let phases: Vec<String> = s.kills_by_phase.iter().map(u32::to_string).collect();
         out.push_str(&format!(
-            "| {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} |\n",
+            "| {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} |\n",
             s.kills(),
             s.interrupts,
+            s.kills_alone,
+            ms(s.codex_gone.iter().copied().max().unwrap_or_default()),
             phases.join(" | "),
             s.lost,
             s.fallbacks,

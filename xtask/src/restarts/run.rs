@@ -28,6 +28,12 @@ const DOUBLE_KILL_CHANCE: f64 = 0.25;
 /// stop) instead of SIGKILL.
 const INTERRUPT_CHANCE: f64 = 0.15;
 const TERMINATE_CHANCE: f64 = 0.15;
+/// How often a host is killed alone (SIGKILL to its pid, not its group, as a supervisor or the
+/// OOM killer kills it): its codex must die with it.
+const KILL_ALONE_CHANCE: f64 = 0.2;
+/// The fake's turn in a host killed alone: longer than the harness waits for its codex to be
+/// gone, so a codex left running by its host is found running.
+const KILLED_ALONE_TURN_MS: u64 = 30_000;
 
 /// What one backend run does.
 #[derive(Debug, Clone)]
@@ -215,20 +221,22 @@ impl Runner<'_> {
         self.rng.between_ms(edges[phase], edges[phase + 1])
     }
 
-    /// SIGKILL mostly; sometimes SIGINT or SIGTERM.
+    /// SIGKILL to the group mostly; sometimes SIGINT or SIGTERM, or SIGKILL to the host alone.
     fn pick_stop(&mut self) -> Stop {
         let draw = self.rng.unit();
         if draw < INTERRUPT_CHANCE {
             Stop::Interrupt
         } else if draw < INTERRUPT_CHANCE + TERMINATE_CHANCE {
             Stop::Terminate
+        } else if draw < INTERRUPT_CHANCE + TERMINATE_CHANCE + KILL_ALONE_CHANCE {
+            Stop::KillAlone
         } else {
             Stop::Kill
         }
     }
 
-    fn faults(&self) -> String {
-        let mut faults = vec![json!({"kind": "slow_turn", "millis": self.plan.slow_turn_ms})];
+    fn faults(&self, turn_ms: u64) -> String {
+        let mut faults = vec![json!({"kind": "slow_turn", "millis": turn_ms})];
         if !self.lost.is_empty() {
             faults.push(json!({"kind": "fail_resume", "thread_ids": self.lost}));
         }
@@ -242,7 +250,11 @@ impl Runner<'_> {
         let message = format!("{} turn {}", self.plan.backend, self.messages);
         let session = self.session().to_string();
         let before = self.view.session(&session)?;
-        let faults = self.faults();
+        let turn_ms = match stop {
+            Some((_, Stop::KillAlone)) => KILLED_ALONE_TURN_MS,
+            _ => self.plan.slow_turn_ms,
+        };
+        let faults = self.faults(turn_ms);
         let event_log = self.plan.dir.join("events.log");
         let spec = HostSpec {
             kind: self.plan.kind,
@@ -298,7 +310,13 @@ impl Runner<'_> {
         self.stats.fallbacks += gave_up;
         self.owed += gave_up;
         match &o.ended {
-            Ended::Killed { stderr } => self.check_stopped(&o, stderr, new_rows),
+            Ended::Killed { stderr } => {
+                if let Some(gone) = o.progress.codex_gone {
+                    self.stats.kills_alone += 1;
+                    self.stats.codex_gone.push(gone);
+                }
+                self.check_stopped(&o, stderr, new_rows)
+            }
             Ended::Interrupted { output, stderr } => {
                 self.stats.interrupts += 1;
                 // One JSON object that names the interrupt, with the notices said so far.
