@@ -130,6 +130,19 @@ impl StoreSide<'_> {
         committed
     }
 
+    /// Before a `resume` or `fork` of a thread the client names, and [`client_thread`] let it
+    /// use (`docs/design.md`, "A thread the client names"): the restore the session's own open
+    /// makes, from the session's mirror (the thread's rollout into this home when the home
+    /// lacks it or holds a strict prefix of it; nothing when the mirror holds none of it). The
+    /// request goes to codex whatever happens, and the client gets codex's answer: a failed
+    /// restore is logged, and the binding is left as it is.
+    pub async fn restore_named(&self, thread_id: &str) {
+        if let Err(failure) = self.restore(None, thread_id).await {
+            let (session_id, error) = (self.session_id, failure.message);
+            tracing::warn!(%session_id, %thread_id, %error, "could not restore the thread the client named; codex answers without it");
+        }
+    }
+
     /// The newest `max_rows` rows of the transcript, oldest first, or why not.
     async fn transcript_tail(&self, max_rows: u64) -> Result<Vec<Value>, String> {
         let (store, session_id) = (self.store, self.session_id);

@@ -205,16 +205,17 @@ impl Driver<'_> {
 
     /// A run that names its own thread (`resume <id>`, `fork <id>`, `resume --last`): refused
     /// unless [`binding::client_thread`] lets the session use that thread (`--last` pinned to
-    /// the session's own); the machine decides on `thread.started` whether it is recorded.
+    /// the session's own), which is then restored from the store ([`StoreSide::restore_named`]);
+    /// the machine decides on `thread.started` whether it is recorded.
     async fn own_thread(&mut self, mut signal: Signal<'_>) -> Result<u8, BoxError> {
         let (setup, store) = (self.setup, self.side.store);
         let (named, run) = (setup.run.thread_id(), &setup.run);
         let args = match named.is_some() || run.has_flag("last") {
-            true => run.with_last_as(
-                binding::client_thread(store, &setup.session, named, true)
-                    .await?
-                    .as_str(),
-            ),
+            true => {
+                let thread = binding::client_thread(store, &setup.session, named, true).await?;
+                self.side.restore_named(thread.as_str()).await;
+                run.with_last_as(thread.as_str())
+            }
             false => run.args().to_vec(),
         };
         let stored = binding::read_stored(store, &setup.session).await?;

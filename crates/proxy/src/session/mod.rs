@@ -333,8 +333,9 @@ impl BindingHooks {
         })
     }
 
-    /// A `thread/resume` or `thread/fork`: the machine decides on its answer whether the thread
-    /// is the session's, from the store's record while the session has no thread yet.
+    /// A `thread/resume` or `thread/fork` (its thread restored first,
+    /// [`StoreSide::restore_named`]): the machine decides on its answer whether the thread is
+    /// the session's, from the store's record while the session has no thread yet.
     async fn client_thread(&self, ctx: &ClientContext, id: RequestId) -> Result<(), HookError> {
         let mut stored = None;
         if self.state().machine.thread_id().is_none() {
@@ -512,7 +513,12 @@ impl SessionHooks for BindingHooks {
                 self.expect(ctx, id, Pending::ClientThread { ephemeral, stored })
                     .await?;
             }
-            Some("thread/resume" | "thread/fork") => self.client_thread(ctx, id).await?,
+            Some("thread/resume" | "thread/fork") => {
+                if let Some(ThreadIdOf { thread_id }) = params(line) {
+                    self.store_side().restore_named(&thread_id).await;
+                }
+                self.client_thread(ctx, id).await?
+            }
             Some("turn/start") => {
                 if let Some(start) = params::<TurnStartInput>(line) {
                     let session_thread =
