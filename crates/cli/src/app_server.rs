@@ -31,10 +31,14 @@ rethread's own settings (everything else goes to `codex app-server` verbatim):
   RETHREAD_LEASE_TTL       the session lease's time to live in seconds (default 30)
   RETHREAD_MIRROR          `on` (default) or `off` (--no-mirror): mirror the session's rollout
                            into the store and restore it from there
+  RETHREAD_MIRROR_CAP      the session's cap of mirrored bytes (--mirror-cap BYTES; default
+                           64 MiB): past it mirroring stops for its thread, and starts again
+                           for the next one
 
 Also taken before `app-server` (`rethread -c k=v app-server`, where a client that starts
-codex puts them): --session ID, --no-mirror, and codex's -c/--config key=value,
---enable FEATURE and --disable FEATURE, passed to codex before `app-server`.
+codex puts them): --session ID, --no-mirror, --mirror-cap BYTES, and codex's
+-c/--config key=value, --enable FEATURE and --disable FEATURE, passed to codex before
+`app-server`.
 
 `rethread app-server --help` prints codex's own help.";
 
@@ -53,6 +57,10 @@ pub(crate) struct AppServerArgs {
     /// `RETHREAD_MIRROR=off`.
     #[arg(long = "no-mirror")]
     no_mirror: bool,
+    /// The session's cap of mirrored bytes (default 64 MiB; also `RETHREAD_MIRROR_CAP`): past
+    /// it mirroring stops for the session's thread, and starts again for the next one.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    mirror_cap: Option<u64>,
     /// Arguments for `codex app-server`, verbatim (`--listen stdio://`, `-c k=v`, ...).
     #[arg(
         trailing_var_arg = true,
@@ -71,6 +79,7 @@ impl AppServerArgs {
             store: crate::StoreArg { url: store },
             codex_bin: crate::CodexBinArg::default(),
             no_mirror: false,
+            mirror_cap: None,
             args,
         }
     }
@@ -136,6 +145,10 @@ pub(crate) struct AppServerGlobals {
     /// there); also `RETHREAD_MIRROR=off`.
     #[arg(long = "no-mirror", hide = true)]
     no_mirror: bool,
+    /// app-server: the session's cap of mirrored bytes (also `RETHREAD_MIRROR_CAP`).
+    #[arg(long, value_name = "BYTES", hide = true,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    mirror_cap: Option<u64>,
 }
 
 impl AppServerGlobals {
@@ -145,11 +158,12 @@ impl AppServerGlobals {
             || !self.config.is_empty()
             || !self.enable.is_empty()
             || !self.disable.is_empty()
-            || self.no_mirror;
+            || self.no_mirror
+            || self.mirror_cap.is_some();
         match used {
             true => Err(
-                "--session, -c/--config, --enable, --disable and --no-mirror (before \
-                         the command) apply to app-server only"
+                "--session, -c/--config, --enable, --disable, --no-mirror and --mirror-cap \
+                         (before the command) apply to app-server only"
                     .into(),
             ),
             false => Ok(()),
@@ -216,8 +230,17 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServer
         return crate::hand_over(codex, &argv);
     }
     let no_mirror = globals.no_mirror || args.no_mirror;
-    let settings =
-        named.and_then(|session| Ok((session, env_options(no_mirror).map_err(|e| e.0)?)));
+    let cap = match (globals.mirror_cap, args.mirror_cap) {
+        (Some(_), Some(_)) => Err("--mirror-cap is given twice".to_string()),
+        (one, other) => Ok(one.or(other)),
+    };
+    let settings = named.and_then(|session| {
+        let mut options = env_options(no_mirror).map_err(|e| e.0)?;
+        if let Some(cap) = cap? {
+            options.mirror_cap = cap;
+        }
+        Ok((session, options))
+    });
     let (session, options) = match settings {
         Ok(settings) => settings,
         Err(cause) => return output::fail(&cause, output::EXIT_USAGE),

@@ -38,7 +38,9 @@ pub(crate) struct DoctorArgs {
     #[command(flatten)]
     pub(crate) codex_bin: CodexBinArg,
     /// Print one JSON object: `bindings` (each `session`, `thread_id`, `codex_home`,
-    /// `status`, `detail`), `total`, `summary` (a count per status), `all_live`.
+    /// `status`, `detail`), `total`, `summary` (a count per status), `all_live`,
+    /// `mirror_cap_bytes` (the cap) and `near_mirror_cap` (each `session` and its
+    /// `mirror_bytes`: mirrors holding 90 % of the cap or more).
     #[arg(long)]
     json: bool,
     /// Probes to run at once (1-64).
@@ -53,7 +55,7 @@ pub(crate) async fn run(args: DoctorArgs) -> CliResult {
     let mirror = crate::mirror(false)?;
     let store = open_store(args.store.url.as_deref(), Access::Inspect).await?;
     let bound = bindings(store.as_ref()).await?;
-    warn_near_mirror_cap(store.as_ref()).await?;
+    let (cap, near_cap) = near_mirror_cap(store.as_ref()).await?;
     let mut rows = Vec::new();
     if !bound.is_empty() {
         let client = AppServerClient::builder()
@@ -92,8 +94,13 @@ pub(crate) async fn run(args: DoctorArgs) -> CliResult {
             .map(|h| (h.as_str().to_string(), json!(count(*h))))
             .collect();
         // all_live: every binding resumes on its next turn (live, or restorable).
+        let near_cap: Vec<_> = near_cap
+            .iter()
+            .map(|(session, bytes)| json!({"session": session, "mirror_bytes": bytes}))
+            .collect();
         let report = json!({"bindings": bindings, "total": rows.len(), "summary": summary,
-                            "all_live": not_live == 0});
+                            "all_live": not_live == 0, "mirror_cap_bytes": cap,
+                            "near_mirror_cap": near_cap});
         outln!("{report}");
     } else {
         if !rows.is_empty() {
@@ -247,11 +254,13 @@ async fn mirror_damage(
     Ok(None)
 }
 
-/// Says on stderr (a notice, also under `--json`) which sessions' mirrors hold at least 90 %
-/// of the cap (`RETHREAD_MIRROR_CAP`, else 64 MiB): past it mirroring stops for their thread.
-async fn warn_near_mirror_cap(store: &dyn BindingStore) -> CliResult {
+/// The cap (`RETHREAD_MIRROR_CAP`, else 64 MiB) and the sessions whose mirrors hold at least
+/// 90 % of it, with their mirrored bytes; each is also said on stderr (a notice, also under
+/// `--json`): past the cap mirroring stops for their thread.
+async fn near_mirror_cap(store: &dyn BindingStore) -> CliResult<(u64, Vec<(String, u64)>)> {
     let cap = std::env::var_os(rethread_runtime::MIRROR_CAP_ENV);
     let cap = rethread_runtime::mirror_cap_setting(cap.as_deref()).map_err(UsageError)?;
+    let mut near = Vec::new();
     let mut after: Option<String> = None;
     loop {
         let page = store.list_sessions(after.as_deref(), 256).await?;
@@ -263,11 +272,12 @@ async fn warn_near_mirror_cap(store: &dyn BindingStore) -> CliResult {
                      (RETHREAD_MIRROR_CAP): past it, mirroring stops for its thread",
                     for_people(&s.session_id)
                 ));
+                near.push((s.session_id.clone(), bytes));
             }
         }
         match page.next_after {
             Some(next) => after = Some(next),
-            None => return Ok(()),
+            None => return Ok((cap, near)),
         }
     }
 }

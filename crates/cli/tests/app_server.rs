@@ -365,6 +365,50 @@ async fn a_bad_session_wait_is_a_usage_error_and_an_empty_session_names_none() {
         .any(|m| m["params"]["message"] == WARNING));
 }
 
+/// `--mirror-cap BYTES` after `app-server` or before it (where `--no-mirror` goes too), as
+/// `RETHREAD_MIRROR_CAP` does: a turn past the cap commits without its mirror; 0 or the flag
+/// given twice is a usage error.
+#[tokio::test]
+async fn the_mirror_cap_is_set_by_the_flag_before_or_after_app_server() {
+    let home = tempfile::tempdir().unwrap();
+    let cap = ["--mirror-cap", "100"];
+    let runs: [(&'static str, &[&str], &[&str]); 3] = [
+        ("uncapped", &[], &[]),
+        ("after", &[], &cap),
+        ("before", &cap, &[]),
+    ];
+    for (session, global, args) in runs {
+        let env = session_env(home.path(), session);
+        let mut server = spawn(&fake_codex(), home.path(), global, args, &borrowed(&env)).await;
+        let thread = thread_of(&start_thread(&mut server).await);
+        server.peer.run_turn(&thread, "hello", None).await.unwrap();
+        server.peer.close_writer().await;
+        assert_eq!(exit_code(&mut server).await, Some(0), "{session}");
+        let show = Command::new(rethread())
+            .args(["sessions", "show", session, "--json"])
+            .env("RETHREAD_STORE", &env[1].1)
+            .output()
+            .unwrap();
+        let show: Value = serde_json::from_slice(&show.stdout).unwrap();
+        let mirrored = show["mirror_bytes"].as_u64().unwrap();
+        match session {
+            "uncapped" => assert!(mirrored > 100, "{show}"),
+            _ => assert_eq!(mirrored, 0, "{session}: {show}"),
+        }
+    }
+    let env = session_env(home.path(), "refused");
+    for (global, args) in [(&[][..], &["--mirror-cap", "0"][..]), (&cap[..], &cap[..])] {
+        let mut server = spawn(&fake_codex(), home.path(), global, args, &borrowed(&env)).await;
+        assert_eq!(exit_code(&mut server).await, Some(2), "{global:?} {args:?}");
+    }
+    let elsewhere = Command::new(rethread())
+        .args(["--mirror-cap", "100", "sessions", "list"])
+        .env("RETHREAD_STORE", &env[1].1)
+        .output()
+        .unwrap();
+    assert_eq!(elsewhere.status.code(), Some(2), "{elsewhere:?}");
+}
+
 #[tokio::test]
 async fn the_real_codex_through_the_binary() {
     let Some(codex) = codex_or_skip(CURRENT) else {

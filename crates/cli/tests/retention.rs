@@ -1,7 +1,8 @@
 //! Retention through the `rethread` binary: `sessions prune --idle` (dry run, JSON, a leased
 //! session kept, exit codes), the bytes each session holds in `sessions list` / `show` and the
-//! order by them, `doctor`'s warning near the mirror cap, and the cap set by
-//! `RETHREAD_MIRROR_CAP` or `chat --mirror-cap`. Stores are filled through the library.
+//! order by them, `doctor`'s warning near the mirror cap (on stderr and in `--json`), and the
+//! cap set by `RETHREAD_MIRROR_CAP` or `chat --mirror-cap` (app-server's flag: app_server.rs).
+//! Stores are filled through the library.
 
 mod support;
 
@@ -202,6 +203,13 @@ fn doctor_warns_of_a_session_near_its_mirror_cap() {
         "{stderr}"
     );
     assert!(!stderr.contains("session far"), "{stderr}");
+    let report = json_of(&out);
+    assert_eq!(report["mirror_cap_bytes"], 1000, "{report}");
+    assert_eq!(
+        report["near_mirror_cap"],
+        json!([{"session": "near", "mirror_bytes": 950}]),
+        "{report}"
+    );
     let out = rethread(
         &url,
         &["doctor"],
