@@ -27,17 +27,21 @@ if (missing.length > 0 && required) {
 const skip = missing.length > 0 ? `unset: ${missing.join(", ")}` : false;
 const here = dirname(fileURLToPath(import.meta.url));
 
-/** The stand-in model, with `home` configured to use it; `conversations()` reads its log. */
+/** The stand-in model, with `home` and `otherHome` (another machine's, never used until a test
+ * names it) configured to use it; `conversations()` reads its log. */
 async function model(dir) {
   const home = join(dir, "codex-home");
+  const otherHome = join(dir, "codex-home-2");
   const log = join(dir, "model-requests.jsonl");
-  const child = spawn(process.env.RETHREAD_STAND_IN_BIN, ["--codex-home", home, "--log", log], {
+  const args = ["--codex-home", home, "--codex-home", otherHome, "--log", log];
+  const child = spawn(process.env.RETHREAD_STAND_IN_BIN, args, {
     stdio: ["pipe", "pipe", "inherit"],
   });
   const first = await new Promise((resolve) => createInterface({ input: child.stdout }).once("line", resolve));
   JSON.parse(first);
   return {
     home,
+    otherHome,
     conversations() {
       if (!existsSync(log)) return [];
       return readFileSync(log, "utf8").trim().split("\n").filter(Boolean).map((l) => JSON.parse(l).conversation);
@@ -176,6 +180,27 @@ test("a thread the host resumes itself passes through, not recorded for another 
     const after = w.session("node-chat-2");
     assert.equal(after.thread_id, bound.thread_id);
     assert.equal(after.row_count, before.row_count);
+  } finally {
+    await w.end();
+  }
+});
+
+test("resumeThread(id) on a second, empty home resumes the session's thread with its memory", { skip }, async () => {
+  const w = await world();
+  try {
+    const [first] = w.host("node-chat-3", ["remember okapi"]);
+    // Another machine: its own CODEX_HOME, which never saw the thread, and the same store. The
+    // host kept the thread id and resumes it by id: the store's mirror puts the rollout back
+    // before codex resumes it.
+    const other = { CODEX_HOME: w.model.otherHome };
+    const [moved] = w.host("node-chat-3", ["which animal?"], first.thread_id, other);
+    assert.equal(moved.thread_id, first.thread_id);
+    assert.equal(moved.final, "echo: which animal?");
+    assert.deepEqual(notices(moved), []);
+    assert.ok(saw(w.model.conversations().pop(), "remember okapi"));
+    const shown = w.session("node-chat-3");
+    assert.equal(shown.thread_id, first.thread_id);
+    assert.equal(shown.row_count, 4);
   } finally {
     await w.end();
   }
