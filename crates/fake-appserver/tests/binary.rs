@@ -194,14 +194,27 @@ async fn it_is_started_the_way_codex_is() {
 
 /// Issue 19, item 20: without `CODEX_HOME` the fake wrote its threads into the user's real
 /// `~/.codex`. It now keeps them in a temporary home, says where on stderr, and removes it
-/// when it exits.
+/// when it exits. Issue 35, defect 1: an empty `CODEX_HOME` is unset, as codex reads it; the
+/// fake took it for a path and wrote its threads into the working directory.
 #[test]
 fn without_codex_home_it_keeps_its_threads_in_a_temporary_home() {
+    for empty in [false, true] {
+        without_codex_home(empty);
+    }
+}
+
+fn without_codex_home(empty: bool) {
     use std::io::Write;
     let user = tempfile::tempdir().unwrap();
-    let mut child = fake_codex(&["app-server"])
-        .env_remove("CODEX_HOME")
+    let cwd = tempfile::tempdir().unwrap();
+    let mut command = fake_codex(&["app-server"]);
+    match empty {
+        true => command.env("CODEX_HOME", ""),
+        false => command.env_remove("CODEX_HOME"),
+    };
+    let mut child = command
         .env("HOME", user.path())
+        .current_dir(cwd.path())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -229,6 +242,11 @@ fn without_codex_home_it_keeps_its_threads_in_a_temporary_home() {
     assert!(home.starts_with(std::env::temp_dir()), "{err}");
     assert!(!home.exists(), "removed at exit: {err}");
     assert!(!user.path().join(".codex").exists(), "{err}");
+    let left: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "empty={empty}: wrote into the working directory: {left:?}"
+    );
 }
 
 /// Issue 35, item 11: stopped by SIGTERM or SIGINT (as a host stops it), the fake left its

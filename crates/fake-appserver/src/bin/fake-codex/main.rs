@@ -154,7 +154,8 @@ fn builder(
     profile: Profile,
     faults: FaultScript,
 ) -> Result<(FakeBuilder, Option<TemporaryHome>), Failure> {
-    let (home, temporary) = match std::env::var_os("CODEX_HOME") {
+    // Empty is unset, as codex reads it (never the working directory).
+    let (home, temporary) = match std::env::var_os("CODEX_HOME").filter(|h| !h.is_empty()) {
         Some(home) => (PathBuf::from(home), None),
         None => {
             let temporary = TemporaryHome::create()?;
