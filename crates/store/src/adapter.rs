@@ -48,6 +48,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
         self.write(session_id, move |txn, now| op(txn.leases(), now))
     }
 
+    /// Scrubs what earlier writes removed from the files and gives the space back
+    /// ([`WriteTxn::reclaim`], in a write of its own); called once at the end of a prune,
+    /// whose batches ask for none. By default nothing (a backend with nothing to reclaim).
+    fn reclaim(&self) -> impl Future<Output = Result<()>> + Send {
+        async { Ok(()) }
+    }
+
     /// [`BindingStore::verify`]; by default through `store`'s public methods.
     fn verify<'a>(
         &'a self,
@@ -77,11 +84,25 @@ pub(crate) fn join_error(what: &str, error: tokio::task::JoinError) -> StoreErro
 }
 
 /// [`BindingStore::prune_sessions`] on `backend`: a read lists a page of candidates, a write
-/// per batch removes those still idle (`logic::prune`).
+/// per batch removes those still idle (`logic::prune`); then, once, the backend reclaims what
+/// the batches removed ([`Backend::reclaim`]), also after a batch failed.
 pub(crate) async fn prune<B: Backend>(backend: &B, prune: &Prune) -> Result<PruneReport> {
+    let mut report = PruneReport::default();
+    let pruned = prune_batches(backend, prune, &mut report).await;
+    let reclaimed = match report.sessions.is_empty() || prune.dry_run {
+        true => Ok(()),
+        false => backend.reclaim().await,
+    };
+    pruned.and(reclaimed).map(|()| report)
+}
+
+async fn prune_batches<B: Backend>(
+    backend: &B,
+    prune: &Prune,
+    report: &mut PruneReport,
+) -> Result<()> {
     let idle_ms = prune.idle.as_millis().min(i64::MAX as u128) as i64;
     let (batch, dry_run) = (prune.batch.max(1), prune.dry_run);
-    let mut report = PruneReport::default();
     let mut after: Option<String> = None;
     loop {
         // Candidates by this host's clock; each write checks again by the store's.
@@ -102,7 +123,7 @@ pub(crate) async fn prune<B: Backend>(backend: &B, prune: &Prune) -> Result<Prun
         }
         match next {
             Some(next) => after = Some(next),
-            None => return Ok(report),
+            None => return Ok(()),
         }
     }
 }

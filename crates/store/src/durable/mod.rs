@@ -85,6 +85,14 @@ impl Backend for Durable {
         self.clock.clone()
     }
 
+    async fn reclaim(&self) -> Result<()> {
+        self.write("", |txn: &mut dyn WriteTxn, _| {
+            txn.reclaim();
+            Ok(())
+        })
+        .await
+    }
+
     /// A single-process backend's lease request runs on a blocking thread: it waits for the
     /// write transaction under way ([`LocalLeases::apply`]).
     async fn lease<T: Send + 'static>(&self, _: &str, mut op: impl LeaseOp<T>) -> Result<T> {

@@ -95,8 +95,14 @@ pub(crate) trait WriteTxn: ReadTxn {
     /// Removes the chunks of a mirrored file from `from` on (0: every chunk).
     fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<()>;
     /// Removes the session record, its rows and mirror chunks, and its threads' ownership;
-    /// `true` if the record existed.
+    /// `true` if the record existed. What it removed may stay in the files until a reclaim
+    /// ([`WriteTxn::reclaim`]) or the backend's own upkeep.
     fn remove(&mut self, session_id: &str) -> Result<bool>;
+    /// Asks that what was removed so far (by this transaction or before) be scrubbed from
+    /// the files and its space given back once this transaction commits: redb compacts its
+    /// file. SQLite's upkeep follows every removal (bounded steps); PostgreSQL and memory
+    /// have nothing to do.
+    fn reclaim(&mut self) {}
     /// The leases as this transaction sees them: a table of the store, or the process's own.
     fn leases(&mut self) -> &mut dyn LeaseTxn;
 }

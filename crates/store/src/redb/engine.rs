@@ -38,7 +38,7 @@ macro_rules! open_tables {
             session_threads: $txn.open_table(SESSION_THREADS).redb($label)?,
             chunks: $txn.open_table(MIRROR_CHUNKS).redb($label)?,
             leases: Arc::clone($leases),
-            removed: false,
+            reclaim: false,
         }
     };
 }
@@ -58,6 +58,9 @@ pub(super) struct Shared {
     poisoned: OnceLock<String>,
     /// The holder record beside the file, removed on close; none when opened read-only.
     holder: Option<HolderRecord>,
+    /// How many compactions ran (for the tests).
+    #[cfg(test)]
+    pub(super) compactions: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Shared {
@@ -101,12 +104,13 @@ impl Shared {
         })
     }
 
-    /// Compacts the file after a removal: the pages the removal freed are written over by
-    /// the pages moved into them or cut off the end of the file, so the removed text does not
-    /// stay in free pages, and the file shrinks. Readers and writers wait meanwhile: redb has
-    /// no incremental form, and its cost grows with the live data moved (figures in
+    /// Compacts the file after a forget, or once after a prune's last batch
+    /// ([`WriteTxn::reclaim`]): the pages the removals freed are written over by the pages
+    /// moved into them or cut off the end of the file, so the removed text does not stay in
+    /// free pages, and the file shrinks. Readers and writers wait meanwhile: redb has no
+    /// incremental form, and its cost grows with the live data moved (figures in
     /// `docs/benchmarks.md`). A failure is logged: the data stays whole, only the space and
-    /// the overwrite are not done until the next removal.
+    /// the overwrite are not done until the next reclaim.
     fn compact(&self) {
         if self.poisoned.get().is_some() {
             return;
@@ -115,6 +119,9 @@ impl Shared {
         let Some(db) = db.as_mut() else {
             return;
         };
+        #[cfg(test)]
+        self.compactions
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         match catch_unwind(AssertUnwindSafe(|| db.compact())) {
             Ok(Ok(_)) => {}
             Ok(Err(error)) => {
@@ -277,6 +284,8 @@ pub(super) fn open_shared(opener: &Opener) -> Result<(Shared, FileId)> {
         label: opener.label.clone(),
         poisoned: OnceLock::new(),
         holder: (!opener.options.read_only).then(|| HolderRecord::write(&opener.path)),
+        #[cfg(test)]
+        compactions: Default::default(),
     };
     shared.guard(|db| ensure_schema(db, &shared.label, opener.options.may_create()))?;
     Ok((shared, file_id))
@@ -334,11 +343,11 @@ impl Engine for RedbEngine {
             }
             let mut tables = open_tables!(txn, label, leases);
             f(&mut tables)?;
-            let removed = tables.removed;
+            let reclaim = tables.reclaim;
             drop(tables);
             file_id.check(path, label)?;
             txn.commit().redb(label)?;
-            Ok(removed)
+            Ok(reclaim)
         });
         if written.is_ok() {
             lease_write.committed();

@@ -27,6 +27,9 @@ use crate::{BoxError, OpenOptions, StoreError};
 pub struct RedbStore {
     durable: Durable,
     path: PathBuf,
+    /// The database the writer and readers share (for the tests).
+    #[cfg(test)]
+    shared: Arc<engine::Shared>,
 }
 
 backend_store!(RedbStore, durable);
@@ -81,6 +84,8 @@ impl RedbStore {
             Ok((engine, readers))
         })
         .await?;
+        #[cfg(test)]
+        let shared = Arc::clone(&readers.shared);
         let durable = Durable {
             writer,
             readers: Arc::new(readers),
@@ -88,7 +93,12 @@ impl RedbStore {
             read_only,
             clock,
         };
-        Ok(RedbStore { durable, path })
+        Ok(RedbStore {
+            durable,
+            path,
+            #[cfg(test)]
+            shared,
+        })
     }
 
     /// The file this store lives in.
@@ -328,6 +338,37 @@ mod tests {
             Err(other) => panic!("{other:?}"),
         }
         Arc::try_unwrap(store).unwrap().close().await;
+    }
+
+    /// Issue 36: a prune compacted the file after each batch's commit (10,000 sessions in
+    /// batches of 64: about 150 compactions, 23 s, each holding every reader and writer). It
+    /// compacts once, after its last batch; a forget compacts at once; a dry run never.
+    #[tokio::test]
+    async fn a_prune_compacts_once_after_its_last_batch_and_a_forget_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = crate::Clock::manual();
+        let options = OpenOptions::new().clock(clock.clone());
+        let store = RedbStore::open(dir.path().join("s.redb"), options)
+            .await
+            .unwrap();
+        let compactions = || store.shared.compactions.load(Ordering::SeqCst);
+        for n in 0..6 {
+            let mut turn = commit(n);
+            turn.session_id = format!("s{n}");
+            turn.thread_id = format!("t{n}");
+            store.commit_turn(turn).await.unwrap();
+        }
+        clock.advance(std::time::Duration::from_secs(3600));
+        let prune = crate::Prune::idle(std::time::Duration::from_secs(60)).batch(2);
+        let dry = store.prune_sessions(prune.clone().dry_run(true)).await;
+        assert_eq!(dry.unwrap().sessions.len(), 6);
+        assert_eq!(compactions(), 0, "a dry run removes nothing");
+        store.delete_session("s0").await.unwrap();
+        assert_eq!(compactions(), 1, "a forget compacts at once");
+        let report = store.prune_sessions(prune).await.unwrap();
+        assert_eq!(report.sessions.len(), 5);
+        assert_eq!(compactions(), 2, "three batches, one compaction");
+        store.close().await;
     }
 
     /// What a write changes of redb's in-process leases is kept only if the write commits: a

@@ -167,8 +167,8 @@ pub(super) struct Tables<S, R, T, ST, C> {
     pub(super) chunks: C,
     /// The process's leases (for fence checks; read transactions never use them).
     pub(super) leases: Arc<LocalLeases>,
-    /// Whether this transaction removed a session (the file is then compacted).
-    pub(super) removed: bool,
+    /// Whether the file is compacted after this transaction commits ([`WriteTxn::reclaim`]).
+    pub(super) reclaim: bool,
 }
 
 impl<S, R, T, ST, C> ReadTxn for Tables<S, R, T, ST, C>
@@ -400,8 +400,11 @@ impl WriteTxn
         self.chunks.retain_in(keys, |_, _| false).redb(&self.label)
     }
 
+    fn reclaim(&mut self) {
+        self.reclaim = true;
+    }
+
     fn remove(&mut self, session_id: &str) -> Result<bool> {
-        self.removed = true;
         let label = self.label.clone();
         let existed = self.sessions.remove(session_id).redb(&label)?.is_some();
         let rows = (session_id, 0)..=(session_id, u64::MAX);
