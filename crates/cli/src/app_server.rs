@@ -186,7 +186,19 @@ impl AppServerGlobals {
 /// `RETHREAD_SESSION`: unset or empty names no session (the documented pass-through); a value
 /// that is not UTF-8 cannot be kept: a usage error, never read as unset.
 pub(crate) fn session_env() -> Result<Option<String>, UsageError> {
-    crate::env_var("RETHREAD_SESSION", "; a session id must be text")
+    let session = crate::env_var("RETHREAD_SESSION", "; a session id must be text")?;
+    user_session(session).map_err(UsageError)
+}
+
+/// A session named by the user: none of the kept threads' key space (`thread:...`).
+fn user_session(session: Option<String>) -> Result<Option<String>, String> {
+    match session
+        .as_deref()
+        .map(rethread_runtime::kept::check_session_id)
+    {
+        Some(Err(error)) => Err(error.to_string()),
+        _ => Ok(session),
+    }
 }
 
 /// The session settings of `app-server` and `exec`: [`crate::binder_options`] with the wait
@@ -213,7 +225,7 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServer
         match [globals.session.clone(), args.session.take(), in_args] {
             [None, None, None] => session_env().map_err(|e| e.0),
             [Some(one), None, None] | [None, Some(one), None] | [None, None, Some(one)] => {
-                Ok(Some(one))
+                user_session(Some(one))
             }
             _ => Err("--session is given twice".to_string()),
         }
@@ -265,7 +277,15 @@ async fn run(
 ) -> CliResult<i32> {
     let options = ProxyOptions::default();
     let Some(session) = session else {
-        return Ok(run_app_server(command, &NoSession::new(), &options).await?);
+        // With a store, each thread is kept by its own id (a pass-through with the mirror off).
+        let hooks = match store {
+            Some(store) => {
+                let store = crate::open_store(Some(store), crate::Access::Write(Duration::ZERO));
+                NoSession::keeping(store.await?, binder)
+            }
+            None => NoSession::new(),
+        };
+        return Ok(run_app_server(command, &hooks, &options).await?);
     };
     let store = crate::open_store(store, crate::Access::Write(Duration::ZERO)).await?;
     let mut session_options = SessionOptions::default();

@@ -9,8 +9,12 @@
 //! <bound id>`; after a loss, a fresh thread seeded through `-c developer_instructions=...`,
 //! the notice an `error` item after its `thread.started`). A run that names its own `resume
 //! <id>` or `fork` keeps its bytes; its turns are recorded when the machine adopts the
-//! thread. Without a session, and for `--help`, `--version`, `--ephemeral`, `review` and
-//! `help`, rethread replaces itself with codex (same bytes, exit code and signals).
+//! thread. Without a session but with a store (and the mirror on), the run's thread is kept
+//! by its own id (`rethread_runtime::kept`): `resume <id>` takes its lease and restores it
+//! first, any other run takes the lease of the thread codex starts or picks; each turn commits
+//! the rollout's growth, no rows. Without a session or store, and for `--help`, `--version`,
+//! `--ephemeral`, `review` and `help`, rethread replaces itself with codex (same bytes, exit
+//! code and signals).
 
 mod driver;
 mod process;
@@ -87,6 +91,8 @@ pub(crate) struct Setup {
     globals: Vec<OsString>,
     run: ExecArgs,
     input: Input,
+    /// The session, or the record key of a thread kept without one (`thread:<id>`; empty
+    /// until codex names the thread).
     session: String,
     store: Option<String>,
     /// The lease's wait and TTL, and the mirror.
@@ -112,6 +118,12 @@ pub(crate) fn main(
         Err(cause) => return output::fail(&cause.0, output::EXIT_USAGE),
     };
     let kind = kind_of(&run);
+    // Without a session but with a store, the run's thread is kept by its own id: the key of
+    // the thread `resume <id>` names, else found once codex names it (empty until then).
+    let session = match session {
+        None if store.is_some() && !no_mirror() => Some(kept_key(&run)),
+        session => session,
+    };
     let Some(session) = session.filter(|_| kind != Kind::PassThrough) else {
         return crate::hand_over(codex, &exec_args(&globals, run.args()));
     };
@@ -141,7 +153,24 @@ pub(crate) fn main(
         tokio::runtime::Builder::new_current_thread(),
         Duration::from_secs(1),
     );
-    output::run_to_exit(runtime, linger, "exec: ", driver::run(&setup))
+    output::run_to_exit(runtime, linger, "exec: ", driver::run(setup))
+}
+
+/// Whether the mirror is off (`RETHREAD_MIRROR=off`, or a value it cannot read): a thread kept
+/// without a session is its rollout, so without the mirror nothing is kept.
+fn no_mirror() -> bool {
+    let env = std::env::var_os(rethread_runtime::MIRROR_ENV);
+    rethread_runtime::mirror_setting(env.as_deref()) != Ok(true)
+}
+
+/// The record key of a sessionless run's thread when the run names it by id (`resume <id>`);
+/// empty when codex names it (a new thread, `fork`, `resume --last`, a thread name).
+fn kept_key(run: &ExecArgs) -> String {
+    let named = run.thread_id().map(rethread_protocol::ThreadId::new);
+    match named.filter(|thread| thread.is_uuid() && run.subcommand() == Some("resume")) {
+        Some(thread) => rethread_runtime::kept::key(thread.as_str()),
+        None => String::new(),
+    }
 }
 
 /// Reads the run's prompt: stdin (at most 1 MiB, UTF-8, not empty), or the argument with a

@@ -131,7 +131,7 @@ pub use hooks::{
     ServerContext, SessionHooks, PROXY_ID_PREFIX,
 };
 pub use line::{peek, peek_prefix, Line, LineKind, Peek};
-pub use passthrough::{NoSession, NO_SESSION_WARNING};
+pub use passthrough::{NoSession, KEPT_THREADS_WARNING, NO_SESSION_WARNING};
 pub use process::{run_app_server, spawn_app_server};
 pub use rethread_runtime::CodexCommand;
 pub use session::{BindingHooks, SessionOptions, TurnLimits};

@@ -90,7 +90,8 @@ impl SessionBinder {
     /// new one when codex cannot hand it back, or starts one when the session has none.
     ///
     /// The session's lease is taken first (waiting up to [`BinderOptions::lease_wait`]); one
-    /// held elsewhere is [`RuntimeError::SessionBusy`] and nothing else happens. A temporary
+    /// held elsewhere is [`RuntimeError::SessionBusy`] and nothing else happens. A session id
+    /// in the kept threads' key space (`thread:...`, [`crate::kept`]) is refused. A temporary
     /// resume failure is a retryable error with the binding kept. A host whose codex died
     /// opens again on a new client and gets the same thread back.
     pub async fn open(&mut self, client: &AppServerClient) -> Result<CodexSession, RuntimeError> {
@@ -263,6 +264,7 @@ impl SessionBinder {
     }
 
     async fn take_lease(&mut self) -> Result<Option<Arc<SessionLease>>, RuntimeError> {
+        crate::kept::check_session_id(&self.parts.session_id)?;
         let Some(ttl) = self.parts.options.lease_ttl else {
             return Ok(None);
         };

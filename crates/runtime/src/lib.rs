@@ -8,6 +8,7 @@
 //!   or fall back) under the session's [`SessionLease`], run turns
 //!   ([`CodexSession::run_turn_streamed`] yields [`TurnEvent`]s), commit them.
 //! - [`binding`]: the store side of the machine's actions, shared with the other drivers.
+//! - [`kept`]: threads kept without a session, by their own id ([`kept::Keeper`]).
 //! - [`RolloutMirror`]: the thread's rollout files carried through the store
 //!   ([`BinderOptions::mirror`]). [`probe_thread`]: a thread's health without resuming it.
 //! - [`StatusRail`]: typed status events. [`telemetry`]: span and metric names; the library
@@ -51,6 +52,7 @@ mod binder;
 pub mod binding;
 mod client;
 mod error;
+pub mod kept;
 mod lease;
 pub mod machine;
 pub mod mirror;

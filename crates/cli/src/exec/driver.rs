@@ -11,10 +11,11 @@ use std::time::Duration;
 use futures::FutureExt;
 use rethread_protocol::messages::{ThreadItem, ThreadStartParams, UserInput};
 use rethread_runtime::binding::{self, apply_seed, StoreSide};
-use rethread_runtime::machine::{DriverAction, Say, SessionMachine};
+use rethread_runtime::kept;
+use rethread_runtime::machine::{DriverAction, Say, SessionMachine, Stored};
 use rethread_runtime::projection::project_turn_input;
 use rethread_runtime::{BoxError, ClientError, RuntimeError, SessionLease, Transcript};
-use rethread_store::LocalOwner;
+use rethread_store::{BindingStore, LocalOwner};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
@@ -24,12 +25,24 @@ use crate::chat::{late_signal, SIGNAL_GRACE};
 use crate::output::{self, Interrupted};
 
 /// Runs the session's turn: the store and the lease first, then codex; the lease is released
-/// however it ends. Returns the exit code.
-pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
+/// however it ends. Returns the exit code. Without a session, a thread codex names is kept
+/// by that id: codex first, then the thread's lease.
+pub(super) async fn run(mut setup: Setup) -> Result<u8, BoxError> {
     // Before codex starts: a signal from here on is this process's to handle.
     let mut signal: Signal<'_> = pin!(crate::chat::interrupted());
     let store = crate::open_store(setup.store.as_deref(), crate::Access::Write(Duration::ZERO));
     let store = store.await?;
+    let mut started = None;
+    if setup.session.is_empty() {
+        match start_kept(&setup, store.as_ref(), signal.as_mut()).await? {
+            Ok((process, thread_id, lines)) => {
+                setup.session = kept::key(&thread_id);
+                started = Some((process, thread_id, lines));
+            }
+            Err(code) => return Ok(code),
+        }
+    }
+    let setup = &setup;
     let (options, owner) = (&setup.options, Arc::new(LocalOwner::new()));
     // Always set: the library's default, or RETHREAD_LEASE_TTL.
     let ttl = options.lease_ttl.unwrap_or(Duration::from_secs(30));
@@ -40,7 +53,11 @@ pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
         ttl,
         options.lease_wait,
     );
-    let lease = unless_interrupted(acquire, &mut signal).await??;
+    let acquired = unless_interrupted(acquire, &mut signal).await;
+    if let (Some((process, ..)), false) = (&mut started, matches!(acquired, Ok(Ok(_)))) {
+        process.kill().await;
+    }
+    let lease = acquired??;
     let mirror = options.rollout_mirror();
     let side = StoreSide {
         store: store.as_ref(),
@@ -50,18 +67,19 @@ pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
         mirror: mirror.as_ref(),
         codex_home: options.codex_home.as_deref(),
     };
-    let machine = SessionMachine::new(&setup.session, options.machine_options());
-    let mut driver = Driver {
-        setup,
-        side,
-        machine,
-        said: Vec::new(),
-        items: 0,
-        stdout: tokio::io::stdout(),
-    };
-    let result = match kind_of(&setup.run) {
-        Kind::Own => driver.own_thread(signal.as_mut()).await,
-        _ => driver.session_thread(signal.as_mut()).await,
+    let mut driver = Driver::new(setup, side);
+    let result = match (started, kind_of(&setup.run)) {
+        (Some((process, thread_id, lines)), _) => {
+            let stored = Some(&Stored::Unbound);
+            driver
+                .machine
+                .handle_client_thread(&thread_id, false, stored);
+            driver
+                .forward(process, &thread_id, &lines, signal.as_mut())
+                .await
+        }
+        (None, Kind::Own) => driver.own_thread(signal.as_mut()).await,
+        (None, _) => driver.session_thread(signal.as_mut()).await,
     };
     if let Err(error) = lease.release().await {
         output::warning(&format!(
@@ -69,6 +87,37 @@ pub(super) async fn run(setup: &Setup) -> Result<u8, BoxError> {
         ));
     }
     result
+}
+
+/// A run without a session that does not name its thread by id: codex is started first (a
+/// fork's source restored before, from its own record), and the thread it names is kept.
+/// `Err(code)`: codex exited before its thread started, its output passed on.
+async fn start_kept(
+    setup: &Setup,
+    store: &dyn BindingStore,
+    signal: Signal<'_>,
+) -> Result<Result<(Process, String, Vec<u8>), u8>, BoxError> {
+    let fork = setup.run.subcommand() == Some("fork");
+    let source = setup.run.thread_id().filter(|_| fork).map(kept::key);
+    let (key, mirror) = (source.unwrap_or_default(), setup.options.rollout_mirror());
+    let side = StoreSide {
+        store,
+        session_id: &key,
+        lease: None,
+        transcript: &Transcript::Store,
+        mirror: mirror.as_ref(),
+        codex_home: None,
+    };
+    if let Some(source) = kept::thread_of(&key) {
+        side.restore_named(source).await;
+    }
+    let mut driver = Driver::new(setup, side);
+    Ok(
+        match driver.start_process(setup.run.args(), signal).await? {
+            (process, First::Started { thread_id, lines }) => Ok((process, thread_id, lines)),
+            (_, First::Exited(exit)) => Err(driver.pass_on(exit).await?),
+        },
+    )
 }
 
 struct Driver<'a> {
@@ -84,6 +133,20 @@ struct Driver<'a> {
 }
 
 type Signal<'s> = Pin<&'s mut dyn Future<Output = Interrupted>>;
+
+impl<'a> Driver<'a> {
+    fn new(setup: &'a Setup, side: StoreSide<'a>) -> Self {
+        let machine = SessionMachine::new(&setup.session, setup.options.machine_options());
+        Driver {
+            setup,
+            side,
+            machine,
+            said: Vec::new(),
+            items: 0,
+            stdout: tokio::io::stdout(),
+        }
+    }
+}
 
 /// Writes `bytes` to the client; `Err` when a signal came, whether or not the line got out.
 /// The write is tried first (a signal that came during the commit lets the committed turn's
@@ -341,8 +404,12 @@ impl Driver<'_> {
         Err(interrupted.into())
     }
 
-    /// The rows of a completed turn: the prompt, then the agent messages.
+    /// The rows of a completed turn: the prompt, then the agent messages; none for a thread
+    /// kept without a session (its host keeps its own transcript).
     fn rows(&self, thread_id: &str, replies: &[ThreadItem]) -> Vec<Value> {
+        if kept::thread_of(self.side.session_id).is_some() {
+            return Vec::new();
+        }
         let turn_id = format!("exec-{}", uuid::Uuid::now_v7());
         let input = &self.setup.input;
         let images = input

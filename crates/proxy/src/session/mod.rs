@@ -3,6 +3,7 @@
 //! JSON-RPC lines and store writes, and tell it what the client and codex did. What the client
 //! sees in each case is tabled in the crate docs ("Sessions").
 
+mod kept;
 mod speak;
 mod start;
 mod turns;
@@ -29,6 +30,7 @@ use crate::hooks::{
 use crate::line::{Line, LineKind};
 use crate::{ProxyError, SessionHooks};
 
+pub(crate) use kept::KeptThreads;
 use start::{as_start_result, resume_params, seeded_start, start_params, start_refused};
 pub use turns::TurnLimits;
 use turns::{turn_rows, Pending, Tracker};
@@ -99,13 +101,15 @@ impl BindingHooks {
     ///
     /// # Errors
     /// [`RuntimeError::SessionBusy`] naming the holder when the lease stays held; a store
-    /// failure. A holder that died on this machine is taken over at once.
+    /// failure; a session id of the kept threads' key space (`thread:...`). A holder that died
+    /// on this machine is taken over at once.
     pub async fn open(
         session_id: impl Into<String>,
         store: Arc<dyn BindingStore>,
         options: SessionOptions,
     ) -> Result<BindingHooks, RuntimeError> {
         let session_id = session_id.into();
+        rethread_runtime::kept::check_session_id(&session_id)?;
         let lease = match options.binder.lease_ttl {
             Some(ttl) => {
                 let owner = Arc::new(LocalOwner::new());

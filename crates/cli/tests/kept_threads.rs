@@ -1,0 +1,257 @@
+//! Issue 34, defect 3: a host that keeps codex thread ids itself and names no session, against
+//! the real current codex. With a store and no `RETHREAD_SESSION`, `rethread exec` and
+//! `rethread app-server` keep each thread by its own id: a second, empty `CODEX_HOME` sharing
+//! the store resumes it by id with its memory (without rethread, codex answers `no rollout
+//! found` there); one live process holds a thread at a time; the threads are listed as
+//! `thread:<id>` records holding no rows; no user session can take that key.
+
+mod support;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use rethread_testkit::real::{codex_or_skip, error_of, thread_id, AppServerProcess, CodexHome};
+use rethread_testkit::responses::ResponsesStandIn;
+use rethread_testkit::CURRENT;
+use serde_json::{json, Value};
+use support::rethread;
+
+/// Whether the newest model request holds `text`.
+fn last_request_holds(model: &ResponsesStandIn, text: &str) -> bool {
+    let requests = model.model_requests();
+    let last = requests.last().expect("a model request");
+    last.conversation().iter().any(|m| m.text.contains(text))
+}
+
+fn describe(output: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// `rethread exec --experimental-json ... ARGS` on `home` with `store`, `session` if any.
+fn exec(
+    codex: &Path,
+    home: &Path,
+    store: &str,
+    session: Option<&str>,
+    args: &[&str],
+    prompt: &str,
+) -> Output {
+    let mut command = Command::new(rethread());
+    command
+        .args([
+            "exec",
+            "--experimental-json",
+            "--skip-git-repo-check",
+            "--cd",
+        ])
+        .arg(home)
+        .args(args)
+        .env("CODEX_HOME", home)
+        .env("RETHREAD_STORE", store)
+        .env("RETHREAD_CODEX_BIN", codex)
+        .env("RETHREAD_SESSION_WAIT", "0")
+        .env("RETHREAD_MIRROR", "on")
+        .env_remove("RETHREAD_SESSION")
+        .env_remove("RUST_LOG");
+    if let Some(session) = session {
+        command.env("RETHREAD_SESSION", session);
+    }
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(prompt.as_bytes()).unwrap();
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
+/// The thread a successful run's `thread.started` names.
+fn started_thread(output: &Output) -> String {
+    assert_eq!(output.status.code(), Some(0), "{}", describe(output));
+    let first = output.stdout.split(|b| *b == b'\n').next().unwrap();
+    let event: Value = serde_json::from_slice(first).unwrap();
+    event["thread_id"].as_str().unwrap().to_string()
+}
+
+/// `rethread sessions ARGS --json` on `store`.
+fn sessions(store: &str, args: &[&str]) -> Value {
+    let output = Command::new(rethread())
+        .args(["--store", store, "sessions"])
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn store_url(dir: &Path) -> String {
+    format!("sqlite:{}", dir.join("rethread.sqlite").display())
+}
+
+#[test]
+fn exec_without_a_session_keeps_its_thread_for_a_second_home() {
+    let Some(codex) = codex_or_skip(CURRENT) else {
+        return;
+    };
+    let model = ResponsesStandIn::start().unwrap();
+    let (first, second) = (
+        CodexHome::new(&model).unwrap(),
+        CodexHome::new(&model).unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_url(dir.path());
+    let run = |home: &CodexHome, args: &[&str], prompt: &str| {
+        exec(&codex, home.path(), &store, None, args, prompt)
+    };
+
+    // The host's first run: a new thread, whose id it keeps in its own database.
+    let thread = started_thread(&run(&first, &[], "my word is zebra-42"));
+
+    // Another machine, an empty home: resumed by the id (in another spelling), with memory.
+    let upper = thread.to_uppercase();
+    let moved = run(&second, &["resume", &upper], "what is my word?");
+    assert_eq!(started_thread(&moved), thread, "{}", describe(&moved));
+    assert!(
+        last_request_holds(&model, "zebra-42"),
+        "the model saw turn 1"
+    );
+    let shown = sessions(&store, &["show", &format!("thread:{thread}")]);
+    assert_eq!(shown["thread_id"], thread.as_str(), "{shown}");
+    assert_eq!(shown["row_count"], 0, "no transcript: {shown}");
+
+    // Back on the first machine, whose copy lacks the second turn: restored before the resume.
+    let back = run(&first, &["resume", &thread], "and again?");
+    assert_eq!(started_thread(&back), thread);
+    assert!(last_request_holds(&model, "what is my word?"), "turn 2 too");
+
+    // A session's thread is not a sessionless run's, and no session takes a kept thread's key.
+    let bob = exec(&codex, first.path(), &store, Some("bob"), &[], "bob's run");
+    let bob = started_thread(&bob);
+    let taken = run(&first, &["resume", &bob], "not mine");
+    assert_eq!(taken.status.code(), Some(1), "{}", describe(&taken));
+    assert!(String::from_utf8_lossy(&taken.stderr).contains("belongs to session bob"));
+    let key = format!("thread:{thread}");
+    let reserved = exec(&codex, first.path(), &store, Some(&key), &[], "mine now?");
+    assert_eq!(reserved.status.code(), Some(2), "{}", describe(&reserved));
+    assert!(String::from_utf8_lossy(&reserved.stderr).contains("reserved"));
+}
+
+/// `rethread app-server` on `home` without a session, initialized.
+async fn app_server(codex: &Path, home: &Path, store: &str) -> AppServerProcess {
+    let env = [
+        ("RETHREAD_STORE", store),
+        ("RETHREAD_CODEX_BIN", codex.to_str().unwrap()),
+        ("RETHREAD_MIRROR", "on"),
+        ("RETHREAD_SESSION_WAIT", "0"),
+    ];
+    let mut process = AppServerProcess::spawn_with(&rethread(), home, &[], &env)
+        .await
+        .unwrap();
+    process.peer.initialize(false).await.unwrap();
+    process
+}
+
+/// A turn of `thread` saying `text`, completed.
+async fn turn(process: &mut AppServerProcess, thread: &str, text: &str) {
+    let run = process.peer.run_turn(thread, text, None).await.unwrap();
+    assert_eq!(run.status().as_deref(), Some("completed"));
+}
+
+#[tokio::test]
+async fn app_server_without_a_session_keeps_each_thread_for_a_second_home() {
+    let Some(codex) = codex_or_skip(CURRENT) else {
+        return;
+    };
+    let model = ResponsesStandIn::start().unwrap();
+    let (first, second) = (
+        CodexHome::new(&model).unwrap(),
+        CodexHome::new(&model).unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_url(dir.path());
+    let start = Some(json!({"cwd": "/tmp"}));
+
+    // One connection, two threads, a turn each; the client is told what is kept.
+    let mut host = app_server(&codex, first.path(), &store).await;
+    let apple = thread_id(
+        &host
+            .peer
+            .request("thread/start", start.clone())
+            .await
+            .unwrap(),
+    );
+    turn(&mut host, &apple, "word one is apple").await;
+    let pear = thread_id(
+        &host
+            .peer
+            .request("thread/start", start.clone())
+            .await
+            .unwrap(),
+    );
+    turn(&mut host, &pear, "word two is pear").await;
+    let warned = (host.peer.log.iter())
+        .filter(|m| m["method"] == "warning")
+        .filter_map(|m| m["params"]["message"].as_str())
+        .any(|m| m.contains("each thread is kept by its own id"));
+    host.shutdown(Duration::from_secs(15)).await.unwrap();
+
+    // Another machine, an empty home: each thread resumed by its id, with its memory.
+    let mut moved = app_server(&codex, second.path(), &store).await;
+    for (thread, word) in [(&apple, "apple"), (&pear, "pear")] {
+        let params = json!({"threadId": thread.to_uppercase()});
+        let resumed = moved
+            .peer
+            .request("thread/resume", Some(params))
+            .await
+            .unwrap();
+        assert_eq!(&thread_id(&resumed), thread, "{resumed}");
+        turn(&mut moved, thread, "which word?").await;
+        assert!(last_request_holds(&model, word), "{word}");
+    }
+    assert!(warned, "the client was told what is kept");
+
+    // While that connection holds them, another process cannot resume them.
+    let mut other = app_server(&codex, first.path(), &store).await;
+    let params = json!({"threadId": apple});
+    let busy = other
+        .peer
+        .request("thread/resume", Some(params.clone()))
+        .await
+        .unwrap();
+    assert!(error_of(&busy).is_some(), "{busy}");
+    assert_eq!(
+        busy["error"]["data"]["rethread"]["kind"], "session_busy",
+        "{busy}"
+    );
+    moved.shutdown(Duration::from_secs(15)).await.unwrap();
+    let resumed = other
+        .peer
+        .request("thread/resume", Some(params))
+        .await
+        .unwrap();
+    assert_eq!(thread_id(&resumed), apple, "{resumed}");
+    turn(&mut other, &apple, "and now?").await;
+    assert!(
+        last_request_holds(&model, "which word?"),
+        "the second home's turn"
+    );
+    other.shutdown(Duration::from_secs(15)).await.unwrap();
+
+    // Listed as records of their own, holding the binding and the mirror, no rows.
+    let listed = sessions(&store, &["list"]);
+    let listed = listed.to_string();
+    for thread in [&apple, &pear] {
+        assert!(listed.contains(&format!("thread:{thread}")), "{listed}");
+    }
+}

@@ -1,0 +1,147 @@
+//! [`KeptThreads`]: the threads `rethread app-server` keeps without a session, by their own
+//! ids ([`rethread_runtime::kept`]), for [`NoSession::keeping`](crate::NoSession::keeping).
+
+use std::collections::HashSet;
+
+use rethread_protocol::messages::{TurnNotification, TurnStatus};
+use rethread_protocol::RequestId;
+use rethread_runtime::kept::Keeper;
+use rethread_runtime::MirrorReport;
+use rethread_store::Unpoisoned;
+use serde_json::Value;
+
+use super::start::start_refused;
+use super::{answered_thread, params, ThreadIdOf};
+use crate::hooks::{ClientAction, HookError, ServerContext};
+use crate::line::{Line, LineKind};
+
+/// Each thread the client starts, forks or resumes on the connection, kept by its own id:
+/// its lease taken when it is first used (a `thread/resume` waits for it and restores the
+/// thread's rollout before it goes to codex), each completed turn's rollout growth committed
+/// before `turn/completed` goes on, every lease released when the connection ends.
+#[derive(Debug)]
+pub(crate) struct KeptThreads {
+    keeper: Keeper,
+    /// The client's `thread/start` and `thread/fork` requests: their answers open a thread.
+    opening: std::sync::Mutex<HashSet<RequestId>>,
+}
+
+impl KeptThreads {
+    pub(crate) fn new(keeper: Keeper) -> Self {
+        KeptThreads {
+            keeper,
+            opening: Default::default(),
+        }
+    }
+
+    /// A client request: a `thread/resume` takes its thread first (answered with an error when
+    /// another live process keeps it or it is a session's); a start or fork's answer is
+    /// awaited.
+    pub(crate) async fn on_request(
+        &self,
+        line: &Line,
+        id: RequestId,
+        ctx: &ServerContext,
+    ) -> Result<ClientAction, HookError> {
+        match line.method() {
+            Some("thread/start" | "thread/fork") => {
+                let params = params::<Value>(line);
+                if params.is_none_or(|p| p.get("ephemeral") != Some(&Value::Bool(true))) {
+                    self.opening.lock().unpoisoned().insert(id);
+                }
+            }
+            Some("thread/resume") => {
+                let Some(ThreadIdOf { thread_id }) = params(line) else {
+                    return Ok(ClientAction::Forward);
+                };
+                if let Err(error) = self.keeper.take(&thread_id, true).await {
+                    let key = rethread_runtime::kept::key(&thread_id);
+                    let refusal = start_refused(&error, &key, Some(&thread_id));
+                    ctx.report(&refusal.message);
+                    ctx.send_to_client(Line::error_response(Some(id), refusal))
+                        .await?;
+                    return Ok(ClientAction::Consumed);
+                }
+            }
+            _ => {}
+        }
+        Ok(ClientAction::Forward)
+    }
+
+    /// A codex message: the answer to a start or fork keeps its thread; a completed turn of a
+    /// kept thread is committed (awaited: the client sees `turn/completed` once it is durable,
+    /// or after a `warning` saying why not).
+    pub(crate) async fn on_server_message(
+        &self,
+        line: &Line,
+        ctx: &ServerContext,
+    ) -> Result<(), HookError> {
+        match (line.kind(), line.method()) {
+            (LineKind::Response | LineKind::Error, _) => {
+                let opened = line
+                    .id()
+                    .is_some_and(|id| self.opening.lock().unpoisoned().remove(id));
+                let thread = opened.then(|| answered_thread(line)).flatten();
+                if let Some(thread) = thread {
+                    if let Err(error) = self.keeper.take(&thread, false).await {
+                        let message = format!("rethread does not keep thread {thread}: {error}");
+                        self.warn(ctx, &message, &thread).await?;
+                    }
+                }
+            }
+            (LineKind::Notification, Some("turn/completed")) => {
+                let Some(TurnNotification { thread_id, turn }) = params(line) else {
+                    return Ok(());
+                };
+                if turn.status != TurnStatus::Completed {
+                    return Ok(());
+                }
+                let problem = match self.keeper.commit(&thread_id).await {
+                    None => None,
+                    Some(Err(error)) => Some(format!(
+                        "rethread could not keep turn {} of thread {thread_id}: {error}",
+                        turn.id
+                    )),
+                    Some(Ok(done)) => match done.mirror {
+                        MirrorReport::Failed(error) => Some(format!(
+                            "rethread kept turn {} of thread {thread_id} without its rollout: \
+                             {error}",
+                            turn.id
+                        )),
+                        MirrorReport::StoppedNow { bytes, cap } => Some(format!(
+                            "thread {thread_id} is past the mirror's cap ({bytes} of {cap} \
+                             bytes): rethread keeps no more of it"
+                        )),
+                        _ => None,
+                    },
+                };
+                if let Some(problem) = problem {
+                    self.warn(ctx, &problem, &thread_id).await?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Releases every lease (the connection ended).
+    pub(crate) async fn close(&self, ctx: Option<&ServerContext>) {
+        if let (Err(error), Some(ctx)) = (self.keeper.release_all().await, ctx) {
+            ctx.report(&format!(
+                "releasing a kept thread's lease failed ({error}); it expires on its own"
+            ));
+        }
+    }
+
+    async fn warn(
+        &self,
+        ctx: &ServerContext,
+        message: &str,
+        thread: &str,
+    ) -> Result<(), HookError> {
+        ctx.report(message);
+        Ok(ctx
+            .send_to_client(Line::warning(message, Some(thread)))
+            .await?)
+    }
+}

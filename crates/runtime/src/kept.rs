@@ -1,0 +1,171 @@
+//! Threads kept without a session (`docs/design.md`, "Threads kept without a session"): with
+//! a store named and no session, each thread the client runs is kept by its own id, as a
+//! session record keyed `thread:<canonical id>` ([`key`]): the binding and the rollout mirror,
+//! no transcript rows. Everything the store and the CLI do per session (lease, commit,
+//! restore, listings, `forget`, `doctor`, `verify`, `migrate`, `prune`) applies unchanged;
+//! no user session can have such an id ([`check_session_id`]).
+//!
+//! [`Keeper`] keeps the threads of one `rethread app-server` connection; `rethread exec`
+//! drives its one thread through the session machine under the thread's key.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rethread_protocol::ThreadId;
+use rethread_store::{BindingStore, LocalOwner, StoreError, Unpoisoned};
+
+use crate::binding::{commit_turn, Committed, StoreSide, TurnRows};
+use crate::{BinderOptions, RolloutMirror, RuntimeError, SessionLease, Transcript};
+
+/// The key space of threads kept without a session.
+pub const PREFIX: &str = "thread:";
+
+/// The record key of `thread`, kept without a session: `thread:<canonical id>`.
+pub fn key(thread: &str) -> String {
+    format!("{PREFIX}{}", ThreadId::new(thread))
+}
+
+/// The thread a record key names, when it is a kept thread's.
+pub fn thread_of(session_id: &str) -> Option<&str> {
+    session_id.strip_prefix(PREFIX)
+}
+
+/// Refuses a session id in the kept threads' key space: a user session named `thread:...`
+/// could take a kept thread's record.
+///
+/// # Errors
+/// [`StoreError::InvalidInput`] naming the reserved prefix.
+pub fn check_session_id(session_id: &str) -> Result<(), RuntimeError> {
+    match thread_of(session_id) {
+        Some(_) => Err(RuntimeError::Store(StoreError::InvalidInput(format!(
+            "session id `{session_id}`: ids starting with `{PREFIX}` are reserved for threads \
+             kept without a session"
+        )))),
+        None => Ok(()),
+    }
+}
+
+/// The threads one connection keeps without a session: one lease each (`thread:<id>`), held
+/// from the thread's first use until [`release_all`](Keeper::release_all).
+#[derive(Debug)]
+pub struct Keeper {
+    store: Arc<dyn BindingStore>,
+    mirror: RolloutMirror,
+    options: BinderOptions,
+    owner: Arc<LocalOwner>,
+    held: std::sync::Mutex<HashMap<String, Arc<SessionLease>>>,
+}
+
+impl Keeper {
+    /// The keeper of `store` under `options` (lease TTL and wait, `CODEX_HOME`, the mirror's
+    /// cap); `None` without a mirror (`RETHREAD_MIRROR=off`, or no `CODEX_HOME`): a record
+    /// without the rollout would keep nothing.
+    pub fn new(store: Arc<dyn BindingStore>, options: BinderOptions) -> Option<Keeper> {
+        Some(Keeper {
+            mirror: options.rollout_mirror()?,
+            store,
+            options,
+            owner: Arc::new(LocalOwner::new()),
+            held: Default::default(),
+        })
+    }
+
+    /// Takes `thread`'s lease unless held already (waiting up to the lease wait) and, with
+    /// `restore` (a resume), restores its rollout where this home lacks it or holds a strict
+    /// prefix of it ([`StoreSide::restore_named`]: a failure is logged, codex answers).
+    ///
+    /// # Errors
+    /// [`RuntimeError::ThreadTaken`] for a thread of a session (one live holder per thread:
+    /// that session's); [`RuntimeError::SessionBusy`] while another live process keeps the
+    /// thread; a store failure.
+    pub async fn take(&self, thread: &str, restore: bool) -> Result<(), RuntimeError> {
+        let key = key(thread);
+        if self.lease(&key).is_some() {
+            return Ok(());
+        }
+        let thread = ThreadId::new(thread);
+        match self.store.thread_session(thread.as_str()).await? {
+            Some(owner) if owner != key => {
+                let thread_id = thread.into();
+                return Err(RuntimeError::ThreadTaken {
+                    thread_id,
+                    session_id: owner,
+                });
+            }
+            _ => {}
+        }
+        let ttl = self.options.lease_ttl.unwrap_or(Duration::from_secs(30));
+        let (store, owner) = (self.store.clone(), self.owner.clone());
+        let wait = self.options.lease_wait;
+        let lease = SessionLease::acquire(store, &key, owner, ttl, wait).await?;
+        let lease = Arc::new(lease);
+        self.held
+            .lock()
+            .unpoisoned()
+            .insert(key.clone(), lease.clone());
+        if restore {
+            let side = StoreSide {
+                store: self.store.as_ref(),
+                session_id: &key,
+                lease: Some(&lease),
+                transcript: &Transcript::Store,
+                mirror: Some(&self.mirror),
+                codex_home: self.options.codex_home.as_deref(),
+            };
+            side.restore_named(thread.as_str()).await;
+        }
+        Ok(())
+    }
+
+    /// Commits a completed turn of `thread` (its rollout's growth, and the binding) under its
+    /// lease; `None` when the thread is not kept.
+    pub async fn commit(&self, thread: &str) -> Option<Result<Committed, RuntimeError>> {
+        let key = key(thread);
+        let lease = self.lease(&key)?;
+        let thread = ThreadId::new(thread);
+        let mut turn = TurnRows::new(&key, thread.as_str(), &[]).mirror(Some(&self.mirror));
+        turn.codex_home = self.options.codex_home.as_deref();
+        let committed = commit_turn(self.store.as_ref(), &Transcript::Store, Some(&lease), turn);
+        let committed = committed.await;
+        if matches!(committed, Err(RuntimeError::LeaseLost { .. })) {
+            self.held.lock().unpoisoned().remove(&key);
+        }
+        Some(committed)
+    }
+
+    /// Releases every lease held (on the connection's end); the first failure is returned,
+    /// the leases it leaves expire on their own.
+    pub async fn release_all(&self) -> Result<(), RuntimeError> {
+        let held: Vec<_> = self.held.lock().unpoisoned().drain().collect();
+        let mut result = Ok(());
+        for (_, lease) in held {
+            if let Err(error) = lease.release().await {
+                result = result.and(Err(error));
+            }
+        }
+        result
+    }
+
+    fn lease(&self, key: &str) -> Option<Arc<SessionLease>> {
+        self.held.lock().unpoisoned().get(key).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_thread_has_one_key_in_every_spelling_and_no_session_can_take_it() {
+        let id = "0195ec6b-66c5-7e31-9f2f-3ad0a1f2b9c4";
+        let upper = key(&id.to_uppercase());
+        assert_eq!(upper, format!("thread:{id}"));
+        assert_eq!(key(&format!("urn:uuid:{id}")), upper);
+        assert_eq!(thread_of(&upper), Some(id));
+        assert_eq!(thread_of("chat-42"), None);
+        assert!(check_session_id("chat-42").is_ok());
+        let refused = check_session_id(&upper).unwrap_err();
+        assert!(refused.to_string().contains("reserved"), "{refused}");
+    }
+}
