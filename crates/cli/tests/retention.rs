@@ -70,6 +70,9 @@ fn prune_removes_idle_sessions_keeps_a_leased_one_and_a_dry_run_removes_nothing(
             .acquire_lease("held", holder.owner(), day)
             .await
             .unwrap();
+        // A host that took a session and left before its first turn: a lease record only.
+        let left = store.acquire_lease("left", holder.owner(), day).await;
+        assert!(store.release_lease(&left.unwrap()).await.unwrap());
     });
     std::thread::sleep(Duration::from_millis(5));
     let ids = |v: &Value| -> Vec<String> {
@@ -94,7 +97,11 @@ fn prune_removes_idle_sessions_keeps_a_leased_one_and_a_dry_run_removes_nothing(
     );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let dry = json_of(&out);
-    assert_eq!(ids(&dry), ["idle-a", "idle-b"]);
+    assert_eq!(ids(&dry), ["idle-a", "idle-b", "left"]);
+    assert_eq!(
+        dry["removed"][2],
+        json!({"kind": "lease", "session": "left"})
+    );
     assert_eq!(dry["dry_run"], true);
     assert_eq!(dry["kept_leased"], json!(["held"]));
     assert_eq!(dry["removed"][0]["kind"], "session");
@@ -112,6 +119,10 @@ fn prune_removes_idle_sessions_keeps_a_leased_one_and_a_dry_run_removes_nothing(
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("removed 2 idle sessions"), "{said}");
     assert!(said.contains("kept held (a live host holds it)"), "{said}");
+    assert!(
+        said.contains("removed 1 lease record(s) left without a session"),
+        "{said}"
+    );
     let list = json_of(&rethread(&url, &["sessions", "list", "--json"], &[]));
     let left = list["sessions"].as_array().unwrap().iter();
     let left: Vec<&str> = left.map(|s| s["session"].as_str().unwrap()).collect();

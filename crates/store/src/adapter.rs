@@ -101,31 +101,41 @@ async fn prune_batches<B: Backend>(
     prune: &Prune,
     report: &mut PruneReport,
 ) -> Result<()> {
+    type Page = fn(&mut dyn ReadTxn, Option<&str>, i64, usize) -> PageResult;
+    type PageResult = Result<(Vec<String>, Option<String>)>;
+    type Apply = fn(&mut dyn WriteTxn, i64, &[String], i64, bool) -> Result<logic::prune::Batch>;
     let idle_ms = prune.idle.as_millis().min(i64::MAX as u128) as i64;
     let (batch, dry_run) = (prune.batch.max(1), prune.dry_run);
-    let mut after: Option<String> = None;
-    loop {
-        // Candidates by this host's clock; each write checks again by the store's.
-        let cutoff = backend.clock().now_ms().saturating_sub(idle_ms);
-        let from = after.take();
-        let read = move |txn: &mut dyn ReadTxn| {
-            logic::prune::idle_page(txn, from.as_deref(), cutoff, batch)
-        };
-        let (ids, next) = backend.read(read).await?;
-        if !ids.is_empty() {
-            let locked = ids.clone();
-            let write = move |txn: &mut dyn WriteTxn, now| {
-                logic::prune::prune_batch(txn, now, &ids, idle_ms, dry_run)
-            };
-            let done = backend.write_sessions(locked, write).await?;
-            report.sessions.extend(done.removed);
-            report.kept_leased.extend(done.leased);
-        }
-        match next {
-            Some(next) => after = Some(next),
-            None => return Ok(()),
+    // Sessions first; then the lease records left without a session (a pruned session's
+    // went with it).
+    let kinds: [(Page, Apply); 2] = [
+        (logic::prune::idle_page, logic::prune::prune_batch),
+        (logic::prune::stale_lease_page, logic::prune::prune_leases),
+    ];
+    for (page, apply) in kinds {
+        let mut after: Option<String> = None;
+        loop {
+            // Candidates by this host's clock; each write checks again by the store's.
+            let cutoff = backend.clock().now_ms().saturating_sub(idle_ms);
+            let from = after.take();
+            let read = move |txn: &mut dyn ReadTxn| page(txn, from.as_deref(), cutoff, batch);
+            let (ids, next) = backend.read(read).await?;
+            if !ids.is_empty() {
+                let locked = ids.clone();
+                let write =
+                    move |txn: &mut dyn WriteTxn, now| apply(txn, now, &ids, idle_ms, dry_run);
+                let done = backend.write_sessions(locked, write).await?;
+                report.sessions.extend(done.removed);
+                report.kept_leased.extend(done.leased);
+                report.leases.extend(done.leases);
+            }
+            match next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
         }
     }
+    Ok(())
 }
 
 /// Implements [`BindingStore`] for `$store` on its [`Backend`] `self.$backend`.

@@ -84,6 +84,11 @@ impl ReadTxn for State {
         Ok(self.records.get(session_id).cloned())
     }
 
+    fn stale_leases(&mut self, after: &str, cutoff: i64, limit: usize) -> Result<Vec<String>> {
+        let has_record = |id: &str| Ok(self.records.contains_key(id));
+        crate::logic::stale_grants(&self.leases, after, cutoff, limit, has_record)
+    }
+
     fn load_rows(&mut self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>> {
         let Some(rows) = self.rows.get(session_id) else {
             return Ok(Vec::new());

@@ -55,8 +55,9 @@ impl Prune {
 
 /// What a prune removed (or, in a dry run, would remove).
 ///
-/// It lists records by kind; today sessions only. Records of other kinds the store may keep
-/// later (a thread kept without a session) get a list of their own beside `sessions`.
+/// It lists records by kind: sessions, and lease records left without a session. Records of
+/// other kinds the store may keep later (a thread kept without a session) get a list of their
+/// own.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct PruneReport {
@@ -64,6 +65,10 @@ pub struct PruneReport {
     pub sessions: Vec<PrunedSession>,
     /// Idle sessions kept because their lease is live, in session-id order.
     pub kept_leased: Vec<String>,
+    /// The sessions whose lease record was removed without a session record to go with it
+    /// (a session forgotten, or leased and left before its first turn), in session-id order:
+    /// records last live (held, or released or forgotten) before the idle span.
+    pub leases: Vec<String>,
 }
 
 /// One session a prune removed.

@@ -22,10 +22,10 @@ pub(crate) struct PruneArgs {
     /// Remove nothing; list what would be removed.
     #[arg(long)]
     dry_run: bool,
-    /// Print one JSON object: `dry_run`, `idle_secs`, `removed` (each `kind` (`session`),
+    /// Print one JSON object: `dry_run`, `idle_secs`, `removed` (each `kind`: `session`, with
     /// `session`, `updated_at_ms`, `row_count`, `stored_bytes`, `row_bytes`,
-    /// `mirror_bytes`), `stored_bytes` (their total), `kept_leased` (idle sessions a live
-    /// host holds).
+    /// `mirror_bytes`; or `lease`, a lease record left without a session, with `session`),
+    /// `stored_bytes` (the sessions' total), `kept_leased` (idle sessions a live host holds).
     #[arg(long)]
     json: bool,
 }
@@ -62,6 +62,7 @@ pub(super) async fn run(store: Arc<dyn BindingStore>, args: PruneArgs) -> CliRes
                     "mirror_bytes": p.bytes.mirror,
                 })
             })
+            .chain((report.leases.iter()).map(|id| json!({"kind": "lease", "session": id})))
             .collect();
         let out = json!({
             "dry_run": args.dry_run,
@@ -94,6 +95,10 @@ pub(super) async fn run(store: Arc<dyn BindingStore>, args: PruneArgs) -> CliRes
     let n = report.sessions.len();
     let sessions = if n == 1 { "session" } else { "sessions" };
     outln!("{verb} {n} idle {sessions} ({total} bytes)");
+    if !report.leases.is_empty() {
+        let n = report.leases.len();
+        outln!("{verb} {n} lease record(s) left without a session");
+    }
     for kept in &report.kept_leased {
         outln!("kept {} (a live host holds it)", for_people(kept));
     }

@@ -54,7 +54,9 @@ pub use mirror::{
     mirror_travels_with_the_session,
 };
 pub use model::{op_strategy, random_ops_match_model, Op};
-pub use retention::prune_removes_idle_sessions_only;
+pub use retention::{
+    prune_removes_idle_sessions_only, prune_removes_stale_lease_records_without_a_session,
+};
 pub use sessions::{
     copy_sessions_roundtrip, delete_session, export_import_roundtrip, invalid_input,
     list_sessions_pages, verify_finds_nothing_on_a_healthy_store,
@@ -139,6 +141,7 @@ pub async fn run_all(store: &dyn BindingStore, clock: &Clock) {
     random_ops_match_model(store).await;
     run_leases(store, clock).await;
     prune_removes_idle_sessions_only(store, clock).await;
+    prune_removes_stale_lease_records_without_a_session(store, clock).await;
 }
 
 /// Runs every mirror scenario, in order, on `store`.

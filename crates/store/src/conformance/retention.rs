@@ -121,3 +121,75 @@ pub async fn prune_removes_idle_sessions_only(store: &dyn BindingStore, clock: &
     let none = store.prune_sessions(Prune::idle(24 * HOUR)).await.unwrap();
     assert!(ours(&none).is_empty(), "{none:?}");
 }
+
+/// A lease record can outlive its session: a forget leaves a grant to nobody, and a session
+/// leased but never committed (a host that started and left before its first turn) has a
+/// lease record and no session record. A prune removes every such record last live before
+/// its idle span, and keeps one live or live since; a dry run lists them and removes nothing.
+/// A session whose record went starts anew (fence 1), and a stale grant of it is `Forgotten`.
+pub async fn prune_removes_stale_lease_records_without_a_session(
+    store: &dyn BindingStore,
+    clock: &Clock,
+) {
+    let [forgotten, released, crashed, live, recent] =
+        ["forgotten", "released", "crashed", "live", "recent"]
+            .map(|name| unique_id(&format!("orphan-{name}")));
+    let (a, b) = (owner("a"), owner("b"));
+    let commit = turn(&forgotten, &th(&forgotten, "t1"), vec![json!(1)]);
+    store.commit_turn(commit).await.unwrap();
+    let lease = store.acquire_lease(&forgotten, &a, LONG).await.unwrap();
+    assert!(store.release_lease(&lease).await.unwrap());
+    assert!(store.delete_session(&forgotten).await.unwrap());
+    let lease = store.acquire_lease(&released, &a, LONG).await.unwrap();
+    assert!(store.release_lease(&lease).await.unwrap());
+    let short = Duration::from_secs(1);
+    let stale = store.acquire_lease(&crashed, &a, short).await.unwrap();
+    let held = store.acquire_lease(&live, &a, 3 * HOUR).await.unwrap();
+    clock.advance(2 * HOUR);
+    let lease = store.acquire_lease(&recent, &a, LONG).await.unwrap();
+    assert!(store.release_lease(&lease).await.unwrap());
+
+    let mine = [&forgotten, &released, &crashed, &live, &recent];
+    let ours = |report: &crate::PruneReport| -> Vec<String> {
+        let ids = report.leases.iter().filter(|id| mine.contains(id));
+        ids.cloned().collect()
+    };
+    let gone = vec![crashed.clone(), forgotten.clone(), released.clone()];
+    let mut gone_sorted = gone.clone();
+    gone_sorted.sort();
+    let dry = store
+        .prune_sessions(Prune::idle(HOUR).dry_run(true))
+        .await
+        .unwrap();
+    assert_eq!(ours(&dry), gone_sorted, "{dry:?}");
+    let pruned = store
+        .prune_sessions(Prune::idle(HOUR).batch(1))
+        .await
+        .unwrap();
+    assert_eq!(ours(&pruned), gone_sorted, "{pruned:?}");
+    let again = store.prune_sessions(Prune::idle(HOUR)).await.unwrap();
+    assert!(ours(&again).is_empty(), "{again:?}");
+    let renew = store.renew_lease(&stale, LONG).await;
+    assert!(
+        matches!(
+            &renew,
+            Err(StoreError::LeaseLost {
+                cause: LeaseLoss::Forgotten,
+                ..
+            })
+        ),
+        "{renew:?}"
+    );
+    for id in &gone {
+        let lease = store.acquire_lease(id, &b, LONG).await.unwrap();
+        assert_eq!(lease.fence, 1, "{id} starts anew");
+        assert!(store.release_lease(&lease).await.unwrap());
+    }
+    // Kept: the live grant (another owner waits), and one released within the span.
+    let busy = store.acquire_lease(&live, &b, LONG).await;
+    assert!(matches!(&busy, Err(StoreError::Busy { .. })), "{busy:?}");
+    assert!(store.release_lease(&held).await.unwrap());
+    let lease = store.acquire_lease(&recent, &b, LONG).await.unwrap();
+    assert_eq!(lease.fence, 2, "the recent record was kept");
+    assert!(store.release_lease(&lease).await.unwrap());
+}

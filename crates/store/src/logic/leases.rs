@@ -256,6 +256,47 @@ impl Drop for LeaseWrite<'_> {
     }
 }
 
+/// [`ReadTxn::stale_leases`](super::ReadTxn::stale_leases) over leases kept in a map:
+/// `has_record` says whether a session has a record.
+pub(crate) fn stale_grants(
+    leases: &HashMap<String, Grant>,
+    after: &str,
+    cutoff: i64,
+    limit: usize,
+    mut has_record: impl FnMut(&str) -> Result<bool>,
+) -> Result<Vec<String>> {
+    let mut ids: Vec<&String> = leases
+        .iter()
+        .filter(|(id, g)| id.as_str() > after && g.lease.expires_at_ms < cutoff)
+        .map(|(id, _)| id)
+        .collect();
+    ids.sort();
+    let mut stale = Vec::new();
+    for id in ids {
+        if stale.len() == limit {
+            break;
+        }
+        if !has_record(id)? {
+            stale.push(id.clone());
+        }
+    }
+    Ok(stale)
+}
+
+#[cfg_attr(not(feature = "redb"), allow(dead_code))]
+impl LocalLeases {
+    /// [`stale_grants`] of these leases.
+    pub(crate) fn stale(
+        &self,
+        after: &str,
+        cutoff: i64,
+        limit: usize,
+        has_record: impl FnMut(&str) -> Result<bool>,
+    ) -> Result<Vec<String>> {
+        stale_grants(&self.map(), after, cutoff, limit, has_record)
+    }
+}
+
 /// A redb write transaction's view of the leases, under [`LocalLeases::begin_write`]: what
 /// it staged, else the leases.
 impl LeaseTxn for Arc<LocalLeases> {

@@ -24,7 +24,7 @@ use crate::{BindingState, SessionRecord, StoreError, TranscriptRow, CODEX_THREAD
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use leases::GrantState;
 #[cfg_attr(not(feature = "redb"), allow(unused_imports))]
-pub(crate) use leases::{acquire, release, renew, Grant, LeaseTxn, LocalLeases};
+pub(crate) use leases::{acquire, release, renew, stale_grants, Grant, LeaseTxn, LocalLeases};
 #[cfg(any(feature = "redb", feature = "sqlite"))]
 pub(crate) use reads::session_threads;
 pub(crate) use reads::{export, list_page, rows, write_mirror_file};
@@ -73,6 +73,10 @@ pub(crate) trait ReadTxn {
     /// The sessions of the first and of the last stored row (by key), each with whether its
     /// record exists; empty when there are no rows.
     fn row_ends(&mut self) -> Result<Vec<(String, bool)>>;
+    /// Up to `limit` sessions after `after` (`""`: from the start), in order, that have a lease
+    /// record and no session record, the record last live (held until it expired, or
+    /// released or forgotten) before `cutoff`.
+    fn stale_leases(&mut self, after: &str, cutoff: i64, limit: usize) -> Result<Vec<String>>;
     /// Hands `each` the stored chunks of a mirrored file whose `seq` is in `range`, in order,
     /// borrowed from the engine (checksums verified first): a restore allocates no chunk.
     fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>, each: ChunkSink) -> Result<()>;

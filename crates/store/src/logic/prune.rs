@@ -37,11 +37,51 @@ pub(crate) fn idle_page(
     Ok((idle, next.flatten()))
 }
 
+/// Up to `batch` sessions after `after` with a lease record last live before `cutoff` and no
+/// session record, and where the next read starts (`None`: the end).
+pub(crate) fn stale_lease_page(
+    txn: &mut dyn ReadTxn,
+    after: Option<&str>,
+    cutoff: i64,
+    batch: usize,
+) -> Result<(Vec<String>, Option<String>)> {
+    let ids = txn.stale_leases(after.unwrap_or(""), cutoff, batch)?;
+    let next = (ids.len() == batch).then(|| ids.last().cloned()).flatten();
+    Ok((ids, next))
+}
+
 /// What one batch's write removed, and kept for a live lease.
 #[derive(Default)]
 pub(crate) struct Batch {
     pub(crate) removed: Vec<PrunedSession>,
     pub(crate) leased: Vec<String>,
+    /// Lease records removed without a session record.
+    pub(crate) leases: Vec<String>,
+}
+
+/// Removes the lease record of each of `ids` that still has no session record and was last
+/// live before `now - idle_ms` (unless `dry_run`).
+pub(crate) fn prune_leases(
+    txn: &mut dyn WriteTxn,
+    now: i64,
+    ids: &[String],
+    idle_ms: i64,
+    dry_run: bool,
+) -> Result<Batch> {
+    let cutoff = now.saturating_sub(idle_ms);
+    let mut batch = Batch::default();
+    for id in ids {
+        let grant = txn.leases().load_lease(id)?;
+        let stale = grant.is_some_and(|g| g.lease.expires_at_ms < cutoff);
+        if !stale || txn.load(id)?.is_some() {
+            continue;
+        }
+        if !dry_run {
+            txn.leases().remove_lease(id)?;
+        }
+        batch.leases.push(id.clone());
+    }
+    Ok(batch)
 }
 
 /// Removes each of `ids` still idle at `now` and whose lease is not live (unless `dry_run`):

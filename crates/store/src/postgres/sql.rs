@@ -60,6 +60,11 @@ statements!(p;
            set_config('synchronous_commit', $2, true), \
            set_config('idle_in_transaction_session_timeout', $3, true)",
     load: format!("SELECT {RECORD_COLUMNS} FROM {p}sessions WHERE session_id = $1"),
+    stale_leases: format!(
+        "SELECT session_id FROM {p}leases l WHERE session_id > $1 AND expires_at_ms < $2 \
+         AND NOT EXISTS (SELECT 1 FROM {p}sessions s WHERE s.session_id = l.session_id) \
+         ORDER BY session_id LIMIT $3"
+    ),
     row_bytes: format!(
         "SELECT coalesce(sum(octet_length(body)), 0)::int8 FROM {p}transcript_rows \
          WHERE session_id = $1"

@@ -97,6 +97,12 @@ impl ReadTxn for Txn<'_, '_> {
         Ok(row.pg(self.label)?.get(0))
     }
 
+    fn stale_leases(&mut self, after: &str, cutoff: i64, limit: usize) -> Result<Vec<String>> {
+        let limit = limit.min(i64::MAX as usize) as i64;
+        let rows = self.query(&self.sql.stale_leases, &[&after, &cutoff, &limit])?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
     fn row_bytes(&mut self, session_id: &str) -> Result<u64> {
         let row = self.txn.query_one(&self.sql.row_bytes, &[&session_id]);
         Ok(row.pg(self.label)?.get::<_, i64>(0).max(0) as u64)

@@ -233,6 +233,12 @@ where
         Ok(iter.next().transpose().redb(label)?.is_some())
     }
 
+    fn stale_leases(&mut self, after: &str, cutoff: i64, limit: usize) -> Result<Vec<String>> {
+        let (label, sessions) = (&self.label, &self.sessions);
+        let has_record = |id: &str| Ok(sessions.get(id).redb(label)?.is_some());
+        self.leases.stale(after, cutoff, limit, has_record)
+    }
+
     fn row_bytes(&mut self, session_id: &str) -> Result<u64> {
         let label = &self.label;
         let mut bytes = 0;

@@ -139,6 +139,14 @@ impl ReadTxn for Txn<'_> {
         Ok(self.one(sql, [session_id], |_| Ok(()))?.is_some())
     }
 
+    fn stale_leases(&mut self, after: &str, cutoff: i64, limit: usize) -> Result<Vec<String>> {
+        let sql = "SELECT session_id FROM leases l WHERE session_id > ?1 AND expires_at_ms < ?2 \
+                   AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = l.session_id) \
+                   ORDER BY session_id LIMIT ?3";
+        let limit = limit.min(i64::MAX as usize) as i64;
+        self.all(sql, params![after, cutoff, limit], |r| r.get(0))
+    }
+
     fn row_bytes(&mut self, session_id: &str) -> Result<u64> {
         let sql = "SELECT coalesce(sum(length(CAST(body AS BLOB))), 0) FROM transcript_rows \
                    WHERE session_id = ?1";
