@@ -23,7 +23,8 @@ pub(crate) const HELP: &str = "\
 rethread's own settings (everything else goes to `codex app-server` verbatim):
   --session ID             the session to keep; also taken anywhere among ARGS before `--`
   RETHREAD_SESSION         the session to keep when --session is not given; unset or empty:
-                           a pass-through that keeps nothing (and says so once)
+                           with a store, each thread kept by its own id (no transcript),
+                           else a pass-through that keeps nothing (either said once)
   RETHREAD_SESSION_WAIT    seconds to wait for a session another live process holds
                            (default 2), then exit 75
   RETHREAD_STORE           the store (--store): sqlite:PATH, redb:PATH, postgres://..., memory:

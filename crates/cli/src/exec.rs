@@ -118,10 +118,13 @@ pub(crate) fn main(
         Err(cause) => return output::fail(&cause.0, output::EXIT_USAGE),
     };
     let kind = kind_of(&run);
-    // Without a session but with a store, the run's thread is kept by its own id: the key of
-    // the thread `resume <id>` names, else found once codex names it (empty until then).
+    // Without a session but with a store and the mirror (the record is the rollout), the
+    // run's thread is kept by its own id: the key of the thread `resume <id>` names, else
+    // found once codex names it (empty until then).
     let session = match session {
-        None if store.is_some() && !no_mirror() => Some(kept_key(&run)),
+        None if store.is_some() && BinderOptions::default().rollout_mirror().is_some() => {
+            Some(kept_key(&run))
+        }
         session => session,
     };
     let Some(session) = session.filter(|_| kind != Kind::PassThrough) else {
@@ -154,13 +157,6 @@ pub(crate) fn main(
         Duration::from_secs(1),
     );
     output::run_to_exit(runtime, linger, "exec: ", driver::run(setup))
-}
-
-/// Whether the mirror is off (`RETHREAD_MIRROR=off`, or a value it cannot read): a thread kept
-/// without a session is its rollout, so without the mirror nothing is kept.
-fn no_mirror() -> bool {
-    let env = std::env::var_os(rethread_runtime::MIRROR_ENV);
-    rethread_runtime::mirror_setting(env.as_deref()) != Ok(true)
 }
 
 /// The record key of a sessionless run's thread when the run names it by id (`resume <id>`);

@@ -145,6 +145,41 @@ fn exec_without_a_session_keeps_its_thread_for_a_second_home() {
     let reserved = exec(&codex, first.path(), &store, Some(&key), &[], "mine now?");
     assert_eq!(reserved.status.code(), Some(2), "{}", describe(&reserved));
     assert!(String::from_utf8_lossy(&reserved.stderr).contains("reserved"));
+
+    // The store's commands cover the kept thread as a session: doctor, verify, migrate,
+    // prune, forget.
+    let cli = |args: &[&str]| {
+        let output = Command::new(rethread())
+            .args(args)
+            .env("CODEX_HOME", second.path())
+            .env("RETHREAD_CODEX_BIN", &codex)
+            .env_remove("RETHREAD_STORE")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{args:?}: {}", describe(&output));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    assert!(cli(&["--store", &store, "doctor"]).contains(&key));
+    cli(&["--store", &store, "verify"]);
+    let copy = format!("sqlite:{}", dir.path().join("copy.sqlite").display());
+    cli(&["migrate", "--from", &store, "--to", &copy]);
+    assert_eq!(
+        sessions(&copy, &["show", &key])["thread_id"],
+        thread.as_str()
+    );
+    let prunable = cli(&[
+        "--store",
+        &store,
+        "sessions",
+        "prune",
+        "--idle",
+        "0s",
+        "--dry-run",
+    ]);
+    assert!(prunable.contains(&key), "{prunable}");
+    cli(&["--store", &store, "sessions", "forget", &key]);
+    let listed = sessions(&store, &["list"]).to_string();
+    assert!(!listed.contains(&key) && listed.contains("bob"), "{listed}");
 }
 
 /// `rethread app-server` on `home` without a session, initialized.

@@ -5,8 +5,9 @@
 //! - [`forward`]: the forwarder over any pair of byte streams; [`run_app_server`]: the process
 //!   (codex spawned from a [`CodexCommand`], the client on stdin/stdout, signals, exit code).
 //! - [`SessionHooks`], [`ClientContext`], [`ServerContext`], [`CodexRequester`]: the seam.
-//! - [`NoSession`]: pass-through plus one `warning`; [`BindingHooks`]: the hooks of a session
-//!   (`RETHREAD_SESSION`, see [Sessions](#sessions)).
+//! - [`NoSession`]: pass-through plus one `warning` (with a store, [`NoSession::keeping`]: each
+//!   thread kept by its own id); [`BindingHooks`]: the hooks of a session (`RETHREAD_SESSION`,
+//!   see [Sessions](#sessions)).
 //! - [`Line`]: a line as read plus its routing facts ([`Peek`]), found without parsing it into
 //!   a tree.
 //!
