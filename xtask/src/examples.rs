@@ -5,8 +5,9 @@
 //!
 //! - Rust: `crates/rethread/examples/long_running_server.rs` (`RETHREAD_CODEX_BIN` names the
 //!   fake);
-//! - Python: `examples/python/keep_a_session.py` with the `openai-codex` SDK (the venv of the
-//!   Python SDK tests);
+//! - Python: `examples/python/keep_a_session.py` and `examples/python/keep_thread_ids.py` (a
+//!   host that keeps thread ids itself, no session) with the `openai-codex` SDK (the venv of
+//!   the Python SDK tests, which also run the second against the real codex on two homes);
 //! - TypeScript: `examples/typescript/keep_a_session.mjs` with `@openai/codex-sdk`, run from
 //!   the directory the SDK is installed in (`target/node-sdk`), as a user's project would.
 
@@ -80,8 +81,13 @@ pub(crate) fn python() -> Result<(), String> {
     let (_, path) = binaries_on_path()?;
     let venv = crate::proxy::python_venv()?;
     let path = util::prepend_path(&venv, &path)?;
-    let line = readme::command("python3 examples/python/keep_a_session.py")?;
-    run_example(readme::shell(&util::project_root(), &line), &path, "Python")
+    for example in ["keep_a_session.py", "keep_thread_ids.py"] {
+        // Its header gives the README's install lines too.
+        readme::install_lines("pip install", &format!("examples/python/{example}"))?;
+        let line = readme::command(&format!("python3 examples/python/{example}"))?;
+        run_example(readme::shell(&util::project_root(), &line), &path, "Python")?;
+    }
+    Ok(())
 }
 
 /// The TypeScript example, by the README's line, from the directory holding the SDK (as a
