@@ -70,7 +70,8 @@ fn exec(
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(prompt.as_bytes()).unwrap();
+    // A run refused before it reads its prompt closes its stdin first.
+    let _ = stdin.write_all(prompt.as_bytes());
     drop(stdin);
     child.wait_with_output().unwrap()
 }
@@ -289,4 +290,37 @@ async fn app_server_without_a_session_keeps_each_thread_for_a_second_home() {
     for thread in [&apple, &pear] {
         assert!(listed.contains(&format!("thread:{thread}")), "{listed}");
     }
+}
+
+#[tokio::test]
+async fn app_server_without_a_session_forks_a_kept_thread_on_a_second_home() {
+    let Some(codex) = codex_or_skip(CURRENT) else {
+        return;
+    };
+    let model = ResponsesStandIn::start().unwrap();
+    let (first, second) = (
+        CodexHome::new(&model).unwrap(),
+        CodexHome::new(&model).unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_url(dir.path());
+    let mut host = app_server(&codex, first.path(), &store).await;
+    let start = Some(json!({"cwd": "/tmp"}));
+    let apple = thread_id(&host.peer.request("thread/start", start).await.unwrap());
+    turn(&mut host, &apple, "my word is apple").await;
+    host.shutdown(Duration::from_secs(15)).await.unwrap();
+
+    // Another machine, an empty home: the fork's source is restored first, the fork remembers.
+    let mut moved = app_server(&codex, second.path(), &store).await;
+    let params = json!({"threadId": apple.to_uppercase()});
+    let forked = moved.peer.request("thread/fork", Some(params)).await;
+    let forked = forked.unwrap();
+    assert!(error_of(&forked).is_none(), "{forked}");
+    let fork = thread_id(&forked);
+    assert_ne!(fork, apple);
+    turn(&mut moved, &fork, "a fork: which word?").await;
+    assert!(last_request_holds(&model, "apple"), "the fork holds turn 1");
+    moved.shutdown(Duration::from_secs(15)).await.unwrap();
+    let listed = sessions(&store, &["list"]).to_string();
+    assert!(listed.contains(&format!("thread:{fork}")), "{listed}");
 }

@@ -72,17 +72,17 @@ impl Keeper {
     }
 
     /// Takes `thread`'s lease unless held already (waiting up to the lease wait) and, with
-    /// `restore` (a resume), restores its rollout where this home lacks it or holds a strict
-    /// prefix of it ([`StoreSide::restore_named`]: a failure is logged, codex answers).
+    /// `restore` (a resume), restores its rollout ([`Keeper::restore`]). Returns whether the
+    /// lease was taken now (not held already).
     ///
     /// # Errors
     /// [`RuntimeError::ThreadTaken`] for a thread of a session (one live holder per thread:
     /// that session's); [`RuntimeError::SessionBusy`] while another live process keeps the
     /// thread; a store failure.
-    pub async fn take(&self, thread: &str, restore: bool) -> Result<(), RuntimeError> {
+    pub async fn take(&self, thread: &str, restore: bool) -> Result<bool, RuntimeError> {
         let key = key(thread);
         if self.lease(&key).is_some() {
-            return Ok(());
+            return Ok(false);
         }
         let thread = ThreadId::new(thread);
         match self.store.thread_session(thread.as_str()).await? {
@@ -99,23 +99,41 @@ impl Keeper {
         let (store, owner) = (self.store.clone(), self.owner.clone());
         let wait = self.options.lease_wait;
         let lease = SessionLease::acquire(store, &key, owner, ttl, wait).await?;
-        let lease = Arc::new(lease);
-        self.held
-            .lock()
-            .unpoisoned()
-            .insert(key.clone(), lease.clone());
+        self.held.lock().unpoisoned().insert(key, Arc::new(lease));
         if restore {
-            let side = StoreSide {
-                store: self.store.as_ref(),
-                session_id: &key,
-                lease: Some(&lease),
-                transcript: &Transcript::Store,
-                mirror: Some(&self.mirror),
-                codex_home: self.options.codex_home.as_deref(),
-            };
-            side.restore_named(thread.as_str()).await;
+            self.restore(thread.as_str()).await;
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// Restores `thread`'s rollout from its own record where this home lacks it or holds a
+    /// strict prefix of it ([`StoreSide::restore_named`]: a failure is logged, codex answers):
+    /// before a resume, and before a fork of it.
+    pub async fn restore(&self, thread: &str) {
+        let key = key(thread);
+        let lease = self.lease(&key);
+        let side = StoreSide {
+            store: self.store.as_ref(),
+            session_id: &key,
+            lease: lease.as_deref(),
+            transcript: &Transcript::Store,
+            mirror: Some(&self.mirror),
+            codex_home: self.options.codex_home.as_deref(),
+        };
+        side.restore_named(ThreadId::new(thread).as_str()).await;
+    }
+
+    /// Releases `thread`'s lease (codex refused the resume that took it: the thread is not in
+    /// use here); a no-op when it is not held.
+    ///
+    /// # Errors
+    /// A store failure: the lease expires on its own.
+    pub async fn release(&self, thread: &str) -> Result<(), RuntimeError> {
+        let held = self.held.lock().unpoisoned().remove(&key(thread));
+        match held {
+            Some(lease) => lease.release().await.map(drop),
+            None => Ok(()),
+        }
     }
 
     /// Commits a completed turn of `thread` (its rollout's growth, and the binding) under its

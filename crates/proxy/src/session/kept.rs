@@ -1,7 +1,7 @@
 //! [`KeptThreads`]: the threads `rethread app-server` keeps without a session, by their own
 //! ids ([`rethread_runtime::kept`]), for [`NoSession::keeping`](crate::NoSession::keeping).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use rethread_protocol::messages::{TurnNotification, TurnStatus};
 use rethread_protocol::RequestId;
@@ -17,13 +17,16 @@ use crate::line::{Line, LineKind};
 
 /// Each thread the client starts, forks or resumes on the connection, kept by its own id:
 /// its lease taken when it is first used (a `thread/resume` waits for it and restores the
-/// thread's rollout before it goes to codex), each completed turn's rollout growth committed
-/// before `turn/completed` goes on, every lease released when the connection ends.
+/// thread's rollout before it goes to codex, a `thread/fork` restores its source), each
+/// completed turn's rollout growth committed before `turn/completed` goes on; a lease is
+/// released when codex refuses the resume that took it, every lease when the connection ends.
 #[derive(Debug)]
 pub(crate) struct KeptThreads {
     keeper: Keeper,
     /// The client's `thread/start` and `thread/fork` requests: their answers open a thread.
     opening: std::sync::Mutex<HashSet<RequestId>>,
+    /// The client's `thread/resume` requests that took their thread's lease, by thread.
+    resuming: std::sync::Mutex<HashMap<RequestId, String>>,
 }
 
 impl KeptThreads {
@@ -31,6 +34,7 @@ impl KeptThreads {
         KeptThreads {
             keeper,
             opening: Default::default(),
+            resuming: Default::default(),
         }
     }
 
@@ -45,6 +49,9 @@ impl KeptThreads {
     ) -> Result<ClientAction, HookError> {
         match line.method() {
             Some("thread/start" | "thread/fork") => {
+                if let Some(ThreadIdOf { thread_id }) = params(line) {
+                    self.keeper.restore(&thread_id).await;
+                }
                 let params = params::<Value>(line);
                 if params.is_none_or(|p| p.get("ephemeral") != Some(&Value::Bool(true))) {
                     self.opening.lock().unpoisoned().insert(id);
@@ -54,13 +61,18 @@ impl KeptThreads {
                 let Some(ThreadIdOf { thread_id }) = params(line) else {
                     return Ok(ClientAction::Forward);
                 };
-                if let Err(error) = self.keeper.take(&thread_id, true).await {
-                    let key = rethread_runtime::kept::key(&thread_id);
-                    let refusal = start_refused(&error, &key, Some(&thread_id));
-                    ctx.report(&refusal.message);
-                    ctx.send_to_client(Line::error_response(Some(id), refusal))
-                        .await?;
-                    return Ok(ClientAction::Consumed);
+                match self.keeper.take(&thread_id, true).await {
+                    Ok(true) => {
+                        self.resuming.lock().unpoisoned().insert(id, thread_id);
+                    }
+                    Ok(false) => {}
+                    Err(error) => {
+                        let refusal = start_refused(&error, None, Some(&thread_id));
+                        ctx.report(&refusal.message);
+                        ctx.send_to_client(Line::error_response(Some(id), refusal))
+                            .await?;
+                        return Ok(ClientAction::Consumed);
+                    }
                 }
             }
             _ => {}
@@ -68,7 +80,8 @@ impl KeptThreads {
         Ok(ClientAction::Forward)
     }
 
-    /// A codex message: the answer to a start or fork keeps its thread; a completed turn of a
+    /// A codex message: the answer to a start or fork keeps its thread, a refused resume lets
+    /// its thread go; a completed turn of a
     /// kept thread is committed (awaited: the client sees `turn/completed` once it is durable,
     /// or after a `warning` saying why not).
     pub(crate) async fn on_server_message(
@@ -78,6 +91,17 @@ impl KeptThreads {
     ) -> Result<(), HookError> {
         match (line.kind(), line.method()) {
             (LineKind::Response | LineKind::Error, _) => {
+                let resumed = line
+                    .id()
+                    .and_then(|id| self.resuming.lock().unpoisoned().remove(id));
+                if let (Some(thread), LineKind::Error) = (resumed, line.kind()) {
+                    if let Err(error) = self.keeper.release(&thread).await {
+                        ctx.report(&format!(
+                            "releasing thread {thread}'s lease failed ({error}); it expires on \
+                             its own"
+                        ));
+                    }
+                }
                 let opened = line
                     .id()
                     .is_some_and(|id| self.opening.lock().unpoisoned().remove(id));

@@ -281,7 +281,7 @@ impl BindingHooks {
             self.state().machine.handle_lease_lost(to.clone());
             self.say_queued(ctx, None).await?;
         }
-        let refusal = start_refused(error, &self.session_id, bound_thread(error));
+        let refusal = start_refused(error, Some(&self.session_id), bound_thread(error));
         ctx.report(&format!(
             "session {}: answered the client's thread/start with an error ({}): {error}",
             self.session_id,
@@ -314,27 +314,12 @@ impl BindingHooks {
         let error = binding::client_thread(store, session, Some(&thread_id), false)
             .await
             .err()?;
-        let RuntimeError::ThreadTaken {
-            session_id: owner, ..
-        } = &error
-        else {
-            let message =
-                format!("rethread could not check which session owns thread {thread_id}: {error}");
-            return Some(RpcError::new(ErrorCode::INTERNAL_ERROR, message));
-        };
-        Some(RpcError {
-            code: ErrorCode::INVALID_REQUEST,
-            message: format!(
-                "thread {thread_id} belongs to rethread session {owner}; session {session} \
-                 cannot use it"
-            ),
-            data: Some(json!({"rethread": {
-                "kind": error.kind(),
-                "sessionId": session,
-                "threadId": thread_id,
-                "ownerSessionId": owner,
-            }})),
-        })
+        if let Some(taken) = start::thread_taken(&error, Some(session)) {
+            return Some(taken);
+        }
+        let message =
+            format!("rethread could not check which session owns thread {thread_id}: {error}");
+        Some(RpcError::new(ErrorCode::INTERNAL_ERROR, message))
     }
 
     /// A `thread/resume` or `thread/fork` (its thread restored first,

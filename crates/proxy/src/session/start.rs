@@ -73,16 +73,21 @@ pub(crate) fn seeded_start(id: RequestId, mut params: Map<String, Value>, seed: 
 }
 
 /// The error that answers the client's first `thread/start` when its bound thread could not
-/// be resumed now and nothing was written: `-32001` with `data.codexErrorInfo:
+/// be resumed now and nothing was written, or a `thread/resume` without a session (`session_id`
+/// `None`) whose thread could not be taken: `-32001` with `data.codexErrorInfo:
 /// "server_overloaded"` (codex's own "retry later", which its SDKs read as retryable) when
-/// [`RuntimeError::is_retryable`], else `-32603`. `data.rethread` says what happened: `kind`
-/// (the runtime's error kind), `sessionId`, `threadId` (the bound thread, or `null`) and
+/// [`RuntimeError::is_retryable`], else `-32603`; another session's thread is
+/// [`thread_taken`]'s answer. `data.rethread` says what happened: `kind` (the runtime's error
+/// kind), `sessionId` (`null` without a session), `threadId` (the bound thread, or `null`) and
 /// `retryable`.
 pub(crate) fn start_refused(
     error: &RuntimeError,
-    session_id: &str,
+    session_id: Option<&str>,
     thread_id: Option<&str>,
 ) -> RpcError {
+    if let Some(taken) = thread_taken(error, session_id) {
+        return taken;
+    }
     let retryable = error.is_retryable();
     let mut data = json!({
         "rethread": {
@@ -92,17 +97,50 @@ pub(crate) fn start_refused(
             "retryable": retryable,
         }
     });
-    let (code, advice) = if retryable {
-        data["codexErrorInfo"] = json!("server_overloaded");
-        (ErrorCode::OVERLOADED, "the session is kept; retry later")
-    } else {
-        (ErrorCode::INTERNAL_ERROR, "the session is kept")
+    let (what, kept) = match session_id {
+        Some(_) => ("the session's thread".to_string(), "; the session is kept"),
+        None => (format!("thread {}", thread_id.unwrap_or_default()), ""),
     };
+    let code = if retryable {
+        data["codexErrorInfo"] = json!("server_overloaded");
+        ErrorCode::OVERLOADED
+    } else {
+        ErrorCode::INTERNAL_ERROR
+    };
+    let retry = if retryable { "; retry later" } else { "" };
     RpcError {
         code,
-        message: format!("rethread could not resume the session's thread: {error}; {advice}"),
+        message: format!("rethread could not resume {what}: {error}{kept}{retry}"),
         data: Some(data),
     }
+}
+
+/// The refusal of a thread another session owns ([`RuntimeError::ThreadTaken`]), the same
+/// with a session (`session_id`) or without: `-32600` naming the owner, `data.rethread` =
+/// `{kind: "thread_taken", sessionId (or null), threadId, ownerSessionId}`.
+pub(crate) fn thread_taken(error: &RuntimeError, session_id: Option<&str>) -> Option<RpcError> {
+    let RuntimeError::ThreadTaken {
+        thread_id,
+        session_id: owner,
+    } = error
+    else {
+        return None;
+    };
+    let asking = session_id.map_or("a client without a session".into(), |s| {
+        format!("session {s}")
+    });
+    Some(RpcError {
+        code: ErrorCode::INVALID_REQUEST,
+        message: format!(
+            "thread {thread_id} belongs to rethread session {owner}; {asking} cannot use it"
+        ),
+        data: Some(json!({"rethread": {
+            "kind": error.kind(),
+            "sessionId": session_id,
+            "threadId": thread_id,
+            "ownerSessionId": owner,
+        }})),
+    })
 }
 
 #[cfg(test)]
@@ -163,7 +201,7 @@ mod tests {
             thread_id: "t".into(),
             message: "thread t already has an active writer".into(),
         };
-        let error = start_refused(&busy, "s", Some("t"));
+        let error = start_refused(&busy, Some("s"), Some("t"));
         assert_eq!(error.code, ErrorCode::OVERLOADED);
         let data = error.data.unwrap();
         assert_eq!(data["codexErrorInfo"], "server_overloaded");
@@ -176,7 +214,7 @@ mod tests {
             failure: rethread_protocol::ResumeFailure::Other,
             error: RpcError::new(-32000, "strange"),
         };
-        let error = start_refused(&other, "s", Some("t"));
+        let error = start_refused(&other, Some("s"), Some("t"));
         assert_eq!(error.code, ErrorCode::INTERNAL_ERROR);
         assert!(error.data.unwrap().get("codexErrorInfo").is_none());
     }
