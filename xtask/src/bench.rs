@@ -7,8 +7,8 @@
 //!   (`--postgres URL`, `RETHREAD_BENCH_POSTGRES_URL` or `RETHREAD_TEST_POSTGRES_URL`) it adds
 //!   the PostgreSQL store (1 and N sessions) beside a raw tokio-postgres baseline. Then, per
 //!   backend, the time a prune of `--prune-sessions N` (default 10000) idle sessions takes and
-//!   the p99 of one session's commits during it beside their p99 alone (`--prune-only`: only
-//!   those).
+//!   the p99 of one session's commits during it beside their p99 alone, and the longest of
+//!   them (`--prune-only`: only those).
 //! - `runtime [--iterations N] [--turns 1,100,1000] [--samples N] [--skip-real]`: time from
 //!   opening a conversation to `turn/start` sent (resumed vs fresh), and `thread/resume`
 //!   latency on the real codex by history length, with and without `excludeTurns`.
