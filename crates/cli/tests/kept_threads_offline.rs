@@ -88,6 +88,32 @@ async fn a_kept_thread_is_resumed_on_an_empty_home_with_its_memory() {
     let seen = model_requests(second.path());
     let last = seen.last().expect("a model request on the second home");
     assert!(last.contains("zebra-42"), "{last}");
+
+    // A prune says a kept thread is one (issue 36): kind `thread`, with its id.
+    let out = Command::new(rethread())
+        .args([
+            "--store",
+            &store,
+            "sessions",
+            "prune",
+            "--idle",
+            "0s",
+            "--dry-run",
+            "--json",
+        ])
+        .env_remove("RETHREAD_STORE")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kept = json!({"kind": "thread", "thread": thread, "session": format!("thread:{thread}")});
+    let listed = report["removed"].as_array().unwrap();
+    assert!(
+        listed.iter().any(|entry| ["kind", "thread", "session"]
+            .iter()
+            .all(|key| entry[key] == kept[key])),
+        "{report}"
+    );
 }
 
 #[tokio::test]

@@ -22,8 +22,9 @@ pub(crate) struct PruneArgs {
     /// Remove nothing; list what would be removed.
     #[arg(long)]
     dry_run: bool,
-    /// Print one JSON object: `dry_run`, `idle_secs`, `removed` (each `kind`: `session`, with
-    /// `session`, `updated_at_ms`, `row_count`, `stored_bytes`, `row_bytes`,
+    /// Print one JSON object: `dry_run`, `idle_secs`, `removed` (each `kind`: `session`, or
+    /// `thread` for a thread kept without a session, with `thread` (null for a session),
+    /// `session` (its record), `updated_at_ms`, `row_count`, `stored_bytes`, `row_bytes`,
     /// `mirror_bytes`; or `lease`, a lease record left without a session, with `session`),
     /// `stored_bytes` (the sessions' total), `kept_leased` (idle sessions a live host holds).
     #[arg(long)]
@@ -52,8 +53,11 @@ pub(super) async fn run(store: Arc<dyn BindingStore>, args: PruneArgs) -> CliRes
             .sessions
             .iter()
             .map(|p| {
+                // A thread kept without a session is a record of its own kind.
+                let thread = rethread_runtime::kept::thread_of(&p.session_id);
                 json!({
-                    "kind": "session",
+                    "kind": if thread.is_some() { "thread" } else { "session" },
+                    "thread": thread,
                     "session": p.session_id,
                     "updated_at_ms": p.updated_at_ms,
                     "row_count": p.row_count,
