@@ -26,20 +26,14 @@ use std::process::ExitCode;
 /// The first argument that makes this binary the shim.
 const SHIM: &str = "__codex-child";
 
-/// `program` as rethread starts it: the binary to run and the arguments that come first.
-pub(crate) fn launch(program: &Path) -> (PathBuf, Vec<OsString>) {
+/// `program` as rethread starts it: through the shim where it can (see above).
+pub(crate) fn codex_command(program: &Path) -> rethread_runtime::CodexCommand {
     if cfg!(target_os = "linux") && crate::codex_bin::is_executable_file(program) {
         let pid = std::process::id().to_string();
-        let prefix = vec![SHIM.into(), pid.into(), program.into()];
-        return (PathBuf::from("/proc/self/exe"), prefix);
+        let prefix: [OsString; 3] = [SHIM.into(), pid.into(), program.into()];
+        return rethread_runtime::CodexCommand::new("/proc/self/exe").global_args(prefix);
     }
-    (program.to_path_buf(), Vec::new())
-}
-
-/// [`launch`] as the runtime's description of a codex process.
-pub(crate) fn codex_command(program: &Path) -> rethread_runtime::CodexCommand {
-    let (binary, prefix) = launch(program);
-    rethread_runtime::CodexCommand::new(binary).global_args(prefix)
+    rethread_runtime::CodexCommand::new(program)
 }
 
 /// When this process is the shim: runs codex in its place and returns only if that failed.

@@ -25,21 +25,6 @@ pub fn spawn_app_server(command: &CodexCommand) -> Result<Child, ProxyError> {
         })
 }
 
-/// `status` as a shell reports it: the code, or 128 + the signal that killed the process.
-fn exit_code_of(status: ExitStatus) -> i32 {
-    if let Some(code) = status.code() {
-        return code;
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(signal) = status.signal() {
-            return 128 + signal;
-        }
-    }
-    1
-}
-
 /// Runs the proxy between this process's stdin/stdout and a codex started from `command`
 /// until one of them ends or a signal arrives; codex then gets `options.shutdown_grace` to
 /// exit before it is killed. Returns this process's exit code: when the client closed its
@@ -74,9 +59,9 @@ pub async fn run_app_server<H: SessionHooks>(
         // tooling subcommand) keeps its status.
         Ended::ClientClosed {
             codex_finished: true,
-        } => Ok(status.map_or(0, exit_code_of)),
+        } => Ok(status.map_or(0, CodexCommand::exit_code)),
         Ended::ClientClosed { .. } | Ended::ClientGone => Ok(0),
-        Ended::CodexClosed => Ok(status.map_or(1, exit_code_of)),
+        Ended::CodexClosed => Ok(status.map_or(1, CodexCommand::exit_code)),
         Ended::Stopped { signal } => Ok(128 + signal),
     }
 }

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
 use super::process::{field, write_stderr, Exit, First, Process};
-use super::{exec_args, kind_of, Kind, Setup};
+use super::{kind_of, Kind, Setup};
 use crate::chat::{late_signal, SIGNAL_GRACE};
 use crate::output::{self, Interrupted};
 
@@ -300,8 +300,8 @@ impl Driver<'_> {
         mut signal: Signal<'_>,
     ) -> Result<(Process, First), BoxError> {
         let (program, setup) = (&self.setup.codex, self.setup);
-        let args = exec_args(&setup.globals, args);
-        let mut process = Process::spawn(program, &args, setup.input.stdin.as_deref())
+        let codex = crate::codex_child::codex_command(program).global_args(&setup.globals);
+        let mut process = Process::spawn(&codex.args(args), setup.input.stdin.as_deref())
             .map_err(|source| ClientError::Spawn {
                 program: program.display().to_string(),
                 source,

@@ -3,15 +3,14 @@
 //! one that goes on (a resume that fails is answered on stderr, and not the client's to see),
 //! then relayed as it comes.
 
+use rethread_runtime::CodexCommand;
 use rethread_store::Unpoisoned;
-use std::ffi::OsString;
 use std::io::Write;
-use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::{Child, ChildStdout};
 use tokio::task::JoinHandle;
 
 /// The most of a held-back stderr kept (its end: codex's error is its last lines).
@@ -55,21 +54,14 @@ pub(super) struct Process {
 }
 
 impl Process {
-    /// Starts `program args...` with `stdin` written to its stdin and closed (`None`: this
-    /// process's stdin).
-    pub(super) fn spawn(
-        program: &Path,
-        args: &[OsString],
-        stdin: Option<&[u8]>,
-    ) -> std::io::Result<Process> {
-        let (binary, prefix) = crate::codex_child::launch(program);
-        let mut child = Command::new(binary)
-            .args(prefix)
-            .args(args)
+    /// Starts `codex exec` as `command` describes it, with `stdin` written to its stdin and
+    /// closed (`None`: this process's stdin).
+    pub(super) fn spawn(command: &CodexCommand, stdin: Option<&[u8]>) -> std::io::Result<Process> {
+        let mut child = command
+            .command("exec")
             .stdin(stdin.map_or(Stdio::inherit(), |_| Stdio::piped()))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
             .spawn()?;
         if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
             let bytes = bytes.to_vec();
@@ -147,14 +139,7 @@ impl Process {
     /// N, like a shell) and what is still held back of its stderr.
     async fn exit(&mut self) -> std::io::Result<(u8, Vec<u8>)> {
         let status = self.child.wait().await?;
-        #[cfg(unix)]
-        let signal = std::os::unix::process::ExitStatusExt::signal(&status);
-        #[cfg(not(unix))]
-        let signal: Option<i32> = None;
-        let code = match signal {
-            Some(signal) => 128u8.saturating_add(signal as u8),
-            None => status.code().map_or(1, |code| code as u8),
-        };
+        let code = u8::try_from(CodexCommand::exit_code(status)).unwrap_or(u8::MAX);
         if let Some(relay) = self.relay.take() {
             // A grandchild may hold the pipe open past codex's exit: not waited for long.
             let _ = tokio::time::timeout(std::time::Duration::from_secs(2), relay).await;

@@ -2,6 +2,7 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::process::ExitStatus;
 
 use tokio::process::Command;
 
@@ -83,5 +84,14 @@ impl CodexCommand {
             command.current_dir(cwd);
         }
         command
+    }
+
+    /// `status` as a shell reports it: the code, or 128 + the signal that killed the process.
+    pub fn exit_code(status: ExitStatus) -> i32 {
+        #[cfg(unix)]
+        if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&status) {
+            return 128 + signal;
+        }
+        status.code().unwrap_or(1)
     }
 }
