@@ -170,7 +170,9 @@ test("host processes keep one conversation; a lost thread falls back with its no
 test("a thread the host resumes itself passes through, not recorded for another session's thread", { skip }, async () => {
   const w = await world();
   try {
-    const [own] = w.host(null, ["a thread of my own"]);
+    // A thread nobody keeps: without a session and without the mirror (with it, the thread
+    // would be kept by its own id, and a session's run refused it as another's).
+    const [own] = w.host(null, ["a thread of my own"], undefined, { RETHREAD_MIRROR: "off" });
     const [bound] = w.host("node-chat-2", ["the session's"]);
     const before = w.session("node-chat-2");
     const [resumed] = w.host("node-chat-2", ["back to mine"], own.thread_id);
