@@ -130,6 +130,32 @@ impl StoreSide<'_> {
         committed
     }
 
+    /// Records a completed turn of `thread_id` as the machine decides: tells it, carries out
+    /// the [`DriverAction::Commit`] it asks for ([`StoreSide::commit`]; `None`: nothing was
+    /// committed) and returns that with what the machine said meanwhile, in order, for the
+    /// driver to say. Every driver records its turns through this.
+    pub async fn complete_turn(
+        &self,
+        machine: &mut impl MachineAccess,
+        thread_id: &str,
+        rows: Vec<Value>,
+    ) -> (Option<Result<Committed, RuntimeError>>, Vec<Say>) {
+        machine.with(|m| m.handle_turn_completed(thread_id, rows));
+        let (mut committed, mut said) = (None, Vec::new());
+        while let Some(action) = machine.with(SessionMachine::poll) {
+            match action {
+                Action::Driver(DriverAction::Commit {
+                    thread_id,
+                    rows,
+                    mirror,
+                }) => committed = Some(self.commit(machine, &thread_id, &rows, mirror).await),
+                Action::Driver(DriverAction::Say(say)) => said.push(say),
+                _ => {}
+            }
+        }
+        (committed, said)
+    }
+
     /// Before a `resume` or `fork` of a thread the client names, and [`client_thread`] let it
     /// use (`docs/design.md`, "A thread the client names"): the restore the session's own open
     /// makes, from the session's mirror (the thread's rollout into this home when the home

@@ -26,7 +26,7 @@ use crate::binding::{status_event, Publication, StoreSide};
 use crate::client::{AnsweredRequest, AppServerClient, ClientError, ThreadEvent, ThreadEvents};
 use crate::error::{LeaseLostTo, RuntimeError};
 use crate::lease::SessionLease;
-use crate::machine::{Action, DriverAction, SessionMachine};
+use crate::machine::SessionMachine;
 use crate::mirror::RolloutMirror;
 use crate::options::BinderOptions;
 use crate::projection::{project_turn_input, reply_of};
@@ -567,28 +567,15 @@ impl TurnRun<'_> {
     /// written and the turn is an error.
     async fn commit(&mut self, rows: &[Value]) -> Result<Publication, RuntimeError> {
         let (session, parts) = (self.session, &self.session.parts);
-        let machine = &mut *self.machine;
-        machine.handle_turn_completed(&self.thread_id, rows.to_vec());
-        let mut committed = None;
-        while let Some(action) = machine.poll() {
-            match action {
-                Action::Driver(DriverAction::Commit {
-                    thread_id,
-                    rows,
-                    mirror,
-                }) => {
-                    let side = parts.side(session.lease.as_deref());
-                    let done = side
-                        .commit(&mut &mut *machine, &thread_id, &rows, mirror)
-                        .await;
-                    committed = Some(done.map(|c| c.publication));
-                }
-                Action::Driver(DriverAction::Say(say)) => {
-                    parts.rail.emit(status_event(&parts.session_id, &say))
-                }
-                _ => {}
-            }
+        let side = parts.side(session.lease.as_deref());
+        let machine = &mut &mut *self.machine;
+        let (committed, said) = side
+            .complete_turn(machine, &self.thread_id, rows.to_vec())
+            .await;
+        for say in said {
+            parts.rail.emit(status_event(&parts.session_id, &say));
         }
+        let committed = committed.map(|done| done.map(|c| c.publication));
         committed.unwrap_or_else(|| {
             Err(RuntimeError::LeaseLost {
                 session_id: parts.session_id.clone(),

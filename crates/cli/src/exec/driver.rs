@@ -370,8 +370,12 @@ impl Driver<'_> {
                 Some("item.completed") => replies.extend(agent_message(&line)),
                 Some("turn.completed") => {
                     let rows = self.rows(thread_id, &std::mem::take(&mut replies));
-                    self.machine.handle_turn_completed(thread_id, rows);
-                    self.settle().await?;
+                    // A failed commit is said by the machine (an error item).
+                    let machine = &mut &mut self.machine;
+                    let (_, said) = self.side.complete_turn(machine, thread_id, rows).await;
+                    for say in said {
+                        self.say(&say).await?;
+                    }
                     committed = true;
                 }
                 _ => {}
@@ -422,33 +426,17 @@ impl Driver<'_> {
         project_turn_input(thread_id, &turn_id, &items, replies)
     }
 
-    /// Carries out what the machine asks after an event: commits, and what it says.
-    async fn settle(&mut self) -> Result<(), BoxError> {
-        let side = self.side;
-        loop {
-            match side.next_action(&mut &mut self.machine).await {
-                None => return Ok(()),
-                Some(DriverAction::Commit {
-                    thread_id,
-                    rows,
-                    mirror,
-                }) => {
-                    // A failed commit is said by the machine (an error item).
-                    let machine = &mut &mut self.machine;
-                    let _ = side.commit(machine, &thread_id, &rows, mirror).await;
-                }
-                Some(DriverAction::Say(say)) => self.say(&say).await?,
-                Some(_) => {}
-            }
-        }
-    }
-
-    /// Says what the machine said while opening, then carries out what follows.
+    /// Says what the machine said while opening, then what it says next.
     async fn say_held(&mut self) -> Result<(), BoxError> {
         for say in std::mem::take(&mut self.said) {
             self.say(&say).await?;
         }
-        self.settle().await
+        while let Some(action) = self.side.next_action(&mut &mut self.machine).await {
+            if let DriverAction::Say(say) = action {
+                self.say(&say).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Says `say`: on stderr for people, and on stdout as codex reports a non-fatal problem

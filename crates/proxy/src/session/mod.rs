@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use rethread_protocol::messages::{ItemNotification, TurnNotification, TurnStatus};
 use rethread_protocol::{ErrorCode, Message, RequestId, RpcError, ThreadId};
 use rethread_runtime::binding::{self, MachineAccess, StoreSide};
-use rethread_runtime::machine::{Action, DriverAction, Say, SessionMachine};
+use rethread_runtime::machine::{DriverAction, Say, SessionMachine};
 use rethread_runtime::{
     BinderOptions, Publication, RolloutMirror, RuntimeError, SessionLease, Transcript,
 };
@@ -414,49 +414,37 @@ impl BindingHooks {
         }
         let limits = &self.options.limits;
         let (rows, dropped) = turn_rows(&thread_id, &turn.id, open, &turn.items, limits);
-        self.state().machine.handle_turn_completed(&thread_id, rows);
-        loop {
-            let action = self.state().machine.poll();
-            match action {
-                None => return Ok(()),
-                Some(Action::Driver(DriverAction::Say(say))) => {
-                    self.say(ctx, &say, Some(&thread_id)).await?
-                }
-                Some(Action::Driver(DriverAction::Commit {
-                    thread_id,
-                    rows,
-                    mirror,
-                })) => {
-                    let session = &self.session_id;
-                    if dropped > 0 {
-                        let message = format!(
-                            "rethread recorded turn {} without {dropped} of its rows: past the \
-                             session's limits ({} rows, {} bytes per turn).",
-                            turn.id, limits.max_rows, limits.max_bytes
-                        );
-                        ctx.report(&format!("session {session}: {message}"));
-                        ctx.send_to_client(Line::warning(&message, Some(&thread_id)))
-                            .await?;
-                    }
-                    // Awaited before the line goes on: the client sees `turn/completed` only
-                    // once the rows and the binding are durable (or the failure was said).
-                    let side = self.store_side();
-                    let locked = &mut Locked(self);
-                    if let Ok(done) = side.commit(locked, &thread_id, &rows, mirror).await {
-                        let publication = done.publication;
-                        if publication != Publication::Published {
-                            ctx.report(&format!(
-                                "session {session}: turn {} recorded; thread {thread_id} was \
-                                 given up for this session, so it is not its binding \
-                                 ({publication:?})",
-                                turn.id
-                            ));
-                        }
-                    }
-                }
-                Some(_) => {}
+        let side = self.store_side();
+        let (committed, said) = side
+            .complete_turn(&mut Locked(self), &thread_id, rows)
+            .await;
+        // Awaited before the line goes on: the client sees `turn/completed` only once the rows
+        // and the binding are durable (or the failure was said).
+        if let Some(committed) = committed {
+            let session = &self.session_id;
+            if dropped > 0 {
+                let message = format!(
+                    "rethread recorded turn {} without {dropped} of its rows: past the \
+                     session's limits ({} rows, {} bytes per turn).",
+                    turn.id, limits.max_rows, limits.max_bytes
+                );
+                ctx.report(&format!("session {session}: {message}"));
+                ctx.send_to_client(Line::warning(&message, Some(&thread_id)))
+                    .await?;
+            }
+            let publication = committed.map_or(Publication::Published, |done| done.publication);
+            if publication != Publication::Published {
+                ctx.report(&format!(
+                    "session {session}: turn {} recorded; thread {thread_id} was given up for \
+                     this session, so it is not its binding ({publication:?})",
+                    turn.id
+                ));
             }
         }
+        for say in said {
+            self.say(ctx, &say, Some(&thread_id)).await?;
+        }
+        Ok(())
     }
 }
 
