@@ -8,7 +8,7 @@ use rethread_store::{BindingStore, Lease, LeaseOwner, LocalOwner};
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use crate::binding::{apply_seed, status_event};
+use crate::binding::{seeded_instructions, status_event};
 use crate::client::{AppServerClient, ClientError};
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
@@ -208,7 +208,8 @@ impl SessionBinder {
                 DriverAction::Start { seed } => {
                     let mut params = self.parts.options.thread_start.clone();
                     if let Some(seed) = seed {
-                        apply_seed(&mut params, seed);
+                        let own = params.developer_instructions.as_deref();
+                        params.developer_instructions = Some(seeded_instructions(own, seed));
                     }
                     match client.request::<ThreadStart>(&params).await {
                         Ok(response) => machine.handle_started(response.thread.id),

@@ -1,7 +1,6 @@
 //! The store side of the [`SessionMachine`]'s actions, shared by every driver: none of it
 //! sends a request to codex, none decides a rule.
 
-use rethread_protocol::messages::ThreadStartParams;
 use rethread_protocol::{ResumeFailure, ThreadId};
 use rethread_store::{
     BindingState, BindingStore, CommitOutcome, Fence, Retirement, SessionRecord, StoreError,
@@ -296,12 +295,14 @@ pub async fn give_up(
     Ok(())
 }
 
-/// Puts `seed` into the developer instructions of a `thread/start`, after the host's own.
-pub fn apply_seed(params: &mut ThreadStartParams, seed: String) {
-    params.developer_instructions = Some(match params.developer_instructions.take() {
+/// The developer instructions of a seeded start: `seed` after the host's own (`own`). Every
+/// driver seeds through this (a `thread/start`'s `developerInstructions`, `codex exec`'s
+/// `-c developer_instructions=...`).
+pub fn seeded_instructions(own: Option<&str>, seed: String) -> String {
+    match own {
         Some(own) => format!("{own}\n\n{seed}"),
         None => seed,
-    });
+    }
 }
 
 /// What the machine says, as a status-rail event: the fallback notice is `lifecycle` (fields

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use rethread_protocol::messages::{ThreadItem, ThreadStartParams, UserInput};
-use rethread_runtime::binding::{self, apply_seed, StoreSide};
+use rethread_protocol::messages::{ThreadItem, UserInput};
+use rethread_runtime::binding::{self, seeded_instructions, StoreSide};
 use rethread_runtime::kept;
 use rethread_runtime::machine::{DriverAction, Say, SessionMachine, Stored};
 use rethread_runtime::projection::project_turn_input;
@@ -489,10 +489,8 @@ fn agent_message(line: &[u8]) -> Option<ThreadItem> {
 /// (`-c developer_instructions=...` among them), as a `-c` override of its own, last (codex
 /// takes the last value of a key).
 fn seeded_args(run: &rethread_protocol::exec::ExecArgs, seed: String) -> Vec<OsString> {
-    let mut params = ThreadStartParams::default();
-    params.developer_instructions = run.config("developer_instructions");
-    apply_seed(&mut params, seed);
-    let instructions = toml::Value::String(params.developer_instructions.unwrap_or_default());
+    let own = run.config("developer_instructions");
+    let instructions = toml::Value::String(seeded_instructions(own.as_deref(), seed));
     let mut args = run.args().to_vec();
     args.push(OsString::from("-c"));
     args.push(OsString::from(format!(

@@ -2,9 +2,9 @@
 //! or give it up and let the start through, seeded; the wire shapes that takes.
 
 use rethread_protocol::jsonrpc::Request as RawRequest;
-use rethread_protocol::messages::{shared_with_resume, ThreadResumeParams, ThreadStartParams};
+use rethread_protocol::messages::{shared_with_resume, ThreadResumeParams};
 use rethread_protocol::{ErrorCode, Message, RequestId, RpcError};
-use rethread_runtime::binding::apply_seed;
+use rethread_runtime::binding::seeded_instructions;
 use rethread_runtime::RuntimeError;
 use serde_json::{json, Map, Value};
 
@@ -51,20 +51,11 @@ pub(crate) fn as_start_result(mut result: Value) -> Value {
 }
 
 /// The `thread/start` the client sent, with `seed` appended to its developer instructions
-/// (the runtime's [`apply_seed`]); every other member as the client sent it.
+/// (the runtime's [`seeded_instructions`]); every other member as the client sent it.
 pub(crate) fn seeded_start(id: RequestId, mut params: Map<String, Value>, seed: String) -> Line {
-    let mut typed = ThreadStartParams::default();
-    typed.developer_instructions = params
-        .get("developerInstructions")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    apply_seed(&mut typed, seed);
-    params.insert(
-        "developerInstructions".to_string(),
-        typed
-            .developer_instructions
-            .map_or(Value::Null, Value::String),
-    );
+    let own = params.get("developerInstructions").and_then(Value::as_str);
+    let instructions = Value::String(seeded_instructions(own, seed));
+    params.insert("developerInstructions".to_string(), instructions);
     Line::from_message(&Message::Request(RawRequest {
         id,
         method: "thread/start".to_string(),
