@@ -307,35 +307,16 @@ pub(crate) async fn late_signal(signal: impl Future<Output = Interrupted>) -> Op
     tokio::time::timeout(SIGNAL_GRACE, signal).await.ok()
 }
 
-/// Installs the SIGINT and SIGTERM handlers now, and returns what resolves when either arrives
-/// (never, if they cannot be installed).
+/// Installs the SIGINT and SIGTERM handlers now ([`rethread_runtime::stop_signal`]), and
+/// returns what resolves when either arrives (never, if they cannot be installed).
 pub(crate) fn interrupted() -> impl Future<Output = Interrupted> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let handlers = signal(SignalKind::interrupt())
-            .and_then(|int| Ok((int, signal(SignalKind::terminate())?)));
-        async move {
-            let Ok((mut int, mut term)) = handlers else {
-                return std::future::pending().await;
-            };
-            tokio::select! {
-                _ = int.recv() => Interrupted { signal: "SIGINT", code: output::EXIT_SIGINT },
-                _ = term.recv() => Interrupted { signal: "SIGTERM", code: output::EXIT_SIGTERM },
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        async {
-            if tokio::signal::ctrl_c().await.is_err() {
-                return std::future::pending().await;
-            }
-            Interrupted {
-                signal: "SIGINT",
-                code: output::EXIT_SIGINT,
-            }
-        }
+    let stop = rethread_runtime::stop_signal();
+    async move {
+        let (signal, code) = match stop.await {
+            15 => ("SIGTERM", output::EXIT_SIGTERM),
+            _ => ("SIGINT", output::EXIT_SIGINT),
+        };
+        Interrupted { signal, code }
     }
 }
 

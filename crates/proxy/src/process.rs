@@ -49,7 +49,7 @@ pub async fn run_app_server<H: SessionHooks>(
         client_output(),
         codex_out,
         codex_in,
-        stop_signal(),
+        rethread_runtime::stop_signal(),
     )
     .await;
     // Codex's input is closed now (the forwarder owned it): a polite codex exits on its own.
@@ -74,28 +74,6 @@ async fn wait_or_kill(child: &mut Child, grace: Duration) -> Option<ExitStatus> 
             let _ = child.kill().await;
             child.wait().await.ok()
         }
-    }
-}
-
-/// Resolves with the number of the first SIGINT or SIGTERM received.
-async fn stop_signal() -> i32 {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let interrupt = signal(SignalKind::interrupt());
-        let terminate = signal(SignalKind::terminate());
-        if let (Ok(mut interrupt), Ok(mut terminate)) = (interrupt, terminate) {
-            return tokio::select! {
-                _ = interrupt.recv() => 2,
-                _ = terminate.recv() => 15,
-            };
-        }
-        std::future::pending().await
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-        2
     }
 }
 

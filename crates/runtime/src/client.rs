@@ -31,7 +31,7 @@ mod command;
 mod connection;
 mod error;
 
-pub use command::CodexCommand;
+pub use command::{stop_signal, CodexCommand};
 pub use error::ClientError;
 
 use connection::{read_stderr, write_loop, Delivery, ReaderTask, Route, Shared};

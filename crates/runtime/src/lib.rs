@@ -68,8 +68,8 @@ mod turn;
 pub use binder::SessionBinder;
 pub use binding::Publication;
 pub use client::{
-    AnsweredRequest, AppServerClient, ClientBuilder, ClientError, ClientOptions, CodexCommand,
-    DeclineAll, ServerInfo, ServerRequestHandler, ThreadEvent, ThreadEvents,
+    stop_signal, AnsweredRequest, AppServerClient, ClientBuilder, ClientError, ClientOptions,
+    CodexCommand, DeclineAll, ServerInfo, ServerRequestHandler, ThreadEvent, ThreadEvents,
 };
 pub use error::{BoxError, RuntimeError};
 pub use lease::SessionLease;

@@ -95,3 +95,31 @@ impl CodexCommand {
         status.code().unwrap_or(1)
     }
 }
+
+/// Installs the SIGINT and SIGTERM handlers now and returns what resolves with the number of
+/// the first to arrive (`2` or `15`; never, if they cannot be installed): what stops a
+/// rethread process, and with it the codex it started.
+pub fn stop_signal() -> impl std::future::Future<Output = i32> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let handlers = signal(SignalKind::interrupt())
+            .and_then(|int| Ok((int, signal(SignalKind::terminate())?)));
+        async move {
+            let Ok((mut int, mut term)) = handlers else {
+                return std::future::pending().await;
+            };
+            tokio::select! {
+                _ = int.recv() => 2,
+                _ = term.recv() => 15,
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            return std::future::pending().await;
+        }
+        2
+    }
+}
