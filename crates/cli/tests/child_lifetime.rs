@@ -8,7 +8,6 @@
 
 mod support;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -17,7 +16,7 @@ use rethread_testkit::real::{codex_or_skip, thread_id, AppServerProcess, CodexHo
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::CURRENT;
 use serde_json::{json, Value};
-use support::rethread;
+use support::{describe_lines as describe, rethread, spawn_with_prompt};
 
 /// How long a model request or a process's end is waited for before the test fails.
 const BOUND: Duration = Duration::from_secs(60);
@@ -90,22 +89,13 @@ impl World {
     /// `rethread exec` of `prompt` on the session, started.
     fn exec(&self, prompt: &str) -> Child {
         let work = self.home.path().join("work");
-        let mut child = self
-            .rethread(&[
-                "exec",
-                "--experimental-json",
-                "--skip-git-repo-check",
-                "--cd",
-            ])
-            .arg(work)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(prompt.as_bytes()).unwrap();
-        child
+        let mut command = self.rethread(&[
+            "exec",
+            "--experimental-json",
+            "--skip-git-repo-check",
+            "--cd",
+        ]);
+        spawn_with_prompt(command.arg(work), prompt.as_bytes())
     }
 
     /// `rethread chat --json` of `message` on the session, started.
@@ -215,15 +205,6 @@ fn kill_alone(child: &mut Child) {
 
 fn finish(child: Child) -> Output {
     child.wait_with_output().unwrap()
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 fn exec_thread(output: &Output) -> String {

@@ -6,16 +6,17 @@
 
 mod support;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::process::Output;
 
 use rethread_testkit::real::{codex_or_skip, AppServerProcess, CodexHome};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::CURRENT;
 use serde_json::{json, Value};
-use support::rethread;
+use support::{
+    app_server_with, close, describe, exec_command, run_with_prompt, sessions, started_thread,
+    store_url,
+};
 
 const SECRET: &str = "alice's secret is zebra-42";
 
@@ -39,71 +40,17 @@ fn requests_holding(model: &ResponsesStandIn, text: &str) -> usize {
         .count()
 }
 
-fn store_url(home: &Path) -> String {
-    format!("sqlite:{}", home.join("rethread.sqlite").display())
-}
-
 /// `rethread exec --experimental-json --skip-git-repo-check --cd HOME ARGS...` for `session`
 /// with the real codex, `prompt` on stdin.
 fn exec(codex: &Path, home: &Path, session: &str, args: &[&str], prompt: &str) -> Output {
-    let mut child = Command::new(rethread())
-        .args([
-            "exec",
-            "--experimental-json",
-            "--skip-git-repo-check",
-            "--cd",
-        ])
-        .arg(home)
-        .args(args)
-        .env("CODEX_HOME", home)
-        .env("RETHREAD_STORE", store_url(home))
-        .env("RETHREAD_SESSION", session)
-        .env("RETHREAD_CODEX_BIN", codex)
-        .env("RETHREAD_SESSION_WAIT", "0")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(prompt.as_bytes()).unwrap();
-    drop(stdin);
-    child.wait_with_output().unwrap()
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-/// The thread a successful run's `thread.started` names.
-fn started_thread(output: &Output) -> String {
-    assert_eq!(output.status.code(), Some(0), "{}", describe(output));
-    let first = output.stdout.split(|b| *b == b'\n').next().unwrap();
-    let event: Value = serde_json::from_slice(first).unwrap();
-    event["thread_id"].as_str().unwrap().to_string()
+    let mut command = exec_command(codex, home, &store_url(home));
+    command.args(args).env("RETHREAD_SESSION", session);
+    run_with_prompt(&mut command, prompt.as_bytes())
 }
 
 /// `rethread sessions show ID --json`.
 fn session(home: &Path, id: &str) -> Value {
-    let output = Command::new(rethread())
-        .args([
-            "--store",
-            &store_url(home),
-            "sessions",
-            "show",
-            id,
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", describe(&output));
-    serde_json::from_slice(&output.stdout).unwrap()
+    sessions(&store_url(home), &["show", id])
 }
 
 #[test]
@@ -214,18 +161,7 @@ async fn app_server(codex: &Path, home: &Path, session: &str) -> AppServerProces
         ("RETHREAD_SESSION", session),
         ("RETHREAD_STORE", store.as_str()),
     ];
-    let mut server =
-        AppServerProcess::spawn_with(&rethread(), home, &["--listen", "stdio://"], &env)
-            .await
-            .unwrap();
-    server.peer.initialize(false).await.unwrap();
-    server
-}
-
-async fn close(mut server: AppServerProcess) {
-    server.peer.close_writer().await;
-    let status = tokio::time::timeout(Duration::from_secs(20), server.wait()).await;
-    assert_eq!(status.expect("rethread exits").unwrap().code(), Some(0));
+    app_server_with(home, &["--listen", "stdio://"], &env).await
 }
 
 #[tokio::test]

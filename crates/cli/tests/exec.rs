@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{fake_codex, rethread};
+use support::{describe_lines as describe, fake_codex, rethread, spawn_piped};
 
 const NOTICE_ITEM: &str = r#"{"type":"item.completed","item":{"id":"rethread_0","type":"error","message":"Codex thread could not be resumed; starting a new one."}}"#;
 
@@ -135,12 +135,7 @@ impl World {
 }
 
 fn run(mut command: Command, stdin: &[u8]) -> Output {
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piped(&mut command);
     let mut pipe = child.stdin.take().unwrap();
     let stdin = stdin.to_vec();
     let writer = std::thread::spawn(move || {
@@ -166,15 +161,6 @@ fn thread_of(output: &Output) -> String {
         .and_then(|e| e["thread_id"].as_str())
         .unwrap_or_else(|| panic!("no thread.started: {}", describe(output)))
         .to_string()
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 fn notices(output: &Output) -> usize {
@@ -499,12 +485,7 @@ fn sigterm_during_a_turn_stops_codex_commits_nothing_and_releases_the_lease() {
     );
     let mut command = world.command(&hanging, Some("s1"));
     command.args(["exec", "--experimental-json"]);
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piped(&mut command);
     child.stdin.take().unwrap().write_all(b"hello").unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     while !lines.next().unwrap().unwrap().contains("turn.started") {}
@@ -699,12 +680,7 @@ fn a_signal_after_the_turn_was_committed_ends_the_run_as_done() {
     );
     let mut command = world.command(&lingering, Some("s1"));
     command.args(["exec", "--experimental-json"]);
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piped(&mut command);
     child.stdin.take().unwrap().write_all(b"hello").unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     while !lines.next().unwrap().unwrap().contains("turn.completed") {}
@@ -766,12 +742,7 @@ fn a_closed_stderr_does_not_stop_the_run() {
             "--cd",
         ])
         .arg(world.work());
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piped(&mut command);
     // The read end closes before anything is said there.
     drop(child.stderr.take());
     child
@@ -947,12 +918,7 @@ fn a_client_that_closes_stdout_after_the_commit_gets_exit_0() {
     );
     let mut command = world.command(&waiting, Some("s1"));
     command.args(["exec", "--experimental-json"]);
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_piped(&mut command);
     child.stdin.take().unwrap().write_all(b"hello").unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     for _ in 0..3 {

@@ -7,32 +7,18 @@
 
 mod support;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use rethread_testkit::real::{codex_or_skip, error_of, thread_id, AppServerProcess, CodexHome};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::CURRENT;
-use serde_json::{json, Value};
-use support::rethread;
-
-/// Whether the newest model request holds `text`.
-fn last_request_holds(model: &ResponsesStandIn, text: &str) -> bool {
-    let requests = model.model_requests();
-    let last = requests.last().expect("a model request");
-    last.conversation().iter().any(|m| m.text.contains(text))
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
+use serde_json::json;
+use support::{
+    app_server_with, describe, exec_command, last_request_holds, rethread, run_with_prompt,
+    sessions, started_thread, store_url,
+};
 
 /// `rethread exec --experimental-json ... ARGS` on `home` with `store`, `session` if any.
 fn exec(
@@ -43,61 +29,15 @@ fn exec(
     args: &[&str],
     prompt: &str,
 ) -> Output {
-    let mut command = Command::new(rethread());
+    let mut command = exec_command(codex, home, store);
     command
-        .args([
-            "exec",
-            "--experimental-json",
-            "--skip-git-repo-check",
-            "--cd",
-        ])
-        .arg(home)
         .args(args)
-        .env("CODEX_HOME", home)
-        .env("RETHREAD_STORE", store)
-        .env("RETHREAD_CODEX_BIN", codex)
-        .env("RETHREAD_SESSION_WAIT", "0")
         .env("RETHREAD_MIRROR", "on")
-        .env_remove("RETHREAD_SESSION")
-        .env_remove("RUST_LOG");
+        .env_remove("RETHREAD_SESSION");
     if let Some(session) = session {
         command.env("RETHREAD_SESSION", session);
     }
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    // A run refused before it reads its prompt closes its stdin first.
-    let _ = stdin.write_all(prompt.as_bytes());
-    drop(stdin);
-    child.wait_with_output().unwrap()
-}
-
-/// The thread a successful run's `thread.started` names.
-fn started_thread(output: &Output) -> String {
-    assert_eq!(output.status.code(), Some(0), "{}", describe(output));
-    let first = output.stdout.split(|b| *b == b'\n').next().unwrap();
-    let event: Value = serde_json::from_slice(first).unwrap();
-    event["thread_id"].as_str().unwrap().to_string()
-}
-
-/// `rethread sessions ARGS --json` on `store`.
-fn sessions(store: &str, args: &[&str]) -> Value {
-    let output = Command::new(rethread())
-        .args(["--store", store, "sessions"])
-        .args(args)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", describe(&output));
-    serde_json::from_slice(&output.stdout).unwrap()
-}
-
-fn store_url(dir: &Path) -> String {
-    format!("sqlite:{}", dir.join("rethread.sqlite").display())
+    run_with_prompt(&mut command, prompt.as_bytes())
 }
 
 #[test]
@@ -191,11 +131,7 @@ async fn app_server(codex: &Path, home: &Path, store: &str) -> AppServerProcess 
         ("RETHREAD_MIRROR", "on"),
         ("RETHREAD_SESSION_WAIT", "0"),
     ];
-    let mut process = AppServerProcess::spawn_with(&rethread(), home, &[], &env)
-        .await
-        .unwrap();
-    process.peer.initialize(false).await.unwrap();
-    process
+    app_server_with(home, &[], &env).await
 }
 
 /// A turn of `thread` saying `text`, completed.

@@ -8,18 +8,14 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use rethread_testkit::real::{thread_id, AppServerProcess};
 use serde_json::{json, Value};
-use support::{fake_codex, rethread};
-
-fn store_url(dir: &Path) -> String {
-    format!("sqlite:{}", dir.join("rethread.sqlite").display())
-}
+use support::{app_server_with, fake_codex, rethread, spawn_with_prompt, store_url};
 
 /// `rethread app-server` on `home` over the fake, `session` if any, initialized.
 async fn app_server(home: &Path, store: &str, session: Option<&str>) -> AppServerProcess {
@@ -33,11 +29,7 @@ async fn app_server(home: &Path, store: &str, session: Option<&str>) -> AppServe
     if let Some(session) = session {
         env.push(("RETHREAD_SESSION", session));
     }
-    let mut process = AppServerProcess::spawn_with(&rethread(), home, &[], &env)
-        .await
-        .unwrap();
-    process.peer.initialize(false).await.unwrap();
-    process
+    app_server_with(home, &[], &env).await
 }
 
 /// A new thread with one completed turn saying `text`.
@@ -195,16 +187,7 @@ fn exec(home: &Path, store: &str, args: &[&str], faults: Option<&str>) -> Child 
     if let Some(faults) = faults {
         command.env("FAKE_CODEX_FAULTS", faults);
     }
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    // A run refused before it reads its prompt closes its stdin first.
-    let _ = stdin.write_all(b"hello");
-    child
+    spawn_with_prompt(&mut command, b"hello")
 }
 
 #[test]

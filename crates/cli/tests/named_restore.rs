@@ -7,86 +7,35 @@
 
 mod support;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::process::Output;
 
 use rethread_testkit::real::{codex_or_skip, error_of, thread_id, AppServerProcess, CodexHome};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::{CURRENT, FLOOR};
 use serde_json::{json, Value};
-use support::rethread;
+use support::{
+    app_server_with, close, describe, exec_command, last_request_holds, run_with_prompt, sessions,
+    started_thread, store_url,
+};
 
 const SESSION: &str = "named";
 const WORD: &str = "remember the word okapi-31";
 
-/// The store all homes share, outside each of them.
-fn store_url(dir: &Path) -> String {
-    format!("sqlite:{}", dir.join("rethread.sqlite").display())
-}
-
 /// `rethread exec --experimental-json --skip-git-repo-check --cd HOME ARGS...` for the session
 /// on `home`, `prompt` on stdin.
 fn exec(codex: &Path, store: &str, home: &Path, args: &[&str], prompt: &str) -> Output {
-    let mut child = Command::new(rethread())
-        .args([
-            "exec",
-            "--experimental-json",
-            "--skip-git-repo-check",
-            "--cd",
-        ])
-        .arg(home)
+    let mut command = exec_command(codex, home, store);
+    command
         .args(args)
-        .env("CODEX_HOME", home)
-        .env("RETHREAD_STORE", store)
         .env("RETHREAD_SESSION", SESSION)
-        .env("RETHREAD_CODEX_BIN", codex)
-        .env("RETHREAD_SESSION_WAIT", "0")
-        .env("RETHREAD_MIRROR", "on")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(prompt.as_bytes()).unwrap();
-    drop(stdin);
-    child.wait_with_output().unwrap()
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-/// The thread a successful run's `thread.started` names.
-fn started_thread(output: &Output) -> String {
-    assert_eq!(output.status.code(), Some(0), "{}", describe(output));
-    let first = output.stdout.split(|b| *b == b'\n').next().unwrap();
-    let event: Value = serde_json::from_slice(first).unwrap();
-    event["thread_id"].as_str().unwrap().to_string()
-}
-
-/// Whether the model's last request holds `text`.
-fn last_request_holds(model: &ResponsesStandIn, text: &str) -> bool {
-    let last = model.model_requests().pop().expect("a model request");
-    last.conversation().iter().any(|m| m.text.contains(text))
+        .env("RETHREAD_MIRROR", "on");
+    run_with_prompt(&mut command, prompt.as_bytes())
 }
 
 /// `rethread sessions show SESSION --json`.
 fn session(store: &str) -> Value {
-    let output = Command::new(rethread())
-        .args(["--store", store, "sessions", "show", SESSION, "--json"])
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", describe(&output));
-    serde_json::from_slice(&output.stdout).unwrap()
+    sessions(store, &["show", SESSION])
 }
 
 #[test]
@@ -144,18 +93,7 @@ async fn app_server(codex: &Path, store: &str, home: &Path) -> AppServerProcess 
         ("RETHREAD_STORE", store),
         ("RETHREAD_MIRROR", "on"),
     ];
-    let mut server =
-        AppServerProcess::spawn_with(&rethread(), home, &["--listen", "stdio://"], &env)
-            .await
-            .unwrap();
-    server.peer.initialize(false).await.unwrap();
-    server
-}
-
-async fn close(mut server: AppServerProcess) {
-    server.peer.close_writer().await;
-    let status = tokio::time::timeout(Duration::from_secs(20), server.wait()).await;
-    assert_eq!(status.expect("rethread exits").unwrap().code(), Some(0));
+    app_server_with(home, &["--listen", "stdio://"], &env).await
 }
 
 /// The session's first thread, with one turn saying [`WORD`], through `rethread app-server`

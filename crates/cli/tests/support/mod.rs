@@ -2,8 +2,14 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use rethread_testkit::real::AppServerProcess;
+use rethread_testkit::responses::ResponsesStandIn;
+use serde_json::Value;
 
 /// The `rethread` binary under test.
 pub fn rethread() -> PathBuf {
@@ -34,4 +40,119 @@ pub fn fake_codex() -> PathBuf {
             ours.with_file_name("fake-codex")
         })
         .clone()
+}
+
+/// The SQLite store in `dir`.
+pub fn store_url(dir: &Path) -> String {
+    format!("sqlite:{}", dir.join("rethread.sqlite").display())
+}
+
+/// A run's exit code, stdout and stderr, for a failure's message.
+pub fn describe(output: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// [`describe`], each stream on the lines after its name.
+pub fn describe_lines(output: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// `rethread exec --experimental-json --skip-git-repo-check --cd HOME` with `codex` on `home`
+/// and `store`, a lease still held refused at once; the caller adds the rest.
+pub fn exec_command(codex: &Path, home: &Path, store: &str) -> Command {
+    let mut command = Command::new(rethread());
+    command
+        .args([
+            "exec",
+            "--experimental-json",
+            "--skip-git-repo-check",
+            "--cd",
+        ])
+        .arg(home)
+        .env("CODEX_HOME", home)
+        .env("RETHREAD_STORE", store)
+        .env("RETHREAD_CODEX_BIN", codex)
+        .env("RETHREAD_SESSION_WAIT", "0")
+        .env_remove("RUST_LOG");
+    command
+}
+
+/// `command` started with its stdin, stdout and stderr piped.
+pub fn spawn_piped(command: &mut Command) -> Child {
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// `command` started with its stdio piped, `prompt` written to its stdin and that closed (a run
+/// refused before it reads its prompt closes its stdin first, so a write it refuses is no error).
+pub fn spawn_with_prompt(command: &mut Command, prompt: &[u8]) -> Child {
+    let mut child = spawn_piped(command);
+    let mut stdin = child.stdin.take().unwrap();
+    let _ = stdin.write_all(prompt);
+    drop(stdin);
+    child
+}
+
+/// `command` run to its end with `prompt` on its stdin.
+pub fn run_with_prompt(command: &mut Command, prompt: &[u8]) -> Output {
+    spawn_with_prompt(command, prompt)
+        .wait_with_output()
+        .unwrap()
+}
+
+/// The thread a successful `rethread exec --experimental-json` run's `thread.started` names.
+pub fn started_thread(output: &Output) -> String {
+    assert_eq!(output.status.code(), Some(0), "{}", describe(output));
+    let first = output.stdout.split(|b| *b == b'\n').next().unwrap();
+    let event: Value = serde_json::from_slice(first).unwrap();
+    event["thread_id"].as_str().unwrap().to_string()
+}
+
+/// `rethread --store STORE sessions ARGS --json`.
+pub fn sessions(store: &str, args: &[&str]) -> Value {
+    let output = Command::new(rethread())
+        .args(["--store", store, "sessions"])
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Whether the Responses stand-in's newest model request holds `text`.
+pub fn last_request_holds(model: &ResponsesStandIn, text: &str) -> bool {
+    let requests = model.model_requests();
+    let last = requests.last().expect("a model request");
+    last.conversation().iter().any(|m| m.text.contains(text))
+}
+
+/// `rethread app-server ARGS` on `home` with `env`, initialized.
+pub async fn app_server_with(home: &Path, args: &[&str], env: &[(&str, &str)]) -> AppServerProcess {
+    let mut process = AppServerProcess::spawn_with(&rethread(), home, args, env)
+        .await
+        .unwrap();
+    process.peer.initialize(false).await.unwrap();
+    process
+}
+
+/// `server`'s stdin closed, then its exit with 0 waited for.
+pub async fn close(mut server: AppServerProcess) {
+    server.peer.close_writer().await;
+    let status = tokio::time::timeout(Duration::from_secs(20), server.wait()).await;
+    assert_eq!(status.expect("rethread exits").unwrap().code(), Some(0));
 }
