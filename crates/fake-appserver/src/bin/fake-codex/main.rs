@@ -61,8 +61,19 @@ impl From<String> for Failure {
     }
 }
 
+/// Set once a signal is being handled: from then on the signal thread removes the home and ends
+/// the process, and the main thread (whose setup may fail because the home went away under it)
+/// must not end it first with its own code.
+static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn main() -> ExitCode {
-    match run() {
+    let outcome = run();
+    if STOPPING.load(std::sync::atomic::Ordering::SeqCst) {
+        loop {
+            std::thread::park();
+        }
+    }
+    match outcome {
         Ok(code) => ExitCode::from(code),
         Err(Failure::Usage(message)) => {
             eprintln!("fake-codex: {message}\n\n{USAGE}");
@@ -226,10 +237,26 @@ fn remove_on_signal(home: PathBuf) -> Result<(), String> {
                 _ = terminate.recv() => 143,
             }
         });
-        let _ = std::fs::remove_dir_all(&home);
+        STOPPING.store(true, std::sync::atomic::Ordering::SeqCst);
+        remove_settled(&home);
         std::process::exit(code);
     });
     Ok(())
+}
+
+/// Removes `home` and waits until it stays gone: the main thread may still be setting the fake
+/// up (its store's `create_dir_all` makes the home again after a removal), so one removal can
+/// race with it. Bounded: after two seconds the process exits whatever is left.
+#[cfg(unix)]
+fn remove_settled(home: &std::path::Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::time::Instant::now() < deadline {
+        let _ = std::fs::remove_dir_all(home);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        if !home.exists() {
+            return;
+        }
+    }
 }
 
 impl Drop for TemporaryHome {
