@@ -32,8 +32,10 @@
 //!   agent message, the notice as an `error` item; an interrupted host says so on stderr).
 //! - `app-server` (`restarts/proxy_run.rs`, `restarts/client.rs`): `rethread app-server`
 //!   processes for the session `RETHREAD_SESSION` names, with `RETHREAD_LEASE_TTL` short
-//!   (`--lease-ttl`, default 1.5 s), driven by a JSON-RPC client, stopped by SIGKILL, SIGTERM
-//!   or SIGSTOP past the TTL (then SIGCONT; half of them with a rival host run meanwhile). The
+//!   (`--lease-ttl`, default 1.5 s), driven by a JSON-RPC client, stopped by SIGKILL (to its
+//!   group, or to its pid alone: then, as check 7 above, no process of its group may be left
+//!   5 s after it was reaped), SIGTERM or SIGSTOP past the TTL (then SIGCONT; half of them
+//!   with a rival host run meanwhile). The
 //!   checks are in `restarts/proxy_run/checks.rs` and docs/reliability.md; two fail today
 //!   (issue 19 items 2 and 7) and are counted, failing the run at its end: `--hosts chat`
 //!   runs without them.

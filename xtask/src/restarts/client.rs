@@ -3,7 +3,8 @@
 //! turns (`turn/start`, waiting for `turn/completed`), then end of input.
 //!
 //! The host runs `fake-codex` for the session named by `RETHREAD_SESSION`, in a process group
-//! of its own, so one signal reaches the host and its codex. The client runs on a thread of
+//! of its own, so one signal reaches the host and its codex; or it is killed alone (SIGKILL to
+//! its pid), after which no process of its group (its codex) may be left running. The client runs on a thread of
 //! its own and writes down everything it was told, with times; the harness judges it after
 //! the host ended.
 
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use super::host::Binaries;
+use super::host::{self, Binaries};
 
 /// The `warning` the proxy sends when another process took the session's lease.
 pub(crate) const LEASE_LOST: &str = "rethread lost this session to another process";
@@ -125,6 +126,8 @@ pub(crate) struct Running {
     pub(crate) spawned_ms: u64,
     client: Option<std::thread::JoinHandle<Seen>>,
     stderr: Option<std::thread::JoinHandle<String>>,
+    /// It was sent SIGKILL to its pid alone ([`Running::kill_alone`]).
+    killed_alone: bool,
 }
 
 /// How a host ended.
@@ -138,6 +141,9 @@ pub(crate) struct Ended {
     pub(crate) spawned_ms: u64,
     /// The fake's events: `(unix ms, event)`.
     pub(crate) events: Vec<(u64, String)>,
+    /// A host killed alone: how long after it was reaped the last other process of its group
+    /// (its codex) was gone.
+    pub(crate) codex_gone: Option<Duration>,
 }
 
 impl Ended {
@@ -231,12 +237,25 @@ pub(crate) fn spawn(
         spawned_ms,
         client: Some(client),
         stderr: Some(stderr),
+        killed_alone: false,
     })
 }
 
 impl Running {
     /// Sends `signal` to the host's process group, if the host is still running.
     pub(crate) fn signal(&mut self, signal: i32) -> Result<bool, String> {
+        self.send(signal, true)
+    }
+
+    /// Sends SIGKILL to the host's pid alone, not its group (as a supervisor or the OOM killer
+    /// does), if the host is still running: [`Running::wait`] then waits for its codex to go.
+    pub(crate) fn kill_alone(&mut self) -> Result<bool, String> {
+        let sent = self.send(libc::SIGKILL, false)?;
+        self.killed_alone |= sent;
+        Ok(sent)
+    }
+
+    fn send(&mut self, signal: i32, group: bool) -> Result<bool, String> {
         if self
             .child
             .try_wait()
@@ -245,26 +264,34 @@ impl Running {
         {
             return Ok(false);
         }
-        let group = i32::try_from(self.child.id()).map_err(|_| "pid out of range".to_string())?;
-        // SAFETY: `kill` has no memory effects; the group is the unreaped child's own, so its
-        // id cannot have been reused.
+        let pid = i32::try_from(self.child.id()).map_err(|_| "pid out of range".to_string())?;
+        // SAFETY: `kill` has no memory effects; the pid (and the group it leads) is the
+        // unreaped child's own, so it cannot have been reused.
         unsafe {
-            libc::kill(-group, signal);
+            libc::kill(if group { -pid } else { pid }, signal);
         }
         Ok(true)
     }
 
-    /// Waits for the host and its client to end.
+    /// Waits for the host and its client to end; for a host killed alone, then until no other
+    /// process of its group is left ([`host::wait_until_group_gone`]: past its bound, the
+    /// group is killed and this fails).
     pub(crate) fn wait(mut self, event_log: &Path) -> Result<Ended, String> {
+        // Reaped first: codex's time to go counts from the host's death.
+        let status = self
+            .child
+            .wait()
+            .map_err(|e| format!("cannot wait for the host: {e}"))?;
+        let codex_gone = if self.killed_alone {
+            Some(host::wait_until_group_gone(self.child.id())?)
+        } else {
+            None
+        };
         let seen = self
             .client
             .take()
             .map(|c| c.join().unwrap_or_default())
             .unwrap_or_default();
-        let status = self
-            .child
-            .wait()
-            .map_err(|e| format!("cannot wait for the host: {e}"))?;
         let stderr = self
             .stderr
             .take()
@@ -277,6 +304,7 @@ impl Running {
             stderr,
             spawned_ms: self.spawned_ms,
             events: read_events(event_log),
+            codex_gone,
         })
     }
 }

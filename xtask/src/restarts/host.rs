@@ -280,8 +280,9 @@ fn exec_report(stdout: &str, stderr: &str, interrupted: bool) -> Option<Value> {
 }
 
 /// Waits until no process of group `group` but zombies is left (the host was reaped): how
-/// long that took. Past [`CODEX_GONE_LIMIT`] the group is killed and the check fails.
-fn wait_until_group_gone(group: u32) -> Result<Duration, String> {
+/// long that took. Past [`CODEX_GONE_LIMIT`] the group is killed and the check fails. Used
+/// for the `app-server` hosts killed alone too (`client.rs`).
+pub(crate) fn wait_until_group_gone(group: u32) -> Result<Duration, String> {
     let started = Instant::now();
     loop {
         let left = live_members(group);

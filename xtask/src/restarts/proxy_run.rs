@@ -1,5 +1,6 @@
 //! One backend's run of `rethread app-server` hosts (`client.rs`), each stopped at a seeded
-//! random point by SIGKILL, SIGTERM or SIGSTOP, with the checks of issue 19 after every host.
+//! random point by SIGKILL (to its group, or to its pid alone), SIGTERM or SIGSTOP, with the
+//! checks of issue 19 after every host (and of issue 34 after a kill alone: no codex left).
 //!
 //! A SIGSTOP lasts past the lease TTL, then SIGCONT. Half of them meet a rival meanwhile: a
 //! second host for the same session, started once the stopped one's lease expired and run to
@@ -30,9 +31,15 @@ const TURNS: usize = 2;
 const ITERATIONS_PER_SESSION: u32 = 30;
 /// How often an iteration first makes the bound thread unresumable.
 const LOSE_CHANCE: f64 = 0.12;
-/// How a host is stopped: SIGKILL, SIGTERM, else SIGSTOP (alone or with a rival, evenly).
-const KILL_CHANCE: f64 = 0.45;
+/// How a host is stopped: SIGKILL to its group, SIGKILL to its pid alone (as a supervisor or
+/// the OOM killer kills it: its codex must die with it), SIGTERM, else SIGSTOP (alone or with a
+/// rival, evenly).
+const KILL_CHANCE: f64 = 0.25;
+const KILL_ALONE_CHANCE: f64 = 0.2;
 const TERMINATE_CHANCE: f64 = 0.2;
+/// The fake's turns in a host killed alone: longer than the harness waits for its codex to be
+/// gone, so a codex left running by its host is found running.
+const KILLED_ALONE_TURN_MS: u64 = 30_000;
 /// A SIGSTOP lasts this much past the lease TTL (the lease expires at most a TTL after its
 /// last renewal, which came before the stop).
 const PAST_TTL: Duration = Duration::from_millis(300);
@@ -60,6 +67,7 @@ pub(crate) struct Plan {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stop {
     Kill,
+    KillAlone,
     Terminate,
     Pause { rival: bool },
 }
@@ -251,7 +259,9 @@ impl Runner<'_> {
         let draw = self.rng.unit();
         if draw < KILL_CHANCE {
             Stop::Kill
-        } else if draw < KILL_CHANCE + TERMINATE_CHANCE {
+        } else if draw < KILL_CHANCE + KILL_ALONE_CHANCE {
+            Stop::KillAlone
+        } else if draw < KILL_CHANCE + KILL_ALONE_CHANCE + TERMINATE_CHANCE {
             Stop::Terminate
         } else {
             Stop::Pause {
@@ -269,11 +279,16 @@ impl Runner<'_> {
     }
 
     fn spec(&mut self, turns: usize) -> Spec {
+        self.spec_with(turns, self.plan.slow_turn_ms)
+    }
+
+    /// A host of `turns` turns, each `turn_ms` long in the fake.
+    fn spec_with(&mut self, turns: usize, turn_ms: u64) -> Spec {
         self.hosts += 1;
         let messages = (0..turns)
             .map(|turn| format!("{} host {} turn {turn}", self.plan.backend, self.hosts))
             .collect();
-        let mut faults = vec![json!({"kind": "slow_turn", "millis": self.plan.slow_turn_ms})];
+        let mut faults = vec![json!({"kind": "slow_turn", "millis": turn_ms})];
         if !self.lost.is_empty() {
             faults.push(json!({"kind": "fail_resume", "thread_ids": self.lost}));
         }
@@ -316,19 +331,30 @@ impl Runner<'_> {
         self.check(&run)
     }
 
-    /// A host stopped by SIGKILL or SIGTERM after `delay`. Returns whether the stop was sent.
+    /// A host stopped by SIGKILL (to its group or its pid alone) or SIGTERM after `delay`.
+    /// Returns whether the stop was sent.
     fn stopped(&mut self, delay: Duration, stop: Stop) -> Result<bool, String> {
         let before = self.view.session(&self.session())?;
-        let spec = self.spec(TURNS);
+        let spec = match stop {
+            Stop::KillAlone => self.spec_with(TURNS, KILLED_ALONE_TURN_MS),
+            _ => self.spec(TURNS),
+        };
         let mut running = client::spawn(self.binaries, &spec, None)?;
         std::thread::sleep(delay);
-        let signal = if stop == Stop::Kill {
-            libc::SIGKILL
-        } else {
-            libc::SIGTERM
+        let sent = match stop {
+            Stop::KillAlone => running.kill_alone()?,
+            Stop::Kill => running.signal(libc::SIGKILL)?,
+            _ => running.signal(libc::SIGTERM)?,
         };
-        let sent = running.signal(signal)?.then(|| (stop, client::now_ms()));
-        let ended = running.wait(&spec.event_log)?;
+        let sent = sent.then(|| (stop, client::now_ms()));
+        let ended = running.wait(&spec.event_log).map_err(|e| {
+            format!(
+                "{} session {}, host {:?}: {e}",
+                self.plan.backend,
+                self.session(),
+                spec.messages.first().map_or("", String::as_str)
+            )
+        })?;
         self.view.wait_for_hosts_gone()?;
         let after = self.record()?;
         let run = Run {

@@ -128,7 +128,11 @@ const PROXY_PHASES: [&str; 5] = ["pre-open", "open", "mid-turn", "commit", "idle
 /// The counts of one backend's `app-server` run.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ProxyStats {
+    /// SIGKILLs to the host's group; to its pid alone, and for each of those how long after
+    /// the host was reaped its codex was gone.
     pub(crate) kills: u32,
+    pub(crate) kills_alone: u32,
+    pub(crate) codex_gone: Vec<Duration>,
     pub(crate) terms: u32,
     /// SIGSTOPs with nobody competing, and with a rival meanwhile.
     pub(crate) pauses_alone: u32,
@@ -165,13 +169,14 @@ pub(crate) struct ProxyStats {
 impl ProxyStats {
     /// Every stop sent.
     pub(crate) fn stops(&self) -> u32 {
-        self.kills + self.terms + self.pauses_alone + self.pauses_rival
+        self.kills + self.kills_alone + self.terms + self.pauses_alone + self.pauses_rival
     }
 
     /// Counts a stop of kind `name` that landed in `phase`.
     pub(crate) fn count_stop(&mut self, name: &str, phase: ProxyPhase) {
         match name {
             "kill" => self.kills += 1,
+            "kill alone" => self.kills_alone += 1,
             "term" => self.terms += 1,
             "stop alone" => self.pauses_alone += 1,
             _ => self.pauses_rival += 1,
@@ -184,19 +189,22 @@ impl ProxyStats {
 pub(crate) fn proxy_table(rows: &[(&str, &ProxyStats)]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "| backend | stops | kill | term | stop alone | stop + rival | {} | rival took | \
+        "| backend | stops | kill | killed alone | codex gone max ms | term | stop alone | \
+         stop + rival | {} | rival took | \
          rival waited | lost to rival | lost alone | lost | fallbacks | warnings | repeated | \
          retold after a stop | resumed | started | fell back | turns kept | lease p50 ms | lease max ms | wall s |\n",
         PROXY_PHASES.join(" | ")
     ));
-    out.push_str(&format!("|{}\n", "---|".repeat(27)));
+    out.push_str(&format!("|{}\n", "---|".repeat(29)));
     for (backend, s) in rows {
         let phases: Vec<String> = s.phases.iter().map(u32::to_string).collect();
         out.push_str(&format!(
-            "| {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} \
-             | {} | {} | {} | {} | {} | {} | {} | {:.0} |\n",
+            "| {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} \
+             | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} |\n",
             s.stops(),
             s.kills,
+            s.kills_alone,
+            ms(s.codex_gone.iter().copied().max().unwrap_or_default()),
             s.terms,
             s.pauses_alone,
             s.pauses_rival,

@@ -1,6 +1,7 @@
 //! The checks after every `app-server` host (see `docs/reliability.md`): how it ended, no
 //! wait for a dead holder's lease, the `thread/start` outcome and its fallback warning, and
-//! every turn a client saw completed kept once.
+//! every turn a client saw completed kept once. (A host killed alone left no codex running:
+//! `client::Running::wait` checks it as it reaps the host; its time is counted here.)
 
 use std::time::Duration;
 
@@ -61,6 +62,7 @@ impl Runner<'_> {
         if let Some((stop, at)) = run.stop {
             self.stats.count_stop(stop_name(stop), phase(ended, at));
         }
+        self.stats.codex_gone.extend(ended.codex_gone);
         // How it ended.
         match run.stop.map(|(stop, _)| stop) {
             None | Some(Stop::Pause { .. }) => {
@@ -92,7 +94,7 @@ impl Runner<'_> {
                     ));
                 }
             }
-            Some(Stop::Kill) => {}
+            Some(Stop::Kill | Stop::KillAlone) => {}
         }
         // Only a host stopped past its TTL may lose its lease.
         let paused = matches!(run.stop, Some((Stop::Pause { .. }, _)));
@@ -355,6 +357,7 @@ fn paused_rival(run: &Run<'_>) -> bool {
 fn stop_name(stop: Stop) -> &'static str {
     match stop {
         Stop::Kill => "kill",
+        Stop::KillAlone => "kill alone",
         Stop::Terminate => "term",
         Stop::Pause { rival: false } => "stop alone",
         Stop::Pause { rival: true } => "stop + rival",
