@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rethread_protocol::jsonrpc::Request as RawRequest;
-use rethread_protocol::{Message, RequestId, RpcError};
+use rethread_protocol::{Message, RequestId};
+use rethread_runtime::ClientError;
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
@@ -81,42 +82,6 @@ pub trait SessionHooks: Send + Sync {
     fn on_shutdown(&self) -> impl Future<Output = ()> + Send {
         async {}
     }
-}
-
-/// Why one of the proxy's own requests got no result.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RequestError {
-    /// Codex answered with an error.
-    #[error("{method} failed: {error}")]
-    Rpc {
-        /// The method.
-        method: String,
-        /// Codex's error, whole (classify it with `rethread_protocol::classify_resume_error`).
-        error: RpcError,
-    },
-    /// No answer within the request timeout.
-    #[error("{method} got no answer within {after:?}")]
-    Timeout {
-        /// The method.
-        method: String,
-        /// The timeout.
-        after: Duration,
-    },
-    /// Codex's input or output is closed; no answer can come.
-    #[error("{method}: codex app-server connection closed")]
-    Closed {
-        /// The method.
-        method: String,
-    },
-    /// The answer is not a result of the expected shape.
-    #[error("{method} returned an unexpected answer: {reason}")]
-    Decode {
-        /// The method.
-        method: String,
-        /// Why.
-        reason: String,
-    },
 }
 
 /// State shared by the forwarder and the contexts.
@@ -211,20 +176,17 @@ impl Drop for PendingGuard<'_> {
 
 impl CodexRequester {
     /// Sends `method` with `params` to codex and returns the answer's `result`.
-    pub async fn request(
-        &self,
-        method: &str,
-        params: Option<Value>,
-    ) -> Result<Value, RequestError> {
+    pub async fn request(&self, method: &str, params: Option<Value>) -> Result<Value, ClientError> {
         let method_string = || method.to_string();
-        let closed = || RequestError::Closed {
-            method: method_string(),
+        let closed = |reason: &str| ClientError::Closed {
+            reason: format!("{method}: {reason}"),
+            stderr: String::new(),
         };
         let number = self.link.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         match self.link.pending().as_mut() {
             Some(waiters) => waiters.insert(number, tx),
-            None => return Err(closed()),
+            None => return Err(closed("codex's output ended")),
         };
         let _guard = PendingGuard {
             link: &self.link,
@@ -237,25 +199,24 @@ impl CodexRequester {
         }));
         let answer = tokio::time::timeout(self.link.request_timeout, async {
             let sent = self.link.to_codex.send(line.into_bytes()).await;
-            sent.map_err(|_| closed())?;
-            rx.await.map_err(|_| closed())
+            sent.map_err(|_| closed("codex's input is closed"))?;
+            rx.await.map_err(|_| closed("codex's output ended"))
         })
         .await
-        .map_err(|_| RequestError::Timeout {
+        .map_err(|_| ClientError::Timeout {
             method: method_string(),
             after: self.link.request_timeout,
         })??;
-        let decode = |reason: String| RequestError::Decode {
-            method: method_string(),
-            reason,
-        };
-        match answer.message().map_err(|e| decode(e.to_string()))? {
+        // Garbage where an answer belongs: the connection is of no more use, as the runtime's
+        // client reads it.
+        let garbage = |what: String| closed(&format!("codex sent {what} in place of an answer"));
+        match answer.message().map_err(|e| garbage(e.to_string()))? {
             Message::Response(response) => Ok(response.result),
-            Message::Error(error) => Err(RequestError::Rpc {
+            Message::Error(error) => Err(ClientError::Rpc {
                 method: method_string(),
                 error: error.error,
             }),
-            other => Err(decode(format!("not an answer: {}", other.to_line()))),
+            other => Err(garbage(other.to_line())),
         }
     }
 }
@@ -311,11 +272,7 @@ impl ClientContext {
     }
 
     /// A request of the proxy's own to codex (see [`CodexRequester`]).
-    pub async fn request(
-        &self,
-        method: &str,
-        params: Option<Value>,
-    ) -> Result<Value, RequestError> {
+    pub async fn request(&self, method: &str, params: Option<Value>) -> Result<Value, ClientError> {
         self.requester().request(method, params).await
     }
 

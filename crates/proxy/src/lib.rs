@@ -67,8 +67,8 @@
 //!    client after codex's `thread/started`); likewise toward codex.
 //! 6. **No deadlock by construction.** [`ServerContext`] has no `request`: the reader that
 //!    would deliver its answer is the one running the hook.
-//! 7. **Requests are bounded.** A proxy request fails with [`RequestError::Timeout`] after
-//!    [`ProxyOptions::request_timeout`], with [`RequestError::Closed`] as soon as codex's
+//! 7. **Requests are bounded.** A proxy request fails with [`ClientError::Timeout`] after
+//!    [`ProxyOptions::request_timeout`], with [`ClientError::Closed`] as soon as codex's
 //!    output ends, and leaves nothing behind when dropped. Codex refuses requests before the
 //!    client's `initialize`: a hook makes its own only after that was answered (the
 //!    connection's capabilities are the client's: `excludeTurns` needs its `experimentalApi`).
@@ -128,13 +128,14 @@ use std::time::Duration;
 
 pub use forward::forward;
 pub use hooks::{
-    ClientAction, ClientContext, CodexRequester, HookError, RequestError, ServerAction,
-    ServerContext, SessionHooks, PROXY_ID_PREFIX,
+    ClientAction, ClientContext, CodexRequester, HookError, ServerAction, ServerContext,
+    SessionHooks, PROXY_ID_PREFIX,
 };
 pub use line::{peek, peek_prefix, Line, LineKind, Peek};
 pub use passthrough::{NoSession, KEPT_THREADS_WARNING, NO_SESSION_WARNING};
 pub use process::{run_app_server, spawn_app_server};
-pub use rethread_runtime::CodexCommand;
+/// What the proxy's own requests fail with: the runtime client's error.
+pub use rethread_runtime::{ClientError, CodexCommand};
 pub use session::{BindingHooks, SessionOptions, TurnLimits};
 
 /// Errors of the proxy.

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rethread_proxy::{
-    ClientAction, ClientContext, Ended, HookError, Line, LineKind, NoSession, ProxyError,
-    RequestError, ServerAction, ServerContext, SessionHooks, NO_SESSION_WARNING, PROXY_ID_PREFIX,
+    ClientAction, ClientContext, ClientError, Ended, HookError, Line, LineKind, NoSession,
+    ProxyError, ServerAction, ServerContext, SessionHooks, NO_SESSION_WARNING, PROXY_ID_PREFIX,
 };
 use serde_json::{json, Value};
 use support::*;
@@ -123,13 +123,13 @@ struct Chatty {
 }
 
 impl Chatty {
-    fn note(&self, result: Result<Value, RequestError>) {
+    fn note(&self, result: Result<Value, ClientError>) {
         match result {
             Ok(value) if value.get("data").is_some() => {
                 self.answered.fetch_add(1, Ordering::SeqCst);
             }
             // Codex's refusals (before `initialize`) are answers too: they came back to us.
-            Err(RequestError::Rpc { .. }) => {
+            Err(ClientError::Rpc { .. }) => {
                 self.answered.fetch_add(1, Ordering::SeqCst);
             }
             other => self.failed.lock().unwrap().push(format!("{other:?}")),
@@ -607,7 +607,7 @@ async fn a_hook_error_stops_the_proxy() {
 
 /// Makes one request of its own on `thread/list` and reports how it went.
 #[derive(Debug, Default)]
-struct AsksOnce(Mutex<Option<Result<Value, RequestError>>>);
+struct AsksOnce(Mutex<Option<Result<Value, ClientError>>>);
 
 impl SessionHooks for AsksOnce {
     async fn on_client_message(
@@ -648,7 +648,7 @@ async fn a_proxy_request_times_out_and_its_late_answer_reaches_nobody() {
     assert_eq!(client["id"], 1);
     assert!(matches!(
         hooks.0.lock().unwrap().take(),
-        Some(Err(RequestError::Timeout { .. }))
+        Some(Err(ClientError::Timeout { .. }))
     ));
     codex_write
         .write_all(
@@ -676,7 +676,7 @@ async fn a_proxy_request_times_out_and_its_late_answer_reaches_nobody() {
     let _ = tokio::time::timeout(Duration::from_secs(5), &mut proxied.task).await;
     let outcome = hooks.0.lock().unwrap().take();
     assert!(
-        matches!(outcome, None | Some(Err(RequestError::Closed { .. }))),
+        matches!(outcome, None | Some(Err(ClientError::Closed { .. }))),
         "{outcome:?}"
     );
 }

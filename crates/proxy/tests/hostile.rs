@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use rethread_protocol::{ErrorCode, RequestId, RpcError};
 use rethread_proxy::{
-    forward, ClientAction, ClientContext, Ended, HookError, Line, LineKind, NoSession,
-    RequestError, SessionHooks,
+    forward, ClientAction, ClientContext, ClientError, Ended, HookError, Line, LineKind, NoSession,
+    SessionHooks,
 };
 use serde_json::{json, Value};
 use support::*;
@@ -220,7 +220,7 @@ async fn the_hooks_see_a_client_line_as_serde_json_reads_it() {
 /// and answers the client with an error when that request fails.
 #[derive(Debug, Default)]
 struct ResumesOnStart {
-    failures: Mutex<Vec<RequestError>>,
+    failures: Mutex<Vec<ClientError>>,
 }
 
 impl SessionHooks for ResumesOnStart {
@@ -269,7 +269,7 @@ async fn codex_dying_during_the_proxys_own_request_still_answers_the_client() {
     assert_eq!(answer["error"]["code"], -32603, "{answer}");
     assert!(matches!(
         hooks.failures.lock().unwrap().as_slice(),
-        [RequestError::Closed { .. }]
+        [ClientError::Closed { .. }]
     ));
     assert_eq!(s.proxied.client.next_message().await.unwrap(), None);
     let ended = tokio::time::timeout(Duration::from_secs(10), &mut s.proxied.task)

@@ -3,16 +3,16 @@
 
 use std::sync::Arc;
 
-use rethread_protocol::messages::{ThreadResume, ThreadStart};
+use rethread_protocol::messages::{ThreadResume, ThreadResumeParams, ThreadStart};
 use rethread_store::{BindingStore, Lease, LeaseOwner, LocalOwner};
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use crate::binding::{seeded_instructions, status_event};
-use crate::client::{AppServerClient, ClientError};
+use crate::binding::{seeded_instructions, status_event, Answer, Opened, Opener};
+use crate::client::AppServerClient;
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
-use crate::machine::{DriverAction, OpenOutcome, Say, SessionMachine};
+use crate::machine::{OpenOutcome, Say, SessionMachine};
 use crate::options::BinderOptions;
 use crate::rail::StatusRail;
 use crate::session::CodexSession;
@@ -127,7 +127,6 @@ impl SessionBinder {
         let lease = self.take_lease().await?;
         let mut machine =
             SessionMachine::new(&self.parts.session_id, self.parts.options.machine_options());
-        machine.open();
         let context = TurnContext {
             client: client.clone(),
             parts: self.parts.clone(),
@@ -143,112 +142,44 @@ impl SessionBinder {
         })
     }
 
-    /// Carries the machine's actions out until the open has an outcome: the store-side ones
-    /// through `StoreSide::next_action`, the requests to codex and the rail here.
+    /// Opens through the one open loop (`StoreSide::open`), with typed requests on `client`
+    /// and the rail for what is said.
     async fn drive(
         &self,
         mut machine: &mut SessionMachine,
         client: &AppServerClient,
         lease: Option<&SessionLease>,
     ) -> Result<OpenOutcome, RuntimeError> {
-        let side = self.parts.side(lease);
-        let mut resume = ResumeTrace::default();
-        // The `rethread.fallback` span, from the notice to the replacement's start.
-        let mut fallback: Option<tracing::Span> = None;
-        let opened = loop {
-            // The machine always ends an open with `Opened` or `OpenFailed`.
-            let Some(action) = side.next_action(&mut machine).await else {
-                let stopped = "the session machine stopped without an outcome";
-                return Err(RuntimeError::Internal(stopped.into()));
-            };
-            if !matches!(action, DriverAction::Resume(_)) {
-                resume.finish(machine);
-            }
-            match action {
-                DriverAction::Resume(params) => {
-                    // The host's own thread settings: the thread goes on as configured.
-                    let mut with_settings =
-                        self.parts.options.thread_start.resume(params.thread_id);
-                    with_settings.exclude_turns = params.exclude_turns;
-                    let span = resume.begin(&self.parts.session_id, &with_settings.thread_id);
-                    let resumed = client.request::<ThreadResume>(&with_settings);
-                    match resumed.instrument(span).await {
-                        Ok(_) => machine.handle_resumed(),
-                        Err(ClientError::Rpc { error, .. }) => machine.handle_resume_error(&error),
-                        Err(ClientError::Timeout { after, .. }) => {
-                            machine.handle_resume_timeout(after)
-                        }
-                        Err(other) => machine.handle_failed(other.into()),
-                    }
+        let mut opener = BinderOpener {
+            parts: &self.parts,
+            client,
+            resume: ResumeTrace::default(),
+            fallback: None,
+        };
+        let opened = self.parts.side(lease).open(&mut machine, &mut opener).await;
+        let outcome = match opened {
+            Ok(Opened::Open { outcome, .. }) => outcome,
+            Ok(_) => return Err(RuntimeError::Internal("a start left unanswered".into())),
+            Err(error) => {
+                opener.resume.finish("failed");
+                if let Some(span) = &opener.fallback {
+                    span.record("outcome", "failed");
                 }
-                DriverAction::Say(say) => {
-                    if let Say::FallbackNotice {
-                        previous_thread_id,
-                        reason,
-                        pending: false,
-                        ..
-                    } = &say
-                    {
-                        fallback = Some(tracing::info_span!(
-                            telemetry::SPAN_FALLBACK,
-                            session_id = %self.parts.session_id,
-                            previous_thread_id = %previous_thread_id,
-                            reason = reason.as_str(),
-                            thread_id = Empty,
-                            seeded = Empty,
-                            outcome = Empty,
-                        ));
-                    }
-                    self.parts
-                        .rail
-                        .emit(status_event(&self.parts.session_id, &say));
-                    // The rail's sinks take an event synchronously: it is delivered.
-                    machine.handle_notice_delivered();
-                }
-                DriverAction::Start { seed } => {
-                    let mut params = self.parts.options.thread_start.clone();
-                    if let Some(seed) = seed {
-                        let own = params.developer_instructions.as_deref();
-                        params.developer_instructions = Some(seeded_instructions(own, seed));
-                    }
-                    match client.request::<ThreadStart>(&params).await {
-                        Ok(response) => machine.handle_started(response.thread.id),
-                        Err(error) => machine.handle_failed(error.into()),
-                    }
-                }
-                DriverAction::Opened(outcome) => {
-                    if let (
-                        Some(span),
-                        OpenOutcome::FellBack {
-                            thread_id, seeded, ..
-                        },
-                    ) = (&fallback, &outcome)
-                    {
-                        span.record("thread_id", thread_id.as_str());
-                        span.record("seeded", *seeded);
-                        span.record("outcome", "started");
-                    }
-                    break Ok(outcome);
-                }
-                DriverAction::OpenFailed(error) => {
-                    if let Some(span) = &fallback {
-                        span.record("outcome", "failed");
-                    }
-                    break Err(error);
-                }
-                // A commit or a retire never comes while opening.
-                DriverAction::Commit { .. } | DriverAction::Retire { .. } => {}
+                return Err(error);
             }
         };
-        // What the machine still asks (a delivered notice's record) is done now.
-        while let Some(action) = side.next_action(&mut machine).await {
-            if let DriverAction::Say(say) = action {
-                self.parts
-                    .rail
-                    .emit(status_event(&self.parts.session_id, &say));
-            }
+        if let (
+            Some(span),
+            OpenOutcome::FellBack {
+                thread_id, seeded, ..
+            },
+        ) = (&opener.fallback, &outcome)
+        {
+            span.record("thread_id", thread_id.as_str());
+            span.record("seeded", *seeded);
+            span.record("outcome", "started");
         }
-        opened
+        Ok(outcome)
     }
 
     /// Releases the session's lease now, so that the next host (or process) takes the session
@@ -279,6 +210,75 @@ impl SessionBinder {
     }
 }
 
+/// The binder's part of an open: typed requests on the client, the rail for what is said.
+struct BinderOpener<'a> {
+    parts: &'a Parts,
+    client: &'a AppServerClient,
+    resume: ResumeTrace,
+    /// The `rethread.fallback` span, from the notice to the replacement's start.
+    fallback: Option<tracing::Span>,
+}
+
+impl Opener for BinderOpener<'_> {
+    type Open = ();
+
+    async fn resume(&mut self, params: ThreadResumeParams) -> Answer<()> {
+        // The host's own thread settings: the thread goes on as configured.
+        let mut with_settings = self.parts.options.thread_start.resume(params.thread_id);
+        with_settings.exclude_turns = params.exclude_turns;
+        let span = self
+            .resume
+            .begin(&self.parts.session_id, &with_settings.thread_id);
+        let resumed = self.client.request::<ThreadResume>(&with_settings);
+        let answer = Answer::of_resume(resumed.instrument(span).await.map(drop));
+        if let Answer::Resumed(()) = answer {
+            self.resume.finish("resumed");
+        }
+        answer
+    }
+
+    async fn start(&mut self, seed: Option<String>) -> Answer<()> {
+        // A start after resumes: the thread was lost.
+        self.resume.finish("lost");
+        let mut params = self.parts.options.thread_start.clone();
+        if let Some(seed) = seed {
+            let own = params.developer_instructions.as_deref();
+            params.developer_instructions = Some(seeded_instructions(own, seed));
+        }
+        match self.client.request::<ThreadStart>(&params).await {
+            Ok(response) => Answer::Started {
+                thread_id: response.thread.id,
+                open: (),
+            },
+            Err(error) => Answer::Failed(error.into()),
+        }
+    }
+
+    fn say(&mut self, say: Say) -> bool {
+        let session_id = &self.parts.session_id;
+        if let Say::FallbackNotice {
+            previous_thread_id,
+            reason,
+            pending: false,
+            ..
+        } = &say
+        {
+            self.fallback = Some(tracing::info_span!(
+                telemetry::SPAN_FALLBACK,
+                session_id = %session_id,
+                previous_thread_id = %previous_thread_id,
+                reason = reason.as_str(),
+                thread_id = Empty,
+                seeded = Empty,
+                outcome = Empty,
+            ));
+        }
+        self.parts.rail.emit(status_event(session_id, &say));
+        // The rail's sinks take an event synchronously: it is delivered.
+        true
+    }
+}
+
 /// The `rethread.resume` span over one open's resume attempts, and its histogram.
 #[derive(Default)]
 struct ResumeTrace {
@@ -301,15 +301,10 @@ impl ResumeTrace {
         span.clone()
     }
 
-    /// Records the verdict once the attempts are over (the next action is not a resume).
-    fn finish(&mut self, machine: &SessionMachine) {
+    /// Records the verdict once the attempts are over (`resumed`, `lost` or `failed`).
+    fn finish(&mut self, outcome: &'static str) {
         let Some((span, started_at, sent)) = self.open.take() else {
             return;
-        };
-        let outcome = match machine.thread_id() {
-            Some(_) => "resumed",
-            None if machine.is_opening() => "lost",
-            None => "failed",
         };
         span.record("outcome", outcome);
         span.record("attempts", sent);

@@ -17,6 +17,9 @@ use crate::rail::{StatusEvent, StatusKind};
 use crate::sink::{SinkDurability, Transcript};
 use crate::telemetry;
 
+mod open;
+pub use open::{Answer, Opened, Opener};
+
 /// A driver's machine, reached one short step at a time: a driver whose machine sits behind a
 /// lock (the proxy's) takes the lock only inside [`with`](MachineAccess::with), never across
 /// an await.
@@ -49,10 +52,27 @@ pub struct StoreSide<'a> {
 }
 
 impl StoreSide<'_> {
+    /// Carries out what the machine still asks of the store once its open is over (a delivered
+    /// notice's record) and returns what it says meanwhile, for the driver to say.
+    pub async fn said(&self, machine: &mut impl MachineAccess) -> Vec<Say> {
+        let mut said = Vec::new();
+        while let Some(action) = self.step(machine, &mut None).await {
+            if let DriverAction::Say(say) = action {
+                said.push(say);
+            }
+        }
+        said
+    }
+
     /// Carries out the machine's store-side actions, feeding each answer back, and returns
     /// the first action that is the driver's own; `None` when the machine has nothing more
-    /// to do.
-    pub async fn next_action(&self, machine: &mut impl MachineAccess) -> Option<DriverAction> {
+    /// to do. A store call that fails is kept in `failure` (the machine only hears that it
+    /// failed).
+    async fn step(
+        &self,
+        machine: &mut impl MachineAccess,
+        failure: &mut Option<RuntimeError>,
+    ) -> Option<DriverAction> {
         // The record `ReadSession` read, for the `Restore` that follows it: one read per open.
         let mut record = None;
         loop {
@@ -63,7 +83,10 @@ impl StoreSide<'_> {
                         record = read;
                         machine.with(|m| m.handle_session(stored));
                     }
-                    Err(error) => machine.with(|m| m.handle_failed(error.into())),
+                    Err(error) => {
+                        *failure = Some(error.into());
+                        machine.with(SessionMachine::handle_failed);
+                    }
                 },
                 Action::Restore { thread_id } => {
                     let restored = self.restore(record.take(), &thread_id).await;
@@ -80,10 +103,13 @@ impl StoreSide<'_> {
                     }
                     .await;
                     note_refusal(self.lease, &given_up);
-                    machine.with(|m| match given_up {
-                        Ok(()) => m.handle_given_up(),
-                        Err(error) => m.handle_failed(error),
-                    });
+                    match given_up {
+                        Ok(()) => machine.with(SessionMachine::handle_given_up),
+                        Err(error) => {
+                            *failure = Some(error);
+                            machine.with(SessionMachine::handle_failed);
+                        }
+                    }
                 }
                 Action::MarkNoticeDelivered { thread_id } => {
                     // The one unfenced write: a lease that cannot be made fresh still records
@@ -121,7 +147,10 @@ impl StoreSide<'_> {
         turn.mirror = self.mirror.filter(|_| mirror);
         let committed = commit_turn(self.store, self.transcript, self.lease, turn).await;
         machine.with(|m| {
-            m.handle_committed(thread_id, committed.as_ref().map(|_| ()));
+            m.handle_committed(
+                thread_id,
+                committed.as_ref().map(|_| ()).map_err(Into::into),
+            );
             if let Ok(done) = &committed {
                 m.handle_mirrored(thread_id, &done.mirror);
             }

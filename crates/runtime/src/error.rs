@@ -4,6 +4,8 @@ use rethread_protocol::{ResumeFailure, RpcError};
 use rethread_store::{time_for_people, LeaseLoss, LeaseOwner, StoreError};
 
 use crate::client::ClientError;
+use crate::machine::LeaseLostTo;
+use crate::machine::{CommitFailure, OpenStop};
 
 /// A boxed error from host code (a [`TranscriptSink`](crate::TranscriptSink)), kept as the
 /// source of [`RuntimeError::Sink`].
@@ -164,6 +166,56 @@ impl From<StoreError> for RuntimeError {
     }
 }
 
+impl From<OpenStop> for RuntimeError {
+    /// The machine's verdict as the runtime's error. [`OpenStop::Failed`] carries no error of
+    /// its own: the open loop ([`StoreSide::open`](crate::binding::StoreSide::open)) returns
+    /// the failed step's.
+    fn from(stop: OpenStop) -> Self {
+        match stop {
+            OpenStop::Refused {
+                thread_id,
+                failure,
+                error,
+            } => RuntimeError::Resume {
+                thread_id,
+                failure,
+                error,
+            },
+            OpenStop::Unavailable {
+                thread_id,
+                failure,
+                message,
+                attempts,
+            } => RuntimeError::ResumeUnavailable {
+                thread_id,
+                failure,
+                message,
+                attempts,
+            },
+            OpenStop::Busy { thread_id, message } => {
+                RuntimeError::ThreadBusy { thread_id, message }
+            }
+            OpenStop::StartedLost { thread_id } => RuntimeError::Internal(format!(
+                "codex answered thread/start with thread {thread_id}, the thread it could not \
+                 resume; no new thread was started"
+            )),
+            _ => RuntimeError::Internal("an open failed without its error".into()),
+        }
+    }
+}
+
+impl From<&RuntimeError> for CommitFailure {
+    fn from(error: &RuntimeError) -> Self {
+        match error {
+            RuntimeError::LeaseLost { to, .. } => CommitFailure::LeaseLost(to.clone()),
+            RuntimeError::ThreadTaken { session_id, .. } => CommitFailure::ThreadTaken {
+                session_id: session_id.clone(),
+            },
+            other => CommitFailure::Other(other.to_string()),
+        }
+    }
+}
+
 impl RuntimeError {
     /// Whether the condition is temporary: nothing was written and the same request may
     /// succeed later.
@@ -227,19 +279,4 @@ mod tests {
         assert_eq!(closed.kind(), "store");
         assert!(!closed.is_retryable());
     }
-}
-
-/// To whom a lease went.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LeaseLostTo {
-    /// Another process took the session over (after this one stalled past the lease's TTL).
-    Another {
-        /// The new holder, for people.
-        holder: String,
-    },
-    /// The session was deleted (`rethread sessions forget`).
-    Forgotten,
-    /// Released, or lost for a reason the store did not say.
-    Unknown,
 }

@@ -9,7 +9,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::error::{LeaseLostTo, RuntimeError};
+use crate::error::RuntimeError;
+use crate::machine::LeaseLostTo;
 use crate::telemetry;
 
 /// The shortest and longest pause between two attempts to take a busy lease.

@@ -2,7 +2,9 @@
 //! steps) as one type with no I/O: events go in through `handle_*`, [`Action`]s come out of
 //! [`SessionMachine::poll`]; it sends no request, touches no store, reads no clock. Each driver
 //! (the library's [`SessionBinder`](crate::SessionBinder), `rethread app-server`, `rethread
-//! exec`) carries the actions out its own way and feeds back what happened.
+//! exec`) opens through the one open loop,
+//! [`StoreSide::open`](crate::binding::StoreSide::open), doing only its own requests; the
+//! machine's errors are its own ([`OpenStop`], [`CommitFailure`]), never the runtime's.
 //!
 //! ```
 //! use rethread_protocol::RpcError;
@@ -30,15 +32,16 @@ use rethread_protocol::{
 };
 use serde_json::Value;
 
-use crate::error::RuntimeError;
 use crate::projection::render_seed;
 
 mod actions;
 mod attempts;
 mod mirroring;
 
-pub use crate::error::LeaseLostTo;
-pub use actions::{Action, DriverAction, LostThread, NotRecorded, OpenOutcome, Say, Stored};
+pub use actions::{
+    Action, CommitFailure, DriverAction, LeaseLostTo, LostThread, NotRecorded, OpenOutcome,
+    OpenStop, Say, Stored,
+};
 use attempts::{Attempts, Verdict};
 
 /// The one lifecycle notice of a fallback.
@@ -266,7 +269,7 @@ impl SessionMachine {
     /// The process that was to answer the resume exited first (a `codex exec ... resume <id>`
     /// that failed before its `thread.started`; `stderr` is what it wrote). Codex's report of
     /// a failed resume in it ([`exec_resume_error`]) is judged as on the wire; an exit without
-    /// one (bad arguments, a crash) stops the open with [`RuntimeError::Resume`] and the
+    /// one (bad arguments, a crash) stops the open with [`OpenStop::Refused`] and the
     /// binding kept: nothing says the thread is lost.
     pub fn handle_resume_exited(&mut self, stderr: &str) {
         if let Some(error) = exec_resume_error(stderr) {
@@ -353,10 +356,7 @@ impl SessionMachine {
         let outcome = match lost {
             // Not a new thread: the one just given up, whose binding is never published again.
             Some(lost) if lost.thread_id == thread_id => {
-                return self.fail(RuntimeError::Internal(format!(
-                    "codex answered thread/start with thread {thread_id}, the thread it could \
-                     not resume; no new thread was started"
-                )));
+                return self.fail(OpenStop::StartedLost { thread_id });
             }
             Some(lost) => OpenOutcome::FellBack {
                 thread_id,
@@ -371,11 +371,11 @@ impl SessionMachine {
     }
 
     /// The action in flight failed (a store error, a closed connection, a refused start):
-    /// while opening, the open fails with it; for a commit, see
-    /// [`SessionMachine::handle_committed`].
-    pub fn handle_failed(&mut self, error: RuntimeError) {
+    /// while opening, the open fails ([`OpenStop::Failed`]; the driver holds the error); for a
+    /// commit, see [`SessionMachine::handle_committed`].
+    pub fn handle_failed(&mut self) {
         if self.is_opening() {
-            self.fail(error);
+            self.fail(OpenStop::Failed);
         }
     }
 
@@ -443,19 +443,16 @@ impl SessionMachine {
 
     /// How a [`DriverAction::Commit`] went: a lost lease stops recording; a thread of another
     /// session is not this one's; any other failure is said.
-    pub fn handle_committed(&mut self, thread_id: &str, result: Result<(), &RuntimeError>) {
+    pub fn handle_committed(&mut self, thread_id: &str, result: Result<(), CommitFailure>) {
         match result {
             Ok(()) => {}
-            Err(RuntimeError::LeaseLost { to, .. }) => self.handle_lease_lost(to.clone()),
-            Err(RuntimeError::ThreadTaken { session_id, .. }) => {
-                let why = NotRecorded::OtherSession {
-                    session_id: session_id.clone(),
-                };
-                self.not_recorded(thread_id, why)
+            Err(CommitFailure::LeaseLost(to)) => self.handle_lease_lost(to),
+            Err(CommitFailure::ThreadTaken { session_id }) => {
+                self.not_recorded(thread_id, NotRecorded::OtherSession { session_id })
             }
-            Err(other) => self.push(DriverAction::Say(Say::CommitFailed {
+            Err(CommitFailure::Other(message)) => self.push(DriverAction::Say(Say::CommitFailed {
                 thread_id: thread_id.to_string(),
-                message: other.to_string(),
+                message,
             })),
         }
     }
@@ -521,9 +518,9 @@ impl SessionMachine {
         self.push(DriverAction::Opened(outcome));
     }
 
-    fn fail(&mut self, error: RuntimeError) {
+    fn fail(&mut self, stop: OpenStop) {
         self.phase = Phase::Idle;
-        self.push(DriverAction::OpenFailed(error));
+        self.push(DriverAction::OpenFailed(stop));
     }
 
     fn not_recorded_beside(&mut self, thread_id: &str) {

@@ -24,8 +24,9 @@ use tracing::Instrument;
 
 use crate::binding::{status_event, Publication, StoreSide};
 use crate::client::{AnsweredRequest, AppServerClient, ClientError, ThreadEvent, ThreadEvents};
-use crate::error::{LeaseLostTo, RuntimeError};
+use crate::error::RuntimeError;
 use crate::lease::SessionLease;
+use crate::machine::LeaseLostTo;
 use crate::machine::SessionMachine;
 use crate::mirror::RolloutMirror;
 use crate::options::BinderOptions;

@@ -4,8 +4,10 @@
 use std::time::Duration;
 
 use rethread_protocol::{ResumeFailure, RpcError};
-use rethread_runtime::machine::{LeaseLostTo, MachineOptions, SessionMachine, Stored};
-use rethread_runtime::{MirrorReport, RestoreFailure, Restored, RuntimeError};
+use rethread_runtime::machine::{
+    CommitFailure, LeaseLostTo, MachineOptions, SessionMachine, Stored,
+};
+use rethread_runtime::{MirrorReport, RestoreFailure, Restored};
 use serde_json::json;
 
 /// One event fed to the machine.
@@ -21,10 +23,11 @@ enum Event {
     Delivered,
     Transcript(Result<Vec<serde_json::Value>, &'static str>),
     Started(&'static str),
-    Failed(RuntimeError),
+    /// The driver's step failed (its error is the driver's).
+    Failed,
     ClientThread(&'static str, bool, Stored),
     TurnCompleted(&'static str),
-    Committed(&'static str, Option<RuntimeError>),
+    Committed(&'static str, Option<CommitFailure>),
     LeaseLost(LeaseLostTo),
     Retire,
     /// A restore's answer; an error is one that may pass (a store or disk hiccup).
@@ -48,14 +51,12 @@ fn apply(machine: &mut SessionMachine, event: Event) -> Vec<String> {
         Delivered => machine.handle_notice_delivered(),
         Transcript(rows) => machine.handle_transcript(rows.map_err(str::to_string)),
         Started(thread) => machine.handle_started(thread),
-        Failed(error) => machine.handle_failed(error),
+        Failed => machine.handle_failed(),
         ClientThread(thread, ephemeral, stored) => {
             machine.handle_client_thread(thread, ephemeral, Some(&stored))
         }
         TurnCompleted(thread) => machine.handle_turn_completed(thread, vec![json!({}), json!({})]),
-        Committed(thread, error) => {
-            machine.handle_committed(thread, error.as_ref().map_or(Ok(()), Err))
-        }
+        Committed(thread, error) => machine.handle_committed(thread, error.map_or(Ok(()), Err)),
         LeaseLost(to) => machine.handle_lease_lost(to),
         Retire => machine.handle_retire(),
         Restore(restored) => {
@@ -386,17 +387,13 @@ fn a_resume_answer_outside_a_resume_changes_nothing() {
 
 #[test]
 fn a_failed_give_up_says_nothing_and_keeps_the_binding() {
-    let lost = RuntimeError::LeaseLost {
-        session_id: "s".into(),
-        to: LeaseLostTo::Unknown,
-    };
     table(
         rules(),
         vec![
             (Open, &["read_session"]),
             (Session(bound("t1")), &[RESUME_T1]),
             (ResumeError(-32600, GONE), &["give_up t1 gone"]),
-            (Failed(lost), &["open_failed lease_lost"]),
+            (Failed, &["open_failed failed"]),
         ],
     );
 }
@@ -451,7 +448,6 @@ fn a_notice_delivered_in_this_process_is_not_said_again_when_its_record_failed()
     // The user had the notice, but the store did not take its record (the mark's write
     // failed: only logged), and the replacement's start failed. The retry in the same process
     // reads the notice as pending: it is not said again, and its record is tried once more.
-    let refused = RuntimeError::Internal("thread/start refused".into());
     table(
         no_seed(),
         vec![
@@ -460,7 +456,7 @@ fn a_notice_delivered_in_this_process_is_not_said_again_when_its_record_failed()
             (ResumeError(-32600, GONE), &["give_up t1 gone"]),
             (GivenUp, &["notice t1 gone", "start"]),
             (Delivered, &["mark_delivered t1"]),
-            (Failed(refused), &["open_failed internal"]),
+            (Failed, &["open_failed failed"]),
             (Open, &["read_session"]),
             (
                 Session(given_up("t1", ResumeFailure::Gone, false)),
@@ -560,12 +556,9 @@ fn a_thread_the_client_opens_first_is_the_sessions_only_when_it_may_be() {
 
 #[test]
 fn a_lost_lease_stops_recording_and_is_said_once_with_its_cause() {
-    let taken = RuntimeError::LeaseLost {
-        session_id: "s".into(),
-        to: LeaseLostTo::Another {
-            holder: "host b pid 7".into(),
-        },
-    };
+    let taken = CommitFailure::LeaseLost(LeaseLostTo::Another {
+        holder: "host b pid 7".into(),
+    });
     table(
         rules(),
         vec![
@@ -592,8 +585,7 @@ fn a_lost_lease_stops_recording_and_is_said_once_with_its_cause() {
 
 #[test]
 fn a_thread_of_another_session_is_refused_at_commit() {
-    let taken = RuntimeError::ThreadTaken {
-        thread_id: "t1".into(),
+    let taken = CommitFailure::ThreadTaken {
         session_id: "other".into(),
     };
     table(

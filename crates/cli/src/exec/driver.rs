@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
+use rethread_protocol::messages::ThreadResumeParams;
 use rethread_protocol::messages::{ThreadItem, UserInput};
-use rethread_runtime::binding::{self, seeded_instructions, StoreSide};
+use rethread_runtime::binding::{self, seeded_instructions, Answer, Opened, Opener, StoreSide};
 use rethread_runtime::kept;
-use rethread_runtime::machine::{DriverAction, Say, SessionMachine, Stored};
+use rethread_runtime::machine::{Say, SessionMachine, Stored};
 use rethread_runtime::projection::project_turn_input;
 use rethread_runtime::{BoxError, ClientError, RuntimeError, SessionLease, Transcript};
 use rethread_store::{BindingStore, LocalOwner};
@@ -181,87 +182,40 @@ async fn unless_interrupted<T>(
 }
 
 impl Driver<'_> {
-    /// A run with no subcommand: the session's thread, opened as the machine says.
+    /// A run with no subcommand: the session's thread, opened by the runtime's open loop
+    /// (`StoreSide::open`) with a `codex exec` process per resume or start. A signal meanwhile
+    /// ends the run (dropping a process kills it).
     async fn session_thread(&mut self, mut signal: Signal<'_>) -> Result<u8, BoxError> {
-        self.machine.open();
-        // The last process that exited before its thread started.
-        let mut exited: Option<Exit> = None;
-        let mut opened: Option<(Process, String, Vec<u8>)> = None;
-        // Copies, so that the loop can borrow `self` mutably while the store side runs.
-        let (setup, side) = (self.setup, self.side);
-        loop {
-            // The store side (reads, restore, give-up, waits); a signal meanwhile ends the run.
-            let mut machine = &mut self.machine;
-            let next = unless_interrupted(side.next_action(&mut machine), &mut signal).await?;
-            let Some(action) = next else {
-                let stopped = "the session machine stopped without an outcome";
-                return Err(RuntimeError::Internal(stopped.into()).into());
-            };
-            match action {
-                DriverAction::Resume(params) => {
-                    let args = setup.run.with_resume(&params.thread_id);
-                    match self.start_process(&args, signal.as_mut()).await? {
-                        (process, First::Started { thread_id, lines }) => {
-                            let bound = &params.thread_id;
-                            if thread_id != *bound {
-                                let under = "codex resumed the session's thread under another id";
-                                tracing::warn!(%bound, %thread_id, "{under}");
-                            }
-                            opened = Some((process, thread_id, lines));
-                            self.machine.handle_resumed();
-                        }
-                        (_, First::Exited(exit)) => {
-                            self.machine.handle_resume_exited(&exit.stderr_text());
-                            exited = Some(exit);
-                        }
-                    }
+        let mut opener = ExecOpener {
+            setup: self.setup,
+            said: &mut self.said,
+            exited: None,
+        };
+        let (side, mut machine) = (self.side, &mut self.machine);
+        let open = side.open(&mut machine, &mut opener);
+        let opened = unless_interrupted(open, &mut signal).await?;
+        let exited = opener.exited;
+        match opened {
+            Ok(Opened::Open {
+                open: (process, thread_id, lines),
+                ..
+            }) => self.forward(process, &thread_id, &lines, signal).await,
+            Ok(_) => Err(RuntimeError::Internal("a start left unanswered".into()).into()),
+            Err(error) => {
+                let codex_failed =
+                    matches!(error, RuntimeError::Resume { .. } | RuntimeError::Client(_));
+                if let Some(interrupted) = late(exited.as_ref(), signal.as_mut()).await {
+                    return Err(interrupted.into());
                 }
-                DriverAction::Say(say) => self.said.push(say),
-                DriverAction::Start { seed } => {
-                    let args = match seed {
-                        Some(seed) => seeded_args(&setup.run, seed),
-                        None => setup.run.args().to_vec(),
-                    };
-                    match self.start_process(&args, signal.as_mut()).await? {
-                        (process, First::Started { thread_id, lines }) => {
-                            opened = Some((process, thread_id.clone(), lines));
-                            self.machine.handle_started(thread_id);
-                        }
-                        (_, First::Exited(exit)) => {
-                            let closed = ClientError::Closed {
-                                reason: format!(
-                                    "codex exec exited with {} before its thread started",
-                                    exit.code
-                                ),
-                                stderr: exit.stderr_text(),
-                            };
-                            exited = Some(exit);
-                            self.machine.handle_failed(closed.into());
-                        }
-                    }
+                // A give-up was written: its notice is said even so (the next run starts
+                // fresh and says nothing).
+                self.say_held().await?;
+                match exited {
+                    // codex refused the run itself (arguments, a crash): its output and its
+                    // exit code, as they were.
+                    Some(exit) if codex_failed => self.pass_on(exit).await,
+                    _ => Err(error.into()),
                 }
-                DriverAction::Opened(_) => {
-                    let Some((process, thread_id, lines)) = opened.take() else {
-                        let error = RuntimeError::Internal("opened without a process".into());
-                        return Err(error.into());
-                    };
-                    return self.forward(process, &thread_id, &lines, signal).await;
-                }
-                DriverAction::OpenFailed(error) => {
-                    // A give-up was written: its notice is said even so (the next run starts
-                    // fresh and says nothing).
-                    self.say_held().await?;
-                    let codex_failed =
-                        matches!(error, RuntimeError::Resume { .. } | RuntimeError::Client(_));
-                    return match exited.take() {
-                        // codex refused the run itself (arguments, a crash): its output and
-                        // its exit code, as they were.
-                        Some(exit) if codex_failed => self.pass_on(exit).await,
-                        _ => Err(error.into()),
-                    };
-                }
-                // A commit or a retire never comes while opening.
-                DriverAction::Commit { .. } | DriverAction::Retire { .. } => {}
             }
         }
     }
@@ -299,33 +253,13 @@ impl Driver<'_> {
         args: &[OsString],
         mut signal: Signal<'_>,
     ) -> Result<(Process, First), BoxError> {
-        let (program, setup) = (&self.setup.codex, self.setup);
-        let codex = crate::codex_child::codex_command(program).global_args(&setup.globals);
-        let mut process = Process::spawn(&codex.args(args), setup.input.stdin.as_deref())
-            .map_err(|source| ClientError::Spawn {
-                program: program.display().to_string(),
-                source,
-            })
-            .map_err(RuntimeError::from)?;
-        let first = match unless_interrupted(process.first(), &mut signal).await {
-            Ok(first) => first?,
-            Err(interrupted) => {
-                process.kill().await;
+        let started = unless_interrupted(spawn_first(self.setup, args), &mut signal).await??;
+        if let (_, First::Exited(exit)) = &started {
+            if let Some(interrupted) = late(Some(exit), signal).await {
                 return Err(interrupted.into());
             }
-        };
-        if let First::Exited(exit) = &first {
-            // An exit that names no resume error may be the user's Ctrl-C, which reaches
-            // codex too ([`late_signal`]).
-            let unexplained = exit.code != 0
-                && rethread_protocol::exec_resume_error(&exit.stderr_text()).is_none();
-            if unexplained {
-                if let Some(interrupted) = late_signal(signal.as_mut()).await {
-                    return Err(interrupted.into());
-                }
-            }
         }
-        Ok((process, first))
+        Ok(started)
     }
 
     /// The run goes on in `process`, whose thread started with `lines`: they, what the machine
@@ -431,10 +365,8 @@ impl Driver<'_> {
         for say in std::mem::take(&mut self.said) {
             self.say(&say).await?;
         }
-        while let Some(action) = self.side.next_action(&mut &mut self.machine).await {
-            if let DriverAction::Say(say) = action {
-                self.say(&say).await?;
-            }
+        for say in self.side.said(&mut &mut self.machine).await {
+            self.say(&say).await?;
         }
         Ok(())
     }
@@ -467,6 +399,102 @@ impl Driver<'_> {
 
     async fn write(&mut self, bytes: &[u8]) -> Result<(), BoxError> {
         write_line(&mut self.stdout, bytes).await
+    }
+}
+
+/// `exec`'s part of an open: a `codex exec` process per resume or start, read up to its
+/// `thread.started`; what the machine says is held until the thread's first lines are out.
+struct ExecOpener<'a> {
+    setup: &'a Setup,
+    said: &'a mut Vec<Say>,
+    /// The last process that exited before its thread started.
+    exited: Option<Exit>,
+}
+
+/// A process whose thread started: it, the thread, its output so far.
+type Started = (Process, String, Vec<u8>);
+
+impl Opener for ExecOpener<'_> {
+    type Open = Started;
+
+    async fn resume(&mut self, params: ThreadResumeParams) -> Answer<Started> {
+        let args = self.setup.run.with_resume(&params.thread_id);
+        match spawn_first(self.setup, &args).await {
+            Ok((process, First::Started { thread_id, lines })) => {
+                let bound = &params.thread_id;
+                if thread_id != *bound {
+                    let under = "codex resumed the session's thread under another id";
+                    tracing::warn!(%bound, %thread_id, "{under}");
+                }
+                Answer::Resumed((process, thread_id, lines))
+            }
+            Ok((_, First::Exited(exit))) => {
+                let stderr = exit.stderr_text();
+                self.exited = Some(exit);
+                Answer::Exited(stderr)
+            }
+            Err(error) => Answer::Failed(error),
+        }
+    }
+
+    async fn start(&mut self, seed: Option<String>) -> Answer<Started> {
+        let args = match seed {
+            Some(seed) => seeded_args(&self.setup.run, seed),
+            None => self.setup.run.args().to_vec(),
+        };
+        match spawn_first(self.setup, &args).await {
+            Ok((process, First::Started { thread_id, lines })) => Answer::Started {
+                thread_id: thread_id.clone(),
+                open: (process, thread_id, lines),
+            },
+            Ok((_, First::Exited(exit))) => {
+                let closed = ClientError::Closed {
+                    reason: format!(
+                        "codex exec exited with {} before its thread started",
+                        exit.code
+                    ),
+                    stderr: exit.stderr_text(),
+                };
+                self.exited = Some(exit);
+                Answer::Failed(closed.into())
+            }
+            Err(error) => Answer::Failed(error),
+        }
+    }
+
+    fn say(&mut self, say: Say) -> bool {
+        self.said.push(say);
+        false
+    }
+}
+
+/// Starts `codex [globals] exec ARGS` with the prompt and reads up to its `thread.started`
+/// (or its exit).
+async fn spawn_first(setup: &Setup, args: &[OsString]) -> Result<(Process, First), RuntimeError> {
+    let program = &setup.codex;
+    let codex = crate::codex_child::codex_command(program).global_args(&setup.globals);
+    let spawn = |source| ClientError::Spawn {
+        program: program.display().to_string(),
+        source,
+    };
+    let mut process =
+        Process::spawn(&codex.args(args), setup.input.stdin.as_deref()).map_err(spawn)?;
+    let first = process.first().await.map_err(|e| ClientError::Closed {
+        reason: format!("reading codex exec's output failed: {e}"),
+        stderr: String::new(),
+    })?;
+    Ok((process, first))
+}
+
+/// A signal that came just after `exit`, when its exit names no resume error: it may be the
+/// user's Ctrl-C, which reaches codex too ([`late_signal`]).
+async fn late(exit: Option<&Exit>, signal: Signal<'_>) -> Option<Interrupted> {
+    let exit = exit?;
+    let unexplained =
+        exit.code != 0 && rethread_protocol::exec_resume_error(&exit.stderr_text()).is_none();
+    match unexplained {
+        true => late_signal(signal).await,
+        false => None,
     }
 }
 

@@ -11,10 +11,11 @@ mod turns;
 use rethread_store::Unpoisoned;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use rethread_protocol::messages::ThreadResumeParams;
 use rethread_protocol::messages::{ItemNotification, TurnNotification, TurnStatus};
 use rethread_protocol::{ErrorCode, Message, RequestId, RpcError, ThreadId};
-use rethread_runtime::binding::{self, MachineAccess, StoreSide};
-use rethread_runtime::machine::{DriverAction, Say, SessionMachine};
+use rethread_runtime::binding::{self, Answer, MachineAccess, Opened, Opener, StoreSide};
+use rethread_runtime::machine::{Say, SessionMachine};
 use rethread_runtime::{
     BinderOptions, Publication, RolloutMirror, RuntimeError, SessionLease, Transcript,
 };
@@ -24,9 +25,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::oneshot;
 
-use crate::hooks::{
-    ClientAction, ClientContext, HookError, RequestError, ServerAction, ServerContext,
-};
+use crate::hooks::{ClientAction, ClientContext, HookError, ServerAction, ServerContext};
 use crate::line::{Line, LineKind};
 use crate::{ProxyError, SessionHooks};
 
@@ -167,67 +166,34 @@ impl BindingHooks {
         }
     }
 
-    /// Carries out the machine's actions for the session's first `thread/start` until the
-    /// start is answered, forwarded or sent seeded: the store's through
-    /// [`StoreSide::next_action`], the requests to codex and what is said here.
+    /// Opens the session's thread for the client's first `thread/start` (the runtime's open
+    /// loop, `StoreSide::open`): answered by the bound thread's resume, forwarded (seeded),
+    /// or refused.
     async fn drive_open(
         &self,
         id: RequestId,
         params: Map<String, Value>,
         ctx: &ClientContext,
     ) -> Result<ClientAction, HookError> {
-        let side = self.store_side();
-        loop {
-            let Some(action) = side.next_action(&mut Locked(self)).await else {
-                return Ok(ClientAction::Consumed);
-            };
-            match action {
-                DriverAction::Resume(attempt) => {
-                    let resume = resume_params(attempt, &params);
-                    match ctx.request("thread/resume", Some(resume)).await {
-                        Ok(result) => {
-                            self.state().machine.handle_resumed();
-                            return self.resumed(ctx, id, result).await;
-                        }
-                        Err(RequestError::Rpc { error, .. }) => {
-                            self.state().machine.handle_resume_error(&error);
-                        }
-                        Err(RequestError::Timeout { after, .. }) => {
-                            self.state().machine.handle_resume_timeout(after);
-                        }
-                        Err(other) => {
-                            // Codex is gone (its output ended) or answered nonsense: the client
-                            // learns it as it would from codex, by an error answer.
-                            let error = RuntimeError::Internal(other.to_string());
-                            self.state().machine.handle_failed(error);
-                            self.drain_open();
-                            let error = RpcError::new(
-                                ErrorCode::INTERNAL_ERROR,
-                                format!("rethread could not resume the session's thread: {other}"),
-                            );
-                            ctx.send_to_client(Line::error_response(Some(id), error))
-                                .await?;
-                            return Ok(ClientAction::Consumed);
-                        }
-                    }
-                }
-                DriverAction::Say(say) => self.state().said.push(say),
-                DriverAction::Start { seed } => {
-                    self.state().session_start = Some(id.clone());
-                    let Some(seed) = seed else {
-                        return Ok(ClientAction::Forward);
-                    };
-                    ctx.send_to_codex(seeded_start(id, params, seed)).await?;
-                    return Ok(ClientAction::Consumed);
-                }
-                DriverAction::OpenFailed(error) => {
-                    self.refuse(ctx, id, &error).await?;
-                    return Ok(ClientAction::Consumed);
-                }
-                // The open ends at the start or the resume; nothing else comes while opening.
-                DriverAction::Opened(_)
-                | DriverAction::Commit { .. }
-                | DriverAction::Retire { .. } => {}
+        let mut opener = StartOpener {
+            hooks: self,
+            ctx,
+            id: id.clone(),
+            params,
+            forward: false,
+            unsent: None,
+        };
+        let opened = self.store_side().open(&mut Locked(self), &mut opener).await;
+        if let Some(error) = opener.unsent {
+            return Err(error.into());
+        }
+        match opened {
+            Ok(Opened::Open { open: result, .. }) => self.resumed(ctx, id, result).await,
+            Ok(_) if opener.forward => Ok(ClientAction::Forward),
+            Ok(_) => Ok(ClientAction::Consumed),
+            Err(error) => {
+                self.refuse(ctx, id, &error).await?;
+                Ok(ClientAction::Consumed)
             }
         }
     }
@@ -355,9 +321,8 @@ impl BindingHooks {
                 state.session_start = None;
                 match &thread {
                     Some(thread) => state.machine.handle_started(thread.as_str()),
-                    None => state.machine.handle_failed(RuntimeError::Internal(
-                        "codex refused the session's thread/start".into(),
-                    )),
+                    // codex's own error answer goes to the client.
+                    None => state.machine.handle_failed(),
                 }
             }
             // Exactly once per fallback, right before the answer (an error answer too: the
@@ -445,6 +410,50 @@ impl BindingHooks {
             self.say(ctx, &say, Some(&thread_id)).await?;
         }
         Ok(())
+    }
+}
+
+/// The proxy's part of an open: the client's `thread/start` (`id`, `params`) answered by a
+/// resume of the bound thread, or sent on to codex (seeded); what is said waits for the
+/// start's answer.
+struct StartOpener<'a> {
+    hooks: &'a BindingHooks,
+    ctx: &'a ClientContext,
+    id: RequestId,
+    params: Map<String, Value>,
+    /// The client's own line goes on (a start without a seed).
+    forward: bool,
+    /// The seeded start could not be sent: forwarding is over.
+    unsent: Option<ProxyError>,
+}
+
+impl Opener for StartOpener<'_> {
+    /// The resume's result.
+    type Open = Value;
+
+    async fn resume(&mut self, attempt: ThreadResumeParams) -> Answer<Value> {
+        let resume = resume_params(attempt, &self.params);
+        Answer::of_resume(self.ctx.request("thread/resume", Some(resume)).await)
+    }
+
+    async fn start(&mut self, seed: Option<String>) -> Answer<Value> {
+        self.hooks.state().session_start = Some(self.id.clone());
+        match seed {
+            None => self.forward = true,
+            Some(seed) => {
+                let params = std::mem::take(&mut self.params);
+                let line = seeded_start(self.id.clone(), params, seed);
+                if let Err(error) = self.ctx.send_to_codex(line).await {
+                    self.unsent = Some(error);
+                }
+            }
+        }
+        Answer::Sent
+    }
+
+    fn say(&mut self, say: Say) -> bool {
+        self.hooks.state().said.push(say);
+        false
     }
 }
 

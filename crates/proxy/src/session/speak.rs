@@ -84,6 +84,6 @@ impl BindingHooks {
     pub(super) async fn notice_delivered(&self) {
         self.state().machine.handle_notice_delivered();
         // The machine asks for the record (a store write); nothing else is queued here.
-        let _ = self.store_side().next_action(&mut Locked(self)).await;
+        let _ = self.store_side().said(&mut Locked(self)).await;
     }
 }

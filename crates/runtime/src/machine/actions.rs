@@ -5,11 +5,9 @@ use std::fmt;
 use std::time::Duration;
 
 use rethread_protocol::messages::ThreadResumeParams;
-use rethread_protocol::ResumeFailure;
+use rethread_protocol::{ResumeFailure, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-use crate::error::{LeaseLostTo, RuntimeError};
 
 #[cfg(doc)]
 use super::SessionMachine;
@@ -211,7 +209,7 @@ impl Say {
 
 /// What a driver must do next, naming the `handle_*` method that takes the answer. The
 /// store-side actions are carried out by
-/// [`StoreSide::next_action`](crate::binding::StoreSide::next_action) for every driver; the
+/// [`StoreSide::open`](crate::binding::StoreSide::open) for every driver; the
 /// rest are the driver's own ([`Action::Driver`]). Not `#[non_exhaustive]`: every driver must
 /// decide what a new action means.
 #[derive(Debug)]
@@ -266,7 +264,7 @@ pub enum DriverAction {
     Opened(OpenOutcome),
     /// Opening failed, until [`SessionMachine::open`] again. The binding is kept unless a
     /// give-up was written (the next open's outcome reports it).
-    OpenFailed(RuntimeError),
+    OpenFailed(OpenStop),
     /// Commit a completed turn's rows with the binding to its thread
     /// ([`StoreSide::commit`](crate::binding::StoreSide::commit)):
     /// [`SessionMachine::handle_committed`], then [`SessionMachine::handle_mirrored`].
@@ -325,7 +323,7 @@ impl fmt::Display for DriverAction {
             DriverAction::Start { seed: None } => f.write_str("start"),
             DriverAction::Start { seed: Some(_) } => f.write_str("start seeded"),
             DriverAction::Opened(outcome) => write!(f, "opened {}", json(outcome)),
-            DriverAction::OpenFailed(error) => write!(f, "open_failed {}", error.kind()),
+            DriverAction::OpenFailed(stop) => write!(f, "open_failed {}", stop.kind()),
             DriverAction::Commit {
                 thread_id,
                 rows,
@@ -394,4 +392,88 @@ impl OpenOutcome {
             OpenOutcome::FellBack { .. } => "fell_back",
         }
     }
+}
+
+/// Why an open stopped with the binding kept: the machine's own verdicts, and the driver's
+/// failed step (whose error the driver holds: the machine needs only to know it failed).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum OpenStop {
+    /// A resume failed, neither for a lost thread nor for a temporary condition.
+    Refused {
+        /// The bound thread.
+        thread_id: String,
+        /// The classification.
+        failure: ResumeFailure,
+        /// Codex's error.
+        error: RpcError,
+    },
+    /// A resume kept failing for a temporary reason past the retries.
+    Unavailable {
+        /// The bound thread.
+        thread_id: String,
+        /// The last failure.
+        failure: ResumeFailure,
+        /// What to tell the user (codex's last message, and why the binding is kept).
+        message: String,
+        /// How many resumes were sent.
+        attempts: u32,
+    },
+    /// The thread has an active writer elsewhere past the retries.
+    Busy {
+        /// The bound thread.
+        thread_id: String,
+        /// Codex's last message.
+        message: String,
+    },
+    /// Codex answered the replacement's start with the thread it could not resume.
+    StartedLost {
+        /// That thread.
+        thread_id: String,
+    },
+    /// The driver's step failed (a store call, a request to codex, a refused start).
+    Failed,
+}
+
+impl OpenStop {
+    /// The kind, as the runtime's error names it (`failed`: the driver's step's own).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            OpenStop::Refused { .. } => "resume_failed",
+            OpenStop::Unavailable { .. } => "resume_unavailable",
+            OpenStop::Busy { .. } => "thread_busy",
+            OpenStop::StartedLost { .. } => "internal",
+            OpenStop::Failed => "failed",
+        }
+    }
+}
+
+/// Why a [`DriverAction::Commit`] failed, as far as the machine cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CommitFailure {
+    /// The session's lease is gone: nothing more is committed on this connection.
+    LeaseLost(LeaseLostTo),
+    /// The thread belongs to another session: it is not this one's.
+    ThreadTaken {
+        /// The session it belongs to.
+        session_id: String,
+    },
+    /// Anything else, for people: said, and the next turn commits again.
+    Other(String),
+}
+
+/// To whom a lease went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseLostTo {
+    /// Another process took the session over (after this one stalled past the lease's TTL).
+    Another {
+        /// The new holder, for people.
+        holder: String,
+    },
+    /// The session was deleted (`rethread sessions forget`).
+    Forgotten,
+    /// Released, or lost for a reason the store did not say.
+    Unknown,
 }

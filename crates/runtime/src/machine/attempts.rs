@@ -5,9 +5,7 @@ use std::time::Duration;
 use rethread_protocol::messages::ThreadResumeParams;
 use rethread_protocol::{ResumeFailure, RpcError};
 
-use crate::error::RuntimeError;
-
-use super::{LostThread, MachineOptions};
+use super::{LostThread, MachineOptions, OpenStop};
 
 /// The attempts to resume one bound thread.
 #[derive(Debug, Clone)]
@@ -25,7 +23,7 @@ pub(super) struct Attempts {
 pub(super) enum Verdict {
     Retry(Duration),
     Lost(LostThread),
-    Stop(RuntimeError),
+    Stop(OpenStop),
 }
 
 impl Attempts {
@@ -57,7 +55,7 @@ impl Attempts {
         }
         if failure == ResumeFailure::Gone && self.restore_may_pass {
             // Codex lacks the rollout the store could not give back this time: kept.
-            return Verdict::Stop(RuntimeError::ResumeUnavailable {
+            return Verdict::Stop(OpenStop::Unavailable {
                 thread_id: self.thread_id.clone(),
                 failure,
                 // The error itself says the binding is kept.
@@ -76,7 +74,7 @@ impl Attempts {
             });
         }
         if !failure.is_transient() {
-            return Verdict::Stop(RuntimeError::Resume {
+            return Verdict::Stop(OpenStop::Refused {
                 thread_id: self.thread_id.clone(),
                 failure,
                 error: error.clone(),
@@ -89,11 +87,11 @@ impl Attempts {
             return Verdict::Retry(delay);
         }
         Verdict::Stop(match failure {
-            ResumeFailure::Busy => RuntimeError::ThreadBusy {
+            ResumeFailure::Busy => OpenStop::Busy {
                 thread_id: self.thread_id.clone(),
                 message: error.message.clone(),
             },
-            _ => RuntimeError::ResumeUnavailable {
+            _ => OpenStop::Unavailable {
                 thread_id: self.thread_id.clone(),
                 failure,
                 message: error.message.clone(),
