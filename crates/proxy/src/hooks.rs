@@ -2,17 +2,15 @@
 //! handed, and the proxy's own requests to codex ([`CodexRequester`]). The order guarantees
 //! are stated once, in the crate docs.
 
-use rethread_store::Unpoisoned;
-use std::collections::HashMap;
 use std::future::Future;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_protocol::jsonrpc::Request as RawRequest;
 use rethread_protocol::{Message, RequestId};
-use rethread_runtime::ClientError;
+use rethread_runtime::{ClientError, Waiters};
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
@@ -89,8 +87,8 @@ pub trait SessionHooks: Send + Sync {
 pub(crate) struct Link {
     pub(crate) to_codex: Queue,
     pub(crate) to_client: Queue,
-    /// The waiting requests by number; `None` once codex's output ended (no answer will come).
-    pending: Mutex<Option<HashMap<u64, oneshot::Sender<Line>>>>,
+    /// The waiting requests by number; closed once codex's output ended.
+    pending: Waiters<u64, Line>,
     next_id: AtomicU64,
     request_timeout: Duration,
     pub(crate) reporter: Reporter,
@@ -108,7 +106,7 @@ impl Link {
         Arc::new(Link {
             to_codex,
             to_client,
-            pending: Mutex::new(Some(HashMap::new())),
+            pending: Waiters::new(usize::MAX),
             next_id: AtomicU64::new(1),
             request_timeout,
             reporter,
@@ -121,19 +119,13 @@ impl Link {
         let _ = self.codex_gone.subscribe().wait_for(|gone| *gone).await;
     }
 
-    fn pending(&self) -> MutexGuard<'_, Option<HashMap<u64, oneshot::Sender<Line>>>> {
-        // Only plain inserts and removes happen under the lock.
-        self.pending.lock().unpoisoned()
-    }
-
     /// Hands an answer in the proxy's id space to its waiter. False when no request waits for
     /// it (answered after its timeout, or never asked).
     pub(crate) fn deliver(&self, id: &str, line: Line) -> bool {
         let number = id
             .strip_prefix(PROXY_ID_PREFIX)
             .and_then(|n| n.parse::<u64>().ok());
-        let waiter = number.and_then(|n| self.pending().as_mut()?.remove(&n));
-        waiter.is_some_and(|waiter| waiter.send(line).is_ok())
+        number.is_some_and(|number| self.pending.deliver(&number, line))
     }
 
     /// [`Link::deliver`], reporting an answer nobody waits for.
@@ -147,7 +139,7 @@ impl Link {
 
     /// Codex's output ended: every waiting request fails with `Closed`, and so will new ones.
     pub(crate) fn close(&self) {
-        *self.pending() = None;
+        self.pending.close();
         self.codex_gone.send_replace(true);
     }
 }
@@ -160,20 +152,6 @@ pub struct CodexRequester {
     link: Arc<Link>,
 }
 
-/// Removes an abandoned request's waiter (timeout, cancelled future).
-struct PendingGuard<'a> {
-    link: &'a Link,
-    number: u64,
-}
-
-impl Drop for PendingGuard<'_> {
-    fn drop(&mut self) {
-        if let Some(waiters) = self.link.pending().as_mut() {
-            waiters.remove(&self.number);
-        }
-    }
-}
-
 impl CodexRequester {
     /// Sends `method` with `params` to codex and returns the answer's `result`.
     pub async fn request(&self, method: &str, params: Option<Value>) -> Result<Value, ClientError> {
@@ -183,15 +161,8 @@ impl CodexRequester {
             stderr: String::new(),
         };
         let number = self.link.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        match self.link.pending().as_mut() {
-            Some(waiters) => waiters.insert(number, tx),
-            None => return Err(closed("codex's output ended")),
-        };
-        let _guard = PendingGuard {
-            link: &self.link,
-            number,
-        };
+        let waiter = self.link.pending.wait(number);
+        let mut waiter = waiter.map_err(|_| closed("codex's output ended"))?;
         let line = Line::from_message(&Message::Request(RawRequest {
             id: RequestId::String(format!("{PROXY_ID_PREFIX}{number}")),
             method: method_string(),
@@ -200,7 +171,8 @@ impl CodexRequester {
         let answer = tokio::time::timeout(self.link.request_timeout, async {
             let sent = self.link.to_codex.send(line.into_bytes()).await;
             sent.map_err(|_| closed("codex's input is closed"))?;
-            rx.await.map_err(|_| closed("codex's output ended"))
+            let answer = waiter.answer().await;
+            answer.ok_or_else(|| closed("codex's output ended"))
         })
         .await
         .map_err(|_| ClientError::Timeout {

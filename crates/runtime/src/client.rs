@@ -22,7 +22,7 @@ use serde::Deserialize as _;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::process::Child;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tokio_util::codec::FramedRead;
 
 use crate::rail::{StatusEvent, StatusKind, StatusRail};
@@ -30,9 +30,11 @@ use crate::rail::{StatusEvent, StatusKind, StatusRail};
 mod command;
 mod connection;
 mod error;
+mod waiters;
 
 pub use command::{stop_signal, CodexCommand};
 pub use error::ClientError;
+pub use waiters::{WaitRefused, Waiter, Waiters};
 
 use connection::{read_stderr, write_loop, Delivery, ReaderTask, Route, Shared};
 
@@ -245,7 +247,10 @@ impl ClientBuilder {
         W: AsyncWrite + Unpin + Send + 'static,
         E: AsyncRead + Unpin + Send + 'static,
     {
-        let shared = Arc::new(Shared::new(self.options.stderr_capacity));
+        let shared = Arc::new(Shared::new(
+            self.options.stderr_capacity,
+            self.options.max_pending_requests,
+        ));
         let (outgoing, outgoing_rx) = mpsc::channel::<Message>(64);
         let mut tasks = Vec::new();
         if let Some(stderr) = stderr {
@@ -358,19 +363,13 @@ impl AppServerClient {
     ) -> Result<Value, ClientError> {
         let (shared, options) = (&self.inner.shared, &self.inner.options);
         let id = RequestId::Integer(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
-        let (tx, rx) = oneshot::channel();
-        {
-            // Checked under the pending lock so a concurrent close cannot strand this waiter.
-            let mut pending = shared.pending.lock().unpoisoned();
-            if let Some(error) = shared.closed_error() {
-                return Err(error);
-            }
-            if pending.len() >= options.max_pending_requests {
-                let limit = options.max_pending_requests;
-                return Err(ClientError::TooManyPending { limit });
-            }
-            pending.insert(id.clone(), tx);
-        }
+        let mut waiter = shared
+            .pending
+            .wait(id.clone())
+            .map_err(|refused| match refused {
+                WaitRefused::Full { limit } => ClientError::TooManyPending { limit },
+                _ => self.closed_or("the connection closed"),
+            })?;
         let message = Message::Request(RawRequest {
             id: id.clone(),
             method: method.to_string(),
@@ -382,8 +381,8 @@ impl AppServerClient {
         let answer = async {
             let sent = self.inner.outgoing.send(message).await;
             sent.map_err(|_| self.closed_or("the writer stopped"))?;
-            rx.await
-                .map_err(|_| self.closed_or("the connection closed"))
+            let answer = waiter.answer().await;
+            answer.ok_or_else(|| self.closed_or("the connection closed"))
         };
         let deadline = crate::deadline(tokio::time::Instant::now(), after);
         let answer = tokio::time::timeout_at(deadline, answer)
@@ -394,9 +393,6 @@ impl AppServerClient {
                     after,
                 })
             });
-        if answer.is_err() {
-            shared.pending.lock().unpoisoned().remove(&id);
-        }
         answer?.map_err(|error| ClientError::Rpc {
             method: method.to_string(),
             error,

@@ -70,6 +70,7 @@ pub use binding::Publication;
 pub use client::{
     stop_signal, AnsweredRequest, AppServerClient, ClientBuilder, ClientError, ClientOptions,
     CodexCommand, DeclineAll, ServerInfo, ServerRequestHandler, ThreadEvent, ThreadEvents,
+    WaitRefused, Waiter, Waiters,
 };
 pub use error::{BoxError, RuntimeError};
 pub use lease::SessionLease;

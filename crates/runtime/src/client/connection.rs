@@ -13,10 +13,10 @@ use rethread_protocol::messages::{ServerNotification, ServerRequest};
 use rethread_protocol::{ErrorCode, Message, NdjsonCodec, RequestId, RpcError};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
-use super::{AnsweredRequest, ClientError, ServerRequestHandler, ThreadEvent};
+use super::{AnsweredRequest, ClientError, ServerRequestHandler, ThreadEvent, Waiters};
 use crate::rail::{StatusEvent, StatusKind, StatusRail};
 use crate::telemetry;
 
@@ -43,7 +43,7 @@ pub(super) struct Route {
 
 /// What the client and its I/O tasks share.
 pub(super) struct Shared {
-    pub(super) pending: Mutex<HashMap<RequestId, oneshot::Sender<Result<Value, RpcError>>>>,
+    pub(super) pending: Waiters<RequestId, Result<Value, RpcError>>,
     /// The subscribers of each thread, copied on write: the reader delivers from a snapshot
     /// without holding the lock across an await.
     routes: Mutex<HashMap<String, Arc<Vec<Route>>>>,
@@ -53,9 +53,9 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    pub(super) fn new(stderr_capacity: usize) -> Self {
+    pub(super) fn new(stderr_capacity: usize, max_pending: usize) -> Self {
         Shared {
-            pending: Mutex::default(),
+            pending: Waiters::new(max_pending),
             routes: Mutex::default(),
             closed: Mutex::default(),
             stderr: Mutex::new((VecDeque::new(), stderr_capacity)),
@@ -133,8 +133,7 @@ impl Shared {
     /// Marks the connection closed and fails everything waiting on it.
     pub(super) fn close(&self, reason: String) {
         self.closed.lock().unpoisoned().get_or_insert(reason);
-        // Dropping the senders wakes every waiter with "closed".
-        self.pending.lock().unpoisoned().clear();
+        self.pending.close();
         self.routes.lock().unpoisoned().clear();
     }
 }
@@ -194,16 +193,15 @@ impl ReaderTask {
     }
 
     fn complete(&self, id: RequestId, result: Result<Value, RpcError>) {
-        match self.shared.pending.lock().unpoisoned().remove(&id) {
-            // The waiter may have timed out meanwhile; nothing else to do then.
-            Some(waiter) => drop(waiter.send(result)),
-            None => self.rail.emit(
+        // A waiter that timed out meanwhile is gone: its answer is unknown then.
+        if !self.shared.pending.deliver(&id, result) {
+            self.rail.emit(
                 StatusEvent::new(
                     StatusKind::Warn,
                     format!("Ignored a response to unknown request id {id}"),
                 )
                 .with("id", serde_json::to_value(&id).unwrap_or(Value::Null)),
-            ),
+            );
         }
     }
 
