@@ -146,6 +146,43 @@ async fn a_sessions_thread_is_refused_without_a_session_in_the_session_paths_sha
     assert!(!message.contains("the session's thread"), "{message}");
 }
 
+/// Issue 34, item 2 (and "no session ever touches another's thread"): a client without a
+/// session, its threads kept by their ids, could still fork a session's thread (its copy held
+/// the session's conversation) or read its turns; only `thread/resume` was refused.
+#[tokio::test]
+async fn a_sessions_thread_is_never_forked_or_read_without_a_session() {
+    let (home, dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let store = store_url(dir.path());
+    let mut bob = app_server(home.path(), &store, Some("bob")).await;
+    let thread = thread_with_a_turn(&mut bob, "bob's secret").await;
+    bob.shutdown(Duration::from_secs(15)).await.unwrap();
+
+    let mut host = app_server(home.path(), &store, None).await;
+    let upper = thread.to_uppercase();
+    for (method, params) in [
+        (
+            "thread/read",
+            json!({"threadId": upper, "includeTurns": true}),
+        ),
+        ("thread/fork", json!({"threadId": upper})),
+    ] {
+        let answer = host.peer.request(method, Some(params)).await.unwrap();
+        let data = &answer["error"]["data"]["rethread"];
+        assert_eq!(data["kind"], "thread_taken", "{method}: {answer}");
+        assert_eq!(data["ownerSessionId"], "bob", "{method}: {answer}");
+        assert!(!answer.to_string().contains("bob's secret"), "{answer}");
+    }
+    host.shutdown(Duration::from_secs(15)).await.unwrap();
+
+    // `rethread exec fork <id>` without a session: refused before codex runs (exit 1).
+    let forked = exec(home.path(), &store, &["fork", &upper], None);
+    let forked = forked.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&forked.stderr);
+    assert_eq!(forked.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("belongs to session bob"), "{stderr}");
+    assert!(forked.stdout.is_empty(), "{forked:?}");
+}
+
 #[tokio::test]
 async fn a_resume_codex_refuses_leaves_the_thread_free_for_another_process() {
     let (home, dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());

@@ -15,7 +15,7 @@ use std::time::Duration;
 use rethread_protocol::ThreadId;
 use rethread_store::{BindingStore, LocalOwner, StoreError, Unpoisoned};
 
-use crate::binding::{commit_turn, Committed, StoreSide, TurnRows};
+use crate::binding::{client_thread, commit_turn, Committed, StoreSide, TurnRows};
 use crate::{BinderOptions, RolloutMirror, RuntimeError, SessionLease, Transcript};
 
 /// The key space of threads kept without a session.
@@ -84,17 +84,7 @@ impl Keeper {
         if self.lease(&key).is_some() {
             return Ok(false);
         }
-        let thread = ThreadId::new(thread);
-        match self.store.thread_session(thread.as_str()).await? {
-            Some(owner) if owner != key => {
-                let thread_id = thread.into();
-                return Err(RuntimeError::ThreadTaken {
-                    thread_id,
-                    session_id: owner,
-                });
-            }
-            _ => {}
-        }
+        let thread = self.check(thread).await?;
         let ttl = self.options.lease_ttl.unwrap_or(Duration::from_secs(30));
         let (store, owner) = (self.store.clone(), self.owner.clone());
         let wait = self.options.lease_wait;
@@ -104,6 +94,16 @@ impl Keeper {
             self.restore(thread.as_str()).await;
         }
         Ok(true)
+    }
+
+    /// `thread` in its canonical spelling, unless it is a session's: a client without a
+    /// session never uses one, through any request ([`client_thread`] under the thread's own
+    /// key).
+    ///
+    /// # Errors
+    /// [`RuntimeError::ThreadTaken`] naming the session; a store failure.
+    pub async fn check(&self, thread: &str) -> Result<ThreadId, RuntimeError> {
+        client_thread(self.store.as_ref(), &key(thread), Some(thread), false).await
     }
 
     /// Restores `thread`'s rollout from its own record where this home lacks it or holds a

@@ -110,7 +110,9 @@ async fn start_kept(
         codex_home: None,
     };
     if let Some(source) = kept::thread_of(&key) {
-        side.restore_named(source).await;
+        // A session's thread is never forked without its session.
+        let source = binding::client_thread(store, &key, Some(source), true).await?;
+        side.restore_named(source.as_str()).await;
     }
     let mut driver = Driver::new(setup, side);
     Ok(

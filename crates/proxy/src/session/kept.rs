@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use rethread_protocol::messages::{TurnNotification, TurnStatus};
 use rethread_protocol::RequestId;
 use rethread_runtime::kept::Keeper;
-use rethread_runtime::MirrorReport;
+use rethread_runtime::{MirrorReport, RuntimeError};
 use rethread_store::Unpoisoned;
 use serde_json::Value;
 
@@ -38,19 +38,25 @@ impl KeptThreads {
         }
     }
 
-    /// A client request: a `thread/resume` takes its thread first (answered with an error when
-    /// another live process keeps it or it is a session's); a start or fork's answer is
-    /// awaited.
+    /// A client request: one naming a session's thread is answered with an error, whatever its
+    /// method; a `thread/resume` takes its thread first (answered with an error when another
+    /// live process keeps it); a start or fork's answer is awaited.
     pub(crate) async fn on_request(
         &self,
         line: &Line,
         id: RequestId,
         ctx: &ServerContext,
     ) -> Result<ClientAction, HookError> {
+        let named = params(line).map(|ThreadIdOf { thread_id }| thread_id);
+        if let Some(thread_id) = &named {
+            if let Err(error) = self.keeper.check(thread_id).await {
+                return self.refuse(ctx, id, &error, thread_id).await;
+            }
+        }
         match line.method() {
             Some("thread/start" | "thread/fork") => {
-                if let Some(ThreadIdOf { thread_id }) = params(line) {
-                    self.keeper.restore(&thread_id).await;
+                if let Some(thread_id) = &named {
+                    self.keeper.restore(thread_id).await;
                 }
                 let params = params::<Value>(line);
                 if params.is_none_or(|p| p.get("ephemeral") != Some(&Value::Bool(true))) {
@@ -58,7 +64,7 @@ impl KeptThreads {
                 }
             }
             Some("thread/resume") => {
-                let Some(ThreadIdOf { thread_id }) = params(line) else {
+                let Some(thread_id) = named else {
                     return Ok(ClientAction::Forward);
                 };
                 match self.keeper.take(&thread_id, true).await {
@@ -66,13 +72,7 @@ impl KeptThreads {
                         self.resuming.lock().unpoisoned().insert(id, thread_id);
                     }
                     Ok(false) => {}
-                    Err(error) => {
-                        let refusal = start_refused(&error, None, Some(&thread_id));
-                        ctx.report(&refusal.message);
-                        ctx.send_to_client(Line::error_response(Some(id), refusal))
-                            .await?;
-                        return Ok(ClientAction::Consumed);
-                    }
+                    Err(error) => return self.refuse(ctx, id, &error, &thread_id).await,
                 }
             }
             _ => {}
@@ -146,6 +146,21 @@ impl KeptThreads {
             _ => {}
         }
         Ok(())
+    }
+
+    /// Answers the client's request `id` about `thread` with an error instead of codex.
+    async fn refuse(
+        &self,
+        ctx: &ServerContext,
+        id: RequestId,
+        error: &RuntimeError,
+        thread: &str,
+    ) -> Result<ClientAction, HookError> {
+        let refusal = start_refused(error, None, Some(thread));
+        ctx.report(&refusal.message);
+        ctx.send_to_client(Line::error_response(Some(id), refusal))
+            .await?;
+        Ok(ClientAction::Consumed)
     }
 
     /// Releases every lease (the connection ended).
