@@ -730,3 +730,35 @@ async fn a_lost_lease_is_said_once_and_nothing_more_is_written() {
     let record = record(&store).await;
     assert_eq!(record.row_count, 2, "only the turn before the loss");
 }
+
+/// One projection of a turn for every driver: the proxy recorded only the text of
+/// `turn/start`'s input, where the library's binder and `rethread exec` keep its images under
+/// the user row's `attachments`.
+#[tokio::test]
+async fn a_turns_images_are_kept_in_its_user_row_as_every_driver_keeps_them() {
+    let store = memory_store();
+    let (stream, _fake) = FakeAppServer::builder().spawn_in_process().unwrap();
+    let mut proxied = connect(hooks(&store).await, stream);
+    let client = &mut proxied.client;
+    let thread = open_thread(client).await;
+    let images = json!([
+        {"type": "image", "url": "https://example.com/a.png"},
+        {"type": "localImage", "path": "b.png"}
+    ]);
+    let input = json!([{"type": "text", "text": "what is this"}, images[0], images[1]]);
+    let started = client
+        .request(
+            "turn/start",
+            Some(json!({"threadId": thread, "input": input})),
+        )
+        .await
+        .unwrap();
+    assert!(started.get("result").is_some(), "{started}");
+    client.wait_for("turn/completed").await.unwrap();
+    let record = record(&store).await;
+    let rows = store.rows(SESSION, 0..record.row_count).await.unwrap();
+    let user = &rows[0].body;
+    assert_eq!(user["role"], "user", "{user}");
+    assert_eq!(user["text"], "what is this", "{user}");
+    assert_eq!(user["attachments"], images, "{user}");
+}

@@ -510,7 +510,7 @@ impl SessionHooks for BindingHooks {
                     let session_thread =
                         self.state().machine.thread_id() == Some(start.thread_id.as_str());
                     if session_thread {
-                        let input = turns::input_text(&start.input).unwrap_or_default();
+                        let input = turns::user_input(&start.input);
                         self.expect(ctx, id, Pending::TurnStart { input }).await?;
                     }
                 }

@@ -4,10 +4,11 @@
 
 use std::collections::VecDeque;
 
-use rethread_protocol::messages::{KnownItem, ThreadItem};
+use rethread_protocol::messages::{KnownItem, ThreadItem, UserInput};
 use rethread_protocol::RequestId;
 use rethread_runtime::machine::Stored;
-use rethread_runtime::projection::project_turn;
+use rethread_runtime::projection::{project_turn, project_turn_input};
+use serde::Deserialize;
 use serde_json::Value;
 
 /// The bounds of what the session hooks keep in memory. Past a bound the oldest entry is
@@ -50,17 +51,17 @@ pub(crate) enum Pending {
         stored: Option<Stored>,
     },
     /// `turn/start` on the session's thread, named by the answer; `input` is its user row.
-    TurnStart { input: String },
+    TurnStart { input: Vec<UserInput> },
 }
 
 /// A turn in progress on the session's thread.
 #[derive(Debug, Default)]
 pub(crate) struct OpenTurn {
     turn_id: String,
-    /// The text the client sent with `turn/start`, once its answer named the turn.
-    input: Option<String>,
-    /// The text of its user message items (a turn not started by `turn/start`: a review).
-    user_text: Vec<String>,
+    /// What the client sent with `turn/start`, once its answer named the turn.
+    input: Option<Vec<UserInput>>,
+    /// The input of its user message items (a turn not started by `turn/start`: a review).
+    user_input: Vec<UserInput>,
     /// Rows of the completed items, in order.
     rows: Vec<Value>,
     bytes: usize,
@@ -153,7 +154,7 @@ impl Tracker {
     }
 
     /// `turn/start`'s answer named the turn: its input is known.
-    pub(crate) fn turn_started(&mut self, turn_id: &str, input: String) -> Option<Forgot> {
+    pub(crate) fn turn_started(&mut self, turn_id: &str, input: Vec<UserInput>) -> Option<Forgot> {
         let (turn, forgot) = self.turn_mut(turn_id);
         turn.input = Some(input);
         forgot
@@ -170,11 +171,10 @@ impl Tracker {
         let (turn, forgot) = self.turn_mut(turn_id);
         turn.items_seen += 1;
         if let ThreadItem::Known(KnownItem::UserMessage { content, .. }) = item {
-            if let Some(text) = input_text(content) {
-                if turn.bytes + text.len() <= max_bytes {
-                    turn.bytes += text.len();
-                    turn.user_text.push(text);
-                }
+            let size = serde_json::to_string(content).map_or(0, |json| json.len());
+            if turn.bytes + size <= max_bytes {
+                turn.bytes += size;
+                turn.user_input.extend(user_input(content));
             }
             return forgot;
         }
@@ -215,15 +215,15 @@ pub(crate) fn turn_rows(
     if turn.items_seen == 0 {
         for item in completed_items {
             if let ThreadItem::Known(KnownItem::UserMessage { content, .. }) = item {
-                turn.user_text.extend(input_text(content));
+                turn.user_input.extend(user_input(content));
             } else if let Some(row) = item_row(thread_id, turn_id, item) {
                 push_row(&mut turn, row, limits.max_rows, limits.max_bytes);
             }
         }
     }
     // What `turn/start` sent, else the turn's user messages.
-    let input = turn.input.unwrap_or_else(|| turn.user_text.join("\n"));
-    let mut rows = project_turn(thread_id, turn_id, &input, &[]);
+    let input = turn.input.unwrap_or(turn.user_input);
+    let mut rows = project_turn_input(thread_id, turn_id, &input, &[]);
     rows.append(&mut turn.rows);
     (rows, turn.dropped)
 }
@@ -240,15 +240,12 @@ pub(crate) fn item_row(thread_id: &str, turn_id: &str, item: &ThreadItem) -> Opt
     }
 }
 
-/// The text of a user input array (`turn/start`'s `input`, a user message's `content`): its
-/// text pieces joined by newlines; `None` when it has none.
-pub(crate) fn input_text(input: &[Value]) -> Option<String> {
-    let texts: Vec<&str> = input
-        .iter()
-        .filter(|piece| piece.get("type").and_then(Value::as_str) == Some("text"))
-        .filter_map(|piece| piece.get("text").and_then(Value::as_str))
-        .collect();
-    (!texts.is_empty()).then(|| texts.join("\n"))
+/// The pieces of a user input array (`turn/start`'s `input`, a user message's `content`) a
+/// row keeps, as every driver's rows keep them (text, images); others (mentions, skills) are
+/// left out.
+pub(crate) fn user_input(input: &[Value]) -> Vec<UserInput> {
+    let piece = |piece: &Value| UserInput::deserialize(piece).ok();
+    input.iter().filter_map(piece).collect()
 }
 
 #[cfg(test)]
@@ -289,7 +286,7 @@ mod tests {
     #[test]
     fn the_input_of_turn_start_wins_over_the_user_message() {
         let mut tracker = Tracker::new(TurnLimits::default());
-        tracker.turn_started("u1", "what was sent".into());
+        tracker.turn_started("u1", vec![UserInput::text("what was sent")]);
         tracker.item_completed("t", "u1", &items()[0]);
         let (rows, _) = turn_rows(
             "t",
@@ -350,10 +347,10 @@ mod tests {
         );
         assert_eq!(tracker.answered(&RequestId::Integer(1)), None);
         assert_eq!(tracker.answered(&RequestId::Integer(3)), Some(opens()));
-        tracker.turn_started("1", "x".into());
-        tracker.turn_started("2", "x".into());
+        tracker.turn_started("1", Vec::new());
+        tracker.turn_started("2", Vec::new());
         assert_eq!(
-            tracker.turn_started("3", "x".into()),
+            tracker.turn_started("3", Vec::new()),
             Some(Forgot::Turn("1".into()))
         );
         assert!(tracker.take_turn("1").is_none());
@@ -361,13 +358,16 @@ mod tests {
     }
 
     #[test]
-    fn input_text_joins_the_text_pieces() {
+    fn user_input_keeps_the_pieces_a_row_keeps() {
         let input = [
             json!({"type": "text", "text": "a"}),
             json!({"type": "image", "url": "u"}),
-            json!({"type": "text", "text": "b"}),
+            json!({"type": "mention", "name": "m", "path": "p"}),
+            json!({"type": "image"}),
         ];
-        assert_eq!(input_text(&input).as_deref(), Some("a\nb"));
-        assert_eq!(input_text(&[json!({"type": "image"})]), None);
+        assert_eq!(
+            user_input(&input),
+            [UserInput::text("a"), UserInput::image_url("u")]
+        );
     }
 }
