@@ -15,7 +15,8 @@ use std::time::Duration;
 use rethread_protocol::ThreadId;
 use rethread_store::{BindingStore, LocalOwner, StoreError, Unpoisoned};
 
-use crate::binding::{client_thread, commit_turn, Committed, StoreSide, TurnRows};
+use crate::binding::{client_thread, MachineAccess, StoreSide};
+use crate::machine::{MachineOptions, Say, SessionMachine, Stored};
 use crate::{BinderOptions, RolloutMirror, RuntimeError, SessionLease, Transcript};
 
 /// The key space of threads kept without a session.
@@ -47,14 +48,43 @@ pub fn check_session_id(session_id: &str) -> Result<(), RuntimeError> {
 }
 
 /// The threads one connection keeps without a session: one lease each (`thread:<id>`), held
-/// from the thread's first use until [`release_all`](Keeper::release_all).
+/// from the thread's first use until [`release_all`](Keeper::release_all), and a session
+/// machine each, which decides what each completed turn commits and what is said, as for a
+/// session.
 #[derive(Debug)]
 pub struct Keeper {
     store: Arc<dyn BindingStore>,
     mirror: RolloutMirror,
     options: BinderOptions,
     owner: Arc<LocalOwner>,
-    held: std::sync::Mutex<HashMap<String, Arc<SessionLease>>>,
+    held: std::sync::Mutex<HashMap<String, Kept>>,
+}
+
+/// One kept thread's lease and machine.
+#[derive(Debug)]
+struct Kept {
+    lease: Arc<SessionLease>,
+    machine: SessionMachine,
+}
+
+/// A kept thread's machine, reached through the keeper's lock one short step at a time; a
+/// thread let go meanwhile has a machine with nothing to do.
+struct KeptMachine<'a> {
+    keeper: &'a Keeper,
+    key: &'a str,
+}
+
+impl MachineAccess for KeptMachine<'_> {
+    fn with<R>(&mut self, f: impl FnOnce(&mut SessionMachine) -> R) -> R {
+        let mut held = self.keeper.held.lock().unpoisoned();
+        match held.get_mut(self.key) {
+            Some(kept) => f(&mut kept.machine),
+            None => f(&mut SessionMachine::new(
+                self.key,
+                MachineOptions::default(),
+            )),
+        }
+    }
 }
 
 impl Keeper {
@@ -88,8 +118,14 @@ impl Keeper {
         let ttl = self.options.lease_ttl.unwrap_or(Duration::from_secs(30));
         let (store, owner) = (self.store.clone(), self.owner.clone());
         let wait = self.options.lease_wait;
-        let lease = SessionLease::acquire(store, &key, owner, ttl, wait).await?;
-        self.held.lock().unpoisoned().insert(key, Arc::new(lease));
+        let lease = Arc::new(SessionLease::acquire(store, &key, owner, ttl, wait).await?);
+        let mut machine = SessionMachine::new(&key, self.options.machine_options());
+        // The thread is the record's own (codex names it; nothing to read or seed).
+        machine.handle_client_thread(thread.as_str(), false, Some(&Stored::Unbound));
+        self.held
+            .lock()
+            .unpoisoned()
+            .insert(key, Kept { lease, machine });
         if restore {
             self.restore(thread.as_str()).await;
         }
@@ -112,14 +148,7 @@ impl Keeper {
     pub async fn restore(&self, thread: &str) {
         let key = key(thread);
         let lease = self.lease(&key);
-        let side = StoreSide {
-            store: self.store.as_ref(),
-            session_id: &key,
-            lease: lease.as_deref(),
-            transcript: &Transcript::Store,
-            mirror: Some(&self.mirror),
-            codex_home: self.options.codex_home.as_deref(),
-        };
+        let side = self.side(&key, lease.as_deref());
         side.restore_named(ThreadId::new(thread).as_str()).await;
     }
 
@@ -131,25 +160,34 @@ impl Keeper {
     pub async fn release(&self, thread: &str) -> Result<(), RuntimeError> {
         let held = self.held.lock().unpoisoned().remove(&key(thread));
         match held {
-            Some(lease) => lease.release().await.map(drop),
+            Some(kept) => kept.lease.release().await.map(drop),
             None => Ok(()),
         }
     }
 
-    /// Commits a completed turn of `thread` (its rollout's growth, and the binding) under its
-    /// lease; `None` when the thread is not kept.
-    pub async fn commit(&self, thread: &str) -> Option<Result<Committed, RuntimeError>> {
+    /// Records a completed turn of `thread` as its machine decides
+    /// ([`StoreSide::complete_turn`]: its rollout's growth and the binding, no rows, under
+    /// its lease) and returns what the machine says of it (a failed commit, the mirror's cap,
+    /// a lost lease); nothing when the thread is not kept.
+    pub async fn complete_turn(&self, thread: &str) -> Vec<Say> {
         let key = key(thread);
-        let lease = self.lease(&key)?;
+        let Some(lease) = self.lease(&key) else {
+            return Vec::new();
+        };
+        let mut machine = KeptMachine {
+            keeper: self,
+            key: &key,
+        };
+        let side = self.side(&key, Some(&lease));
         let thread = ThreadId::new(thread);
-        let mut turn = TurnRows::new(&key, thread.as_str(), &[]).mirror(Some(&self.mirror));
-        turn.codex_home = self.options.codex_home.as_deref();
-        let committed = commit_turn(self.store.as_ref(), &Transcript::Store, Some(&lease), turn);
-        let committed = committed.await;
-        if matches!(committed, Err(RuntimeError::LeaseLost { .. })) {
+        let (_, said) = side
+            .complete_turn(&mut machine, thread.as_str(), Vec::new())
+            .await;
+        if lease.is_lost() {
+            // Taken over or forgotten: a later use takes the thread anew.
             self.held.lock().unpoisoned().remove(&key);
         }
-        Some(committed)
+        said
     }
 
     /// Releases every lease held (on the connection's end); the first failure is returned,
@@ -157,8 +195,8 @@ impl Keeper {
     pub async fn release_all(&self) -> Result<(), RuntimeError> {
         let held: Vec<_> = self.held.lock().unpoisoned().drain().collect();
         let mut result = Ok(());
-        for (_, lease) in held {
-            if let Err(error) = lease.release().await {
+        for (_, kept) in held {
+            if let Err(error) = kept.lease.release().await {
                 result = result.and(Err(error));
             }
         }
@@ -166,7 +204,20 @@ impl Keeper {
     }
 
     fn lease(&self, key: &str) -> Option<Arc<SessionLease>> {
-        self.held.lock().unpoisoned().get(key).cloned()
+        let held = self.held.lock().unpoisoned();
+        held.get(key).map(|kept| Arc::clone(&kept.lease))
+    }
+
+    /// The store side of the thread kept under `key`.
+    fn side<'a>(&'a self, key: &'a str, lease: Option<&'a SessionLease>) -> StoreSide<'a> {
+        StoreSide {
+            store: self.store.as_ref(),
+            session_id: key,
+            lease,
+            transcript: &Transcript::Store,
+            mirror: Some(&self.mirror),
+            codex_home: self.options.codex_home.as_deref(),
+        }
     }
 }
 

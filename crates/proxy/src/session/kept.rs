@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use rethread_protocol::messages::{TurnNotification, TurnStatus};
 use rethread_protocol::RequestId;
 use rethread_runtime::kept::Keeper;
-use rethread_runtime::{MirrorReport, RuntimeError};
+use rethread_runtime::RuntimeError;
 use rethread_store::Unpoisoned;
 use serde_json::Value;
 
@@ -81,9 +81,9 @@ impl KeptThreads {
     }
 
     /// A codex message: the answer to a start or fork keeps its thread, a refused resume lets
-    /// its thread go; a completed turn of a
-    /// kept thread is committed (awaited: the client sees `turn/completed` once it is durable,
-    /// or after a `warning` saying why not).
+    /// its thread go; a completed turn of a kept thread is recorded as its machine decides
+    /// (awaited: the client sees `turn/completed` once it is durable, or after a `warning`
+    /// saying why not).
     pub(crate) async fn on_server_message(
         &self,
         line: &Line,
@@ -120,27 +120,9 @@ impl KeptThreads {
                 if turn.status != TurnStatus::Completed {
                     return Ok(());
                 }
-                let problem = match self.keeper.commit(&thread_id).await {
-                    None => None,
-                    Some(Err(error)) => Some(format!(
-                        "rethread could not keep turn {} of thread {thread_id}: {error}",
-                        turn.id
-                    )),
-                    Some(Ok(done)) => match done.mirror {
-                        MirrorReport::Failed(error) => Some(format!(
-                            "rethread kept turn {} of thread {thread_id} without its rollout: \
-                             {error}",
-                            turn.id
-                        )),
-                        MirrorReport::StoppedNow { bytes, cap } => Some(format!(
-                            "thread {thread_id} is past the mirror's cap ({bytes} of {cap} \
-                             bytes): rethread keeps no more of it"
-                        )),
-                        _ => None,
-                    },
-                };
-                if let Some(problem) = problem {
-                    self.warn(ctx, &problem, &thread_id).await?;
+                // Said before the line goes on: a failed commit, the mirror's cap, a lost lease.
+                for say in self.keeper.complete_turn(&thread_id).await {
+                    self.warn(ctx, &say.message(), &thread_id).await?;
                 }
             }
             _ => {}
