@@ -16,8 +16,12 @@ use rethread_protocol::ThreadId;
 use rethread_store::{BindingStore, LocalOwner, StoreError, Unpoisoned};
 
 use crate::binding::{client_thread, MachineAccess, StoreSide};
+use crate::error::RuntimeError;
+use crate::lease::SessionLease;
 use crate::machine::{MachineOptions, Say, SessionMachine, Stored};
-use crate::{BinderOptions, RolloutMirror, RuntimeError, SessionLease, Transcript};
+use crate::mirror::RolloutMirror;
+use crate::options::BinderOptions;
+use crate::sink::Transcript;
 
 /// The key space of threads kept without a session.
 pub const PREFIX: &str = "thread:";
