@@ -36,9 +36,9 @@
 //!   group, or to its pid alone: then, as check 7 above, no process of its group may be left
 //!   5 s after it was reaped), SIGTERM or SIGSTOP past the TTL (then SIGCONT; half of them
 //!   with a rival host run meanwhile). The
-//!   checks are in `restarts/proxy_run/checks.rs` and docs/reliability.md; two fail today
-//!   (issue 19 items 2 and 7) and are counted, failing the run at its end: `--hosts chat`
-//!   runs without them.
+//!   checks are in `restarts/proxy_run/checks.rs` and docs/reliability.md; two of them
+//!   (issue 19 items 2 and 7, which they caught) are counted and fail the run at its end:
+//!   `--hosts chat` runs without them.
 //!
 //! `cargo xtask ci` runs 300 chat stops, 150 exec stops and 40 app-server stops per backend.
 
@@ -155,7 +155,7 @@ enum Plan {
     AppServer(proxy_run::Plan),
 }
 
-/// What a run counted (and, for `app-server`, the checks that fail today).
+/// What a run counted (and, for `app-server`, the checks that failed).
 enum Counted {
     Chat(report::Stats),
     AppServer(report::ProxyStats, Vec<String>),
