@@ -24,7 +24,7 @@ use crate::{codex, docs, examples, fuzz, modules, node, packaging, proxy, restar
 /// Tests that need a real codex release: (test target, `None` for all of its tests or the
 /// names of those that do). Targets are named across the workspace (`--workspace --test T`),
 /// so the build's features stay those of the offline stage and nothing is rebuilt.
-const REAL_CODEX: [(&str, Option<&[&str]>); 19] = [
+const REAL_CODEX: [(&str, Option<&[&str]>); 20] = [
     ("real_schema", None),  // rethread-protocol
     ("real_codex", None),   // rethread-runtime and rethread-proxy
     ("real_mirror", None),  // rethread-runtime: the rollout mirror on every release
@@ -36,6 +36,7 @@ const REAL_CODEX: [(&str, Option<&[&str]>); 19] = [
     ("child_lifetime", None), // rethread-cli: codex dies with its rethread (issue 34)
     ("named_restore", None), // rethread-cli: a thread named by id restored first (issue 34)
     ("kept_threads", None),  // rethread-cli: threads kept without a session (issue 34)
+    ("guard", None),         // rethread-cli: the guard fails closed (issue 41)
     ("parity", None),        // rethread-fake-appserver, and the four below
     ("exec_parity", None),
     ("shared_home", None),

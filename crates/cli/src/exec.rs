@@ -26,6 +26,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use rethread_protocol::exec::ExecArgs;
+use rethread_protocol::ThreadId;
+use rethread_runtime::binding;
 use rethread_runtime::BinderOptions;
 
 use crate::output::{self, UsageError};
@@ -112,7 +114,7 @@ pub(crate) fn main(
     globals: Vec<OsString>,
     args: Vec<OsString>,
 ) -> ExitCode {
-    let run = ExecArgs::parse(args);
+    let run = resolve_name(ExecArgs::parse(args), store);
     let session = match crate::app_server::session_env() {
         Ok(session) => session,
         Err(cause) => return output::fail(&cause.0, output::EXIT_USAGE),
@@ -123,6 +125,17 @@ pub(crate) fn main(
     // found once codex names it (empty until then).
     let session = match session {
         None if store.is_some() && BinderOptions::default().rollout_mirror().is_some() => {
+            if let Some(name) = run
+                .thread_id()
+                .filter(|named| !ThreadId::new(named).is_uuid())
+            {
+                let unnamed = format!(
+                    "`{name}` is not a thread id, and no thread of CODEX_HOME has that name in \
+                     codex's name index: codex would look it up itself, and it may be a \
+                     session's thread (name it by id)"
+                );
+                return output::fail(&unnamed, output::EXIT_FAILED);
+            }
             Some(kept_key(&run))
         }
         session => session,
@@ -159,10 +172,27 @@ pub(crate) fn main(
     output::run_to_exit(runtime, linger, "exec: ", driver::run(setup))
 }
 
+/// The run with a thread name replaced by the id it resolves to in CODEX_HOME
+/// ([`binding::thread_named`]), so that the thread is guarded as an id is and codex runs
+/// exactly that thread; unchanged without a store, for an id, or for a name nothing has.
+fn resolve_name(run: ExecArgs, store: Option<&str>) -> ExecArgs {
+    let named = run
+        .thread_id()
+        .filter(|named| !ThreadId::new(named).is_uuid());
+    let (Some(named), Some(_)) = (named, store) else {
+        return run;
+    };
+    let home = BinderOptions::default().codex_home;
+    match home.and_then(|home| binding::thread_named(Path::new(&home), named)) {
+        Some(thread) => run.with_thread(thread.as_str()),
+        None => run,
+    }
+}
+
 /// The record key of a sessionless run's thread when the run names it by id (`resume <id>`);
 /// empty when codex names it (a new thread, `fork`, `resume --last`, a thread name).
 fn kept_key(run: &ExecArgs) -> String {
-    let named = run.thread_id().map(rethread_protocol::ThreadId::new);
+    let named = run.thread_id().map(ThreadId::new);
     match named.filter(|thread| thread.is_uuid() && run.subcommand() == Some("resume")) {
         Some(thread) => rethread_runtime::kept::key(thread.as_str()),
         None => String::new(),

@@ -17,7 +17,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
 use crate::elide::Elider;
-use crate::jsonrpc::{Checked, Envelope, EnvelopeError, Members, MembersVisitor, Message};
+use crate::jsonrpc::{Envelope, EnvelopeError, Members, MembersVisitor, Message, Unique};
 
 /// The default maximum line length: 16 MiB (a resumed thread with many turns is large).
 pub const DEFAULT_MAX_LINE_LENGTH: usize = 16 * 1024 * 1024;
@@ -60,7 +60,10 @@ pub fn decode_line(line: &[u8]) -> Result<Message, FrameError> {
 }
 
 /// The kind, `id` and `method` of one line, by exactly the rules and checks of
-/// [`decode_line`] (the same lines succeed, with the same errors), keeping no payload.
+/// [`decode_line`] (the same lines succeed, with the same errors), keeping no payload; and
+/// one check more: a member name that comes twice in one object anywhere inside `params`
+/// ([`EnvelopeError::DuplicateInParams`]), where a tree keeps the last one and a reader of
+/// the first would not see what codex does.
 ///
 /// ```
 /// use rethread_protocol::codec::decode_envelope;
@@ -70,9 +73,11 @@ pub fn decode_line(line: &[u8]) -> Result<Message, FrameError> {
 /// assert_eq!(envelope.kind, MessageKind::Request);
 /// assert_eq!(envelope.id, Some(RequestId::from("a")));
 /// assert!(decode_envelope(br#"{"id":1,"id":2,"result":{}}"#).is_err());
+/// let twice = br#"{"id":1,"method":"thread/read","params":{"threadId":"a","threadId":"b"}}"#;
+/// assert!(decode_envelope(twice).is_err());
 /// ```
 pub fn decode_envelope(line: &[u8]) -> Result<Envelope, FrameError> {
-    Ok(members::<Checked>(line)?.into_envelope()?)
+    Ok(members::<Unique>(line)?.into_envelope()?)
 }
 
 fn members<'a, P: serde::Deserialize<'a>>(line: &'a [u8]) -> Result<Members<P>, FrameError> {

@@ -240,6 +240,20 @@ impl ExecArgs {
         args
     }
 
+    /// The same run naming `thread_id` where it names a thread (`resume <name>` as `resume
+    /// <id>`); unchanged when it names none.
+    pub fn with_thread(&self, thread_id: &str) -> ExecArgs {
+        let at = match self.names_thread() {
+            true => self.tokens.iter().find(|(_, t)| *t == Token::Positional),
+            false => None,
+        };
+        let mut args = self.args.clone();
+        if let Some((at, _)) = at {
+            args[*at] = OsString::from(thread_id);
+        }
+        ExecArgs::parse(args)
+    }
+
     /// Whether the flag `name` (a long name without `--`, or a short letter) is given.
     pub fn has_flag(&self, name: &str) -> bool {
         self.options().any(|(option, _)| option == name)
@@ -404,6 +418,24 @@ mod tests {
         assert_eq!(next.prompt(), None);
         assert_eq!(next.option_values("image").collect::<Vec<_>>(), ["a.png"]);
         assert_eq!(next.with_resume("t2"), next.args());
+    }
+
+    /// Issue 41, item 3: a thread name is replaced by the id it resolves to, nothing else.
+    #[test]
+    fn a_named_thread_is_replaced_by_its_id_and_nothing_else() {
+        let named = ExecArgs::parse(["--json", "resume", "alices", "-m", "m", "go"]);
+        let by_id = named.with_thread("0199");
+        assert_eq!(
+            (by_id.subcommand(), by_id.thread_id()),
+            (Some("resume"), Some("0199"))
+        );
+        assert_eq!(by_id.prompt(), Some(OsStr::new("go")));
+        let expected = ["--json", "resume", "0199", "-m", "m", "go"].map(OsString::from);
+        assert_eq!(by_id.args(), expected);
+        let fork = ExecArgs::parse(["fork", "alices"]).with_thread("0199");
+        assert_eq!(fork.thread_id(), Some("0199"));
+        let new = ExecArgs::parse(["alices"]);
+        assert_eq!(new.with_thread("0199"), new);
     }
 
     /// Issue 34: `fork <id>` names its thread as `resume <id>` does, and `resume --last` can

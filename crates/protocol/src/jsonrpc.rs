@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::ErrorCode;
 
 mod members;
-pub(crate) use members::{Checked, Members, MembersVisitor};
+pub(crate) use members::{Members, MembersVisitor, Unique};
 
 /// A request id: codex accepts integers and strings.
 ///
@@ -160,6 +160,13 @@ pub enum EnvelopeError {
     DuplicateMember {
         /// Which member.
         member: &'static str,
+    },
+    /// A member name came twice in one object inside `params`, at any depth: codex keeps the
+    /// last one, so what a reader of the first would check is not what codex would do.
+    #[error("duplicate member `{member}` in `params`")]
+    DuplicateInParams {
+        /// The member's name.
+        member: String,
     },
     /// A member had the wrong type.
     #[error("invalid `{member}`: {reason}")]

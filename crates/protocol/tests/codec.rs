@@ -330,3 +330,40 @@ fn the_envelope_reader_agrees_with_the_decoder_on_every_line() {
         }
     }
 }
+
+/// A member name twice in one object inside `params`, at any depth and in any spelling serde
+/// reads as the same name, makes the line no message for the router: codex keeps the last one,
+/// so a guard reading the first would let through what codex then does (issue 41, item 2).
+#[test]
+fn a_member_twice_anywhere_in_params_is_refused_by_the_envelope_reader() {
+    use rethread_protocol::codec::decode_envelope;
+    use rethread_protocol::{EnvelopeError, FrameError};
+    let refused = |line: &str| match decode_envelope(line.as_bytes()) {
+        Err(FrameError::InvalidMessage(EnvelopeError::DuplicateInParams { member })) => member,
+        other => panic!("{line}: {other:?}"),
+    };
+    let a = "019a0000-0000-7000-8000-00000000000a";
+    let b = "019a0000-0000-7000-8000-00000000000b";
+    let top = format!(
+        r#"{{"id":1,"method":"thread/read","params":{{"threadId":"{a}","threadId":"{b}"}}}}"#
+    );
+    assert_eq!(refused(&top), "threadId");
+    let escaped = format!(
+        r#"{{"id":1,"method":"thread/read","params":{{"threadId":"{a}","thread\u0049d":"{b}"}}}}"#
+    );
+    assert_eq!(refused(&escaped), "threadId");
+    let nested = r#"{"id":1,"method":"turn/start","params":{"input":[{"type":"text","text":"a","text":"b"}]}}"#;
+    assert_eq!(refused(nested), "text");
+    let notification = r#"{"method":"initialized","params":{"x":{"y":1,"y":2}}}"#;
+    assert_eq!(refused(notification), "y");
+    // Distinct names, the same name in sibling objects, and duplicates outside `params` (what
+    // the envelope does not read) are fine.
+    for line in [
+        r#"{"id":1,"method":"m","params":{"a":{"x":1},"b":{"x":1},"c":[{"x":1},{"x":2}]}}"#,
+        r#"{"id":1,"method":"m","params":{"a":1,"A":2}}"#,
+        r#"{"id":1,"method":"m","params":{},"extra":{"k":1,"k":2}}"#,
+        r#"{"id":1,"result":{"k":1,"k":2}}"#,
+    ] {
+        assert!(decode_envelope(line.as_bytes()).is_ok(), "{line}");
+    }
+}

@@ -20,7 +20,9 @@
 //!   the hooks route is what codex sees. Two kinds of client line are refused, never forwarded:
 //!   one that is not UTF-8 (codex's line reader fails and codex exits) and one whose `id`,
 //!   `method`, `params`, `result` or `error` comes twice (codex refuses it, and its answer
-//!   could pass for another request's).
+//!   could pass for another request's), or with a member named twice in one object anywhere
+//!   inside its `params` (codex keeps the last one, which a guard reading the first would not
+//!   see).
 //! - A line longer than [`ProxyOptions::max_line_length`] is never held whole. One exception:
 //!   codex's answer to the proxy's own `thread/resume` is kept without `result.thread.turns`
 //!   (`LineFramer::eliding`), which the proxy drops anyway: on 0.144.6 a client without

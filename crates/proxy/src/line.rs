@@ -132,6 +132,11 @@ impl Line {
                 ErrorCode::INVALID_REQUEST,
                 format!("has a duplicate `{member}` member"),
             ),
+            // Codex keeps the last of them: the guard would read what codex does not do.
+            Err(FrameError::InvalidMessage(EnvelopeError::DuplicateInParams { member })) => (
+                ErrorCode::INVALID_REQUEST,
+                format!("has a duplicate `{member}` member in its params"),
+            ),
             Err(_) => {
                 let peek = Peek::OTHER;
                 return Ok(Line { bytes, peek });

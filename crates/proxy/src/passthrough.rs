@@ -97,10 +97,10 @@ impl SessionHooks for NoSession {
                 .take_if(|id| Some(&*id) == line.id())
                 .is_some();
         if !answers_initialize || self.warned.swap(true, Ordering::Relaxed) {
-            if let Some(kept) = &self.kept {
-                kept.on_server_message(line, ctx).await?;
-            }
-            return Ok(ServerAction::Forward);
+            return match &self.kept {
+                Some(kept) => kept.on_server_message(line, ctx).await,
+                None => Ok(ServerAction::Forward),
+            };
         }
         let warning = match self.kept {
             Some(_) => KEPT_THREADS_WARNING,

@@ -287,6 +287,25 @@ pub async fn client_thread(
     }
 }
 
+/// The thread codex knows by `name` in `codex_home`: the newest entry of that name in codex's
+/// own name index (`session_index.jsonl`, one `{"id", "thread_name", ...}` per line, appended
+/// by `thread/name/set`), which `codex exec resume <name>` reads. `None` when no thread has
+/// that name or the index cannot be read. Blocking: a small file, read before a run starts.
+pub fn thread_named(codex_home: &std::path::Path, name: &str) -> Option<ThreadId> {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        id: String,
+        thread_name: String,
+    }
+    let index = std::fs::read(codex_home.join("session_index.jsonl")).ok()?;
+    (index.split(|byte| *byte == b'\n'))
+        .rev()
+        .filter_map(|line| serde_json::from_slice::<Entry>(line).ok())
+        .find(|entry| entry.thread_name == name)
+        .map(|entry| ThreadId::new(&entry.id))
+        .filter(ThreadId::is_uuid)
+}
+
 fn stored_of(record: Option<&SessionRecord>) -> Stored {
     match record.map(|record| &record.state) {
         Some(BindingState::Bound(binding)) => Stored::Bound {

@@ -136,6 +136,11 @@ impl Keeper {
         Ok(true)
     }
 
+    /// The `CODEX_HOME` its threads' rollouts are in.
+    pub fn codex_home(&self) -> Option<&str> {
+        self.options.codex_home.as_deref()
+    }
+
     /// `thread` in its canonical spelling, unless it is a session's: a client without a
     /// session never uses one, through any request ([`client_thread`] under the thread's own
     /// key).

@@ -118,7 +118,16 @@ impl<P> Members<P> {
         Err(EnvelopeError::NoKind)
     }
 
-    pub(crate) fn into_envelope(self) -> Result<Envelope, EnvelopeError> {
+    pub(crate) fn into_envelope(self) -> Result<Envelope, EnvelopeError>
+    where
+        P: Duplicates,
+    {
+        if let Some(member) = self.params.as_ref().and_then(Duplicates::duplicate) {
+            if self.duplicate.is_none() && !self.not_an_object {
+                let member = member.to_string();
+                return Err(EnvelopeError::DuplicateInParams { member });
+            }
+        }
         let (kind, id, method) = match self.shape()? {
             Shape::Request { id, method, .. } => (MessageKind::Request, Some(id), Some(method)),
             Shape::Notification { method, .. } => (MessageKind::Notification, None, Some(method)),
@@ -229,6 +238,128 @@ impl<'de, P: Deserialize<'de>> Visitor<'de> for MembersVisitor<P> {
     }
 
     not_objects!(Members::none(true));
+}
+
+/// A payload that may have seen a member name twice in one of its objects.
+pub(crate) trait Duplicates {
+    /// The first member name seen twice in one object, if any.
+    fn duplicate(&self) -> Option<&str>;
+}
+
+impl Duplicates for Checked {
+    fn duplicate(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// Any JSON value, checked as [`Checked`] checks it, that also finds the first member name
+/// that comes twice in one of its objects, at any depth (compared after unescaping, as codex's
+/// reader compares them): where a reader keeps the last of them, a guard that read the first
+/// would check what codex does not do.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Unique {
+    duplicate: Option<String>,
+}
+
+impl Duplicates for Unique {
+    fn duplicate(&self) -> Option<&str> {
+        self.duplicate.as_deref()
+    }
+}
+
+impl<'de> Deserialize<'de> for Unique {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueVisitor)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> Visitor<'de> for UniqueVisitor {
+    type Value = Unique;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Unique, A::Error> {
+        let mut found = Unique::default();
+        // Objects hold few members: a list compares faster than a set would hash.
+        let mut names: Vec<std::borrow::Cow<'de, str>> = Vec::new();
+        while let Some(name) = map.next_key_seed(NameSeed)? {
+            let inner: Unique = map.next_value()?;
+            if found.duplicate.is_none() {
+                if names.contains(&name) {
+                    found.duplicate = Some(name.into_owned());
+                } else {
+                    found.duplicate = inner.duplicate;
+                    names.push(name);
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Unique, A::Error> {
+        let mut found = Unique::default();
+        while let Some(inner) = seq.next_element::<Unique>()? {
+            if found.duplicate.is_none() {
+                found.duplicate = inner.duplicate;
+            }
+        }
+        Ok(found)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Unique, E> {
+        Ok(Unique::default())
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Unique, E> {
+        Ok(Unique::default())
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Unique, E> {
+        Ok(Unique::default())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Unique, E> {
+        Ok(Unique::default())
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Unique, E> {
+        Ok(Unique::default())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Unique, E> {
+        Ok(Unique::default())
+    }
+}
+
+/// A member name, borrowed from the line unless it holds escapes.
+struct NameSeed;
+
+impl<'de> de::DeserializeSeed<'de> for NameSeed {
+    type Value = std::borrow::Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for NameSeed {
+    type Value = std::borrow::Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, name: &'de str) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Borrowed(name))
+    }
+
+    fn visit_str<E: de::Error>(self, name: &str) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Owned(name.to_string()))
+    }
 }
 
 /// Any JSON value, checked exactly as strictly as parsing it into a [`Value`] would (numbers in

@@ -3,6 +3,7 @@
 //! JSON-RPC lines and store writes, and tell it what the client and codex did. What the client
 //! sees in each case is tabled in the crate docs ("Sessions").
 
+mod guard;
 mod kept;
 mod speak;
 mod start;
@@ -29,6 +30,7 @@ use crate::hooks::{ClientAction, ClientContext, HookError, ServerAction, ServerC
 use crate::line::{Line, LineKind};
 use crate::{ProxyError, SessionHooks};
 
+use guard::{Listings, Named, Viewer};
 pub(crate) use kept::KeptThreads;
 use start::{as_start_result, resume_params, seeded_start, start_params, start_refused};
 pub use turns::TurnLimits;
@@ -71,6 +73,8 @@ pub struct BindingHooks {
     reporter: OnceLock<ClientContext>,
     /// The rollout mirror (`options.binder.mirror`), restored before the resume.
     mirror: Option<RolloutMirror>,
+    /// The client's requests whose answers list threads.
+    listings: Listings,
 }
 
 /// The hooks' machine, reached through their lock one short step at a time.
@@ -132,6 +136,7 @@ impl BindingHooks {
             lease,
             state: Mutex::new(state),
             reporter: OnceLock::new(),
+            listings: Listings::default(),
         })
     }
 
@@ -268,30 +273,48 @@ impl BindingHooks {
         self.say_forgot(ctx, forgot).await
     }
 
-    /// A request naming a thread (`threadId`: resume, fork, reads, rollback, archive, turns)
-    /// that is not the session's: [`binding::client_thread`] decides; `None` lets it through.
-    async fn refuse_foreign_thread(&self, line: &Line) -> Option<RpcError> {
-        let ThreadIdOf { thread_id } = params(line)?;
-        if self.state().machine.thread_id() == Some(thread_id.as_str()) {
-            return None;
+    /// Who the guard keeps threads for: this session.
+    fn viewer(&self) -> Viewer<'_> {
+        Viewer::Session {
+            store: self.store.as_ref(),
+            session_id: &self.session_id,
         }
-        let session = &self.session_id;
-        let store = self.store.as_ref();
-        let error = binding::client_thread(store, session, Some(&thread_id), false)
-            .await
-            .err()?;
-        if let Some(taken) = start::thread_taken(&error, Some(session)) {
-            return Some(taken);
+    }
+
+    /// The threads a client request names ([`guard::named`]: `threadId`, `...ThreadId`, the
+    /// thread at a `path`), unless one is another session's ([`binding::client_thread`]
+    /// decides) or the request cannot be read whole: then the refusal to answer it with.
+    async fn guard(&self, line: &Line) -> Result<Named, RpcError> {
+        let named = guard::named(line, self.options.binder.codex_home.as_deref()).await?;
+        let own = self.state().machine.thread_id().map(str::to_string);
+        for thread in named.all() {
+            if own.as_deref() == Some(thread.as_str()) {
+                continue;
+            }
+            let Err(error) = self.viewer().check(thread.as_str()).await else {
+                continue;
+            };
+            return Err(match start::thread_taken(&error, Some(&self.session_id)) {
+                Some(taken) => taken,
+                None => RpcError::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!("rethread could not check which session owns thread {thread}: {error}"),
+                ),
+            });
         }
-        let message =
-            format!("rethread could not check which session owns thread {thread_id}: {error}");
-        Some(RpcError::new(ErrorCode::INTERNAL_ERROR, message))
+        Ok(named)
     }
 
     /// A `thread/resume` or `thread/fork` (its thread restored first,
     /// [`StoreSide::restore_named`]): the machine decides on its answer whether the thread is
-    /// the session's, from the store's record while the session has no thread yet.
-    async fn client_thread(&self, ctx: &ClientContext, id: RequestId) -> Result<(), HookError> {
+    /// the session's, from the store's record while the session has no thread yet. `asked`:
+    /// the thread a resume names; an answer with another thread is never the session's.
+    async fn client_thread(
+        &self,
+        ctx: &ClientContext,
+        id: RequestId,
+        asked: Option<String>,
+    ) -> Result<(), HookError> {
         let mut stored = None;
         if self.state().machine.thread_id().is_none() {
             match binding::read_stored(self.store.as_ref(), &self.session_id).await {
@@ -304,8 +327,12 @@ impl BindingHooks {
             }
         }
         let ephemeral = false;
-        self.expect(ctx, id, Pending::ClientThread { ephemeral, stored })
-            .await?;
+        let pending = Pending::ClientThread {
+            ephemeral,
+            stored,
+            asked,
+        };
+        self.expect(ctx, id, pending).await?;
         Ok(())
     }
 
@@ -334,8 +361,24 @@ impl BindingHooks {
         }
         let pending = self.state().tracker.answered(id);
         match pending {
-            Some(Pending::ClientThread { ephemeral, stored }) => {
-                if let Some(thread) = ok.then(|| answered_thread(line)).flatten() {
+            Some(Pending::ClientThread {
+                ephemeral,
+                stored,
+                asked,
+            }) => {
+                let thread = ok.then(|| answered_thread(line)).flatten();
+                let thread: Option<String> = thread.map(|thread| ThreadId::new(&thread).into());
+                if let (Some(thread), Some(asked)) = (&thread, &asked) {
+                    if thread != asked {
+                        ctx.report(&format!(
+                            "session {}: codex answered the client's resume of thread {asked} \
+                             with thread {thread}; it is not taken for the session's",
+                            self.session_id
+                        ));
+                        return Ok(());
+                    }
+                }
+                if let Some(thread) = thread {
                     self.state()
                         .machine
                         .handle_client_thread(&thread, ephemeral, stored.as_ref());
@@ -482,11 +525,16 @@ impl SessionHooks for BindingHooks {
         let (LineKind::Request, Some(id)) = (line.kind(), line.id().cloned()) else {
             return Ok(ClientAction::Forward);
         };
-        if let Some(refusal) = self.refuse_foreign_thread(line).await {
-            ctx.send_to_client(Line::error_response(Some(id), refusal))
-                .await?;
-            return Ok(ClientAction::Consumed);
-        }
+        let named = match self.guard(line).await {
+            Ok(named) => named,
+            Err(refusal) => {
+                ctx.report(&format!("session {}: {}", self.session_id, refusal.message));
+                ctx.send_to_client(Line::error_response(Some(id), refusal))
+                    .await?;
+                return Ok(ClientAction::Consumed);
+            }
+        };
+        self.listings.on_request(line);
         match line.method() {
             Some("thread/start") => {
                 // Unless it opens the session's thread, it is the client's own.
@@ -495,15 +543,21 @@ impl SessionHooks for BindingHooks {
                 if self.state().machine.handle_client_start(ephemeral) {
                     return self.drive_open(id, params, ctx).await;
                 }
-                let stored = None;
-                self.expect(ctx, id, Pending::ClientThread { ephemeral, stored })
-                    .await?;
+                let (stored, asked) = (None, None);
+                let pending = Pending::ClientThread {
+                    ephemeral,
+                    stored,
+                    asked,
+                };
+                self.expect(ctx, id, pending).await?;
             }
-            Some("thread/resume" | "thread/fork") => {
-                if let Some(ThreadIdOf { thread_id }) = params(line) {
-                    self.store_side().restore_named(&thread_id).await;
+            Some(method @ ("thread/resume" | "thread/fork")) => {
+                let target = named.target().map(|thread| thread.as_str().to_string());
+                if let Some(thread) = &target {
+                    self.store_side().restore_named(thread).await;
                 }
-                self.client_thread(ctx, id).await?
+                let asked = target.filter(|_| method == "thread/resume");
+                self.client_thread(ctx, id, asked).await?
             }
             Some("turn/start") => {
                 if let Some(start) = params::<TurnStartInput>(line) {
@@ -526,6 +580,12 @@ impl SessionHooks for BindingHooks {
         ctx: &ServerContext,
     ) -> Result<ServerAction, HookError> {
         self.record_notice_if_written().await;
+        if self.listings.concerns(line) {
+            if let Some(filtered) = self.listings.filter(line, self.viewer()).await {
+                ctx.send_to_client(filtered).await?;
+                return Ok(ServerAction::Consumed);
+            }
+        }
         match (line.kind(), line.method()) {
             (LineKind::Response | LineKind::Error, _) => {
                 let awaited = {
@@ -598,13 +658,6 @@ struct TurnStartInput {
     thread_id: String,
     #[serde(default)]
     input: Vec<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ThreadIdOf {
-    #[serde(deserialize_with = "canonical")]
-    thread_id: String,
 }
 
 #[derive(Deserialize)]

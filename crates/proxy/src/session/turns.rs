@@ -49,6 +49,9 @@ pub(crate) enum Pending {
     ClientThread {
         ephemeral: bool,
         stored: Option<Stored>,
+        /// The thread a `thread/resume` asked for (canonical): an answer naming another is
+        /// not taken.
+        asked: Option<String>,
     },
     /// `turn/start` on the session's thread, named by the answer; `input` is its user row.
     TurnStart { input: Vec<UserInput> },
@@ -337,6 +340,7 @@ mod tests {
         let opens = || Pending::ClientThread {
             ephemeral: false,
             stored: None,
+            asked: None,
         };
         let mut tracker = Tracker::new(limits);
         assert_eq!(tracker.expect(RequestId::Integer(1), opens()), None);

@@ -1,0 +1,312 @@
+//! Issue 41, items 1 to 4: the guard fails closed, against the real current codex. Sessions
+//! `alice` and `bob` (and a client without a session) share one `CODEX_HOME` and one store,
+//! which is what codex needs to open another session's rollout by `path`. Bob's client tries
+//! what codex reads differently from a first reading of the request (a `path`, a member named
+//! twice), what lists threads (`thread/list`, `thread/search`) and a thread's name; none of it
+//! reaches alice's thread or shows it.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use rethread_testkit::real::{codex_or_skip, rollout_files, AppServerProcess, CodexHome};
+use rethread_testkit::responses::ResponsesStandIn;
+use rethread_testkit::CURRENT;
+use serde_json::{json, Value};
+use support::{close, describe, exec_command, rethread, run_with_prompt, sessions, store_url};
+
+const SECRET: &str = "alice's secret is zebra-42";
+const NAME: &str = "alices-thread";
+
+/// How many model requests hold `text`.
+fn requests_holding(model: &ResponsesStandIn, text: &str) -> usize {
+    (model.model_requests().iter())
+        .filter(|r| r.conversation().iter().any(|m| m.text.contains(text)))
+        .count()
+}
+
+/// `rethread app-server` on `home` (with the experimental API: `path`, `thread/search`) for
+/// `session`, or without a session (its threads kept by their ids).
+async fn app_server(codex: &Path, home: &Path, session: Option<&str>) -> AppServerProcess {
+    let store = store_url(home);
+    let mut env = vec![
+        ("RETHREAD_CODEX_BIN", codex.to_str().unwrap()),
+        ("RETHREAD_STORE", store.as_str()),
+    ];
+    env.extend(session.map(|session| ("RETHREAD_SESSION", session)));
+    let args = ["--listen", "stdio://"];
+    let mut process = AppServerProcess::spawn_with(&rethread(), home, &args, &env)
+        .await
+        .unwrap();
+    process.peer.initialize(true).await.unwrap();
+    process
+}
+
+/// Alice's thread, with one turn holding [`SECRET`] and the name [`NAME`]; its rollout.
+async fn alices_thread(codex: &Path, home: &Path) -> (String, PathBuf) {
+    let mut alice = app_server(codex, home, Some("alice")).await;
+    let started = alice.peer.start_thread().await.unwrap();
+    let thread = started["result"]["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    alice.peer.run_turn(&thread, SECRET, None).await.unwrap();
+    let named = json!({"threadId": thread, "name": NAME});
+    let answer = alice
+        .peer
+        .request("thread/name/set", Some(named))
+        .await
+        .unwrap();
+    assert!(answer.get("result").is_some(), "{answer}");
+    close(alice).await;
+    let rollout = rollout_files(home)
+        .into_iter()
+        .find(|file| file.to_string_lossy().contains(&thread))
+        .expect("alice's rollout");
+    (thread, rollout)
+}
+
+/// The refusal's kind and owner in an answer.
+fn refusal(answer: &Value) -> (&str, &str) {
+    let rethread = &answer["error"]["data"]["rethread"];
+    let kind = rethread["kind"].as_str().unwrap_or_default();
+    (
+        kind,
+        rethread["ownerSessionId"].as_str().unwrap_or_default(),
+    )
+}
+
+/// The answer to a line sent as it is (a member named twice cannot be built as a `Value`).
+async fn raw(peer: &mut AppServerProcess, id: &str, line: &str) -> Value {
+    peer.peer
+        .send_raw(format!("{line}\n").as_bytes())
+        .await
+        .unwrap();
+    peer.peer.response_to(&json!(id)).await.unwrap()
+}
+
+/// What bob's (or a sessionless) client tries; `own` is a thread of its own.
+async fn probe(client: &mut AppServerProcess, home: &Path, own: &str, alice: &str, rollout: &Path) {
+    let rollout = rollout.to_str().unwrap();
+    let decoy = "019a0000-0000-7000-8000-0000000000dd";
+    // 1. A `path`: codex opens the rollout there whatever `threadId` says.
+    for (method, params) in [
+        ("thread/resume", json!({"threadId": decoy, "path": rollout})),
+        ("thread/resume", json!({"threadId": own, "path": rollout})),
+        ("thread/fork", json!({"threadId": own, "path": rollout})),
+        ("thread/fork", json!({"path": rollout})),
+    ] {
+        let answer = client.peer.request(method, Some(params)).await.unwrap();
+        assert_eq!(
+            refusal(&answer),
+            ("thread_taken", "alice"),
+            "{method}: {answer}"
+        );
+    }
+    // A path outside the home, or not absolute, is not read for codex.
+    let outside = tempfile::NamedTempFile::new().unwrap();
+    std::fs::copy(rollout, outside.path()).unwrap();
+    let outside = outside.path().to_str().unwrap().to_string();
+    for path in [outside.as_str(), "sessions/x.jsonl"] {
+        let params = json!({"threadId": own, "path": path});
+        let answer = client
+            .peer
+            .request("thread/resume", Some(params))
+            .await
+            .unwrap();
+        assert_eq!(answer["error"]["code"], -32600, "{path}: {answer}");
+        assert_eq!(refusal(&answer).0, "unreadable_request", "{answer}");
+    }
+    // 2. A member named twice, at any depth of `params`: codex keeps the last one.
+    let twice = [
+        format!(
+            r#"{{"id":"dup-1","method":"thread/read","params":{{"threadId":"{own}","includeTurns":true,"threadId":"{alice}"}}}}"#
+        ),
+        format!(
+            r#"{{"id":"dup-2","method":"turn/start","params":{{"threadId":"{own}","input":[{{"type":"text","text":"x"}}],"threadId":"{alice}"}}}}"#
+        ),
+        format!(
+            r#"{{"id":"dup-3","method":"thread/resume","params":{{"threadId":"{own}","path":"{rollout}","path":"{rollout}"}}}}"#
+        ),
+    ];
+    for (n, line) in twice.iter().enumerate() {
+        let answer = raw(client, &format!("dup-{}", n + 1), line).await;
+        assert_eq!(answer["error"]["code"], -32600, "{line}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains("duplicate"), "{message}");
+    }
+    // 4. Listings and search show only what the client may open.
+    let listed = client
+        .peer
+        .request("thread/list", Some(json!({})))
+        .await
+        .unwrap();
+    let text = listed.to_string();
+    let ids: Vec<&str> = (listed["result"]["data"].as_array().unwrap().iter())
+        .filter_map(|thread| thread["id"].as_str())
+        .collect();
+    assert!(ids.contains(&own), "its own thread is listed: {listed}");
+    assert!(!text.contains(alice) && !text.contains("zebra"), "{listed}");
+    let search = json!({"searchTerm": "zebra"});
+    let found = client
+        .peer
+        .request("thread/search", Some(search))
+        .await
+        .unwrap();
+    assert!(
+        found["result"]["data"].is_array(),
+        "codex searched: {found}"
+    );
+    assert!(!found.to_string().contains(alice), "{found}");
+    assert!(!found.to_string().contains("zebra"), "{found}");
+    let mine = json!({"searchTerm": "lion"});
+    let found = client
+        .peer
+        .request("thread/search", Some(mine))
+        .await
+        .unwrap();
+    assert!(
+        found.to_string().contains(own),
+        "its own thread is found: {found}"
+    );
+    assert!(home.join("session_index.jsonl").exists());
+}
+
+#[tokio::test]
+async fn a_sessions_client_never_reaches_another_thread_by_path_duplicate_or_listing() {
+    let Some(codex) = codex_or_skip(CURRENT) else {
+        return;
+    };
+    let model = ResponsesStandIn::start().unwrap();
+    let home = CodexHome::new(&model).unwrap();
+    let home = home.path();
+    let (alice, rollout) = alices_thread(&codex, home).await;
+
+    let mut bob = app_server(&codex, home, Some("bob")).await;
+    let started = bob.peer.start_thread().await.unwrap();
+    let own = started["result"]["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    bob.peer
+        .run_turn(&own, "bob's word is lion", None)
+        .await
+        .unwrap();
+    probe(&mut bob, home, &own, &alice, &rollout).await;
+    // Bob's own thread still works, and is still his.
+    let turn = bob.peer.run_turn(&own, "bob again", None).await.unwrap();
+    assert_eq!(
+        turn.status().as_deref(),
+        Some("completed"),
+        "{:?}",
+        turn.messages
+    );
+    close(bob).await;
+
+    assert_eq!(
+        requests_holding(&model, SECRET),
+        1,
+        "only alice's own request"
+    );
+    let store = store_url(home);
+    assert_eq!(
+        sessions(&store, &["show", "bob"])["thread_id"],
+        own.as_str()
+    );
+    assert_eq!(
+        sessions(&store, &["show", "alice"])["row_count"],
+        2,
+        "alice untouched"
+    );
+}
+
+#[tokio::test]
+async fn a_client_without_a_session_never_reaches_a_sessions_thread_by_path_or_listing() {
+    let Some(codex) = codex_or_skip(CURRENT) else {
+        return;
+    };
+    let model = ResponsesStandIn::start().unwrap();
+    let home = CodexHome::new(&model).unwrap();
+    let home = home.path();
+    let (alice, rollout) = alices_thread(&codex, home).await;
+
+    let mut client = app_server(&codex, home, None).await;
+    let started = client.peer.start_thread().await.unwrap();
+    let own = started["result"]["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    client
+        .peer
+        .run_turn(&own, "the word is lion", None)
+        .await
+        .unwrap();
+    probe(&mut client, home, &own, &alice, &rollout).await;
+    close(client).await;
+
+    assert_eq!(
+        requests_holding(&model, SECRET),
+        1,
+        "only alice's own request"
+    );
+    let store = store_url(home);
+    assert_eq!(
+        sessions(&store, &["show", "alice"])["row_count"],
+        2,
+        "alice untouched"
+    );
+    let listed = sessions(&store, &["list"]);
+    let kept = listed["sessions"].as_array().unwrap();
+    assert!(
+        kept.iter()
+            .all(|record| record["thread_id"] != alice.as_str() || record["session"] == "alice"),
+        "no copy of alice's thread is kept: {kept:?}"
+    );
+}
+
+#[tokio::test]
+async fn exec_resolves_a_thread_name_then_guards_it() {
+    let Some(codex) = codex_or_skip(CURRENT) else {
+        return;
+    };
+    let model = ResponsesStandIn::start().unwrap();
+    let home = CodexHome::new(&model).unwrap();
+    let home = home.path();
+    let (alice, _) = alices_thread(&codex, home).await;
+    let before = model.model_requests().len();
+
+    // Without a session and with one, `resume` and `fork` by alice's thread's name.
+    for session in [None, Some("bob")] {
+        for sub in ["resume", "fork"] {
+            let mut command = exec_command(&codex, home, &store_url(home));
+            command.args([sub, NAME]);
+            if let Some(session) = session {
+                command.env("RETHREAD_SESSION", session);
+            }
+            let run = run_with_prompt(&mut command, b"what is the secret?");
+            assert_eq!(
+                run.status.code(),
+                Some(1),
+                "{session:?} {sub}: {}",
+                describe(&run)
+            );
+            let stderr = String::from_utf8_lossy(&run.stderr);
+            assert!(stderr.contains("belongs to session alice"), "{stderr}");
+            assert!(
+                stderr.contains(&alice),
+                "the name is resolved to its thread: {stderr}"
+            );
+            assert!(
+                !stderr.contains("thread:alices"),
+                "no session of that name: {stderr}"
+            );
+        }
+    }
+    // A name no thread has is refused too: codex would look it up itself.
+    let mut command = exec_command(&codex, home, &store_url(home));
+    command.args(["resume", "nobodys-thread"]);
+    let run = run_with_prompt(&mut command, b"hello");
+    assert_eq!(run.status.code(), Some(1), "{}", describe(&run));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("not a thread id"));
+    assert_eq!(model.model_requests().len(), before, "nothing ran");
+}
