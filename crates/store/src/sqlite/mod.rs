@@ -265,7 +265,9 @@ impl SqliteEngine {
     /// writes the zeroed pages into the file and empties the WAL. A store created with
     /// `auto_vacuum = INCREMENTAL` also gives at most [`VACUUM_STEP_PAGES`] free pages back to
     /// the file system per step. Steps go on after the next commits and while the writer is
-    /// idle until no free page is left and a checkpoint went through.
+    /// idle until no free page is left and a checkpoint went through; a prune asks for them
+    /// one write at a time until then (`WriteTxn::reclaim`), so that a process that exits
+    /// after it leaves no free pages behind.
     fn maintain(&mut self) {
         let label = self.label.as_str();
         let step = || -> Result<bool> {
