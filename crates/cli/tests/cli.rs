@@ -278,6 +278,31 @@ fn a_file_store_urls_password_is_never_printed_nor_logged() {
             );
         }
     }
+    // The verbatim form takes such a URL as a file name: masked as its URL is, in the store's
+    // own errors too (`no store at PATH`). Commands that create nothing.
+    let missing = sandbox.dir.path().join("none");
+    for tail in ["x.sqlite?password=PASSWORD", "a:PASSWORD@b.sqlite"] {
+        let url = format!("sqlite:{}/{tail}", missing.display());
+        for args in [
+            vec!["-vv", "--store", &url, "sessions", "list"],
+            vec!["-vv", "--store", &url, "sessions", "forget", "s1"],
+            vec!["-vv", "--store", &url, "verify", "--json"],
+            vec!["-vv", "migrate", "--from", &url, "--to", "memory:"],
+        ] {
+            let out = sandbox
+                .command(&args)
+                .env_remove("RUST_LOG")
+                .output()
+                .unwrap();
+            let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), stderr(&out));
+            assert!(stderr.contains("***"), "{args:?}: {stderr}");
+            assert!(
+                !stderr.contains("PASSWORD") && !stdout.contains("PASSWORD"),
+                "{args:?}: {stdout}{stderr}"
+            );
+        }
+        assert!(!missing.exists(), "nothing created");
+    }
 }
 
 fn a_store_password_is_never_printed_by(sandbox: &Sandbox, url: &str) {

@@ -44,6 +44,15 @@ pub fn redact_url(url: &str) -> String {
     shown
 }
 
+/// How errors and logs name a store file: its path, masked by [`redact_url`]'s rule as the
+/// path of a `sqlite:PATH` URL is (a path holding `:...@` or `?password=` may be a URL's
+/// password typed into the verbatim form: shown masked in the URL, it is masked here too).
+pub(crate) fn path_label(path: &std::path::Path) -> String {
+    const SCHEME: &str = "sqlite:";
+    let shown = redact_url(&format!("{SCHEME}{}", path.display()));
+    shown[SCHEME.len()..].to_string()
+}
+
 /// Where the userinfo would start: after `scheme://`, or after a `scheme:`; `None` when
 /// `url` names no scheme (libpq's `key=value` form).
 fn authority_start(url: &str) -> Option<usize> {
@@ -256,6 +265,20 @@ mod tests {
         assert_eq!(redact_url("redb:/tmp/x.redb"), "redb:/tmp/x.redb");
         assert_eq!(redact_url("sqlite:///tmp/x.db"), "sqlite:///tmp/x.db");
         assert_eq!(redact_url("memory:"), "memory:");
+    }
+
+    #[test]
+    fn a_store_files_name_is_masked_as_its_url_is() {
+        use std::path::Path;
+        assert_eq!(super::path_label(Path::new("/var/x.db")), "/var/x.db");
+        assert_eq!(
+            super::path_label(Path::new("/var/x?password=S3CR3T")),
+            "/var/x?password=***"
+        );
+        assert_eq!(
+            super::path_label(Path::new("/a:S3CR3T@b.db")),
+            "/a:***@b.db"
+        );
     }
 
     /// Issue 41, item 6: the file schemes' URLs were shown as given, passwords and all.

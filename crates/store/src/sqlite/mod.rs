@@ -42,11 +42,11 @@ impl SqliteStore {
     /// [`StoreError::Locked`] if another process holds the write lock past the wait.
     pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let read_only = options.read_only.then(|| path.display().to_string());
+        let read_only = options.read_only.then(|| crate::redact::path_label(&path));
         let open_path = path.clone();
         let clock = options.clock.clone();
         let (writer, readers) = Writer::spawn("sqlite", clock.clone(), move || {
-            let label = open_path.display().to_string();
+            let label = crate::redact::path_label(&open_path);
             let (conn, file_id) = open_writer(&open_path, &options, &label)?;
             let readers = SqliteReaders {
                 path: open_path.clone(),
