@@ -60,7 +60,7 @@ pub(crate) struct AppServerArgs {
     no_mirror: bool,
     /// The session's cap of mirrored bytes (default 64 MiB; also `RETHREAD_MIRROR_CAP`): past
     /// it mirroring stops for the session's thread, and starts again for the next one.
-    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "BYTES", value_parser = rethread_runtime::parse_mirror_cap)]
     mirror_cap: Option<u64>,
     /// Arguments for `codex app-server`, verbatim (`--listen stdio://`, `-c k=v`, ...).
     #[arg(
@@ -148,7 +148,7 @@ pub(crate) struct AppServerGlobals {
     no_mirror: bool,
     /// app-server: the session's cap of mirrored bytes (also `RETHREAD_MIRROR_CAP`).
     #[arg(long, value_name = "BYTES", hide = true,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = rethread_runtime::parse_mirror_cap)]
     mirror_cap: Option<u64>,
 }
 
@@ -191,8 +191,10 @@ pub(crate) fn session_env() -> Result<Option<String>, UsageError> {
     user_session(session).map_err(UsageError)
 }
 
-/// A session named by the user: none of the kept threads' key space (`thread:...`).
-fn user_session(session: Option<String>) -> Result<Option<String>, String> {
+/// A session named by the user (`chat --session`, `app-server --session`,
+/// `RETHREAD_SESSION`): none of the kept threads' key space (`thread:...`). The one check of
+/// every command that takes a session; its error is a usage error (exit 2).
+pub(crate) fn user_session(session: Option<String>) -> Result<Option<String>, String> {
     match session
         .as_deref()
         .map(rethread_runtime::kept::check_session_id)

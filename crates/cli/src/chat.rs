@@ -55,7 +55,7 @@ pub(crate) struct ChatCommand {
     no_mirror: bool,
     /// The session's cap of mirrored bytes (default 64 MiB; also `RETHREAD_MIRROR_CAP`): past
     /// it mirroring stops for the session's thread, and starts again for the next one.
-    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "BYTES", value_parser = rethread_runtime::parse_mirror_cap)]
     mirror_cap: Option<u64>,
     /// The message; `-` reads it from stdin.
     message: String,
@@ -74,6 +74,7 @@ pub(crate) async fn main(command: ChatCommand) -> CliResult {
     // Everything is read, and refused, before codex starts; under `--json` a failure here is
     // reported as one object too.
     let ready = async {
+        crate::app_server::user_session(Some(args.session.clone())).map_err(UsageError)?;
         args.options = crate::binder_options(wait, command.no_mirror)?;
         if let Some(cap) = command.mirror_cap {
             args.options.mirror_cap = cap;

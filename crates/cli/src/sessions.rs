@@ -89,6 +89,18 @@ pub(crate) struct ShowArgs {
 }
 
 impl SessionsCommand {
+    /// Reads each session id given as the record it names: a kept thread's in any spelling
+    /// of its id ([`rethread_runtime::kept::record_key`]).
+    fn read_ids_as_record_keys(&mut self) {
+        use rethread_runtime::kept::record_key;
+        match self {
+            SessionsCommand::List(args) => args.after = args.after.as_deref().map(record_key),
+            SessionsCommand::Show(args) => args.id = record_key(&args.id),
+            SessionsCommand::Forget { id, .. } => *id = record_key(id),
+            SessionsCommand::Prune(_) => {}
+        }
+    }
+
     pub(crate) fn store(&mut self) -> &mut StoreArg {
         match self {
             SessionsCommand::List(ListArgs { store, .. })
@@ -103,7 +115,8 @@ impl SessionsCommand {
 /// yet), or for `forget` changes where it exists: a missing store is not created. A failed
 /// `show` or `forget` under `--json` prints `{"session", "error": {"kind", "message"}}`, as
 /// `chat --json` does.
-pub(crate) async fn run(command: SessionsCommand) -> CliResult {
+pub(crate) async fn run(mut command: SessionsCommand) -> CliResult {
+    command.read_ids_as_record_keys();
     let json_failure = match &command {
         SessionsCommand::Show(args) if args.json => Some(args.id.clone()),
         SessionsCommand::Forget { id, json: true, .. } => Some(id.clone()),

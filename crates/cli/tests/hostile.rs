@@ -269,6 +269,75 @@ fn session_names_that_cannot_be_kept_are_usage_errors() {
     }
 }
 
+/// Issue 41, item 8: a session id in the kept threads' key space (`thread:...`) is a usage
+/// error (exit 2) on every command that takes a session, before codex starts or the store is
+/// written; `chat --session thread:<id>` exited 1 after starting codex, where `exec` exited 2.
+#[test]
+fn a_reserved_session_id_is_a_usage_error_everywhere() {
+    let sandbox = Sandbox::new();
+    let reserved = "thread:0195ec6b-66c5-7e31-9f2f-3ad0a1f2b9c4";
+    let with_env = |args: &[&str]| {
+        let mut command = sandbox.command(args);
+        command.env("RETHREAD_SESSION", reserved);
+        command
+    };
+    let cases = [
+        (
+            "chat --session",
+            sandbox.command(&["chat", "--session", reserved, "hi"]),
+        ),
+        (
+            "chat --session --json",
+            sandbox.command(&["chat", "--session", reserved, "--json", "hi"]),
+        ),
+        (
+            "app-server --session",
+            sandbox.command(&["app-server", "--session", reserved]),
+        ),
+        ("RETHREAD_SESSION app-server", with_env(&["app-server"])),
+        (
+            "RETHREAD_SESSION exec",
+            with_env(&["exec", "--experimental-json", "hi"]),
+        ),
+    ];
+    for (case, mut command) in cases {
+        let out = command.output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{case}: {err}");
+        assert!(err.contains("reserved"), "{case}: {err}");
+        assert!(sandbox.nothing_started_or_written(), "{case}: {err}");
+    }
+    let out = sandbox.run(&["chat", "--session", reserved, "--json", "hi"]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["error"]["kind"], "usage", "{report}");
+}
+
+/// Issue 41, item 8: `RETHREAD_MIRROR_CAP=' 100'` was taken where `--mirror-cap ' 100'` was
+/// refused. One reader of the cap: the same verdict from the flag and the variable.
+#[test]
+fn the_mirror_cap_gets_one_verdict_from_the_flag_and_the_variable() {
+    let sandbox = Sandbox::new();
+    for value in [" 100", "100 ", "0", "-1", "1e3", "lots"] {
+        let flag = sandbox.run(&["chat", "--session", "s1", "--mirror-cap", value, "hi"]);
+        let mut command = sandbox.command(&["chat", "--session", "s1", "hi"]);
+        let variable = command.env("RETHREAD_MIRROR_CAP", value).output().unwrap();
+        let app_server = sandbox.run(&["app-server", "--session", "s1", "--mirror-cap", value]);
+        for (how, out) in [
+            ("flag", &flag),
+            ("variable", &variable),
+            ("app-server", &app_server),
+        ] {
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{value:?} by the {how}: {}",
+                stderr(out)
+            );
+        }
+        assert!(sandbox.nothing_started_or_written(), "{value:?}");
+    }
+}
+
 /// Issue 19, item 20: `sessions list` printed ids raw, so an id holding ANSI escapes or a
 /// newline drove the terminal or forged a row. Output for people escapes control characters;
 /// JSON keeps the id exact.

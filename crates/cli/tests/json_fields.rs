@@ -117,7 +117,11 @@ fn help_and_readme_name_every_json_field() {
         (
             &["sessions", "prune"],
             keys(
-                &sandbox.json(&["sessions", "prune", "--idle", "0s", "--dry-run", "--json"]),
+                &{
+                    support::wait_out_the_shortest_idle();
+                    let idle = support::SHORTEST_IDLE;
+                    sandbox.json(&["sessions", "prune", "--idle", idle, "--dry-run", "--json"])
+                },
                 &["removed"],
             ),
         ),

@@ -108,13 +108,14 @@ fn exec_without_a_session_keeps_its_thread_for_a_second_home() {
         sessions(&copy, &["show", &key])["thread_id"],
         thread.as_str()
     );
+    support::wait_out_the_shortest_idle();
     let prunable = cli(&[
         "--store",
         &store,
         "sessions",
         "prune",
         "--idle",
-        "0s",
+        support::SHORTEST_IDLE,
         "--dry-run",
     ]);
     assert!(prunable.contains(&key), "{prunable}");

@@ -82,6 +82,7 @@ async fn a_kept_thread_is_resumed_on_an_empty_home_with_its_memory() {
     assert!(last.contains("zebra-42"), "{last}");
 
     // A prune says a kept thread is one (issue 36): kind `thread`, with its id.
+    support::wait_out_the_shortest_idle();
     let out = Command::new(rethread())
         .args([
             "--store",
@@ -89,7 +90,7 @@ async fn a_kept_thread_is_resumed_on_an_empty_home_with_its_memory() {
             "sessions",
             "prune",
             "--idle",
-            "0s",
+            support::SHORTEST_IDLE,
             "--dry-run",
             "--json",
         ])

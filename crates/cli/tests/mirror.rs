@@ -278,3 +278,61 @@ fn migrate_copies_the_mirror_verify_checks_it_and_forget_removes_it() {
         "{verified}"
     );
 }
+
+/// Issue 41, item 8: on a home whose `sessions/` (or a folder below it) is a link, the
+/// restore is refused (it never writes through a link) and the open ended "retry later"
+/// (exit 75) on every run for as long as the link stayed: a link does not pass by itself. The
+/// open now stops for good (exit 1, the link named, nothing written through it, the binding
+/// kept and no thread given up), and once the link is removed the thread resumes.
+#[cfg(unix)]
+#[test]
+fn a_link_in_the_restores_way_is_refused_for_good_never_retry_later() {
+    for linked in ["sessions", "sessions/2026"] {
+        let fleet = Fleet::new();
+        let first = fleet.chat("a", "remember PAPAYA", &[], &[]);
+        let thread = first["thread_id"].as_str().unwrap().to_string();
+        let outside = tempfile::tempdir().unwrap();
+        let link = fleet.home("b").join(linked);
+        std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(outside.path(), &link).unwrap();
+        for _ in 0..2 {
+            let out = fleet.run("b", &["chat", "--session", "s1", "what was it?"], &[]);
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{linked}: {said}");
+            assert!(said.contains("link"), "{linked}: {said}");
+            assert!(
+                !said.contains("could not be resumed; starting a new one"),
+                "{linked}: {said}"
+            );
+        }
+        let written: Vec<_> = walk(outside.path());
+        assert!(
+            written.is_empty(),
+            "{linked}: through the link: {written:?}"
+        );
+        let shown = fleet.json("b", &["sessions", "show", "s1", "--json"], &[]);
+        assert_eq!(shown["thread_id"], thread.as_str(), "the binding is kept");
+        assert_eq!(shown["retired_threads"], serde_json::json!([]));
+        std::fs::remove_file(&link).unwrap();
+        let after = fleet.chat("b", "and now?", &[], &[]);
+        assert_eq!(after["outcome"], "resumed", "{after}");
+        assert_eq!(after["thread_id"], thread.as_str());
+        assert!(fleet.model_saw("b", "PAPAYA"));
+    }
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            match path.is_dir() {
+                true => dirs.push(path),
+                false => files.push(path),
+            }
+        }
+    }
+    files
+}

@@ -13,7 +13,7 @@ use rethread_store::{
     open_url, BindingStore, LocalOwner, MirrorAppend, MirrorUpdate, OpenOptions, TurnCommit,
 };
 use serde_json::{json, Value};
-use support::{fake_codex, rethread as rethread_bin};
+use support::{fake_codex, rethread as rethread_bin, wait_out_the_shortest_idle, SHORTEST_IDLE};
 
 fn rethread(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(rethread_bin());
@@ -74,7 +74,7 @@ fn prune_removes_idle_sessions_keeps_a_leased_one_and_a_dry_run_removes_nothing(
         let left = store.acquire_lease("left", holder.owner(), day).await;
         assert!(store.release_lease(&left.unwrap()).await.unwrap());
     });
-    std::thread::sleep(Duration::from_millis(5));
+    wait_out_the_shortest_idle();
     let ids = |v: &Value| -> Vec<String> {
         let removed = v["removed"].as_array().unwrap().iter();
         removed
@@ -92,7 +92,14 @@ fn prune_removes_idle_sessions_keeps_a_leased_one_and_a_dry_run_removes_nothing(
 
     let out = rethread(
         &url,
-        &["sessions", "prune", "--idle", "0s", "--dry-run", "--json"],
+        &[
+            "sessions",
+            "prune",
+            "--idle",
+            SHORTEST_IDLE,
+            "--dry-run",
+            "--json",
+        ],
         &[],
     );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -114,7 +121,7 @@ fn prune_removes_idle_sessions_keeps_a_leased_one_and_a_dry_run_removes_nothing(
         "a dry run removes nothing"
     );
 
-    let out = rethread(&url, &["sessions", "prune", "--idle", "0s"], &[]);
+    let out = rethread(&url, &["sessions", "prune", "--idle", SHORTEST_IDLE], &[]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("removed 2 idle sessions"), "{said}");
@@ -130,11 +137,43 @@ fn prune_removes_idle_sessions_keeps_a_leased_one_and_a_dry_run_removes_nothing(
     drop(holder);
 }
 
+/// Issue 41, item 7: `--idle 1m` was a minute (an operator may mean a month), `1M` and `1y`
+/// were refused (`1y` naming `jiff::SpanRelativeTo`), and `0s`, `1ms`, `1ns` meant every
+/// session not leased. Months and years are taken (30 and 365 days); a bare `m`, zero and
+/// less than a second are usage errors naming the units.
+#[test]
+fn prune_takes_months_and_years_and_refuses_an_ambiguous_or_empty_span() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("none.sqlite").display());
+    for taken in ["1mo", "1y", "2MO", "1y 2mo 3w 4d 5h 6min 7s"] {
+        let out = rethread(&url, &["sessions", "prune", "--idle", taken], &[]);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{taken}: {out:?}");
+        assert!(said.contains("no store"), "{taken}: {said}");
+    }
+    for (refused, says) in [
+        ("1m", "`mo`"),
+        ("1M", "`min`"),
+        ("0", "s, min, h"),
+        ("0s", "1s"),
+        ("1ms", "mo = 30 days"),
+        ("1ns", "mo = 30 days"),
+        ("1 fortnight", "y = 365 days"),
+    ] {
+        let out = rethread(&url, &["sessions", "prune", "--idle", refused], &[]);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{refused}: {out:?}");
+        assert!(said.contains(says), "{refused}: {said}");
+        assert!(!said.contains("jiff"), "{refused}: {said}");
+    }
+    assert!(!dir.path().join("none.sqlite").exists(), "nothing created");
+}
+
 #[test]
 fn prune_refuses_a_span_it_cannot_read_and_a_missing_store() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("none.sqlite").display());
-    for bad in ["30", "1mo", "-1d", "soon"] {
+    for bad in ["30", "-1d", "soon"] {
         let out = rethread(&url, &["sessions", "prune", "--idle", bad], &[]);
         assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");
     }

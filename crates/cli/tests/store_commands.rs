@@ -331,3 +331,46 @@ fn a_report_whose_reader_went_away_ends_quietly() {
         assert!(quiet, "{args:?}: {:?} {stderr}", out.status);
     }
 }
+
+/// Issue 41, item 5: a thread kept without a session is the record `thread:<canonical id>`;
+/// `sessions show thread:<ID IN UPPER CASE>` and `forget` said "no session", so a script fed
+/// the id in another spelling silently kept the data. Every command that takes a session id
+/// reads a kept thread's in every spelling codex reads.
+#[test]
+fn a_kept_threads_record_is_found_by_its_id_in_any_spelling() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("s.sqlite").display());
+    let id = "0195ec6b-66c5-7e31-9f2f-3ad0a1f2b9c4";
+    let key = format!("thread:{id}");
+    fill(&url, &[key.as_str(), "zz-session"], 2);
+    let spellings = [
+        format!("thread:{}", id.to_uppercase()),
+        format!("thread:{}", id.replace('-', "")),
+        format!("thread:urn:uuid:{id}"),
+        format!("thread:{{{}}}", id.to_uppercase()),
+    ];
+    for spelling in &spellings {
+        let shown = rethread(&url, &["sessions", "show", spelling, "--json"]);
+        assert_eq!(code(&shown), Some(0), "{spelling}: {}", text(&shown.stderr));
+        assert_eq!(stdout_json(&shown)["session"], key.as_str(), "{spelling}");
+        let rows = rethread(&url, &["sessions", "show", spelling, "--rows", "--json"]);
+        assert_eq!(code(&rows), Some(0), "{spelling}: {}", text(&rows.stderr));
+        assert_eq!(stdout_json(&rows)["rows"].as_array().unwrap().len(), 2);
+        // The page after the record is the one after its canonical key.
+        let after = rethread(&url, &["sessions", "list", "--after", spelling, "--json"]);
+        assert_eq!(
+            session_ids(&stdout_json(&after)),
+            ["zz-session"],
+            "{spelling}"
+        );
+    }
+    let forgot = rethread(&url, &["sessions", "forget", &spellings[0], "--json"]);
+    assert_eq!(code(&forgot), Some(0), "{}", text(&forgot.stderr));
+    assert_eq!(stdout_json(&forgot), json!({"forgot": key}));
+    let list = stdout_json(&rethread(&url, &["sessions", "list", "--json"]));
+    assert_eq!(
+        session_ids(&list),
+        ["zz-session"],
+        "the kept thread is gone"
+    );
+}

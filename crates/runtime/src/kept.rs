@@ -31,6 +31,17 @@ pub fn key(thread: &str) -> String {
     format!("{PREFIX}{}", ThreadId::new(thread))
 }
 
+/// The record key a session id given by a person or a script names: a kept thread's
+/// (`thread:` and an id) in its canonical spelling ([`key`]; `thread:0195EC6B-...` and
+/// `thread:0195ec6b-...` are one thread, as codex reads them), any other id as it is. How
+/// every command that takes a session id reads it.
+pub fn record_key(session_id: &str) -> String {
+    match thread_of(session_id) {
+        Some(thread) => key(thread),
+        None => session_id.to_string(),
+    }
+}
+
 /// The thread a record key names, when it is a kept thread's.
 pub fn thread_of(session_id: &str) -> Option<&str> {
     session_id.strip_prefix(PREFIX)
@@ -242,6 +253,8 @@ mod tests {
         assert_eq!(key(&format!("urn:uuid:{id}")), upper);
         assert_eq!(thread_of(&upper), Some(id));
         assert_eq!(thread_of("chat-42"), None);
+        assert_eq!(record_key(&format!("thread:{}", id.to_uppercase())), upper);
+        assert_eq!(record_key("Chat-42"), "Chat-42");
         assert!(check_session_id("chat-42").is_ok());
         let refused = check_session_id(&upper).unwrap_err();
         assert!(refused.to_string().contains("reserved"), "{refused}");

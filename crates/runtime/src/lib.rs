@@ -76,7 +76,9 @@ pub use error::{BoxError, RuntimeError};
 pub use lease::SessionLease;
 pub use machine::{OpenOutcome, SeedOptions, RESUME_FALLBACK_NOTICE};
 pub use mirror::{MirrorError, MirrorReport, RestoreFailure, Restored, RolloutMirror};
-pub use options::{mirror_cap_setting, mirror_setting, BinderOptions, MIRROR_CAP_ENV, MIRROR_ENV};
+pub use options::{
+    mirror_cap_setting, mirror_setting, parse_mirror_cap, BinderOptions, MIRROR_CAP_ENV, MIRROR_ENV,
+};
 pub use probe::{probe_thread, ThreadHealth, ThreadProbe};
 pub use rail::{RecordedEvents, StatusEvent, StatusKind, StatusRail, StatusSink};
 pub use session::CodexSession;

@@ -50,6 +50,16 @@ pub enum MirrorError {
     /// The blocking task running the file work was lost.
     #[error("the mirror's file work stopped: {0}")]
     Task(String),
+    /// Something in the home stands where a restore must write (a link, a folder that is
+    /// not one, a file that is not a regular file): nothing is written through it, and a
+    /// retry cannot pass until it is removed.
+    #[error("{}: {reason}; remove it for the thread to be restored here", path.display())]
+    InTheWay {
+        /// What stands in the way.
+        path: PathBuf,
+        /// What it is, for people.
+        reason: String,
+    },
 }
 
 impl MirrorError {
@@ -66,7 +76,9 @@ impl MirrorError {
                         StoreError::Corrupt { .. } | StoreError::NewerSchema { .. }
                     ))
             }
-            MirrorError::NoRollout { .. } | MirrorError::BadPath(_) => false,
+            MirrorError::NoRollout { .. }
+            | MirrorError::BadPath(_)
+            | MirrorError::InTheWay { .. } => false,
         }
     }
 }
@@ -81,6 +93,11 @@ pub struct RestoreFailure {
     /// Whether it may pass ([`MirrorError::is_transient`]): then codex not having the thread
     /// is no loss, and the binding is kept.
     pub transient: bool,
+    /// Whether something in the home stood in the restore's way
+    /// ([`MirrorError::InTheWay`]): it does not pass by itself, nor is the thread lost (the
+    /// store still holds it): codex not having the thread then stops the open for good,
+    /// the binding kept, until it is removed.
+    pub in_the_way: bool,
 }
 
 impl RestoreFailure {
@@ -89,13 +106,17 @@ impl RestoreFailure {
         RestoreFailure {
             message: message.into(),
             transient,
+            in_the_way: false,
         }
     }
 }
 
 impl From<&MirrorError> for RestoreFailure {
     fn from(error: &MirrorError) -> Self {
-        RestoreFailure::new(error.to_string(), error.is_transient())
+        RestoreFailure {
+            in_the_way: matches!(error, MirrorError::InTheWay { .. }),
+            ..RestoreFailure::new(error.to_string(), error.is_transient())
+        }
     }
 }
 

@@ -30,16 +30,27 @@ pub fn mirror_setting(value: Option<&std::ffi::OsStr>) -> Result<bool, String> {
 pub const MIRROR_CAP_ENV: &str = "RETHREAD_MIRROR_CAP";
 
 /// Reads a [`MIRROR_CAP_ENV`] value: unset or empty is the default cap
-/// ([`DEFAULT_MIRROR_CAP`], 64 MiB); else a whole number of bytes, at least 1; anything else
-/// is an error naming the value (the CLI refuses it, exit 2).
+/// ([`DEFAULT_MIRROR_CAP`], 64 MiB); else as [`parse_mirror_cap`] reads it; anything else is
+/// an error naming the variable and the value (the CLI refuses it, exit 2).
 pub fn mirror_cap_setting(value: Option<&std::ffi::OsStr>) -> Result<u64, String> {
     let Some(value) = value.filter(|v| !v.is_empty()) else {
         return Ok(DEFAULT_MIRROR_CAP);
     };
-    match value.to_str().and_then(|v| v.trim().parse::<u64>().ok()) {
-        Some(cap) if cap > 0 => Ok(cap),
+    let refused = |why: String| format!("{MIRROR_CAP_ENV}: {why}");
+    match value.to_str() {
+        Some(text) => parse_mirror_cap(text).map_err(refused),
+        None => Err(refused(format!("{value:?} is not UTF-8"))),
+    }
+}
+
+/// Reads a cap of mirrored bytes as given (`--mirror-cap` and [`MIRROR_CAP_ENV`] alike, one
+/// verdict): decimal digits only, nothing around them, at least 1.
+pub fn parse_mirror_cap(text: &str) -> Result<u64, String> {
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    match text.parse::<u64>() {
+        Ok(cap) if digits && cap > 0 => Ok(cap),
         _ => Err(format!(
-            "{MIRROR_CAP_ENV} must be a number of bytes (at least 1), not {value:?}"
+            "`{text}` is not a number of bytes (decimal digits, at least 1)"
         )),
     }
 }

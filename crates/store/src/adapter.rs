@@ -49,10 +49,11 @@ pub(crate) trait Backend: Send + Sync + 'static {
     }
 
     /// Scrubs what earlier writes removed from the files and gives the space back
-    /// ([`WriteTxn::reclaim`], in a write of its own); called once at the end of a prune,
-    /// whose batches ask for none. By default nothing (a backend with nothing to reclaim).
-    fn reclaim(&self) -> impl Future<Output = Result<()>> + Send {
-        async { Ok(()) }
+    /// ([`WriteTxn::reclaim`], in a write of its own, one bounded step); returns how much was
+    /// still to give back before the step (0: nothing). Called at the end of a prune, again
+    /// while that falls. By default nothing (a backend with nothing to reclaim).
+    fn reclaim(&self) -> impl Future<Output = Result<u64>> + Send {
+        async { Ok(0) }
     }
 
     /// [`BindingStore::verify`]; by default through `store`'s public methods.
@@ -84,16 +85,31 @@ pub(crate) fn join_error(what: &str, error: tokio::task::JoinError) -> StoreErro
 }
 
 /// [`BindingStore::prune_sessions`] on `backend`: a read lists a page of candidates, a write
-/// per batch removes those still idle (`logic::prune`); then, once, the backend reclaims what
-/// the batches removed ([`Backend::reclaim`]), also after a batch failed.
+/// per batch removes those still idle (`logic::prune`); then the backend reclaims what the
+/// batches removed ([`Backend::reclaim`]), also after a batch failed.
 pub(crate) async fn prune<B: Backend>(backend: &B, prune: &Prune) -> Result<PruneReport> {
     let mut report = PruneReport::default();
     let pruned = prune_batches(backend, prune, &mut report).await;
     let reclaimed = match report.sessions.is_empty() || prune.dry_run {
         true => Ok(()),
-        false => backend.reclaim().await,
+        false => reclaim_all(backend).await,
     };
     pruned.and(reclaimed).map(|()| report)
+}
+
+/// Reclaims step by step until nothing is left to give back, or a step gave nothing back
+/// (readers holding the checkpoint, a failed step: the backend's own upkeep goes on later).
+/// Each step is a write of its own, bounded ([`Backend::reclaim`]): other writers wait for
+/// one step at most, never for the whole.
+async fn reclaim_all<B: Backend>(backend: &B) -> Result<()> {
+    let mut before = u64::MAX;
+    loop {
+        let left = backend.reclaim().await?;
+        if left == 0 || left >= before {
+            return Ok(());
+        }
+        before = left;
+    }
 }
 
 async fn prune_batches<B: Backend>(

@@ -154,9 +154,12 @@ fn file_path(rest: &str) -> Result<PathBuf, String> {
     };
     let (authority, path) = uri.split_at(uri.find('/').unwrap_or(uri.len()));
     if !(authority.is_empty() || authority.eq_ignore_ascii_case("localhost")) {
+        // Named by its host alone: a userinfo may hold a password.
+        let host = authority.rsplit('@').next().unwrap_or_default();
         return Err(format!(
-            "`//{authority}` names a host, and a store file is local: write `///` and an \
-             absolute path (`sqlite:///var/x.db`), or no `//` for a relative one (`sqlite:x.db`)"
+            "`//{host}` names a host (or a user), and a store file is local: write `///` and \
+             an absolute path (`sqlite:///var/x.db`), or no `//` for a relative one \
+             (`sqlite:x.db`)"
         ));
     }
     if path.contains(['?', '#']) {
@@ -179,8 +182,10 @@ fn file_path(rest: &str) -> Result<PathBuf, String> {
 impl std::fmt::Display for StoreUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StoreUrl::Redb(path) => write!(f, "redb:{}", path.display()),
-            StoreUrl::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
+            StoreUrl::Redb(path) => f.write_str(&redact_url(&format!("redb:{}", path.display()))),
+            StoreUrl::Sqlite(path) => {
+                f.write_str(&redact_url(&format!("sqlite:{}", path.display())))
+            }
             StoreUrl::Postgres(url) => f.write_str(&redact_url(url)),
             StoreUrl::Memory => f.write_str("memory:"),
         }

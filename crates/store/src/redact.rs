@@ -2,29 +2,27 @@
 
 use std::ops::Range;
 
-/// `url` with every password the PostgreSQL driver could read from it replaced by `***`: the
-/// userinfo password (`postgres://alice:***@host/db`) and the value of every parameter whose
-/// name, as the driver reads it (percent-decoded, tabs and newlines dropped as the URL parser
-/// drops them, any case), contains `password` (`password`, `sslpassword`, `pass%77ord`).
-/// A value is masked up to the next `&` (in libpq's `key=value` form, to its end as the
-/// driver reads it). Kept: everything else, `passfile` (a path) and `options` (server
-/// settings, not credentials) among it, so the URL still says which store is meant. Used
-/// for every message that names a store URL.
+/// `url` with every password it may hold replaced by `***`, whatever its scheme (`postgres:`,
+/// `sqlite:`, `redb:`, or one the store refuses: a password typed into any URL is a secret):
+/// the userinfo password (`postgres://alice:***@host/db`, `redb://alice:***@host/x`) and the
+/// value of every parameter whose name, as the PostgreSQL driver reads it (percent-decoded,
+/// tabs and newlines dropped as the URL parser drops them, any case), contains `password`
+/// (`password`, `sslpassword`, `pass%77ord`). A value is masked up to the next `&` (in
+/// libpq's `key=value` form, to its end as the driver reads it). Kept: everything else,
+/// `passfile` (a path) and `options` (server settings, not credentials) among it, so the URL
+/// still says which store is meant (a file path holding `:...@` or `?password=` is masked
+/// too: rather a name shown in part than a password shown). Used for every message and log
+/// line that names a store URL.
 ///
 /// ```
 /// use rethread_store::redact_url;
 /// assert_eq!(redact_url("postgres://alice:s3cret@db:5432/app"), "postgres://alice:***@db:5432/app");
 /// assert_eq!(redact_url("postgres://db/app?user=a&pass%77ord=s3cret"), "postgres://db/app?user=a&pass%77ord=***");
+/// assert_eq!(redact_url("redb://alice:s3cret@host/x.redb"), "redb://alice:***@host/x.redb");
+/// assert_eq!(redact_url("sqlite:///x.db?password=s3cret"), "sqlite:///x.db?password=***");
 /// assert_eq!(redact_url("sqlite:/var/lib/rethread.db"), "sqlite:/var/lib/rethread.db");
 /// ```
 pub fn redact_url(url: &str) -> String {
-    // The file backends' paths hold no secret and may hold `:` and `@`: shown as they are.
-    if ["redb:", "sqlite:", "memory:"]
-        .iter()
-        .any(|scheme| url.starts_with(scheme))
-    {
-        return url.to_string();
-    }
     // Not parsed, so that what the parser reads another way (a path for `postgres:/a:b@h`,
     // a fragment after a `#` in a password) or refuses is masked all the same. Each rule
     // finds its ranges in the URL as given; where they overlap, one `***` covers both.
@@ -44,6 +42,15 @@ pub fn redact_url(url: &str) -> String {
     }
     shown.push_str(&url[at..]);
     shown
+}
+
+/// How errors and logs name a store file: its path, masked by [`redact_url`]'s rule as the
+/// path of a `sqlite:PATH` URL is (a path holding `:...@` or `?password=` may be a URL's
+/// password typed into the verbatim form: shown masked in the URL, it is masked here too).
+pub(crate) fn path_label(path: &std::path::Path) -> String {
+    const SCHEME: &str = "sqlite:";
+    let shown = redact_url(&format!("{SCHEME}{}", path.display()));
+    shown[SCHEME.len()..].to_string()
 }
 
 /// Where the userinfo would start: after `scheme://`, or after a `scheme:`; `None` when
@@ -256,6 +263,52 @@ mod tests {
             "postgres://alice@host/db"
         );
         assert_eq!(redact_url("redb:/tmp/x.redb"), "redb:/tmp/x.redb");
+        assert_eq!(redact_url("sqlite:///tmp/x.db"), "sqlite:///tmp/x.db");
         assert_eq!(redact_url("memory:"), "memory:");
+    }
+
+    #[test]
+    fn a_store_files_name_is_masked_as_its_url_is() {
+        use std::path::Path;
+        assert_eq!(super::path_label(Path::new("/var/x.db")), "/var/x.db");
+        assert_eq!(
+            super::path_label(Path::new("/var/x?password=S3CR3T")),
+            "/var/x?password=***"
+        );
+        assert_eq!(
+            super::path_label(Path::new("/a:S3CR3T@b.db")),
+            "/a:***@b.db"
+        );
+    }
+
+    /// Issue 41, item 6: the file schemes' URLs were shown as given, passwords and all.
+    #[test]
+    fn every_schemes_password_is_masked() {
+        for (url, shown) in [
+            (
+                "redb://alice:S3CR3T@host/x.redb",
+                "redb://alice:***@host/x.redb",
+            ),
+            (
+                "sqlite://:S3CR3T@localhost/x.db",
+                "sqlite://:***@localhost/x.db",
+            ),
+            ("SQLITE://alice:S3CR3T@db/x", "SQLITE://alice:***@db/x"),
+            (
+                "sqlite:///x.db?password=S3CR3T",
+                "sqlite:///x.db?password=***",
+            ),
+            (
+                "redb:///x?user=a&pass%77ord=S3CR3T",
+                "redb:///x?user=a&pass%77ord=***",
+            ),
+            (
+                "sqlite:/x.db?PASSWORD=S3CR3T&a=b",
+                "sqlite:/x.db?PASSWORD=***&a=b",
+            ),
+            ("mysql://alice:S3CR3T@db/x", "mysql://alice:***@db/x"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
     }
 }

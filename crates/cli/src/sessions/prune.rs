@@ -16,7 +16,9 @@ pub(crate) struct PruneArgs {
     #[command(flatten)]
     pub(super) store: StoreArg,
     /// Remove the sessions idle at least this long (last written that long ago): a span such
-    /// as `30d`, `12h`, `90s`, `1w`, `1h 30m` (a day is 24 hours).
+    /// as `30d`, `12h`, `90s`, `1w`, `1h 30min`; units `s`, `min`, `h`, `d`, `w`, `mo` (30
+    /// days), `y` (365 days). A bare `m` (minutes or months?), zero and less than a second are
+    /// refused.
     #[arg(long, value_name = "DURATION", value_parser = parse_span)]
     idle: Duration,
     /// Remove nothing; list what would be removed.
@@ -31,16 +33,69 @@ pub(crate) struct PruneArgs {
     json: bool,
 }
 
-/// A span for `--idle`: jiff's friendly format (`30d`, `12h`, `90s`, `1w 2d`) or ISO 8601
-/// (`P30D`), days and weeks taken as 24 hours and 7 days; months and years are refused (their
-/// length depends on the date), and so is a negative span.
-fn parse_span(text: &str) -> Result<Duration, String> {
-    let refused = |why: String| format!("`{text}` is not a span such as 30d, 12h or 90s: {why}");
-    let span: jiff::Span = text.trim().parse().map_err(|e| refused(format!("{e}")))?;
-    let duration = span
-        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
-        .map_err(|e| refused(format!("{e}")))?;
-    Duration::try_from(duration).map_err(|_| refused("it is negative".to_string()))
+/// The units of a span ([`parse_span`]) and their seconds: a day is 24 hours, a month 30
+/// days, a year 365 days (a span is a length, never read against a calendar).
+const SPAN_UNITS: [(&str, u64); 7] = [
+    ("s", 1),
+    ("min", 60),
+    ("h", 3_600),
+    ("d", 86_400),
+    ("w", 7 * 86_400),
+    ("mo", 30 * 86_400),
+    ("y", 365 * 86_400),
+];
+
+/// What every refused span is told: the form and the units.
+const SPAN_FORM: &str = "give whole numbers with units, such as 30d, 12h or 1h 30min (units: \
+                         s, min, h, d, w, mo = 30 days, y = 365 days)";
+
+/// Reads a span of time: one or more parts `<whole number><unit>` ([`SPAN_UNITS`], any case),
+/// spaces allowed between them (`1h 30min`). A bare `m` is refused as ambiguous (minutes or
+/// months: `min` or `mo`), and so is a span under one second (zero, which would take every
+/// session not leased). The one reader of a span in the CLI (`sessions prune --idle`); its
+/// errors name the form and the units.
+pub(crate) fn parse_span(text: &str) -> Result<Duration, String> {
+    let refused = |why: &str| format!("`{text}` is not a span{why}; {SPAN_FORM}");
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(refused(""));
+    }
+    let mut secs: u64 = 0;
+    while !rest.is_empty() {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let number: u64 = match rest[..digits].parse() {
+            Ok(number) => number,
+            Err(_) if digits == 0 => return Err(refused("")),
+            Err(_) => return Err(refused(" (too long)")),
+        };
+        let after_number = rest[digits..].trim_start();
+        let letters = after_number.len()
+            - after_number
+                .trim_start_matches(|c: char| c.is_ascii_alphabetic())
+                .len();
+        let unit = after_number[..letters].to_ascii_lowercase();
+        if unit == "m" {
+            return Err(format!(
+                "`{text}`: `m` could be minutes or months; write `min` (minutes) or `mo` \
+                 (months of 30 days)"
+            ));
+        }
+        let Some(&(_, per)) = SPAN_UNITS.iter().find(|(name, _)| *name == unit) else {
+            return Err(refused(""));
+        };
+        secs = number
+            .checked_mul(per)
+            .and_then(|part| secs.checked_add(part))
+            .ok_or_else(|| refused(" (too long)"))?;
+        rest = after_number[letters..].trim_start();
+    }
+    if secs == 0 {
+        return Err(format!(
+            "`{text}` is zero, which would remove every session not leased; the shortest span \
+             is 1s"
+        ));
+    }
+    Ok(Duration::from_secs(secs))
 }
 
 /// Prunes (or, with `--dry-run`, lists) the idle sessions, and says what went.
@@ -111,8 +166,6 @@ pub(super) async fn run(store: Arc<dyn BindingStore>, args: PruneArgs) -> CliRes
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::parse_span;
 
     #[test]
@@ -122,11 +175,55 @@ mod tests {
         assert_eq!(secs("12h"), Ok(12 * 3_600));
         assert_eq!(secs("90s"), Ok(90));
         assert_eq!(secs("1w"), Ok(7 * 86_400));
-        assert_eq!(secs("1h 30m"), Ok(5_400));
-        assert_eq!(secs("P2D"), Ok(2 * 86_400));
-        assert_eq!(parse_span("0s"), Ok(Duration::ZERO));
-        for bad in ["", "30", "thirty days", "1mo", "1y", "-1d", "d30"] {
-            assert!(parse_span(bad).is_err(), "{bad}");
+        assert_eq!(secs("1h 30min"), Ok(5_400));
+        assert_eq!(secs("1h30min"), Ok(5_400));
+        assert_eq!(secs(" 2D "), Ok(2 * 86_400));
+        assert_eq!(secs("1s"), Ok(1));
+        assert_eq!(secs("1min"), Ok(60));
+        for bad in [
+            "",
+            "30",
+            "thirty days",
+            "-1d",
+            "d30",
+            "P2D",
+            "1.5h",
+            "99999999999999y",
+        ] {
+            let refused = parse_span(bad).unwrap_err();
+            assert!(refused.contains("s, min, h, d, w, mo"), "{bad}: {refused}");
+        }
+    }
+
+    /// Issue 41, item 7: `1m` was a minute where an operator may mean a month; `1M` and `1y`
+    /// were refused (`1y` naming `jiff::SpanRelativeTo`); `0` was refused but `0s`, `1ms` and
+    /// `1ns` meant everything not leased.
+    #[test]
+    fn a_span_is_months_or_years_as_said_never_ambiguous_never_under_a_second() {
+        let secs = |text| parse_span(text).map(|d| d.as_secs());
+        assert_eq!(secs("1mo"), Ok(30 * 86_400));
+        assert_eq!(secs("1y"), Ok(365 * 86_400));
+        assert_eq!(secs("1Y 1MO"), Ok(395 * 86_400));
+        for ambiguous in ["1m", "1M", "1h 30m"] {
+            let refused = parse_span(ambiguous).unwrap_err();
+            assert!(
+                refused.contains("`min`") && refused.contains("`mo`"),
+                "{ambiguous}: {refused}"
+            );
+        }
+        for under_a_second in ["0", "0s", "0d 0h", "1ms", "1ns", "1us"] {
+            let refused = parse_span(under_a_second).unwrap_err();
+            assert!(!refused.contains("jiff"), "{under_a_second}: {refused}");
+        }
+        assert!(parse_span("0s")
+            .unwrap_err()
+            .contains("shortest span is 1s"));
+        for text in ["1M", "1ms", "5 fortnights"] {
+            let refused = parse_span(text).err().unwrap_or_default();
+            assert!(
+                !refused.contains("jiff") && !refused.contains("Span"),
+                "{text}: {refused}"
+            );
         }
     }
 }

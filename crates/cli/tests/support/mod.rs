@@ -134,6 +134,16 @@ pub fn sessions(store: &str, args: &[&str]) -> Value {
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
+/// The shortest span `sessions prune --idle` takes: zero and less than a second are refused.
+pub const SHORTEST_IDLE: &str = "1s";
+
+/// Waits [`SHORTEST_IDLE`] and a millisecond from now: every record written before the call
+/// (whose times the file stores take from this machine's clock) is then idle for a prune
+/// `--idle 1s`. A wait for a known moment, not for an event that may be late.
+pub fn wait_out_the_shortest_idle() {
+    std::thread::sleep(Duration::from_millis(1_001));
+}
+
 /// Whether the Responses stand-in's newest model request holds `text`.
 pub fn last_request_holds(model: &ResponsesStandIn, text: &str) -> bool {
     let requests = model.model_requests();

@@ -17,6 +17,9 @@ pub(super) struct Attempts {
     pub(super) sent: u32,
     /// The restore before the first resume failed for a reason that may pass.
     pub(super) restore_may_pass: bool,
+    /// The restore before the first resume found something in its way in the home (a link):
+    /// what, for people.
+    pub(super) restore_in_the_way: Option<String>,
 }
 
 /// What a failed `thread/resume` means.
@@ -35,6 +38,7 @@ impl Attempts {
             backoff: options.retry_backoff,
             sent: 0,
             restore_may_pass: false,
+            restore_in_the_way: None,
         }
     }
 
@@ -64,6 +68,25 @@ impl Attempts {
                     error.message
                 ),
                 attempts: self.sent,
+            });
+        }
+        if let Some(in_the_way) = self
+            .restore_in_the_way
+            .as_ref()
+            .filter(|_| failure == ResumeFailure::Gone)
+        {
+            // Codex lacks the rollout because the home would not take it: not lost (the store
+            // holds it), and no retry passes until someone removes what is in the way.
+            let mut error = error.clone();
+            error.message = format!(
+                "{} (its rollout could not be restored into this home: {in_the_way}; the binding \
+                 is kept)",
+                error.message
+            );
+            return Verdict::Stop(OpenStop::Refused {
+                thread_id: self.thread_id.clone(),
+                failure,
+                error,
             });
         }
         if failure.thread_is_lost() {

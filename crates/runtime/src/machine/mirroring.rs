@@ -17,6 +17,7 @@ impl SessionMachine {
             Ok(restored) => self.mirroring &= !restored.stopped,
             Err(failure) => {
                 attempts.restore_may_pass = failure.transient;
+                attempts.restore_in_the_way = failure.in_the_way.then(|| failure.message.clone());
                 self.push(DriverAction::Say(Say::RestoreFailed {
                     thread_id: attempts.thread_id.clone(),
                     message: failure.message,

@@ -208,7 +208,8 @@ fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
     // Only a regular file is opened: opening a FIFO blocks until a writer comes, and the open
     // holds the session's lease meanwhile.
     if std::fs::metadata(&abs).is_ok_and(|meta| !meta.is_file()) {
-        return Err(io_error(&abs)(io::Error::other("not a regular file")));
+        let reason = "not a regular file".to_string();
+        return Err(MirrorError::InTheWay { path: abs, reason });
     }
     let existing = match File::open(&abs) {
         Ok(mut handle) => {
@@ -418,13 +419,14 @@ fn open_dir(home: &Path, rel: &str) -> Result<OwnedFd, MirrorError> {
             }
             Err(error) => Err(error),
         };
-        dir = opened.map_err(|error| {
-            io_error(&at)(match error {
-                Errno::LOOP | Errno::NOTDIR => io::Error::other(
-                    "a link or not a folder: a restore writes only inside the home, through no link",
-                ),
-                error => error.into(),
-            })
+        dir = opened.map_err(|error| match error {
+            Errno::LOOP | Errno::NOTDIR => MirrorError::InTheWay {
+                path: at.clone(),
+                reason: "a link or not a folder (a restore writes only inside the home, through \
+                         no link)"
+                    .to_string(),
+            },
+            error => io_error(&at)(error.into()),
         })?;
     }
     Ok(dir)

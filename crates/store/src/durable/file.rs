@@ -13,7 +13,7 @@ use crate::{OpenOptions, StoreError};
 /// file was created. A path that is not a regular file is refused unopened (opening a FIFO
 /// blocks, and SQLite would create `/dev/null-journal`).
 pub(crate) fn prepare_file(path: &Path, options: &OpenOptions) -> Result<bool> {
-    let label = path.display().to_string();
+    let label = crate::redact::path_label(path);
     match std::fs::metadata(path) {
         Ok(meta) if !meta.is_file() => Err(StoreError::NotAFile {
             path: label.clone(),
@@ -93,7 +93,7 @@ fn create_parent(path: &Path) -> Result<()> {
         use std::os::unix::fs::DirBuilderExt;
         builder.mode(0o700);
     }
-    let label = parent.display().to_string();
+    let label = crate::redact::path_label(parent);
     builder.create(parent).map_err(|e| open_error(&label, e))
 }
 
@@ -122,7 +122,7 @@ impl FileId {
     /// The file `path` names now.
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn of_path(path: &Path) -> Result<FileId> {
-        identity(path).map_err(|source| StoreError::io(path.display().to_string(), source))
+        identity(path).map_err(|source| StoreError::io(crate::redact::path_label(path), source))
     }
 
     /// The file `meta` describes.

@@ -85,12 +85,9 @@ impl Backend for Durable {
         self.clock.clone()
     }
 
-    async fn reclaim(&self) -> Result<()> {
-        self.write("", |txn: &mut dyn WriteTxn, _| {
-            txn.reclaim();
-            Ok(())
-        })
-        .await
+    async fn reclaim(&self) -> Result<u64> {
+        self.write("", |txn: &mut dyn WriteTxn, _| txn.reclaim())
+            .await
     }
 
     /// A single-process backend's lease request runs on a blocking thread: it waits for the

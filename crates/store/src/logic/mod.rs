@@ -104,9 +104,13 @@ pub(crate) trait WriteTxn: ReadTxn {
     fn remove(&mut self, session_id: &str) -> Result<bool>;
     /// Asks that what was removed so far (by this transaction or before) be scrubbed from
     /// the files and its space given back once this transaction commits: redb compacts its
-    /// file. SQLite's upkeep follows every removal (bounded steps); PostgreSQL and memory
-    /// have nothing to do.
-    fn reclaim(&mut self) {}
+    /// file whole; SQLite takes one bounded step of its upkeep (as after every removal);
+    /// PostgreSQL and memory have nothing to do. Returns how much space is still to give
+    /// back before this commit's step (SQLite's free pages; 0: nothing left, or nothing a
+    /// further step would give back): a caller that wants it all asks again while it falls.
+    fn reclaim(&mut self) -> Result<u64> {
+        Ok(0)
+    }
     /// The leases as this transaction sees them: a table of the store, or the process's own.
     fn leases(&mut self) -> &mut dyn LeaseTxn;
 }

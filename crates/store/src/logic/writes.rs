@@ -207,7 +207,7 @@ pub(crate) fn delete(txn: &mut dyn WriteTxn, now: i64, session_id: &str) -> Resu
     Grant::refuse_if_busy(grant.as_ref(), None, now)?;
     // A plain remove: deleting a session whose record was lost clears its rows (a repair).
     let existed = txn.remove(session_id)?;
-    txn.reclaim();
+    txn.reclaim()?;
     if let Some(grant) = grant {
         txn.leases().put_lease(&Grant::forgotten(&grant, now))?;
     }

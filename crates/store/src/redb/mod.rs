@@ -55,11 +55,11 @@ impl RedbStore {
         make_backend: MakeBackend,
     ) -> Result<Self> {
         let path = path.to_path_buf();
-        let read_only = options.read_only.then(|| path.display().to_string());
+        let read_only = options.read_only.then(|| crate::redact::path_label(&path));
         let clock = options.clock.clone();
         let opener = Opener {
             path: path.clone(),
-            label: path.display().to_string(),
+            label: crate::redact::path_label(&path),
             options,
             make_backend,
         };

@@ -406,8 +406,10 @@ impl WriteTxn
         self.chunks.retain_in(keys, |_, _| false).redb(&self.label)
     }
 
-    fn reclaim(&mut self) {
+    /// The compaction gives everything back at once: nothing is left for another step.
+    fn reclaim(&mut self) -> Result<u64> {
         self.reclaim = true;
+        Ok(0)
     }
 
     fn remove(&mut self, session_id: &str) -> Result<bool> {

@@ -42,11 +42,11 @@ impl SqliteStore {
     /// [`StoreError::Locked`] if another process holds the write lock past the wait.
     pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let read_only = options.read_only.then(|| path.display().to_string());
+        let read_only = options.read_only.then(|| crate::redact::path_label(&path));
         let open_path = path.clone();
         let clock = options.clock.clone();
         let (writer, readers) = Writer::spawn("sqlite", clock.clone(), move || {
-            let label = open_path.display().to_string();
+            let label = crate::redact::path_label(&open_path);
             let (conn, file_id) = open_writer(&open_path, &options, &label)?;
             let readers = SqliteReaders {
                 path: open_path.clone(),
@@ -265,7 +265,9 @@ impl SqliteEngine {
     /// writes the zeroed pages into the file and empties the WAL. A store created with
     /// `auto_vacuum = INCREMENTAL` also gives at most [`VACUUM_STEP_PAGES`] free pages back to
     /// the file system per step. Steps go on after the next commits and while the writer is
-    /// idle until no free page is left and a checkpoint went through.
+    /// idle until no free page is left and a checkpoint went through; a prune asks for them
+    /// one write at a time until then (`WriteTxn::reclaim`), so that a process that exits
+    /// after it leaves no free pages behind.
     fn maintain(&mut self) {
         let label = self.label.as_str();
         let step = || -> Result<bool> {

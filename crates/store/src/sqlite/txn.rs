@@ -322,6 +322,23 @@ impl WriteTxn for Txn<'_> {
         Ok(removed > 0)
     }
 
+    /// One step of the upkeep after this commit (as after a removal: the engine's `maintain`,
+    /// which gives back at most [`super::VACUUM_STEP_PAGES`] pages); returns the free pages
+    /// before it. A store without `auto_vacuum = INCREMENTAL` gives none back: 0.
+    fn reclaim(&mut self) -> Result<u64> {
+        self.removed = true;
+        let pragma = |name: &str| {
+            let sql = format!("PRAGMA {name}");
+            self.conn
+                .query_row(&sql, [], |r| r.get::<_, i64>(0))
+                .sqlite(self.label)
+        };
+        if pragma("auto_vacuum")? != 2 {
+            return Ok(0);
+        }
+        Ok(u64::try_from(pragma("freelist_count")?).unwrap_or(0))
+    }
+
     fn leases(&mut self) -> &mut dyn LeaseTxn {
         self
     }
