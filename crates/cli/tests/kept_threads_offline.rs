@@ -184,6 +184,45 @@ async fn a_sessions_thread_is_never_forked_or_read_without_a_session() {
     assert!(forked.stdout.is_empty(), "{forked:?}");
 }
 
+/// Issue 41: with a store and no session the guard holds whether or not threads are kept
+/// (`RETHREAD_MIRROR=off` keeps nothing): a session's thread is refused, and a listing does not
+/// show it.
+#[tokio::test]
+async fn a_sessions_thread_is_guarded_without_a_session_even_with_the_mirror_off() {
+    let (home, dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let store = store_url(dir.path());
+    let mut bob = app_server(home.path(), &store, Some("bob")).await;
+    let thread = thread_with_a_turn(&mut bob, "bob's secret").await;
+    bob.shutdown(Duration::from_secs(15)).await.unwrap();
+
+    let fake = fake_codex();
+    let env = [
+        ("RETHREAD_STORE", store.as_str()),
+        ("RETHREAD_CODEX_BIN", fake.to_str().unwrap()),
+        ("RETHREAD_MIRROR", "off"),
+    ];
+    let mut host = app_server_with(home.path(), &[], &env).await;
+    let params = json!({"threadId": thread, "includeTurns": true});
+    let answer = host
+        .peer
+        .request("thread/read", Some(params))
+        .await
+        .unwrap();
+    assert_eq!(
+        answer["error"]["data"]["rethread"]["kind"], "thread_taken",
+        "{answer}"
+    );
+    assert!(!answer.to_string().contains("bob's secret"), "{answer}");
+    let listed = host
+        .peer
+        .request("thread/list", Some(json!({})))
+        .await
+        .unwrap();
+    assert!(listed["result"]["data"].is_array(), "{listed}");
+    assert!(!listed.to_string().contains(&thread), "{listed}");
+    host.shutdown(Duration::from_secs(15)).await.unwrap();
+}
+
 #[tokio::test]
 async fn a_resume_codex_refuses_leaves_the_thread_free_for_another_process() {
     let (home, dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());

@@ -10,7 +10,7 @@ use rethread_runtime::BinderOptions;
 
 use crate::hooks::{ClientAction, ClientContext, HookError, ServerAction, ServerContext};
 use crate::line::{Line, LineKind};
-use crate::session::KeptThreads;
+use crate::session::{KeptThreads, Sessionless};
 use crate::SessionHooks;
 
 /// The one `warning` a client gets when no session is named and nothing is kept.
@@ -36,6 +36,8 @@ pub struct NoSession {
     initialize: Mutex<Option<RequestId>>,
     warned: AtomicBool,
     kept: Option<KeptThreads>,
+    /// With a store: the guard, whether or not threads are kept.
+    guard: Option<Sessionless>,
     /// The context `on_start` was given: where `on_shutdown` reports.
     reporter: OnceLock<ClientContext>,
 }
@@ -48,10 +50,14 @@ impl NoSession {
 
     /// Keeps each thread the client runs by its own id in `store`, under `options` (lease TTL
     /// and wait, `CODEX_HOME`, the mirror and its cap); a pass-through without the mirror.
+    /// Sessions' threads stay out of reach either way (`docs/design.md`, "A thread the client
+    /// names", rule 6).
     pub fn keeping(store: Arc<dyn BindingStore>, options: BinderOptions) -> Self {
+        let guard = Some(Sessionless::new(store.clone(), options.codex_home.clone()));
         let kept = Keeper::new(store, options).map(KeptThreads::new);
         NoSession {
             kept,
+            guard,
             ..NoSession::default()
         }
     }
@@ -78,11 +84,22 @@ impl SessionHooks for NoSession {
         {
             *self.initialize() = line.id().cloned();
         }
-        match (&self.kept, line.kind(), line.id()) {
-            (Some(kept), LineKind::Request, Some(id)) => {
-                kept.on_request(line, id.clone(), ctx).await
+        let (Some(guard), LineKind::Request, Some(id)) = (&self.guard, line.kind(), line.id())
+        else {
+            return Ok(ClientAction::Forward);
+        };
+        let named = match guard.check(line).await {
+            Ok(named) => named,
+            Err(refusal) => {
+                ctx.report(&refusal.message);
+                ctx.send_to_client(Line::error_response(Some(id.clone()), refusal))
+                    .await?;
+                return Ok(ClientAction::Consumed);
             }
-            _ => Ok(ClientAction::Forward),
+        };
+        match &self.kept {
+            Some(kept) => kept.on_request(line, id.clone(), named, ctx).await,
+            None => Ok(ClientAction::Forward),
         }
     }
 
@@ -97,10 +114,16 @@ impl SessionHooks for NoSession {
                 .take_if(|id| Some(&*id) == line.id())
                 .is_some();
         if !answers_initialize || self.warned.swap(true, Ordering::Relaxed) {
-            return match &self.kept {
-                Some(kept) => kept.on_server_message(line, ctx).await,
-                None => Ok(ServerAction::Forward),
-            };
+            if let Some(filtered) = self.guard.as_ref().map(|guard| guard.filter(line)) {
+                if let Some(filtered) = filtered.await {
+                    ctx.send_to_client(filtered).await?;
+                    return Ok(ServerAction::Consumed);
+                }
+            }
+            if let Some(kept) = &self.kept {
+                kept.on_server_message(line, ctx).await?;
+            }
+            return Ok(ServerAction::Forward);
         }
         let warning = match self.kept {
             Some(_) => KEPT_THREADS_WARNING,

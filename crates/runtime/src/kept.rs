@@ -62,6 +62,15 @@ pub fn check_session_id(session_id: &str) -> Result<(), RuntimeError> {
     }
 }
 
+/// `thread` in its canonical spelling, unless it is a session's: a client without a session
+/// never uses one, through any request ([`client_thread`] under the thread's own key).
+///
+/// # Errors
+/// [`RuntimeError::ThreadTaken`] naming the session; a store failure.
+pub async fn check(store: &dyn BindingStore, thread: &str) -> Result<ThreadId, RuntimeError> {
+    client_thread(store, &key(thread), Some(thread), false).await
+}
+
 /// The threads one connection keeps without a session: one lease each (`thread:<id>`), held
 /// from the thread's first use until [`release_all`](Keeper::release_all), and a session
 /// machine each, which decides what each completed turn commits and what is said, as for a
@@ -147,11 +156,6 @@ impl Keeper {
         Ok(true)
     }
 
-    /// The `CODEX_HOME` its threads' rollouts are in.
-    pub fn codex_home(&self) -> Option<&str> {
-        self.options.codex_home.as_deref()
-    }
-
     /// `thread` in its canonical spelling, unless it is a session's: a client without a
     /// session never uses one, through any request ([`client_thread`] under the thread's own
     /// key).
@@ -159,7 +163,7 @@ impl Keeper {
     /// # Errors
     /// [`RuntimeError::ThreadTaken`] naming the session; a store failure.
     pub async fn check(&self, thread: &str) -> Result<ThreadId, RuntimeError> {
-        client_thread(self.store.as_ref(), &key(thread), Some(thread), false).await
+        check(self.store.as_ref(), thread).await
     }
 
     /// Restores `thread`'s rollout from its own record where this home lacks it or holds a

@@ -47,6 +47,7 @@ pub fn redact_url(url: &str) -> String {
 /// How errors and logs name a store file: its path, masked by [`redact_url`]'s rule as the
 /// path of a `sqlite:PATH` URL is (a path holding `:...@` or `?password=` may be a URL's
 /// password typed into the verbatim form: shown masked in the URL, it is masked here too).
+#[cfg(any(feature = "redb", feature = "sqlite"))]
 pub(crate) fn path_label(path: &std::path::Path) -> String {
     const SCHEME: &str = "sqlite:";
     let shown = redact_url(&format!("{SCHEME}{}", path.display()));
@@ -268,6 +269,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(any(feature = "redb", feature = "sqlite"))]
     fn a_store_files_name_is_masked_as_its_url_is() {
         use std::path::Path;
         assert_eq!(super::path_label(Path::new("/var/x.db")), "/var/x.db");

@@ -15,16 +15,16 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io::{BufRead, Read};
 use std::path::Path;
+use std::sync::Arc;
 
 use rethread_protocol::{ErrorCode, RequestId, RpcError, ThreadId};
-use rethread_runtime::binding;
-use rethread_runtime::kept::Keeper;
-use rethread_runtime::RuntimeError;
+use rethread_runtime::{binding, kept, RuntimeError};
 use rethread_store::{BindingStore, Unpoisoned};
 use serde::de::{self, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
+use super::start::start_refused;
 use crate::line::{Line, LineKind};
 
 /// The methods where codex opens the rollout at `path` instead of `threadId`'s.
@@ -46,8 +46,8 @@ const SEARCH_PARTIAL: &str = "thread/search/partial";
 /// A session's first line in a rollout is at most this long (its base instructions included).
 const MAX_META_LINE: u64 = 16 << 20;
 
-/// Who the guard keeps threads for: a session, or a client without one whose threads are
-/// kept by their own ids.
+/// Who the guard keeps threads for: a session, or a client without one (each thread checked
+/// under its own key, whether or not it is kept).
 #[derive(Clone, Copy)]
 pub(crate) enum Viewer<'a> {
     /// The client of session `session_id`.
@@ -56,14 +56,14 @@ pub(crate) enum Viewer<'a> {
         session_id: &'a str,
     },
     /// A client without a session.
-    Kept(&'a Keeper),
+    Sessionless(&'a dyn BindingStore),
 }
 
 impl fmt::Debug for Viewer<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Viewer::Session { session_id, .. } => write!(f, "Viewer::Session({session_id})"),
-            Viewer::Kept(_) => f.write_str("Viewer::Kept"),
+            Viewer::Sessionless(_) => f.write_str("Viewer::Sessionless"),
         }
     }
 }
@@ -79,8 +79,55 @@ impl Viewer<'_> {
             Viewer::Session { store, session_id } => {
                 binding::client_thread(*store, session_id, Some(thread), false).await
             }
-            Viewer::Kept(keeper) => keeper.check(thread).await,
+            Viewer::Sessionless(store) => kept::check(*store, thread).await,
         }
+    }
+}
+
+/// The guard of a client without a session (`NoSession` with a store, its threads kept or
+/// not): what a request names is checked, listings filtered.
+#[derive(Debug)]
+pub(crate) struct Sessionless {
+    store: Arc<dyn BindingStore>,
+    /// The `CODEX_HOME` a `path` must be in.
+    home: Option<String>,
+    listings: Listings,
+}
+
+impl Sessionless {
+    pub(crate) fn new(store: Arc<dyn BindingStore>, home: Option<String>) -> Self {
+        let listings = Listings::default();
+        Sessionless {
+            store,
+            home,
+            listings,
+        }
+    }
+
+    fn viewer(&self) -> Viewer<'_> {
+        Viewer::Sessionless(self.store.as_ref())
+    }
+
+    /// The thread a client request acts on ([`Named::target`]), or the refusal to answer it
+    /// with: a session's thread (as on the session path, `sessionId` `null`), or a request
+    /// that cannot be read whole.
+    pub(crate) async fn check(&self, line: &Line) -> Result<Option<String>, RpcError> {
+        let named = named(line, self.home.as_deref()).await?;
+        for thread in named.all() {
+            if let Err(error) = self.viewer().check(thread.as_str()).await {
+                return Err(start_refused(&error, None, Some(thread.as_str())));
+            }
+        }
+        self.listings.on_request(line);
+        Ok(named.target().map(|thread| thread.as_str().to_string()))
+    }
+
+    /// `line` without the threads the client may not open, when it lists threads.
+    pub(crate) async fn filter(&self, line: &Line) -> Option<Line> {
+        if !self.listings.concerns(line) {
+            return None;
+        }
+        self.listings.filter(line, self.viewer()).await
     }
 }
 

@@ -10,10 +10,9 @@ use rethread_runtime::RuntimeError;
 use rethread_store::Unpoisoned;
 use serde_json::Value;
 
-use super::guard::{self, Listings, Viewer};
 use super::start::start_refused;
 use super::{answered_thread, params};
-use crate::hooks::{ClientAction, HookError, ServerAction, ServerContext};
+use crate::hooks::{ClientAction, HookError, ServerContext};
 use crate::line::{Line, LineKind};
 
 /// Each thread the client starts, forks or resumes on the connection, kept by its own id:
@@ -28,8 +27,6 @@ pub(crate) struct KeptThreads {
     opening: std::sync::Mutex<HashSet<RequestId>>,
     /// The client's `thread/resume` requests that took their thread's lease, by thread.
     resuming: std::sync::Mutex<HashMap<RequestId, String>>,
-    /// The client's requests whose answers list threads.
-    listings: Listings,
 }
 
 impl KeptThreads {
@@ -38,36 +35,20 @@ impl KeptThreads {
             keeper,
             opening: Default::default(),
             resuming: Default::default(),
-            listings: Listings::default(),
         }
     }
 
-    /// A client request: one naming a session's thread ([`guard::named`]: by any member or
-    /// `path`), or that cannot be read whole, is answered with an error, whatever its method;
-    /// a `thread/resume` takes its thread first (answered with an error when another live
-    /// process keeps it); a start or fork's answer is awaited.
+    /// A client request the guard let through (`named`: the thread it acts on,
+    /// [`Named::target`](super::guard::Named::target)): a `thread/resume` takes its thread
+    /// first (answered with an error when another live process keeps it); a start or fork's
+    /// answer is awaited.
     pub(crate) async fn on_request(
         &self,
         line: &Line,
         id: RequestId,
+        named: Option<String>,
         ctx: &ServerContext,
     ) -> Result<ClientAction, HookError> {
-        let named = match guard::named(line, self.keeper.codex_home()).await {
-            Ok(named) => named,
-            Err(refusal) => {
-                ctx.report(&refusal.message);
-                ctx.send_to_client(Line::error_response(Some(id), refusal))
-                    .await?;
-                return Ok(ClientAction::Consumed);
-            }
-        };
-        for thread in named.all() {
-            if let Err(error) = self.keeper.check(thread.as_str()).await {
-                return self.refuse(ctx, id, &error, thread.as_str()).await;
-            }
-        }
-        self.listings.on_request(line);
-        let named = named.target().map(|thread| thread.as_str().to_string());
         match line.method() {
             Some("thread/start" | "thread/fork") => {
                 if let Some(thread_id) = &named {
@@ -95,22 +76,15 @@ impl KeptThreads {
         Ok(ClientAction::Forward)
     }
 
-    /// A codex message: a listing of threads keeps only those the client may open, the answer
-    /// to a start or fork keeps its thread, a refused resume lets its thread go; a completed turn of a kept thread is recorded as its machine decides
+    /// A codex message: the answer to a start or fork keeps its thread, a refused resume lets
+    /// its thread go; a completed turn of a kept thread is recorded as its machine decides
     /// (awaited: the client sees `turn/completed` once it is durable, or after a `warning`
     /// saying why not).
     pub(crate) async fn on_server_message(
         &self,
         line: &Line,
         ctx: &ServerContext,
-    ) -> Result<ServerAction, HookError> {
-        if self.listings.concerns(line) {
-            let viewer = Viewer::Kept(&self.keeper);
-            if let Some(filtered) = self.listings.filter(line, viewer).await {
-                ctx.send_to_client(filtered).await?;
-                return Ok(ServerAction::Consumed);
-            }
-        }
+    ) -> Result<(), HookError> {
         match (line.kind(), line.method()) {
             (LineKind::Response | LineKind::Error, _) => {
                 let resumed = line
@@ -137,10 +111,10 @@ impl KeptThreads {
             }
             (LineKind::Notification, Some("turn/completed")) => {
                 let Some(TurnNotification { thread_id, turn }) = params(line) else {
-                    return Ok(ServerAction::Forward);
+                    return Ok(());
                 };
                 if turn.status != TurnStatus::Completed {
-                    return Ok(ServerAction::Forward);
+                    return Ok(());
                 }
                 // Said before the line goes on: a failed commit, the mirror's cap, a lost lease.
                 for say in self.keeper.complete_turn(&thread_id).await {
@@ -149,7 +123,7 @@ impl KeptThreads {
             }
             _ => {}
         }
-        Ok(ServerAction::Forward)
+        Ok(())
     }
 
     /// Answers the client's request `id` about `thread` with an error instead of codex.

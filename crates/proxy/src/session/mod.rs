@@ -30,6 +30,7 @@ use crate::hooks::{ClientAction, ClientContext, HookError, ServerAction, ServerC
 use crate::line::{Line, LineKind};
 use crate::{ProxyError, SessionHooks};
 
+pub(crate) use guard::Sessionless;
 use guard::{Listings, Named, Viewer};
 pub(crate) use kept::KeptThreads;
 use start::{as_start_result, resume_params, seeded_start, start_params, start_refused};
