@@ -133,10 +133,10 @@ pub use hooks::{
 };
 pub use line::{peek, peek_prefix, Line, LineKind, Peek};
 pub use passthrough::{NoSession, KEPT_THREADS_WARNING, NO_SESSION_WARNING};
-pub use process::{run_app_server, spawn_app_server};
+pub use process::{answer_first_request, run_app_server, spawn_app_server};
 /// What the proxy's own requests fail with: the runtime client's error.
 pub use rethread_runtime::{ClientError, CodexCommand};
-pub use session::{BindingHooks, SessionOptions, TurnLimits};
+pub use session::{open_refused, BindingHooks, NoticeDelivery, SessionOptions, TurnLimits};
 
 /// Errors of the proxy.
 #[derive(Debug, thiserror::Error)]
