@@ -105,6 +105,9 @@ async fn the_notice_is_an_item_of_the_new_threads_first_turn_once_and_never_the_
     assert_eq!(params["threadId"], new.as_str());
     assert_eq!(params["turnId"], turn_id);
     assert_eq!(params["item"]["type"], "agentMessage");
+    // As codex sends them, which typed clients (the Python SDK) require.
+    assert!(items[0].1["startedAtMs"].is_u64(), "{items:?}");
+    assert!(params["completedAtMs"].is_u64(), "{items:?}");
     let id = params["item"]["id"].as_str().unwrap();
     assert!(id.starts_with("rethread-notice-"), "an id of its own: {id}");
     // The model's reply is unchanged and comes last: a client taking the last agent message

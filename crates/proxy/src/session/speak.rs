@@ -63,8 +63,16 @@ impl BindingHooks {
             "id": format!("rethread-notice-{thread_id}"),
             "text": rethread_runtime::machine::RESUME_FALLBACK_NOTICE,
         });
-        for method in ["item/started", "item/completed"] {
-            let params = json!({"threadId": thread_id, "turnId": turn_id, "item": item});
+        // Typed clients (the Python SDK) require the lifecycle's time, as codex sends it.
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis());
+        for (method, at) in [
+            ("item/started", "startedAtMs"),
+            ("item/completed", "completedAtMs"),
+        ] {
+            let mut params = json!({"threadId": thread_id, "turnId": turn_id, "item": item});
+            params[at] = json!(now_ms);
             let message = Message::notification(method, Some(params));
             ctx.send_to_client(Line::from_message(&message)).await?;
         }
