@@ -108,8 +108,10 @@ pub(crate) fn start_refused(
 
 /// The error answering the client's first request (`initialize`) when the session could not
 /// be opened at all, before codex started (its lease held by another live process, the store
-/// unreachable): [`start_refused`]'s code and `data` (`threadId` `null`; a busy session is
-/// `-32001`, `kind: "session_busy"`), with rethread's own message, which names the holder.
+/// unreachable): the code and `data` of a refused `thread/start` (`-32001` with
+/// `data.codexErrorInfo: "server_overloaded"` when retryable, else `-32603`; `data.rethread`
+/// = `{kind, sessionId, threadId: null, retryable}`: a busy session is `kind:
+/// "session_busy"`), with rethread's own message, which names the holder.
 pub fn open_refused(error: &RuntimeError, session_id: &str) -> RpcError {
     let mut refusal = start_refused(error, Some(session_id), None);
     let retry = if error.is_retryable() {
