@@ -176,8 +176,10 @@ fn run_stages(root: &Path, stages: &mut Stages) -> Result<(), String> {
     stages.run("example typescript", examples::typescript);
     if installed {
         // Real, unmodified clients against the current codex: the openai-codex Python SDK
-        // through `rethread app-server`, the TypeScript SDK through `rethread exec`.
+        // and Hermes through `rethread app-server`, the TypeScript SDK through `rethread exec`.
         stages.run("python sdk", proxy::python_tests);
+        // Hermes (hermes-agent from PyPI, by README.md's line) through a `codex` link.
+        stages.run("hermes", proxy::hermes_tests);
         stages.run("typescript sdk", node::typescript_tests);
     }
     // What publishing needs: the docs build without warnings, each backend builds alone, and

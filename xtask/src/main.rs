@@ -16,6 +16,8 @@
 //!   it and print its row of the README's compatibility table.
 //! - `bench <what>`: benchmarks (see `docs/benchmarks.md`).
 //! - `python`: the Python SDK tests of `rethread app-server` (also a step of `ci`).
+//! - `hermes`: Hermes (hermes-agent from PyPI) through a `codex` link to rethread (also a step
+//!   of `ci`).
 //! - `node`: the TypeScript SDK tests of `rethread exec` (also a step of `ci`).
 //! - `examples`: the offline example of each language on `fake-codex` (steps of `ci`).
 //! - `restarts [--kills N] [--seed S] [--backend B]... [--hosts chat|app-server]...`: host
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
         Some("fuzz") => fuzz::command(&args[1..]),
         Some("bench") => bench::command(&args[1..]),
         Some("python") => proxy::python_tests(),
+        Some("hermes") => proxy::hermes_tests(),
         Some("node") => node::typescript_tests(),
         Some("examples") => examples::command(),
         Some("restarts") => restarts::command(&args[1..]),
@@ -88,6 +91,7 @@ fn print_help() {
          bench proxy [--rounds N]   rethread app-server vs codex direct (fake-codex), p50/p99\n\
          bench mirror [--commits N] what the rollout mirror adds to a commit; restore vs plain copy\n\
          python                the openai-codex Python SDK driving rethread app-server (pytest)\n\
+         hermes                Hermes (hermes-agent) driving rethread app-server through a `codex` link (pytest)\n\
          node                  the @openai/codex-sdk TypeScript SDK driving rethread exec (node --test)\n\
          examples              the offline Rust, Python and TypeScript examples on fake-codex\n\
          restarts [--kills N] [--seed S] [--backend B]... [--hosts H]...  stopped hosts restart at once (docs/reliability.md)",

@@ -11,7 +11,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use rethread_proxy::{
-    run_app_server, BindingHooks, CodexCommand, NoSession, ProxyOptions, SessionOptions,
+    run_app_server, BindingHooks, CodexCommand, NoSession, NoticeDelivery, ProxyOptions,
+    SessionOptions,
 };
 use rethread_runtime::BinderOptions;
 
@@ -25,6 +26,12 @@ rethread's own settings (everything else goes to `codex app-server` verbatim):
   RETHREAD_SESSION         the session to keep when --session is not given; unset or empty:
                            with a store, each thread kept by its own id (no transcript),
                            else a pass-through that keeps nothing (either said once)
+  RETHREAD_SESSION_VAR     the variable holding the session id when RETHREAD_SESSION is unset
+                           (Hermes: HERMES_SESSION_ID); that variable unset, empty or not
+                           a session id: refused
+  RETHREAD_NOTICE          `warning` (default): the fallback notice is a `warning`; `item`:
+                           also an agentMessage item in the new thread's first turn, for
+                           clients that drop warnings (Hermes, the Python SDK)
   RETHREAD_SESSION_WAIT    seconds to wait for a session another live process holds
                            (default 2), then exit 75
   RETHREAD_STORE           the store (--store): sqlite:PATH, redb:PATH, postgres://..., memory:
@@ -184,11 +191,39 @@ impl AppServerGlobals {
     }
 }
 
-/// `RETHREAD_SESSION`: unset or empty names no session (the documented pass-through); a value
-/// that is not UTF-8 cannot be kept: a usage error, never read as unset.
+/// The variable that names the variable holding the session id, for hosts that export their
+/// own (Hermes: `HERMES_SESSION_ID`) and cannot be told to set `RETHREAD_SESSION`.
+const SESSION_VAR_ENV: &str = "RETHREAD_SESSION_VAR";
+
+/// The session the environment names: `RETHREAD_SESSION`; unset or empty, the variable
+/// `RETHREAD_SESSION_VAR` names; neither, no session (the documented pass-through). A value
+/// that is not UTF-8 or not a session id cannot be kept: a usage error, never read as unset.
+/// Named through `RETHREAD_SESSION_VAR`, an unset or empty variable is refused too: the user
+/// asked for the host's session to be kept, and keeping nothing would be silent.
 pub(crate) fn session_env() -> Result<Option<String>, UsageError> {
-    let session = crate::env_var("RETHREAD_SESSION", "; a session id must be text")?;
-    user_session(session).map_err(UsageError)
+    let text = "; a session id must be text";
+    if let Some(session) = crate::env_var("RETHREAD_SESSION", text)? {
+        return user_session(Some(session)).map_err(UsageError);
+    }
+    let Some(name) = crate::env_var(SESSION_VAR_ENV, "; name an environment variable")? else {
+        return Ok(None);
+    };
+    if name.contains(['=', '\0']) {
+        let cause = format!("{SESSION_VAR_ENV}=`{name}` is not the name of a variable");
+        return Err(UsageError(cause));
+    }
+    let named = |cause: String| UsageError(format!("{name} (named by {SESSION_VAR_ENV}) {cause}"));
+    let hint = format!(" (named by {SESSION_VAR_ENV}){text}");
+    match crate::env_var(&name, &hint)? {
+        None => Err(named(
+            "is unset or empty: the session to keep is not known; set it, or unset \
+             RETHREAD_SESSION_VAR"
+                .into(),
+        )),
+        Some(session) => {
+            user_session(Some(session)).map_err(|cause| named(format!("is refused: {cause}")))
+        }
+    }
 }
 
 /// A session named by the user (`chat --session`, `app-server --session`,
@@ -201,6 +236,19 @@ pub(crate) fn user_session(session: Option<String>) -> Result<Option<String>, St
     {
         Some(Err(error)) => Err(error.to_string()),
         _ => Ok(session),
+    }
+}
+
+/// `RETHREAD_NOTICE`: how the fallback notice reaches the client, `warning` (also when unset
+/// or empty) or `item`; anything else is a usage error.
+fn notice_env() -> Result<NoticeDelivery, UsageError> {
+    const NOTICE_ENV: &str = "RETHREAD_NOTICE";
+    match crate::env_var(NOTICE_ENV, "; give `warning` or `item`")?.as_deref() {
+        None | Some("warning") => Ok(NoticeDelivery::Warning),
+        Some("item") => Ok(NoticeDelivery::Item),
+        Some(other) => Err(UsageError(format!(
+            "{NOTICE_ENV}=`{other}` is neither `warning` nor `item`"
+        ))),
     }
 }
 
@@ -250,10 +298,12 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServer
         (one, other) => Ok(one.or(other)),
     };
     let settings = named.and_then(|session| {
-        let mut options = env_options(no_mirror).map_err(|e| e.0)?;
+        let mut options = SessionOptions::default();
+        options.binder = env_options(no_mirror).map_err(|e| e.0)?;
         if let Some(cap) = cap? {
-            options.mirror_cap = cap;
+            options.binder.mirror_cap = cap;
         }
+        options.notice = notice_env().map_err(|e| e.0)?;
         Ok((session, options))
     });
     let (session, options) = match settings {
@@ -272,13 +322,18 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServer
     output::run_to_exit(runtime, Duration::ZERO, "app-server: ", work)
 }
 
+/// How long a proxy that cannot open its session waits for the client's first request
+/// (`initialize`, which a client sends as soon as it starts) to answer it with the refusal.
+const FIRST_REQUEST_WAIT: Duration = Duration::from_secs(2);
+
 async fn run(
     command: &CodexCommand,
     store: Option<&str>,
     session: Option<String>,
-    binder: BinderOptions,
+    session_options: SessionOptions,
 ) -> CliResult<i32> {
     let options = ProxyOptions::default();
+    let binder = session_options.binder.clone();
     let Some(session) = session else {
         // With a store, each thread is kept by its own id (a pass-through with the mirror off).
         let hooks = match store {
@@ -291,10 +346,16 @@ async fn run(
         return Ok(run_app_server(command, &hooks, &options).await?);
     };
     let store = crate::open_store(store, crate::Access::Write(Duration::ZERO)).await?;
-    let mut session_options = SessionOptions::default();
-    session_options.binder = binder;
     // The lease first: a session held elsewhere is refused before codex starts.
-    let hooks = BindingHooks::open(session, store, session_options).await?;
+    let hooks = match BindingHooks::open(session.clone(), store, session_options).await {
+        Ok(hooks) => hooks,
+        Err(error) => {
+            // The client is told too, on its first request, before this process exits.
+            let refusal = rethread_proxy::open_refused(&error, &session);
+            rethread_proxy::answer_first_request(refusal, FIRST_REQUEST_WAIT).await;
+            return Err(error.into());
+        }
+    };
     let result = run_app_server(command, &hooks, &options).await;
     // Forwarding released the lease when it ended; this covers a codex that never started.
     let _ = hooks.close().await;

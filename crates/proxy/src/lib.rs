@@ -90,15 +90,15 @@
 //!
 //! | when | the hooks | the client sees |
 //! |---|---|---|
-//! | [`BindingHooks::open`] (before codex starts) | take the session's lease (waiting up to `lease_wait`; a holder that died on this machine is taken over at once), renewed in the background, released on every end | a session a live process holds: `RuntimeError::SessionBusy` (the CLI exits 75) |
+//! | [`BindingHooks::open`] (before codex starts) | take the session's lease (waiting up to `lease_wait`; a holder that died on this machine is taken over at once), renewed in the background, released on every end | a session a live process holds: `RuntimeError::SessionBusy` (the CLI answers the client's first request with [`open_refused`] through [`answer_first_request`], then exits 75) |
 //! | the client's first `thread/start`, no binding | forward it; follow the thread it opens | codex's answer |
 //! | the client's first `thread/start`, a binding | with the mirror on (`binder.mirror`), first restore the thread's rollout where this `CODEX_HOME` lacks it or holds less (failed: a `warning`, the resume goes ahead); then `thread/resume` of the bound thread instead (own id; `excludeTurns`, dropped when codex wants the capability; the start's members a resume takes) | a `thread/start` result carrying the bound thread (`turns: []`, resume-only members left out), then `thread/started`; no `warning` (but a failed restore's, before the result) |
-//! | ... codex lost it (gone, incompatible, unreadable) | give it up (one fenced write), forward the start with the transcript's tail appended to its developer instructions | codex's `thread/started`, then exactly one `warning` `{"message": RESUME_FALLBACK_NOTICE, "threadId": <new>}` (`null` if codex refused the start), then the answer |
+//! | ... codex lost it (gone, incompatible, unreadable) | give it up (one fenced write), forward the start with the transcript's tail appended to its developer instructions | codex's `thread/started`, then exactly one `warning` `{"message": RESUME_FALLBACK_NOTICE, "threadId": <new>}` (`null` if codex refused the start), then the answer; with [`NoticeDelivery::Item`], also the notice's own `agentMessage` item before the first item of the new thread's next turn |
 //! | ... busy or temporary past the retries | nothing written; the next `thread/start` tries again | `-32001`, `data.codexErrorInfo: "server_overloaded"`, `data.rethread: {kind, sessionId, threadId, retryable: true}` |
 //! | ... another failure (an unknown answer, the store failing) | nothing written | `-32603`, `data.rethread` with `retryable: false` (`-32001` for a locked store) |
 //! | `thread/resume`, `thread/fork`, a later `thread/start` | forward (a resume's or fork's thread first restored from the session's mirror where this `CODEX_HOME` lacks it or holds less, as for the first `thread/start`); another thread's turns are not recorded, and the client is told once (a `warning`); an ephemeral thread is never bound | codex's answer (a thread codex refuses even so: codex's error, the binding kept) |
 //! | any request naming another session's thread (`threadId` in any spelling codex reads; `rethread_runtime::binding::client_thread` decides) | not forwarded | `-32600`, `data.rethread: {kind: "thread_taken", sessionId, threadId, ownerSessionId}` |
-//! | `item/completed` on a followed thread | project the item into its row (within [`TurnLimits`]) | the line |
+//! | `item/completed` on a followed thread | project the item into its row (within [`TurnLimits`]; a turn with no user input, a compaction, has no user row) | the line |
 //! | `turn/completed`, completed, on a followed thread | the rows, the binding and the rollout's growth (the mirror) in one fenced commit, awaited before the line goes on | the line once the commit is durable; a failed commit: a `warning` first; an unreadable rollout or the mirror's cap passed: one `warning` |
 //! | `turn/completed`, failed or interrupted | nothing written | the line |
 //! | the lease found lost (taken over after a stall past its TTL, or the session forgotten) | nothing more written | one `warning` saying which |
@@ -135,10 +135,10 @@ pub use hooks::{
 };
 pub use line::{peek, peek_prefix, Line, LineKind, Peek};
 pub use passthrough::{NoSession, KEPT_THREADS_WARNING, NO_SESSION_WARNING};
-pub use process::{run_app_server, spawn_app_server};
+pub use process::{answer_first_request, run_app_server, spawn_app_server};
 /// What the proxy's own requests fail with: the runtime client's error.
 pub use rethread_runtime::{ClientError, CodexCommand};
-pub use session::{BindingHooks, SessionOptions, TurnLimits};
+pub use session::{open_refused, BindingHooks, NoticeDelivery, SessionOptions, TurnLimits};
 
 /// Errors of the proxy.
 #[derive(Debug, thiserror::Error)]

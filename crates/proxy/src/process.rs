@@ -4,10 +4,12 @@
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use rethread_protocol::RpcError;
 use rethread_runtime::CodexCommand;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::process::Child;
 
+use crate::line::{Line, LineKind};
 use crate::{forward, Ended, ProxyError, ProxyOptions, SessionHooks};
 
 /// Spawns `codex app-server` for the proxy: stdin and stdout piped, stderr inherited (codex's
@@ -64,6 +66,32 @@ pub async fn run_app_server<H: SessionHooks>(
         Ended::CodexClosed => Ok(status.map_or(1, CodexCommand::exit_code)),
         Ended::Stopped { signal } => Ok(128 + signal),
     }
+}
+
+/// Answers the client's first line with `refusal` when that line is a request (`initialize`),
+/// for an app-server that cannot start: the client fails at once with rethread's message
+/// instead of waiting out its own timeout for an answer that never comes. Reads for up to
+/// `wait` (a client that sends nothing, or something else, gets no answer); returns whether
+/// the answer was written.
+pub async fn answer_first_request(refusal: RpcError, wait: Duration) -> bool {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    /// A first line longer than this is no `initialize`.
+    const MAX_LINE: u64 = 1 << 20;
+    let mut first = Vec::new();
+    let mut input = tokio::io::BufReader::new(client_input()).take(MAX_LINE);
+    let read = tokio::time::timeout(wait, input.read_until(b'\n', &mut first)).await;
+    if !matches!(read, Ok(Ok(1..))) {
+        return false;
+    }
+    let Ok(line) = Line::from_client(first.into()) else {
+        return false;
+    };
+    let (LineKind::Request, Some(id)) = (line.kind(), line.id().cloned()) else {
+        return false;
+    };
+    let answer = Line::error_response(Some(id), refusal).into_bytes();
+    let mut output = client_output();
+    output.write_all(&answer).await.is_ok() && output.flush().await.is_ok()
 }
 
 /// Waits up to `grace` for codex to exit, then kills it.

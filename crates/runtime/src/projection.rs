@@ -35,23 +35,30 @@ pub fn project_turn(
 }
 
 /// [`project_turn`] for input of any kind: the user row's `text` is the text pieces joined by
-/// newlines, and the other pieces (images) are kept, as sent, under `attachments`.
+/// newlines, and the other pieces (images) are kept, as sent, under `attachments`. A turn with
+/// no user input (no attachment and no text: a compaction, `thread/compact/start`) has no user
+/// row: it is never recorded as an empty user message.
 pub fn project_turn_input(
     thread_id: &str,
     turn_id: &str,
     input: &[UserInput],
     items: &[ThreadItem],
 ) -> Vec<Value> {
-    let mut user = json!({"role": "user", "text": input_text(input), "thread_id": thread_id, "turn_id": turn_id});
+    let text = input_text(input);
     let attachments: Vec<Value> = input
         .iter()
         .filter(|piece| !matches!(piece, UserInput::Text { .. }))
         .filter_map(|piece| serde_json::to_value(piece).ok())
         .collect();
-    if !attachments.is_empty() {
-        user["attachments"] = Value::Array(attachments);
+    let mut rows = Vec::with_capacity(items.len() + 1);
+    if !text.is_empty() || !attachments.is_empty() {
+        let mut user =
+            json!({"role": "user", "text": text, "thread_id": thread_id, "turn_id": turn_id});
+        if !attachments.is_empty() {
+            user["attachments"] = Value::Array(attachments);
+        }
+        rows.push(user);
     }
-    let mut rows = vec![user];
     for item in items {
         match item {
             ThreadItem::Known(KnownItem::AgentMessage { text, .. }) => rows.push(
@@ -235,6 +242,23 @@ mod tests {
         assert_eq!(roles, ["user", "tool", "assistant"]);
         assert_eq!(rows[1]["summary"], "ls -la");
         assert_eq!(reply_of(&rows), "done");
+    }
+
+    #[test]
+    fn a_turn_without_user_input_has_no_user_row() {
+        let items: Vec<ThreadItem> = serde_json::from_value(json!([
+            {"type": "contextCompaction", "id": "c"},
+            {"type": "agentMessage", "id": "a", "text": "summary"}
+        ]))
+        .unwrap();
+        for input in [vec![], vec![UserInput::text("")]] {
+            let rows = project_turn_input("t", "u", &input, &items);
+            let roles: Vec<_> = rows.iter().map(|r| r["role"].as_str().unwrap()).collect();
+            assert_eq!(roles, ["assistant"], "{input:?}");
+        }
+        assert!(project_turn_input("t", "u", &[], &[]).is_empty());
+        let image = [UserInput::local_image("/tmp/a.png")];
+        assert_eq!(project_turn_input("t", "u", &image, &[])[0]["text"], "");
     }
 
     #[test]

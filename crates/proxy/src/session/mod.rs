@@ -33,6 +33,8 @@ use crate::{ProxyError, SessionHooks};
 pub(crate) use guard::Sessionless;
 use guard::{Listings, Named, Viewer};
 pub(crate) use kept::KeptThreads;
+pub use speak::NoticeDelivery;
+pub use start::open_refused;
 use start::{as_start_result, resume_params, seeded_start, start_params, start_refused};
 pub use turns::TurnLimits;
 use turns::{turn_rows, Pending, Tracker};
@@ -47,6 +49,8 @@ pub struct SessionOptions {
     pub binder: BinderOptions,
     /// What the hooks keep in memory.
     pub limits: TurnLimits,
+    /// How the fallback notice reaches the client.
+    pub notice: NoticeDelivery,
 }
 
 /// The session logic of `rethread app-server` for one session id (see the module docs).
@@ -97,6 +101,9 @@ struct State {
     said: Vec<Say>,
     /// Resolves once the fallback notice's line is flushed (then it is delivered).
     notice_written: Option<oneshot::Receiver<()>>,
+    /// The thread whose next turn is to carry the fallback notice as an item
+    /// ([`NoticeDelivery::Item`]).
+    notice_item: Option<String>,
 }
 
 impl BindingHooks {
@@ -128,6 +135,7 @@ impl BindingHooks {
             session_start: None,
             said: Vec::new(),
             notice_written: None,
+            notice_item: None,
         };
         Ok(BindingHooks {
             session_id,
@@ -581,6 +589,7 @@ impl SessionHooks for BindingHooks {
         ctx: &ServerContext,
     ) -> Result<ServerAction, HookError> {
         self.record_notice_if_written().await;
+        self.say_notice_item(line, ctx).await?;
         if self.listings.concerns(line) {
             if let Some(filtered) = self.listings.filter(line, self.viewer()).await {
                 ctx.send_to_client(filtered).await?;

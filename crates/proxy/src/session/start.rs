@@ -106,6 +106,23 @@ pub(crate) fn start_refused(
     }
 }
 
+/// The error answering the client's first request (`initialize`) when the session could not
+/// be opened at all, before codex started (its lease held by another live process, the store
+/// unreachable): the code and `data` of a refused `thread/start` (`-32001` with
+/// `data.codexErrorInfo: "server_overloaded"` when retryable, else `-32603`; `data.rethread`
+/// = `{kind, sessionId, threadId: null, retryable}`: a busy session is `kind:
+/// "session_busy"`), with rethread's own message, which names the holder.
+pub fn open_refused(error: &RuntimeError, session_id: &str) -> RpcError {
+    let mut refusal = start_refused(error, Some(session_id), None);
+    let retry = if error.is_retryable() {
+        "; retry later"
+    } else {
+        ""
+    };
+    refusal.message = format!("rethread: {error}{retry}");
+    refusal
+}
+
 /// The refusal of a thread another session owns ([`RuntimeError::ThreadTaken`]), the same
 /// with a session (`session_id`) or without: `-32600` naming the owner, `data.rethread` =
 /// `{kind: "thread_taken", sessionId (or null), threadId, ownerSessionId}`.

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use rethread_protocol::messages::{KnownItem, ThreadItem, UserInput};
 use rethread_protocol::RequestId;
 use rethread_runtime::machine::Stored;
-use rethread_runtime::projection::{project_turn, project_turn_input};
+use rethread_runtime::projection::project_turn_input;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -194,7 +194,8 @@ impl Tracker {
     }
 }
 
-/// Keeps `row` within `max_rows` (the user row included) and `max_bytes`.
+/// Keeps `row` within `max_rows` (a place kept for the user row, which a turn without user
+/// input does not have) and `max_bytes`.
 fn push_row(turn: &mut OpenTurn, row: Value, max_rows: usize, max_bytes: usize) {
     let size = row.to_string().len();
     if turn.rows.len() + 1 >= max_rows || turn.bytes + size > max_bytes {
@@ -231,16 +232,11 @@ pub(crate) fn turn_rows(
     (rows, turn.dropped)
 }
 
-/// The row of one item, as [`project_turn`] makes it (at most one per item, after the user
-/// row): projected as they complete, the items give the rows projecting them all at the end
-/// would (tested below), without being kept until the turn completes.
+/// The row of one item, as [`project_turn_input`] makes it (at most one per item; no input, so no
+/// user row): projected as they complete, the items give the rows projecting them all at the
+/// end would (tested below), without being kept until the turn completes.
 pub(crate) fn item_row(thread_id: &str, turn_id: &str, item: &ThreadItem) -> Option<Value> {
-    let mut rows = project_turn(thread_id, turn_id, "", std::slice::from_ref(item));
-    if rows.len() == 2 {
-        rows.pop()
-    } else {
-        None
-    }
+    project_turn_input(thread_id, turn_id, &[], std::slice::from_ref(item)).pop()
 }
 
 /// The pieces of a user input array (`turn/start`'s `input`, a user message's `content`) a
@@ -254,6 +250,7 @@ pub(crate) fn user_input(input: &[Value]) -> Vec<UserInput> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rethread_runtime::projection::project_turn;
     use serde_json::json;
 
     fn items() -> Vec<ThreadItem> {
@@ -284,6 +281,20 @@ mod tests {
         // Only on completion: the same rows.
         let (rows, _) = turn_rows("t", "u1", None, &items, &TurnLimits::default());
         assert_eq!(rows, whole);
+    }
+
+    /// `thread/compact/start` runs a turn no `turn/start` opened, with no user message.
+    #[test]
+    fn a_compaction_turn_has_no_user_row() {
+        let compaction: Vec<ThreadItem> =
+            serde_json::from_value(json!([{"type": "contextCompaction", "id": "c"}])).unwrap();
+        let mut tracker = Tracker::new(TurnLimits::default());
+        tracker.item_completed("t", "c1", &compaction[0]);
+        let limits = TurnLimits::default();
+        let (rows, _) = turn_rows("t", "c1", tracker.take_turn("c1"), &[], &limits);
+        assert_eq!(rows, Vec::<Value>::new());
+        let (rows, _) = turn_rows("t", "c1", None, &compaction, &limits);
+        assert_eq!(rows, Vec::<Value>::new());
     }
 
     #[test]
@@ -326,8 +337,9 @@ mod tests {
         tracker.item_completed("t", "u1", &big);
         tracker.item_completed("t", "u1", &items()[3]);
         let (rows, dropped) = turn_rows("t", "u1", tracker.take_turn("u1"), &[], &limits);
-        assert_eq!((rows.len(), dropped), (2, 1));
-        assert_eq!(rows[1]["text"], "one");
+        // No user input (no `turn/start`, no user message): no user row.
+        assert_eq!((rows.len(), dropped), (1, 1));
+        assert_eq!(rows[0]["text"], "one");
     }
 
     #[test]

@@ -136,3 +136,29 @@ def test_three_processes_keep_one_conversation(binaries, model, tmp_path):
         fourth = codex.thread_start()
         assert fourth.id == third.id
         assert [w for w in warnings(codex) if w["message"] == FALLBACK_NOTICE] == []
+
+
+def test_with_notice_item_the_fallback_is_among_the_turns_items(binaries, model, tmp_path):
+    session = {
+        "RETHREAD_SESSION": "python-chat-2",
+        "RETHREAD_STORE": f"sqlite:{tmp_path / 'rethread.sqlite'}",
+        "RETHREAD_MIRROR": "off",
+        "RETHREAD_NOTICE": "item",
+    }
+    with Codex(config(binaries, model, tmp_path, **session)) as codex:
+        first = codex.thread_start()
+        first.run("remember zebra")
+    for rollout in (model.homes[0] / "sessions").rglob("rollout-*.jsonl"):
+        rollout.unlink()
+    with Codex(config(binaries, model, tmp_path, **session)) as codex:
+        thread = codex.thread_start()
+        assert thread.id != first.id
+        result = thread.run("still there?")
+        # The notice is one of `run()`'s items, before the model's reply, which stays the
+        # final response.
+        texts = [getattr(i.root, "text", None) for i in result.items]
+        assert texts.count(FALLBACK_NOTICE) == 1, result.items
+        assert texts.index(FALLBACK_NOTICE) < texts.index("echo: still there?")
+        assert result.final_response == "echo: still there?"
+        again = thread.run("and now?")
+        assert [i for i in again.items if FALLBACK_NOTICE in i.model_dump_json()] == []
