@@ -130,20 +130,15 @@ fn prune_removes_idle_sessions_keeps_a_leased_one_and_a_dry_run_removes_nothing(
     drop(holder);
 }
 
+/// (A missing store holds nothing to remove: `newcomer.rs`, issue 41 item 15.)
 #[test]
-fn prune_refuses_a_span_it_cannot_read_and_a_missing_store() {
+fn prune_refuses_a_span_it_cannot_read() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("none.sqlite").display());
     for bad in ["30", "1mo", "-1d", "soon"] {
         let out = rethread(&url, &["sessions", "prune", "--idle", bad], &[]);
         assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");
     }
-    let out = rethread(&url, &["sessions", "prune", "--idle", "30d"], &[]);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("no store"),
-        "{out:?}"
-    );
     assert!(!dir.path().join("none.sqlite").exists(), "nothing created");
 }
 
