@@ -134,8 +134,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Print a completion script for SHELL on stdout, e.g.
-    /// `rethread completions bash > ~/.local/share/bash-completion/completions/rethread`.
+    /// Print a completion script for SHELL on stdout, e.g. `rethread completions bash >
+    /// ~/.local/share/bash-completion/completions/rethread` (the directory must exist).
     Completions {
         /// The shell.
         #[arg(value_enum)]

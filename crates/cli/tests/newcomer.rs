@@ -302,3 +302,38 @@ fn verify_of_an_empty_store_draws_no_full_bar() {
     assert!(shown.contains("0 session(s)"), "{shown}");
     assert!(!shown.contains("[====="), "a full bar at 0/0: {shown:?}");
 }
+
+/// Issue 41, item 14: the README's line that installs bash completions failed where
+/// `~/.local/share/bash-completion/completions` did not exist yet (a new user's home). The
+/// line, taken from the README's shell block as it stands, is run in a new, empty home.
+#[test]
+fn the_readmes_completions_line_works_in_a_new_home() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let line = readme
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|block| block.split("```").next())
+        .flat_map(str::lines)
+        .map(|line| line.split(" #").next().unwrap_or_default().trim())
+        .find(|line| line.contains("rethread completions bash"))
+        .expect("README.md gives the bash completions line in a ```sh block");
+    let home = tempfile::tempdir().unwrap();
+    let bin = rethread();
+    let path = std::env::join_paths(std::iter::once(bin.parent().unwrap().to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .unwrap();
+    let out = Command::new("sh")
+        .args(["-ec", line])
+        .env("HOME", home.path())
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "`{line}`: {}", describe(&out));
+    let script = home
+        .path()
+        .join(".local/share/bash-completion/completions/rethread");
+    let script = std::fs::read_to_string(&script).unwrap();
+    assert!(script.contains("_rethread"), "{script}");
+}
