@@ -4,10 +4,11 @@ The unmodified SDK drives `rethread app-server` as its codex; rethread keeps the
 codex thread in a store and runs `fake-codex` (rethread's stand-in for codex, with an echo
 model) behind it. Swap `fake-codex` for the real `codex` and nothing else changes.
 
-Install (once), then run:
+Install (once), then run, from the clone's root (the SDK in a venv outside the clone):
 
     cargo install --path crates/cli              # rethread
     cargo install --path crates/fake-appserver   # fake-codex
+    python3 -m venv ~/rethread-venv && . ~/rethread-venv/bin/activate
     pip install 'pydantic>=2.12' 'packaging>=26.2'   # the SDK's dependencies, with theirs
     pip install --no-deps openai-codex==0.163.0      # the SDK without its own codex
     python3 examples/python/keep_a_session.py

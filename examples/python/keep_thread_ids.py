@@ -8,10 +8,11 @@ replaced container, another machine of a fleet sharing the store). Offline it ru
 `fake-codex`; swap it for the real `codex` and nothing else changes (CI does, on SQLite and
 PostgreSQL).
 
-Install (once), then run:
+Install (once), then run, from the clone's root (the SDK in a venv outside the clone):
 
     cargo install --path crates/cli              # rethread
     cargo install --path crates/fake-appserver   # fake-codex
+    python3 -m venv ~/rethread-venv && . ~/rethread-venv/bin/activate
     pip install 'pydantic>=2.12' 'packaging>=26.2'   # the SDK's dependencies, with theirs
     pip install --no-deps openai-codex==0.163.0      # the SDK without its own codex
     python3 examples/python/keep_thread_ids.py

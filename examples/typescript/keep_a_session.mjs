@@ -5,12 +5,13 @@
 // (rethread's stand-in for codex, with an echo model) behind it. Swap `fake-codex` for the
 // real `codex` and nothing else changes.
 //
-// Install (once), then run from a directory where the SDK is installed:
+// Install (once), then run from the clone's root (the SDK goes into a folder outside the
+// clone, and this file beside it, where node finds the SDK):
 //
 //     cargo install --path crates/cli              # rethread
 //     cargo install --path crates/fake-appserver   # fake-codex
-//     npm install --omit=optional @openai/codex-sdk@0.163.0
-//     node keep_a_session.mjs
+//     npm install --prefix ~/rethread-node --omit=optional @openai/codex-sdk@0.163.0
+//     cp examples/typescript/keep_a_session.mjs ~/rethread-node/ && node ~/rethread-node/keep_a_session.mjs
 //
 // A fallback reaches the SDK's user in `run()`'s `items`, as codex reports non-fatal errors:
 // `{ type: "error", message: "Codex thread could not be resumed; starting a new one." }`.

@@ -171,6 +171,7 @@ fn run_stages(root: &Path, stages: &mut Stages) -> Result<(), String> {
     stages.run("restarts", restarts::ci);
     // The offline example of each language, on fake-codex, as a user who installed only
     // rethread and fake-codex runs it.
+    stages.run("example quickstart", examples::quickstart);
     stages.run("example rust", examples::rust);
     stages.run("example python", examples::python);
     stages.run("example typescript", examples::typescript);

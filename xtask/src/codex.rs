@@ -49,6 +49,44 @@ pub(crate) fn env_var_for(version: &str) -> String {
     format!("RETHREAD_CODEX_{}", version.replace('.', "_"))
 }
 
+/// Fails at once, with a clear message, when `@openai/codex@version` is not a release on the
+/// npm registry (asked with `npm view`, which downloads nothing): `codex-check` would
+/// otherwise install every supported release before npm's own error about V.
+pub(crate) fn check_release(npm: &str, version: &str) -> Result<(), String> {
+    let package = format!("@openai/codex@{version}");
+    let out = Command::new(npm)
+        .args(["view", &package, "version"])
+        .output()
+        .map_err(|e| format!("could not start `{npm} view {package} version`: {e}"))?;
+    let found = String::from_utf8_lossy(&out.stdout);
+    if out.status.success() && found.trim() == version {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&out.stderr);
+    // npm answers a version it does not know with E404 (or, for a range, nothing at all).
+    if said.contains("E404") || (out.status.success() && found.trim().is_empty()) {
+        return Err(format!(
+            "codex {version} is not a release of @openai/codex on npm \
+             (`npm view @openai/codex versions` lists them); nothing was installed"
+        ));
+    }
+    if out.status.success() {
+        return Err(format!(
+            "`{version}` names several releases of @openai/codex ({}): give one exact version",
+            found.split_whitespace().collect::<Vec<_>>().join(" ")
+        ));
+    }
+    let last = said
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    Err(format!(
+        "could not ask npm whether codex {version} exists ({}): {last}",
+        out.status
+    ))
+}
+
 /// Installs `@openai/codex@version` unless the cached binary already reports that version.
 pub(crate) fn install(version: &str) -> Result<PathBuf, String> {
     let prefix = project_root().join("target").join("codex").join(version);
@@ -97,6 +135,38 @@ fn reports_version(binary: &PathBuf, version: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 41, item 11: `codex-check --version 0.172.0`, a release that does not exist,
+    /// installed every supported release (1.16 GB) before npm failed with a raw error. The
+    /// version is now asked for first (`npm view`, an npm stand-in here: tests stay offline).
+    #[test]
+    fn a_release_npm_does_not_know_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let npm = dir.path().join("npm");
+        let log = dir.path().join("calls");
+        std::fs::write(
+            &npm,
+            format!(
+                "#!/bin/sh\necho \"$*\" >> '{}'\n\
+                 case \"$2\" in\n\
+                 @openai/codex@0.171.0) echo 0.171.0 ;;\n\
+                 @openai/codex@0.17) printf '0.170.0\\n0.171.0\\n' ;;\n\
+                 *) echo \"npm error code E404\" >&2; exit 1 ;;\n\
+                 esac\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&npm, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let npm = npm.to_str().unwrap();
+        let refused = check_release(npm, "0.172.0").unwrap_err();
+        assert!(refused.contains("not a release"), "{refused}");
+        assert!(check_release(npm, "0.17").unwrap_err().contains("several"));
+        check_release(npm, "0.171.0").unwrap();
+        let calls = std::fs::read_to_string(&log).unwrap();
+        assert!(calls.lines().all(|c| c.starts_with("view ")), "{calls}");
+    }
 
     #[test]
     fn the_releases_file_names_current_previous_and_floor() {

@@ -1,6 +1,7 @@
 //! `cargo xtask codex-check --version V`: judges a codex release in one command.
 //!
-//! Installs `@openai/codex@V` (and the supported releases, which the cross-release tests
+//! Asks npm whether `@openai/codex@V` exists (a version it does not know fails at once, nothing
+//! installed), then installs it (and the supported releases, which the cross-release tests
 //! use), runs every real-binary suite with `RETHREAD_CODEX_RELEASES=V` (so the tests about
 //! "the current release" run against V; see `rethread_testkit::releases`), then probes V and
 //! prints its row of the README's compatibility table. Fails when a suite fails or a refusal
@@ -29,6 +30,9 @@ pub(crate) fn command(args: &[String]) -> Result<(), String> {
         [flag, v] if flag == "--version" => v.clone(),
         _ => return Err("usage: cargo xtask codex-check --version V".to_string()),
     };
+    // Before anything is installed: a version npm does not have fails here, not after the
+    // supported releases' downloads.
+    codex::check_release("npm", &version)?;
     for (_, supported) in codex::supported() {
         let path = codex::install(supported)?;
         std::env::set_var(codex::env_var_for(supported), &path);

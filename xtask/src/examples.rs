@@ -6,10 +6,15 @@
 //! - Rust: `crates/rethread/examples/long_running_server.rs` (`RETHREAD_CODEX_BIN` names the
 //!   fake);
 //! - Python: `examples/python/keep_a_session.py` and `examples/python/keep_thread_ids.py` (a
-//!   host that keeps thread ids itself, no session) with the `openai-codex` SDK (the venv of
-//!   the Python SDK tests, which also run the second against the real codex on two homes);
-//! - TypeScript: `examples/typescript/keep_a_session.mjs` with `@openai/codex-sdk`, run from
-//!   the directory the SDK is installed in (`target/node-sdk`), as a user's project would.
+//!   host that keeps thread ids itself, no session) with the `openai-codex` SDK;
+//! - TypeScript: `examples/typescript/keep_a_session.mjs` with `@openai/codex-sdk`.
+//!
+//! - The library quickstart ([`quickstart`]): the README's dependency lines and code, built
+//!   as a project of the user's own.
+//!
+//! The Python and the TypeScript ones are the README's blocks run whole, as a user pastes
+//! each into a shell at the clone's root ([`readme::script`]): the venv, the SDK's folder and
+//! the run, with `HOME` under `target/` (the blocks install under `~`, outside the clone).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -75,36 +80,101 @@ pub(crate) fn rust() -> Result<(), String> {
     }
 }
 
-/// The Python example, with the SDK installed as the README says, run by the README's line
-/// (the venv's `python3` first on `PATH`, as in an activated venv).
+/// The README's Python block, whole: the venv, the SDK, both examples (each of which gives
+/// the block's install lines in its header too).
 pub(crate) fn python() -> Result<(), String> {
     let (_, path) = binaries_on_path()?;
-    let venv = crate::proxy::python_venv()?;
-    let path = util::prepend_path(&venv, &path)?;
     for example in ["keep_a_session.py", "keep_thread_ids.py"] {
-        // Its header gives the README's install lines too.
-        readme::install_lines("pip install", &format!("examples/python/{example}"))?;
-        let line = readme::command(&format!("python3 examples/python/{example}"))?;
-        run_example(readme::shell(&util::project_root(), &line), &path, "Python")?;
+        let example = format!("examples/python/{example}");
+        for first in ["python3 -m venv", "pip install"] {
+            readme::install_lines(first, &example)?;
+        }
+        readme::command(&format!("python3 {example}"))?;
     }
-    Ok(())
+    let block = readme::commands("pip install")?;
+    let mut command = readme::script(&block, &path)?;
+    command
+        .env("PIP_QUIET", "1")
+        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1");
+    run_example(command, &path, "Python")
 }
 
-/// The TypeScript example, by the README's line, from the directory holding the SDK (as a
-/// user's project would).
+/// The README's TypeScript block, whole: the SDK into its folder, the example copied there
+/// and run.
 pub(crate) fn typescript() -> Result<(), String> {
     let (_, path) = binaries_on_path()?;
-    let dir = crate::node::sdk_dir()?;
-    let example = dir.join("keep_a_session.mjs");
-    let source = util::project_root().join(crate::node::EXAMPLE);
-    std::fs::copy(&source, &example)
-        .map_err(|e| format!("copy {} to {}: {e}", source.display(), example.display()))?;
-    let line = readme::command("node keep_a_session.mjs")?;
-    run_example(readme::shell(&dir, &line), &path, "TypeScript")
+    let block = readme::commands("npm install")?;
+    let mut command = readme::script(&block, &path)?;
+    command
+        .env("npm_config_audit", "false")
+        .env("npm_config_fund", "false");
+    run_example(command, &path, "TypeScript")
 }
 
-/// `cargo xtask examples`: all three.
+/// The README's library quickstart, built as a user's own project builds it: a new crate next
+/// to the clone (a link to it, `<target>/quickstart/rethread`, where the README's path
+/// dependency looks), whose manifest ends with the README's `toml` block as it stands and
+/// whose `main.rs` is the README's Rust block; the clone's `Cargo.lock`, so nothing is
+/// downloaded.
+pub(crate) fn quickstart() -> Result<(), String> {
+    let root = util::project_root();
+    let readme = root.join("README.md");
+    let text =
+        std::fs::read_to_string(&readme).map_err(|e| format!("read {}: {e}", readme.display()))?;
+    let block = |fence: &str| {
+        let start = text
+            .find(fence)
+            .ok_or_else(|| format!("README.md has no {fence} block"))?;
+        let rest = &text[start + fence.len()..];
+        Ok::<_, String>(rest[..rest.find("```").unwrap_or(rest.len())].to_string())
+    };
+    let (dependencies, main) = (block("```toml\n")?, block("```rust,no_run\n")?);
+    let target = util::target_dir(&root);
+    let dir = target.join("quickstart");
+    let project = dir.join("my-host");
+    let src = project.join("src");
+    std::fs::create_dir_all(&src).map_err(|e| format!("create {}: {e}", src.display()))?;
+    let clone = dir.join("rethread");
+    if std::fs::symlink_metadata(&clone).is_err() {
+        std::os::unix::fs::symlink(&root, &clone)
+            .map_err(|e| format!("link {} to the clone: {e}", clone.display()))?;
+    }
+    // `[workspace]`: the project is a workspace of its own, not a stray member of the clone's.
+    let manifest = format!(
+        "[package]\nname = \"my-host\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+         [workspace]\n\n{dependencies}"
+    );
+    for (path, text) in [
+        (project.join("Cargo.toml"), manifest.as_str()),
+        (src.join("main.rs"), main.as_str()),
+    ] {
+        std::fs::write(&path, text).map_err(|e| format!("write {}: {e}", path.display()))?;
+    }
+    let lock = project.join("Cargo.lock");
+    std::fs::copy(root.join("Cargo.lock"), &lock)
+        .map_err(|e| format!("copy Cargo.lock to {}: {e}", lock.display()))?;
+    eprintln!(
+        "$ cargo check    (README.md's quickstart, in {})",
+        project.display()
+    );
+    let status = Command::new("cargo")
+        .args(["check", "--offline"])
+        .current_dir(&project)
+        .env("CARGO_TARGET_DIR", &target)
+        .status()
+        .map_err(|e| format!("could not start cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "README.md's quickstart does not build as it says: {status}"
+        ))
+    }
+}
+
+/// `cargo xtask examples`: all three, and the quickstart.
 pub(crate) fn command() -> Result<(), String> {
+    quickstart()?;
     rust()?;
     python()?;
     typescript()

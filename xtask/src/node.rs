@@ -1,8 +1,9 @@
 //! The unmodified TypeScript SDK (`@openai/codex-sdk` from npm, driven by node) through
 //! `rethread exec`: [`typescript_tests`] (a stage of `cargo xtask ci`, and `cargo xtask node`
-//! alone) installs the SDK under `target/node-sdk` by README.md's own `npm install` line
-//! (`--omit=optional`: without the codex binaries it would bundle; rethread is its codex) and
-//! runs `crates/cli/tests/node/sdk.test.mjs` with node's test runner against the current codex.
+//! alone) installs the SDK by README.md's own `npm install` line (`--omit=optional`: without
+//! the codex binaries it would bundle; rethread is its codex), into the folder that line names
+//! under the README's `HOME` ([`readme::home`]), and runs `crates/cli/tests/node/sdk.test.mjs`
+//! with node's test runner against the current codex.
 
 use std::path::{Path, PathBuf};
 
@@ -11,28 +12,28 @@ use crate::{readme, util};
 /// The TypeScript example, whose header gives the README's install line too.
 pub(crate) const EXAMPLE: &str = "examples/typescript/keep_a_session.mjs";
 
-/// Installs (once) the SDK under `<target>/node-sdk` as a user's project would: a
-/// `package.json`, then README.md's `npm install` lines run there as they stand; returns that
-/// directory.
+/// Installs the SDK as a user does: README.md's `npm install` lines run as they stand, from
+/// the clone's root; returns the folder they install into (their `--prefix ~/DIR`).
 pub(crate) fn sdk_dir() -> Result<PathBuf, String> {
-    let root = util::project_root();
-    let dir = util::target_dir(&root).join("node-sdk");
-    let stamp = dir.join("rethread-installed");
     let install = readme::install_lines("npm install", EXAMPLE)?;
-    let wanted = install.join("\n");
-    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
-        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-        let manifest = dir.join("package.json");
-        if !manifest.exists() {
-            std::fs::write(&manifest, "{\"private\": true}\n")
-                .map_err(|e| format!("write {}: {e}", manifest.display()))?;
-        }
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        let quiet = [("npm_config_audit", "false"), ("npm_config_fund", "false")];
-        for line in &install {
-            readme::run(&dir, line, &path, &quiet)?;
-        }
-        std::fs::write(&stamp, &wanted).map_err(|e| format!("write {}: {e}", stamp.display()))?;
+    let dir = install
+        .iter()
+        .find_map(|line| {
+            let mut words = line.split_whitespace();
+            words.find(|word| *word == "--prefix")?;
+            let dir = words.next()?.strip_prefix("~/")?;
+            Some(readme::home().join(dir))
+        })
+        .ok_or("README.md's `npm install` line names no folder under ~ (`--prefix ~/DIR`)")?;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut command = readme::script(&install, &path)?;
+    let status = command
+        .env("npm_config_audit", "false")
+        .env("npm_config_fund", "false")
+        .status()
+        .map_err(|e| format!("could not start sh: {e}"))?;
+    if !status.success() {
+        return Err(format!("README.md's `npm install` failed with {status}"));
     }
     Ok(dir)
 }

@@ -1,13 +1,13 @@
 //! `rethread app-server` driven by a real, unmodified client, and its benchmark.
 //!
 //! - [`python_tests`] (run by `cargo xtask ci` after the Rust tests, and alone as
-//!   `cargo xtask python`): a venv under `target/python-sdk` with the `openai-codex` SDK from
-//!   PyPI installed by README.md's own `pip install` lines (without its bundled codex), and
-//!   pytest, then pytest on `crates/proxy/tests/python` with the binaries it needs named in its
-//!   environment.
+//!   `cargo xtask python`): the venv README.md's own Python lines make and install the
+//!   `openai-codex` SDK from PyPI into (without its bundled codex; under the README's `HOME`,
+//!   [`readme::home`]), plus pytest, then pytest on `crates/proxy/tests/python` with the
+//!   binaries it needs named in its environment.
 //! - [`hermes_tests`] (run by `cargo xtask ci` after the Python SDK, and alone as
-//!   `cargo xtask hermes`): a venv under `target/hermes` with `hermes-agent` from PyPI installed
-//!   by README.md's own `pip install hermes-agent` line, and pytest, then pytest on
+//!   `cargo xtask hermes`): the venv README.md's own Hermes lines make and install
+//!   `hermes-agent` from PyPI into, plus pytest, then pytest on
 //!   `crates/proxy/tests/python/test_hermes.py` (Hermes' own `AIAgent` through a `codex` link to
 //!   rethread), with the same binaries.
 //! - [`bench()`] (`cargo xtask bench proxy`): the `bench_proxy` example of `rethread-proxy` in
@@ -23,57 +23,55 @@ pub(crate) const EXAMPLE: &str = "examples/python/keep_a_session.py";
 /// The Hermes test, which the SDK's venv cannot run (and the SDK stage leaves out).
 const HERMES_TEST: &str = "crates/proxy/tests/python/test_hermes.py";
 
-/// Creates (once) the venv under `<target>/python-sdk` with the SDK installed as README.md's
-/// `pip install` lines say (run as they stand, the venv's `bin` first on `PATH`), and pytest;
-/// returns the venv's `bin` directory.
+/// Makes the venv and installs the SDK as README.md's Python lines say (those before the
+/// examples run, as one script from the clone's root), and pytest; returns the venv's `bin`
+/// directory.
 pub(crate) fn python_venv() -> Result<PathBuf, String> {
-    venv("python-sdk", readme::install_lines("pip install", EXAMPLE)?)
+    readme::install_lines("pip install", EXAMPLE)?;
+    readme_venv("pip install", |line| line.starts_with("python3 examples/"))
 }
 
-/// The venv under `<target>/hermes` with README.md's `pip install hermes-agent` line run as it
-/// stands, and pytest; returns its `bin` directory.
+/// The venv README.md's Hermes lines make (those before the `codex` link), and pytest;
+/// returns its `bin` directory.
 fn hermes_venv() -> Result<PathBuf, String> {
-    let first = "pip install hermes-agent";
-    let lines = readme::commands(first)?;
-    venv(
-        "hermes",
-        lines
-            .into_iter()
-            .filter(|line| line.starts_with(first))
-            .collect(),
-    )
+    readme_venv("pip install hermes-agent", |line| line.starts_with("ln -s"))
 }
 
-/// Creates (once per set of `install` lines) the venv `<target>/<name>`, runs `install` in it
-/// and adds pytest; returns its `bin` directory.
-fn venv(name: &str, install: Vec<String>) -> Result<PathBuf, String> {
-    let root = util::project_root();
-    let venv = util::target_dir(&root).join(name);
-    let bin = venv.join("bin");
-    let stamp = venv.join("rethread-installed");
-    let wanted = install.join("\n");
-    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
-        let venv_arg = venv.to_string_lossy().into_owned();
-        util::run(&root, "python3", &["-m", "venv", "--clear", &venv_arg])?;
-        let path = util::path_with(&bin)?;
-        let quiet = [("PIP_QUIET", "1"), ("PIP_DISABLE_PIP_VERSION_CHECK", "1")];
-        for line in &install {
-            readme::run(&root, line, &path, &quiet)?;
-        }
-        // The tests' own runner, which the README's user does not need.
-        let python = bin.join("python").to_string_lossy().into_owned();
-        util::run(
-            &root,
-            &python,
-            &["-m", "pip", "install", "--quiet", "pytest>=8"],
-        )?;
-        std::fs::write(&stamp, &wanted).map_err(|e| format!("write {}: {e}", stamp.display()))?;
+/// Runs the README's ```sh block holding a `first` line, up to the first line `stop` picks,
+/// as one script from the clone's root (`readme::script`), then installs pytest in the venv
+/// those lines activated; returns that venv's `bin` directory, asked of the shell.
+fn readme_venv(first: &str, stop: fn(&str) -> bool) -> Result<PathBuf, String> {
+    let block = readme::commands(first)?;
+    let mut lines = vec!["{".to_string()];
+    lines.extend(block.into_iter().take_while(|line| !stop(line)));
+    // The tests' own runner, which the README's user does not need.
+    lines.push("python3 -m pip install 'pytest>=8'".to_string());
+    lines.push("} >&2".to_string());
+    lines.push("command -v python3".to_string());
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let out = readme::script(&lines, &path)?
+        .env("PIP_QUIET", "1")
+        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not start sh: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "README.md's `{first}` lines failed with {}",
+            out.status
+        ));
     }
-    Ok(bin)
+    let python = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    match python.parent() {
+        Some(bin) if python.is_absolute() => Ok(bin.to_path_buf()),
+        _ => Err(format!(
+            "no venv's python3 after README.md's `{first}` lines: {python:?}"
+        )),
+    }
 }
 
-/// Creates (once) the venv with the SDK, builds the binaries and runs pytest (all but the
-/// Hermes test).
+/// Makes the venv with the SDK, builds the binaries and runs pytest (all but the Hermes
+/// test).
 pub(crate) fn python_tests() -> Result<(), String> {
     let root = util::project_root();
     let ignore = format!("--ignore={}", root.join(HERMES_TEST).display());
@@ -84,7 +82,7 @@ pub(crate) fn python_tests() -> Result<(), String> {
     )
 }
 
-/// Creates (once) the venv with Hermes, builds the binaries and runs the Hermes test.
+/// Makes the venv with Hermes, builds the binaries and runs the Hermes test.
 pub(crate) fn hermes_tests() -> Result<(), String> {
     let root = util::project_root();
     pytest(

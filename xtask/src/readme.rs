@@ -3,7 +3,7 @@
 //! drift apart, and fails when an example's own header gives other install lines.
 
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::Command;
 
 use crate::util;
@@ -67,34 +67,34 @@ pub(crate) fn command(first: &str) -> Result<String, String> {
         .ok_or_else(|| format!("README.md has no `{first}` line"))
 }
 
-/// `sh -c line` in `dir` (said on stderr).
-pub(crate) fn shell(dir: &Path, line: &str) -> Command {
-    eprintln!("$ {line}    (README.md, in {})", dir.display());
-    let mut command = Command::new("sh");
-    command.args(["-c", line]).current_dir(dir);
-    command
+/// The `HOME` under which CI runs the README's lines: `<target>/readme-home`, so that what
+/// they make under `~` (the SDKs' venv and folder, the completions directory) lands there,
+/// never in the home of whoever runs CI.
+pub(crate) fn home() -> PathBuf {
+    util::target_dir(&util::project_root()).join("readme-home")
 }
 
-/// Runs `line` with `sh -c` in `dir`, `PATH` set to `path` and `env` set.
-pub(crate) fn run(
-    dir: &Path,
-    line: &str,
-    path: &OsStr,
-    env: &[(&str, &str)],
-) -> Result<(), String> {
-    let mut command = shell(dir, line);
-    command.env("PATH", path);
-    for (key, value) in env {
-        command.env(key, value);
+/// `lines` as one `sh -e` script run from the clone's root, as a user pastes them into a
+/// shell there: what a line sets (`. ~/venv/bin/activate`) holds for the lines after it, and
+/// the first that fails stops the rest. `HOME` is [`home`] and `PATH` `path`.
+pub(crate) fn script(lines: &[String], path: &OsStr) -> Result<Command, String> {
+    let (root, home) = (util::project_root(), home());
+    std::fs::create_dir_all(&home).map_err(|e| format!("create {}: {e}", home.display()))?;
+    for line in lines {
+        eprintln!(
+            "$ {line}    (README.md, in {}, HOME={})",
+            root.display(),
+            home.display()
+        );
     }
-    let status = command
-        .status()
-        .map_err(|e| format!("could not start `{line}`: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("README.md's `{line}` failed with {status}"))
-    }
+    let mut command = Command::new("sh");
+    command
+        .arg("-ec")
+        .arg(lines.join("\n"))
+        .current_dir(&root)
+        .env("HOME", &home)
+        .env("PATH", path);
+    Ok(command)
 }
 
 #[cfg(test)]
@@ -111,7 +111,58 @@ mod tests {
             assert!(!lines.is_empty(), "{first}");
         }
         assert!(command("python3 examples/python/keep_a_session.py").is_ok());
-        assert!(command("node keep_a_session.mjs").is_ok());
+    }
+
+    /// Issue 41, item 9: from a fresh clone's root, `node keep_a_session.mjs` found no such
+    /// file (CI copied it first), and `npm install` and `pip install` put their files into the
+    /// clone (or the user's own Python). The SDK lines now install into a folder and a venv
+    /// under `~`, and every file they run is one the clone has, or one a line before copied
+    /// there. (`cargo xtask examples` runs the blocks themselves, as one script each.)
+    #[test]
+    fn the_sdk_lines_run_from_the_clones_root_and_install_outside_it() {
+        let root = util::project_root();
+        let typescript = commands("npm install").unwrap();
+        let python = commands("pip install").unwrap();
+        for line in typescript.iter().filter(|l| l.starts_with("npm install")) {
+            assert!(line.contains(" --prefix ~/"), "into the clone: `{line}`");
+        }
+        let venv = python
+            .iter()
+            .position(|l| l.starts_with("python3 -m venv ~/") && l.contains("bin/activate"));
+        let pip = python.iter().position(|l| l.starts_with("pip install"));
+        assert!(
+            venv.is_some() && venv < pip,
+            "pip installs into no venv of its own: {python:?}"
+        );
+        for block in [&typescript, &python] {
+            let mut copied = Vec::new();
+            for command in block.iter().flat_map(|l| l.split("&&")).map(str::trim) {
+                let words: Vec<&str> = command.split_whitespace().collect();
+                match words.as_slice() {
+                    ["cp", from, to] => {
+                        assert!(root.join(from).is_file(), "`{command}`: no {from}");
+                        let name = std::path::Path::new(from)
+                            .file_name()
+                            .unwrap()
+                            .to_str()
+                            .unwrap();
+                        copied.push(format!(
+                            "{}{name}",
+                            to.trim_end_matches('/').to_owned() + "/"
+                        ));
+                    }
+                    ["node" | "python3", file, ..]
+                        if file.ends_with("js") || file.ends_with(".py") =>
+                    {
+                        assert!(
+                            root.join(file).is_file() || copied.iter().any(|c| c == file),
+                            "`{command}` runs a file the clone's root does not have"
+                        );
+                    }
+                    _ => {}
+                }
+            }
+        }
     }
 
     #[test]

@@ -315,7 +315,9 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServer
         .args(args.args);
     let store = args.store.url;
     let work = async move {
-        let code = run(&command, store.as_deref(), session, options).await?;
+        let code = run(&command, store.as_deref(), session, options)
+            .await
+            .map_err(|error| output::with_wait_hint(error, SESSION_WAIT_HINT))?;
         Ok(u8::try_from(code).unwrap_or(1))
     };
     let runtime = tokio::runtime::Builder::new_current_thread();
@@ -325,6 +327,10 @@ pub(crate) fn main(codex: &Path, globals: &AppServerGlobals, mut args: AppServer
 /// How long a proxy that cannot open its session waits for the client's first request
 /// (`initialize`, which a client sends as soon as it starts) to answer it with the refusal.
 const FIRST_REQUEST_WAIT: Duration = Duration::from_secs(2);
+
+/// How `app-server` and `exec` wait for a session another live process holds.
+pub(crate) const SESSION_WAIT_HINT: &str =
+    "retry later, or wait longer for it with RETHREAD_SESSION_WAIT=SECS";
 
 async fn run(
     command: &CodexCommand,

@@ -321,10 +321,14 @@ pub(crate) fn interrupted() -> impl Future<Output = Interrupted> {
     }
 }
 
+/// How `chat` waits for a session another host holds.
+const WAIT_HINT: &str = "retry later, or wait for it with `--wait SECS`";
+
 /// Prints the result under `--json` (the reply itself was printed as it came) and returns the
 /// error, if any, for `main` to print as one line with its exit code.
 pub(crate) fn finish(args: &ChatArgs, notices: &[String], conversation: Conversation) -> CliResult {
     let Conversation { opened, result } = conversation;
+    let result = result.map_err(|error| output::with_wait_hint(error, WAIT_HINT));
     if args.json {
         let mut object = match &result {
             Ok(report) => json!({

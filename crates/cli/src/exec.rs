@@ -169,7 +169,13 @@ pub(crate) fn main(
         tokio::runtime::Builder::new_current_thread(),
         Duration::from_secs(1),
     );
-    output::run_to_exit(runtime, linger, "exec: ", driver::run(setup))
+    let work = async {
+        let hint = crate::app_server::SESSION_WAIT_HINT;
+        driver::run(setup)
+            .await
+            .map_err(|error| output::with_wait_hint(error, hint))
+    };
+    output::run_to_exit(runtime, linger, "exec: ", work)
 }
 
 /// The run with a thread name replaced by the id it resolves to in CODEX_HOME

@@ -82,8 +82,10 @@ struct StoreArg {
 struct CodexBinArg {
     /// The codex binary (default: `codex` on PATH).
     // Empty accepted here (clap's path parser refuses it) so that an empty variable can be
-    // read as unset ([`empty_values`]).
-    #[arg(id = CODEX_BIN_ID, long = "codex-bin", env = "RETHREAD_CODEX_BIN", value_name = "PATH",
+    // read as unset ([`empty_values`]). The variable's value is not shown in help, as no
+    // variable's is: unset, clap would print it as `RETHREAD_CODEX_BIN=` (empty).
+    #[arg(id = CODEX_BIN_ID, long = "codex-bin", env = "RETHREAD_CODEX_BIN", hide_env_values = true,
+          value_name = "PATH",
           value_parser = clap::builder::OsStringValueParser::new().map(PathBuf::from))]
     path: Option<PathBuf>,
 }
@@ -132,8 +134,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Print a completion script for SHELL on stdout, e.g.
-    /// `rethread completions bash > ~/.local/share/bash-completion/completions/rethread`.
+    /// Print a completion script for SHELL on stdout, e.g. `rethread completions bash >
+    /// ~/.local/share/bash-completion/completions/rethread` (the directory must exist).
     Completions {
         /// The shell.
         #[arg(value_enum)]
@@ -406,6 +408,10 @@ enum Access {
     Write(Duration),
     /// It changes what exists only: a missing store is `no store at PATH` (exit 1).
     Existing,
+    /// It removes what it finds (`sessions prune`): as `Existing`, but a missing store holds
+    /// nothing to remove: it reads as an empty store, as for `Inspect`, and nothing is
+    /// created.
+    Tidy,
     /// It only reads: as `Existing`, and opened read-only, so nothing in it or beside it
     /// changes.
     Read,
@@ -422,11 +428,13 @@ async fn open_store_url(url: &str, access: Access) -> CliResult<Arc<dyn BindingS
     tracing::debug!(store = %redact_url(url), ?access, "opening the store");
     let options = match access {
         Access::Write(wait) => OpenOptions::default().wait(wait),
-        Access::Existing => OpenOptions::default().create(false),
+        Access::Existing | Access::Tidy => OpenOptions::default().create(false),
         Access::Read | Access::Inspect => OpenOptions::default().create(false).read_only(true),
     };
     match open_url(url, options).await {
-        Err(StoreError::NoStore { path, .. }) if matches!(access, Access::Inspect) => {
+        Err(StoreError::NoStore { path, .. })
+            if matches!(access, Access::Inspect | Access::Tidy) =>
+        {
             output::eprint_line(&format!(
                 "rethread: no store yet at {path}; nothing is stored before the first turn"
             ));

@@ -82,6 +82,39 @@ pub(crate) fn exit_code(error: &(dyn Error + 'static)) -> u8 {
     chain(error).find_map(decided).unwrap_or(EXIT_FAILED)
 }
 
+/// A session another process holds, said with how the command waits for one (`hint`): the
+/// runtime's message names the holder, not the command's setting. The runtime's error stays
+/// its source, so the exit code (75) and `--json`'s kind (`session_busy`) are unchanged.
+#[derive(Debug, thiserror::Error)]
+#[error("{source}; {hint}")]
+struct BusyWithHint {
+    source: rethread_runtime::BoxError,
+    hint: &'static str,
+}
+
+/// `error` with `hint` said after it when it is a session another process holds.
+pub(crate) fn with_wait_hint(
+    error: rethread_runtime::BoxError,
+    hint: &'static str,
+) -> rethread_runtime::BoxError {
+    let busy = chain(&*error).any(|e| {
+        matches!(
+            e.downcast_ref::<RuntimeError>(),
+            Some(RuntimeError::SessionBusy { .. })
+        ) || matches!(
+            e.downcast_ref::<StoreError>(),
+            Some(StoreError::Busy { .. })
+        )
+    });
+    match busy {
+        true => Box::new(BusyWithHint {
+            source: error,
+            hint,
+        }),
+        false => error,
+    }
+}
+
 /// A failure as the `--json` outputs report it: `{"kind", "message"}`. The kind is the
 /// runtime's, `interrupted`, `usage`, or `store` / `client` for a store or codex that could
 /// not be opened; else `failed`.
@@ -225,14 +258,32 @@ impl Write for StderrAboveBars {
     }
 }
 
-/// A progress bar on stderr (hidden when stderr is not a terminal); [`finish`] ends it.
+/// A progress bar on stderr (hidden when stderr is not a terminal) of `len` steps
+/// ([`set_length`]); [`finish`] ends it.
 pub(crate) fn progress(len: u64, what: &str) -> ProgressBar {
     let bar = bars().add(ProgressBar::new(len));
-    if let Ok(style) = ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len}") {
-        bar.set_style(style.progress_chars("=> "));
-    }
+    style_for(&bar, len);
     bar.set_message(what.to_string());
     bar
+}
+
+/// Sets the number of steps of `bar` (once known): a bar of none is drawn as its count alone,
+/// since indicatif draws 0 of 0 as a full bar, which reads as work done.
+pub(crate) fn set_length(bar: &ProgressBar, len: u64) {
+    if bar.length() != Some(len) {
+        style_for(bar, len);
+        bar.set_length(len);
+    }
+}
+
+fn style_for(bar: &ProgressBar, len: u64) {
+    let template = match len {
+        0 => "{msg} {pos}/{len}",
+        _ => "{msg} [{bar:30}] {pos}/{len}",
+    };
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style.progress_chars("=> "));
+    }
 }
 
 /// Clears `bar` from the terminal for good.

@@ -112,20 +112,22 @@ impl SessionsCommand {
 }
 
 /// Runs `sessions ...` on the store, which it only reads (a missing one is nothing stored
-/// yet), or for `forget` changes where it exists: a missing store is not created. A failed
-/// `show` or `forget` under `--json` prints `{"session", "error": {"kind", "message"}}`, as
-/// `chat --json` does.
+/// yet), or for `forget` changes where it exists, or for `prune` removes from where it exists
+/// (a missing one holds nothing to remove): a missing store is not created. A failed `show`
+/// or `forget` under `--json` prints `{"session", "error": {"kind", "message"}}`, as `chat
+/// --json` does; a failed `prune`, `{"dry_run", "idle_secs", "error"}`.
 pub(crate) async fn run(mut command: SessionsCommand) -> CliResult {
     command.read_ids_as_record_keys();
     let json_failure = match &command {
-        SessionsCommand::Show(args) if args.json => Some(args.id.clone()),
-        SessionsCommand::Forget { id, json: true, .. } => Some(id.clone()),
+        SessionsCommand::Show(args) if args.json => Some(json!({"session": args.id})),
+        SessionsCommand::Forget { id, json: true, .. } => Some(json!({"session": id})),
+        SessionsCommand::Prune(args) => args.json_failure(),
         _ => None,
     };
     let result = run_command(command).await;
-    if let (Err(error), Some(session)) = (&result, json_failure) {
-        let error = output::error_json(&**error);
-        outln!("{}", json!({"session": session, "error": error}));
+    if let (Err(error), Some(mut object)) = (&result, json_failure) {
+        object["error"] = output::error_json(&**error);
+        outln!("{object}");
     }
     result
 }
@@ -133,7 +135,8 @@ pub(crate) async fn run(mut command: SessionsCommand) -> CliResult {
 async fn run_command(mut command: SessionsCommand) -> CliResult {
     let url = command.store().url.take();
     let access = match command {
-        SessionsCommand::Forget { .. } | SessionsCommand::Prune(_) => Access::Existing,
+        SessionsCommand::Forget { .. } => Access::Existing,
+        SessionsCommand::Prune(_) => Access::Tidy,
         _ => Access::Inspect,
     };
     let store = open_store(url.as_deref(), access).await?;

@@ -18,7 +18,7 @@ pub(crate) async fn run(store: Arc<dyn BindingStore>, label: &str, json: bool) -
     let report = store
         .verify(&mut |progress| {
             if let Some(total) = progress.total_sessions {
-                bar.set_length(total);
+                output::set_length(&bar, total);
             }
             bar.set_position(progress.sessions);
         })

@@ -148,7 +148,8 @@ fn prune_takes_months_and_years_and_refuses_an_ambiguous_or_empty_span() {
     for taken in ["1mo", "1y", "2MO", "1y 2mo 3w 4d 5h 6min 7s"] {
         let out = rethread(&url, &["sessions", "prune", "--idle", taken], &[]);
         let said = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{taken}: {out:?}");
+        // A missing store holds nothing to remove (issue 41, item 15): the span was taken.
+        assert_eq!(out.status.code(), Some(0), "{taken}: {out:?}");
         assert!(said.contains("no store"), "{taken}: {said}");
     }
     for (refused, says) in [
@@ -169,20 +170,15 @@ fn prune_takes_months_and_years_and_refuses_an_ambiguous_or_empty_span() {
     assert!(!dir.path().join("none.sqlite").exists(), "nothing created");
 }
 
+/// (A missing store holds nothing to remove: `newcomer.rs`, issue 41 item 15.)
 #[test]
-fn prune_refuses_a_span_it_cannot_read_and_a_missing_store() {
+fn prune_refuses_a_span_it_cannot_read() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("none.sqlite").display());
     for bad in ["30", "-1d", "soon"] {
         let out = rethread(&url, &["sessions", "prune", "--idle", bad], &[]);
         assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");
     }
-    let out = rethread(&url, &["sessions", "prune", "--idle", "30d"], &[]);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("no store"),
-        "{out:?}"
-    );
     assert!(!dir.path().join("none.sqlite").exists(), "nothing created");
 }
 

@@ -346,3 +346,58 @@ fn codex_config_overrides_before_the_command_are_taken() {
     let version = fake_codex(&["-c", "x=1", "--version"]).output().unwrap();
     assert!(version.status.success(), "{version:?}");
 }
+
+/// Issue 41, item 13: a host that ends the fake as rethread's library does (the client's
+/// shutdown or drop kills codex with SIGKILL), after a normal run of `rethread chat` or the
+/// quickstart, left its temporary home (`/tmp/fake-codex-home-*`) behind each time, where the
+/// README says it is removed. Whatever ends the fake, the home goes: a helper of the fake's
+/// own removes it once the fake is gone.
+#[test]
+fn a_host_that_kills_the_fake_leaves_no_temporary_home_behind() {
+    use std::io::{BufRead, Write};
+    let temp = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(binary())
+        .arg("app-server")
+        .env_remove("CODEX_HOME")
+        .env("TMPDIR", temp.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    for line in [
+        json!({"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "t", "version": "0"}}}),
+        json!({"method": "initialized"}),
+        json!({"id": 2, "method": "thread/start", "params": {"cwd": "/tmp"}}),
+    ] {
+        writeln!(input, "{line}").unwrap();
+    }
+    // The thread is started (its rollout is in the home) before the host ends the fake.
+    let mut answers = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("\"id\":2") {
+        line.clear();
+        assert_ne!(
+            answers.read_line(&mut line).unwrap(),
+            0,
+            "no thread/start answer"
+        );
+    }
+    assert_eq!(std::fs::read_dir(temp.path()).unwrap().count(), 1);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Removed by the helper once the fake is gone: polled, bounded.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let left: Vec<_> = std::fs::read_dir(temp.path()).unwrap().collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left behind: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -98,6 +98,15 @@ pub(crate) fn parse_span(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(secs))
 }
 
+impl PruneArgs {
+    /// What `--json` prints when the prune fails, before its `error` is added: `dry_run` and
+    /// `idle_secs` (`None` without `--json`).
+    pub(super) fn json_failure(&self) -> Option<serde_json::Value> {
+        self.json
+            .then(|| json!({"dry_run": self.dry_run, "idle_secs": self.idle.as_secs()}))
+    }
+}
+
 /// Prunes (or, with `--dry-run`, lists) the idle sessions, and says what went.
 pub(super) async fn run(store: Arc<dyn BindingStore>, args: PruneArgs) -> CliResult {
     let prune = Prune::idle(args.idle).dry_run(args.dry_run);
@@ -133,15 +142,31 @@ pub(super) async fn run(store: Arc<dyn BindingStore>, args: PruneArgs) -> CliRes
         outln!("{out}");
         return Ok(());
     }
-    if !report.sessions.is_empty() {
+    if !report.sessions.is_empty() || !report.leases.is_empty() {
+        // One row per record, of the kinds `--json` names: a lease record left without a
+        // session is listed by its session id, with nothing else to say of it.
         let mut table = output::table();
-        table.set_header(["SESSION", "LAST WRITTEN", "ROWS", "BYTES"]);
+        table.set_header(["KIND", "SESSION", "LAST WRITTEN", "ROWS", "BYTES"]);
         table.add_rows(report.sessions.iter().map(|p| {
+            let kind = match rethread_runtime::kept::thread_of(&p.session_id) {
+                Some(_) => "thread",
+                None => "session",
+            };
             [
+                Cell::new(kind),
                 Cell::new(for_people(&p.session_id)),
                 Cell::new(format_ms(p.updated_at_ms)),
                 Cell::new(p.row_count).set_alignment(CellAlignment::Right),
                 Cell::new(p.bytes.total()).set_alignment(CellAlignment::Right),
+            ]
+        }));
+        table.add_rows(report.leases.iter().map(|id| {
+            [
+                Cell::new("lease"),
+                Cell::new(for_people(id)),
+                Cell::new("-"),
+                Cell::new("-"),
+                Cell::new("-"),
             ]
         }));
         output::print_table(&mut table);

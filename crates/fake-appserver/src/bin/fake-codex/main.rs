@@ -9,7 +9,8 @@
 //! It speaks newline-delimited JSON-RPC on stdin/stdout and keeps its threads under
 //! `$CODEX_HOME`, so a restarted process finds them again. Without `CODEX_HOME` it keeps them in
 //! a temporary home of its own (it says where on stderr, and removes it when it exits, SIGINT
-//! and SIGTERM included: exit 130 and 143), never in the user's real `~/.codex`. Like codex it takes `--listen stdio://` (what the Python SDK
+//! and SIGTERM included: exit 130 and 143; killed, as rethread's client ends codex, a helper
+//! process of its own removes it), never in the user's real `~/.codex`. Like codex it takes `--listen stdio://` (what the Python SDK
 //! passes) and refuses any other transport; `--help` and `--version` print on stdout and exit
 //! 0; a usage error exits 2. The profile can also come from `FAKE_CODEX_PROFILE`, the fault
 //! script (JSON, or TOML for a `.toml` file) from `FAKE_CODEX_FAULTS` (inline JSON or a path).
@@ -66,7 +67,15 @@ impl From<String> for Failure {
 /// must not end it first with its own code.
 static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Set (to a temporary home) in the helper [`TemporaryHome`] starts: that process only waits
+/// for its stdin to close, then removes the home.
+const REMOVER_ENV: &str = "FAKE_CODEX_REMOVE_HOME_WHEN_CLOSED";
+
 fn main() -> ExitCode {
+    #[cfg(unix)]
+    if let Some(home) = std::env::var_os(REMOVER_ENV) {
+        return remove_when_closed(&PathBuf::from(home));
+    }
     let outcome = run();
     if STOPPING.load(std::sync::atomic::Ordering::SeqCst) {
         loop {
@@ -173,9 +182,9 @@ fn builder(
             eprintln!(
                 "fake-codex: CODEX_HOME is not set; keeping threads in a temporary home at {} \
                  (removed when fake-codex exits)",
-                temporary.0.display()
+                temporary.path.display()
             );
-            (temporary.0.clone(), Some(temporary))
+            (temporary.path.clone(), Some(temporary))
         }
     };
     let builder = FakeAppServer::builder()
@@ -194,8 +203,17 @@ fn builder(
     Ok((builder, temporary))
 }
 
-/// A home of the process's own under the temporary directory (owner-only), removed on drop.
-struct TemporaryHome(PathBuf);
+/// A home of the process's own under the temporary directory (owner-only), removed on drop,
+/// and on SIGINT and SIGTERM. A process killed outright (SIGKILL: how rethread's client and a
+/// dying rethread end codex) runs neither, so a helper process waits for the pipe the fake
+/// holds to close, which the kernel does however the fake ends, and removes the home then.
+struct TemporaryHome {
+    path: PathBuf,
+    /// The write end of the helper's stdin: never written, only closed (dropped after the
+    /// removal on drop, so the helper then finds nothing left to do).
+    #[cfg(unix)]
+    _remover: std::process::ChildStdin,
+}
 
 impl TemporaryHome {
     fn create() -> Result<TemporaryHome, String> {
@@ -206,11 +224,54 @@ impl TemporaryHome {
         builder
             .create(&path)
             .map_err(|e| format!("cannot create a temporary home {}: {e}", path.display()))?;
-        let home = TemporaryHome(path);
         #[cfg(unix)]
-        remove_on_signal(home.0.clone())?;
+        let home = match spawn_remover(&path) {
+            Ok(remover) => TemporaryHome {
+                path,
+                _remover: remover,
+            },
+            Err(error) => {
+                let _ = std::fs::remove_dir_all(&path);
+                return Err(error);
+            }
+        };
+        #[cfg(not(unix))]
+        let home = TemporaryHome { path };
+        #[cfg(unix)]
+        remove_on_signal(home.path.clone())?;
         Ok(home)
     }
+}
+
+/// Starts this binary again as the remover of `home` ([`REMOVER_ENV`]): in a process group of
+/// its own, so that a terminal's Ctrl-C, which stops the fake's group, leaves it to do its work.
+#[cfg(unix)]
+fn spawn_remover(home: &std::path::Path) -> Result<std::process::ChildStdin, String> {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let cannot = |e: std::io::Error| format!("cannot start the remover of {}: {e}", home.display());
+    let exe = std::env::current_exe().map_err(cannot)?;
+    let mut child = std::process::Command::new(exe)
+        .env(REMOVER_ENV, home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(cannot)?;
+    child
+        .stdin
+        .take()
+        .ok_or_else(|| cannot(std::io::Error::other("no pipe to it")))
+}
+
+/// The remover's whole run: waits until its stdin closes (the fake that started it is gone,
+/// or dropped its home), then removes `home`.
+#[cfg(unix)]
+fn remove_when_closed(home: &std::path::Path) -> ExitCode {
+    let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+    remove_settled(home);
+    ExitCode::SUCCESS
 }
 
 /// From now on SIGINT and SIGTERM remove `home` and end the process (exit 130 or 143, as a shell
@@ -261,6 +322,6 @@ fn remove_settled(home: &std::path::Path) {
 
 impl Drop for TemporaryHome {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
