@@ -11,7 +11,7 @@
 //! - The answers that list threads ([`LISTING_METHODS`], and `thread/search/partial`
 //!   notifications) keep only the threads the client may open.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io::{BufRead, Read};
 use std::path::Path;
@@ -28,11 +28,11 @@ use super::start::start_refused;
 use crate::line::{Line, LineKind};
 
 /// The methods where codex opens the rollout at `path` instead of `threadId`'s.
-pub(crate) const PATH_METHODS: [&str; 2] = ["thread/resume", "thread/fork"];
+const PATH_METHODS: [&str; 2] = ["thread/resume", "thread/fork"];
 
 /// The methods whose answers list threads (`result.data`, and `thread/list`'s
 /// `result.readStates` keyed by thread).
-pub(crate) const LISTING_METHODS: [&str; 5] = [
+const LISTING_METHODS: [&str; 5] = [
     "thread/list",
     "thread/search",
     "thread/search/stream",
@@ -135,9 +135,9 @@ impl Sessionless {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Named {
     /// `threadId`, then every other `...ThreadId` member, canonical.
-    pub(crate) ids: Vec<ThreadId>,
+    ids: Vec<ThreadId>,
     /// The thread the rollout at `path` holds, for [`PATH_METHODS`].
-    pub(crate) path_thread: Option<ThreadId>,
+    path_thread: Option<ThreadId>,
 }
 
 impl Named {
@@ -290,14 +290,14 @@ impl<'de> Visitor<'de> for NamingVisitor {
 
 /// The client's requests whose answers list threads, by id, until answered.
 #[derive(Debug, Default)]
-pub(crate) struct Listings(std::sync::Mutex<HashMap<RequestId, ()>>);
+pub(crate) struct Listings(std::sync::Mutex<HashSet<RequestId>>);
 
 impl Listings {
     /// Remembers `line`'s id when its answer lists threads.
     pub(crate) fn on_request(&self, line: &Line) {
         let listing = line.method().is_some_and(|m| LISTING_METHODS.contains(&m));
         if let (true, Some(id)) = (listing, line.id()) {
-            self.0.lock().unpoisoned().insert(id.clone(), ());
+            self.0.lock().unpoisoned().insert(id.clone());
         }
     }
 
@@ -318,7 +318,7 @@ impl Listings {
             (LineKind::Notification, Some(SEARCH_PARTIAL)) => "params",
             (LineKind::Response, _) => {
                 let id = line.id()?;
-                self.0.lock().unpoisoned().remove(id)?;
+                self.0.lock().unpoisoned().remove(id).then_some(())?;
                 "result"
             }
             (LineKind::Error, _) => {
