@@ -14,7 +14,6 @@ use std::future::Future;
 use std::io::Read;
 use std::path::PathBuf;
 use std::pin::{pin, Pin};
-use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_runtime::{
@@ -212,7 +211,7 @@ impl Conversation {
 /// comes while the turn is being committed lets the commit finish, and the turn is reported as
 /// done: a turn reported as interrupted is never in the store, so retrying it adds it once.
 pub(crate) async fn converse(
-    store: Arc<dyn BindingStore>,
+    store: BindingStore,
     client: &AppServerClient,
     rail: StatusRail,
     args: &ChatArgs,
@@ -372,7 +371,7 @@ fn failure_json(
 mod tests {
     use super::*;
     use rethread_fake_appserver::FakeAppServer;
-    use rethread_store::MemoryStore;
+    use rethread_store::BindingStore;
 
     fn args(session: &str) -> ChatArgs {
         ChatArgs {
@@ -389,13 +388,10 @@ mod tests {
     /// commit made `chat` exit 1 without the reply, and a retry duplicated the turn.
     #[tokio::test]
     async fn a_release_failure_after_the_commit_is_a_warning_and_the_turn_stands() {
-        let memory = Arc::new(MemoryStore::new());
+        let memory = BindingStore::memory();
         let faults = rethread_testkit::faulty_store::Faults::default();
         faults.fail("release_lease", 1);
-        let store = Arc::new(rethread_testkit::faulty_store::over(
-            memory.clone(),
-            faults.clone(),
-        ));
+        let store = rethread_testkit::faulty_store::over(memory.clone(), faults.clone());
         let home = tempfile::tempdir().unwrap();
         let (stream, _fake) = FakeAppServer::builder()
             .codex_home(home.path())

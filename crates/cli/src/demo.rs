@@ -3,7 +3,6 @@
 //! demo. With `--json` the story is one object on stdout, also when a check fails.
 
 use std::io::stdout;
-use std::sync::Arc;
 
 use anstyle::{AnsiColor, Style};
 use rethread_fake_appserver::faults::Corruption;
@@ -11,7 +10,7 @@ use rethread_fake_appserver::{FakeAppServer, FakeHandle};
 use rethread_runtime::{
     AppServerClient, BinderOptions, OpenOutcome, SessionBinder, StatusKind, StatusRail,
 };
-use rethread_store::{BindingStore, BindingStoreExt, OpenOptions, SqliteStore};
+use rethread_store::{BindingStore, OpenOptions};
 use serde_json::{json, Value};
 use tokio::io::DuplexStream;
 
@@ -81,7 +80,7 @@ impl Narration {
 
 /// What the story runs on: the store, the fake codex, and the fake's `CODEX_HOME`.
 struct World {
-    store: Arc<dyn BindingStore>,
+    store: BindingStore,
     fake: FakeHandle,
     home: String,
 }
@@ -159,7 +158,7 @@ async fn play(story: &mut Narration) -> CliResult {
     let dir = tempfile::Builder::new().prefix("rethread-demo").tempdir()?;
     let store_path = dir.path().join("rethread.sqlite");
     let home = dir.path().join("codex-home");
-    let store = Arc::new(SqliteStore::open(&store_path, OpenOptions::default()).await?);
+    let store = BindingStore::sqlite(&store_path, OpenOptions::default()).await?;
     let path = store_path.display();
     let setup = format!("rethread demo: an embedded SQLite store (the default) at {path}");
     story.say(&setup, Style::new());

@@ -54,8 +54,8 @@ pub(crate) async fn run(args: DoctorArgs) -> CliResult {
     // What the next open will do with a mirrored rollout: doctor reports that.
     let mirror = crate::mirror(false)?;
     let store = open_store(args.store.url.as_deref(), Access::Inspect).await?;
-    let bound = bindings(store.as_ref()).await?;
-    let (cap, near_cap) = near_mirror_cap(store.as_ref()).await?;
+    let bound = bindings(&store).await?;
+    let (cap, near_cap) = near_mirror_cap(&store).await?;
     let mut rows = Vec::new();
     if !bound.is_empty() {
         let client = AppServerClient::builder()
@@ -69,7 +69,7 @@ pub(crate) async fn run(args: DoctorArgs) -> CliResult {
         rows = probe_all(bound, args.jobs.into(), |bound| {
             let (client, bar, store) = (client.clone(), bar.clone(), store.clone());
             async move {
-                let row = probe(&client, store.as_ref(), bound, mirror).await;
+                let row = probe(&client, &store, bound, mirror).await;
                 bar.inc(1);
                 row
             }
@@ -143,7 +143,7 @@ pub(crate) async fn run(args: DoctorArgs) -> CliResult {
 }
 
 /// Every published binding, read a page at a time (only the bindings are kept).
-async fn bindings(store: &dyn BindingStore) -> CliResult<Vec<Bound>> {
+async fn bindings(store: &BindingStore) -> CliResult<Vec<Bound>> {
     let mut out = Vec::new();
     let mut after: Option<String> = None;
     loop {
@@ -187,7 +187,7 @@ where
 /// restores nothing) and when the store reads them back intact.
 async fn probe(
     client: &AppServerClient,
-    store: &dyn BindingStore,
+    store: &BindingStore,
     (session, binding, paths): Bound,
     mirror: bool,
 ) -> Row {
@@ -234,7 +234,7 @@ async fn probe(
 /// CRC-32: the check `verify` makes), keeping nothing; the damage found, if any. A file no
 /// longer mirrored is damage too: the restore would lack it.
 async fn mirror_damage(
-    store: &dyn BindingStore,
+    store: &BindingStore,
     session: &str,
     binding: &Binding,
     paths: &[String],
@@ -257,7 +257,7 @@ async fn mirror_damage(
 /// The cap (`RETHREAD_MIRROR_CAP`, else 64 MiB) and the sessions whose mirrors hold at least
 /// 90 % of it, with their mirrored bytes; each is also said on stderr (a notice, also under
 /// `--json`): past the cap mirroring stops for their thread.
-async fn near_mirror_cap(store: &dyn BindingStore) -> CliResult<(u64, Vec<(String, u64)>)> {
+async fn near_mirror_cap(store: &BindingStore) -> CliResult<(u64, Vec<(String, u64)>)> {
     let cap = std::env::var_os(rethread_runtime::MIRROR_CAP_ENV);
     let cap = rethread_runtime::mirror_cap_setting(cap.as_deref()).map_err(UsageError)?;
     let mut near = Vec::new();

@@ -25,14 +25,13 @@ mod verify;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::builder::TypedValueParser as _;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 use rethread_runtime::{BinderOptions, BoxError};
-use rethread_store::{open_url, redact_url, BindingStore, MemoryStore, OpenOptions, StoreError};
+use rethread_store::{open_url, redact_url, BindingStore, OpenOptions, StoreError};
 
 use output::UsageError;
 
@@ -420,11 +419,11 @@ enum Access {
     Inspect,
 }
 
-async fn open_store(url: Option<&str>, access: Access) -> CliResult<Arc<dyn BindingStore>> {
+async fn open_store(url: Option<&str>, access: Access) -> CliResult<BindingStore> {
     open_store_url(&store_url(url)?, access).await
 }
 
-async fn open_store_url(url: &str, access: Access) -> CliResult<Arc<dyn BindingStore>> {
+async fn open_store_url(url: &str, access: Access) -> CliResult<BindingStore> {
     tracing::debug!(store = %redact_url(url), ?access, "opening the store");
     let options = match access {
         Access::Write(wait) => OpenOptions::default().wait(wait),
@@ -438,7 +437,7 @@ async fn open_store_url(url: &str, access: Access) -> CliResult<Arc<dyn BindingS
             output::eprint_line(&format!(
                 "rethread: no store yet at {path}; nothing is stored before the first turn"
             ));
-            Ok(Arc::new(MemoryStore::new()))
+            Ok(BindingStore::memory())
         }
         opened => opened.map_err(|source| {
             let url = redact_url(url);

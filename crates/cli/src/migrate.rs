@@ -2,7 +2,7 @@
 //! at a time, page by page; importing an identical session is a no-op, so an interrupted
 //! migration rerun completes without duplicates.
 
-use rethread_store::{copy_sessions, redact_url, BindingStoreExt};
+use rethread_store::{copy_sessions, redact_url};
 use serde_json::json;
 
 use crate::output::{self, outln};
@@ -19,7 +19,7 @@ pub(crate) async fn run(from: &str, to: &str, json: bool) -> CliResult {
     let target = open_store_url(to, Access::Write(std::time::Duration::ZERO)).await?;
     let (from, to) = (redact_url(from), redact_url(to));
     let bar = output::progress(source.count_sessions().await?, "migrating");
-    let report = copy_sessions(source.as_ref(), target.as_ref(), &mut |_| bar.inc(1))
+    let report = copy_sessions(&source, &target, &mut |_| bar.inc(1))
         .await
         .map_err(|e| format!("migrating from {from} to {to}: {e}"))?;
     output::finish(&bar);

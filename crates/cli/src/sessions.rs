@@ -1,7 +1,5 @@
 //! `rethread sessions list | show [--rows] | forget`.
 
-use std::sync::Arc;
-
 use comfy_table::{Cell, CellAlignment, ColumnConstraint, Width};
 use rethread_store::{redact_url, BindingStore, SessionRecord, StoredBytes};
 use serde_json::{json, Value};
@@ -277,14 +275,14 @@ impl Listing {
 
 /// Lists sessions ([`Listing`]): with a limit, one page; when more may follow, a hint on
 /// stderr names the next `--after` (in JSON: `next_after`), on the store `url` given.
-async fn list(store: Arc<dyn BindingStore>, url: Option<&str>, args: ListArgs) -> CliResult {
+async fn list(store: BindingStore, url: Option<&str>, args: ListArgs) -> CliResult {
     let (limit, mut after) = (args.limit.map(|n| n as usize), args.after);
     let mut listing = Listing::start(args.json, "{\"sessions\":[");
     if args.sort == Sort::Bytes {
         let mut all = Vec::new();
         loop {
             let page = store.list_sessions(after.as_deref(), PAGE).await?;
-            all.extend(with_bytes(store.as_ref(), page.sessions).await?);
+            all.extend(with_bytes(&store, page.sessions).await?);
             match page.next_after {
                 Some(next) => after = Some(next),
                 None => break,
@@ -299,7 +297,7 @@ async fn list(store: Arc<dyn BindingStore>, url: Option<&str>, args: ListArgs) -
     let next_after = loop {
         let want = limit.map_or(PAGE, |limit| (limit - listing.printed).min(PAGE));
         let page = store.list_sessions(after.as_deref(), want).await?;
-        let sessions = with_bytes(store.as_ref(), page.sessions).await?;
+        let sessions = with_bytes(&store, page.sessions).await?;
         listing.page(&sessions, HEADER, to_json, row);
         match page.next_after {
             Some(next) if limit.is_some_and(|limit| listing.printed >= limit) => break Some(next),
@@ -323,7 +321,7 @@ const HEADER: [&str; 5] = ["SESSION", "THREAD", "ROWS", "BYTES", "BOUND AT"];
 
 /// The sessions of a page with what each holds in the store (one read).
 async fn with_bytes(
-    store: &dyn BindingStore,
+    store: &BindingStore,
     sessions: Vec<SessionRecord>,
 ) -> CliResult<Vec<(SessionRecord, StoredBytes)>> {
     let ids: Vec<String> = sessions.iter().map(|s| s.session_id.clone()).collect();
@@ -369,15 +367,15 @@ fn shell_word(word: &str) -> String {
     }
 }
 
-async fn session(store: &dyn BindingStore, id: &str) -> CliResult<SessionRecord> {
+async fn session(store: &BindingStore, id: &str) -> CliResult<SessionRecord> {
     Ok(store
         .session(id)
         .await?
         .ok_or_else(|| format!("no session {id}"))?)
 }
 
-async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> CliResult {
-    let record = session(store.as_ref(), id).await?;
+async fn show(store: BindingStore, id: &str, json: bool) -> CliResult {
+    let record = session(&store, id).await?;
     let bytes = store.session_bytes(&[id.to_string()]).await?;
     let bytes = bytes.first().copied().unwrap_or_default();
     if json {
@@ -417,9 +415,9 @@ async fn show(store: Arc<dyn BindingStore>, id: &str, json: bool) -> CliResult {
 /// a row without a role or text, as a host may write, shows its JSON); under `--json` the
 /// rows as stored. With a limit, when more may follow, a hint on stderr names the next
 /// `--after` (in JSON: `next_after`), on the store `url` given.
-async fn show_rows(store: Arc<dyn BindingStore>, url: Option<&str>, args: ShowArgs) -> CliResult {
+async fn show_rows(store: BindingStore, url: Option<&str>, args: ShowArgs) -> CliResult {
     let (id, limit) = (args.id.as_str(), args.limit);
-    let record = session(store.as_ref(), id).await?;
+    let record = session(&store, id).await?;
     let mut next = args.after.map_or(0, |after| after.saturating_add(1));
     let end = match limit {
         Some(limit) => record.row_count.min(next.saturating_add(limit.into())),
@@ -465,7 +463,7 @@ async fn show_rows(store: Arc<dyn BindingStore>, url: Option<&str>, args: ShowAr
     Ok(())
 }
 
-async fn forget(store: Arc<dyn BindingStore>, id: &str, json: bool) -> CliResult {
+async fn forget(store: BindingStore, id: &str, json: bool) -> CliResult {
     if !store.delete_session(id).await? {
         return Err(format!("no session {id}").into());
     }

@@ -3,7 +3,6 @@
 //! another process; with `--json` one object on stdout, also when damage was found.
 
 use std::io::stdout;
-use std::sync::Arc;
 
 use anstyle::AnsiColor;
 use rethread_store::{BindingStore, VerifyReport};
@@ -13,7 +12,7 @@ use crate::output::{self, for_people, outln};
 use crate::CliResult;
 
 /// Checks `store` (named `label`, password redacted) and prints the report.
-pub(crate) async fn run(store: Arc<dyn BindingStore>, label: &str, json: bool) -> CliResult {
+pub(crate) async fn run(store: BindingStore, label: &str, json: bool) -> CliResult {
     let bar = output::progress(0, "verifying");
     let report = store
         .verify(&mut |progress| {

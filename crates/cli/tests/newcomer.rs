@@ -9,7 +9,7 @@ mod support;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rethread_store::{open_url, BindingStore, LeaseOwner, LocalOwner, OpenOptions};
+use rethread_store::{open_url, LeaseOwner, LocalOwner, OpenOptions};
 use serde_json::Value;
 use support::{describe, fake_codex, rethread, wait_out_the_shortest_idle};
 

@@ -9,9 +9,7 @@ mod support;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use rethread_store::{
-    open_url, BindingStore, LocalOwner, MirrorAppend, MirrorUpdate, OpenOptions, TurnCommit,
-};
+use rethread_store::{open_url, LocalOwner, MirrorAppend, MirrorUpdate, OpenOptions, TurnCommit};
 use serde_json::{json, Value};
 use support::{fake_codex, rethread as rethread_bin, wait_out_the_shortest_idle, SHORTEST_IDLE};
 

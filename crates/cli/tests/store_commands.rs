@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use rethread_store::{open_url, BindingStore, OpenOptions, TurnCommit};
+use rethread_store::{open_url, OpenOptions, TurnCommit};
 use serde_json::{json, Value};
 
 /// `rethread ARGS` on the store `url`; no codex is needed or found.

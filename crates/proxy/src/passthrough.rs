@@ -2,7 +2,7 @@
 
 use rethread_store::{BindingStore, Unpoisoned};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use rethread_protocol::RequestId;
 use rethread_runtime::kept::Keeper;
@@ -52,7 +52,7 @@ impl NoSession {
     /// and wait, `CODEX_HOME`, the mirror and its cap); a pass-through without the mirror.
     /// Sessions' threads stay out of reach either way (`docs/design.md`, "A thread the client
     /// names", rule 6).
-    pub fn keeping(store: Arc<dyn BindingStore>, options: BinderOptions) -> Self {
+    pub fn keeping(store: BindingStore, options: BinderOptions) -> Self {
         let guard = Some(Sessionless::new(store.clone(), options.codex_home.clone()));
         let kept = Keeper::new(store, options).map(KeptThreads::new);
         NoSession {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use rethread_protocol::codec::DEFAULT_MAX_LINE_LENGTH;
 use rethread_proxy::{BindingHooks, CodexCommand, SessionOptions};
 use rethread_runtime::RESUME_FALLBACK_NOTICE;
-use rethread_store::{BindingStore, MemoryStore};
+use rethread_store::BindingStore;
 use serde_json::{json, Value};
 use support::*;
 
@@ -26,17 +26,12 @@ struct Process {
     child: tokio::process::Child,
 }
 
-async fn start(codex: &Path, home: &Path, store: &Arc<dyn BindingStore>) -> Process {
+async fn start(codex: &Path, home: &Path, store: &BindingStore) -> Process {
     start_limited(codex, home, store, DEFAULT_MAX_LINE_LENGTH).await
 }
 
 /// [`start`] with the proxy's line limit at `limit` bytes.
-async fn start_limited(
-    codex: &Path,
-    home: &Path,
-    store: &Arc<dyn BindingStore>,
-    limit: usize,
-) -> Process {
+async fn start_limited(codex: &Path, home: &Path, store: &BindingStore, limit: usize) -> Process {
     let mut options = SessionOptions::default();
     options.binder.retry_backoff = Duration::from_millis(50);
     options.binder.codex_home = Some(home.display().to_string());
@@ -82,7 +77,7 @@ fn warnings(log: &[Value]) -> Vec<Value> {
         .collect()
 }
 
-async fn bound(store: &Arc<dyn BindingStore>) -> Option<String> {
+async fn bound(store: &BindingStore) -> Option<String> {
     store
         .session(SESSION)
         .await
@@ -96,7 +91,7 @@ async fn three_processes_keep_one_conversation_then_a_lost_rollout_falls_back_on
         let model = ResponsesStandIn::start().unwrap();
         let home = CodexHome::new(&model).unwrap();
         ask_for_approvals(home.path()).unwrap();
-        let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+        let store: BindingStore = BindingStore::memory();
 
         // Process 1: a new thread (a UUID id), a turn that asks for an approval.
         model.push_escalated_command("echo approved");
@@ -219,7 +214,7 @@ async fn a_paginated_thread_under_the_floor_falls_back_with_one_warning() {
     };
     let model = ResponsesStandIn::start().unwrap();
     let home = CodexHome::new(&model).unwrap();
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let mut one = start(&current, home.path(), &store).await;
     let answer = start_thread(&mut one.proxied.client).await;
     assert_eq!(answer["result"]["thread"]["historyMode"], "paginated");
@@ -264,7 +259,7 @@ async fn the_floor_resumes_a_thread_whose_resume_answer_passes_the_line_limit() 
     };
     let model = ResponsesStandIn::start().unwrap();
     let home = CodexHome::new(&model).unwrap();
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let mut one = start_limited(&floor, home.path(), &store, LIMIT).await;
     let thread = thread_id(&start_thread(&mut one.proxied.client).await);
     let long = "zebra ".repeat(4000);
@@ -310,7 +305,7 @@ async fn an_interrupted_turn_writes_nothing() {
     for (version, codex) in releases() {
         let model = ResponsesStandIn::start().unwrap();
         let home = CodexHome::new(&model).unwrap();
-        let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+        let store: BindingStore = BindingStore::memory();
         let mut one = start(&codex, home.path(), &store).await;
         let client = &mut one.proxied.client;
         let thread = thread_id(&start_thread(client).await);

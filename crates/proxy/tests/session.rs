@@ -12,7 +12,7 @@ use std::time::Duration;
 use rethread_fake_appserver::Corruption;
 use rethread_proxy::{BindingHooks, Ended, SessionOptions};
 use rethread_runtime::{RuntimeError, RESUME_FALLBACK_NOTICE};
-use rethread_store::{BindingStore, LocalOwner, MemoryStore, SessionRecord};
+use rethread_store::{BindingStore, LocalOwner, SessionRecord};
 use serde_json::{json, Value};
 use support::faulty_store::{self, Faults};
 use support::*;
@@ -29,11 +29,11 @@ fn options() -> SessionOptions {
     options
 }
 
-fn memory_store() -> Arc<dyn BindingStore> {
-    Arc::new(MemoryStore::new())
+fn memory_store() -> BindingStore {
+    BindingStore::memory()
 }
 
-async fn hooks(store: &Arc<dyn BindingStore>) -> Arc<BindingHooks> {
+async fn hooks(store: &BindingStore) -> Arc<BindingHooks> {
     Arc::new(
         BindingHooks::open(SESSION, store.clone(), options())
             .await
@@ -63,7 +63,7 @@ async fn finish(mut proxied: Proxied) -> Proxied {
     proxied
 }
 
-async fn record(store: &Arc<dyn BindingStore>) -> SessionRecord {
+async fn record(store: &BindingStore) -> SessionRecord {
     store.session(SESSION).await.unwrap().expect("a session")
 }
 
@@ -75,7 +75,7 @@ fn warnings(log: &[Value]) -> Vec<Value> {
 }
 
 /// A new process on `fake` whose client's `thread/start` resumes `thread`, with no warning.
-async fn resumes_without_a_warning(store: &Arc<dyn BindingStore>, fake: &FakeHandle, thread: &str) {
+async fn resumes_without_a_warning(store: &BindingStore, fake: &FakeHandle, thread: &str) {
     let mut proxied = connect(hooks(store).await, fake.restart().await.unwrap());
     proxied.client.initialize(false).await.unwrap();
     let answer = proxied
@@ -89,7 +89,7 @@ async fn resumes_without_a_warning(store: &Arc<dyn BindingStore>, fake: &FakeHan
 }
 
 /// Process 1: a turn on a new thread through the proxy; returns the thread.
-async fn first_process(store: &Arc<dyn BindingStore>, stream: DuplexStream) -> String {
+async fn first_process(store: &BindingStore, stream: DuplexStream) -> String {
     let mut proxied = connect(hooks(store).await, stream);
     proxied.client.initialize(false).await.unwrap();
     let started = start_thread(&mut proxied.client).await;
@@ -642,10 +642,7 @@ async fn ids_never_collide_with_a_session_integer_and_string_client_ids() {
 async fn the_lease_is_held_while_the_proxy_runs_and_released_when_it_ends() {
     // A store that counts the calls: the waiter below is seen asking for the lease.
     let calls = Faults::default();
-    let store: Arc<dyn BindingStore> = Arc::new(faulty_store::over(
-        Arc::new(MemoryStore::new()),
-        calls.clone(),
-    ));
+    let store: BindingStore = faulty_store::over(BindingStore::memory(), calls.clone());
     let (stream, _fake) = FakeAppServer::builder().spawn_in_process().unwrap();
     let running = hooks(&store).await;
     let proxied = connect(running.clone(), stream);

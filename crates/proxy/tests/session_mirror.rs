@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use faulty_store::Faults;
 use rethread_proxy::{BindingHooks, SessionOptions};
-use rethread_store::{BindingStore, BindingStoreExt, MemoryStore};
+use rethread_store::BindingStore;
 use serde_json::Value;
 use support::*;
 
 const SESSION: &str = "fleet";
 
-async fn hooks(store: &Arc<dyn BindingStore>, home: &Path) -> Arc<BindingHooks> {
+async fn hooks(store: &BindingStore, home: &Path) -> Arc<BindingHooks> {
     let mut options = SessionOptions::default();
     options.binder.retry_backoff = Duration::from_millis(5);
     options.binder.codex_home = Some(home.display().to_string());
@@ -44,7 +44,7 @@ fn warnings(log: &[Value]) -> Vec<String> {
 /// One process on `fake`'s home: the client's `thread/start` and one turn saying `text`.
 /// Returns the thread and what the client was warned of.
 async fn process(
-    store: &Arc<dyn BindingStore>,
+    store: &BindingStore,
     fake: &FakeHandle,
     home: &Path,
     text: &str,
@@ -63,7 +63,7 @@ async fn process(
 
 #[tokio::test]
 async fn a_session_that_moves_between_homes_keeps_its_thread_and_its_memory() {
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (_, a) = FakeAppServer::builder()
         .codex_home(dir_a.path())
@@ -115,7 +115,7 @@ async fn a_session_that_moves_between_homes_keeps_its_thread_and_its_memory() {
 
 #[tokio::test]
 async fn a_rollout_the_proxy_cannot_find_is_said_once_and_the_turns_still_commit() {
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let (dir, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (stream, fake) = FakeAppServer::builder()
         .codex_home(dir.path())
@@ -147,8 +147,8 @@ async fn a_rollout_the_proxy_cannot_find_is_said_once_and_the_turns_still_commit
 
 #[tokio::test]
 async fn a_restore_that_fails_is_said_and_the_resume_goes_ahead() {
-    let memory = Arc::new(MemoryStore::new());
-    let store: Arc<dyn BindingStore> = memory.clone();
+    let memory = BindingStore::memory();
+    let store: BindingStore = memory.clone();
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (_, a) = FakeAppServer::builder()
         .codex_home(dir_a.path())
@@ -165,7 +165,7 @@ async fn a_restore_that_fails_is_said_and_the_resume_goes_ahead() {
     // from the store fails. A keeps a rollout codex can resume.
     let faults = Faults::default();
     faults.fail("write_mirror_file", 1);
-    let faulty: Arc<dyn BindingStore> = Arc::new(faulty_store::over(memory, faults.clone()));
+    let faulty: BindingStore = faulty_store::over(memory, faults.clone());
     let (again, warned) = process(&faulty, &a, dir_a.path(), "and before that?").await;
     assert_eq!(faults.calls("write_mirror_file"), 1);
     assert_eq!(again, thread, "the resume went ahead");

@@ -12,7 +12,7 @@ use std::time::Duration;
 use rethread_fake_appserver::Corruption;
 use rethread_proxy::{BindingHooks, Ended, NoticeDelivery, SessionOptions};
 use rethread_runtime::RESUME_FALLBACK_NOTICE;
-use rethread_store::{BindingStore, MemoryStore};
+use rethread_store::BindingStore;
 use serde_json::{json, Value};
 use support::*;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, DuplexStream};
@@ -27,11 +27,7 @@ fn options(notice: NoticeDelivery) -> SessionOptions {
     options
 }
 
-async fn connect(
-    store: &Arc<dyn BindingStore>,
-    notice: NoticeDelivery,
-    stream: DuplexStream,
-) -> Proxied {
+async fn connect(store: &BindingStore, notice: NoticeDelivery, stream: DuplexStream) -> Proxied {
     let hooks = BindingHooks::open(SESSION, store.clone(), options(notice))
         .await
         .expect("the session is free");
@@ -69,14 +65,14 @@ fn notice_items(log: &[Value]) -> Vec<(String, Value)> {
         .collect()
 }
 
-async fn rows(store: &Arc<dyn BindingStore>) -> Vec<Value> {
+async fn rows(store: &BindingStore) -> Vec<Value> {
     let record = store.session(SESSION).await.unwrap().expect("a session");
     let rows = store.rows(SESSION, 0..record.row_count).await.unwrap();
     rows.into_iter().map(|row| row.body).collect()
 }
 
 /// Process 1 remembers a fact; its rollout is then lost: the next open falls back.
-async fn a_lost_thread(store: &Arc<dyn BindingStore>) -> FakeHandle {
+async fn a_lost_thread(store: &BindingStore) -> FakeHandle {
     let (stream, fake) = FakeAppServer::builder().spawn_in_process().unwrap();
     let mut proxied = connect(store, NoticeDelivery::Item, stream).await;
     let thread = open_thread(&mut proxied.client).await;
@@ -90,7 +86,7 @@ async fn a_lost_thread(store: &Arc<dyn BindingStore>) -> FakeHandle {
 
 #[tokio::test]
 async fn the_notice_is_an_item_of_the_new_threads_first_turn_once_and_never_the_models_words() {
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let fake = a_lost_thread(&store).await;
     let mut proxied = connect(&store, NoticeDelivery::Item, fake.restart().await.unwrap()).await;
     let client = &mut proxied.client;
@@ -141,7 +137,7 @@ async fn the_notice_is_an_item_of_the_new_threads_first_turn_once_and_never_the_
 /// process says it again, as an item in its first turn.
 #[tokio::test]
 async fn a_notice_item_never_written_is_owed_to_the_next_process() {
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let fake = a_lost_thread(&store).await;
     let mut proxied = connect(&store, NoticeDelivery::Item, fake.restart().await.unwrap()).await;
     let abandoned = open_thread(&mut proxied.client).await;
@@ -168,7 +164,7 @@ async fn a_notice_item_never_written_is_owed_to_the_next_process() {
 /// The default (`warning`) writes no item.
 #[tokio::test]
 async fn by_default_the_notice_is_a_warning_only() {
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let fake = a_lost_thread(&store).await;
     let stream = fake.restart().await.unwrap();
     let mut proxied = connect(&store, NoticeDelivery::Warning, stream).await;
@@ -183,7 +179,7 @@ async fn by_default_the_notice_is_a_warning_only() {
 /// played by the test, as codex 0.171.0 answers a compaction.
 #[tokio::test]
 async fn a_compaction_turn_is_recorded_without_a_user_row() {
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let (codex_end, proxy_end) = tokio::io::duplex(1 << 16);
     let mut proxied = connect(&store, NoticeDelivery::Warning, proxy_end).await;
     let (codex_read, mut codex_write) = tokio::io::split(codex_end);

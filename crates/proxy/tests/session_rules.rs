@@ -15,7 +15,7 @@ use rethread_fake_appserver::faults::{Fault, FaultScript};
 use rethread_fake_appserver::Corruption;
 use rethread_proxy::{BindingHooks, SessionOptions};
 use rethread_runtime::RESUME_FALLBACK_NOTICE;
-use rethread_store::{BindingStore, MemoryStore};
+use rethread_store::BindingStore;
 use serde_json::{json, Value};
 use support::*;
 
@@ -28,7 +28,7 @@ fn no_mirror() -> SessionOptions {
     options
 }
 
-async fn hooks(store: &Arc<dyn BindingStore>) -> Arc<BindingHooks> {
+async fn hooks(store: &BindingStore) -> Arc<BindingHooks> {
     let mut options = no_mirror();
     options.binder.retry_backoff = Duration::from_millis(5);
     Arc::new(
@@ -45,7 +45,7 @@ fn warnings(log: &[Value]) -> Vec<Value> {
         .collect()
 }
 
-async fn bound_thread(store: &Arc<dyn BindingStore>) -> Option<String> {
+async fn bound_thread(store: &BindingStore) -> Option<String> {
     store
         .session(SESSION)
         .await
@@ -55,7 +55,7 @@ async fn bound_thread(store: &Arc<dyn BindingStore>) -> Option<String> {
 
 #[tokio::test]
 async fn a_second_thread_start_never_moves_the_binding_and_the_client_is_told() {
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let (mut proxied, _fake) = proxy_fake(
         hooks(&store).await,
         rethread_fake_appserver::FakeAppServer::builder(),
@@ -90,7 +90,7 @@ async fn a_second_thread_start_never_moves_the_binding_and_the_client_is_told() 
 /// never bound in the session's place.
 #[tokio::test]
 async fn a_second_thread_start_before_the_first_is_answered_is_the_clients_own() {
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let slow_start = FaultScript::of([Fault::Delay {
         method: Some("thread/start".into()),
         millis: 500,
@@ -126,7 +126,7 @@ async fn a_second_thread_start_before_the_first_is_answered_is_the_clients_own()
 
 #[tokio::test]
 async fn an_ephemeral_thread_is_never_bound() {
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let (mut proxied, _fake) = proxy_fake(
         hooks(&store).await,
         rethread_fake_appserver::FakeAppServer::builder(),
@@ -156,7 +156,7 @@ async fn an_ephemeral_thread_is_never_bound() {
 
 #[tokio::test]
 async fn a_flood_of_tracked_requests_never_evicts_the_sessions_start_or_its_warning() {
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     // A session bound to a thread whose rollout is gone; codex is slow to answer starts and
     // resumes, so the client's flood waits for answers beside the session's start.
     let slow_start = FaultScript::of([
@@ -220,7 +220,7 @@ async fn a_flood_of_tracked_requests_never_evicts_the_sessions_start_or_its_warn
 
 #[tokio::test]
 async fn a_thread_of_another_session_cannot_be_resumed_in_this_one() {
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     // Session B has a thread with a committed turn.
     let b = Arc::new(
         BindingHooks::open("b", store.clone(), no_mirror())
@@ -276,7 +276,7 @@ async fn a_thread_of_another_session_cannot_be_resumed_in_this_one() {
 /// competing takes the lease back and goes on recording; it says nothing about losing it.
 #[tokio::test]
 async fn a_stall_past_the_lease_ttl_with_nobody_competing_goes_on_recording() {
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let mut options = no_mirror();
     options.binder.lease_ttl = Some(Duration::from_millis(150));
     let hooks = Arc::new(
@@ -312,7 +312,7 @@ async fn a_stall_past_the_lease_ttl_with_nobody_competing_goes_on_recording() {
 /// client reads it and goes away without another line: the next connection says nothing.
 #[tokio::test]
 async fn a_warning_written_to_a_client_that_then_leaves_is_not_said_again() {
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let (mut proxied, fake) = proxy_fake(
         hooks(&store).await,
         rethread_fake_appserver::FakeAppServer::builder(),

@@ -14,7 +14,6 @@
 
 use std::collections::HashMap;
 use std::error::Error;
-use std::sync::Arc;
 
 use rethread::{
     open_url, AppServerClient, BinderOptions, BindingStore, CodexCommand, OpenOptions,
@@ -37,7 +36,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let home = dir.path().join("codex-home");
     std::fs::create_dir_all(&home)?;
     let url = format!("sqlite:{}", dir.path().join("rethread.sqlite").display());
-    let store: Arc<dyn BindingStore> = open_url(&url, OpenOptions::default()).await?;
+    let store: BindingStore = open_url(&url, OpenOptions::default()).await?;
     let (rail, notices) = StatusRail::recording();
 
     let mut client = start_codex(&program, &home).await?;

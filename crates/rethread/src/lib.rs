@@ -49,16 +49,10 @@ pub use rethread_runtime::{
     StatusRail, StatusSink, ThreadEvent, ThreadEvents, ThreadHealth, ThreadProbe, Transcript,
     TranscriptSink, TurnEnd, TurnEvent, TurnInput, TurnReport, TurnStream, RESUME_FALLBACK_NOTICE,
 };
-#[cfg(feature = "postgres")]
-pub use rethread_store::PostgresStore;
-#[cfg(feature = "redb")]
-pub use rethread_store::RedbStore;
-#[cfg(feature = "sqlite")]
-pub use rethread_store::SqliteStore;
 pub use rethread_store::{
-    open_url, Binding, BindingState, BindingStore, BindingStoreExt, CommitOutcome, Durability,
-    Fence, GivenUp, Lease, LeaseLoss, LeaseOwner, LocalOwner, MemoryStore, OpenOptions, Retirement,
-    SessionExport, SessionPage, SessionRecord, StoreError, StoreUrl, TranscriptRow, TurnCommit,
+    open_url, Binding, BindingState, BindingStore, CommitOutcome, Durability, Fence, GivenUp,
+    Lease, LeaseLoss, LeaseOwner, LocalOwner, OpenOptions, Retirement, SessionExport, SessionPage,
+    SessionRecord, StoreError, StoreUrl, TranscriptRow, TurnCommit,
 };
 
 /// The README's examples, compiled as doctests.

@@ -18,12 +18,11 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rethread_runtime::binding::{commit_turn, TurnRows};
 use rethread_runtime::{RolloutMirror, Transcript};
-use rethread_store::{open_url, BindingStore, BindingStoreExt, Durability, OpenOptions};
+use rethread_store::{open_url, BindingStore, Durability, OpenOptions};
 use serde_json::json;
 
 struct Args {
@@ -105,7 +104,7 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-async fn open(url: &str, durability: Durability) -> Arc<dyn BindingStore> {
+async fn open(url: &str, durability: Durability) -> BindingStore {
     open_url(url, OpenOptions::default().durability(durability))
         .await
         .unwrap_or_else(|e| panic!("{url}: {e}"))
@@ -138,7 +137,7 @@ async fn commits(name: &str, url: &str, args: &Args) {
         let (mut with, mut without) = (Vec::new(), Vec::new());
         // A first commit mirrors the whole file; the measured ones mirror what it grew by.
         commit_turn(
-            store.as_ref(),
+            &store,
             &Transcript::Store,
             None,
             TurnRows::new(&session, &thread, &rows).mirror(Some(&mirror)),
@@ -161,7 +160,7 @@ async fn commits(name: &str, url: &str, args: &Args) {
                 (TurnRows::new(&other, &other_thread, &rows), &mut without)
             };
             let started = Instant::now();
-            let committed = commit_turn(store.as_ref(), &Transcript::Store, None, turn)
+            let committed = commit_turn(&store, &Transcript::Store, None, turn)
                 .await
                 .unwrap();
             out.push(started.elapsed());
@@ -230,7 +229,7 @@ async fn restores(name: &str, url: &str, args: &Args) {
         for _ in 0..turns {
             append(&path, &turn);
             commit_turn(
-                store.as_ref(),
+                &store,
                 &Transcript::Store,
                 None,
                 TurnRows::new(&session, &thread, &rows).mirror(Some(&mirror)),
@@ -248,14 +247,13 @@ async fn restores(name: &str, url: &str, args: &Args) {
             // As a driver's open restores: from the record its `ReadSession` read.
             let target = tempfile::tempdir().unwrap();
             let mirror = RolloutMirror::new(target.path());
-            let (took, restored) =
-                timed(mirror.restore_from(store.as_ref(), &record, &thread)).await;
+            let (took, restored) = timed(mirror.restore_from(&store, &record, &thread)).await;
             restore.push(took);
             assert_eq!(restored.unwrap().written.len(), 1);
             // Reading the record first, as `RolloutMirror::restore` does.
             let own = tempfile::tempdir().unwrap();
             let mirror = RolloutMirror::new(own.path());
-            let (took, restored) = timed(mirror.restore(store.as_ref(), &session, &thread)).await;
+            let (took, restored) = timed(mirror.restore(&store, &session, &thread)).await;
             own_read.push(took);
             assert_eq!(restored.unwrap().written.len(), 1);
             let (took, held) = timed(store.mirror_file(&session, &thread, &file_path)).await;
@@ -264,8 +262,7 @@ async fn restores(name: &str, url: &str, args: &Args) {
             // What every open pays where the home already holds the rollout (a new process:
             // no file known yet): the local check finds it whole and writes nothing.
             let mirror = RolloutMirror::new(home.path());
-            let (took, restored) =
-                timed(mirror.restore_from(store.as_ref(), &record, &thread)).await;
+            let (took, restored) = timed(mirror.restore_from(&store, &record, &thread)).await;
             holds.push(took);
             assert!(restored.unwrap().written.is_empty());
             let plain = tempfile::tempdir().unwrap();

@@ -9,7 +9,6 @@
 //! Flags: `--iterations N` (part 1, default 300), `--turns 1,100,1000`, `--samples N` (part 2,
 //! default 5), `--skip-real`.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rethread_fake_appserver::FakeAppServer;
@@ -18,7 +17,7 @@ use rethread_protocol::messages::{
     UserInput,
 };
 use rethread_runtime::{AppServerClient, BinderOptions, CodexCommand, SessionBinder, StatusRail};
-use rethread_store::{BindingStore, OpenOptions, RedbStore, TurnCommit};
+use rethread_store::{BindingStore, OpenOptions, TurnCommit};
 use rethread_testkit::real::{codex_or_skip, CodexHome};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::CURRENT;
@@ -90,11 +89,10 @@ async fn connect(stream: tokio::io::DuplexStream) -> AppServerClient {
 /// Part 1: `open` (resume or start) then `turn/start` sent, on the in-process fake.
 async fn open_to_turn_start(iterations: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn BindingStore> = Arc::new(
-        RedbStore::open(dir.path().join("bench.redb"), OpenOptions::default())
+    let store: BindingStore =
+        BindingStore::redb(dir.path().join("bench.redb"), OpenOptions::default())
             .await
-            .unwrap(),
-    );
+            .unwrap();
     let (stream, fake) = FakeAppServer::builder()
         .codex_home(dir.path().join("home"))
         .spawn_in_process()

@@ -36,11 +36,7 @@ pub struct SessionBinder {
 
 impl SessionBinder {
     /// A binder for `session_id` over `store`, reporting on `rail`.
-    pub fn new(
-        session_id: impl Into<String>,
-        store: Arc<dyn BindingStore>,
-        rail: StatusRail,
-    ) -> Self {
+    pub fn new(session_id: impl Into<String>, store: BindingStore, rail: StatusRail) -> Self {
         let options = BinderOptions::default();
         let parts = Parts {
             session_id: session_id.into(),

@@ -38,7 +38,7 @@ impl MachineAccess for &mut SessionMachine {
 #[derive(Debug, Clone, Copy)]
 pub struct StoreSide<'a> {
     /// The store.
-    pub store: &'a dyn BindingStore,
+    pub store: &'a BindingStore,
     /// The session.
     pub session_id: &'a str,
     /// The session's lease, whose fence every write carries (`None`: unfenced writes).
@@ -240,10 +240,7 @@ impl StoreSide<'_> {
 }
 
 /// What the store holds for `session_id`, as the machine reads it.
-pub async fn read_stored(
-    store: &dyn BindingStore,
-    session_id: &str,
-) -> Result<Stored, RuntimeError> {
+pub async fn read_stored(store: &BindingStore, session_id: &str) -> Result<Stored, RuntimeError> {
     Ok(stored_of(store.session(session_id).await?.as_ref()))
 }
 
@@ -259,7 +256,7 @@ pub async fn read_stored(
 /// [`RuntimeError::ThreadUnnamed`] for `--last` while the session has no bound thread, or a
 /// name with `by_name`; a store failure.
 pub async fn client_thread(
-    store: &dyn BindingStore,
+    store: &BindingStore,
     session_id: &str,
     named: Option<&str>,
     by_name: bool,
@@ -327,7 +324,7 @@ fn stored_of(record: Option<&SessionRecord>) -> Stored {
 /// still names it (a binding written meanwhile for another thread survives), and records the
 /// notice as pending. A stale `fence` is [`RuntimeError::LeaseLost`], nothing written.
 pub async fn give_up(
-    store: &dyn BindingStore,
+    store: &BindingStore,
     session_id: &str,
     lost: &LostThread,
     fence: Option<&Fence>,
@@ -454,7 +451,7 @@ pub struct Committed {
 ///   retried once with the files whole. A rollout that cannot be read does not stop the
 ///   turn: it commits without its mirror ([`MirrorReport::Failed`]).
 pub async fn commit_turn(
-    store: &dyn BindingStore,
+    store: &BindingStore,
     transcript: &Transcript,
     lease: Option<&SessionLease>,
     turn: TurnRows<'_>,
@@ -486,7 +483,7 @@ pub async fn commit_turn(
 
 /// [`commit_turn`] without its span and metrics.
 async fn write_turn(
-    store: &dyn BindingStore,
+    store: &BindingStore,
     transcript: &Transcript,
     lease: Option<&SessionLease>,
     turn: TurnRows<'_>,

@@ -67,7 +67,7 @@ pub fn check_session_id(session_id: &str) -> Result<(), RuntimeError> {
 ///
 /// # Errors
 /// [`RuntimeError::ThreadTaken`] naming the session; a store failure.
-pub async fn check(store: &dyn BindingStore, thread: &str) -> Result<ThreadId, RuntimeError> {
+pub async fn check(store: &BindingStore, thread: &str) -> Result<ThreadId, RuntimeError> {
     client_thread(store, &key(thread), Some(thread), false).await
 }
 
@@ -77,7 +77,7 @@ pub async fn check(store: &dyn BindingStore, thread: &str) -> Result<ThreadId, R
 /// session.
 #[derive(Debug)]
 pub struct Keeper {
-    store: Arc<dyn BindingStore>,
+    store: BindingStore,
     mirror: RolloutMirror,
     options: BinderOptions,
     owner: Arc<LocalOwner>,
@@ -115,7 +115,7 @@ impl Keeper {
     /// The keeper of `store` under `options` (lease TTL and wait, `CODEX_HOME`, the mirror's
     /// cap); `None` without a mirror (`RETHREAD_MIRROR=off`, or no `CODEX_HOME`): a record
     /// without the rollout would keep nothing.
-    pub fn new(store: Arc<dyn BindingStore>, options: BinderOptions) -> Option<Keeper> {
+    pub fn new(store: BindingStore, options: BinderOptions) -> Option<Keeper> {
         Some(Keeper {
             mirror: options.rollout_mirror()?,
             store,
@@ -163,7 +163,7 @@ impl Keeper {
     /// # Errors
     /// [`RuntimeError::ThreadTaken`] naming the session; a store failure.
     pub async fn check(&self, thread: &str) -> Result<ThreadId, RuntimeError> {
-        check(self.store.as_ref(), thread).await
+        check(&self.store, thread).await
     }
 
     /// Restores `thread`'s rollout from its own record where this home lacks it or holds a
@@ -235,7 +235,7 @@ impl Keeper {
     /// The store side of the thread kept under `key`.
     fn side<'a>(&'a self, key: &'a str, lease: Option<&'a SessionLease>) -> StoreSide<'a> {
         StoreSide {
-            store: self.store.as_ref(),
+            store: &self.store,
             session_id: key,
             lease,
             transcript: &Transcript::Store,

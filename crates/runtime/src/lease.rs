@@ -83,7 +83,7 @@ impl State {
 /// ```
 #[derive(Debug)]
 pub struct SessionLease {
-    store: Arc<dyn BindingStore>,
+    store: BindingStore,
     /// Kept alive with the lease: while it lives no other holder on this machine takes the
     /// lease over before it expires.
     owner: Arc<LocalOwner>,
@@ -103,7 +103,7 @@ impl SessionLease {
     ///   then [`RuntimeError::SessionBusy`] naming the holder. `wait` zero tries once.
     /// - Any other store failure is returned at once.
     pub async fn acquire(
-        store: Arc<dyn BindingStore>,
+        store: BindingStore,
         session_id: &str,
         owner: Arc<LocalOwner>,
         ttl: Duration,
@@ -259,7 +259,7 @@ impl Drop for SessionLease {
     }
 }
 
-async fn renew_loop(store: Arc<dyn BindingStore>, state: Arc<Mutex<State>>, ttl: Duration) {
+async fn renew_loop(store: BindingStore, state: Arc<Mutex<State>>, ttl: Duration) {
     let period = (ttl / 3).max(Duration::from_millis(10));
     loop {
         tokio::time::sleep(period).await;

@@ -308,7 +308,7 @@ impl Stream for TurnStream<'_> {
 #[derive(Debug, Clone)]
 pub(crate) struct Parts {
     pub(crate) session_id: String,
-    pub(crate) store: Arc<dyn BindingStore>,
+    pub(crate) store: BindingStore,
     pub(crate) rail: StatusRail,
     pub(crate) options: BinderOptions,
     pub(crate) transcript: Transcript,
@@ -319,7 +319,7 @@ pub(crate) struct Parts {
 impl Parts {
     pub(crate) fn side<'a>(&'a self, lease: Option<&'a SessionLease>) -> StoreSide<'a> {
         StoreSide {
-            store: self.store.as_ref(),
+            store: &self.store,
             session_id: &self.session_id,
             lease,
             transcript: &self.transcript,

@@ -9,7 +9,7 @@ use rethread_runtime::{
     BinderOptions, ClientOptions, OpenOutcome, Publication, RuntimeError, SessionBinder,
     StatusKind, StatusRail, TurnReport, RESUME_FALLBACK_NOTICE,
 };
-use rethread_store::{BindingStore, MemoryStore, TurnCommit};
+use rethread_store::{BindingStore, TurnCommit};
 use serde_json::json;
 use tokio::task::JoinHandle;
 
@@ -20,14 +20,14 @@ fn options() -> BinderOptions {
 }
 
 /// A binder for session `s` on `store` with the test options and a rail nobody reads.
-fn quiet_binder(store: &Arc<MemoryStore>) -> SessionBinder {
+fn quiet_binder(store: &BindingStore) -> SessionBinder {
     SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options())
 }
 
 /// A fresh session on `store` whose turn codex has started (thread `t1`, turn `u1`): the
 /// turn's task and the peer, which ends the turn as the test needs.
 async fn a_started_turn(
-    store: &Arc<MemoryStore>,
+    store: &BindingStore,
 ) -> (JoinHandle<Result<TurnReport, RuntimeError>>, support::Peer) {
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let mut agent = quiet_binder(store);
@@ -40,8 +40,8 @@ async fn a_started_turn(
     (run, peer)
 }
 
-async fn bound_store(thread: &str) -> Arc<MemoryStore> {
-    let store = Arc::new(MemoryStore::new());
+async fn bound_store(thread: &str) -> BindingStore {
+    let store = BindingStore::memory();
     let rows = vec![
         json!({"role": "user", "text": "remember the word PAPAYA"}),
         json!({"role": "assistant", "text": "ok"}),
@@ -55,7 +55,7 @@ async fn bound_store(thread: &str) -> Arc<MemoryStore> {
 
 #[tokio::test]
 async fn a_fresh_session_starts_a_thread_and_publishes_after_the_rows() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let (rail, recorded) = StatusRail::recording();
     let mut agent = SessionBinder::new("s", store.clone(), rail).with_options(options());
@@ -331,7 +331,7 @@ async fn an_unclassified_resume_error_keeps_the_binding() {
 
 #[tokio::test]
 async fn a_failed_turn_writes_nothing() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let (run, mut peer) = a_started_turn(&store).await;
     peer.notify("turn/completed", json!({"threadId": "t1", "turn": {"id": "u1", "status": "failed", "items": [], "error": {"message": "model exploded"}}})).await;
     match run.await.unwrap() {
@@ -348,7 +348,7 @@ async fn a_failed_turn_writes_nothing() {
 
 #[tokio::test]
 async fn a_server_dying_mid_turn_is_a_typed_error_and_writes_nothing() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let (run, peer) = a_started_turn(&store).await;
     peer.hang_up();
     assert!(matches!(
@@ -362,7 +362,7 @@ async fn a_server_dying_mid_turn_is_a_typed_error_and_writes_nothing() {
 
 #[tokio::test]
 async fn a_retired_thread_commits_rows_but_is_not_published() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let mut agent = quiet_binder(&store);
     let probe = store.clone();
@@ -441,8 +441,8 @@ impl rethread_runtime::TranscriptSink for HostTranscript {
     }
 }
 
-async fn host_sink_turn(durable: bool) -> (Arc<MemoryStore>, Arc<HostTranscript>, Publication) {
-    let store = Arc::new(MemoryStore::new());
+async fn host_sink_turn(durable: bool) -> (BindingStore, Arc<HostTranscript>, Publication) {
+    let store = BindingStore::memory();
     let sink = Arc::new(HostTranscript {
         durable,
         ..Default::default()
@@ -548,7 +548,7 @@ async fn a_fallback_whose_start_fails_says_the_notice_once_and_the_retry_starts_
 /// `usize::MAX` for the bounds. None of them panics; each means as good as no limit.
 #[tokio::test]
 async fn limits_at_their_maximum_mean_no_limit_and_never_panic() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let client_options = ClientOptions::default()
         .request_timeout(Duration::MAX)
         .max_pending_requests(usize::MAX)
@@ -577,7 +577,7 @@ async fn limits_at_their_maximum_mean_no_limit_and_never_panic() {
 /// and refuse the session's next `turn/start` while it runs.
 #[tokio::test]
 async fn a_turn_dropped_before_codex_answered_its_start_is_interrupted() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let mut agent = quiet_binder(&store);
     // The host's client lives on past the dropped turn.

@@ -2,14 +2,13 @@
 //! keeps opens again on a new client and gets the same thread back, with its memory; only the
 //! host's own retire starts fresh.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_fake_appserver::FakeAppServer;
 use rethread_runtime::{
     AppServerClient, BinderOptions, OpenOutcome, SessionBinder, StatusKind, StatusRail,
 };
-use rethread_store::{BindingStore, MemoryStore};
+use rethread_store::BindingStore;
 
 async fn client_on(fake: tokio::io::DuplexStream) -> AppServerClient {
     let (reader, writer) = tokio::io::split(fake);
@@ -28,7 +27,7 @@ fn options(home: &std::path::Path) -> BinderOptions {
 #[tokio::test]
 async fn a_binder_reopened_after_codex_died_resumes_the_same_thread() {
     let home = tempfile::tempdir().unwrap();
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let (stream, fake) = FakeAppServer::builder()
         .codex_home(home.path())
         .spawn_in_process()
@@ -77,7 +76,7 @@ async fn a_binder_reopened_after_codex_died_resumes_the_same_thread() {
 #[tokio::test]
 async fn a_new_binder_takes_over_once_the_old_one_and_its_sessions_are_dropped() {
     let home = tempfile::tempdir().unwrap();
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let (stream, fake) = FakeAppServer::builder()
         .codex_home(home.path())
         .spawn_in_process()

@@ -5,7 +5,6 @@
 use rethread_testkit::faulty_store;
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use faulty_store::Faults;
@@ -14,7 +13,7 @@ use rethread_runtime::{
     BinderOptions, ClientOptions, OpenOutcome, RuntimeError, SessionBinder, StatusKind, StatusRail,
     RESUME_FALLBACK_NOTICE,
 };
-use rethread_store::{BindingStore, LeaseOwner, MemoryStore, TurnCommit};
+use rethread_store::{BindingStore, LeaseOwner, TurnCommit};
 use serde_json::json;
 
 fn options() -> BinderOptions {
@@ -23,7 +22,7 @@ fn options() -> BinderOptions {
         .retry_backoff(Duration::from_millis(1))
 }
 
-async fn bound(store: &dyn BindingStore, thread: &str) {
+async fn bound(store: &BindingStore, thread: &str) {
     store
         .commit_turn(TurnCommit::new(
             "s",
@@ -49,8 +48,8 @@ fn remote_owner(host: &str) -> LeaseOwner {
 /// thread ...`; that used to drop and retire an intact thread.
 #[tokio::test]
 async fn an_io_error_on_codexs_side_is_retried_then_retryable_and_keeps_the_binding() {
-    let store = Arc::new(MemoryStore::new());
-    bound(store.as_ref(), "t1").await;
+    let store = BindingStore::memory();
+    bound(&store, "t1").await;
     let before = store.export_session("s").await.unwrap();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let (rail, recorded) = StatusRail::recording();
@@ -90,8 +89,8 @@ async fn an_io_error_on_codexs_side_is_retried_then_retryable_and_keeps_the_bind
 /// A resume that never gets an answer is temporary too: retried, then retryable.
 #[tokio::test]
 async fn a_resume_without_an_answer_is_retryable_and_keeps_the_binding() {
-    let store = Arc::new(MemoryStore::new());
-    bound(store.as_ref(), "t1").await;
+    let store = BindingStore::memory();
+    bound(&store, "t1").await;
     let (client, mut peer, _) =
         support::connect(ClientOptions::default().request_timeout(Duration::from_millis(50))).await;
     let mut binder = SessionBinder::new("s", store.clone(), StatusRail::default())
@@ -117,8 +116,8 @@ async fn a_resume_without_an_answer_is_retryable_and_keeps_the_binding() {
 /// A structurally unreadable rollout (no session metadata) is still a lost thread.
 #[tokio::test]
 async fn a_structurally_unreadable_rollout_falls_back() {
-    let store = Arc::new(MemoryStore::new());
-    bound(store.as_ref(), "t1").await;
+    let store = BindingStore::memory();
+    bound(&store, "t1").await;
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let (rail, recorded) = StatusRail::recording();
     let mut binder = SessionBinder::new("s", store.clone(), rail).with_options(options());
@@ -144,11 +143,11 @@ async fn a_structurally_unreadable_rollout_falls_back() {
 /// the binding kept, a typed error, no `thread/start`; the next open falls back (once).
 #[tokio::test]
 async fn a_store_failing_at_the_give_up_write_keeps_the_binding_and_says_nothing() {
-    let memory = Arc::new(MemoryStore::new());
-    bound(memory.as_ref(), "dead").await;
+    let memory = BindingStore::memory();
+    bound(&memory, "dead").await;
     let faults = Faults::default();
     faults.fail("retire_thread", 1);
-    let store = Arc::new(faulty_store::over(memory.clone(), faults.clone()));
+    let store = faulty_store::over(memory.clone(), faults.clone());
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let (rail, recorded) = StatusRail::recording();
     let mut binder = SessionBinder::new("s", store, rail).with_options(options());
@@ -196,10 +195,10 @@ async fn a_store_failing_at_the_give_up_write_keeps_the_binding_and_says_nothing
 /// host's own retire).
 #[tokio::test]
 async fn every_binding_write_carries_the_lease_fence() {
-    let memory = Arc::new(MemoryStore::new());
-    bound(memory.as_ref(), "dead").await;
+    let memory = BindingStore::memory();
+    bound(&memory, "dead").await;
     let faults = Faults::default();
-    let store = Arc::new(faulty_store::over(memory.clone(), faults.clone()));
+    let store = faulty_store::over(memory.clone(), faults.clone());
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let mut binder = SessionBinder::new("s", store, StatusRail::default()).with_options(options());
     let run = tokio::spawn(async move {
@@ -236,7 +235,7 @@ async fn every_binding_write_carries_the_lease_fence() {
 /// store's transaction and writes nothing.
 #[tokio::test]
 async fn a_commit_after_a_takeover_is_refused_by_the_store_and_writes_nothing() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let mut binder =
         SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(options());
@@ -267,11 +266,11 @@ async fn a_commit_after_a_takeover_is_refused_by_the_store_and_writes_nothing() 
 /// up either: the store refuses the write, so no notice, and the binding stays.
 #[tokio::test]
 async fn a_give_up_after_a_takeover_writes_nothing_and_says_nothing() {
-    let memory = Arc::new(MemoryStore::new());
-    bound(memory.as_ref(), "dead").await;
+    let memory = BindingStore::memory();
+    bound(&memory, "dead").await;
     let faults = Faults::default();
     faults.take_over_before("retire_thread");
-    let store = Arc::new(faulty_store::over(memory.clone(), faults.clone()));
+    let store = faulty_store::over(memory.clone(), faults.clone());
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let (rail, recorded) = StatusRail::recording();
     let mut binder = SessionBinder::new("s", store, rail).with_options(options());
@@ -299,18 +298,18 @@ async fn an_open_restores_the_thread_from_the_record_it_read_once() {
     use rethread_runtime::{RolloutMirror, Transcript};
     const THREAD: &str = "01a2329f-e3f7-7240-889a-d40328142d21";
     let rel = format!("sessions/2026/12/01/rollout-2026-12-01T17-21-09-{THREAD}.jsonl");
-    let memory = Arc::new(MemoryStore::new());
+    let memory = BindingStore::memory();
     let a = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(a.path().join("sessions/2026/12/01")).unwrap();
     std::fs::write(a.path().join(&rel), "{\"type\":\"session_meta\"}\n").unwrap();
     let rows = [json!({"role": "user", "text": "remember PAPAYA"})];
     let on_a = RolloutMirror::new(a.path());
     let turn = TurnRows::new("s", THREAD, &rows).mirror(Some(&on_a));
-    commit_turn(memory.as_ref(), &Transcript::Store, None, turn)
+    commit_turn(&memory, &Transcript::Store, None, turn)
         .await
         .unwrap();
     let faults = Faults::default();
-    let store = Arc::new(faulty_store::over(memory.clone(), faults.clone()));
+    let store = faulty_store::over(memory.clone(), faults.clone());
     let b = tempfile::tempdir().unwrap();
     let home = b.path().to_str().unwrap().to_string();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
@@ -341,22 +340,22 @@ async fn an_open_restores_the_thread_from_the_record_it_read_once() {
 async fn a_restore_that_failed_for_now_never_gives_the_thread_up() {
     use rethread_runtime::binding::{commit_turn, TurnRows};
     use rethread_runtime::{RolloutMirror, Transcript};
-    use rethread_store::BindingStoreExt;
+    use rethread_store::BindingStore;
     const THREAD: &str = "01a2329f-e3f7-7240-889a-d40328142d21";
     let rel = format!("sessions/2026/12/01/rollout-2026-12-01T17-21-09-{THREAD}.jsonl");
-    let memory = Arc::new(MemoryStore::new());
+    let memory = BindingStore::memory();
     let a = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(a.path().join("sessions/2026/12/01")).unwrap();
     std::fs::write(a.path().join(&rel), "{\"type\":\"session_meta\"}\n").unwrap();
     let rows = [json!({"role": "user", "text": "remember PAPAYA"})];
     let on_a = RolloutMirror::new(a.path());
     let turn = TurnRows::new("s", THREAD, &rows).mirror(Some(&on_a));
-    commit_turn(memory.as_ref(), &Transcript::Store, None, turn)
+    commit_turn(&memory, &Transcript::Store, None, turn)
         .await
         .unwrap();
     let faults = Faults::default();
     faults.fail("write_mirror_file", 1);
-    let store = Arc::new(faulty_store::over(memory.clone(), faults.clone()));
+    let store = faulty_store::over(memory.clone(), faults.clone());
     let b = tempfile::tempdir().unwrap();
     let home = b.path().to_str().unwrap().to_string();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;

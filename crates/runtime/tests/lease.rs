@@ -3,13 +3,12 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_runtime::{
     BinderOptions, ClientOptions, OpenOutcome, RuntimeError, SessionBinder, StatusRail,
 };
-use rethread_store::{BindingStore, Clock, LeaseOwner, MemoryStore};
+use rethread_store::{BindingStore, Clock, LeaseOwner};
 
 fn options(ttl: Duration) -> BinderOptions {
     BinderOptions::default()
@@ -20,7 +19,7 @@ fn options(ttl: Duration) -> BinderOptions {
 
 #[tokio::test]
 async fn a_held_session_is_busy_and_starts_no_thread() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let (client_a, mut peer_a, _) = support::connect(ClientOptions::default()).await;
     let (client_b, peer_b, _) = support::connect(ClientOptions::default()).await;
     let mut agent_a = SessionBinder::new("s", store.clone(), StatusRail::default())
@@ -69,7 +68,7 @@ async fn a_held_session_is_busy_and_starts_no_thread() {
 
 #[tokio::test]
 async fn a_dropped_session_frees_the_lease_for_the_next_agent() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     for thread in ["t1", "t2", "t3"] {
         let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
         let mut agent = SessionBinder::new("s", store.clone(), StatusRail::default())
@@ -88,7 +87,7 @@ async fn a_dropped_session_frees_the_lease_for_the_next_agent() {
 async fn a_crashed_holder_frees_the_session_after_its_ttl() {
     // The store's clock is moved past the TTL instead of waiting it out.
     let clock = Clock::manual();
-    let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+    let store = BindingStore::memory_with_clock(clock.clone());
     // A holder on another machine that crashed: it took the lease and never renews it, and
     // nothing here can ask its OS whether it still runs.
     let crashed = remote_owner("crashed");
@@ -114,7 +113,7 @@ async fn a_crashed_holder_frees_the_session_after_its_ttl() {
 
 #[tokio::test]
 async fn a_lost_lease_commits_nothing() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let mut agent = SessionBinder::new("s", store.clone(), StatusRail::default())
         .with_options(options(Duration::from_millis(150)));
@@ -148,7 +147,7 @@ async fn a_lost_lease_commits_nothing() {
 /// the session runs no further turn.
 #[tokio::test]
 async fn a_refused_write_marks_the_lease_lost_for_the_next_open() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let mut agent = SessionBinder::new("s", store.clone(), StatusRail::default())
         .with_options(options(Duration::from_secs(30)));
@@ -208,7 +207,7 @@ fn remote_owner(host: &str) -> LeaseOwner {
 /// host at once; no process-wide list, no flush call.
 #[tokio::test]
 async fn closing_the_binder_frees_the_session_for_another_host_at_once() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let mut agent = SessionBinder::new("s", store.clone(), StatusRail::default())
         .with_options(options(Duration::from_secs(30)));
@@ -236,7 +235,7 @@ async fn closing_the_binder_frees_the_session_for_another_host_at_once() {
 /// cannot tell this process's holders apart, only the release frees it before the TTL).
 #[tokio::test]
 async fn a_dropped_binder_releases_its_lease_in_the_background() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let mut agent = SessionBinder::new("s", store.clone(), StatusRail::default())
         .with_options(options(Duration::from_secs(30)));
@@ -269,7 +268,7 @@ async fn a_dropped_binder_releases_its_lease_in_the_background() {
 /// `lease_wait`: a busy session is waited for up to the bound, then `SessionBusy`.
 #[tokio::test]
 async fn open_waits_for_a_busy_session_up_to_its_bound() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let holder = remote_owner("holder");
     store
         .acquire_lease("s", &holder, Duration::from_millis(300))

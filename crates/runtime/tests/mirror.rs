@@ -10,9 +10,7 @@ use std::path::{Path, PathBuf};
 
 use rethread_runtime::binding::{commit_turn, Committed, TurnRows};
 use rethread_runtime::{MirrorError, MirrorReport, Publication, RolloutMirror, Transcript};
-use rethread_store::{
-    BindingStore, BindingStoreExt, MemoryStore, MirrorAppend, MirrorUpdate, TurnCommit,
-};
+use rethread_store::{BindingStore, MirrorAppend, MirrorUpdate, TurnCommit};
 use serde_json::json;
 
 const THREAD: &str = "01a2329f-e3f7-7240-889a-d40328142d21";
@@ -49,7 +47,7 @@ fn read(home: &Path, rel: &str) -> String {
     std::fs::read_to_string(home.join(rel)).unwrap()
 }
 
-async fn commit(store: &dyn BindingStore, mirror: &RolloutMirror) -> Committed {
+async fn commit(store: &BindingStore, mirror: &RolloutMirror) -> Committed {
     let rows = [json!({"role": "user", "text": "turn"})];
     let turn = TurnRows::new("s", THREAD, &rows).mirror(Some(mirror));
     commit_turn(store, &Transcript::Store, None, turn)
@@ -57,7 +55,7 @@ async fn commit(store: &dyn BindingStore, mirror: &RolloutMirror) -> Committed {
         .unwrap()
 }
 
-async fn stored(store: &dyn BindingStore, rel: &str) -> Option<String> {
+async fn stored(store: &BindingStore, rel: &str) -> Option<String> {
     store
         .mirror_file("s", THREAD, rel)
         .await
@@ -74,7 +72,7 @@ fn assert_nothing_left(home: &Path) {
 }
 
 /// Home A ran two turns of the thread and committed each with its mirror.
-async fn two_turns_on_a(store: &dyn BindingStore) -> (tempfile::TempDir, String) {
+async fn two_turns_on_a(store: &BindingStore) -> (tempfile::TempDir, String) {
     let a = tempfile::tempdir().unwrap();
     let mirror = RolloutMirror::new(a.path());
     write(a.path(), &source(), &line("session_meta", "meta"));
@@ -92,7 +90,7 @@ async fn two_turns_on_a(store: &dyn BindingStore) -> (tempfile::TempDir, String)
 
 #[tokio::test]
 async fn a_commit_takes_what_the_rollout_grew_by_in_whole_lines() {
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let home = tempfile::tempdir().unwrap();
     let mirror = RolloutMirror::new(home.path());
     write(home.path(), &source(), &line("session_meta", "meta"));
@@ -123,7 +121,7 @@ async fn a_commit_takes_what_the_rollout_grew_by_in_whole_lines() {
 
 #[tokio::test]
 async fn a_thread_whose_rollout_is_not_under_the_home_commits_without_a_mirror() {
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let home = tempfile::tempdir().unwrap();
     let mirror = RolloutMirror::new(home.path());
     let committed = commit(&store, &mirror).await;
@@ -143,7 +141,7 @@ async fn a_thread_whose_rollout_is_not_under_the_home_commits_without_a_mirror()
 
 #[tokio::test]
 async fn a_home_that_lacks_the_rollout_gets_it_at_the_same_path() {
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let (_a, text) = two_turns_on_a(&store).await;
     let b = tempfile::tempdir().unwrap();
     let restored = RolloutMirror::new(b.path())
@@ -167,7 +165,7 @@ async fn a_home_that_lacks_the_rollout_gets_it_at_the_same_path() {
 /// written, so one session's mirror can never rewrite another thread's history in a home.
 #[tokio::test]
 async fn a_mirror_naming_another_threads_rollout_is_refused_and_nothing_is_written() {
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let other =
         format!("{DIR}/rollout-2026-12-01T17-21-09-019a0000-0000-7000-8000-000000000000.jsonl");
     let update = MirrorUpdate::new(vec![MirrorAppend::whole(
@@ -195,7 +193,7 @@ async fn a_mirror_naming_another_threads_rollout_is_refused_and_nothing_is_writt
 /// to restore: the home's own copy is kept as it is, never replaced by an empty file.
 #[tokio::test]
 async fn a_mirror_without_a_whole_line_never_replaces_the_homes_copy() {
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let update = MirrorUpdate::new(vec![MirrorAppend::whole(
         source(),
         b"{\"type\":\"session_meta\"".to_vec(),
@@ -220,7 +218,7 @@ async fn a_mirror_without_a_whole_line_never_replaces_the_homes_copy() {
 /// its own rollouts, mirroring not stopped.
 #[tokio::test]
 async fn a_thread_can_be_restored_only_from_files_a_restore_would_write() {
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let (_a, _) = two_turns_on_a(&store).await;
     let record = store.require_session("s").await.unwrap();
     assert!(RolloutMirror::can_restore(&record, THREAD));
@@ -241,7 +239,7 @@ async fn a_thread_can_be_restored_only_from_files_a_restore_would_write() {
 /// fresh one (another process's restore under way) and anything not a restore's temp file.
 #[tokio::test]
 async fn a_dead_restores_temp_file_is_removed_by_the_next_restore() {
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let (_a, text) = two_turns_on_a(&store).await;
     let b = tempfile::tempdir().unwrap();
     let name = |pid: u32| format!(".rethread-restore-{pid}-0-rollout-x.jsonl.tmp");
@@ -282,7 +280,7 @@ async fn a_dead_restores_temp_file_is_removed_by_the_next_restore() {
 #[cfg(unix)]
 #[tokio::test]
 async fn a_link_planted_at_the_temp_files_name_is_never_written_through() {
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let (_a, text) = two_turns_on_a(&store).await;
     let b = tempfile::tempdir().unwrap();
     let outside = tempfile::tempdir().unwrap();
@@ -317,7 +315,7 @@ async fn a_link_planted_at_the_temp_files_name_is_never_written_through() {
 #[cfg(unix)]
 #[tokio::test]
 async fn a_fifo_at_the_rollouts_path_is_refused_not_waited_on() {
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let (_a, _text) = two_turns_on_a(&store).await;
     let b = tempfile::tempdir().unwrap();
     let fifo = b.path().join(source());
@@ -345,7 +343,7 @@ async fn a_fifo_at_the_rollouts_path_is_refused_not_waited_on() {
 async fn a_mirror_damaged_part_way_through_leaves_no_file_behind() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store.sqlite");
-    let store = rethread_store::SqliteStore::open(&path, Default::default())
+    let store = rethread_store::BindingStore::sqlite(&path, Default::default())
         .await
         .unwrap();
     let (_a, _) = two_turns_on_a(&store).await;
@@ -370,7 +368,7 @@ async fn a_mirror_damaged_part_way_through_leaves_no_file_behind() {
 async fn a_damaged_stored_chunk_is_replaced_by_the_next_commit_not_blocking_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store.sqlite");
-    let store = rethread_store::SqliteStore::open(&path, Default::default())
+    let store = rethread_store::BindingStore::sqlite(&path, Default::default())
         .await
         .unwrap();
     let a = tempfile::tempdir().unwrap();
@@ -410,7 +408,7 @@ async fn a_damaged_stored_chunk_is_replaced_by_the_next_commit_not_blocking_it()
 async fn a_damaged_first_file_leaves_no_temp_file_of_the_next_behind() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store.sqlite");
-    let store = rethread_store::SqliteStore::open(&path, Default::default())
+    let store = rethread_store::BindingStore::sqlite(&path, Default::default())
         .await
         .unwrap();
     let (a, _) = two_turns_on_a(&store).await;
@@ -440,7 +438,7 @@ async fn a_damaged_first_file_leaves_no_temp_file_of_the_next_behind() {
 async fn two_restores_of_one_thread_into_one_home_at_once_each_write_the_mirror_whole() {
     // Two openers of the session in one process (two binders without a lease, say) may
     // restore the same thread into the same home together; neither may tear the other's file.
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let a = tempfile::tempdir().unwrap();
     let mirror = RolloutMirror::new(a.path());
     write(a.path(), &source(), &line("session_meta", "meta"));
@@ -476,7 +474,7 @@ async fn two_restores_of_one_thread_into_one_home_at_once_each_write_the_mirror_
 
 #[tokio::test]
 async fn a_strict_prefix_is_completed_and_a_longer_copy_is_left_as_it_is() {
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let (_a, text) = two_turns_on_a(&store).await;
     let b = tempfile::tempdir().unwrap();
     write(b.path(), &source(), &line("session_meta", "meta"));
@@ -550,7 +548,7 @@ fn rows_of(index: &Path, thread: &str) -> i64 {
 
 #[tokio::test]
 async fn a_diverged_copy_is_replaced_and_the_threads_history_index_rows_go() {
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let (_a, text) = two_turns_on_a(&store).await;
     let b = tempfile::tempdir().unwrap();
     let diverged = line("session_meta", "meta") + &line("turn", "one") + &line("turn", "elsewhere");
@@ -594,14 +592,11 @@ async fn a_diverged_copy_is_replaced_and_the_threads_history_index_rows_go() {
 /// file whole and sees no divergence.
 #[tokio::test]
 async fn a_restore_failing_after_a_diverged_copy_was_replaced_still_clears_its_index() {
-    let memory = std::sync::Arc::new(MemoryStore::new());
-    let (a, _text) = two_turns_on_a(&*memory).await;
+    let memory = BindingStore::memory();
+    let (a, _text) = two_turns_on_a(&memory).await;
     let mirror = RolloutMirror::new(a.path());
     write(a.path(), &head(), &line("session_meta", "history_base"));
-    assert_eq!(
-        commit(&*memory, &mirror).await.mirror,
-        MirrorReport::Written
-    );
+    assert_eq!(commit(&memory, &mirror).await.mirror, MirrorReport::Written);
     let b = tempfile::tempdir().unwrap();
     let diverged = line("session_meta", "meta") + &line("turn", "elsewhere");
     write(b.path(), &source(), &diverged);
@@ -621,7 +616,7 @@ async fn a_restore_failing_after_a_diverged_copy_was_replaced_still_clears_its_i
     );
     assert_eq!(rows_of(&index, THREAD), 0);
     RolloutMirror::new(b.path())
-        .restore(&*memory, "s", THREAD)
+        .restore(&memory, "s", THREAD)
         .await
         .unwrap();
     assert_eq!(rows_of(&index, THREAD), 0);
@@ -630,7 +625,7 @@ async fn a_restore_failing_after_a_diverged_copy_was_replaced_still_clears_its_i
 
 #[tokio::test]
 async fn a_torn_tail_is_completed_from_the_mirror_or_left_for_codex() {
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let (_a, text) = two_turns_on_a(&store).await;
     // A writer killed mid-append left a partial line that the mirror goes on past: the home
     // holds a strict prefix, and the mirror completes it.
@@ -670,7 +665,7 @@ async fn a_torn_tail_is_completed_from_the_mirror_or_left_for_codex() {
 
 #[tokio::test]
 async fn a_paginated_head_file_is_mirrored_and_restored_with_its_source() {
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let (a, text) = two_turns_on_a(&store).await;
     // A paginated `thread/revert`: the source stays, a head file starts beside it.
     let mirror = RolloutMirror::new(a.path());
@@ -696,7 +691,7 @@ async fn a_paginated_head_file_is_mirrored_and_restored_with_its_source() {
 
 #[tokio::test]
 async fn a_stale_idea_of_the_stored_file_is_refused_then_sent_whole() {
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let (a, _) = two_turns_on_a(&store).await;
     let mirror_a = RolloutMirror::new(a.path());
     mirror_a.restore(&store, "s", THREAD).await.unwrap();
@@ -719,7 +714,7 @@ async fn a_stale_idea_of_the_stored_file_is_refused_then_sent_whole() {
 
 #[tokio::test]
 async fn nothing_is_restored_without_a_mirror_or_once_mirroring_stopped() {
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let home = tempfile::tempdir().unwrap();
     let restored = RolloutMirror::new(home.path())
         .restore(&store, "s", THREAD)
@@ -755,7 +750,7 @@ async fn nothing_is_restored_without_a_mirror_or_once_mirroring_stopped() {
 async fn a_rollout_rewritten_in_place_is_sent_whole_never_spliced() {
     use std::io::{Seek, Write};
     for extra in ["", "and longer"] {
-        let store = MemoryStore::new();
+        let store = BindingStore::memory();
         let (a, text) = two_turns_on_a(&store).await;
         let mirror = RolloutMirror::new(a.path());
         mirror.restore(&store, "s", THREAD).await.unwrap();
@@ -792,7 +787,7 @@ async fn a_rollout_rewritten_in_place_is_sent_whole_never_spliced() {
 #[cfg(unix)]
 #[tokio::test]
 async fn a_restore_follows_no_link_out_of_the_home() {
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let (_a, _text) = two_turns_on_a(&store).await;
     for linked in ["sessions", "sessions/2026", DIR] {
         let b = tempfile::tempdir().unwrap();
@@ -834,7 +829,7 @@ async fn a_restore_follows_no_link_out_of_the_home() {
 #[cfg(unix)]
 #[tokio::test]
 async fn a_restore_clears_no_history_index_through_a_link() {
-    let store = MemoryStore::new();
+    let store = BindingStore::memory();
     let (_a, text) = two_turns_on_a(&store).await;
     let b = tempfile::tempdir().unwrap();
     let outside = tempfile::tempdir().unwrap();

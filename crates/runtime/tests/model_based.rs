@@ -10,7 +10,6 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -21,7 +20,7 @@ use rethread_runtime::{
     AppServerClient, BinderOptions, ClientOptions, CodexSession, OpenOutcome, RecordedEvents,
     RuntimeError, SessionBinder, StatusKind, StatusRail, RESUME_FALLBACK_NOTICE,
 };
-use rethread_store::{BindingStore, BindingStoreExt, MemoryStore};
+use rethread_store::BindingStore;
 use serde_json::{json, Map};
 
 const SESSION: &str = "s";
@@ -103,7 +102,7 @@ struct Home {
 }
 
 struct World {
-    store: Arc<MemoryStore>,
+    store: BindingStore,
     homes: Vec<Home>,
     current: usize,
     client: AppServerClient,
@@ -141,7 +140,7 @@ async fn connect(stream: tokio::io::DuplexStream, rail: &StatusRail) -> AppServe
 
 impl World {
     async fn new(mirror: bool) -> World {
-        let store = Arc::new(MemoryStore::new());
+        let store = BindingStore::memory();
         // A host key that must survive everything (I5).
         let mut patch = Map::new();
         patch.insert("host_key".into(), json!("keep"));

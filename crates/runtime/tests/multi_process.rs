@@ -18,7 +18,6 @@
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rethread_fake_appserver::faults::{Fault, FaultScript};
@@ -122,7 +121,7 @@ async fn multi_process_child(url: &str, out: &str, child: usize) {
 }
 
 async fn run_one(
-    store: &Arc<dyn BindingStore>,
+    store: &BindingStore,
     client: &AppServerClient,
     home: &std::path::Path,
     child: usize,

@@ -13,7 +13,7 @@ use rethread_runtime::telemetry::{self, *};
 use rethread_runtime::{
     AppServerClient, BinderOptions, OpenOutcome, RuntimeError, SessionBinder, StatusRail,
 };
-use rethread_store::{BindingStore, MemoryStore, TurnCommit};
+use rethread_store::{BindingStore, TurnCommit};
 use serde_json::json;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -301,7 +301,7 @@ async fn scenario() -> (String, String, String) {
         .connect(reader, writer)
         .await
         .unwrap();
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let lost = "019a0000-0000-7000-8000-000000000001".to_string();
     store
         .commit_turn(TurnCommit::new(

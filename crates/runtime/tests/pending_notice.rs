@@ -6,7 +6,6 @@
 
 use rethread_testkit::faulty_store;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use faulty_store::Faults;
@@ -15,7 +14,7 @@ use rethread_runtime::{
     AppServerClient, BinderOptions, OpenOutcome, RecordedEvents, SessionBinder, StatusKind,
     StatusRail, RESUME_FALLBACK_NOTICE,
 };
-use rethread_store::{BindingStore, MemoryStore};
+use rethread_store::BindingStore;
 
 fn options(home: &std::path::Path) -> BinderOptions {
     BinderOptions::default()
@@ -32,7 +31,7 @@ async fn client(stream: tokio::io::DuplexStream) -> AppServerClient {
 }
 
 /// A new binder (a new host process) on its own rail.
-fn binder(store: Arc<dyn BindingStore>, home: &std::path::Path) -> (SessionBinder, RecordedEvents) {
+fn binder(store: BindingStore, home: &std::path::Path) -> (SessionBinder, RecordedEvents) {
     let (rail, recorded) = StatusRail::recording();
     let binder = SessionBinder::new("s", store, rail).with_options(options(home));
     (binder, recorded)
@@ -48,7 +47,7 @@ fn lose(fake: &FakeHandle, thread: &str) {
 
 #[tokio::test]
 async fn a_host_killed_after_the_give_up_leaves_the_notice_to_the_next_open_once() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let home = tempfile::tempdir().unwrap();
     let (stream, fake) = FakeAppServer::builder()
         .codex_home(home.path())
@@ -68,7 +67,7 @@ async fn a_host_killed_after_the_give_up_leaves_the_notice_to_the_next_open_once
     lose(&fake, &lost);
     let faults = Faults::default();
     faults.fail("mark_notice_delivered", 1);
-    let dying = Arc::new(faulty_store::over(store.clone(), faults));
+    let dying = faulty_store::over(store.clone(), faults);
     let (mut killed, _) = binder(dying, home.path());
     let outcome = killed.open(&client).await.unwrap().outcome().clone();
     assert!(

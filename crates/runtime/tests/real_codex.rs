@@ -18,7 +18,7 @@ use rethread_runtime::{
     AppServerClient, BinderOptions, OpenOutcome, RecordedEvents, RuntimeError, SessionBinder,
     StatusKind, StatusRail, RESUME_FALLBACK_NOTICE,
 };
-use rethread_store::{BindingStore, OpenOptions, RedbStore};
+use rethread_store::{BindingStore, OpenOptions};
 use rethread_testkit::real::{codex_or_skip, rollout_files, CodexHome};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::{recent_releases, FLOOR};
@@ -108,7 +108,7 @@ impl Server {
 struct World {
     model: ResponsesStandIn,
     home: CodexHome,
-    store: Arc<dyn BindingStore>,
+    store: BindingStore,
     /// The rollout mirror is on (`tests/real_mirror.rs` covers it; the fallbacks here are
     /// those of a thread codex has lost and the store has not mirrored).
     mirror: bool,
@@ -128,13 +128,13 @@ impl World {
         let model = ResponsesStandIn::start().unwrap();
         let home = CodexHome::new(&model).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let store = RedbStore::open(dir.path().join("rethread.redb"), OpenOptions::default())
+        let store = BindingStore::redb(dir.path().join("rethread.redb"), OpenOptions::default())
             .await
             .unwrap();
         World {
             model,
             home,
-            store: Arc::new(store),
+            store,
             mirror: true,
             _dir: dir,
         }

@@ -6,7 +6,6 @@
 //! floor still falls back (the restore hides nothing).
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_protocol::ResumeFailure;
@@ -14,7 +13,7 @@ use rethread_runtime::{
     AppServerClient, BinderOptions, CodexCommand, OpenOutcome, SessionBinder, StatusKind,
     StatusRail, TurnReport,
 };
-use rethread_store::{BindingStore, BindingStoreExt, MemoryStore};
+use rethread_store::BindingStore;
 use rethread_testkit::real::{codex_or_skip, rollout_files, AppServerProcess, CodexHome};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::{recent_releases, supported_releases, CURRENT, FLOOR};
@@ -29,7 +28,7 @@ struct Host {
 }
 
 impl Host {
-    async fn start(codex: &Path, home: &Path, store: &Arc<dyn BindingStore>) -> Host {
+    async fn start(codex: &Path, home: &Path, store: &BindingStore) -> Host {
         let command = CodexCommand::new(codex)
             .env("CODEX_HOME", home.display().to_string())
             .env("RUST_LOG", "error");
@@ -54,7 +53,7 @@ impl Host {
 async fn turns(
     codex: &Path,
     home: &Path,
-    store: &Arc<dyn BindingStore>,
+    store: &BindingStore,
     texts: &[&str],
 ) -> (OpenOutcome, Vec<TurnReport>) {
     let mut host = Host::start(codex, home, store).await;
@@ -98,7 +97,7 @@ async fn a_thread_moves_by_its_rollout_alone_on_every_release_a_torn_copy_includ
             CodexHome::new(&model).unwrap(),
             CodexHome::new(&model).unwrap(),
         );
-        let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+        let store: BindingStore = BindingStore::memory();
         let (first, _) = turns(&codex, a.path(), &store, &["one", "two"]).await;
         let thread = first.thread_id().to_string();
         // Machine B holds a torn copy (a writer killed mid-append): a strict prefix the
@@ -180,7 +179,7 @@ async fn a_diverged_copy_is_replaced_and_thread_read_shows_what_the_model_sees()
             CodexHome::new(&model).unwrap(),
             CodexHome::new(&model).unwrap(),
         );
-        let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+        let store: BindingStore = BindingStore::memory();
         let (first, _) = turns(&codex, a.path(), &store, &["alpha", "bravo"]).await;
         let thread = first.thread_id().to_string();
         // B resumes the thread by hand and runs a turn rethread never commits...
@@ -228,7 +227,7 @@ async fn a_paginated_revert_head_file_goes_with_its_source() {
             CodexHome::new(&model).unwrap(),
             CodexHome::new(&model).unwrap(),
         );
-        let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+        let store: BindingStore = BindingStore::memory();
         let mut host = Host::start(&codex, a.path(), &store).await;
         let mut session = host.binder.open(&host.client).await.unwrap();
         let thread = session.thread_id().to_string();
@@ -281,7 +280,7 @@ async fn a_paginated_thread_restored_under_the_floor_still_falls_back() {
         CodexHome::new(&model).unwrap(),
         CodexHome::new(&model).unwrap(),
     );
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let (first, _) = turns(&current, a.path(), &store, &["alpha"]).await;
     let lost = first.thread_id().to_string();
     let mut host = Host::start(&floor, b.path(), &store).await;

@@ -3,7 +3,6 @@
 //! covered in `client.rs` (a stalled request, a line past the limit, garbage lines, pending
 //! requests, a slow consumer) are not repeated here.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_protocol::{Message, RequestId};
@@ -11,7 +10,7 @@ use rethread_runtime::{
     AppServerClient, BinderOptions, ClientError, ClientOptions, RecordedEvents, RuntimeError,
     SessionBinder, StatusKind, StatusRail,
 };
-use rethread_store::{BindingStore, BindingStoreExt, MemoryStore};
+use rethread_store::BindingStore;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, ReadHalf, WriteHalf};
 
@@ -252,12 +251,12 @@ async fn agent_session(
     options: ClientOptions,
     turn_timeout: Duration,
 ) -> (
-    Arc<dyn BindingStore>,
+    BindingStore,
     tokio::task::JoinHandle<Result<rethread_runtime::TurnReport, RuntimeError>>,
     Server,
 ) {
     let (client, mut server, _) = connect(options, 64 * 1024).await;
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let agent_options = BinderOptions::default().turn_timeout(turn_timeout);
     let mut agent =
         SessionBinder::new("s", store.clone(), StatusRail::default()).with_options(agent_options);
@@ -279,7 +278,7 @@ async fn agent_session(
     (store, turn, server)
 }
 
-async fn assert_nothing_written(store: &dyn BindingStore) {
+async fn assert_nothing_written(store: &BindingStore) {
     assert_eq!(store.binding("s").await.unwrap(), None);
     assert!(store.all_rows("s").await.unwrap().is_empty());
 }
@@ -329,7 +328,7 @@ async fn a_never_ending_turn_is_interrupted_at_the_turn_timeout_and_writes_nothi
     }
     let interrupt = server.await.unwrap().expect("turn/interrupt was sent");
     assert_eq!(interrupt["params"]["turnId"], "turn_1");
-    assert_nothing_written(store.as_ref()).await;
+    assert_nothing_written(&store).await;
 }
 
 #[tokio::test]
@@ -342,5 +341,5 @@ async fn a_server_that_goes_silent_mid_turn_is_bounded_by_the_turn_timeout() {
         Ok(other) => panic!("expected a timed-out turn, got {other:?}"),
         Err(_) => panic!("a silent server hung the host"),
     }
-    assert_nothing_written(store.as_ref()).await;
+    assert_nothing_written(&store).await;
 }

@@ -12,7 +12,7 @@ use rethread_runtime::{
     SessionBinder, SinkDurability, StatusKind, StatusRail, TranscriptSink, TurnReport,
     RESUME_FALLBACK_NOTICE,
 };
-use rethread_store::{BindingStore, MemoryStore, TurnCommit};
+use rethread_store::{BindingStore, TurnCommit};
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
@@ -55,7 +55,7 @@ fn is_the_turn(session: &str, rows: &[Value], message: &str, reply: &str) -> boo
 /// Opens session `s` with `sink` as its transcript and runs one turn with `message`, in a task;
 /// the peer plays codex. The task ends with the open's outcome and the turn's report.
 async fn spawn_turn(
-    store: &Arc<MemoryStore>,
+    store: &BindingStore,
     sink: MockSink,
     rail: StatusRail,
     message: &'static str,
@@ -85,8 +85,8 @@ async fn lose_dead_and_start_fresh(peer: &mut support::Peer) -> Value {
 }
 
 /// A store whose session `s` is bound to `thread`; the rows are the host's, not the store's.
-async fn bound_store(thread: &str) -> Arc<MemoryStore> {
-    let store = Arc::new(MemoryStore::new());
+async fn bound_store(thread: &str) -> BindingStore {
+    let store = BindingStore::memory();
     store
         .commit_turn(TurnCommit::new("s", thread, Vec::new()))
         .await
@@ -96,7 +96,7 @@ async fn bound_store(thread: &str) -> Arc<MemoryStore> {
 
 #[tokio::test]
 async fn a_sink_error_gets_the_turn_once_and_publishes_nothing() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let mut sink = MockSink::new();
     sink.expect_persist_turn()
         .withf(|session, rows| is_the_turn(session, rows, "hi", "hello"))
@@ -116,7 +116,7 @@ async fn a_sink_error_gets_the_turn_once_and_publishes_nothing() {
 
 #[tokio::test]
 async fn a_failed_turn_never_reaches_the_sink() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let mut sink = MockSink::new();
     sink.expect_persist_turn().never();
     sink.expect_recent_rows().never();

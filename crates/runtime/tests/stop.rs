@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rethread_runtime::{
     BoxError, ClientOptions, SessionBinder, SinkDurability, StatusRail, TranscriptSink, TurnEnd,
 };
-use rethread_store::{BindingStore, MemoryStore};
+use rethread_store::BindingStore;
 use serde_json::Value;
 use tokio::sync::{oneshot, Notify};
 
@@ -35,7 +35,7 @@ impl TranscriptSink for HeldSink {
 
 #[tokio::test]
 async fn a_stop_before_the_commit_abandons_the_turn_and_commits_nothing() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let mut binder = SessionBinder::new("s", store.clone(), StatusRail::default());
     let (stop, stopped) = oneshot::channel::<&str>();
@@ -58,7 +58,7 @@ async fn a_stop_before_the_commit_abandons_the_turn_and_commits_nothing() {
 
 #[tokio::test]
 async fn a_stop_during_the_commit_lets_it_finish_and_reports_the_turn() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let sink = Arc::new(HeldSink::default());
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let mut binder = SessionBinder::new("s", store.clone(), StatusRail::default())

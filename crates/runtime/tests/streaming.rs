@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_protocol::messages::ServerNotification;
@@ -14,7 +13,7 @@ use rethread_runtime::{
     AppServerClient, BinderOptions, ClientError, ClientOptions, CodexCommand, Publication,
     SessionBinder, StatusRail, ThreadEvent, ThreadEvents, TurnEvent, TurnInput,
 };
-use rethread_store::{BindingStore, MemoryStore};
+use rethread_store::BindingStore;
 use rethread_testkit::real::{ask_for_approvals, codex_or_skip, CodexHome};
 use rethread_testkit::responses::{Reply, ResponsesStandIn};
 use rethread_testkit::supported_releases;
@@ -78,7 +77,7 @@ async fn read_until_turn_completed(events: &mut ThreadEvents) -> Vec<ThreadEvent
 /// nothing is committed before the turn completed.
 #[tokio::test]
 async fn a_streamed_turn_yields_each_event_before_turn_completed_and_commits_after_it() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let (release, held) = oneshot::channel::<()>();
     let server = tokio::spawn(async move {
@@ -212,7 +211,7 @@ async fn a_streamed_turn_yields_each_event_before_turn_completed_and_commits_aft
 #[tokio::test]
 async fn a_turn_loses_nothing_through_a_small_buffer_and_a_forgotten_subscriber_cannot_stall_it() {
     let options = ClientOptions::default().notification_buffer(4);
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let (client, mut peer, _) = support::connect(options).await;
     let server = tokio::spawn(async move {
         peer.start_thread("t1").await;
@@ -272,7 +271,7 @@ async fn a_turn_loses_nothing_through_a_small_buffer_and_a_forgotten_subscriber_
 /// is committed.
 #[tokio::test]
 async fn an_abandoned_turn_is_interrupted_and_writes_nothing() {
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
     let mut binder =
         SessionBinder::new("s", store.clone(), StatusRail::recording().0).with_options(options());
@@ -304,7 +303,7 @@ async fn on_the_fake_a_streamed_turn_commits_what_run_turn_commits() {
         .connect(reader, writer)
         .await
         .unwrap();
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
 
     let mut streamed_binder = SessionBinder::new("streamed", store.clone(), StatusRail::default())
         .with_options(options());
@@ -448,7 +447,7 @@ async fn streamed_turn_on_real_codex(version: &str) {
         .env("RUST_LOG", "error");
     command.cwd = Some(home.path().to_path_buf());
     let client = AppServerClient::spawn(&command).await.unwrap();
-    let store = Arc::new(MemoryStore::new());
+    let store = BindingStore::memory();
     let mut binder = SessionBinder::new("s", store.clone(), StatusRail::default())
         .with_options(options().codex_home(Some(home.path().display().to_string())));
     let mut session = binder.open(&client).await.unwrap();

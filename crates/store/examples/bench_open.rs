@@ -14,13 +14,12 @@
 //! per store (the whole-store check that opening no longer does).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt};
 use rethread_store::{
-    BindingState, BindingStore, Durability, OpenOptions, RedbStore, SessionExport, SessionRecord,
-    SqliteStore, TranscriptRow,
+    BindingState, BindingStore, Durability, OpenOptions, SessionExport, SessionRecord,
+    TranscriptRow,
 };
 use serde_json::json;
 
@@ -46,16 +45,16 @@ impl Backend {
         }
     }
 
-    async fn open(self, path: &Path, options: OpenOptions) -> Arc<dyn BindingStore> {
+    async fn open(self, path: &Path, options: OpenOptions) -> BindingStore {
         match self {
-            Backend::Redb => Arc::new(RedbStore::open(path, options).await.expect("open redb")),
-            Backend::Sqlite => {
-                Arc::new(SqliteStore::open(path, options).await.expect("open sqlite"))
-            }
+            Backend::Redb => BindingStore::redb(path, options).await.expect("open redb"),
+            Backend::Sqlite => BindingStore::sqlite(path, options)
+                .await
+                .expect("open sqlite"),
         }
     }
 
-    async fn close(self, store: Arc<dyn BindingStore>) {
+    async fn close(self, store: BindingStore) {
         // Every store handle is dropped by now: dropping the last one closes the file and
         // waits for the writer thread (a redb file is closed cleanly, so the next open needs
         // no repair).
@@ -116,7 +115,7 @@ async fn ensure_built(backend: Backend, path: &Path, sessions: usize, rows: usiz
     // transaction (group commit).
     stream::iter(0..sessions)
         .map(|i| {
-            let store = Arc::clone(&store);
+            let store = store.clone();
             async move {
                 store
                     .import_session(session(i, rows))

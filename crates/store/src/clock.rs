@@ -10,10 +10,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// advance time instead of sleeping. Clones of a manual clock share its time.
 ///
 /// Set with [`OpenOptions::clock`](crate::OpenOptions::clock) (or
-/// [`MemoryStore::with_clock`](crate::MemoryStore::with_clock)). PostgreSQL judges time by
-/// the server's clock, so that every host agrees; a manual clock given to a `PostgresStore`
-/// replaces the server's for that store's writes (tests only: hosts with different clocks
-/// would judge leases differently).
+/// [`BindingStore::memory_with_clock`](crate::BindingStore::memory_with_clock)). PostgreSQL
+/// judges time by the server's clock, so that every host agrees; a manual clock given to a
+/// PostgreSQL store replaces the server's for that store's writes (tests only: hosts with
+/// different clocks would judge leases differently).
 ///
 /// ```
 /// use std::time::Duration;

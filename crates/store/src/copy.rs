@@ -51,8 +51,8 @@ pub struct CopyProgress<'a> {
 /// copy is [`StoreError::NotFound`]; either store's errors are returned as they are. Sessions
 /// copied before an error stay copied.
 pub async fn copy_sessions(
-    from: &dyn BindingStore,
-    to: &dyn BindingStore,
+    from: &BindingStore,
+    to: &BindingStore,
     progress: &mut (dyn FnMut(&CopyProgress<'_>) + Send),
 ) -> Result<CopyReport> {
     let mut report = CopyReport::default();

@@ -3,16 +3,21 @@
 //! A host that drives `codex app-server` keeps its own session id and transcript; this crate
 //! stores, per session, its binding state ([`BindingState`]), the host's `model_config` JSON
 //! object (where [`CODEX_THREAD_ID_KEY`] publishes the binding), the transcript rows, the
-//! retired threads, the rollout mirror, and which session each thread belongs to. The
-//! [`BindingStore`] trait (its contracts are on its methods; [`BindingStoreExt`] adds
-//! conveniences) has four backends, opened by URL with [`open_url`]:
+//! retired threads, the rollout mirror, and which session each thread belongs to. There is one
+//! store, [`BindingStore`] (its contracts are on its methods): its rules run over the small
+//! [`engine::Engine`] of a backend, four of which are built in, opened by URL with
+//! [`open_url`]:
 //!
 //! | backend | feature | URL | use |
 //! |---|---|---|---|
-//! | [`SqliteStore`] | `sqlite` (default) | `sqlite:PATH` | WAL; several processes share one file (the CLI's default) |
-//! | [`RedbStore`] | `redb` (default) | `redb:PATH` | embedded, one process at a time; checks every page on open ([`OpenOptions::check_redb_integrity_on_open`]) |
-//! | `PostgresStore` | `postgres` | `postgres://...` | several hosts share one database |
-//! | [`MemoryStore`] | always | `memory:` | tests; the reference the others are checked against |
+//! | `BindingStore::sqlite` | `sqlite` (default) | `sqlite:PATH` | WAL; several processes share one file (the CLI's default) |
+//! | `BindingStore::redb` | `redb` (default) | `redb:PATH` | embedded, one process at a time; checks every page on open ([`OpenOptions::check_redb_integrity_on_open`]) |
+//! | `BindingStore::postgres` | `postgres` | `postgres://...` | several hosts share one database |
+//! | [`BindingStore::memory`] | always | `memory:` | tests; the reference the others are checked against |
+//!
+//! A backend of your own implements [`engine::Engine`] and the transaction views it hands
+//! operations ([`engine::ReadTxn`], [`engine::WriteTxn`], [`engine::LeaseTxn`]), and gets
+//! every rule with [`BindingStore::new`].
 //!
 //! Each feature builds alone, and the crate builds with none (memory only). Every backend
 //! also grants per-session leases ([`BindingStore::acquire_lease`]) whose [`Fence`] writes
@@ -31,13 +36,13 @@
 //! # Example
 //! ```
 //! use rethread_store::{
-//!     BindingStore, BindingStoreExt, MemoryStore, Retirement, TurnCommit,
+//!     BindingStore, Retirement, TurnCommit,
 //! };
 //! use serde_json::json;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), rethread_store::StoreError> {
-//! let store = MemoryStore::new();
+//! let store = BindingStore::memory();
 //! let outcome = store
 //!     .commit_turn(
 //!         TurnCommit::new("chat-42", "thr_1", vec![json!({"role": "user", "text": "hi"}), json!({"role": "assistant", "text": "hello"})])
@@ -60,9 +65,9 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod adapter;
 mod clock;
 mod copy;
+pub mod engine;
 mod error;
 mod logic;
 mod memory;
@@ -92,12 +97,10 @@ mod sqlite;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-#[cfg(feature = "redb")]
-pub use crate::redb::RedbStore;
 pub use clock::Clock;
 pub use copy::{copy_sessions, CopyProgress, CopyReport};
 pub use error::{time_for_people, BoxError, LeaseLoss, Result, StoreError};
-pub use memory::MemoryStore;
+pub use memory::MemoryEngine;
 pub use mirror::{
     check_mirror_path, crc32_extend, MirrorAppend, MirrorChunk, MirrorOutcome, MirrorState,
     MirrorUpdate, MirroredFile, DEFAULT_MIRROR_CAP,
@@ -105,13 +108,9 @@ pub use mirror::{
 pub use open::{open_url, StoreUrl};
 pub use options::{Durability, OpenOptions};
 pub use owner::{LeaseOwner, LocalOwner, ProcessIdentity};
-#[cfg(feature = "postgres")]
-pub use postgres::PostgresStore;
 pub use redact::redact_url;
 pub use retention::{Prune, PruneReport, PrunedSession, StoredBytes, DEFAULT_PRUNE_BATCH};
-#[cfg(feature = "sqlite")]
-pub use sqlite::SqliteStore;
-pub use store::{BindingStore, BindingStoreExt};
+pub use store::BindingStore;
 pub use types::{
     Binding, BindingState, CommitOutcome, Fallback, Fence, GivenUp, ImportOutcome, Lease,
     Retirement, SessionExport, SessionPage, SessionRecord, TranscriptRow, TurnCommit,

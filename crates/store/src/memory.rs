@@ -6,9 +6,11 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use crate::adapter::{backend_store, blocking, Backend};
-use crate::logic::{ChunkSink, FileKey, Grant, LeaseTxn, ReadOp, ReadTxn, WriteOp, WriteTxn};
-use crate::{Clock, SessionRecord, StoreError, TranscriptRow};
+use async_trait::async_trait;
+
+use crate::engine::{blocking, Answer, Engine, ReadFn, Request, WriteFn};
+use crate::logic::{ChunkSink, FileKey, Grant, LeaseTxn, ReadTxn, WriteTxn};
+use crate::{BindingStore, Clock, SessionRecord, StoreError, TranscriptRow};
 use crate::{Result, Unpoisoned};
 
 #[derive(Debug, Default, Clone)]
@@ -24,49 +26,48 @@ pub(crate) struct State {
     leases: HashMap<String, Grant>,
 }
 
-/// A [`BindingStore`](crate::BindingStore) that keeps everything in memory, leases with the
-/// records; nothing survives the process. Operations run under one mutex, held only for the
-/// in-memory step (never across an `.await`); reads on a blocking thread, as the file
-/// backends run them (a restore's read writes into a file).
+/// The engine that keeps everything in memory, leases with the records; nothing survives the
+/// process ([`BindingStore::memory`]). Operations run under one mutex, held only for the
+/// in-memory step (never across an `.await`); reads on a blocking thread, as the file backends
+/// run them (a restore's read writes into a file).
 #[derive(Debug, Default)]
-pub struct MemoryStore {
-    memory: Memory,
-}
-
-/// The backend behind a [`MemoryStore`].
-#[derive(Debug, Default)]
-struct Memory {
+pub struct MemoryEngine {
     state: Arc<Mutex<State>>,
     clock: Clock,
 }
 
-backend_store!(MemoryStore, memory);
+impl MemoryEngine {
+    /// An empty engine that judges time by `clock` (tests: [`Clock::manual`]).
+    pub fn new(clock: Clock) -> Self {
+        MemoryEngine {
+            clock,
+            ..MemoryEngine::default()
+        }
+    }
+}
 
-impl MemoryStore {
-    /// An empty store, on the system clock.
-    pub fn new() -> Self {
-        Self::default()
+impl BindingStore {
+    /// An empty store in this process's memory, on the system clock.
+    pub fn memory() -> Self {
+        BindingStore::new(MemoryEngine::default())
     }
 
-    /// An empty store that judges time by `clock` (tests: [`Clock::manual`]).
-    pub fn with_clock(clock: Clock) -> Self {
-        let memory = Memory {
-            clock,
-            ..Memory::default()
-        };
-        MemoryStore { memory }
+    /// An empty store in memory that judges time by `clock` (tests: [`Clock::manual`]).
+    pub fn memory_with_clock(clock: Clock) -> Self {
+        BindingStore::new(MemoryEngine::new(clock))
     }
 }
 
 // A panic while holding the lock cannot leave a half-applied write: every operation decides
 // before it writes, and in-memory writes cannot fail ([`Unpoisoned`]).
-impl Backend for Memory {
-    async fn read<T: Send + 'static>(&self, mut op: impl ReadOp<T>) -> Result<T> {
+#[async_trait]
+impl Engine for MemoryEngine {
+    async fn read(&self, _: Request<'_>, mut op: ReadFn) -> Result<Answer> {
         let state = Arc::clone(&self.state);
         blocking(move || op(&mut *state.lock().unpoisoned())).await
     }
 
-    async fn write<T: Send + 'static>(&self, _: &str, mut op: impl WriteOp<T>) -> Result<T> {
+    async fn write(&self, _: Request<'_>, mut op: WriteFn) -> Result<Answer> {
         op(&mut *self.state.lock().unpoisoned(), self.clock.now_ms())
     }
 
@@ -234,7 +235,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
     use std::thread::ThreadId;
 
-    use crate::{BindingStore, MemoryStore, MirrorAppend, MirrorUpdate, TurnCommit};
+    use crate::{BindingStore, MirrorAppend, MirrorUpdate, TurnCommit};
 
     /// Notes the thread each write runs on.
     struct Threads(Arc<Mutex<Vec<ThreadId>>>);
@@ -254,7 +255,7 @@ mod tests {
     /// it, never on the async runtime's (here the test's own: a current-thread runtime).
     #[tokio::test]
     async fn a_mirrored_file_is_written_out_off_the_async_runtimes_thread() {
-        let store = MemoryStore::new();
+        let store = BindingStore::memory();
         let path = "sessions/rollout-2026-12-01T10-00-00-t.jsonl";
         let update = MirrorUpdate::new(vec![MirrorAppend::whole(path, b"{}\n".to_vec())]);
         let turn = TurnCommit::new("s", "t", vec![serde_json::json!(1)]).mirror(Some(update));

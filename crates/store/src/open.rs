@@ -1,19 +1,18 @@
 //! Store URLs: the one grammar, its parser, and [`open_url`].
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use crate::Result;
-use crate::{redact_url, BindingStore, MemoryStore, OpenOptions, StoreError};
+use crate::{redact_url, BindingStore, OpenOptions, StoreError};
 
 /// Which store a store URL names.
 ///
 /// | URL | store | feature |
 /// |---|---|---|
-/// | `redb:PATH`, `redb:///PATH` | [`RedbStore`](crate::RedbStore) | `redb` |
-/// | `sqlite:PATH`, `sqlite:///PATH` | [`SqliteStore`](crate::SqliteStore) | `sqlite` |
-/// | `postgres://...`, `postgresql://...` | `PostgresStore` | `postgres` |
-/// | `memory:` | [`MemoryStore`] | always |
+/// | `redb:PATH`, `redb:///PATH` | `BindingStore::redb` | `redb` |
+/// | `sqlite:PATH`, `sqlite:///PATH` | `BindingStore::sqlite` | `sqlite` |
+/// | `postgres://...`, `postgresql://...` | `BindingStore::postgres` | `postgres` |
+/// | `memory:` | [`BindingStore::memory`] | always |
 ///
 /// The scheme is case-insensitive. A file store is named one of two ways:
 /// - `sqlite:PATH` (and `redb:PATH`): the path verbatim (`%`, `?`, `#` and spaces are part of
@@ -84,19 +83,17 @@ impl StoreUrl {
     }
 
     /// Opens the store; a backend this build lacks is [`StoreError::UnsupportedUrl`].
-    pub async fn open(&self, options: OpenOptions) -> Result<Arc<dyn BindingStore>> {
+    pub async fn open(&self, options: OpenOptions) -> Result<BindingStore> {
         // Without any file or PostgreSQL backend the options have nothing to configure.
         let _ = &options;
         match self {
-            StoreUrl::Memory => Ok(Arc::new(MemoryStore::new())),
+            StoreUrl::Memory => Ok(BindingStore::memory()),
             #[cfg(feature = "redb")]
-            StoreUrl::Redb(path) => Ok(Arc::new(crate::RedbStore::open(path, options).await?)),
+            StoreUrl::Redb(path) => BindingStore::redb(path, options).await,
             #[cfg(feature = "sqlite")]
-            StoreUrl::Sqlite(path) => Ok(Arc::new(crate::SqliteStore::open(path, options).await?)),
+            StoreUrl::Sqlite(path) => BindingStore::sqlite(path, options).await,
             #[cfg(feature = "postgres")]
-            StoreUrl::Postgres(url) => {
-                Ok(Arc::new(crate::PostgresStore::open(url, options).await?))
-            }
+            StoreUrl::Postgres(url) => BindingStore::postgres(url, options).await,
             #[cfg(not(feature = "redb"))]
             StoreUrl::Redb(_) => Err(self.missing("redb")),
             #[cfg(not(feature = "sqlite"))]
@@ -208,7 +205,7 @@ impl std::str::FromStr for StoreUrl {
 
 /// Opens a store from a URL ([`StoreUrl`]): `redb:PATH`, `sqlite:PATH`, `postgres://...` or
 /// `memory:`.
-pub async fn open_url(url: &str, options: OpenOptions) -> Result<Arc<dyn BindingStore>> {
+pub async fn open_url(url: &str, options: OpenOptions) -> Result<BindingStore> {
     StoreUrl::parse(url)?.open(options).await
 }
 

@@ -1,21 +1,25 @@
-//! The [`BindingStore`] trait, its forwarding impl and the [`BindingStoreExt`] conveniences.
+//! [`BindingStore`]: the one store, its rules run over the [`Engine`] of a backend.
 
-use crate::Unpoisoned;
-use std::ops::{Deref, Range};
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde_json::{Map, Value};
 
+use crate::engine::{Answer, Engine, Progress, ReadFn, Request, WriteFn};
+use crate::logic::{self, LeaseTxn, ReadTxn, WriteTxn};
 use crate::{
     Binding, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MirroredFile, Prune,
     PruneReport, Result, Retirement, SessionExport, SessionPage, SessionRecord, StoreError,
-    StoredBytes, TranscriptRow, TurnCommit, VerifyProgress, VerifyReport,
+    StoredBytes, TranscriptRow, TurnCommit, Unpoisoned, VerifyReport,
 };
 
-/// Durable `session id -> codex thread id` bindings and the sessions' transcripts; the
-/// conveniences are in [`BindingStoreExt`].
+/// Durable `session id -> codex thread id` bindings and the sessions' transcripts, over a
+/// backend's [`Engine`]. Cloning is cheap: clones share the engine.
+///
+/// Open one with [`open_url`](crate::open_url), [`BindingStore::memory`], or (per backend
+/// feature) [`BindingStore::redb`], [`BindingStore::sqlite`], [`BindingStore::postgres`]; a
+/// backend of your own with [`BindingStore::new`].
 ///
 /// # Contract (all methods)
 /// - A write either happens whole or not at all; readers never see it half-applied.
@@ -24,14 +28,61 @@ use crate::{
 /// - A failure of the store is an error, never an empty answer: a corrupt or unreadable store
 ///   is never read as "no sessions".
 /// - Methods never block the async runtime's threads.
-#[async_trait]
-pub trait BindingStore: Send + Sync + std::fmt::Debug {
+///
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// use rethread_store::{BindingStore, TurnCommit};
+/// let store = BindingStore::memory();
+/// let turn = TurnCommit::new("session-1", "thread-1", vec![serde_json::json!({"role": "user"})]);
+/// store.commit_turn(turn).await.unwrap();
+/// assert_eq!(store.thread_id("session-1").await.unwrap().as_deref(), Some("thread-1"));
+/// # });
+/// ```
+#[derive(Debug, Clone)]
+pub struct BindingStore {
+    engine: Arc<dyn Engine>,
+}
+
+impl BindingStore {
+    /// The store over `engine`: every rule of the store, run by that backend.
+    pub fn new(engine: impl Engine) -> Self {
+        Self::shared(Arc::new(engine))
+    }
+
+    /// The store over an engine shared with others (a wrapper that injects faults, say).
+    pub fn shared(engine: Arc<dyn Engine>) -> Self {
+        BindingStore { engine }
+    }
+
+    /// The engine this store runs on (to wrap it in another, say).
+    pub fn engine(&self) -> &Arc<dyn Engine> {
+        &self.engine
+    }
+
+    /// Finishes queued writes and closes the store's files and connections, so that a file
+    /// store can be opened again (by this or another process) as soon as this returns. Every
+    /// clone is closed: later calls are [`StoreError::Closed`].
+    pub async fn close(self) {
+        self.engine.close().await;
+    }
+
     /// Reads a session; `Ok(None)` only when it does not exist.
-    async fn session(&self, session_id: &str) -> Result<Option<SessionRecord>>;
+    pub async fn session(&self, session_id: &str) -> Result<Option<SessionRecord>> {
+        let id = session_id.to_string();
+        self.read("session", move |txn| logic::load_session(txn, &id))
+            .await
+    }
 
     /// Reads the rows of `session_id` whose `seq` is in `range` (clipped to `0..row_count`), in
     /// order; none for a missing session.
-    async fn rows(&self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>>;
+    pub async fn rows(&self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>> {
+        if range.start >= range.end {
+            return Ok(Vec::new());
+        }
+        let id = session_id.to_string();
+        self.read("rows", move |txn| logic::rows(txn, &id, range.clone()))
+            .await
+    }
 
     /// Appends the turn's rows and binds the session to its thread, in **one** transaction,
     /// with what the thread's rollout files grew by ([`TurnCommit::mirror`]).
@@ -55,7 +106,12 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     ///   ([`CommitOutcome::RetiredNotPublished`]).
     /// - A thread of another session is [`StoreError::ThreadTaken`], a stale `fence`
     ///   [`StoreError::LeaseLost`]; either way nothing is written.
-    async fn commit_turn(&self, commit: TurnCommit) -> Result<CommitOutcome>;
+    pub async fn commit_turn(&self, commit: TurnCommit) -> Result<CommitOutcome> {
+        let (id, fence) = (commit.session_id.clone(), commit.fence.clone());
+        let request = Request::of("commit_turn", std::slice::from_ref(&id)).fenced(fence.as_ref());
+        self.write(request, move |txn, now| logic::commit(txn, now, &commit))
+            .await
+    }
 
     /// Applies an RFC 7396 JSON merge-patch to the session's `model_config` atomically (created
     /// if absent), and returns the new config.
@@ -65,12 +121,19 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// - A patch naming [`CODEX_THREAD_ID_KEY`](crate::CODEX_THREAD_ID_KEY) is
     ///   [`StoreError::InvalidInput`], a stale `fence` [`StoreError::LeaseLost`]; either way
     ///   nothing is written.
-    async fn patch_config(
+    pub async fn patch_config(
         &self,
         session_id: &str,
         patch: Map<String, Value>,
         fence: Option<&Fence>,
-    ) -> Result<Map<String, Value>>;
+    ) -> Result<Map<String, Value>> {
+        let ids = [session_id.to_string()];
+        let (id, owned) = (ids[0].clone(), fence.cloned());
+        let request = Request::of("patch_config", &ids).fenced(fence);
+        let op =
+            move |txn: &mut dyn WriteTxn, now| logic::patch(txn, now, &id, &patch, owned.as_ref());
+        self.write(request, op).await
+    }
 
     /// Retires `thread_id` for the session, in one write, as `retirement` says: a lost thread
     /// given up ([`Retirement::Lost`]) or the host's own end of it ([`Retirement::Ended`]).
@@ -83,51 +146,85 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     ///   unbound; a given-up state is kept as it is.
     /// - A thread of another session is [`StoreError::ThreadTaken`], a stale `fence`
     ///   [`StoreError::LeaseLost`]; either way nothing is written.
-    async fn retire_thread(
+    pub async fn retire_thread(
         &self,
         session_id: &str,
         thread_id: &str,
         retirement: Retirement,
         fence: Option<&Fence>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        let ids = [session_id.to_string()];
+        let (id, thread, owned) = (ids[0].clone(), thread_id.to_string(), fence.cloned());
+        let request = Request::of("retire_thread", &ids).fenced(fence);
+        let op = move |txn: &mut dyn WriteTxn, now| {
+            logic::retire(txn, now, &id, &thread, &retirement, owned.as_ref())
+        };
+        self.write(request, op).await
+    }
 
     /// Records that the fallback notice of the give-up of `thread_id` reached the user.
     ///
     /// # Contract
     /// `true` when the session is given up from `thread_id` (its notice now delivered); else
     /// `false`, nothing changed. A stale `fence` is [`StoreError::LeaseLost`].
-    async fn mark_notice_delivered(
+    pub async fn mark_notice_delivered(
         &self,
         session_id: &str,
         thread_id: &str,
         fence: Option<&Fence>,
-    ) -> Result<bool>;
+    ) -> Result<bool> {
+        let ids = [session_id.to_string()];
+        let (id, thread, owned) = (ids[0].clone(), thread_id.to_string(), fence.cloned());
+        let request = Request::of("mark_notice_delivered", &ids).fenced(fence);
+        let op = move |txn: &mut dyn WriteTxn, now| {
+            logic::mark_delivered(txn, now, &id, &thread, owned.as_ref())
+        };
+        self.write(request, op).await
+    }
 
     /// The session `thread_id` belongs to, if any: every thread the store bound, gave up or
     /// retired for a session belongs to it until the session is deleted.
-    async fn thread_session(&self, thread_id: &str) -> Result<Option<String>>;
+    pub async fn thread_session(&self, thread_id: &str) -> Result<Option<String>> {
+        let thread = thread_id.to_string();
+        self.read("thread_session", move |txn| txn.thread_owner(&thread))
+            .await
+    }
 
     /// Writes the mirrored file `path` of `thread_id` in `session_id` into `out` chunk by
     /// chunk as it is read (one snapshot, never the whole file in memory), checked against
     /// its length and CRC-32 in [`SessionRecord::mirror`], and returns that entry.
-    /// [`BindingStoreExt::mirror_file`] reads it into memory.
+    /// [`BindingStore::mirror_file`] reads it into memory.
     ///
     /// # Contract
     /// `Ok(None)`, nothing written, when the session or the file is not mirrored. On `Err`
     /// (damage found part way through, [`StoreError::Corrupt`], or `out` failing,
     /// [`StoreError::Io`]) `out` may hold part of the file: write into a temp file and keep it
     /// only on `Ok`. `out` is flushed before `Ok`, and runs on the store's own threads.
-    async fn write_mirror_file(
+    pub async fn write_mirror_file(
         &self,
         session_id: &str,
         thread_id: &str,
         path: &str,
-        out: Box<dyn std::io::Write + Send>,
-    ) -> Result<Option<MirroredFile>>;
+        mut out: Box<dyn std::io::Write + Send>,
+    ) -> Result<Option<MirroredFile>> {
+        let (id, thread, path) = (
+            session_id.to_string(),
+            thread_id.to_string(),
+            path.to_string(),
+        );
+        let op = move |txn: &mut dyn ReadTxn| {
+            logic::write_mirror_file(txn, logic::FileKey::new(&id, &thread, &path), &mut out)
+        };
+        self.read("write_mirror_file", op).await
+    }
 
     /// Lists at most `limit` (at least 1) sessions in ascending session-id order, starting after
     /// `after`; `next_after` is `Some` when more may follow.
-    async fn list_sessions(&self, after: Option<&str>, limit: usize) -> Result<SessionPage>;
+    pub async fn list_sessions(&self, after: Option<&str>, limit: usize) -> Result<SessionPage> {
+        let after = after.map(str::to_string);
+        let op = move |txn: &mut dyn ReadTxn| logic::list_page(txn, after.as_deref(), limit);
+        self.read("list_sessions", op).await
+    }
 
     /// Deletes a session (record, rows, mirror, retirements) and frees its threads; `true` if
     /// it existed.
@@ -139,7 +236,15 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// - The lease is then granted to nobody (the fence grows): a stalled holder can never take
     ///   it back or write ([`LeaseLoss::Forgotten`](crate::LeaseLoss::Forgotten)), so a delete
     ///   is never silently undone. A later acquire continues the fence.
-    async fn delete_session(&self, session_id: &str) -> Result<bool>;
+    pub async fn delete_session(&self, session_id: &str) -> Result<bool> {
+        let id = session_id.to_string();
+        let request = Request::of("delete_session", std::slice::from_ref(&id));
+        let op = {
+            let id = id.clone();
+            move |txn: &mut dyn WriteTxn, now| logic::delete(txn, now, &id)
+        };
+        self.write(request, op).await
+    }
 
     /// Removes every session idle for [`Prune::idle`] (last written that long ago by the
     /// store's clock), as a delete does: record, rows, mirror, threads, and its lease record.
@@ -154,15 +259,25 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// - [`Prune::dry_run`]: nothing is removed, and the report says what would go.
     /// - A stale grant of a pruned session is refused ([`LeaseLoss::Forgotten`](crate::LeaseLoss::Forgotten));
     ///   a later acquire starts the session's fences anew.
-    async fn prune_sessions(&self, prune: Prune) -> Result<PruneReport>;
+    pub async fn prune_sessions(&self, prune: Prune) -> Result<PruneReport> {
+        crate::retention::prune(self, &prune).await
+    }
 
     /// What each of `session_ids` holds in the store (rows and mirror), in order, from one
     /// snapshot; zero for a session not stored.
-    async fn session_bytes(&self, session_ids: &[String]) -> Result<Vec<StoredBytes>>;
+    pub async fn session_bytes(&self, session_ids: &[String]) -> Result<Vec<StoredBytes>> {
+        let ids = session_ids.to_vec();
+        let op = move |txn: &mut dyn ReadTxn| logic::prune::session_bytes(txn, &ids);
+        self.read("session_bytes", op).await
+    }
 
     /// Reads a whole session (record, all rows, mirror, and every thread that belongs to it)
     /// from one consistent snapshot.
-    async fn export_session(&self, session_id: &str) -> Result<Option<SessionExport>>;
+    pub async fn export_session(&self, session_id: &str) -> Result<Option<SessionExport>> {
+        let id = session_id.to_string();
+        self.read("export_session", move |txn| logic::export(txn, &id))
+            .await
+    }
 
     /// Writes a whole session exported from another store.
     ///
@@ -179,7 +294,12 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// - The session owns every thread of the export ([`SessionExport::threads`]), also when
     ///   it was present already.
     /// - Refused imports write nothing.
-    async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome>;
+    pub async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome> {
+        let id = export.record.session_id.clone();
+        let request = Request::of("import_session", std::slice::from_ref(&id));
+        self.write(request, move |txn, now| logic::import(txn, now, &export))
+            .await
+    }
 
     /// Takes the session's lease for `owner` for `ttl`: the right to drive the session's codex
     /// thread, held (renewed) through the turn's commit so that two hosts never drive it at
@@ -192,12 +312,18 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     ///   its holder is provably gone ([`LeaseOwner::is_known_gone`]).
     /// - Another owner's live lease is [`StoreError::Busy`] naming the holder; nothing changes.
     /// - Expiry is judged by one clock per store (PostgreSQL's server, else the machine's).
-    async fn acquire_lease(
+    pub async fn acquire_lease(
         &self,
         session_id: &str,
         owner: &LeaseOwner,
         ttl: Duration,
-    ) -> Result<Lease>;
+    ) -> Result<Lease> {
+        let ids = [session_id.to_string()];
+        let (id, owner, ttl) = (ids[0].clone(), owner.clone(), logic::ttl_ms(ttl));
+        let op =
+            move |leases: &mut dyn LeaseTxn, now| logic::acquire(leases, now, &id, &owner, ttl);
+        self.lease(Request::of("acquire_lease", &ids), op).await
+    }
 
     /// Extends a lease to `ttl` from now.
     ///
@@ -205,11 +331,21 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// Only the session's newest grant renews (same owner and `fence`, not released), also
     /// after its expiry (nobody took it meanwhile); else [`StoreError::LeaseLost`] saying why,
     /// nothing changed.
-    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease>;
+    pub async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        let (held, ttl) = (lease.clone(), logic::ttl_ms(ttl));
+        let ids = [lease.session_id.clone()];
+        let op = move |leases: &mut dyn LeaseTxn, now| logic::renew(leases, now, &held, ttl);
+        self.lease(Request::of("renew_lease", &ids), op).await
+    }
 
     /// Frees a lease: `true` if it (same owner and `fence`) was the session's newest grant and
     /// is now released; else `false`, nothing changed (another grant is never freed).
-    async fn release_lease(&self, lease: &Lease) -> Result<bool>;
+    pub async fn release_lease(&self, lease: &Lease) -> Result<bool> {
+        let held = lease.clone();
+        let ids = [lease.session_id.clone()];
+        let op = move |leases: &mut dyn LeaseTxn, now| logic::release(leases, now, &held);
+        self.lease(Request::of("release_lease", &ids), op).await
+    }
 
     /// Reads the whole store and checks every record of it (`rethread verify`); reports each
     /// problem found.
@@ -221,141 +357,37 @@ pub trait BindingStore: Send + Sync + std::fmt::Debug {
     /// - It reads one snapshot where the backend has them (redb, SQLite), never blocks writers
     ///   for long, and writes nothing. `progress` is called at most every 50 ms, and at the end.
     /// - The file backends scan their tables (SQLite after `PRAGMA quick_check`) and also find
-    ///   rows of no session; the default (memory, PostgreSQL, others) exports every session.
-    async fn verify(
-        &self,
-        progress: &mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),
-    ) -> Result<VerifyReport> {
-        crate::verify::by_export(self, progress).await
+    ///   rows of no session; other engines ([`Engine::verify`] `None`: memory, PostgreSQL)
+    ///   are checked by an export of every session.
+    pub async fn verify(&self, progress: Progress<'_>) -> Result<VerifyReport> {
+        // Reborrowed: the engine's scan and the export fallback report to the same callback.
+        match self.engine.verify(&mut *progress).await {
+            Some(report) => report,
+            None => crate::verify::by_export(self, progress).await,
+        }
     }
-}
 
-/// A pointer to a store is a store (`Arc<S>`, `Box<S>`, `&S`, ...): every method forwarded.
-#[async_trait]
-impl<P> BindingStore for P
-where
-    P: Deref + Send + Sync + std::fmt::Debug,
-    P::Target: BindingStore,
-{
-    async fn session(&self, session_id: &str) -> Result<Option<SessionRecord>> {
-        (**self).session(session_id).await
-    }
-    async fn rows(&self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>> {
-        (**self).rows(session_id, range).await
-    }
-    async fn commit_turn(&self, commit: TurnCommit) -> Result<CommitOutcome> {
-        (**self).commit_turn(commit).await
-    }
-    async fn patch_config(
-        &self,
-        session_id: &str,
-        patch: Map<String, Value>,
-        fence: Option<&Fence>,
-    ) -> Result<Map<String, Value>> {
-        (**self).patch_config(session_id, patch, fence).await
-    }
-    async fn retire_thread(
-        &self,
-        session_id: &str,
-        thread_id: &str,
-        retirement: Retirement,
-        fence: Option<&Fence>,
-    ) -> Result<()> {
-        (**self)
-            .retire_thread(session_id, thread_id, retirement, fence)
-            .await
-    }
-    async fn mark_notice_delivered(
-        &self,
-        session_id: &str,
-        thread_id: &str,
-        fence: Option<&Fence>,
-    ) -> Result<bool> {
-        (**self)
-            .mark_notice_delivered(session_id, thread_id, fence)
-            .await
-    }
-    async fn thread_session(&self, thread_id: &str) -> Result<Option<String>> {
-        (**self).thread_session(thread_id).await
-    }
-    async fn write_mirror_file(
-        &self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
-        out: Box<dyn std::io::Write + Send>,
-    ) -> Result<Option<MirroredFile>> {
-        (**self)
-            .write_mirror_file(session_id, thread_id, path, out)
-            .await
-    }
-    async fn list_sessions(&self, after: Option<&str>, limit: usize) -> Result<SessionPage> {
-        (**self).list_sessions(after, limit).await
-    }
-    async fn delete_session(&self, session_id: &str) -> Result<bool> {
-        (**self).delete_session(session_id).await
-    }
-    async fn prune_sessions(&self, prune: Prune) -> Result<PruneReport> {
-        (**self).prune_sessions(prune).await
-    }
-    async fn session_bytes(&self, session_ids: &[String]) -> Result<Vec<StoredBytes>> {
-        (**self).session_bytes(session_ids).await
-    }
-    async fn export_session(&self, session_id: &str) -> Result<Option<SessionExport>> {
-        (**self).export_session(session_id).await
-    }
-    async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome> {
-        (**self).import_session(export).await
-    }
-    async fn acquire_lease(
-        &self,
-        session_id: &str,
-        owner: &LeaseOwner,
-        ttl: Duration,
-    ) -> Result<Lease> {
-        (**self).acquire_lease(session_id, owner, ttl).await
-    }
-    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        (**self).renew_lease(lease, ttl).await
-    }
-    async fn release_lease(&self, lease: &Lease) -> Result<bool> {
-        (**self).release_lease(lease).await
-    }
-    async fn verify(
-        &self,
-        progress: &mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),
-    ) -> Result<VerifyReport> {
-        (**self).verify(progress).await
-    }
-}
-
-/// Conveniences over [`BindingStore`], implemented for every store.
-#[async_trait]
-pub trait BindingStoreExt: BindingStore {
     /// The session's binding, if the session exists and is bound.
-    async fn binding(&self, session_id: &str) -> Result<Option<Binding>> {
-        Ok(self
-            .session(session_id)
-            .await?
-            .and_then(|s| s.binding().cloned()))
+    pub async fn binding(&self, session_id: &str) -> Result<Option<Binding>> {
+        let session = self.session(session_id).await?;
+        Ok(session.and_then(|s| s.binding().cloned()))
     }
 
     /// The session's bound thread id, if any.
-    async fn thread_id(&self, session_id: &str) -> Result<Option<String>> {
+    pub async fn thread_id(&self, session_id: &str) -> Result<Option<String>> {
         Ok(self.binding(session_id).await?.map(|b| b.thread_id))
     }
 
     /// The session, or [`StoreError::NotFound`].
-    async fn require_session(&self, session_id: &str) -> Result<SessionRecord> {
-        self.session(session_id)
-            .await?
-            .ok_or_else(|| StoreError::NotFound {
-                what: format!("session {session_id}"),
-            })
+    pub async fn require_session(&self, session_id: &str) -> Result<SessionRecord> {
+        let session = self.session(session_id).await?;
+        session.ok_or_else(|| StoreError::NotFound {
+            what: format!("session {session_id}"),
+        })
     }
 
     /// [`BindingStore::write_mirror_file`] into memory.
-    async fn mirror_file(
+    pub async fn mirror_file(
         &self,
         session_id: &str,
         thread_id: &str,
@@ -370,27 +402,28 @@ pub trait BindingStoreExt: BindingStore {
     }
 
     /// All rows of the session, in order (empty if the session does not exist).
-    async fn all_rows(&self, session_id: &str) -> Result<Vec<TranscriptRow>> {
+    pub async fn all_rows(&self, session_id: &str) -> Result<Vec<TranscriptRow>> {
         self.rows(session_id, 0..u64::MAX).await
     }
 
     /// How many sessions the store holds, counted page by page.
-    async fn count_sessions(&self) -> Result<u64> {
+    pub async fn count_sessions(&self) -> Result<u64> {
         let mut count = 0u64;
-        for_each_page(self, |page| count += page.sessions.len() as u64).await?;
+        self.for_each_page(|page| count += page.sessions.len() as u64)
+            .await?;
         Ok(count)
     }
 
     /// Every session, in memory: to walk a large store, page through
     /// [`BindingStore::list_sessions`] instead.
-    async fn all_sessions(&self) -> Result<Vec<SessionRecord>> {
+    pub async fn all_sessions(&self) -> Result<Vec<SessionRecord>> {
         let mut out = Vec::new();
-        for_each_page(self, |page| out.extend(page.sessions)).await?;
+        self.for_each_page(|page| out.extend(page.sessions)).await?;
         Ok(out)
     }
 
     /// Sets (or, with `None`, removes) one `model_config` key through an unfenced merge-patch.
-    async fn set_config_key(
+    pub async fn set_config_key(
         &self,
         session_id: &str,
         key: &str,
@@ -400,23 +433,68 @@ pub trait BindingStoreExt: BindingStore {
         patch.insert(key.to_string(), value.unwrap_or(Value::Null));
         self.patch_config(session_id, patch, None).await
     }
+
+    /// Hands every page of [`BindingStore::list_sessions`] to `each`, in order.
+    async fn for_each_page(&self, mut each: impl FnMut(SessionPage) + Send) -> Result<()> {
+        let mut after: Option<String> = None;
+        loop {
+            let mut page = self.list_sessions(after.as_deref(), 256).await?;
+            after = page.next_after.take();
+            each(page);
+            if after.is_none() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The store's clock on this host.
+    pub(crate) fn clock(&self) -> crate::Clock {
+        self.engine.clock()
+    }
+
+    /// Runs a read on the engine; `method` names the store call it serves.
+    pub(crate) async fn read<T: Send + 'static>(
+        &self,
+        method: &'static str,
+        mut op: impl FnMut(&mut dyn ReadTxn) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let op: ReadFn = Box::new(move |txn| Ok(Box::new(op(txn)?) as Answer));
+        downcast(self.engine.read(Request::new(method), op).await?)
+    }
+
+    /// Runs a write on the engine.
+    pub(crate) async fn write<T: Send + 'static>(
+        &self,
+        request: Request<'_>,
+        mut op: impl FnMut(&mut dyn WriteTxn, i64) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let op: WriteFn = Box::new(move |txn, now| Ok(Box::new(op(txn, now)?) as Answer));
+        downcast(self.engine.write(request, op).await?)
+    }
+
+    async fn lease<T: Send + 'static>(
+        &self,
+        request: Request<'_>,
+        mut op: impl FnMut(&mut dyn LeaseTxn, i64) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let op = Box::new(move |txn: &mut dyn LeaseTxn, now| Ok(Box::new(op(txn, now)?) as Answer));
+        downcast(self.engine.lease(request, op).await?)
+    }
+
+    /// [`Engine::reclaim`].
+    pub(crate) async fn reclaim(&self) -> Result<u64> {
+        self.engine.reclaim().await
+    }
 }
 
-impl<S: BindingStore + ?Sized> BindingStoreExt for S {}
-
-/// Hands every page of [`BindingStore::list_sessions`] to `each`, in order.
-async fn for_each_page<S: BindingStore + ?Sized>(
-    store: &S,
-    mut each: impl FnMut(SessionPage) + Send,
-) -> Result<()> {
-    let mut after: Option<String> = None;
-    loop {
-        let mut page = store.list_sessions(after.as_deref(), 256).await?;
-        after = page.next_after.take();
-        each(page);
-        if after.is_none() {
-            return Ok(());
-        }
+/// The answer an operation returned: an engine that hands back another is a bug of that
+/// engine, reported, never a panic of the host.
+fn downcast<T: 'static>(answer: Answer) -> Result<T> {
+    match answer.downcast::<T>() {
+        Ok(answer) => Ok(*answer),
+        Err(_) => Err(StoreError::Internal(
+            "the engine answered an operation with another operation's answer".to_string(),
+        )),
     }
 }
 

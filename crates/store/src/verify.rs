@@ -202,8 +202,8 @@ impl<'a> Checker<'a> {
 /// The check any store can run through its public methods: every session listed and
 /// exported (an export checks the record, its rows and its mirrored files). It cannot see rows
 /// that belong to no session.
-pub(crate) async fn by_export<S: BindingStore + ?Sized>(
-    store: &S,
+pub(crate) async fn by_export(
+    store: &BindingStore,
     progress: &mut (dyn FnMut(&VerifyProgress) + Send),
 ) -> Result<VerifyReport> {
     let mut checker = Checker::new(progress);

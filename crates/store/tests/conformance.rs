@@ -1,18 +1,15 @@
-//! Runs the conformance suite on every backend, directly and through `Arc<dyn BindingStore>`.
+//! Runs the conformance suite on every backend, on its engine and through an engine that wraps
+//! it (testkit's fault injection, no fault planned).
 
-use std::sync::Arc;
+use rethread_store::{conformance, BindingStore, Clock, OpenOptions};
+use rethread_testkit::faulty_store::{self, Faults};
 
-use rethread_store::{
-    conformance, BindingStore, Clock, MemoryStore, OpenOptions, RedbStore, SqliteStore,
-};
-
-/// The whole suite on `store` (opened on `clock`) directly, then through
-/// `Arc<dyn BindingStore>`.
-async fn conforms<S: BindingStore + 'static>(store: S, clock: &Clock) {
-    let store = Arc::new(store);
-    conformance::run_all(store.as_ref(), clock).await;
-    let shared: Arc<dyn BindingStore> = store;
-    conformance::run_all(&shared, clock).await;
+/// The whole suite on `store` (opened on `clock`), then on a store whose engine wraps its
+/// engine.
+async fn conforms(store: BindingStore, clock: &Clock) {
+    conformance::run_all(&store, clock).await;
+    let wrapped = faulty_store::over(store, Faults::default());
+    conformance::run_all(&wrapped, clock).await;
 }
 
 /// A manual clock and the options that open a store on it.
@@ -24,7 +21,7 @@ fn on_manual_clock() -> (Clock, OpenOptions) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_conforms() {
     let clock = Clock::manual();
-    conforms(MemoryStore::with_clock(clock.clone()), &clock).await;
+    conforms(BindingStore::memory_with_clock(clock.clone()), &clock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -32,7 +29,7 @@ async fn redb_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store.redb");
     let (clock, options) = on_manual_clock();
-    conforms(RedbStore::open(path, options).await.unwrap(), &clock).await;
+    conforms(BindingStore::redb(path, options).await.unwrap(), &clock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,14 +37,11 @@ async fn sqlite_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store.sqlite");
     let (clock, options) = on_manual_clock();
-    conforms(SqliteStore::open(path, options).await.unwrap(), &clock).await;
+    conforms(BindingStore::sqlite(path, options).await.unwrap(), &clock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn boxed_and_url_opened_stores_conform() {
-    let clock = Clock::manual();
-    let boxed: Box<dyn BindingStore> = Box::new(MemoryStore::with_clock(clock.clone()));
-    conformance::run_all(&boxed, &clock).await;
+async fn url_opened_stores_conform() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("url.sqlite").display());
     let store = rethread_store::open_url(&url, OpenOptions::new())

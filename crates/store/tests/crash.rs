@@ -13,10 +13,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rethread_store::{
-    open_url, BindingStore, BindingStoreExt, OpenOptions, RedbStore, Retirement, SqliteStore,
-    TurnCommit,
-};
+use rethread_store::{open_url, BindingStore, OpenOptions, Retirement, TurnCommit};
 use serde_json::json;
 
 const CHILD_ENV: &str = "RETHREAD_CRASH_CHILD_URL";
@@ -157,11 +154,13 @@ fn crash_loop(test: &str, scheme: &str, file: &str) {
     rt.block_on(async {
         let (scheme, path) = url.split_once(':').unwrap();
         if scheme == "redb" {
-            let store = RedbStore::open(path, OpenOptions::new()).await.unwrap();
+            let store = BindingStore::redb(path, OpenOptions::new()).await.unwrap();
             set_host_keys(&store).await;
             store.close().await;
         } else {
-            let store = SqliteStore::open(path, OpenOptions::new()).await.unwrap();
+            let store = BindingStore::sqlite(path, OpenOptions::new())
+                .await
+                .unwrap();
             set_host_keys(&store).await;
             store.close().await;
         }
@@ -226,7 +225,7 @@ fn crash_loop(test: &str, scheme: &str, file: &str) {
     assert!(total_acks > 0, "the child never committed anything");
 }
 
-async fn set_host_keys(store: &dyn BindingStore) {
+async fn set_host_keys(store: &BindingStore) {
     for s in 0..SESSIONS {
         store
             .set_config_key(&session_name(s), "host_key", Some(json!({"kept": s})))
@@ -240,7 +239,7 @@ async fn verify(url: &str, acked: &Acked) -> Result<(), String> {
     // Open with the concrete type so the file can be closed before the next child starts.
     match scheme {
         "redb" => {
-            let store = RedbStore::open(path, OpenOptions::new().create(false))
+            let store = BindingStore::redb(path, OpenOptions::new().create(false))
                 .await
                 .map_err(|e| format!("open: {e}"))?;
             let r = check(&store, acked).await;
@@ -248,7 +247,7 @@ async fn verify(url: &str, acked: &Acked) -> Result<(), String> {
             r
         }
         _ => {
-            let store = SqliteStore::open(path, OpenOptions::new().create(false))
+            let store = BindingStore::sqlite(path, OpenOptions::new().create(false))
                 .await
                 .map_err(|e| format!("open: {e}"))?;
             let r = check(&store, acked).await;
@@ -258,7 +257,7 @@ async fn verify(url: &str, acked: &Acked) -> Result<(), String> {
     }
 }
 
-async fn check(store: &dyn BindingStore, acked: &Acked) -> Result<(), String> {
+async fn check(store: &BindingStore, acked: &Acked) -> Result<(), String> {
     // turn id -> (session, first_seq, n) as found in the store
     let mut found: HashMap<String, (String, u64, u64)> = HashMap::new();
     for s in 0..SESSIONS {

@@ -12,8 +12,7 @@ use std::path::{Path, PathBuf};
 
 use redb::ReadableTable;
 use rethread_store::{
-    BindingStore, BindingStoreExt, LocalOwner, OpenOptions, ProblemKind, RedbStore, SqliteStore,
-    StoreError, TurnCommit, VerifyReport,
+    BindingStore, LocalOwner, OpenOptions, ProblemKind, StoreError, TurnCommit, VerifyReport,
 };
 use serde_json::json;
 
@@ -32,7 +31,7 @@ fn is_corrupt<T: std::fmt::Debug>(result: &Result<T, StoreError>) -> bool {
     matches!(result, Err(StoreError::Corrupt { .. }))
 }
 
-async fn verify(store: &dyn BindingStore) -> VerifyReport {
+async fn verify(store: &BindingStore) -> VerifyReport {
     let mut updates = 0;
     let report = store.verify(&mut |_| updates += 1).await.unwrap();
     assert!(updates > 0, "verify reports progress");
@@ -89,16 +88,16 @@ impl Fixture {
         fixture
     }
 
-    async fn open(&self) -> Result<Box<dyn BindingStore>, StoreError> {
+    async fn open(&self) -> Result<BindingStore, StoreError> {
         let options = OpenOptions::new();
         Ok(match self.backend {
-            Backend::Redb => Box::new(RedbStore::open(&self.path, options).await?),
-            Backend::Sqlite => Box::new(SqliteStore::open(&self.path, options).await?),
+            Backend::Redb => BindingStore::redb(&self.path, options).await?,
+            Backend::Sqlite => BindingStore::sqlite(&self.path, options).await?,
         })
     }
 
     /// Opens the damaged store, and reads session `b` whole: the open did not scan the file.
-    async fn open_damaged(&self) -> Box<dyn BindingStore> {
+    async fn open_damaged(&self) -> BindingStore {
         let store = self.open().await.expect("a damaged store still opens");
         let b = store.export_session("b").await.unwrap().unwrap();
         assert_eq!(b.rows.len(), 1);
@@ -233,7 +232,7 @@ async fn a_changed_row_is_corrupt_when_read_and_reported() {
         assert!(is_corrupt(&rows), "{backend:?}: {rows:?}");
         let export = store.export_session("a").await;
         assert!(is_corrupt(&export), "{backend:?}: {export:?}");
-        let report = verify(store.as_ref()).await;
+        let report = verify(&store).await;
         assert!(report.complete, "{backend:?}: {report:?}");
         assert_eq!(
             kinds(&report),
@@ -260,7 +259,7 @@ async fn a_session_whose_key_changed_is_corrupt_under_both_keys() {
         assert!(is_corrupt(&rows), "{backend:?}: {rows:?}");
         let listed = store.list_sessions(None, 10).await;
         assert!(is_corrupt(&listed), "{backend:?}: {listed:?}");
-        let report = verify(store.as_ref()).await;
+        let report = verify(&store).await;
         assert_eq!(
             kinds(&report),
             vec![
@@ -283,7 +282,7 @@ async fn a_lost_record_is_never_a_missing_session() {
         // A write does not start the session over on top of its rows.
         let write = store.commit_turn(commit("a", "thr_x", &["again"])).await;
         assert!(is_corrupt(&write), "{backend:?}: {write:?}");
-        let report = verify(store.as_ref()).await;
+        let report = verify(&store).await;
         assert_eq!(
             kinds(&report),
             vec![(ProblemKind::StrayRows, Some("a"))],
@@ -292,7 +291,7 @@ async fn a_lost_record_is_never_a_missing_session() {
         // Deleting the session clears its rows: a repair.
         assert!(!store.delete_session("a").await.unwrap());
         assert_eq!(store.session("a").await.unwrap(), None);
-        assert!(verify(store.as_ref()).await.is_ok());
+        assert!(verify(&store).await.is_ok());
     }
 }
 
@@ -314,7 +313,7 @@ async fn a_missing_row_is_corrupt_when_the_session_is_read() {
         let store = fixture.open_damaged().await;
         let rows = store.all_rows("a").await;
         assert!(is_corrupt(&rows), "{backend:?}: {rows:?}");
-        let report = verify(store.as_ref()).await;
+        let report = verify(&store).await;
         assert_eq!(
             kinds(&report),
             vec![(ProblemKind::MissingRows, Some("a"))],
@@ -335,7 +334,7 @@ async fn a_row_past_its_sessions_count_is_reported_and_never_overwritten() {
         assert!(write.is_err(), "{backend:?}: {write:?}");
         assert_eq!(store.all_rows("a").await.unwrap().len(), 3);
         // The copied row's checksum names seq 0, so it is also a damaged row.
-        let report = verify(store.as_ref()).await;
+        let report = verify(&store).await;
         assert_eq!(
             kinds(&report),
             vec![
@@ -352,7 +351,7 @@ async fn a_healthy_store_verifies_clean() {
     for backend in BACKENDS {
         let fixture = Fixture::new(backend).await;
         let store = fixture.open().await.unwrap();
-        let report = verify(store.as_ref()).await;
+        let report = verify(&store).await;
         assert!(report.is_ok(), "{backend:?}: {report:?}");
         assert_eq!((report.sessions, report.rows), (2, 4));
     }
@@ -372,7 +371,7 @@ async fn a_flipped_byte_in_a_sqlite_file_is_corrupt_when_read() {
     let store = fixture.open_damaged().await;
     let rows = store.rows("a", 0..1).await;
     assert!(is_corrupt(&rows), "{rows:?}");
-    let report = verify(store.as_ref()).await;
+    let report = verify(&store).await;
     assert_eq!(kinds(&report), vec![(ProblemKind::Row, Some("a"))]);
 }
 
@@ -386,7 +385,7 @@ async fn a_sqlite_session_changed_outside_rethread_is_corrupt() {
     let store = fixture.open_damaged().await;
     let session = store.session("a").await;
     assert!(is_corrupt(&session), "{session:?}");
-    let report = verify(store.as_ref()).await;
+    let report = verify(&store).await;
     // The record cannot be trusted, so its rows are not judged either.
     assert_eq!(kinds(&report), vec![(ProblemKind::Session, Some("a"))]);
 }
@@ -395,7 +394,9 @@ async fn a_sqlite_session_changed_outside_rethread_is_corrupt() {
 async fn a_sqlite_lease_changed_outside_rethread_is_corrupt() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");
-    let store = SqliteStore::open(&path, OpenOptions::new()).await.unwrap();
+    let store = BindingStore::sqlite(&path, OpenOptions::new())
+        .await
+        .unwrap();
     let holder = LocalOwner::new();
     let owner = holder.owner().clone();
     let ttl = std::time::Duration::from_secs(30);
@@ -430,7 +431,7 @@ async fn a_sqlite_thread_owner_changed_outside_rethread_is_corrupt() {
     assert!(is_corrupt(&commit), "{commit:?}");
     // Reported where it shows: a's bound thread is missing from a's threads, b's threads hold
     // a damaged row, and the row itself.
-    let report = verify(store.as_ref()).await;
+    let report = verify(&store).await;
     assert_eq!(
         kinds(&report),
         vec![
@@ -466,7 +467,7 @@ async fn sqlite_structure_damage_is_reported_by_verify() {
     bytes[header + 3] = 0xff;
     bytes[header + 4] = 0xff;
     std::fs::write(&fixture.path, &bytes).unwrap();
-    let store = SqliteStore::open(&fixture.path, OpenOptions::new())
+    let store = BindingStore::sqlite(&fixture.path, OpenOptions::new())
         .await
         .expect("the open reads the header only");
     let report = store.verify(&mut |_| {}).await.unwrap();
@@ -502,7 +503,7 @@ async fn a_redb_panic_on_a_damaged_page_is_corrupt_and_poisons_the_store() {
         std::fs::write(&fixture.path, &bytes).unwrap();
         // Without the open-time page check: the damage is met when touched.
         let options = OpenOptions::new().check_redb_integrity_on_open(false);
-        let store = RedbStore::open(&fixture.path, options)
+        let store = BindingStore::redb(&fixture.path, options)
             .await
             .expect("the open reads the header only");
         match store.session("a").await {
@@ -525,7 +526,7 @@ async fn a_redb_panic_on_a_damaged_page_is_corrupt_and_poisons_the_store() {
     assert_eq!(report.problems[0].kind, ProblemKind::Structure);
     store.close().await;
     // The default open checks every page: the same file is refused there.
-    let checked = RedbStore::open(&fixture.path, OpenOptions::new()).await;
+    let checked = BindingStore::redb(&fixture.path, OpenOptions::new()).await;
     assert!(
         matches!(checked, Err(StoreError::Corrupt { .. })),
         "the default open checks the pages: {:?}",

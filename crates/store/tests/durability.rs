@@ -10,9 +10,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use rethread_store::{
-    open_url, BindingStoreExt, Durability, OpenOptions, RedbStore, SqliteStore, TurnCommit,
-};
+use rethread_store::{open_url, BindingStore, Durability, OpenOptions, TurnCommit};
 use serde_json::json;
 
 const CHILD_ENV: &str = "RETHREAD_DURABILITY_CHILD";
@@ -101,12 +99,12 @@ async fn sessions_after(url: &str) -> Vec<String> {
             .collect::<Vec<_>>()
     };
     if scheme == "redb" {
-        let store = RedbStore::open(path, options).await.unwrap();
+        let store = BindingStore::redb(path, options).await.unwrap();
         let sessions = ids(store.all_sessions().await.unwrap());
         store.close().await;
         sessions
     } else {
-        let store = SqliteStore::open(path, options).await.unwrap();
+        let store = BindingStore::sqlite(path, options).await.unwrap();
         let sessions = ids(store.all_sessions().await.unwrap());
         store.close().await;
         sessions

@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 
 use redb::ReadableTable;
 use rethread_store::{
-    BindingStore, BindingStoreExt, MirrorAppend, MirrorUpdate, OpenOptions, ProblemKind, RedbStore,
-    SqliteStore, StoreError, TurnCommit,
+    BindingStore, MirrorAppend, MirrorUpdate, OpenOptions, ProblemKind, StoreError, TurnCommit,
 };
 use serde_json::json;
 
@@ -19,11 +18,11 @@ enum Backend {
     Sqlite,
 }
 
-async fn open(backend: Backend, path: &Path) -> Box<dyn BindingStore> {
+async fn open(backend: Backend, path: &Path) -> BindingStore {
     let options = OpenOptions::new();
     match backend {
-        Backend::Redb => Box::new(RedbStore::open(path, options).await.unwrap()),
-        Backend::Sqlite => Box::new(SqliteStore::open(path, options).await.unwrap()),
+        Backend::Redb => BindingStore::redb(path, options).await.unwrap(),
+        Backend::Sqlite => BindingStore::sqlite(path, options).await.unwrap(),
     }
 }
 

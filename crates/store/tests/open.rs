@@ -4,8 +4,8 @@
 use std::os::unix::fs::PermissionsExt;
 
 use rethread_store::{
-    open_url, BindingStore, BindingStoreExt, Durability, MemoryStore, OpenOptions, RedbStore,
-    Retirement, SqliteStore, StoreError, TurnCommit, SCHEMA_VERSION,
+    open_url, BindingStore, Durability, OpenOptions, Retirement, StoreError, TurnCommit,
+    SCHEMA_VERSION,
 };
 use serde_json::json;
 
@@ -21,11 +21,11 @@ fn mode(path: &std::path::Path) -> u32 {
 async fn redb_new_file_is_owner_only_and_reopens_with_data() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
-    let store = RedbStore::open(&path, OpenOptions::new()).await.unwrap();
+    let store = BindingStore::redb(&path, OpenOptions::new()).await.unwrap();
     assert_eq!(mode(&path), 0o600);
     store.commit_turn(commit("a", "t1")).await.unwrap();
     store.close().await;
-    let store = RedbStore::open(&path, OpenOptions::new().create(false))
+    let store = BindingStore::redb(&path, OpenOptions::new().create(false))
         .await
         .unwrap();
     assert_eq!(store.thread_id("a").await.unwrap().as_deref(), Some("t1"));
@@ -36,22 +36,22 @@ async fn redb_new_file_is_owner_only_and_reopens_with_data() {
 async fn redb_held_by_another_handle_is_locked() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
-    let first = RedbStore::open(&path, OpenOptions::new()).await.unwrap();
-    let second = RedbStore::open(&path, OpenOptions::new()).await;
+    let first = BindingStore::redb(&path, OpenOptions::new()).await.unwrap();
+    let second = BindingStore::redb(&path, OpenOptions::new()).await;
     assert!(
         matches!(second, Err(StoreError::Locked { .. })),
         "{second:?}"
     );
     first.close().await;
-    RedbStore::open(&path, OpenOptions::new()).await.unwrap();
+    BindingStore::redb(&path, OpenOptions::new()).await.unwrap();
 }
 
 #[tokio::test]
 async fn missing_file_without_create_is_no_store() {
     let dir = tempfile::tempdir().unwrap();
-    let r = RedbStore::open(dir.path().join("no.redb"), OpenOptions::new().create(false)).await;
+    let r = BindingStore::redb(dir.path().join("no.redb"), OpenOptions::new().create(false)).await;
     assert!(matches!(r, Err(StoreError::NoStore { .. })), "{r:?}");
-    let r = SqliteStore::open(dir.path().join("no.db"), OpenOptions::new().create(false)).await;
+    let r = BindingStore::sqlite(dir.path().join("no.db"), OpenOptions::new().create(false)).await;
     assert!(matches!(r, Err(StoreError::NoStore { .. })), "{r:?}");
     assert!(!dir.path().join("no.db").exists());
 }
@@ -62,11 +62,11 @@ async fn garbage_files_are_corrupt_not_empty() {
     let garbage: Vec<u8> = (0..20_000u32).map(|i| (i * 7919 % 251) as u8).collect();
     let redb_path = dir.path().join("g.redb");
     std::fs::write(&redb_path, &garbage).unwrap();
-    let r = RedbStore::open(&redb_path, OpenOptions::new()).await;
+    let r = BindingStore::redb(&redb_path, OpenOptions::new()).await;
     assert!(matches!(r, Err(StoreError::Corrupt { .. })), "{r:?}");
     let sqlite_path = dir.path().join("g.db");
     std::fs::write(&sqlite_path, &garbage).unwrap();
-    let r = SqliteStore::open(&sqlite_path, OpenOptions::new()).await;
+    let r = BindingStore::sqlite(&sqlite_path, OpenOptions::new()).await;
     assert!(matches!(r, Err(StoreError::Corrupt { .. })), "{r:?}");
     // The files were not overwritten.
     assert_eq!(std::fs::read(&redb_path).unwrap(), garbage);
@@ -77,7 +77,7 @@ async fn garbage_files_are_corrupt_not_empty() {
 async fn truncated_redb_store_is_an_error_not_empty() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.redb");
-    let store = RedbStore::open(&path, OpenOptions::new()).await.unwrap();
+    let store = BindingStore::redb(&path, OpenOptions::new()).await.unwrap();
     for i in 0..50 {
         store
             .commit_turn(commit(&format!("s{i}"), &format!("t{i}")))
@@ -87,7 +87,7 @@ async fn truncated_redb_store_is_an_error_not_empty() {
     store.close().await;
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() / 3]).unwrap();
-    match RedbStore::open(&path, OpenOptions::new()).await {
+    match BindingStore::redb(&path, OpenOptions::new()).await {
         Err(_) => {}
         Ok(store) => {
             // If redb recovers a prefix, it must still not claim to be empty silently: every
@@ -114,7 +114,7 @@ async fn foreign_files_are_refused() {
         }
         txn.commit().unwrap();
     }
-    let r = RedbStore::open(&redb_path, OpenOptions::new()).await;
+    let r = BindingStore::redb(&redb_path, OpenOptions::new()).await;
     assert!(matches!(r, Err(StoreError::Corrupt { .. })), "{r:?}");
 
     // Refused before anything is written: another program's database keeps its journal mode
@@ -126,7 +126,7 @@ async fn foreign_files_are_refused() {
         .unwrap();
     let before = std::fs::read(&sqlite_path).unwrap();
     for create in [false, true] {
-        let r = SqliteStore::open(&sqlite_path, OpenOptions::new().create(create)).await;
+        let r = BindingStore::sqlite(&sqlite_path, OpenOptions::new().create(create)).await;
         assert!(matches!(r, Err(StoreError::Corrupt { .. })), "{r:?}");
         let after = std::fs::read(&sqlite_path).unwrap();
         assert!(after == before, "create {create}: the file was written");
@@ -140,7 +140,7 @@ async fn foreign_files_are_refused() {
 async fn newer_schema_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let redb_path = dir.path().join("n.redb");
-    RedbStore::open(&redb_path, OpenOptions::new())
+    BindingStore::redb(&redb_path, OpenOptions::new())
         .await
         .unwrap()
         .close()
@@ -157,14 +157,14 @@ async fn newer_schema_is_refused() {
         }
         txn.commit().unwrap();
     }
-    let r = RedbStore::open(&redb_path, OpenOptions::new()).await;
+    let r = BindingStore::redb(&redb_path, OpenOptions::new()).await;
     assert!(
         matches!(r, Err(StoreError::NewerSchema { found, supported, .. }) if found == SCHEMA_VERSION + 1 && supported == SCHEMA_VERSION),
         "{r:?}"
     );
 
     let sqlite_path = dir.path().join("n.db");
-    SqliteStore::open(&sqlite_path, OpenOptions::new())
+    BindingStore::sqlite(&sqlite_path, OpenOptions::new())
         .await
         .unwrap()
         .close()
@@ -173,7 +173,7 @@ async fn newer_schema_is_refused() {
         .unwrap()
         .execute_batch(&format!("PRAGMA user_version = {};", SCHEMA_VERSION + 1))
         .unwrap();
-    let r = SqliteStore::open(&sqlite_path, OpenOptions::new()).await;
+    let r = BindingStore::sqlite(&sqlite_path, OpenOptions::new()).await;
     assert!(matches!(r, Err(StoreError::NewerSchema { .. })), "{r:?}");
 }
 
@@ -195,7 +195,7 @@ async fn a_store_stamped_with_an_unknown_older_schema_is_refused() {
         }
         txn.commit().unwrap();
     }
-    let r = RedbStore::open(&redb_path, OpenOptions::new()).await;
+    let r = BindingStore::redb(&redb_path, OpenOptions::new()).await;
     assert!(matches!(r, Err(StoreError::Corrupt { .. })), "{r:?}");
     assert_eq!(SCHEMA_VERSION, 1);
 }
@@ -204,8 +204,12 @@ async fn a_store_stamped_with_an_unknown_older_schema_is_refused() {
 async fn sqlite_new_file_is_owner_only_and_shared_by_two_handles() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");
-    let a = SqliteStore::open(&path, OpenOptions::new()).await.unwrap();
-    let b = SqliteStore::open(&path, OpenOptions::new()).await.unwrap();
+    let a = BindingStore::sqlite(&path, OpenOptions::new())
+        .await
+        .unwrap();
+    let b = BindingStore::sqlite(&path, OpenOptions::new())
+        .await
+        .unwrap();
     assert_eq!(mode(&path), 0o600);
     // Two writers on one file (as two processes would be): interleaved patches of distinct
     // keys and commits all survive.
@@ -261,16 +265,18 @@ async fn relaxed_durability_is_opt_in_and_works() {
     let dir = tempfile::tempdir().unwrap();
     let options = OpenOptions::new().durability(Durability::Relaxed);
     let path = dir.path().join("r.redb");
-    let store = RedbStore::open(&path, options.clone()).await.unwrap();
+    let store = BindingStore::redb(&path, options.clone()).await.unwrap();
     store.commit_turn(commit("a", "t1")).await.unwrap();
     store.close().await;
-    let store = RedbStore::open(&path, OpenOptions::new()).await.unwrap();
+    let store = BindingStore::redb(&path, OpenOptions::new()).await.unwrap();
     assert_eq!(store.thread_id("a").await.unwrap().as_deref(), Some("t1"));
     let path = dir.path().join("r.db");
-    let store = SqliteStore::open(&path, options).await.unwrap();
+    let store = BindingStore::sqlite(&path, options).await.unwrap();
     store.commit_turn(commit("a", "t1")).await.unwrap();
     store.close().await;
-    let store = SqliteStore::open(&path, OpenOptions::new()).await.unwrap();
+    let store = BindingStore::sqlite(&path, OpenOptions::new())
+        .await
+        .unwrap();
     assert_eq!(store.thread_id("a").await.unwrap().as_deref(), Some("t1"));
 }
 
@@ -298,7 +304,7 @@ async fn open_url_schemes() {
         );
     }
     // The memory store is also constructible directly.
-    let _ = MemoryStore::new();
+    let _ = BindingStore::memory();
 }
 
 /// Issue 35 item 12: a new file store's missing directory is made by the library, as the CLI
@@ -359,7 +365,7 @@ async fn processes_creating_one_sqlite_store_together_all_open_it() {
     for _ in 0..30 {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("new.sqlite");
-        let opens = (0..4).map(|_| SqliteStore::open(path.clone(), OpenOptions::new()));
+        let opens = (0..4).map(|_| BindingStore::sqlite(path.clone(), OpenOptions::new()));
         for opened in futures::future::join_all(opens).await {
             let store = opened.expect("a concurrent first open");
             store.close().await;

@@ -6,10 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rethread_store::{
-    BindingStore, BindingStoreExt, OpenOptions, RedbStore, SqliteStore, StoreError, StoreUrl,
-    TurnCommit,
-};
+use rethread_store::{BindingStore, OpenOptions, StoreError, StoreUrl, TurnCommit};
 use serde_json::json;
 
 fn commit(session: &str, thread: &str) -> TurnCommit {
@@ -19,10 +16,10 @@ fn commit(session: &str, thread: &str) -> TurnCommit {
 /// Opens `path` with each file backend, bounded in time (a FIFO would block an open forever).
 async fn open_both(path: &Path, options: OpenOptions) -> Vec<Result<(), StoreError>> {
     let bound = Duration::from_secs(10);
-    let redb = tokio::time::timeout(bound, RedbStore::open(path, options.clone()))
+    let redb = tokio::time::timeout(bound, BindingStore::redb(path, options.clone()))
         .await
         .expect("the redb open returned at once");
-    let sqlite = tokio::time::timeout(bound, SqliteStore::open(path, options))
+    let sqlite = tokio::time::timeout(bound, BindingStore::sqlite(path, options))
         .await
         .expect("the SQLite open returned at once");
     vec![redb.map(drop), sqlite.map(drop)]
@@ -130,10 +127,12 @@ async fn a_store_file_deleted_or_replaced_under_a_live_host_refuses_commits() {
     let dir = tempfile::tempdir().unwrap();
     for name in ["deleted.db", "deleted.redb", "replaced.db", "replaced.redb"] {
         let path = dir.path().join(name);
-        let store: Box<dyn BindingStore> = if name.ends_with(".db") {
-            Box::new(SqliteStore::open(&path, OpenOptions::new()).await.unwrap())
+        let store: BindingStore = if name.ends_with(".db") {
+            BindingStore::sqlite(&path, OpenOptions::new())
+                .await
+                .unwrap()
         } else {
-            Box::new(RedbStore::open(&path, OpenOptions::new()).await.unwrap())
+            BindingStore::redb(&path, OpenOptions::new()).await.unwrap()
         };
         store.commit_turn(commit("s", "t1")).await.unwrap();
         if name.starts_with("deleted") {
@@ -205,24 +204,25 @@ impl Opens {
 async fn a_redb_open_waits_for_the_holder_and_names_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("held.redb");
-    RedbStore::open(&path, OpenOptions::new())
+    BindingStore::redb(&path, OpenOptions::new())
         .await
         .unwrap()
         .close()
         .await;
     // How many times an open that finds the file free opens it.
     let mut opens = Opens::watch(&path);
-    RedbStore::open(&path, OpenOptions::new())
+    BindingStore::redb(&path, OpenOptions::new())
         .await
         .unwrap()
         .close()
         .await;
     let one_open = opens.count();
-    let holder = RedbStore::open(&path, OpenOptions::new()).await.unwrap();
+    let holder = BindingStore::redb(&path, OpenOptions::new()).await.unwrap();
     holder.commit_turn(commit("s", "t1")).await.unwrap();
 
     let started = Instant::now();
-    let refused = RedbStore::open(&path, OpenOptions::new().wait(Duration::from_millis(300))).await;
+    let refused =
+        BindingStore::redb(&path, OpenOptions::new().wait(Duration::from_millis(300))).await;
     assert!(started.elapsed() >= Duration::from_millis(300), "it waited");
     match refused {
         Err(StoreError::Locked {
@@ -238,7 +238,7 @@ async fn a_redb_open_waits_for_the_holder_and_names_it() {
     let before = opens.count();
     let waiter = tokio::spawn({
         let path = path.clone();
-        async move { RedbStore::open(&path, OpenOptions::new().wait(Duration::from_secs(20))).await }
+        async move { BindingStore::redb(&path, OpenOptions::new().wait(Duration::from_secs(20))).await }
     });
     // One open more than a free file takes: the waiter found it held and is trying again.
     opens.past(before + one_open).await;

@@ -6,12 +6,10 @@
 //! they fail. Each test works in its own schema, so they run in parallel.
 #![cfg(feature = "postgres")]
 
-use std::sync::Arc;
-
 use futures::future::join_all;
 use rethread_store::{
-    conformance, open_url, BindingStore, BindingStoreExt, Clock, MirrorAppend, MirrorUpdate,
-    OpenOptions, PostgresStore, ProblemKind, StoreError, TurnCommit, SCHEMA_VERSION,
+    conformance, open_url, BindingStore, Clock, MirrorAppend, MirrorUpdate, OpenOptions,
+    ProblemKind, StoreError, TurnCommit, SCHEMA_VERSION,
 };
 use serde_json::json;
 
@@ -73,9 +71,9 @@ async fn postgres_store_conforms() {
     };
     let clock = Clock::manual();
     let options = OpenOptions::new().clock(clock.clone());
-    let store = Arc::new(PostgresStore::open(&url, options).await.unwrap());
-    conformance::run_all(store.as_ref(), &clock).await;
-    let shared: Arc<dyn BindingStore> = store;
+    let store = BindingStore::postgres(&url, options).await.unwrap();
+    conformance::run_all(&store, &clock).await;
+    let shared: BindingStore = store;
     conformance::run_all(&shared, &clock).await;
 }
 
@@ -89,13 +87,13 @@ async fn open_url_takes_postgres_urls_and_migrates_once() {
     store.commit_turn(commit("kept", "t1", 2)).await.unwrap();
     // Two processes opening at once: the migration runs once, both stores work, data kept.
     let (a, b) = futures::join!(
-        PostgresStore::open(&url, OpenOptions::new()),
-        PostgresStore::open(&url, OpenOptions::new())
+        BindingStore::postgres(&url, OpenOptions::new()),
+        BindingStore::postgres(&url, OpenOptions::new())
     );
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.require_session("kept").await.unwrap().row_count, 2);
     assert_eq!(b.thread_id("kept").await.unwrap().as_deref(), Some("t1"));
-    assert!(!a.url().contains("password"));
+    assert!(!format!("{a:?}").contains("password"));
 }
 
 /// A store opened read-only reads, never creates its tables, and refuses every write and
@@ -106,14 +104,16 @@ async fn a_read_only_store_reads_and_refuses_writes() {
         return;
     };
     let read_only = OpenOptions::new().read_only(true);
-    let missing = PostgresStore::open(&url, read_only.clone()).await;
+    let missing = BindingStore::postgres(&url, read_only.clone()).await;
     assert!(
         matches!(missing, Err(StoreError::NoStore { .. })),
         "{missing:?}"
     );
-    let writer = PostgresStore::open(&url, OpenOptions::new()).await.unwrap();
+    let writer = BindingStore::postgres(&url, OpenOptions::new())
+        .await
+        .unwrap();
     writer.commit_turn(commit("s", "t1", 2)).await.unwrap();
-    let reader = PostgresStore::open(&url, read_only).await.unwrap();
+    let reader = BindingStore::postgres(&url, read_only).await.unwrap();
     assert_eq!(reader.require_session("s").await.unwrap().row_count, 2);
     let refused = reader.commit_turn(commit("s", "t1", 1)).await;
     assert!(
@@ -136,7 +136,9 @@ async fn a_newer_schema_is_refused() {
     let Some(url) = fresh_url("newer") else {
         return;
     };
-    PostgresStore::open(&url, OpenOptions::new()).await.unwrap();
+    BindingStore::postgres(&url, OpenOptions::new())
+        .await
+        .unwrap();
     let (client, schema) = connect_beside(&url).await;
     client
         .execute(
@@ -147,7 +149,7 @@ async fn a_newer_schema_is_refused() {
         )
         .await
         .unwrap();
-    let r = PostgresStore::open(&url, OpenOptions::new()).await;
+    let r = BindingStore::postgres(&url, OpenOptions::new()).await;
     assert!(
         matches!(r, Err(StoreError::NewerSchema { found, .. }) if found == SCHEMA_VERSION + 1),
         "{r:?}"
@@ -162,7 +164,9 @@ async fn a_damaged_column_is_corrupt_not_data() {
     let Some(url) = fresh_url("damaged_column") else {
         return;
     };
-    let store = PostgresStore::open(&url, OpenOptions::new()).await.unwrap();
+    let store = BindingStore::postgres(&url, OpenOptions::new())
+        .await
+        .unwrap();
     store.commit_turn(commit("s", "t1", 2)).await.unwrap();
     let owner = rethread_store::LeaseOwner {
         host: "h".to_string(),
@@ -206,7 +210,9 @@ async fn verify_reports_a_mirrored_path_that_is_not_a_rollout() {
     let Some(url) = fresh_url("mirror_path") else {
         return;
     };
-    let store = PostgresStore::open(&url, OpenOptions::new()).await.unwrap();
+    let store = BindingStore::postgres(&url, OpenOptions::new())
+        .await
+        .unwrap();
     let rollout = "sessions/2026/12/01/rollout-2026-12-01T10-00-00-t1.jsonl";
     let update = MirrorUpdate::new(vec![MirrorAppend::whole(rollout, b"{}\n".to_vec())]);
     store
@@ -240,8 +246,12 @@ async fn concurrent_writers_through_separate_pools_lose_nothing() {
         return;
     };
     let stores = [
-        PostgresStore::open(&url, OpenOptions::new()).await.unwrap(),
-        PostgresStore::open(&url, OpenOptions::new()).await.unwrap(),
+        BindingStore::postgres(&url, OpenOptions::new())
+            .await
+            .unwrap(),
+        BindingStore::postgres(&url, OpenOptions::new())
+            .await
+            .unwrap(),
     ];
     let writes = (0..40).map(|i| {
         let store = &stores[i % 2];
@@ -294,11 +304,9 @@ async fn a_thread_claimed_meanwhile_by_another_session_is_taken_not_stolen() {
         return;
     };
     let name = format!("thread_race_{}", std::process::id());
-    let store = Arc::new(
-        PostgresStore::open(&named(&url, &name), OpenOptions::new())
-            .await
-            .unwrap(),
-    );
+    let store = BindingStore::postgres(&named(&url, &name), OpenOptions::new())
+        .await
+        .unwrap();
     let (side, schema) = connect_beside(&url).await;
     let (watcher, _) = connect_beside(&url).await;
     for (session, thread) in [("s2", "t"), ("s3", "u")] {
@@ -309,7 +317,7 @@ async fn a_thread_claimed_meanwhile_by_another_session_is_taken_not_stolen() {
         .await
         .unwrap();
         let racing = {
-            let store = Arc::clone(&store);
+            let store = store.clone();
             tokio::spawn(async move {
                 if session == "s2" {
                     store
@@ -353,11 +361,9 @@ async fn a_fenced_write_that_waited_for_the_lock_sees_the_takeover_whatever_the_
     let name = format!("isolation_{}", std::process::id());
     let repeatable =
         format!("{url}&options=-c%20default_transaction_isolation%3Drepeatable%5C%20read");
-    let store = Arc::new(
-        PostgresStore::open(&named(&repeatable, &name), OpenOptions::new())
-            .await
-            .unwrap(),
-    );
+    let store = BindingStore::postgres(&named(&repeatable, &name), OpenOptions::new())
+        .await
+        .unwrap();
     let owner = rethread_store::LocalOwner::new().owner().clone();
     let lease = store
         .acquire_lease("s", &owner, std::time::Duration::from_secs(60))
@@ -376,7 +382,7 @@ async fn a_fenced_write_that_waited_for_the_lock_sees_the_takeover_whatever_the_
     .await
     .unwrap();
     let stale = {
-        let store = Arc::clone(&store);
+        let store = store.clone();
         let fence = lease.fence();
         tokio::spawn(async move {
             store

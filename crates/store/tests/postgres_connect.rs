@@ -7,11 +7,11 @@
 //! the PostgreSQL stage of `cargo xtask ci`.
 #![cfg(feature = "postgres")]
 
-use rethread_store::{OpenOptions, PostgresStore};
+use rethread_store::{BindingStore, OpenOptions};
 
 /// Opens `url` and returns the error as a person reads it.
 async fn open_error(url: &str) -> String {
-    match PostgresStore::open(url, OpenOptions::new().create(false)).await {
+    match BindingStore::postgres(url, OpenOptions::new().create(false)).await {
         Ok(_) => panic!("{url} opened"),
         Err(error) => error.to_string(),
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use rethread_store::{open_url, BindingStoreExt, LocalOwner, OpenOptions, StoreError, TurnCommit};
+use rethread_store::{open_url, LocalOwner, OpenOptions, StoreError, TurnCommit};
 use serde_json::json;
 
 /// Every file of `dir`: its name, length, a hash of its bytes and its modification time.

@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rethread_store::{
-    BindingStore, Clock, MirrorAppend, MirrorUpdate, OpenOptions, Prune, RedbStore, SqliteStore,
-    TurnCommit,
+    BindingStore, Clock, MirrorAppend, MirrorUpdate, OpenOptions, Prune, TurnCommit,
 };
 use serde_json::json;
 
@@ -57,7 +56,7 @@ fn size(path: &Path) -> u64 {
 
 /// Writes the marker session among others, removes it with `remove`, and checks that no file
 /// of the store holds its text, with the store still open and after it is closed.
-async fn forgotten_is_gone<S: BindingStore>(store: &S, path: &Path, remove: &str) {
+async fn forgotten_is_gone(store: &BindingStore, path: &Path, remove: &str) {
     for i in 0..20 {
         store
             .commit_turn(turn(&format!("keep-{i}"), "kept", 4000))
@@ -90,18 +89,20 @@ async fn forgotten_is_gone<S: BindingStore>(store: &S, path: &Path, remove: &str
     );
 }
 
-async fn sqlite(dir: &Path, name: &str) -> (SqliteStore, PathBuf) {
+async fn sqlite(dir: &Path, name: &str) -> (BindingStore, PathBuf) {
     let path = dir.join(name);
     (
-        SqliteStore::open(&path, OpenOptions::new()).await.unwrap(),
+        BindingStore::sqlite(&path, OpenOptions::new())
+            .await
+            .unwrap(),
         path,
     )
 }
 
-async fn redb(dir: &Path, name: &str) -> (RedbStore, PathBuf) {
+async fn redb(dir: &Path, name: &str) -> (BindingStore, PathBuf) {
     let path = dir.join(name);
     (
-        RedbStore::open(&path, OpenOptions::new()).await.unwrap(),
+        BindingStore::redb(&path, OpenOptions::new()).await.unwrap(),
         path,
     )
 }
@@ -138,7 +139,7 @@ async fn a_forgotten_or_pruned_session_leaves_no_text_in_a_redb_store() {
 
 /// 200 sessions of about 40 KB each, all but 10 pruned: the store's files shrink to a small
 /// part of what they were.
-async fn shrinks<S: BindingStore>(store: &S, path: &Path, clock: &Clock) -> (u64, u64) {
+async fn shrinks(store: &BindingStore, path: &Path, clock: &Clock) -> (u64, u64) {
     for i in 0..200 {
         if i == 190 {
             clock.advance(Duration::from_secs(3600));
@@ -162,7 +163,7 @@ async fn an_sqlite_store_gives_the_space_back() {
     let dir = tempfile::tempdir().unwrap();
     let (clock, path) = (Clock::manual(), dir.path().join("big.sqlite"));
     let options = OpenOptions::new().clock(clock.clone());
-    let store = SqliteStore::open(&path, options).await.unwrap();
+    let store = BindingStore::sqlite(&path, options).await.unwrap();
     let (full, open) = shrinks(&store, &path, &clock).await;
     store.close().await;
     let closed = size(&path);
@@ -178,7 +179,7 @@ async fn a_redb_store_gives_the_space_back() {
     let dir = tempfile::tempdir().unwrap();
     let (clock, path) = (Clock::manual(), dir.path().join("big.redb"));
     let options = OpenOptions::new().clock(clock.clone());
-    let store = RedbStore::open(&path, options).await.unwrap();
+    let store = BindingStore::redb(&path, options).await.unwrap();
     let (full, open) = shrinks(&store, &path, &clock).await;
     store.close().await;
     let closed = size(&path);
@@ -198,7 +199,7 @@ async fn an_sqlite_store_emptied_by_a_prune_ends_under_a_quarter_of_its_size() {
     let dir = tempfile::tempdir().unwrap();
     let (clock, path) = (Clock::manual(), dir.path().join("emptied.sqlite"));
     let options = OpenOptions::new().clock(clock.clone());
-    let store = SqliteStore::open(&path, options).await.unwrap();
+    let store = BindingStore::sqlite(&path, options).await.unwrap();
     for i in 0..50 {
         let commit = turn(&format!("s-{i:02}"), "text", 620_000);
         store.commit_turn(commit).await.unwrap();

@@ -1,24 +1,26 @@
-//! A `BindingStore` that fails at a chosen call: every method delegates to a `MemoryStore`
-//! unless [`Faults`] says that call fails (it then writes nothing). It also records the fence
-//! every write carried, and can have another host take the lease over right before a chosen
-//! call.
+//! A store that fails at a chosen call: an [`Engine`] over another store's engine that runs
+//! every request unless [`Faults`] says that call (by the store method it serves) fails; it then
+//! writes nothing. It also records the fence every fenceable write carried, and can have
+//! another host take the lease over right before a chosen call.
 //!
-//! Hand-written rather than a mockall mock: mockall cannot mock `BindingStore` (methods that
-//! take `Option<&Fence>` under `async_trait`; mockall issue 571).
+//! Hand-written rather than a mockall mock: the faults are in the engine, under the store's
+//! own rules, so a failure is seen exactly as a backend's would be.
 
-use rethread_store::Unpoisoned;
 use std::collections::HashMap;
-use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rethread_store::{
-    BindingStore, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MemoryStore,
-    MirroredFile, Prune, PruneReport, Retirement, SessionExport, SessionPage, SessionRecord,
-    StoreError, StoredBytes, TranscriptRow, TurnCommit,
-};
-use serde_json::{Map, Value};
+use rethread_store::engine::{Answer, Engine, LeaseFn, ReadFn, Request, WriteFn};
+use rethread_store::{BindingStore, Clock, Fence, Lease, LeaseOwner, StoreError, Unpoisoned};
+
+/// The store methods whose writes carry a fence.
+const FENCEABLE: [&str; 4] = [
+    "commit_turn",
+    "patch_config",
+    "retire_thread",
+    "mark_notice_delivered",
+];
 
 #[derive(Debug, Default)]
 struct Plan {
@@ -64,32 +66,30 @@ impl Faults {
         self.0.lock().unpoisoned()
     }
 
-    fn record_lease(&self, lease: &Result<Lease, StoreError>) {
-        if let Ok(lease) = lease {
+    fn record_lease(&self, lease: Option<&Lease>) {
+        if let Some(lease) = lease {
             self.plan().last_lease = Some(lease.clone());
         }
     }
 }
 
-/// A store over a `MemoryStore` that fails where its [`Faults`] say.
+/// The engine of a store that fails where its [`Faults`] say, over another store's engine.
 #[derive(Debug)]
-pub struct FaultyStore {
-    inner: Arc<MemoryStore>,
+struct FaultyEngine {
+    inner: BindingStore,
     faults: Faults,
 }
 
-/// A store over `inner`, failing where `faults` says.
-pub fn over(inner: Arc<MemoryStore>, faults: Faults) -> FaultyStore {
-    FaultyStore { inner, faults }
+/// A store over `inner`'s engine (shared: `inner` sees every write), failing where `faults`
+/// says.
+pub fn over(inner: BindingStore, faults: Faults) -> BindingStore {
+    BindingStore::new(FaultyEngine { inner, faults })
 }
 
-impl FaultyStore {
+impl FaultyEngine {
     /// Counts the call (after a due takeover); `Err` when it is one that fails.
-    async fn enter(
-        &self,
-        method: &'static str,
-        fence: Option<Option<&Fence>>,
-    ) -> Result<(), StoreError> {
+    async fn enter(&self, request: Request<'_>) -> Result<(), StoreError> {
+        let method = request.method;
         self.take_over(method).await;
         let mut plan = self.faults.plan();
         let n = {
@@ -97,8 +97,8 @@ impl FaultyStore {
             *count += 1;
             *count
         };
-        if let Some(fence) = fence {
-            plan.fences.push((method, fence.cloned()));
+        if FENCEABLE.contains(&method) {
+            plan.fences.push((method, request.fence.cloned()));
         }
         if plan
             .failing
@@ -138,135 +138,28 @@ impl FaultyStore {
 }
 
 #[async_trait]
-impl BindingStore for FaultyStore {
-    async fn session(&self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
-        self.enter("session", None).await?;
-        self.inner.session(session_id).await
+impl Engine for FaultyEngine {
+    fn clock(&self) -> Clock {
+        self.inner.engine().clock()
     }
 
-    async fn rows(
-        &self,
-        session_id: &str,
-        range: Range<u64>,
-    ) -> Result<Vec<TranscriptRow>, StoreError> {
-        self.enter("rows", None).await?;
-        self.inner.rows(session_id, range).await
+    async fn read(&self, request: Request<'_>, op: ReadFn) -> Result<Answer, StoreError> {
+        self.enter(request).await?;
+        self.inner.engine().read(request, op).await
     }
 
-    async fn commit_turn(&self, commit: TurnCommit) -> Result<CommitOutcome, StoreError> {
-        self.enter("commit_turn", Some(commit.fence.as_ref()))
-            .await?;
-        self.inner.commit_turn(commit).await
+    async fn write(&self, request: Request<'_>, op: WriteFn) -> Result<Answer, StoreError> {
+        self.enter(request).await?;
+        self.inner.engine().write(request, op).await
     }
 
-    async fn patch_config(
-        &self,
-        session_id: &str,
-        patch: Map<String, Value>,
-        fence: Option<&Fence>,
-    ) -> Result<Map<String, Value>, StoreError> {
-        self.enter("patch_config", Some(fence)).await?;
-        self.inner.patch_config(session_id, patch, fence).await
-    }
-
-    async fn retire_thread(
-        &self,
-        session_id: &str,
-        thread_id: &str,
-        retirement: Retirement,
-        fence: Option<&Fence>,
-    ) -> Result<(), StoreError> {
-        self.enter("retire_thread", Some(fence)).await?;
-        self.inner
-            .retire_thread(session_id, thread_id, retirement, fence)
-            .await
-    }
-
-    async fn mark_notice_delivered(
-        &self,
-        session_id: &str,
-        thread_id: &str,
-        fence: Option<&Fence>,
-    ) -> Result<bool, StoreError> {
-        self.enter("mark_notice_delivered", Some(fence)).await?;
-        self.inner
-            .mark_notice_delivered(session_id, thread_id, fence)
-            .await
-    }
-
-    async fn thread_session(&self, thread_id: &str) -> Result<Option<String>, StoreError> {
-        self.enter("thread_session", None).await?;
-        self.inner.thread_session(thread_id).await
-    }
-
-    async fn write_mirror_file(
-        &self,
-        session_id: &str,
-        thread_id: &str,
-        path: &str,
-        out: Box<dyn std::io::Write + Send>,
-    ) -> Result<Option<MirroredFile>, StoreError> {
-        self.enter("write_mirror_file", None).await?;
-        self.inner
-            .write_mirror_file(session_id, thread_id, path, out)
-            .await
-    }
-
-    async fn list_sessions(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<SessionPage, StoreError> {
-        self.enter("list_sessions", None).await?;
-        self.inner.list_sessions(after, limit).await
-    }
-
-    async fn delete_session(&self, session_id: &str) -> Result<bool, StoreError> {
-        self.enter("delete_session", None).await?;
-        self.inner.delete_session(session_id).await
-    }
-
-    async fn prune_sessions(&self, prune: Prune) -> Result<PruneReport, StoreError> {
-        self.enter("prune_sessions", None).await?;
-        self.inner.prune_sessions(prune).await
-    }
-
-    async fn session_bytes(&self, session_ids: &[String]) -> Result<Vec<StoredBytes>, StoreError> {
-        self.enter("session_bytes", None).await?;
-        self.inner.session_bytes(session_ids).await
-    }
-
-    async fn export_session(&self, session_id: &str) -> Result<Option<SessionExport>, StoreError> {
-        self.enter("export_session", None).await?;
-        self.inner.export_session(session_id).await
-    }
-
-    async fn import_session(&self, export: SessionExport) -> Result<ImportOutcome, StoreError> {
-        self.enter("import_session", None).await?;
-        self.inner.import_session(export).await
-    }
-
-    async fn acquire_lease(
-        &self,
-        session_id: &str,
-        owner: &LeaseOwner,
-        ttl: Duration,
-    ) -> Result<Lease, StoreError> {
-        self.enter("acquire_lease", None).await?;
-        let granted = self.inner.acquire_lease(session_id, owner, ttl).await;
-        self.faults.record_lease(&granted);
-        granted
-    }
-
-    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
-        self.enter("renew_lease", None).await?;
-        let renewed = self.inner.renew_lease(lease, ttl).await;
-        self.faults.record_lease(&renewed);
-        renewed
-    }
-
-    async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError> {
-        self.enter("release_lease", None).await?;
-        self.inner.release_lease(lease).await
+    async fn lease(&self, request: Request<'_>, op: LeaseFn) -> Result<Answer, StoreError> {
+        self.enter(request).await?;
+        let answer = self.inner.engine().lease(request, op).await;
+        // The grant a renewal or an acquire answered: the lease a takeover takes.
+        if let Ok(lease) = answer.as_ref().map(|a| a.downcast_ref::<Lease>()) {
+            self.faults.record_lease(lease);
+        }
+        answer
     }
 }

@@ -12,7 +12,7 @@ use rethread_fake_appserver::{FakeAppServer, Profile};
 use rethread_testkit::fuzz::input::Encoder;
 use rethread_testkit::fuzz::{runtime_hostile, store_files};
 use rethread_runtime::{AppServerClient, SessionBinder, StatusRail};
-use rethread_store::{BindingStore, MemoryStore};
+use rethread_store::{BindingStore};
 use rethread_testkit::real::{codex_or_skip, AppServerProcess, CodexHome, WirePeer};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::CURRENT;
@@ -119,7 +119,7 @@ async fn runtime_requests() -> Vec<Value> {
         .connect(read, write)
         .await
         .expect("connect");
-    let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+    let store: BindingStore = BindingStore::memory();
     let mut agent = SessionBinder::new("seed", store.clone(), StatusRail::default());
     if let Ok(mut session) = agent.open(&client).await {
         let _ = session.run_turn("remember zebra").await;

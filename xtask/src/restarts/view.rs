@@ -9,12 +9,9 @@
 //! none of their connections is left before the harness reads what a host did.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rethread_store::{
-    open_url, BindingStore, BindingStoreExt, OpenOptions, RedbStore, SessionRecord, TranscriptRow,
-};
+use rethread_store::{open_url, BindingStore, OpenOptions, SessionRecord, TranscriptRow};
 
 /// How long a killed host's PostgreSQL connections may take to go away: far more than a
 /// server backend needs to finish a `COMMIT` and notice the closed socket.
@@ -53,7 +50,7 @@ pub(crate) struct StoreView {
 
 enum Kind {
     Redb(PathBuf),
-    Open(Arc<dyn BindingStore>),
+    Open(BindingStore),
 }
 
 /// Where a read went wrong: the store could not be opened, or the read failed.
@@ -164,7 +161,7 @@ impl StoreView {
     /// another run sharing it) is opened again, once.
     fn read<T, F, Fut>(&mut self, op: F) -> Result<T, String>
     where
-        F: Fn(Arc<dyn BindingStore>) -> Fut,
+        F: Fn(BindingStore) -> Fut,
         Fut: std::future::Future<Output = Result<T, rethread_store::StoreError>>,
     {
         match self.try_read(&op) {
@@ -188,24 +185,22 @@ impl StoreView {
 
     fn try_read<T, F, Fut>(&self, op: &F) -> Result<T, ReadError>
     where
-        F: Fn(Arc<dyn BindingStore>) -> Fut,
+        F: Fn(BindingStore) -> Fut,
         Fut: std::future::Future<Output = Result<T, rethread_store::StoreError>>,
     {
         self.runtime.block_on(async {
             let read = match &self.kind {
-                Kind::Open(store) => op(Arc::clone(store)).await,
+                Kind::Open(store) => op(store.clone()).await,
                 Kind::Redb(path) => {
                     let store = match open_redb(path).await {
-                        Ok(store) => Arc::new(store),
+                        Ok(store) => store,
                         Err(e) => {
                             return Err(ReadError::Open(format!("cannot open the store: {e}")))
                         }
                     };
-                    let result = op(Arc::clone(&store) as Arc<dyn BindingStore>).await;
+                    let result = op(store.clone()).await;
                     // Closed before the next host starts: redb admits one process at a time.
-                    if let Ok(store) = Arc::try_unwrap(store) {
-                        store.close().await;
-                    }
+                    store.close().await;
                     result
                 }
             };
@@ -221,11 +216,11 @@ const REDB_LOCK_WAIT: Duration = Duration::from_secs(2);
 /// SIGINT or SIGTERM, never by SIGKILL) the file is still locked for a few milliseconds after
 /// the stopped host was reaped; no holder was found in `/proc` by then. The view waits for
 /// the lock and says so; a host that found the file locked would exit 75 and fail the run.
-async fn open_redb(path: &std::path::Path) -> Result<RedbStore, rethread_store::StoreError> {
+async fn open_redb(path: &std::path::Path) -> Result<BindingStore, rethread_store::StoreError> {
     let started = Instant::now();
     let mut waited = false;
     loop {
-        match RedbStore::open(path, OpenOptions::default()).await {
+        match BindingStore::redb(path, OpenOptions::default()).await {
             Err(rethread_store::StoreError::Locked { .. })
                 if started.elapsed() < REDB_LOCK_WAIT =>
             {

@@ -35,7 +35,7 @@ pub(super) async fn run(mut setup: Setup) -> Result<u8, BoxError> {
     let store = store.await?;
     let mut started = None;
     if setup.session.is_empty() {
-        match start_kept(&setup, store.as_ref(), signal.as_mut()).await? {
+        match start_kept(&setup, &store, signal.as_mut()).await? {
             Ok((process, thread_id, lines)) => {
                 setup.session = kept::key(&thread_id);
                 started = Some((process, thread_id, lines));
@@ -61,7 +61,7 @@ pub(super) async fn run(mut setup: Setup) -> Result<u8, BoxError> {
     let lease = acquired??;
     let mirror = options.rollout_mirror();
     let side = StoreSide {
-        store: store.as_ref(),
+        store: &store,
         session_id: &setup.session,
         lease: Some(&lease),
         transcript: &Transcript::Store,
@@ -95,7 +95,7 @@ pub(super) async fn run(mut setup: Setup) -> Result<u8, BoxError> {
 /// `Err(code)`: codex exited before its thread started, its output passed on.
 async fn start_kept(
     setup: &Setup,
-    store: &dyn BindingStore,
+    store: &BindingStore,
     signal: Signal<'_>,
 ) -> Result<Result<(Process, String, Vec<u8>), u8>, BoxError> {
     let fork = setup.run.subcommand() == Some("fork");

@@ -1,6 +1,5 @@
 //! `rethread sessions prune --idle DURATION [--dry-run] [--json]`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use comfy_table::{Cell, CellAlignment};
@@ -108,7 +107,7 @@ impl PruneArgs {
 }
 
 /// Prunes (or, with `--dry-run`, lists) the idle sessions, and says what went.
-pub(super) async fn run(store: Arc<dyn BindingStore>, args: PruneArgs) -> CliResult {
+pub(super) async fn run(store: BindingStore, args: PruneArgs) -> CliResult {
     let prune = Prune::idle(args.idle).dry_run(args.dry_run);
     let report = store.prune_sessions(prune).await?;
     let total: u64 = report.sessions.iter().map(|p| p.bytes.total()).sum();

@@ -15,7 +15,6 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io::{BufRead, Read};
 use std::path::Path;
-use std::sync::Arc;
 
 use rethread_protocol::{ErrorCode, RequestId, RpcError, ThreadId};
 use rethread_runtime::{binding, kept, RuntimeError};
@@ -52,11 +51,11 @@ const MAX_META_LINE: u64 = 16 << 20;
 pub(crate) enum Viewer<'a> {
     /// The client of session `session_id`.
     Session {
-        store: &'a dyn BindingStore,
+        store: &'a BindingStore,
         session_id: &'a str,
     },
     /// A client without a session.
-    Sessionless(&'a dyn BindingStore),
+    Sessionless(&'a BindingStore),
 }
 
 impl fmt::Debug for Viewer<'_> {
@@ -77,9 +76,9 @@ impl Viewer<'_> {
     pub(crate) async fn check(&self, thread: &str) -> Result<ThreadId, RuntimeError> {
         match self {
             Viewer::Session { store, session_id } => {
-                binding::client_thread(*store, session_id, Some(thread), false).await
+                binding::client_thread(store, session_id, Some(thread), false).await
             }
-            Viewer::Sessionless(store) => kept::check(*store, thread).await,
+            Viewer::Sessionless(store) => kept::check(store, thread).await,
         }
     }
 }
@@ -88,14 +87,14 @@ impl Viewer<'_> {
 /// not): what a request names is checked, listings filtered.
 #[derive(Debug)]
 pub(crate) struct Sessionless {
-    store: Arc<dyn BindingStore>,
+    store: BindingStore,
     /// The `CODEX_HOME` a `path` must be in.
     home: Option<String>,
     listings: Listings,
 }
 
 impl Sessionless {
-    pub(crate) fn new(store: Arc<dyn BindingStore>, home: Option<String>) -> Self {
+    pub(crate) fn new(store: BindingStore, home: Option<String>) -> Self {
         let listings = Listings::default();
         Sessionless {
             store,
@@ -105,7 +104,7 @@ impl Sessionless {
     }
 
     fn viewer(&self) -> Viewer<'_> {
-        Viewer::Sessionless(self.store.as_ref())
+        Viewer::Sessionless(&self.store)
     }
 
     /// The thread a client request acts on ([`Named::target`]), or the refusal to answer it

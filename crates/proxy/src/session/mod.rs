@@ -70,7 +70,7 @@ pub struct SessionOptions {
 #[derive(Debug)]
 pub struct BindingHooks {
     session_id: String,
-    store: Arc<dyn BindingStore>,
+    store: BindingStore,
     options: SessionOptions,
     lease: Option<SessionLease>,
     state: Mutex<State>,
@@ -116,7 +116,7 @@ impl BindingHooks {
     /// on this machine is taken over at once.
     pub async fn open(
         session_id: impl Into<String>,
-        store: Arc<dyn BindingStore>,
+        store: BindingStore,
         options: SessionOptions,
     ) -> Result<BindingHooks, RuntimeError> {
         let session_id = session_id.into();
@@ -171,7 +171,7 @@ impl BindingHooks {
     /// The store side of this session's actions.
     fn store_side(&self) -> StoreSide<'_> {
         StoreSide {
-            store: self.store.as_ref(),
+            store: &self.store,
             session_id: &self.session_id,
             lease: self.lease.as_ref(),
             transcript: &Transcript::Store,
@@ -285,7 +285,7 @@ impl BindingHooks {
     /// Who the guard keeps threads for: this session.
     fn viewer(&self) -> Viewer<'_> {
         Viewer::Session {
-            store: self.store.as_ref(),
+            store: &self.store,
             session_id: &self.session_id,
         }
     }
@@ -326,7 +326,7 @@ impl BindingHooks {
     ) -> Result<(), HookError> {
         let mut stored = None;
         if self.state().machine.thread_id().is_none() {
-            match binding::read_stored(self.store.as_ref(), &self.session_id).await {
+            match binding::read_stored(&self.store, &self.session_id).await {
                 Ok(read) => stored = Some(read),
                 Err(error) => ctx.report(&format!(
                     "session {}: could not read the session ({error}); the thread the client \

@@ -180,7 +180,7 @@ mod tests {
     use super::*;
     use crate::machine::MachineOptions;
     use crate::sink::Transcript;
-    use rethread_store::{BindingState, BindingStore, MemoryStore, Retirement, TurnCommit};
+    use rethread_store::{BindingState, BindingStore, Retirement, TurnCommit};
 
     /// An opener whose every start answers `start` and whose says are kept (`delivers`: the
     /// user has them at once).
@@ -208,8 +208,8 @@ mod tests {
     }
 
     /// A session bound to `t1`, which codex has lost.
-    async fn bound_to_a_lost_thread() -> MemoryStore {
-        let store = MemoryStore::new();
+    async fn bound_to_a_lost_thread() -> BindingStore {
+        let store = BindingStore::memory();
         store
             .commit_turn(TurnCommit::new(
                 "s",
@@ -221,7 +221,7 @@ mod tests {
         store
     }
 
-    async fn open(store: &MemoryStore, opener: &mut Scripted) -> Result<Opened<()>, RuntimeError> {
+    async fn open(store: &BindingStore, opener: &mut Scripted) -> Result<Opened<()>, RuntimeError> {
         let mut machine = SessionMachine::new("s", MachineOptions::default());
         let side = StoreSide {
             store,
@@ -236,7 +236,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_steps_own_error_is_the_opens_error() {
-        let store = MemoryStore::new();
+        let store = BindingStore::memory();
         let closed = ClientError::Closed {
             reason: "the server closed its output".into(),
             stderr: String::new(),

@@ -48,7 +48,7 @@ impl RolloutMirror {
     /// rebuilds them from the rollout, so `thread/read` shows what the model sees).
     pub async fn restore(
         &self,
-        store: &dyn BindingStore,
+        store: &BindingStore,
         session_id: &str,
         thread_id: &str,
     ) -> Result<Restored, MirrorError> {
@@ -63,7 +63,7 @@ impl RolloutMirror {
     /// from the store's own snapshot.
     pub async fn restore_from(
         &self,
-        store: &dyn BindingStore,
+        store: &BindingStore,
         record: &SessionRecord,
         thread_id: &str,
     ) -> Result<Restored, MirrorError> {

@@ -21,9 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rethread_store::{
-    open_url, BindingStore, Clock, OpenOptions, RedbStore, SqliteStore, TurnCommit,
-};
+use rethread_store::{open_url, BindingStore, Clock, OpenOptions, TurnCommit};
 use serde_json::{json, Value};
 
 #[derive(Clone, Copy)]
@@ -300,13 +298,13 @@ fn raw_round(raw: &mut dyn Raw, seconds: f64, offset: usize) -> Result {
 
 async fn store_one(
     name: &str,
-    store: Arc<dyn BindingStore>,
+    store: BindingStore,
     args: Args,
     seconds: f64,
     offset: usize,
 ) -> Result {
     measure_async(name, seconds, |n| {
-        let store = Arc::clone(&store);
+        let store = store.clone();
         async move {
             store
                 .commit_turn(commit(0, offset + n, args.rows))
@@ -317,12 +315,12 @@ async fn store_one(
     .await
 }
 
-async fn store_many(name: &str, store: Arc<dyn BindingStore>, args: Args) -> Result {
+async fn store_many(name: &str, store: BindingStore, args: Args) -> Result {
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(args.seconds);
     let tasks: Vec<_> = (0..args.sessions)
         .map(|s| {
-            let store = Arc::clone(&store);
+            let store = store.clone();
             tokio::spawn(async move {
                 let mut latencies = Vec::new();
                 let mut n = 0;
@@ -385,17 +383,13 @@ async fn prune_figures(dir: &Path, args: Args, postgres: Option<&str>) -> Vec<pr
     for backend in ["redb", "sqlite", "postgres"] {
         let clock = Clock::manual();
         let options = OpenOptions::new().clock(clock.clone());
-        let store: Arc<dyn BindingStore> = match backend {
-            "redb" => Arc::new(
-                RedbStore::open(dir.join("prune.redb"), options)
-                    .await
-                    .unwrap(),
-            ),
-            "sqlite" => Arc::new(
-                SqliteStore::open(dir.join("prune.db"), options)
-                    .await
-                    .unwrap(),
-            ),
+        let store: BindingStore = match backend {
+            "redb" => BindingStore::redb(dir.join("prune.redb"), options)
+                .await
+                .unwrap(),
+            "sqlite" => BindingStore::sqlite(dir.join("prune.db"), options)
+                .await
+                .unwrap(),
             _ => match postgres {
                 Some(url) => open_url(&prune_schema(url), options).await.unwrap(),
                 None => continue,
@@ -499,18 +493,14 @@ async fn main() {
         } else {
             Box::new(RawSqlite::new(&dir, args))
         };
-        let store: Arc<dyn BindingStore> = if backend == "redb" {
-            Arc::new(
-                RedbStore::open(dir.join("store.redb"), args.store_options())
-                    .await
-                    .unwrap(),
-            )
+        let store: BindingStore = if backend == "redb" {
+            BindingStore::redb(dir.join("store.redb"), args.store_options())
+                .await
+                .unwrap()
         } else {
-            Arc::new(
-                SqliteStore::open(dir.join("store.db"), args.store_options())
-                    .await
-                    .unwrap(),
-            )
+            BindingStore::sqlite(dir.join("store.db"), args.store_options())
+                .await
+                .unwrap()
         };
         let handoff_dir = dir.join(format!("handoff-{backend}"));
         std::fs::create_dir_all(&handoff_dir).unwrap();
@@ -536,7 +526,7 @@ async fn main() {
             let name = format!("{} behind a thread hand-off (diagnostic)", raw.name());
             handed.absorb(handoff.round(&name, round / 2.0, offset).await);
             let name = format!("{backend} store, 1 session");
-            one.absorb(store_one(&name, Arc::clone(&store), args, round, offset).await);
+            one.absorb(store_one(&name, store.clone(), args, round, offset).await);
         }
         drop(handoff);
         eprintln!("  {}: {:.0}/s", raw_total.name, raw_total.rate());
@@ -544,7 +534,7 @@ async fn main() {
         eprintln!("  {}: {:.0}/s", one.name, one.rate());
         let many = store_many(
             &format!("{backend} store, {} sessions", args.sessions),
-            Arc::clone(&store),
+            store.clone(),
             args,
         )
         .await;

@@ -2,7 +2,7 @@
 
 use super::*;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use rethread_store::PostgresStore;
+use rethread_store::BindingStore;
 use std::str::FromStr;
 
 pub(crate) struct Raw {
@@ -153,14 +153,12 @@ pub(crate) async fn run(
     );
     let raw = Arc::new(Raw::new(url, &format!("bench_raw_{tag}")).await);
     let sep = if url.contains('?') { '&' } else { '?' };
-    let store: Arc<dyn BindingStore> = Arc::new(
-        PostgresStore::open(
-            &format!("{url}{sep}schema=bench_store_{tag}"),
-            OpenOptions::new(),
-        )
-        .await
-        .unwrap(),
-    );
+    let store: BindingStore = BindingStore::postgres(
+        &format!("{url}{sep}schema=bench_store_{tag}"),
+        OpenOptions::new(),
+    )
+    .await
+    .unwrap();
     let (mut raw_total, mut one) = (Result::default(), Result::default());
     for r in 0..ROUNDS {
         let offset = r * 1_000_000;
@@ -168,7 +166,7 @@ pub(crate) async fn run(
         one.absorb(
             store_one(
                 "postgres store, 1 session",
-                Arc::clone(&store),
+                store.clone(),
                 args,
                 round,
                 offset,
@@ -182,7 +180,7 @@ pub(crate) async fn run(
     eprintln!("  {}: {:.0}/s", raw_n.name, raw_n.rate());
     let many = store_many(
         &format!("postgres store, {} sessions", args.sessions),
-        Arc::clone(&store),
+        store.clone(),
         args,
     )
     .await;

@@ -3,7 +3,6 @@
 //! session's commits while it runs beside their p99 alone, and the longest of them. The store runs on a manual clock,
 //! moved past the idle span instead of waiting.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rethread_store::{BindingStore, Clock, MirrorAppend, MirrorUpdate, Prune, TurnCommit};
@@ -52,14 +51,14 @@ fn p99(mut latencies: Vec<Duration>) -> Duration {
 /// Fills `store` (opened on `clock`) with `sessions` idle sessions, then measures.
 pub(crate) async fn measure(
     name: &str,
-    store: Arc<dyn BindingStore>,
+    store: BindingStore,
     clock: &Clock,
     sessions: usize,
 ) -> Figures {
     let writers = 64;
     let fill: Vec<_> = (0..writers)
         .map(|w| {
-            let store = Arc::clone(&store);
+            let store = store.clone();
             tokio::spawn(async move {
                 for i in (w..sessions).step_by(writers) {
                     store.commit_turn(idle_turn(i)).await.unwrap();
@@ -79,7 +78,7 @@ pub(crate) async fn measure(
         alone.push(t.elapsed());
     }
     let pruning = {
-        let store = Arc::clone(&store);
+        let store = store.clone();
         tokio::spawn(async move {
             let start = Instant::now();
             let report = store

@@ -4,13 +4,11 @@ use futures::future::join_all;
 use serde_json::{json, Map, Value};
 
 use super::{lost, obj, th, turn, unique_id};
-use crate::{
-    BindingStore, BindingStoreExt, CommitOutcome, MirrorOutcome, StoreError, CODEX_THREAD_ID_KEY,
-};
+use crate::{BindingStore, CommitOutcome, MirrorOutcome, StoreError, CODEX_THREAD_ID_KEY};
 
 /// `commit_turn` appends the rows and publishes the binding with its metadata; re-committing on
 /// the same thread keeps `bound_at_ms`.
-pub async fn commit_publishes_binding(store: &dyn BindingStore) {
+pub async fn commit_publishes_binding(store: &BindingStore) {
     let s = unique_id("commit");
     assert_eq!(store.session(&s).await.unwrap(), None);
     let out = store
@@ -78,7 +76,7 @@ pub async fn commit_publishes_binding(store: &dyn BindingStore) {
 
 /// RFC 7396 merge-patch: `null` removes, nested objects merge, other keys are kept, the returned
 /// config is what is stored.
-pub async fn merge_patch_semantics(store: &dyn BindingStore) {
+pub async fn merge_patch_semantics(store: &BindingStore) {
     let s = unique_id("merge");
     let c = store
         .patch_config(
@@ -135,7 +133,7 @@ pub async fn merge_patch_semantics(store: &dyn BindingStore) {
 
 /// A retired thread's rows commit but it is never published; retirement is persistent,
 /// idempotent, and created for a session that did not exist yet.
-pub async fn retired_thread_is_never_published(store: &dyn BindingStore) {
+pub async fn retired_thread_is_never_published(store: &BindingStore) {
     let s = unique_id("retired");
     store
         .commit_turn(turn(&s, &th(&s, "t1"), vec![json!(1)]))
@@ -224,7 +222,7 @@ pub async fn retired_thread_is_never_published(store: &dyn BindingStore) {
 }
 
 /// Rows keep their order and sequence numbers across turns; range reads are clipped.
-pub async fn row_order(store: &dyn BindingStore) {
+pub async fn row_order(store: &BindingStore) {
     let s = unique_id("rows");
     let mut expected = Vec::new();
     for t in 0..5u64 {
@@ -257,7 +255,7 @@ pub async fn row_order(store: &dyn BindingStore) {
 }
 
 /// Concurrent merge-patches of distinct keys all survive, beside the binding.
-pub async fn concurrent_patches_of_distinct_keys(store: &dyn BindingStore) {
+pub async fn concurrent_patches_of_distinct_keys(store: &BindingStore) {
     let s = unique_id("concurrent-patch");
     store
         .commit_turn(turn(&s, &th(&s, "t1"), vec![json!(0)]))
@@ -297,7 +295,7 @@ pub async fn concurrent_patches_of_distinct_keys(store: &dyn BindingStore) {
 
 /// Many sessions committing at once (group commit on durable backends): no loss, no
 /// duplicates, every session's rows in order and its binding on its last thread.
-pub async fn many_sessions_commit_at_once(store: &dyn BindingStore) {
+pub async fn many_sessions_commit_at_once(store: &BindingStore) {
     let base = unique_id("many");
     let sessions = 64;
     let turns = 4u64;
@@ -347,7 +345,7 @@ pub async fn many_sessions_commit_at_once(store: &dyn BindingStore) {
 }
 
 /// A refused write coalesced with others (same group commit) fails alone.
-pub async fn refused_write_does_not_fail_its_neighbours(store: &dyn BindingStore) {
+pub async fn refused_write_does_not_fail_its_neighbours(store: &BindingStore) {
     let base = unique_id("neighbours");
     let good = join_all((0..16).map(|i| {
         let s = format!("{base}-{i}");

@@ -8,10 +8,7 @@ use serde_json::json;
 
 use super::{lost, obj, th, turn, unique_id, NEXT};
 use crate::Result;
-use crate::{
-    BindingStore, BindingStoreExt, Clock, Fence, ImportOutcome, Lease, LeaseLoss, LeaseOwner,
-    StoreError,
-};
+use crate::{BindingStore, Clock, Fence, ImportOutcome, Lease, LeaseLoss, LeaseOwner, StoreError};
 
 /// Whether `result` is `LeaseLost` for `session` with `cause`.
 fn lost_by<T>(result: &Result<T>, session: &str, cause: &LeaseLoss) -> bool {
@@ -32,7 +29,7 @@ pub(crate) const LONG: Duration = Duration::from_secs(60);
 
 /// A live lease excludes every other owner (typed `Busy` naming the holder); the holder asking
 /// again renews it, keeping its fence.
-pub async fn lease_is_exclusive(store: &dyn BindingStore) {
+pub async fn lease_is_exclusive(store: &BindingStore) {
     let s = unique_id("lease-exclusive");
     let (a, b) = (owner("a"), owner("b"));
     let lease = store.acquire_lease(&s, &a, LONG).await.unwrap();
@@ -77,7 +74,7 @@ pub async fn lease_is_exclusive(store: &dyn BindingStore) {
 
 /// Releasing frees the lease for the next owner (with a higher fence); a second release is a
 /// no-op.
-pub async fn lease_release_frees(store: &dyn BindingStore) {
+pub async fn lease_release_frees(store: &BindingStore) {
     let s = unique_id("lease-release");
     let (a, b) = (owner("a"), owner("b"));
     let first = store.acquire_lease(&s, &a, LONG).await.unwrap();
@@ -98,7 +95,7 @@ pub async fn lease_release_frees(store: &dyn BindingStore) {
 }
 
 /// Renewing pushes the expiry out: the lease outlives its first TTL.
-pub async fn lease_renew_extends(store: &dyn BindingStore, clock: &Clock) {
+pub async fn lease_renew_extends(store: &BindingStore, clock: &Clock) {
     let s = unique_id("lease-renew");
     let (a, b) = (owner("a"), owner("b"));
     let ttl = Duration::from_millis(2000);
@@ -122,7 +119,7 @@ pub async fn lease_renew_extends(store: &dyn BindingStore, clock: &Clock) {
 
 /// A holder that stops renewing (crashed) loses the lease at expiry to the next owner, and
 /// can then neither renew (taken over, naming the new holder) nor release it.
-pub async fn lease_expiry_frees_a_crashed_holder(store: &dyn BindingStore, clock: &Clock) {
+pub async fn lease_expiry_frees_a_crashed_holder(store: &BindingStore, clock: &Clock) {
     let s = unique_id("lease-expiry");
     let (a, b, c) = (owner("a"), owner("b"), owner("c"));
     let crashed = store
@@ -147,7 +144,7 @@ pub async fn lease_expiry_frees_a_crashed_holder(store: &dyn BindingStore, clock
 }
 
 /// A lease naming another owner (or an older fence) can neither renew nor release the holder's.
-pub async fn lease_owner_mismatch_cannot_renew_or_release(store: &dyn BindingStore) {
+pub async fn lease_owner_mismatch_cannot_renew_or_release(store: &BindingStore) {
     let s = unique_id("lease-mismatch");
     let (a, b) = (owner("a"), owner("b"));
     let held = store.acquire_lease(&s, &a, LONG).await.unwrap();
@@ -173,7 +170,7 @@ pub async fn lease_owner_mismatch_cannot_renew_or_release(store: &dyn BindingSto
 }
 
 /// Many owners racing for one free lease: exactly one wins, the others are `Busy` naming it.
-pub async fn concurrent_acquires_grant_one(store: &dyn BindingStore) {
+pub async fn concurrent_acquires_grant_one(store: &BindingStore) {
     let s = unique_id("lease-race");
     let owners: Vec<LeaseOwner> = (0..16).map(|i| owner(&format!("racer{i}"))).collect();
     let results = join_all(owners.iter().map(|o| store.acquire_lease(&s, o, LONG))).await;
@@ -193,7 +190,7 @@ pub async fn concurrent_acquires_grant_one(store: &dyn BindingStore) {
 /// Fenced writes are refused with `LeaseLost` and write nothing once another owner took the
 /// session over (naming it), or the grant was released; the new holder's fenced writes and
 /// unfenced writes go through.
-pub async fn fenced_writes_need_the_newest_grant(store: &dyn BindingStore, clock: &Clock) {
+pub async fn fenced_writes_need_the_newest_grant(store: &BindingStore, clock: &Clock) {
     let s = unique_id("fenced");
     let (t1, t2, t3) = (th(&s, "t1"), th(&s, "t2"), th(&s, "t3"));
     let (a, b) = (owner("a"), owner("b"));
@@ -267,10 +264,7 @@ pub async fn fenced_writes_need_the_newest_grant(store: &dyn BindingStore, clock
 /// A holder that stalled past its TTL with nobody competing (a suspended laptop, a paused
 /// process) goes on: its fenced writes are accepted, and a renewal takes the lease back with
 /// the same fence.
-pub async fn stall_past_the_ttl_with_nobody_competing_goes_on(
-    store: &dyn BindingStore,
-    clock: &Clock,
-) {
+pub async fn stall_past_the_ttl_with_nobody_competing_goes_on(store: &BindingStore, clock: &Clock) {
     let s = unique_id("stalled");
     let (a, b) = (owner("a"), owner("b"));
     let lease = store
@@ -296,7 +290,7 @@ pub async fn stall_past_the_ttl_with_nobody_competing_goes_on(
 
 /// `lease`'s grant was given to nobody (by a delete or an import): a fenced commit on
 /// `thread` and a renewal are both refused as `Forgotten`.
-async fn assert_forgotten(store: &dyn BindingStore, s: &str, lease: &Lease, thread: &str) {
+async fn assert_forgotten(store: &BindingStore, s: &str, lease: &Lease, thread: &str) {
     let mut late = turn(s, &th(s, thread), vec![json!("late")]);
     late.fence = Some(lease.fence());
     let late = store.commit_turn(late).await;
@@ -309,7 +303,7 @@ async fn assert_forgotten(store: &dyn BindingStore, s: &str, lease: &Lease, thre
 /// once it is free the delete goes through and grants the lease to nobody: the old grant can
 /// neither renew nor write (`Forgotten`), so the delete is never undone, and a new acquire
 /// continues the fence.
-pub async fn delete_is_refused_while_the_lease_is_live(store: &dyn BindingStore, clock: &Clock) {
+pub async fn delete_is_refused_while_the_lease_is_live(store: &BindingStore, clock: &Clock) {
     let s = unique_id("forget");
     let (a, b) = (owner("a"), owner("b"));
     let lease = store
@@ -351,7 +345,7 @@ pub async fn delete_is_refused_while_the_lease_is_live(store: &dyn BindingStore,
 /// it never read. Once the lease is no longer live the import goes through and, as a delete
 /// does, grants the lease to nobody: the stalled holder can neither write onto the imported
 /// history nor renew, and a new acquire continues the fence.
-pub async fn import_is_refused_while_the_lease_is_live(store: &dyn BindingStore, clock: &Clock) {
+pub async fn import_is_refused_while_the_lease_is_live(store: &BindingStore, clock: &Clock) {
     let s = unique_id("import-leased");
     store
         .commit_turn(turn(&s, &th(&s, "t1"), vec![json!(1), json!(2)]))
@@ -388,7 +382,7 @@ pub async fn import_is_refused_while_the_lease_is_live(store: &dyn BindingStore,
 /// A holder of this process whose [`LocalOwner`](crate::LocalOwner) was dropped is provably
 /// gone: another holder takes its live lease at once, with a new fence (where the OS gives a
 /// process identity; elsewhere the TTL decides and the lease stays busy).
-pub async fn dropped_local_holder_is_taken_over_at_once(store: &dyn BindingStore) {
+pub async fn dropped_local_holder_is_taken_over_at_once(store: &BindingStore) {
     let s = unique_id("dead-holder");
     let gone = crate::LocalOwner::new();
     let held = store.acquire_lease(&s, gone.owner(), LONG).await.unwrap();

@@ -6,8 +6,8 @@ use serde_json::json;
 
 use super::{lost, th, turn, unique_id};
 use crate::{
-    crc32_extend, BindingStore, BindingStoreExt, Lease, MirrorAppend, MirrorOutcome, MirrorUpdate,
-    StoreError, TurnCommit,
+    crc32_extend, BindingStore, Lease, MirrorAppend, MirrorOutcome, MirrorUpdate, StoreError,
+    TurnCommit,
 };
 
 const ROLLOUT: &str = "sessions/2026/12/01/rollout-2026-12-01T10-00-00-t.jsonl";
@@ -18,7 +18,7 @@ fn mirrored(commit: TurnCommit, appends: Vec<MirrorAppend>) -> TurnCommit {
 }
 
 /// The stored length and CRC-32 of `path` in `session` for `thread`.
-async fn state(store: &dyn BindingStore, s: &str, thread: &str, path: &str) -> Option<(u64, u32)> {
+async fn state(store: &BindingStore, s: &str, thread: &str, path: &str) -> Option<(u64, u32)> {
     let record = store.session(s).await.unwrap()?;
     let file = record.mirror.files_of(thread).find(|f| f.path == path)?;
     Some((file.len, file.crc32))
@@ -27,7 +27,7 @@ async fn state(store: &dyn BindingStore, s: &str, thread: &str, path: &str) -> O
 /// What [`BindingStore::write_mirror_file`] writes of `path`, with the length and CRC-32 it
 /// says it wrote; `None` when it writes nothing.
 async fn written(
-    store: &dyn BindingStore,
+    store: &BindingStore,
     s: &str,
     thread: &str,
     path: &str,
@@ -49,7 +49,7 @@ async fn written(
 
 /// A turn's appends are stored with it: the record says the file's length and CRC-32 (the
 /// CRC of the whole file, combined per append), and the file reads back whole.
-pub async fn mirror_appends_with_the_turn(store: &dyn BindingStore) {
+pub async fn mirror_appends_with_the_turn(store: &BindingStore) {
     let s = unique_id("mirror-append");
     let t = th(&s, "t1");
     let first = b"{\"type\":\"session_meta\"}\n".to_vec();
@@ -144,7 +144,7 @@ pub async fn mirror_appends_with_the_turn(store: &dyn BindingStore) {
 /// An append whose base is not the stored file (another length, another CRC-32, or no file)
 /// is refused and nothing of the commit is written, rows and binding included; base 0
 /// replaces the file whole.
-pub async fn mirror_refuses_an_append_that_does_not_extend(store: &dyn BindingStore) {
+pub async fn mirror_refuses_an_append_that_does_not_extend(store: &BindingStore) {
     let s = unique_id("mirror-refuse");
     let t = th(&s, "t1");
     let first = b"line one\n".to_vec();
@@ -228,7 +228,7 @@ pub async fn mirror_refuses_an_append_that_does_not_extend(store: &dyn BindingSt
 /// Past the cap mirroring stops for the session: that commit drops the session's mirror and
 /// says so once ([`MirrorOutcome::StoppedNow`]), the turn still commits, and later commits
 /// write no mirror ([`MirrorOutcome::Stopped`]).
-pub async fn mirror_stops_past_the_cap(store: &dyn BindingStore) {
+pub async fn mirror_stops_past_the_cap(store: &BindingStore) {
     let s = unique_id("mirror-cap");
     let t = th(&s, "t1");
     let capped =
@@ -279,7 +279,7 @@ pub async fn mirror_stops_past_the_cap(store: &dyn BindingStore) {
 
 /// The cap stops mirroring for the thread that passed it: once that thread is given up (or
 /// ended) or another thread replaces it, the new thread is mirrored again.
-pub async fn mirror_starts_again_for_the_thread_replacing_a_capped_one(store: &dyn BindingStore) {
+pub async fn mirror_starts_again_for_the_thread_replacing_a_capped_one(store: &BindingStore) {
     let capped = |commit: TurnCommit, bytes: &[u8]| {
         let append = MirrorAppend::whole(ROLLOUT, bytes.to_vec());
         commit.mirror(Some(MirrorUpdate::new(vec![append]).cap(20)))
@@ -332,7 +332,7 @@ pub async fn mirror_starts_again_for_the_thread_replacing_a_capped_one(store: &d
 
 /// A commit without a mirror drops the thread's (it no longer holds the last committed
 /// turn); retiring a thread drops its mirror, and a retired thread's commit mirrors nothing.
-pub async fn mirror_is_dropped_when_stale_or_retired(store: &dyn BindingStore) {
+pub async fn mirror_is_dropped_when_stale_or_retired(store: &BindingStore) {
     let s = unique_id("mirror-drop");
     let t = th(&s, "t1");
     let line = b"line\n".to_vec();
@@ -388,7 +388,7 @@ pub async fn mirror_is_dropped_when_stale_or_retired(store: &dyn BindingStore) {
 }
 
 /// A fenced commit refused for a lost lease writes no mirror either.
-pub async fn mirror_of_a_refused_commit_is_not_written(store: &dyn BindingStore) {
+pub async fn mirror_of_a_refused_commit_is_not_written(store: &BindingStore) {
     let s = unique_id("mirror-fence");
     let t = th(&s, "t1");
     let owner = super::leases::owner("mirror-fence");
@@ -420,7 +420,7 @@ pub async fn mirror_of_a_refused_commit_is_not_written(store: &dyn BindingStore)
 /// The mirror goes with the session: `delete_session` removes it, an export carries its
 /// chunks (checked against the record), an import writes them, `copy_sessions` copies them
 /// and `verify` reads them.
-pub async fn mirror_travels_with_the_session(store: &dyn BindingStore) {
+pub async fn mirror_travels_with_the_session(store: &BindingStore) {
     let s = unique_id("mirror-travel");
     let t = th(&s, "t1");
     // The first append is the longer: two chunks (the newest are merged only while the one
@@ -460,7 +460,7 @@ pub async fn mirror_travels_with_the_session(store: &dyn BindingStore) {
     assert!(report.mirror_files >= 1, "{report:?}");
 
     // Copied out and back.
-    let elsewhere = crate::MemoryStore::new();
+    let elsewhere = crate::BindingStore::memory();
     let copied = crate::copy_sessions(store, &elsewhere, &mut |_| {})
         .await
         .unwrap();
@@ -514,7 +514,7 @@ pub async fn mirror_travels_with_the_session(store: &dyn BindingStore) {
 /// The newest chunks are merged while the one before the last is no longer than the last, up
 /// to 1 MiB a chunk: many small appends stay a few chunks (a restore reads few rows), a big
 /// file is split, and the bytes are the file's either way.
-pub async fn mirror_merges_its_newest_chunks(store: &dyn BindingStore) {
+pub async fn mirror_merges_its_newest_chunks(store: &BindingStore) {
     let s = unique_id("mirror-merge");
     let t = th(&s, "t1");
     let line = [b'x'; 99]

@@ -1,21 +1,18 @@
 //! The conformance suite every [`BindingStore`] backend runs (feature `conformance`).
 //!
-//! Each scenario is a `pub async fn scenario(store: &dyn BindingStore)` that panics on a
+//! Each scenario is a `pub async fn scenario(store: &BindingStore)` that panics on a
 //! violation; those about time also take the store's [`Clock`], a manual one they advance
 //! instead of sleeping. Scenarios pick fresh session ids on every call, so they can share one
 //! store and run in any order, any number of times. A backend test opens its store on a
-//! [`Clock::manual`] and runs [`run_all`] once on the store directly and once through an
-//! `Arc<dyn BindingStore>`:
+//! [`Clock::manual`] over its engine and runs [`run_all`] on it (rethread's own tests run it
+//! again through an engine that wraps the backend's, as testkit's fault injection does):
 //!
 //! ```no_run
 //! # async fn demo() {
-//! use std::sync::Arc;
-//! use rethread_store::{conformance, BindingStore, Clock, MemoryStore};
+//! use rethread_store::{conformance, BindingStore, Clock};
 //! let clock = Clock::manual();
-//! let store = Arc::new(MemoryStore::with_clock(clock.clone()));
-//! conformance::run_all(store.as_ref(), &clock).await;
-//! let shared: Arc<dyn BindingStore> = store;
-//! conformance::run_all(&shared, &clock).await;
+//! let store = BindingStore::memory_with_clock(clock.clone());
+//! conformance::run_all(&store, &clock).await;
 //! # }
 //! ```
 
@@ -114,7 +111,7 @@ pub(crate) fn obj(value: Value) -> Map<String, Value> {
 }
 
 /// Runs every scenario, in order, on `store`.
-pub async fn run_all(store: &dyn BindingStore, clock: &Clock) {
+pub async fn run_all(store: &BindingStore, clock: &Clock) {
     commit_publishes_binding(store).await;
     merge_patch_semantics(store).await;
     retired_thread_is_never_published(store).await;
@@ -145,7 +142,7 @@ pub async fn run_all(store: &dyn BindingStore, clock: &Clock) {
 }
 
 /// Runs every mirror scenario, in order, on `store`.
-pub async fn run_mirror(store: &dyn BindingStore) {
+pub async fn run_mirror(store: &BindingStore) {
     mirror_appends_with_the_turn(store).await;
     mirror_refuses_an_append_that_does_not_extend(store).await;
     mirror_stops_past_the_cap(store).await;
@@ -157,7 +154,7 @@ pub async fn run_mirror(store: &dyn BindingStore) {
 }
 
 /// Runs every lease scenario, in order, on `store`.
-pub async fn run_leases(store: &dyn BindingStore, clock: &Clock) {
+pub async fn run_leases(store: &BindingStore, clock: &Clock) {
     lease_is_exclusive(store).await;
     lease_release_frees(store).await;
     lease_renew_extends(store, clock).await;

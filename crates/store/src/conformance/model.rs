@@ -9,8 +9,7 @@ use serde_json::{json, Map, Value};
 
 use super::{turn, unique_id};
 use crate::{
-    BindingState, BindingStore, BindingStoreExt, ImportOutcome, Retirement, StoreError,
-    CODEX_THREAD_ID_KEY,
+    BindingState, BindingStore, ImportOutcome, Retirement, StoreError, CODEX_THREAD_ID_KEY,
 };
 
 /// One operation of the model test, over small domains (3 sessions, 4 threads, few keys).
@@ -323,7 +322,7 @@ fn list_floor(ids: &[String]) -> String {
     floor
 }
 
-async fn apply_to_store(store: &dyn BindingStore, names: &Names, op: &Op) -> Seen {
+async fn apply_to_store(store: &BindingStore, names: &Names, op: &Op) -> Seen {
     let ids = &names.sessions;
     match op {
         Op::Commit { s, t, rows } => {
@@ -437,11 +436,7 @@ fn model_state(state: &BindingState) -> ModelState {
     }
 }
 
-async fn compare_state(
-    store: &dyn BindingStore,
-    model: &Model,
-    names: &Names,
-) -> Result<(), String> {
+async fn compare_state(store: &BindingStore, model: &Model, names: &Names) -> Result<(), String> {
     for id in &names.sessions {
         let got = store.session(id).await.map_err(|e| e.to_string())?;
         let want = model.sessions.get(id);
@@ -490,7 +485,7 @@ async fn compare_state(
     Ok(())
 }
 
-async fn run_case(store: &dyn BindingStore, ops: &[Op]) -> Result<(), String> {
+async fn run_case(store: &BindingStore, ops: &[Op]) -> Result<(), String> {
     // Ids share a prefix ending in a digit so `list_floor` sorts just below all three.
     let prefix = unique_id("model");
     let names = Names {
@@ -517,7 +512,7 @@ async fn run_case(store: &dyn BindingStore, ops: &[Op]) -> Result<(), String> {
 /// results and state after every step; a failure is shrunk to a minimal sequence.
 ///
 /// Cases: `RETHREAD_PROPTEST_CASES` (default 24); seed: `RETHREAD_PROPTEST_SEED` (default fixed).
-pub async fn random_ops_match_model(store: &dyn BindingStore) {
+pub async fn random_ops_match_model(store: &BindingStore) {
     let cases: u32 = std::env::var("RETHREAD_PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -7,9 +7,7 @@ use serde_json::json;
 
 use super::leases::{owner, LONG};
 use super::{th, turn, unique_id};
-use crate::{
-    BindingStore, BindingStoreExt, Clock, LeaseLoss, MirrorAppend, MirrorUpdate, Prune, StoreError,
-};
+use crate::{BindingStore, Clock, LeaseLoss, MirrorAppend, MirrorUpdate, Prune, StoreError};
 
 const ROLLOUT: &str = "sessions/2026/12/01/rollout-2026-12-01T10-00-00-t.jsonl";
 const HOUR: Duration = Duration::from_secs(3600);
@@ -18,7 +16,7 @@ const HOUR: Duration = Duration::from_secs(3600);
 /// mirror, threads, lease record), batch by batch, and none written since or whose lease is
 /// live; a dry run removes nothing and says the same. A stale grant of a pruned session is
 /// `Forgotten`, and the session can be started anew.
-pub async fn prune_removes_idle_sessions_only(store: &dyn BindingStore, clock: &Clock) {
+pub async fn prune_removes_idle_sessions_only(store: &BindingStore, clock: &Clock) {
     let (old, leased, fresh) = (
         unique_id("prune-old"),
         unique_id("prune-leased"),
@@ -128,7 +126,7 @@ pub async fn prune_removes_idle_sessions_only(store: &dyn BindingStore, clock: &
 /// its idle span, and keeps one live or live since; a dry run lists them and removes nothing.
 /// A session whose record went starts anew (fence 1), and a stale grant of it is `Forgotten`.
 pub async fn prune_removes_stale_lease_records_without_a_session(
-    store: &dyn BindingStore,
+    store: &BindingStore,
     clock: &Clock,
 ) {
     let [forgotten, released, crashed, live, recent] =

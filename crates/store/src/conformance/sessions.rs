@@ -4,12 +4,12 @@ use serde_json::{json, Map};
 
 use super::{lost, obj, th, turn, unique_id};
 use crate::{
-    BindingStore, BindingStoreExt, CommitOutcome, ImportOutcome, MirrorOutcome, SessionExport,
-    StoreError, CODEX_THREAD_ID_KEY,
+    BindingStore, CommitOutcome, ImportOutcome, MirrorOutcome, SessionExport, StoreError,
+    CODEX_THREAD_ID_KEY,
 };
 
 /// `list_sessions` pages in session-id order without gaps or repeats.
-pub async fn list_sessions_pages(store: &dyn BindingStore) {
+pub async fn list_sessions_pages(store: &BindingStore) {
     let base = unique_id("list");
     let ids: Vec<String> = (0..7).map(|i| format!("{base}/{i}")).collect();
     for id in ids.iter().rev() {
@@ -45,7 +45,7 @@ pub async fn list_sessions_pages(store: &dyn BindingStore) {
 }
 
 /// Deleting a session removes its record and rows; a new session with that id starts empty.
-pub async fn delete_session(store: &dyn BindingStore) {
+pub async fn delete_session(store: &BindingStore) {
     let s = unique_id("delete");
     store
         .commit_turn(turn(&s, &th(&s, "t1"), vec![json!(1), json!(2)]))
@@ -72,7 +72,7 @@ pub async fn delete_session(store: &dyn BindingStore) {
 
 /// Export then import reproduces the session exactly; re-import is a no-op; a differing
 /// session is a conflict; an inconsistent export is refused.
-pub async fn export_import_roundtrip(store: &dyn BindingStore) {
+pub async fn export_import_roundtrip(store: &BindingStore) {
     let s = unique_id("export");
     store
         .commit_turn(turn(&s, &th(&s, "t1"), vec![json!({"a": 1}), json!("two")]))
@@ -150,7 +150,7 @@ pub async fn export_import_roundtrip(store: &dyn BindingStore) {
 }
 
 /// Empty ids are refused with `InvalidInput` and write nothing.
-pub async fn invalid_input(store: &dyn BindingStore) {
+pub async fn invalid_input(store: &BindingStore) {
     let err = store
         .commit_turn(turn("", "t-of-nobody", vec![json!(1)]))
         .await;
@@ -168,8 +168,8 @@ pub async fn invalid_input(store: &dyn BindingStore) {
 /// [`copy_sessions`](crate::copy_sessions) into and out of the store: every session arrives
 /// whole and verified, a rerun copies nothing twice, and a differing session in the target is
 /// a conflict.
-pub async fn copy_sessions_roundtrip(store: &dyn BindingStore) {
-    let source = crate::MemoryStore::new();
+pub async fn copy_sessions_roundtrip(store: &BindingStore) {
+    let source = crate::BindingStore::memory();
     let base = unique_id("copy");
     let ids: Vec<String> = (0..5).map(|i| format!("{base}/{i}")).collect();
     for (i, id) in ids.iter().enumerate() {
@@ -217,7 +217,7 @@ pub async fn copy_sessions_roundtrip(store: &dyn BindingStore) {
         .unwrap();
     assert_eq!((report.copied, report.already_present), (0, 5));
     // And back: the store's sessions (these and any other) land in an empty store.
-    let back = crate::MemoryStore::new();
+    let back = crate::BindingStore::memory();
     let report = crate::copy_sessions(store, &back, &mut |_| {})
         .await
         .unwrap();
@@ -242,7 +242,7 @@ pub async fn copy_sessions_roundtrip(store: &dyn BindingStore) {
 
 /// [`verify`](BindingStore::verify) on a healthy store: complete, no problem, every session
 /// and row counted, progress reported.
-pub async fn verify_finds_nothing_on_a_healthy_store(store: &dyn BindingStore) {
+pub async fn verify_finds_nothing_on_a_healthy_store(store: &BindingStore) {
     let s = unique_id("verify");
     store
         .commit_turn(turn(&s, &th(&s, "t1"), vec![json!(1), json!(2), json!(3)]))

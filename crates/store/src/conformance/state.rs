@@ -7,8 +7,7 @@ use serde_json::json;
 use super::leases::{owner, LONG};
 use super::{lost, obj, th, turn, unique_id};
 use crate::{
-    BindingState, BindingStore, BindingStoreExt, GivenUp, LeaseLoss, Retirement, StoreError,
-    CODEX_THREAD_ID_KEY,
+    BindingState, BindingStore, GivenUp, LeaseLoss, Retirement, StoreError, CODEX_THREAD_ID_KEY,
 };
 
 fn given_up(store_state: &BindingState) -> &GivenUp {
@@ -21,7 +20,7 @@ fn given_up(store_state: &BindingState) -> &GivenUp {
 /// Giving the bound thread up makes the session `GivenUp` (thread, reason, message, when, the
 /// notice owed) and unbinds it in one write; retrying changes nothing; a late commit of the
 /// lost thread is not published; a commit on a new thread binds it and settles the notice.
-pub async fn give_up_then_a_new_thread_binds(store: &dyn BindingStore) {
+pub async fn give_up_then_a_new_thread_binds(store: &BindingStore) {
     let s = unique_id("give-up");
     store
         .commit_turn(turn(&s, &th(&s, "t1"), vec![json!(1)]))
@@ -109,7 +108,7 @@ pub async fn give_up_then_a_new_thread_binds(store: &dyn BindingStore) {
 /// The give-up is a compare-and-set: a binding to another thread survives (the lost thread is
 /// still retired), and giving up a thread of a session that is not bound to it never makes a
 /// `GivenUp`, also for a session that did not exist (it is created, with the thread retired).
-pub async fn give_up_is_compare_and_set(store: &dyn BindingStore) {
+pub async fn give_up_is_compare_and_set(store: &BindingStore) {
     let s = unique_id("give-up-cas");
     store
         .commit_turn(turn(&s, &th(&s, "t1"), vec![]))
@@ -149,7 +148,7 @@ pub async fn give_up_is_compare_and_set(store: &dyn BindingStore) {
 
 /// The host ending its thread (`Retirement::Ended`) unbinds and retires it in one write and
 /// owes no notice; it leaves a give-up of that thread as it is.
-pub async fn ended_unbinds_without_a_notice(store: &dyn BindingStore) {
+pub async fn ended_unbinds_without_a_notice(store: &BindingStore) {
     let s = unique_id("ended");
     store
         .commit_turn(turn(&s, &th(&s, "t1"), vec![]))
@@ -191,7 +190,7 @@ pub async fn ended_unbinds_without_a_notice(store: &dyn BindingStore) {
 
 /// Marking the notice delivered settles it for that give-up only: `true` for the given-up
 /// thread (also again), `false` changing nothing for anything else.
-pub async fn notice_delivered_is_recorded(store: &dyn BindingStore) {
+pub async fn notice_delivered_is_recorded(store: &BindingStore) {
     let s = unique_id("delivered");
     assert!(!store
         .mark_notice_delivered(&s, &th(&s, "t1"), None)
@@ -237,7 +236,7 @@ pub async fn notice_delivered_is_recorded(store: &dyn BindingStore) {
 
 /// A refused give-up (a lost lease, a thread of another session, invalid input) writes
 /// nothing: the binding is kept and no notice is owed.
-pub async fn refused_give_up_writes_nothing(store: &dyn BindingStore) {
+pub async fn refused_give_up_writes_nothing(store: &BindingStore) {
     let s = unique_id("give-up-refused");
     let (a, b) = (owner("a"), owner("b"));
     let first = store.acquire_lease(&s, &a, LONG).await.unwrap();
@@ -289,7 +288,7 @@ pub async fn refused_give_up_writes_nothing(store: &dyn BindingStore) {
 
 /// `model_config[CODEX_THREAD_ID_KEY]` is the store's view of the state: present iff bound,
 /// and a patch naming it is refused with nothing written.
-pub async fn the_published_view_is_the_stores(store: &dyn BindingStore) {
+pub async fn the_published_view_is_the_stores(store: &BindingStore) {
     let s = unique_id("view");
     store
         .commit_turn(turn(&s, &th(&s, "t1"), vec![json!(1)]))

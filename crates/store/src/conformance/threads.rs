@@ -13,7 +13,7 @@ fn taken_by<T: std::fmt::Debug>(result: &Result<T>, owner: &str) -> bool {
 
 /// A commit or a retire of another session's thread is `ThreadTaken` naming the owner and
 /// writes nothing; `thread_session` names the owner; deleting the owner frees the thread.
-pub async fn a_thread_belongs_to_one_session(store: &dyn BindingStore) {
+pub async fn a_thread_belongs_to_one_session(store: &BindingStore) {
     let (a, b) = (unique_id("owner-a"), unique_id("owner-b"));
     let (t1, t2, t3) = (unique_id("t1"), unique_id("t2"), unique_id("t3"));
     assert_eq!(store.thread_session(&t1).await.unwrap(), None);
@@ -79,7 +79,7 @@ pub async fn a_thread_belongs_to_one_session(store: &dyn BindingStore) {
 
 /// An import that names another session's thread is `ThreadTaken` and writes nothing; an
 /// imported session owns the threads it names.
-pub async fn imports_claim_their_threads(store: &dyn BindingStore) {
+pub async fn imports_claim_their_threads(store: &BindingStore) {
     let (a, b) = (unique_id("import-a"), unique_id("import-b"));
     let (t1, t2) = (unique_id("t1"), unique_id("t2"));
     store
@@ -112,7 +112,7 @@ pub async fn imports_claim_their_threads(store: &dyn BindingStore) {
 /// thread the session used earlier, as it could not in the source. An export without them
 /// (an older rethread's) claims the threads its record names; importing the full export
 /// over that claims the rest.
-pub async fn exports_carry_the_threads_used_before(store: &dyn BindingStore) {
+pub async fn exports_carry_the_threads_used_before(store: &BindingStore) {
     let (a, b) = (unique_id("earlier-a"), unique_id("earlier-b"));
     let (t1, t2) = (unique_id("t1"), unique_id("t2"));
     for thread in [&t1, &t2] {

@@ -6,19 +6,22 @@ mod file;
 mod scan;
 mod writer;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use crate::adapter::{blocking, join_error, Backend};
-use crate::logic::{LeaseOp, LocalLeases, ReadOp, ReadTxn, WriteOp, WriteTxn};
+use async_trait::async_trait;
+
+use crate::engine::{
+    blocking, join_error, Answer, Engine, LeaseFn, Progress, ReadFn, Request, WriteFn,
+};
+use crate::logic::{LocalLeases, ReadTxn, WriteTxn};
 use crate::verify::{Checker, ProblemKind};
-use crate::Result;
-use crate::{BindingStore, Clock, StoreError, VerifyProgress, VerifyReport};
+use crate::{Clock, Result, StoreError, Unpoisoned, VerifyProgress, VerifyReport};
 
 #[cfg(feature = "redb")]
 pub(crate) use file::{open_error, owner_only};
 pub(crate) use file::{prepare_file, FileId};
 pub(crate) use scan::{check_mirrors, merge_scan, ScannedRow, ScannedSession};
-pub(crate) use writer::{Engine, Writer};
+pub(crate) use writer::{FileEngine, Writer};
 
 /// How a backend runs one read snapshot, on a blocking thread.
 pub(crate) trait Readers: Send + Sync + std::fmt::Debug + 'static {
@@ -28,12 +31,13 @@ pub(crate) trait Readers: Send + Sync + std::fmt::Debug + 'static {
     fn verify(&self, checker: &mut Checker<'_>) -> Result<bool>;
 }
 
-/// A writer thread plus readers: a file backend.
+/// A writer thread plus readers: a file backend's [`Engine`].
 #[derive(Debug)]
 pub(crate) struct Durable {
-    // Dropped first, so that the engine (dropped by the writer thread, which the writer's drop
-    // waits for) holds the last reference to the file and closes it on that thread.
-    pub(crate) readers: Arc<dyn Readers>,
+    /// Taken (dropped) first on close, so that the file engine (dropped by the writer thread,
+    /// which the writer's close waits for) holds the last reference to the file and closes it
+    /// on that thread.
+    pub(crate) readers: Mutex<Option<Arc<dyn Readers>>>,
     /// `Some` for a single-process backend (redb): leases live in this process. `None`: in
     /// the store, written through the writer (SQLite).
     pub(crate) local_leases: Option<Arc<LocalLeases>>,
@@ -46,6 +50,22 @@ pub(crate) struct Durable {
 }
 
 impl Durable {
+    pub(crate) fn new(
+        writer: Writer,
+        readers: Arc<dyn Readers>,
+        local_leases: Option<Arc<LocalLeases>>,
+        read_only: Option<String>,
+        clock: Clock,
+    ) -> Self {
+        Durable {
+            readers: Mutex::new(Some(readers)),
+            local_leases,
+            writer,
+            read_only,
+            clock,
+        }
+    }
+
     fn check_writable(&self) -> Result<()> {
         match &self.read_only {
             Some(label) => Err(StoreError::opened_read_only(label)),
@@ -53,18 +73,19 @@ impl Durable {
         }
     }
 
-    pub(crate) async fn close(self) {
-        let Durable {
-            writer, readers, ..
-        } = self;
-        drop(readers);
-        writer.close().await;
+    fn readers(&self) -> Result<Arc<dyn Readers>> {
+        self.readers
+            .lock()
+            .unpoisoned()
+            .clone()
+            .ok_or(StoreError::Closed)
     }
 }
 
-impl Backend for Durable {
-    async fn read<T: Send + 'static>(&self, mut op: impl ReadOp<T>) -> Result<T> {
-        let readers = Arc::clone(&self.readers);
+#[async_trait]
+impl Engine for Durable {
+    async fn read(&self, _: Request<'_>, mut op: ReadFn) -> Result<Answer> {
+        let readers = self.readers()?;
         blocking(move || {
             let mut out = None;
             readers.read(&mut |txn| {
@@ -76,7 +97,7 @@ impl Backend for Durable {
         .await
     }
 
-    async fn write<T: Send + 'static>(&self, _: &str, op: impl WriteOp<T>) -> Result<T> {
+    async fn write(&self, _: Request<'_>, op: WriteFn) -> Result<Answer> {
         self.check_writable()?;
         self.writer.write(op).await
     }
@@ -86,13 +107,14 @@ impl Backend for Durable {
     }
 
     async fn reclaim(&self) -> Result<u64> {
-        self.write("", |txn: &mut dyn WriteTxn, _| txn.reclaim())
-            .await
+        let op = |txn: &mut dyn WriteTxn, _| txn.reclaim();
+        self.check_writable()?;
+        self.writer.write(op).await
     }
 
     /// A single-process backend's lease request runs on a blocking thread: it waits for the
     /// write transaction under way ([`LocalLeases::apply`]).
-    async fn lease<T: Send + 'static>(&self, _: &str, mut op: impl LeaseOp<T>) -> Result<T> {
+    async fn lease(&self, request: Request<'_>, op: LeaseFn) -> Result<Answer> {
         self.check_writable()?;
         match &self.local_leases {
             Some(local) => {
@@ -100,19 +122,27 @@ impl Backend for Durable {
                 blocking(move || local.apply(op)).await
             }
             None => {
-                let op = move |txn: &mut dyn WriteTxn, now| op(txn.leases(), now);
-                self.writer.write(op).await
+                let mut op = op;
+                let write: WriteFn = Box::new(move |txn, now| op(txn.leases(), now));
+                self.write(request, write).await
             }
         }
     }
 
     /// Runs the backend's scan on a blocking thread; progress crosses back over a channel.
-    async fn verify(
-        &self,
-        _store: &(dyn BindingStore + '_),
-        progress: &mut (dyn for<'p> FnMut(&'p VerifyProgress) + Send),
-    ) -> Result<VerifyReport> {
-        let readers = Arc::clone(&self.readers);
+    async fn verify(&self, progress: Progress<'_>) -> Option<Result<VerifyReport>> {
+        Some(self.scan(progress).await)
+    }
+
+    async fn close(&self) {
+        drop(self.readers.lock().unpoisoned().take());
+        self.writer.close().await;
+    }
+}
+
+impl Durable {
+    async fn scan(&self, progress: Progress<'_>) -> Result<VerifyReport> {
+        let readers = self.readers()?;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let scan = tokio::task::spawn_blocking(move || {
             let mut send = |p: &VerifyProgress| {

@@ -4,28 +4,36 @@
 //! engine write runs on an async runtime thread.
 
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use crate::logic::{WriteOp, WriteTxn};
-use crate::Result;
-use crate::{Clock, StoreError};
+use crate::logic::WriteTxn;
+use crate::{Clock, Result, StoreError, Unpoisoned};
 
 const MAX_BATCH: usize = 256;
 
-pub(crate) trait Engine: Send + 'static {
+/// A write: runs in one write transaction at store time `now` (again, alone, when the group
+/// commit it was part of failed).
+pub(crate) trait WriteOp<T>:
+    FnMut(&mut dyn WriteTxn, i64) -> Result<T> + Send + 'static
+{
+}
+impl<T, F: FnMut(&mut dyn WriteTxn, i64) -> Result<T> + Send + 'static> WriteOp<T> for F {}
+
+pub(crate) trait FileEngine: Send + 'static {
     /// Runs `f` in one write transaction and commits it (durably, unless relaxed) if `f`
     /// returns `Ok`; rolls it back otherwise.
     fn write(&mut self, f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<()>) -> Result<()>;
 
-    /// When the engine wants [`Engine::flush`] called if no write comes first (a relaxed
+    /// When the engine wants [`FileEngine::flush`] called if no write comes first (a relaxed
     /// engine with commits not yet durable); `None`: never.
     fn flush_due(&self) -> Option<Instant> {
         None
     }
 
-    /// Makes every commit so far durable. Called when [`Engine::flush_due`] has passed with
+    /// Makes every commit so far durable. Called when [`FileEngine::flush_due`] has passed with
     /// no write in between, and when the writer stops.
     fn flush(&mut self) {}
 }
@@ -73,8 +81,8 @@ impl<T: Send, O: WriteOp<T>> Queued for Job<T, O> {
 /// drops its store and exits leaves a closed, complete file. `close` is the async way.
 #[derive(Debug)]
 pub(crate) struct Writer {
-    tx: Option<mpsc::Sender<Box<dyn Queued>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    tx: Mutex<Option<mpsc::Sender<Box<dyn Queued>>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Writer {
@@ -82,7 +90,7 @@ impl Writer {
     /// returns once the engine is open. `open` also returns what the readers need.
     pub(crate) async fn spawn<E, R, F>(name: &str, clock: Clock, open: F) -> Result<(Writer, R)>
     where
-        E: Engine,
+        E: FileEngine,
         R: Send + 'static,
         F: FnOnce() -> Result<(E, R)> + Send + 'static,
     {
@@ -103,8 +111,8 @@ impl Writer {
             .map_err(|source| StoreError::io(format!("{name} writer thread"), source))?;
         let readers = opened_rx.await.map_err(|_| StoreError::Closed)??;
         let writer = Writer {
-            tx: Some(tx),
-            thread: Some(thread),
+            tx: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
         };
         Ok((writer, readers))
     }
@@ -116,14 +124,20 @@ impl Writer {
             result: None,
             reply,
         });
-        let tx = self.tx.as_ref().ok_or(StoreError::Closed)?;
-        tx.send(job).map_err(|_| StoreError::Closed)?;
+        {
+            let tx = self.tx.lock().unpoisoned();
+            let tx = tx.as_ref().ok_or(StoreError::Closed)?;
+            tx.send(job).map_err(|_| StoreError::Closed)?;
+        }
         answer.await.map_err(|_| StoreError::Closed)?
     }
 
-    pub(crate) async fn close(mut self) {
-        self.tx = None;
-        if let Some(thread) = self.thread.take() {
+    /// Closes the channel and waits (off the runtime) for the thread to finish; later writes
+    /// are [`StoreError::Closed`].
+    pub(crate) async fn close(&self) {
+        drop(self.tx.lock().unpoisoned().take());
+        let thread = self.thread.lock().unpoisoned().take();
+        if let Some(thread) = thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
     }
@@ -133,8 +147,8 @@ impl Drop for Writer {
     fn drop(&mut self) {
         // Closing the channel stops the thread once it has committed what is queued. The wait
         // is one commit and the engine's close.
-        self.tx = None;
-        if let Some(thread) = self.thread.take() {
+        drop(self.tx.lock().unpoisoned().take());
+        if let Some(thread) = self.thread.lock().unpoisoned().take() {
             if thread.thread().id() != std::thread::current().id() {
                 let _ = thread.join();
             }
@@ -142,7 +156,7 @@ impl Drop for Writer {
     }
 }
 
-fn run<E: Engine>(mut engine: E, rx: mpsc::Receiver<Box<dyn Queued>>, clock: &Clock) {
+fn run<E: FileEngine>(mut engine: E, rx: mpsc::Receiver<Box<dyn Queued>>, clock: &Clock) {
     loop {
         let first = match engine.flush_due() {
             None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
@@ -169,7 +183,7 @@ fn run<E: Engine>(mut engine: E, rx: mpsc::Receiver<Box<dyn Queued>>, clock: &Cl
 /// transaction fails as a whole, each write is retried alone so that one bad write cannot fail
 /// its neighbours; but a store locked by another process is no write's fault, and the whole
 /// batch gets that (retryable) error at once instead of each write waiting out the lock again.
-fn commit_batch<E: Engine>(engine: &mut E, mut batch: Vec<Box<dyn Queued>>, now: i64) {
+fn commit_batch<E: FileEngine>(engine: &mut E, mut batch: Vec<Box<dyn Queued>>, now: i64) {
     let outcome = engine.write(&mut |txn| {
         for job in batch.iter_mut() {
             job.apply(txn, now)?;
@@ -210,7 +224,7 @@ mod tests {
         delay: Duration,
     }
 
-    impl Engine for SlowEngine {
+    impl FileEngine for SlowEngine {
         fn write(&mut self, f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<()>) -> Result<()> {
             std::thread::sleep(self.delay);
             let mut state = self.state.lock().unwrap();
@@ -292,7 +306,7 @@ mod tests {
         calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     }
 
-    impl Engine for LockedEngine {
+    impl FileEngine for LockedEngine {
         fn write(&mut self, f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<()>) -> Result<()> {
             let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             std::thread::sleep(Duration::from_millis(30));

@@ -10,7 +10,8 @@ use crate::{Clock, Lease, LeaseLoss, LeaseOwner, StoreError};
 
 /// The leases of one transaction: the newest grant of each session that ever had one (a
 /// released, expired or forgotten grant stays stored, so that `fence` keeps growing).
-pub(crate) trait LeaseTxn {
+pub trait LeaseTxn {
+    /// The session's newest grant, if it ever had one.
     fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>>;
     /// Inserts or replaces the session's grant.
     fn put_lease(&mut self, grant: &Grant) -> Result<()>;
@@ -21,7 +22,7 @@ pub(crate) trait LeaseTxn {
 
 /// What became of a grant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum GrantState {
+pub enum GrantState {
     /// Its owner holds it (live until it expires, and renewable after as long as it is the
     /// newest grant).
     Held,
@@ -33,9 +34,11 @@ pub(crate) enum GrantState {
 
 /// A session's newest lease grant and its state: the row a store keeps per session.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Grant {
-    pub(crate) lease: Lease,
-    pub(crate) state: GrantState,
+pub struct Grant {
+    /// The lease granted.
+    pub lease: Lease,
+    /// What became of it.
+    pub state: GrantState,
 }
 
 impl Grant {

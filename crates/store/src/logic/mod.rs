@@ -1,6 +1,6 @@
 //! The semantics of every read, write and lease request, written once as functions over a
 //! small key-value view of one live transaction ([`ReadTxn`], [`WriteTxn`], [`LeaseTxn`]) that
-//! every backend provides; `adapter.rs` turns them into the
+//! every backend's [`Engine`](crate::engine::Engine) provides; `store.rs` runs them as the
 //! [`BindingStore`](crate::BindingStore) methods.
 //!
 //! Every logical refusal (`InvalidInput`, `Conflict`, `RetiredThread`, `LeaseLost`, `Busy`,
@@ -21,10 +21,9 @@ use serde_json::{Map, Value};
 use crate::Result;
 use crate::{BindingState, SessionRecord, StoreError, TranscriptRow, CODEX_THREAD_ID_KEY};
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) use leases::GrantState;
 #[cfg_attr(not(feature = "redb"), allow(unused_imports))]
-pub(crate) use leases::{acquire, release, renew, stale_grants, Grant, LeaseTxn, LocalLeases};
+pub(crate) use leases::{acquire, release, renew, stale_grants, LocalLeases};
+pub use leases::{Grant, GrantState, LeaseTxn};
 #[cfg(any(feature = "redb", feature = "sqlite"))]
 pub(crate) use reads::session_threads;
 pub(crate) use reads::{export, list_page, rows, write_mirror_file};
@@ -33,10 +32,13 @@ pub(crate) use writes::{commit, delete, import, mark_delivered, patch, retire};
 /// Which mirrored file a chunk belongs to: the session, its thread, and the file's path
 /// relative to `CODEX_HOME`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct FileKey<'a> {
-    pub(crate) session_id: &'a str,
-    pub(crate) thread_id: &'a str,
-    pub(crate) path: &'a str,
+pub struct FileKey<'a> {
+    /// The session.
+    pub session_id: &'a str,
+    /// The thread whose rollout the file is.
+    pub thread_id: &'a str,
+    /// The file's path relative to `CODEX_HOME`.
+    pub path: &'a str,
 }
 
 impl std::fmt::Display for FileKey<'_> {
@@ -56,17 +58,21 @@ impl<'a> FileKey<'a> {
     }
 }
 
-/// A read view of one transaction (or snapshot).
-pub(crate) trait ReadTxn {
+/// A read view of one transaction (or snapshot), as an engine hands it to an operation.
+pub trait ReadTxn {
     /// The store as errors name it: its path, or its URL with the password redacted.
     fn label(&self) -> &str;
+    /// The session's record, if stored.
     fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>>;
+    /// The session's rows whose `seq` is in `range`, in order.
     fn load_rows(&mut self, session_id: &str, range: Range<u64>) -> Result<Vec<TranscriptRow>>;
     /// Up to `limit` records with a session id greater than `after`, in order.
     fn list(&mut self, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>>;
+    /// Whether any row of the session is stored.
     fn has_rows(&mut self, session_id: &str) -> Result<bool>;
     /// The bytes of the session's stored rows (their JSON text); 0 for none.
     fn row_bytes(&mut self, session_id: &str) -> Result<u64>;
+    /// The session `thread_id` belongs to, if any.
     fn thread_owner(&mut self, thread_id: &str) -> Result<Option<String>>;
     /// The threads that belong to `session_id`, in any order.
     fn session_threads(&mut self, session_id: &str) -> Result<Vec<String>>;
@@ -83,9 +89,10 @@ pub(crate) trait ReadTxn {
 }
 
 /// What [`ReadTxn::load_chunks`] hands each `(seq, bytes)` to.
-pub(crate) type ChunkSink<'a> = &'a mut dyn FnMut(u64, &[u8]) -> Result<()>;
+pub type ChunkSink<'a> = &'a mut dyn FnMut(u64, &[u8]) -> Result<()>;
 
-pub(crate) trait WriteTxn: ReadTxn {
+/// A write view of one write transaction: every write of an operation commits together.
+pub trait WriteTxn: ReadTxn {
     /// Inserts or replaces the session record.
     fn put(&mut self, record: &SessionRecord) -> Result<()>;
     /// Writes rows `first_seq..` of the session (never over an existing row).
@@ -114,18 +121,6 @@ pub(crate) trait WriteTxn: ReadTxn {
     /// The leases as this transaction sees them: a table of the store, or the process's own.
     fn leases(&mut self) -> &mut dyn LeaseTxn;
 }
-
-/// A read: runs on one snapshot.
-pub(crate) trait ReadOp<T>: FnMut(&mut dyn ReadTxn) -> Result<T> + Send + 'static {}
-impl<T, F: FnMut(&mut dyn ReadTxn) -> Result<T> + Send + 'static> ReadOp<T> for F {}
-
-/// A write: runs in one write transaction at store time `now` (again, alone, when the group
-/// commit it was part of failed).
-pub(crate) trait WriteOp<T>:
-    FnMut(&mut dyn WriteTxn, i64) -> Result<T> + Send + 'static
-{
-}
-impl<T, F: FnMut(&mut dyn WriteTxn, i64) -> Result<T> + Send + 'static> WriteOp<T> for F {}
 
 /// A lease request: runs on the leases at store time `now`.
 pub(crate) trait LeaseOp<T>:

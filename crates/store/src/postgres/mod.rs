@@ -30,10 +30,10 @@ use tokio::sync::oneshot;
 use self::error::PgResult;
 use self::sql::{Sql, Statements};
 use self::txn::Txn;
-use crate::adapter::{backend_store, Backend};
-use crate::logic::{ReadOp, WriteOp};
-use crate::Result;
-use crate::{Clock, Durability, OpenOptions, StoreError};
+use async_trait::async_trait;
+
+use crate::engine::{Answer, Engine, ReadFn, Request, WriteFn};
+use crate::{BindingStore, Clock, Durability, OpenOptions, Result, StoreError};
 
 /// How many connections (and threads) a store uses at most.
 const POOL_SIZE: usize = 16;
@@ -46,29 +46,20 @@ const POOL_SIZE: usize = 16;
 /// free.
 const STALLED_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A [`BindingStore`](crate::BindingStore) in a PostgreSQL database.
-#[derive(Clone)]
-pub struct PostgresStore {
-    pg: Pg,
-}
-
-backend_store!(PostgresStore, pg);
-
-impl std::fmt::Debug for PostgresStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresStore")
-            .field("url", &self.pg.pool.label)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The backend behind a [`PostgresStore`]: its pool (shared by clones).
-#[derive(Clone)]
+/// The engine of a store in a PostgreSQL database: its pool.
 struct Pg {
-    pool: Arc<Pool>,
+    pool: Pool,
     /// Opened read-only: every write and lease request is refused before it is sent.
     read_only: bool,
     clock: Clock,
+}
+
+impl std::fmt::Debug for Pg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pg")
+            .field("url", &self.pool.label)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A job for a pool thread: runs on its connection.
@@ -113,7 +104,7 @@ impl Conn {
 
     /// Runs `op` in one write transaction under the advisory locks of `session_ids`, taken
     /// in order (every writer of several sessions takes them sorted: no deadlock).
-    fn write<T>(&mut self, session_ids: &[String], op: &mut impl WriteOp<T>) -> Result<T> {
+    fn write(&mut self, session_ids: &[String], op: &mut WriteFn) -> Result<Answer> {
         let label = self.label.clone();
         let keys: Vec<String> = session_ids.iter().map(|id| self.sql.lock_key(id)).collect();
         let synchronous_commit = if self.relaxed { "off" } else { "on" };
@@ -148,7 +139,7 @@ impl Conn {
     }
 
     /// Runs `op` on one read-only snapshot.
-    fn read<T>(&mut self, op: &mut impl ReadOp<T>) -> Result<T> {
+    fn read(&mut self, op: &mut ReadFn) -> Result<Answer> {
         let label = self.label.clone();
         let (client, sql) = self.client()?;
         let txn = client
@@ -168,22 +159,26 @@ impl Conn {
     }
 }
 
-impl PostgresStore {
-    /// Connects to `url` (`postgres://user@host:port/db`, libpq-style parameters; plus
-    /// `schema=NAME` to keep the tables in that schema, created if missing), creating the
-    /// tables of a new store (unless [`OpenOptions::create`] is `false`: then
+impl BindingStore {
+    /// Connects to the PostgreSQL database `url` (`postgres://user@host:port/db`, libpq-style
+    /// parameters; plus `schema=NAME` to keep the tables in that schema, created if missing),
+    /// creating the tables of a new store (unless [`OpenOptions::create`] is `false`: then
     /// [`StoreError::NoStore`]). At most 16 connections are open at once.
     ///
     /// Errors: [`StoreError::UnsupportedUrl`] for a URL that does not parse,
     /// [`StoreError::NewerSchema`] for tables of a newer rethread, [`StoreError::Corrupt`]
     /// for a schema that holds foreign tables of the same names, [`StoreError::Backend`] when
     /// the server cannot be reached. No TLS: use it on loopback or a private network.
-    pub async fn open(url: &str, options: OpenOptions) -> Result<Self> {
-        Self::open_with(url, options, STALLED_WRITE_TIMEOUT).await
+    pub async fn postgres(url: &str, options: OpenOptions) -> Result<Self> {
+        let pg = Pg::open(url, options, STALLED_WRITE_TIMEOUT).await?;
+        Ok(BindingStore::new(pg))
     }
+}
 
-    /// [`PostgresStore::open`] with another [`STALLED_WRITE_TIMEOUT`] (tests).
-    async fn open_with(url: &str, options: OpenOptions, stalled_write: Duration) -> Result<Self> {
+impl Pg {
+    /// Opens the engine of [`BindingStore::postgres`], its stalled writes ended after
+    /// `stalled_write` ([`STALLED_WRITE_TIMEOUT`]; shorter in tests).
+    async fn open(url: &str, options: OpenOptions, stalled_write: Duration) -> Result<Self> {
         let label = crate::redact_url(url);
         let (pg_url, schema) = crate::open::postgres_parts(url)?;
         let mut config =
@@ -227,24 +222,18 @@ impl PostgresStore {
             label,
         };
         let pg = Pg {
-            pool: Arc::new(pool),
+            pool,
             read_only: options.read_only,
             clock: options.clock.clone(),
         };
         let create = options.may_create();
         pg.run(move |conn| conn.ensure_schema(create)).await?;
-        Ok(PostgresStore { pg })
+        Ok(pg)
     }
 
-    /// The URL (without password) this store was opened with.
-    pub fn url(&self) -> &str {
-        &self.pg.pool.label
-    }
-
-    /// Finishes the calls under way and closes the connections (of every clone of this
-    /// store).
-    pub async fn close(self) {
-        let pool = &self.pg.pool;
+    /// Finishes the calls under way and closes the connections.
+    async fn shut(&self) {
+        let pool = &self.pool;
         pool.jobs.lock().unpoisoned().take();
         let threads = std::mem::take(&mut *pool.threads.lock().unpoisoned());
         let _ = tokio::task::spawn_blocking(move || {
@@ -252,9 +241,7 @@ impl PostgresStore {
         })
         .await;
     }
-}
 
-impl Pg {
     /// Runs `f` on a pool thread's connection and waits for it without blocking the runtime.
     async fn run<T: Send + 'static>(
         &self,
@@ -278,39 +265,29 @@ impl Pg {
     }
 }
 
-impl Backend for Pg {
-    async fn read<T: Send + 'static>(&self, mut op: impl ReadOp<T>) -> Result<T> {
+#[async_trait]
+impl Engine for Pg {
+    async fn read(&self, _: Request<'_>, mut op: ReadFn) -> Result<Answer> {
         self.run(move |conn| conn.read(&mut op)).await
     }
 
-    async fn write<T: Send + 'static>(
-        &self,
-        session_id: &str,
-        mut op: impl WriteOp<T>,
-    ) -> Result<T> {
+    async fn write(&self, request: Request<'_>, mut op: WriteFn) -> Result<Answer> {
         if self.read_only {
             return Err(StoreError::opened_read_only(&self.pool.label));
         }
-        let session_ids = [session_id.to_string()];
-        self.run(move |conn| conn.write(&session_ids, &mut op))
-            .await
-    }
-
-    async fn write_sessions<T: Send + 'static>(
-        &self,
-        mut session_ids: Vec<String>,
-        mut op: impl WriteOp<T>,
-    ) -> Result<T> {
-        if self.read_only {
-            return Err(StoreError::opened_read_only(&self.pool.label));
-        }
+        let mut session_ids = request.sessions.to_vec();
         session_ids.sort_unstable();
+        session_ids.dedup();
         self.run(move |conn| conn.write(&session_ids, &mut op))
             .await
     }
 
     fn clock(&self) -> Clock {
         self.clock.clone()
+    }
+
+    async fn close(&self) {
+        self.shut().await;
     }
 }
 
@@ -324,10 +301,10 @@ mod tests {
 
     use serde_json::json;
 
-    use super::PostgresStore;
-    use crate::adapter::Backend;
+    use super::Pg;
+    use crate::engine::{Answer, Engine, Request, WriteFn};
     use crate::logic::WriteTxn;
-    use crate::{BindingStore, BindingStoreExt, OpenOptions, SessionRecord, TurnCommit};
+    use crate::{BindingStore, OpenOptions, SessionRecord, TurnCommit};
 
     /// A write stalled under its session's lock loses its transaction once it sat idle past the
     /// timeout, and the lock with it: another host's write of the session goes through instead of
@@ -337,23 +314,25 @@ mod tests {
         let Some(url) = rethread_testkit::postgres::fresh_url("stalled_write") else {
             return;
         };
-        let stalled =
-            PostgresStore::open_with(&url, OpenOptions::new(), Duration::from_millis(300))
-                .await
-                .unwrap();
-        let other = PostgresStore::open(&url, OpenOptions::new()).await.unwrap();
+        let stalled = Pg::open(&url, OpenOptions::new(), Duration::from_millis(300));
+        let stalled = std::sync::Arc::new(stalled.await.unwrap());
+        let other = BindingStore::postgres(&url, OpenOptions::new())
+            .await
+            .unwrap();
         let (locked, is_locked) = mpsc::channel();
         let (go_on, gone_on) = mpsc::channel();
         let write = {
-            let pg = stalled.pg.clone();
+            let pg = std::sync::Arc::clone(&stalled);
             // Holding its session's lock, it stops until told to go on: a host stopped (or cut
             // off) between its lock and its commit.
-            let op = move |txn: &mut dyn WriteTxn, now| {
+            let op: WriteFn = Box::new(move |txn: &mut dyn WriteTxn, now| {
                 let _ = locked.send(());
                 let _ = gone_on.recv();
-                txn.put(&SessionRecord::new("s", now))
-            };
-            tokio::spawn(async move { pg.write("s", op).await })
+                txn.put(&SessionRecord::new("s", now))?;
+                Ok(Box::new(()) as Answer)
+            });
+            let sessions = ["s".to_string()];
+            tokio::spawn(async move { pg.write(Request::of("commit_turn", &sessions), op).await })
         };
         tokio::task::spawn_blocking(move || is_locked.recv())
             .await
@@ -367,6 +346,7 @@ mod tests {
         let stalled_write = write.await.unwrap();
         assert!(stalled_write.is_err(), "{stalled_write:?}");
         assert_eq!(other.require_session("s").await.unwrap().row_count, 1);
+        let stalled = BindingStore::shared(stalled);
         let again = stalled.commit_turn(TurnCommit::new("s", "t", vec![json!(2)]));
         assert_eq!(again.await.unwrap().row_count(), 2);
     }

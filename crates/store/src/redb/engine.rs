@@ -18,7 +18,7 @@ use super::tables::{
 };
 use super::RedbResult;
 use crate::durable::{
-    check_mirrors, merge_scan, open_error, owner_only, prepare_file, Engine, FileId, Readers,
+    check_mirrors, merge_scan, open_error, owner_only, prepare_file, FileEngine, FileId, Readers,
     ScannedRow, ScannedSession,
 };
 use crate::logic::{LocalLeases, ReadTxn, WriteTxn};
@@ -322,7 +322,7 @@ impl RedbEngine {
     }
 }
 
-impl Engine for RedbEngine {
+impl FileEngine for RedbEngine {
     fn write(&mut self, f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<()>) -> Result<()> {
         if self.reopen {
             self.reopen()?;

@@ -12,105 +12,72 @@ mod engine;
 mod overlay;
 mod tables;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use self::engine::{open_shared, MakeBackend, Opener, RedbEngine, RedbReaders};
-use crate::adapter::backend_store;
 use crate::durable::{Durable, Writer};
 use crate::logic::LocalLeases;
 use crate::Result;
-use crate::{BoxError, OpenOptions, StoreError};
+use crate::{BindingStore, BoxError, OpenOptions, StoreError};
 
-/// A [`BindingStore`](crate::BindingStore) in one redb file.
-#[derive(Debug)]
-pub struct RedbStore {
-    durable: Durable,
-    path: PathBuf,
-    /// The database the writer and readers share (for the tests).
-    #[cfg(test)]
-    shared: Arc<engine::Shared>,
-}
-
-backend_store!(RedbStore, durable);
-
-impl RedbStore {
-    /// Opens (or creates, owner-only) the store at `path`, on the store's writer thread.
+impl BindingStore {
+    /// Opens (or creates, owner-only) the store in the redb file at `path`, on the store's
+    /// writer thread.
     ///
     /// Errors: [`StoreError::NotAFile`], [`StoreError::NoStore`] (without `create`) and
     /// [`StoreError::NotWritable`] before anything opens the file; [`StoreError::Locked`] if
     /// another process has it open past [`OpenOptions::wait`]; [`StoreError::Corrupt`] for a
     /// damaged or foreign file, [`StoreError::NewerSchema`] for a file from a newer rethread.
-    pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
+    pub async fn redb(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let make_backend: MakeBackend = Arc::new(|builder, file| {
             builder.create_with_backend(::redb::backends::FileBackend::new(file)?)
         });
-        Self::open_with(path.as_ref(), options, make_backend).await
+        let (durable, _) = open_with(path.as_ref(), options, make_backend).await?;
+        Ok(BindingStore::new(durable))
     }
+}
 
-    /// [`RedbStore::open`] on the storage `make_backend` makes of the file.
-    pub(super) async fn open_with(
-        path: &Path,
-        options: OpenOptions,
-        make_backend: MakeBackend,
-    ) -> Result<Self> {
-        let path = path.to_path_buf();
-        let read_only = options.read_only.then(|| crate::redact::path_label(&path));
-        let clock = options.clock.clone();
-        let opener = Opener {
-            path: path.clone(),
-            label: crate::redact::path_label(&path),
-            options,
-            make_backend,
+/// Opens the redb engine on the storage `make_backend` makes of the file; also returns the
+/// database the writer and readers share.
+async fn open_with(
+    path: &Path,
+    options: OpenOptions,
+    make_backend: MakeBackend,
+) -> Result<(Durable, Arc<engine::Shared>)> {
+    let path = path.to_path_buf();
+    let read_only = options.read_only.then(|| crate::redact::path_label(&path));
+    let clock = options.clock.clone();
+    let opener = Opener {
+        label: crate::redact::path_label(&path),
+        path,
+        options,
+        make_backend,
+    };
+    // Shared by the lease calls and the writer thread, which checks fences against them.
+    let leases = Arc::new(LocalLeases::new(clock.clone()));
+    let engine_leases = Arc::clone(&leases);
+    let (writer, readers) = Writer::spawn("redb", clock.clone(), move || {
+        let (shared, file_id) = open_shared(&opener)?;
+        let shared = Arc::new(shared);
+        let readers = RedbReaders {
+            shared: Arc::clone(&shared),
+            leases: Arc::clone(&engine_leases),
         };
-        // Shared by the lease calls and the writer thread, which checks fences against them.
-        let leases = Arc::new(LocalLeases::new(clock.clone()));
-        let engine_leases = Arc::clone(&leases);
-        let (writer, readers) = Writer::spawn("redb", clock.clone(), move || {
-            let (shared, file_id) = open_shared(&opener)?;
-            let shared = Arc::new(shared);
-            let readers = RedbReaders {
-                shared: Arc::clone(&shared),
-                leases: Arc::clone(&engine_leases),
-            };
-            let engine = RedbEngine {
-                shared,
-                opener,
-                leases: engine_leases,
-                file_id,
-                reopen: false,
-                not_durable_since: None,
-            };
-            Ok((engine, readers))
-        })
-        .await?;
-        #[cfg(test)]
-        let shared = Arc::clone(&readers.shared);
-        let durable = Durable {
-            writer,
-            readers: Arc::new(readers),
-            local_leases: Some(leases),
-            read_only,
-            clock,
-        };
-        Ok(RedbStore {
-            durable,
-            path,
-            #[cfg(test)]
+        let engine = RedbEngine {
             shared,
-        })
-    }
-
-    /// The file this store lives in.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Finishes queued writes and closes the file, so that it can be opened again (by this
-    /// or another process) as soon as this returns.
-    pub async fn close(self) {
-        self.durable.close().await;
-    }
+            opener,
+            leases: engine_leases,
+            file_id,
+            reopen: false,
+            not_durable_since: None,
+        };
+        Ok((engine, readers))
+    })
+    .await?;
+    let shared = Arc::clone(&readers.shared);
+    let durable = Durable::new(writer, Arc::new(readers), Some(leases), read_only, clock);
+    Ok((durable, shared))
 }
 
 /// Maps every redb error to a [`StoreError`]. The one place redb errors are interpreted.
@@ -166,7 +133,7 @@ mod tests {
     use ::redb::StorageBackend;
 
     use super::*;
-    use crate::{BindingStore, BindingStoreExt, TurnCommit};
+    use crate::{BindingStore, TurnCommit};
 
     /// The file, with writes that fail with "no space left on device" while `full` is set.
     #[derive(Debug)]
@@ -239,7 +206,7 @@ mod tests {
         dir: &Path,
         full: &Arc<AtomicBool>,
         slow: &Arc<AtomicBool>,
-    ) -> RedbStore {
+    ) -> BindingStore {
         let (full, slow) = (Arc::clone(full), Arc::clone(slow));
         let make_backend: MakeBackend = Arc::new(move |builder, file| {
             builder.create_with_backend(FullDisk {
@@ -248,9 +215,9 @@ mod tests {
                 slow: Arc::clone(&slow),
             })
         });
-        RedbStore::open_with(&dir.join("s.redb"), OpenOptions::new(), make_backend)
-            .await
-            .unwrap()
+        let path = dir.join("s.redb");
+        let opened = open_with(&path, OpenOptions::new(), make_backend).await;
+        BindingStore::new(opened.unwrap().0)
     }
 
     /// A lease holder on another machine.
@@ -298,7 +265,7 @@ mod tests {
         let ns: Vec<_> = rows.iter().map(|r| r.body["n"].clone()).collect();
         assert_eq!(ns, [serde_json::json!(0), serde_json::json!(3)]);
         store.close().await;
-        let reopened = RedbStore::open(&path, OpenOptions::new().create(false))
+        let reopened = BindingStore::redb(&path, OpenOptions::new().create(false))
             .await
             .unwrap();
         assert_eq!(reopened.all_rows("s").await.unwrap().len(), 2);
@@ -314,11 +281,11 @@ mod tests {
     async fn a_lease_taken_while_a_fenced_commit_is_syncing_sees_that_commit() {
         let dir = tempfile::tempdir().unwrap();
         let slow = Arc::new(AtomicBool::new(false));
-        let store = Arc::new(store_on_disk(dir.path(), &Arc::default(), &slow).await);
+        let store = store_on_disk(dir.path(), &Arc::default(), &slow).await;
         let ttl = std::time::Duration::from_millis(100);
         let a = store.acquire_lease("s", &owner("a"), ttl).await.unwrap();
         slow.store(true, Ordering::SeqCst);
-        let writer = Arc::clone(&store);
+        let writer = store.clone();
         let committed =
             tokio::spawn(async move { writer.commit_turn(commit(0).fence(Some(a.fence()))).await });
         // A's lease expires while its commit syncs; B takes it and reads the session.
@@ -337,7 +304,7 @@ mod tests {
             Err(StoreError::LeaseLost { .. }) => {}
             Err(other) => panic!("{other:?}"),
         }
-        Arc::try_unwrap(store).unwrap().close().await;
+        store.close().await;
     }
 
     /// Issue 36: a prune compacted the file after each batch's commit (10,000 sessions in
@@ -348,10 +315,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let clock = crate::Clock::manual();
         let options = OpenOptions::new().clock(clock.clone());
-        let store = RedbStore::open(dir.path().join("s.redb"), options)
-            .await
-            .unwrap();
-        let compactions = || store.shared.compactions.load(Ordering::SeqCst);
+        let make_backend: MakeBackend =
+            Arc::new(|builder, file| builder.create_with_backend(FileBackend::new(file)?));
+        let path = dir.path().join("s.redb");
+        let (durable, shared) = open_with(&path, options, make_backend).await.unwrap();
+        let store = BindingStore::new(durable);
+        let compactions = || shared.compactions.load(Ordering::SeqCst);
         for n in 0..6 {
             let mut turn = commit(n);
             turn.session_id = format!("s{n}");

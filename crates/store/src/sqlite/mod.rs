@@ -17,30 +17,21 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use self::txn::Txn;
-use crate::adapter::backend_store;
-use crate::durable::{prepare_file, Durable, Engine, FileId, Readers, Writer};
+use crate::durable::{prepare_file, Durable, FileEngine, FileId, Readers, Writer};
 use crate::logic::{ReadTxn, WriteTxn};
 use crate::verify::Checker;
 use crate::Result;
-use crate::{BoxError, Durability, OpenOptions, StoreError};
+use crate::{BindingStore, BoxError, Durability, OpenOptions, StoreError};
 
-/// A [`BindingStore`](crate::BindingStore) in one SQLite file (WAL mode).
-#[derive(Debug)]
-pub struct SqliteStore {
-    durable: Durable,
-    path: PathBuf,
-}
-
-backend_store!(SqliteStore, durable);
-
-impl SqliteStore {
-    /// Opens (or creates, owner-only) the store at `path`, on the store's writer thread.
+impl BindingStore {
+    /// Opens (or creates, owner-only) the store in the SQLite file at `path` (WAL mode), on
+    /// the store's writer thread.
     ///
     /// Errors: [`StoreError::NotAFile`], [`StoreError::NoStore`] (without `create`) and
     /// [`StoreError::NotWritable`] before anything opens the file; [`StoreError::Corrupt`] for
     /// a damaged or foreign file, [`StoreError::NewerSchema`] for a file from a newer rethread,
     /// [`StoreError::Locked`] if another process holds the write lock past the wait.
-    pub async fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
+    pub async fn sqlite(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let read_only = options.read_only.then(|| crate::redact::path_label(&path));
         let open_path = path.clone();
@@ -71,24 +62,9 @@ impl SqliteStore {
             Ok((engine, readers))
         })
         .await?;
-        let durable = Durable {
-            writer,
-            readers: Arc::new(readers),
-            local_leases: None,
-            read_only,
-            clock,
-        };
-        Ok(SqliteStore { durable, path })
-    }
-
-    /// The file this store lives in.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Finishes queued writes and closes the connections.
-    pub async fn close(self) {
-        self.durable.close().await;
+        let readers = Arc::new(readers);
+        let durable = Durable::new(writer, readers, None, read_only, clock);
+        Ok(BindingStore::new(durable))
     }
 }
 
@@ -216,7 +192,7 @@ struct SqliteEngine {
     upkeep_due: Option<Instant>,
 }
 
-impl Engine for SqliteEngine {
+impl FileEngine for SqliteEngine {
     fn write(&mut self, f: &mut dyn FnMut(&mut dyn WriteTxn) -> Result<()>) -> Result<()> {
         let label = self.label.as_str();
         let txn = self

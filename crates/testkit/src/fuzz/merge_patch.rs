@@ -18,11 +18,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use rethread_store::{
-    BindingStore, MemoryStore, OpenOptions, RedbStore, Retirement, SessionRecord, StoreError,
-    TurnCommit, CODEX_THREAD_ID_KEY,
+    BindingStore, OpenOptions, Retirement, SessionRecord, StoreError, TurnCommit,
+    CODEX_THREAD_ID_KEY,
 };
 use serde_json::{json, Map, Number, Value};
 
@@ -151,7 +151,7 @@ fn answer_of<T>(result: Result<T, StoreError>, ok: impl FnOnce(T) -> Answer) -> 
     }
 }
 
-async fn apply(store: &dyn BindingStore, prefix: &str, op: &Op) -> Answer {
+async fn apply(store: &BindingStore, prefix: &str, op: &Op) -> Answer {
     match op {
         Op::Patch(s, patch) => answer_of(
             store
@@ -278,7 +278,7 @@ fn check_record(
 
 struct Shared {
     runtime: tokio::runtime::Runtime,
-    redb: Arc<RedbStore>,
+    redb: BindingStore,
     _dir: tempfile::TempDir,
 }
 
@@ -293,11 +293,11 @@ fn shared() -> &'static Shared {
         let path = dir.path().join("merge.redb");
         let options = OpenOptions::new().durability(rethread_store::Durability::Relaxed);
         let redb = runtime
-            .block_on(RedbStore::open(&path, options))
+            .block_on(BindingStore::redb(&path, options))
             .expect("open redb");
         Shared {
             runtime,
-            redb: Arc::new(redb),
+            redb,
             _dir: dir,
         }
     })
@@ -315,7 +315,7 @@ pub fn run(data: &[u8]) {
     let shared = shared();
     let prefix = format!("x{}/", EXEC.fetch_add(1, Ordering::Relaxed));
     shared.runtime.block_on(async {
-        let memory = MemoryStore::new();
+        let memory = BindingStore::memory();
         let mut model: BTreeMap<&'static str, ModelSession> = BTreeMap::new();
         let mut before: BTreeMap<&'static str, Option<SessionRecord>> = BTreeMap::new();
         for (step, op) in ops.iter().enumerate() {
@@ -323,7 +323,7 @@ pub fn run(data: &[u8]) {
             let got = apply(&memory, "", op).await;
             assert_eq!(got, expected, "step {step} {op:?}: memory store answer");
             if durable {
-                let got = apply(shared.redb.as_ref(), &prefix, op).await;
+                let got = apply(&shared.redb, &prefix, op).await;
                 assert_eq!(got, expected, "step {step} {op:?}: redb answer");
             }
             for s in SESSIONS {

@@ -33,7 +33,7 @@ use rethread_runtime::{
     AppServerClient, BinderOptions, ClientOptions, OpenOutcome, Publication, SessionBinder,
     StatusKind, StatusRail, TurnReport, RESUME_FALLBACK_NOTICE,
 };
-use rethread_store::{BindingStore, BindingStoreExt, MemoryStore, TurnCommit};
+use rethread_store::{BindingStore, TurnCommit};
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -328,7 +328,7 @@ struct HostLog {
 async fn host(
     client_read: tokio::io::ReadHalf<tokio::io::DuplexStream>,
     client_write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
-    store: Arc<dyn BindingStore>,
+    store: BindingStore,
     rail: StatusRail,
 ) -> HostLog {
     let mut log = HostLog::default();
@@ -394,7 +394,7 @@ pub fn run_outcome(data: &[u8]) -> Outcome {
         .build()
         .expect("runtime");
     let outcome = runtime.block_on(async move {
-        let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new());
+        let store: BindingStore = BindingStore::memory();
         let original_rows = vec![
             json!({"role": "user", "text": "before"}),
             json!({"role": "assistant", "text": "kept"}),

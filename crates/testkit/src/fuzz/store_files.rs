@@ -25,10 +25,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use rethread_store::{
-    BindingStore, BindingStoreExt, OpenOptions, RedbStore, SessionExport, SqliteStore, StoreError,
-    TurnCommit,
-};
+use rethread_store::{BindingStore, OpenOptions, SessionExport, StoreError, TurnCommit};
 use serde_json::{json, Map};
 
 use crate::fuzz::input::{panicked, watch_panics, Input};
@@ -85,7 +82,7 @@ struct Shared {
     sqlite: Pristine,
 }
 
-async fn fill(store: &dyn BindingStore) -> Vec<SessionExport> {
+async fn fill(store: &BindingStore) -> Vec<SessionExport> {
     let commit = |s: &str, t: &str, n: usize| {
         TurnCommit::new(s.to_string(), t.to_string(), (0..n)
             .map(|i| json!({"role": if i % 2 == 0 {"user"} else {"assistant"}, "text": format!("{s} {t} row {i}")}))
@@ -146,7 +143,7 @@ fn pristine(runtime: &tokio::runtime::Runtime, dir: &Path, backend: Backend) -> 
     runtime.block_on(async {
         let sessions = match backend {
             Backend::Redb => {
-                let store = RedbStore::open(&path, OpenOptions::new())
+                let store = BindingStore::redb(&path, OpenOptions::new())
                     .await
                     .expect("open");
                 let sessions = fill(&store).await;
@@ -154,7 +151,7 @@ fn pristine(runtime: &tokio::runtime::Runtime, dir: &Path, backend: Backend) -> 
                 sessions
             }
             Backend::Sqlite => {
-                let store = SqliteStore::open(&path, OpenOptions::new())
+                let store = BindingStore::sqlite(&path, OpenOptions::new())
                     .await
                     .expect("open");
                 let sessions = fill(&store).await;
@@ -263,7 +260,7 @@ fn check_open_error(backend: Backend, error: &StoreError) {
     );
 }
 
-async fn check_store(backend: Backend, store: &dyn BindingStore, pristine: &Pristine) {
+async fn check_store(backend: Backend, store: &BindingStore, pristine: &Pristine) {
     // Whether a read met damage in the records (not only a refusal to open).
     let mut damage_seen = false;
     match store.all_sessions().await {
@@ -378,7 +375,7 @@ fn open_and_check(
     runtime.block_on(async {
         let work = async {
             match backend {
-                Backend::Redb => match RedbStore::open(path, options).await {
+                Backend::Redb => match BindingStore::redb(path, options).await {
                     Err(e) => {
                         take_redb_panics();
                         check_open_error(backend, &e)
@@ -388,7 +385,7 @@ fn open_and_check(
                         store.close().await;
                     }
                 },
-                Backend::Sqlite => match SqliteStore::open(path, options).await {
+                Backend::Sqlite => match BindingStore::sqlite(path, options).await {
                     Err(e) => check_open_error(backend, &e),
                     Ok(store) => {
                         check_store(backend, &store, pristine).await;
