@@ -68,7 +68,7 @@ impl State {
 /// [`release`](SessionLease::release) or, in the background, when dropped.
 ///
 /// ```no_run
-/// # async fn demo(store: std::sync::Arc<dyn rethread_store::BindingStore>) -> Result<(), rethread_runtime::RuntimeError> {
+/// # async fn demo(store: rethread_store::BindingStore) -> Result<(), rethread_runtime::RuntimeError> {
 /// use std::sync::Arc;
 /// use std::time::Duration;
 /// use rethread_runtime::SessionLease;

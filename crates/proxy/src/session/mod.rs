@@ -56,7 +56,7 @@ pub struct SessionOptions {
 /// The session logic of `rethread app-server` for one session id (see the module docs).
 ///
 /// ```no_run
-/// # async fn demo(store: std::sync::Arc<dyn rethread_store::BindingStore>) -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn demo(store: rethread_store::BindingStore) -> Result<(), Box<dyn std::error::Error>> {
 /// use rethread_proxy::{run_app_server, BindingHooks, CodexCommand, ProxyOptions, SessionOptions};
 ///
 /// // Takes the session's lease now: a session held elsewhere fails here, before codex starts.

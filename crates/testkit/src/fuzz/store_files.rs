@@ -60,9 +60,9 @@ fn take_redb_panics() -> usize {
 /// The backends whose files are damaged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
-    /// `RedbStore`.
+    /// The redb backend.
     Redb,
-    /// `SqliteStore`.
+    /// The SQLite backend.
     Sqlite,
 }
 
