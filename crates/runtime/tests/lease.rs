@@ -10,6 +10,7 @@ use rethread_runtime::{
     BinderOptions, ClientOptions, OpenOutcome, RuntimeError, SessionBinder, StatusRail,
 };
 use rethread_store::{BindingStore, Clock, LeaseOwner, MemoryStore};
+use rethread_testkit::faulty_store::{self, Faults};
 
 fn options(ttl: Duration) -> BinderOptions {
     BinderOptions::default()
@@ -115,8 +116,11 @@ async fn a_crashed_holder_frees_the_session_after_its_ttl() {
 #[tokio::test]
 async fn a_lost_lease_commits_nothing() {
     let store = Arc::new(MemoryStore::new());
+    // The binder's store counts its calls: the test waits for the renewal below.
+    let faults = Faults::default();
+    let counted = Arc::new(faulty_store::over(store.clone(), faults.clone()));
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent = SessionBinder::new("s", store.clone(), StatusRail::default())
+    let mut agent = SessionBinder::new("s", counted, StatusRail::default())
         .with_options(options(Duration::from_millis(150)));
     let open = tokio::spawn(async move {
         let session = agent.open(&client).await.unwrap();
@@ -132,8 +136,19 @@ async fn a_lost_lease_commits_nothing() {
         .acquire_lease("s", &thief, Duration::from_secs(30))
         .await
         .unwrap();
-    // The renewal finds the lease lost: the turn is refused before codex runs it.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The renewal finds the lease lost: the turn is refused before codex runs it. Waits for
+    // the first renewal sent after the takeover. Its call is counted as it starts, but the
+    // in-memory store answers without yielding, so on this single-threaded runtime the renewal
+    // has taken the refusal in before this task runs again.
+    let renewals = faults.calls("renew_lease");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while faults.calls("renew_lease") == renewals {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lease was never renewed after the takeover"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let turn = tokio::spawn(async move { session.run_turn("hello").await.map(|_| ()) });
     assert!(matches!(
         turn.await.unwrap(),
