@@ -16,7 +16,7 @@ use rethread_fake_appserver::Corruption;
 use rethread_proxy::{BindingHooks, SessionOptions};
 use rethread_runtime::RESUME_FALLBACK_NOTICE;
 use rethread_store::{BindingStore, MemoryStore};
-use serde_json::{json, Value};
+use serde_json::json;
 use support::*;
 
 const SESSION: &str = "rules";
@@ -36,13 +36,6 @@ async fn hooks(store: &Arc<dyn BindingStore>) -> Arc<BindingHooks> {
             .await
             .unwrap(),
     )
-}
-
-fn warnings(log: &[Value]) -> Vec<Value> {
-    log.iter()
-        .filter(|m| m["method"] == "warning")
-        .map(|m| m["params"].clone())
-        .collect()
 }
 
 async fn bound_thread(store: &Arc<dyn BindingStore>) -> Option<String> {

@@ -9,8 +9,9 @@ use std::time::Duration;
 use rethread_runtime::{
     BinderOptions, ClientOptions, OpenOutcome, RuntimeError, SessionBinder, StatusRail,
 };
-use rethread_store::{BindingStore, Clock, LeaseOwner, MemoryStore};
+use rethread_store::{BindingStore, Clock, MemoryStore};
 use rethread_testkit::faulty_store::{self, Faults};
+use support::remote_owner;
 
 fn options(ttl: Duration) -> BinderOptions {
     BinderOptions::default()
@@ -206,17 +207,6 @@ async fn a_refused_write_marks_the_lease_lost_for_the_next_open() {
         "{again:?}"
     );
     assert_eq!(store.session("s").await.unwrap(), None, "nothing committed");
-}
-
-/// A holder on another machine: no process identity this machine could judge.
-fn remote_owner(host: &str) -> LeaseOwner {
-    LeaseOwner {
-        host: host.to_string(),
-        pid: 4242,
-        started_at_ms: 1_700_000_000_000,
-        instance: 1,
-        process: None,
-    }
 }
 
 /// The lease belongs to the binder (issue 12): `close().await` frees the session for another

@@ -203,6 +203,40 @@ pub fn proxy_fake<H: SessionHooks + 'static>(
     (proxy(hooks, read, write, |o| o), handle)
 }
 
+/// Closes the client's input, reads what is left for it, and waits (10 s at most) for the
+/// forwarder's end.
+pub async fn close_client(mut proxied: Proxied) -> (Ended, Proxied) {
+    proxied.client.close_writer().await;
+    while proxied.client.next_message().await.unwrap().is_some() {}
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), &mut proxied.task)
+        .await
+        .expect("the forwarder ends")
+        .unwrap()
+        .expect("no error");
+    (ended, proxied)
+}
+
+/// [`close_client`], failing unless the forwarder ended cleanly: the client closed, codex
+/// finished.
+pub async fn finish(proxied: Proxied) -> Proxied {
+    let (ended, proxied) = close_client(proxied).await;
+    assert_eq!(
+        ended,
+        Ended::ClientClosed {
+            codex_finished: true
+        }
+    );
+    proxied
+}
+
+/// The params of every `warning` notification in a client's log.
+pub fn warnings(log: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    log.iter()
+        .filter(|m| m["method"] == "warning")
+        .map(|m| m["params"].clone())
+        .collect()
+}
+
 /// The lines of recorded bytes.
 pub fn lines(recorded: &Recorded) -> Vec<String> {
     String::from_utf8(recorded.lock().unwrap().clone())
