@@ -14,8 +14,8 @@ use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::CURRENT;
 use serde_json::{json, Value};
 use support::{
-    app_server_with, close, describe, exec_command, run_with_prompt, sessions, started_thread,
-    store_url,
+    app_server_with, close, describe, exec_command, requests_holding, run_with_prompt, sessions,
+    started_thread, store_url,
 };
 
 const SECRET: &str = "alice's secret is zebra-42";
@@ -31,13 +31,6 @@ fn spellings(id: &str) -> Vec<String> {
         format!("urn:uuid:{id}"),
         id.to_string(),
     ]
-}
-
-/// How many model requests hold `text`.
-fn requests_holding(model: &ResponsesStandIn, text: &str) -> usize {
-    (model.model_requests().iter())
-        .filter(|r| r.conversation().iter().any(|m| m.text.contains(text)))
-        .count()
 }
 
 /// `rethread exec --experimental-json --skip-git-repo-check --cd HOME ARGS...` for `session`

@@ -13,17 +13,12 @@ use rethread_testkit::real::{codex_or_skip, rollout_files, AppServerProcess, Cod
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::CURRENT;
 use serde_json::{json, Value};
-use support::{close, describe, exec_command, rethread, run_with_prompt, sessions, store_url};
+use support::{
+    close, describe, exec_command, requests_holding, rethread, run_with_prompt, sessions, store_url,
+};
 
 const SECRET: &str = "alice's secret is zebra-42";
 const NAME: &str = "alices-thread";
-
-/// How many model requests hold `text`.
-fn requests_holding(model: &ResponsesStandIn, text: &str) -> usize {
-    (model.model_requests().iter())
-        .filter(|r| r.conversation().iter().any(|m| m.text.contains(text)))
-        .count()
-}
 
 /// `rethread app-server` on `home` (with the experimental API: `path`, `thread/search`) for
 /// `session`, or without a session (its threads kept by their ids).
@@ -64,6 +59,34 @@ async fn alices_thread(codex: &Path, home: &Path) -> (String, PathBuf) {
         .find(|file| file.to_string_lossy().contains(&thread))
         .expect("alice's rollout");
     (thread, rollout)
+}
+
+/// A thread of `client`'s own, started, with one turn saying `word`.
+async fn own_thread(client: &mut AppServerProcess, word: &str) -> String {
+    let started = client.peer.start_thread().await.unwrap();
+    let own = started["result"]["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    client.peer.run_turn(&own, word, None).await.unwrap();
+    own
+}
+
+/// Fails unless [`SECRET`] went to the model in alice's own request only and her session
+/// still holds just her turn; returns the store's URL.
+fn alice_untouched(model: &ResponsesStandIn, home: &Path) -> String {
+    assert_eq!(
+        requests_holding(model, SECRET),
+        1,
+        "only alice's own request"
+    );
+    let store = store_url(home);
+    assert_eq!(
+        sessions(&store, &["show", "alice"])["row_count"],
+        2,
+        "alice untouched"
+    );
+    store
 }
 
 /// The refusal's kind and owner in an answer.
@@ -183,15 +206,7 @@ async fn a_sessions_client_never_reaches_another_thread_by_path_duplicate_or_lis
     let (alice, rollout) = alices_thread(&codex, home).await;
 
     let mut bob = app_server(&codex, home, Some("bob")).await;
-    let started = bob.peer.start_thread().await.unwrap();
-    let own = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    bob.peer
-        .run_turn(&own, "bob's word is lion", None)
-        .await
-        .unwrap();
+    let own = own_thread(&mut bob, "bob's word is lion").await;
     probe(&mut bob, home, &own, &alice, &rollout).await;
     // Bob's own thread still works, and is still his.
     let turn = bob.peer.run_turn(&own, "bob again", None).await.unwrap();
@@ -203,20 +218,10 @@ async fn a_sessions_client_never_reaches_another_thread_by_path_duplicate_or_lis
     );
     close(bob).await;
 
-    assert_eq!(
-        requests_holding(&model, SECRET),
-        1,
-        "only alice's own request"
-    );
-    let store = store_url(home);
+    let store = alice_untouched(&model, home);
     assert_eq!(
         sessions(&store, &["show", "bob"])["thread_id"],
         own.as_str()
-    );
-    assert_eq!(
-        sessions(&store, &["show", "alice"])["row_count"],
-        2,
-        "alice untouched"
     );
 }
 
@@ -231,30 +236,11 @@ async fn a_client_without_a_session_never_reaches_a_sessions_thread_by_path_or_l
     let (alice, rollout) = alices_thread(&codex, home).await;
 
     let mut client = app_server(&codex, home, None).await;
-    let started = client.peer.start_thread().await.unwrap();
-    let own = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    client
-        .peer
-        .run_turn(&own, "the word is lion", None)
-        .await
-        .unwrap();
+    let own = own_thread(&mut client, "the word is lion").await;
     probe(&mut client, home, &own, &alice, &rollout).await;
     close(client).await;
 
-    assert_eq!(
-        requests_holding(&model, SECRET),
-        1,
-        "only alice's own request"
-    );
-    let store = store_url(home);
-    assert_eq!(
-        sessions(&store, &["show", "alice"])["row_count"],
-        2,
-        "alice untouched"
-    );
+    let store = alice_untouched(&model, home);
     let listed = sessions(&store, &["list"]);
     let kept = listed["sessions"].as_array().unwrap();
     assert!(

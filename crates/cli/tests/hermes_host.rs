@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rethread_testkit::real::{thread_id, AppServerProcess};
 use serde_json::Value;
-use support::{describe, fake_codex, rethread};
+use support::{app_server_stderr, describe, exit_code, fake_codex, rethread};
 
 /// `dir/ours/codex` (a link to rethread) ahead of `dir/theirs/codex` (the fake) on `PATH`.
 struct Linked {
@@ -63,16 +63,8 @@ impl Linked {
     }
 
     fn stderr(&self) -> String {
-        std::fs::read_to_string(self.home().join("app-server-stderr.log")).unwrap_or_default()
+        app_server_stderr(self.home())
     }
-}
-
-async fn exit_code(server: &mut AppServerProcess) -> Option<i32> {
-    tokio::time::timeout(Duration::from_secs(20), server.wait())
-        .await
-        .expect("rethread exits")
-        .unwrap()
-        .code()
 }
 
 /// `initialize`, then `thread/start`: the thread.
