@@ -41,11 +41,6 @@ async fn hooks(store: &Arc<dyn BindingStore>) -> Arc<BindingHooks> {
     )
 }
 
-fn connect(hooks: Arc<BindingHooks>, stream: DuplexStream) -> Proxied {
-    let (read, write) = tokio::io::split(stream);
-    proxy(hooks, read, write, |o| o)
-}
-
 async fn record(store: &Arc<dyn BindingStore>) -> SessionRecord {
     store.session(SESSION).await.unwrap().expect("a session")
 }

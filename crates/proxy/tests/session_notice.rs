@@ -35,8 +35,7 @@ async fn connect(
     let hooks = BindingHooks::open(SESSION, store.clone(), options(notice))
         .await
         .expect("the session is free");
-    let (read, write) = tokio::io::split(stream);
-    proxy(Arc::new(hooks), read, write, |o| o)
+    support::connect(Arc::new(hooks), stream)
 }
 
 /// The notice items the client got: (method, params).

@@ -193,6 +193,13 @@ where
     }
 }
 
+/// A forwarder with `hooks` between a new test client and the codex at the other end of
+/// `stream` (an in-process fake's), with the default options.
+pub fn connect<H: SessionHooks + 'static>(hooks: Arc<H>, stream: DuplexStream) -> Proxied {
+    let (read, write) = tokio::io::split(stream);
+    proxy(hooks, read, write, |o| o)
+}
+
 /// A forwarder in front of a new in-process fake app-server.
 pub fn proxy_fake<H: SessionHooks + 'static>(
     hooks: Arc<H>,
