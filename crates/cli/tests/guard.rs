@@ -9,42 +9,24 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use rethread_testkit::real::{codex_or_skip, rollout_files, AppServerProcess, CodexHome};
+use rethread_testkit::real::{
+    codex_or_skip, rollout_files, thread_id, AppServerProcess, CodexHome,
+};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::CURRENT;
 use serde_json::{json, Value};
 use support::{
-    close, describe, exec_command, requests_holding, rethread, run_with_prompt, sessions, store_url,
+    app_server_of, close, describe, exec_command, requests_holding, run_with_prompt, sessions,
+    store_url,
 };
 
 const SECRET: &str = "alice's secret is zebra-42";
 const NAME: &str = "alices-thread";
 
-/// `rethread app-server` on `home` (with the experimental API: `path`, `thread/search`) for
-/// `session`, or without a session (its threads kept by their ids).
-async fn app_server(codex: &Path, home: &Path, session: Option<&str>) -> AppServerProcess {
-    let store = store_url(home);
-    let mut env = vec![
-        ("RETHREAD_CODEX_BIN", codex.to_str().unwrap()),
-        ("RETHREAD_STORE", store.as_str()),
-    ];
-    env.extend(session.map(|session| ("RETHREAD_SESSION", session)));
-    let args = ["--listen", "stdio://"];
-    let mut process = AppServerProcess::spawn_with(&rethread(), home, &args, &env)
-        .await
-        .unwrap();
-    process.peer.initialize(true).await.unwrap();
-    process
-}
-
 /// Alice's thread, with one turn holding [`SECRET`] and the name [`NAME`]; its rollout.
 async fn alices_thread(codex: &Path, home: &Path) -> (String, PathBuf) {
-    let mut alice = app_server(codex, home, Some("alice")).await;
-    let started = alice.peer.start_thread().await.unwrap();
-    let thread = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let mut alice = app_server_of(codex, home, Some("alice"), true).await;
+    let thread = thread_id(&alice.peer.start_thread().await.unwrap());
     alice.peer.run_turn(&thread, SECRET, None).await.unwrap();
     let named = json!({"threadId": thread, "name": NAME});
     let answer = alice
@@ -63,11 +45,7 @@ async fn alices_thread(codex: &Path, home: &Path) -> (String, PathBuf) {
 
 /// A thread of `client`'s own, started, with one turn saying `word`.
 async fn own_thread(client: &mut AppServerProcess, word: &str) -> String {
-    let started = client.peer.start_thread().await.unwrap();
-    let own = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let own = thread_id(&client.peer.start_thread().await.unwrap());
     client.peer.run_turn(&own, word, None).await.unwrap();
     own
 }
@@ -205,7 +183,7 @@ async fn a_sessions_client_never_reaches_another_thread_by_path_duplicate_or_lis
     let home = home.path();
     let (alice, rollout) = alices_thread(&codex, home).await;
 
-    let mut bob = app_server(&codex, home, Some("bob")).await;
+    let mut bob = app_server_of(&codex, home, Some("bob"), true).await;
     let own = own_thread(&mut bob, "bob's word is lion").await;
     probe(&mut bob, home, &own, &alice, &rollout).await;
     // Bob's own thread still works, and is still his.
@@ -235,7 +213,7 @@ async fn a_client_without_a_session_never_reaches_a_sessions_thread_by_path_or_l
     let home = home.path();
     let (alice, rollout) = alices_thread(&codex, home).await;
 
-    let mut client = app_server(&codex, home, None).await;
+    let mut client = app_server_of(&codex, home, None, true).await;
     let own = own_thread(&mut client, "the word is lion").await;
     probe(&mut client, home, &own, &alice, &rollout).await;
     close(client).await;

@@ -215,6 +215,29 @@ pub fn app_server_stderr(home: &Path) -> String {
     std::fs::read_to_string(home.join("app-server-stderr.log")).unwrap_or_default()
 }
 
+/// `rethread app-server --listen stdio://` with the real `codex` on `home`, its store
+/// [`store_url`]`(home)`, for `session` (`None`: no session, threads kept by their ids),
+/// initialized with codex's experimental API (`path`, `thread/search`) or without.
+pub async fn app_server_of(
+    codex: &Path,
+    home: &Path,
+    session: Option<&str>,
+    experimental: bool,
+) -> AppServerProcess {
+    let store = store_url(home);
+    let mut env = vec![
+        ("RETHREAD_CODEX_BIN", codex.to_str().unwrap()),
+        ("RETHREAD_STORE", store.as_str()),
+    ];
+    env.extend(session.map(|session| ("RETHREAD_SESSION", session)));
+    let args = ["--listen", "stdio://"];
+    let mut process = AppServerProcess::spawn_with(&rethread(), home, &args, &env)
+        .await
+        .unwrap();
+    process.peer.initialize(experimental).await.unwrap();
+    process
+}
+
 /// `rethread app-server ARGS` on `home` with `env`, initialized.
 pub async fn app_server_with(home: &Path, args: &[&str], env: &[(&str, &str)]) -> AppServerProcess {
     let mut process = AppServerProcess::spawn_with(&rethread(), home, args, env)
