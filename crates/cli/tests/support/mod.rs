@@ -92,6 +92,19 @@ pub fn describe_lines(output: &Output) -> String {
     )
 }
 
+/// Points `command` at a redb store and a `CODEX_HOME` of their own in `dir` (`store.redb`,
+/// `codex-home`), with the fake codex and none of its profile.
+pub fn in_sandbox<'c>(command: &'c mut Command, dir: &Path) -> &'c mut Command {
+    command
+        .env(
+            "RETHREAD_STORE",
+            format!("redb:{}", dir.join("store.redb").display()),
+        )
+        .env("RETHREAD_CODEX_BIN", fake_codex())
+        .env("CODEX_HOME", dir.join("codex-home"))
+        .env_remove("FAKE_CODEX_PROFILE")
+}
+
 /// `rethread exec --experimental-json --skip-git-repo-check --cd HOME` with `codex` on `home`
 /// and `store`, a lease still held refused at once; the caller adds the rest.
 pub fn exec_command(codex: &Path, home: &Path, store: &str) -> Command {
