@@ -114,7 +114,8 @@ async fn a_crashed_holder_frees_the_session_after_its_ttl() {
     ));
 }
 
-#[tokio::test]
+// On a paused clock: see the wait below.
+#[tokio::test(start_paused = true)]
 async fn a_lost_lease_commits_nothing() {
     let store = Arc::new(MemoryStore::new());
     // The binder's store counts its calls: the test waits for the renewal below.
@@ -138,9 +139,9 @@ async fn a_lost_lease_commits_nothing() {
         .await
         .unwrap();
     // The renewal finds the lease lost: the turn is refused before codex runs it. Waits for
-    // the first renewal sent after the takeover. Its call is counted as it starts, but the
-    // in-memory store answers without yielding, so on this single-threaded runtime the renewal
-    // has taken the refusal in before this task runs again.
+    // the first renewal sent after the takeover, then until no task can go on (tokio moves
+    // the paused clock on, ending that last pause, only then): the renewal has taken the
+    // store's refusal in, whether or not the store's answer made it wait.
     let renewals = faults.calls("renew_lease");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while faults.calls("renew_lease") == renewals {
@@ -150,6 +151,7 @@ async fn a_lost_lease_commits_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    tokio::time::sleep(Duration::from_millis(1)).await;
     let turn = tokio::spawn(async move { session.run_turn("hello").await.map(|_| ()) });
     assert!(matches!(
         turn.await.unwrap(),
