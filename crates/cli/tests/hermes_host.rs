@@ -61,10 +61,6 @@ impl Linked {
             .await
             .unwrap()
     }
-
-    fn stderr(&self) -> String {
-        app_server_stderr(self.home())
-    }
 }
 
 /// `initialize`, then `thread/start`: the thread.
@@ -121,7 +117,7 @@ async fn an_empty_or_invalid_session_in_the_named_variable_is_refused() {
     for (value, why) in [("", "is unset or empty"), ("thread:x", "is refused")] {
         let mut server = linked.spawn(&linked.env(value)).await;
         assert_eq!(exit_code(&mut server).await, Some(2), "{value:?}");
-        let stderr = linked.stderr();
+        let stderr = app_server_stderr(linked.home());
         assert!(
             stderr.contains(&format!(
                 "HERMES_SESSION_ID (named by RETHREAD_SESSION_VAR) {why}"
