@@ -308,9 +308,10 @@ async fn codex_exiting_while_the_client_reads_slowly_ends_with_everything_delive
         )
         .await
     });
-    // The client's input stays open; it starts reading once the queue has filled up: the
-    // proxy read codex's end only after the last line went into the queue, and it goes on to
-    // close the client's output in the same poll, before this task runs again.
+    // The client's input stays open; it starts reading once the queue has filled up. The
+    // proxy reads codex's end only after the last line went into the queue, and in that same
+    // poll of its task (before this one runs again) it turns to closing the client's output:
+    // with the queue full, where the bug hung.
     let (mut client_read, _client_write) = tokio::io::split(client_end);
     tokio::time::timeout(Duration::from_secs(5), codex_read_to_end)
         .await
