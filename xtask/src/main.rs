@@ -8,7 +8,8 @@
 //!   packaging, and a 20-second smoke of each
 //!   fuzz target; each stage's wall time at the end. This is what `.ci/run` calls.
 //! - `docs`: fail naming each repository path a doc names that does not exist.
-//! - `loc`: the shipped lines of each crate.
+//! - `loc`: the shipped lines of each crate and in all (each shipped `src/` file up to its test
+//!   module, without the conformance suite).
 //! - `modules`: fails on a module import cycle in any crate.
 //! - `codex [--version V]`: install `@openai/codex@V` into `target/codex/V`
 //!   (idempotent) and print the binary's path.
@@ -80,7 +81,7 @@ fn print_help() {
         "cargo xtask <command>\n\n\
          ci                    the whole gate, fast stages first; each stage's wall time at the end\n\
          docs                  fail naming each repository path a doc names that does not exist\n\
-         loc                   shipped lines per crate (src/ without tests, comments, blank lines)\n\
+         loc                   shipped lines per crate and in all (src/ files up to their test module)\n\
          modules               fails on a module import cycle in any crate\n\
          codex [--version V]   install @openai/codex@V (default {}) and print its path\n\
          codex-check --version V  run the real-codex suites against V, print its compatibility row\n\

@@ -13,7 +13,7 @@ use rethread_testkit::real::{codex_or_skip, thread_id, AppServerProcess, CodexHo
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::CURRENT;
 use serde_json::{json, Value};
-use support::{fake_codex, rethread};
+use support::{app_server_stderr, exit_code, fake_codex, rethread};
 
 const WARNING: &str = "No rethread session is named (set RETHREAD_SESSION): nothing is kept, so \
                        this conversation will not be resumed after a restart.";
@@ -58,18 +58,6 @@ async fn spawn(
         .unwrap()
 }
 
-async fn exit_code(server: &mut AppServerProcess) -> Option<i32> {
-    tokio::time::timeout(Duration::from_secs(20), server.wait())
-        .await
-        .expect("rethread exits")
-        .unwrap()
-        .code()
-}
-
-fn stderr_of(home: &Path) -> String {
-    std::fs::read_to_string(home.join("app-server-stderr.log")).unwrap_or_default()
-}
-
 #[tokio::test]
 async fn a_turn_through_the_binary_and_a_clean_exit_when_the_client_leaves() {
     let home = tempfile::tempdir().unwrap();
@@ -95,7 +83,7 @@ async fn a_turn_through_the_binary_and_a_clean_exit_when_the_client_leaves() {
     );
     server.peer.close_writer().await;
     assert_eq!(exit_code(&mut server).await, Some(0));
-    assert!(stderr_of(home.path()).contains(WARNING));
+    assert!(app_server_stderr(home.path()).contains(WARNING));
 }
 
 #[tokio::test]
@@ -319,7 +307,7 @@ async fn a_second_proxy_on_a_held_session_is_refused_before_codex_starts() {
     env.push(("RETHREAD_SESSION_WAIT", "0.2"));
     let mut second = spawn(&codex, home.path(), &[], &[], &env).await;
     assert_eq!(exit_code(&mut second).await, Some(75));
-    let stderr = stderr_of(home.path());
+    let stderr = app_server_stderr(home.path());
     assert!(
         stderr.contains("session chat-1 is busy: held by"),
         "{stderr}"
@@ -344,7 +332,7 @@ async fn a_bad_session_wait_is_a_usage_error_and_an_empty_session_names_none() {
     env.push(("RETHREAD_SESSION_WAIT", "soon"));
     let mut server = spawn(&fake_codex(), home.path(), &[], &[], &env).await;
     assert_eq!(exit_code(&mut server).await, Some(2));
-    assert!(stderr_of(home.path()).contains("RETHREAD_SESSION_WAIT"));
+    assert!(app_server_stderr(home.path()).contains("RETHREAD_SESSION_WAIT"));
     // An empty RETHREAD_SESSION names no session: the pass-through, with its warning.
     let mut server = spawn(
         &fake_codex(),

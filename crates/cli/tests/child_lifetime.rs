@@ -16,7 +16,7 @@ use rethread_testkit::real::{codex_or_skip, thread_id, AppServerProcess, CodexHo
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::CURRENT;
 use serde_json::{json, Value};
-use support::{describe_lines as describe, rethread, spawn_with_prompt};
+use support::{describe_lines as describe, last_request_holds, rethread, spawn_with_prompt};
 
 /// How long a model request or a process's end is waited for before the test fails.
 const BOUND: Duration = Duration::from_secs(60);
@@ -156,13 +156,6 @@ impl World {
             self.codex.display()
         );
     }
-
-    /// The last model request's conversation holds `text`.
-    fn last_request_holds(&self, text: &str) -> bool {
-        let requests = self.model.model_requests();
-        let last = requests.last().expect("a model request");
-        last.conversation().iter().any(|m| m.text.contains(text))
-    }
 }
 
 /// Live processes (zombies left out) whose environment has `CODEX_HOME=home`: pid and command.
@@ -235,7 +228,7 @@ fn exec_killed_alone_mid_turn_leaves_no_codex_and_the_next_run_goes_on() {
         let next = finish(world.exec("what did I say?"));
         assert!(next.status.success(), "{}", describe(&next));
         assert_eq!(exec_thread(&next), thread, "the session's thread goes on");
-        assert!(world.last_request_holds("zebra"));
+        assert!(last_request_holds(&world.model, "zebra"));
         // Turns 1 and 3, each once: the killed turn was never committed.
         assert_eq!(world.session()["row_count"], 4, "{}", codex.display());
     }
@@ -261,7 +254,7 @@ fn chat_killed_alone_mid_turn_leaves_no_codex_and_the_next_run_goes_on() {
         let next: Value = serde_json::from_slice(&next.stdout).unwrap();
         assert_eq!(next["outcome"], "resumed");
         assert_eq!(next["thread_id"], first["thread_id"]);
-        assert!(world.last_request_holds("zebra"));
+        assert!(last_request_holds(&world.model, "zebra"));
         assert_eq!(world.session()["row_count"], 4, "{}", codex.display());
     }
 }
@@ -303,7 +296,7 @@ async fn app_server_killed_alone_mid_turn_leaves_no_codex_and_the_next_run_goes_
         assert_eq!(resumed, thread, "the session's thread goes on");
         let turn = next.peer.run_turn(&thread, "what did I say?", None).await;
         assert_eq!(turn.unwrap().agent_text(), ["echo: what did I say?"]);
-        assert!(world.last_request_holds("zebra"));
+        assert!(last_request_holds(&world.model, "zebra"));
         next.shutdown(BOUND).await.unwrap();
         assert_eq!(world.session()["row_count"], 4, "{}", codex.display());
     }

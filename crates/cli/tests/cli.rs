@@ -12,7 +12,7 @@ use rethread_testkit::real::{codex_or_skip, rollout_files, CodexHome};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::{recent_releases, FLOOR};
 use serde_json::Value;
-use support::fake_codex;
+use support::{block_on, fake_codex, stderr, wait_for_event};
 
 const NOTICE: &str = "Codex thread could not be resumed; starting a new one.";
 
@@ -121,10 +121,6 @@ impl Sandbox {
     fn fake_model_log(&self) -> String {
         std::fs::read_to_string(self.home.join("fake-model-requests.jsonl")).unwrap_or_default()
     }
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[test]
@@ -966,14 +962,6 @@ fn remote_holder(host: &str) -> rethread_store::LeaseOwner {
     }
 }
 
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(future)
-}
-
 /// Waits until process `pid` holds `session`'s lease (probing with a short lease of our own
 /// while it is free: the chat under test runs with `--wait`, so it outwaits the probe).
 fn wait_until_held_by(url: &str, session: &str, pid: u32) {
@@ -1011,11 +999,17 @@ fn an_interrupted_or_killed_chat_never_stalls_the_next_one() {
     let mut sandbox = sqlite_sandbox();
     let url = sandbox_store_url(&sandbox);
     for (signal, code) in [("INT", Some(130)), ("TERM", Some(143)), ("KILL", None)] {
-        sandbox.env.retain(|(k, _)| k != "FAKE_CODEX_FAULTS");
+        let events = sandbox.dir.path().join(format!("events-{signal}.log"));
+        sandbox
+            .env
+            .retain(|(k, _)| k != "FAKE_CODEX_FAULTS" && k != "FAKE_CODEX_EVENT_LOG");
         sandbox.env.push((
             "FAKE_CODEX_FAULTS".into(),
             r#"{"faults":[{"kind":"slow_turn","millis":60000}]}"#.into(),
         ));
+        sandbox
+            .env
+            .push(("FAKE_CODEX_EVENT_LOG".into(), events.display().to_string()));
         let child = sandbox
             .command(&["chat", "--session", "s1", "--json", "--wait", "30", "slow"])
             .stdout(std::process::Stdio::piped())
@@ -1023,8 +1017,8 @@ fn an_interrupted_or_killed_chat_never_stalls_the_next_one() {
             .spawn()
             .unwrap();
         wait_until_held_by(&url, "s1", child.id());
-        // Let the turn get under way.
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        // The turn is under way: codex has it.
+        wait_for_event(&events, "request turn/start");
         let status = Command::new("kill")
             .args([&format!("-{signal}"), &child.id().to_string()])
             .status()
@@ -1038,7 +1032,9 @@ fn an_interrupted_or_killed_chat_never_stalls_the_next_one() {
             assert_eq!(report["session"], "s1");
         }
         // At once, without `--wait`: the session is free.
-        sandbox.env.retain(|(k, _)| k != "FAKE_CODEX_FAULTS");
+        sandbox
+            .env
+            .retain(|(k, _)| k != "FAKE_CODEX_FAULTS" && k != "FAKE_CODEX_EVENT_LOG");
         let out = sandbox.run(&["chat", "--session", "s1", "--json", "again"]);
         assert!(out.status.success(), "after SIG{signal}: {}", stderr(&out));
     }

@@ -9,13 +9,13 @@ mod support;
 use std::path::Path;
 use std::process::Output;
 
-use rethread_testkit::real::{codex_or_skip, AppServerProcess, CodexHome};
+use rethread_testkit::real::{codex_or_skip, thread_id, CodexHome};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::CURRENT;
 use serde_json::{json, Value};
 use support::{
-    app_server_with, close, describe, exec_command, run_with_prompt, sessions, started_thread,
-    store_url,
+    app_server_of, close, describe, exec_command, requests_holding, run_with_prompt, sessions,
+    started_thread, store_url,
 };
 
 const SECRET: &str = "alice's secret is zebra-42";
@@ -31,13 +31,6 @@ fn spellings(id: &str) -> Vec<String> {
         format!("urn:uuid:{id}"),
         id.to_string(),
     ]
-}
-
-/// How many model requests hold `text`.
-fn requests_holding(model: &ResponsesStandIn, text: &str) -> usize {
-    (model.model_requests().iter())
-        .filter(|r| r.conversation().iter().any(|m| m.text.contains(text)))
-        .count()
 }
 
 /// `rethread exec --experimental-json --skip-git-repo-check --cd HOME ARGS...` for `session`
@@ -153,17 +146,6 @@ fn exec_never_continues_or_forks_another_sessions_thread_in_any_spelling() {
     );
 }
 
-/// `rethread app-server` for `session` with the real codex.
-async fn app_server(codex: &Path, home: &Path, session: &str) -> AppServerProcess {
-    let store = store_url(home);
-    let env = [
-        ("RETHREAD_CODEX_BIN", codex.to_str().unwrap()),
-        ("RETHREAD_SESSION", session),
-        ("RETHREAD_STORE", store.as_str()),
-    ];
-    app_server_with(home, &["--listen", "stdio://"], &env).await
-}
-
 #[tokio::test]
 async fn app_server_never_resumes_forks_or_reads_another_sessions_thread_in_any_spelling() {
     let Some(codex) = codex_or_skip(CURRENT) else {
@@ -172,21 +154,13 @@ async fn app_server_never_resumes_forks_or_reads_another_sessions_thread_in_any_
     let model = ResponsesStandIn::start().unwrap();
     let home = CodexHome::new(&model).unwrap();
     let home = home.path();
-    let mut first = app_server(&codex, home, "alice").await;
-    let started = first.peer.start_thread().await.unwrap();
-    let alice = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let mut first = app_server_of(&codex, home, Some("alice"), false).await;
+    let alice = thread_id(&first.peer.start_thread().await.unwrap());
     first.peer.run_turn(&alice, SECRET, None).await.unwrap();
     close(first).await;
 
-    let mut bob = app_server(&codex, home, "bob").await;
-    let started = bob.peer.start_thread().await.unwrap();
-    let own = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let mut bob = app_server_of(&codex, home, Some("bob"), false).await;
+    let own = thread_id(&bob.peer.start_thread().await.unwrap());
     for spelling in spellings(&alice) {
         let asks = [
             ("thread/resume", json!({"threadId": spelling})),

@@ -9,47 +9,24 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use rethread_testkit::real::{codex_or_skip, rollout_files, AppServerProcess, CodexHome};
+use rethread_testkit::real::{
+    codex_or_skip, rollout_files, thread_id, AppServerProcess, CodexHome,
+};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::CURRENT;
 use serde_json::{json, Value};
-use support::{close, describe, exec_command, rethread, run_with_prompt, sessions, store_url};
+use support::{
+    app_server_of, close, describe, exec_command, requests_holding, run_with_prompt, sessions,
+    store_url,
+};
 
 const SECRET: &str = "alice's secret is zebra-42";
 const NAME: &str = "alices-thread";
 
-/// How many model requests hold `text`.
-fn requests_holding(model: &ResponsesStandIn, text: &str) -> usize {
-    (model.model_requests().iter())
-        .filter(|r| r.conversation().iter().any(|m| m.text.contains(text)))
-        .count()
-}
-
-/// `rethread app-server` on `home` (with the experimental API: `path`, `thread/search`) for
-/// `session`, or without a session (its threads kept by their ids).
-async fn app_server(codex: &Path, home: &Path, session: Option<&str>) -> AppServerProcess {
-    let store = store_url(home);
-    let mut env = vec![
-        ("RETHREAD_CODEX_BIN", codex.to_str().unwrap()),
-        ("RETHREAD_STORE", store.as_str()),
-    ];
-    env.extend(session.map(|session| ("RETHREAD_SESSION", session)));
-    let args = ["--listen", "stdio://"];
-    let mut process = AppServerProcess::spawn_with(&rethread(), home, &args, &env)
-        .await
-        .unwrap();
-    process.peer.initialize(true).await.unwrap();
-    process
-}
-
 /// Alice's thread, with one turn holding [`SECRET`] and the name [`NAME`]; its rollout.
 async fn alices_thread(codex: &Path, home: &Path) -> (String, PathBuf) {
-    let mut alice = app_server(codex, home, Some("alice")).await;
-    let started = alice.peer.start_thread().await.unwrap();
-    let thread = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let mut alice = app_server_of(codex, home, Some("alice"), true).await;
+    let thread = thread_id(&alice.peer.start_thread().await.unwrap());
     alice.peer.run_turn(&thread, SECRET, None).await.unwrap();
     let named = json!({"threadId": thread, "name": NAME});
     let answer = alice
@@ -64,6 +41,30 @@ async fn alices_thread(codex: &Path, home: &Path) -> (String, PathBuf) {
         .find(|file| file.to_string_lossy().contains(&thread))
         .expect("alice's rollout");
     (thread, rollout)
+}
+
+/// A thread of `client`'s own, started, with one turn saying `word`.
+async fn own_thread(client: &mut AppServerProcess, word: &str) -> String {
+    let own = thread_id(&client.peer.start_thread().await.unwrap());
+    client.peer.run_turn(&own, word, None).await.unwrap();
+    own
+}
+
+/// Fails unless [`SECRET`] went to the model in alice's own request only and her session
+/// still holds just her turn; returns the store's URL.
+fn alice_untouched(model: &ResponsesStandIn, home: &Path) -> String {
+    assert_eq!(
+        requests_holding(model, SECRET),
+        1,
+        "only alice's own request"
+    );
+    let store = store_url(home);
+    assert_eq!(
+        sessions(&store, &["show", "alice"])["row_count"],
+        2,
+        "alice untouched"
+    );
+    store
 }
 
 /// The refusal's kind and owner in an answer.
@@ -182,16 +183,8 @@ async fn a_sessions_client_never_reaches_another_thread_by_path_duplicate_or_lis
     let home = home.path();
     let (alice, rollout) = alices_thread(&codex, home).await;
 
-    let mut bob = app_server(&codex, home, Some("bob")).await;
-    let started = bob.peer.start_thread().await.unwrap();
-    let own = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    bob.peer
-        .run_turn(&own, "bob's word is lion", None)
-        .await
-        .unwrap();
+    let mut bob = app_server_of(&codex, home, Some("bob"), true).await;
+    let own = own_thread(&mut bob, "bob's word is lion").await;
     probe(&mut bob, home, &own, &alice, &rollout).await;
     // Bob's own thread still works, and is still his.
     let turn = bob.peer.run_turn(&own, "bob again", None).await.unwrap();
@@ -203,20 +196,10 @@ async fn a_sessions_client_never_reaches_another_thread_by_path_duplicate_or_lis
     );
     close(bob).await;
 
-    assert_eq!(
-        requests_holding(&model, SECRET),
-        1,
-        "only alice's own request"
-    );
-    let store = store_url(home);
+    let store = alice_untouched(&model, home);
     assert_eq!(
         sessions(&store, &["show", "bob"])["thread_id"],
         own.as_str()
-    );
-    assert_eq!(
-        sessions(&store, &["show", "alice"])["row_count"],
-        2,
-        "alice untouched"
     );
 }
 
@@ -230,31 +213,12 @@ async fn a_client_without_a_session_never_reaches_a_sessions_thread_by_path_or_l
     let home = home.path();
     let (alice, rollout) = alices_thread(&codex, home).await;
 
-    let mut client = app_server(&codex, home, None).await;
-    let started = client.peer.start_thread().await.unwrap();
-    let own = started["result"]["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    client
-        .peer
-        .run_turn(&own, "the word is lion", None)
-        .await
-        .unwrap();
+    let mut client = app_server_of(&codex, home, None, true).await;
+    let own = own_thread(&mut client, "the word is lion").await;
     probe(&mut client, home, &own, &alice, &rollout).await;
     close(client).await;
 
-    assert_eq!(
-        requests_holding(&model, SECRET),
-        1,
-        "only alice's own request"
-    );
-    let store = store_url(home);
-    assert_eq!(
-        sessions(&store, &["show", "alice"])["row_count"],
-        2,
-        "alice untouched"
-    );
+    let store = alice_untouched(&model, home);
     let listed = sessions(&store, &["list"]);
     let kept = listed["sessions"].as_array().unwrap();
     assert!(

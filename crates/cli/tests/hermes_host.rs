@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rethread_testkit::real::{thread_id, AppServerProcess};
 use serde_json::Value;
-use support::{describe, fake_codex, rethread};
+use support::{app_server_stderr, describe, exit_code, fake_codex, rethread};
 
 /// `dir/ours/codex` (a link to rethread) ahead of `dir/theirs/codex` (the fake) on `PATH`.
 struct Linked {
@@ -61,18 +61,6 @@ impl Linked {
             .await
             .unwrap()
     }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(self.home().join("app-server-stderr.log")).unwrap_or_default()
-    }
-}
-
-async fn exit_code(server: &mut AppServerProcess) -> Option<i32> {
-    tokio::time::timeout(Duration::from_secs(20), server.wait())
-        .await
-        .expect("rethread exits")
-        .unwrap()
-        .code()
 }
 
 /// `initialize`, then `thread/start`: the thread.
@@ -129,7 +117,7 @@ async fn an_empty_or_invalid_session_in_the_named_variable_is_refused() {
     for (value, why) in [("", "is unset or empty"), ("thread:x", "is refused")] {
         let mut server = linked.spawn(&linked.env(value)).await;
         assert_eq!(exit_code(&mut server).await, Some(2), "{value:?}");
-        let stderr = linked.stderr();
+        let stderr = app_server_stderr(linked.home());
         assert!(
             stderr.contains(&format!(
                 "HERMES_SESSION_ID (named by RETHREAD_SESSION_VAR) {why}"

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{fake_codex, rethread};
+use support::{fake_codex, rethread, stderr, stdout};
 
 /// A store (in a directory that does not exist until something writes it), a CODEX_HOME, and
 /// a codex that leaves a mark when it is started.
@@ -80,14 +80,6 @@ impl Sandbox {
     fn run(&self, args: &[&str]) -> Output {
         self.command(args).output().unwrap()
     }
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The child's output, read while it runs. Past `limit`, the child and its process group

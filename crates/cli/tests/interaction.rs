@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
-use support::fake_codex;
+use support::in_sandbox;
 
 /// A store and a CODEX_HOME of its own.
 struct Sandbox {
@@ -26,15 +26,8 @@ impl Sandbox {
 
     fn command(&self, program: &Path) -> Command {
         let mut command = Command::new(program);
-        command
-            .env(
-                "RETHREAD_STORE",
-                format!("redb:{}", self.dir.path().join("store.redb").display()),
-            )
-            .env("RETHREAD_CODEX_BIN", fake_codex())
-            .env("CODEX_HOME", self.dir.path().join("codex-home"))
+        in_sandbox(&mut command, self.dir.path())
             .env("RUST_LOG", "off")
-            .env_remove("FAKE_CODEX_PROFILE")
             .env_remove("FAKE_CODEX_FAULTS");
         command
     }

@@ -6,10 +6,9 @@ mod support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Stdio};
 
-use support::{fake_codex, rethread};
+use support::{fake_codex, rethread, stderr, wait_for_event};
 
 fn command(dir: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(rethread());
@@ -34,10 +33,6 @@ fn signal(child: &Child, signal: &str) {
         .status()
         .unwrap();
     assert!(status.success());
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[test]
@@ -102,17 +97,7 @@ fn a_chat_stopped_past_its_lease_ttl_is_taken_over() {
         .spawn()
         .unwrap();
     // The turn runs: the lease is held.
-    let started = Instant::now();
-    while !std::fs::read_to_string(&events)
-        .unwrap_or_default()
-        .contains("request turn/start")
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "no turn started"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_event(&events, "request turn/start");
     signal(&stalled, "-STOP");
     let next = command(
         dir.path(),

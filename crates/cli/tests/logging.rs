@@ -7,7 +7,7 @@ mod support;
 use std::process::{Command, Output};
 
 use serde_json::Value;
-use support::fake_codex;
+use support::in_sandbox;
 
 /// A store and a CODEX_HOME of its own, and `rethread` run with `rust_log` as `RUST_LOG`
 /// (unset when `None`).
@@ -24,16 +24,7 @@ impl Sandbox {
 
     fn run(&self, rust_log: Option<&str>, args: &[&str]) -> Output {
         let mut command = Command::new(env!("CARGO_BIN_EXE_rethread"));
-        command
-            .args(args)
-            .env(
-                "RETHREAD_STORE",
-                format!("redb:{}", self.dir.path().join("store.redb").display()),
-            )
-            .env("RETHREAD_CODEX_BIN", fake_codex())
-            .env("CODEX_HOME", self.dir.path().join("codex-home"))
-            .env_remove("FAKE_CODEX_PROFILE")
-            .env_remove("NO_COLOR");
+        in_sandbox(command.args(args), self.dir.path()).env_remove("NO_COLOR");
         match rust_log {
             Some(filter) => command.env("RUST_LOG", filter),
             None => command.env_remove("RUST_LOG"),

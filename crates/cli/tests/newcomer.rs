@@ -10,8 +10,9 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use rethread_store::{open_url, LeaseOwner, LocalOwner, OpenOptions};
-use serde_json::Value;
-use support::{describe, fake_codex, rethread, wait_out_the_shortest_idle};
+use support::{
+    block_on, describe, fake_codex, json_of, rethread, stderr, stdout, wait_out_the_shortest_idle,
+};
 
 /// `rethread args` with `env`, rethread's own variables and `CODEX_HOME` unset otherwise.
 fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -33,27 +34,6 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
         command.env(key, value);
     }
     command.output().unwrap()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("not one JSON object ({e}): {}", describe(out)))
-}
-
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(future)
 }
 
 /// Issue 41, item 13: `rethread chat` on `fake-codex` without `CODEX_HOME` (the README's

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use rethread_store::{open_url, LocalOwner, MirrorAppend, MirrorUpdate, OpenOptions, TurnCommit};
 use serde_json::{json, Value};
-use support::{fake_codex, rethread as rethread_bin, wait_out_the_shortest_idle, SHORTEST_IDLE};
+use support::{
+    fake_codex, json_of, rethread as rethread_bin, wait_out_the_shortest_idle, SHORTEST_IDLE,
+};
 
 fn rethread(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(rethread_bin());
@@ -26,16 +28,6 @@ fn rethread(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
         command.env(key, value);
     }
     command.output().unwrap()
-}
-
-fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not one JSON object ({e}): {} / {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
 }
 
 const ROLLOUT: &str = "sessions/2026/12/01/rollout-2026-12-01T10-00-00-t.jsonl";

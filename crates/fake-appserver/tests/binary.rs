@@ -152,6 +152,28 @@ fn fake_codex(args: &[&str]) -> std::process::Command {
     command
 }
 
+/// `fake-codex ARGS` without `CODEX_HOME`, so that it makes a temporary home, under `temp`
+/// (its `TMPDIR`); its stdin piped.
+fn in_a_temporary_home(args: &[&str], temp: &Path) -> std::process::Command {
+    let mut command = fake_codex(args);
+    command
+        .env_remove("CODEX_HOME")
+        .env("TMPDIR", temp)
+        .stdin(std::process::Stdio::piped());
+    command
+}
+
+/// Says `initialize`, `initialized` and `thread/start` (in `/tmp`) on `input`, a fake's stdin.
+fn start_a_thread(input: &mut impl std::io::Write) {
+    for line in [
+        json!({"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "t", "version": "0"}}}),
+        json!({"method": "initialized"}),
+        json!({"id": 2, "method": "thread/start", "params": {"cwd": "/tmp"}}),
+    ] {
+        writeln!(input, "{line}").unwrap();
+    }
+}
+
 /// Issue 22, "Offline": the fake is started the way codex is. The Python SDK always passes
 /// `app-server --listen stdio://`; `--help` and `--version` answer on stdout and exit 0; any
 /// other transport is refused clearly (the fake serves stdio only), as a usage error.
@@ -204,7 +226,6 @@ fn without_codex_home_it_keeps_its_threads_in_a_temporary_home() {
 }
 
 fn without_codex_home(empty: bool) {
-    use std::io::Write;
     let user = tempfile::tempdir().unwrap();
     let cwd = tempfile::tempdir().unwrap();
     let mut command = fake_codex(&["app-server"]);
@@ -221,13 +242,7 @@ fn without_codex_home(empty: bool) {
         .spawn()
         .unwrap();
     let mut input = child.stdin.take().unwrap();
-    for line in [
-        json!({"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "t", "version": "0"}}}),
-        json!({"method": "initialized"}),
-        json!({"id": 2, "method": "thread/start", "params": {"cwd": "/tmp"}}),
-    ] {
-        writeln!(input, "{line}").unwrap();
-    }
+    start_a_thread(&mut input);
     drop(input);
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -259,10 +274,7 @@ fn a_signal_removes_the_temporary_home() {
         (&["exec", "--experimental-json"], "INT", 130),
     ] {
         let temp = tempfile::tempdir().unwrap();
-        let mut child = fake_codex(args)
-            .env_remove("CODEX_HOME")
-            .env("TMPDIR", temp.path())
-            .stdin(std::process::Stdio::piped())
+        let mut child = in_a_temporary_home(args, temp.path())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -354,25 +366,15 @@ fn codex_config_overrides_before_the_command_are_taken() {
 /// own removes it once the fake is gone.
 #[test]
 fn a_host_that_kills_the_fake_leaves_no_temporary_home_behind() {
-    use std::io::{BufRead, Write};
+    use std::io::BufRead;
     let temp = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(binary())
-        .arg("app-server")
-        .env_remove("CODEX_HOME")
-        .env("TMPDIR", temp.path())
-        .stdin(std::process::Stdio::piped())
+    let mut child = in_a_temporary_home(&["app-server"], temp.path())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let mut input = child.stdin.take().unwrap();
-    for line in [
-        json!({"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "t", "version": "0"}}}),
-        json!({"method": "initialized"}),
-        json!({"id": 2, "method": "thread/start", "params": {"cwd": "/tmp"}}),
-    ] {
-        writeln!(input, "{line}").unwrap();
-    }
+    start_a_thread(&mut input);
     // The thread is started (its rollout is in the home) before the host ends the fake.
     let mut answers = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();

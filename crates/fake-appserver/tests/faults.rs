@@ -274,7 +274,8 @@ async fn delays_and_notifications_for_other_threads() {
     assert_ne!(run.completed.unwrap()["params"]["threadId"], json!(id));
 }
 
-#[tokio::test]
+// On a paused clock: see the wait below.
+#[tokio::test(start_paused = true)]
 async fn approval_request_mid_turn_waits_for_the_answer() {
     let (mut p, handle) = fake(FaultScript::of([Fault::Approval { turn: 1 }])).await;
     let id = start(&mut p).await;
@@ -292,7 +293,9 @@ async fn approval_request_mid_turn_waits_for_the_answer() {
         .unwrap();
     let request = seen.last().unwrap().clone();
     assert_eq!(request["params"]["threadId"], json!(id));
-    // The turn waits: no model request until the answer.
+    // The turn waits: no model request until the answer. Tokio moves a paused clock on, and
+    // so ends this sleep, only once every task waits: the fake's turn has gone as far as it
+    // can without the answer.
     tokio::time::sleep(Duration::from_millis(30)).await;
     assert!(handle.model_requests().is_empty());
     p.send(&json!({"id": request["id"], "result": {"decision": "accept"}}))

@@ -22,17 +22,6 @@ struct Transparent;
 
 impl SessionHooks for Transparent {}
 
-async fn finish(mut proxied: Proxied) -> (Ended, Proxied) {
-    proxied.client.close_writer().await;
-    while proxied.client.next_message().await.unwrap().is_some() {}
-    let ended = tokio::time::timeout(Duration::from_secs(10), &mut proxied.task)
-        .await
-        .expect("the forwarder ends")
-        .unwrap()
-        .expect("no error");
-    (ended, proxied)
-}
-
 #[tokio::test]
 async fn a_turn_passes_through_byte_for_byte_with_one_warning_after_initialize() {
     let (mut proxied, fake) = proxy_fake(Arc::new(NoSession::new()), FakeAppServer::builder());
@@ -46,7 +35,7 @@ async fn a_turn_passes_through_byte_for_byte_with_one_warning_after_initialize()
         .await
         .unwrap();
     assert_eq!(turn.agent_text(), ["echo: remember zebra"]);
-    let (ended, proxied) = finish(proxied).await;
+    let (ended, proxied) = close_client(proxied).await;
     assert_eq!(
         ended,
         Ended::ClientClosed {
@@ -222,7 +211,7 @@ async fn client_ids_and_the_proxys_own_ids_never_collide() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let (_, proxied) = finish(proxied).await;
+    let (_, proxied) = close_client(proxied).await;
     assert_eq!(chatty.failed.lock().unwrap().clone(), Vec::<String>::new());
     assert_eq!(chatty.answered.load(Ordering::SeqCst), 40 + ids.len());
     // Not one of the proxy's answers reached the client (the one answer in its id space is
@@ -273,7 +262,7 @@ async fn approvals_and_their_answers_pass_both_ways() {
         request["method"], "item/commandExecution/requestApproval",
         "{request}"
     );
-    let (_, proxied) = finish(proxied).await;
+    let (_, proxied) = close_client(proxied).await;
     let answer = format!(
         "{{\"id\":{},\"result\":{{\"decision\":\"accept\"}}}}",
         request["id"]
@@ -558,7 +547,7 @@ async fn what_codex_said_before_a_proxy_answer_then_the_warning_then_the_client_
     let turn = proxied.client.run_turn(&id, "hi", None).await.unwrap();
     assert_eq!(turn.status().as_deref(), Some("completed"));
     assert_eq!(fake.methods(), ["initialize", "thread/start", "turn/start"]);
-    let (_, proxied) = finish(proxied).await;
+    let (_, proxied) = close_client(proxied).await;
     let warning: Value = serde_json::from_str(
         lines(&proxied.client_got)
             .iter()

@@ -287,6 +287,7 @@ async fn codex_dying_during_the_proxys_own_request_still_answers_the_client() {
 async fn codex_exiting_while_the_client_reads_slowly_ends_with_everything_delivered() {
     let (codex_end, proxy_codex) = tokio::io::duplex(64 * 1024);
     let (codex_out, codex_in) = tokio::io::split(proxy_codex);
+    let (codex_out, codex_read_to_end) = signal_end(codex_out);
     // One byte in flight to the client: the proxy's writer waits until the client reads.
     let (client_end, proxy_client) = tokio::io::duplex(1);
     let (client_in, client_out) = tokio::io::split(proxy_client);
@@ -307,9 +308,15 @@ async fn codex_exiting_while_the_client_reads_slowly_ends_with_everything_delive
         )
         .await
     });
-    // The client's input stays open; it starts reading once the queue has filled up.
+    // The client's input stays open; it starts reading once the queue has filled up. The
+    // proxy reads codex's end only after the last line went into the queue, and in that same
+    // poll of its task (before this one runs again) it turns to closing the client's output:
+    // with the queue full, where the bug hung.
     let (mut client_read, _client_write) = tokio::io::split(client_end);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::timeout(Duration::from_secs(5), codex_read_to_end)
+        .await
+        .expect("the proxy reads codex's output to its end")
+        .unwrap();
     let mut got = Vec::new();
     tokio::time::timeout(Duration::from_secs(5), client_read.read_to_end(&mut got))
         .await
@@ -322,4 +329,38 @@ async fn codex_exiting_while_the_client_reads_slowly_ends_with_everything_delive
         .unwrap()
         .unwrap();
     assert_eq!(ended, Ended::CodexClosed);
+}
+
+/// `inner`, and a receiver told when a read through it first finds the end of the stream.
+fn signal_end<R>(inner: R) -> (SignalEnd<R>, tokio::sync::oneshot::Receiver<()>) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let reader = SignalEnd {
+        inner,
+        ended: Some(tx),
+    };
+    (reader, rx)
+}
+
+/// A reader that says when it reaches the end of its stream (see [`signal_end`]).
+struct SignalEnd<R> {
+    inner: R,
+    ended: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for SignalEnd<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let at_end = matches!(poll, std::task::Poll::Ready(Ok(()))) && buf.filled().len() == before;
+        if at_end && buf.remaining() > 0 {
+            if let Some(ended) = self.ended.take() {
+                let _ = ended.send(());
+            }
+        }
+        poll
+    }
 }

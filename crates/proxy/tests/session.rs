@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_fake_appserver::Corruption;
-use rethread_proxy::{BindingHooks, Ended, SessionOptions};
+use rethread_proxy::{BindingHooks, SessionOptions};
 use rethread_runtime::{RuntimeError, RESUME_FALLBACK_NOTICE};
 use rethread_store::{BindingStore, LocalOwner, SessionRecord};
 use serde_json::{json, Value};
@@ -41,37 +41,8 @@ async fn hooks(store: &BindingStore) -> Arc<BindingHooks> {
     )
 }
 
-fn connect(hooks: Arc<BindingHooks>, stream: DuplexStream) -> Proxied {
-    let (read, write) = tokio::io::split(stream);
-    proxy(hooks, read, write, |o| o)
-}
-
-async fn finish(mut proxied: Proxied) -> Proxied {
-    proxied.client.close_writer().await;
-    while proxied.client.next_message().await.unwrap().is_some() {}
-    let ended = tokio::time::timeout(Duration::from_secs(10), &mut proxied.task)
-        .await
-        .expect("the forwarder ends")
-        .unwrap()
-        .expect("no error");
-    assert_eq!(
-        ended,
-        Ended::ClientClosed {
-            codex_finished: true
-        }
-    );
-    proxied
-}
-
 async fn record(store: &BindingStore) -> SessionRecord {
     store.session(SESSION).await.unwrap().expect("a session")
-}
-
-fn warnings(log: &[Value]) -> Vec<Value> {
-    log.iter()
-        .filter(|m| m["method"] == "warning")
-        .map(|m| m["params"].clone())
-        .collect()
 }
 
 /// A new process on `fake` whose client's `thread/start` resumes `thread`, with no warning.

@@ -49,9 +49,7 @@ async fn process(
     home: &Path,
     text: &str,
 ) -> (String, Vec<String>) {
-    let stream = fake.restart().await.unwrap();
-    let (read, write) = tokio::io::split(stream);
-    let mut proxied = proxy(hooks(store, home).await, read, write, |o| o);
+    let mut proxied = connect(hooks(store, home).await, fake.restart().await.unwrap());
     let thread = open_thread(&mut proxied.client).await;
     let turn = proxied.client.run_turn(&thread, text, None).await.unwrap();
     assert_eq!(turn.agent_text(), [format!("echo: {text}")]);
@@ -124,8 +122,7 @@ async fn a_rollout_the_proxy_cannot_find_is_said_once_and_the_turns_still_commit
     drop(stream);
     // The hooks look in another home than codex writes to (a misconfigured CODEX_HOME).
     let stream = fake.restart().await.unwrap();
-    let (read, write) = tokio::io::split(stream);
-    let mut proxied = proxy(hooks(&store, elsewhere.path()).await, read, write, |o| o);
+    let mut proxied = connect(hooks(&store, elsewhere.path()).await, stream);
     let thread = open_thread(&mut proxied.client).await;
     for text in ["one", "two"] {
         proxied.client.run_turn(&thread, text, None).await.unwrap();

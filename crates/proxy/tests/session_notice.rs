@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rethread_fake_appserver::Corruption;
-use rethread_proxy::{BindingHooks, Ended, NoticeDelivery, SessionOptions};
+use rethread_proxy::{BindingHooks, NoticeDelivery, SessionOptions};
 use rethread_runtime::RESUME_FALLBACK_NOTICE;
 use rethread_store::BindingStore;
 use serde_json::{json, Value};
@@ -31,25 +31,7 @@ async fn connect(store: &BindingStore, notice: NoticeDelivery, stream: DuplexStr
     let hooks = BindingHooks::open(SESSION, store.clone(), options(notice))
         .await
         .expect("the session is free");
-    let (read, write) = tokio::io::split(stream);
-    proxy(Arc::new(hooks), read, write, |o| o)
-}
-
-async fn finish(mut proxied: Proxied) -> Proxied {
-    proxied.client.close_writer().await;
-    while proxied.client.next_message().await.unwrap().is_some() {}
-    let ended = tokio::time::timeout(Duration::from_secs(10), &mut proxied.task)
-        .await
-        .expect("the forwarder ends")
-        .unwrap()
-        .expect("no error");
-    assert_eq!(
-        ended,
-        Ended::ClientClosed {
-            codex_finished: true
-        }
-    );
-    proxied
+    support::connect(Arc::new(hooks), stream)
 }
 
 /// The notice items the client got: (method, params).

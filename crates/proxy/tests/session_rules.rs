@@ -16,7 +16,7 @@ use rethread_fake_appserver::Corruption;
 use rethread_proxy::{BindingHooks, SessionOptions};
 use rethread_runtime::RESUME_FALLBACK_NOTICE;
 use rethread_store::BindingStore;
-use serde_json::{json, Value};
+use serde_json::json;
 use support::*;
 
 const SESSION: &str = "rules";
@@ -36,13 +36,6 @@ async fn hooks(store: &BindingStore) -> Arc<BindingHooks> {
             .await
             .unwrap(),
     )
-}
-
-fn warnings(log: &[Value]) -> Vec<Value> {
-    log.iter()
-        .filter(|m| m["method"] == "warning")
-        .map(|m| m["params"].clone())
-        .collect()
 }
 
 async fn bound_thread(store: &BindingStore) -> Option<String> {
@@ -181,9 +174,7 @@ async fn a_flood_of_tracked_requests_never_evicts_the_sessions_start_or_its_warn
     fake.kill().await;
     fake.corrupt_rollout(&lost, Corruption::Delete).unwrap();
 
-    let stream = fake.restart().await.unwrap();
-    let (read, write) = tokio::io::split(stream);
-    let mut proxied = proxy(hooks(&store).await, read, write, |o| o);
+    let mut proxied = connect(hooks(&store).await, fake.restart().await.unwrap());
     let client = &mut proxied.client;
     client.initialize(false).await.unwrap();
     // The session's start, then 300 tracked requests before its answer is read.
@@ -239,9 +230,7 @@ async fn a_thread_of_another_session_cannot_be_resumed_in_this_one() {
     proxied.task.await.unwrap().unwrap();
 
     // Inside session A, the client resumes B's thread by id: refused, nothing forwarded.
-    let stream = fake.restart().await.unwrap();
-    let (read, write) = tokio::io::split(stream);
-    let mut proxied = proxy(hooks(&store).await, read, write, |o| o);
+    let mut proxied = connect(hooks(&store).await, fake.restart().await.unwrap());
     let client = &mut proxied.client;
     client.initialize(false).await.unwrap();
     // Issue 34: in every spelling codex reads, and whatever the request.
@@ -326,9 +315,7 @@ async fn a_warning_written_to_a_client_that_then_leaves_is_not_said_again() {
     fake.corrupt_rollout(&lost, Corruption::Delete).unwrap();
 
     // The fallback: the client gets the warning and the answer, then leaves at once.
-    let stream = fake.restart().await.unwrap();
-    let (read, write) = tokio::io::split(stream);
-    let mut proxied = proxy(hooks(&store).await, read, write, |o| o);
+    let mut proxied = connect(hooks(&store).await, fake.restart().await.unwrap());
     proxied.client.initialize(false).await.unwrap();
     start_thread(&mut proxied.client).await;
     assert_eq!(warnings(&proxied.client.log).len(), 1);
@@ -342,9 +329,7 @@ async fn a_warning_written_to_a_client_that_then_leaves_is_not_said_again() {
     );
 
     // The next connection starts the replacement again, and says nothing.
-    let stream = fake.restart().await.unwrap();
-    let (read, write) = tokio::io::split(stream);
-    let mut proxied = proxy(hooks(&store).await, read, write, |o| o);
+    let mut proxied = connect(hooks(&store).await, fake.restart().await.unwrap());
     proxied.client.initialize(false).await.unwrap();
     let new = thread_id(&start_thread(&mut proxied.client).await);
     proxied.client.run_turn(&new, "two", None).await.unwrap();

@@ -2,21 +2,14 @@
 //! keeps opens again on a new client and gets the same thread back, with its memory; only the
 //! host's own retire starts fresh.
 
+mod support;
+
 use std::time::Duration;
 
 use rethread_fake_appserver::FakeAppServer;
-use rethread_runtime::{
-    AppServerClient, BinderOptions, OpenOutcome, SessionBinder, StatusKind, StatusRail,
-};
+use rethread_runtime::{BinderOptions, OpenOutcome, SessionBinder, StatusKind, StatusRail};
 use rethread_store::BindingStore;
-
-async fn client_on(fake: tokio::io::DuplexStream) -> AppServerClient {
-    let (reader, writer) = tokio::io::split(fake);
-    AppServerClient::builder()
-        .connect(reader, writer)
-        .await
-        .unwrap()
-}
+use support::client_on;
 
 fn options(home: &std::path::Path) -> BinderOptions {
     BinderOptions::default()

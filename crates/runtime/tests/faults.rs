@@ -13,8 +13,9 @@ use rethread_runtime::{
     BinderOptions, ClientOptions, OpenOutcome, RuntimeError, SessionBinder, StatusKind, StatusRail,
     RESUME_FALLBACK_NOTICE,
 };
-use rethread_store::{BindingStore, LeaseOwner, TurnCommit};
+use rethread_store::{BindingStore, TurnCommit};
 use serde_json::json;
+use support::remote_owner;
 
 fn options() -> BinderOptions {
     BinderOptions::default()
@@ -31,17 +32,6 @@ async fn bound(store: &BindingStore, thread: &str) {
         ))
         .await
         .unwrap();
-}
-
-/// A holder on another machine: nothing here can judge whether it still runs.
-fn remote_owner(host: &str) -> LeaseOwner {
-    LeaseOwner {
-        host: host.to_string(),
-        pid: 4242,
-        started_at_ms: 1_700_000_000_000,
-        instance: 1,
-        process: None,
-    }
 }
 
 /// Issue 12, "I/O errors read as unreadable": codex wraps any I/O error in `failed to read

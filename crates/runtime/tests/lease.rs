@@ -8,7 +8,9 @@ use std::time::Duration;
 use rethread_runtime::{
     BinderOptions, ClientOptions, OpenOutcome, RuntimeError, SessionBinder, StatusRail,
 };
-use rethread_store::{BindingStore, Clock, LeaseOwner};
+use rethread_store::{BindingStore, Clock};
+use rethread_testkit::faulty_store::{self, Faults};
+use support::remote_owner;
 
 fn options(ttl: Duration) -> BinderOptions {
     BinderOptions::default()
@@ -111,11 +113,15 @@ async fn a_crashed_holder_frees_the_session_after_its_ttl() {
     ));
 }
 
-#[tokio::test]
+// On a paused clock: see the wait below.
+#[tokio::test(start_paused = true)]
 async fn a_lost_lease_commits_nothing() {
     let store = BindingStore::memory();
+    // The binder's store counts its calls: the test waits for the renewal below.
+    let faults = Faults::default();
+    let counted = faulty_store::over(store.clone(), faults.clone());
     let (client, mut peer, _) = support::connect(ClientOptions::default()).await;
-    let mut agent = SessionBinder::new("s", store.clone(), StatusRail::default())
+    let mut agent = SessionBinder::new("s", counted, StatusRail::default())
         .with_options(options(Duration::from_millis(150)));
     let open = tokio::spawn(async move {
         let session = agent.open(&client).await.unwrap();
@@ -131,8 +137,20 @@ async fn a_lost_lease_commits_nothing() {
         .acquire_lease("s", &thief, Duration::from_secs(30))
         .await
         .unwrap();
-    // The renewal finds the lease lost: the turn is refused before codex runs it.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The renewal finds the lease lost: the turn is refused before codex runs it. Waits for
+    // the first renewal sent after the takeover, then until no task can go on (tokio moves
+    // the paused clock on, ending that last pause, only then): the renewal has taken the
+    // store's refusal in, whether or not the store's answer made it wait.
+    let renewals = faults.calls("renew_lease");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while faults.calls("renew_lease") == renewals {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lease was never renewed after the takeover"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1)).await;
     let turn = tokio::spawn(async move { session.run_turn("hello").await.map(|_| ()) });
     assert!(matches!(
         turn.await.unwrap(),
@@ -190,17 +208,6 @@ async fn a_refused_write_marks_the_lease_lost_for_the_next_open() {
         "{again:?}"
     );
     assert_eq!(store.session("s").await.unwrap(), None, "nothing committed");
-}
-
-/// A holder on another machine: no process identity this machine could judge.
-fn remote_owner(host: &str) -> LeaseOwner {
-    LeaseOwner {
-        host: host.to_string(),
-        pid: 4242,
-        started_at_ms: 1_700_000_000_000,
-        instance: 1,
-        process: None,
-    }
 }
 
 /// The lease belongs to the binder (issue 12): `close().await` frees the session for another

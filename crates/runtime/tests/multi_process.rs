@@ -282,13 +282,13 @@ fn a_stalled_holder_writes_nothing_after_a_takeover(test: &str, url: &str) {
     let dir = tempfile::tempdir().unwrap();
     let (mut child, out) = spawn_fault_child(test, url, "stall", dir.path());
     signal(&child, "STOP");
-    // Past the stalled holder's TTL (1 s).
-    std::thread::sleep(Duration::from_millis(1_500));
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let ours = runtime.block_on(async {
         let store = open_url(url, OpenOptions::new()).await.unwrap();
         let (client, _guard) = fake_client(FaultScript::none()).await;
-        let mut binder = SessionBinder::new("x", store, StatusRail::default());
+        // Waits out the stalled holder's TTL (1 s): the lease is taken once it has expired.
+        let mut binder = SessionBinder::new("x", store, StatusRail::default())
+            .with_options(BinderOptions::default().lease_wait(Duration::from_secs(30)));
         let mut session = binder
             .open(&client)
             .await

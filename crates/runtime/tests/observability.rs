@@ -4,15 +4,15 @@
 //! debugging recorder are installed for this thread only, with a single-threaded runtime, so
 //! tests running in parallel do not see each other's.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use rethread_runtime::telemetry::{self, *};
-use rethread_runtime::{
-    AppServerClient, BinderOptions, OpenOutcome, RuntimeError, SessionBinder, StatusRail,
-};
+use rethread_runtime::{BinderOptions, OpenOutcome, RuntimeError, SessionBinder, StatusRail};
 use rethread_store::{BindingStore, TurnCommit};
 use serde_json::json;
 use tracing::field::{Field, Visit};
@@ -296,11 +296,7 @@ async fn scenario() -> (String, String, String) {
         .codex_home(home.path())
         .spawn_in_process()
         .unwrap();
-    let (reader, writer) = tokio::io::split(stream);
-    let client = AppServerClient::builder()
-        .connect(reader, writer)
-        .await
-        .unwrap();
+    let client = support::client_on(stream).await;
     let store = BindingStore::memory();
     let lost = "019a0000-0000-7000-8000-000000000001".to_string();
     store

@@ -4,6 +4,8 @@
 //! died in between leaves it pending, and the next open says it, with the recorded reason,
 //! once.
 
+mod support;
+
 use rethread_testkit::faulty_store;
 
 use std::time::Duration;
@@ -11,23 +13,16 @@ use std::time::Duration;
 use faulty_store::Faults;
 use rethread_fake_appserver::{FakeAppServer, FakeHandle, Fault, FaultScript};
 use rethread_runtime::{
-    AppServerClient, BinderOptions, OpenOutcome, RecordedEvents, SessionBinder, StatusKind,
-    StatusRail, RESUME_FALLBACK_NOTICE,
+    BinderOptions, OpenOutcome, RecordedEvents, SessionBinder, StatusKind, StatusRail,
+    RESUME_FALLBACK_NOTICE,
 };
 use rethread_store::BindingStore;
+use support::client_on;
 
 fn options(home: &std::path::Path) -> BinderOptions {
     BinderOptions::default()
         .codex_home(Some(home.display().to_string()))
         .retry_backoff(Duration::from_millis(1))
-}
-
-async fn client(stream: tokio::io::DuplexStream) -> AppServerClient {
-    let (reader, writer) = tokio::io::split(stream);
-    AppServerClient::builder()
-        .connect(reader, writer)
-        .await
-        .unwrap()
 }
 
 /// A new binder (a new host process) on its own rail.
@@ -53,7 +48,7 @@ async fn a_host_killed_after_the_give_up_leaves_the_notice_to_the_next_open_once
         .codex_home(home.path())
         .spawn_in_process()
         .unwrap();
-    let client = client(stream).await;
+    let client = client_on(stream).await;
 
     // A bound thread with a committed turn.
     let (mut first, _) = binder(store.clone(), home.path());

@@ -3,80 +3,21 @@
 //! covered in `client.rs` (a stalled request, a line past the limit, garbage lines, pending
 //! requests, a slow consumer) are not repeated here.
 
+mod support;
+
 use std::time::Duration;
 
-use rethread_protocol::{Message, RequestId};
 use rethread_runtime::{
-    AppServerClient, BinderOptions, ClientError, ClientOptions, RecordedEvents, RuntimeError,
-    SessionBinder, StatusKind, StatusRail,
+    AppServerClient, BinderOptions, ClientError, ClientOptions, RuntimeError, SessionBinder,
+    StatusKind, StatusRail,
 };
 use rethread_store::BindingStore;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, ReadHalf, WriteHalf};
+use support::{connect_over, Peer};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 /// Generous bound for "it did not hang" (every timeout below is far shorter).
 const HANG: Duration = Duration::from_secs(20);
-
-struct Server {
-    reader: BufReader<ReadHalf<DuplexStream>>,
-    writer: WriteHalf<DuplexStream>,
-}
-
-impl Server {
-    async fn recv(&mut self) -> Message {
-        let mut line = String::new();
-        let n = self.reader.read_line(&mut line).await.unwrap();
-        assert!(n > 0, "client closed");
-        serde_json::from_str(&line).unwrap()
-    }
-
-    async fn expect(&mut self, method: &str) -> (RequestId, Value) {
-        match self.recv().await {
-            Message::Request(r) if r.method == method => (r.id, r.params.unwrap_or(Value::Null)),
-            other => panic!("expected {method}, got {other:?}"),
-        }
-    }
-
-    async fn send(&mut self, value: Value) {
-        let mut line = value.to_string();
-        line.push('\n');
-        self.writer.write_all(line.as_bytes()).await.unwrap();
-    }
-
-    async fn reply(&mut self, id: RequestId, result: Value) {
-        self.send(json!({"id": id, "result": result})).await;
-    }
-
-    async fn handshake(&mut self) {
-        let (id, _) = self.expect("initialize").await;
-        self.reply(id, json!({"userAgent": "bounds/0"})).await;
-        match self.recv().await {
-            Message::Notification(n) => assert_eq!(n.method, "initialized"),
-            other => panic!("expected initialized, got {other:?}"),
-        }
-    }
-}
-
-/// A client connected over a duplex pipe of `pipe` bytes each way, after the handshake.
-async fn connect(options: ClientOptions, pipe: usize) -> (AppServerClient, Server, RecordedEvents) {
-    let (client_end, server_end) = tokio::io::duplex(pipe);
-    let (server_read, server_write) = tokio::io::split(server_end);
-    let (client_read, client_write) = tokio::io::split(client_end);
-    let mut server = Server {
-        reader: BufReader::new(server_read),
-        writer: server_write,
-    };
-    let (rail, recorded) = StatusRail::recording();
-    let connecting = tokio::spawn(async move {
-        AppServerClient::builder()
-            .options(options)
-            .rail(rail)
-            .connect(client_read, client_write)
-            .await
-    });
-    server.handshake().await;
-    (connecting.await.unwrap().unwrap(), server, recorded)
-}
 
 fn read_params(id: &str) -> Value {
     json!({"threadId": id, "includeTurns": false})
@@ -102,7 +43,7 @@ async fn a_server_that_stops_reading_cannot_hang_requests_or_notifications() {
     let options = ClientOptions::default().request_timeout(Duration::from_millis(300));
     // A 1 KiB pipe the server never drains: after a dozen requests the client's writer blocks,
     // then its queue fills, then every new request waits to be queued.
-    let (client, _server, _) = connect(options, 1024).await;
+    let (client, _server, _) = connect_over(options, 1024).await;
     let calls: Vec<_> = (0..200)
         .map(|i| {
             let client = client.clone();
@@ -140,13 +81,13 @@ async fn settled() {
 #[tokio::test(start_paused = true)]
 async fn a_flood_of_server_requests_is_bounded_when_answers_cannot_go_out() {
     let options = ClientOptions::default().max_pending_requests(8);
-    let (_client, mut server, _) = connect(options, 64 * 1024).await;
+    let (_client, mut server, _) = connect_over(options, 64 * 1024).await;
     let metrics = tokio::runtime::Handle::current().metrics();
     // The server sends approval requests and never reads the answers.
     let flood = tokio::spawn(async move {
         for i in 0..5_000 {
             server
-                .send(json!({"id": 10_000 + i, "method": "item/commandExecution/requestApproval", "params": {"threadId": "t", "turnId": "u", "itemId": "i"}}))
+                .send_raw(&json!({"id": 10_000 + i, "method": "item/commandExecution/requestApproval", "params": {"threadId": "t", "turnId": "u", "itemId": "i"}}).to_string())
                 .await;
         }
         server
@@ -168,7 +109,7 @@ async fn a_flood_of_server_requests_is_bounded_when_answers_cannot_go_out() {
 
 #[tokio::test]
 async fn a_notification_flood_for_a_thread_nobody_subscribed_to_is_dropped_not_buffered() {
-    let (client, mut server, recorded) = connect(ClientOptions::default(), 64 * 1024).await;
+    let (client, mut server, recorded) = connect_over(ClientOptions::default(), 64 * 1024).await;
     let call = tokio::spawn({
         let client = client.clone();
         async move {
@@ -183,7 +124,7 @@ async fn a_notification_flood_for_a_thread_nobody_subscribed_to_is_dropped_not_b
     let flood = async {
         for i in 0..50_000 {
             server
-                .send(json!({"method": "item/agentMessage/delta", "params": {"threadId": "ghost", "turnId": "t", "itemId": "i", "delta": i.to_string()}}))
+                .send_raw(&json!({"method": "item/agentMessage/delta", "params": {"threadId": "ghost", "turnId": "t", "itemId": "i", "delta": i.to_string()}}).to_string())
                 .await;
         }
         server.reply(id, json!({"thread": {"id": "x"}})).await;
@@ -208,7 +149,7 @@ async fn a_notification_flood_for_a_thread_nobody_subscribed_to_is_dropped_not_b
 #[tokio::test]
 async fn an_endless_line_is_dropped_as_it_arrives() {
     let options = ClientOptions::default().max_line_length(4096);
-    let (client, mut server, recorded) = connect(options, 64 * 1024).await;
+    let (client, mut server, recorded) = connect_over(options, 64 * 1024).await;
     let call = tokio::spawn({
         let client = client.clone();
         async move {
@@ -253,9 +194,9 @@ async fn agent_session(
 ) -> (
     BindingStore,
     tokio::task::JoinHandle<Result<rethread_runtime::TurnReport, RuntimeError>>,
-    Server,
+    Peer,
 ) {
-    let (client, mut server, _) = connect(options, 64 * 1024).await;
+    let (client, mut server, _) = connect_over(options, 64 * 1024).await;
     let store: BindingStore = BindingStore::memory();
     let agent_options = BinderOptions::default().turn_timeout(turn_timeout);
     let mut agent =
@@ -287,7 +228,7 @@ async fn assert_nothing_written(store: &BindingStore) {
 async fn a_never_ending_turn_is_interrupted_at_the_turn_timeout_and_writes_nothing() {
     let (store, turn, server) =
         agent_session(ClientOptions::default(), Duration::from_millis(300)).await;
-    let Server {
+    let Peer {
         mut reader,
         mut writer,
     } = server;

@@ -298,11 +298,7 @@ async fn on_the_fake_a_streamed_turn_commits_what_run_turn_commits() {
         .codex_home(home.path())
         .spawn_in_process()
         .unwrap();
-    let (reader, writer) = tokio::io::split(stream);
-    let client = AppServerClient::builder()
-        .connect(reader, writer)
-        .await
-        .unwrap();
+    let client = support::client_on(stream).await;
     let store = BindingStore::memory();
 
     let mut streamed_binder = SessionBinder::new("streamed", store.clone(), StatusRail::default())

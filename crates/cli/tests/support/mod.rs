@@ -57,6 +57,31 @@ pub fn describe(output: &Output) -> String {
     )
 }
 
+/// `output`'s stderr as text.
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// `output`'s stdout as text.
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `output`'s stdout as one JSON object; fails describing the run otherwise.
+pub fn json_of(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("not one JSON object ({e}): {}", describe(output)))
+}
+
+/// Runs `future` to its end on a runtime of its own (for a `#[test]` that is not async).
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
 /// [`describe`], each stream on the lines after its name.
 pub fn describe_lines(output: &Output) -> String {
     format!(
@@ -65,6 +90,19 @@ pub fn describe_lines(output: &Output) -> String {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     )
+}
+
+/// Points `command` at a redb store and a `CODEX_HOME` of their own in `dir` (`store.redb`,
+/// `codex-home`), with the fake codex and none of its profile.
+pub fn in_sandbox<'c>(command: &'c mut Command, dir: &Path) -> &'c mut Command {
+    command
+        .env(
+            "RETHREAD_STORE",
+            format!("redb:{}", dir.join("store.redb").display()),
+        )
+        .env("RETHREAD_CODEX_BIN", fake_codex())
+        .env("CODEX_HOME", dir.join("codex-home"))
+        .env_remove("FAKE_CODEX_PROFILE")
 }
 
 /// `rethread exec --experimental-json --skip-git-repo-check --cd HOME` with `codex` on `home`
@@ -144,11 +182,73 @@ pub fn wait_out_the_shortest_idle() {
     std::thread::sleep(Duration::from_millis(1_001));
 }
 
+/// Waits until the fake codex's event log (`FAKE_CODEX_EVENT_LOG`) at `log` holds `event`
+/// (e.g. `request turn/start`: the turn is under way); fails after 60 s.
+pub fn wait_for_event(log: &Path, event: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .contains(event)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the fake codex never logged {event:?} in {}",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// How many of the Responses stand-in's model requests hold `text`.
+pub fn requests_holding(model: &ResponsesStandIn, text: &str) -> usize {
+    (model.model_requests().iter())
+        .filter(|r| r.conversation().iter().any(|m| m.text.contains(text)))
+        .count()
+}
+
 /// Whether the Responses stand-in's newest model request holds `text`.
 pub fn last_request_holds(model: &ResponsesStandIn, text: &str) -> bool {
     let requests = model.model_requests();
     let last = requests.last().expect("a model request");
     last.conversation().iter().any(|m| m.text.contains(text))
+}
+
+/// How `server` exited (`None`: by a signal); fails after 20 s.
+pub async fn exit_code(server: &mut AppServerProcess) -> Option<i32> {
+    tokio::time::timeout(Duration::from_secs(20), server.wait())
+        .await
+        .expect("rethread exits")
+        .unwrap()
+        .code()
+}
+
+/// What `rethread app-server` on `home` wrote to its stderr (`AppServerProcess` keeps it in
+/// the home's `app-server-stderr.log`).
+pub fn app_server_stderr(home: &Path) -> String {
+    std::fs::read_to_string(home.join("app-server-stderr.log")).unwrap_or_default()
+}
+
+/// `rethread app-server --listen stdio://` with the real `codex` on `home`, its store
+/// [`store_url`]`(home)`, for `session` (`None`: no session, threads kept by their ids),
+/// initialized with codex's experimental API (`path`, `thread/search`) or without.
+pub async fn app_server_of(
+    codex: &Path,
+    home: &Path,
+    session: Option<&str>,
+    experimental: bool,
+) -> AppServerProcess {
+    let store = store_url(home);
+    let mut env = vec![
+        ("RETHREAD_CODEX_BIN", codex.to_str().unwrap()),
+        ("RETHREAD_STORE", store.as_str()),
+    ];
+    env.extend(session.map(|session| ("RETHREAD_SESSION", session)));
+    let args = ["--listen", "stdio://"];
+    let mut process = AppServerProcess::spawn_with(&rethread(), home, &args, &env)
+        .await
+        .unwrap();
+    process.peer.initialize(experimental).await.unwrap();
+    process
 }
 
 /// `rethread app-server ARGS` on `home` with `env`, initialized.

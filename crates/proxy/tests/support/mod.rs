@@ -193,6 +193,13 @@ where
     }
 }
 
+/// A forwarder with `hooks` between a new test client and the codex at the other end of
+/// `stream` (an in-process fake's), with the default options.
+pub fn connect<H: SessionHooks + 'static>(hooks: Arc<H>, stream: DuplexStream) -> Proxied {
+    let (read, write) = tokio::io::split(stream);
+    proxy(hooks, read, write, |o| o)
+}
+
 /// A forwarder in front of a new in-process fake app-server.
 pub fn proxy_fake<H: SessionHooks + 'static>(
     hooks: Arc<H>,
@@ -201,6 +208,40 @@ pub fn proxy_fake<H: SessionHooks + 'static>(
     let (stream, handle) = fake.spawn_in_process().unwrap();
     let (read, write) = tokio::io::split(stream);
     (proxy(hooks, read, write, |o| o), handle)
+}
+
+/// Closes the client's input, reads what is left for it, and waits (10 s at most) for the
+/// forwarder's end.
+pub async fn close_client(mut proxied: Proxied) -> (Ended, Proxied) {
+    proxied.client.close_writer().await;
+    while proxied.client.next_message().await.unwrap().is_some() {}
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), &mut proxied.task)
+        .await
+        .expect("the forwarder ends")
+        .unwrap()
+        .expect("no error");
+    (ended, proxied)
+}
+
+/// [`close_client`], failing unless the forwarder ended cleanly: the client closed, codex
+/// finished.
+pub async fn finish(proxied: Proxied) -> Proxied {
+    let (ended, proxied) = close_client(proxied).await;
+    assert_eq!(
+        ended,
+        Ended::ClientClosed {
+            codex_finished: true
+        }
+    );
+    proxied
+}
+
+/// The params of every `warning` notification in a client's log.
+pub fn warnings(log: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    log.iter()
+        .filter(|m| m["method"] == "warning")
+        .map(|m| m["params"].clone())
+        .collect()
 }
 
 /// The lines of recorded bytes.

@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, ReadHalf, WriteHalf};
 
 pub struct Peer {
-    reader: BufReader<ReadHalf<DuplexStream>>,
-    writer: WriteHalf<DuplexStream>,
+    pub reader: BufReader<ReadHalf<DuplexStream>>,
+    pub writer: WriteHalf<DuplexStream>,
 }
 
 impl Peer {
@@ -127,13 +127,42 @@ impl Peer {
     pub fn hang_up(self) {}
 }
 
+/// A client of the app-server at the other end of `stream` (an in-process fake's), with the
+/// default options, after the handshake.
+pub async fn client_on(stream: DuplexStream) -> AppServerClient {
+    let (reader, writer) = tokio::io::split(stream);
+    AppServerClient::builder()
+        .connect(reader, writer)
+        .await
+        .unwrap()
+}
+
+/// A lease holder on another machine: nothing here can judge whether it still runs.
+pub fn remote_owner(host: &str) -> rethread_store::LeaseOwner {
+    rethread_store::LeaseOwner {
+        host: host.to_string(),
+        pid: 4242,
+        started_at_ms: 1_700_000_000_000,
+        instance: 1,
+        process: None,
+    }
+}
+
 pub fn thread(id: &str) -> Value {
     json!({"id": id, "historyMode": "legacy", "turns": [], "preview": "", "cliVersion": "0.0.1"})
 }
 
 /// A connected client and the peer; the handshake is run.
 pub async fn connect(options: ClientOptions) -> (AppServerClient, Peer, RecordedEvents) {
-    let (client_end, server_end) = tokio::io::duplex(1 << 20);
+    connect_over(options, 1 << 20).await
+}
+
+/// [`connect`] over a duplex pipe of `pipe` bytes each way.
+pub async fn connect_over(
+    options: ClientOptions,
+    pipe: usize,
+) -> (AppServerClient, Peer, RecordedEvents) {
+    let (client_end, server_end) = tokio::io::duplex(pipe);
     let (server_read, server_write) = tokio::io::split(server_end);
     let (client_read, client_write) = tokio::io::split(client_end);
     let mut peer = Peer {
