@@ -58,10 +58,13 @@ pub(super) struct Shared {
     poisoned: OnceLock<String>,
     /// The holder record beside the file, removed on close; none when opened read-only.
     holder: Option<HolderRecord>,
-    /// How many compactions ran (for the tests).
-    #[cfg(test)]
-    pub(super) compactions: std::sync::atomic::AtomicUsize,
 }
+
+/// How many compactions ran on each file, by its label (for the tests, kept out of the
+/// shipped structs).
+#[cfg(test)]
+pub(super) static COMPACTIONS: std::sync::Mutex<std::collections::BTreeMap<String, usize>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -120,8 +123,10 @@ impl Shared {
             return;
         };
         #[cfg(test)]
-        self.compactions
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        {
+            let mut counts = COMPACTIONS.lock().unwrap();
+            *counts.entry(self.label.clone()).or_default() += 1;
+        }
         match catch_unwind(AssertUnwindSafe(|| db.compact())) {
             Ok(Ok(_)) => {}
             Ok(Err(error)) => {
@@ -284,8 +289,6 @@ pub(super) fn open_shared(opener: &Opener) -> Result<(Shared, FileId)> {
         label: opener.label.clone(),
         poisoned: OnceLock::new(),
         holder: (!opener.options.read_only).then(|| HolderRecord::write(&opener.path)),
-        #[cfg(test)]
-        compactions: Default::default(),
     };
     shared.guard(|db| ensure_schema(db, &shared.label, opener.options.may_create()))?;
     Ok((shared, file_id))

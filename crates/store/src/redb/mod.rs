@@ -33,18 +33,17 @@ impl BindingStore {
         let make_backend: MakeBackend = Arc::new(|builder, file| {
             builder.create_with_backend(::redb::backends::FileBackend::new(file)?)
         });
-        let (durable, _) = open_with(path.as_ref(), options, make_backend).await?;
+        let durable = open_with(path.as_ref(), options, make_backend).await?;
         Ok(BindingStore::new(durable))
     }
 }
 
-/// Opens the redb engine on the storage `make_backend` makes of the file; also returns the
-/// database the writer and readers share.
+/// Opens the redb engine on the storage `make_backend` makes of the file.
 async fn open_with(
     path: &Path,
     options: OpenOptions,
     make_backend: MakeBackend,
-) -> Result<(Durable, Arc<engine::Shared>)> {
+) -> Result<Durable> {
     let path = path.to_path_buf();
     let read_only = options.read_only.then(|| crate::redact::path_label(&path));
     let clock = options.clock.clone();
@@ -75,9 +74,13 @@ async fn open_with(
         Ok((engine, readers))
     })
     .await?;
-    let shared = Arc::clone(&readers.shared);
-    let durable = Durable::new(writer, Arc::new(readers), Some(leases), read_only, clock);
-    Ok((durable, shared))
+    Ok(Durable::new(
+        writer,
+        Arc::new(readers),
+        Some(leases),
+        read_only,
+        clock,
+    ))
 }
 
 /// Maps every redb error to a [`StoreError`]. The one place redb errors are interpreted.
@@ -217,7 +220,7 @@ mod tests {
         });
         let path = dir.join("s.redb");
         let opened = open_with(&path, OpenOptions::new(), make_backend).await;
-        BindingStore::new(opened.unwrap().0)
+        BindingStore::new(opened.unwrap())
     }
 
     /// A lease holder on another machine.
@@ -315,12 +318,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let clock = crate::Clock::manual();
         let options = OpenOptions::new().clock(clock.clone());
-        let make_backend: MakeBackend =
-            Arc::new(|builder, file| builder.create_with_backend(FileBackend::new(file)?));
         let path = dir.path().join("s.redb");
-        let (durable, shared) = open_with(&path, options, make_backend).await.unwrap();
-        let store = BindingStore::new(durable);
-        let compactions = || shared.compactions.load(Ordering::SeqCst);
+        let store = BindingStore::redb(&path, options).await.unwrap();
+        let label = crate::redact::path_label(&path);
+        let compactions = || {
+            let counts = engine::COMPACTIONS.lock().unwrap();
+            counts.get(&label).copied().unwrap_or(0)
+        };
         for n in 0..6 {
             let mut turn = commit(n);
             turn.session_id = format!("s{n}");
