@@ -6,7 +6,6 @@
 //! seed-corpus -- [CORPUS_DIR]`).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use rethread_fake_appserver::{FakeAppServer, Profile};
 use rethread_testkit::fuzz::input::Encoder;
