@@ -8,10 +8,10 @@
 use std::path::{Path, PathBuf};
 
 use rethread_fake_appserver::{FakeAppServer, Profile};
-use rethread_testkit::fuzz::input::Encoder;
-use rethread_testkit::fuzz::{runtime_hostile, store_files};
 use rethread_runtime::{AppServerClient, SessionBinder, StatusRail};
 use rethread_store::BindingStore;
+use rethread_testkit::fuzz::input::Encoder;
+use rethread_testkit::fuzz::{runtime_hostile, store_files};
 use rethread_testkit::real::{codex_or_skip, AppServerProcess, CodexHome, WirePeer};
 use rethread_testkit::responses::ResponsesStandIn;
 use rethread_testkit::CURRENT;
