@@ -65,6 +65,7 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod backends;
 mod clock;
 mod copy;
 pub mod engine;

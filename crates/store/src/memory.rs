@@ -10,7 +10,7 @@ use async_trait::async_trait;
 
 use crate::engine::{blocking, Answer, Engine, ReadFn, Request, WriteFn};
 use crate::logic::{ChunkSink, FileKey, Grant, LeaseTxn, ReadTxn, WriteTxn};
-use crate::{BindingStore, Clock, SessionRecord, StoreError, TranscriptRow};
+use crate::{Clock, SessionRecord, StoreError, TranscriptRow};
 use crate::{Result, Unpoisoned};
 
 #[derive(Debug, Default, Clone)]
@@ -27,7 +27,7 @@ pub(crate) struct State {
 }
 
 /// The engine that keeps everything in memory, leases with the records; nothing survives the
-/// process ([`BindingStore::memory`]). Operations run under one mutex, held only for the
+/// process ([`BindingStore::memory`](crate::BindingStore::memory)). Operations run under one mutex, held only for the
 /// in-memory step (never across an `.await`); reads on a blocking thread, as the file backends
 /// run them (a restore's read writes into a file).
 #[derive(Debug, Default)]
@@ -43,18 +43,6 @@ impl MemoryEngine {
             clock,
             ..MemoryEngine::default()
         }
-    }
-}
-
-impl BindingStore {
-    /// An empty store in this process's memory, on the system clock.
-    pub fn memory() -> Self {
-        BindingStore::new(MemoryEngine::default())
-    }
-
-    /// An empty store in memory that judges time by `clock` (tests: [`Clock::manual`]).
-    pub fn memory_with_clock(clock: Clock) -> Self {
-        BindingStore::new(MemoryEngine::new(clock))
     }
 }
 

@@ -260,7 +260,7 @@ impl BindingStore {
     /// - A stale grant of a pruned session is refused ([`LeaseLoss::Forgotten`](crate::LeaseLoss::Forgotten));
     ///   a later acquire starts the session's fences anew.
     pub async fn prune_sessions(&self, prune: Prune) -> Result<PruneReport> {
-        crate::retention::prune(self, &prune).await
+        prune_in_batches(self, &prune).await
     }
 
     /// What each of `session_ids` holds in the store (rows and mirror), in order, from one
@@ -485,6 +485,77 @@ impl BindingStore {
     pub(crate) async fn reclaim(&self) -> Result<u64> {
         self.engine.reclaim().await
     }
+}
+
+/// [`BindingStore::prune_sessions`] : a read lists a page of candidates, a write
+/// per batch removes those still idle (`logic::prune`); then the backend reclaims what the
+/// batches removed ([`Engine::reclaim`](crate::engine::Engine::reclaim)), also after a batch failed.
+async fn prune_in_batches(store: &BindingStore, prune: &Prune) -> Result<PruneReport> {
+    let mut report = PruneReport::default();
+    let pruned = prune_batches(store, prune, &mut report).await;
+    let reclaimed = match report.sessions.is_empty() || prune.dry_run {
+        true => Ok(()),
+        false => reclaim_all(store).await,
+    };
+    pruned.and(reclaimed).map(|()| report)
+}
+
+/// Reclaims step by step until nothing is left to give back, or a step gave nothing back
+/// (readers holding the checkpoint, a failed step: the backend's own upkeep goes on later).
+/// Each step is a write of its own, bounded ([`Engine::reclaim`](crate::engine::Engine::reclaim)): other writers wait for
+/// one step at most, never for the whole.
+async fn reclaim_all(store: &BindingStore) -> Result<()> {
+    let mut before = u64::MAX;
+    loop {
+        let left = store.reclaim().await?;
+        if left == 0 || left >= before {
+            return Ok(());
+        }
+        before = left;
+    }
+}
+
+async fn prune_batches(
+    store: &BindingStore,
+    prune: &Prune,
+    report: &mut PruneReport,
+) -> Result<()> {
+    type Page = fn(&mut dyn ReadTxn, Option<&str>, i64, usize) -> PageResult;
+    type PageResult = Result<(Vec<String>, Option<String>)>;
+    type Apply = fn(&mut dyn WriteTxn, i64, &[String], i64, bool) -> Result<logic::prune::Batch>;
+    let idle_ms = prune.idle.as_millis().min(i64::MAX as u128) as i64;
+    let (batch, dry_run) = (prune.batch.max(1), prune.dry_run);
+    // Sessions first; then the lease records left without a session (a pruned session's
+    // went with it).
+    let kinds: [(Page, Apply); 2] = [
+        (logic::prune::idle_page, logic::prune::prune_batch),
+        (logic::prune::stale_lease_page, logic::prune::prune_leases),
+    ];
+    for (page, apply) in kinds {
+        let mut after: Option<String> = None;
+        loop {
+            // Candidates by this host's clock; each write checks again by the store's.
+            let cutoff = store.clock().now_ms().saturating_sub(idle_ms);
+            let from = after.take();
+            let read = move |txn: &mut dyn ReadTxn| page(txn, from.as_deref(), cutoff, batch);
+            let (ids, next) = store.read("prune_sessions", read).await?;
+            if !ids.is_empty() {
+                let locked = ids.clone();
+                let request = Request::of("prune_sessions", &locked);
+                let write =
+                    move |txn: &mut dyn WriteTxn, now| apply(txn, now, &ids, idle_ms, dry_run);
+                let done = store.write(request, write).await?;
+                report.sessions.extend(done.removed);
+                report.kept_leased.extend(done.leased);
+                report.leases.extend(done.leases);
+            }
+            match next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The answer an operation returned: an engine that hands back another is a bug of that

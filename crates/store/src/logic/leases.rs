@@ -300,7 +300,7 @@ impl LocalLeases {
     }
 }
 
-/// A redb write transaction's view of the leases, under [`LocalLeases::begin_write`]: what
+/// A redb write transaction's view of the leases, under `LocalLeases::begin_write`: what
 /// it staged, else the leases.
 impl LeaseTxn for Arc<LocalLeases> {
     fn load_lease(&mut self, session_id: &str) -> Result<Option<Grant>> {

@@ -33,7 +33,7 @@ use self::txn::Txn;
 use async_trait::async_trait;
 
 use crate::engine::{Answer, Engine, ReadFn, Request, WriteFn};
-use crate::{BindingStore, Clock, Durability, OpenOptions, Result, StoreError};
+use crate::{Clock, Durability, OpenOptions, Result, StoreError};
 
 /// How many connections (and threads) a store uses at most.
 const POOL_SIZE: usize = 16;
@@ -159,20 +159,9 @@ impl Conn {
     }
 }
 
-impl BindingStore {
-    /// Connects to the PostgreSQL database `url` (`postgres://user@host:port/db`, libpq-style
-    /// parameters; plus `schema=NAME` to keep the tables in that schema, created if missing),
-    /// creating the tables of a new store (unless [`OpenOptions::create`] is `false`: then
-    /// [`StoreError::NoStore`]). At most 16 connections are open at once.
-    ///
-    /// Errors: [`StoreError::UnsupportedUrl`] for a URL that does not parse,
-    /// [`StoreError::NewerSchema`] for tables of a newer rethread, [`StoreError::Corrupt`]
-    /// for a schema that holds foreign tables of the same names, [`StoreError::Backend`] when
-    /// the server cannot be reached. No TLS: use it on loopback or a private network.
-    pub async fn postgres(url: &str, options: OpenOptions) -> Result<Self> {
-        let pg = Pg::open(url, options, STALLED_WRITE_TIMEOUT).await?;
-        Ok(BindingStore::new(pg))
-    }
+/// Opens the PostgreSQL engine of [`BindingStore::postgres`](crate::BindingStore::postgres).
+pub(crate) async fn open(url: &str, options: OpenOptions) -> Result<impl Engine> {
+    Pg::open(url, options, STALLED_WRITE_TIMEOUT).await
 }
 
 impl Pg {

@@ -19,23 +19,14 @@ use self::engine::{open_shared, MakeBackend, Opener, RedbEngine, RedbReaders};
 use crate::durable::{Durable, Writer};
 use crate::logic::LocalLeases;
 use crate::Result;
-use crate::{BindingStore, BoxError, OpenOptions, StoreError};
+use crate::{BoxError, OpenOptions, StoreError};
 
-impl BindingStore {
-    /// Opens (or creates, owner-only) the store in the redb file at `path`, on the store's
-    /// writer thread.
-    ///
-    /// Errors: [`StoreError::NotAFile`], [`StoreError::NoStore`] (without `create`) and
-    /// [`StoreError::NotWritable`] before anything opens the file; [`StoreError::Locked`] if
-    /// another process has it open past [`OpenOptions::wait`]; [`StoreError::Corrupt`] for a
-    /// damaged or foreign file, [`StoreError::NewerSchema`] for a file from a newer rethread.
-    pub async fn redb(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
-        let make_backend: MakeBackend = Arc::new(|builder, file| {
-            builder.create_with_backend(::redb::backends::FileBackend::new(file)?)
-        });
-        let durable = open_with(path.as_ref(), options, make_backend).await?;
-        Ok(BindingStore::new(durable))
-    }
+/// Opens the redb engine of [`BindingStore::redb`](crate::BindingStore::redb).
+pub(crate) async fn open(path: &Path, options: OpenOptions) -> Result<Durable> {
+    let make_backend: MakeBackend = Arc::new(|builder, file| {
+        builder.create_with_backend(::redb::backends::FileBackend::new(file)?)
+    });
+    open_with(path, options, make_backend).await
 }
 
 /// Opens the redb engine on the storage `make_backend` makes of the file.

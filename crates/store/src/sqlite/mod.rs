@@ -21,51 +21,46 @@ use crate::durable::{prepare_file, Durable, FileEngine, FileId, Readers, Writer}
 use crate::logic::{ReadTxn, WriteTxn};
 use crate::verify::Checker;
 use crate::Result;
-use crate::{BindingStore, BoxError, Durability, OpenOptions, StoreError};
+use crate::{BoxError, Durability, OpenOptions, StoreError};
 
-impl BindingStore {
-    /// Opens (or creates, owner-only) the store in the SQLite file at `path` (WAL mode), on
-    /// the store's writer thread.
-    ///
-    /// Errors: [`StoreError::NotAFile`], [`StoreError::NoStore`] (without `create`) and
-    /// [`StoreError::NotWritable`] before anything opens the file; [`StoreError::Corrupt`] for
-    /// a damaged or foreign file, [`StoreError::NewerSchema`] for a file from a newer rethread,
-    /// [`StoreError::Locked`] if another process holds the write lock past the wait.
-    pub async fn sqlite(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
-        let path = path.as_ref().to_path_buf();
-        let read_only = options.read_only.then(|| crate::redact::path_label(&path));
-        let open_path = path.clone();
-        let clock = options.clock.clone();
-        let (writer, readers) = Writer::spawn("sqlite", clock.clone(), move || {
-            let label = crate::redact::path_label(&open_path);
-            let (conn, file_id) = open_writer(&open_path, &options, &label)?;
-            let readers = SqliteReaders {
-                path: open_path.clone(),
-                label: label.clone(),
-                busy_timeout: options.busy_timeout(),
-                immutable: read_immutable(&open_path, &options),
-                pool: Mutex::new(Vec::new()),
-            };
-            let incremental_vacuum = conn
-                .query_row("PRAGMA auto_vacuum", [], |r| r.get::<_, i64>(0))
-                .sqlite(&label)?
-                == 2;
-            let engine = SqliteEngine {
-                conn,
-                label,
-                path: open_path,
-                file_id,
-                busy_timeout: options.busy_timeout(),
-                incremental_vacuum,
-                upkeep_due: None,
-            };
-            Ok((engine, readers))
-        })
-        .await?;
-        let readers = Arc::new(readers);
-        let durable = Durable::new(writer, readers, None, read_only, clock);
-        Ok(BindingStore::new(durable))
-    }
+/// Opens the SQLite engine of [`BindingStore::sqlite`](crate::BindingStore::sqlite).
+pub(crate) async fn open(path: &Path, options: OpenOptions) -> Result<Durable> {
+    let read_only = options.read_only.then(|| crate::redact::path_label(path));
+    let open_path = path.to_path_buf();
+    let clock = options.clock.clone();
+    let (writer, readers) = Writer::spawn("sqlite", clock.clone(), move || {
+        let label = crate::redact::path_label(&open_path);
+        let (conn, file_id) = open_writer(&open_path, &options, &label)?;
+        let readers = SqliteReaders {
+            path: open_path.clone(),
+            label: label.clone(),
+            busy_timeout: options.busy_timeout(),
+            immutable: read_immutable(&open_path, &options),
+            pool: Mutex::new(Vec::new()),
+        };
+        let incremental_vacuum = conn
+            .query_row("PRAGMA auto_vacuum", [], |r| r.get::<_, i64>(0))
+            .sqlite(&label)?
+            == 2;
+        let engine = SqliteEngine {
+            conn,
+            label,
+            path: open_path,
+            file_id,
+            busy_timeout: options.busy_timeout(),
+            incremental_vacuum,
+            upkeep_due: None,
+        };
+        Ok((engine, readers))
+    })
+    .await?;
+    Ok(Durable::new(
+        writer,
+        Arc::new(readers),
+        None,
+        read_only,
+        clock,
+    ))
 }
 
 fn connect(path: &Path, label: &str, busy: Duration, immutable: bool) -> Result<Connection> {
