@@ -60,8 +60,9 @@ impl BindingStore {
     }
 
     /// Finishes queued writes and closes the store's files and connections, so that a file
-    /// store can be opened again (by this or another process) as soon as this returns. Every
-    /// clone is closed: later calls are [`StoreError::Closed`].
+    /// store can be opened again (by this or another process) as soon as this returns. The
+    /// engine is shared: later calls through any clone of a file or PostgreSQL store are
+    /// [`StoreError::Closed`].
     pub async fn close(self) {
         self.engine.close().await;
     }
@@ -448,12 +449,12 @@ impl BindingStore {
     }
 
     /// The store's clock on this host.
-    pub(crate) fn clock(&self) -> crate::Clock {
+    fn clock(&self) -> crate::Clock {
         self.engine.clock()
     }
 
     /// Runs a read on the engine; `method` names the store call it serves.
-    pub(crate) async fn read<T: Send + 'static>(
+    async fn read<T: Send + 'static>(
         &self,
         method: &'static str,
         mut op: impl FnMut(&mut dyn ReadTxn) -> Result<T> + Send + 'static,
@@ -463,7 +464,7 @@ impl BindingStore {
     }
 
     /// Runs a write on the engine.
-    pub(crate) async fn write<T: Send + 'static>(
+    async fn write<T: Send + 'static>(
         &self,
         request: Request<'_>,
         mut op: impl FnMut(&mut dyn WriteTxn, i64) -> Result<T> + Send + 'static,
@@ -482,7 +483,7 @@ impl BindingStore {
     }
 
     /// [`Engine::reclaim`].
-    pub(crate) async fn reclaim(&self) -> Result<u64> {
+    async fn reclaim(&self) -> Result<u64> {
         self.engine.reclaim().await
     }
 }
