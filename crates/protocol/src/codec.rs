@@ -21,7 +21,7 @@ use serde::de;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::jsonrpc::{Checked, Envelope, EnvelopeError, Members, Message, Unique};
+use crate::jsonrpc::{Envelope, EnvelopeError, Members, Message, Unique};
 
 /// The default maximum line length: 16 MiB (a resumed thread with many turns is large).
 pub const DEFAULT_MAX_LINE_LENGTH: usize = 16 * 1024 * 1024;
@@ -102,25 +102,19 @@ pub fn decode_envelope(line: &[u8]) -> Result<Envelope<'_>, FrameError> {
     // On an error, the one `decode_line` gives (the same position in the line).
     let as_decoded = |error: FrameError| decode_line(line).err().unwrap_or(error);
     let envelope = read_envelope(line).map_err(as_decoded)?;
-    let checked = |raw: Option<&RawValue>| match raw {
-        Some(raw) => serde_json::from_str::<Checked>(raw.get()).map(drop),
-        None => Ok(()),
-    };
-    let unique = match envelope.params {
-        Some(params) => serde_json::from_str::<Unique>(params.get()),
-        None => Ok(Unique::default()),
-    };
-    match (unique, checked(envelope.result)) {
-        (Ok(Unique { duplicate: None }), Ok(())) => Ok(envelope),
-        (
-            Ok(Unique {
-                duplicate: Some(member),
-            }),
-            Ok(()),
-        ) => Err(EnvelopeError::DuplicateInParams { member }.into()),
-        (Err(error), _) | (_, Err(error)) => Err(as_decoded(FrameError::InvalidJson {
-            reason: error.to_string(),
-        })),
+    let check =
+        |raw: Option<&RawValue>| serde_json::from_str::<Unique>(raw.map_or("null", RawValue::get));
+    let params = check(envelope.params)
+        .and_then(|params| check(envelope.result).map(|_| params))
+        .map_err(|e| {
+            as_decoded(FrameError::InvalidJson {
+                reason: e.to_string(),
+            })
+        })?;
+    // A member twice in `result` is not the guard's concern.
+    match params.duplicate {
+        Some(member) => Err(EnvelopeError::DuplicateInParams { member }.into()),
+        None => Ok(envelope),
     }
 }
 
@@ -138,6 +132,10 @@ pub fn decode_envelope(line: &[u8]) -> Result<Envelope<'_>, FrameError> {
 /// assert_eq!((sender.kind, sender.id), (MessageKind::Request, Some(RequestId::from("u-1"))));
 /// ```
 pub fn decode_sender(line: &[u8], cut: bool) -> Option<Envelope<'static>> {
+    // A number at the cut may be the start of a longer one (`"id":1` of `"id":12`): not read.
+    let number = |b: &u8| b.is_ascii_digit() || b"+-.eE".contains(b);
+    let kept = line.len() - line.iter().rev().take_while(|b| cut && number(b)).count();
+    let line = &line[..kept];
     let mut members = Members::<de::IgnoredAny>::default();
     let mut reader = serde_json::Deserializer::from_slice(line);
     let read = de::Deserializer::deserialize_any(&mut reader, &mut members);

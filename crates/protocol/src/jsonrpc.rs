@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::ErrorCode;
 
 mod members;
-pub(crate) use members::{Checked, Members, Unique};
+pub(crate) use members::{Members, Unique};
 
 /// A request id: codex accepts integers and strings.
 ///

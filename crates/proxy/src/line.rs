@@ -11,8 +11,9 @@
 use std::ops::Range;
 
 use bytes::Bytes;
-use rethread_protocol::codec::trim_line;
-use rethread_protocol::codec::{decode_envelope, decode_line, decode_sender, read_envelope};
+use rethread_protocol::codec::{
+    decode_envelope, decode_line, decode_sender, read_envelope, trim_line,
+};
 use rethread_protocol::jsonrpc::Response;
 use rethread_protocol::{
     Envelope, EnvelopeError, ErrorCode, FrameError, Message, MessageKind, RequestId, RpcError,
@@ -119,26 +120,18 @@ impl Line {
 
     /// `bytes` with `envelope`, their reading (`None`: not a message).
     fn read(bytes: &Bytes, envelope: Option<Envelope<'_>>) -> Line {
-        let bytes = bytes.clone();
-        let Some(envelope) = envelope else {
-            let (peek, params, result) = (Peek::OTHER, None, None);
-            return Line {
-                bytes,
-                peek,
-                params,
-                result,
-            };
-        };
+        // Where a payload borrowed from `bytes` is in them.
         let range = |raw: Option<&RawValue>| {
             let raw = raw?.get();
             let start = raw.as_ptr() as usize - bytes.as_ptr() as usize;
             Some(start..start + raw.len())
         };
-        let (params, result) = (range(envelope.params), range(envelope.result));
-        let peek = envelope.into();
+        let (params, result) = envelope.as_ref().map_or((None, None), |envelope| {
+            (range(envelope.params), range(envelope.result))
+        });
         Line {
-            bytes,
-            peek,
+            bytes: bytes.clone(),
+            peek: envelope.map_or(Peek::OTHER, Peek::from),
             params,
             result,
         }
@@ -362,6 +355,8 @@ mod tests {
         let answer = peek_prefix(br#"{"id":4,"result":{"thread":{"turns":[{"#).unwrap();
         assert_eq!(answer.kind, LineKind::Response);
         assert!(peek_prefix(br#"{"method":"item/completed","params":{"#).is_none());
+        // The cut may fall inside the id: `1` of `1000`.
+        assert!(peek_prefix(br#"{"result":[],"id":1"#).is_none());
         assert!(peek_prefix(br#"{"params":{"a":"b"#).is_none());
         assert!(peek_prefix(b"garbage").is_none());
     }

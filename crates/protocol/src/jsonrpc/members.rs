@@ -386,7 +386,7 @@ impl<'de> Visitor<'de> for NameSeed {
 /// lenient (it accepts `1e999` and lone surrogates), which a `Value` reader, codex's included,
 /// refuses.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Checked;
+struct Checked;
 
 impl<'de> Deserialize<'de> for Checked {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
