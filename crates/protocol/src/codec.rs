@@ -84,8 +84,7 @@ pub fn read_envelope(line: &[u8]) -> Result<Envelope<'_>, FrameError> {
 /// [`read_envelope`] with the payloads checked: the same lines succeed as with [`decode_line`],
 /// with the same errors; and one check more, a member name that comes twice in one object
 /// anywhere inside `params` ([`EnvelopeError::DuplicateInParams`]), where a tree keeps the
-/// last one and a reader of the first would not see what codex does. (`params` nested exactly
-/// at serde_json's depth limit are the one difference: read here, not by codex.)
+/// last one and a reader of the first would not see what codex does.
 ///
 /// ```
 /// use rethread_protocol::codec::decode_envelope;

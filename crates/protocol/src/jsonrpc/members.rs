@@ -286,13 +286,34 @@ pub(crate) struct Unique {
     pub(crate) duplicate: Option<String>,
 }
 
+/// Read as a line's `params`: within the nesting a [`Value`] parse of the line allows (127
+/// levels, the line's object one of them).
 impl<'de> Deserialize<'de> for Unique {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(UniqueVisitor)
+        deserializer.deserialize_any(UniqueVisitor(126))
     }
 }
 
-struct UniqueVisitor;
+/// Reads a [`Unique`] with this many levels of nesting left.
+#[derive(Clone, Copy)]
+struct UniqueVisitor(u8);
+
+impl UniqueVisitor {
+    /// The visitor of the values in a container this one enters, if it may enter one.
+    fn enter<E: de::Error>(self) -> Result<UniqueVisitor, E> {
+        let left = self.0.checked_sub(1);
+        left.map(UniqueVisitor)
+            .ok_or_else(|| E::custom("recursion limit exceeded"))
+    }
+}
+
+impl<'de> de::DeserializeSeed<'de> for UniqueVisitor {
+    type Value = Unique;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Unique, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
 
 impl<'de> Visitor<'de> for UniqueVisitor {
     type Value = Unique;
@@ -302,11 +323,11 @@ impl<'de> Visitor<'de> for UniqueVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Unique, A::Error> {
-        let mut found = Unique::default();
+        let (mut found, values) = (Unique::default(), self.enter()?);
         // Objects hold few members: a list compares faster than a set would hash.
         let mut names: Vec<std::borrow::Cow<'de, str>> = Vec::new();
         while let Some(name) = map.next_key_seed(NameSeed)? {
-            let inner: Unique = map.next_value()?;
+            let inner = map.next_value_seed(values)?;
             if found.duplicate.is_none() {
                 if names.contains(&name) {
                     found.duplicate = Some(name.into_owned());
@@ -320,8 +341,8 @@ impl<'de> Visitor<'de> for UniqueVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Unique, A::Error> {
-        let mut found = Unique::default();
-        while let Some(inner) = seq.next_element::<Unique>()? {
+        let (mut found, values) = (Unique::default(), self.enter()?);
+        while let Some(inner) = seq.next_element_seed(values)? {
             if found.duplicate.is_none() {
                 found.duplicate = inner.duplicate;
             }
