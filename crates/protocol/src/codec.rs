@@ -17,7 +17,11 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
 use crate::elide::Elider;
-use crate::jsonrpc::{Envelope, EnvelopeError, Members, MembersVisitor, Message, Unique};
+use serde::de;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::jsonrpc::{Envelope, EnvelopeError, Members, Message, Unique};
 
 /// The default maximum line length: 16 MiB (a resumed thread with many turns is large).
 pub const DEFAULT_MAX_LINE_LENGTH: usize = 16 * 1024 * 1024;
@@ -56,14 +60,31 @@ pub enum FrameError {
 /// envelope reads that comes twice makes it not a message
 /// ([`crate::EnvelopeError::DuplicateMember`]).
 pub fn decode_line(line: &[u8]) -> Result<Message, FrameError> {
-    Ok(members::<serde_json::Value>(line)?.into_message()?)
+    Ok(members::<Value>(line)?.into_message()?)
 }
 
-/// The kind, `id` and `method` of one line, by exactly the rules and checks of
-/// [`decode_line`] (the same lines succeed, with the same errors), keeping no payload; and
-/// one check more: a member name that comes twice in one object anywhere inside `params`
-/// ([`EnvelopeError::DuplicateInParams`]), where a tree keeps the last one and a reader of
-/// the first would not see what codex does.
+/// The envelope of one line (without its newline) by [`decode_line`]'s rules, in one pass that
+/// keeps `params` and `result` as the line's bytes. The payloads are skipped, not checked as a
+/// tree would be: a line that is not JSON inside them may still be read (codex's lines, relayed
+/// as they are; see [`decode_envelope`] for a client's).
+///
+/// ```
+/// use rethread_protocol::codec::read_envelope;
+/// use rethread_protocol::MessageKind;
+///
+/// let envelope = read_envelope(br#"{"method":"turn/started","params":{"turn":{}}}"#).unwrap();
+/// assert_eq!(envelope.kind, MessageKind::Notification);
+/// assert_eq!(envelope.params.unwrap().get(), r#"{"turn":{}}"#);
+/// assert!(read_envelope(br#"{"id":1,"id":2,"result":{}}"#).is_err());
+/// ```
+pub fn read_envelope(line: &[u8]) -> Result<Envelope<'_>, FrameError> {
+    Ok(members::<&RawValue>(line)?.into_envelope()?)
+}
+
+/// [`read_envelope`] with the payloads checked: the same lines succeed as with [`decode_line`],
+/// with the same errors; and one check more, a member name that comes twice in one object
+/// anywhere inside `params` ([`EnvelopeError::DuplicateInParams`]), where a tree keeps the
+/// last one and a reader of the first would not see what codex does.
 ///
 /// ```
 /// use rethread_protocol::codec::decode_envelope;
@@ -76,20 +97,63 @@ pub fn decode_line(line: &[u8]) -> Result<Message, FrameError> {
 /// let twice = br#"{"id":1,"method":"thread/read","params":{"threadId":"a","threadId":"b"}}"#;
 /// assert!(decode_envelope(twice).is_err());
 /// ```
-pub fn decode_envelope(line: &[u8]) -> Result<Envelope, FrameError> {
-    Ok(members::<Unique>(line)?.into_envelope()?)
+pub fn decode_envelope(line: &[u8]) -> Result<Envelope<'_>, FrameError> {
+    // On an error, the one `decode_line` gives (the same position in the line).
+    let as_decoded = |error: FrameError| decode_line(line).err().unwrap_or(error);
+    let envelope = read_envelope(line).map_err(as_decoded)?;
+    let check =
+        |raw: Option<&RawValue>| serde_json::from_str::<Unique>(raw.map_or("null", RawValue::get));
+    let params = check(envelope.params)
+        .and_then(|params| check(envelope.result).map(|_| params))
+        .map_err(|e| {
+            as_decoded(FrameError::InvalidJson {
+                reason: e.to_string(),
+            })
+        })?;
+    // A member twice in `result` is not the guard's concern.
+    match params.duplicate {
+        Some(member) => Err(EnvelopeError::DuplicateInParams { member }.into()),
+        None => Ok(envelope),
+    }
 }
 
-fn members<'a, P: serde::Deserialize<'a>>(line: &'a [u8]) -> Result<Members<P>, FrameError> {
+/// Who to answer in place of a line that is not a message whole (not UTF-8, a duplicate
+/// member, cut at a length limit): its one `id` and kind, a request when it has a `method`
+/// (its `method` when valid), read from the members before the line goes wrong. With `cut`,
+/// a line that goes wrong other than by ending, or whose `method` is malformed, names nobody.
+///
+/// ```
+/// use rethread_protocol::codec::decode_sender;
+/// use rethread_protocol::{MessageKind, RequestId};
+///
+/// let cut = br#"{"id":"u-1","method":"turn/start","params":{"input":[{"text":"aaaa"#;
+/// let sender = decode_sender(cut, true).unwrap();
+/// assert_eq!((sender.kind, sender.id), (MessageKind::Request, Some(RequestId::from("u-1"))));
+/// ```
+pub fn decode_sender(line: &[u8], cut: bool) -> Option<Envelope<'static>> {
+    // A number at the cut may be the start of a longer one (`"id":1` of `"id":12`): not read.
+    let number = |b: &u8| b.is_ascii_digit() || b"+-.eE".contains(b);
+    let kept = line.len() - line.iter().rev().take_while(|b| cut && number(b)).count();
+    let line = &line[..kept];
+    let mut members = Members::<de::IgnoredAny>::default();
+    let mut reader = serde_json::Deserializer::from_slice(line);
+    let read = de::Deserializer::deserialize_any(&mut reader, &mut members);
+    if cut && read.and_then(|()| reader.end()).is_err_and(|e| !e.is_eof()) {
+        return None;
+    }
+    members.sender(cut)
+}
+
+fn members<'a, P: de::Deserialize<'a>>(line: &'a [u8]) -> Result<Members<P>, FrameError> {
     let text = std::str::from_utf8(line).map_err(|e| FrameError::InvalidUtf8 {
         valid_up_to: e.valid_up_to(),
     })?;
     let invalid_json = |e: serde_json::Error| FrameError::InvalidJson {
         reason: e.to_string(),
     };
+    let mut members = Members::default();
     let mut reader = serde_json::Deserializer::from_str(text);
-    let members = serde::Deserializer::deserialize_any(&mut reader, MembersVisitor::new())
-        .map_err(invalid_json)?;
+    de::Deserializer::deserialize_any(&mut reader, &mut members).map_err(invalid_json)?;
     reader.end().map_err(invalid_json)?;
     Ok(members)
 }

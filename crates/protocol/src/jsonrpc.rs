@@ -5,12 +5,13 @@ use std::fmt;
 
 use serde::de::{self, DeserializeOwned};
 use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::ErrorCode;
 
 mod members;
-pub(crate) use members::{Members, MembersVisitor, Unique};
+pub(crate) use members::{Members, Unique};
 
 /// A request id: codex accepts integers and strings.
 ///
@@ -274,17 +275,22 @@ pub enum MessageKind {
     Error,
 }
 
-/// The routing facts of a message, as [`codec::decode_envelope`](crate::codec::decode_envelope)
-/// reads them by [`Message`]'s rules, without its payload.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A message's envelope, read by [`Message`]'s rules in one pass that borrows from the line
+/// ([`codec::read_envelope`](crate::codec::read_envelope)): its routing facts, and its payload
+/// as the line's own bytes, skipped by the reader and never copied.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
-pub struct Envelope {
+pub struct Envelope<'a> {
     /// The kind.
     pub kind: MessageKind,
     /// The `id`, for requests, responses and error responses that carry one.
     pub id: Option<RequestId>,
     /// The `method`, for requests and notifications.
     pub method: Option<String>,
+    /// The `params` member, whatever the kind.
+    pub params: Option<&'a RawValue>,
+    /// The `result` member, whatever the kind.
+    pub result: Option<&'a RawValue>,
 }
 
 fn invalid(member: &'static str, reason: &str) -> EnvelopeError {
@@ -308,10 +314,9 @@ fn request_id(id: Option<Value>) -> Result<Option<RequestId>, EnvelopeError> {
 
 impl<'de> Deserialize<'de> for Message {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer
-            .deserialize_any(MembersVisitor::<Value>::new())?
-            .into_message()
-            .map_err(de::Error::custom)
+        let mut members = Members::<Value>::default();
+        deserializer.deserialize_any(&mut members)?;
+        members.into_message().map_err(de::Error::custom)
     }
 }
 

@@ -302,7 +302,18 @@ fn the_envelope_reader_agrees_with_the_decoder_on_every_line() {
         "[".repeat(200),
         "]".repeat(200)
     );
+    // The line's object is one level: `params` may nest 126 more, not 127.
+    let nested = |n: usize| {
+        format!(
+            r#"{{"method":"m","params":{}{}}}"#,
+            "[".repeat(n),
+            "]".repeat(n)
+        )
+    };
+    let (deepest, too_deep) = (nested(126), nested(127));
     let lines: Vec<&[u8]> = vec![
+        deepest.as_bytes(),
+        too_deep.as_bytes(),
         br#"{"id":1,"method":"m","params":1e999}"#,
         br#"{"id":1,"method":"m","params":"\ud800"}"#,
         br#"{"id":1,"method":"m","params":"\ud83d\ude00"}"#,

@@ -1,22 +1,25 @@
-//! One line of the wire, kept as the bytes that were read, plus the routing facts of its
-//! envelope ([`Peek`]: kind, `id`, `method`), by the protocol crate's rules
-//! ([`rethread_protocol::Message`]; `id`, `method`, `params`, `result` and `error` at most once).
+//! One line of the wire, kept as the bytes that were read, plus its envelope as one serde pass
+//! read it (`rethread_protocol::codec`, by [`rethread_protocol::Message`]'s rules: `id`,
+//! `method`, `params`, `result` and `error` at most once): its routing facts ([`Peek`]: kind,
+//! `id`, `method`) and where its `params` and `result` are, for the hooks to read.
 //!
-//! - The client's lines are read by serde_json in one pass that keeps nothing
-//!   (`rethread_protocol::codec::decode_envelope`), as codex reads them: what the proxy routes
-//!   is what codex sees.
-//! - Codex's lines ([`Line::new`], [`peek`]) get a lexical scan of the top-level members, at
-//!   `memchr` speed over string contents (most of a large line); nested values are skipped by
-//!   counting brackets, not validated. On a line that is JSON it reads what serde_json reads.
+//! - Codex's lines ([`Line::new`], [`peek`]): the payloads are skipped, not copied nor checked
+//!   as a tree (`read_envelope`), so a large line costs a scan of its bytes.
+//! - The client's lines ([`Line::from_client`]) are read as codex reads them
+//!   (`decode_envelope`): what the proxy routes is what codex sees.
 
-use std::borrow::Cow;
+use std::ops::Range;
 
 use bytes::Bytes;
-use rethread_protocol::codec::{decode_envelope, decode_line, trim_line};
+use rethread_protocol::codec::{
+    decode_envelope, decode_line, decode_sender, read_envelope, trim_line,
+};
 use rethread_protocol::jsonrpc::Response;
 use rethread_protocol::{
     Envelope, EnvelopeError, ErrorCode, FrameError, Message, MessageKind, RequestId, RpcError,
 };
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 /// What a line is, as far as routing goes.
@@ -60,8 +63,8 @@ impl Peek {
     };
 }
 
-impl From<Envelope> for Peek {
-    fn from(envelope: Envelope) -> Peek {
+impl From<Envelope<'_>> for Peek {
+    fn from(envelope: Envelope<'_>) -> Peek {
         let kind = match envelope.kind {
             MessageKind::Request => LineKind::Request,
             MessageKind::Notification => LineKind::Notification,
@@ -77,7 +80,7 @@ impl From<Envelope> for Peek {
 }
 
 /// A client line the forwarder refuses (see the crate docs): the code its sender gets, what is
-/// wrong with it ("is not UTF-8 ..."), and who to answer, when the lexical scan finds one.
+/// wrong with it ("is not UTF-8 ..."), and who to answer, when the line names one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Refused {
     pub(crate) code: ErrorCode,
@@ -85,11 +88,14 @@ pub(crate) struct Refused {
     pub(crate) sender: Option<Peek>,
 }
 
-/// One line: the bytes as read (terminator included) and its [`Peek`]. Cheap to clone.
+/// One line: the bytes as read (terminator included), its [`Peek`] and where its payloads
+/// are. Cheap to clone.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Line {
     bytes: Bytes,
     peek: Peek,
+    params: Option<Range<usize>>,
+    result: Option<Range<usize>>,
 }
 
 impl std::fmt::Debug for Line {
@@ -107,21 +113,36 @@ impl std::fmt::Debug for Line {
 }
 
 impl Line {
-    /// A line read from codex (terminator included if any), routed by the lexical scan.
+    /// A line read from codex (terminator included if any), routed by [`read_envelope`].
     pub fn new(bytes: Bytes) -> Line {
-        let peek = peek(trim_line(&bytes));
-        Line { bytes, peek }
+        Line::read(&bytes, read_envelope(trim_line(&bytes)).ok())
     }
 
-    /// A line read from the client, routed by serde_json's reading of it; one codex would die
-    /// of (not UTF-8) or with no single reading (a duplicate member) is refused.
+    /// `bytes` with `envelope`, their reading (`None`: not a message).
+    fn read(bytes: &Bytes, envelope: Option<Envelope<'_>>) -> Line {
+        // Where a payload borrowed from `bytes` is in them.
+        let range = |raw: Option<&RawValue>| {
+            let raw = raw?.get();
+            let start = raw.as_ptr() as usize - bytes.as_ptr() as usize;
+            Some(start..start + raw.len())
+        };
+        let (params, result) = envelope.as_ref().map_or((None, None), |envelope| {
+            (range(envelope.params), range(envelope.result))
+        });
+        Line {
+            bytes: bytes.clone(),
+            peek: envelope.map_or(Peek::OTHER, Peek::from),
+            params,
+            result,
+        }
+    }
+
+    /// A line read from the client, routed by codex's reading of it; one codex would die of
+    /// (not UTF-8) or with no single reading (a duplicate member) is refused.
     pub(crate) fn from_client(bytes: Bytes) -> Result<Line, Refused> {
         let json = trim_line(&bytes);
         let (code, problem) = match decode_envelope(json) {
-            Ok(envelope) => {
-                let peek = envelope.into();
-                return Ok(Line { bytes, peek });
-            }
+            Ok(envelope) => return Ok(Line::read(&bytes, Some(envelope))),
             // Codex's line reader fails on it, and codex exits.
             Err(FrameError::InvalidUtf8 { valid_up_to }) => (
                 ErrorCode::PARSE_ERROR,
@@ -137,12 +158,9 @@ impl Line {
                 ErrorCode::INVALID_REQUEST,
                 format!("has a duplicate `{member}` member in its params"),
             ),
-            Err(_) => {
-                let peek = Peek::OTHER;
-                return Ok(Line { bytes, peek });
-            }
+            Err(_) => return Ok(Line::read(&bytes, None)),
         };
-        let sender = scan_members(json).sender();
+        let sender = decode_sender(json, false).map(Peek::from);
         Err(Refused {
             code,
             problem,
@@ -199,6 +217,21 @@ impl Line {
         self.peek.method.as_deref()
     }
 
+    /// The `params` member's JSON, as read with the line (whatever its kind).
+    pub fn params_json(&self) -> Option<&[u8]> {
+        Some(&self.bytes[self.params.clone()?])
+    }
+
+    /// The `params`, read as a `P` (`None`: absent, or not a `P`).
+    pub fn params<P: DeserializeOwned>(&self) -> Option<P> {
+        serde_json::from_slice(self.params_json()?).ok()
+    }
+
+    /// The `result`, likewise.
+    pub fn result<R: DeserializeOwned>(&self) -> Option<R> {
+        serde_json::from_slice(&self.bytes[self.result.clone()?]).ok()
+    }
+
     /// The whole message, decoded (a full parse).
     pub fn message(&self) -> Result<Message, FrameError> {
         decode_line(self.json())
@@ -210,278 +243,15 @@ impl Line {
     }
 }
 
-/// The routing facts of one line (without its terminator) by the lexical scan, which agrees
-/// with serde_json's reading on a line that is JSON, duplicates included. Nested values are
-/// skipped, not validated: a line that is not JSON inside one may still be routed.
+/// The routing facts of one line (without its terminator), as [`Line::new`] reads them.
 pub fn peek(line: &[u8]) -> Peek {
-    let scan = scan_members(line);
-    if scan.stop.is_some() {
-        return Peek::OTHER;
-    }
-    scan.into_peek().unwrap_or(Peek::OTHER)
+    read_envelope(line).map_or(Peek::OTHER, Peek::from)
 }
 
 /// What the first bytes of a line too long to keep tell: its kind and `id` when they come
 /// before the cut (codex and the clients seen write `id` first). `None` when they do not.
 pub fn peek_prefix(prefix: &[u8]) -> Option<Peek> {
-    let scan = scan_members(prefix);
-    if matches!(scan.stop, Some(Stop::Malformed)) || matches!(scan.method, Seen::Invalid) {
-        return None;
-    }
-    scan.sender()
-}
-
-/// A member seen zero, one or several times (or with a value of the wrong type).
-#[derive(Debug, Default)]
-enum Seen<T> {
-    #[default]
-    Never,
-    Once(T),
-    Invalid,
-}
-
-impl<T> Seen<T> {
-    /// The next occurrence of the member, whose value reads as `value` (`None`: invalid).
-    fn again(self, value: impl FnOnce() -> Option<T>) -> Seen<T> {
-        match self {
-            Seen::Never => value().map_or(Seen::Invalid, Seen::Once),
-            _ => Seen::Invalid,
-        }
-    }
-
-    /// The member's value, if any; `None` when it is invalid.
-    fn value(self) -> Option<Option<T>> {
-        match self {
-            Seen::Never => Some(None),
-            Seen::Once(value) => Some(Some(value)),
-            Seen::Invalid => None,
-        }
-    }
-}
-
-#[derive(Debug, Default)]
-struct Scan {
-    id: Seen<Option<RequestId>>,
-    method: Seen<String>,
-    /// Counted when the member's name is read, before its value (a prefix may end inside it).
-    params: u8,
-    result: u8,
-    error: u8,
-    /// An `error` member is not an error object.
-    bad_error: bool,
-    /// Why the scan stopped before the object's end, if it did.
-    stop: Option<Stop>,
-}
-
-impl Scan {
-    fn into_peek(self) -> Option<Peek> {
-        if self.params > 1 || self.result > 1 || self.error > 1 {
-            return None;
-        }
-        let id = self.id.value()?.flatten();
-        let method = self.method.value()?;
-        let kind = match (&method, &id) {
-            (Some(_), Some(_)) => LineKind::Request,
-            (Some(_), None) => LineKind::Notification,
-            // An `error` (an error object) is only read without a `method`.
-            (None, _) if self.error > 0 && self.bad_error => return None,
-            (None, _) if self.error > 0 => LineKind::Error,
-            (None, Some(_)) if self.result > 0 => LineKind::Response,
-            _ => return None,
-        };
-        Some(Peek { kind, id, method })
-    }
-
-    /// Who to answer in a line's place: its one `id`, as a request (it has a `method`,
-    /// however malformed) or an answer; its `method` when it has a valid one.
-    fn sender(self) -> Option<Peek> {
-        let Seen::Once(Some(id)) = self.id else {
-            return None;
-        };
-        let kind = match self.method {
-            Seen::Never if self.error > 0 => LineKind::Error,
-            Seen::Never if self.result > 0 => LineKind::Response,
-            Seen::Never => return None,
-            _ => LineKind::Request,
-        };
-        let method = self.method.value().flatten();
-        let id = Some(id);
-        Some(Peek { kind, id, method })
-    }
-}
-
-/// Scans the top-level members of a JSON object.
-fn scan_members(bytes: &[u8]) -> Scan {
-    let mut scan = Scan::default();
-    let mut cursor = Cursor { bytes, pos: 0 };
-    let outcome = (|| -> Result<(), Stop> {
-        cursor.whitespace();
-        cursor.expect(b'{')?;
-        cursor.whitespace();
-        if cursor.peek_byte()? == b'}' {
-            return Ok(());
-        }
-        loop {
-            cursor.whitespace();
-            let key_start = cursor.pos;
-            cursor.skip_string()?;
-            let name = member_name(&bytes[key_start..cursor.pos]);
-            cursor.whitespace();
-            cursor.expect(b':')?;
-            cursor.whitespace();
-            match name.as_deref() {
-                Some("params") => scan.params = scan.params.saturating_add(1),
-                Some("result") => scan.result = scan.result.saturating_add(1),
-                Some("error") => scan.error = scan.error.saturating_add(1),
-                _ => {}
-            }
-            let value_start = cursor.pos;
-            cursor.skip_value()?;
-            let value = &bytes[value_start..cursor.pos];
-            match name.as_deref() {
-                Some("id") => scan.id = std::mem::take(&mut scan.id).again(|| parse_id(value)),
-                Some("method") => {
-                    scan.method = std::mem::take(&mut scan.method)
-                        .again(|| serde_json::from_slice::<String>(value).ok());
-                }
-                // An error answer must carry an error object, as the protocol crate reads it.
-                Some("error") if serde_json::from_slice::<RpcError>(value).is_err() => {
-                    scan.bad_error = true;
-                }
-                _ => {}
-            }
-            cursor.whitespace();
-            match cursor.next_byte()? {
-                b',' => continue,
-                b'}' => break,
-                _ => return Err(Stop::Malformed),
-            }
-        }
-        cursor.whitespace();
-        if cursor.pos != bytes.len() {
-            return Err(Stop::Malformed);
-        }
-        Ok(())
-    })();
-    scan.stop = outcome.err();
-    scan
-}
-
-/// A member name (`key` with its quotes); `None` for one that is not valid JSON text.
-fn member_name(key: &[u8]) -> Option<Cow<'_, str>> {
-    let inner = &key[1..key.len() - 1];
-    if memchr::memchr(b'\\', inner).is_none() {
-        return std::str::from_utf8(inner).ok().map(Cow::Borrowed);
-    }
-    serde_json::from_slice::<String>(key).ok().map(Cow::Owned)
-}
-
-/// An `id` value: an integer, a string, or `null` (no id). `None` for anything else.
-fn parse_id(value: &[u8]) -> Option<Option<RequestId>> {
-    match serde_json::from_slice::<Value>(value).ok()? {
-        Value::Null => Some(None),
-        Value::String(id) => Some(Some(RequestId::String(id))),
-        Value::Number(n) => n.as_i64().map(|id| Some(RequestId::Integer(id))),
-        _ => None,
-    }
-}
-
-#[derive(Debug)]
-enum Stop {
-    /// Not JSON (as far as the scan can tell).
-    Malformed,
-    /// The input ended inside a value.
-    End,
-}
-
-struct Cursor<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl Cursor<'_> {
-    fn whitespace(&mut self) {
-        while let Some(b' ' | b'\t' | b'\r' | b'\n') = self.bytes.get(self.pos) {
-            self.pos += 1;
-        }
-    }
-
-    fn peek_byte(&self) -> Result<u8, Stop> {
-        self.bytes.get(self.pos).copied().ok_or(Stop::End)
-    }
-
-    fn next_byte(&mut self) -> Result<u8, Stop> {
-        let byte = self.peek_byte()?;
-        self.pos += 1;
-        Ok(byte)
-    }
-
-    fn expect(&mut self, byte: u8) -> Result<(), Stop> {
-        if self.next_byte()? == byte {
-            Ok(())
-        } else {
-            Err(Stop::Malformed)
-        }
-    }
-
-    /// Skips a string starting at the current position (its opening quote).
-    fn skip_string(&mut self) -> Result<(), Stop> {
-        self.expect(b'"')?;
-        loop {
-            let rest = &self.bytes[self.pos..];
-            let found = memchr::memchr2(b'"', b'\\', rest).ok_or(Stop::End)?;
-            if rest[found] == b'"' {
-                self.pos += found + 1;
-                return Ok(());
-            }
-            // The escaped character cannot end the string, whatever it is.
-            self.pos += found + 2;
-            if self.pos > self.bytes.len() {
-                return Err(Stop::End);
-            }
-        }
-    }
-
-    /// Skips one value: a string, an object or array (by counting brackets outside strings),
-    /// or a scalar (up to the next delimiter, and valid JSON).
-    fn skip_value(&mut self) -> Result<(), Stop> {
-        match self.peek_byte()? {
-            b'"' => self.skip_string(),
-            b'{' | b'[' => {
-                let mut depth = 0usize;
-                loop {
-                    match self.peek_byte()? {
-                        b'"' => {
-                            self.skip_string()?;
-                            continue;
-                        }
-                        b'{' | b'[' => depth += 1,
-                        b'}' | b']' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                self.pos += 1;
-                                return Ok(());
-                            }
-                        }
-                        _ => {}
-                    }
-                    self.pos += 1;
-                }
-            }
-            b'}' | b']' | b',' | b':' => Err(Stop::Malformed),
-            _ => {
-                let start = self.pos;
-                let rest = &self.bytes[start..];
-                let len = rest
-                    .iter()
-                    .position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\r' | b'\n'))
-                    .ok_or(Stop::End)?;
-                self.pos += len;
-                serde_json::from_slice::<Value>(&rest[..len]).map_err(|_| Stop::Malformed)?;
-                Ok(())
-            }
-        }
-    }
+    decode_sender(prefix, true).map(Peek::from)
 }
 
 #[cfg(test)]
@@ -539,10 +309,16 @@ mod tests {
 
     #[test]
     fn nested_values_are_skipped_not_validated() {
-        // Routing does not need them; the receiver judges the line as it would without us.
+        // Routing does not need them; the receiver judges the line as it would without us:
+        // what a tree would refuse (a number out of range, a lone surrogate) is still routed.
+        assert_eq!(
+            kind(r#"{"method":"m","params":{"a":1e999,"b":"\ud800"}}"#),
+            LineKind::Notification
+        );
+        // A line that is not JSON inside them is not routed (it is passed on unrouted).
         assert_eq!(
             kind(r#"{"method":"m","params":{"a":tru}}"#),
-            LineKind::Notification
+            LineKind::Other
         );
     }
 
@@ -579,6 +355,8 @@ mod tests {
         let answer = peek_prefix(br#"{"id":4,"result":{"thread":{"turns":[{"#).unwrap();
         assert_eq!(answer.kind, LineKind::Response);
         assert!(peek_prefix(br#"{"method":"item/completed","params":{"#).is_none());
+        // The cut may fall inside the id: `1` of `1000`.
+        assert!(peek_prefix(br#"{"result":[],"id":1"#).is_none());
         assert!(peek_prefix(br#"{"params":{"a":"b"#).is_none());
         assert!(peek_prefix(b"garbage").is_none());
     }

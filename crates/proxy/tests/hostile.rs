@@ -182,8 +182,8 @@ async fn a_line_with_a_duplicate_member_never_reaches_codex() {
 }
 
 /// The proxy's view of a client line (kind, id, method) is serde_json's: a line serde_json
-/// cannot read is not routed as a message (the lexical scan that skips nested values saw a
-/// request in each of these), and escapes in member names are read.
+/// cannot read is not routed as a message (a reader that skipped nested values unchecked would
+/// see a request in each of these), and escapes in member names are read.
 #[tokio::test]
 async fn the_hooks_see_a_client_line_as_serde_json_reads_it() {
     let hooks = Arc::new(Recording::default());

@@ -1,11 +1,13 @@
 //! Reading a message's envelope in one pass of serde_json: each member the envelope reads at
-//! most once (a duplicate is refused, as codex's serde-derived envelope refuses it), the rest
-//! checked as strictly as a [`Value`] parse would check it.
+//! most once (a duplicate is refused, as codex's serde-derived envelope refuses it); `params`
+//! and `result` kept as a tree ([`Value`]) or as the line's own bytes ([`RawValue`]: skipped,
+//! not copied); the other members checked as strictly as a [`Value`] parse would check them.
 
 use std::fmt;
 
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::{
@@ -13,8 +15,11 @@ use super::{
     Notification, Request, RequestId, Response, RpcError,
 };
 
+/// The members the envelope reads, in the order of [`Member`].
+const NAMES: [&str; 5] = ["id", "method", "params", "result", "error"];
+
 /// The top-level members the envelope reads, each at most once. `P` is how `params` and
-/// `result` are read: [`Value`] to keep them, [`Checked`] to check them without keeping them.
+/// `result` are read: [`Value`] to keep them, [`RawValue`] to keep their bytes.
 #[derive(Debug)]
 pub(crate) struct Members<P> {
     id: Option<Value>,
@@ -22,8 +27,10 @@ pub(crate) struct Members<P> {
     params: Option<P>,
     result: Option<P>,
     error: Option<Value>,
-    /// The first member that came twice.
-    duplicate: Option<&'static str>,
+    /// One bit a member of [`NAMES`] whose name was read (a cut line may end in its value),
+    /// and one for each that came again.
+    named: u8,
+    again: u8,
     not_an_object: bool,
 }
 
@@ -57,7 +64,7 @@ impl Members<Value> {
             params: object.remove("params"),
             result: object.remove("result"),
             error: object.remove("error"),
-            ..Members::none(false)
+            ..Members::default()
         }
     }
 
@@ -75,24 +82,54 @@ impl Members<Value> {
     }
 }
 
-impl<P> Members<P> {
-    fn none(not_an_object: bool) -> Self {
+impl<'a> Members<&'a RawValue> {
+    /// The envelope, with `params` and `result` as read whatever the kind.
+    pub(crate) fn into_envelope(self) -> Result<Envelope<'a>, EnvelopeError> {
+        let (params, result) = (self.params, self.result);
+        let (kind, id, method) = match self.shape()? {
+            Shape::Request { id, method, .. } => (MessageKind::Request, Some(id), Some(method)),
+            Shape::Notification { method, .. } => (MessageKind::Notification, None, Some(method)),
+            Shape::Response { id, .. } => (MessageKind::Response, Some(id), None),
+            Shape::Error { id, .. } => (MessageKind::Error, id, None),
+        };
+        Ok(Envelope {
+            kind,
+            id,
+            method,
+            params,
+            result,
+        })
+    }
+}
+
+impl<P> Default for Members<P> {
+    fn default() -> Self {
         Members {
             id: None,
             method: None,
             params: None,
             result: None,
             error: None,
-            duplicate: None,
-            not_an_object,
+            named: 0,
+            again: 0,
+            not_an_object: false,
         }
+    }
+}
+
+impl<P> Members<P> {
+    /// The first member of [`NAMES`] that came twice.
+    fn duplicate(&self) -> Option<&'static str> {
+        (0..NAMES.len())
+            .find(|bit| self.again & (1 << bit) != 0)
+            .map(|bit| NAMES[bit])
     }
 
     fn shape(self) -> Result<Shape<P>, EnvelopeError> {
         if self.not_an_object {
             return Err(EnvelopeError::NotAnObject);
         }
-        if let Some(member) = self.duplicate {
+        if let Some(member) = self.duplicate() {
             return Err(EnvelopeError::DuplicateMember { member });
         }
         let id = request_id(self.id)?;
@@ -118,28 +155,39 @@ impl<P> Members<P> {
         Err(EnvelopeError::NoKind)
     }
 
-    pub(crate) fn into_envelope(self) -> Result<Envelope, EnvelopeError>
-    where
-        P: Duplicates,
-    {
-        if let Some(member) = self.params.as_ref().and_then(Duplicates::duplicate) {
-            if self.duplicate.is_none() && !self.not_an_object {
-                let member = member.to_string();
-                return Err(EnvelopeError::DuplicateInParams { member });
-            }
+    /// Who to answer in place of a line that is not a message (see
+    /// [`crate::codec::decode_sender`]): its one `id`, as a request (it has a `method`,
+    /// however malformed) or an answer (an `error` or `result` was named); its `method` when
+    /// valid. `cut`: a line whose `method` is malformed names nobody.
+    pub(crate) fn sender(self, cut: bool) -> Option<Envelope<'static>> {
+        let method_ok = self.again & bit(Member::Method) == 0
+            && matches!(self.method, None | Some(Value::String(_)));
+        if (cut && !method_ok) || self.again & bit(Member::Id) != 0 {
+            return None;
         }
-        let (kind, id, method) = match self.shape()? {
-            Shape::Request { id, method, .. } => (MessageKind::Request, Some(id), Some(method)),
-            Shape::Notification { method, .. } => (MessageKind::Notification, None, Some(method)),
-            Shape::Response { id, .. } => (MessageKind::Response, Some(id), None),
-            Shape::Error { id, .. } => (MessageKind::Error, id, None),
+        let id = request_id(self.id).ok().flatten();
+        let kind = match &self.method {
+            Some(_) => MessageKind::Request,
+            None if self.named & bit(Member::Error) != 0 => MessageKind::Error,
+            None if self.named & bit(Member::Result) != 0 => MessageKind::Response,
+            None => return None,
         };
-        Ok(Envelope { kind, id, method })
+        let method = match self.method {
+            Some(Value::String(method)) if method_ok => Some(method),
+            _ => None,
+        };
+        Some(Envelope {
+            kind,
+            id: Some(id?),
+            method,
+            params: None,
+            result: None,
+        })
     }
 }
 
-/// The members serde_json's map visitor names.
-#[derive(Deserialize)]
+/// The members serde_json's map visitor names (the first five in the order of [`NAMES`]).
+#[derive(Clone, Copy, Deserialize)]
 #[serde(field_identifier, rename_all = "lowercase")]
 enum Member {
     Id,
@@ -151,105 +199,82 @@ enum Member {
     Other,
 }
 
-/// Reads [`Members`] from any JSON value (another value is checked whole: "not an object").
-pub(crate) struct MembersVisitor<P>(std::marker::PhantomData<P>);
-
-impl<P> MembersVisitor<P> {
-    pub(crate) fn new() -> Self {
-        MembersVisitor(std::marker::PhantomData)
-    }
-}
-
-/// Stores the first occurrence of a member; a second one is consumed (so the rest of the line
-/// is still checked) and remembered as the duplicate.
-fn once<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
-    slot: &mut Option<T>,
-    name: &'static str,
-    duplicate: &mut Option<&'static str>,
-    map: &mut A,
-) -> Result<(), A::Error> {
-    if slot.is_some() {
-        map.next_value::<Checked>()?;
-        duplicate.get_or_insert(name);
-    } else {
-        *slot = Some(map.next_value()?);
-    }
-    Ok(())
+/// `member`'s bit in [`Members`]' `named` and `again`.
+const fn bit(member: Member) -> u8 {
+    1 << member as u8
 }
 
 /// The visitor methods of every JSON value but an object: each is checked (an array's
-/// elements as [`Checked`]) and read as `$value`.
+/// elements as [`Checked`]), then `$read` runs.
 macro_rules! not_objects {
-    ($value:expr) => {
-        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Ok($value)
+    ($self:ident, $read:block) => {
+        fn visit_bool<E: de::Error>($self, _: bool) -> Result<Self::Value, E> {
+            $read
         }
 
-        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Ok($value)
+        fn visit_i64<E: de::Error>($self, _: i64) -> Result<Self::Value, E> {
+            $read
         }
 
-        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Ok($value)
+        fn visit_u64<E: de::Error>($self, _: u64) -> Result<Self::Value, E> {
+            $read
         }
 
-        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Ok($value)
+        fn visit_f64<E: de::Error>($self, _: f64) -> Result<Self::Value, E> {
+            $read
         }
 
-        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-            Ok($value)
+        fn visit_str<E: de::Error>($self, _: &str) -> Result<Self::Value, E> {
+            $read
         }
 
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok($value)
+        fn visit_unit<E: de::Error>($self) -> Result<Self::Value, E> {
+            $read
         }
 
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        fn visit_seq<A: SeqAccess<'de>>($self, mut seq: A) -> Result<Self::Value, A::Error> {
             while seq.next_element::<Checked>()?.is_some() {}
-            Ok($value)
+            $read
         }
     };
 }
 
-impl<'de, P: Deserialize<'de>> Visitor<'de> for MembersVisitor<P> {
-    type Value = Members<P>;
+/// Reads [`Members`] from any JSON value (another value is checked whole: "not an object")
+/// into the members given, which keep what was read before an error (a cut line's sender).
+impl<'de, P: Deserialize<'de>> Visitor<'de> for &mut Members<P> {
+    type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON-RPC message")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<P>, A::Error> {
-        let mut members = Members::none(false);
-        let duplicate = &mut members.duplicate;
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(member) = map.next_key::<Member>()? {
+            self.again |= self.named & bit(member);
+            self.named |= bit(member);
+            if self.again & bit(member) != 0 {
+                // Consumed, so that the rest of the line is still checked.
+                map.next_value::<Checked>()?;
+                continue;
+            }
             match member {
-                Member::Id => once(&mut members.id, "id", duplicate, &mut map)?,
-                Member::Method => once(&mut members.method, "method", duplicate, &mut map)?,
-                Member::Params => once(&mut members.params, "params", duplicate, &mut map)?,
-                Member::Result => once(&mut members.result, "result", duplicate, &mut map)?,
-                Member::Error => once(&mut members.error, "error", duplicate, &mut map)?,
+                Member::Id => self.id = Some(map.next_value()?),
+                Member::Method => self.method = Some(map.next_value()?),
+                Member::Params => self.params = Some(map.next_value()?),
+                Member::Result => self.result = Some(map.next_value()?),
+                Member::Error => self.error = Some(map.next_value()?),
                 Member::Other => {
                     map.next_value::<Checked>()?;
                 }
             }
         }
-        Ok(members)
+        Ok(())
     }
 
-    not_objects!(Members::none(true));
-}
-
-/// A payload that may have seen a member name twice in one of its objects.
-pub(crate) trait Duplicates {
-    /// The first member name seen twice in one object, if any.
-    fn duplicate(&self) -> Option<&str>;
-}
-
-impl Duplicates for Checked {
-    fn duplicate(&self) -> Option<&str> {
-        None
-    }
+    not_objects!(self, {
+        self.not_an_object = true;
+        Ok(())
+    });
 }
 
 /// Any JSON value, checked as [`Checked`] checks it, that also finds the first member name
@@ -258,22 +283,37 @@ impl Duplicates for Checked {
 /// would check what codex does not do.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Unique {
-    duplicate: Option<String>,
+    pub(crate) duplicate: Option<String>,
 }
 
-impl Duplicates for Unique {
-    fn duplicate(&self) -> Option<&str> {
-        self.duplicate.as_deref()
-    }
-}
-
+/// Read as a line's `params`: within the nesting a [`Value`] parse of the line allows (127
+/// levels, the line's object one of them).
 impl<'de> Deserialize<'de> for Unique {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(UniqueVisitor)
+        deserializer.deserialize_any(UniqueVisitor(126))
     }
 }
 
-struct UniqueVisitor;
+/// Reads a [`Unique`] with this many levels of nesting left.
+#[derive(Clone, Copy)]
+struct UniqueVisitor(u8);
+
+impl UniqueVisitor {
+    /// The visitor of the values in a container this one enters, if it may enter one.
+    fn enter<E: de::Error>(self) -> Result<UniqueVisitor, E> {
+        let left = self.0.checked_sub(1);
+        left.map(UniqueVisitor)
+            .ok_or_else(|| E::custom("recursion limit exceeded"))
+    }
+}
+
+impl<'de> de::DeserializeSeed<'de> for UniqueVisitor {
+    type Value = Unique;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Unique, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
 
 impl<'de> Visitor<'de> for UniqueVisitor {
     type Value = Unique;
@@ -283,11 +323,11 @@ impl<'de> Visitor<'de> for UniqueVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Unique, A::Error> {
-        let mut found = Unique::default();
+        let (mut found, values) = (Unique::default(), self.enter()?);
         // Objects hold few members: a list compares faster than a set would hash.
         let mut names: Vec<std::borrow::Cow<'de, str>> = Vec::new();
         while let Some(name) = map.next_key_seed(NameSeed)? {
-            let inner: Unique = map.next_value()?;
+            let inner = map.next_value_seed(values)?;
             if found.duplicate.is_none() {
                 if names.contains(&name) {
                     found.duplicate = Some(name.into_owned());
@@ -301,8 +341,8 @@ impl<'de> Visitor<'de> for UniqueVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Unique, A::Error> {
-        let mut found = Unique::default();
-        while let Some(inner) = seq.next_element::<Unique>()? {
+        let (mut found, values) = (Unique::default(), self.enter()?);
+        while let Some(inner) = seq.next_element_seed(values)? {
             if found.duplicate.is_none() {
                 found.duplicate = inner.duplicate;
             }
@@ -367,7 +407,7 @@ impl<'de> Visitor<'de> for NameSeed {
 /// lenient (it accepts `1e999` and lone surrogates), which a `Value` reader, codex's included,
 /// refuses.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Checked;
+struct Checked;
 
 impl<'de> Deserialize<'de> for Checked {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -387,5 +427,5 @@ impl<'de> Visitor<'de> for Checked {
         Ok(Checked)
     }
 
-    not_objects!(Checked);
+    not_objects!(self, { Ok(Checked) });
 }

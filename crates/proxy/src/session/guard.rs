@@ -158,9 +158,13 @@ impl Named {
 /// The `-32600` refusal to answer the request with, saying what could not be read.
 pub(crate) async fn named(line: &Line, home: Option<&str>) -> Result<Named, RpcError> {
     let method = line.method().unwrap_or_default();
-    let members = match serde_json::from_slice::<Envelope>(line.json()) {
-        Ok(envelope) => envelope.params.unwrap_or_default().0,
-        Err(_) => return Err(refusal(method, "its `params` are not an object")),
+    let members = match line
+        .params_json()
+        .map(serde_json::from_slice::<Option<Naming>>)
+    {
+        None => Vec::new(),
+        Some(Ok(naming)) => naming.unwrap_or_default().0,
+        Some(Err(_)) => return Err(refusal(method, "its `params` are not an object")),
     };
     let mut named = Named::default();
     let mut path = None;
@@ -241,13 +245,6 @@ fn rollout_thread(home: &Path, path: &str) -> Result<ThreadId, String> {
         Ok(meta) if meta.kind == "session_meta" => Ok(ThreadId::new(&meta.payload.id)),
         _ => Err("does not start with a thread's session_meta".into()),
     }
-}
-
-/// A request's envelope, for its `params`' members that may name a thread.
-#[derive(Deserialize)]
-struct Envelope {
-    #[serde(default)]
-    params: Option<Naming>,
 }
 
 /// The members of `params` that may name a thread (`path`, `threadId`, `...ThreadId`), kept

@@ -10,8 +10,8 @@ use rethread_runtime::RuntimeError;
 use rethread_store::Unpoisoned;
 use serde_json::Value;
 
+use super::answered_thread;
 use super::start::start_refused;
-use super::{answered_thread, params};
 use crate::hooks::{ClientAction, HookError, ServerContext};
 use crate::line::{Line, LineKind};
 
@@ -54,7 +54,7 @@ impl KeptThreads {
                 if let Some(thread_id) = &named {
                     self.keeper.restore(thread_id).await;
                 }
-                let params = params::<Value>(line);
+                let params = line.params::<Value>();
                 if params.is_none_or(|p| p.get("ephemeral") != Some(&Value::Bool(true))) {
                     self.opening.lock().unpoisoned().insert(id);
                 }
@@ -110,7 +110,7 @@ impl KeptThreads {
                 }
             }
             (LineKind::Notification, Some("turn/completed")) => {
-                let Some(TurnNotification { thread_id, turn }) = params(line) else {
+                let Some(TurnNotification { thread_id, turn }) = line.params() else {
                     return Ok(());
                 };
                 if turn.status != TurnStatus::Completed {

@@ -21,7 +21,6 @@ use rethread_runtime::{
     BinderOptions, Publication, RolloutMirror, RuntimeError, SessionLease, Transcript,
 };
 use rethread_store::{BindingStore, Lease, LocalOwner};
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::oneshot;
@@ -35,7 +34,7 @@ use guard::{Listings, Named, Viewer};
 pub(crate) use kept::KeptThreads;
 pub use speak::NoticeDelivery;
 pub use start::open_refused;
-use start::{as_start_result, resume_params, seeded_start, start_params, start_refused};
+use start::{as_start_result, resume_params, seeded_start, start_refused};
 pub use turns::TurnLimits;
 use turns::{turn_rows, Pending, Tracker};
 
@@ -395,7 +394,7 @@ impl BindingHooks {
                 }
             }
             Some(Pending::TurnStart { input }) => {
-                if let Some(TurnOf { turn }) = ok.then(|| result(line)).flatten() {
+                if let Some(TurnOf { turn }) = ok.then(|| line.result()).flatten() {
                     let forgot = self.state().tracker.turn_started(&turn.id, input);
                     self.say_forgot(ctx, forgot).await?;
                 }
@@ -406,7 +405,7 @@ impl BindingHooks {
     }
 
     async fn on_item(&self, line: &Line, ctx: &ServerContext) -> Result<(), ProxyError> {
-        let Some(item) = params::<ItemNotification>(line) else {
+        let Some(item) = line.params::<ItemNotification>() else {
             return Ok(());
         };
         let forgot = {
@@ -421,7 +420,7 @@ impl BindingHooks {
     }
 
     async fn on_turn_completed(&self, line: &Line, ctx: &ServerContext) -> Result<(), HookError> {
-        let Some(TurnNotification { thread_id, turn }) = params(line) else {
+        let Some(TurnNotification { thread_id, turn }) = line.params() else {
             return Ok(());
         };
         let open = self.state().tracker.take_turn(&turn.id);
@@ -547,7 +546,7 @@ impl SessionHooks for BindingHooks {
         match line.method() {
             Some("thread/start") => {
                 // Unless it opens the session's thread, it is the client's own.
-                let params = start_params(line);
+                let params: Map<String, Value> = line.params().unwrap_or_default();
                 let ephemeral = params.get("ephemeral") == Some(&Value::Bool(true));
                 if self.state().machine.handle_client_start(ephemeral) {
                     return self.drive_open(id, params, ctx).await;
@@ -569,7 +568,7 @@ impl SessionHooks for BindingHooks {
                 self.client_thread(ctx, id, asked).await?
             }
             Some("turn/start") => {
-                if let Some(start) = params::<TurnStartInput>(line) {
+                if let Some(start) = line.params::<TurnStartInput>() {
                     let session_thread =
                         self.state().machine.thread_id() == Some(start.thread_id.as_str());
                     if session_thread {
@@ -634,32 +633,6 @@ impl SessionHooks for BindingHooks {
     }
 }
 
-/// The `params` of a message, read with serde (what a JSON parser finds), when they are a `P`.
-fn params<P: DeserializeOwned>(line: &Line) -> Option<P> {
-    #[derive(Deserialize)]
-    struct Params<P> {
-        params: P,
-    }
-    Some(
-        serde_json::from_slice::<Params<P>>(line.json())
-            .ok()?
-            .params,
-    )
-}
-
-/// The `result` of an answer, likewise.
-fn result<R: DeserializeOwned>(line: &Line) -> Option<R> {
-    #[derive(Deserialize)]
-    struct Answer<R> {
-        result: R,
-    }
-    Some(
-        serde_json::from_slice::<Answer<R>>(line.json())
-            .ok()?
-            .result,
-    )
-}
-
 /// What the hooks read of `turn/start` params.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -692,5 +665,5 @@ fn canonical<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error>
 
 /// The thread an answer (`thread/start`, `thread/resume`, `thread/fork`) names.
 fn answered_thread(line: &Line) -> Option<String> {
-    Some(result::<ThreadOf>(line)?.thread.id)
+    Some(line.result::<ThreadOf>()?.thread.id)
 }

@@ -51,7 +51,7 @@ impl BindingHooks {
         if !item_line || self.state().notice_item.is_none() {
             return Ok(());
         }
-        let Some(ItemOf { thread_id, turn_id }) = super::params(line) else {
+        let Some(ItemOf { thread_id, turn_id }) = line.params() else {
             return Ok(());
         };
         if self.state().notice_item.as_deref() != Some(thread_id.as_str()) {

@@ -17,18 +17,6 @@ const RESUME_ONLY: [&str; 3] = [
     "turnsBackwardsCursor",
 ];
 
-/// The params of the client's `thread/start`: its `params` object (empty when absent).
-pub(crate) fn start_params(line: &Line) -> Map<String, Value> {
-    let params = line
-        .value()
-        .ok()
-        .and_then(|mut value| value.get_mut("params").map(Value::take));
-    match params {
-        Some(Value::Object(params)) => params,
-        _ => Map::new(),
-    }
-}
-
 /// The attempt's `thread/resume` params plus the members of the client's start a resume takes.
 pub(crate) fn resume_params(mut attempt: ThreadResumeParams, start: &Map<String, Value>) -> Value {
     attempt.settings.extend(shared_with_resume(start));
@@ -186,7 +174,7 @@ mod tests {
         ));
         let seeded = seeded_start(
             line.id().unwrap().clone(),
-            start_params(&line),
+            line.params().unwrap_or_default(),
             "SEED".into(),
         );
         let value = seeded.value().unwrap();
@@ -196,7 +184,11 @@ mod tests {
             json!({"cwd": "/w", "developerInstructions": "mine\n\nSEED", "x": 1})
         );
         let bare = Line::new(Bytes::from_static(br#"{"id":3,"method":"thread/start"}"#));
-        let seeded = seeded_start(RequestId::Integer(3), start_params(&bare), "SEED".into());
+        let seeded = seeded_start(
+            RequestId::Integer(3),
+            bare.params().unwrap_or_default(),
+            "SEED".into(),
+        );
         assert_eq!(
             seeded.value().unwrap()["params"],
             json!({"developerInstructions": "SEED"})

@@ -135,7 +135,7 @@ pub fn run(data: &[u8]) {
     check_client_side(&lines, limit);
 }
 
-/// The lexical reader of codex's lines against the oracle.
+/// The reader of codex's lines against the oracle.
 fn check_codex_side(line: &[u8]) {
     let reading = oracle(line);
     let seen = peek(line);
