@@ -2,11 +2,15 @@
 //! mirror" and "Moving a thread between homes"): finds a thread's rollout files under
 //! `CODEX_HOME`, computes what they grew by for a turn's commit, and restores them
 //! (`restore.rs`). The rules are the machine's; all file work runs on blocking threads.
+//!
+//! A rollout codex compressed itself (`rollout-*.jsonl.zst`, its `local_thread_store_compression`
+//! feature) is the same file to the mirror: read through a streaming decoder, mirrored and
+//! compared under its plain path, as the JSONL it holds ([`open_rollout`]).
 
 use rethread_store::Unpoisoned;
 use std::collections::HashMap;
 use std::fs::{DirEntry, File};
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -30,6 +34,16 @@ pub enum MirrorError {
         thread_id: String,
         /// The `CODEX_HOME` searched.
         home: PathBuf,
+    },
+    /// A rollout codex compressed (`rollout-*.jsonl.zst`) does not decompress: codex cannot
+    /// read it either. Not the store's damage, and not transient (the same bytes fail again):
+    /// a restore replaces it from the mirror, as it replaces a local copy that diverged.
+    #[error("{}: the compressed rollout does not decompress: {reason}", path.display())]
+    Damaged {
+        /// The compressed file.
+        path: PathBuf,
+        /// What the decoder said.
+        reason: String,
     },
     /// Reading or writing a file failed.
     #[error("{}: {source}", path.display())]
@@ -77,6 +91,7 @@ impl MirrorError {
                     ))
             }
             MirrorError::NoRollout { .. }
+            | MirrorError::Damaged { .. }
             | MirrorError::BadPath(_)
             | MirrorError::InTheWay { .. } => false,
         }
@@ -279,10 +294,132 @@ async fn blocking<T: Send + 'static>(
         .map_err(|error| MirrorError::Task(error.to_string()))?
 }
 
+/// The error of a read or write of `path`: [`MirrorError::Damaged`] when the decoder of a
+/// compressed rollout failed ([`Decoded`]), [`MirrorError::Io`] otherwise.
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> MirrorError + '_ {
-    move |source| MirrorError::Io {
-        path: path.to_path_buf(),
-        source,
+    move |source| match source
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<Undecodable>())
+    {
+        Some(Undecodable(reason)) => MirrorError::Damaged {
+            path: path.to_path_buf(),
+            reason: reason.clone(),
+        },
+        None => MirrorError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+    }
+}
+
+/// The suffix codex gives a rollout it compressed: `rollout-*.jsonl.zst` holds the zstd
+/// frames of `rollout-*.jsonl`.
+const COMPRESSED: &str = ".zst";
+
+/// The name of a rollout's plain file, given the name of either of its forms.
+fn plain_name(name: &str) -> &str {
+    name.strip_suffix(COMPRESSED).unwrap_or(name)
+}
+
+/// The compressed form of the plain file at `plain`.
+fn compressed_path(plain: &Path) -> PathBuf {
+    let mut path = plain.as_os_str().to_owned();
+    path.push(COMPRESSED);
+    PathBuf::from(path)
+}
+
+/// A rollout file opened as codex reads it.
+struct Rollout {
+    /// Its JSONL bytes, decompressed as they are read when the file is compressed.
+    reader: Box<dyn Read + Send>,
+    /// The file opened (the plain one, or its compressed form).
+    path: PathBuf,
+    /// Whether that is the compressed form.
+    compressed: bool,
+}
+
+/// Opens the rollout whose plain file is `plain` as codex does: the plain file when there is
+/// one (codex prefers it to a compressed sibling), else the compressed one through zstd's
+/// streaming decoder (nothing is read whole); `None` when neither exists.
+fn open_rollout(plain: &Path) -> Result<Option<Rollout>, MirrorError> {
+    match File::open(plain) {
+        Ok(file) => {
+            return Ok(Some(Rollout {
+                reader: Box::new(file),
+                path: plain.to_path_buf(),
+                compressed: false,
+            }))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_error(plain)(e)),
+    }
+    let path = compressed_path(plain);
+    let file = match File::open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error(&path)(e)),
+    };
+    let decoder = zstd::stream::read::Decoder::new(FileReads(file)).map_err(io_error(&path))?;
+    Ok(Some(Rollout {
+        reader: Box::new(Decoded(decoder)),
+        path,
+        compressed: true,
+    }))
+}
+
+/// A read error of the file under a decoder, told apart from the decoder's own ([`Decoded`]).
+#[derive(Debug)]
+struct FromFile(io::Error);
+
+impl std::fmt::Display for FromFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for FromFile {}
+
+/// The decoder's own error: the compressed bytes are not a zstd stream.
+#[derive(Debug)]
+struct Undecodable(String);
+
+impl std::fmt::Display for Undecodable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Undecodable {}
+
+/// The compressed file under the decoder: its read errors are marked ([`FromFile`]).
+struct FileReads(File);
+
+impl Read for FileReads {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0
+            .read(buf)
+            .map_err(|e| io::Error::new(e.kind(), FromFile(e)))
+    }
+}
+
+/// The decoder: a read error of the file is given back as it was (the disk's, which may
+/// pass); any other is the stream's damage ([`Undecodable`], [`MirrorError::Damaged`]).
+struct Decoded<R: Read>(R);
+
+impl<R: Read> Read for Decoded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf).map_err(|e| {
+            if e.get_ref().is_some_and(|inner| inner.is::<FromFile>()) {
+                let inner = e
+                    .into_inner()
+                    .and_then(|inner| inner.downcast::<FromFile>().ok());
+                if let Some(from_file) = inner {
+                    return from_file.0;
+                }
+                return io::Error::other("the compressed rollout could not be read");
+            }
+            io::Error::new(io::ErrorKind::InvalidData, Undecodable(e.to_string()))
+        })
     }
 }
 
@@ -368,15 +505,17 @@ fn thread_files(
     Ok(Some((dir, files)))
 }
 
+/// The thread's files in `dir`, each by its plain path, whether codex compressed it or not.
 fn files_in(home: &Path, dir: &str, thread_id: &str) -> Result<Vec<String>, MirrorError> {
     let mut files: Vec<String> = entries(home, dir)?
         .into_iter()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|name| is_thread_file(name, thread_id))
-        .map(|name| format!("{dir}/{name}"))
+        .filter(|name| is_thread_file(plain_name(name), thread_id))
+        .map(|name| format!("{dir}/{}", plain_name(&name)))
         .collect();
     files.sort();
+    files.dedup();
     Ok(files)
 }
 
@@ -389,7 +528,7 @@ fn find_dir(home: &Path, dir: &str, thread_id: &str) -> Result<Option<String>, M
         };
         match entry.file_type() {
             Ok(t) if t.is_dir() => dirs.push(name),
-            Ok(t) if t.is_file() && is_thread_file(&name, thread_id) => {
+            Ok(t) if t.is_file() && is_thread_file(plain_name(&name), thread_id) => {
                 return Ok(Some(dir.to_string()))
             }
             _ => {}
@@ -424,19 +563,28 @@ fn grown(
     let mut appends = Vec::new();
     for path in files {
         let abs = home.join(&path);
-        let mut file = File::open(&abs).map_err(io_error(&abs))?;
+        let open =
+            || open_rollout(&abs)?.ok_or_else(|| io_error(&abs)(io::ErrorKind::NotFound.into()));
+        let mut rollout = open()?;
         // What the store holds is still the file's start (another writer may have rewritten
-        // it in place, or replaced it): checked on the file's own bytes, then only the rest
-        // is read. Otherwise the file goes whole, never spliced onto the stored start.
+        // it in place, or replaced it; codex may have compressed it, which changes no byte of
+        // what it holds): checked on the file's own bytes, then only the rest is read.
+        // Otherwise the file goes whole, never spliced onto the stored start.
         let base = match known.files.get(&path) {
-            Some(k) => (prefix_crc32(&mut file, k.len).map_err(io_error(&abs))? == Some(k.crc32))
-                .then_some(*k),
+            Some(k) => (prefix_crc32(&mut rollout.reader, k.len)
+                .map_err(io_error(&rollout.path))?
+                == Some(k.crc32))
+            .then_some(*k),
             None => None,
         };
+        if base.is_none() && known.files.contains_key(&path) {
+            rollout = open()?;
+        }
         let mut bytes = Vec::new();
-        file.seek(SeekFrom::Start(base.map_or(0, |k| k.len)))
-            .and_then(|_| file.read_to_end(&mut bytes))
-            .map_err(io_error(&abs))?;
+        rollout
+            .reader
+            .read_to_end(&mut bytes)
+            .map_err(io_error(&rollout.path))?;
         bytes.truncate(whole_lines(&bytes).len());
         let held = match base {
             Some(k) => KnownFile {
@@ -458,13 +606,12 @@ fn grown(
     Ok((appends, next))
 }
 
-/// The CRC-32 of `file`'s first `len` bytes, read in chunks from its start; `None` when it is
-/// shorter.
-fn prefix_crc32(file: &mut File, len: u64) -> io::Result<Option<u32>> {
+/// The CRC-32 of the next `len` bytes of `reader` (a file just opened: its first), read in
+/// chunks; `None` when it is shorter.
+fn prefix_crc32(reader: &mut dyn Read, len: u64) -> io::Result<Option<u32>> {
     let mut crc = crc32fast::Hasher::new();
     let mut buffer = vec![0; (1 << 18).min(len as usize)];
-    file.seek(SeekFrom::Start(0))?;
-    let mut prefix = file.take(len);
+    let mut prefix = reader.take(len);
     let mut read = 0;
     loop {
         match prefix.read(&mut buffer)? {

@@ -15,8 +15,8 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::{
-    blocking, io_error, is_thread_file, parent_of, prefix_crc32, Known, KnownFile, MirrorError,
-    Restored, RolloutMirror, HISTORY_INDEX,
+    blocking, compressed_path, io_error, is_thread_file, open_rollout, parent_of, prefix_crc32,
+    Known, KnownFile, MirrorError, Restored, RolloutMirror, COMPRESSED, HISTORY_INDEX,
 };
 
 /// The tables of [`HISTORY_INDEX`] that hold a thread's projected history (each keyed by
@@ -45,7 +45,10 @@ impl RolloutMirror {
     /// resume: each file the home lacks, or holds a strict prefix of, is written at its path.
     /// A local file the mirror is a prefix of (a turn never committed) is left as it is; one
     /// that diverged is replaced, and the thread's rows leave codex's [`HISTORY_INDEX`] (codex
-    /// rebuilds them from the rollout, so `thread/read` shows what the model sees).
+    /// rebuilds them from the rollout, so `thread/read` shows what the model sees). A file
+    /// codex compressed (`.jsonl.zst`) is compared by what it decompresses to; a restore
+    /// writes the plain file, and then removes the compressed one (codex prefers a plain
+    /// file, so one left beside it would hide nothing but could never be compressed again).
     pub async fn restore(
         &self,
         store: &BindingStore,
@@ -120,7 +123,7 @@ impl RolloutMirror {
                 // `finish` removes its temp file when it fails.
                 let home = home.clone();
                 let (diverged, held, index_error) =
-                    blocking(move || temp.finish(&stored, existing.as_deref(), &home)).await?;
+                    blocking(move || temp.finish(&stored, &existing, &home)).await?;
                 restored.diverged |= diverged;
                 restored.index_error = restored.index_error.take().or(index_error);
                 restored.written.push(file.path.clone());
@@ -155,12 +158,24 @@ enum Local {
     /// The mirror's bytes, maybe followed by more (left as they are).
     Holds(KnownFile),
     /// Less, or other bytes: the temp file to restore it through, the writer the store fills
-    /// it with, and the file's current bytes, if it exists.
+    /// it with, and what the home holds.
     Needs {
         temp: TempFile,
         out: Box<dyn Write + Send>,
-        existing: Option<Vec<u8>>,
+        existing: Existing,
     },
+}
+
+/// What the home holds of a file the restore writes.
+enum Existing {
+    /// Nothing.
+    Missing,
+    /// These bytes (up to one past the mirror's length): a strict prefix of the mirror, or a
+    /// copy that diverged.
+    Bytes(Vec<u8>),
+    /// A compressed file that does not decompress ([`MirrorError::Damaged`]): codex cannot
+    /// read it either, so it is replaced as a copy that diverged is.
+    Damaged,
 }
 
 /// What the home holds of each of `files`, with a temp file for each it needs; none is left
@@ -207,31 +222,22 @@ fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
     let abs = home.join(&file.path);
     // Only a regular file is opened: opening a FIFO blocks until a writer comes, and the open
     // holds the session's lease meanwhile.
-    if std::fs::metadata(&abs).is_ok_and(|meta| !meta.is_file()) {
-        let reason = "not a regular file".to_string();
-        return Err(MirrorError::InTheWay { path: abs, reason });
-    }
-    let existing = match File::open(&abs) {
-        Ok(mut handle) => {
-            // Summed through one buffer, not read whole: every open of a local thread comes here.
-            if prefix_crc32(&mut handle, file.len).map_err(io_error(&abs))? == Some(file.crc32) {
-                return Ok(Local::Holds(KnownFile {
-                    len: file.len,
-                    crc32: file.crc32,
-                }));
-            }
-            // Less, or other bytes: kept to tell a strict prefix from a divergence. One byte
-            // past the mirror's length tells a longer copy; the rest is not needed.
-            handle.seek(SeekFrom::Start(0)).map_err(io_error(&abs))?;
-            let mut bytes = Vec::new();
-            handle
-                .take(file.len.saturating_add(1))
-                .read_to_end(&mut bytes)
-                .map_err(io_error(&abs))?;
-            Some(bytes)
+    for path in [abs.clone(), compressed_path(&abs)] {
+        if std::fs::metadata(&path).is_ok_and(|meta| !meta.is_file()) {
+            let reason = "not a regular file".to_string();
+            return Err(MirrorError::InTheWay { path, reason });
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(io_error(&abs)(e)),
+    }
+    let existing = match local_bytes(&abs, file) {
+        Ok(Some(existing)) => existing,
+        Ok(None) => {
+            return Ok(Local::Holds(KnownFile {
+                len: file.len,
+                crc32: file.crc32,
+            }))
+        }
+        Err(MirrorError::Damaged { .. }) => Existing::Damaged,
+        Err(error) => return Err(error),
     };
     let (temp, out) = TempFile::create(home, &file.path)?;
     Ok(Local::Needs {
@@ -239,6 +245,36 @@ fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
         out,
         existing,
     })
+}
+
+/// What the home holds of `file` (plain at `abs`, or compressed beside it, read as codex
+/// reads it); `None` when it holds the mirror's bytes, maybe followed by more. Summed through
+/// one buffer, not read whole: every open of a local thread comes here.
+fn local_bytes(abs: &Path, file: &MirroredFile) -> Result<Option<Existing>, MirrorError> {
+    let Some(mut rollout) = open_rollout(abs)? else {
+        return Ok(Some(Existing::Missing));
+    };
+    let read = io_error(&rollout.path);
+    if prefix_crc32(&mut rollout.reader, file.len).map_err(read)? == Some(file.crc32) {
+        // A compressed file is decoded to its end: one whose later frames are damaged would
+        // fail codex's resume, so it is not kept.
+        if rollout.compressed {
+            io::copy(&mut rollout.reader, &mut io::sink()).map_err(io_error(&rollout.path))?;
+        }
+        return Ok(None);
+    }
+    // Less, or other bytes: kept to tell a strict prefix from a divergence. One byte past the
+    // mirror's length tells a longer copy; the rest is not needed.
+    let Some(rollout) = open_rollout(abs)? else {
+        return Ok(Some(Existing::Missing));
+    };
+    let mut bytes = Vec::new();
+    rollout
+        .reader
+        .take(file.len.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io_error(&rollout.path))?;
+    Ok(Some(Existing::Bytes(bytes)))
 }
 
 /// A restored file on its way in, renamed over its place once whole, so codex never sees a
@@ -315,7 +351,7 @@ impl TempFile {
     fn finish(
         self,
         stored: &MirroredFile,
-        existing: Option<&[u8]>,
+        existing: &Existing,
         home: &Path,
     ) -> Result<(bool, Option<KnownFile>, Option<String>), MirrorError> {
         let cut = self.line_end.load(Ordering::Acquire).min(stored.len);
@@ -341,14 +377,20 @@ impl TempFile {
                 file.set_len(cut)?;
             }
             let diverged = match existing {
-                Some(local) => !starts_with(&mut file, cut, local)?,
-                None => false,
+                Existing::Bytes(local) => !starts_with(&mut file, cut, local)?,
+                Existing::Missing => false,
+                Existing::Damaged => true,
             };
             let index_error = diverged
                 .then(|| clear_history_index(home, &stored.thread_id).err())
                 .flatten();
             drop(file);
             rustix::fs::renameat(&dir, &temp, &dir, &name)?;
+            // Never a plain file beside a compressed one: codex would read the plain one and
+            // its worker would never compress it again. Removed after the rename, as codex
+            // removes it once it has decompressed it to append; a link is removed, not
+            // followed. Best effort: the plain file is in place, and codex prefers it.
+            let _ = rustix::fs::unlinkat(&dir, format!("{name}{COMPRESSED}"), AtFlags::empty());
             Ok((diverged, index_error))
         })();
         let (diverged, index_error) = match result {
