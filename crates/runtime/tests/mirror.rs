@@ -851,3 +851,176 @@ async fn a_restore_clears_no_history_index_through_a_link() {
         "nothing cleared outside the home"
     );
 }
+
+/// codex compresses `rel` as its `local_thread_store_compression` worker does: `rel.zst`
+/// holds `text` as zstd level 3, and the plain file is gone.
+fn compress(home: &Path, rel: &str, text: &[u8]) -> PathBuf {
+    use std::io::Write;
+    let path = home.join(format!("{rel}.zst"));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let mut encoder =
+        zstd::stream::write::Encoder::new(std::fs::File::create(&path).unwrap(), 3).unwrap();
+    encoder.write_all(text).unwrap();
+    encoder.finish().unwrap();
+    let _ = std::fs::remove_file(home.join(rel));
+    path
+}
+
+/// The names in the thread's folder of `home`.
+fn names(home: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(home.join(DIR))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+fn file_name(rel: &str) -> String {
+    rel.rsplit('/').next().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn a_rollout_codex_compressed_between_two_turns_is_appended_to_not_sent_whole() {
+    let store = BindingStore::memory();
+    let a = tempfile::tempdir().unwrap();
+    let mirror = RolloutMirror::new(a.path());
+    write(a.path(), &source(), &line("session_meta", "meta"));
+    append(a.path(), &source(), &line("turn", "one"));
+    assert_eq!(commit(&store, &mirror).await.mirror, MirrorReport::Written);
+    let held = read(a.path(), &source());
+    // Compressed as it is: nothing to send, the same bytes under the plain path.
+    compress(a.path(), &source(), held.as_bytes());
+    let prepared = mirror.prepare(THREAD).await.unwrap();
+    assert!(prepared.update.appends.is_empty(), "{prepared:?}");
+    // Compressed once it held more (a turn never committed, then a week idle): only that.
+    let longer = held.clone() + &line("turn", "two");
+    compress(a.path(), &source(), longer.as_bytes());
+    let prepared = mirror.prepare(THREAD).await.unwrap();
+    let [append] = &prepared.update.appends[..] else {
+        panic!("{prepared:?}")
+    };
+    assert_eq!(append.path, source(), "the plain path");
+    assert_eq!(
+        append.base_len,
+        held.len() as u64,
+        "an append, not the file whole"
+    );
+    assert_eq!(append.bytes, line("turn", "two").as_bytes());
+    assert_eq!(commit(&store, &mirror).await.mirror, MirrorReport::Written);
+    assert_eq!(stored(&store, &source()).await, Some(longer.clone()));
+    // A new process knows nothing: the compressed file goes whole, decompressed.
+    let fresh = RolloutMirror::new(a.path());
+    let prepared = fresh.prepare(THREAD).await.unwrap();
+    let [append] = &prepared.update.appends[..] else {
+        panic!("{prepared:?}")
+    };
+    assert_eq!((append.base_len, &append.bytes[..]), (0, longer.as_bytes()));
+}
+
+#[tokio::test]
+async fn a_compressed_copy_is_kept_when_it_extends_the_mirror_else_the_plain_file_replaces_it() {
+    let store = BindingStore::memory();
+    let (_a, text) = two_turns_on_a(&store).await;
+    let plain = file_name(&source());
+    let compressed = format!("{plain}.zst");
+
+    // The mirror and a turn never committed: kept as codex left it, compressed.
+    let b = tempfile::tempdir().unwrap();
+    let longer = text.clone() + &line("turn", "uncommitted");
+    let zst = compress(b.path(), &source(), longer.as_bytes());
+    let before = std::fs::read(&zst).unwrap();
+    let mirror = RolloutMirror::new(b.path());
+    let restored = mirror.restore(&store, "s", THREAD).await.unwrap();
+    assert!(restored.written.is_empty(), "{restored:?}");
+    assert_eq!(names(b.path()), [compressed.as_str()]);
+    assert_eq!(std::fs::read(&zst).unwrap(), before, "untouched");
+    // The next commit sends what the store lacks, from the compressed file.
+    commit(&store, &mirror).await;
+    assert_eq!(stored(&store, &source()).await, Some(longer));
+
+    // A strict prefix, compressed: the plain file is written and the compressed one goes.
+    let (store, c) = (BindingStore::memory(), tempfile::tempdir().unwrap());
+    let (_a, text) = two_turns_on_a(&store).await;
+    compress(c.path(), &source(), line("session_meta", "meta").as_bytes());
+    let index = history_index(c.path());
+    let restored = RolloutMirror::new(c.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert_eq!(restored.written, [source()]);
+    assert!(!restored.diverged);
+    assert_eq!(names(c.path()), [plain.as_str()], "never both forms");
+    assert_eq!(read(c.path(), &source()), text);
+    assert_eq!(rows_of(&index, THREAD), 3, "no divergence");
+
+    // A copy that diverged, compressed: replaced by the plain file, its index rows gone.
+    let d = tempfile::tempdir().unwrap();
+    let diverged = line("session_meta", "meta") + &line("turn", "elsewhere");
+    compress(d.path(), &source(), diverged.as_bytes());
+    let index = history_index(d.path());
+    let restored = RolloutMirror::new(d.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert!(restored.diverged);
+    assert_eq!(names(d.path()), [plain.as_str()]);
+    assert_eq!(read(d.path(), &source()), text, "the mirror wins");
+    assert_eq!(rows_of(&index, THREAD), 0);
+
+    // Both forms (codex stopped between writing one and removing the other): codex reads the
+    // plain file, and so does the restore.
+    let e = tempfile::tempdir().unwrap();
+    compress(e.path(), &source(), diverged.as_bytes());
+    write(e.path(), &source(), &text);
+    let restored = RolloutMirror::new(e.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert!(restored.written.is_empty(), "{restored:?}");
+}
+
+#[tokio::test]
+async fn a_compressed_copy_that_does_not_decompress_is_replaced_and_never_mirrored() {
+    let store = BindingStore::memory();
+    let (_a, text) = two_turns_on_a(&store).await;
+    let plain = file_name(&source());
+    let longer = text.clone() + &line("turn", "uncommitted");
+    let mut frames = Vec::new();
+    zstd::stream::copy_encode(longer.as_bytes(), &mut frames, 3).unwrap();
+    let damaged: [(&str, Vec<u8>); 3] = [
+        ("not zstd at all", b"this is not a zstd frame\n".to_vec()),
+        ("cut short", frames[..frames.len() - 4].to_vec()),
+        ("a flipped byte", {
+            let mut flipped = frames.clone();
+            let at = flipped.len() / 2;
+            flipped[at] ^= 0x55;
+            flipped
+        }),
+    ];
+    for (what, bytes) in damaged {
+        let home = tempfile::tempdir().unwrap();
+        let zst = home.path().join(format!("{}.zst", source()));
+        std::fs::create_dir_all(zst.parent().unwrap()).unwrap();
+        std::fs::write(&zst, &bytes).unwrap();
+        // A commit cannot read it: a typed error, not one that passes by itself.
+        let error = RolloutMirror::new(home.path())
+            .prepare(THREAD)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, MirrorError::Damaged { path, .. } if *path == zst),
+            "{what}: {error:?}"
+        );
+        assert!(!error.is_transient(), "{what}");
+        // A restore replaces it from the mirror, as a copy that diverged.
+        let restored = RolloutMirror::new(home.path())
+            .restore(&store, "s", THREAD)
+            .await
+            .unwrap();
+        assert_eq!(restored.written, [source()], "{what}");
+        assert!(restored.diverged, "{what}");
+        assert_eq!(names(home.path()), [plain.as_str()], "{what}");
+        assert_eq!(read(home.path(), &source()), text, "{what}");
+    }
+}
