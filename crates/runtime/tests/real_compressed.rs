@@ -165,7 +165,9 @@ async fn a_rollout_codex_compressed_keeps_its_uncommitted_turn_here_and_on_a_new
         }
     );
     assert_saw(&model, &["alpha", "bravo", "charlie"], "home A");
-    assert_one_form(a.path());
+    // codex decompressed it to append the turn: the plain file only, again.
+    let files = session_files(a.path());
+    assert!(files.iter().all(|f| !is_compressed(f)), "{files:?}");
 
     // B never saw the thread: the mirror holds bravo too.
     let outcome = turns(&codex, b.path(), &store, &["delta"]).await;
