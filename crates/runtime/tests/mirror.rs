@@ -335,6 +335,22 @@ async fn a_fifo_at_the_rollouts_path_is_refused_not_waited_on() {
         .unwrap()
         .file_type()
         .is_fifo());
+    // At the compressed form's path, where codex would read it (no plain file): the same.
+    std::fs::remove_file(&fifo).unwrap();
+    let zst = b.path().join(format!("{}.zst", source()));
+    let made = std::process::Command::new("mkfifo")
+        .arg(&zst)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let restore = mirror.restore(&store, "s", THREAD);
+    let restored = tokio::time::timeout(std::time::Duration::from_secs(10), restore)
+        .await
+        .expect("the restore waited on the FIFO");
+    assert!(
+        matches!(&restored, Err(MirrorError::InTheWay { path, .. }) if *path == zst),
+        "{restored:?}"
+    );
 }
 
 /// The store streams a file into the restore as it reads it: a mirror whose damage shows

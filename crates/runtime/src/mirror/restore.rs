@@ -221,12 +221,15 @@ fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
     check_file(file)?;
     let abs = home.join(&file.path);
     // Only a regular file is opened: opening a FIFO blocks until a writer comes, and the open
-    // holds the session's lease meanwhile.
-    for path in [abs.clone(), compressed_path(&abs)] {
-        if std::fs::metadata(&path).is_ok_and(|meta| !meta.is_file()) {
-            let reason = "not a regular file".to_string();
-            return Err(MirrorError::InTheWay { path, reason });
-        }
+    // holds the session's lease meanwhile. The compressed form is opened only without a plain
+    // file, as codex does.
+    let read = match std::fs::metadata(&abs) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => compressed_path(&abs),
+        _ => abs.clone(),
+    };
+    if std::fs::metadata(&read).is_ok_and(|meta| !meta.is_file()) {
+        let reason = "not a regular file".to_string();
+        return Err(MirrorError::InTheWay { path: read, reason });
     }
     let existing = match local_bytes(&abs, file) {
         Ok(Some(existing)) => existing,
