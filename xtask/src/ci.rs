@@ -25,11 +25,9 @@ use crate::{codex, docs, examples, fuzz, modules, node, packaging, proxy, restar
 /// names of those that do). Targets are named across the workspace (`--workspace --test T`),
 /// so the build's features stay those of the offline stage and nothing is rebuilt.
 const REAL_CODEX: [(&str, Option<&[&str]>); 21] = [
-    ("real_schema", None), // rethread-protocol
-    ("real_codex", None),  // rethread-runtime and rethread-proxy
-    ("real_mirror", None), // rethread-runtime: the rollout mirror on every release
-    // rethread-runtime: rollouts codex compressed itself (`.jsonl.zst`, issue 39).
-    ("real_compressed", None),
+    ("real_schema", None),  // rethread-protocol
+    ("real_codex", None),   // rethread-runtime and rethread-proxy
+    ("real_mirror", None),  // rethread-runtime: the rollout mirror on every release
     ("real_session", None), // rethread-proxy
     // rethread-cli: the fleet story (several homes, one store; chat and app-server; SQLite,
     // and PostgreSQL when RETHREAD_TEST_POSTGRES_URL is set, as .ci/run sets it).
@@ -68,6 +66,8 @@ const REAL_CODEX: [(&str, Option<&[&str]>); 21] = [
             "the_real_codex_keeps_a_session_through_the_binary",
         ]),
     ),
+    // rethread-runtime: rollouts codex compressed itself (`.jsonl.zst`, issue 39).
+    ("real_compressed", None),
 ];
 
 /// Tests that need `RETHREAD_TEST_POSTGRES_URL`, in the same form.

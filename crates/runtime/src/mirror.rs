@@ -10,7 +10,7 @@
 use rethread_store::Unpoisoned;
 use std::collections::HashMap;
 use std::fs::{DirEntry, File};
-use std::io::{self, Read};
+use std::io::{self, BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -196,6 +196,8 @@ struct KnownFile {
 struct Known {
     /// The directory of the thread's files, relative to the home.
     dir: Option<String>,
+    /// The directories of the threads it was forked from ([`lineage`]), by thread id.
+    source_dirs: HashMap<String, String>,
     files: HashMap<String, KnownFile>,
 }
 
@@ -556,12 +558,14 @@ fn grown(
             home: home.to_path_buf(),
         });
     };
+    let (source_dirs, sources) = lineage(home, thread_id, &files, &known.source_dirs)?;
     let mut next = Known {
         dir: Some(dir),
+        source_dirs,
         files: HashMap::new(),
     };
     let mut appends = Vec::new();
-    for path in files {
+    for path in files.into_iter().chain(sources) {
         let abs = home.join(&path);
         let open =
             || open_rollout(&abs)?.ok_or_else(|| io_error(&abs)(io::ErrorKind::NotFound.into()));
@@ -604,6 +608,98 @@ fn grown(
         next.files.insert(path, held);
     }
     Ok((appends, next))
+}
+
+/// How many forks deep a lineage is followed: codex forks a fork, but no real lineage is
+/// this long, and a cycle (a damaged or hand-made rollout) must end.
+const MAX_LINEAGE: usize = 64;
+
+/// The threads `thread_id` was forked from, nearest first, and their files: codex writes a
+/// paginated fork's rollout as a reference to its source's (`forked_from_id` in its first
+/// record, then only the records after the fork point) and refuses to resume the fork
+/// without the source's file ("missing source rollout"), so the fork's mirror carries them
+/// (`docs/design.md`, "Forks"). A source this home no longer holds ends the lineage: what
+/// is there is mirrored. `hints`: the folders where each source was last found.
+fn lineage(
+    home: &Path,
+    thread_id: &str,
+    files: &[String],
+    hints: &HashMap<String, String>,
+) -> Result<(HashMap<String, String>, Vec<String>), MirrorError> {
+    let (mut dirs, mut sources) = (HashMap::new(), Vec::new());
+    let mut next = forked_from(home, thread_id, files)?;
+    while let Some(source) = next.take() {
+        if source == thread_id || dirs.contains_key(&source) || dirs.len() == MAX_LINEAGE {
+            break;
+        }
+        let hint = hints.get(&source).map(String::as_str);
+        let Some((dir, files)) = thread_files(home, &source, hint)? else {
+            break;
+        };
+        next = forked_from(home, &source, &files)?;
+        sources.extend(files);
+        dirs.insert(source, dir);
+    }
+    Ok((dirs, sources))
+}
+
+/// The thread the rollout of `thread_id` (among `files`) names as its fork source: the
+/// `forked_from_id` of its first record, a `session_meta`. Read up to its first newline, at
+/// most [`FIRST_RECORD_MAX`] bytes (its base instructions make it tens of KiB).
+fn forked_from(
+    home: &Path,
+    thread_id: &str,
+    files: &[String],
+) -> Result<Option<String>, MirrorError> {
+    const FIRST_RECORD_MAX: u64 = 4 << 20;
+    let main = files.iter().find(|path| {
+        let name = path.rsplit('/').next().unwrap_or_default();
+        // The source file, not a head file (`..._<uuid>.jsonl`).
+        is_thread_file(name, thread_id) && !name.contains('_')
+    });
+    let Some(main) = main else {
+        return Ok(None);
+    };
+    // Compressed or not, as codex reads it.
+    let Some(rollout) = open_rollout(&home.join(main))? else {
+        return Ok(None);
+    };
+    let mut line = Vec::new();
+    io::BufReader::new(rollout.reader.take(FIRST_RECORD_MAX))
+        .read_until(b'\n', &mut line)
+        .map_err(io_error(&rollout.path))?;
+    #[derive(serde::Deserialize)]
+    struct Record {
+        #[serde(rename = "type")]
+        kind: String,
+        payload: Meta,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        forked_from_id: Option<String>,
+    }
+    let source = serde_json::from_slice::<Record>(&line)
+        .ok()
+        .filter(|record| record.kind == "session_meta")
+        .and_then(|record| record.payload.forked_from_id);
+    // Only an id a rollout file can be named by: never a path, never another shape.
+    Ok(source.filter(|id| shaped(id, UUID)))
+}
+
+/// The shape of a codex thread id (lower-case, as codex names its files).
+const UUID: &str = "hhhhhhhh-hhhh-hhhh-hhhh-hhhhhhhhhhhh";
+
+/// The thread a rollout file's name names, when it has a codex thread id's shape: its
+/// source (`rollout-<ts>-<id>.jsonl`) or a head file (`rollout-<ts>-<id>_<uuid>.jsonl`).
+fn rollout_thread_id(name: &str) -> Option<&str> {
+    let id = name
+        .strip_prefix("rollout-")?
+        .strip_suffix(".jsonl")?
+        .get(20..)?
+        .get(..36)?;
+    is_thread_file(name, id)
+        .then_some(id)
+        .filter(|id| shaped(id, UUID))
 }
 
 /// The CRC-32 of the next `len` bytes of `reader` (a file just opened: its first), read in
@@ -663,6 +759,72 @@ mod tests {
             "t"
         ));
         assert!(!is_thread_file(&format!("rollout-{t}.jsonl"), t));
+    }
+
+    /// A home holding `(thread, forked_from)` rollouts, each with a `session_meta` first line.
+    fn home_of(threads: &[(&str, Option<&str>)]) -> tempfile::TempDir {
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("sessions/2026/12/07");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (thread, source) in threads {
+            let meta = serde_json::json!({"type": "session_meta",
+                "payload": {"id": thread, "forked_from_id": source}});
+            let name = format!("rollout-2026-12-07T20-40-28-{thread}.jsonl");
+            std::fs::write(dir.join(name), format!("{meta}\n{{}}\n")).unwrap();
+        }
+        home
+    }
+
+    #[test]
+    fn a_forks_mirror_carries_its_lineage_and_a_cycle_or_a_path_ends_it() {
+        let [a, b, c] = [
+            "01a2523c-84eb-7503-b3ff-51564b96c5ac",
+            "01a2523c-867b-7361-b802-78832e5f2d9d",
+            "01a2523c-86dc-7ed3-a987-2c8b3b9c00c5",
+        ];
+        let names = |files: &[String]| -> Vec<String> {
+            files
+                .iter()
+                .map(|f| {
+                    rollout_thread_id(f.rsplit('/').next().unwrap())
+                        .unwrap()
+                        .to_string()
+                })
+                .collect()
+        };
+        // c forked from b, forked from a: both sources, nearest first.
+        let home = home_of(&[(a, None), (b, Some(a)), (c, Some(b))]);
+        let (_, own) = thread_files(home.path(), c, None).unwrap().unwrap();
+        let (dirs, sources) = lineage(home.path(), c, &own, &HashMap::new()).unwrap();
+        assert_eq!(names(&sources), [b, a]);
+        assert_eq!(dirs.len(), 2);
+        // A cycle ends where it repeats; a source the home lacks ends the lineage.
+        let home = home_of(&[(a, Some(b)), (b, Some(a))]);
+        let (_, own) = thread_files(home.path(), a, None).unwrap().unwrap();
+        assert_eq!(
+            names(&lineage(home.path(), a, &own, &HashMap::new()).unwrap().1),
+            [b]
+        );
+        let home = home_of(&[(c, Some(b))]);
+        let (_, own) = thread_files(home.path(), c, None).unwrap().unwrap();
+        assert!(lineage(home.path(), c, &own, &HashMap::new())
+            .unwrap()
+            .1
+            .is_empty());
+        // Only an id is followed: never a path or another shape.
+        for hostile in [
+            "../../etc/passwd",
+            "01a2523c",
+            "x/01a2523c-867b-7361-b802-78832e5f2d9d",
+        ] {
+            let home = home_of(&[(c, Some(hostile))]);
+            let (_, own) = thread_files(home.path(), c, None).unwrap().unwrap();
+            assert_eq!(
+                forked_from(home.path(), c, &own).unwrap(),
+                None,
+                "{hostile}"
+            );
+        }
     }
 
     #[test]

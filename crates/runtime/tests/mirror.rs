@@ -868,6 +868,60 @@ async fn a_restore_clears_no_history_index_through_a_link() {
     );
 }
 
+/// A fork's mirror carries its source's rollout (codex 0.171.0 refuses a paginated fork
+/// without it): a restore writes the source only when the fork's own rollout, as restored,
+/// names it (`forked_from_id`), and only where the home lacks it: a home's own copy of the
+/// source is that thread's, left as it is.
+#[tokio::test]
+async fn a_forks_source_is_restored_only_as_named_and_only_where_missing() {
+    const SOURCE: &str = "019a0000-0000-7000-8000-000000000000";
+    let source_file = format!("{DIR}/rollout-2026-12-01T17-00-00-{SOURCE}.jsonl");
+    let source_text = line("turn", "the source's turn");
+    let fork_meta = |from: &str| {
+        let meta =
+            json!({"type": "session_meta", "payload": {"id": THREAD, "forked_from_id": from}});
+        format!("{meta}\n{}", line("turn", "the fork's turn"))
+    };
+    let commit_fork = |store: BindingStore, from: &str| {
+        let update = MirrorUpdate::new(vec![
+            MirrorAppend::whole(source(), fork_meta(from).into_bytes()),
+            MirrorAppend::whole(&source_file, source_text.clone().into_bytes()),
+        ]);
+        let turn = TurnCommit::new("s", THREAD, vec![json!({"role": "user"})]);
+        async move { store.commit_turn(turn.mirror(Some(update))).await.unwrap() }
+    };
+    let store = BindingStore::memory();
+    commit_fork(store.clone(), SOURCE).await;
+    // An empty home: both.
+    let b = tempfile::tempdir().unwrap();
+    let mirror = RolloutMirror::new(b.path());
+    let restored = mirror.restore(&store, "s", THREAD).await.unwrap();
+    assert_eq!(restored.written, [source(), source_file.clone()]);
+    assert_eq!(read(b.path(), &source_file), source_text);
+    // A home holding the source as it went on there: the fork only, the source left.
+    let c = tempfile::tempdir().unwrap();
+    let theirs = line("turn", "the source went on here");
+    write(c.path(), &source_file, &theirs);
+    let restored = RolloutMirror::new(c.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert_eq!(restored.written, [source()]);
+    assert_eq!(read(c.path(), &source_file), theirs);
+    // A fork naming another source: the file it does not name is refused.
+    let store = BindingStore::memory();
+    commit_fork(store.clone(), "019a0000-0000-7000-8000-0000000000ff").await;
+    let d = tempfile::tempdir().unwrap();
+    let restored = RolloutMirror::new(d.path())
+        .restore(&store, "s", THREAD)
+        .await;
+    assert!(
+        matches!(restored, Err(MirrorError::BadPath(_))),
+        "{restored:?}"
+    );
+    assert!(!d.path().join(&source_file).exists());
+}
+
 /// codex compresses `rel` as its `local_thread_store_compression` worker does: `rel.zst`
 /// holds `text` as zstd level 3, and the plain file is gone.
 fn compress(home: &Path, rel: &str, text: &[u8]) -> PathBuf {

@@ -1,7 +1,6 @@
 //! The restore (`docs/design.md`, "Restore"): each file the home needs goes through a temp
 //! file the store streams into, cut at the last newline and renamed into place.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::OwnedFd;
@@ -16,7 +15,8 @@ use rustix::io::Errno;
 
 use super::{
     blocking, compressed_path, io_error, is_thread_file, open_rollout, parent_of, prefix_crc32,
-    Known, KnownFile, MirrorError, Restored, RolloutMirror, COMPRESSED, HISTORY_INDEX,
+    rollout_thread_id, Known, KnownFile, MirrorError, Restored, RolloutMirror, COMPRESSED,
+    HISTORY_INDEX,
 };
 
 /// The tables of [`HISTORY_INDEX`] that hold a thread's projected history (each keyed by
@@ -76,21 +76,82 @@ impl RolloutMirror {
                 ..Restored::default()
             });
         }
-        let files: Vec<MirroredFile> = record.mirror.files_of(thread_id).cloned().collect();
-        if files.is_empty() {
-            return Ok(Restored::default());
+        let (own, mut sources): (Vec<MirroredFile>, Vec<MirroredFile>) = (record.mirror)
+            .files_of(thread_id)
+            .cloned()
+            .partition(|file| source_of(file).is_none());
+        let (mut known, mut restored) = (Known::default(), Restored::default());
+        known.dir = own.first().and_then(|file| parent_of(&file.path));
+        let home = self.inner.home.clone();
+        if !own.is_empty() {
+            self.restore_files(
+                store,
+                record,
+                thread_id,
+                own.clone(),
+                &mut known,
+                &mut restored,
+            )
+            .await?;
         }
+        // A fork's sources, each once the thread before it in the lineage, as restored, names
+        // it: a mirror cannot place another thread's file that its own rollout does not name.
+        let (mut current, mut named) = (thread_id.to_string(), paths(&own));
+        while !sources.is_empty() {
+            let home = home.clone();
+            let (of, files) = (current.clone(), named.clone());
+            let Some(source) = blocking(move || super::forked_from(&home, &of, &files)).await?
+            else {
+                break;
+            };
+            let these: Vec<MirroredFile>;
+            (these, sources) = sources
+                .into_iter()
+                .partition(|file| source_of(file) == Some(source.as_str()));
+            if these.is_empty() {
+                break;
+            }
+            if let Some(dir) = parent_of(&these[0].path) {
+                known.source_dirs.insert(source.clone(), dir);
+            }
+            self.restore_files(
+                store,
+                record,
+                thread_id,
+                these.clone(),
+                &mut known,
+                &mut restored,
+            )
+            .await?;
+            (current, named) = (source, paths(&these));
+        }
+        if let Some(stray) = sources.first() {
+            return Err(MirrorError::BadPath(format!(
+                "mirrored path {:?} is not a rollout of thread {} or of a thread it was forked from",
+                stray.path, stray.thread_id
+            )));
+        }
+        self.known().insert(thread_id.to_string(), known);
+        Ok(restored)
+    }
+
+    /// Restores `files` (all of `thread_id`'s mirror in `record`, or one fork source's) into
+    /// the home, noting what it then holds in `known` and what was done in `restored`.
+    async fn restore_files(
+        &self,
+        store: &BindingStore,
+        record: &SessionRecord,
+        thread_id: &str,
+        files: Vec<MirroredFile>,
+        known: &mut Known,
+        restored: &mut Restored,
+    ) -> Result<(), MirrorError> {
         let home = self.inner.home.clone();
         // What the home holds of each file, and a temp file for each it needs.
         let locals = {
             let (home, files) = (home.clone(), files.clone());
             blocking(move || check_locals(&home, &files)).await?
         };
-        let mut known = Known {
-            dir: files.first().and_then(|f| parent_of(&f.path)),
-            files: HashMap::new(),
-        };
-        let mut restored = Restored::default();
         let mut locals = files.iter().zip(locals);
         let written = async {
             for (file, local) in locals.by_ref() {
@@ -99,6 +160,7 @@ impl RolloutMirror {
                         known.files.insert(file.path.clone(), held);
                         continue;
                     }
+                    Local::Left => continue,
                     Local::Needs {
                         temp,
                         out,
@@ -139,9 +201,12 @@ impl RolloutMirror {
             discard(temps(locals.map(|(_, local)| local))).await?;
             return Err(error);
         }
-        self.known().insert(thread_id.to_string(), known);
-        Ok(restored)
+        Ok(())
     }
+}
+
+fn paths(files: &[MirroredFile]) -> Vec<String> {
+    files.iter().map(|file| file.path.clone()).collect()
 }
 
 /// Removes temp files that will not be renamed into place.
@@ -157,6 +222,8 @@ async fn discard(temps: Vec<TempFile>) -> Result<(), MirrorError> {
 enum Local {
     /// The mirror's bytes, maybe followed by more (left as they are).
     Holds(KnownFile),
+    /// A fork source's file the home already holds, whatever it holds: left as it is.
+    Left,
     /// Less, or other bytes: the temp file to restore it through, the writer the store fills
     /// it with, and what the home holds.
     Needs {
@@ -198,17 +265,26 @@ fn check_locals(home: &Path, files: &[MirroredFile]) -> Result<Vec<Local>, Mirro
 fn temps(locals: impl IntoIterator<Item = Local>) -> Vec<TempFile> {
     let temps = locals.into_iter().filter_map(|local| match local {
         Local::Needs { temp, .. } => Some(temp),
-        Local::Holds(_) => None,
+        Local::Holds(_) | Local::Left => None,
     });
     temps.collect()
 }
 
+/// The thread a mirrored file belongs to when it is not the file's own: a rollout of a thread
+/// the mirrored thread was forked from (`docs/design.md`, "Forks").
+fn source_of(file: &MirroredFile) -> Option<&str> {
+    let name = file.path.rsplit('/').next().unwrap_or_default();
+    rollout_thread_id(name)
+        .filter(|id| !is_thread_file(name, &file.thread_id) && *id != file.thread_id)
+}
+
 /// Whether a restore may write `file`: the store's path rule, and a rollout of the file's
-/// own thread (not another thread's history).
+/// own thread or of a thread it was forked from (which a restore only ever creates: see
+/// [`check_local`]).
 fn check_file(file: &MirroredFile) -> Result<(), MirrorError> {
     check_mirror_path(&file.path).map_err(MirrorError::BadPath)?;
     let name = file.path.rsplit('/').next().unwrap_or_default();
-    if !is_thread_file(name, &file.thread_id) {
+    if !is_thread_file(name, &file.thread_id) && source_of(file).is_none() {
         return Err(MirrorError::BadPath(format!(
             "mirrored path {:?} is not a rollout of thread {}",
             file.path, file.thread_id
@@ -220,6 +296,14 @@ fn check_file(file: &MirroredFile) -> Result<(), MirrorError> {
 fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
     check_file(file)?;
     let abs = home.join(&file.path);
+    // A fork source's file is the source thread's own: the home's copy, if any, is that
+    // thread's truth here (it may have gone on, or belong to another holder), so a restore
+    // only creates one the home lacks, never extends or replaces it (nor writes a plain
+    // file beside the one codex compressed).
+    let present = |path: &Path| std::fs::symlink_metadata(path).is_ok();
+    if source_of(file).is_some() && (present(&abs) || present(&compressed_path(&abs))) {
+        return Ok(Local::Left);
+    }
     // Only a regular file is opened: opening a FIFO blocks until a writer comes, and the open
     // holds the session's lease meanwhile. The compressed form is opened only without a plain
     // file, as codex does.
