@@ -1094,3 +1094,33 @@ async fn a_compressed_copy_that_does_not_decompress_is_replaced_and_never_mirror
         assert_eq!(read(home.path(), &source()), text, "{what}");
     }
 }
+
+/// A fork's source that codex compressed still names in, and goes with, the fork's mirror:
+/// read as codex reads it, under its plain path, as the JSONL it holds.
+#[tokio::test]
+async fn a_forks_source_codex_compressed_is_mirrored_as_the_jsonl_it_holds() {
+    const SOURCE: &str = "019a0000-0000-7000-8000-000000000000";
+    let source_file = format!("{DIR}/rollout-2026-12-01T17-00-00-{SOURCE}.jsonl");
+    let source_text = line("session_meta", "the source") + &line("turn", "the source's turn");
+    let store = BindingStore::memory();
+    let a = tempfile::tempdir().unwrap();
+    let meta = json!({"type": "session_meta", "payload": {"id": THREAD, "forked_from_id": SOURCE}});
+    write(a.path(), &source(), &format!("{meta}\n"));
+    compress(a.path(), &source_file, source_text.as_bytes());
+    let mirror = RolloutMirror::new(a.path());
+    assert_eq!(commit(&store, &mirror).await.mirror, MirrorReport::Written);
+    assert_eq!(
+        stored(&store, &source_file).await,
+        Some(source_text.clone())
+    );
+    // A fork that codex compressed too: its first record is read through the decoder.
+    let b = tempfile::tempdir().unwrap();
+    compress(b.path(), &source(), format!("{meta}\n").as_bytes());
+    compress(b.path(), &source_file, source_text.as_bytes());
+    let store = BindingStore::memory();
+    assert_eq!(
+        commit(&store, &RolloutMirror::new(b.path())).await.mirror,
+        MirrorReport::Written
+    );
+    assert_eq!(stored(&store, &source_file).await, Some(source_text));
+}
