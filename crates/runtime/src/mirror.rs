@@ -5,11 +5,11 @@
 //!
 //! A rollout codex compressed itself (`rollout-*.jsonl.zst`, its `local_thread_store_compression`
 //! feature) is the same file to the mirror: read through a streaming decoder, mirrored and
-//! compared under its plain path, as the JSONL it holds ([`open_rollout`]).
+//! compared under its plain path, as the JSONL it holds (`compressed.rs`).
 
 use rethread_store::Unpoisoned;
 use std::collections::HashMap;
-use std::fs::{DirEntry, File};
+use std::fs::DirEntry;
 use std::io::{self, BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -18,7 +18,10 @@ use rethread_store::{
     crc32_extend, MirrorAppend, MirrorOutcome, MirrorUpdate, StoreError, DEFAULT_MIRROR_CAP,
 };
 
+mod compressed;
 mod restore;
+
+use compressed::{open_rollout, plain_name, Undecodable};
 
 /// Codex's index of paginated threads, rebuilt from the rollout when a thread's rows are gone.
 pub const HISTORY_INDEX: &str = "thread_history_1.sqlite";
@@ -311,117 +314,6 @@ fn io_error(path: &Path) -> impl FnOnce(io::Error) -> MirrorError + '_ {
             path: path.to_path_buf(),
             source,
         },
-    }
-}
-
-/// The suffix codex gives a rollout it compressed: `rollout-*.jsonl.zst` holds the zstd
-/// frames of `rollout-*.jsonl`.
-const COMPRESSED: &str = ".zst";
-
-/// The name of a rollout's plain file, given the name of either of its forms.
-fn plain_name(name: &str) -> &str {
-    name.strip_suffix(COMPRESSED).unwrap_or(name)
-}
-
-/// The compressed form of the plain file at `plain`.
-fn compressed_path(plain: &Path) -> PathBuf {
-    let mut path = plain.as_os_str().to_owned();
-    path.push(COMPRESSED);
-    PathBuf::from(path)
-}
-
-/// A rollout file opened as codex reads it.
-struct Rollout {
-    /// Its JSONL bytes, decompressed as they are read when the file is compressed.
-    reader: Box<dyn Read + Send>,
-    /// The file opened (the plain one, or its compressed form).
-    path: PathBuf,
-    /// Whether that is the compressed form.
-    compressed: bool,
-}
-
-/// Opens the rollout whose plain file is `plain` as codex does: the plain file when there is
-/// one (codex prefers it to a compressed sibling), else the compressed one through zstd's
-/// streaming decoder (nothing is read whole); `None` when neither exists.
-fn open_rollout(plain: &Path) -> Result<Option<Rollout>, MirrorError> {
-    match File::open(plain) {
-        Ok(file) => {
-            return Ok(Some(Rollout {
-                reader: Box::new(file),
-                path: plain.to_path_buf(),
-                compressed: false,
-            }))
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_error(plain)(e)),
-    }
-    let path = compressed_path(plain);
-    let file = match File::open(&path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_error(&path)(e)),
-    };
-    let decoder = zstd::stream::read::Decoder::new(FileReads(file)).map_err(io_error(&path))?;
-    Ok(Some(Rollout {
-        reader: Box::new(Decoded(decoder)),
-        path,
-        compressed: true,
-    }))
-}
-
-/// A read error of the file under a decoder, told apart from the decoder's own ([`Decoded`]).
-#[derive(Debug)]
-struct FromFile(io::Error);
-
-impl std::fmt::Display for FromFile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::error::Error for FromFile {}
-
-/// The decoder's own error: the compressed bytes are not a zstd stream.
-#[derive(Debug)]
-struct Undecodable(String);
-
-impl std::fmt::Display for Undecodable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Undecodable {}
-
-/// The compressed file under the decoder: its read errors are marked ([`FromFile`]).
-struct FileReads(File);
-
-impl Read for FileReads {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.0
-            .read(buf)
-            .map_err(|e| io::Error::new(e.kind(), FromFile(e)))
-    }
-}
-
-/// The decoder: a read error of the file is given back as it was (the disk's, which may
-/// pass); any other is the stream's damage ([`Undecodable`], [`MirrorError::Damaged`]).
-struct Decoded<R: Read>(R);
-
-impl<R: Read> Read for Decoded<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.0.read(buf).map_err(|e| {
-            if e.get_ref().is_some_and(|inner| inner.is::<FromFile>()) {
-                let inner = e
-                    .into_inner()
-                    .and_then(|inner| inner.downcast::<FromFile>().ok());
-                if let Some(from_file) = inner {
-                    return from_file.0;
-                }
-                return io::Error::other("the compressed rollout could not be read");
-            }
-            io::Error::new(io::ErrorKind::InvalidData, Undecodable(e.to_string()))
-        })
     }
 }
 

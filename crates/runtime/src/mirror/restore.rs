@@ -13,10 +13,10 @@ use rethread_store::{check_mirror_path, BindingStore, MirroredFile, SessionRecor
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
+use super::compressed::{compressed_path, COMPRESSED};
 use super::{
-    blocking, compressed_path, io_error, is_thread_file, open_rollout, parent_of, prefix_crc32,
-    rollout_thread_id, Known, KnownFile, MirrorError, Restored, RolloutMirror, COMPRESSED,
-    HISTORY_INDEX,
+    blocking, io_error, is_thread_file, open_rollout, parent_of, prefix_crc32, rollout_thread_id,
+    Known, KnownFile, MirrorError, Restored, RolloutMirror, HISTORY_INDEX,
 };
 
 /// The tables of [`HISTORY_INDEX`] that hold a thread's projected history (each keyed by
