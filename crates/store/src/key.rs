@@ -385,4 +385,20 @@ mod tests {
         assert_eq!(fingerprint, key.clone().fingerprint());
         assert_ne!(fingerprint, StoreKey::generate().unwrap().fingerprint());
     }
+
+    #[test]
+    fn the_open_option_keeps_the_key_and_never_shows_it() {
+        let key = StoreKey::generate().unwrap();
+        let options = crate::OpenOptions::new().key(Some(key.clone()));
+        assert_eq!(
+            options.store_key().map(StoreKey::as_bytes),
+            Some(key.as_bytes())
+        );
+        let shown = format!("{options:?}");
+        assert!(
+            shown.contains("StoreKey(redacted)") && !shown.contains(&hex(&key)),
+            "{shown}"
+        );
+        assert!(crate::OpenOptions::new().store_key().is_none());
+    }
 }
