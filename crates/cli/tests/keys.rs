@@ -30,6 +30,12 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     command.output().unwrap()
 }
 
+/// Variables for a run.
+type Env<'a> = &'a [(&'a str, &'a str)];
+
+/// The arguments and variables of a run.
+type Run<'a> = (Vec<&'a str>, Env<'a>);
+
 fn sqlite(dir: &Path, name: &str) -> (String, PathBuf) {
     let path = dir.join(name);
     (format!("sqlite:{}", path.display()), path)
@@ -133,7 +139,7 @@ fn a_key_file_that_cannot_be_used_is_refused_before_anything_happens() {
     for (key, said) in cases {
         let key = key.to_str().unwrap();
         let with_env = [&sandbox[..], &[("RETHREAD_STORE_KEY_FILE", key)]].concat();
-        let runs: [(Vec<&str>, &[(&str, &str)]); 5] = [
+        let runs: [Run; 5] = [
             (
                 vec![
                     "chat",
@@ -231,7 +237,7 @@ fn migrate_takes_a_key_file_for_each_store() {
     keygen(&exposed);
     set_mode(&exposed, 0o644);
     let exposed = exposed.to_str().unwrap();
-    let refused: [(Vec<&str>, Vec<(&str, &str)>, &str); 4] = [
+    let refused: [(Vec<&str>, Env, &str); 4] = [
         (
             vec![
                 "--store-key-file",
@@ -242,7 +248,7 @@ fn migrate_takes_a_key_file_for_each_store() {
                 "--to",
                 &sealed,
             ],
-            vec![],
+            &[],
             "--to-key-file",
         ),
         (
@@ -255,12 +261,12 @@ fn migrate_takes_a_key_file_for_each_store() {
                 "--to",
                 &sealed,
             ],
-            vec![],
+            &[],
             "--store-key-file",
         ),
         (
             vec!["migrate", "--from", &plain, "--to", &sealed],
-            vec![("RETHREAD_STORE_KEY_FILE", key)],
+            &[("RETHREAD_STORE_KEY_FILE", key)],
             "--to-key-file",
         ),
         (
@@ -273,12 +279,12 @@ fn migrate_takes_a_key_file_for_each_store() {
                 "--to-key-file",
                 exposed,
             ],
-            vec![],
+            &[],
             "chmod 600",
         ),
     ];
     for (args, env, said) in refused {
-        let out = run(&args, &env);
+        let out = run(&args, env);
         let context = format!("{args:?}: {}", describe(&out));
         assert_eq!(out.status.code(), Some(2), "{context}");
         assert!(stderr(&out).contains(said), "{context}");
@@ -345,7 +351,7 @@ fn the_key_is_never_printed() {
     ];
     let with_var = [&env[..], &[("RETHREAD_STORE_KEY_FILE", key)]].concat();
     let work = work.to_str().unwrap();
-    let runs: Vec<(Vec<&str>, &[(&str, &str)])> = vec![
+    let runs: Vec<Run> = vec![
         (
             vec![
                 "chat",
