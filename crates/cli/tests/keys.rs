@@ -435,3 +435,49 @@ fn the_key_is_never_printed() {
         }
     }
 }
+
+/// rethread installed as `codex` reads `RETHREAD_STORE_KEY_FILE` for the commands that open
+/// the store (`exec`, `app-server`), refusing an exposed key before anything happens, and
+/// not for the commands it hands to the real codex.
+#[test]
+fn installed_as_codex_the_key_file_variable_is_checked_where_a_store_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let as_codex = bin.join("codex");
+    std::os::unix::fs::symlink(rethread(), &as_codex).unwrap();
+    let exposed = dir.path().join("exposed.key");
+    keygen(&exposed);
+    set_mode(&exposed, 0o644);
+    let (store, store_path) = sqlite(dir.path(), "rethread.sqlite");
+    let home = dir.path().join("codex-home");
+    let codex = fake_codex();
+    let run_as_codex = |args: &[&str]| {
+        Command::new(&as_codex)
+            .args(args)
+            .env("RETHREAD_STORE", &store)
+            .env("RETHREAD_STORE_KEY_FILE", &exposed)
+            .env("RETHREAD_CODEX_BIN", &codex)
+            .env("CODEX_HOME", &home)
+            .env_remove("RETHREAD_SESSION")
+            .env("RUST_LOG", "off")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for args in [
+        &["exec", "--skip-git-repo-check", "hi"][..],
+        &["app-server"],
+    ] {
+        let out = run_as_codex(args);
+        let context = format!("{args:?}: {}", describe(&out));
+        assert_eq!(out.status.code(), Some(2), "{context}");
+        assert!(
+            stderr(&out).contains(exposed.to_str().unwrap()),
+            "{context}"
+        );
+        assert!(!store_path.exists() && !home.exists(), "{context}");
+    }
+    let out = run_as_codex(&["--version"]);
+    assert!(out.status.success(), "{}", describe(&out));
+}
