@@ -128,54 +128,13 @@ impl SessionBinder {
             parts: self.parts.clone(),
             lease,
         };
-        let outcome = self
-            .drive(&mut machine, client, context.lease.as_deref())
-            .await?;
+        let lease = context.lease.as_deref();
+        let outcome = drive(&self.parts, &mut machine, client, lease).await?;
         Ok(CodexSession {
             context,
             outcome,
             machine,
         })
-    }
-
-    /// Opens through the one open loop (`StoreSide::open`), with typed requests on `client`
-    /// and the rail for what is said.
-    async fn drive(
-        &self,
-        mut machine: &mut SessionMachine,
-        client: &AppServerClient,
-        lease: Option<&SessionLease>,
-    ) -> Result<OpenOutcome, RuntimeError> {
-        let mut opener = BinderOpener {
-            parts: &self.parts,
-            client,
-            resume: ResumeTrace::default(),
-            fallback: None,
-        };
-        let opened = self.parts.side(lease).open(&mut machine, &mut opener).await;
-        let outcome = match opened {
-            Ok(Opened::Open { outcome, .. }) => outcome,
-            Ok(_) => return Err(RuntimeError::Internal("a start left unanswered".into())),
-            Err(error) => {
-                opener.resume.finish("failed");
-                if let Some(span) = &opener.fallback {
-                    span.record("outcome", "failed");
-                }
-                return Err(error);
-            }
-        };
-        if let (
-            Some(span),
-            OpenOutcome::FellBack {
-                thread_id, seeded, ..
-            },
-        ) = (&opener.fallback, &outcome)
-        {
-            span.record("thread_id", thread_id.as_str());
-            span.record("seeded", *seeded);
-            span.record("outcome", "started");
-        }
-        Ok(outcome)
     }
 
     /// Releases the session's lease now, so that the next host (or process) takes the session
@@ -204,6 +163,47 @@ impl SessionBinder {
         let lease = SessionLease::acquire(store, &self.parts.session_id, owner, ttl, wait).await?;
         Ok(Some(Arc::clone(self.lease.insert(Arc::new(lease)))))
     }
+}
+
+/// Opens through the one open loop (`StoreSide::open`), with typed requests on `client` and
+/// the rail for what is said: a binder's open, and a codex session's after its thread was given
+/// up.
+pub(crate) async fn drive(
+    parts: &Parts,
+    mut machine: &mut SessionMachine,
+    client: &AppServerClient,
+    lease: Option<&SessionLease>,
+) -> Result<OpenOutcome, RuntimeError> {
+    let mut opener = BinderOpener {
+        parts,
+        client,
+        resume: ResumeTrace::default(),
+        fallback: None,
+    };
+    let opened = parts.side(lease).open(&mut machine, &mut opener).await;
+    let outcome = match opened {
+        Ok(Opened::Open { outcome, .. }) => outcome,
+        Ok(_) => return Err(RuntimeError::Internal("a start left unanswered".into())),
+        Err(error) => {
+            opener.resume.finish("failed");
+            if let Some(span) = &opener.fallback {
+                span.record("outcome", "failed");
+            }
+            return Err(error);
+        }
+    };
+    if let (
+        Some(span),
+        OpenOutcome::FellBack {
+            thread_id, seeded, ..
+        },
+    ) = (&opener.fallback, &outcome)
+    {
+        span.record("thread_id", thread_id.as_str());
+        span.record("seeded", *seeded);
+        span.record("outcome", "started");
+    }
+    Ok(outcome)
 }
 
 /// The binder's part of an open: typed requests on the client, the rail for what is said.

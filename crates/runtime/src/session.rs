@@ -2,6 +2,7 @@
 
 use rethread_store::{Lease, Retirement};
 
+use crate::binder::drive;
 use crate::error::RuntimeError;
 use crate::lease::{fresh_fence, note_refusal};
 use crate::machine::{Action, DriverAction, OpenOutcome, SessionMachine};
@@ -72,6 +73,14 @@ impl CodexSession {
         &mut self,
         input: impl Into<TurnInput>,
     ) -> Result<TurnStream<'_>, RuntimeError> {
+        if self.machine.thread_id().is_none() && !self.machine.lease_lost() {
+            // Its thread was given up after a failed turn (another account's,
+            // `docs/design.md`): this turn runs on a seeded replacement, opened as the binder
+            // opens.
+            let (context, lease) = (&self.context, self.context.lease.as_deref());
+            let machine = &mut self.machine;
+            self.outcome = drive(&context.parts, machine, &context.client, lease).await?;
+        }
         let thread_id = self.outcome.thread_id();
         start_turn(&self.context, &mut self.machine, thread_id, input.into()).await
     }
