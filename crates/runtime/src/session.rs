@@ -55,6 +55,13 @@ impl CodexSession {
     /// ([`AppServerClient::subscribe`](crate::AppServerClient::subscribe)) see the same
     /// events.
     ///
+    /// When a failed turn gave the session's thread up (the first turn after a resume, on a
+    /// home of another account: `docs/design.md`, "Resume or fall back" rule 9), this turn
+    /// first opens a replacement seeded from the transcript, as [`SessionBinder::open`]
+    /// would, and [`outcome`](CodexSession::outcome) then reports the fallback.
+    ///
+    /// [`SessionBinder::open`]: crate::SessionBinder::open
+    ///
     /// ```no_run
     /// # async fn demo(session: &mut rethread_runtime::CodexSession) -> Result<(), rethread_runtime::RuntimeError> {
     /// use rethread_runtime::{TurnEvent, TurnInput};
