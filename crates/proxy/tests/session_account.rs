@@ -124,3 +124,47 @@ async fn another_accounts_first_turn_is_given_up_once_and_the_next_turn_runs_fre
         assert_eq!(record.pending_notice(), None);
     }
 }
+
+/// A client that starts a thread itself after the failed turn gets the seeded replacement as
+/// the session's thread (the notice not said again), and a request still naming the given-up
+/// thread goes to that thread too.
+#[tokio::test]
+async fn a_client_that_starts_again_after_the_failed_turn_gets_the_replacement() {
+    let store = BindingStore::memory();
+    let (stream, fake) = FakeAppServer::builder().spawn_in_process().unwrap();
+    let mut proxied = connect(&store, NoticeDelivery::Warning, stream).await;
+    let old = open_thread(&mut proxied.client).await;
+    proxied
+        .client
+        .run_turn(&old, "remember PAPAYA", None)
+        .await
+        .unwrap();
+    finish(proxied).await;
+
+    fake.set_faults(FaultScript::of([Fault::InvalidEncryptedContent {
+        turn: 2,
+    }]));
+    let mut proxied = connect(
+        &store,
+        NoticeDelivery::Warning,
+        fake.restart().await.unwrap(),
+    )
+    .await;
+    let client = &mut proxied.client;
+    assert_eq!(open_thread(client).await, old);
+    let failed = client
+        .run_turn(&old, "what was the fruit?", None)
+        .await
+        .unwrap();
+    assert_eq!(failed.status().as_deref(), Some("failed"));
+    let new = thread_id(&start_thread(client).await);
+    assert_ne!(new, old);
+    let turn = client.run_turn(&old, "and now?", None).await.unwrap();
+    assert_eq!(turn.completed.unwrap()["params"]["threadId"], new.as_str());
+    assert_eq!(warnings(&client.log), 1, "{:#?}", client.log);
+    finish(proxied).await;
+    let record = store.session(SESSION).await.unwrap().unwrap();
+    assert_eq!(record.thread_id(), Some(new.as_str()));
+    let from = record.binding().unwrap().fell_back_from.clone().unwrap();
+    assert_eq!(from.reason, "account_mismatch");
+}

@@ -93,16 +93,27 @@ impl BindingHooks {
         let Some(ThreadIdOf { thread_id }) = line.params::<ThreadIdOf>() else {
             return Ok(Reroute::Unchanged);
         };
-        let (given_up, replaced) = {
+        let (given_up, replaced, current) = {
             let state = self.state();
-            (state.given_up.clone(), state.replaced.clone())
+            let current = state.machine.thread_id().map(str::to_string);
+            (state.given_up.clone(), state.replaced.clone(), current)
         };
-        let to = match (given_up, replaced) {
-            (Some(lost), _) if lost == thread_id => match self.replace(&lost, line, ctx).await? {
-                Some(new) => new,
-                None => return Ok(Reroute::Answered),
-            },
-            (_, Some((lost, new))) if lost == thread_id => new,
+        let to = match (given_up, replaced, current) {
+            // The client opened the session's thread itself meanwhile (a `thread/start`): that
+            // one replaces the lost thread, never a second new thread.
+            (Some(lost), _, Some(current)) if lost == thread_id => {
+                let mut state = self.state();
+                state.given_up = None;
+                state.replaced = Some((lost, current.clone()));
+                current
+            }
+            (Some(lost), _, None) if lost == thread_id => {
+                match self.replace(&lost, line, ctx).await? {
+                    Some(new) => new,
+                    None => return Ok(Reroute::Answered),
+                }
+            }
+            (_, Some((lost, new)), _) if lost == thread_id => new,
             _ => return Ok(Reroute::Unchanged),
         };
         let mut value = line.value()?;
