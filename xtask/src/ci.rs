@@ -24,10 +24,11 @@ use crate::{codex, docs, examples, fuzz, modules, node, packaging, proxy, restar
 /// Tests that need a real codex release: (test target, `None` for all of its tests or the
 /// names of those that do). Targets are named across the workspace (`--workspace --test T`),
 /// so the build's features stay those of the offline stage and nothing is rebuilt.
-const REAL_CODEX: [(&str, Option<&[&str]>); 21] = [
+const REAL_CODEX: [(&str, Option<&[&str]>); 22] = [
     ("real_schema", None),  // rethread-protocol
     ("real_codex", None),   // rethread-runtime and rethread-proxy
     ("real_mirror", None),  // rethread-runtime: the rollout mirror on every release
+    ("real_account", None), // rethread-runtime: another account fails closed, once (issue 39)
     ("real_session", None), // rethread-proxy
     // rethread-cli: the fleet story (several homes, one store; chat and app-server; SQLite,
     // and PostgreSQL when RETHREAD_TEST_POSTGRES_URL is set, as .ci/run sets it).

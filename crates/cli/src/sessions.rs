@@ -406,6 +406,22 @@ async fn show(store: BindingStore, id: &str, json: bool) -> CliResult {
         false => record.retired_threads.join(", "),
     };
     outln!("retired threads: {}", for_people(&retired));
+    if let Some(fallback) = last_fallback(&record).as_object() {
+        // Why the session's thread was last replaced (`account_mismatch`, `gone`, ...).
+        let text = |key: &str| fallback[key].as_str().unwrap_or_default().to_string();
+        let at = format_ms(fallback["at_ms"].as_i64().unwrap_or_default());
+        let pending = if fallback["pending"] == true {
+            ", notice pending"
+        } else {
+            ""
+        };
+        let (thread, reason) = (text("thread_id"), text("reason"));
+        outln!(
+            "last fallback:   {} ({}) at {at}{pending}",
+            for_people(&thread),
+            for_people(&reason)
+        );
+    }
     outln!("created:         {}", format_ms(record.created_at_ms));
     outln!("updated:         {}", format_ms(record.updated_at_ms));
     Ok(())

@@ -983,3 +983,77 @@ fn has_epoch_ms(text: &str) -> bool {
     text.split(|c: char| !c.is_ascii_digit())
         .any(|digits| digits.len() >= 13)
 }
+
+/// Issue 39: a resumed thread whose first turn fails as on a home of another account
+/// (`invalid_encrypted_content`) is given up by that run (its failure passes through as
+/// codex's; the notice is owed, since exec never marks it delivered); the next run starts a
+/// seeded thread, says the notice once, and `sessions show` names the reason.
+#[test]
+fn another_accounts_first_turn_gives_the_thread_up_and_the_next_run_starts_fresh_once() {
+    let world = World::new();
+    let first = world.exec(&fake_codex(), Some("s1"), &[], b"remember zebra");
+    let lost = thread_of(&first);
+    let refused = {
+        let mut command = world.command(&fake_codex(), Some("s1"));
+        command
+            .env(
+                "FAKE_CODEX_FAULTS",
+                r#"{"faults":[{"kind":"invalid_encrypted_content","turn":1}]}"#,
+            )
+            .args(["exec", "--experimental-json", "--skip-git-repo-check"]);
+        run(command, b"still there?")
+    };
+    assert_ne!(refused.status.code(), Some(0), "{}", describe(&refused));
+    assert_eq!(thread_of(&refused), lost, "resumed");
+    let failed = events(&refused);
+    let failed = failed.iter().find(|e| e["type"] == "turn.failed");
+    let message = failed
+        .and_then(|e| e["error"]["message"].as_str())
+        .unwrap_or_default();
+    assert!(
+        message.contains("invalid_encrypted_content"),
+        "{}",
+        describe(&refused)
+    );
+    assert_eq!(
+        notices(&refused),
+        0,
+        "owed to the next run: {}",
+        describe(&refused)
+    );
+    let owed = world.session("s1").unwrap();
+    assert_eq!(
+        owed["thread_id"],
+        Value::Null,
+        "the binding is dropped: {owed}"
+    );
+    assert_eq!(owed["last_fallback"]["thread_id"], lost.as_str());
+    assert_eq!(owed["last_fallback"]["reason"], "account_mismatch");
+    assert_eq!(owed["last_fallback"]["pending"], true, "{owed}");
+
+    let next = world.exec(&fake_codex(), Some("s1"), &[], b"and now?");
+    assert!(next.status.success(), "{}", describe(&next));
+    let replacement = thread_of(&next);
+    assert_ne!(replacement, lost);
+    assert_eq!(notices(&next), 1, "{}", describe(&next));
+    let seen = world.last_model_request();
+    assert!(
+        seen.iter()
+            .any(|m| m.starts_with("developer: ") && m.contains("remember zebra")),
+        "seeded: {seen:?}"
+    );
+    let told = world.session("s1").unwrap();
+    assert_eq!(told["thread_id"], replacement.as_str());
+    assert_eq!(told["last_fallback"]["reason"], "account_mismatch");
+    assert_eq!(told["last_fallback"]["pending"], false);
+    let shown = Command::new(rethread())
+        .args(["--store", &world.store(), "sessions", "show", "s1"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    let line = format!("last fallback:   {lost} (account_mismatch) at ");
+    assert!(shown.contains(&line), "{shown}");
+    let after = world.exec(&fake_codex(), Some("s1"), &[], b"and then?");
+    assert_eq!(thread_of(&after), replacement);
+    assert_eq!(notices(&after), 0, "{}", describe(&after));
+}

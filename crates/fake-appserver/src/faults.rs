@@ -40,6 +40,10 @@ use serde::{Deserialize, Serialize};
 /// The message of an overloaded (-32001) answer.
 pub const OVERLOADED_MESSAGE: &str = "Server overloaded; retry later.";
 
+/// The error message codex 0.171.0 gives a turn the Responses API refused as
+/// `invalid_encrypted_content` (the API's body, as codex reports it).
+pub const INVALID_ENCRYPTED_CONTENT: &str = r#"{"error":{"message":"The encrypted content gAAA...Zg== could not be verified.","type":"invalid_request_error","param":null,"code":"invalid_encrypted_content"}}"#;
+
 /// A list of faults, all active at once.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -184,6 +188,15 @@ pub enum Fault {
         /// How many attempts fail.
         attempts: u32,
     },
+    /// Turn number `turn` fails as codex 0.171.0's does when the Responses API refuses the
+    /// thread's encrypted reasoning (HTTP 400 `invalid_encrypted_content`: a thread another
+    /// account or organisation made): after its user message, `thread/status/changed`
+    /// `systemError`, an `error` notification and `turn/completed` with `status: "failed"`,
+    /// both carrying [`INVALID_ENCRYPTED_CONTENT`]; nothing is written to the rollout.
+    InvalidEncryptedContent {
+        /// 1-based turn number.
+        turn: u64,
+    },
     /// Turn number `turn` sends the server request `item/commandExecution/requestApproval` and
     /// waits for its answer before replying.
     Approval {
@@ -258,6 +271,7 @@ mod tests {
             },
             Fault::WrongId { at_request: 4 },
             Fault::ForeignNotifications { turn: 1 },
+            Fault::InvalidEncryptedContent { turn: 2 },
             Fault::Overloaded {
                 method: None,
                 attempts: 2,

@@ -19,6 +19,11 @@ pub enum ResumeFailure {
     /// The rollout exists but is structurally unreadable: empty, no session metadata, or not
     /// JSON (a writer killed early); not an I/O error ([`ResumeFailure::Io`]).
     Unreadable,
+    /// The thread was made under another ChatGPT account or organisation than this home's: its
+    /// encrypted reasoning cannot be read here (the first turn after a restore fails with
+    /// `invalid_encrypted_content`, [`classify_turn_error`]), or codex refuses the resume
+    /// itself ("created with a different ChatGPT account or workspace"). Lost for this home.
+    AccountMismatch,
     /// Transient: another app-server process is writing the thread. Retry later; a new thread
     /// would fork a live conversation.
     Busy,
@@ -40,7 +45,10 @@ impl ResumeFailure {
     pub fn thread_is_lost(self) -> bool {
         matches!(
             self,
-            ResumeFailure::Gone | ResumeFailure::Incompatible | ResumeFailure::Unreadable
+            ResumeFailure::Gone
+                | ResumeFailure::Incompatible
+                | ResumeFailure::Unreadable
+                | ResumeFailure::AccountMismatch
         )
     }
 
@@ -62,6 +70,7 @@ impl ResumeFailure {
             ResumeFailure::Gone => "gone",
             ResumeFailure::Incompatible => "incompatible",
             ResumeFailure::Unreadable => "unreadable",
+            ResumeFailure::AccountMismatch => "account_mismatch",
             ResumeFailure::Busy => "busy",
             ResumeFailure::Overloaded => "overloaded",
             ResumeFailure::Io => "io",
@@ -100,6 +109,10 @@ pub fn classify_resume_error(error: &RpcError) -> ResumeFailure {
     // the rollout could not be read *now*, not that it is damaged: before the structural ones.
     if mentions_os_error(message) {
         return ResumeFailure::Io;
+    }
+    // Whatever the code: codex's refusal of a thread another account made.
+    if another_account(message) {
+        return ResumeFailure::AccountMismatch;
     }
     // 0.169.0 answers a full read of a paginated thread whose rollout was deleted this way
     // (observed; not in the notes' table), whatever the code.
@@ -150,6 +163,31 @@ pub fn classify_resume_error(error: &RpcError) -> ResumeFailure {
         }
         _ => ResumeFailure::Other,
     }
+}
+
+/// What a failed turn's error (`turn/completed`'s `turn.error.message`, the `error`
+/// notification's, `codex exec`'s `turn.failed`) says of its thread: `Some` only for a loss,
+/// [`ResumeFailure::AccountMismatch`], when the Responses API refused the thread's encrypted
+/// reasoning (`invalid_encrypted_content`; codex puts the API's body in the message) or codex
+/// refused another account's thread; `None` for everything else (a network error, a rate
+/// limit, a bad request of another kind), which is the turn's failure, never the thread's.
+/// Whether it is a loss also depends on the turn: only the first after a resume counts (the
+/// session machine decides, `docs/design.md`).
+///
+/// ```
+/// use rethread_protocol::{classify_turn_error, ResumeFailure};
+/// let refused = r#"{"error":{"message":"The encrypted content gAAA...Zg== could not be verified.","type":"invalid_request_error","param":null,"code":"invalid_encrypted_content"}}"#;
+/// assert_eq!(classify_turn_error(refused), Some(ResumeFailure::AccountMismatch));
+/// assert_eq!(classify_turn_error("stream disconnected before completion"), None);
+/// ```
+pub fn classify_turn_error(message: &str) -> Option<ResumeFailure> {
+    (message.contains("invalid_encrypted_content") || another_account(message))
+        .then_some(ResumeFailure::AccountMismatch)
+}
+
+/// codex's refusal of a thread another ChatGPT account or workspace made.
+fn another_account(message: &str) -> bool {
+    message.contains("created with a different ChatGPT account or workspace")
 }
 
 /// The JSON-RPC error of a failed resume as `codex exec ... resume <id>` prints it on stderr

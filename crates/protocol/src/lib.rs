@@ -34,7 +34,7 @@ pub mod jsonrpc;
 pub mod messages;
 mod thread_id;
 
-pub use classify::{classify_resume_error, exec_resume_error, ResumeFailure};
+pub use classify::{classify_resume_error, classify_turn_error, exec_resume_error, ResumeFailure};
 pub use codec::{FrameError, NdjsonCodec};
 pub use error_code::ErrorCode;
 pub use history::HistoryMode;

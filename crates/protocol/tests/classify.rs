@@ -1,6 +1,8 @@
 //! Every row of the error table in `docs/architecture.md` ("Fault model"), classified.
 
-use rethread_protocol::{classify_resume_error, exec_resume_error, ResumeFailure, RpcError};
+use rethread_protocol::{
+    classify_resume_error, classify_turn_error, exec_resume_error, ResumeFailure, RpcError,
+};
 
 #[test]
 fn every_row_of_the_notes_table_is_classified() {
@@ -53,6 +55,7 @@ fn only_lost_threads_fail_closed_and_only_transient_failures_are_retried() {
         Gone,
         Incompatible,
         Unreadable,
+        AccountMismatch,
         Busy,
         Overloaded,
         Io,
@@ -62,7 +65,7 @@ fn only_lost_threads_fail_closed_and_only_transient_failures_are_retried() {
     ] {
         assert_eq!(
             failure.thread_is_lost(),
-            matches!(failure, Gone | Incompatible | Unreadable),
+            matches!(failure, Gone | Incompatible | Unreadable | AccountMismatch),
             "{failure}"
         );
         assert_eq!(
@@ -119,5 +122,50 @@ fn codex_exec_resume_failures_are_read_from_its_stderr() {
         });
         let expected = expected.map(|(c, m, f)| (c, m.to_string(), f));
         assert_eq!(got, expected, "{stderr:?}");
+    }
+}
+
+/// Issue 39: a thread restored onto a home logged into another account or organisation.
+/// codex's resume-time refusal (behind a check that is off today, whatever code it comes
+/// with) is `account_mismatch`, a loss.
+#[test]
+fn another_accounts_refusal_on_resume_is_account_mismatch() {
+    let message = "This thread was created with a different ChatGPT account or workspace. \
+                   Sign in with the original account to resume it.";
+    for code in [-32600, -32603] {
+        let got = classify_resume_error(&RpcError::new(code, message));
+        assert_eq!(got, ResumeFailure::AccountMismatch, "{code}");
+    }
+    assert!(ResumeFailure::AccountMismatch.thread_is_lost());
+    assert!(!ResumeFailure::AccountMismatch.is_transient());
+    assert_eq!(ResumeFailure::AccountMismatch.as_str(), "account_mismatch");
+    let json = serde_json::to_value(ResumeFailure::AccountMismatch).unwrap();
+    assert_eq!(json, "account_mismatch");
+}
+
+/// A failed turn's error, as codex 0.171.0 reports the Responses API's HTTP 400
+/// `invalid_encrypted_content` (observed: the `error` notification's and the failed
+/// `turn/completed`'s `error.message` is the API's body, `codexErrorInfo: "other"`); every
+/// other failure of a turn is not a lost thread.
+#[test]
+fn a_turn_failing_on_another_accounts_encrypted_content_is_account_mismatch() {
+    let observed = r#"{"error":{"message":"The encrypted content gAAA...Zg== could not be verified.","type":"invalid_request_error","param":null,"code":"invalid_encrypted_content"}}"#;
+    let pretty = "{\n  \"error\": {\n    \"message\": \"The encrypted content gAAA...6Dg= could not be verified.\",\n    \"type\": \"invalid_request_error\",\n    \"param\": null,\n    \"code\": \"invalid_encrypted_content\"\n  }\n}";
+    let refusal = "This thread was created with a different ChatGPT account or workspace. Sign in with the original account to resume it.";
+    for message in [observed, pretty, refusal] {
+        assert_eq!(
+            classify_turn_error(message),
+            Some(ResumeFailure::AccountMismatch),
+            "{message}"
+        );
+    }
+    for message in [
+        "",
+        "stream disconnected before completion: error sending request",
+        r#"{"error":{"message":"Rate limit reached","type":"rate_limit_error","code":"rate_limit_exceeded"}}"#,
+        r#"{"error":{"message":"Invalid 'input[3].content'","type":"invalid_request_error","code":"invalid_value"}}"#,
+        "unexpected status 401 Unauthorized",
+    ] {
+        assert_eq!(classify_turn_error(message), None, "{message}");
     }
 }

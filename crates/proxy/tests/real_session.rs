@@ -343,3 +343,85 @@ async fn an_interrupted_turn_writes_nothing() {
         one.stop(&version).await;
     }
 }
+
+/// Issue 39 through `rethread app-server`'s session on the current codex: the bound thread
+/// resumes for the client's `thread/start`, and the model refuses its first request as the
+/// Responses API refuses another account's encrypted reasoning (HTTP 400
+/// `invalid_encrypted_content`). The binding is dropped with one warning, and the client's
+/// next `turn/start`, still naming the thread it was given, runs on a fresh seeded thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_accounts_first_turn_falls_back_once_and_the_next_turn_runs_fresh() {
+    let Some(codex) = codex_or_skip(CURRENT) else {
+        return;
+    };
+    let model = ResponsesStandIn::start().unwrap();
+    let home = CodexHome::new(&model).unwrap();
+    let store: BindingStore = BindingStore::memory();
+    let mut one = start(&codex, home.path(), &store).await;
+    let old = thread_id(&start_thread(&mut one.proxied.client).await);
+    let client = &mut one.proxied.client;
+    let turn = client.run_turn(&old, "remember zebra", None).await.unwrap();
+    assert_eq!(turn.status().as_deref(), Some("completed"));
+    one.stop(CURRENT).await;
+
+    let mut two = start(&codex, home.path(), &store).await;
+    let client = &mut two.proxied.client;
+    assert_eq!(thread_id(&start_thread(client).await), old, "resumed");
+    model.push_error(
+        400,
+        rethread_testkit::responses::invalid_encrypted_content(),
+    );
+    let failed = client.run_turn(&old, "which animal?", None).await.unwrap();
+    assert_eq!(failed.status().as_deref(), Some("failed"));
+    let error = &failed.completed.as_ref().unwrap()["params"]["turn"]["error"];
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid_encrypted_content"),
+        "{error}"
+    );
+    assert_eq!(bound(&store).await, None, "the binding is dropped");
+    let given_up = store.session(SESSION).await.unwrap().unwrap();
+    assert_eq!(given_up.given_up().unwrap().reason, "account_mismatch");
+    assert_eq!(
+        warnings(&client.log).len(),
+        1,
+        "said before the failed turn/completed"
+    );
+
+    let next = client.run_turn(&old, "and now?", None).await.unwrap();
+    assert_eq!(
+        next.status().as_deref(),
+        Some("completed"),
+        "{:?}",
+        next.messages
+    );
+    let new = next.completed.as_ref().unwrap()["params"]["threadId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(new, old);
+    let seen = model
+        .model_requests()
+        .last()
+        .unwrap()
+        .json()
+        .unwrap()
+        .to_string();
+    assert!(
+        seen.contains("remember zebra"),
+        "seeded from the transcript"
+    );
+    let again = client.run_turn(&old, "still there?", None).await.unwrap();
+    assert_eq!(again.status().as_deref(), Some("completed"));
+    assert_eq!(warnings(&client.log).len(), 1, "once");
+    assert_eq!(bound(&store).await.as_deref(), Some(new.as_str()));
+    let record = store.session(SESSION).await.unwrap().unwrap();
+    let from = record.binding().unwrap().fell_back_from.clone().unwrap();
+    assert_eq!(
+        (from.thread_id, from.reason),
+        (old, "account_mismatch".to_string())
+    );
+    two.stop(CURRENT).await;
+}

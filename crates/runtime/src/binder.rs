@@ -3,19 +3,17 @@
 
 use std::sync::Arc;
 
-use rethread_protocol::messages::{ThreadResume, ThreadResumeParams, ThreadStart};
 use rethread_store::{BindingStore, Lease, LeaseOwner, LocalOwner};
 use tracing::field::Empty;
 use tracing::Instrument;
 
-use crate::binding::{seeded_instructions, status_event, Answer, Opened, Opener};
 use crate::client::AppServerClient;
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
-use crate::machine::{OpenOutcome, Say, SessionMachine};
+use crate::machine::{OpenOutcome, SessionMachine};
 use crate::options::BinderOptions;
 use crate::rail::StatusRail;
-use crate::session::CodexSession;
+use crate::session::{drive, CodexSession};
 use crate::sink::{Transcript, TranscriptSink};
 use crate::telemetry;
 use crate::turn::{Parts, TurnContext};
@@ -128,54 +126,13 @@ impl SessionBinder {
             parts: self.parts.clone(),
             lease,
         };
-        let outcome = self
-            .drive(&mut machine, client, context.lease.as_deref())
-            .await?;
+        let lease = context.lease.as_deref();
+        let outcome = drive(&self.parts, &mut machine, client, lease).await?;
         Ok(CodexSession {
             context,
             outcome,
             machine,
         })
-    }
-
-    /// Opens through the one open loop (`StoreSide::open`), with typed requests on `client`
-    /// and the rail for what is said.
-    async fn drive(
-        &self,
-        mut machine: &mut SessionMachine,
-        client: &AppServerClient,
-        lease: Option<&SessionLease>,
-    ) -> Result<OpenOutcome, RuntimeError> {
-        let mut opener = BinderOpener {
-            parts: &self.parts,
-            client,
-            resume: ResumeTrace::default(),
-            fallback: None,
-        };
-        let opened = self.parts.side(lease).open(&mut machine, &mut opener).await;
-        let outcome = match opened {
-            Ok(Opened::Open { outcome, .. }) => outcome,
-            Ok(_) => return Err(RuntimeError::Internal("a start left unanswered".into())),
-            Err(error) => {
-                opener.resume.finish("failed");
-                if let Some(span) = &opener.fallback {
-                    span.record("outcome", "failed");
-                }
-                return Err(error);
-            }
-        };
-        if let (
-            Some(span),
-            OpenOutcome::FellBack {
-                thread_id, seeded, ..
-            },
-        ) = (&opener.fallback, &outcome)
-        {
-            span.record("thread_id", thread_id.as_str());
-            span.record("seeded", *seeded);
-            span.record("outcome", "started");
-        }
-        Ok(outcome)
     }
 
     /// Releases the session's lease now, so that the next host (or process) takes the session
@@ -203,108 +160,5 @@ impl SessionBinder {
         let wait = self.parts.options.lease_wait;
         let lease = SessionLease::acquire(store, &self.parts.session_id, owner, ttl, wait).await?;
         Ok(Some(Arc::clone(self.lease.insert(Arc::new(lease)))))
-    }
-}
-
-/// The binder's part of an open: typed requests on the client, the rail for what is said.
-struct BinderOpener<'a> {
-    parts: &'a Parts,
-    client: &'a AppServerClient,
-    resume: ResumeTrace,
-    /// The `rethread.fallback` span, from the notice to the replacement's start.
-    fallback: Option<tracing::Span>,
-}
-
-impl Opener for BinderOpener<'_> {
-    type Open = ();
-
-    async fn resume(&mut self, params: ThreadResumeParams) -> Answer<()> {
-        // The host's own thread settings: the thread goes on as configured.
-        let mut with_settings = self.parts.options.thread_start.resume(params.thread_id);
-        with_settings.exclude_turns = params.exclude_turns;
-        let span = self
-            .resume
-            .begin(&self.parts.session_id, &with_settings.thread_id);
-        let resumed = self.client.request::<ThreadResume>(&with_settings);
-        let answer = Answer::of_resume(resumed.instrument(span).await.map(drop));
-        if let Answer::Resumed(()) = answer {
-            self.resume.finish("resumed");
-        }
-        answer
-    }
-
-    async fn start(&mut self, seed: Option<String>) -> Answer<()> {
-        // A start after resumes: the thread was lost.
-        self.resume.finish("lost");
-        let mut params = self.parts.options.thread_start.clone();
-        if let Some(seed) = seed {
-            let own = params.developer_instructions.as_deref();
-            params.developer_instructions = Some(seeded_instructions(own, seed));
-        }
-        match self.client.request::<ThreadStart>(&params).await {
-            Ok(response) => Answer::Started {
-                thread_id: response.thread.id,
-                open: (),
-            },
-            Err(error) => Answer::Failed(error.into()),
-        }
-    }
-
-    fn say(&mut self, say: Say) -> bool {
-        let session_id = &self.parts.session_id;
-        if let Say::FallbackNotice {
-            previous_thread_id,
-            reason,
-            pending: false,
-            ..
-        } = &say
-        {
-            self.fallback = Some(tracing::info_span!(
-                telemetry::SPAN_FALLBACK,
-                session_id = %session_id,
-                previous_thread_id = %previous_thread_id,
-                reason = reason.as_str(),
-                thread_id = Empty,
-                seeded = Empty,
-                outcome = Empty,
-            ));
-        }
-        self.parts.rail.emit(status_event(session_id, &say));
-        // The rail's sinks take an event synchronously: it is delivered.
-        true
-    }
-}
-
-/// The `rethread.resume` span over one open's resume attempts, and its histogram.
-#[derive(Default)]
-struct ResumeTrace {
-    open: Option<(tracing::Span, tokio::time::Instant, u32)>,
-}
-
-impl ResumeTrace {
-    fn begin(&mut self, session_id: &str, thread_id: &str) -> tracing::Span {
-        let (span, _, sent) = self.open.get_or_insert_with(|| {
-            let span = tracing::info_span!(
-                telemetry::SPAN_RESUME,
-                session_id = %session_id,
-                thread_id = %thread_id,
-                outcome = Empty,
-                attempts = Empty,
-            );
-            (span, tokio::time::Instant::now(), 0)
-        });
-        *sent += 1;
-        span.clone()
-    }
-
-    /// Records the verdict once the attempts are over (`resumed`, `lost` or `failed`).
-    fn finish(&mut self, outcome: &'static str) {
-        let Some((span, started_at, sent)) = self.open.take() else {
-            return;
-        };
-        span.record("outcome", outcome);
-        span.record("attempts", sent);
-        metrics::histogram!(telemetry::RESUME_SECONDS, "outcome" => outcome)
-            .record(started_at.elapsed().as_secs_f64());
     }
 }

@@ -184,6 +184,31 @@ impl StoreSide<'_> {
         (committed, said)
     }
 
+    /// A turn on `thread_id` failed, codex's error saying `message`: tells the machine
+    /// ([`SessionMachine::handle_turn_failed`]: another account's thread, on its first turn
+    /// after the resume, is given up), carries out the give-up it asks for, and hands what it
+    /// says to `say`, which returns `true` when the user has it now (a fallback notice is then
+    /// recorded delivered). Returns the give-up's error when its store write failed (the
+    /// binding kept). Every driver tells its failed turns through this.
+    pub async fn turn_failed(
+        &self,
+        machine: &mut impl MachineAccess,
+        thread_id: &str,
+        message: &str,
+        mut say: impl FnMut(Say) -> bool + Send,
+    ) -> Option<RuntimeError> {
+        machine.with(|m| m.handle_turn_failed(thread_id, message));
+        let mut failure = None;
+        while let Some(action) = self.step(machine, &mut failure).await {
+            if let DriverAction::Say(said) = action {
+                if say(said) {
+                    machine.with(SessionMachine::handle_notice_delivered);
+                }
+            }
+        }
+        failure
+    }
+
     /// Before a `resume` or `fork` of a thread the client names, and [`client_thread`] let it
     /// use (`docs/design.md`, "A thread the client names"): the restore the session's own open
     /// makes, from the session's mirror (the thread's rollout into this home when the home

@@ -28,7 +28,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use rethread_protocol::{
-    classify_resume_error, exec_resume_error, ErrorCode, ResumeFailure, RpcError,
+    classify_resume_error, classify_turn_error, exec_resume_error, ErrorCode, ResumeFailure,
+    RpcError,
 };
 use serde_json::Value;
 
@@ -112,7 +113,12 @@ enum Phase {
     Restoring(Attempts),
     Resuming(Attempts),
     Backoff(Attempts),
-    GivingUp(LostThread),
+    /// The give-up is being written; `reopen`: the replacement starts right after the notice
+    /// (a failed resume), else at the next open (a failed first turn: the turn is over).
+    GivingUp {
+        lost: LostThread,
+        reopen: bool,
+    },
     Seeding(Option<LostThread>),
     Starting {
         lost: Option<LostThread>,
@@ -144,6 +150,10 @@ pub struct SessionMachine {
     actions: VecDeque<Action>,
     /// The thread this connection drives for the session, once open.
     thread: Option<String>,
+    /// The session's thread as resumed, until a turn on it completes: a thread made elsewhere
+    /// (restored from another home, perhaps another account's) that no turn proved readable
+    /// here yet ([`SessionMachine::handle_turn_failed`]).
+    unproven: Option<String>,
     /// The lost thread whose notice this machine said, and whether it was delivered.
     owed: Option<(String, bool)>,
     lease_lost: bool,
@@ -164,6 +174,7 @@ impl SessionMachine {
             phase: Phase::Idle,
             actions: VecDeque::new(),
             thread: None,
+            unproven: None,
             owed: None,
             lease_lost: false,
             warned: VecDeque::new(),
@@ -248,6 +259,8 @@ impl SessionMachine {
                 if let Some(lost) = &lost {
                     self.say_pending_notice(lost);
                 }
+                // Given up by this machine after a failed turn: its replacement reports it.
+                let lost = lost.or_else(|| given_up.lost().filter(|l| self.owes(&l.thread_id)));
                 self.seed_then_start(lost);
             }
         }
@@ -305,7 +318,7 @@ impl SessionMachine {
             }
             Verdict::Lost(lost) => {
                 self.push(Action::GiveUp(lost.clone()));
-                self.phase = Phase::GivingUp(lost);
+                self.phase = Phase::GivingUp { lost, reopen: true };
             }
             Verdict::Stop(error) => self.fail(error),
         }
@@ -320,9 +333,11 @@ impl SessionMachine {
     /// The give-up was written: the notice is said (never before: a failed write keeps the
     /// binding), then the replacement starts.
     pub fn handle_given_up(&mut self) {
-        let lost = take_phase!(self, Phase::GivingUp(lost) => lost);
+        let (lost, reopen) = take_phase!(self, Phase::GivingUp { lost, reopen } => (lost, reopen));
         self.say_notice(&lost, false);
-        self.seed_then_start(Some(lost));
+        if reopen {
+            self.seed_then_start(Some(lost));
+        }
     }
 
     /// The user has the fallback notice: it is recorded as delivered, and never said again.
@@ -434,11 +449,44 @@ impl SessionMachine {
         if self.thread.as_deref() != Some(thread_id) {
             return self.not_recorded_beside(thread_id);
         }
+        if self.unproven.as_deref() == Some(thread_id) {
+            self.unproven = None;
+        }
         self.push(DriverAction::Commit {
             thread_id: thread_id.to_string(),
             rows,
             mirror: self.mirroring,
         });
+    }
+
+    /// A turn on `thread_id` failed (codex's `turn/completed` with `status: "failed"`, or
+    /// `codex exec`'s `turn.failed`), codex's error saying `message`. The first turn on the
+    /// session's thread after its resume that fails because codex cannot use the thread here
+    /// ([`classify_turn_error`]: another account's encrypted reasoning) gives the thread up:
+    /// [`Action::GiveUp`], then ([`SessionMachine::handle_given_up`]) the notice, and the
+    /// session has no thread on this connection until the next [`SessionMachine::open`]
+    /// starts a seeded replacement. The failed turn is not run again. Any other failure, or
+    /// the same on a later turn (a thread this home ran a turn on is not another account's),
+    /// is the turn's own: the binding is kept and nothing is said.
+    pub fn handle_turn_failed(&mut self, thread_id: &str, message: &str) {
+        if self.unproven.as_deref() != Some(thread_id) || self.is_opening() || self.lease_lost {
+            return;
+        }
+        let Some(reason) = classify_turn_error(message).filter(|f| f.thread_is_lost()) else {
+            return;
+        };
+        self.unproven = None;
+        self.thread = None;
+        let lost = LostThread {
+            thread_id: thread_id.to_string(),
+            reason,
+            message: message.to_string(),
+        };
+        self.push(Action::GiveUp(lost.clone()));
+        self.phase = Phase::GivingUp {
+            lost,
+            reopen: false,
+        };
     }
 
     /// How a [`DriverAction::Commit`] went: a lost lease stops recording; a thread of another
@@ -481,6 +529,13 @@ impl SessionMachine {
         }
     }
 
+    /// Whether this machine said the notice for `thread_id` (it gave the thread up).
+    fn owes(&self, thread_id: &str) -> bool {
+        self.owed
+            .as_ref()
+            .is_some_and(|(owed, _)| owed == thread_id)
+    }
+
     fn say_notice(&mut self, lost: &LostThread, pending: bool) {
         self.owed = Some((lost.thread_id.clone(), false));
         self.push(DriverAction::Say(Say::FallbackNotice {
@@ -515,6 +570,10 @@ impl SessionMachine {
     fn opened(&mut self, outcome: OpenOutcome) {
         self.phase = Phase::Idle;
         self.thread = Some(outcome.thread_id().to_string());
+        self.unproven = match &outcome {
+            OpenOutcome::Resumed { thread_id } => Some(thread_id.clone()),
+            _ => None,
+        };
         self.push(DriverAction::Opened(outcome));
     }
 

@@ -26,8 +26,8 @@ use crate::binding::{status_event, Publication, StoreSide};
 use crate::client::{AnsweredRequest, AppServerClient, ClientError, ThreadEvent, ThreadEvents};
 use crate::error::RuntimeError;
 use crate::lease::SessionLease;
-use crate::machine::LeaseLostTo;
 use crate::machine::SessionMachine;
+use crate::machine::{LeaseLostTo, Say};
 use crate::mirror::RolloutMirror;
 use crate::options::BinderOptions;
 use crate::projection::{project_turn_input, reply_of};
@@ -527,7 +527,11 @@ impl TurnRun<'_> {
                 TurnStatus::Interrupted => "interrupted",
                 _ => "failed",
             };
-            let error = self.failed(status, turn.error.map(|e| e.message).unwrap_or_default());
+            let message = turn.error.map(|e| e.message).unwrap_or_default();
+            if turn.status == TurnStatus::Failed {
+                self.tell_failed(&message).await;
+            }
+            let error = self.failed(status, message);
             return Err(self.end(outcome, error));
         }
         // The items streamed during the turn; a server that only reports them on completion
@@ -562,6 +566,34 @@ impl TurnRun<'_> {
             publication,
             token_usage: self.usage,
         })))
+    }
+
+    /// Tells the machine the turn failed: another account's thread is given up now (the
+    /// notice on the rail), and the session's next turn runs on its replacement
+    /// ([`CodexSession::run_turn_streamed`](crate::CodexSession::run_turn_streamed)).
+    async fn tell_failed(&mut self, message: &str) {
+        let (session, parts) = (self.session, &self.session.parts);
+        let side = parts.side(session.lease.as_deref());
+        let machine = &mut &mut *self.machine;
+        let rail = |say: Say| {
+            parts.rail.emit(status_event(&parts.session_id, &say));
+            // The rail's sinks take an event synchronously: it is delivered.
+            true
+        };
+        if let Some(error) = side
+            .turn_failed(machine, &self.thread_id, message, rail)
+            .await
+        {
+            let message = format!(
+                "rethread could not give up thread {} after its failed turn ({error}); the \
+                 next turn resumes it again.",
+                self.thread_id
+            );
+            let event = StatusEvent::new(StatusKind::Warn, message);
+            parts
+                .rail
+                .emit(event.with("session_id", parts.session_id.as_str()));
+        }
     }
 
     /// Commits the completed turn as the machine decides: with a lost lease nothing is

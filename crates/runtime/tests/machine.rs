@@ -27,6 +27,8 @@ enum Event {
     Failed,
     ClientThread(&'static str, bool, Stored),
     TurnCompleted(&'static str),
+    /// A turn on the thread failed with codex's error message.
+    TurnFailed(&'static str, &'static str),
     Committed(&'static str, Option<CommitFailure>),
     LeaseLost(LeaseLostTo),
     Retire,
@@ -56,6 +58,7 @@ fn apply(machine: &mut SessionMachine, event: Event) -> Vec<String> {
             machine.handle_client_thread(thread, ephemeral, Some(&stored))
         }
         TurnCompleted(thread) => machine.handle_turn_completed(thread, vec![json!({}), json!({})]),
+        TurnFailed(thread, message) => machine.handle_turn_failed(thread, message),
         Committed(thread, error) => machine.handle_committed(thread, error.map_or(Ok(()), Err)),
         LeaseLost(to) => machine.handle_lease_lost(to),
         Retire => machine.handle_retire(),
@@ -959,4 +962,133 @@ fn with_the_mirror_off_nothing_is_restored_or_mirrored() {
             (TurnCompleted("t1"), &["commit t1 2"]),
         ],
     );
+}
+
+/// What codex 0.171.0 reports for a turn whose request the Responses API refused as
+/// `invalid_encrypted_content` (issue 39).
+const ENCRYPTED: &str = r#"{"error":{"message":"The encrypted content gAAA...Zg== could not be verified.","type":"invalid_request_error","param":null,"code":"invalid_encrypted_content"}}"#;
+
+/// Issue 39: a thread restored onto a home of another account resumes, and its first turn
+/// fails. The thread is given up once, the notice said once, and the next open starts a
+/// seeded thread that reports the fallback; nothing is said again.
+#[test]
+fn another_accounts_first_turn_gives_the_thread_up_and_the_next_open_replaces_it() {
+    table(
+        rules(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (
+                Resumed,
+                &[r#"opened {"outcome":"resumed","thread_id":"t1"}"#],
+            ),
+            (
+                TurnFailed("t1", ENCRYPTED),
+                &["give_up t1 account_mismatch"],
+            ),
+            (GivenUp, &["notice t1 account_mismatch"]),
+            (Delivered, &["mark_delivered t1"]),
+            (Open, &["read_session"]),
+            (
+                Session(given_up("t1", ResumeFailure::AccountMismatch, true)),
+                &["read_transcript 40"],
+            ),
+            (
+                Transcript(Ok(vec![json!({"role": "user", "text": "hi"})])),
+                &["start seeded"],
+            ),
+            (
+                Started("t2"),
+                &[
+                    r#"opened {"outcome":"fell_back","thread_id":"t2","previous_thread_id":"t1","reason":"account_mismatch","message":"no rollout found for thread id t1","seeded":true}"#,
+                ],
+            ),
+            // A thread this home made: the same failure later is only the turn's.
+            (TurnFailed("t2", ENCRYPTED), &[]),
+            (TurnCompleted("t2"), &["commit t2 2"]),
+        ],
+    );
+}
+
+/// Only the first turn after a resume can prove another account: once a turn on the resumed
+/// thread completed, the same failure is the turn's (the binding kept, nothing said); a
+/// failure for another reason is never a loss, and leaves the next turn still the first.
+#[test]
+fn only_the_first_turn_that_reaches_the_thread_after_a_resume_counts() {
+    let resumed = || {
+        let mut machine = SessionMachine::new("s", rules());
+        for event in [Open, Session(bound("t1")), Resumed] {
+            apply(&mut machine, event);
+        }
+        machine
+    };
+    let mut machine = resumed();
+    assert_eq!(apply(&mut machine, TurnCompleted("t1")), ["commit t1 2"]);
+    assert_eq!(
+        apply(&mut machine, TurnFailed("t1", ENCRYPTED)),
+        Vec::<String>::new()
+    );
+    assert_eq!(machine.thread_id(), Some("t1"));
+    let mut machine = resumed();
+    let network = "stream disconnected before completion";
+    assert_eq!(
+        apply(&mut machine, TurnFailed("t1", network)),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        apply(&mut machine, TurnFailed("t1", ENCRYPTED)),
+        ["give_up t1 account_mismatch"]
+    );
+    // Another thread's failure (one the client opened beside the session's) is not the
+    // session's.
+    let mut machine = resumed();
+    assert_eq!(
+        apply(&mut machine, TurnFailed("t9", ENCRYPTED)),
+        Vec::<String>::new()
+    );
+    // A thread the session started itself is this home's.
+    let mut machine = SessionMachine::new("s", rules());
+    for event in [Open, Session(Stored::Unbound), Started("t1")] {
+        apply(&mut machine, event);
+    }
+    assert_eq!(
+        apply(&mut machine, TurnFailed("t1", ENCRYPTED)),
+        Vec::<String>::new()
+    );
+}
+
+/// The give-up after a failed turn is one store write like any other: when it fails the
+/// binding is kept and nothing is said; the next open resumes the thread again.
+#[test]
+fn a_failed_give_up_after_a_turn_says_nothing_and_the_next_open_resumes() {
+    table(
+        rules(),
+        vec![
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+            (
+                Resumed,
+                &[r#"opened {"outcome":"resumed","thread_id":"t1"}"#],
+            ),
+            (
+                TurnFailed("t1", ENCRYPTED),
+                &["give_up t1 account_mismatch"],
+            ),
+            (Failed, &["open_failed failed"]),
+            (Open, &["read_session"]),
+            (Session(bound("t1")), &[RESUME_T1]),
+        ],
+    );
+}
+
+/// codex's resume-time refusal of another account's thread is a loss like `gone`.
+#[test]
+fn another_accounts_refusal_on_resume_falls_back() {
+    let refusal = "This thread was created with a different ChatGPT account or workspace. \
+                   Sign in with the original account to resume it.";
+    let mut machine = SessionMachine::new("s", rules());
+    apply(&mut machine, Open);
+    apply(&mut machine, Session(bound("t1")));
+    let got = apply(&mut machine, ResumeError(-32600, refusal));
+    assert_eq!(got, ["give_up t1 account_mismatch"]);
 }

@@ -117,6 +117,8 @@ struct Shared {
     requests: Mutex<Vec<RecordedRequest>>,
     reply: Mutex<Reply>,
     tool_calls: Mutex<VecDeque<String>>,
+    /// HTTP errors the next model requests get, in order (`push_error`).
+    errors: Mutex<VecDeque<(u16, Value)>>,
     delay: Mutex<Duration>,
     stream_deltas: std::sync::atomic::AtomicBool,
     arrived: Notify,
@@ -141,6 +143,7 @@ impl ResponsesStandIn {
             requests: Mutex::new(Vec::new()),
             reply: Mutex::new(Reply::Echo),
             tool_calls: Mutex::new(VecDeque::new()),
+            errors: Mutex::new(VecDeque::new()),
             delay: Mutex::new(Duration::ZERO),
             stream_deltas: std::sync::atomic::AtomicBool::new(false),
             arrived: Notify::new(),
@@ -201,6 +204,17 @@ impl ResponsesStandIn {
             .lock()
             .unpoisoned()
             .push_back(cmd.to_string());
+    }
+
+    /// Makes the next model request fail with HTTP `status` and the JSON `body` (the reply
+    /// after that is a normal one); see [`invalid_encrypted_content`] for the refusal a home
+    /// of another account gets.
+    pub fn push_error(&self, status: u16, body: Value) {
+        self.shared
+            .errors
+            .lock()
+            .unpoisoned()
+            .push_back((status, body));
     }
 
     /// Makes the model stream its text as a real one does: the message item is announced
@@ -321,6 +335,10 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) -> io::Result<
 fn respond(request: &RecordedRequest, shared: &Shared) -> Vec<u8> {
     let path = request.path.split('?').next().unwrap_or_default();
     if request.method == "POST" && path.ends_with("/responses") {
+        if let Some((status, body)) = shared.errors.lock().unpoisoned().pop_front() {
+            let status = format!("{status} {}", reason_phrase(status));
+            return http_response(&status, "application/json", body.to_string().as_bytes());
+        }
         let tool_call = shared.tool_calls.lock().unpoisoned().pop_front();
         let body = match tool_call {
             Some(cmd) => sse_events(json!({
@@ -353,6 +371,28 @@ fn respond(request: &RecordedRequest, shared: &Shared) -> Vec<u8> {
             "application/json",
             br#"{"error":"not found"}"#,
         )
+    }
+}
+
+/// The HTTP 400 body the Responses API answers a request whose input carries encrypted
+/// reasoning another account or organisation made (openai/codex #13724): push it with
+/// [`ResponsesStandIn::push_error`] (`400`).
+pub fn invalid_encrypted_content() -> Value {
+    json!({"error": {
+        "message": "The encrypted content gAAA...Zg== could not be verified.",
+        "type": "invalid_request_error",
+        "param": null,
+        "code": "invalid_encrypted_content",
+    }})
+}
+
+fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        _ => "Error",
     }
 }
 

@@ -314,6 +314,20 @@ impl Driver<'_> {
                     }
                     committed = true;
                 }
+                Some("turn.failed") => {
+                    // Another account's thread is given up now; its notice stays owed (exec
+                    // never marks it delivered), said once by the next run, which starts the
+                    // seeded replacement. The failure itself is codex's, passed on.
+                    let message = failed_turn_message(&line);
+                    let machine = &mut &mut self.machine;
+                    let side = self.side;
+                    if let Some(error) = side
+                        .turn_failed(machine, thread_id, &message, |_| false)
+                        .await
+                    {
+                        tracing::warn!(%thread_id, %error, "could not give up the thread after its failed turn; the next run resumes it again");
+                    }
+                }
                 _ => {}
             }
             match write_unless_interrupted(&mut self.stdout, &line, &mut signal).await {
@@ -501,6 +515,13 @@ async fn late(exit: Option<&Exit>, signal: Signal<'_>) -> Option<Interrupted> {
 }
 
 /// The agent message an `item.completed` line carries, as the projection reads one.
+/// The error message of a `turn.failed` line (`{"type":"turn.failed","error":{"message":..}}`).
+fn failed_turn_message(line: &[u8]) -> String {
+    let value: Value = serde_json::from_slice(line).unwrap_or_default();
+    let message = value.pointer("/error/message").and_then(Value::as_str);
+    message.unwrap_or_default().to_string()
+}
+
 fn agent_message(line: &[u8]) -> Option<ThreadItem> {
     let event: Value = serde_json::from_slice(line).ok()?;
     let item = event.get("item")?;

@@ -194,6 +194,9 @@ impl TurnRun {
             e.exit();
             return;
         }
+        if self.has(|f| matches!(f, Fault::InvalidEncryptedContent { turn } if *turn == n)) {
+            return self.refused(started_ms);
+        }
         let mut interrupted = false;
         if self.has(|f| matches!(f, Fault::Approval { turn } if *turn == n)) {
             let (answer_tx, answer_rx) = oneshot::channel();
@@ -321,6 +324,30 @@ impl TurnRun {
             "turn/completed",
             json!({"threadId": thread, "turn": {"id": turn, "items": items, "itemsView": view,
                    "status": status, "error": null, "startedAt": started_ms / 1000,
+                   "completedAt": completed_ms / 1000,
+                   "durationMs": completed_ms.saturating_sub(started_ms)}}),
+        );
+    }
+
+    /// Ends the turn as codex does when the model's API refused its request
+    /// ([`Fault::InvalidEncryptedContent`]).
+    fn refused(&self, started_ms: u64) {
+        let (e, thread, turn) = (&self.emitter, &self.thread_id, &self.turn_id);
+        let error = json!({"message": crate::faults::INVALID_ENCRYPTED_CONTENT,
+                           "codexErrorInfo": "other", "additionalDetails": null});
+        e.notify(
+            "thread/status/changed",
+            json!({"threadId": thread, "status": {"type": "systemError"}}),
+        );
+        e.notify(
+            "error",
+            json!({"error": error, "willRetry": false, "threadId": thread, "turnId": turn}),
+        );
+        let completed_ms = now_ms();
+        e.notify(
+            "turn/completed",
+            json!({"threadId": thread, "turn": {"id": turn, "items": [], "itemsView": "notLoaded",
+                   "status": "failed", "error": error, "startedAt": started_ms / 1000,
                    "completedAt": completed_ms / 1000,
                    "durationMs": completed_ms.saturating_sub(started_ms)}}),
         );

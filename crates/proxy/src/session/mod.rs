@@ -5,6 +5,7 @@
 
 mod guard;
 mod kept;
+mod replace;
 mod speak;
 mod start;
 mod turns;
@@ -32,6 +33,7 @@ use crate::{ProxyError, SessionHooks};
 pub(crate) use guard::Sessionless;
 use guard::{Listings, Named, Viewer};
 pub(crate) use kept::KeptThreads;
+use replace::Reroute;
 pub use speak::NoticeDelivery;
 pub use start::open_refused;
 use start::{as_start_result, resume_params, seeded_start, start_refused};
@@ -103,6 +105,14 @@ struct State {
     /// The thread whose next turn is to carry the fallback notice as an item
     /// ([`NoticeDelivery::Item`]).
     notice_item: Option<String>,
+    /// The params of the client's `thread/start` that opened the session's thread: a
+    /// replacement opened later starts with them.
+    start_params: Option<Map<String, Value>>,
+    /// The session's thread, given up after its failed first turn, until a request naming it
+    /// opens its replacement (`replace.rs`).
+    given_up: Option<String>,
+    /// That thread and its replacement: requests naming the one go to the other.
+    replaced: Option<(String, String)>,
 }
 
 impl BindingHooks {
@@ -135,6 +145,9 @@ impl BindingHooks {
             said: Vec::new(),
             notice_written: None,
             notice_item: None,
+            start_params: None,
+            given_up: None,
+            replaced: None,
         };
         Ok(BindingHooks {
             session_id,
@@ -188,6 +201,7 @@ impl BindingHooks {
         params: Map<String, Value>,
         ctx: &ClientContext,
     ) -> Result<ClientAction, HookError> {
+        self.state().start_params = Some(params.clone());
         let mut opener = StartOpener {
             hooks: self,
             ctx,
@@ -424,8 +438,13 @@ impl BindingHooks {
             return Ok(());
         };
         let open = self.state().tracker.take_turn(&turn.id);
-        // A failed or interrupted turn writes nothing.
+        // A failed or interrupted turn writes nothing; a failed one may lose the thread.
         if turn.status != TurnStatus::Completed {
+            if turn.status == TurnStatus::Failed {
+                let message = turn.error.as_ref().map(|e| e.message.as_str());
+                self.turn_failed(&thread_id, message.unwrap_or_default(), ctx)
+                    .await?;
+            }
             return Ok(());
         }
         let limits = &self.options.limits;
@@ -543,6 +562,12 @@ impl SessionHooks for BindingHooks {
             }
         };
         self.listings.on_request(line);
+        let rerouted = match self.reroute(line, ctx).await? {
+            Reroute::Unchanged => None,
+            Reroute::To(rerouted) => Some(rerouted),
+            Reroute::Answered => return Ok(ClientAction::Consumed),
+        };
+        let line = rerouted.as_ref().unwrap_or(line);
         match line.method() {
             Some("thread/start") => {
                 // Unless it opens the session's thread, it is the client's own.
@@ -578,6 +603,10 @@ impl SessionHooks for BindingHooks {
                 }
             }
             _ => {}
+        }
+        if let Some(rerouted) = rerouted {
+            ctx.send_to_codex(rerouted).await?;
+            return Ok(ClientAction::Consumed);
         }
         Ok(ClientAction::Forward)
     }
@@ -666,4 +695,9 @@ fn canonical<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error>
 /// The thread an answer (`thread/start`, `thread/resume`, `thread/fork`) names.
 fn answered_thread(line: &Line) -> Option<String> {
     Some(line.result::<ThreadOf>()?.thread.id)
+}
+
+/// The thread an answer's `result` names.
+fn answered_thread_of(result: &Value) -> Option<String> {
+    Some(ThreadOf::deserialize(result).ok()?.thread.id)
 }

@@ -40,15 +40,20 @@ pub(crate) fn as_start_result(mut result: Value) -> Value {
 
 /// The `thread/start` the client sent, with `seed` appended to its developer instructions
 /// (the runtime's [`seeded_instructions`]); every other member as the client sent it.
-pub(crate) fn seeded_start(id: RequestId, mut params: Map<String, Value>, seed: String) -> Line {
-    let own = params.get("developerInstructions").and_then(Value::as_str);
-    let instructions = Value::String(seeded_instructions(own, seed));
-    params.insert("developerInstructions".to_string(), instructions);
+pub(crate) fn seeded_start(id: RequestId, params: Map<String, Value>, seed: String) -> Line {
     Line::from_message(&Message::Request(RawRequest {
         id,
         method: "thread/start".to_string(),
-        params: Some(Value::Object(params)),
+        params: Some(Value::Object(seeded_params(params, seed))),
     }))
+}
+
+/// `thread/start` params with `seed` appended to their developer instructions.
+pub(crate) fn seeded_params(mut params: Map<String, Value>, seed: String) -> Map<String, Value> {
+    let own = params.get("developerInstructions").and_then(Value::as_str);
+    let instructions = Value::String(seeded_instructions(own, seed));
+    params.insert("developerInstructions".to_string(), instructions);
+    params
 }
 
 /// The error that answers the client's first `thread/start` when its bound thread could not

@@ -38,14 +38,14 @@ pub enum Stored {
 }
 
 impl Stored {
-    /// The lost thread whose notice is still owed, if any.
-    pub(super) fn pending_notice(&self) -> Option<LostThread> {
+    /// The lost thread, if the session gave one up.
+    pub(super) fn lost(&self) -> Option<LostThread> {
         match self {
             Stored::GivenUp {
                 thread_id,
                 reason,
                 message,
-                notice_delivered: false,
+                ..
             } => Some(LostThread {
                 thread_id: thread_id.clone(),
                 reason: *reason,
@@ -54,6 +54,18 @@ impl Stored {
             _ => None,
         }
     }
+
+    /// The lost thread whose notice is still owed, if any.
+    pub(super) fn pending_notice(&self) -> Option<LostThread> {
+        let delivered = matches!(
+            self,
+            Stored::GivenUp {
+                notice_delivered: true,
+                ..
+            }
+        );
+        self.lost().filter(|_| !delivered)
+    }
 }
 
 /// A bound thread codex cannot hand back.
@@ -61,7 +73,7 @@ impl Stored {
 pub struct LostThread {
     /// The thread.
     pub thread_id: String,
-    /// Why it is lost (`gone`, `incompatible` or `unreadable`).
+    /// Why it is lost (`gone`, `incompatible`, `unreadable` or `account_mismatch`).
     pub reason: ResumeFailure,
     /// Codex's error message.
     pub message: String,
