@@ -283,3 +283,15 @@ pub async fn mirror_keeps_a_share_of_a_realistic_rollout(store: &BindingStore, t
     );
     assert!(store.delete_session(&s).await.unwrap());
 }
+
+/// The bytes the store keeps of the mirrored file `path` (its chunks as the engine stores
+/// them, compressed or not): what a benchmark compares with the rollout's bytes.
+pub async fn stored_mirror_bytes(
+    store: &BindingStore,
+    session: &str,
+    thread: &str,
+    path: &str,
+) -> u64 {
+    let chunks = stored_chunks(store, session, thread, path).await;
+    chunks.iter().map(|c| c.len() as u64).sum()
+}

@@ -53,7 +53,7 @@ pub use mirror::{
 };
 pub use mirror_format::{
     mirror_chunk_that_does_not_decode_is_corrupt, mirror_keeps_a_share_of_a_realistic_rollout,
-    mirror_reads_raw_chunks_written_before_compression,
+    mirror_reads_raw_chunks_written_before_compression, stored_mirror_bytes,
 };
 pub use model::{op_strategy, random_ops_match_model, Op};
 pub use retention::{
