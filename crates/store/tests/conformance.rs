@@ -51,23 +51,13 @@ async fn url_opened_stores_conform() {
     conformance::many_sessions_commit_at_once(&store).await;
 }
 
-/// A realistic codex rollout (testkit's generator: tool output, prose, reasoning with
-/// incompressible `encrypted_content`) of about 3 MiB, in turns of 5 to 60 KB.
-fn realistic_turns() -> Vec<Vec<u8>> {
-    let mut rollout = rethread_testkit::rollout::Rollout::new(39);
-    let mut turns = vec![rollout.meta()];
-    let mut rng = rethread_testkit::rollout::Rng::new(39);
-    while turns.iter().map(Vec::len).sum::<usize>() < 3 << 20 {
-        turns.push(rollout.turn(rng.range(5_000..60_000)));
-    }
-    turns
-}
-
 /// Mirror chunks are stored compressed on every backend: a realistic rollout costs at most
 /// 35% of its bytes in the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_backend_stores_a_realistic_rollout_compressed() {
-    let turns = realistic_turns();
+    // testkit's codex-shaped JSONL (tool output, prose, reasoning with incompressible
+    // `encrypted_content`), about 3 MiB in turns of 5 to 60 KB.
+    let turns = rethread_testkit::rollout::turns(39, 3 << 20);
     let dir = tempfile::tempdir().unwrap();
     let relaxed = || OpenOptions::new().durability(rethread_store::Durability::Relaxed);
     let stores = [

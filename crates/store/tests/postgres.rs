@@ -87,12 +87,7 @@ async fn a_postgres_store_keeps_a_realistic_rollout_compressed() {
     let store = BindingStore::postgres(&url, OpenOptions::new())
         .await
         .unwrap();
-    let mut rollout = rethread_testkit::rollout::Rollout::new(39);
-    let mut rng = rethread_testkit::rollout::Rng::new(39);
-    let mut turns = vec![rollout.meta()];
-    while turns.iter().map(Vec::len).sum::<usize>() < 3 << 20 {
-        turns.push(rollout.turn(rng.range(5_000..60_000)));
-    }
+    let turns = rethread_testkit::rollout::turns(39, 3 << 20);
     conformance::mirror_keeps_a_share_of_a_realistic_rollout(&store, &turns).await;
 }
 

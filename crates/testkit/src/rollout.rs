@@ -537,3 +537,18 @@ impl Rollout {
         out
     }
 }
+
+/// A rollout of at least `bytes` bytes from `seed`, as the appends of its turns: the first
+/// line, then turns of 5 to 60 KB (what a mirror receives commit by commit).
+pub fn turns(seed: u64, bytes: usize) -> Vec<Vec<u8>> {
+    let mut rollout = Rollout::new(seed);
+    let mut sizes = Rng::new(seed);
+    let mut turns = vec![rollout.meta()];
+    let mut total = turns[0].len();
+    while total < bytes {
+        let turn = rollout.turn(sizes.range(5_000..60_000));
+        total += turn.len();
+        turns.push(turn);
+    }
+    turns
+}
