@@ -24,7 +24,7 @@ use crate::{codex, docs, examples, fuzz, modules, node, packaging, proxy, restar
 /// Tests that need a real codex release: (test target, `None` for all of its tests or the
 /// names of those that do). Targets are named across the workspace (`--workspace --test T`),
 /// so the build's features stay those of the offline stage and nothing is rebuilt.
-const REAL_CODEX: [(&str, Option<&[&str]>); 20] = [
+const REAL_CODEX: [(&str, Option<&[&str]>); 21] = [
     ("real_schema", None),  // rethread-protocol
     ("real_codex", None),   // rethread-runtime and rethread-proxy
     ("real_mirror", None),  // rethread-runtime: the rollout mirror on every release
@@ -66,6 +66,8 @@ const REAL_CODEX: [(&str, Option<&[&str]>); 20] = [
             "the_real_codex_keeps_a_session_through_the_binary",
         ]),
     ),
+    // rethread-runtime: rollouts codex compressed itself (`.jsonl.zst`, issue 39).
+    ("real_compressed", None),
 ];
 
 /// Tests that need `RETHREAD_TEST_POSTGRES_URL`, in the same form.

@@ -84,7 +84,11 @@ impl AppServerArgs {
     pub(crate) fn verbatim(store: Option<String>, args: Vec<OsString>) -> Self {
         AppServerArgs {
             session: None,
-            store: crate::StoreArg { url: store },
+            // The key file is `RETHREAD_STORE_KEY_FILE`, read by `as_codex` before this.
+            store: crate::StoreArg {
+                url: store,
+                key_file: None,
+            },
             codex_bin: crate::CodexBinArg::default(),
             no_mirror: false,
             mirror_cap: None,

@@ -9,8 +9,9 @@
 //!   ...) is the real codex's, in this process's place: same streams, same exit code.
 //!
 //! The real codex is `RETHREAD_CODEX_BIN`, else the next `codex` on `PATH` that is not
-//! rethread itself; the store is `RETHREAD_STORE` (the default otherwise). rethread's own
-//! flags are not read here: every argument is codex's.
+//! rethread itself; the store is `RETHREAD_STORE` (the default otherwise), sealed with the key
+//! in `RETHREAD_STORE_KEY_FILE` if set. rethread's own flags are not read here: every argument
+//! is codex's.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -47,14 +48,26 @@ fn run(args: Vec<OsString>) -> ExitCode {
     let Some((command, rest)) = rest.split_first() else {
         return crate::hand_over(&codex, &args);
     };
+    // Read only for the commands that open the store, before anything else happens.
+    let load_key = || {
+        let key_file = std::env::var_os(crate::STORE_KEY_FILE_ENV).filter(|v| !v.is_empty());
+        crate::load_store_key(key_file.as_deref().map(Path::new))
+            .map_err(|error| output::fail(&error.to_string(), output::EXIT_USAGE))
+    };
     match command.to_str() {
-        Some("exec" | "e") => exec::main(&codex, store.as_deref(), globals, rest.to_vec()),
+        Some("exec" | "e") => match load_key() {
+            Ok(()) => exec::main(&codex, store.as_deref(), globals, rest.to_vec()),
+            Err(code) => code,
+        },
         // `app-server` itself, not one of its tools (`generate-json-schema`, ...).
         Some("app-server")
             if rest
                 .first()
                 .is_none_or(|a| a.to_string_lossy().starts_with('-')) =>
         {
+            if let Err(code) = load_key() {
+                return code;
+            }
             let parsed =
                 AppServerGlobals::augment_args(clap::Command::new(CODEX).no_binary_name(true))
                     .try_get_matches_from(&globals)

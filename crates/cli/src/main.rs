@@ -25,13 +25,16 @@ mod verify;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use clap::builder::TypedValueParser as _;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 use rethread_runtime::{BinderOptions, BoxError};
-use rethread_store::{open_url, redact_url, BindingStore, OpenOptions, StoreError};
+use rethread_store::{
+    open_url, redact_url, BindingStore, KeyError, OpenOptions, StoreError, StoreKey,
+};
 
 use output::UsageError;
 
@@ -53,6 +56,10 @@ struct Cli {
     /// sessions take it).
     #[arg(long, value_name = "URL")]
     store: Option<String>,
+    /// The store's key file for the command that follows (as its own `--store-key-file`; the
+    /// commands that keep sessions take it).
+    #[arg(long, value_name = "PATH")]
+    store_key_file: Option<PathBuf>,
     /// The codex binary for the command that follows (as its own `--codex-bin`; the commands
     /// that start codex take it).
     #[arg(long, value_name = "PATH")]
@@ -65,7 +72,7 @@ struct Cli {
     command: Command,
 }
 
-/// `--store URL`, on the commands that keep sessions.
+/// `--store URL` and `--store-key-file PATH`, on the commands that keep sessions.
 #[derive(Debug, Clone, Default, clap::Args)]
 struct StoreArg {
     /// Store URL: `sqlite:PATH` (default: `rethread/rethread.sqlite` under the user's data
@@ -74,6 +81,13 @@ struct StoreArg {
     #[arg(id = STORE_ID, long = "store", env = "RETHREAD_STORE", hide_env_values = true,
           value_name = "URL")]
     url: Option<String>,
+    /// The file of the key that seals the store (`rethread keygen PATH` writes one; owner-only,
+    /// mode 0600). Default: an unsealed store.
+    // Empty accepted, as for --codex-bin, so that an empty variable reads as unset.
+    #[arg(id = STORE_KEY_FILE_ID, long = "store-key-file", env = STORE_KEY_FILE_ENV,
+          hide_env_values = true, value_name = "PATH",
+          value_parser = clap::builder::OsStringValueParser::new().map(PathBuf::from))]
+    key_file: Option<PathBuf>,
 }
 
 /// `--codex-bin PATH`, on the commands that start codex.
@@ -102,7 +116,12 @@ enum Command {
     /// binding is not live (after the whole report). A thread gone here but mirrored in the
     /// store is `restorable`, or `gone` with `RETHREAD_MIRROR=off` (nothing is then restored).
     Doctor(doctor::DoctorArgs),
-    /// Copy every session between stores, one at a time, each verified.
+    /// Copy every session between stores, one at a time, each verified; with key files,
+    /// seal an unsealed store's copy, unseal one, or move it to a new key.
+    #[command(
+        after_help = "RETHREAD_STORE_KEY_FILE does not apply here (refused when set): \
+                            each store's key is named by --from-key-file / --to-key-file."
+    )]
     Migrate {
         /// Source store URL.
         #[arg(long, value_name = "URL")]
@@ -110,6 +129,12 @@ enum Command {
         /// Destination store URL.
         #[arg(long, value_name = "URL")]
         to: String,
+        /// The key file of the source store (default: unsealed).
+        #[arg(long, value_name = "PATH", value_parser = clap::builder::PathBufValueParser::new())]
+        from_key_file: Option<PathBuf>,
+        /// The key file of the destination store (default: unsealed).
+        #[arg(long, value_name = "PATH", value_parser = clap::builder::PathBufValueParser::new())]
+        to_key_file: Option<PathBuf>,
         /// Print one JSON object: `from`, `to`, `sessions`, `copied`, `already_present`,
         /// `rows_copied`, `mirror_bytes_copied`, `verified`.
         #[arg(long)]
@@ -132,6 +157,14 @@ enum Command {
         /// and `error` when a check failed.
         #[arg(long)]
         json: bool,
+    },
+    /// Write a new key for a sealed store to a new file PATH (owner-only, mode 0600; never
+    /// overwrites anything). Keep it apart from the store and its backups; name it with
+    /// `--store-key-file PATH` or `RETHREAD_STORE_KEY_FILE`.
+    Keygen {
+        /// The key file to create.
+        #[arg(value_name = "PATH", value_parser = clap::builder::PathBufValueParser::new())]
+        path: PathBuf,
     },
     /// Print a completion script for SHELL on stdout, e.g. `rethread completions bash >
     /// ~/.local/share/bash-completion/completions/rethread` (the directory must exist).
@@ -172,6 +205,16 @@ fn main() -> ExitCode {
     if let Err(cause) = empty_values(&matches).and_then(|empty| cli.take_flags(name, empty)) {
         return output::fail(&cause, output::EXIT_USAGE);
     }
+    // The key is read before anything else happens, and once: a refused key file changes
+    // nothing.
+    let key_file = cli
+        .command
+        .flags()
+        .0
+        .and_then(|store| store.key_file.clone());
+    if let Err(error) = load_store_key(key_file.as_deref()) {
+        return output::fail(&error.to_string(), output::EXIT_USAGE);
+    }
     if let Command::AppServer(args) = cli.command {
         return match args.codex_bin.resolve() {
             Ok(codex) => app_server::main(&codex, &cli.app_server, args),
@@ -187,6 +230,7 @@ fn main() -> ExitCode {
             Err(usage) => output::fail(&usage.0, output::EXIT_USAGE),
         },
         Command::Completions { shell } => completions(shell),
+        Command::Keygen { path } => keygen(&path),
         // Background work (a lease release of a dropped binder) gets a moment; the process
         // exit must not wait on a wedged store.
         command => output::run_to_exit(
@@ -218,26 +262,69 @@ fn typed_only(error: clap::Error) -> clap::Error {
 }
 
 impl Cli {
-    /// Moves `--store` and `--codex-bin` given before the command `name` into it, which takes
-    /// them as its own (given there too, the one before the command wins); one the command
-    /// does not take is a usage error. A value of the command's own that came from an empty
-    /// variable (`empty`: store, codex-bin) is dropped.
-    fn take_flags(&mut self, name: &str, empty: [bool; 2]) -> Result<(), String> {
+    /// Moves `--store`, `--store-key-file` and `--codex-bin` given before the command `name`
+    /// into it, which takes them as its own (given there too, the one before the command
+    /// wins); one the command does not take is a usage error. A value of the command's own
+    /// that came from an empty variable (`empty`: store, store key file, codex-bin) is
+    /// dropped. `migrate` refuses a store key file from `RETHREAD_STORE_KEY_FILE` too: it has
+    /// two stores, and copying with the variable ignored would unseal without being asked.
+    fn take_flags(&mut self, name: &str, empty: [bool; 3]) -> Result<(), String> {
+        let migrate_keys = "migrate has two stores: name their keys with --from-key-file and \
+                            --to-key-file";
+        if matches!(self.command, Command::Migrate { .. }) {
+            if self.store_key_file.is_some() {
+                return Err(format!(
+                    "--store-key-file does not apply to {name}; {migrate_keys}"
+                ));
+            }
+            if env_var(STORE_KEY_FILE_ENV, "").map_err(|e| e.0)?.is_some() {
+                return Err(format!(
+                    "{STORE_KEY_FILE_ENV} does not apply to {name}; {migrate_keys} (and unset \
+                     the variable)"
+                ));
+            }
+        }
         let (store, codex_bin) = self.command.flags();
-        match (self.store.take(), store) {
-            (Some(url), Some(store)) => store.url = Some(url),
-            (Some(_), None) => return Err(format!("--store does not apply to {name}")),
-            (None, Some(store)) if empty[0] => store.url = None,
-            _ => {}
-        }
-        match (self.codex_bin.take(), codex_bin) {
-            (Some(path), Some(codex_bin)) => codex_bin.path = Some(path),
-            (Some(_), None) => return Err(format!("--codex-bin does not apply to {name}")),
-            (None, Some(codex_bin)) if empty[1] => codex_bin.path = None,
-            _ => {}
-        }
-        Ok(())
+        let (url, key_file) = match store {
+            Some(store) => (Some(&mut store.url), Some(&mut store.key_file)),
+            None => (None, None),
+        };
+        let codex_bin = codex_bin.map(|codex_bin| &mut codex_bin.path);
+        move_flag(self.store.take(), url, empty[0], "--store", name)?;
+        move_flag(
+            self.store_key_file.take(),
+            key_file,
+            empty[1],
+            "--store-key-file",
+            name,
+        )?;
+        move_flag(
+            self.codex_bin.take(),
+            codex_bin,
+            empty[2],
+            "--codex-bin",
+            name,
+        )
     }
+}
+
+/// Moves the value of `flag` given before the command `name` into the command's own `slot`
+/// (a usage error when it has none); `from_empty_env`: the command's own value came from an
+/// empty variable, and is dropped.
+fn move_flag<T>(
+    given: Option<T>,
+    slot: Option<&mut Option<T>>,
+    from_empty_env: bool,
+    flag: &str,
+    name: &str,
+) -> Result<(), String> {
+    match (given, slot) {
+        (Some(value), Some(slot)) => *slot = Some(value),
+        (Some(_), None) => return Err(format!("{flag} does not apply to {name}")),
+        (None, Some(slot)) if from_empty_env => *slot = None,
+        _ => {}
+    }
+    Ok(())
 }
 
 impl CodexBinArg {
@@ -278,17 +365,47 @@ fn completions(shell: clap_complete::Shell) -> ExitCode {
     }
 }
 
-/// The clap ids of the commands' `--store` and `--codex-bin` (read back by [`empty_values`]).
+/// `keygen PATH`: a new key in a new file; what is printed names the file and the key's
+/// fingerprint, never the key. A path already taken is a usage error.
+fn keygen(path: &Path) -> ExitCode {
+    match StoreKey::write_new(path) {
+        Ok(key) => {
+            output::outln!(
+                "wrote a new store key to {} (fingerprint {}); keep it apart from the store and \
+                 its backups",
+                output::for_people(&path.display().to_string()),
+                key.fingerprint()
+            );
+            ExitCode::from(output::EXIT_OK)
+        }
+        Err(error @ KeyError::Exists { .. }) => {
+            output::fail(&error.to_string(), output::EXIT_USAGE)
+        }
+        Err(error) => output::fail(&error.to_string(), output::EXIT_FAILED),
+    }
+}
+
+/// The clap ids of the commands' `--store`, `--store-key-file` and `--codex-bin` (read back by
+/// [`empty_values`]).
 const STORE_ID: &str = "store_url";
+const STORE_KEY_FILE_ID: &str = "store_key_file_path";
 const CODEX_BIN_ID: &str = "codex_bin_path";
 
+/// The variable naming the store's key file.
+pub(crate) const STORE_KEY_FILE_ENV: &str = "RETHREAD_STORE_KEY_FILE";
+
 /// clap takes an empty variable as a value (it has no setting to skip one): whether the
-/// command's `--store` and `--codex-bin` came from an empty `RETHREAD_STORE` /
-/// `RETHREAD_CODEX_BIN`, to be read as unset. Typed empty (`--store ""`, before the command or
-/// after it) is a usage error, as `--session ""` is.
-fn empty_values(matches: &ArgMatches) -> Result<[bool; 2], String> {
+/// command's `--store`, `--store-key-file` and `--codex-bin` came from an empty
+/// `RETHREAD_STORE` / `RETHREAD_STORE_KEY_FILE` / `RETHREAD_CODEX_BIN`, to be read as unset.
+/// Typed empty (`--store ""`, before the command or after it) is a usage error, as
+/// `--session ""` is.
+fn empty_values(matches: &ArgMatches) -> Result<[bool; 3], String> {
     let typed = |flag: &str| format!("{flag} is empty; name one or leave it out for the default");
-    for (id, flag) in [("store", "--store"), ("codex_bin", "--codex-bin")] {
+    for (id, flag) in [
+        ("store", "--store"),
+        ("store_key_file", "--store-key-file"),
+        ("codex_bin", "--codex-bin"),
+    ] {
         if is_empty(matches, id) {
             return Err(typed(flag));
         }
@@ -304,6 +421,7 @@ fn empty_values(matches: &ArgMatches) -> Result<[bool; 2], String> {
     };
     Ok([
         from_env(STORE_ID, "--store")?,
+        from_env(STORE_KEY_FILE_ID, "--store-key-file")?,
         from_env(CODEX_BIN_ID, "--codex-bin")?,
     ])
 }
@@ -374,15 +492,27 @@ async fn run(command: Command) -> CliResult {
         Command::Chat(command) => chat::main(command).await,
         Command::Sessions { command } => sessions::run(command).await,
         Command::Doctor(args) => doctor::run(args).await,
-        Command::Migrate { from, to, json } => migrate::run(&from, &to, json).await,
+        Command::Migrate {
+            from,
+            to,
+            from_key_file,
+            to_key_file,
+            json,
+        } => {
+            let from = (from.as_str(), from_key_file.as_deref());
+            migrate::run(from, (&to, to_key_file.as_deref()), json).await
+        }
         Command::Verify { store, json } => {
             let url = store_url(store.url.as_deref())?;
-            let store = open_store_url(&url, Access::Inspect).await?;
+            let store = open_store_url(&url, Access::Inspect, command_key()).await?;
             verify::run(store, &redact_url(&url), json).await
         }
         #[cfg(feature = "demo")]
         Command::Demo { json } => demo::run(json).await,
-        Command::AppServer { .. } | Command::Exec { .. } | Command::Completions { .. } => {
+        Command::AppServer { .. }
+        | Command::Exec { .. }
+        | Command::Completions { .. }
+        | Command::Keygen { .. } => {
             unreachable!("handled in main, without a runtime")
         }
     }
@@ -419,17 +549,46 @@ enum Access {
     Inspect,
 }
 
-async fn open_store(url: Option<&str>, access: Access) -> CliResult<BindingStore> {
-    open_store_url(&store_url(url)?, access).await
+/// The key of the store the command opens (`--store-key-file` / `RETHREAD_STORE_KEY_FILE`),
+/// read by [`load_store_key`] before the command runs. Kept here rather than passed along:
+/// the store is opened in many places (each command, `exec`'s and `app-server`'s drivers,
+/// rethread run as `codex`), always through [`open_store`], and the key is one per process.
+static STORE_KEY: OnceLock<StoreKey> = OnceLock::new();
+
+/// Reads the key file `path` (if any) as the key of the store the command opens.
+pub(crate) fn load_store_key(path: Option<&Path>) -> Result<(), KeyError> {
+    if let Some(path) = path {
+        let key = StoreKey::read(path)?;
+        tracing::debug!(key_file = %path.display(), fingerprint = %key.fingerprint(), "store key read");
+        // Set once per process, by `main` or by rethread run as `codex`: never both.
+        let _ = STORE_KEY.set(key);
+    }
+    Ok(())
 }
 
-async fn open_store_url(url: &str, access: Access) -> CliResult<BindingStore> {
-    tracing::debug!(store = %redact_url(url), ?access, "opening the store");
+/// The key read by [`load_store_key`], if any.
+fn command_key() -> Option<StoreKey> {
+    STORE_KEY.get().cloned()
+}
+
+/// Opens the command's store (`url`, else the default) with the command's key.
+async fn open_store(url: Option<&str>, access: Access) -> CliResult<BindingStore> {
+    open_store_url(&store_url(url)?, access, command_key()).await
+}
+
+/// Opens the store at `url` for `access`, sealed with `key` if given.
+async fn open_store_url(
+    url: &str,
+    access: Access,
+    key: Option<StoreKey>,
+) -> CliResult<BindingStore> {
+    tracing::debug!(store = %redact_url(url), ?access, sealed = key.is_some(), "opening the store");
     let options = match access {
         Access::Write(wait) => OpenOptions::default().wait(wait),
         Access::Existing | Access::Tidy => OpenOptions::default().create(false),
         Access::Read | Access::Inspect => OpenOptions::default().create(false).read_only(true),
     };
+    let options = options.key(key);
     match open_url(url, options).await {
         Err(StoreError::NoStore { path, .. })
             if matches!(access, Access::Inspect | Access::Tidy) =>

@@ -124,15 +124,19 @@ fn exec_without_a_session_keeps_its_thread_for_a_second_home() {
     assert!(!listed.contains(&key) && listed.contains("bob"), "{listed}");
 }
 
-/// `rethread app-server` on `home` without a session, initialized.
-async fn app_server(codex: &Path, home: &Path, store: &str) -> AppServerProcess {
-    let env = [
+/// The environment of `rethread app-server` without a session, with `store`.
+fn env<'a>(codex: &'a Path, store: &'a str) -> [(&'a str, &'a str); 4] {
+    [
         ("RETHREAD_STORE", store),
         ("RETHREAD_CODEX_BIN", codex.to_str().unwrap()),
         ("RETHREAD_MIRROR", "on"),
         ("RETHREAD_SESSION_WAIT", "0"),
-    ];
-    app_server_with(home, &[], &env).await
+    ]
+}
+
+/// `rethread app-server` on `home` without a session, initialized.
+async fn app_server(codex: &Path, home: &Path, store: &str) -> AppServerProcess {
+    app_server_with(home, &[], &env(codex, store)).await
 }
 
 /// A turn of `thread` saying `text`, completed.
@@ -260,4 +264,86 @@ async fn app_server_without_a_session_forks_a_kept_thread_on_a_second_home() {
     moved.shutdown(Duration::from_secs(15)).await.unwrap();
     let listed = sessions(&store, &["list"]).to_string();
     assert!(listed.contains(&format!("thread:{fork}")), "{listed}");
+}
+
+/// Issue 39: a fork's rollout refers to its source's (codex 0.171.0 writes a paginated fork as
+/// `forked_from_id` plus the records after the fork point, and answers "missing source
+/// rollout" without the source's file). Restored alone on an empty home, by the fork's id, the
+/// fork still resumes with the whole history codex shows for it at home: with and without
+/// `attachToSource`.
+#[tokio::test]
+async fn a_fork_restored_alone_on_an_empty_home_keeps_its_sources_history() {
+    let Some(codex) = codex_or_skip(CURRENT) else {
+        return;
+    };
+    let model = ResponsesStandIn::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_url(dir.path());
+    for attach in [false, true] {
+        let (first, second) = (
+            CodexHome::new(&model).unwrap(),
+            CodexHome::new(&model).unwrap(),
+        );
+        // `attachToSource` is behind `experimentalApi`.
+        let mut host =
+            AppServerProcess::spawn_with(&rethread(), first.path(), &[], &env(&codex, &store))
+                .await
+                .unwrap();
+        host.peer.initialize(attach).await.unwrap();
+        let start = Some(json!({"cwd": "/tmp"}));
+        let source = thread_id(&host.peer.request("thread/start", start).await.unwrap());
+        turn(&mut host, &source, "my word is quince").await;
+        let params = json!({"threadId": source, "attachToSource": attach});
+        let forked = host
+            .peer
+            .request("thread/fork", Some(params))
+            .await
+            .unwrap();
+        assert!(error_of(&forked).is_none(), "{forked}");
+        let fork = thread_id(&forked);
+        turn(&mut host, &fork, "the fork says plum").await;
+        host.shutdown(Duration::from_secs(15)).await.unwrap();
+
+        // Another machine, an empty home: only the fork is named.
+        let mut moved = app_server(&codex, second.path(), &store).await;
+        let params = json!({"threadId": fork});
+        let resumed = moved.peer.request("thread/resume", Some(params)).await;
+        let resumed = resumed.unwrap();
+        assert!(error_of(&resumed).is_none(), "attach {attach}: {resumed}");
+        assert_eq!(thread_id(&resumed), fork);
+        turn(&mut moved, &fork, "which fruits?").await;
+        for word in ["quince", "plum"] {
+            assert!(last_request_holds(&model, word), "attach {attach}: {word}");
+        }
+        moved.shutdown(Duration::from_secs(15)).await.unwrap();
+    }
+}
+
+/// Issue 39: `exec fork <id>` without a session keeps the fork by its id, with its source:
+/// another machine's empty home resumes the fork alone and the model sees the source's turn.
+#[test]
+fn exec_fork_restored_alone_on_an_empty_home_keeps_its_sources_history() {
+    let Some(codex) = codex_or_skip(CURRENT) else {
+        return;
+    };
+    let model = ResponsesStandIn::start().unwrap();
+    let (first, second) = (
+        CodexHome::new(&model).unwrap(),
+        CodexHome::new(&model).unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_url(dir.path());
+    let run = |home: &CodexHome, args: &[&str], prompt: &str| {
+        exec(&codex, home.path(), &store, None, args, prompt)
+    };
+    let source = started_thread(&run(&first, &[], "my word is quince"));
+    // `exec fork <id> [PROMPT]`: the prompt is an argument (without one, codex runs no turn).
+    let forked = run(&first, &["fork", &source, "the fork says plum"], "");
+    let fork = started_thread(&forked);
+    assert_ne!(fork, source);
+    let moved = run(&second, &["resume", &fork], "which fruits?");
+    assert_eq!(started_thread(&moved), fork, "{}", describe(&moved));
+    for word in ["quince", "plum"] {
+        assert!(last_request_holds(&model, word), "{word}");
+    }
 }

@@ -2,11 +2,15 @@
 //! mirror" and "Moving a thread between homes"): finds a thread's rollout files under
 //! `CODEX_HOME`, computes what they grew by for a turn's commit, and restores them
 //! (`restore.rs`). The rules are the machine's; all file work runs on blocking threads.
+//!
+//! A rollout codex compressed itself (`rollout-*.jsonl.zst`, its `local_thread_store_compression`
+//! feature) is the same file to the mirror: read through a streaming decoder, mirrored and
+//! compared under its plain path, as the JSONL it holds (`compressed.rs`).
 
 use rethread_store::Unpoisoned;
 use std::collections::HashMap;
-use std::fs::{DirEntry, File};
-use std::io::{self, Read, Seek, SeekFrom};
+use std::fs::DirEntry;
+use std::io::{self, BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -14,7 +18,10 @@ use rethread_store::{
     crc32_extend, MirrorAppend, MirrorOutcome, MirrorUpdate, StoreError, DEFAULT_MIRROR_CAP,
 };
 
+mod compressed;
 mod restore;
+
+use compressed::{open_rollout, plain_name, Undecodable};
 
 /// Codex's index of paginated threads, rebuilt from the rollout when a thread's rows are gone.
 pub const HISTORY_INDEX: &str = "thread_history_1.sqlite";
@@ -30,6 +37,16 @@ pub enum MirrorError {
         thread_id: String,
         /// The `CODEX_HOME` searched.
         home: PathBuf,
+    },
+    /// A rollout codex compressed (`rollout-*.jsonl.zst`) does not decompress: codex cannot
+    /// read it either. Not the store's damage, and not transient (the same bytes fail again):
+    /// a restore replaces it from the mirror, as it replaces a local copy that diverged.
+    #[error("{}: the compressed rollout does not decompress: {reason}", path.display())]
+    Damaged {
+        /// The compressed file.
+        path: PathBuf,
+        /// What the decoder said.
+        reason: String,
     },
     /// Reading or writing a file failed.
     #[error("{}: {source}", path.display())]
@@ -77,6 +94,7 @@ impl MirrorError {
                     ))
             }
             MirrorError::NoRollout { .. }
+            | MirrorError::Damaged { .. }
             | MirrorError::BadPath(_)
             | MirrorError::InTheWay { .. } => false,
         }
@@ -181,6 +199,8 @@ struct KnownFile {
 struct Known {
     /// The directory of the thread's files, relative to the home.
     dir: Option<String>,
+    /// The directories of the threads it was forked from ([`lineage`]), by thread id.
+    source_dirs: HashMap<String, String>,
     files: HashMap<String, KnownFile>,
 }
 
@@ -279,10 +299,21 @@ async fn blocking<T: Send + 'static>(
         .map_err(|error| MirrorError::Task(error.to_string()))?
 }
 
+/// The error of a read or write of `path`: [`MirrorError::Damaged`] when the decoder of a
+/// compressed rollout failed ([`Decoded`]), [`MirrorError::Io`] otherwise.
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> MirrorError + '_ {
-    move |source| MirrorError::Io {
-        path: path.to_path_buf(),
-        source,
+    move |source| match source
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<Undecodable>())
+    {
+        Some(Undecodable(reason)) => MirrorError::Damaged {
+            path: path.to_path_buf(),
+            reason: reason.clone(),
+        },
+        None => MirrorError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
     }
 }
 
@@ -368,15 +399,17 @@ fn thread_files(
     Ok(Some((dir, files)))
 }
 
+/// The thread's files in `dir`, each by its plain path, whether codex compressed it or not.
 fn files_in(home: &Path, dir: &str, thread_id: &str) -> Result<Vec<String>, MirrorError> {
     let mut files: Vec<String> = entries(home, dir)?
         .into_iter()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|name| is_thread_file(name, thread_id))
-        .map(|name| format!("{dir}/{name}"))
+        .filter(|name| is_thread_file(plain_name(name), thread_id))
+        .map(|name| format!("{dir}/{}", plain_name(&name)))
         .collect();
     files.sort();
+    files.dedup();
     Ok(files)
 }
 
@@ -389,7 +422,7 @@ fn find_dir(home: &Path, dir: &str, thread_id: &str) -> Result<Option<String>, M
         };
         match entry.file_type() {
             Ok(t) if t.is_dir() => dirs.push(name),
-            Ok(t) if t.is_file() && is_thread_file(&name, thread_id) => {
+            Ok(t) if t.is_file() && is_thread_file(plain_name(&name), thread_id) => {
                 return Ok(Some(dir.to_string()))
             }
             _ => {}
@@ -417,26 +450,37 @@ fn grown(
             home: home.to_path_buf(),
         });
     };
+    let (source_dirs, sources) = lineage(home, thread_id, &files, &known.source_dirs)?;
     let mut next = Known {
         dir: Some(dir),
+        source_dirs,
         files: HashMap::new(),
     };
     let mut appends = Vec::new();
-    for path in files {
+    for path in files.into_iter().chain(sources) {
         let abs = home.join(&path);
-        let mut file = File::open(&abs).map_err(io_error(&abs))?;
+        let open =
+            || open_rollout(&abs)?.ok_or_else(|| io_error(&abs)(io::ErrorKind::NotFound.into()));
+        let mut rollout = open()?;
         // What the store holds is still the file's start (another writer may have rewritten
-        // it in place, or replaced it): checked on the file's own bytes, then only the rest
-        // is read. Otherwise the file goes whole, never spliced onto the stored start.
+        // it in place, or replaced it; codex may have compressed it, which changes no byte of
+        // what it holds): checked on the file's own bytes, then only the rest is read.
+        // Otherwise the file goes whole, never spliced onto the stored start.
         let base = match known.files.get(&path) {
-            Some(k) => (prefix_crc32(&mut file, k.len).map_err(io_error(&abs))? == Some(k.crc32))
-                .then_some(*k),
+            Some(k) => (prefix_crc32(&mut rollout.reader, k.len)
+                .map_err(io_error(&rollout.path))?
+                == Some(k.crc32))
+            .then_some(*k),
             None => None,
         };
+        if base.is_none() && known.files.contains_key(&path) {
+            rollout = open()?;
+        }
         let mut bytes = Vec::new();
-        file.seek(SeekFrom::Start(base.map_or(0, |k| k.len)))
-            .and_then(|_| file.read_to_end(&mut bytes))
-            .map_err(io_error(&abs))?;
+        rollout
+            .reader
+            .read_to_end(&mut bytes)
+            .map_err(io_error(&rollout.path))?;
         bytes.truncate(whole_lines(&bytes).len());
         let held = match base {
             Some(k) => KnownFile {
@@ -458,13 +502,104 @@ fn grown(
     Ok((appends, next))
 }
 
-/// The CRC-32 of `file`'s first `len` bytes, read in chunks from its start; `None` when it is
-/// shorter.
-fn prefix_crc32(file: &mut File, len: u64) -> io::Result<Option<u32>> {
+/// How many forks deep a lineage is followed: codex forks a fork, but no real lineage is
+/// this long, and a cycle (a damaged or hand-made rollout) must end.
+const MAX_LINEAGE: usize = 64;
+
+/// The threads `thread_id` was forked from, nearest first, and their files: codex writes a
+/// paginated fork's rollout as a reference to its source's (`forked_from_id` in its first
+/// record, then only the records after the fork point) and refuses to resume the fork
+/// without the source's file ("missing source rollout"), so the fork's mirror carries them
+/// (`docs/design.md`, "Forks"). A source this home no longer holds ends the lineage: what
+/// is there is mirrored. `hints`: the folders where each source was last found.
+fn lineage(
+    home: &Path,
+    thread_id: &str,
+    files: &[String],
+    hints: &HashMap<String, String>,
+) -> Result<(HashMap<String, String>, Vec<String>), MirrorError> {
+    let (mut dirs, mut sources) = (HashMap::new(), Vec::new());
+    let mut next = forked_from(home, thread_id, files)?;
+    while let Some(source) = next.take() {
+        if source == thread_id || dirs.contains_key(&source) || dirs.len() == MAX_LINEAGE {
+            break;
+        }
+        let hint = hints.get(&source).map(String::as_str);
+        let Some((dir, files)) = thread_files(home, &source, hint)? else {
+            break;
+        };
+        next = forked_from(home, &source, &files)?;
+        sources.extend(files);
+        dirs.insert(source, dir);
+    }
+    Ok((dirs, sources))
+}
+
+/// The thread the rollout of `thread_id` (among `files`) names as its fork source: the
+/// `forked_from_id` of its first record, a `session_meta`. Read up to its first newline, at
+/// most [`FIRST_RECORD_MAX`] bytes (its base instructions make it tens of KiB).
+fn forked_from(
+    home: &Path,
+    thread_id: &str,
+    files: &[String],
+) -> Result<Option<String>, MirrorError> {
+    const FIRST_RECORD_MAX: u64 = 4 << 20;
+    let main = files.iter().find(|path| {
+        let name = path.rsplit('/').next().unwrap_or_default();
+        // The source file, not a head file (`..._<uuid>.jsonl`).
+        is_thread_file(name, thread_id) && !name.contains('_')
+    });
+    let Some(main) = main else {
+        return Ok(None);
+    };
+    // Compressed or not, as codex reads it.
+    let Some(rollout) = open_rollout(&home.join(main))? else {
+        return Ok(None);
+    };
+    let mut line = Vec::new();
+    io::BufReader::new(rollout.reader.take(FIRST_RECORD_MAX))
+        .read_until(b'\n', &mut line)
+        .map_err(io_error(&rollout.path))?;
+    #[derive(serde::Deserialize)]
+    struct Record {
+        #[serde(rename = "type")]
+        kind: String,
+        payload: Meta,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        forked_from_id: Option<String>,
+    }
+    let source = serde_json::from_slice::<Record>(&line)
+        .ok()
+        .filter(|record| record.kind == "session_meta")
+        .and_then(|record| record.payload.forked_from_id);
+    // Only an id a rollout file can be named by: never a path, never another shape.
+    Ok(source.filter(|id| shaped(id, UUID)))
+}
+
+/// The shape of a codex thread id (lower-case, as codex names its files).
+const UUID: &str = "hhhhhhhh-hhhh-hhhh-hhhh-hhhhhhhhhhhh";
+
+/// The thread a rollout file's name names, when it has a codex thread id's shape: its
+/// source (`rollout-<ts>-<id>.jsonl`) or a head file (`rollout-<ts>-<id>_<uuid>.jsonl`).
+fn rollout_thread_id(name: &str) -> Option<&str> {
+    let id = name
+        .strip_prefix("rollout-")?
+        .strip_suffix(".jsonl")?
+        .get(20..)?
+        .get(..36)?;
+    is_thread_file(name, id)
+        .then_some(id)
+        .filter(|id| shaped(id, UUID))
+}
+
+/// The CRC-32 of the next `len` bytes of `reader` (a file just opened: its first), read in
+/// chunks; `None` when it is shorter.
+fn prefix_crc32(reader: &mut dyn Read, len: u64) -> io::Result<Option<u32>> {
     let mut crc = crc32fast::Hasher::new();
     let mut buffer = vec![0; (1 << 18).min(len as usize)];
-    file.seek(SeekFrom::Start(0))?;
-    let mut prefix = file.take(len);
+    let mut prefix = reader.take(len);
     let mut read = 0;
     loop {
         match prefix.read(&mut buffer)? {
@@ -516,6 +651,72 @@ mod tests {
             "t"
         ));
         assert!(!is_thread_file(&format!("rollout-{t}.jsonl"), t));
+    }
+
+    /// A home holding `(thread, forked_from)` rollouts, each with a `session_meta` first line.
+    fn home_of(threads: &[(&str, Option<&str>)]) -> tempfile::TempDir {
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("sessions/2026/12/07");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (thread, source) in threads {
+            let meta = serde_json::json!({"type": "session_meta",
+                "payload": {"id": thread, "forked_from_id": source}});
+            let name = format!("rollout-2026-12-07T20-40-28-{thread}.jsonl");
+            std::fs::write(dir.join(name), format!("{meta}\n{{}}\n")).unwrap();
+        }
+        home
+    }
+
+    #[test]
+    fn a_forks_mirror_carries_its_lineage_and_a_cycle_or_a_path_ends_it() {
+        let [a, b, c] = [
+            "01a2523c-84eb-7503-b3ff-51564b96c5ac",
+            "01a2523c-867b-7361-b802-78832e5f2d9d",
+            "01a2523c-86dc-7ed3-a987-2c8b3b9c00c5",
+        ];
+        let names = |files: &[String]| -> Vec<String> {
+            files
+                .iter()
+                .map(|f| {
+                    rollout_thread_id(f.rsplit('/').next().unwrap())
+                        .unwrap()
+                        .to_string()
+                })
+                .collect()
+        };
+        // c forked from b, forked from a: both sources, nearest first.
+        let home = home_of(&[(a, None), (b, Some(a)), (c, Some(b))]);
+        let (_, own) = thread_files(home.path(), c, None).unwrap().unwrap();
+        let (dirs, sources) = lineage(home.path(), c, &own, &HashMap::new()).unwrap();
+        assert_eq!(names(&sources), [b, a]);
+        assert_eq!(dirs.len(), 2);
+        // A cycle ends where it repeats; a source the home lacks ends the lineage.
+        let home = home_of(&[(a, Some(b)), (b, Some(a))]);
+        let (_, own) = thread_files(home.path(), a, None).unwrap().unwrap();
+        assert_eq!(
+            names(&lineage(home.path(), a, &own, &HashMap::new()).unwrap().1),
+            [b]
+        );
+        let home = home_of(&[(c, Some(b))]);
+        let (_, own) = thread_files(home.path(), c, None).unwrap().unwrap();
+        assert!(lineage(home.path(), c, &own, &HashMap::new())
+            .unwrap()
+            .1
+            .is_empty());
+        // Only an id is followed: never a path or another shape.
+        for hostile in [
+            "../../etc/passwd",
+            "01a2523c",
+            "x/01a2523c-867b-7361-b802-78832e5f2d9d",
+        ] {
+            let home = home_of(&[(c, Some(hostile))]);
+            let (_, own) = thread_files(home.path(), c, None).unwrap().unwrap();
+            assert_eq!(
+                forked_from(home.path(), c, &own).unwrap(),
+                None,
+                "{hostile}"
+            );
+        }
     }
 
     #[test]

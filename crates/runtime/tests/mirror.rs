@@ -335,6 +335,22 @@ async fn a_fifo_at_the_rollouts_path_is_refused_not_waited_on() {
         .unwrap()
         .file_type()
         .is_fifo());
+    // At the compressed form's path, where codex would read it (no plain file): the same.
+    std::fs::remove_file(&fifo).unwrap();
+    let zst = b.path().join(format!("{}.zst", source()));
+    let made = std::process::Command::new("mkfifo")
+        .arg(&zst)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let restore = mirror.restore(&store, "s", THREAD);
+    let restored = tokio::time::timeout(std::time::Duration::from_secs(10), restore)
+        .await
+        .expect("the restore waited on the FIFO");
+    assert!(
+        matches!(&restored, Err(MirrorError::InTheWay { path, .. }) if *path == zst),
+        "{restored:?}"
+    );
 }
 
 /// The store streams a file into the restore as it reads it: a mirror whose damage shows
@@ -850,4 +866,261 @@ async fn a_restore_clears_no_history_index_through_a_link() {
         3,
         "nothing cleared outside the home"
     );
+}
+
+/// A fork's mirror carries its source's rollout (codex 0.171.0 refuses a paginated fork
+/// without it): a restore writes the source only when the fork's own rollout, as restored,
+/// names it (`forked_from_id`), and only where the home lacks it: a home's own copy of the
+/// source is that thread's, left as it is.
+#[tokio::test]
+async fn a_forks_source_is_restored_only_as_named_and_only_where_missing() {
+    const SOURCE: &str = "019a0000-0000-7000-8000-000000000000";
+    let source_file = format!("{DIR}/rollout-2026-12-01T17-00-00-{SOURCE}.jsonl");
+    let source_text = line("turn", "the source's turn");
+    let fork_meta = |from: &str| {
+        let meta =
+            json!({"type": "session_meta", "payload": {"id": THREAD, "forked_from_id": from}});
+        format!("{meta}\n{}", line("turn", "the fork's turn"))
+    };
+    let commit_fork = |store: BindingStore, from: &str| {
+        let update = MirrorUpdate::new(vec![
+            MirrorAppend::whole(source(), fork_meta(from).into_bytes()),
+            MirrorAppend::whole(&source_file, source_text.clone().into_bytes()),
+        ]);
+        let turn = TurnCommit::new("s", THREAD, vec![json!({"role": "user"})]);
+        async move { store.commit_turn(turn.mirror(Some(update))).await.unwrap() }
+    };
+    let store = BindingStore::memory();
+    commit_fork(store.clone(), SOURCE).await;
+    // An empty home: both.
+    let b = tempfile::tempdir().unwrap();
+    let mirror = RolloutMirror::new(b.path());
+    let restored = mirror.restore(&store, "s", THREAD).await.unwrap();
+    assert_eq!(restored.written, [source(), source_file.clone()]);
+    assert_eq!(read(b.path(), &source_file), source_text);
+    // A home holding the source as it went on there: the fork only, the source left.
+    let c = tempfile::tempdir().unwrap();
+    let theirs = line("turn", "the source went on here");
+    write(c.path(), &source_file, &theirs);
+    let restored = RolloutMirror::new(c.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert_eq!(restored.written, [source()]);
+    assert_eq!(read(c.path(), &source_file), theirs);
+    // A fork naming another source: the file it does not name is refused.
+    let store = BindingStore::memory();
+    commit_fork(store.clone(), "019a0000-0000-7000-8000-0000000000ff").await;
+    let d = tempfile::tempdir().unwrap();
+    let restored = RolloutMirror::new(d.path())
+        .restore(&store, "s", THREAD)
+        .await;
+    assert!(
+        matches!(restored, Err(MirrorError::BadPath(_))),
+        "{restored:?}"
+    );
+    assert!(!d.path().join(&source_file).exists());
+}
+
+/// codex compresses `rel` as its `local_thread_store_compression` worker does: `rel.zst`
+/// holds `text` as zstd level 3, and the plain file is gone.
+fn compress(home: &Path, rel: &str, text: &[u8]) -> PathBuf {
+    use std::io::Write;
+    let path = home.join(format!("{rel}.zst"));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let mut encoder =
+        zstd::stream::write::Encoder::new(std::fs::File::create(&path).unwrap(), 3).unwrap();
+    encoder.write_all(text).unwrap();
+    encoder.finish().unwrap();
+    let _ = std::fs::remove_file(home.join(rel));
+    path
+}
+
+/// The names in the thread's folder of `home`.
+fn names(home: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(home.join(DIR))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+fn file_name(rel: &str) -> String {
+    rel.rsplit('/').next().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn a_rollout_codex_compressed_between_two_turns_is_appended_to_not_sent_whole() {
+    let store = BindingStore::memory();
+    let a = tempfile::tempdir().unwrap();
+    let mirror = RolloutMirror::new(a.path());
+    write(a.path(), &source(), &line("session_meta", "meta"));
+    append(a.path(), &source(), &line("turn", "one"));
+    assert_eq!(commit(&store, &mirror).await.mirror, MirrorReport::Written);
+    let held = read(a.path(), &source());
+    // Compressed as it is: nothing to send, the same bytes under the plain path.
+    compress(a.path(), &source(), held.as_bytes());
+    let prepared = mirror.prepare(THREAD).await.unwrap();
+    assert!(prepared.update.appends.is_empty(), "{prepared:?}");
+    // Compressed once it held more (a turn never committed, then a week idle): only that.
+    let longer = held.clone() + &line("turn", "two");
+    compress(a.path(), &source(), longer.as_bytes());
+    let prepared = mirror.prepare(THREAD).await.unwrap();
+    let [append] = &prepared.update.appends[..] else {
+        panic!("{prepared:?}")
+    };
+    assert_eq!(append.path, source(), "the plain path");
+    assert_eq!(
+        append.base_len,
+        held.len() as u64,
+        "an append, not the file whole"
+    );
+    assert_eq!(append.bytes, line("turn", "two").as_bytes());
+    assert_eq!(commit(&store, &mirror).await.mirror, MirrorReport::Written);
+    assert_eq!(stored(&store, &source()).await, Some(longer.clone()));
+    // A new process knows nothing: the compressed file goes whole, decompressed.
+    let fresh = RolloutMirror::new(a.path());
+    let prepared = fresh.prepare(THREAD).await.unwrap();
+    let [append] = &prepared.update.appends[..] else {
+        panic!("{prepared:?}")
+    };
+    assert_eq!((append.base_len, &append.bytes[..]), (0, longer.as_bytes()));
+}
+
+#[tokio::test]
+async fn a_compressed_copy_is_kept_when_it_extends_the_mirror_else_the_plain_file_replaces_it() {
+    let store = BindingStore::memory();
+    let (_a, text) = two_turns_on_a(&store).await;
+    let plain = file_name(&source());
+    let compressed = format!("{plain}.zst");
+
+    // The mirror and a turn never committed: kept as codex left it, compressed.
+    let b = tempfile::tempdir().unwrap();
+    let longer = text.clone() + &line("turn", "uncommitted");
+    let zst = compress(b.path(), &source(), longer.as_bytes());
+    let before = std::fs::read(&zst).unwrap();
+    let mirror = RolloutMirror::new(b.path());
+    let restored = mirror.restore(&store, "s", THREAD).await.unwrap();
+    assert!(restored.written.is_empty(), "{restored:?}");
+    assert_eq!(names(b.path()), [compressed.as_str()]);
+    assert_eq!(std::fs::read(&zst).unwrap(), before, "untouched");
+    // The next commit sends what the store lacks, from the compressed file.
+    commit(&store, &mirror).await;
+    assert_eq!(stored(&store, &source()).await, Some(longer));
+
+    // A strict prefix, compressed: the plain file is written and the compressed one goes.
+    let (store, c) = (BindingStore::memory(), tempfile::tempdir().unwrap());
+    let (_a, text) = two_turns_on_a(&store).await;
+    compress(c.path(), &source(), line("session_meta", "meta").as_bytes());
+    let index = history_index(c.path());
+    let restored = RolloutMirror::new(c.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert_eq!(restored.written, [source()]);
+    assert!(!restored.diverged);
+    assert_eq!(names(c.path()), [plain.as_str()], "never both forms");
+    assert_eq!(read(c.path(), &source()), text);
+    assert_eq!(rows_of(&index, THREAD), 3, "no divergence");
+
+    // A copy that diverged, compressed: replaced by the plain file, its index rows gone.
+    let d = tempfile::tempdir().unwrap();
+    let diverged = line("session_meta", "meta") + &line("turn", "elsewhere");
+    compress(d.path(), &source(), diverged.as_bytes());
+    let index = history_index(d.path());
+    let restored = RolloutMirror::new(d.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert!(restored.diverged);
+    assert_eq!(names(d.path()), [plain.as_str()]);
+    assert_eq!(read(d.path(), &source()), text, "the mirror wins");
+    assert_eq!(rows_of(&index, THREAD), 0);
+
+    // Both forms (codex stopped between writing one and removing the other): codex reads the
+    // plain file, and so does the restore.
+    let e = tempfile::tempdir().unwrap();
+    compress(e.path(), &source(), diverged.as_bytes());
+    write(e.path(), &source(), &text);
+    let restored = RolloutMirror::new(e.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert!(restored.written.is_empty(), "{restored:?}");
+}
+
+#[tokio::test]
+async fn a_compressed_copy_that_does_not_decompress_is_replaced_and_never_mirrored() {
+    let store = BindingStore::memory();
+    let (_a, text) = two_turns_on_a(&store).await;
+    let plain = file_name(&source());
+    let longer = text.clone() + &line("turn", "uncommitted");
+    let mut frames = Vec::new();
+    zstd::stream::copy_encode(longer.as_bytes(), &mut frames, 3).unwrap();
+    let damaged: [(&str, Vec<u8>); 3] = [
+        ("not zstd at all", b"this is not a zstd frame\n".to_vec()),
+        ("cut short", frames[..frames.len() - 4].to_vec()),
+        ("a flipped byte", {
+            let mut flipped = frames.clone();
+            let at = flipped.len() / 2;
+            flipped[at] ^= 0x55;
+            flipped
+        }),
+    ];
+    for (what, bytes) in damaged {
+        let home = tempfile::tempdir().unwrap();
+        let zst = home.path().join(format!("{}.zst", source()));
+        std::fs::create_dir_all(zst.parent().unwrap()).unwrap();
+        std::fs::write(&zst, &bytes).unwrap();
+        // A commit cannot read it: a typed error, not one that passes by itself.
+        let error = RolloutMirror::new(home.path())
+            .prepare(THREAD)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, MirrorError::Damaged { path, .. } if *path == zst),
+            "{what}: {error:?}"
+        );
+        assert!(!error.is_transient(), "{what}");
+        // A restore replaces it from the mirror, as a copy that diverged.
+        let restored = RolloutMirror::new(home.path())
+            .restore(&store, "s", THREAD)
+            .await
+            .unwrap();
+        assert_eq!(restored.written, [source()], "{what}");
+        assert!(restored.diverged, "{what}");
+        assert_eq!(names(home.path()), [plain.as_str()], "{what}");
+        assert_eq!(read(home.path(), &source()), text, "{what}");
+    }
+}
+
+/// A fork's source that codex compressed still names in, and goes with, the fork's mirror:
+/// read as codex reads it, under its plain path, as the JSONL it holds.
+#[tokio::test]
+async fn a_forks_source_codex_compressed_is_mirrored_as_the_jsonl_it_holds() {
+    const SOURCE: &str = "019a0000-0000-7000-8000-000000000000";
+    let source_file = format!("{DIR}/rollout-2026-12-01T17-00-00-{SOURCE}.jsonl");
+    let source_text = line("session_meta", "the source") + &line("turn", "the source's turn");
+    let store = BindingStore::memory();
+    let a = tempfile::tempdir().unwrap();
+    let meta = json!({"type": "session_meta", "payload": {"id": THREAD, "forked_from_id": SOURCE}});
+    write(a.path(), &source(), &format!("{meta}\n"));
+    compress(a.path(), &source_file, source_text.as_bytes());
+    let mirror = RolloutMirror::new(a.path());
+    assert_eq!(commit(&store, &mirror).await.mirror, MirrorReport::Written);
+    assert_eq!(
+        stored(&store, &source_file).await,
+        Some(source_text.clone())
+    );
+    // A fork that codex compressed too: its first record is read through the decoder.
+    let b = tempfile::tempdir().unwrap();
+    compress(b.path(), &source(), format!("{meta}\n").as_bytes());
+    compress(b.path(), &source_file, source_text.as_bytes());
+    let store = BindingStore::memory();
+    assert_eq!(
+        commit(&store, &RolloutMirror::new(b.path())).await.mirror,
+        MirrorReport::Written
+    );
+    assert_eq!(stored(&store, &source_file).await, Some(source_text));
 }

@@ -70,6 +70,7 @@ mod clock;
 mod copy;
 pub mod engine;
 mod error;
+mod key;
 mod logic;
 mod memory;
 mod mirror;
@@ -101,6 +102,7 @@ pub mod conformance;
 pub use clock::Clock;
 pub use copy::{copy_sessions, CopyProgress, CopyReport};
 pub use error::{time_for_people, BoxError, LeaseLoss, Result, StoreError};
+pub use key::{KeyError, StoreKey, KEY_LEN};
 pub use memory::MemoryEngine;
 pub use mirror::{
     check_mirror_path, crc32_extend, MirrorAppend, MirrorChunk, MirrorOutcome, MirrorState,

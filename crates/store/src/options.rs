@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::Clock;
+use crate::{Clock, StoreKey};
 
 /// When a write is acknowledged.
 #[non_exhaustive]
@@ -30,6 +30,7 @@ pub struct OpenOptions {
     pub(crate) check_redb_integrity: bool,
     pub(crate) read_only: bool,
     pub(crate) clock: Clock,
+    pub(crate) key: Option<StoreKey>,
 }
 
 impl Default for OpenOptions {
@@ -42,6 +43,7 @@ impl Default for OpenOptions {
             check_redb_integrity: true,
             read_only: false,
             clock: Clock::system(),
+            key: None,
         }
     }
 }
@@ -122,6 +124,20 @@ impl OpenOptions {
     pub fn clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
         self
+    }
+
+    /// The key that seals the store's transcript rows and mirror chunks (default none: an
+    /// unsealed store); see docs/design.md, "Sealed stores". Read it from its file with
+    /// [`StoreKey::read`].
+    pub fn key(mut self, key: Option<StoreKey>) -> Self {
+        self.key = key;
+        self
+    }
+
+    /// The key given with [`OpenOptions::key`], for the codec that seals.
+    #[cfg_attr(not(test), allow(dead_code, reason = "read by the sealing (issue 43)"))]
+    pub(crate) fn store_key(&self) -> Option<&StoreKey> {
+        self.key.as_ref()
     }
 
     /// Whether a missing store may be created: asked for, and not read-only.

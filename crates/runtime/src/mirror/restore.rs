@@ -1,7 +1,6 @@
 //! The restore (`docs/design.md`, "Restore"): each file the home needs goes through a temp
 //! file the store streams into, cut at the last newline and renamed into place.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::OwnedFd;
@@ -14,9 +13,10 @@ use rethread_store::{check_mirror_path, BindingStore, MirroredFile, SessionRecor
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
+use super::compressed::{compressed_path, COMPRESSED};
 use super::{
-    blocking, io_error, is_thread_file, parent_of, prefix_crc32, Known, KnownFile, MirrorError,
-    Restored, RolloutMirror, HISTORY_INDEX,
+    blocking, io_error, is_thread_file, open_rollout, parent_of, prefix_crc32, rollout_thread_id,
+    Known, KnownFile, MirrorError, Restored, RolloutMirror, HISTORY_INDEX,
 };
 
 /// The tables of [`HISTORY_INDEX`] that hold a thread's projected history (each keyed by
@@ -45,7 +45,10 @@ impl RolloutMirror {
     /// resume: each file the home lacks, or holds a strict prefix of, is written at its path.
     /// A local file the mirror is a prefix of (a turn never committed) is left as it is; one
     /// that diverged is replaced, and the thread's rows leave codex's [`HISTORY_INDEX`] (codex
-    /// rebuilds them from the rollout, so `thread/read` shows what the model sees).
+    /// rebuilds them from the rollout, so `thread/read` shows what the model sees). A file
+    /// codex compressed (`.jsonl.zst`) is compared by what it decompresses to; a restore
+    /// writes the plain file, and then removes the compressed one (codex prefers a plain
+    /// file, so one left beside it would hide nothing but could never be compressed again).
     pub async fn restore(
         &self,
         store: &BindingStore,
@@ -73,21 +76,82 @@ impl RolloutMirror {
                 ..Restored::default()
             });
         }
-        let files: Vec<MirroredFile> = record.mirror.files_of(thread_id).cloned().collect();
-        if files.is_empty() {
-            return Ok(Restored::default());
+        let (own, mut sources): (Vec<MirroredFile>, Vec<MirroredFile>) = (record.mirror)
+            .files_of(thread_id)
+            .cloned()
+            .partition(|file| source_of(file).is_none());
+        let (mut known, mut restored) = (Known::default(), Restored::default());
+        known.dir = own.first().and_then(|file| parent_of(&file.path));
+        let home = self.inner.home.clone();
+        if !own.is_empty() {
+            self.restore_files(
+                store,
+                record,
+                thread_id,
+                own.clone(),
+                &mut known,
+                &mut restored,
+            )
+            .await?;
         }
+        // A fork's sources, each once the thread before it in the lineage, as restored, names
+        // it: a mirror cannot place another thread's file that its own rollout does not name.
+        let (mut current, mut named) = (thread_id.to_string(), paths(&own));
+        while !sources.is_empty() {
+            let home = home.clone();
+            let (of, files) = (current.clone(), named.clone());
+            let Some(source) = blocking(move || super::forked_from(&home, &of, &files)).await?
+            else {
+                break;
+            };
+            let these: Vec<MirroredFile>;
+            (these, sources) = sources
+                .into_iter()
+                .partition(|file| source_of(file) == Some(source.as_str()));
+            if these.is_empty() {
+                break;
+            }
+            if let Some(dir) = parent_of(&these[0].path) {
+                known.source_dirs.insert(source.clone(), dir);
+            }
+            self.restore_files(
+                store,
+                record,
+                thread_id,
+                these.clone(),
+                &mut known,
+                &mut restored,
+            )
+            .await?;
+            (current, named) = (source, paths(&these));
+        }
+        if let Some(stray) = sources.first() {
+            return Err(MirrorError::BadPath(format!(
+                "mirrored path {:?} is not a rollout of thread {} or of a thread it was forked from",
+                stray.path, stray.thread_id
+            )));
+        }
+        self.known().insert(thread_id.to_string(), known);
+        Ok(restored)
+    }
+
+    /// Restores `files` (all of `thread_id`'s mirror in `record`, or one fork source's) into
+    /// the home, noting what it then holds in `known` and what was done in `restored`.
+    async fn restore_files(
+        &self,
+        store: &BindingStore,
+        record: &SessionRecord,
+        thread_id: &str,
+        files: Vec<MirroredFile>,
+        known: &mut Known,
+        restored: &mut Restored,
+    ) -> Result<(), MirrorError> {
         let home = self.inner.home.clone();
         // What the home holds of each file, and a temp file for each it needs.
         let locals = {
             let (home, files) = (home.clone(), files.clone());
             blocking(move || check_locals(&home, &files)).await?
         };
-        let mut known = Known {
-            dir: files.first().and_then(|f| parent_of(&f.path)),
-            files: HashMap::new(),
-        };
-        let mut restored = Restored::default();
         let mut locals = files.iter().zip(locals);
         let written = async {
             for (file, local) in locals.by_ref() {
@@ -96,6 +160,7 @@ impl RolloutMirror {
                         known.files.insert(file.path.clone(), held);
                         continue;
                     }
+                    Local::Left => continue,
                     Local::Needs {
                         temp,
                         out,
@@ -120,7 +185,7 @@ impl RolloutMirror {
                 // `finish` removes its temp file when it fails.
                 let home = home.clone();
                 let (diverged, held, index_error) =
-                    blocking(move || temp.finish(&stored, existing.as_deref(), &home)).await?;
+                    blocking(move || temp.finish(&stored, &existing, &home)).await?;
                 restored.diverged |= diverged;
                 restored.index_error = restored.index_error.take().or(index_error);
                 restored.written.push(file.path.clone());
@@ -136,9 +201,12 @@ impl RolloutMirror {
             discard(temps(locals.map(|(_, local)| local))).await?;
             return Err(error);
         }
-        self.known().insert(thread_id.to_string(), known);
-        Ok(restored)
+        Ok(())
     }
+}
+
+fn paths(files: &[MirroredFile]) -> Vec<String> {
+    files.iter().map(|file| file.path.clone()).collect()
 }
 
 /// Removes temp files that will not be renamed into place.
@@ -154,13 +222,27 @@ async fn discard(temps: Vec<TempFile>) -> Result<(), MirrorError> {
 enum Local {
     /// The mirror's bytes, maybe followed by more (left as they are).
     Holds(KnownFile),
+    /// A fork source's file the home already holds, whatever it holds: left as it is.
+    Left,
     /// Less, or other bytes: the temp file to restore it through, the writer the store fills
-    /// it with, and the file's current bytes, if it exists.
+    /// it with, and what the home holds.
     Needs {
         temp: TempFile,
         out: Box<dyn Write + Send>,
-        existing: Option<Vec<u8>>,
+        existing: Existing,
     },
+}
+
+/// What the home holds of a file the restore writes.
+enum Existing {
+    /// Nothing.
+    Missing,
+    /// These bytes (up to one past the mirror's length): a strict prefix of the mirror, or a
+    /// copy that diverged.
+    Bytes(Vec<u8>),
+    /// A compressed file that does not decompress ([`MirrorError::Damaged`]): codex cannot
+    /// read it either, so it is replaced as a copy that diverged is.
+    Damaged,
 }
 
 /// What the home holds of each of `files`, with a temp file for each it needs; none is left
@@ -183,17 +265,26 @@ fn check_locals(home: &Path, files: &[MirroredFile]) -> Result<Vec<Local>, Mirro
 fn temps(locals: impl IntoIterator<Item = Local>) -> Vec<TempFile> {
     let temps = locals.into_iter().filter_map(|local| match local {
         Local::Needs { temp, .. } => Some(temp),
-        Local::Holds(_) => None,
+        Local::Holds(_) | Local::Left => None,
     });
     temps.collect()
 }
 
+/// The thread a mirrored file belongs to when it is not the file's own: a rollout of a thread
+/// the mirrored thread was forked from (`docs/design.md`, "Forks").
+fn source_of(file: &MirroredFile) -> Option<&str> {
+    let name = file.path.rsplit('/').next().unwrap_or_default();
+    rollout_thread_id(name)
+        .filter(|id| !is_thread_file(name, &file.thread_id) && *id != file.thread_id)
+}
+
 /// Whether a restore may write `file`: the store's path rule, and a rollout of the file's
-/// own thread (not another thread's history).
+/// own thread or of a thread it was forked from (which a restore only ever creates: see
+/// [`check_local`]).
 fn check_file(file: &MirroredFile) -> Result<(), MirrorError> {
     check_mirror_path(&file.path).map_err(MirrorError::BadPath)?;
     let name = file.path.rsplit('/').next().unwrap_or_default();
-    if !is_thread_file(name, &file.thread_id) {
+    if !is_thread_file(name, &file.thread_id) && source_of(file).is_none() {
         return Err(MirrorError::BadPath(format!(
             "mirrored path {:?} is not a rollout of thread {}",
             file.path, file.thread_id
@@ -205,33 +296,35 @@ fn check_file(file: &MirroredFile) -> Result<(), MirrorError> {
 fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
     check_file(file)?;
     let abs = home.join(&file.path);
-    // Only a regular file is opened: opening a FIFO blocks until a writer comes, and the open
-    // holds the session's lease meanwhile.
-    if std::fs::metadata(&abs).is_ok_and(|meta| !meta.is_file()) {
-        let reason = "not a regular file".to_string();
-        return Err(MirrorError::InTheWay { path: abs, reason });
+    // A fork source's file is the source thread's own: the home's copy, if any, is that
+    // thread's truth here (it may have gone on, or belong to another holder), so a restore
+    // only creates one the home lacks, never extends or replaces it (nor writes a plain
+    // file beside the one codex compressed).
+    let present = |path: &Path| std::fs::symlink_metadata(path).is_ok();
+    if source_of(file).is_some() && (present(&abs) || present(&compressed_path(&abs))) {
+        return Ok(Local::Left);
     }
-    let existing = match File::open(&abs) {
-        Ok(mut handle) => {
-            // Summed through one buffer, not read whole: every open of a local thread comes here.
-            if prefix_crc32(&mut handle, file.len).map_err(io_error(&abs))? == Some(file.crc32) {
-                return Ok(Local::Holds(KnownFile {
-                    len: file.len,
-                    crc32: file.crc32,
-                }));
-            }
-            // Less, or other bytes: kept to tell a strict prefix from a divergence. One byte
-            // past the mirror's length tells a longer copy; the rest is not needed.
-            handle.seek(SeekFrom::Start(0)).map_err(io_error(&abs))?;
-            let mut bytes = Vec::new();
-            handle
-                .take(file.len.saturating_add(1))
-                .read_to_end(&mut bytes)
-                .map_err(io_error(&abs))?;
-            Some(bytes)
+    // Only a regular file is opened: opening a FIFO blocks until a writer comes, and the open
+    // holds the session's lease meanwhile. The compressed form is opened only without a plain
+    // file, as codex does.
+    let read = match std::fs::metadata(&abs) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => compressed_path(&abs),
+        _ => abs.clone(),
+    };
+    if std::fs::metadata(&read).is_ok_and(|meta| !meta.is_file()) {
+        let reason = "not a regular file".to_string();
+        return Err(MirrorError::InTheWay { path: read, reason });
+    }
+    let existing = match local_bytes(&abs, file) {
+        Ok(Some(existing)) => existing,
+        Ok(None) => {
+            return Ok(Local::Holds(KnownFile {
+                len: file.len,
+                crc32: file.crc32,
+            }))
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(io_error(&abs)(e)),
+        Err(MirrorError::Damaged { .. }) => Existing::Damaged,
+        Err(error) => return Err(error),
     };
     let (temp, out) = TempFile::create(home, &file.path)?;
     Ok(Local::Needs {
@@ -239,6 +332,36 @@ fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
         out,
         existing,
     })
+}
+
+/// What the home holds of `file` (plain at `abs`, or compressed beside it, read as codex
+/// reads it); `None` when it holds the mirror's bytes, maybe followed by more. Summed through
+/// one buffer, not read whole: every open of a local thread comes here.
+fn local_bytes(abs: &Path, file: &MirroredFile) -> Result<Option<Existing>, MirrorError> {
+    let Some(mut rollout) = open_rollout(abs)? else {
+        return Ok(Some(Existing::Missing));
+    };
+    let read = io_error(&rollout.path);
+    if prefix_crc32(&mut rollout.reader, file.len).map_err(read)? == Some(file.crc32) {
+        // A compressed file is decoded to its end: one whose later frames are damaged would
+        // fail codex's resume, so it is not kept.
+        if rollout.compressed {
+            io::copy(&mut rollout.reader, &mut io::sink()).map_err(io_error(&rollout.path))?;
+        }
+        return Ok(None);
+    }
+    // Less, or other bytes: kept to tell a strict prefix from a divergence. One byte past the
+    // mirror's length tells a longer copy; the rest is not needed.
+    let Some(rollout) = open_rollout(abs)? else {
+        return Ok(Some(Existing::Missing));
+    };
+    let mut bytes = Vec::new();
+    rollout
+        .reader
+        .take(file.len.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io_error(&rollout.path))?;
+    Ok(Some(Existing::Bytes(bytes)))
 }
 
 /// A restored file on its way in, renamed over its place once whole, so codex never sees a
@@ -315,7 +438,7 @@ impl TempFile {
     fn finish(
         self,
         stored: &MirroredFile,
-        existing: Option<&[u8]>,
+        existing: &Existing,
         home: &Path,
     ) -> Result<(bool, Option<KnownFile>, Option<String>), MirrorError> {
         let cut = self.line_end.load(Ordering::Acquire).min(stored.len);
@@ -341,14 +464,20 @@ impl TempFile {
                 file.set_len(cut)?;
             }
             let diverged = match existing {
-                Some(local) => !starts_with(&mut file, cut, local)?,
-                None => false,
+                Existing::Bytes(local) => !starts_with(&mut file, cut, local)?,
+                Existing::Missing => false,
+                Existing::Damaged => true,
             };
             let index_error = diverged
                 .then(|| clear_history_index(home, &stored.thread_id).err())
                 .flatten();
             drop(file);
             rustix::fs::renameat(&dir, &temp, &dir, &name)?;
+            // Never a plain file beside a compressed one: codex would read the plain one and
+            // its worker would never compress it again. Removed after the rename, as codex
+            // removes it once it has decompressed it to append; a link is removed, not
+            // followed. Best effort: the plain file is in place, and codex prefers it.
+            let _ = rustix::fs::unlinkat(&dir, format!("{name}{COMPRESSED}"), AtFlags::empty());
             Ok((diverged, index_error))
         })();
         let (diverged, index_error) = match result {
