@@ -14,11 +14,14 @@
 //!   latency on the real codex by history length, with and without `excludeTurns`.
 //! - `proxy [--rounds N] [--turns N] [--large-kib K]`: `rethread app-server` in front of
 //!   `fake-codex` against `fake-codex` alone, in one run (see `xtask/src/proxy.rs`).
-//! - `mirror [--commits N] [--samples N] [--turns 100,1000,5000] [--dir PATH] [--postgres URL]`:
-//!   what the rollout mirror adds to a turn's commit (5 KB, 100 KB, 1 MB of rollout growth)
-//!   beside the same commits without it, and restoring rollouts of 100 to 5,000 turns beside a
-//!   plain copy, on SQLite, redb and PostgreSQL (with a URL). Runs the `bench_mirror` example
-//!   of `rethread-runtime` in release mode.
+//! - `mirror [--commits N] [--samples N] [--turns 100,1000,5000] [--dir PATH] [--postgres URL]
+//!   [--big-mib N] [--big-only] [--restores-only]`: what the rollout mirror adds to a turn's
+//!   commit (5 KB, 100 KB, 1 MB of rollout growth) beside the same commits without it,
+//!   restoring rollouts of 100 to 5,000 turns beside a plain copy, and a thread of `--big-mib`
+//!   MiB (default 512, 0 skips it) of codex-shaped JSONL: the store's share of its bytes, a
+//!   5 KB turn's commit on it beside a 1 MB thread's, its restore's time and peak memory; on
+//!   SQLite, redb and PostgreSQL (with a URL). Runs the `bench_mirror` example of
+//!   `rethread-runtime` in release mode.
 
 use crate::util;
 

@@ -39,9 +39,9 @@ rethread's own settings (everything else goes to `codex app-server` verbatim):
   RETHREAD_LEASE_TTL       the session lease's time to live in seconds (default 30)
   RETHREAD_MIRROR          `on` (default) or `off` (--no-mirror): mirror the session's rollout
                            into the store and restore it from there
-  RETHREAD_MIRROR_CAP      the session's cap of mirrored bytes (--mirror-cap BYTES; default
-                           64 MiB): past it mirroring stops for its thread, and starts again
-                           for the next one
+  RETHREAD_MIRROR_CAP      the session's cap of mirrored rollout bytes (--mirror-cap BYTES;
+                           default 1 GiB): past it mirroring stops for its thread, and starts
+                           again for the next one
 
 Also taken before `app-server` (`rethread -c k=v app-server`, where a client that starts
 codex puts them): --session ID, --no-mirror, --mirror-cap BYTES, and codex's
@@ -65,8 +65,8 @@ pub(crate) struct AppServerArgs {
     /// `RETHREAD_MIRROR=off`.
     #[arg(long = "no-mirror")]
     no_mirror: bool,
-    /// The session's cap of mirrored bytes (default 64 MiB; also `RETHREAD_MIRROR_CAP`): past
-    /// it mirroring stops for the session's thread, and starts again for the next one.
+    /// The session's cap of mirrored rollout bytes (default 1 GiB; also `RETHREAD_MIRROR_CAP`):
+    /// past it mirroring stops for the session's thread, and starts again for the next one.
     #[arg(long, value_name = "BYTES", value_parser = rethread_runtime::parse_mirror_cap)]
     mirror_cap: Option<u64>,
     /// Arguments for `codex app-server`, verbatim (`--listen stdio://`, `-c k=v`, ...).

@@ -52,8 +52,8 @@ pub(crate) struct ChatCommand {
     /// the thread then resumes only where codex keeps it. Also `RETHREAD_MIRROR=off`.
     #[arg(long)]
     no_mirror: bool,
-    /// The session's cap of mirrored bytes (default 64 MiB; also `RETHREAD_MIRROR_CAP`): past
-    /// it mirroring stops for the session's thread, and starts again for the next one.
+    /// The session's cap of mirrored rollout bytes (default 1 GiB; also `RETHREAD_MIRROR_CAP`):
+    /// past it mirroring stops for the session's thread, and starts again for the next one.
     #[arg(long, value_name = "BYTES", value_parser = rethread_runtime::parse_mirror_cap)]
     mirror_cap: Option<u64>,
     /// The message; `-` reads it from stdin.

@@ -254,7 +254,7 @@ async fn mirror_damage(
     Ok(None)
 }
 
-/// The cap (`RETHREAD_MIRROR_CAP`, else 64 MiB) and the sessions whose mirrors hold at least
+/// The cap (`RETHREAD_MIRROR_CAP`, else 1 GiB of rollout bytes) and the sessions whose mirrors hold at least
 /// 90 % of it, with their mirrored bytes; each is also said on stderr (a notice, also under
 /// `--json`): past the cap mirroring stops for their thread.
 async fn near_mirror_cap(store: &BindingStore) -> CliResult<(u64, Vec<(String, u64)>)> {

@@ -435,7 +435,7 @@ fn is_empty(matches: &ArgMatches, id: &str) -> bool {
 /// The session settings of `chat`, `app-server` and `exec`: `wait` for a session another
 /// process holds; the lease's TTL, `RETHREAD_LEASE_TTL` (seconds from 0.1 to 86400; unset or
 /// empty keeps the library's 30 s); the mirror ([`mirror`]) and its cap, `RETHREAD_MIRROR_CAP`
-/// (bytes; unset or empty keeps the library's 64 MiB).
+/// (rollout bytes; unset or empty keeps the library's 1 GiB).
 pub(crate) fn binder_options(wait: Duration, no_mirror: bool) -> Result<BinderOptions, UsageError> {
     const LEASE_TTL_ENV: &str = "RETHREAD_LEASE_TTL";
     let ttl = env_var(LEASE_TTL_ENV, "")?.map(|text| match text.parse::<f64>() {

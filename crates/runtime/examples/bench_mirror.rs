@@ -11,10 +11,21 @@
 //!    (`RolloutMirror::restore`: the record, every chunk, a temp file and a rename), beside a
 //!    plain copy of the same file (`std::fs::copy`), median of the samples.
 //!
+//! 3. A thread of `--big-mib N` MiB (default 512; 0 skips it) of codex-shaped JSONL
+//!    (`rethread_testkit::rollout`: tool output, prose, reasoning items with incompressible
+//!    `encrypted_content`, seeded), mirrored under the default cap: the store's bytes as a
+//!    share of the rollout's, the commit p50 of a 5 KB turn on it beside the same on a 1 MB
+//!    thread (alternating), and its restore into an empty home: time, and peak resident memory
+//!    above the process's baseline (`VmHWM` after `clear_refs` 5, minus `VmRSS` before).
+//!
+//! Every rollout byte appended is codex-shaped JSONL cut at a line end, never a repeated byte
+//! (the store compresses what it keeps: a repeated byte would cost nothing).
+//!
 //! Backends: SQLite and redb in a temp dir (`--dir PATH` to measure another filesystem), and
 //! PostgreSQL with `--postgres URL` (or `RETHREAD_BENCH_POSTGRES_URL`,
 //! `RETHREAD_TEST_POSTGRES_URL`). Flags: `--commits N` (per kind and size, default 200),
-//! `--samples N` (restores, default 7), `--turns 100,1000,5000`, `--restores-only`.
+//! `--samples N` (restores, default 7), `--turns 100,1000,5000`, `--restores-only`,
+//! `--big-mib N`, `--big-only` (part 3 alone).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -22,7 +33,9 @@ use std::time::{Duration, Instant};
 
 use rethread_runtime::binding::{commit_turn, TurnRows};
 use rethread_runtime::{RolloutMirror, Transcript};
-use rethread_store::{open_url, BindingStore, Durability, OpenOptions};
+use rethread_store::{
+    open_url, BindingStore, Durability, MirrorAppend, MirrorUpdate, OpenOptions, TurnCommit,
+};
 use serde_json::json;
 
 struct Args {
@@ -32,6 +45,8 @@ struct Args {
     dir: Option<PathBuf>,
     postgres: Option<String>,
     restores_only: bool,
+    big_mib: usize,
+    big_only: bool,
 }
 
 fn parse_args() -> Args {
@@ -41,6 +56,8 @@ fn parse_args() -> Args {
         turns: vec![100, 1000, 5000],
         dir: None,
         restores_only: false,
+        big_mib: 512,
+        big_only: false,
         postgres: std::env::var("RETHREAD_BENCH_POSTGRES_URL")
             .or_else(|_| std::env::var("RETHREAD_TEST_POSTGRES_URL"))
             .ok(),
@@ -60,24 +77,50 @@ fn parse_args() -> Args {
             "--dir" => args.dir = Some(PathBuf::from(value())),
             "--postgres" => args.postgres = Some(value()),
             "--restores-only" => args.restores_only = true,
+            "--big-mib" => args.big_mib = value().parse().expect("--big-mib N"),
+            "--big-only" => args.big_only = true,
             other => panic!("unknown flag {other}"),
         }
     }
     args
 }
 
-/// JSON lines of about `bytes` bytes in all (the shape of a rollout's records).
-fn lines(bytes: usize, tag: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes + 200);
-    let mut n = 0;
-    while out.len() < bytes {
-        let filler = "x".repeat(400);
-        let record = json!({"timestamp": "2026-12-01T10:00:00.000Z", "type": "response_item",
-                            "payload": {"type": "message", "tag": tag, "n": n, "text": filler}});
-        writeln!(out, "{record}").unwrap();
-        n += 1;
+/// Codex-shaped JSONL (`rethread_testkit::rollout`), handed out in pieces cut at line ends;
+/// 64 MiB generated once from a seed and reused from the start when used up (each piece is
+/// compressed on its own or with its neighbours, never with bytes 64 MiB away).
+struct Jsonl {
+    bytes: Vec<u8>,
+    at: usize,
+}
+
+impl Jsonl {
+    fn new(seed: u64) -> Self {
+        let mut rollout = rethread_testkit::rollout::Rollout::new(seed);
+        let mut bytes = rollout.meta();
+        while bytes.len() < 64 << 20 {
+            let size = 5_000 + (bytes.len() * 7919) % 55_000;
+            bytes.extend_from_slice(&rollout.turn(size));
+        }
+        Jsonl { bytes, at: 0 }
     }
-    out
+
+    /// The next whole lines of at least `size` bytes.
+    fn next(&mut self, size: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(size + 16_384);
+        while out.len() < size {
+            if self.at >= self.bytes.len() {
+                self.at = 0;
+            }
+            let want = (self.at + size - out.len()).min(self.bytes.len());
+            let end = match self.bytes[want..].iter().position(|&b| b == b'\n') {
+                Some(nl) => want + nl + 1,
+                None => self.bytes.len(),
+            };
+            out.extend_from_slice(&self.bytes[self.at..end]);
+            self.at = end;
+        }
+        out
+    }
 }
 
 fn append(path: &Path, bytes: &[u8]) {
@@ -111,7 +154,7 @@ async fn open(url: &str, durability: Durability) -> BindingStore {
 }
 
 /// Part 1 on one backend: the commit with and without the mirror, per delta size.
-async fn commits(name: &str, url: &str, args: &Args) {
+async fn commits(name: &str, url: &str, args: &Args, jsonl: &mut Jsonl) {
     let store = open(url, Durability::Durable).await;
     println!(
         "\n### {name}: a turn's commit, with and without the mirror ({} commits each)\n",
@@ -125,11 +168,10 @@ async fn commits(name: &str, url: &str, args: &Args) {
         let thread = format!("{session}-thread");
         let path = rollout_path(home.path(), &thread);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        append(&path, &lines(21_000, "meta"));
+        append(&path, &jsonl.next(21_000));
         // The unmirrored session's thread writes its rollout too (codex does either way).
         let plain_path = home.path().join("sessions/plain-rollout.jsonl");
         let mirror = RolloutMirror::with_cap(home.path(), u64::MAX);
-        let delta = lines(size, "turn");
         let rows = [
             json!({"role": "user", "text": "hello"}),
             json!({"role": "assistant", "text": "hi"}),
@@ -150,7 +192,10 @@ async fn commits(name: &str, url: &str, args: &Args) {
         // the machine's noise falls on both alike.
         for i in 0..args.commits * 2 {
             let mirrored = (i % 2 == 0) == (i % 4 < 2);
-            append(if mirrored { &path } else { &plain_path }, &delta);
+            append(
+                if mirrored { &path } else { &plain_path },
+                &jsonl.next(size),
+            );
             let (turn, out) = if mirrored {
                 (
                     TurnRows::new(&session, &thread, &rows).mirror(Some(&mirror)),
@@ -206,7 +251,7 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 }
 
 /// Part 2 on one backend: restoring rollouts of each length, beside a plain copy.
-async fn restores(name: &str, url: &str, args: &Args) {
+async fn restores(name: &str, url: &str, args: &Args, jsonl: &mut Jsonl) {
     // Built relaxed (the commits themselves are part 1's); read back as any store is.
     let store = open(url, Durability::Relaxed).await;
     println!(
@@ -215,8 +260,6 @@ async fn restores(name: &str, url: &str, args: &Args) {
     );
     println!("| turns | bytes | chunks | restore | with its own record read | of which reading the store | plain copy | restore / copy | open, home holds it |");
     println!("|---|---|---|---|---|---|---|---|---|");
-    let meta = lines(21_000, "meta");
-    let turn = lines(5_300, "turn");
     for &turns in &args.turns {
         let home = tempfile::tempdir().unwrap();
         let session = format!("restore-{name}-{turns}-{}", std::process::id());
@@ -225,9 +268,9 @@ async fn restores(name: &str, url: &str, args: &Args) {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         let mirror = RolloutMirror::with_cap(home.path(), u64::MAX);
         let rows = [json!({"role": "user", "text": "hello"})];
-        append(&path, &meta);
+        append(&path, &jsonl.next(21_000));
         for _ in 0..turns {
-            append(&path, &turn);
+            append(&path, &jsonl.next(5_300));
             commit_turn(
                 &store,
                 &Transcript::Store,
@@ -290,6 +333,205 @@ async fn restores(name: &str, url: &str, args: &Args) {
     }
 }
 
+/// A `/proc/self/status` figure in KiB (`VmRSS`, `VmHWM`); 0 where there is none.
+fn status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Resets the peak resident memory (`VmHWM`) to the current; whether the kernel allowed it.
+fn reset_peak() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// Part 3 on one backend: a thread of `args.big_mib` MiB.
+async fn big(name: &str, url: &str, args: &Args, jsonl: &mut Jsonl) {
+    let store = open(url, Durability::Durable).await;
+    let home = tempfile::tempdir().unwrap();
+    let session = format!("big-{name}-{}", std::process::id());
+    let thread = format!("{session}-thread");
+    let path = rollout_path(home.path(), &thread);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let target = (args.big_mib as u64) << 20;
+    let mut written = 0u64;
+    append(&path, &jsonl.next(21_000));
+    while written < target {
+        let piece = jsonl.next(8 << 20);
+        written += piece.len() as u64;
+        append(&path, &piece);
+    }
+    let bytes = std::fs::metadata(&path).unwrap().len();
+    // The default cap: a thread of this size is mirrored whole.
+    let mirror = RolloutMirror::new(home.path());
+    let rows = [json!({"role": "user", "text": "hello"})];
+    let started = Instant::now();
+    let committed = commit_turn(
+        &store,
+        &Transcript::Store,
+        None,
+        commit_turn_rows(&session, &thread, &rows, &mirror),
+    )
+    .await
+    .unwrap();
+    let first = started.elapsed();
+    assert_eq!(committed.mirror, rethread_runtime::MirrorReport::Written);
+    let record = store.session(&session).await.unwrap().unwrap();
+    let file_path = record.mirror.files[0].path.clone();
+    let stored =
+        rethread_store::conformance::stored_mirror_bytes(&store, &session, &thread, &file_path)
+            .await;
+
+    // A 1 MB thread beside it, its 5 KB turns alternating with the big thread's.
+    let small_home = tempfile::tempdir().unwrap();
+    let small = format!("{session}-1mb");
+    let small_thread = format!("{small}-thread");
+    let small_path = rollout_path(small_home.path(), &small_thread);
+    std::fs::create_dir_all(small_path.parent().unwrap()).unwrap();
+    append(&small_path, &jsonl.next(1_000_000));
+    let small_mirror = RolloutMirror::new(small_home.path());
+    commit_turn(
+        &store,
+        &Transcript::Store,
+        None,
+        commit_turn_rows(&small, &small_thread, &rows, &small_mirror),
+    )
+    .await
+    .unwrap();
+    let (mut on_big, mut on_small) = (Vec::new(), Vec::new());
+    for i in 0..args.commits * 2 {
+        let is_big = (i % 2 == 0) == (i % 4 < 2);
+        let (p, s, t, m, out) = match is_big {
+            true => (&path, &session, &thread, &mirror, &mut on_big),
+            false => (
+                &small_path,
+                &small,
+                &small_thread,
+                &small_mirror,
+                &mut on_small,
+            ),
+        };
+        append(p, &jsonl.next(5_000));
+        let started = Instant::now();
+        let committed = commit_turn(
+            &store,
+            &Transcript::Store,
+            None,
+            commit_turn_rows(s, t, &rows, m),
+        )
+        .await
+        .unwrap();
+        out.push(started.elapsed());
+        assert_eq!(committed.mirror, rethread_runtime::MirrorReport::Written);
+    }
+    on_big.sort();
+    on_small.sort();
+    let (b50, s50) = (percentile(&on_big, 0.5), percentile(&on_small, 0.5));
+    // The store's part alone: the same appends as `BindingStore::commit_turn` calls, without
+    // the runtime's check of the local file (which sums the file's mirrored start).
+    let (store_big, store_small) = store_commits(
+        &store,
+        [(&session, &thread), (&small, &small_thread)],
+        args,
+        jsonl,
+    )
+    .await;
+
+    // Restores into empty homes, from the record an open has read.
+    let record = store.session(&session).await.unwrap().unwrap();
+    let bytes_now = record.mirror.files[0].len;
+    let mut times = Vec::new();
+    let mut peaks = Vec::new();
+    let mut peak_reset = true;
+    for _ in 0..args.samples.clamp(1, 3) {
+        let target = tempfile::tempdir().unwrap();
+        let restorer = RolloutMirror::new(target.path());
+        settle();
+        let baseline = status_kib("VmRSS");
+        peak_reset &= reset_peak();
+        let started = Instant::now();
+        let restored = restorer
+            .restore_from(&store, &record, &thread)
+            .await
+            .unwrap();
+        times.push(started.elapsed());
+        peaks.push(status_kib("VmHWM").saturating_sub(baseline));
+        assert_eq!(restored.written.len(), 1);
+        let restored = rollout_path(target.path(), &thread);
+        assert_eq!(std::fs::metadata(&restored).unwrap().len(), bytes_now);
+    }
+    let peak = peaks.iter().max().copied().unwrap_or(0);
+    println!(
+        "| {name} | {:.1} MiB | {:.1} MiB ({:.1}%) | {:.1} s | {:.2} / {:.2} ms ({:+.2}) | {:.2} / {:.2} ms ({:+.2}) | {:.2} s | {:.1} MiB{} |",
+        bytes as f64 / 1048576.0,
+        stored as f64 / 1048576.0,
+        stored as f64 * 100.0 / bytes as f64,
+        first.as_secs_f64(),
+        ms(b50),
+        ms(s50),
+        ms(b50) - ms(s50),
+        ms(store_big),
+        ms(store_small),
+        ms(store_big) - ms(store_small),
+        median(times).as_secs_f64(),
+        peak as f64 / 1024.0,
+        if peak_reset { "" } else { " (VmHWM not reset: peak since start)" }
+    );
+    store.close().await;
+}
+
+/// `args.commits` 5 KB appends to each of two mirrored sessions, alternating, committed
+/// straight through the store; the p50 of each.
+async fn store_commits(
+    store: &BindingStore,
+    sessions: [(&str, &str); 2],
+    args: &Args,
+    jsonl: &mut Jsonl,
+) -> (Duration, Duration) {
+    let mut files = Vec::new();
+    for (session, thread) in sessions {
+        let record = store.session(session).await.unwrap().unwrap();
+        let file = record.mirror.files_of(thread).next().unwrap().clone();
+        files.push((session, thread, file.path, file.len, file.crc32, Vec::new()));
+    }
+    let rows = [json!({"role": "user", "text": "hello"})];
+    for i in 0..args.commits * 2 {
+        let which = usize::from((i % 2 == 0) != (i % 4 < 2));
+        let (session, thread, path, len, crc, times) = &mut files[which];
+        let delta = jsonl.next(5_000);
+        let (new_len, new_crc) = (
+            *len + delta.len() as u64,
+            rethread_store::crc32_extend(*crc, *len, &delta),
+        );
+        let append = MirrorAppend::extend(path.clone(), *len, *crc, delta);
+        let commit = TurnCommit::new(*session, *thread, rows.to_vec())
+            .mirror(Some(MirrorUpdate::new(vec![append])));
+        let started = Instant::now();
+        store.commit_turn(commit).await.unwrap();
+        times.push(started.elapsed());
+        (*len, *crc) = (new_len, new_crc);
+    }
+    let mut p50 = files.into_iter().map(|f| {
+        let mut times = f.5;
+        times.sort();
+        percentile(&times, 0.5)
+    });
+    (p50.next().unwrap(), p50.next().unwrap())
+}
+
+/// A turn's two rows, mirrored by `mirror`.
+fn commit_turn_rows<'a>(
+    session: &'a str,
+    thread: &'a str,
+    rows: &'a [serde_json::Value],
+    mirror: &'a RolloutMirror,
+) -> TurnRows<'a> {
+    TurnRows::new(session, thread, rows).mirror(Some(mirror))
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args = parse_args();
@@ -318,10 +560,31 @@ async fn main() {
         "rethread bench mirror: durable commits; stores under {}",
         dir.path().display()
     );
-    if !args.restores_only {
+    let mut jsonl = Jsonl::new(39);
+    if !args.restores_only && !args.big_only {
         for (name, url) in &backends {
-            commits(name, url, &args).await;
+            commits(name, url, &args, &mut jsonl).await;
         }
+    }
+    if args.big_mib > 0 && !args.restores_only {
+        println!(
+            "\n### A thread of {} MiB of codex-shaped JSONL ({} 5 KB turns on it and on a 1 MB thread, alternating)\n",
+            args.big_mib, args.commits
+        );
+        println!("| backend | rollout | stored | first commit (whole file) | 5 KB turn p50 through the runtime, big / 1 MB thread (difference) | the store alone, big / 1 MB (difference) | restore (median) | restore peak RSS above baseline |");
+        println!("|---|---|---|---|---|---|---|---|");
+        for (name, url) in &backends {
+            let big_url = url.replace("bench.", "big.");
+            let big_url = if name == "PostgreSQL" {
+                format!("{big_url}_big")
+            } else {
+                big_url
+            };
+            big(name, &big_url, &args, &mut jsonl).await;
+        }
+    }
+    if args.big_only {
+        return;
     }
     for (name, url) in &backends {
         let restore_url = url.replace("bench.", "restore.");
@@ -330,6 +593,6 @@ async fn main() {
         } else {
             restore_url
         };
-        restores(name, &restore_url, &args).await;
+        restores(name, &restore_url, &args, &mut jsonl).await;
     }
 }

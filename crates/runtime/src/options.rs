@@ -30,7 +30,7 @@ pub fn mirror_setting(value: Option<&std::ffi::OsStr>) -> Result<bool, String> {
 pub const MIRROR_CAP_ENV: &str = "RETHREAD_MIRROR_CAP";
 
 /// Reads a [`MIRROR_CAP_ENV`] value: unset or empty is the default cap
-/// ([`DEFAULT_MIRROR_CAP`], 64 MiB); else as [`parse_mirror_cap`] reads it; anything else is
+/// ([`DEFAULT_MIRROR_CAP`], 1 GiB of rollout bytes); else as [`parse_mirror_cap`] reads it; anything else is
 /// an error naming the variable and the value (the CLI refuses it, exit 2).
 pub fn mirror_cap_setting(value: Option<&std::ffi::OsStr>) -> Result<u64, String> {
     let Some(value) = value.filter(|v| !v.is_empty()) else {
@@ -99,7 +99,8 @@ pub struct BinderOptions {
     /// value it cannot read leaves it on), and without a `codex_home`.
     pub mirror: bool,
     /// The session's cap of mirrored bytes: past it mirroring stops for the session's thread
-    /// (its successor is mirrored again). Default 64 MiB, or [`MIRROR_CAP_ENV`] when the
+    /// (its successor is mirrored again). It counts rollout bytes, as codex wrote them (the
+    /// store keeps them compressed). Default 1 GiB, or [`MIRROR_CAP_ENV`] when the
     /// options are built (a value it cannot read leaves the default).
     pub mirror_cap: u64,
 }

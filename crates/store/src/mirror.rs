@@ -3,19 +3,23 @@
 //! rules: [`BindingStore::commit_turn`](crate::BindingStore::commit_turn)).
 //!
 //! Per (session, thread, path relative to `CODEX_HOME`) the store keeps the file's bytes as
-//! chunks, raw (a commit stays a plain append and a restore a plain read; compression figures
-//! in `docs/benchmarks.md`), and in the session record its [`MirroredFile`] (length, CRC-32,
-//! chunk lengths): all a writer needs to compute the next append. A commit merges the newest chunks while the
-//! one before the last is no longer than the last (up to 1 MiB), like a binary counter: a file
-//! of n appends is O(log n) small chunks after its full ones, and a commit rewrites on average
-//! a few times its own delta. CRC-32 is enough: it guards against an accident (a writer whose
+//! chunks of up to 1 MiB of rollout bytes, each stored as one zstd frame (`logic::codec`, the
+//! one place every engine's chunks pass through; stores written before compression keep
+//! their raw chunks, see [`MirroredFile::compressed_from`]), and in the session record its
+//! [`MirroredFile`] (length, CRC-32, chunk lengths, all of rollout bytes): all a writer needs
+//! to compute the next append. A commit merges the newest chunks while the one before the last
+//! is no longer than the last (up to 1 MiB), like a binary counter: a file of n appends is
+//! O(log n) small chunks after its full ones, and a commit rewrites (decompresses and
+//! compresses again) on average a few times its own delta. CRC-32 is enough: it guards against an accident (a writer whose
 //! idea of the file is stale, a local copy that diverged), not an adversary; the new CRC is
 //! combined from the old one and the appended bytes', without reading what is stored.
 
 use serde::{Deserialize, Serialize};
 
-/// The default per-session cap of mirrored bytes: past it mirroring stops for the session.
-pub const DEFAULT_MIRROR_CAP: u64 = 64 * 1024 * 1024;
+/// The default per-session cap of mirrored bytes (1 GiB of rollout bytes, as codex wrote
+/// them, not of what the store keeps of them compressed): past it mirroring stops for the
+/// session. Sized for the longest sessions users report (rollouts of 92 MiB to 765 MiB).
+pub const DEFAULT_MIRROR_CAP: u64 = 1024 * 1024 * 1024;
 
 /// The largest chunk a store writes: a longer append is split, and chunks are merged up to it.
 pub(crate) const MAX_CHUNK: usize = 1024 * 1024;
@@ -33,14 +37,27 @@ pub struct MirroredFile {
     pub len: u64,
     /// The CRC-32 of all its bytes.
     pub crc32: u32,
-    /// The length of each chunk that holds it, in order (chunks are numbered from 0).
+    /// The length of each chunk that holds it, in order (chunks are numbered from 0): its
+    /// rollout bytes, whatever the store keeps of them.
     pub chunk_lens: Vec<u64>,
+    /// The first chunk stored compressed: every chunk from it on is a zstd frame, every one
+    /// before it the rollout's bytes as they are. `None` (absent from a record written before
+    /// compression): every chunk is raw. A file written since is compressed from chunk 0; an
+    /// older file keeps its raw chunks and compresses what is appended (and the newest chunks
+    /// it merges).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compressed_from: Option<u64>,
 }
 
 impl MirroredFile {
     /// How many chunks hold it.
     pub fn chunks(&self) -> u64 {
         self.chunk_lens.len() as u64
+    }
+
+    /// Whether chunk `seq` is stored compressed.
+    pub fn is_compressed(&self, seq: u64) -> bool {
+        self.compressed_from.is_some_and(|first| seq >= first)
     }
 }
 
@@ -181,7 +198,8 @@ pub struct MirrorChunk {
     pub path: String,
     /// The chunk's position in its file.
     pub seq: u64,
-    /// Its bytes.
+    /// Its rollout bytes (never the store's compressed form: an export is portable between
+    /// stores and checked against its record's lengths and CRC-32).
     pub bytes: Vec<u8>,
 }
 

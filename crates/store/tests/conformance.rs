@@ -50,3 +50,26 @@ async fn url_opened_stores_conform() {
     conformance::commit_publishes_binding(&store).await;
     conformance::many_sessions_commit_at_once(&store).await;
 }
+
+/// Mirror chunks are stored compressed on every backend: a realistic rollout costs at most
+/// 35% of its bytes in the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_backend_stores_a_realistic_rollout_compressed() {
+    // testkit's codex-shaped JSONL (tool output, prose, reasoning with incompressible
+    // `encrypted_content`), about 3 MiB in turns of 5 to 60 KB.
+    let turns = rethread_testkit::rollout::turns(39, 3 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let relaxed = || OpenOptions::new().durability(rethread_store::Durability::Relaxed);
+    let stores = [
+        BindingStore::memory(),
+        BindingStore::redb(dir.path().join("share.redb"), relaxed())
+            .await
+            .unwrap(),
+        BindingStore::sqlite(dir.path().join("share.sqlite"), relaxed())
+            .await
+            .unwrap(),
+    ];
+    for store in &stores {
+        conformance::mirror_keeps_a_share_of_a_realistic_rollout(store, &turns).await;
+    }
+}

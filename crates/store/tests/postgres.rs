@@ -77,6 +77,20 @@ async fn postgres_store_conforms() {
     conformance::run_all(&shared, &clock).await;
 }
 
+/// Mirror chunks are stored compressed on PostgreSQL too: a realistic codex rollout (testkit's
+/// generator, about 3 MiB in turns of 5 to 60 KB) costs at most 35% of its bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_store_keeps_a_realistic_rollout_compressed() {
+    let Some(url) = fresh_url("mirror_share") else {
+        return;
+    };
+    let store = BindingStore::postgres(&url, OpenOptions::new())
+        .await
+        .unwrap();
+    let turns = rethread_testkit::rollout::turns(39, 3 << 20);
+    conformance::mirror_keeps_a_share_of_a_realistic_rollout(&store, &turns).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_url_takes_postgres_urls_and_migrates_once() {
     let Some(url) = fresh_url("open_url") else {

@@ -21,10 +21,26 @@ fn rollout(thread: &str) -> String {
 fn turn(session: &str, text: &str, size: usize) -> TurnCommit {
     let thread = format!("{session}-t");
     let pad = "x".repeat(size / 2);
-    let line = format!("{{\"text\":\"{text} {pad}\"}}\n").into_bytes();
+    // The store compresses its mirror: random bytes keep the mirror its size on disk.
+    let mut line = format!("{{\"text\":\"{text} ").into_bytes();
+    line.extend(noise(session, size / 2));
+    line.extend_from_slice(b"\"}\n");
     let rows = vec![json!({"role": "user", "text": format!("{text} {pad}")})];
     let mirror = MirrorUpdate::new(vec![MirrorAppend::whole(rollout(&thread), line)]);
     TurnCommit::new(session, thread, rows).mirror(Some(mirror))
+}
+
+/// `len` pseudo-random bytes seeded by `seed` (incompressible).
+fn noise(seed: &str, len: usize) -> Vec<u8> {
+    let mut x = crc32fast::hash(seed.as_bytes()) as u64 | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
 }
 
 /// Every file of the store (the file itself and SQLite's `-wal`), read whole.

@@ -24,6 +24,7 @@ pub mod postgres;
 pub mod real;
 pub mod releases;
 pub mod responses;
+pub mod rollout;
 pub mod strategies;
 
 pub use releases::{recent_releases, supported_releases, CURRENT, FLOOR, PREVIOUS, SUPPORTED};

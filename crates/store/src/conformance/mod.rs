@@ -19,6 +19,7 @@
 mod bindings;
 mod leases;
 mod mirror;
+mod mirror_format;
 mod model;
 mod retention;
 mod sessions;
@@ -49,6 +50,10 @@ pub use mirror::{
     mirror_refuses_an_append_that_does_not_extend,
     mirror_starts_again_for_the_thread_replacing_a_capped_one, mirror_stops_past_the_cap,
     mirror_travels_with_the_session,
+};
+pub use mirror_format::{
+    mirror_chunk_that_does_not_decode_is_corrupt, mirror_keeps_a_share_of_a_realistic_rollout,
+    mirror_reads_raw_chunks_written_before_compression, stored_mirror_bytes,
 };
 pub use model::{op_strategy, random_ops_match_model, Op};
 pub use retention::{
@@ -151,6 +156,8 @@ pub async fn run_mirror(store: &BindingStore) {
     mirror_of_a_refused_commit_is_not_written(store).await;
     mirror_travels_with_the_session(store).await;
     mirror_merges_its_newest_chunks(store).await;
+    mirror_reads_raw_chunks_written_before_compression(store).await;
+    mirror_chunk_that_does_not_decode_is_corrupt(store).await;
 }
 
 /// Runs every lease scenario, in order, on `store`.

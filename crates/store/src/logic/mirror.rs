@@ -1,6 +1,9 @@
 //! The rules of the rollout mirror (see `crate::mirror`): what a commit does with its
 //! [`MirrorUpdate`], decided before anything is written, and the checks of a stored file.
 
+use std::ops::Range;
+
+use super::codec::{self, Decoder};
 use super::{FileKey, ReadTxn, WriteTxn};
 use crate::mirror::MAX_CHUNK;
 use crate::Result;
@@ -133,25 +136,31 @@ pub(crate) fn write(
                 let at = files
                     .iter()
                     .position(|f| f.thread_id == thread_id && f.path == w.path);
-                let mut lens = match at {
-                    Some(at) if !w.replace => std::mem::take(&mut files[at].chunk_lens),
+                let (mut lens, compressed_from) = match at {
+                    Some(at) if !w.replace => (
+                        std::mem::take(&mut files[at].chunk_lens),
+                        files[at].compressed_from,
+                    ),
                     Some(_) => {
                         txn.remove_chunks(chunks, 0)?;
-                        Vec::new()
+                        (Vec::new(), None)
                     }
-                    None => Vec::new(),
+                    None => (Vec::new(), None),
                 };
+                // New chunks are compressed; a file stored raw before keeps its raw chunks.
+                let mut compressed_from = compressed_from.unwrap_or(lens.len() as u64);
                 for piece in w.bytes.chunks(MAX_CHUNK) {
-                    txn.put_chunk(chunks, lens.len() as u64, piece)?;
+                    txn.put_chunk(chunks, lens.len() as u64, &encode(piece)?)?;
                     lens.push(piece.len() as u64);
                 }
-                merge_tail(txn, chunks, &mut lens)?;
+                merge_tail(txn, chunks, &mut lens, &mut compressed_from)?;
                 let file = MirroredFile {
                     thread_id: thread_id.to_string(),
                     path: w.path.to_string(),
                     len: w.len,
                     crc32: w.crc32,
                     chunk_lens: lens,
+                    compressed_from: Some(compressed_from),
                 };
                 match at {
                     Some(at) => files[at] = file,
@@ -164,36 +173,109 @@ pub(crate) fn write(
     }
 }
 
+/// The stored form of a chunk's rollout bytes ([`codec::encode`]).
+fn encode(raw: &[u8]) -> Result<Vec<u8>> {
+    codec::encode(raw).map_err(StoreError::Internal)
+}
+
 /// Merges a file's newest chunks while the one before the last is no longer than the last and
 /// both fit in one chunk (see `crate::mirror`): the file stays a few dozen chunks, whatever
-/// its number of appends.
-fn merge_tail(txn: &mut dyn WriteTxn, file: FileKey<'_>, lens: &mut Vec<u64>) -> Result<()> {
+/// its number of appends. The merged chunk is compressed, whatever its halves were.
+fn merge_tail(
+    txn: &mut dyn WriteTxn,
+    file: FileKey<'_>,
+    lens: &mut Vec<u64>,
+    compressed_from: &mut u64,
+) -> Result<()> {
     while let [.., before, last] = lens[..] {
         if before > last || before + last > MAX_CHUNK as u64 {
             return Ok(());
         }
         let at = lens.len() as u64 - 2;
         let mut merged = Vec::with_capacity((before + last) as usize);
-        txn.load_chunks(file, at..at + 2, &mut |_, bytes| {
-            merged.extend_from_slice(bytes);
-            Ok(())
-        })?;
-        if merged.len() as u64 != before + last {
-            return Err(StoreError::corrupt(
+        let found = read_chunks(
+            txn,
+            file,
+            lens,
+            Some(*compressed_from),
+            at..at + 2,
+            &mut |raw| {
+                merged.extend_from_slice(raw);
+                Ok(())
+            },
+        )?;
+        if found != 2 {
+            return Err(damaged(
                 txn.label(),
-                format!(
-                    "chunks {at} and {} of the mirror of {} are not what their session records",
-                    at + 1,
-                    file.path
-                ),
+                file,
+                format!("chunks {at} and {} are not both stored", at + 1),
             ));
         }
         txn.remove_chunks(file, at)?;
-        txn.put_chunk(file, at, &merged)?;
+        txn.put_chunk(file, at, &encode(&merged)?)?;
         lens.pop();
         *lens.last_mut().expect("two chunks") = before + last;
+        *compressed_from = (*compressed_from).min(at);
     }
     Ok(())
+}
+
+/// Damage to the mirror of `file`, as errors name it.
+fn damaged(label: &str, file: FileKey<'_>, detail: String) -> StoreError {
+    StoreError::corrupt(
+        label,
+        format!(
+            "mirror of {} (thread {}, session {}): {detail}",
+            file.path, file.thread_id, file.session_id
+        ),
+    )
+}
+
+/// Hands `sink` the rollout bytes of chunks `range` of a stored file whose chunks hold `lens`
+/// bytes each, decoded one at a time (chunks from `compressed_from` on are compressed) and
+/// checked: each is the next in order and of its recorded length, else `Corrupt`. Returns how
+/// many chunks were stored: a caller that expects them all checks the count.
+fn read_chunks(
+    txn: &mut dyn ReadTxn,
+    file: FileKey<'_>,
+    lens: &[u64],
+    compressed_from: Option<u64>,
+    range: Range<u64>,
+    sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<u64> {
+    let label = txn.label().to_string();
+    let (start, mut next) = (range.start, range.start);
+    let mut decoder = Decoder::new();
+    txn.load_chunks(file, range, &mut |seq, stored| {
+        if seq != next {
+            return Err(damaged(
+                &label,
+                file,
+                format!("chunk {next} reads as chunk {seq}"),
+            ));
+        }
+        let Some(&want) = lens.get(seq as usize) else {
+            return Err(damaged(
+                &label,
+                file,
+                format!("chunk {seq} is not recorded"),
+            ));
+        };
+        let compressed = compressed_from.is_some_and(|first| seq >= first);
+        let raw = decoder
+            .decode(compressed, stored, want)
+            .map_err(|detail| damaged(&label, file, format!("chunk {seq} {detail}")))?;
+        if raw.len() as u64 != want {
+            return Err(damaged(
+                &label,
+                file,
+                format!("chunk {seq} holds {} bytes, {want} recorded", raw.len()),
+            ));
+        }
+        next += 1;
+        sink(raw)
+    })?;
+    Ok(next - start)
 }
 
 fn key<'a>(session_id: &'a str, file: &'a MirroredFile) -> FileKey<'a> {
@@ -216,61 +298,46 @@ pub(crate) fn drop_thread(
     Ok(())
 }
 
-/// Hands `sink` a stored file's chunks in order, checked: they are exactly `0..chunks`, each
-/// of its recorded length, and together of the file's length and CRC-32. Anything else is
-/// damage (`Corrupt`), found at the chunk that shows it, or at the end for the CRC-32: a
-/// sink must not act on what it was handed until this returns `Ok`.
+/// Hands `sink` a stored file's rollout bytes chunk by chunk, in order, checked: they are
+/// exactly `0..chunks`, each decoded to its recorded length, and together of the file's length
+/// and CRC-32. Anything else is damage (`Corrupt`), found at the chunk that shows it, or at
+/// the end for the CRC-32: a sink must not act on what it was handed until this returns `Ok`.
+/// One chunk is held at a time, never the file.
 pub(crate) fn stream_file(
     txn: &mut dyn ReadTxn,
     session_id: &str,
     file: &MirroredFile,
     sink: &mut dyn FnMut(&[u8]) -> Result<()>,
 ) -> Result<()> {
-    let label = txn.label().to_string();
-    let damaged = |detail: String| {
-        StoreError::corrupt(
-            &label,
-            format!(
-                "mirror of {} (thread {}, session {session_id}): {detail}",
-                file.path, file.thread_id
-            ),
-        )
-    };
-    let (mut found, mut len) = (0, 0u64);
+    let chunks = key(session_id, file);
+    let mut len = 0u64;
     // Summed chunk by chunk while each is in the cache, not in a second pass over the file.
     let mut crc = crc32fast::Hasher::new();
-    txn.load_chunks(
-        key(session_id, file),
+    let lens = &file.chunk_lens;
+    let found = read_chunks(
+        txn,
+        chunks,
+        lens,
+        file.compressed_from,
         0..file.chunks(),
-        &mut |seq, chunk| {
-            if seq != found as u64 {
-                return Err(damaged(format!("chunk {found} reads as chunk {seq}")));
-            }
-            if file.chunk_lens.get(found) != Some(&(chunk.len() as u64)) {
-                return Err(damaged(format!(
-                    "chunk {found} holds {} bytes, {:?} recorded",
-                    chunk.len(),
-                    file.chunk_lens.get(found)
-                )));
-            }
-            crc.update(chunk);
-            (found, len) = (found + 1, len + chunk.len() as u64);
-            sink(chunk)
+        &mut |raw| {
+            crc.update(raw);
+            len += raw.len() as u64;
+            sink(raw)
         },
     )?;
-    if found as u64 != file.chunks() || len != file.len {
-        return Err(damaged(format!(
+    if found != file.chunks() || len != file.len {
+        let detail = format!(
             "{len} bytes in {found} chunks stored; {} bytes in {} chunks recorded",
             file.len,
             file.chunks()
-        )));
+        );
+        return Err(damaged(txn.label(), chunks, detail));
     }
     let crc = crc.finalize();
     if crc != file.crc32 {
-        return Err(damaged(format!(
-            "CRC-32 {crc:08x}, {:08x} recorded",
-            file.crc32
-        )));
+        let detail = format!("CRC-32 {crc:08x}, {:08x} recorded", file.crc32);
+        return Err(damaged(txn.label(), chunks, detail));
     }
     Ok(())
 }
@@ -293,6 +360,28 @@ pub(crate) fn export(txn: &mut dyn ReadTxn, record: &SessionRecord) -> Result<Ve
         })?;
     }
     Ok(out)
+}
+
+/// Writes an export's chunks (rollout bytes, checked by [`check_export`]) in the form its
+/// record names for each: compressed from the file's `compressed_from` on, raw before.
+pub(crate) fn import(
+    txn: &mut dyn WriteTxn,
+    record: &SessionRecord,
+    chunks: &[MirrorChunk],
+) -> Result<()> {
+    for chunk in chunks {
+        let file = FileKey::new(&record.session_id, &chunk.thread_id, &chunk.path);
+        let compressed = record
+            .mirror
+            .files_of(&chunk.thread_id)
+            .find(|f| f.path == chunk.path)
+            .is_some_and(|f| f.is_compressed(chunk.seq));
+        match compressed {
+            true => txn.put_chunk(file, chunk.seq, &encode(&chunk.bytes)?)?,
+            false => txn.put_chunk(file, chunk.seq, &chunk.bytes)?,
+        }
+    }
+    Ok(())
 }
 
 /// Checks that an export's chunks are exactly its record's files, each consistent.

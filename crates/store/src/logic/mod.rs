@@ -8,6 +8,7 @@
 //! refused operation leaves the transaction untouched and the other operations of the same
 //! group commit can still commit.
 
+pub(crate) mod codec;
 mod leases;
 pub(crate) mod mirror;
 pub(crate) mod prune;

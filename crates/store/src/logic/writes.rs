@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::{Map, Value};
 
 use super::leases::{check_grant, Grant};
-use super::{check_id, check_record, load_session, merge_patch, mirror, FileKey, WriteTxn};
+use super::{check_id, check_record, load_session, merge_patch, mirror, WriteTxn};
 use crate::Result;
 use crate::{
     Binding, BindingState, CommitOutcome, Fallback, Fence, GivenUp, ImportOutcome, Retirement,
@@ -286,10 +286,7 @@ pub(crate) fn import(
     if existing.is_none() {
         let bodies: Vec<Value> = export.rows.iter().map(|r| r.body.clone()).collect();
         txn.put_rows(session_id, 0, &bodies)?;
-        for chunk in &export.mirror {
-            let file = FileKey::new(session_id, &chunk.thread_id, &chunk.path);
-            txn.put_chunk(file, chunk.seq, &chunk.bytes)?;
-        }
+        mirror::import(txn, record, &export.mirror)?;
     }
     // Present already: an older rethread imported it, claiming only the threads its record
     // names.
