@@ -5,7 +5,8 @@
 
 use serde::de::DeserializeOwned;
 
-use super::SqlRow;
+use super::Param::{Int, OptInt, OptText, Text};
+use super::{Param, SqlRow};
 use crate::checksum::Checksum;
 use crate::error::to_json;
 use crate::logic::{check_record, Grant, GrantState};
@@ -40,6 +41,21 @@ impl RecordColumns {
             updated_at_ms: record.updated_at_ms,
             mirror: to_json(&record.mirror)?,
         })
+    }
+
+    /// The row's values, in [`RecordColumns::ALL`]'s order.
+    pub(crate) fn params(&self) -> Vec<Param<'_>> {
+        let c = self;
+        vec![
+            Text(&c.session_id),
+            Text(&c.model_config),
+            Text(&c.state),
+            Int(c.row_count),
+            Text(&c.retired_threads),
+            Int(c.created_at_ms),
+            Int(c.updated_at_ms),
+            Text(&c.mirror),
+        ]
     }
 
     /// The columns of `row`, from its first.
@@ -143,6 +159,24 @@ impl LeaseColumns {
                 GrantState::Forgotten => 2,
             },
         }
+    }
+
+    /// The row's values, in [`LeaseColumns::ALL`]'s order.
+    pub(crate) fn params(&self) -> Vec<Param<'_>> {
+        let c = self;
+        vec![
+            Text(&c.session_id),
+            Text(&c.host),
+            Int(c.pid),
+            Int(c.started_at_ms),
+            Int(c.instance),
+            Int(c.acquired_at_ms),
+            Int(c.expires_at_ms),
+            Int(c.fence),
+            OptText(c.process_space.as_deref()),
+            OptInt(c.process_start),
+            Int(c.state),
+        ]
     }
 
     /// The columns of `row`, from its first.

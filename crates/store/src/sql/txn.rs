@@ -28,6 +28,11 @@ fn int(n: u64) -> i64 {
     n.min(i64::MAX as u64) as i64
 }
 
+/// The key columns of a mirrored file's chunks, the first placeholders of its statements.
+fn keyed(file: FileKey<'_>) -> Vec<Param<'_>> {
+    vec![Text(file.session_id), Text(file.thread_id), Text(file.path)]
+}
+
 impl<'l, C: SqlConn> SqlTxn<'l, C> {
     pub(crate) fn new(conn: C, label: &'l str) -> Self {
         SqlTxn {
@@ -42,16 +47,9 @@ impl<'l, C: SqlConn> SqlTxn<'l, C> {
         &mut self,
         statement: Stmt,
         params: &[Param<'_>],
-        read: impl FnOnce(&dyn SqlRow) -> Result<T>,
+        read: impl FnMut(&dyn SqlRow) -> Result<T>,
     ) -> Result<Option<T>> {
-        let (mut read, mut found) = (Some(read), None);
-        self.conn.query(statement, params, &mut |row| {
-            if let Some(read) = read.take() {
-                found = Some(read(row)?);
-            }
-            Ok(())
-        })?;
-        Ok(found)
+        Ok(self.all(statement, params, read)?.into_iter().next())
     }
 
     /// Every row `statement` selects, read by `read`.
@@ -69,17 +67,22 @@ impl<'l, C: SqlConn> SqlTxn<'l, C> {
         Ok(found)
     }
 
-    /// Runs `statement` on `params` and, with the checksum codec, `sum()` after them.
+    /// The checksum codec's part of a row written: `sum()` after the row's `params`.
+    fn seal(params: &mut Vec<Param<'_>>, sum: impl FnOnce() -> i64) {
+        if C::DIALECT.checksums {
+            params.push(Int(sum()));
+        }
+    }
+
+    /// Runs `statement` on `params`, sealed with `sum()`.
     fn write(
         &mut self,
         statement: Stmt,
         mut params: Vec<Param<'_>>,
         sum: impl FnOnce() -> i64,
-    ) -> Result<u64> {
-        if C::DIALECT.checksums {
-            params.push(Int(sum()));
-        }
-        self.conn.execute(statement, &params)
+    ) -> Result<()> {
+        Self::seal(&mut params, sum);
+        self.conn.execute(statement, &params).map(drop)
     }
 
     /// The checksum codec's check of a row read: its column `at` must be `sum()`.
@@ -186,18 +189,8 @@ impl<C: SqlConn> ReadTxn for SqlTxn<'_, C> {
 
     fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>, each: ChunkSink) -> Result<()> {
         let label = self.label;
-        let FileKey {
-            session_id,
-            thread_id,
-            path,
-        } = file;
-        let params = [
-            Text(session_id),
-            Text(thread_id),
-            Text(path),
-            Int(int(range.start)),
-            Int(int(range.end)),
-        ];
+        let mut params = keyed(file);
+        params.extend([Int(int(range.start)), Int(int(range.end))]);
         self.conn.query(Stmt::Chunks, &params, &mut |r| {
             // Borrowed from the driver's buffer, valid until the next row.
             let (seq, bytes) = (r.int(0)?, r.bytes(1)?);
@@ -219,18 +212,7 @@ impl<C: SqlConn> ReadTxn for SqlTxn<'_, C> {
 impl<C: SqlConn> WriteTxn for SqlTxn<'_, C> {
     fn put(&mut self, record: &SessionRecord) -> Result<()> {
         let c = &RecordColumns::of(record)?;
-        let params = vec![
-            Text(&c.session_id),
-            Text(&c.model_config),
-            Text(&c.state),
-            Int(c.row_count),
-            Text(&c.retired_threads),
-            Int(c.created_at_ms),
-            Int(c.updated_at_ms),
-            Text(&c.mirror),
-        ];
-        self.write(Stmt::Put, params, || c.checksum())?;
-        Ok(())
+        self.write(Stmt::Put, c.params(), || c.checksum())
     }
 
     fn put_rows(&mut self, session_id: &str, first_seq: u64, bodies: &[Value]) -> Result<()> {
@@ -241,8 +223,7 @@ impl<C: SqlConn> WriteTxn for SqlTxn<'_, C> {
         let bodies: Vec<String> = bodies.iter().map(Value::to_string).collect();
         if C::DIALECT.row_arrays {
             let params = [Text(session_id), Param::Ints(&seqs), Param::Texts(&bodies)];
-            self.conn.execute(Stmt::PutRowArrays, &params)?;
-            return Ok(());
+            return self.conn.execute(Stmt::PutRowArrays, &params).map(drop);
         }
         for (&seq, body) in seqs.iter().zip(&bodies) {
             let params = vec![Text(session_id), Int(seq), Text(body)];
@@ -257,9 +238,9 @@ impl<C: SqlConn> WriteTxn for SqlTxn<'_, C> {
     /// its own, and the error rolls all of it back. SQLite's one writer never gets there.
     fn put_thread_owner(&mut self, thread_id: &str, session_id: &str) -> Result<()> {
         let mut params = vec![Text(thread_id), Text(session_id)];
-        if C::DIALECT.checksums {
-            params.push(Int(thread_checksum(thread_id, session_id.as_bytes())));
-        }
+        Self::seal(&mut params, || {
+            thread_checksum(thread_id, session_id.as_bytes())
+        });
         let owner = self.one(Stmt::PutThread, &params, |r| Ok(r.str(0)?.to_owned()))?;
         match owner {
             Some(owner) if owner != session_id => Err(StoreError::ThreadTaken {
@@ -271,37 +252,15 @@ impl<C: SqlConn> WriteTxn for SqlTxn<'_, C> {
     }
 
     fn put_chunk(&mut self, file: FileKey<'_>, seq: u64, bytes: &[u8]) -> Result<()> {
-        let seq = int(seq);
-        let FileKey {
-            session_id,
-            thread_id,
-            path,
-        } = file;
-        let params = vec![
-            Text(session_id),
-            Text(thread_id),
-            Text(path),
-            Int(seq),
-            Param::Bytes(bytes),
-        ];
-        self.write(Stmt::PutChunk, params, || file.chunk_checksum(seq, bytes))?;
-        Ok(())
+        let (seq, mut params) = (int(seq), keyed(file));
+        params.extend([Int(seq), Param::Bytes(bytes)]);
+        self.write(Stmt::PutChunk, params, || file.chunk_checksum(seq, bytes))
     }
 
     fn remove_chunks(&mut self, file: FileKey<'_>, from: u64) -> Result<()> {
-        let FileKey {
-            session_id,
-            thread_id,
-            path,
-        } = file;
-        let params = [
-            Text(session_id),
-            Text(thread_id),
-            Text(path),
-            Int(int(from)),
-        ];
-        self.conn.execute(Stmt::RemoveChunks, &params)?;
-        Ok(())
+        let mut params = keyed(file);
+        params.push(Int(int(from)));
+        self.conn.execute(Stmt::RemoveChunks, &params).map(drop)
     }
 
     fn remove(&mut self, session_id: &str) -> Result<bool> {
@@ -341,25 +300,12 @@ impl<C: SqlConn> LeaseTxn for SqlTxn<'_, C> {
 
     fn put_lease(&mut self, grant: &Grant) -> Result<()> {
         let c = &LeaseColumns::of(grant);
-        let params = vec![
-            Text(&c.session_id),
-            Text(&c.host),
-            Int(c.pid),
-            Int(c.started_at_ms),
-            Int(c.instance),
-            Int(c.acquired_at_ms),
-            Int(c.expires_at_ms),
-            Int(c.fence),
-            Param::OptText(c.process_space.as_deref()),
-            Param::OptInt(c.process_start),
-            Int(c.state),
-        ];
-        self.write(Stmt::PutLease, params, || c.checksum())?;
-        Ok(())
+        self.write(Stmt::PutLease, c.params(), || c.checksum())
     }
 
     fn remove_lease(&mut self, session_id: &str) -> Result<()> {
-        self.conn.execute(Stmt::RemoveLease, &[Text(session_id)])?;
-        Ok(())
+        self.conn
+            .execute(Stmt::RemoveLease, &[Text(session_id)])
+            .map(drop)
     }
 }
