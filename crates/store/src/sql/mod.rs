@@ -6,7 +6,9 @@
 mod columns;
 mod txn;
 
-pub(crate) use columns::{row_checksum, LeaseColumns, RecordColumns};
+#[cfg(feature = "sqlite")]
+pub(crate) use columns::row_checksum;
+pub(crate) use columns::{LeaseColumns, RecordColumns};
 pub(crate) use txn::SqlTxn;
 
 use crate::Result;
@@ -28,6 +30,7 @@ pub(crate) struct Dialect {
 }
 
 /// SQLite (rusqlite): checksummed rows, one statement per row (no round trips to save).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) const SQLITE: Dialect = Dialect {
     placeholder: '?',
     checksums: true,
@@ -36,6 +39,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
 };
 
 /// PostgreSQL (the `postgres` crate).
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) const POSTGRES: Dialect = Dialect {
     placeholder: '$',
     checksums: false,
@@ -154,6 +158,7 @@ pub(crate) fn render_one(template: &str, dialect: &Dialect, prefix: &str) -> Str
 
 /// A value bound to a placeholder.
 #[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) enum Param<'a> {
     Int(i64),
     OptInt(Option<i64>),
