@@ -15,7 +15,7 @@ use Param::{Int, Text};
 
 /// One transaction's view of a connection (the caller began and will end the transaction).
 pub(crate) struct SqlTxn<'l, C> {
-    pub(crate) conn: C,
+    conn: C,
     /// The store as errors name it.
     label: &'l str,
     /// Whether this transaction removed a session or asked for a reclaim (SQLite then scrubs
