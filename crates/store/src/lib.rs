@@ -83,7 +83,7 @@ mod store;
 mod types;
 mod verify;
 
-#[cfg(any(feature = "redb", feature = "sqlite"))]
+#[cfg(any(feature = "redb", feature = "sqlite", feature = "postgres"))]
 mod checksum;
 #[cfg(any(feature = "redb", feature = "sqlite"))]
 mod durable;
@@ -92,7 +92,7 @@ mod postgres;
 #[cfg(feature = "redb")]
 mod redb;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod sql_columns;
+mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 

@@ -29,7 +29,6 @@ use tokio::sync::oneshot;
 
 use self::error::PgResult;
 use self::sql::{Sql, Statements};
-use self::txn::Txn;
 use async_trait::async_trait;
 
 use crate::engine::{Answer, Engine, ReadFn, Request, WriteFn};
@@ -124,16 +123,15 @@ impl Conn {
         for key in &keys {
             let params: [&(dyn postgres::types::ToSql + Sync); 3] =
                 [key, &synchronous_commit, &stalled_write_timeout];
-            now = txn.query_one(&sql.lock, &params).pg(&label)?.get(1);
+            now = txn
+                .query_one(&sql.lock, &params)
+                .pg(&label)?
+                .try_get(1)
+                .pg(&label)?;
         }
         let now = manual_clock.map_or(now, |clock| clock.now_ms());
         // An error drops `txn` uncommitted: rolled back, nothing of `op` is written.
-        let mut view = Txn {
-            txn: &mut txn,
-            sql,
-            label: &label,
-        };
-        let output = op(&mut view, now)?;
+        let output = op(&mut txn::view(&mut txn, sql, &label), now)?;
         txn.commit().pg(&label)?;
         Ok(output)
     }
@@ -148,12 +146,7 @@ impl Conn {
             .read_only(true)
             .start();
         let mut txn = txn.pg(&label)?;
-        let mut view = Txn {
-            txn: &mut txn,
-            sql,
-            label: &label,
-        };
-        let output = op(&mut view)?;
+        let output = op(&mut txn::view(&mut txn, sql, &label))?;
         txn.commit().pg(&label)?;
         Ok(output)
     }
@@ -178,7 +171,7 @@ impl Pg {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(10));
         }
-        let (config, sql) = (Arc::new(config), Arc::new(Sql { schema }));
+        let (config, sql) = (Arc::new(config), Arc::new(Sql::new(schema)));
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         let mut threads = Vec::new();

@@ -5,13 +5,11 @@
 
 use rusqlite::{Connection, Statement};
 
-use super::txn::Txn;
-use super::txn::{
-    decode_lease, decode_record, raw_lease, raw_record, RawRow, LEASE_COLUMNS, RECORD_COLUMNS,
-};
+use super::txn::{view, SqliteRow};
 use super::{map_sqlite_error, SqliteResult};
 use crate::checksum::{thread_checksum, verify as verify_sum};
 use crate::durable::{check_mirrors, merge_scan, ScannedRow, ScannedSession};
+use crate::sql::{row_checksum, LeaseColumns, RecordColumns, SqlRow};
 use crate::verify::{Checker, ProblemKind};
 use crate::Result;
 
@@ -43,30 +41,36 @@ pub(super) fn verify(
             return Ok(false);
         }
     }
-    let sessions_sql = format!("SELECT {RECORD_COLUMNS} FROM sessions ORDER BY session_id");
-    let rows_sql = format!(
-        "SELECT {} FROM transcript_rows ORDER BY session_id, seq",
-        RawRow::COLUMNS
+    let sessions_sql = format!(
+        "SELECT {}, checksum FROM sessions ORDER BY session_id",
+        RecordColumns::ALL
     );
+    let rows_sql = "SELECT session_id, seq, body, checksum FROM transcript_rows \
+                    ORDER BY session_id, seq";
     let mut sessions_stmt = txn.prepare(&sessions_sql).sqlite(label)?;
-    let mut rows_stmt = txn.prepare(&rows_sql).sqlite(label)?;
+    let mut rows_stmt = txn.prepare(rows_sql).sqlite(label)?;
     let mut sessions = scan(&mut sessions_stmt, label, |row| {
-        let raw = raw_record(row).sqlite(label)?;
-        let id = raw.0.session_id.clone();
-        Ok(ScannedSession::of(&id, decode_record(label, raw)))
+        let columns = RecordColumns::read(row)?;
+        let (id, sum) = (columns.session_id.clone(), row.int(8)?);
+        let what = || format!("session {id}");
+        let record = verify_sum(label, what, sum, columns.checksum())
+            .and_then(|()| columns.into_record(label));
+        Ok(ScannedSession::of(&id, record))
     })?;
     let mut rows = scan(&mut rows_stmt, label, |row| {
-        let raw = RawRow::from_row(row).sqlite(label)?;
+        let (session_id, seq, body) = (row.str(0)?, row.int(1)?, row.str(2)?);
+        let what = || format!("row {seq} of session {session_id}");
+        let sum = row_checksum(session_id, seq, body);
         Ok(ScannedRow {
-            body: raw.verify(label),
-            session_id: raw.session_id,
-            seq: u64::try_from(raw.seq).unwrap_or(u64::MAX),
+            body: verify_sum(label, what, row.int(3)?, sum),
+            session_id: session_id.to_owned(),
+            seq: u64::try_from(seq).unwrap_or(u64::MAX),
         })
     })?;
     let scanned = merge_scan(checker, &mut sessions, &mut rows)?;
     drop((sessions, rows));
     drop((sessions_stmt, rows_stmt));
-    check_mirrors(&mut Txn::new(&txn, label), checker, scanned.mirrors)?;
+    check_mirrors(&mut view(&txn, label), checker, scanned.mirrors)?;
     if !scanned.complete
         || !verify_leases(&txn, label, checker)?
         || !verify_threads(&txn, label, checker)?
@@ -79,11 +83,14 @@ pub(super) fn verify(
 
 /// Checks every lease record. Returns whether the check reached the end.
 fn verify_leases(conn: &Connection, label: &str, checker: &mut Checker<'_>) -> Result<bool> {
-    let sql = format!("SELECT {LEASE_COLUMNS} FROM leases");
+    let sql = format!("SELECT {}, checksum FROM leases", LeaseColumns::ALL);
     verify_records(conn, label, checker, &sql, ProblemKind::Lease, |row| {
-        let raw = raw_lease(row).sqlite(label)?;
-        let session_id = raw.0.session_id.clone();
-        Ok((session_id, decode_lease(label, raw).map(drop)))
+        let columns = LeaseColumns::read(row)?;
+        let (id, sum) = (columns.session_id.clone(), row.int(11)?);
+        let what = || format!("lease of session {id}");
+        let grant = verify_sum(label, what, sum, columns.checksum())
+            .and_then(|()| columns.into_grant(label).map(drop));
+        Ok((id, grant))
     })
 }
 
@@ -91,15 +98,15 @@ fn verify_leases(conn: &Connection, label: &str, checker: &mut Checker<'_>) -> R
 fn verify_threads(conn: &Connection, label: &str, checker: &mut Checker<'_>) -> Result<bool> {
     let sql = "SELECT thread_id, session_id, checksum FROM threads";
     verify_records(conn, label, checker, sql, ProblemKind::Thread, |row| {
-        let (thread, session, sum): (String, String, i64) = <_>::try_from(row).sqlite(label)?;
+        let (thread, session, sum) = (row.str(0)?, row.str(1)?, row.int(2)?);
         let what = || format!("owner of thread {thread}");
         let checked = verify_sum(
             label,
             what,
             sum,
-            thread_checksum(&thread, session.as_bytes()),
+            thread_checksum(thread, session.as_bytes()),
         );
-        Ok((session, checked))
+        Ok((session.to_owned(), checked))
     })
 }
 
@@ -112,7 +119,7 @@ fn verify_records(
     checker: &mut Checker<'_>,
     sql: &str,
     kind: ProblemKind,
-    read: impl Fn(&rusqlite::Row<'_>) -> Result<(String, Result<()>)>,
+    read: impl Fn(&SqliteRow<'_, '_>) -> Result<(String, Result<()>)>,
 ) -> Result<bool> {
     let mut statement = conn.prepare(sql).sqlite(label)?;
     for record in scan(&mut statement, label, read)? {
@@ -155,10 +162,10 @@ fn quick_check(conn: &Connection, label: &str) -> Result<Vec<String>> {
 fn scan<'s, T: 's>(
     statement: &'s mut Statement<'_>,
     label: &'s str,
-    read: impl Fn(&rusqlite::Row<'_>) -> Result<T> + 's,
+    read: impl Fn(&SqliteRow<'_, '_>) -> Result<T> + 's,
 ) -> Result<impl Iterator<Item = Result<T>> + 's> {
     let rows = statement
-        .query_map([], move |row| Ok(read(row)))
+        .query_map([], move |row| Ok(read(&SqliteRow { row, label })))
         .sqlite(label)?;
     Ok(rows.map(move |item| item.sqlite(label)?))
 }

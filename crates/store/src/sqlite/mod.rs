@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
-use self::txn::Txn;
 use crate::durable::{prepare_file, Durable, FileEngine, FileId, Readers, Writer};
 use crate::logic::{ReadTxn, WriteTxn};
 use crate::verify::Checker;
@@ -194,7 +193,7 @@ impl FileEngine for SqliteEngine {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate);
         let txn = txn.sqlite(label)?;
-        let mut view = Txn::new(&txn, label);
+        let mut view = txn::view(&txn, label);
         f(&mut view)?;
         let removed = view.removed;
         self.file_id.check(&self.path, label)?;
@@ -292,7 +291,7 @@ impl Readers for SqliteReaders {
         self.with_connection(|conn| {
             // One deferred transaction: every statement of this read sees the same snapshot.
             let txn = conn.transaction().sqlite(label)?;
-            f(&mut Txn::new(&txn, label))?;
+            f(&mut txn::view(&txn, label))?;
             txn.commit().sqlite(label)
         })
     }
