@@ -27,9 +27,9 @@ impl BindingStore {
     /// damaged or foreign file, [`StoreError::NewerSchema`](crate::StoreError::NewerSchema) for a file from a newer rethread.
     #[cfg(feature = "redb")]
     pub async fn redb(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
-        Ok(BindingStore::new(
-            crate::redb::open(path.as_ref(), options).await?,
-        ))
+        let (key, read_only) = (options.store_key().cloned(), options.read_only);
+        let store = BindingStore::new(crate::redb::open(path.as_ref(), options).await?);
+        opened(store, key, read_only).await
     }
 
     /// Opens (or creates, owner-only) the store in the SQLite file at `path` (WAL mode), on
@@ -41,9 +41,9 @@ impl BindingStore {
     /// [`StoreError::Locked`](crate::StoreError::Locked) if another process holds the write lock past the wait.
     #[cfg(feature = "sqlite")]
     pub async fn sqlite(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
-        Ok(BindingStore::new(
-            crate::sqlite::open(path.as_ref(), options).await?,
-        ))
+        let (key, read_only) = (options.store_key().cloned(), options.read_only);
+        let store = BindingStore::new(crate::sqlite::open(path.as_ref(), options).await?);
+        opened(store, key, read_only).await
     }
 
     /// Connects to the PostgreSQL database `url` (`postgres://user@host:port/db`, libpq-style
@@ -57,8 +57,21 @@ impl BindingStore {
     /// the server cannot be reached. No TLS: use it on loopback or a private network.
     #[cfg(feature = "postgres")]
     pub async fn postgres(url: &str, options: OpenOptions) -> Result<Self> {
-        Ok(BindingStore::new(
-            crate::postgres::open(url, options).await?,
-        ))
+        let (key, read_only) = (options.store_key().cloned(), options.read_only);
+        let store = BindingStore::new(crate::postgres::open(url, options).await?);
+        opened(store, key, read_only).await
+    }
+}
+
+/// `store` as its key allows ([`BindingStore::with_key`]); closed again when it is refused, so
+/// that a refusal holds no file lock and no connection.
+#[cfg(any(feature = "redb", feature = "sqlite", feature = "postgres"))]
+async fn opened(store: BindingStore, key: Option<crate::StoreKey>, read_only: bool) -> Result<BindingStore> {
+    match store.clone().with_key(key.as_ref(), read_only).await {
+        Ok(store) => Ok(store),
+        Err(error) => {
+            store.close().await;
+            Err(error)
+        }
     }
 }

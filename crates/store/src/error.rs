@@ -170,6 +170,27 @@ pub enum StoreError {
         /// What the append named and what is stored.
         detail: String,
     },
+    /// The store is sealed and no key was given (`--store-key-file`,
+    /// `RETHREAD_STORE_KEY_FILE`, [`OpenOptions::key`](crate::OpenOptions::key)); nothing was
+    /// read or changed.
+    #[error("store {store} is sealed: give its key (--store-key-file or RETHREAD_STORE_KEY_FILE)")]
+    KeyRequired {
+        /// The store, as errors name it.
+        store: String,
+    },
+    /// The store is sealed with another key; nothing was read or changed.
+    #[error("store {store} is sealed with another key than the one given")]
+    WrongKey {
+        /// The store, as errors name it.
+        store: String,
+    },
+    /// A key was given for a store that holds sessions written without one; nothing was
+    /// changed. A copy seals it (`rethread migrate --to-key-file`).
+    #[error("store {store} is not sealed and holds sessions: seal a copy of it with `rethread migrate --to-key-file`, or open it without a key")]
+    NotSealed {
+        /// The store, as errors name it.
+        store: String,
+    },
     /// The store URL names a scheme this build does not support.
     #[error("unsupported store URL `{url}`: {reason}")]
     UnsupportedUrl {

@@ -79,6 +79,7 @@ mod options;
 mod owner;
 mod redact;
 mod retention;
+mod seal;
 mod store;
 mod types;
 mod verify;

@@ -24,6 +24,8 @@ pub(crate) struct State {
     /// Under the same lock as the records, so a fenced write checks its lease and writes in
     /// one step.
     leases: HashMap<String, Grant>,
+    /// The key check of a sealed store.
+    seal_check: Option<u64>,
 }
 
 /// The engine that keeps everything in memory, leases with the records; nothing survives the
@@ -71,6 +73,10 @@ impl ReadTxn for State {
 
     fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>> {
         Ok(self.records.get(session_id).cloned())
+    }
+
+    fn seal_check(&mut self) -> Result<Option<u64>> {
+        Ok(self.seal_check)
     }
 
     fn stale_leases(&mut self, after: &str, cutoff: i64, limit: usize) -> Result<Vec<String>> {
@@ -210,6 +216,11 @@ impl WriteTxn for State {
             .retain(|(session, _, _), _| session != session_id);
         self.threads.retain(|_, owner| owner != session_id);
         Ok(self.records.remove(session_id).is_some())
+    }
+
+    fn put_seal_check(&mut self, check: u64) -> Result<()> {
+        self.seal_check = Some(check);
+        Ok(())
     }
 
     fn leases(&mut self) -> &mut dyn LeaseTxn {

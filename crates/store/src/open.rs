@@ -84,10 +84,11 @@ impl StoreUrl {
 
     /// Opens the store; a backend this build lacks is [`StoreError::UnsupportedUrl`].
     pub async fn open(&self, options: OpenOptions) -> Result<BindingStore> {
-        // Without any file or PostgreSQL backend the options have nothing to configure.
-        let _ = &options;
         match self {
-            StoreUrl::Memory => Ok(BindingStore::memory()),
+            StoreUrl::Memory => {
+                let (key, read_only) = (options.store_key(), options.read_only);
+                BindingStore::memory().with_key(key, read_only).await
+            }
             #[cfg(feature = "redb")]
             StoreUrl::Redb(path) => BindingStore::redb(path, options).await,
             #[cfg(feature = "sqlite")]

@@ -8,10 +8,11 @@ use serde_json::{Map, Value};
 
 use crate::engine::{Answer, Engine, Progress, ReadFn, Request, WriteFn};
 use crate::logic::{self, LeaseTxn, ReadTxn, WriteTxn};
+use crate::seal::{Sealed, Sealer};
 use crate::{
     Binding, CommitOutcome, Fence, ImportOutcome, Lease, LeaseOwner, MirroredFile, Prune,
     PruneReport, Result, Retirement, SessionExport, SessionPage, SessionRecord, StoreError,
-    StoredBytes, TranscriptRow, TurnCommit, Unpoisoned, VerifyReport,
+    StoreKey, StoredBytes, TranscriptRow, TurnCommit, Unpoisoned, VerifyReport,
 };
 
 /// Durable `session id -> codex thread id` bindings and the sessions' transcripts, over a
@@ -41,6 +42,8 @@ use crate::{
 #[derive(Debug, Clone)]
 pub struct BindingStore {
     engine: Arc<dyn Engine>,
+    /// A sealed store's key (`seal.rs`): every read and write goes through it.
+    sealer: Option<Arc<Sealer>>,
 }
 
 impl BindingStore {
@@ -51,7 +54,77 @@ impl BindingStore {
 
     /// The store over an engine shared with others (a wrapper that injects faults, say).
     pub fn shared(engine: Arc<dyn Engine>) -> Self {
-        BindingStore { engine }
+        BindingStore {
+            engine,
+            sealer: None,
+        }
+    }
+
+    /// This store sealed with `key` (`docs/design.md`, "Sealed stores"): every transcript row
+    /// and mirror chunk written from now on is compressed, then encrypted and bound to its
+    /// place; what is read is checked and opened. A store sealed before must have been sealed
+    /// with this key; an empty store is sealed now (unless `read_only`: then nothing is
+    /// written and it is only read as sealed).
+    ///
+    /// Errors: [`StoreError::WrongKey`] for a store sealed with another key,
+    /// [`StoreError::NotSealed`] for a store that holds sessions written without a key (seal
+    /// it with a copy: `rethread migrate --to-key-file`). Nothing is changed by a refusal.
+    pub async fn sealed(self, key: &StoreKey, read_only: bool) -> Result<Self> {
+        let sealer = Arc::new(Sealer::new(key));
+        let check = sealer.check();
+        let (found, label) = self.seal_check().await?;
+        match found {
+            Some(found) if found == check => {}
+            Some(_) => return Err(StoreError::WrongKey { store: label }),
+            None if !self.is_empty().await? => return Err(StoreError::NotSealed { store: label }),
+            None if read_only => {}
+            None => {
+                let request = Request::new("seal");
+                self.write(request, move |txn, _| match txn.seal_check()? {
+                    None => txn.put_seal_check(check),
+                    Some(found) if found == check => Ok(()),
+                    Some(_) => Err(StoreError::WrongKey {
+                        store: txn.label().to_string(),
+                    }),
+                })
+                .await?;
+            }
+        }
+        Ok(BindingStore {
+            sealer: Some(sealer),
+            ..self
+        })
+    }
+
+    /// Whether the store is sealed ([`BindingStore::sealed`]).
+    pub fn is_sealed(&self) -> bool {
+        self.sealer.is_some()
+    }
+
+    /// The store as opened with `key`, if any ([`BindingStore::sealed`]); without one, a
+    /// sealed store is refused ([`StoreError::KeyRequired`]).
+    pub(crate) async fn with_key(self, key: Option<&StoreKey>, read_only: bool) -> Result<Self> {
+        match key {
+            Some(key) => self.sealed(key, read_only).await,
+            None => match self.seal_check().await? {
+                (Some(_), store) => Err(StoreError::KeyRequired { store }),
+                (None, _) => Ok(self),
+            },
+        }
+    }
+
+    /// The store's key check, if sealed, and its label.
+    async fn seal_check(&self) -> Result<(Option<u64>, String)> {
+        self.read("seal", |txn| Ok((txn.seal_check()?, txn.label().to_string())))
+            .await
+    }
+
+    /// Whether the store holds no session and no row.
+    async fn is_empty(&self) -> Result<bool> {
+        self.read("seal", |txn| {
+            Ok(txn.list(None, 1)?.is_empty() && txn.row_ends()?.is_empty())
+        })
+        .await
     }
 
     /// The engine this store runs on (to wrap it in another, say).
@@ -362,10 +435,27 @@ impl BindingStore {
     ///   are checked by an export of every session.
     pub async fn verify(&self, progress: Progress<'_>) -> Result<VerifyReport> {
         // Reborrowed: the engine's scan and the export fallback report to the same callback.
-        match self.engine.verify(&mut *progress).await {
-            Some(report) => report,
-            None => crate::verify::by_export(self, progress).await,
+        let scanned = match self.engine.verify(&mut *progress).await {
+            Some(report) => report?,
+            None => return crate::verify::by_export(self, progress).await,
+        };
+        if self.sealer.is_none() {
+            return Ok(scanned);
         }
+        // The engine's scan reads below the seal: its structure and checksums stand, and
+        // every row and chunk is then read through the key (each seal checked, and what it
+        // opens to checked as the scan checks an unsealed mirror), naming each session that
+        // fails.
+        let opened = crate::verify::by_export(self, progress).await?;
+        let mut report = scanned;
+        report
+            .problems
+            .retain(|p| p.kind != crate::verify::ProblemKind::Mirror);
+        report.problems.extend(opened.problems);
+        report.unlisted_problems += opened.unlisted_problems;
+        report.complete &= opened.complete;
+        (report.mirror_files, report.mirror_bytes) = (opened.mirror_files, opened.mirror_bytes);
+        Ok(report)
     }
 
     /// The session's binding, if the session exists and is bound.
@@ -459,7 +549,14 @@ impl BindingStore {
         method: &'static str,
         mut op: impl FnMut(&mut dyn ReadTxn) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let op: ReadFn = Box::new(move |txn| Ok(Box::new(op(txn)?) as Answer));
+        let sealer = self.sealer.clone();
+        let op: ReadFn = Box::new(move |txn| {
+            let answer = match &sealer {
+                Some(sealer) => op(&mut Sealed { txn, sealer }),
+                None => op(txn),
+            };
+            Ok(Box::new(answer?) as Answer)
+        });
         downcast(self.engine.read(Request::new(method), op).await?)
     }
 
@@ -469,7 +566,14 @@ impl BindingStore {
         request: Request<'_>,
         mut op: impl FnMut(&mut dyn WriteTxn, i64) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let op: WriteFn = Box::new(move |txn, now| Ok(Box::new(op(txn, now)?) as Answer));
+        let sealer = self.sealer.clone();
+        let op: WriteFn = Box::new(move |txn, now| {
+            let answer = match &sealer {
+                Some(sealer) => op(&mut Sealed { txn, sealer }, now),
+                None => op(txn, now),
+            };
+            Ok(Box::new(answer?) as Answer)
+        });
         downcast(self.engine.write(request, op).await?)
     }
 

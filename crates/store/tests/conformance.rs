@@ -73,3 +73,20 @@ async fn every_backend_stores_a_realistic_rollout_compressed() {
         conformance::mirror_keeps_a_share_of_a_realistic_rollout(store, &turns).await;
     }
 }
+
+/// Issue 43: the whole suite on sealed stores, on every backend (PostgreSQL's in
+/// `tests/postgres.rs`): sealing changes what is stored, never what the store does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sealed_stores_conform() {
+    let key = rethread_store::StoreKey::generate().unwrap();
+    let clock = Clock::manual();
+    let memory = BindingStore::memory_with_clock(clock.clone());
+    conforms(memory.sealed(&key, false).await.unwrap(), &clock).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (clock, options) = on_manual_clock();
+    let redb = BindingStore::redb(dir.path().join("sealed.redb"), options.key(Some(key.clone())));
+    conforms(redb.await.unwrap(), &clock).await;
+    let (clock, options) = on_manual_clock();
+    let sqlite = BindingStore::sqlite(dir.path().join("sealed.sqlite"), options.key(Some(key)));
+    conforms(sqlite.await.unwrap(), &clock).await;
+}

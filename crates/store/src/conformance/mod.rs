@@ -156,8 +156,11 @@ pub async fn run_mirror(store: &BindingStore) {
     mirror_of_a_refused_commit_is_not_written(store).await;
     mirror_travels_with_the_session(store).await;
     mirror_merges_its_newest_chunks(store).await;
-    mirror_reads_raw_chunks_written_before_compression(store).await;
-    mirror_chunk_that_does_not_decode_is_corrupt(store).await;
+    // Written below the store, as an older rethread wrote them: never in a sealed store.
+    if !store.is_sealed() {
+        mirror_reads_raw_chunks_written_before_compression(store).await;
+        mirror_chunk_that_does_not_decode_is_corrupt(store).await;
+    }
 }
 
 /// Runs every lease scenario, in order, on `store`.

@@ -84,6 +84,9 @@ pub trait ReadTxn {
     /// record and no session record, the record last live (held until it expired, or
     /// released or forgotten) before `cutoff`.
     fn stale_leases(&mut self, after: &str, cutoff: i64, limit: usize) -> Result<Vec<String>>;
+    /// The key check of a sealed store (`docs/design.md`, "Sealed stores"); `None` for a
+    /// store that was never sealed.
+    fn seal_check(&mut self) -> Result<Option<u64>>;
     /// Hands `each` the stored chunks of a mirrored file whose `seq` is in `range`, in order,
     /// borrowed from the engine (checksums verified first): a restore allocates no chunk.
     fn load_chunks(&mut self, file: FileKey<'_>, range: Range<u64>, each: ChunkSink) -> Result<()>;
@@ -119,6 +122,8 @@ pub trait WriteTxn: ReadTxn {
     fn reclaim(&mut self) -> Result<u64> {
         Ok(0)
     }
+    /// Records that the store is sealed with the key whose check is `check`.
+    fn put_seal_check(&mut self, check: u64) -> Result<()>;
     /// The leases as this transaction sees them: a table of the store, or the process's own.
     fn leases(&mut self) -> &mut dyn LeaseTxn;
 }

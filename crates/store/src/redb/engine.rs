@@ -13,7 +13,7 @@ use ::redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use super::overlay::Overlay;
 use super::tables::{
-    decode_body, decode_record, ensure_schema, Tables, MIRROR_CHUNKS, ROWS, SESSIONS,
+    decode_body, decode_record, ensure_schema, Tables, META, MIRROR_CHUNKS, ROWS, SESSIONS,
     SESSION_THREADS, THREADS,
 };
 use super::RedbResult;
@@ -37,6 +37,7 @@ macro_rules! open_tables {
             threads: $txn.open_table(THREADS).redb($label)?,
             session_threads: $txn.open_table(SESSION_THREADS).redb($label)?,
             chunks: $txn.open_table(MIRROR_CHUNKS).redb($label)?,
+            meta: $txn.open_table(META).redb($label)?,
             leases: Arc::clone($leases),
             reclaim: false,
         }

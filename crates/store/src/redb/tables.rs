@@ -31,9 +31,10 @@ pub(super) const SESSION_THREADS: TableDefinition<(&str, &str), &[u8]> =
 /// `(session id, thread id, path, seq) -> bytes + checksum`: the mirrored rollout files.
 pub(super) const MIRROR_CHUNKS: TableDefinition<(&str, &str, &str, u64), &[u8]> =
     TableDefinition::new("mirror_chunks");
-/// `"schema_version" -> u64`.
-const META: TableDefinition<&str, u64> = TableDefinition::new("rethread_meta");
+/// `"schema_version" -> u64`, and `"seal_check" -> u64` in a sealed store.
+pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("rethread_meta");
 const SCHEMA_KEY: &str = "schema_version";
+const SEAL_KEY: &str = "seal_check";
 
 /// Checks the schema version, initialising a new file when `create` allows.
 pub(super) fn ensure_schema(db: &Database, label: &str, create: bool) -> Result<()> {
@@ -158,29 +159,36 @@ fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>> {
 type ChunkKey = (&'static str, &'static str, &'static str, u64);
 
 /// The tables of one transaction, read-only or write.
-pub(super) struct Tables<S, R, T, ST, C> {
+pub(super) struct Tables<S, R, T, ST, C, M> {
     pub(super) label: String,
     pub(super) sessions: S,
     pub(super) rows: R,
     pub(super) threads: T,
     pub(super) session_threads: ST,
     pub(super) chunks: C,
+    pub(super) meta: M,
     /// The process's leases (for fence checks; read transactions never use them).
     pub(super) leases: Arc<LocalLeases>,
     /// Whether the file is compacted after this transaction commits ([`WriteTxn::reclaim`]).
     pub(super) reclaim: bool,
 }
 
-impl<S, R, T, ST, C> ReadTxn for Tables<S, R, T, ST, C>
+impl<S, R, T, ST, C, M> ReadTxn for Tables<S, R, T, ST, C, M>
 where
     S: ReadableTable<&'static str, &'static [u8]>,
     R: ReadableTable<(&'static str, u64), &'static [u8]>,
     T: ReadableTable<&'static str, &'static [u8]>,
     ST: ReadableTable<(&'static str, &'static str), &'static [u8]>,
     C: ReadableTable<ChunkKey, &'static [u8]>,
+    M: ReadableTable<&'static str, u64>,
 {
     fn label(&self) -> &str {
         &self.label
+    }
+
+    fn seal_check(&mut self) -> Result<Option<u64>> {
+        let check = self.meta.get(SEAL_KEY).redb(&self.label)?;
+        Ok(check.map(|v| v.value()))
     }
 
     fn load(&mut self, session_id: &str) -> Result<Option<SessionRecord>> {
@@ -337,8 +345,14 @@ impl WriteTxn
         ::redb::Table<'_, &'static str, &'static [u8]>,
         ::redb::Table<'_, (&'static str, &'static str), &'static [u8]>,
         ::redb::Table<'_, ChunkKey, &'static [u8]>,
+        ::redb::Table<'_, &'static str, u64>,
     >
 {
+    fn put_seal_check(&mut self, check: u64) -> Result<()> {
+        self.meta.insert(SEAL_KEY, check).redb(&self.label)?;
+        Ok(())
+    }
+
     fn put(&mut self, record: &SessionRecord) -> Result<()> {
         let (key, json) = (record.session_id.as_str(), encode(record)?);
         let sum = session_sum(key, &json);

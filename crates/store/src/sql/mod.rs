@@ -124,6 +124,9 @@ statements!(
         process_start = excluded.process_start, state = excluded.state\
         [[, checksum = excluded.checksum]]",
     RemoveLease: "DELETE FROM {p}leases WHERE session_id = $1",
+    /// The key check of a sealed store (`seal.rs`); no row in one never sealed.
+    SealCheck: "SELECT value FROM {p}rethread_meta WHERE key = 'seal_check'",
+    PutSealCheck: "INSERT INTO {p}rethread_meta (key, value) VALUES ('seal_check', $1)",
 );
 
 /// The texts of every [`Stmt`] in `dialect`, its tables after `prefix`, in [`Stmt`]'s order.

@@ -153,6 +153,17 @@ impl<C: SqlConn> ReadTxn for SqlTxn<'_, C> {
         self.all(statement, &params, |r| Self::record(label, r))
     }
 
+    fn seal_check(&mut self) -> Result<Option<u64>> {
+        match self.one(Stmt::SealCheck, &[], |r| r.int(0)) {
+            Ok(check) => Ok(check.map(|c| c.max(0) as u64)),
+            // An SQLite store opened read-only that no rethread with sealed stores opened
+            // for writing yet has no `rethread_meta` table (`sqlite::open` adds it): never
+            // sealed.
+            Err(error) if error.to_string().contains("no such table") => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
     fn has_rows(&mut self, session_id: &str) -> Result<bool> {
         let found = self.one(Stmt::HasRows, &[Text(session_id)], |_| Ok(()))?;
         Ok(found.is_some())
@@ -280,6 +291,11 @@ impl<C: SqlConn> WriteTxn for SqlTxn<'_, C> {
     fn reclaim(&mut self) -> Result<u64> {
         self.removed = true;
         self.conn.free_pages()
+    }
+
+    fn put_seal_check(&mut self, check: u64) -> Result<()> {
+        self.conn.execute(Stmt::PutSealCheck, &[Int(int(check))])?;
+        Ok(())
     }
 
     fn leases(&mut self) -> &mut dyn LeaseTxn {

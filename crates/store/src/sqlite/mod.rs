@@ -145,6 +145,11 @@ fn open_writer(path: &Path, options: &OpenOptions, label: &str) -> Result<(Conne
     // unchanged. A store opened read-only keeps the journal mode it has.
     schema::ensure_schema(&mut conn, label, options.may_create())?;
     if !options.read_only {
+        // Where a sealed store keeps its key check (`seal.rs`); stores made before sealed
+        // stores lack it, and a read-only open reads its absence as never sealed.
+        let meta = "CREATE TABLE IF NOT EXISTS rethread_meta \
+                    (key TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) WITHOUT ROWID;";
+        conn.execute_batch(meta).sqlite(label)?;
         enable_wal(&conn, label, options.busy_timeout())?;
     }
     Ok((conn, file_id))
