@@ -553,7 +553,7 @@ enum Access {
 /// read by [`load_store_key`] before the command runs. Kept here rather than passed along:
 /// the store is opened in many places (each command, `exec`'s and `app-server`'s drivers,
 /// rethread run as `codex`), always through [`open_store`], and the key is one per process.
-static STORE_KEY: OnceLock<StoreKey> = OnceLock::new();
+static STORE_KEY: OnceLock<(StoreKey, PathBuf)> = OnceLock::new();
 
 /// Reads the key file `path` (if any) as the key of the store the command opens.
 pub(crate) fn load_store_key(path: Option<&Path>) -> Result<(), KeyError> {
@@ -561,19 +561,43 @@ pub(crate) fn load_store_key(path: Option<&Path>) -> Result<(), KeyError> {
         let key = StoreKey::read(path)?;
         tracing::debug!(key_file = %path.display(), fingerprint = %key.fingerprint(), "store key read");
         // Set once per process, by `main` or by rethread run as `codex`: never both.
-        let _ = STORE_KEY.set(key);
+        let _ = STORE_KEY.set((key, path.to_path_buf()));
     }
     Ok(())
 }
 
 /// The key read by [`load_store_key`], if any.
 fn command_key() -> Option<StoreKey> {
-    STORE_KEY.get().cloned()
+    STORE_KEY.get().map(|(key, _)| key.clone())
 }
 
-/// Opens the command's store (`url`, else the default) with the command's key.
+/// Opens the command's store (`url`, else the default) with the command's key; a key that
+/// does not fit the store is said with its file (never its content).
 async fn open_store(url: Option<&str>, access: Access) -> CliResult<BindingStore> {
-    open_store_url(&store_url(url)?, access, command_key()).await
+    let opened = open_store_url(&store_url(url)?, access, command_key()).await;
+    opened.map_err(|error| {
+        let refused = output::chain(&*error).any(|e| {
+            matches!(
+                e.downcast_ref::<StoreError>(),
+                Some(StoreError::WrongKey { .. } | StoreError::NotSealed { .. })
+            )
+        });
+        match STORE_KEY.get() {
+            Some((_, path)) if refused => Box::new(WithKeyFile {
+                source: error,
+                path: path.clone(),
+            }),
+            _ => error,
+        }
+    })
+}
+
+/// A store refusing the key read from `path`.
+#[derive(Debug, thiserror::Error)]
+#[error("{source} (key file {})", path.display())]
+struct WithKeyFile {
+    source: BoxError,
+    path: PathBuf,
 }
 
 /// Opens the store at `url` for `access`, sealed with `key` if given.

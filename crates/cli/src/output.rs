@@ -75,6 +75,10 @@ pub(crate) fn exit_code(error: &(dyn Error + 'static)) -> u8 {
                 StoreError::Busy { .. }
                 | StoreError::LeaseLost { .. }
                 | StoreError::Locked { .. } => EXIT_TEMPORARY,
+                // The key given does not fit the store: the command as given cannot run.
+                StoreError::KeyRequired { .. }
+                | StoreError::WrongKey { .. }
+                | StoreError::NotSealed { .. } => EXIT_USAGE,
                 _ => EXIT_FAILED,
             })
         }

@@ -481,3 +481,70 @@ fn installed_as_codex_the_key_file_variable_is_checked_where_a_store_opens() {
     let out = run_as_codex(&["--version"]);
     assert!(out.status.success(), "{}", describe(&out));
 }
+
+/// Issue 43: a sealed store never opens without its key, nor with another: exit 2 naming
+/// what to give (the key file, for a wrong key), nothing changed; with its key it opens; a
+/// key given for an unsealed store holding sessions is refused (seal a copy with migrate).
+#[test]
+fn a_sealed_store_opens_only_with_its_key_and_a_refusal_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plain, _) = sqlite(dir.path(), "plain.sqlite");
+    let (sealed, sealed_path) = sqlite(dir.path(), "sealed.sqlite");
+    fill(&plain, "s1");
+    let (key, other) = (dir.path().join("a.key"), dir.path().join("b.key"));
+    keygen(&key);
+    keygen(&other);
+    let (key, other) = (key.to_str().unwrap(), other.to_str().unwrap());
+    let copy = [
+        "migrate",
+        "--from",
+        &plain,
+        "--to",
+        &sealed,
+        "--to-key-file",
+        key,
+    ];
+    assert!(run(&copy, &[]).status.success());
+    let before = std::fs::read(&sealed_path).unwrap();
+    let show = |extra: &[&str]| {
+        let mut args = vec!["sessions", "show", "s1", "--json", "--store", &sealed];
+        args.extend_from_slice(extra);
+        run(&args, &[])
+    };
+    let none = show(&[]);
+    assert_eq!(none.status.code(), Some(2), "{}", describe(&none));
+    assert!(stderr(&none).contains("is sealed"), "{}", describe(&none));
+    let wrong = show(&["--store-key-file", other]);
+    assert_eq!(wrong.status.code(), Some(2), "{}", describe(&wrong));
+    assert!(
+        stderr(&wrong).contains(other),
+        "the key file is named: {}",
+        describe(&wrong)
+    );
+    assert_eq!(
+        std::fs::read(&sealed_path).unwrap(),
+        before,
+        "a refusal changes nothing"
+    );
+    let right = show(&["--store-key-file", key]);
+    assert!(right.status.success(), "{}", describe(&right));
+    assert_eq!(support::json_of(&right)["thread_id"], "t-s1");
+    let unsealed = run(
+        &[
+            "sessions",
+            "show",
+            "s1",
+            "--store",
+            &plain,
+            "--store-key-file",
+            key,
+        ],
+        &[],
+    );
+    assert_eq!(unsealed.status.code(), Some(2), "{}", describe(&unsealed));
+    assert!(
+        stderr(&unsealed).contains("migrate --to-key-file"),
+        "{}",
+        describe(&unsealed)
+    );
+}

@@ -66,7 +66,11 @@ impl BindingStore {
 /// `store` as its key allows ([`BindingStore::with_key`]); closed again when it is refused, so
 /// that a refusal holds no file lock and no connection.
 #[cfg(any(feature = "redb", feature = "sqlite", feature = "postgres"))]
-async fn opened(store: BindingStore, key: Option<crate::StoreKey>, read_only: bool) -> Result<BindingStore> {
+async fn opened(
+    store: BindingStore,
+    key: Option<crate::StoreKey>,
+    read_only: bool,
+) -> Result<BindingStore> {
     match store.clone().with_key(key.as_ref(), read_only).await {
         Ok(store) => Ok(store),
         Err(error) => {

@@ -115,8 +115,10 @@ impl BindingStore {
 
     /// The store's key check, if sealed, and its label.
     async fn seal_check(&self) -> Result<(Option<u64>, String)> {
-        self.read("seal", |txn| Ok((txn.seal_check()?, txn.label().to_string())))
-            .await
+        self.read("seal", |txn| {
+            Ok((txn.seal_check()?, txn.label().to_string()))
+        })
+        .await
     }
 
     /// Whether the store holds no session and no row.

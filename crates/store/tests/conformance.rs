@@ -84,7 +84,10 @@ async fn sealed_stores_conform() {
     conforms(memory.sealed(&key, false).await.unwrap(), &clock).await;
     let dir = tempfile::tempdir().unwrap();
     let (clock, options) = on_manual_clock();
-    let redb = BindingStore::redb(dir.path().join("sealed.redb"), options.key(Some(key.clone())));
+    let redb = BindingStore::redb(
+        dir.path().join("sealed.redb"),
+        options.key(Some(key.clone())),
+    );
     conforms(redb.await.unwrap(), &clock).await;
     let (clock, options) = on_manual_clock();
     let sqlite = BindingStore::sqlite(dir.path().join("sealed.sqlite"), options.key(Some(key)));
