@@ -502,6 +502,17 @@ async fn main() {
                 .await
                 .unwrap()
         };
+        // The same store sealed (issue 43), measured in the same rounds.
+        let sealed_options = args
+            .store_options()
+            .key(Some(rethread_store::StoreKey::generate().unwrap()));
+        let sealed: BindingStore = if backend == "redb" {
+            BindingStore::redb(dir.join("sealed.redb"), sealed_options).await
+        } else {
+            BindingStore::sqlite(dir.join("sealed.db"), sealed_options).await
+        }
+        .unwrap();
+        let mut sealed_one = Result::default();
         let handoff_dir = dir.join(format!("handoff-{backend}"));
         std::fs::create_dir_all(&handoff_dir).unwrap();
         let handoff = HandOff::spawn(move || -> Box<dyn Raw> {
@@ -527,11 +538,27 @@ async fn main() {
             handed.absorb(handoff.round(&name, round / 2.0, offset).await);
             let name = format!("{backend} store, 1 session");
             one.absorb(store_one(&name, store.clone(), args, round, offset).await);
+            let name = format!("{backend} store sealed, 1 session");
+            sealed_one.absorb(store_one(&name, sealed.clone(), args, round, offset).await);
         }
         drop(handoff);
         eprintln!("  {}: {:.0}/s", raw_total.name, raw_total.rate());
         eprintln!("  {}: {:.0}/s", handed.name, handed.rate());
         eprintln!("  {}: {:.0}/s", one.name, one.rate());
+        eprintln!("  {}: {:.0}/s", sealed_one.name, sealed_one.rate());
+        let (plain_p50, sealed_p50) = (one.pct(0.5), sealed_one.pct(0.5));
+        checks.push(format!(
+            "{backend}: sealed commit p50 {} ms against {} ms unsealed ({:+.1}%, goal <= +10%): {}",
+            ms(sealed_p50),
+            ms(plain_p50),
+            100.0 * (sealed_p50.as_secs_f64() / plain_p50.as_secs_f64() - 1.0),
+            if sealed_p50.as_secs_f64() <= 1.1 * plain_p50.as_secs_f64() {
+                "met"
+            } else {
+                "MISSED"
+            },
+        ));
+        results.push(sealed_one);
         let many = store_many(
             &format!("{backend} store, {} sessions", args.sessions),
             store.clone(),
