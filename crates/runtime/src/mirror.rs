@@ -14,14 +14,14 @@ use std::io::{self, BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use rethread_store::{
-    crc32_extend, MirrorAppend, MirrorOutcome, MirrorUpdate, StoreError, DEFAULT_MIRROR_CAP,
-};
+use rethread_store::{MirrorAppend, MirrorOutcome, MirrorUpdate, StoreError, DEFAULT_MIRROR_CAP};
 
 mod compressed;
+mod known;
 mod restore;
 
 use compressed::{open_rollout, plain_name, Undecodable};
+use known::{file_id, read_prefix, KnownFile};
 
 /// Codex's index of paginated threads, rebuilt from the rollout when a thread's rows are gone.
 pub const HISTORY_INDEX: &str = "thread_history_1.sqlite";
@@ -185,13 +185,6 @@ impl MirrorReport {
             _ => MirrorReport::Off,
         }
     }
-}
-
-/// What the store holds of one local file: its first `len` bytes, CRC-32 `crc32`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct KnownFile {
-    len: u64,
-    crc32: u32,
 }
 
 /// What this process knows of one thread's files.
@@ -458,40 +451,7 @@ fn grown(
     };
     let mut appends = Vec::new();
     for path in files.into_iter().chain(sources) {
-        let abs = home.join(&path);
-        let open =
-            || open_rollout(&abs)?.ok_or_else(|| io_error(&abs)(io::ErrorKind::NotFound.into()));
-        let mut rollout = open()?;
-        // What the store holds is still the file's start (another writer may have rewritten
-        // it in place, or replaced it; codex may have compressed it, which changes no byte of
-        // what it holds): checked on the file's own bytes, then only the rest is read.
-        // Otherwise the file goes whole, never spliced onto the stored start.
-        let base = match known.files.get(&path) {
-            Some(k) => (prefix_crc32(&mut rollout.reader, k.len)
-                .map_err(io_error(&rollout.path))?
-                == Some(k.crc32))
-            .then_some(*k),
-            None => None,
-        };
-        if base.is_none() && known.files.contains_key(&path) {
-            rollout = open()?;
-        }
-        let mut bytes = Vec::new();
-        rollout
-            .reader
-            .read_to_end(&mut bytes)
-            .map_err(io_error(&rollout.path))?;
-        bytes.truncate(whole_lines(&bytes).len());
-        let held = match base {
-            Some(k) => KnownFile {
-                len: k.len + bytes.len() as u64,
-                crc32: crc32_extend(k.crc32, k.len, &bytes),
-            },
-            None => KnownFile {
-                len: bytes.len() as u64,
-                crc32: crc32fast::hash(&bytes),
-            },
-        };
+        let (base, bytes, held) = growth(&home.join(&path), known.files.get(&path))?;
         appends.extend(match base {
             Some(_) if bytes.is_empty() => None,
             Some(k) => Some(MirrorAppend::extend(&path, k.len, k.crc32, bytes)),
@@ -500,6 +460,54 @@ fn grown(
         next.files.insert(path, held);
     }
     Ok((appends, next))
+}
+
+/// What the store holds of the file at `abs` (`known`, when this process knows it) that is
+/// still the file's start, the file's whole lines after it (all of them when none is), and
+/// what the store holds once it has them. Another writer may have rewritten the file in place
+/// or replaced it; codex may have compressed it, which changes no byte of what it holds: a
+/// plain file that is still the one the store took its bytes from is checked on its windows
+/// (a cost that does not grow with the file, [`KnownFile::windows_in`]); any other, on the
+/// whole held prefix read through. A file that fails goes whole, never spliced onto the
+/// stored start.
+fn growth(
+    abs: &Path,
+    known: Option<&KnownFile>,
+) -> Result<(Option<KnownFile>, Vec<u8>, KnownFile), MirrorError> {
+    let open = || open_rollout(abs)?.ok_or_else(|| io_error(abs)(io::ErrorKind::NotFound.into()));
+    let id_of = |rollout: &compressed::Rollout| {
+        let id = rollout.plain.as_ref().map(file_id).transpose();
+        id.map_err(io_error(&rollout.path))
+    };
+    let mut rollout = open()?;
+    let mut id = id_of(&rollout)?;
+    let mut base = None;
+    if let (Some(k), Some(file), Some(id)) = (known, rollout.plain.as_mut(), id) {
+        if let Some(windows) = k.windows_in(file, id).map_err(io_error(&rollout.path))? {
+            // The same open file as the reader: the rest is read from the held length on.
+            io::Seek::seek(file, io::SeekFrom::Start(k.len)).map_err(io_error(&rollout.path))?;
+            base = Some((*k, windows));
+        }
+    }
+    if let (Some(k), None) = (known, &base) {
+        let prefix = read_prefix(&mut rollout.reader, k.len).map_err(io_error(&rollout.path))?;
+        match prefix {
+            Some((crc32, windows)) if crc32 == k.crc32 => base = Some((*k, windows)),
+            _ => {
+                rollout = open()?;
+                id = id_of(&rollout)?;
+            }
+        }
+    }
+    let mut bytes = Vec::new();
+    rollout
+        .reader
+        .read_to_end(&mut bytes)
+        .map_err(io_error(&rollout.path))?;
+    bytes.truncate(whole_lines(&bytes).len());
+    let start = base.as_ref().map(|(k, _)| *k);
+    let held = KnownFile::after(base, &bytes, id);
+    Ok((start, bytes, held))
 }
 
 /// How many forks deep a lineage is followed: codex forks a fork, but no real lineage is
@@ -592,24 +600,6 @@ fn rollout_thread_id(name: &str) -> Option<&str> {
     is_thread_file(name, id)
         .then_some(id)
         .filter(|id| shaped(id, UUID))
-}
-
-/// The CRC-32 of the next `len` bytes of `reader` (a file just opened: its first), read in
-/// chunks; `None` when it is shorter.
-fn prefix_crc32(reader: &mut dyn Read, len: u64) -> io::Result<Option<u32>> {
-    let mut crc = crc32fast::Hasher::new();
-    let mut buffer = vec![0; (1 << 18).min(len as usize)];
-    let mut prefix = reader.take(len);
-    let mut read = 0;
-    loop {
-        match prefix.read(&mut buffer)? {
-            0 => return Ok((read == len).then(|| crc.finalize())),
-            n => {
-                crc.update(&buffer[..n]);
-                read += n as u64;
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1124,3 +1124,118 @@ async fn a_forks_source_codex_compressed_is_mirrored_as_the_jsonl_it_holds() {
     );
     assert_eq!(stored(&store, &source_file).await, Some(source_text));
 }
+
+/// A rollout of `turns` records of 1 KiB each after its `session_meta`: larger than the two
+/// windows a commit checks (64 KiB at each end), so its middle is read by no check on them.
+fn big_rollout(turns: usize, tag: &str) -> String {
+    let mut text = line("session_meta", "meta");
+    for turn in 0..turns {
+        text += &line("turn", &format!("{tag}{turn:05}-{}", "y".repeat(1000)));
+    }
+    text
+}
+
+/// Overwrites the start of `rel` with `bytes`, through the same inode.
+fn overwrite_start(home: &Path, rel: &str, bytes: &str) {
+    use std::io::{Seek, Write};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(home.join(rel))
+        .unwrap();
+    file.rewind().unwrap();
+    file.write_all(bytes.as_bytes()).unwrap();
+}
+
+/// Replaces `rel` by a new file holding `text` (a temp file renamed over it: a new inode).
+fn replace(home: &Path, rel: &str, text: &str) {
+    let temp = home.join(format!("{rel}.new"));
+    std::fs::write(&temp, text).unwrap();
+    std::fs::rename(temp, home.join(rel)).unwrap();
+}
+
+#[tokio::test]
+async fn a_first_record_rewritten_in_place_at_the_same_length_sends_a_big_rollout_whole() {
+    let big = big_rollout(300, "a");
+    // Known to the mirror by its commits, by a restore into a home holding it, and by a
+    // restore into an empty home (the file the restore wrote).
+    for known_by in [
+        "commit",
+        "restore over the home's copy",
+        "restore into an empty home",
+    ] {
+        let store = BindingStore::memory();
+        let home = tempfile::tempdir().unwrap();
+        write(home.path(), &source(), &big);
+        commit(&store, &RolloutMirror::new(home.path())).await;
+        let (home, mirror) = match known_by {
+            "commit" => {
+                let mirror = RolloutMirror::new(home.path());
+                commit(&store, &mirror).await;
+                (home, mirror)
+            }
+            "restore over the home's copy" => {
+                let mirror = RolloutMirror::new(home.path());
+                assert!(mirror
+                    .restore(&store, "s", THREAD)
+                    .await
+                    .unwrap()
+                    .written
+                    .is_empty());
+                (home, mirror)
+            }
+            _ => {
+                let empty = tempfile::tempdir().unwrap();
+                let mirror = RolloutMirror::new(empty.path());
+                let restored = mirror.restore(&store, "s", THREAD).await.unwrap();
+                assert_eq!(restored.written, [source()]);
+                (empty, mirror)
+            }
+        };
+        // The first record rewritten at its length (what codex's rewrites change), the last
+        // window and the length unchanged, then a turn appended.
+        let first = line("session_meta", "META");
+        assert_eq!(first.len(), line("session_meta", "meta").len());
+        overwrite_start(home.path(), &source(), &first);
+        append(home.path(), &source(), &line("turn", "next"));
+        assert_eq!(commit(&store, &mirror).await.mirror, MirrorReport::Written);
+        let now = read(home.path(), &source());
+        assert!(now.starts_with(&first));
+        assert_eq!(stored(&store, &source()).await, Some(now), "{known_by}");
+    }
+}
+
+#[tokio::test]
+async fn a_replaced_big_rollout_is_read_through_extended_when_its_start_is_kept_else_sent_whole() {
+    let big = big_rollout(300, "a");
+    let store = BindingStore::memory();
+    let home = tempfile::tempdir().unwrap();
+    let mirror = RolloutMirror::new(home.path());
+    write(home.path(), &source(), &big);
+    commit(&store, &mirror).await;
+    // A new file (new inode) holding the same bytes and a turn more: only the turn is sent.
+    let grown = big.clone() + &line("turn", "next");
+    replace(home.path(), &source(), &grown);
+    assert_eq!(commit(&store, &mirror).await.mirror, MirrorReport::Written);
+    assert_eq!(stored(&store, &source()).await, Some(grown.clone()));
+    let record = store.require_session("s").await.unwrap();
+    let file = record.mirror.files_of(THREAD).next().unwrap();
+    assert_eq!(
+        file.chunk_lens.last(),
+        Some(&(line("turn", "next").len() as u64))
+    );
+    // A new file whose both windows are those the store holds, its middle other bytes: the new
+    // inode makes the commit read it through, and it goes whole.
+    let other = big_rollout(300, "b");
+    let (keep, tail) = (65 << 10, 65 << 10);
+    let mixed =
+        big[..keep].to_string() + &other[keep..grown.len() - tail] + &grown[grown.len() - tail..];
+    assert_eq!(mixed.len(), grown.len());
+    assert_ne!(mixed, grown);
+    replace(home.path(), &source(), &mixed);
+    append(home.path(), &source(), &line("turn", "last"));
+    assert_eq!(commit(&store, &mirror).await.mirror, MirrorReport::Written);
+    assert_eq!(
+        stored(&store, &source()).await,
+        Some(read(home.path(), &source()))
+    );
+}

@@ -32,6 +32,10 @@ pub(super) struct Rollout {
     pub(super) path: PathBuf,
     /// Whether that is the compressed form.
     pub(super) compressed: bool,
+    /// The plain file, for positioned reads and its identity (the same open file as
+    /// `reader`: a seek of one moves the other); `None` for a compressed one, which has no
+    /// stable byte offsets.
+    pub(super) plain: Option<File>,
 }
 
 /// Opens the rollout whose plain file is `plain` as codex does: the plain file when there is
@@ -40,11 +44,13 @@ pub(super) struct Rollout {
 pub(super) fn open_rollout(plain: &Path) -> Result<Option<Rollout>, MirrorError> {
     match File::open(plain) {
         Ok(file) => {
+            let same = file.try_clone().map_err(io_error(plain))?;
             return Ok(Some(Rollout {
                 reader: Box::new(file),
                 path: plain.to_path_buf(),
                 compressed: false,
-            }))
+                plain: Some(same),
+            }));
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(io_error(plain)(e)),
@@ -60,6 +66,7 @@ pub(super) fn open_rollout(plain: &Path) -> Result<Option<Rollout>, MirrorError>
         reader: Box::new(Decoded(decoder)),
         path,
         compressed: true,
+        plain: None,
     }))
 }
 

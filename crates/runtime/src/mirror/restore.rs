@@ -14,9 +14,10 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::compressed::{compressed_path, COMPRESSED};
+use super::known::{file_id, read_prefix, KnownFile, Windows, Witness};
 use super::{
-    blocking, io_error, is_thread_file, open_rollout, parent_of, prefix_crc32, rollout_thread_id,
-    Known, KnownFile, MirrorError, Restored, RolloutMirror, HISTORY_INDEX,
+    blocking, io_error, is_thread_file, open_rollout, parent_of, rollout_thread_id, Known,
+    MirrorError, Restored, RolloutMirror, HISTORY_INDEX,
 };
 
 /// The tables of [`HISTORY_INDEX`] that hold a thread's projected history (each keyed by
@@ -316,11 +317,12 @@ fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
         return Err(MirrorError::InTheWay { path: read, reason });
     }
     let existing = match local_bytes(&abs, file) {
-        Ok(Some(existing)) => existing,
-        Ok(None) => {
+        Ok(Err(existing)) => existing,
+        Ok(Ok(witness)) => {
             return Ok(Local::Holds(KnownFile {
                 len: file.len,
                 crc32: file.crc32,
+                witness,
             }))
         }
         Err(MirrorError::Damaged { .. }) => Existing::Damaged,
@@ -335,25 +337,39 @@ fn check_local(home: &Path, file: &MirroredFile) -> Result<Local, MirrorError> {
 }
 
 /// What the home holds of `file` (plain at `abs`, or compressed beside it, read as codex
-/// reads it); `None` when it holds the mirror's bytes, maybe followed by more. Summed through
-/// one buffer, not read whole: every open of a local thread comes here.
-fn local_bytes(abs: &Path, file: &MirroredFile) -> Result<Option<Existing>, MirrorError> {
+/// reads it); `Ok` when it holds the mirror's bytes, maybe followed by more, with the plain
+/// file's witness for the next commit's check. Summed through one buffer, not read whole:
+/// every open of a local thread comes here. The whole prefix is compared, not its windows
+/// (`docs/design.md`, "What a commit checks"): a restore is rare, and what it keeps is what
+/// every later commit extends.
+fn local_bytes(
+    abs: &Path,
+    file: &MirroredFile,
+) -> Result<Result<Option<Witness>, Existing>, MirrorError> {
     let Some(mut rollout) = open_rollout(abs)? else {
-        return Ok(Some(Existing::Missing));
+        return Ok(Err(Existing::Missing));
     };
     let read = io_error(&rollout.path);
-    if prefix_crc32(&mut rollout.reader, file.len).map_err(read)? == Some(file.crc32) {
+    let id = rollout
+        .plain
+        .as_ref()
+        .map(file_id)
+        .transpose()
+        .map_err(read)?;
+    let read = io_error(&rollout.path);
+    let prefix = read_prefix(&mut rollout.reader, file.len).map_err(read)?;
+    if let Some((_, windows)) = prefix.filter(|(crc32, _)| *crc32 == file.crc32) {
         // A compressed file is decoded to its end: one whose later frames are damaged would
         // fail codex's resume, so it is not kept.
         if rollout.compressed {
             io::copy(&mut rollout.reader, &mut io::sink()).map_err(io_error(&rollout.path))?;
         }
-        return Ok(None);
+        return Ok(Ok(id.map(|id| windows.witness(id))));
     }
     // Less, or other bytes: kept to tell a strict prefix from a divergence. One byte past the
     // mirror's length tells a longer copy; the rest is not needed.
     let Some(rollout) = open_rollout(abs)? else {
-        return Ok(Some(Existing::Missing));
+        return Ok(Err(Existing::Missing));
     };
     let mut bytes = Vec::new();
     rollout
@@ -361,7 +377,7 @@ fn local_bytes(abs: &Path, file: &MirroredFile) -> Result<Option<Existing>, Mirr
         .take(file.len.saturating_add(1))
         .read_to_end(&mut bytes)
         .map_err(io_error(&rollout.path))?;
-    Ok(Some(Existing::Bytes(bytes)))
+    Ok(Err(Existing::Bytes(bytes)))
 }
 
 /// A restored file on its way in, renamed over its place once whole, so codex never sees a
@@ -471,6 +487,10 @@ impl TempFile {
             let index_error = diverged
                 .then(|| clear_history_index(home, &stored.thread_id).err())
                 .flatten();
+            // The renamed file keeps its inode: its witness is taken now.
+            let windows = Windows::read(&file, cut)?;
+            let witness = windows.map(|w| file_id(&file).map(|id| w.witness(id)));
+            let witness = witness.transpose()?;
             drop(file);
             rustix::fs::renameat(&dir, &temp, &dir, &name)?;
             // Never a plain file beside a compressed one: codex would read the plain one and
@@ -478,9 +498,9 @@ impl TempFile {
             // removes it once it has decompressed it to append; a link is removed, not
             // followed. Best effort: the plain file is in place, and codex prefers it.
             let _ = rustix::fs::unlinkat(&dir, format!("{name}{COMPRESSED}"), AtFlags::empty());
-            Ok((diverged, index_error))
+            Ok((diverged, index_error, witness))
         })();
-        let (diverged, index_error) = match result {
+        let (diverged, index_error, witness) = match result {
             Ok(done) => done,
             Err(error) => {
                 let _ = rustix::fs::unlinkat(&dir, &temp, AtFlags::empty());
@@ -490,6 +510,7 @@ impl TempFile {
         let held = (cut == stored.len).then_some(KnownFile {
             len: stored.len,
             crc32: stored.crc32,
+            witness,
         });
         Ok((diverged, held, index_error))
     }
