@@ -1239,3 +1239,35 @@ async fn a_replaced_big_rollout_is_read_through_extended_when_its_start_is_kept_
         Some(read(home.path(), &source()))
     );
 }
+
+/// Issue 43: a sealed store's mirror restores onto an empty home byte for byte with the key,
+/// its rows too (the thread's memory travels sealed); without the key the store does not open.
+#[tokio::test]
+async fn a_sealed_stores_mirror_restores_onto_an_empty_home_with_its_key() {
+    let key = rethread_store::StoreKey::generate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sealed.sqlite");
+    let options = rethread_store::OpenOptions::new;
+    let store = BindingStore::sqlite(&path, options().key(Some(key.clone())))
+        .await
+        .unwrap();
+    let (_a, text) = two_turns_on_a(&store).await;
+    store.close().await;
+    let refused = BindingStore::sqlite(&path, options()).await;
+    assert!(
+        matches!(refused, Err(rethread_store::StoreError::KeyRequired { .. })),
+        "{refused:?}"
+    );
+    let store = BindingStore::sqlite(&path, options().key(Some(key)))
+        .await
+        .unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let restored = RolloutMirror::new(b.path())
+        .restore(&store, "s", THREAD)
+        .await
+        .unwrap();
+    assert_eq!(restored.written, [source()]);
+    assert_eq!(read(b.path(), &source()), text);
+    assert_eq!(store.rows("s", 0..2).await.unwrap().len(), 2);
+    store.close().await;
+}
