@@ -34,7 +34,8 @@ use std::time::{Duration, Instant};
 use rethread_runtime::binding::{commit_turn, TurnRows};
 use rethread_runtime::{RolloutMirror, Transcript};
 use rethread_store::{
-    open_url, BindingStore, Durability, MirrorAppend, MirrorUpdate, OpenOptions, TurnCommit,
+    open_url, BindingStore, Durability, MirrorAppend, MirrorUpdate, OpenOptions, StoreKey,
+    TurnCommit,
 };
 use serde_json::json;
 
@@ -251,9 +252,15 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 }
 
 /// Part 2 on one backend: restoring rollouts of each length, beside a plain copy.
-async fn restores(name: &str, url: &str, args: &Args, jsonl: &mut Jsonl) {
-    // Built relaxed (the commits themselves are part 1's); read back as any store is.
-    let store = open(url, Durability::Relaxed).await;
+async fn restores(name: &str, url: &str, args: &Args, jsonl: &mut Jsonl, key: Option<StoreKey>) {
+    // Built relaxed (the commits themselves are part 1's); read back as any store is. With
+    // `key`, the store is sealed (issue 43).
+    let options = OpenOptions::default()
+        .durability(Durability::Relaxed)
+        .key(key);
+    let store = open_url(url, options)
+        .await
+        .unwrap_or_else(|e| panic!("{url}: {e}"));
     println!(
         "\n### {name}: restoring a rollout into a home that lacks it (median of {})\n",
         args.samples
@@ -593,6 +600,19 @@ async fn main() {
         } else {
             restore_url
         };
-        restores(name, &restore_url, &args, &mut jsonl).await;
+        restores(name, &restore_url, &args, &mut jsonl, None).await;
+        // The same, sealed (issue 43: a sealed restore at most 1.2x the unsealed one).
+        if name != "PostgreSQL" {
+            let sealed_url = restore_url.replace("restore.", "sealed.");
+            let key = Some(StoreKey::generate().unwrap());
+            restores(
+                &format!("{name} sealed"),
+                &sealed_url,
+                &args,
+                &mut jsonl,
+                key,
+            )
+            .await;
+        }
     }
 }
