@@ -297,6 +297,53 @@ mod tests {
         assert_eq!(sealer.open(aad, &sealed).unwrap(), b"chunk bytes");
     }
 
+    /// Two sealed rows swapped below the store (where a stolen-and-edited file would put
+    /// them): each fails its check, reads are `Corrupt`, and `verify` names the session.
+    #[tokio::test]
+    async fn rows_swapped_below_the_seal_are_corrupt_and_verify_names_their_session() {
+        use crate::engine::{Answer, Request};
+        use crate::{BindingStore, TurnCommit};
+        let key = StoreKey::generate().unwrap();
+        let store = BindingStore::memory().sealed(&key, false).await.unwrap();
+        let rows = vec![json!({"text": "first"}), json!({"text": "second"})];
+        store
+            .commit_turn(TurnCommit::new("s", "t", rows))
+            .await
+            .unwrap();
+        store
+            .commit_turn(TurnCommit::new("other", "t2", vec![json!(1)]))
+            .await
+            .unwrap();
+        let swap = Box::new(|txn: &mut dyn WriteTxn, _| {
+            let record = txn.load("s")?.unwrap();
+            let mut bodies: Vec<Value> = txn
+                .load_rows("s", 0..2)?
+                .into_iter()
+                .map(|r| r.body)
+                .collect();
+            bodies.swap(0, 1);
+            txn.remove("s")?;
+            txn.put(&record)?;
+            txn.put_thread_owner("t", "s")?;
+            txn.put_rows("s", 0, &bodies)?;
+            Ok(Box::new(()) as Answer)
+        });
+        store
+            .engine()
+            .write(Request::new("test"), swap)
+            .await
+            .unwrap();
+        let read = store.rows("s", 0..2).await;
+        assert!(matches!(read, Err(StoreError::Corrupt { .. })), "{read:?}");
+        let report = store.verify(&mut |_| {}).await.unwrap();
+        let named: Vec<_> = report
+            .problems
+            .iter()
+            .filter_map(|p| p.session_id.as_deref())
+            .collect();
+        assert_eq!(named, ["s"], "{report:?}");
+    }
+
     #[test]
     fn the_key_check_tells_keys_apart_and_fits_a_signed_column() {
         let (a, b) = (StoreKey::generate().unwrap(), StoreKey::generate().unwrap());
