@@ -23,8 +23,6 @@ use crate::{Result, SessionRecord, StoreError, StoreKey, TranscriptRow};
 /// The format of a sealed value: its first byte.
 const VERSION: u8 = 1;
 const NONCE_LEN: usize = 24;
-/// The zstd level of a sealed row (chunks arrive compressed by the codec).
-const ROW_LEVEL: i32 = 3;
 
 /// Seals and opens a store's values with one key.
 pub(crate) struct Sealer {
@@ -114,22 +112,7 @@ fn chunk_aad(file: FileKey<'_>, seq: u64) -> Vec<u8> {
 /// A row body as a sealed store keeps it: a JSON string of the sealed, compressed JSON text.
 fn seal_row(sealer: &Sealer, session_id: &str, seq: u64, body: &Value) -> Result<Value> {
     let text = serde_json::to_vec(body).map_err(|e| StoreError::Internal(e.to_string()))?;
-    // One compression context per thread, kept: making one costs more than a row's
-    // compression.
-    thread_local! {
-        static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
-            const { std::cell::RefCell::new(None) };
-    }
-    let packed = COMPRESSOR.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        let compressor = match cell.as_mut() {
-            Some(compressor) => compressor,
-            None => cell.insert(zstd::bulk::Compressor::new(ROW_LEVEL)?),
-        };
-        compressor.compress(&text)
-    });
-    let packed =
-        packed.map_err(|e| StoreError::Internal(format!("compressing a row failed: {e}")))?;
+    let packed = crate::logic::codec::encode(&text).map_err(StoreError::Internal)?;
     let sealed = sealer.seal(&row_aad(session_id, seq), &packed)?;
     Ok(Value::String(BASE64.encode(sealed)))
 }

@@ -16,9 +16,23 @@ use crate::mirror::MAX_CHUNK;
 /// millisecond of its raw cost, and decompression speed does not depend on the level.
 pub(crate) const LEVEL: i32 = 3;
 
-/// The stored form of `raw` (at most [`MAX_CHUNK`] bytes): one zstd frame.
+/// The stored form of `raw` (a chunk of at most [`MAX_CHUNK`] bytes, or a sealed row's JSON):
+/// one zstd frame, made with one compression context per thread, kept (making one costs more
+/// than compressing a row).
 pub(crate) fn encode(raw: &[u8]) -> Result<Vec<u8>, String> {
-    zstd::bulk::compress(raw, LEVEL).map_err(|e| format!("compressing a chunk failed: {e}"))
+    thread_local! {
+        static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let compressed = COMPRESSOR.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let compressor = match cell.as_mut() {
+            Some(compressor) => compressor,
+            None => cell.insert(zstd::bulk::Compressor::new(LEVEL)?),
+        };
+        compressor.compress(raw)
+    });
+    compressed.map_err(|e| format!("compressing failed: {e}"))
 }
 
 /// Decodes stored chunks back into their rollout bytes, reusing one buffer and one zstd
